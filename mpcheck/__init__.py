@@ -1,0 +1,22 @@
+"""mpcheck: device-placement checks for manually model-parallel PyTorch code.
+
+`import mpcheck` stays light: torch is imported only when a runtime face
+(`mpcheck.debug`, `mpcheck.dryrun`) is first touched.
+"""
+
+__version__ = "0.1.0"
+
+__all__ = ["__version__", "debug", "dryrun"]
+
+
+def __getattr__(name):
+    # Lazy so that the linter path never imports torch.
+    if name == "debug":
+        from mpcheck.runtime.debug import debug
+
+        return debug
+    if name == "dryrun":
+        from mpcheck.runtime.dryrun import dryrun
+
+        return dryrun
+    raise AttributeError(f"module 'mpcheck' has no attribute {name!r}")
