@@ -9,6 +9,7 @@ in any process.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Mapping
 
@@ -23,10 +24,54 @@ class FileResult:
     used_modules: list[str] = field(default_factory=list)
 
 
+_IMPORT_RE = re.compile(r"^[ \t]*import[ \t]+([^\n#;]+)", re.M)
+_FROM_RE = re.compile(
+    r"^[ \t]*from[ \t]+(\.*)[ \t]*([\w.]*)[ \t]+import[ \t]*(\([^)]*\)|(?:[^\n#;\\]|\\\n)+)",
+    re.M,
+)
+
+
 def imports(source: str, modname: str) -> list[str]:
     """Dotted names of the modules `source` imports (relative imports resolved
-    against `modname`). Cheap: no libcst parse."""
-    raise NotImplementedError
+    against `modname`). Cheap: no libcst parse.
+
+    A package's `__init__.py` may be passed as `pkg.__init__` so that `from .
+    import x` resolves to `pkg.x`; `pkg` alone is taken as a module of its parent.
+    `from a import b` gives both `a` and `a.b` (b may be a submodule); names
+    that are not modules simply resolve to no file. A line in a string that
+    looks like an import may add a name: harmless, it only widens the set.
+    """
+    if "import" not in source:
+        return []
+    if modname.endswith(".__init__"):
+        package = modname[: -len(".__init__")]
+    else:
+        package = modname.rpartition(".")[0]
+    found: dict[str, None] = {}
+    for m in _IMPORT_RE.finditer(source):
+        for part in m.group(1).replace("\\", " ").split(","):
+            name = part.split(" as ")[0].strip()
+            if name and all(p.isidentifier() for p in name.split(".")):
+                found[name] = None
+    for m in _FROM_RE.finditer(source):
+        dots, base, names = m.group(1), m.group(2), m.group(3)
+        if dots:
+            parts = package.split(".") if package else []
+            up = len(dots) - 1
+            if up > len(parts):
+                continue
+            parts = parts[: len(parts) - up]
+            if base:
+                parts.append(base)
+            base = ".".join(parts)
+        if base:
+            found[base] = None
+        body = "\n".join(line.split("#", 1)[0] for line in names.strip("()").splitlines())
+        for part in body.replace("\\", " ").split(","):
+            name = part.split(" as ")[0].strip().strip("()")
+            if name and name != "*" and name.isidentifier():
+                found[f"{base}.{name}" if base else name] = None
+    return list(found)
 
 
 def summarize(path: str, source: str, modname: str) -> dict | None:
