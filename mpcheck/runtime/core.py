@@ -1,0 +1,517 @@
+"""The runtime checking core, shared by the debug mode (real GPUs) and the dry run (virtual GPUs).
+
+One definition of each check: a device mismatch at a torch call or a module's
+entry (MP001), a split model wrapped in DataParallel / DDP with device_ids
+(MP002), a round trip (MP005), a split model collapsed by `.cuda()`/`.to()`
+(MP007), a repeated transfer of unchanged data (MP011). The two faces differ
+only in the `Devices` object they pass in: where a tensor's device comes from,
+how a tensor is moved, how a transfer is timed.
+
+Do-no-harm rules for this module: it never keeps a tensor alive (only weak
+references to storages, ids, versions), and every table it keeps is either
+bounded by the number of distinct source lines or cleared at each step end.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+import weakref
+from typing import Any, Callable, Iterable, Protocol
+
+from mpcheck.finding import Finding
+from mpcheck.runtime.ledger import Ledger, TransferTiming
+from mpcheck.runtime.sites import UNKNOWN, Site, user_site
+
+__all__ = [
+    "Devices",
+    "TransferTiming",
+    "Checker",
+    "DeviceMismatchError",
+    "MpcheckRuntimeWarning",
+    "RULE_NAMES",
+    "ON_MISMATCH",
+]
+
+ON_MISMATCH = ("raise", "warn", "move")
+
+# The linter's rule codes and names; a runtime finding prints exactly like a static one.
+RULE_NAMES = {
+    "MP001": "missing-transfer",
+    "MP002": "split-model-in-data-parallel",
+    "MP005": "round-trip-transfer",
+    "MP006": "transfer-per-layer",
+    "MP007": "split-model-collapsed",
+    "MP011": "repeated-transfer",
+}
+# Findings that mean the program is about to crash: these follow `on_mismatch`.
+# The others (wasted transfers, a collapsed split) are recorded and reported.
+_FATAL = frozenset({"MP001", "MP002"})
+_PURGE_AT = 4096  # table size at which entries of freed storages are dropped
+
+
+class Devices(Protocol):
+    """Where devices come from. Real GPUs: mpcheck.runtime.real.CudaDevices; virtual: DRY's."""
+
+    name: str  # "cuda" or "virtual"
+
+    def device_of(self, t: Any) -> str:
+        """"cuda:1", "cpu", "meta" (for a real or a virtual device alike)."""
+
+    def normalize(self, device_like: Any) -> str | None:
+        """A user's device argument ('cuda', 1, torch.device('cuda', 1), 'cuda:1') as device_of
+        would name it ('cuda' means the current device); None when it names no device."""
+
+    def move(self, t: Any, device: str) -> Any:
+        """Used by on_mismatch="move"."""
+
+    def start_transfer(self, src: str, dst: str, nbytes: int, out_tensor: Any) -> TransferTiming | None:
+        """Called just BEFORE the copy is enqueued (out_tensor is None then); the returned
+        timing's stop() is called right after. Real: CUDA events on the source device's
+        current stream, read at step end. Virtual: time from the link model."""
+
+
+class DeviceMismatchError(RuntimeError):
+    """Raised (on_mismatch="raise") before PyTorch's own "Expected all tensors..." error."""
+
+    def __init__(self, finding: Finding) -> None:
+        super().__init__(format_finding(finding))
+        self.finding = finding
+
+
+class MpcheckRuntimeWarning(RuntimeWarning):
+    pass
+
+
+def format_finding(f: Finding) -> str:
+    where = f"{f.path}:{f.line}" if f.line else f.path
+    text = f"{where}: {f.code} {f.message}"
+    if f.modules:
+        text += f" [module {', '.join(f.modules)}]"
+    if f.suggestion:
+        text += f"\n  fix: {f.suggestion}"
+    return text
+
+
+def _op_name(func: Any) -> str:
+    try:
+        from torch.overrides import resolve_name
+
+        name = resolve_name(func)
+    except Exception:  # pragma: no cover - resolve_name is best effort
+        name = None
+    return name or getattr(func, "__name__", repr(func))
+
+
+# Functions whose CPU tensor arguments are indices or values PyTorch accepts
+# next to tensors on another device (x_cuda[cpu_index], x_cuda[0:2] = cpu_tensor).
+_CPU_INDEX_OK = frozenset({"__getitem__", "__setitem__", "index_put_", "index_put", "_index_put_impl_"})
+
+
+def _iter_tensors(args: Iterable[Any], kwargs: dict[str, Any], tensor_type: type):
+    """(location, tensor) for every tensor in args/kwargs, one level into lists and tuples."""
+    for i, a in enumerate(args):
+        if isinstance(a, tensor_type):
+            yield (i, None), a
+        elif isinstance(a, (list, tuple)):
+            for j, b in enumerate(a):
+                if isinstance(b, tensor_type):
+                    yield (i, j), b
+    for k, a in kwargs.items():
+        if isinstance(a, tensor_type):
+            yield (k, None), a
+        elif isinstance(a, (list, tuple)):
+            for j, b in enumerate(a):
+                if isinstance(b, tensor_type):
+                    yield (k, j), b
+
+
+def _replace(args: tuple, kwargs: dict, moved: dict[tuple, Any]) -> tuple[tuple, dict]:
+    new_args = list(args)
+    new_kwargs = dict(kwargs)
+    for (where, inner), t in moved.items():
+        target = new_kwargs if isinstance(where, str) else new_args
+        if inner is None:
+            target[where] = t
+        else:
+            seq = list(target[where])
+            seq[inner] = t
+            target[where] = type(target[where])(seq) if isinstance(target[where], tuple) else seq
+    return tuple(new_args), new_kwargs
+
+
+def _describe(where: tuple) -> str:
+    pos, inner = where
+    name = f"argument {pos}" if isinstance(pos, int) else f"keyword argument {pos!r}"
+    return name if inner is None else f"{name}[{inner}]"
+
+
+class _StorageRef:
+    """Identify a tensor's data without keeping it alive: a weak reference to its
+    storage (PyTorch keeps one Python storage object per storage), plus the
+    view's offset/shape/stride and the version counter at the time."""
+
+    __slots__ = ("ref", "offset", "shape", "stride", "version")
+
+    def __init__(self, t: Any) -> None:
+        self.ref = weakref.ref(t.untyped_storage())
+        self.offset = t.storage_offset()
+        self.shape = tuple(t.shape)
+        self.stride = t.stride()
+        self.version = t._version
+
+    def same_data(self, t: Any) -> bool:
+        s = self.ref()
+        return (
+            s is not None
+            and s is t.untyped_storage()
+            and self.version == t._version
+            and self.offset == t.storage_offset()
+            and self.shape == tuple(t.shape)
+            and self.stride == t.stride()
+        )
+
+
+class Checker:
+    """One definition of each check, for both faces.
+
+    `sites` gives the user's source line when a finding or transfer needs it
+    (only then: walking frames costs microseconds). The module stack (which
+    module's forward is running) is pushed by the module hooks, per thread.
+    """
+
+    def __init__(
+        self,
+        devices: Devices,
+        *,
+        on_mismatch: str = "raise",
+        select: Iterable[str] | None = None,
+        ledger: Ledger | None = None,
+        sites: Callable[[], Site] = user_site,
+    ) -> None:
+        if on_mismatch not in ON_MISMATCH:
+            raise ValueError(f"on_mismatch must be one of {', '.join(ON_MISMATCH)}, not {on_mismatch!r}")
+        import torch  # the runtime faces are the only place torch is imported
+
+        self._tensor = torch.Tensor
+        self.devices = devices
+        self.on_mismatch = on_mismatch
+        self.select = frozenset(c.upper() for c in select) if select else None
+        self.ledger = ledger if ledger is not None else Ledger()
+        self.sites = sites
+        self.findings: list[Finding] = []
+        self._by_key: dict[tuple, int] = {}  # dedupe key -> index in findings
+        self._lock = threading.RLock()
+        self._tls = threading.local()
+        # id(storage) of a transfer's output -> (ref to that output's data, src device, site):
+        # what arrived where, to recognise it going straight back (MP005).
+        self._arrivals: dict[int, tuple[_StorageRef, str, Site]] = {}
+        # (id(storage), offset, shape, stride, dst) -> (ref, site, step, count): what was moved
+        # where, to recognise the same unchanged data moved again (MP011).
+        self._moves: dict[tuple, list] = {}
+        # id(module) -> the one device of its own params/buffers, or None (none / several).
+        self._placement: dict[int, tuple[weakref.ref, str | None]] = {}
+        self._purge_at = _PURGE_AT
+
+    # -- context kept by the hooks --------------------------------------------------
+    def wants(self, code: str) -> bool:
+        return self.select is None or code in self.select
+
+    @property
+    def module_stack(self) -> list[str]:
+        stack = getattr(self._tls, "stack", None)
+        if stack is None:
+            stack = self._tls.stack = []
+        return stack
+
+    def current_module(self) -> str | None:
+        stack = getattr(self._tls, "stack", None)
+        return stack[-1] if stack else None
+
+    @property
+    def suspended(self) -> bool:
+        """True while mpcheck itself (or Module.to) moves tensors: nothing is checked or recorded."""
+        return getattr(self._tls, "suspended", 0) > 0
+
+    def suspend(self) -> "_Suspend":
+        return _Suspend(self._tls)
+
+    def invalidate_placement(self) -> None:
+        """Parameters moved (Module.to/_apply, param.data = ...): recompute module devices."""
+        self._placement.clear()
+
+    # -- findings -------------------------------------------------------------------
+    def emit(self, code: str, site: Site | None, message: str, *, devices=(), modules=(), suggestion=None,
+             severity: str | None = None, extra: dict | None = None, fatal: bool | None = None) -> Finding | None:
+        """Record a finding (once per code, line, devices and modules; later hits count up)
+        and apply `on_mismatch` to the fatal ones."""
+        if not self.wants(code):
+            return None
+        site = site or UNKNOWN
+        devices = tuple(devices)
+        modules = tuple(m for m in modules if m)
+        key = (code, site.path, site.line, devices, modules)
+        with self._lock:
+            idx = self._by_key.get(key)
+            if idx is not None:
+                f = self.findings[idx]
+                f.extra["count"] = f.extra.get("count", 1) + 1
+                first = False
+            else:
+                f = Finding(
+                    code=code,
+                    name=RULE_NAMES.get(code, code.lower()),
+                    path=site.path,
+                    line=site.line,
+                    column=1,
+                    message=message,
+                    severity=severity or ("error" if code in _FATAL else "warning"),
+                    devices=devices,
+                    modules=modules,
+                    suggestion=suggestion,
+                    extra={"count": 1, "source": "runtime", **(extra or {})},
+                )
+                self._by_key[key] = len(self.findings)
+                self.findings.append(f)
+                first = True
+        if fatal is None:
+            fatal = code in _FATAL
+        if fatal and self.on_mismatch == "raise":
+            raise DeviceMismatchError(f)
+        if first and self.on_mismatch == "warn":
+            warnings.warn(format_finding(f), MpcheckRuntimeWarning, stacklevel=2)
+        return f
+
+    # -- MP001: mismatches ----------------------------------------------------------------
+    def check_op(self, func: Any, args: tuple, kwargs: dict, *, site: Site | None = None) -> tuple[tuple, dict]:
+        """The devices of one torch call's tensors. Allowed mixes: 0-dim CPU tensors; CPU
+        indices and values in indexing. Returns the (possibly moved) args and kwargs."""
+        device_of = self.devices.device_of
+        first_dev = None
+        odd: list[tuple[tuple, Any, str]] = []
+        cpu_index_ok = None
+        for loc, t in _iter_tensors(args, kwargs, self._tensor):
+            d = device_of(t)
+            if d == first_dev:
+                continue
+            if d == "cpu" and t.dim() == 0:
+                continue  # a 0-dim CPU tensor mixes with any device
+            if first_dev is None:
+                first_dev = d
+                continue
+            if cpu_index_ok is None:
+                cpu_index_ok = getattr(func, "__name__", "") in _CPU_INDEX_OK
+            if cpu_index_ok and d == "cpu":
+                continue
+            odd.append((loc, t, d))
+        if not odd or not self.wants("MP001"):
+            return args, kwargs
+        return self._mismatch(_op_name(func), first_dev, odd, args, kwargs, site=site, module=None)
+
+    def check_module_entry(self, module: Any, path: str, args: tuple, kwargs: dict, *,
+                           site: Site | None = None) -> tuple[tuple, dict]:
+        """Inputs vs the one device the module's parameters and buffers live on (when
+        they live on one; a split container checks nothing: its children do)."""
+        dev = self.module_device(module)
+        if dev is None:
+            return args, kwargs
+        device_of = self.devices.device_of
+        odd = []
+        for loc, t in _iter_tensors(args, kwargs, self._tensor):
+            d = device_of(t)
+            if d != dev and not (d == "cpu" and t.dim() == 0):
+                odd.append((loc, t, d))
+        if not odd or not self.wants("MP001"):
+            return args, kwargs
+        return self._mismatch(f"{type(module).__name__} '{path}'", dev, odd, args, kwargs, site=site, module=path)
+
+    def module_device(self, module: Any) -> str | None:
+        entry = self._placement.get(id(module))
+        if entry is not None and entry[0]() is module:
+            return entry[1]
+        devs = set()
+        own = False
+        for p in module.parameters(recurse=False):
+            devs.add(self.devices.device_of(p))
+            own = True
+        for b in module.buffers(recurse=False):
+            devs.add(self.devices.device_of(b))
+            own = True
+        if not own:
+            # A container without its own weights: its device is its children's, if they agree.
+            for p in module.parameters():
+                devs.add(self.devices.device_of(p))
+            for b in module.buffers():
+                devs.add(self.devices.device_of(b))
+        dev = devs.pop() if len(devs) == 1 else None
+        self._placement[id(module)] = (weakref.ref(module), dev)
+        return dev
+
+    def model_devices(self, module: Any) -> list[str]:
+        devs = {self.devices.device_of(p) for p in module.parameters()}
+        devs |= {self.devices.device_of(b) for b in module.buffers()}
+        return sorted(devs)
+
+    def _mismatch(self, what: str, expected: str, odd, args, kwargs, *, site, module) -> tuple[tuple, dict]:
+        site = site or self.sites()
+        module = module or self.current_module()
+        moved = {}
+        for loc, t, d in odd:
+            shape = "x".join(map(str, t.shape)) or "scalar"
+            msg = (
+                f"{what}: {_describe(loc)} (a {shape} tensor) is on {d}, the other tensors are on {expected}"
+            )
+            sugg = f"move it with `.to('{expected}')` before this call (or place the producing module on {expected})"
+            self.emit("MP001", site, msg, devices=(expected, d), modules=(module,) if module else (),
+                      suggestion=sugg)
+            if self.on_mismatch == "move":
+                try:
+                    with self.suspend():
+                        moved[loc] = self.devices.move(t, expected)
+                except Exception:  # e.g. out of a meta tensor: leave it, PyTorch decides
+                    pass
+        if moved:
+            return _replace(args, kwargs, moved)
+        return args, kwargs
+
+    # -- transfers: ledger, MP005, MP011 ---------------------------------------------------
+    def on_transfer(self, src_tensor: Any, out_tensor: Any, src_dev: str, dst_dev: str, *, site: Site | None,
+                    module_path: str | None, phase: str = "forward", timing: TransferTiming | None = None,
+                    nbytes: int | None = None, contiguous: bool | None = None) -> None:
+        if nbytes is None:
+            nbytes = src_tensor.numel() * src_tensor.element_size()
+        if contiguous is None:
+            contiguous = src_tensor.is_contiguous() if src_tensor is not None else True
+        self.ledger.record(src_dev, dst_dev, nbytes, site=site, module_path=module_path, phase=phase,
+                           contiguous=contiguous, timing=timing)
+        if phase != "forward" or src_tensor is None:
+            return
+        with self._lock:
+            self._check_round_trip(src_tensor, src_dev, dst_dev, site, module_path)
+            self._check_repeat(src_tensor, dst_dev, site, module_path)
+            if out_tensor is not None:
+                try:
+                    self._arrivals[id(out_tensor.untyped_storage())] = (_StorageRef(out_tensor), src_dev, site or UNKNOWN)
+                    if len(self._arrivals) > self._purge_at:
+                        self._purge()
+                except Exception:  # a tensor without storage (a subclass): nothing to follow
+                    pass
+
+    def _check_round_trip(self, t: Any, src_dev: str, dst_dev: str, site: Site | None, module: str | None) -> None:
+        try:
+            storage = t.untyped_storage()
+        except Exception:
+            return
+        entry = self._arrivals.get(id(storage))
+        if entry is None:
+            return
+        ref, came_from, first_site = entry
+        if ref.ref() is not storage:
+            del self._arrivals[id(storage)]  # the id was reused by another storage
+            return
+        if came_from != dst_dev or t._version != ref.version:
+            return
+        self.emit(
+            "MP005", site,
+            f"round trip: this data was moved {dst_dev} -> {src_dev} at {first_site} and is moved back to "
+            f"{dst_dev} here unchanged (no work was done on {src_dev})",
+            devices=(dst_dev, src_dev), modules=(module,) if module else (),
+            suggestion=f"keep using the tensor that is still on {dst_dev}; drop both transfers",
+            extra={"first_site": str(first_site), "first_line": first_site.line, "first_path": first_site.path},
+        )
+
+    def _check_repeat(self, t: Any, dst_dev: str, site: Site | None, module: str | None) -> None:
+        try:
+            storage = t.untyped_storage()
+        except Exception:
+            return
+        key = (id(storage), t.storage_offset(), tuple(t.shape), t.stride(), dst_dev)
+        entry = self._moves.get(key)
+        if entry is not None and entry[0].ref() is storage and entry[0].version == t._version:
+            entry[2] += 1
+            first_site = entry[1]
+            shape = "x".join(map(str, t.shape)) or "scalar"
+            self.emit(
+                "MP011", site,
+                f"repeated transfer: the same unchanged {shape} tensor was already moved to {dst_dev} "
+                f"in this step (first at {first_site})",
+                devices=(self.devices.device_of(t), dst_dev), modules=(module,) if module else (),
+                suggestion=f"move it to {dst_dev} once and reuse the copy (e.g. keep it as a buffer on {dst_dev})",
+                extra={"first_site": str(first_site)},
+            )
+            return
+        self._moves[key] = [_StorageRef(t), site or UNKNOWN, 1]
+        if len(self._moves) > self._purge_at:
+            self._purge()
+
+    def _purge(self) -> None:
+        """Drop entries whose storage is gone (a run that never ends a step must stay flat too)."""
+        for table in (self._moves, self._arrivals):
+            for k in [k for k, v in table.items() if v[0].ref() is None]:
+                del table[k]
+        self._purge_at = max(_PURGE_AT, 2 * max(len(self._moves), len(self._arrivals)))
+
+    # -- MP002 / MP007: wrapping and collapsing a split model ------------------------------
+    def on_wrap(self, kind: str, module: Any, *, device_ids: Any, output_device: Any, site: Site | None) -> Finding | None:
+        """Before DataParallel(...) / DistributedDataParallel(...) wraps `module`. Returns the
+        finding when the wrap would fail (or, with move, the caller skips the wrap)."""
+        devs = [d for d in self.model_devices(module) if d != "cpu"]
+        if len(devs) < 2:
+            return None
+        if kind == "DataParallel":
+            why = "DataParallel replicates a single-device module and refuses parameters on several devices"
+            sugg = ("do not wrap a model split by hand in DataParallel; for data parallelism on top of it use "
+                    "DistributedDataParallel(model, device_ids=None, output_device=None), one process per split")
+        elif device_ids is not None or output_device is not None:
+            why = "DistributedDataParallel accepts a multi-device module only with device_ids=None and output_device=None"
+            sugg = "pass device_ids=None and output_device=None (or leave them out)"
+        else:
+            return None
+        return self.emit(
+            "MP002", site or self.sites(),
+            f"{kind} wraps a model split over {', '.join(devs)}: {why}",
+            devices=tuple(devs), modules=(self.module_name(module),), suggestion=sugg,
+        )
+
+    def on_module_move(self, module: Any, target: str | None, *, site: Site | None) -> Finding | None:
+        """Before `module.cuda()` / `module.to(dev)`: moving a split model onto one device collapses it."""
+        if target is None:
+            return None
+        devs = [d for d in self.model_devices(module) if d != "cpu"]
+        if len(devs) < 2 or target == "cpu":
+            return None
+        return self.emit(
+            "MP007", site or self.sites(),
+            f"this moves a model split over {', '.join(devs)} entirely onto {target}: the split is undone "
+            f"and {target} must hold every parameter",
+            devices=tuple(devs), modules=(self.module_name(module),),
+            suggestion="remove this call: a split model's stages are placed in its __init__; move only the inputs",
+        )
+
+    def module_name(self, module: Any) -> str:
+        namer = getattr(self, "namer", None)
+        return namer(module) if namer else type(module).__name__
+
+    # -- steps --------------------------------------------------------------------------
+    def step_end(self) -> None:
+        self.ledger.step_end()
+        with self._lock:
+            # MP011 is about one step; arrivals are only useful while their tensors live.
+            self._moves.clear()
+            self._purge()
+
+    def finish(self) -> None:
+        self.ledger.finish()
+
+
+class _Suspend:
+    __slots__ = ("tls",)
+
+    def __init__(self, tls: threading.local) -> None:
+        self.tls = tls
+
+    def __enter__(self) -> None:
+        self.tls.suspended = getattr(self.tls, "suspended", 0) + 1
+
+    def __exit__(self, *exc: Any) -> None:
+        self.tls.suspended -= 1

@@ -1,0 +1,172 @@
+"""The checking TorchFunctionMode: sees every Python-level torch call while the debug mode is on.
+
+Three kinds of call, decided once per function object and cached:
+- metadata (`.device`, `.shape`, `.dim()`, ...): passed straight through;
+- transfers (`Tensor.to/.cuda/.cpu/.copy_`): timed on the source device's
+  stream, recorded in the ledger, checked for round trips and repeats;
+- everything else: the devices of its tensor arguments are checked before
+  PyTorch's kernel sees them.
+
+Devices are always asked of `checker.devices.device_of`, never `t.device`:
+under the dry run the virtual-device mode sits below this one on the mode
+stack, and the checks must see virtual devices.
+
+It cannot see inside autograd's backward; a gradient hook on each transfer's
+output node times the matching backward copy. The dispatch-level strict mode
+(see strict.py) sees every aten op, backward included.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from mpcheck.runtime.core import Checker
+
+_PASS, _CHECK, _TO, _CUDA, _CPU, _COPY, _SET = range(7)
+
+_METADATA = frozenset(
+    {
+        "dim", "ndimension", "size", "numel", "nelement", "element_size", "is_contiguous", "stride",
+        "storage_offset", "untyped_storage", "storage", "data_ptr", "__len__", "__repr__", "__str__",
+        "__format__", "__hash__", "tolist", "item", "__bool__", "__int__", "__float__", "__index__",
+        "register_hook", "get_device", "is_floating_point", "is_complex", "requires_grad_", "retain_grad",
+        "__reduce_ex__", "__deepcopy__", "__setstate__", "backward", "_is_view", "__iter__", "__contains__",
+        "numpy", "detach", "detach_", "clone", "contiguous", "view", "reshape", "flatten", "__array__",
+        "type", "is_pinned", "is_shared", "share_memory_", "pin_memory", "record_stream",
+        "_make_subclass", "as_subclass", "__get__", "__dlpack__", "__dlpack_device__",
+    }
+)
+_TRANSFERS = {"torch.Tensor.to": _TO, "torch.Tensor.cuda": _CUDA, "torch.Tensor.cpu": _CPU, "torch.Tensor.copy_": _COPY}
+
+
+def _classify(func: Any) -> int:
+    from torch.overrides import resolve_name
+
+    name = getattr(func, "__name__", "")
+    if name == "__set__":
+        return _SET  # `param.data = t` may move a parameter: module placements change
+    full = None
+    try:
+        full = resolve_name(func)
+    except Exception:
+        pass
+    if full in _TRANSFERS:
+        return _TRANSFERS[full]
+    if name in _METADATA and (full is None or full.startswith("torch.Tensor.")):
+        return _PASS
+    return _CHECK
+
+
+class CheckingMode(TorchFunctionMode):
+    def __init__(self, checker: Checker, *, time_backward: bool = True) -> None:
+        super().__init__()
+        self.checker = checker
+        self.time_backward = time_backward
+        self._kinds: dict[Any, int] = {}
+        self._tensor = torch.Tensor
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if kwargs is None:
+            kwargs = {}
+        kinds = self._kinds
+        try:
+            kind = kinds[func]
+        except (KeyError, TypeError):
+            kind = _classify(func)
+            try:
+                kinds[func] = kind
+            except TypeError:  # an unhashable callable: classify each time
+                pass
+        if kind == _PASS:
+            return func(*args, **kwargs)
+        checker = self.checker
+        if checker.suspended:
+            return func(*args, **kwargs)
+        if kind == _CHECK:
+            if len(args) + len(kwargs) > 1:
+                args, kwargs = checker.check_op(func, args, kwargs)
+            return func(*args, **kwargs)
+        if kind == _SET:
+            out = func(*args, **kwargs)
+            checker.invalidate_placement()
+            return out
+        return self._transfer(kind, func, args, kwargs)
+
+    def _transfer(self, kind: int, func, args, kwargs):
+        checker = self.checker
+        devices = checker.devices
+        if kind == _COPY:
+            if len(args) < 2 or not isinstance(args[1], self._tensor):
+                return func(*args, **kwargs)
+            src_t, dst_holder = args[1], args[0]
+            src = devices.device_of(src_t)
+            dst = devices.device_of(dst_holder)
+        else:
+            src_t = args[0]
+            src = devices.device_of(src_t)
+            dst = _target(kind, args, kwargs, devices, self._tensor)
+        if dst is None or dst == src:
+            return func(*args, **kwargs)
+        nbytes = src_t.numel() * src_t.element_size()
+        site = checker.sites()
+        module = checker.current_module()
+        timing = devices.start_transfer(src, dst, nbytes, None)
+        out = func(*args, **kwargs)
+        if timing is not None:
+            timing.stop()
+        checker.on_transfer(src_t, out, src, dst, site=site, module_path=module, phase="forward",
+                            timing=timing, nbytes=nbytes)
+        if self.time_backward and isinstance(out, self._tensor) and out.grad_fn is not None:
+            _time_backward(checker, out.grad_fn, dst, src, nbytes, site, module)
+        return out
+
+
+def _target(kind: int, args, kwargs, devices, tensor_type) -> str | None:
+    if kind == _CPU:
+        return "cpu"
+    if kind == _CUDA:
+        dev = args[1] if len(args) > 1 else kwargs.get("device")
+        return devices.normalize("cuda" if dev is None else dev)
+    # Tensor.to(device=None, dtype=None, ...) / .to(other) / .to(dtype)
+    for a in args[1:]:
+        if isinstance(a, tensor_type):
+            return devices.device_of(a)
+        if isinstance(a, (str, int, torch.device)) and not isinstance(a, bool):
+            return devices.normalize(a)
+    dev = kwargs.get("device")
+    if dev is not None:
+        return devices.normalize(dev)
+    other = kwargs.get("other")
+    if isinstance(other, tensor_type):
+        return devices.device_of(other)
+    return None
+
+
+def _time_backward(checker: Checker, node, src: str, dst: str, nbytes: int, site, module) -> None:
+    """The backward of a forward copy src->dst copies the gradient dst->src: time it on the
+    node that does it. The hooks hold only strings and numbers, never a tensor."""
+    state: list = []
+
+    def pre(grad_outputs):
+        if grad_outputs and grad_outputs[0] is not None:
+            state.append(checker.devices.start_transfer(src, dst, nbytes, None))
+        return None
+
+    def post(grad_inputs, grad_outputs):
+        if not state:
+            return None
+        timing = state.pop()
+        if timing is not None:
+            timing.stop()
+        checker.on_transfer(None, None, src, dst, site=site, module_path=module, phase="backward",
+                            timing=timing, nbytes=nbytes, contiguous=True)
+        return None
+
+    try:
+        node.register_prehook(pre)
+        node.register_hook(post)
+    except Exception:  # a node type without hooks: the backward copy goes untimed
+        pass
