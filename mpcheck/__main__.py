@@ -1,0 +1,7 @@
+"""`python -m mpcheck` is the `mpcheck` command."""
+
+import sys
+
+from mpcheck.cli import main
+
+sys.exit(main())

@@ -1,0 +1,271 @@
+"""The `mpcheck` command: parses arguments and hands over to a face.
+
+    mpcheck [PATH ...]            lint (the default)
+    mpcheck rule MP003 | --all    the rule documentation
+    mpcheck run ...               the runtime debug mode (mpcheck.runtime.run_cli)
+    mpcheck dryrun ...            the dry run on virtual GPUs (mpcheck.runtime.dryrun_cli)
+
+Exit codes: 0 no findings, 1 findings, 2 usage, configuration or internal error.
+No traceback ever reaches the user: an unexpected exception becomes one line
+and exit code 2 (MPCHECK_DEBUG=1 shows the traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import mpcheck
+from mpcheck.config import ConfigError
+
+EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+
+_RUNTIME_FACES = {
+    "run": "mpcheck.runtime.run_cli",
+    "dryrun": "mpcheck.runtime.dryrun_cli",
+}
+
+
+def _err(message: str) -> None:
+    print(f"mpcheck: error: {message}", file=sys.stderr)
+
+
+def _codes_arg(value: str) -> list[str]:
+    return [c.strip() for c in value.split(",") if c.strip()]
+
+
+def _lint_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="mpcheck",
+        description="Find device-placement bugs in manually model-parallel PyTorch code.",
+        epilog="Other commands: `mpcheck rule MP003` / `mpcheck rule --all` (rule docs), "
+        "`mpcheck run script.py` (runtime debug mode), `mpcheck dryrun --gpus 4 script.py` (virtual GPUs). "
+        "Exit codes: 0 clean, 1 findings, 2 usage/config/internal error.",
+    )
+    p.add_argument("paths", nargs="*", metavar="PATH", help="files or folders to check (default: .); - reads stdin")
+    p.add_argument("--select", type=_codes_arg, action="append", metavar="CODES", help="codes or prefixes to check, or ALL (replaces the config's)")
+    p.add_argument("--extend-select", type=_codes_arg, action="append", default=[], metavar="CODES", help="codes or prefixes to add")
+    p.add_argument("--ignore", type=_codes_arg, action="append", default=[], metavar="CODES", help="codes or prefixes to skip")
+    p.add_argument("--exclude", type=_codes_arg, action="append", metavar="PATTERNS", help="gitignore-style patterns to skip (replaces the defaults)")
+    p.add_argument("--extend-exclude", type=_codes_arg, action="append", default=[], metavar="PATTERNS", help="patterns to skip as well as the defaults")
+    p.add_argument("--output-format", choices=("text", "full", "json", "sarif", "github"), default="text")
+    p.add_argument("--statistics", action="store_true", help="print the number of findings per code instead of the findings")
+    p.add_argument("--exit-zero", action="store_true", help="exit 0 even when there are findings")
+    p.add_argument("--fix", action="store_true", help="apply safe fixes")
+    p.add_argument("--unsafe-fixes", action="store_true", help="with --fix or --diff, apply unsafe fixes too")
+    p.add_argument("--diff", action="store_true", help="print the fixes as a diff instead of writing them")
+    p.add_argument("--no-cache", action="store_true", help="neither read nor write .mpcheck_cache/")
+    p.add_argument("--jobs", "-j", type=int, default=None, metavar="N", help="worker processes (default: the number of cores)")
+    p.add_argument("--color", choices=("auto", "always", "never"), default="auto")
+    p.add_argument("--stdin-filename", metavar="PATH", help="the name of the file read from stdin (with -)")
+    p.add_argument("--isolated", action="store_true", help="ignore [tool.mpcheck] in pyproject.toml")
+    p.add_argument("--version", action="version", version=f"mpcheck {mpcheck.__version__}")
+    return p
+
+
+def _flatten(groups: list[list[str]] | None) -> list[str] | None:
+    if groups is None:
+        return None
+    return [c for group in groups for c in group]
+
+
+def lint_main(argv: list[str]) -> int:
+    from mpcheck.config import Layer, find_pyproject, resolve
+    from mpcheck.lint import rulemeta
+    from mpcheck.lint.cache import CACHE_DIR_NAME, ResultCache
+    from mpcheck.lint.files import SourceFile, discover
+    from mpcheck.lint.pipeline import lint
+
+    args = _lint_parser().parse_args(argv)
+    if args.jobs is not None and args.jobs < 1:
+        raise ConfigError("--jobs must be at least 1")
+    paths = args.paths or ["."]
+    use_stdin = "-" in paths
+    paths = [p for p in paths if p != "-"]
+    if args.stdin_filename and not use_stdin:
+        raise ConfigError("--stdin-filename needs - among the paths")
+
+    start = Path(paths[0] if paths else (args.stdin_filename or os.getcwd()))
+    nearest = find_pyproject(start, with_tool_table=False)
+    project_root = nearest.parent if nearest is not None else Path(os.getcwd())
+    cache_dir = None if args.no_cache else project_root / CACHE_DIR_NAME
+
+    rules = rulemeta.load(cache_dir)
+    cli_layer = Layer(
+        select=_flatten(args.select),
+        extend_select=_flatten(args.extend_select) or [],
+        ignore=_flatten(args.ignore) or [],
+        exclude=_flatten(args.exclude),
+        extend_exclude=_flatten(args.extend_exclude) or [],
+    )
+    settings = resolve(cli_layer, rules.keys(), start=start, use_config=not args.isolated)
+
+    files = discover(paths, settings)
+    stdin = None
+    if use_stdin:
+        name = args.stdin_filename or "-"
+        abspath = os.path.abspath(args.stdin_filename or "stdin.py")
+        from mpcheck.lint.files import _rel
+
+        stdin = (SourceFile(name, abspath, _rel(abspath, str(settings.root))), sys.stdin.buffer.read())
+    if not files and stdin is None:
+        return EXIT_OK  # nothing to check (pre-commit may pass no Python file): quietly fine
+
+    cache = ResultCache(cache_dir, rulemeta.code_fingerprint()) if cache_dir is not None else None
+    outcome = lint(files, settings, rules, cache=cache, jobs=args.jobs, stdin=stdin)
+    for message in outcome.errors:
+        _err(message)
+
+    findings = outcome.findings
+    fixed_count = 0
+    if args.fix or args.diff:
+        from mpcheck.lint.fix import fix_sources
+
+        result, new_texts = fix_sources(
+            findings,
+            outcome.sources,
+            outcome.abspaths,
+            unsafe=args.unsafe_fixes,
+            write=args.fix and not args.diff,
+            diff=args.diff,
+            stdin_path=stdin[0].path if stdin else None,
+        )
+        # A fix that would break the file is the rule's problem, not the user's: it is
+        # reported, the file is left alone and its finding stays in the output.
+        for message in result.errors:
+            print(f"mpcheck: warning: {message}", file=sys.stderr)
+        if args.diff:
+            sys.stdout.write("".join(result.diffs))
+            if outcome.errors:
+                return EXIT_ERROR
+            return EXIT_FINDINGS if result.diffs and not args.exit_zero else EXIT_OK
+        fixed_ids = {id(f) for f in result.fixed}
+        findings = [f for f in findings if id(f) not in fixed_ids]
+        fixed_count = len(result.fixed)
+        if stdin is not None and stdin[0].path in new_texts:
+            sys.stdout.write(new_texts[stdin[0].path])
+        outcome.sources.update(new_texts)
+
+    _report(args, findings, outcome.sources, fixed_count, rules, settings)
+    if outcome.errors:
+        return EXIT_ERROR
+    if findings and not args.exit_zero:
+        return EXIT_FINDINGS
+    return EXIT_OK
+
+
+def _report(args, findings, sources, fixed_count, rules, settings) -> None:
+    from mpcheck.report import ReportContext, render
+    from mpcheck.report import colour
+
+    if args.statistics:
+        from mpcheck.report.statistics import render as render_stats
+
+        sys.stdout.write(render_stats(findings))
+        return
+    color = args.output_format in ("text", "full") and colour.wanted(args.color, sys.stdout)
+    if color:
+        colour.enable_windows()
+    ctx = ReportContext(sources=sources, color=color, fixed=fixed_count, root=os.getcwd())
+    if args.output_format == "sarif":
+        from mpcheck import catalogue
+
+        docs = catalogue.load()
+        for code, meta in rules.items():
+            if code in settings.codes:
+                doc = docs.get(code)
+                ctx.rule_info[code] = (
+                    meta.name,
+                    meta.severity,
+                    (doc.summary if doc else "") or meta.summary,
+                    doc.text if doc else "",
+                )
+    sys.stdout.write(render(args.output_format, findings, ctx))
+    sys.stdout.flush()
+
+
+def rule_main(argv: list[str]) -> int:
+    from mpcheck import catalogue
+
+    p = argparse.ArgumentParser(prog="mpcheck rule", description="Show a rule's documentation.")
+    p.add_argument("code", nargs="?", help="a rule code, e.g. MP003 (or its name)")
+    p.add_argument("--all", action="store_true", help="list every rule")
+    args = p.parse_args(argv)
+    docs = catalogue.load()
+    if args.all or not args.code:
+        if not args.all:
+            p.print_usage(sys.stderr)
+            _err("give a rule code (e.g. mpcheck rule MP003) or --all")
+            return EXIT_ERROR
+        width = max((len(d.name) for d in docs.values()), default=4)
+        for doc in docs.values():
+            print(f"{doc.code}  {doc.name:<{width}}  {doc.severity:<7}  {doc.summary}")
+        return EXIT_OK
+    wanted = args.code.strip()
+    doc = catalogue.get(wanted) or next((d for d in docs.values() if d.name == wanted.lower()), None)
+    if doc is None:
+        _err(f"unknown rule {wanted!r} (known: {', '.join(docs) or 'none'})")
+        return EXIT_ERROR
+    sys.stdout.write(doc.text if doc.text.endswith("\n") else doc.text + "\n")
+    return EXIT_OK
+
+
+def runtime_main(face: str, argv: list[str]) -> int:
+    import importlib
+
+    module_name = _RUNTIME_FACES[face]
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name == "torch":
+            _err(f"`mpcheck {face}` needs PyTorch: pip install 'mpcheck[runtime]'")
+        elif exc.name and module_name.startswith(exc.name):
+            _err(f"`mpcheck {face}` is not available in this installation ({module_name} is missing)")
+        else:
+            _err(f"`mpcheck {face}` cannot start: module {exc.name!r} is missing")
+        return EXIT_ERROR
+    result = module.main(argv)
+    return int(result or 0)
+
+
+def _dispatch(argv: list[str]) -> int:
+    if argv and argv[0] == "rule":
+        return rule_main(argv[1:])
+    if argv and argv[0] in _RUNTIME_FACES:
+        return runtime_main(argv[0], argv[1:])
+    return lint_main(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return _dispatch(argv)
+    except ConfigError as exc:
+        _err(str(exc))
+        return EXIT_ERROR
+    except SystemExit as exc:  # argparse: --help / --version (0) or a usage error (2)
+        code = exc.code
+        return code if isinstance(code, int) else (EXIT_OK if code is None else EXIT_ERROR)
+    except KeyboardInterrupt:
+        _err("interrupted")
+        return 130
+    except BrokenPipeError:
+        # `mpcheck | head`: the reader left; not an error worth a traceback.
+        try:
+            sys.stdout = open(os.devnull, "w")
+        except OSError:
+            pass
+        return EXIT_OK
+    except Exception as exc:  # the promise: no traceback, exit 2
+        if os.environ.get("MPCHECK_DEBUG"):
+            import traceback
+
+            traceback.print_exc()
+        _err(f"internal error: {type(exc).__name__}: {exc} (set MPCHECK_DEBUG=1 for the traceback)")
+        return EXIT_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,110 @@
+"""The result cache: `.mpcheck_cache/` beside the nearest pyproject.toml (else
+in the working folder).
+
+One JSON file per code fingerprint (mpcheck version + its modules), so a new
+mpcheck never reads an old cache. Inside, an entry's key is the file's content
+hash, its module name and the codes checked on it (the effective config for that
+file). An entry also records the content hash of every project module whose
+summary the analysis used; it is stale as soon as one of them changed, which is
+how editing `model.py` re-checks the `train.py` that wraps its class.
+
+JSON, never pickle: a cache file is data, not code. Written atomically (temp
+file + os.replace), so a crash or a concurrent run leaves the old file or the
+new one, never half of one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from mpcheck.lint.atomic import write_text_atomic
+
+CACHE_DIR_NAME = ".mpcheck_cache"
+# Entries unused this long are dropped when the cache is written back.
+MAX_AGE_S = 30 * 24 * 3600
+
+
+def content_hash(data: bytes) -> str:
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write JSON next to `path` then rename over it; failures are silent (a cache is optional)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        gitignore = path.parent / ".gitignore"
+        if not gitignore.exists():
+            # Like ruff and pytest: the cache folder ignores itself.
+            gitignore.write_text("# Created by mpcheck\n*\n", encoding="utf-8")
+        write_text_atomic(str(path), json.dumps(data, separators=(",", ":")))
+    except OSError:
+        pass
+
+
+def entry_key(digest: str, modname: str, codes: frozenset[str]) -> str:
+    return f"{digest}|{modname}|{','.join(sorted(codes))}"
+
+
+class ResultCache:
+    """Results of `analyze()` (findings after noqa) and `summarize()` by key."""
+
+    def __init__(self, folder: Path, fingerprint: str):
+        self.path = folder / f"results-{fingerprint}.json"
+        self.results: dict[str, dict] = {}
+        self.summaries: dict[str, Any] = {}
+        self.dirty = False
+        self._now = int(time.time())
+        try:
+            with open(self.path, encoding="utf-8") as fh:
+                data = json.load(fh)
+            if isinstance(data, dict):
+                self.results = data.get("results", {}) or {}
+                self.summaries = data.get("summaries", {}) or {}
+        except (OSError, ValueError):
+            pass
+
+    def get(self, key: str, dep_hash: Callable[[str], str | None]) -> dict | None:
+        """The stored entry, or None when absent or when a module it used has changed.
+        `dep_hash(modname)` gives the current content hash of that module for this file."""
+        entry = self.results.get(key)
+        if entry is None:
+            return None
+        for modname, digest in entry.get("deps", {}).items():
+            if dep_hash(modname) != digest:
+                return None
+        if self._now - entry.get("t", 0) > 24 * 3600:
+            entry["t"] = self._now
+            self.dirty = True
+        return entry
+
+    def put(self, key: str, findings: list[dict], deps: dict[str, str | None]) -> None:
+        self.results[key] = {"findings": findings, "deps": deps, "t": self._now}
+        self.dirty = True
+
+    def get_summary(self, key: str) -> tuple[bool, Any]:
+        entry = self.summaries.get(key)
+        if entry is not None:
+            if self._now - entry.get("t", 0) > 24 * 3600:
+                entry["t"] = self._now
+                self.dirty = True
+            return True, entry["s"]
+        return False, None
+
+    def put_summary(self, key: str, summary: Any) -> None:
+        self.summaries[key] = {"s": summary, "t": self._now}
+        self.dirty = True
+
+    def save(self) -> None:
+        if not self.dirty:
+            return
+        cutoff = self._now - MAX_AGE_S
+        data = {
+            "results": {k: v for k, v in self.results.items() if v.get("t", 0) >= cutoff},
+            "summaries": {k: v for k, v in self.summaries.items() if v.get("t", 0) >= cutoff},
+        }
+        write_json_atomic(self.path, data)
+        self.dirty = False

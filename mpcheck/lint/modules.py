@@ -1,0 +1,50 @@
+"""Dotted module names of files, and the files behind imported names.
+
+A file's module name follows its package chain (folders with `__init__.py`):
+`src/pkg/sub/model.py` is `pkg.sub.model`, its import root is `src/`. An
+imported name is looked up under the importing file's root, then the project
+root and its `src/`, which is where `import pkg` would find it too.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+
+
+@lru_cache(maxsize=4096)
+def _is_package(folder: str) -> bool:
+    return os.path.isfile(os.path.join(folder, "__init__.py"))
+
+
+def module_name(abspath: str) -> tuple[str, str, bool]:
+    """(dotted name, import root, is a package's __init__) of a .py file."""
+    folder, filename = os.path.split(abspath)
+    stem = filename[:-3] if filename.endswith(".py") else filename
+    is_init = stem == "__init__"
+    parts = [] if is_init else [stem]
+    while _is_package(folder):
+        folder, pkg = os.path.split(folder)
+        parts.append(pkg)
+        if not pkg:  # reached the filesystem root
+            break
+    parts.reverse()
+    return ".".join(parts) or stem, folder, is_init
+
+
+@lru_cache(maxsize=65536)
+def resolve_in(root: str, modname: str) -> str | None:
+    """The file for `modname` under `root`, or None."""
+    base = os.path.join(root, *modname.split("."))
+    for candidate in (base + ".py", os.path.join(base, "__init__.py")):
+        if os.path.isfile(candidate):
+            return os.path.abspath(candidate)
+    return None
+
+
+def resolve(modname: str, roots: tuple[str, ...]) -> str | None:
+    for root in roots:
+        found = resolve_in(root, modname)
+        if found is not None:
+            return found
+    return None

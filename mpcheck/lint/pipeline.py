@@ -1,0 +1,356 @@
+"""One lint run: read -> pre-filter -> cache -> imports -> summaries -> analyze -> noqa.
+
+    files --read--> text (unreadable / not UTF-8: an MP000 finding, the run goes on)
+          --file-level noqa, per-file-ignores, pre-filter--> the codes each file needs
+          --cache--> stored results of unchanged files (and unchanged dependencies)
+          --imports()--> the project modules the remaining files use (transitively)
+          --summarize()--> their summaries (cached by content)
+          --analyze()--> findings, in worker processes when there is enough work
+          --noqa--> what the user sees, sorted by path, line, column
+
+libcst is imported only by summarize()/analyze(), so a run served entirely by
+the cache never imports it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping
+
+from mpcheck.config import Settings
+from mpcheck.finding import Finding
+from mpcheck.lint import modules, noqa
+from mpcheck.lint.cache import ResultCache, content_hash, entry_key
+from mpcheck.lint.files import SourceFile
+from mpcheck.lint.prefilter import PreFilter
+from mpcheck.lint.rulemeta import SYNTAX_ERROR_CODE, SYNTAX_ERROR_NAME, RuleMeta
+
+# Below this much source text to analyse, worker processes cost more than they
+# save (fork + pickling); measured with bench/lint_speed.py on a 2-core machine.
+PARALLEL_MIN_CHARS = 150_000
+PARALLEL_MIN_FILES = 4
+
+
+@dataclass
+class LintOutcome:
+    findings: list[Finding] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # internal errors: exit code 2
+    sources: dict[str, str] = field(default_factory=dict)  # display path -> text, for files with findings
+    abspaths: dict[str, str] = field(default_factory=dict)  # display path -> absolute path
+    files_seen: int = 0
+    files_analyzed: int = 0  # analysed now (not from the cache)
+    files_cached: int = 0
+
+
+@dataclass
+class _File:
+    src: SourceFile
+    text: str
+    data: bytes
+    modname: str
+    root: str
+    is_init: bool
+    codes: frozenset[str]
+    digest: str = ""
+
+    @property
+    def import_name(self) -> str:
+        # imports() resolves `from . import x` in a package's __init__ against the package itself.
+        return f"{self.modname}.__init__" if self.is_init else self.modname
+
+
+def _syntax_finding(path: str, message: str, line: int = 1, column: int = 1) -> Finding:
+    return Finding(
+        code=SYNTAX_ERROR_CODE,
+        name=SYNTAX_ERROR_NAME,
+        path=path,
+        line=line,
+        column=column,
+        message=message,
+        severity="error",
+    )
+
+
+def _decode(path: str, data: bytes) -> tuple[str | None, Finding | None]:
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        before = data[: exc.start]
+        line = before.count(b"\n") + 1
+        column = exc.start - (before.rfind(b"\n") + 1) + 1
+        return None, _syntax_finding(
+            path, f"not UTF-8: byte 0x{data[exc.start]:02x} cannot be decoded ({exc.reason})", line, column
+        )
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    return text, None
+
+
+# ----------------------------------------------------------------- workers
+# Module-level functions so that worker processes can run them.
+
+
+def _analyze_task(task: tuple) -> tuple:
+    path, text, codes, modname, project = task
+    from mpcheck import analysis
+
+    try:
+        result = analysis.analyze(path, text, codes, modname, project)
+        findings = [f for f in result.findings if f.code in codes or f.code == SYNTAX_ERROR_CODE]
+        findings = noqa.filter_findings(text, findings)
+        return path, [f.to_dict() for f in findings], list(result.used_modules), None
+    except Exception as exc:  # a bug in a rule must not hide the other files' results
+        return path, [], [], _describe(exc)
+
+
+def _summarize_task(task: tuple) -> tuple:
+    abspath, text, modname = task
+    from mpcheck import analysis
+
+    try:
+        return abspath, analysis.summarize(abspath, text, modname), None
+    except Exception as exc:
+        return abspath, None, _describe(exc)
+
+
+def _describe(exc: BaseException) -> str:
+    if os.environ.get("MPCHECK_DEBUG"):
+        import traceback
+
+        return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    tb = exc.__traceback__
+    where = ""
+    while tb is not None:
+        where = f" (at {os.path.basename(tb.tb_frame.f_code.co_filename)}:{tb.tb_lineno})"
+        tb = tb.tb_next
+    return f"{type(exc).__name__}: {exc}{where}"
+
+
+def _run_tasks(func: Callable[[tuple], tuple], tasks: list[tuple], sizes: list[int], jobs: int) -> list[tuple]:
+    """Run `func` over `tasks`, in worker processes when it pays; the order of results is not meaningful."""
+    if jobs > 1 and len(tasks) >= PARALLEL_MIN_FILES and sum(sizes) >= PARALLEL_MIN_CHARS:
+        order = sorted(range(len(tasks)), key=lambda i: -sizes[i])  # biggest first: better balance
+        try:
+            return _pool_map(func, [tasks[i] for i in order], jobs)
+        except (OSError, ImportError, RuntimeError):
+            pass  # no processes here (a sandbox, a frozen app): do the work in this one
+    return [func(t) for t in tasks]
+
+
+def _pool_map(func: Callable[[tuple], tuple], tasks: list[tuple], jobs: int) -> list[tuple]:
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    # fork: workers start in milliseconds and inherit what this process imported.
+    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
+    ctx = multiprocessing.get_context(method)
+    with ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=ctx) as pool:
+        return list(pool.map(func, tasks, chunksize=1))
+
+
+# ----------------------------------------------------------------- the run
+
+
+class _Project:
+    """Files by absolute path: read once, hashed once, whether linted or only imported."""
+
+    def __init__(self, settings: Settings, prefilter: PreFilter):
+        self.settings = settings
+        self.prefilter = prefilter
+        self._text: dict[str, str | None] = {}
+        self._hash: dict[str, str | None] = {}
+        self.extra_roots = tuple(
+            str(p) for p in (settings.project_root, settings.project_root / "src") if p.is_dir()
+        )
+
+    def preload(self, f: _File) -> None:
+        self._text[f.src.abspath] = f.text
+        self._hash[f.src.abspath] = f.digest or None
+
+    def roots_for(self, f_root: str) -> tuple[str, ...]:
+        return (f_root,) + tuple(r for r in self.extra_roots if r != f_root)
+
+    def text(self, abspath: str) -> str | None:
+        if abspath not in self._text:
+            try:
+                with open(abspath, "rb") as fh:
+                    data = fh.read()
+                self._hash[abspath] = content_hash(data)
+                self._text[abspath] = data.decode("utf-8")
+            except (OSError, UnicodeDecodeError):
+                self._text[abspath] = None
+        return self._text[abspath]
+
+    def digest(self, abspath: str | None) -> str | None:
+        if abspath is None:
+            return None
+        if self._hash.get(abspath) is None:
+            try:
+                with open(abspath, "rb") as fh:
+                    self._hash[abspath] = content_hash(fh.read())
+            except OSError:
+                self._hash[abspath] = None
+        return self._hash[abspath]
+
+
+def lint(
+    files: Iterable[SourceFile],
+    settings: Settings,
+    rules: Mapping[str, RuleMeta],
+    *,
+    cache: ResultCache | None = None,
+    jobs: int | None = None,
+    stdin: tuple[SourceFile, bytes] | None = None,
+) -> LintOutcome:
+    out = LintOutcome()
+    jobs = jobs or os.cpu_count() or 1
+    prefilter = PreFilter(rules, settings.codes)
+    project = _Project(settings, prefilter)
+    candidates: list[_File] = []
+
+    inputs: list[tuple[SourceFile, bytes | None]] = [(f, None) for f in files]
+    if stdin is not None:
+        inputs.append(stdin)
+    for src, data in inputs:
+        out.files_seen += 1
+        out.abspaths[src.path] = src.abspath
+        codes = settings.codes_for(src.relpath)
+        if data is None:
+            try:
+                with open(src.abspath, "rb") as fh:
+                    data = fh.read()
+            except OSError as exc:
+                if SYNTAX_ERROR_CODE in codes:
+                    out.findings.append(_syntax_finding(src.path, f"cannot read: {exc.strerror or exc}"))
+                continue
+        text, bad = _decode(src.path, data)
+        if text is None:
+            if SYNTAX_ERROR_CODE in codes and bad is not None:
+                out.findings.append(bad)
+            continue
+        whole = noqa.file_noqa(text)
+        if whole == noqa.ALL:
+            continue
+        if whole:
+            codes = codes - whole
+        run_codes = prefilter.codes_for(text, codes)
+        if not run_codes:
+            continue  # no rule could fire: never parsed
+        if SYNTAX_ERROR_CODE in codes:
+            run_codes |= {SYNTAX_ERROR_CODE}
+        modname, root, is_init = modules.module_name(src.abspath)
+        f = _File(src, text, data, modname, root, is_init, run_codes, content_hash(data))
+        project.preload(f)
+        candidates.append(f)
+
+    # Stored results of unchanged files whose dependencies did not change either.
+    misses: list[_File] = []
+    for f in candidates:
+        entry = None
+        if cache is not None:
+            roots = project.roots_for(f.root)
+            entry = cache.get(
+                entry_key(f.digest, f.modname, f.codes),
+                lambda m, roots=roots: project.digest(modules.resolve(m, roots)),
+            )
+        if entry is None:
+            misses.append(f)
+            continue
+        out.files_cached += 1
+        for d in entry["findings"]:
+            out.findings.append(Finding.from_dict({**d, "path": f.src.path}))
+        if entry["findings"]:
+            out.sources[f.src.path] = f.text
+
+    if misses:
+        _analyze_misses(misses, project, settings, cache, jobs, out)
+        if cache is not None:
+            cache.save()
+
+    out.findings.sort(key=Finding.sort_key)
+    return out
+
+
+def _project_modules(f: _File, project: _Project, analysis: Any) -> dict[str, str]:
+    """Imported name -> absolute path of every project module `f` uses, transitively,
+    that could matter (it passes the pre-filter)."""
+    roots = project.roots_for(f.root)
+    found: dict[str, str] = {}
+    todo = [(f.text, f.import_name)]
+    seen_paths = {f.src.abspath}
+    while todo:
+        text, name = todo.pop()
+        for imported in analysis.imports(text, name):
+            if imported in found:
+                continue
+            path = modules.resolve(imported, roots)
+            if path is None or path in seen_paths:
+                continue
+            seen_paths.add(path)
+            dep_text = project.text(path)
+            if dep_text is None or not project.prefilter.worth_summarising(dep_text):
+                continue
+            found[imported] = path
+            dep_mod, _, dep_init = modules.module_name(path)
+            todo.append((dep_text, f"{dep_mod}.__init__" if dep_init else dep_mod))
+    return found
+
+
+def _analyze_misses(
+    misses: list[_File],
+    project: _Project,
+    settings: Settings,
+    cache: ResultCache | None,
+    jobs: int,
+    out: LintOutcome,
+) -> None:
+    from mpcheck import analysis
+
+    uses = {id(f): _project_modules(f, project, analysis) for f in misses}
+
+    # Summaries of every module some file uses, from the cache when its text is unchanged.
+    summaries: dict[str, Any] = {}
+    todo: list[tuple] = []
+    keys: dict[str, str] = {}
+    for path in sorted({p for used in uses.values() for p in used.values()}):
+        modname = modules.module_name(path)[0]
+        key = f"{project.digest(path)}|{modname}"
+        keys[path] = key
+        hit, summary = cache.get_summary(key) if cache is not None else (False, None)
+        if hit:
+            summaries[path] = summary
+        else:
+            todo.append((path, project.text(path), modname))
+    for path, summary, error in _run_tasks(_summarize_task, todo, [len(t[1]) for t in todo], jobs):
+        if error is not None:
+            out.errors.append(f"internal error while summarising {os.path.relpath(path)}: {error}")
+            continue
+        summaries[path] = summary
+        if cache is not None:
+            cache.put_summary(keys[path], summary)
+
+    tasks = []
+    for f in misses:
+        used = uses[id(f)]
+        proj = {name: summaries[p] for name, p in used.items() if summaries.get(p) is not None}
+        tasks.append((f.src.path, f.text, f.codes, f.modname, proj))
+    by_path = {f.src.path: f for f in misses}
+    for path, finding_dicts, used_modules, error in _run_tasks(
+        _analyze_task, tasks, [len(t[1]) for t in tasks], jobs
+    ):
+        f = by_path[path]
+        out.files_analyzed += 1
+        if error is not None:
+            out.errors.append(f"internal error while checking {path}: {error}")
+            continue
+        findings = [Finding.from_dict(d) for d in finding_dicts]
+        out.findings.extend(findings)
+        if findings:
+            out.sources[path] = f.text
+        if cache is not None:
+            roots = project.roots_for(f.root)
+            deps = {m: project.digest(modules.resolve(m, roots)) for m in used_modules}
+            stored = [{k: v for k, v in d.items() if k != "path"} for d in finding_dicts]
+            cache.put(entry_key(f.digest, f.modname, f.codes), stored, deps)

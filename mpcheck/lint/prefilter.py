@@ -1,0 +1,33 @@
+"""The text pre-filter: a rule runs on a file only if the file contains one of
+the words the rule `needs` (a rule that declares none always runs). A file left
+with no rule is never parsed, which is what keeps a run over a big code base
+that rarely mentions `cuda` cheap."""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from mpcheck.lint.rulemeta import SYNTAX_ERROR_CODE, RuleMeta
+
+
+class PreFilter:
+    def __init__(self, rules: Mapping[str, RuleMeta], codes: frozenset[str]):
+        self.needs = {c: rules[c].needs for c in codes if c in rules and c != SYNTAX_ERROR_CODE}
+        self.words = sorted({w for needs in self.needs.values() for w in needs})
+        # A module imported by a checked file is summarised when *any* rule could
+        # care about it, selected or not: a selected rule in train.py may need the
+        # placement facts of a model.py that only mentions words of other rules.
+        every = [r.needs for c, r in rules.items() if c != SYNTAX_ERROR_CODE]
+        self._summary_always = any(not needs for needs in every)
+        self._summary_words = sorted({w for needs in every for w in needs})
+
+    def codes_for(self, source: str, codes: frozenset[str]) -> frozenset[str]:
+        """The rules among `codes` that could fire on `source`."""
+        present = {w for w in self.words if w in source}
+        return frozenset(
+            c for c in codes if c in self.needs and (not self.needs[c] or any(w in present for w in self.needs[c]))
+        )
+
+    def worth_summarising(self, source: str) -> bool:
+        """Whether an imported module could hold facts any rule needs."""
+        return self._summary_always or any(w in source for w in self._summary_words)

@@ -1,0 +1,84 @@
+"""What the pipeline needs to know about each rule (code, name, severity,
+summary, pre-filter words) without importing the rules.
+
+Importing the rules imports libcst (0.4 s); a run whose results all come from
+the cache must not pay that. So the metadata is stored beside the cache, keyed
+by the code fingerprint, and the rules are imported only when it is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import mpcheck
+
+SYNTAX_ERROR_CODE = "MP000"
+SYNTAX_ERROR_NAME = "syntax-error"
+
+
+@dataclass(frozen=True)
+class RuleMeta:
+    code: str
+    name: str
+    severity: str
+    summary: str
+    needs: tuple[str, ...]
+
+
+SYNTAX_ERROR = RuleMeta(
+    SYNTAX_ERROR_CODE, SYNTAX_ERROR_NAME, "error", "The file could not be read or parsed.", ()
+)
+
+_FINGERPRINT: str | None = None
+
+
+def code_fingerprint() -> str:
+    """mpcheck's version plus the size and mtime of every module of the package:
+    a cache written by other code (a new release, an edited rule in a checkout)
+    is never trusted."""
+    global _FINGERPRINT
+    if _FINGERPRINT is None:
+        import hashlib
+
+        h = hashlib.blake2b(mpcheck.__version__.encode(), digest_size=12)
+        package = Path(mpcheck.__file__).resolve().parent
+        for folder, dirs, files in os.walk(package):
+            dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+            for name in sorted(files):
+                if name.endswith(".py"):
+                    st = os.stat(os.path.join(folder, name))
+                    h.update(f"{os.path.relpath(os.path.join(folder, name), package)}:{st.st_size}:{st.st_mtime_ns};".encode())
+        _FINGERPRINT = f"{mpcheck.__version__}-{h.hexdigest()}"
+    return _FINGERPRINT
+
+
+def _from_registry() -> list[RuleMeta]:
+    from mpcheck.rules import all_rules
+
+    return [
+        RuleMeta(r.code, r.name, r.severity, getattr(r, "summary", ""), tuple(r.needs)) for r in all_rules()
+    ]
+
+
+def load(cache_dir: Path | None) -> dict[str, RuleMeta]:
+    """Every rule by code, MP000 included."""
+    rules: list[RuleMeta] | None = None
+    stored = cache_dir / f"rules-{code_fingerprint()}.json" if cache_dir is not None else None
+    if stored is not None:
+        try:
+            with open(stored, encoding="utf-8") as fh:
+                rules = [RuleMeta(**{**d, "needs": tuple(d["needs"])}) for d in json.load(fh)]
+        except (OSError, ValueError, TypeError, KeyError):
+            rules = None
+    if rules is None:
+        rules = _from_registry()
+        if stored is not None:
+            from mpcheck.lint.cache import write_json_atomic
+
+            write_json_atomic(stored, [asdict(r) for r in rules])
+    out = {SYNTAX_ERROR_CODE: SYNTAX_ERROR}
+    out.update({r.code: r for r in rules})
+    return out

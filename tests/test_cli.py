@@ -1,0 +1,377 @@
+"""The `mpcheck` command: exit codes, formats, selection, bad input, stdin,
+fixes, parallel output, subcommands. Most tests run the CLI in this process
+with the fake rules of lint_fakes.py; the last ones run the real rules in a
+subprocess, as a user would."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from lint_fakes import fake_rules, write  # noqa: F401  (fixture)
+from mpcheck import cli
+from mpcheck.lint import pipeline
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def run_cli(capsys, *args):
+    code = cli.main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch, fake_rules):
+    write(
+        tmp_path,
+        {
+            "pyproject.toml": "[project]\nname = 'demo'\n",
+            "pkg/__init__.py": "",
+            "pkg/model.py": "class Split(nn.Module):  # split\n    pass\n\nnet = Split().cuda()\n",
+            "pkg/train.py": "from .model import Split\nfrom torch.nn import DataParallel\ndp = DataParallel(Split())\n",
+            "pkg/clean.py": "import torch\nx = torch.zeros(3)\n",
+        },
+    )
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_findings_exit_1_text_format_sorted(project, capsys):
+    code, out, err = run_cli(capsys, "--no-cache")
+    assert code == 1
+    lines = out.splitlines()
+    assert lines[0] == f"{os.path.join('pkg', 'model.py')}:4:14: MP901 moves the model to the current device"
+    assert lines[1] == f"{os.path.join('pkg', 'train.py')}:3:6: MP902 Split from pkg.model is split"
+    assert lines[2] == "Found 2 findings (1 fixable with --fix)."
+    assert err == ""
+
+
+def test_clean_exit_0_and_no_output(project, capsys):
+    code, out, err = run_cli(capsys, "--no-cache", "pkg/clean.py")
+    assert (code, out, err) == (0, "", "")
+
+
+def test_exit_zero(project, capsys):
+    code, out, _ = run_cli(capsys, "--no-cache", "--exit-zero")
+    assert code == 0 and "MP901" in out
+
+
+def test_missing_path_exit_2_names_it(project, capsys):
+    code, out, err = run_cli(capsys, "--no-cache", "pkg", "nope/missing.py")
+    assert code == 2
+    assert "nope/missing.py" in err and "not found" in err
+    assert "Traceback" not in err and out == ""
+
+
+@pytest.mark.parametrize("args", [("README.md",), ("empty",), ("README.md", "setup.cfg")])
+def test_no_python_file_exit_0_quietly(project, capsys, args):
+    write(project, {"README.md": "# hi\n", "setup.cfg": "", "empty/.keep": ""})
+    code, out, err = run_cli(capsys, "--no-cache", *args)
+    assert (code, out, err) == (0, "", "")
+
+
+def test_usage_error_exit_2(project, capsys):
+    code, _, err = run_cli(capsys, "--output-format", "xml")
+    assert code == 2 and "xml" in err
+
+
+def test_unknown_code_exit_2_names_it(project, capsys):
+    code, out, err = run_cli(capsys, "--no-cache", "--select", "MP901,MP4242")
+    assert code == 2 and "MP4242" in err and out == ""
+
+
+def test_select_ignore_extend_select_prefix_all(project, capsys):
+    _, out, _ = run_cli(capsys, "--no-cache", "--select", "MP901")
+    assert "MP901" in out and "MP902" not in out
+    _, out, _ = run_cli(capsys, "--no-cache", "--ignore", "MP901")
+    assert "MP901" not in out and "MP902" in out
+    _, out, _ = run_cli(capsys, "--no-cache", "--select", "MP901", "--extend-select", "MP902")
+    assert "MP901" in out and "MP902" in out
+    _, out, _ = run_cli(capsys, "--no-cache", "--select", "MP90", "--ignore", "MP902")
+    assert "MP901" in out and "MP902" not in out
+    _, out, _ = run_cli(capsys, "--no-cache", "--ignore", "ALL")
+    assert out == ""
+
+
+def test_config_selects_and_flags_override(project, capsys):
+    (project / "pyproject.toml").write_text("[tool.mpcheck]\nignore = ['MP902']\n")
+    code, out, _ = run_cli(capsys, "--no-cache")
+    assert code == 1 and "MP901" in out and "MP902" not in out
+    _, out, _ = run_cli(capsys, "--no-cache", "--select", "MP902")
+    assert "MP901" not in out and "MP902" in out
+    _, out, _ = run_cli(capsys, "--no-cache", "--isolated")
+    assert "MP902" in out
+
+
+def test_config_per_file_ignores(project, capsys):
+    (project / "pyproject.toml").write_text("[tool.mpcheck]\nper-file-ignores = { 'pkg/model.py' = ['MP901'] }\n")
+    _, out, _ = run_cli(capsys, "--no-cache")
+    assert "MP901" not in out and "MP902" in out
+
+
+@pytest.mark.parametrize(
+    "table, named",
+    [
+        ("colour = 'always'", "colour"),
+        ("select = ['MP901', 'XY123']", "XY123"),
+        ("per-file-ignores = { 'a.py' = ['MP77'] }", "MP77"),
+        ("select = 'MP901", "invalid TOML"),
+        ("exclude = 3", "exclude"),
+    ],
+)
+def test_bad_config_exit_2_names_it(project, capsys, table, named):
+    (project / "pyproject.toml").write_text(f"[tool.mpcheck]\n{table}\n")
+    code, out, err = run_cli(capsys, "--no-cache")
+    assert code == 2 and named in err and "pyproject.toml" in err
+    assert "Traceback" not in err and out == ""
+
+
+def test_bad_input_is_mp000_and_other_files_still_checked(project, capsys):
+    write(
+        project,
+        {
+            "pkg/broken.py": "x = 1\ndef f(:\n    y.cuda()\n",
+            "pkg/latin.py": b"x = 1\ns = '\xe9t\xe9'  # cuda\n",
+        },
+    )
+    os.symlink(project / "gone.py", project / "pkg" / "dangling.py")
+    code, out, err = run_cli(capsys, "--no-cache")
+    assert code == 1 and "Traceback" not in err
+    lines = out.splitlines()
+    assert f"{os.path.join('pkg', 'broken.py')}:2:7: MP000 invalid syntax" in lines
+    assert any(line.startswith(f"{os.path.join('pkg', 'latin.py')}:2:6: MP000 not UTF-8") for line in lines)
+    assert any(line.startswith(f"{os.path.join('pkg', 'dangling.py')}:1:1: MP000 cannot read") for line in lines)
+    assert any("MP901" in line and "model.py" in line for line in lines)
+    assert any("MP902" in line for line in lines)
+
+
+def test_internal_error_exit_2_no_traceback_others_reported(project, capsys, monkeypatch):
+    from mpcheck import analysis
+
+    real = analysis.analyze
+
+    def explode(path, source, *a):
+        if path.endswith("train.py"):
+            raise ValueError("boom")
+        return real(path, source, *a)
+
+    monkeypatch.setattr(analysis, "analyze", explode)
+    code, out, err = run_cli(capsys, "--no-cache", "--jobs", "1")
+    assert code == 2
+    assert "internal error while checking" in err and "train.py" in err and "boom" in err
+    assert "Traceback" not in err
+    assert "MP901" in out  # the other file's finding is not lost
+
+
+def test_unexpected_exception_is_one_line_exit_2(project, capsys, monkeypatch):
+    monkeypatch.setattr(pipeline, "lint", lambda *a, **k: 1 / 0)
+    code, _, err = run_cli(capsys, "--no-cache")
+    assert code == 2 and "internal error: ZeroDivisionError" in err and "Traceback" not in err
+
+
+def test_stdin_with_filename(project, capsys, monkeypatch):
+    import io
+
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"m = Net().cuda()\n")))
+    code, out, _ = run_cli(capsys, "--no-cache", "-", "--stdin-filename", "pkg/new.py")
+    assert code == 1
+    assert out.splitlines()[0] == "pkg/new.py:1:10: MP901 moves the model to the current device"
+
+
+def test_stdin_filename_without_dash_is_usage_error(project, capsys):
+    code, _, err = run_cli(capsys, "--stdin-filename", "x.py")
+    assert code == 2 and "--stdin-filename" in err
+
+
+def test_statistics(project, capsys):
+    write(project, {"pkg/more.py": "a.cuda()\nb.cuda()\n"})
+    code, out, _ = run_cli(capsys, "--no-cache", "--statistics")
+    assert code == 1
+    assert out.splitlines() == ["3  MP901  fake-cuda [*]", "1  MP902  fake-dp"]
+
+
+def test_json_output(project, capsys):
+    code, out, _ = run_cli(capsys, "--no-cache", "--output-format", "json")
+    data = json.loads(out)
+    assert code == 1 and [d["code"] for d in data] == ["MP901", "MP902"]
+    for key in ("code", "name", "path", "line", "column", "end_line", "end_column", "message", "severity"):
+        assert key in data[0]
+    assert data[1]["severity"] == "warning" and data[1]["devices"] == ["cuda:0", "cuda:1"]
+
+
+def test_full_output_has_source_and_caret(project, capsys):
+    _, out, _ = run_cli(capsys, "--no-cache", "--output-format", "full", "--select", "MP901")
+    assert "4 | net = Split().cuda()" in out
+    assert "\n  | " + " " * 13 + "^^^^^^^\n" in out
+    assert "help: say which device" in out
+
+
+def test_color_only_when_asked(project, capsys):
+    _, out, _ = run_cli(capsys, "--no-cache")
+    assert "\x1b[" not in out  # captured output is not a terminal
+    _, out, _ = run_cli(capsys, "--no-cache", "--color", "always")
+    assert "\x1b[" in out
+    _, out, _ = run_cli(capsys, "--no-cache", "--color", "always", "--output-format", "json")
+    assert "\x1b[" not in out
+
+
+def test_parallel_output_identical_to_serial(project, capsys, monkeypatch):
+    files = {f"many/m{i:03d}.py": "import torch\n" * (i % 7) + f"x{i} = Net().cuda()\ny = z.cuda()\n" for i in range(60)}
+    files.update({f"many/n{i:03d}.py": f"from pkg.model import Split\nd = DataParallel(Split())  # {i}\n" for i in range(20)})
+    write(project, files)
+    used = []
+    real_pool = pipeline._pool_map
+    monkeypatch.setattr(pipeline, "_pool_map", lambda *a: used.append(1) or real_pool(*a))
+    monkeypatch.setattr(pipeline, "PARALLEL_MIN_CHARS", 0)
+    _, serial, _ = run_cli(capsys, "--no-cache", "--jobs", "1", "--output-format", "json")
+    assert not used
+    _, parallel, _ = run_cli(capsys, "--no-cache", "--jobs", "2", "--output-format", "json")
+    assert used, "the process pool was not used"
+    assert parallel == serial
+    found = json.loads(serial)
+    assert len(found) == 60 * 2 + 20 + 2
+    assert [(f["path"], f["line"], f["column"]) for f in found] == sorted((f["path"], f["line"], f["column"]) for f in found)
+
+
+def test_fix_applies_safe_fixes_atomically(project, capsys):
+    code, out, _ = run_cli(capsys, "--no-cache", "--fix")
+    assert (project / "pkg/model.py").read_text().endswith('net = Split().to("cuda:0")\n')
+    assert code == 1  # the MP902 finding has no fix and remains
+    assert "MP901" not in out and "MP902" in out and "1 fixed" in out
+    assert not [p for p in (project / "pkg").iterdir() if p.name.startswith(".mpcheck-fix-")]
+
+
+def test_diff_shows_without_writing(project, capsys):
+    before = (project / "pkg/model.py").read_text()
+    code, out, _ = run_cli(capsys, "--no-cache", "--diff")
+    assert code == 1
+    assert '-net = Split().cuda()\n+net = Split().to("cuda:0")' in out
+    assert (project / "pkg/model.py").read_text() == before
+
+
+def test_unsafe_fix_only_on_request_and_never_breaks_the_file(project, capsys):
+    write(project, {"pkg/half.py": "m = model.half()\n"})
+    run_cli(capsys, "--no-cache", "--fix")
+    assert (project / "pkg/half.py").read_text() == "m = model.half()\n"  # unsafe: not applied
+    code, out, err = run_cli(capsys, "--no-cache", "--fix", "--unsafe-fixes", "pkg/half.py")
+    # The fake MP903 fix breaks the syntax: reported, file untouched, finding still shown.
+    assert (project / "pkg/half.py").read_text() == "m = model.half()\n"
+    assert "would not parse" in err and "pkg/half.py" in err
+    assert code == 1 and "MP903" in out
+
+
+def test_rule_subcommand(capsys):
+    code, out, _ = run_cli(capsys, "rule", "MP000")
+    assert code == 0 and out.startswith("# MP000: syntax-error") and "## Why is this bad?" in out
+    code, out, _ = run_cli(capsys, "rule", "syntax-error")
+    assert code == 0 and out.startswith("# MP000")
+    code, out, _ = run_cli(capsys, "rule", "--all")
+    assert code == 0
+    assert any(line.startswith("MP000  syntax-error") for line in out.splitlines())
+    code, _, err = run_cli(capsys, "rule", "MP999")
+    assert code == 2 and "MP999" in err
+
+
+def test_runtime_face_missing_is_a_clear_error(capsys, monkeypatch):
+    monkeypatch.setitem(cli._RUNTIME_FACES, "run", "mpcheck.runtime.no_such_cli")
+    code, _, err = run_cli(capsys, "run", "train.py")
+    assert code == 2 and "mpcheck run" in err and "not available" in err
+
+
+def test_runtime_face_dispatch(capsys, monkeypatch):
+    import types
+
+    fake = types.ModuleType("fake_dryrun_cli")
+    fake.main = lambda argv: 7 if argv == ["--gpus", "4", "t.py"] else 0
+    monkeypatch.setitem(sys.modules, "fake_dryrun_cli", fake)
+    monkeypatch.setitem(cli._RUNTIME_FACES, "dryrun", "fake_dryrun_cli")
+    code, _, _ = run_cli(capsys, "dryrun", "--gpus", "4", "t.py")
+    assert code == 7
+
+
+def test_version(capsys):
+    import mpcheck
+
+    code, out, _ = run_cli(capsys, "--version")
+    assert code == 0 and out.strip() == f"mpcheck {mpcheck.__version__}"
+
+
+# ---------------------------------------------------------------- real rules, real process
+
+SPLIT_MODEL = textwrap.dedent(
+    """\
+    import torch
+    from torch import nn
+
+
+    class SplitNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stage0 = nn.Linear(8, 8).to("cuda:0")
+            self.stage1 = nn.Linear(8, 2).to("cuda:1")
+
+        def forward(self, x):
+            x = self.stage0(x.to("cuda:0"))
+            return self.stage1(x.to("cuda:1"))
+    """
+)
+
+
+def _mpcheck(*args, cwd, input=None):
+    return subprocess.run(
+        [sys.executable, "-m", "mpcheck.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        input=input,
+        timeout=120,
+    )
+
+
+def _need_rules(*codes):
+    from mpcheck.rules import rules_by_code
+
+    missing = [c for c in codes if c not in rules_by_code()]
+    if missing:
+        pytest.skip(f"rules {missing} are not in the registry yet")
+
+
+def test_real_rules_end_to_end(tmp_path):
+    _need_rules("MP002", "MP007")
+    write(
+        tmp_path,
+        {
+            "model.py": SPLIT_MODEL,
+            "train.py": "from torch import nn\nfrom model import SplitNet\n\n"
+            "dp = nn.DataParallel(SplitNet())\nnet = SplitNet().cuda()\n",
+            "ok.py": "from model import SplitNet\nnet = SplitNet()\nnet = net.to(torch.float16)\n",
+        },
+    )
+    r = _mpcheck("--no-cache", "--output-format", "json", cwd=tmp_path)
+    assert r.returncode == 1, r.stderr
+    found = [(f["path"], f["line"], f["code"]) for f in json.loads(r.stdout)]
+    assert ("train.py", 4, "MP002") in found
+    assert ("train.py", 5, "MP007") in found
+    assert not [f for f in found if f[0] == "ok.py"]
+    r = _mpcheck("--no-cache", "ok.py", "model.py", cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout == "", r.stdout + r.stderr
+
+
+def test_lint_never_imports_torch(tmp_path):
+    write(tmp_path, {"model.py": SPLIT_MODEL, "train.py": "from model import SplitNet\nn = SplitNet().cuda()\n"})
+    script = (
+        "import mpcheck.cli, sys\n"
+        "code = mpcheck.cli.main(['--no-cache', '.'])\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'\n"
+        "print('exit', code)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines()[-1] in ("exit 0", "exit 1")
