@@ -283,7 +283,8 @@ class Checker:
         return f
 
     # -- MP001: mismatches ----------------------------------------------------------------
-    def check_op(self, func: Any, args: tuple, kwargs: dict, *, site: Site | None = None) -> tuple[tuple, dict]:
+    def check_op(self, func: Any, args: tuple, kwargs: dict, *, site: Site | None = None,
+                 module: str | None = None, name: str | None = None, phase: str | None = None) -> tuple[tuple, dict]:
         """The devices of one torch call's tensors. Allowed mixes: 0-dim CPU tensors; CPU
         indices and values in indexing. Returns the (possibly moved) args and kwargs."""
         device_of = self.devices.device_of
@@ -306,7 +307,10 @@ class Checker:
             odd.append((loc, t, d))
         if not odd or not self.wants("MP001"):
             return args, kwargs
-        return self._mismatch(_op_name(func), first_dev, odd, args, kwargs, site=site, module=None)
+        what = name or _op_name(func)
+        if phase == "backward":
+            what += " (in backward)"
+        return self._mismatch(what, first_dev, odd, args, kwargs, site=site, module=module)
 
     def check_module_entry(self, module: Any, path: str, args: tuple, kwargs: dict, *,
                            site: Site | None = None) -> tuple[tuple, dict]:
@@ -323,7 +327,8 @@ class Checker:
                 odd.append((loc, t, d))
         if not odd or not self.wants("MP001"):
             return args, kwargs
-        return self._mismatch(f"{type(module).__name__} '{path}'", dev, odd, args, kwargs, site=site, module=path)
+        return self._mismatch(f"input of {type(module).__name__} '{path}'", dev, odd, args, kwargs, site=site,
+                              module=path, expected_is="the module's parameters and buffers are")
 
     def module_device(self, module: Any) -> str | None:
         entry = self._placement.get(id(module))
@@ -352,14 +357,15 @@ class Checker:
         devs |= {self.devices.device_of(b) for b in module.buffers()}
         return sorted(devs)
 
-    def _mismatch(self, what: str, expected: str, odd, args, kwargs, *, site, module) -> tuple[tuple, dict]:
+    def _mismatch(self, what: str, expected: str, odd, args, kwargs, *, site, module,
+                  expected_is: str = "the other tensors are") -> tuple[tuple, dict]:
         site = site or self.sites()
         module = module or self.current_module()
         moved = {}
         for loc, t, d in odd:
             shape = "x".join(map(str, t.shape)) or "scalar"
             msg = (
-                f"{what}: {_describe(loc)} (a {shape} tensor) is on {d}, the other tensors are on {expected}"
+                f"{what}: {_describe(loc)} (a {shape} tensor) is on {d}, {expected_is} on {expected}"
             )
             sugg = f"move it with `.to('{expected}')` before this call (or place the producing module on {expected})"
             self.emit("MP001", site, msg, devices=(expected, d), modules=(module,) if module else (),

@@ -25,6 +25,8 @@ from torch.overrides import TorchFunctionMode
 
 from mpcheck.runtime.core import Checker
 
+_graph_task_id = getattr(torch._C, "_current_graph_task_id", lambda: -1)
+
 _PASS, _CHECK, _TO, _CUDA, _CPU, _COPY, _SET = range(7)
 
 _METADATA = frozenset(
@@ -61,8 +63,10 @@ def _classify(func: Any) -> int:
 
 
 class CheckingMode(TorchFunctionMode):
-    def __init__(self, checker: Checker, *, time_backward: bool = True) -> None:
+    def __init__(self, checker: Checker, *, time_backward: bool = True, stamp_nodes: bool = False) -> None:
         super().__init__()
+        # Strict mode: stamp each autograd node with its forward line, for backward findings.
+        self.stamp_nodes = stamp_nodes
         self.checker = checker
         self.time_backward = time_backward
         self._kinds: dict[Any, int] = {}
@@ -88,6 +92,10 @@ class CheckingMode(TorchFunctionMode):
         if kind == _CHECK:
             if len(args) + len(kwargs) > 1:
                 args, kwargs = checker.check_op(func, args, kwargs)
+            if self.stamp_nodes:
+                out = func(*args, **kwargs)
+                _stamp(out, checker)
+                return out
             return func(*args, **kwargs)
         if kind == _SET:
             out = func(*args, **kwargs)
@@ -117,11 +125,24 @@ class CheckingMode(TorchFunctionMode):
         out = func(*args, **kwargs)
         if timing is not None:
             timing.stop()
-        checker.on_transfer(src_t, out, src, dst, site=site, module_path=module, phase="forward",
+        # Inside a backward pass (activation checkpointing recomputes forward there), a
+        # transfer is the recomputation's, not a repeat of the user's.
+        phase = "forward" if _graph_task_id() == -1 else "recompute"
+        checker.on_transfer(src_t, out, src, dst, site=site, module_path=module, phase=phase,
                             timing=timing, nbytes=nbytes)
         if self.time_backward and isinstance(out, self._tensor) and out.grad_fn is not None:
             _time_backward(checker, out.grad_fn, dst, src, nbytes, site, module)
         return out
+
+
+def _stamp(out: Any, checker: Checker) -> None:
+    node = getattr(out, "grad_fn", None) if isinstance(out, torch.Tensor) else None
+    if node is None and isinstance(out, (tuple, list)) and out and isinstance(out[0], torch.Tensor):
+        node = out[0].grad_fn
+    if node is not None:
+        from mpcheck.runtime.strict import stamp_node
+
+        stamp_node(node, checker.sites(), checker.current_module())
 
 
 def _target(kind: int, args, kwargs, devices, tensor_type) -> str | None:

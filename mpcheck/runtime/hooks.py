@@ -1,0 +1,250 @@
+"""What the debug mode patches around modules, and how each patch is undone.
+
+- `nn.Module.__call__`: the module-entry check (args AND kwargs vs the
+  module's own parameters and buffers; a global forward pre-hook gets no
+  kwargs) and the module stack that names `model.blocks.7.attn` in findings.
+- `nn.Module.to` / `.cuda`: a split model collapsed onto one device (MP007),
+  at the user's line; `nn.Module._apply`: the parameter moves it makes are
+  mpcheck-silent and invalidate the cached module placements.
+- `DataParallel.__init__` / `DistributedDataParallel.__init__`: a split model
+  wrapped with device_ids (MP002), before PyTorch's own error.
+- optimizer step post-hook: a step ends at `optimizer.step()`.
+
+`install()` returns one undo callable per patch; the session runs them in
+reverse order on exit and on exceptions.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+import weakref
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from mpcheck.runtime.core import Checker
+from mpcheck.runtime.sites import user_frame, user_site
+
+Undo = Callable[[], None]
+
+
+class ModuleNamer:
+    """`model.blocks.7.attn` for a module: its path from the root model it belongs to.
+
+    Roots are the model given to `mpcheck.debug(model)`, or any module called
+    while no other module is running, named after the user's variable that
+    holds it (found once, in the caller's frame)."""
+
+    def __init__(self) -> None:
+        self._names: dict[int, tuple[weakref.ref, str]] = {}
+        self._roots: list[weakref.ref] = []
+        self._purge_at = 4096
+
+    def roots(self) -> list[nn.Module]:
+        return [m for m in (r() for r in self._roots) if m is not None]
+
+    def add_root(self, root: nn.Module, name: str) -> None:
+        if not any(r() is root for r in self._roots):
+            self._roots.append(weakref.ref(root))
+        for sub_name, sub in root.named_modules():
+            key = id(sub)
+            if key in self._names and self._names[key][0]() is sub:
+                continue
+            self._names[key] = (weakref.ref(sub), f"{name}.{sub_name}" if sub_name else name)
+
+    def known(self, module: nn.Module) -> str | None:
+        entry = self._names.get(id(module))
+        if entry is not None and entry[0]() is module:
+            return entry[1]
+        return None
+
+    def __call__(self, module: nn.Module) -> str:
+        name = self.known(module)
+        return name if name is not None else type(module).__name__
+
+    def discover(self, module: nn.Module, parent: str | None) -> str:
+        if len(self._names) > self._purge_at:  # modules built per step must not pile up
+            self._names = {k: v for k, v in self._names.items() if v[0]() is not None}
+            self._roots = [r for r in self._roots if r() is not None]
+            self._purge_at = max(4096, 2 * len(self._names))
+        if parent is not None:
+            name = f"{parent}.<{type(module).__name__}>"
+            self._names[id(module)] = (weakref.ref(module), name)
+            return name
+        name = _variable_name(module) or type(module).__name__.lower()
+        self.add_root(module, name)
+        return name
+
+
+def _variable_name(module: nn.Module) -> str | None:
+    frame = user_frame(2)
+    if frame is None:
+        return None
+    for scope in (frame.f_locals, frame.f_globals):
+        for k, v in scope.items():
+            if v is module and not k.startswith("_"):
+                return k
+    # `self.model(x)` in a trainer class
+    inst = frame.f_locals.get("self")
+    if inst is not None:
+        for k, v in getattr(inst, "__dict__", {}).items():
+            if v is module:
+                return f"self.{k}"
+    return None
+
+
+def _patch(owner: Any, attr: str, new: Any) -> Undo:
+    had = attr in owner.__dict__
+    old = owner.__dict__.get(attr)
+    setattr(owner, attr, new)
+
+    def undo() -> None:
+        if had:
+            setattr(owner, attr, old)
+        else:
+            delattr(owner, attr)
+
+    return undo
+
+
+def install(checker: Checker, namer: ModuleNamer, *, on_step: Callable[[Any], None],
+            on_compiled: Callable[[], None]) -> list[Undo]:
+    undos: list[Undo] = []
+    checker.namer = namer
+    tls = checker._tls
+    orig_call = nn.Module.__call__
+
+    def checked_call(module, *args, **kwargs):
+        if getattr(tls, "suspended", 0):
+            return orig_call(module, *args, **kwargs)
+        stack = checker.module_stack
+        path = namer.known(module)
+        if path is None:
+            if type(module).__name__ == "OptimizedModule":
+                on_compiled()
+            path = namer.discover(module, stack[-1] if stack else None)
+        args, kwargs = checker.check_module_entry(module, path, args, kwargs)
+        stack.append(path)
+        try:
+            return orig_call(module, *args, **kwargs)
+        finally:
+            stack.pop()
+
+    undos.append(_patch(nn.Module, "__call__", checked_call))
+
+    orig_apply = nn.Module._apply
+
+    def quiet_apply(module, *args, **kwargs):
+        # Module.to/.cuda/.half move parameters one by one: those are not the user's
+        # transfers, and they change where modules live.
+        try:
+            with checker.suspend():
+                return orig_apply(module, *args, **kwargs)
+        finally:
+            checker.invalidate_placement()
+
+    undos.append(_patch(nn.Module, "_apply", quiet_apply))
+
+    orig_to = nn.Module.to
+    orig_cuda = nn.Module.cuda
+
+    def module_to(module, *args, **kwargs):
+        if not getattr(tls, "suspended", 0):
+            try:
+                dev = torch._C._nn._parse_to(*args, **kwargs)[0]
+            except Exception:
+                dev = None
+            if dev is not None:
+                checker.on_module_move(module, checker.devices.normalize(dev), site=user_site())
+        return orig_to(module, *args, **kwargs)
+
+    def module_cuda(module, device=None):
+        if not getattr(tls, "suspended", 0):
+            target = checker.devices.normalize("cuda" if device is None else device)
+            checker.on_module_move(module, target, site=user_site())
+        return orig_cuda(module, device)
+
+    undos.append(_patch(nn.Module, "to", module_to))
+    undos.append(_patch(nn.Module, "cuda", module_cuda))
+
+    undos.extend(_install_wrappers(checker))
+
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    handle = register_optimizer_step_post_hook(lambda opt, args, kwargs: on_step(opt))
+    undos.append(handle.remove)
+    return undos
+
+
+def _install_wrappers(checker: Checker) -> list[Undo]:
+    undos: list[Undo] = []
+    dp = nn.DataParallel
+    orig_dp_init = dp.__init__
+    dp_sig = inspect.signature(orig_dp_init)
+
+    def dp_init(self, *args, **kwargs):
+        bound = dp_sig.bind(self, *args, **kwargs)
+        bound.apply_defaults()
+        module = bound.arguments["module"]
+        found = checker.on_wrap("DataParallel", module, device_ids=bound.arguments.get("device_ids"),
+                                output_device=bound.arguments.get("output_device"), site=user_site())
+        if found is not None and checker.on_mismatch == "move":
+            # Recorded; go on without replicating: DataParallel with no device ids just
+            # calls the module, so the rest of the program still runs and is checked.
+            nn.Module.__init__(self)
+            self.module = module
+            self.device_ids = []
+            self.output_device = None
+            self.dim = bound.arguments.get("dim", 0)
+            self.src_device_obj = None
+            return
+        orig_dp_init(self, *args, **kwargs)
+
+    undos.append(_patch(dp, "__init__", dp_init))
+
+    ddp = nn.parallel.DistributedDataParallel
+    orig_ddp_init = ddp.__init__
+    ddp_sig = inspect.signature(orig_ddp_init)
+
+    def ddp_init(self, *args, **kwargs):
+        bound = ddp_sig.bind(self, *args, **kwargs)
+        found = checker.on_wrap("DistributedDataParallel", bound.arguments["module"],
+                                device_ids=bound.arguments.get("device_ids"),
+                                output_device=bound.arguments.get("output_device"), site=user_site())
+        if found is not None and checker.on_mismatch == "move":
+            # Recorded; apply the fix the finding gives and go on.
+            bound.arguments["device_ids"] = None
+            bound.arguments["output_device"] = None
+            return orig_ddp_init(*bound.args, **bound.kwargs)
+        return orig_ddp_init(self, *args, **kwargs)
+
+    undos.append(_patch(ddp, "__init__", ddp_init))
+    return undos
+
+
+def compiled_frames_message() -> str:
+    return (
+        "mpcheck: torch.compile is turned off inside the debug mode (torch._dynamo.config.disable): "
+        "compiled code runs eagerly so that every call is checked; timings under the debug mode "
+        "are eager timings"
+    )
+
+
+def disable_compile() -> Undo:
+    """torch.compile and a function mode do not mix well (graph breaks, recompiles): run eagerly."""
+    dynamo = sys.modules.get("torch._dynamo")
+    try:
+        if dynamo is None:
+            import torch._dynamo as dynamo  # noqa: F811
+        config = dynamo.config
+        old = config.disable
+        config.disable = True
+    except Exception:
+        return lambda: None
+
+    def undo() -> None:
+        config.disable = old
+
+    return undo

@@ -1,0 +1,111 @@
+"""Run `script.py args | -m module args | -c code` exactly as `python` would.
+
+sys.argv, sys.path[0], `__main__`, the exit status (SystemExit, uncaught
+exception -> 1 with the traceback printed) are those of `python`. The caller
+wraps `run_program` in its session, so the report can be printed after the
+program, however it ended. Used by `mpcheck run` and `mpcheck dryrun`.
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+import traceback
+from dataclasses import dataclass
+
+
+@dataclass
+class Program:
+    kind: str  # "script", "module" or "code"
+    target: str  # path, module name or code text
+    args: list[str]
+
+    @property
+    def display(self) -> str:
+        return {"script": self.target, "module": f"-m {self.target}", "code": "-c <code>"}[self.kind]
+
+
+class LaunchError(Exception):
+    """Bad command line: the message says what is wrong; exit status 2."""
+
+
+def parse_program(argv: list[str]) -> Program:
+    """argv after the tool's own options: `script.py args`, `-m mod args` or `-c code args`."""
+    if not argv:
+        raise LaunchError("no program given: expected script.py [args], -m module [args] or -c code")
+    head = argv[0]
+    if head in ("-m", "-c"):
+        if len(argv) < 2:
+            raise LaunchError(f"argument expected for the {head} option")
+        return Program("module" if head == "-m" else "code", argv[1], argv[2:])
+    if head.startswith("-m") and len(head) > 2:
+        return Program("module", head[2:], argv[1:])
+    if head.startswith("-c") and len(head) > 2:
+        return Program("code", head[2:], argv[1:])
+    if not os.path.exists(head):
+        raise LaunchError(f"can't open file {head!r}: no such file")
+    if os.path.isdir(head) and not os.path.exists(os.path.join(head, "__main__.py")):
+        raise LaunchError(f"can't find '__main__' module in {head!r}")
+    return Program("script", head, argv[1:])
+
+
+def run_program(program: Program) -> int:
+    """Run it in this process; return the exit status python would give."""
+    saved_argv = sys.argv[:]
+    saved_path = sys.path[:]
+    saved_main = sys.modules.get("__main__")
+    try:
+        if program.kind == "script":
+            sys.argv = [program.target, *program.args]
+            sys.path.insert(0, os.path.dirname(os.path.abspath(program.target)))
+            runpy.run_path(program.target, run_name="__main__")
+        elif program.kind == "module":
+            sys.argv = [program.target, *program.args]  # runpy sets argv[0] to the module's path
+            sys.path.insert(0, os.getcwd())
+            runpy.run_module(program.target, run_name="__main__", alter_sys=True)
+        else:
+            sys.argv = ["-c", *program.args]
+            sys.path.insert(0, "")
+            import types
+
+            main = types.ModuleType("__main__")
+            main.__dict__["__builtins__"] = __builtins__
+            sys.modules["__main__"] = main
+            exec(compile(program.target, "<string>", "exec"), main.__dict__)
+        return 0
+    except SystemExit as e:
+        return _exit_code(e.code)
+    except KeyboardInterrupt:
+        traceback.print_exc()
+        return 130
+    except BaseException as e:  # noqa: BLE001 - a user program's crash, printed as python prints it
+        _print_user_traceback(e)
+        return 1
+    finally:
+        sys.argv = saved_argv
+        sys.path[:] = saved_path
+        if saved_main is not None:
+            sys.modules["__main__"] = saved_main
+
+
+def _exit_code(code) -> int:
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
+
+
+def _print_user_traceback(exc: BaseException) -> None:
+    """The traceback python would print, without the launcher's own frames on top."""
+    tb = exc.__traceback__
+    here = os.path.dirname(os.path.abspath(__file__))
+    while tb is not None and (
+        os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(here)
+        or tb.tb_frame.f_code.co_filename.endswith("runpy.py")
+        or "<frozen runpy>" in tb.tb_frame.f_code.co_filename
+    ):
+        tb = tb.tb_next
+    traceback.print_exception(type(exc), exc, tb, file=sys.stderr)

@@ -1,0 +1,85 @@
+"""Strict mode: a TorchDispatchMode that checks the devices of every aten op, forward and backward.
+
+The function mode (mode.py) sees Python-level calls only; this sees what
+autograd runs too, on its per-device threads, so the checker's state is
+touched under its lock. It costs 10-15 us per op (see notes): opt-in.
+
+In backward there is no user frame: the forward line that built the failing
+node is stamped on each node (`grad_fn.metadata`) in forward and read back
+through `torch._C._current_autograd_node()`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from mpcheck.runtime.core import Checker
+from mpcheck.runtime.sites import UNKNOWN, Site
+
+# Copies cross devices by design; index ops take CPU indices next to GPU tensors.
+_SKIP = frozenset({"_to_copy", "copy_", "_copy_from", "_copy_from_and_resize", "to", "lift_fresh",
+                   "detach", "alias", "_local_scalar_dense", "set_", "record_stream"})
+_CPU_INDEX = frozenset({"index", "index_put_", "index_put", "_index_put_impl_", "index_select"})
+_SITE_KEY = "mpcheck_site"
+_MODULE_KEY = "mpcheck_module"
+
+
+class _AtenOp:
+    """What the checker needs of an aten op: a name for the message and for the allowed mixes."""
+
+    __slots__ = ("__name__", "full")
+
+    def __init__(self, packet_name: str, full: str) -> None:
+        self.__name__ = packet_name
+        self.full = full
+
+
+class StrictMode(TorchDispatchMode):
+    def __init__(self, checker: Checker) -> None:
+        super().__init__()
+        self.checker = checker
+        self._names: dict[Any, _AtenOp | None] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if kwargs is None:
+            kwargs = {}
+        op = self._names.get(func, False)
+        if op is False:
+            packet = func.overloadpacket.__name__
+            op = None if packet in _SKIP else _AtenOp(packet if packet not in _CPU_INDEX else "__getitem__",
+                                                       f"aten.{func.__name__}")
+            self._names[func] = op
+        checker = self.checker
+        if op is None or checker.suspended:
+            return func(*args, **kwargs)
+        node = torch._C._current_autograd_node()
+        if node is not None:
+            site, module = _stamped(node)
+            with checker._lock:
+                args, kwargs = checker.check_op(op, args, kwargs, site=site, module=module, name=op.full,
+                                                phase="backward")
+            return func(*args, **kwargs)
+        args, kwargs = checker.check_op(op, args, kwargs, name=op.full)
+        out = func(*args, **kwargs)
+        return out
+
+
+def _stamped(node: Any) -> tuple[Site, str | None]:
+    try:
+        meta = node.metadata
+    except Exception:
+        return UNKNOWN, None
+    return meta.get(_SITE_KEY, UNKNOWN), meta.get(_MODULE_KEY)
+
+
+def stamp_node(node: Any, site: Site, module: str | None) -> None:
+    """Record on an autograd node where it was built in forward (used by backward checks)."""
+    try:
+        meta = node.metadata
+        meta[_SITE_KEY] = site
+        meta[_MODULE_KEY] = module
+    except Exception:
+        pass
