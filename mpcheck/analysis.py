@@ -9,6 +9,7 @@ in any process.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from typing import Mapping
@@ -78,7 +79,17 @@ def summarize(path: str, source: str, modname: str) -> dict | None:
     """A JSON-able summary of what other files may import from this one
     (classes and their placement, helper functions and what they return).
     None when the file does not parse."""
-    raise NotImplementedError
+    from mpcheck.devices.summary import summarize_module
+
+    module = _parse(source)
+    if module is None:
+        return None
+    try:
+        return summarize_module(path, source, module, modname)
+    except Exception:  # a summary is an aid; a file it cannot summarise is still linted
+        if os.environ.get("MPCHECK_DEBUG"):
+            raise
+        return None
 
 
 def analyze(
@@ -91,4 +102,51 @@ def analyze(
     """Run the rules whose codes are in `codes` on one file. `project` maps
     dotted module names to their summaries. Never raises on bad input: a file
     that does not parse gives one MP000 finding."""
-    raise NotImplementedError
+    import libcst as cst
+
+    from mpcheck.rules import all_rules
+    from mpcheck.rules.context import FileContext
+
+    try:
+        module = cst.parse_module(source)
+    except cst.ParserSyntaxError as e:
+        return FileResult([_syntax_error(path, e.editor_line, e.editor_column, e.message)])
+    except (RecursionError, MemoryError, ValueError) as e:
+        return FileResult([_syntax_error(path, 1, 1, f"cannot parse: {type(e).__name__}: {e}")])
+    ctx = FileContext(path, source, module, modname, project)
+    findings: list[Finding] = []
+    for rule_cls in all_rules():
+        if rule_cls.code not in codes:
+            continue
+        if rule_cls.needs and not any(w in source for w in rule_cls.needs):
+            continue
+        try:
+            findings.extend(rule_cls().check(ctx))
+        except Exception:  # a bug in one rule must not lose the others' findings
+            if os.environ.get("MPCHECK_DEBUG"):
+                raise
+    findings.sort(key=Finding.sort_key)
+    used = ctx.model.used_modules if "model" in ctx.__dict__ else []
+    return FileResult(findings, used)
+
+
+def _parse(source: str):
+    import libcst as cst
+
+    try:
+        return cst.parse_module(source)
+    except (cst.ParserSyntaxError, RecursionError, MemoryError, ValueError):
+        return None
+
+
+def _syntax_error(path: str, line: int, col: int, message: str) -> Finding:
+    first = message.strip().splitlines()[0] if message.strip() else "syntax error"
+    return Finding(
+        code="MP000",
+        name="syntax-error",
+        path=path,
+        line=max(line, 1),
+        column=max(col, 1),
+        message=f"could not parse: {first}",
+        severity="error",
+    )

@@ -1,0 +1,1091 @@
+"""The device-flow interpreter: an abstract interpretation of one file.
+
+It walks statements and expressions directly (no generic visitor, no libcst
+metadata), carrying an environment of abstract values (values.py). Entry
+points are the module body (a training script), every top-level function and
+every method; calls of functions, methods and classes of the same file are
+interpreted with their argument values (memoised), and those of other project
+files through their summaries (summary.py).
+
+What the rules need is recorded as events (`Event`): a transfer, a mismatch
+between the devices of the inputs of an op, a wrap in DataParallel, a move of
+a split model, an index-less placement after set_device. Rules read events;
+they never walk the tree themselves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Optional
+
+import libcst as cst
+
+from mpcheck.devices import torchapi
+from mpcheck.devices.names import canonical, dotted, import_bindings
+from mpcheck.devices.values import (
+    CURRENT,
+    UNK,
+    ClassRef,
+    Const,
+    DeviceV,
+    DictV,
+    DtypeV,
+    FuncRef,
+    Obj,
+    QName,
+    SeqV,
+    Summarized,
+    SymV,
+    Val,
+    as_device,
+    conflict,
+    device_from_str,
+    devs_of,
+    is_split_devs,
+    join,
+    join_devs,
+    one,
+    single,
+)
+
+_MAX_DEPTH = 4
+_MAX_WORLDS = 4
+_MAX_UNROLL = 16
+
+
+@dataclass
+class Event:
+    kind: str
+    node: cst.CSTNode
+    data: dict
+    mode: str = ""
+
+
+@dataclass(eq=False)
+class FuncInfo:
+    node: cst.FunctionDef
+    name: str
+    qual: str
+    cls: Optional["ClassInfo"] = None
+
+
+@dataclass(eq=False)
+class ClassInfo:
+    node: cst.ClassDef
+    name: str
+    methods: dict
+    bases: list
+    local_bases: list = field(default_factory=list)
+    instances: dict = field(default_factory=dict)
+
+    def method(self, name: str) -> Optional[FuncInfo]:
+        seen = set()
+        stack = [self]
+        while stack:
+            c = stack.pop(0)
+            if id(c) in seen:
+                continue
+            seen.add(id(c))
+            if name in c.methods:
+                return c.methods[name]
+            stack.extend(c.local_bases)
+        return None
+
+
+@dataclass
+class Scope:
+    """One entry point being interpreted (for MP004's 'code that builds or runs a split model')."""
+
+    name: str
+    split_seen: bool = False
+    indexless: list = field(default_factory=list)
+
+
+class State:
+    __slots__ = ("env", "cur", "setdev", "mode", "self_obj", "in_init", "scope", "returns")
+
+    def __init__(self, env, cur, setdev, mode, self_obj, in_init, scope):
+        self.env = env
+        self.cur = cur  # the current CUDA device ('cuda' when never set, None unknown)
+        self.setdev = setdev  # the set_device / with-device node in effect, or None
+        self.mode = mode  # '' | 'eval' | 'train' | 'no_grad'
+        self.self_obj = self_obj
+        self.in_init = in_init
+        self.scope = scope
+        self.returns: list = []
+
+    def copy(self) -> "State":
+        s = State(dict(self.env), self.cur, self.setdev, self.mode, self.self_obj, self.in_init, self.scope)
+        s.returns = self.returns
+        return s
+
+
+def _join_states(states: list[State]) -> State:
+    base = states[0].copy()
+    for other in states[1:]:
+        keys = set(base.env) | set(other.env)
+        for k in keys:
+            a, b = base.env.get(k), other.env.get(k)
+            base.env[k] = UNK if a is None or b is None else join(a, b)
+        if base.cur != other.cur:
+            base.cur = None
+        if base.setdev is None:
+            base.setdev = other.setdev
+        if base.mode != other.mode:
+            base.mode = ""
+    return base
+
+
+class _Stop(Exception):
+    pass
+
+
+def _line_of(interp: "Interp", node: cst.CSTNode) -> int:
+    return interp.line(node)
+
+
+class Interp:
+    def __init__(self, module: cst.Module, modname: str = "", project: dict | None = None, lines=None):
+        self.module = module
+        self.modname = modname
+        self.project = project or {}
+        self.used_modules: set[str] = set()
+        self.globals: dict[str, Val] = {}
+        self.classes: dict[str, ClassInfo] = {}
+        self.functions: dict[str, FuncInfo] = {}
+        self.events: list[Event] = []
+        self._seen_events: set = set()
+        self._memo: dict = {}
+        self._stack: list = []
+        self._line = lines  # callable node -> line, lazily resolved
+        self.default_device_changed = False
+        self._in_unknown_loop = 0
+        self._scan_module()
+
+    # ------------------------------------------------------------ setup
+
+    def line(self, node: cst.CSTNode) -> int:
+        return self._line(node) if self._line else 0
+
+    def _scan_module(self) -> None:
+        g = self.globals
+        for stmt in self.module.body:
+            self._scan_stmt(stmt, g)
+
+    def _scan_stmt(self, stmt, g) -> None:
+        if isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                if isinstance(small, (cst.Import, cst.ImportFrom)):
+                    for local, target in import_bindings(small, self.modname):
+                        g[local] = self._imported(target)
+        elif isinstance(stmt, cst.ClassDef):
+            info = ClassInfo(stmt, stmt.name.value, {}, [dotted(b.value) or "" for b in stmt.bases])
+            for s in stmt.body.body:
+                if isinstance(s, cst.FunctionDef):
+                    info.methods[s.name.value] = FuncInfo(s, s.name.value, f"{info.name}.{s.name.value}", info)
+            for b in info.bases:
+                if b in self.classes:
+                    info.local_bases.append(self.classes[b])
+            self.classes[info.name] = info
+            g[info.name] = ClassRef(info)
+        elif isinstance(stmt, cst.FunctionDef):
+            info = FuncInfo(stmt, stmt.name.value, stmt.name.value)
+            self.functions[info.name] = info
+            g[info.name] = FuncRef(info)
+        elif isinstance(stmt, (cst.If, cst.Try)):
+            for s in stmt.body.body:
+                self._scan_stmt(s, g)
+
+    def _imported(self, target: str) -> Val:
+        # A class or function of another checked file: use its summary.
+        mod, _, name = target.rpartition(".")
+        summ = self.project.get(mod)
+        if summ is not None:
+            if name in summ.get("classes", {}):
+                self.used_modules.add(mod)
+                return Summarized(summ["classes"][name], name, "class")
+            if name in summ.get("functions", {}):
+                self.used_modules.add(mod)
+                return Summarized(summ["functions"][name], name, "function")
+        return QName(canonical(target))
+
+    # ------------------------------------------------------------ events
+
+    def emit(self, kind: str, node: cst.CSTNode, st: State | None = None, **data) -> None:
+        key = (kind, id(node), data.get("key"))
+        if key in self._seen_events:
+            return
+        self._seen_events.add(key)
+        self.events.append(Event(kind, node, data, st.mode if st else ""))
+
+    # ------------------------------------------------------------ entry points
+
+    def run_all(self) -> None:
+        scope = Scope("<module>")
+        st = State(dict(self.globals), CURRENT, None, "", None, False, scope)
+        self._run_entry(self.module.body, st)
+        for info in self.functions.values():
+            self._run_function_entry(info, None)
+        for cinfo in self.classes.values():
+            inst = self.default_instance(cinfo)
+            for m in cinfo.methods.values():
+                if m.name == "__init__":
+                    continue
+                self._run_function_entry(m, inst)
+
+    def _run_entry(self, body, st: State) -> None:
+        try:
+            self.exec_block(body, [st])
+        except (RecursionError, _Stop):
+            pass
+        self._finish_scope(st.scope)
+
+    def _finish_scope(self, scope: Scope) -> None:
+        if scope.split_seen:
+            for node, setdev, dev, st_mode in scope.indexless:
+                self.emit("indexless_after_setdev", node, None, setdev=setdev, dev=dev)
+
+    def _run_function_entry(self, info: FuncInfo, inst: Val | None) -> None:
+        scope = Scope(info.qual)
+        if isinstance(inst, Obj) and inst.split:
+            scope.split_seen = True
+        env = dict(self.globals)
+        params = self._params(info.node)
+        for i, (name, default) in enumerate(params):
+            if i == 0 and inst is not None:
+                env[name] = inst
+                continue
+            env[name] = self._default_param(name, default, info)
+        st = State(env, CURRENT, None, "", inst, False, scope)
+        try:
+            self.exec_block(info.node.body.body if isinstance(info.node.body, cst.IndentedBlock) else [], [st])
+        except (RecursionError, _Stop):
+            pass
+        self._finish_scope(scope)
+
+    def _default_param(self, name: str, default, info: FuncInfo) -> Val:
+        if default is not None:
+            v = self.ev(default, State(dict(self.globals), CURRENT, None, "", None, False, Scope("<default>")))
+            if isinstance(v, (Const, DeviceV)) and (as_device(v, ints_are_cuda=False) is not None or isinstance(v, DeviceV)):
+                # A default device argument: the caller may pass another one.
+                return SymV(name)
+            if isinstance(v, Const) and v.value is None:
+                return UNK
+            return v if isinstance(v, Const) else SymV(name)
+        return SymV(name)
+
+    @staticmethod
+    def _params(fn: cst.FunctionDef) -> list:
+        p = fn.params
+        out = []
+        for prm in list(p.posonly_params) + list(p.params):
+            out.append((prm.name.value, prm.default))
+        for prm in p.kwonly_params:
+            out.append((prm.name.value, prm.default))
+        return out
+
+    # ------------------------------------------------------------ instances
+
+    def default_instance(self, cinfo: ClassInfo) -> Obj:
+        return self.instantiate(cinfo, [], {}, None, None)
+
+    def instantiate(self, cinfo: ClassInfo, args: list, kwargs: dict, st: State | None, node) -> Obj:
+        cur = st.cur if st else CURRENT
+        key = (tuple(_sig(a) for a in args), tuple(sorted((k, _sig(v)) for k, v in kwargs.items())), cur)
+        if key in cinfo.instances:
+            return cinfo.instances[key]
+        obj = Obj("module", None, label=cinfo.name, cls=cinfo, attrs={})
+        cinfo.instances[key] = obj
+        init = cinfo.method("__init__")
+        if init is not None and len(self._stack) < _MAX_DEPTH:
+            scope = Scope(f"{cinfo.name}.__init__")
+            env = dict(self.globals)
+            self._bind(init, env, obj, args, kwargs)
+            ist = State(env, cur, st.setdev if st else None, "", obj, True, scope)
+            self._stack.append(init)
+            try:
+                self.exec_block(init.node.body.body if isinstance(init.node.body, cst.IndentedBlock) else [], [ist])
+            except (RecursionError, _Stop):
+                pass
+            finally:
+                self._stack.pop()
+        self._finish_instance(obj)
+        return obj
+
+    def _finish_instance(self, obj: Obj) -> None:
+        placed: list[tuple[str, str, int]] = []
+        for attr, v in obj.attrs.items():
+            for d, ln in _placements(v):
+                placed.append((attr, d, ln))
+        devs = [d for _, d, _ in placed]
+        if placed and is_split_devs(devs):
+            seen: dict[str, str] = {}
+            for attr, d, _ in placed:
+                seen.setdefault(attr, d)
+            obj.split = tuple(seen.items())
+            obj.devs = None
+        elif placed and len(set(devs)) == 1 and all(_placements(v) for v in obj.attrs.values() if _is_moduleish(v)):
+            obj.devs = one(devs[0])
+
+    def _bind(self, info: FuncInfo, env: dict, self_val, args: list, kwargs: dict) -> None:
+        params = self._params(info.node)
+        pos = list(args)
+        for i, (name, default) in enumerate(params):
+            if i == 0 and self_val is not None:
+                env[name] = self_val
+                continue
+            if pos:
+                env[name] = pos.pop(0)
+            elif name in kwargs:
+                env[name] = kwargs[name]
+            else:
+                env[name] = self._default_param_value(name, default)
+        star = info.node.params.star_arg
+        if isinstance(star, cst.Param):
+            env[star.name.value] = UNK
+        if info.node.params.star_kwarg is not None:
+            env[info.node.params.star_kwarg.name.value] = UNK
+
+    def _default_param_value(self, name: str, default) -> Val:
+        if default is None:
+            return SymV(name)
+        return self.ev(default, State(dict(self.globals), CURRENT, None, "", None, False, Scope("<default>")))
+
+    def call_function(self, info: FuncInfo, self_val, args: list, kwargs: dict, st: State, node) -> Val:
+        if info in self._stack or len(self._stack) >= _MAX_DEPTH:
+            return UNK
+        key = (id(info), id(self_val), tuple(_sig(a) for a in args), tuple(sorted((k, _sig(v)) for k, v in kwargs.items())), st.cur, st.mode)
+        if key in self._memo:
+            return self._memo[key]
+        self._memo[key] = UNK
+        env = dict(self.globals)
+        self._bind(info, env, self_val, args, kwargs)
+        cst_ = State(env, st.cur, st.setdev, st.mode, self_val if self_val is not None else None, st.in_init and info.name != "forward", st.scope)
+        cst_.returns = []
+        self._stack.append(info)
+        try:
+            self.exec_block(info.node.body.body if isinstance(info.node.body, cst.IndentedBlock) else [], [cst_])
+        except (RecursionError, _Stop):
+            pass
+        finally:
+            self._stack.pop()
+        result: Val | None = None
+        for r in cst_.returns:
+            result = r if result is None else join(result, r)
+        if result is None:
+            result = Const(None)
+        self._memo[key] = result
+        return result
+
+    def module_call(self, mod: Obj, args: list, kwargs: dict, st: State, node) -> Val:
+        """Calling a module: its inputs must be where it is; the output is where it ends."""
+        if mod.cls is not None and mod.attrs is not None:
+            st.scope.split_seen = st.scope.split_seen or bool(mod.split)
+            fwd = mod.cls.method("forward")
+            if fwd is None:
+                return UNK
+            out = self.call_function(fwd, mod, args, kwargs, st, node)
+            return out
+        if mod.kind in ("module", "any") and single(mod.devs) is not None:
+            for i, a in enumerate(args[:1]):
+                self.check_operand(node, a, mod.devs, st, what=mod.label or "the module", arg_index=i, expr=None)
+            return Obj("tensor", mod.devs, origin=f"output of `{mod.label or 'a module'}`", at=node)
+        return UNK
+
+    def check_operand(self, node, val: Val, devs, st: State, what: str, arg_index: int = 0, expr=None, op: str = "module") -> None:
+        if not isinstance(val, Obj) or val.kind == "scalar":
+            return
+        c = conflict(val.devs, devs)
+        if c:
+            self.emit("mismatch", node, st, key=arg_index, value=val, target=devs, what=what, op=op, expr=expr)
+
+    # ------------------------------------------------------------ statements
+
+    def exec_block(self, stmts: Iterable[cst.CSTNode], states: list[State]) -> list[State]:
+        for stmt in stmts:
+            if not states:
+                break
+            states = self.exec_stmt(stmt, states)
+        return states
+
+    def exec_stmt(self, stmt, states: list[State]) -> list[State]:
+        if isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                nxt = []
+                for st in states:
+                    if self.exec_small(small, st):
+                        nxt.append(st)
+                states = nxt
+            return states
+        t = type(stmt)
+        if t is cst.If:
+            return self.exec_if(stmt, states)
+        if t is cst.For:
+            return [self.exec_for(stmt, st) for st in states]
+        if t is cst.While:
+            out = []
+            for st in states:
+                body = self.exec_block(stmt.body.body, [st.copy()])
+                body = self.exec_block(stmt.body.body, body) if body else body
+                out.append(_join_states([st] + body) if body else st)
+            return out
+        if t is cst.With:
+            return [s for st in states for s in self.exec_with(stmt, st)]
+        if t is cst.Try:
+            out = []
+            for st in states:
+                body = self.exec_block(stmt.body.body, [st.copy()])
+                branches = list(body)
+                for h in stmt.handlers:
+                    branches.extend(self.exec_block(h.body.body, [st.copy()]))
+                if stmt.orelse is not None and body:
+                    branches = self.exec_block(stmt.orelse.body.body, branches)
+                if not branches:
+                    continue
+                j = _join_states(branches)
+                if stmt.finalbody is not None:
+                    j = self.exec_block(stmt.finalbody.body.body, [j])
+                    out.extend(j)
+                else:
+                    out.append(j)
+            return out
+        if t is cst.FunctionDef:
+            for st in states:
+                st.env[stmt.name.value] = FuncRef(FuncInfo(stmt, stmt.name.value, stmt.name.value))
+            return states
+        if t is cst.ClassDef:
+            return states
+        return states
+
+    def exec_small(self, s, st: State) -> bool:
+        """Returns False when the path ends (return/raise)."""
+        t = type(s)
+        if t is cst.Assign:
+            v = self.ev(s.value, st)
+            for tgt in s.targets:
+                self.assign(tgt.target, v, st, s.value)
+            return True
+        if t is cst.Expr:
+            self.ev(s.value, st)
+            return True
+        if t is cst.AnnAssign:
+            if s.value is not None:
+                self.assign(s.target, self.ev(s.value, st), st, s.value)
+            return True
+        if t is cst.AugAssign:
+            left = self.ev(s.target, st)
+            right = self.ev(s.value, st)
+            self.binop(s, left, right, st)
+            return True
+        if t is cst.Return:
+            st.returns.append(self.ev(s.value, st) if s.value is not None else Const(None))
+            return False
+        if t is cst.Raise:
+            return False
+        if t in (cst.Import, cst.ImportFrom):
+            for local, target in import_bindings(s, self.modname):
+                st.env[local] = self._imported(target)
+            return True
+        return True
+
+    def exec_if(self, stmt: cst.If, states: list[State]) -> list[State]:
+        out: list[State] = []
+        mode = _mode_test(stmt.test)
+        for st in states:
+            self.ev(stmt.test, st)
+            then = self.exec_block(stmt.body.body, [self._with_mode(st.copy(), mode, True)])
+            if stmt.orelse is None:
+                other = [self._with_mode(st.copy(), mode, False)]
+            elif isinstance(stmt.orelse, cst.If):
+                other = self.exec_if(stmt.orelse, [self._with_mode(st.copy(), mode, False)])
+            else:
+                other = self.exec_block(stmt.orelse.body.body, [self._with_mode(st.copy(), mode, False)])
+            branches = then + other
+            if not branches:
+                continue
+            if mode:
+                out.extend(branches)  # eval and training paths are kept apart
+            else:
+                out.append(_join_states(branches))
+        if len(out) > _MAX_WORLDS:
+            out = [_join_states(out)]
+        return out
+
+    @staticmethod
+    def _with_mode(st: State, mode, taken: bool) -> State:
+        if mode:
+            st.mode = mode[0] if taken else mode[1]
+        return st
+
+    def exec_for(self, stmt: cst.For, st: State) -> State:
+        it = self.ev(stmt.iter, st)
+        items = _iter_items(it)
+        if items is not None and len(items) <= _MAX_UNROLL:
+            cur = [st]
+            for item in items:
+                nxt = []
+                for s in cur:
+                    self.assign(stmt.target, item, s, None)
+                    nxt.extend(self.exec_block(stmt.body.body, [s]))
+                cur = nxt if nxt else cur
+                if len(cur) > _MAX_WORLDS:
+                    cur = [_join_states(cur)]
+            end = _join_states(cur) if len(cur) > 1 else cur[0]
+            if stmt.orelse is not None:
+                end = _join_states(self.exec_block(stmt.orelse.body.body, [end]) or [end])
+            return end
+        elem = _iter_elem(it, stmt.target)
+        before = st.copy()
+        body = st.copy()
+        self.assign(stmt.target, elem, body, None)
+        self._in_unknown_loop += 1
+        try:
+            first = self.exec_block(stmt.body.body, [body])
+            if first:
+                again = _join_states(first)
+                self.assign(stmt.target, elem, again, None)
+                second = self.exec_block(stmt.body.body, [again])
+                return _join_states([before] + first + second)
+        finally:
+            self._in_unknown_loop -= 1
+        return before
+
+    def exec_with(self, stmt: cst.With, st: State) -> list[State]:
+        inner = st.copy()
+        for item in stmt.items:
+            call = item.item
+            q = self.qname(call.func) if isinstance(call, cst.Call) else None
+            if q in torchapi.NO_GRAD:
+                inner.mode = "no_grad"
+            elif q in torchapi.DEVICE_CONTEXT and isinstance(call, cst.Call) and call.args:
+                dv = self.ev(call.args[0].value, st)
+                devs = as_device(dv)
+                inner.cur = single(devs) if devs else None
+                inner.setdev = call
+                v = dv
+            else:
+                v = self.ev(call, inner)
+                if item.asname is not None:
+                    self.assign(item.asname.name, UNK if not isinstance(v, Obj) else v, inner, None)
+        after = self.exec_block(stmt.body.body, [inner])
+        out = []
+        for a in after:
+            # Leaving `with torch.cuda.device(...)` / `no_grad` restores the outer state.
+            a.cur, a.setdev, a.mode = st.cur, st.setdev, st.mode
+            out.append(a)
+        return out
+
+    # ------------------------------------------------------------ assignment
+
+    def assign(self, target, v: Val, st: State, value_node) -> None:
+        t = type(target)
+        if t is cst.Name:
+            if isinstance(v, Obj) and not v.label:
+                v = v.with_(label=target.value)
+            st.env[target.value] = v
+        elif t is cst.Attribute:
+            base = self.ev(target.value, st)
+            name = target.attr.value
+            if isinstance(v, Obj) and not v.label:
+                v = v.with_(label=(dotted(target) or name))
+            if isinstance(base, Obj) and base.attrs is not None:
+                if st.in_init and base is st.self_obj:
+                    base.attrs[name] = v
+                else:
+                    st.env[f"{id(base)}.{name}"] = v
+        elif t in (cst.Tuple, cst.List):
+            elts = [e.value for e in target.elements]
+            items = v.items if isinstance(v, SeqV) and v.items is not None and len(v.items) == len(elts) else None
+            for i, e in enumerate(elts):
+                if isinstance(e, cst.StarredElement):
+                    self.assign(e.value, UNK, st, None)
+                    continue
+                if items is not None:
+                    sub = items[i]
+                elif isinstance(v, Obj) and v.kind in ("tensor", "any"):
+                    sub = v.with_(label="")
+                elif isinstance(v, SeqV):
+                    sub = v.elem
+                else:
+                    sub = UNK
+                self.assign(e, sub, st, None)
+        elif t is cst.Subscript:
+            base = self.ev(target.value, st)
+            if isinstance(base, DictV) and len(target.slice) == 1 and isinstance(target.slice[0].slice, cst.Index):
+                k = self.ev(target.slice[0].slice.value, st)
+                if isinstance(k, Const):
+                    base.items[k.value] = v
+
+    # ------------------------------------------------------------ expressions
+
+    def qname(self, node) -> str | None:
+        """The canonical dotted name an expression refers to (imports resolved)."""
+        d = dotted(node) if isinstance(node, (cst.Name, cst.Attribute)) else None
+        if d is None:
+            return None
+        head, _, rest = d.partition(".")
+        v = self.globals.get(head)
+        if isinstance(v, QName):
+            return canonical(v.q + ("." + rest if rest else ""))
+        if v is None and head in torchapi.BUILTINS:
+            return head
+        return None
+
+    def ev(self, node, st: State) -> Val:
+        t = type(node)
+        f = _EV.get(t)
+        if f is None:
+            return UNK
+        return f(self, node, st)
+
+    def ev_name(self, node: cst.Name, st: State) -> Val:
+        v = st.env.get(node.value)
+        if v is not None:
+            return v
+        if node.value in ("True", "False", "None"):
+            return Const({"True": True, "False": False, "None": None}[node.value])
+        if node.value in torchapi.BUILTINS:
+            return QName(node.value)
+        return UNK
+
+    def ev_attr(self, node: cst.Attribute, st: State) -> Val:
+        base = self.ev(node.value, st)
+        name = node.attr.value
+        if isinstance(base, QName):
+            return QName(canonical(f"{base.q}.{name}"))
+        if isinstance(base, Obj):
+            if base.attrs is not None:
+                key = f"{id(base)}.{name}"
+                if key in st.env:
+                    return st.env[key]
+                if name in base.attrs:
+                    return base.attrs[name]
+                if base.cls is not None:
+                    m = base.cls.method(name)
+                    if m is not None:
+                        return FuncRef(m, base)
+                if name == "device" and base.devs is not None:
+                    return DeviceV(base.devs)
+                if name == "module":
+                    return base
+                return UNK
+            if name == "device":
+                return DeviceV(base.devs) if base.devs is not None else SymV(f"{dotted(node) or 'value.device'}")
+            if name in ("weight", "bias") and base.kind in ("module", "any"):
+                return Obj("param", base.devs, label=dotted(node) or name, origin=base.origin, at=base.at, invariant=True)
+            if name in ("T", "mT", "data", "real", "imag"):
+                return base.with_(label=dotted(node) or base.label)
+            if name == "module":
+                return base
+            return UNK
+        if isinstance(base, SymV):
+            return SymV(f"{base.name}.{name}")
+        return UNK
+
+    def ev_subscript(self, node: cst.Subscript, st: State) -> Val:
+        base = self.ev(node.value, st)
+        if len(node.slice) != 1 or not isinstance(node.slice[0].slice, cst.Index):
+            if isinstance(base, Obj) and base.kind in ("tensor", "param", "buffer", "any"):
+                return base.with_(label="", kind="tensor")
+            return UNK
+        idx = self.ev(node.slice[0].slice.value, st)
+        if isinstance(base, SeqV):
+            if isinstance(idx, Const) and isinstance(idx.value, int) and base.items is not None:
+                if -len(base.items) <= idx.value < len(base.items):
+                    return base.items[idx.value]
+                return UNK
+            if isinstance(idx, Const) and isinstance(idx.value, int) and base.items is None:
+                text = dotted(node.value)
+                if text and _deviceish(base.elem):
+                    return DeviceV(one(f"sym:{text}[{idx.value}]"))
+                return base.elem
+            return base.elem if base.items is None else _join_all(base.items)
+        if isinstance(base, DictV):
+            if isinstance(idx, Const) and idx.value in base.items:
+                return base.items[idx.value]
+            vals = list(base.items.values())
+            return _join_all(vals) if vals else UNK
+        if isinstance(base, SymV) and isinstance(idx, Const) and isinstance(idx.value, (int, str)):
+            return SymV(f"{base.name}[{idx.value!r}]" if isinstance(idx.value, str) else f"{base.name}[{idx.value}]")
+        if isinstance(base, Obj) and base.kind in ("tensor", "param", "buffer", "any"):
+            if isinstance(idx, Obj):
+                self.check_operand(node, idx, base.devs, st, what=base.label or "the tensor", op="index")
+            return base.with_(label="", kind="tensor", invariant=base.invariant, worked=True)
+        return UNK
+
+    def ev_const(self, node, st: State) -> Val:
+        t = type(node)
+        if t is cst.Integer:
+            try:
+                return Const(int(node.value, 0))
+            except ValueError:
+                return UNK
+        if t is cst.Float:
+            return Const(0.5)
+        if t is cst.SimpleString:
+            try:
+                return Const(node.evaluated_value)
+            except Exception:
+                return UNK
+        return UNK
+
+    def ev_fstring(self, node: cst.FormattedString, st: State) -> Val:
+        text = ""
+        sym = None
+        for p in node.parts:
+            if isinstance(p, cst.FormattedStringText):
+                text += p.value
+            else:
+                v = self.ev(p.expression, st)
+                if isinstance(v, Const) and isinstance(v.value, (int, str)) and p.format_spec is None:
+                    text += str(v.value)
+                elif isinstance(v, SymV):
+                    sym = v.name
+                    text += "{" + v.name + "}"
+                else:
+                    src = dotted(p.expression)
+                    if src is None:
+                        return UNK
+                    sym = src
+                    text += "{" + src + "}"
+        if sym is None:
+            return Const(text)
+        if text.startswith(("cuda:", "cuda")):
+            name = sym if sym.startswith("each:") else text
+            return DeviceV(one(f"sym:{name}"))
+        return UNK
+
+    def ev_concat(self, node: cst.ConcatenatedString, st: State) -> Val:
+        a, b = self.ev(node.left, st), self.ev(node.right, st)
+        if isinstance(a, Const) and isinstance(b, Const) and isinstance(a.value, str) and isinstance(b.value, str):
+            return Const(a.value + b.value)
+        return UNK
+
+    def ev_seq(self, node, st: State) -> Val:
+        items = []
+        for e in node.elements:
+            if isinstance(e, cst.StarredElement):
+                v = self.ev(e.value, st)
+                if isinstance(v, SeqV) and v.items is not None:
+                    items.extend(v.items)
+                    continue
+                return SeqV(None, elem=_join_all(items + [v.elem if isinstance(v, SeqV) else UNK]) if items else UNK, kind="list")
+            items.append(self.ev(e.value, st))
+        return SeqV(tuple(items), kind="tuple" if isinstance(node, cst.Tuple) else "list")
+
+    def ev_dict(self, node: cst.Dict, st: State) -> Val:
+        items = {}
+        for e in node.elements:
+            if isinstance(e, cst.DictElement):
+                k = self.ev(e.key, st)
+                v = self.ev(e.value, st)
+                if isinstance(k, Const):
+                    items[k.value] = v
+                else:
+                    return UNK
+            else:
+                self.ev(e.value, st)
+                return UNK
+        return DictV(items)
+
+    def ev_comp(self, node, st: State) -> Val:
+        # [elt for target in iter if ...]: unrolled for short known iterables.
+        inner = st.copy()
+        inner.returns = []
+        fors = []
+        f = node.for_in
+        while f is not None:
+            fors.append(f)
+            f = f.inner_for_in
+        if len(fors) == 1:
+            it = self.ev(fors[0].iter, inner)
+            items = _iter_items(it)
+            if items is not None and len(items) <= _MAX_UNROLL and not fors[0].ifs:
+                out = []
+                for item in items:
+                    self.assign(fors[0].target, item, inner, None)
+                    out.append(self._comp_elt(node, inner))
+                return self._comp_result(node, tuple(out), None)
+        for f in fors:
+            it = self.ev(f.iter, inner)
+            self.assign(f.target, _iter_elem(it, f.target), inner, None)
+        self._in_unknown_loop += 1
+        try:
+            elem = self._comp_elt(node, inner)
+        finally:
+            self._in_unknown_loop -= 1
+        return self._comp_result(node, None, elem)
+
+    def _comp_elt(self, node, st):
+        if isinstance(node, cst.DictComp):
+            self.ev(node.key, st)
+            return self.ev(node.value, st)
+        return self.ev(node.elt, st)
+
+    @staticmethod
+    def _comp_result(node, items, elem) -> Val:
+        if isinstance(node, cst.DictComp):
+            return DictV({}) if items is None else UNK
+        if isinstance(node, cst.GeneratorExp):
+            return SeqV(items, elem=elem if elem is not None else UNK, kind="gen")
+        return SeqV(items, elem=elem if elem is not None else UNK, kind="list")
+
+    def ev_ifexp(self, node: cst.IfExp, st: State) -> Val:
+        self.ev(node.test, st)
+        return join(self.ev(node.body, st), self.ev(node.orelse, st))
+
+    def ev_binop(self, node: cst.BinaryOperation, st: State) -> Val:
+        a = self.ev(node.left, st)
+        b = self.ev(node.right, st)
+        return self.binop(node, a, b, st)
+
+    def binop(self, node, a: Val, b: Val, st: State) -> Val:
+        if isinstance(a, Obj) and isinstance(b, Obj):
+            if a.kind == "scalar":
+                return b.with_(label="", invariant=False, worked=True) if b.kind != "scalar" else a
+            if b.kind == "scalar":
+                return a.with_(label="", invariant=False, worked=True)
+            c = conflict(a.devs, b.devs)
+            if c:
+                self.emit("mismatch", node, st, key="binop", value=b, target=a.devs, what=a.label or "the left operand", op="op", other=a)
+                return UNK
+            return Obj("tensor", join_devs(a.devs, b.devs), origin=a.origin or b.origin, at=a.at or b.at,
+                       invariant=a.invariant and b.invariant)
+        if isinstance(a, Obj) and a.kind not in ("module",):
+            return a.with_(label="", kind="tensor" if a.kind != "scalar" else "scalar", worked=True)
+        if isinstance(b, Obj) and b.kind not in ("module",):
+            return b.with_(label="", kind="tensor" if b.kind != "scalar" else "scalar", worked=True)
+        if isinstance(a, Const) and isinstance(b, Const):
+            try:
+                if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Add):
+                    return Const(a.value + b.value)
+            except Exception:
+                return UNK
+        return UNK
+
+    def ev_unary(self, node, st):
+        v = self.ev(node.expression, st)
+        if isinstance(v, Obj) and v.kind != "module":
+            return v.with_(label="", worked=True)
+        return UNK
+
+    def ev_compare(self, node, st):
+        self.ev(node.left, st)
+        for c in node.comparisons:
+            self.ev(c.comparator, st)
+        return UNK
+
+    def ev_boolop(self, node, st):
+        a = self.ev(node.left, st)
+        b = self.ev(node.right, st)
+        if isinstance(a, Obj) or isinstance(b, Obj):
+            return join(a, b) if isinstance(a, Obj) and isinstance(b, Obj) else UNK
+        return UNK
+
+    def ev_lambda(self, node, st):
+        return UNK
+
+    def ev_await(self, node, st):
+        return self.ev(node.expression, st)
+
+    def ev_paren_free(self, node, st):
+        return UNK
+
+    # ------------------------------------------------------------ calls
+
+    def ev_call(self, node: cst.Call, st: State) -> Val:
+        func = node.func
+        if isinstance(func, cst.Attribute):
+            recv = self.ev(func.value, st)
+            meth = func.attr.value
+            if isinstance(recv, QName):
+                return self.library_call(canonical(f"{recv.q}.{meth}"), node, st)
+            args, kwargs = self.ev_args(node, st)
+            return self.method_call(recv, meth, args, kwargs, node, st)
+        callee = self.ev(func, st)
+        if isinstance(callee, QName):
+            return self.library_call(callee.q, node, st)
+        args, kwargs = self.ev_args(node, st)
+        if isinstance(callee, ClassRef):
+            obj = self.instantiate(callee.info, args, kwargs, st, node)
+            self._note_class_use(obj, st, node)
+            return obj
+        if isinstance(callee, FuncRef):
+            return self.call_function(callee.info, callee.bound, args, kwargs, st, node)
+        if isinstance(callee, Summarized):
+            from mpcheck.devices.summary import call_summarized
+
+            return call_summarized(self, callee, args, kwargs, st, node)
+        if isinstance(callee, Obj) and callee.kind in ("module", "any"):
+            return self.module_call(callee, args, kwargs, st, node)
+        if isinstance(callee, SeqV) and callee.module:
+            return self.sequential_call(callee, args, kwargs, st, node)
+        return UNK
+
+    def _note_class_use(self, obj: Obj, st: State, node) -> None:
+        if obj.split:
+            st.scope.split_seen = True
+            uses_current = any(d == CURRENT or d == st.cur and st.setdev is not None for _, d in obj.split)
+            if st.setdev is not None and uses_current:
+                self.emit("split_built_after_setdev", node, st, setdev=st.setdev, obj=obj)
+
+    def ev_args(self, node: cst.Call, st: State) -> tuple[list, dict]:
+        args: list = []
+        kwargs: dict = {}
+        for a in node.args:
+            v = self.ev(a.value, st)
+            if a.keyword is not None:
+                kwargs[a.keyword.value] = v
+            elif a.star == "*":
+                if isinstance(v, SeqV) and v.items is not None:
+                    args.extend(v.items)
+                else:
+                    args.append(UNK)
+            elif a.star == "**":
+                pass
+            else:
+                args.append(v)
+        return args, kwargs
+
+    def sequential_call(self, seq: SeqV, args, kwargs, st, node) -> Val:
+        if seq.items is None:
+            return UNK
+        h = args[0] if args else UNK
+        for item in seq.items:
+            if isinstance(item, Obj):
+                h = self.module_call(item, [h], {}, st, node)
+            elif isinstance(item, SeqV) and item.module:
+                h = self.sequential_call(item, [h], {}, st, node)
+            else:
+                h = UNK
+        return h
+
+    from mpcheck.devices.calls import (  # noqa: E402  (methods of Interp, kept in their own module)
+        _indexless,
+        _move_target,
+        _note_indexless_arg,
+        _rebind,
+        dispatched,
+        factory,
+        library_call,
+        method_call,
+        move,
+        tensor_op,
+    )
+
+
+def _sig(v: Val):
+    if isinstance(v, Const):
+        return ("c", repr(v.value))
+    if isinstance(v, DeviceV):
+        return ("d", v.devs)
+    if isinstance(v, Obj):
+        return ("o", v.kind, v.devs, id(v.cls) if v.cls else None, id(v.attrs) if v.attrs is not None else None)
+    if isinstance(v, SymV):
+        return ("s", v.name)
+    if isinstance(v, SeqV):
+        return ("l", tuple(_sig(i) for i in v.items) if v.items is not None and len(v.items) < 8 else None)
+    return (type(v).__name__, id(v) if isinstance(v, (ClassRef, FuncRef, Summarized)) else None)
+
+
+def _is_moduleish(v: Val) -> bool:
+    return (isinstance(v, Obj) and v.kind in ("module", "any", "param", "buffer")) or (isinstance(v, SeqV) and v.module) or (
+        isinstance(v, DictV) and v.module
+    )
+
+
+def _placements(v: Val, depth: int = 0) -> list[tuple[str, int]]:
+    """The devices a submodule/parameter/container attribute puts weights on."""
+    if depth > 3:
+        return []
+    if isinstance(v, Obj):
+        if v.kind not in ("module", "any", "param", "buffer"):
+            return []
+        if v.split:
+            return [(d, 0) for _, d in v.split]
+        if v.devs is not None:
+            return [(d, v.at) for d in sorted(v.devs)]
+        return []
+    if isinstance(v, SeqV) and v.module:
+        if v.items is not None:
+            return [p for i in v.items for p in _placements(i, depth + 1)]
+        return _placements(v.elem, depth + 1)
+    if isinstance(v, DictV) and v.module:
+        return [p for i in v.items.values() for p in _placements(i, depth + 1)]
+    return []
+
+
+def _deviceish(v: Val) -> bool:
+    return isinstance(v, DeviceV) or (isinstance(v, Const) and isinstance(v.value, str) and device_from_str(v.value) is not None)
+
+
+def _join_all(vals) -> Val:
+    out = None
+    for v in vals:
+        out = v if out is None else join(out, v)
+    return out if out is not None else UNK
+
+
+def _iter_items(it: Val):
+    if isinstance(it, SeqV) and it.items is not None:
+        return list(it.items)
+    if isinstance(it, DictV):
+        return [Const(k) for k in it.items]
+    return None
+
+
+def _iter_elem(it: Val, target) -> Val:
+    if isinstance(it, SeqV):
+        if it.items is None:
+            if isinstance(it.elem, SymV) and it.elem.name.startswith("each:"):
+                return it.elem
+            return it.elem if it.elem is not UNK else _each(target)
+        return _join_all(it.items)
+    return _each(target)
+
+
+def _each(target) -> Val:
+    if isinstance(target, cst.Name):
+        return SymV(f"each:{target.value}")
+    return UNK
+
+
+def _mode_test(test) -> tuple[str, str] | None:
+    """('train','eval') for `self.training`, reversed for `not self.training`."""
+    neg = False
+    while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        neg = not neg
+        test = test.expression
+    if isinstance(test, cst.Attribute) and test.attr.value == "training":
+        return ("eval", "train") if neg else ("train", "eval")
+    if isinstance(test, cst.Call) and dotted(test.func) in ("torch.is_grad_enabled",):
+        return ("no_grad", "train") if neg else ("train", "no_grad")
+    return None
+
+
+_EV = {
+    cst.Name: Interp.ev_name,
+    cst.Attribute: Interp.ev_attr,
+    cst.Call: Interp.ev_call,
+    cst.Subscript: Interp.ev_subscript,
+    cst.Integer: Interp.ev_const,
+    cst.Float: Interp.ev_const,
+    cst.SimpleString: Interp.ev_const,
+    cst.FormattedString: Interp.ev_fstring,
+    cst.ConcatenatedString: Interp.ev_concat,
+    cst.List: Interp.ev_seq,
+    cst.Tuple: Interp.ev_seq,
+    cst.Set: Interp.ev_seq,
+    cst.Dict: Interp.ev_dict,
+    cst.ListComp: Interp.ev_comp,
+    cst.SetComp: Interp.ev_comp,
+    cst.GeneratorExp: Interp.ev_comp,
+    cst.DictComp: Interp.ev_comp,
+    cst.IfExp: Interp.ev_ifexp,
+    cst.BinaryOperation: Interp.ev_binop,
+    cst.UnaryOperation: Interp.ev_unary,
+    cst.Comparison: Interp.ev_compare,
+    cst.BooleanOperation: Interp.ev_boolop,
+    cst.Lambda: Interp.ev_lambda,
+    cst.Await: Interp.ev_await,
+}

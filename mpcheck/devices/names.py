@@ -1,0 +1,93 @@
+"""Imports and aliases, resolved from the import statements themselves.
+
+libcst's scope and qualified-name providers cost 5-10x a parse; a file's
+imports are a handful of statements, so reading them directly is enough:
+`from torch.nn import DataParallel as DP` binds DP -> torch.nn.DataParallel,
+`import torch.nn.parallel as par` binds par -> torch.nn.parallel.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+# Public re-exports of the same object, mapped to one canonical name.
+_CANONICAL_PREFIXES = (
+    ("torch.nn.parallel.data_parallel.", "torch.nn.parallel."),
+    ("torch.nn.parallel.distributed.", "torch.nn.parallel."),
+    ("torch.nn.parallel.scatter_gather.", "torch.nn.parallel."),
+    ("torch.nn.parallel.replicate.", "torch.nn.parallel."),
+    ("torch.nn.parallel.parallel_apply.", "torch.nn.parallel."),
+    ("torch.cuda.comm.", "torch.nn.parallel.comm."),
+    ("torch.nn.modules.container.", "torch.nn."),
+    ("torch.nn.modules.module.", "torch.nn."),
+    ("torch.nn.parameter.", "torch.nn."),
+)
+_CANONICAL = {
+    "torch.nn.DataParallel": "torch.nn.parallel.DataParallel",
+    "torch.nn.parallel.DistributedDataParallel": "torch.nn.parallel.DistributedDataParallel",
+    "torch.nn.parallel.data_parallel": "torch.nn.parallel.data_parallel",
+}
+
+
+def canonical(q: str) -> str:
+    for old, new in _CANONICAL_PREFIXES:
+        if q.startswith(old):
+            q = new + q[len(old):]
+            break
+    return _CANONICAL.get(q, q)
+
+
+def dotted(node: cst.BaseExpression) -> str | None:
+    """'a.b.c' for a Name/Attribute chain, else None."""
+    parts: list[str] = []
+    while isinstance(node, cst.Attribute):
+        parts.append(node.attr.value)
+        node = node.value
+    if isinstance(node, cst.Name):
+        parts.append(node.value)
+        return ".".join(reversed(parts))
+    return None
+
+
+def resolve_relative(level: int, module: str | None, modname: str, is_package: bool = False) -> str:
+    base = modname.split(".")
+    # A module's own package is its name minus the last part (unless it is a package's __init__).
+    if not is_package:
+        base = base[:-1]
+    if level > 1:
+        base = base[: len(base) - (level - 1)] if level - 1 <= len(base) else []
+    if module:
+        base = base + module.split(".")
+    return ".".join(base)
+
+
+def import_bindings(stmt: cst.CSTNode, modname: str = "") -> list[tuple[str, str]]:
+    """(local name, dotted target) pairs bound by one Import/ImportFrom."""
+    out: list[tuple[str, str]] = []
+    if isinstance(stmt, cst.Import):
+        for alias in stmt.names:
+            full = dotted(alias.name)
+            if not full:
+                continue
+            if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                out.append((alias.asname.name.value, full))
+            else:
+                top = full.split(".")[0]
+                out.append((top, top))
+    elif isinstance(stmt, cst.ImportFrom):
+        mod = dotted(stmt.module) if stmt.module is not None else None
+        level = len(stmt.relative)
+        if level:
+            is_pkg = modname.endswith(".__init__")
+            name = modname[: -len(".__init__")] if is_pkg else modname
+            mod = resolve_relative(level, mod, name, is_pkg)
+        if not mod or isinstance(stmt.names, cst.ImportStar):
+            return out
+        for alias in stmt.names:
+            if not isinstance(alias.name, cst.Name):
+                continue
+            local = alias.name.value
+            if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                local = alias.asname.name.value
+            out.append((local, f"{mod}.{alias.name.value}"))
+    return out

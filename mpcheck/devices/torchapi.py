@@ -1,0 +1,123 @@
+"""What the model knows about PyTorch's API, by canonical name (names.canonical)."""
+
+from __future__ import annotations
+
+DATA_PARALLEL = frozenset({"torch.nn.parallel.DataParallel", "torch.nn.parallel.data_parallel"})
+DDP = frozenset({"torch.nn.parallel.DistributedDataParallel"})
+
+# DataParallel's internals (torch.nn.parallel) and the collectives it uses.
+PARALLEL_PRIMITIVES = frozenset(
+    {
+        "torch.nn.parallel.scatter",
+        "torch.nn.parallel.gather",
+        "torch.nn.parallel.replicate",
+        "torch.nn.parallel.parallel_apply",
+        "torch.nn.parallel.scatter_kwargs",
+        "torch.nn.parallel.comm.broadcast",
+        "torch.nn.parallel.comm.broadcast_coalesced",
+        "torch.nn.parallel.comm.reduce_add",
+        "torch.nn.parallel.comm.reduce_add_coalesced",
+        "torch.nn.parallel.comm.scatter",
+        "torch.nn.parallel.comm.gather",
+    }
+)
+
+SET_DEVICE = frozenset({"torch.cuda.set_device"})
+DEVICE_CONTEXT = frozenset({"torch.cuda.device"})
+NO_GRAD = frozenset({"torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad", "torch.autograd.grad_mode.no_grad"})
+DEFAULT_DEVICE_CHANGERS = ("set_default_device", "set_default_tensor_type", "set_default_dtype")
+
+BUILTINS = frozenset(
+    {
+        "range", "enumerate", "zip", "len", "list", "tuple", "reversed", "super", "isinstance", "getattr",
+        "dict", "sorted", "next", "iter", "print", "min", "max", "sum", "int", "float", "str", "setattr",
+        "hasattr", "map", "filter", "any", "all", "abs", "type", "id", "round",
+    }
+)
+
+DTYPE_NAMES = frozenset(
+    {
+        "float16", "float32", "float64", "bfloat16", "half", "float", "double", "int64", "long", "int32",
+        "int", "int16", "short", "int8", "uint8", "bool", "complex64", "complex128", "cfloat", "cdouble",
+        "float8_e4m3fn", "float8_e5m2",
+    }
+)
+
+FACTORIES = frozenset(
+    {
+        "zeros", "ones", "empty", "full", "rand", "randn", "randint", "randperm", "arange", "linspace",
+        "logspace", "eye", "tensor", "as_tensor", "from_numpy", "empty_strided", "tril_indices",
+        "triu_indices", "normal", "bernoulli",
+    }
+)
+LIKE_FACTORIES = frozenset({"zeros_like", "ones_like", "empty_like", "full_like", "rand_like", "randn_like", "randint_like"})
+CUDA_TENSOR_TYPES = frozenset(
+    {
+        "FloatTensor", "DoubleTensor", "HalfTensor", "BFloat16Tensor", "IntTensor", "LongTensor",
+        "ShortTensor", "ByteTensor", "CharTensor", "BoolTensor",
+    }
+)
+
+# Tensor methods whose tensor arguments must be on the receiver's device.
+SAME_DEVICE_METHODS = frozenset(
+    {
+        "add", "add_", "sub", "sub_", "mul", "mul_", "div", "div_", "matmul", "mm", "bmm", "addmm",
+        "masked_fill", "masked_fill_", "index_select", "gather", "scatter", "scatter_", "scatter_add",
+        "scatter_add_", "where", "index_add", "index_add_", "masked_scatter", "masked_scatter_", "lerp",
+        "lerp_", "addcmul", "addcmul_", "addcdiv", "addcdiv_", "maximum", "minimum", "pow", "dot", "baddbmm",
+        "index_fill", "index_fill_", "masked_select", "take_along_dim", "expand_as",
+    }
+)
+# Tensor methods that do not keep the receiver's device or are not tensors.
+NON_TENSOR_METHODS = frozenset(
+    {
+        "item", "tolist", "numpy", "size", "dim", "numel", "type_as", "type", "data_ptr", "element_size",
+        "is_contiguous", "stride", "get_device", "equal", "nelement", "ndimension", "storage", "untyped_storage",
+        "parameters", "named_parameters", "buffers", "named_buffers", "modules", "named_modules", "children",
+        "named_children", "state_dict", "load_state_dict", "register_forward_hook", "register_forward_pre_hook",
+        "apply", "train", "eval", "zero_grad", "requires_grad_", "backward", "register_hook", "copy_",
+    }
+)
+DTYPE_METHODS = frozenset({"half", "float", "double", "bfloat16", "long", "int", "bool", "short", "char", "byte"})
+
+# Torch functions that are not tensor ops (no device agreement to check).
+NOT_OPS_PREFIXES = (
+    "torch.cuda.", "torch.distributed.", "torch.nn.init.", "torch.nn.utils.", "torch.optim.", "torch.utils.",
+    "torch.autograd.", "torch.jit.", "torch.backends.", "torch.manual_seed", "torch.save", "torch.load",
+    "torch.compile", "torch.no_grad", "torch.is_", "torch.set_", "torch.get_", "torch.device", "torch.finfo",
+    "torch.iinfo", "torch.Size", "torch.testing.", "torch.fx.", "torch.amp.", "torch.autocast", "torch._",
+    "torch.nn.parallel.", "torch.export.", "torch.library.", "torch.overrides.", "torch.profiler.",
+    "torch.onnx.", "torch.hub.", "torch.multiprocessing.", "torch.random.", "torch.compiler.",
+)
+
+LOSS_FUNCTIONS = frozenset(
+    {
+        "cross_entropy", "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss",
+        "binary_cross_entropy", "binary_cross_entropy_with_logits", "kl_div", "ctc_loss",
+        "cosine_embedding_loss", "margin_ranking_loss", "hinge_embedding_loss", "multi_margin_loss",
+        "multilabel_margin_loss", "multilabel_soft_margin_loss", "poisson_nll_loss", "gaussian_nll_loss",
+        "triplet_margin_loss", "soft_margin_loss",
+    }
+)
+DISPATCHERS = frozenset({"dispatch_model", "load_checkpoint_and_dispatch"})
+SPLIT_DEVICE_MAPS = frozenset({"auto", "balanced", "balanced_low_0", "sequential"})
+
+
+def is_dtype_name(q: str) -> bool:
+    return q.startswith("torch.") and q[6:] in DTYPE_NAMES
+
+
+def is_torch_op(q: str) -> bool:
+    if q.startswith("torch.nn.functional."):
+        return True
+    if not q.startswith("torch.") or q.startswith(NOT_OPS_PREFIXES):
+        return False
+    rest = q[6:]
+    if "." in rest:  # torch.linalg.*, torch.fft.*, torch.special.* are ops; torch.nn.X are classes
+        return rest.split(".")[0] in ("linalg", "fft", "special")
+    return not rest[:1].isupper()
+
+
+def is_loss(q: str) -> bool:
+    last = q.rsplit(".", 1)[-1]
+    return last in LOSS_FUNCTIONS or (q.startswith("torch.nn.") and last.endswith("Loss"))

@@ -1,0 +1,293 @@
+"""The lattice of abstract values the device model computes.
+
+A device set `Devs` is `None` (unknown) or a small frozenset of device names:
+one element when the device is known, several when paths disagree. Device
+names are concrete (`"cpu"`, `"cuda:1"`, `"cuda"` = the current CUDA device)
+or symbolic (`"sym:devices[1]"`: element 1 of a parameter called `devices`;
+`"sym:each:i"`: a device that changes with a loop variable). Unknown never
+yields a finding: rules only compare devices that are certainly different.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+from typing import Any, Optional
+
+Devs = Optional[frozenset]
+
+CURRENT = "cuda"  # index-less CUDA device: whatever the current device is
+_MAX_SET = 4
+_SYM_INDEX = re.compile(r"^sym:(.+)\[(-?\d+)\]$")
+
+
+def one(dev: str) -> frozenset:
+    return frozenset((dev,))
+
+
+def join_devs(a: Devs, b: Devs) -> Devs:
+    if a is None or b is None:
+        return None
+    u = a | b
+    return u if len(u) <= _MAX_SET else None
+
+
+def single(devs: Devs) -> str | None:
+    """The device when it is known and unique."""
+    if devs is not None and len(devs) == 1:
+        return next(iter(devs))
+    return None
+
+
+def _concrete(dev: str) -> str:
+    # The current device is cuda:0 unless set_device says otherwise; the
+    # interpreter substitutes set_device's index before values reach here.
+    return "cuda:0" if dev == CURRENT else dev
+
+
+def distinct(a: str, b: str) -> bool:
+    """True only when devices a and b are certainly different."""
+    if a == b:
+        return False
+    sa, sb = a.startswith("sym:"), b.startswith("sym:")
+    if sa or sb:
+        if not (sa and sb):
+            return False
+        ma, mb = _SYM_INDEX.match(a), _SYM_INDEX.match(b)
+        # Two entries of one list of devices are taken to be different devices:
+        # that is what a list of stage devices is for.
+        return bool(ma and mb and ma.group(1) == mb.group(1) and ma.group(2) != mb.group(2))
+    return _concrete(a) != _concrete(b)
+
+
+def conflict(a: Devs, b: Devs) -> tuple[str, str] | None:
+    """(a, b) when both are known single devices that certainly differ."""
+    x, y = single(a), single(b)
+    if x is not None and y is not None and distinct(x, y):
+        return x, y
+    return None
+
+
+def distinct_devices(devs) -> list[str]:
+    """The devices of `devs` (an iterable of names) that are pairwise distinct
+    (symbolic ones only when they are entries of one list)."""
+    out: list[str] = []
+    for d in devs:
+        if d is None:
+            continue
+        if d.startswith("sym:each:"):
+            out.append(d)
+            continue
+        if all(distinct(d, o) for o in out):
+            out.append(d)
+    return out
+
+
+def is_split_devs(devs) -> bool:
+    ds = distinct_devices(devs)
+    return len(ds) >= 2 or any(d.startswith("sym:each:") for d in ds)
+
+
+def show(dev: str | None) -> str:
+    if dev is None:
+        return "an unknown device"
+    if dev == CURRENT:
+        return "the current CUDA device ('cuda')"
+    if dev.startswith("sym:each:"):
+        return f"a device that changes with `{dev[9:]}`"
+    if dev.startswith("sym:"):
+        return f"`{dev[4:]}`"
+    return dev
+
+
+def show_devs(devs: Devs) -> str:
+    if devs is None:
+        return "an unknown device"
+    return " or ".join(show(d) for d in sorted(devs))
+
+
+def device_literal(dev: str) -> str:
+    """How to write the device in code (for fixes and messages)."""
+    if dev.startswith("sym:"):
+        return dev[4:]
+    return repr(dev)
+
+
+# ---------------------------------------------------------------- values
+
+
+class Val:
+    __slots__ = ()
+
+
+class _Unknown(Val):
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "UNK"
+
+
+UNK = _Unknown()
+
+
+@dataclass(eq=False)
+class Const(Val):
+    value: Any
+
+
+@dataclass(eq=False)
+class DeviceV(Val):
+    """A value that denotes a device: torch.device(...), 'cuda:1', an index."""
+
+    devs: Devs
+    text: str = ""
+
+
+@dataclass(eq=False)
+class DtypeV(Val):
+    pass
+
+
+@dataclass(eq=False)
+class Obj(Val):
+    """A tensor, parameter, buffer or module whose device the model tracks.
+
+    kind: 'tensor' | 'param' | 'buffer' | 'module' | 'any' (moved by .to() but
+    of a type the model does not know)."""
+
+    kind: str
+    devs: Devs
+    label: str = ""
+    origin: str = ""  # where it got its device, for messages ("moved to cuda:1")
+    at: Any = None  # the node where it got its device (positions are resolved lazily)
+    cls: Any = None  # ClassInfo of an instance of an analysed class
+    attrs: Optional[dict] = None  # attribute -> Val, for instances
+    split: Optional[tuple] = None  # ((attr, dev), ...) when on >= 2 devices
+    dispatched: str = ""  # how a library split it ("device_map='auto'")
+    invariant: bool = False  # unchanging between calls (buffer, parameter, constant)
+    moved_from: Devs = None  # for MP005: the device before the last transfer
+    moved_at: Any = None  # the node of the last transfer
+    worked: bool = True  # has it been computed on since the last transfer?
+    in_devs: Devs = None  # modules: where their input must be
+    out_devs: Devs = None  # modules: where their output is
+
+    def with_(self, **kw) -> "Obj":
+        return replace(self, **kw)
+
+
+@dataclass(eq=False)
+class SeqV(Val):
+    items: Optional[tuple]  # None: unknown length
+    elem: Val = UNK  # the join of the items when the length is unknown
+    kind: str = "list"
+    module: bool = False  # an nn.Sequential / ModuleList
+
+
+@dataclass(eq=False)
+class DictV(Val):
+    items: dict
+    module: bool = False
+
+
+@dataclass(eq=False)
+class QName(Val):
+    """A reference to an imported (or builtin) name: 'torch.nn.DataParallel'."""
+
+    q: str
+
+
+@dataclass(eq=False)
+class ClassRef(Val):
+    info: Any
+
+
+@dataclass(eq=False)
+class FuncRef(Val):
+    info: Any
+    bound: Optional[Val] = None  # self, for methods
+
+
+@dataclass(eq=False)
+class Summarized(Val):
+    """A class or function from another project file, known by its summary."""
+
+    summary: dict
+    name: str
+    kind: str  # 'class' | 'function'
+
+
+@dataclass(eq=False)
+class SymV(Val):
+    """An unknown value with a name (a parameter, `devices[1]`): as a device it
+    is symbolic, so two entries of one list of devices can be told apart."""
+
+    name: str
+
+
+def devs_of(v: Val) -> Devs:
+    if isinstance(v, Obj):
+        return v.devs
+    if isinstance(v, DeviceV):
+        return v.devs
+    return None
+
+
+def join(a: Val, b: Val) -> Val:
+    """The value after two paths meet."""
+    if a is b:
+        return a
+    if isinstance(a, Obj) and isinstance(b, Obj):
+        kind = a.kind if a.kind == b.kind else "any"
+        devs = join_devs(a.devs, b.devs)
+        same = a.devs == b.devs
+        return Obj(
+            kind,
+            devs,
+            label=a.label or b.label,
+            origin=a.origin if same else "",
+            at=a.at if same else None,
+            cls=a.cls if a.cls is b.cls else None,
+            attrs=a.attrs if a.attrs is b.attrs else None,
+            split=a.split or b.split if (a.split and b.split) else None,
+            invariant=a.invariant and b.invariant,
+            worked=a.worked or b.worked,
+            moved_from=a.moved_from if a.moved_from == b.moved_from else None,
+            in_devs=a.in_devs if a.in_devs == b.in_devs else None,
+            out_devs=a.out_devs if a.out_devs == b.out_devs else None,
+        )
+    if isinstance(a, DeviceV) and isinstance(b, DeviceV):
+        return DeviceV(join_devs(a.devs, b.devs))
+    if isinstance(a, Const) and isinstance(b, Const) and a.value == b.value and type(a.value) is type(b.value):
+        return a
+    if isinstance(a, (Const, DeviceV)) and isinstance(b, (Const, DeviceV)):
+        da, db = as_device(a), as_device(b)
+        if da is not None and db is not None:
+            return DeviceV(join_devs(da, db))
+    if isinstance(a, SeqV) and isinstance(b, SeqV) and a.items is not None and b.items is not None and len(a.items) == len(b.items):
+        return SeqV(tuple(join(x, y) for x, y in zip(a.items, b.items)), kind=a.kind, module=a.module and b.module)
+    return UNK
+
+
+def device_from_str(s: str) -> str | None:
+    s = s.strip()
+    if s in ("cuda", "cpu", "meta", "mps", "xpu"):
+        return s
+    m = re.fullmatch(r"(cuda|xpu|npu|mps):(\d+)", s)
+    if m:
+        return f"{m.group(1)}:{int(m.group(2))}"
+    return None
+
+
+def as_device(v: Val, ints_are_cuda: bool = True) -> Devs:
+    """The device a value denotes when used as a device argument, or None."""
+    if isinstance(v, DeviceV):
+        return v.devs
+    if isinstance(v, SymV):
+        return one(f"sym:{v.name}")
+    if isinstance(v, Const):
+        if isinstance(v.value, str):
+            d = device_from_str(v.value)
+            return one(d) if d else None
+        if isinstance(v.value, int) and not isinstance(v.value, bool) and ints_are_cuda and v.value >= 0:
+            return one(f"cuda:{v.value}")
+    return None

@@ -1,0 +1,59 @@
+"""FileContext: what a rule sees of one file.
+
+One parse per file. Positions are computed only when a rule reports something
+(libcst's PositionProvider over the same tree, so node identity is kept), and
+the device model only when a rule asks for it.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Mapping
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+
+class FileContext:
+    def __init__(
+        self,
+        path: str,
+        source: str,
+        module: cst.Module,
+        modname: str = "",
+        project: Mapping[str, dict] | None = None,
+    ) -> None:
+        self.path = path
+        self.source = source
+        self.module = module
+        self.modname = modname
+        self.project = dict(project or {})
+        self._positions = None
+
+    @cached_property
+    def model(self):
+        from mpcheck.devices.model import DeviceModel
+
+        return DeviceModel(self)
+
+    def _pos(self):
+        if self._positions is None:
+            wrapper = MetadataWrapper(self.module, unsafe_skip_copy=True)
+            self._positions = wrapper.resolve(PositionProvider)
+        return self._positions
+
+    def span(self, node: cst.CSTNode) -> tuple[tuple[int, int], tuple[int, int]]:
+        """((line, col), (end_line, end_col)), 1-based lines and columns."""
+        r = self._pos().get(node)
+        if r is None:
+            return (1, 1), (1, 1)
+        return (r.start.line, r.start.column + 1), (r.end.line, r.end.column + 1)
+
+    def line(self, node: cst.CSTNode) -> int:
+        return self.span(node)[0][0]
+
+    def code(self, node: cst.CSTNode) -> str:
+        """The source text of an expression (one line, for messages)."""
+        text = self.module.code_for_node(node).strip()
+        text = " ".join(text.split())
+        return text if len(text) <= 60 else text[:57] + "..."

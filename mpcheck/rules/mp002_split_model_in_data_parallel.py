@@ -1,0 +1,54 @@
+"""MP002: a model split over several devices wrapped in DataParallel, or in DDP with device_ids."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from mpcheck.devices.describe import split_desc, split_devices, split_modules
+from mpcheck.rules.base import Rule
+
+
+class SplitModelInDataParallel(Rule):
+    code = "MP002"
+    name = "split-model-in-data-parallel"
+    summary = "A model split over several GPUs is wrapped in DataParallel, or in DistributedDataParallel with device_ids/output_device."
+    severity = "error"
+    needs = ("DataParallel", "data_parallel")
+
+    def check(self, ctx):
+        for ev in ctx.model.events("data_parallel"):
+            mod = ev.data["module"]
+            what = _wrapped(ctx, ev.node)
+            wrapper = "data_parallel()" if ev.data["q"].endswith("data_parallel") else "nn.DataParallel"
+            yield self.finding(
+                ctx,
+                ev.node,
+                f"{wrapper} wraps `{what}`, {split_desc(mod)}: DataParallel replicates a module that lives on "
+                f"one device and fails on one whose parameters span devices. Drop DataParallel (the split already "
+                f"uses those GPUs), or run one split replica per process with "
+                f"DistributedDataParallel({what}, device_ids=None).",
+                devices=split_devices(mod),
+                modules=split_modules(mod),
+                suggestion=f"DistributedDataParallel({what}, device_ids=None, output_device=None), one process per replica",
+            )
+        for ev in ctx.model.events("ddp_device_ids"):
+            mod = ev.data["module"]
+            what = _wrapped(ctx, ev.node)
+            given = " and ".join(ev.data["args"])
+            yield self.finding(
+                ctx,
+                ev.node,
+                f"DistributedDataParallel gets {given} for `{what}`, {split_desc(mod)}: a module on several "
+                f"devices must be wrapped with device_ids=None and output_device=None (PyTorch raises a "
+                f"ValueError otherwise). Write DistributedDataParallel({what}, device_ids=None).",
+                devices=split_devices(mod),
+                modules=split_modules(mod),
+                suggestion=f"DistributedDataParallel({what}, device_ids=None, output_device=None)",
+            )
+
+
+def _wrapped(ctx, call: cst.Call) -> str:
+    for a in call.args:
+        if a.keyword is None or a.keyword.value == "module":
+            return ctx.code(a.value)
+    return "the model"

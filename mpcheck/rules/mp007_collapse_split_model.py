@@ -1,0 +1,36 @@
+"""MP007: .cuda() / .to(device) on a model split over several devices moves every stage onto one."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from mpcheck.devices.describe import split_desc, split_devices, split_modules
+from mpcheck.devices.values import show, single
+from mpcheck.rules.base import Rule
+
+
+class CollapseSplitModel(Rule):
+    code = "MP007"
+    name = "collapse-split-model"
+    summary = "`.cuda()` or `.to(device)` on a model split over several devices moves every stage onto one device."
+    severity = "error"
+    needs = ("cuda", "device_map", "parallelize", "dispatch")
+
+    def check(self, ctx):
+        for ev in ctx.model.events("collapse"):
+            mod = ev.data["module"]
+            call: cst.Call = ev.node
+            recv = ctx.code(call.func.value) if isinstance(call.func, cst.Attribute) else "the model"
+            target = single(ev.data["devs"])
+            onto = show(target) if target else "one device"
+            meth = ev.data["meth"]
+            yield self.finding(
+                ctx,
+                call,
+                f"`{recv}.{meth}(...)` moves every stage of `{recv}` ({split_desc(mod)}) onto {onto}: the split is "
+                f"undone and the memory it saved is needed again. Remove the call and let each stage stay where "
+                f"it was placed; to change only the dtype, use `.to(dtype=...)`.",
+                devices=split_devices(mod) + ([target] if target else []),
+                modules=split_modules(mod),
+                suggestion=f"remove `.{meth}(...)`; the stages are already placed",
+            )
