@@ -1,0 +1,150 @@
+"""The result cache: hits, invalidation on edit, on config change, on a
+dependency's edit; JSON on disk, atomic, beside the nearest pyproject.toml."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from lint_fakes import fake_rules, write  # noqa: F401  (fixture)
+from mpcheck import cli
+from mpcheck.lint import rulemeta
+
+MODEL = "class Split(nn.Module):  # split\n    pass\n"
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch, fake_rules):
+    write(
+        tmp_path,
+        {
+            "pyproject.toml": "[project]\nname = 'demo'\n",
+            "pkg/__init__.py": "",
+            "pkg/model.py": MODEL + "net = Split().cuda()\n",
+            "pkg/train.py": "from pkg.model import Split\ndp = DataParallel(Split())\n",
+            "pkg/other.py": "y = z.cuda()\n",
+        },
+    )
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def lint(capsys, calls, *args):
+    calls["analyze"].clear()
+    code = cli.main(["--jobs", "1", "--output-format", "json", *args])
+    out = json.loads(capsys.readouterr().out)
+    return code, [(d["path"].replace("\\", "/"), d["line"], d["code"]) for d in out], sorted(
+        p.replace("\\", "/") for p in calls["analyze"]
+    )
+
+
+def test_second_run_comes_from_the_cache(project, capsys, fake_rules):
+    code1, found1, analysed1 = lint(capsys, fake_rules)
+    assert analysed1 == ["pkg/model.py", "pkg/other.py", "pkg/train.py"]
+    code2, found2, analysed2 = lint(capsys, fake_rules)
+    assert analysed2 == []
+    assert (code2, found2) == (code1, found1)
+    assert ("pkg/train.py", 2, "MP902") in found2
+    folder = project / ".mpcheck_cache"
+    stored = [p for p in folder.iterdir() if p.name.startswith("results-")]
+    assert len(stored) == 1
+    data = json.loads(stored[0].read_text())  # plain JSON, never pickle
+    assert len(data["results"]) == 3
+    assert not [p for p in folder.iterdir() if p.name.startswith(".mpcheck-tmp-")]
+
+
+def test_edit_invalidates_that_file_only(project, capsys, fake_rules):
+    lint(capsys, fake_rules)
+    (project / "pkg/other.py").write_text("y = z.cuda()\nw = v.cuda()\n")
+    _, found, analysed = lint(capsys, fake_rules)
+    assert analysed == ["pkg/other.py"]
+    assert ("pkg/other.py", 2, "MP901") in found
+
+
+def test_config_change_invalidates(project, capsys, fake_rules):
+    (project / "pkg/train.py").write_text("from pkg.model import Split\ndp = DataParallel(Split())\nx = y.cuda()\n")
+    lint(capsys, fake_rules)
+    # The key is the effective config per file: train.py loses MP901 and is re-analysed;
+    # model.py and other.py are left with no rule at all and are not even parsed.
+    _, found, analysed = lint(capsys, fake_rules, "--ignore", "MP901")
+    assert analysed == ["pkg/train.py"]
+    assert found == [("pkg/train.py", 2, "MP902")]
+    (project / "pyproject.toml").write_text("[project]\nname = 'demo'\n[tool.mpcheck]\nignore = ['MP901']\n")
+    _, found, analysed = lint(capsys, fake_rules)
+    assert analysed == []  # same effective config as the run before: cached
+    assert found == [("pkg/train.py", 2, "MP902")]
+    _, found, analysed = lint(capsys, fake_rules, "--select", "MP901")
+    assert analysed == ["pkg/model.py", "pkg/other.py", "pkg/train.py"]
+    assert [f[2] for f in found] == ["MP901", "MP901", "MP901"]
+
+
+def test_dependency_edit_invalidates_the_dependant(project, capsys, fake_rules):
+    lint(capsys, fake_rules)
+    # model.py no longer declares a split class: train.py's finding must go away.
+    (project / "pkg/model.py").write_text(MODEL.replace("  # split", "") + "net = Split().cuda()\n")
+    _, found, analysed = lint(capsys, fake_rules)
+    assert analysed == ["pkg/model.py", "pkg/train.py"]  # not other.py
+    assert not [f for f in found if f[2] == "MP902"]
+
+
+def test_new_mpcheck_version_does_not_trust_the_old_cache(project, capsys, fake_rules, monkeypatch):
+    lint(capsys, fake_rules)
+    monkeypatch.setattr(rulemeta, "_FINGERPRINT", "test-fake-2")
+    _, _, analysed = lint(capsys, fake_rules)
+    assert len(analysed) == 3
+
+
+def test_corrupt_cache_is_ignored_and_rewritten(project, capsys, fake_rules):
+    _, found1, _ = lint(capsys, fake_rules)
+    for p in (project / ".mpcheck_cache").glob("*.json"):
+        p.write_text("{not json")
+    code, found2, analysed = lint(capsys, fake_rules)
+    assert code == 1 and found2 == found1 and len(analysed) == 3
+    _, _, analysed = lint(capsys, fake_rules)
+    assert analysed == []
+
+
+def test_no_cache_writes_nothing(project, capsys, fake_rules):
+    lint(capsys, fake_rules, "--no-cache")
+    assert not (project / ".mpcheck_cache").exists()
+
+
+def test_cache_beside_nearest_pyproject_else_cwd(tmp_path, monkeypatch, capsys, fake_rules):
+    write(tmp_path, {"proj/pyproject.toml": "[project]\nname='p'\n", "proj/src/a.py": "x.cuda()\n", "loose/b.py": "x.cuda()\n"})
+    monkeypatch.chdir(tmp_path / "proj" / "src")
+    lint(capsys, fake_rules, "a.py")
+    assert (tmp_path / "proj" / ".mpcheck_cache").is_dir()
+    assert not (tmp_path / "proj" / "src" / ".mpcheck_cache").exists()
+    monkeypatch.chdir(tmp_path / "loose")
+    lint(capsys, fake_rules, "b.py")
+    assert (tmp_path / "loose" / ".mpcheck_cache").is_dir()
+
+
+def test_cached_run_does_not_import_libcst(tmp_path):
+    from mpcheck.rules import rules_by_code
+
+    if not rules_by_code():
+        pytest.skip("no rule registered yet")
+    write(
+        tmp_path,
+        {
+            "pyproject.toml": "[project]\nname='p'\n",
+            "model.py": "import torch\nclass Net(torch.nn.Module):\n    def __init__(self):\n"
+            "        super().__init__()\n        self.a = torch.nn.Linear(2, 2).to('cuda:0')\n",
+            "train.py": "from model import Net\nnet = Net().cuda()\nm = torch.nn.DataParallel(net)\n",
+        },
+    )
+    script = (
+        "import sys, mpcheck.cli\n"
+        "code = mpcheck.cli.main(['.'])\n"
+        "print('libcst' in sys.modules, code)\n"
+    )
+    run = lambda: subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    first = run()
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.splitlines()[-1].startswith("True")
+    second = run()
+    assert second.stdout.splitlines()[-1] == "False " + first.stdout.splitlines()[-1].split()[1], second.stderr
