@@ -54,6 +54,10 @@ def _is_splitish(v: Val) -> bool:
     return False
 
 
+def _holds_split(v: Val) -> bool:
+    return isinstance(v, SeqV) and v.items is not None and any(_is_splitish(i) for i in v.items)
+
+
 def _device_map(v: Val):
     """(dispatched text, devs) for a device_map= argument."""
     if isinstance(v, Const) and isinstance(v.value, str):
@@ -99,7 +103,10 @@ def library_call(self, q: str, node: cst.Call, st) -> Val:
                 self.emit("ddp_device_ids", node, st, module=mod, args=bad)
         return mod
     if q in T.PARALLEL_PRIMITIVES:
-        self.emit("parallel_primitive", node, st, q=q, args=args, kwargs=kwargs)
+        split_args = [a for a in list(args) + list(kwargs.values()) if _is_splitish(a) or _holds_split(a)]
+        if split_args or st.scope.split_class:
+            self.emit("parallel_primitive", node, st, q=q, module=split_args[0] if split_args else st.self_obj,
+                      on_arg=bool(split_args))
         return UNK
     if q in T.SET_DEVICE:
         devs = as_device(args[0]) if args else None

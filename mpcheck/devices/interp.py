@@ -98,6 +98,7 @@ class Scope:
 
     name: str
     split_seen: bool = False
+    split_class: bool = False  # a method of a split class
     indexless: list = field(default_factory=list)
 
 
@@ -249,6 +250,7 @@ class Interp:
         scope = Scope(info.qual)
         if isinstance(inst, Obj) and inst.split:
             scope.split_seen = True
+            scope.split_class = True
         env = dict(self.globals)
         params = self._params(info.node)
         for i, (name, default) in enumerate(params):
@@ -297,8 +299,8 @@ class Interp:
         obj = Obj("module", None, label=cinfo.name, cls=cinfo, attrs={})
         cinfo.instances[key] = obj
         init = cinfo.method("__init__")
+        scope = Scope(f"{cinfo.name}.__init__")
         if init is not None and len(self._stack) < _MAX_DEPTH:
-            scope = Scope(f"{cinfo.name}.__init__")
             env = dict(self.globals)
             self._bind(init, env, obj, args, kwargs)
             ist = State(env, cur, st.setdev if st else None, "", obj, True, scope)
@@ -310,6 +312,12 @@ class Interp:
             finally:
                 self._stack.pop()
         self._finish_instance(obj)
+        if st is not None and st.setdev is not None and scope.indexless and node is not None:
+            # Built after set_device: would it be split with the default current device?
+            plain = self.instantiate(cinfo, args, kwargs, None, None)
+            if plain.split and (not obj.split or len(obj.split) < len(plain.split) or obj.split != plain.split):
+                self.emit("split_built_after_setdev", node, st, setdev=st.setdev, plain=plain, obj=obj,
+                          where=[n for n, *_ in scope.indexless])
         return obj
 
     def _finish_instance(self, obj: Obj) -> None:
@@ -925,9 +933,6 @@ class Interp:
     def _note_class_use(self, obj: Obj, st: State, node) -> None:
         if obj.split:
             st.scope.split_seen = True
-            uses_current = any(d == CURRENT or d == st.cur and st.setdev is not None for _, d in obj.split)
-            if st.setdev is not None and uses_current:
-                self.emit("split_built_after_setdev", node, st, setdev=st.setdev, obj=obj)
 
     def ev_args(self, node: cst.Call, st: State) -> tuple[list, dict]:
         args: list = []
