@@ -50,8 +50,12 @@ def parse_program(argv: list[str]) -> Program:
     return Program("script", head, argv[1:])
 
 
-def run_program(program: Program) -> int:
-    """Run it in this process; return the exit status python would give."""
+def run_program(program: Program, *, brief: tuple[type[BaseException], ...] = (), on_brief=None) -> int:
+    """Run it in this process; return the exit status python would give.
+
+    `brief`: exception types that are a tool's own clear stop (the dry run's
+    documented limits): their message is printed without a traceback, passed
+    to `on_brief`, and the status is 1, as for any uncaught exception."""
     saved_argv = sys.argv[:]
     saved_path = sys.path[:]
     saved_main = sys.modules.get("__main__")
@@ -79,6 +83,11 @@ def run_program(program: Program) -> int:
     except KeyboardInterrupt:
         traceback.print_exc()
         return 130
+    except brief as e:
+        print(f"mpcheck: {e}", file=sys.stderr)
+        if on_brief is not None:
+            on_brief(e)
+        return 1
     except BaseException as e:  # noqa: BLE001 - a user program's crash, printed as python prints it
         _print_user_traceback(e)
         return 1
