@@ -308,7 +308,7 @@ def test_version(capsys):
 SPLIT_MODEL = textwrap.dedent(
     """\
     import torch
-    from torch import nn
+    import torch.nn as nn
 
 
     class SplitNet(nn.Module):
@@ -348,20 +348,23 @@ def test_real_rules_end_to_end(tmp_path):
     write(
         tmp_path,
         {
-            "model.py": SPLIT_MODEL,
-            "train.py": "from torch import nn\nfrom model import SplitNet\n\n"
-            "dp = nn.DataParallel(SplitNet())\nnet = SplitNet().cuda()\n",
-            "ok.py": "from model import SplitNet\nnet = SplitNet()\nnet = net.to(torch.float16)\n",
+            "train.py": SPLIT_MODEL + "\n\ndp = nn.DataParallel(SplitNet())\nnet = SplitNet().cuda()\n",
+            "ok.py": SPLIT_MODEL + "\n\nnet = SplitNet()\nnet = net.to(torch.float16)\n",
+            "broken.py": "import torch\nx = torch.zeros(2).cuda(\n",
         },
     )
+    n = SPLIT_MODEL.count("\n") + 2
     r = _mpcheck("--no-cache", "--output-format", "json", cwd=tmp_path)
     assert r.returncode == 1, r.stderr
     found = [(f["path"], f["line"], f["code"]) for f in json.loads(r.stdout)]
-    assert ("train.py", 4, "MP002") in found
-    assert ("train.py", 5, "MP007") in found
-    assert not [f for f in found if f[0] == "ok.py"]
-    r = _mpcheck("--no-cache", "ok.py", "model.py", cwd=tmp_path)
-    assert r.returncode == 0 and r.stdout == "", r.stdout + r.stderr
+    assert found == [("broken.py", 2, "MP000"), ("train.py", n + 1, "MP002"), ("train.py", n + 2, "MP007")]
+    r = _mpcheck("--no-cache", "ok.py", cwd=tmp_path)
+    assert (r.returncode, r.stdout, r.stderr) == (0, "", "")
+    # The same through stdin, and a noqa on the line.
+    src = SPLIT_MODEL + "\nnet = SplitNet().cuda()  # noqa: MP007\nnet2 = SplitNet().cuda()\n"
+    r = _mpcheck("--no-cache", "-", "--stdin-filename", "x.py", cwd=tmp_path, input=src)
+    assert r.returncode == 1 and r.stdout.startswith(f"x.py:{n + 1}:") and " MP007 " in r.stdout
+    assert r.stdout.count("MP007") == 1
 
 
 def test_lint_never_imports_torch(tmp_path):
