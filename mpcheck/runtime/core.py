@@ -41,7 +41,7 @@ RULE_NAMES = {
     "MP002": "split-model-in-data-parallel",
     "MP005": "round-trip-transfer",
     "MP006": "transfer-per-layer",
-    "MP007": "split-model-collapsed",
+    "MP007": "collapse-split-model",
     "MP011": "repeated-transfer",
 }
 # Findings that mean the program is about to crash: these follow `on_mismatch`.
@@ -206,7 +206,7 @@ class Checker:
         # id(storage) of a transfer's output -> (ref to that output's data, src device, site):
         # what arrived where, to recognise it going straight back (MP005).
         self._arrivals: dict[int, tuple[_StorageRef, str, Site]] = {}
-        # (id(storage), offset, shape, stride, dst) -> (ref, site, step, count): what was moved
+        # (id(storage), offset, shape, stride, dst) -> [ref, first site, last step]: what was moved
         # where, to recognise the same unchanged data moved again (MP011).
         self._moves: dict[tuple, list] = {}
         # id(module) -> the one device of its own params/buffers, or None (none / several).
@@ -433,20 +433,22 @@ class Checker:
             return
         key = (id(storage), t.storage_offset(), tuple(t.shape), t.stride(), dst_dev)
         entry = self._moves.get(key)
+        step = self.ledger.step_index
         if entry is not None and entry[0].ref() is storage and entry[0].version == t._version:
-            entry[2] += 1
-            first_site = entry[1]
+            first_site, first_step = entry[1], entry[2]
+            entry[2] = step
             shape = "x".join(map(str, t.shape)) or "scalar"
+            when = "in this step" if first_step == step else "in an earlier step, and it has not changed since"
             self.emit(
                 "MP011", site,
                 f"repeated transfer: the same unchanged {shape} tensor was already moved to {dst_dev} "
-                f"in this step (first at {first_site})",
+                f"{when} (at {first_site})",
                 devices=(self.devices.device_of(t), dst_dev), modules=(module,) if module else (),
                 suggestion=f"move it to {dst_dev} once and reuse the copy (e.g. keep it as a buffer on {dst_dev})",
-                extra={"first_site": str(first_site)},
+                extra={"first_site": str(first_site), "scope": "step" if first_step == step else "steps"},
             )
             return
-        self._moves[key] = [_StorageRef(t), site or UNKNOWN, 1]
+        self._moves[key] = [_StorageRef(t), site or UNKNOWN, step]
         if len(self._moves) > self._purge_at:
             self._purge()
 
@@ -502,8 +504,8 @@ class Checker:
     def step_end(self) -> None:
         self.ledger.step_end()
         with self._lock:
-            # MP011 is about one step; arrivals are only useful while their tensors live.
-            self._moves.clear()
+            # Entries live as long as their storage: the same unchanged data moved
+            # again in a later step is a repeat too (a constant moved every step).
             self._purge()
 
     def finish(self) -> None:

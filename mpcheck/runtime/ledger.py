@@ -56,7 +56,7 @@ class Agg:
             "count": self.count,
             "bytes": self.bytes,
             "time_ms": round(self.time_ms, 6) if self.timed else None,
-            "gb_per_s": round(gbps, 3) if gbps is not None else None,
+            "gb_per_s": round(gbps, 6) if gbps is not None else None,
             "noncontiguous": self.noncontiguous,
             "noncontiguous_time_ms": round(self.noncontiguous_time_ms, 6) if self.noncontiguous else 0.0,
         }

@@ -1,0 +1,235 @@
+"""The checking core on its own: each check's definition, with labelled CPU tensors as devices."""
+
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+from mpcheck.runtime.core import Checker, DeviceMismatchError, MpcheckRuntimeWarning
+from mpcheck.runtime.sites import Site
+
+S1 = Site("train.py", 10, "forward")
+S2 = Site("train.py", 20, "forward")
+
+
+def test_mismatch_raises_with_devices_site_and_module(labels):
+    ck = Checker(labels, on_mismatch="raise", sites=lambda: S1)
+    a = labels.label(torch.randn(2, 2), "cuda:0")
+    b = labels.label(torch.randn(2, 2), "cuda:1")
+    ck.module_stack.append("model.blocks.7.attn")
+    with pytest.raises(DeviceMismatchError) as err:
+        ck.check_op(torch.mm, (a, b), {})
+    f = err.value.finding
+    assert isinstance(err.value, RuntimeError)
+    assert (f.code, f.path, f.line) == ("MP001", "train.py", 10)
+    assert f.devices == ("cuda:0", "cuda:1")
+    assert f.modules == ("model.blocks.7.attn",)
+    assert "to('cuda:0')" in f.suggestion
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda L: (torch.add, (L.label(torch.randn(3), "cuda:1"), torch.tensor(2.0)), {}),  # 0-dim CPU scalar
+        lambda L: (torch.add, (torch.tensor(2.0), L.label(torch.randn(3), "cuda:1")), {}),  # scalar first
+        lambda L: (torch.Tensor.__getitem__, (L.label(torch.randn(3), "cuda:1"), torch.tensor([0, 2])), {}),
+        lambda L: (torch.Tensor.__setitem__, (L.label(torch.randn(3), "cuda:1"), slice(0, 2), torch.ones(2)), {}),
+    ],
+    ids=["scalar", "scalar-first", "cpu-index", "cpu-value-setitem"],
+)
+def test_allowed_mixes_are_not_mismatches(labels, make):
+    ck = Checker(labels, on_mismatch="raise", sites=lambda: S1)
+    func, args, kwargs = make(labels)
+    assert ck.check_op(func, args, kwargs) == (args, kwargs)
+    assert ck.findings == []
+
+
+def test_cpu_tensor_with_gpu_tensor_in_ordinary_op_is_a_mismatch(labels):
+    ck = Checker(labels, on_mismatch="warn", sites=lambda: S1)
+    with pytest.warns(MpcheckRuntimeWarning, match="MP001"):
+        ck.check_op(torch.add, (labels.label(torch.randn(3), "cuda:1"), torch.randn(3)), {})
+    assert [f.devices for f in ck.findings] == [("cuda:1", "cpu")]
+
+
+def test_move_mode_moves_and_records_every_mismatch_once_with_a_count(labels):
+    ck = Checker(labels, on_mismatch="move", sites=lambda: S1)
+    a = labels.label(torch.randn(2), "cuda:0")
+    b = labels.label(torch.randn(2), "cuda:1")
+    for _ in range(3):
+        args, kwargs = ck.check_op(torch.add, (a,), {"other": b})
+        assert labels.device_of(kwargs["other"]) == "cuda:0"
+        assert torch.equal(kwargs["other"], b)
+    assert len(ck.findings) == 1 and ck.findings[0].extra["count"] == 3
+    assert "keyword argument 'other'" in ck.findings[0].message
+
+
+def test_mismatch_inside_a_list_argument(labels):
+    ck = Checker(labels, on_mismatch="move", sites=lambda: S1)
+    a = labels.label(torch.randn(2), "cuda:0")
+    b = labels.label(torch.randn(2), "cuda:1")
+    args, _ = ck.check_op(torch.cat, ([a, b],), {})
+    assert [labels.device_of(t) for t in args[0]] == ["cuda:0", "cuda:0"]
+    assert isinstance(args[0], list)
+
+
+def test_module_entry_checks_kwargs_against_the_modules_own_device(labels):
+    ck = Checker(labels, on_mismatch="move", sites=lambda: S2)
+    lin = nn.Linear(2, 2)
+    for p in lin.parameters():
+        labels.label(p, "cuda:1")
+    x = labels.label(torch.randn(1, 2), "cuda:0")
+    ok = labels.label(torch.randn(1, 2), "cuda:1")
+    ck.check_module_entry(lin, "model.head", (ok,), {"mask": x})
+    (f,) = ck.findings
+    assert f.modules == ("model.head",) and f.devices == ("cuda:1", "cuda:0") and f.line == 20
+    assert "parameters and buffers are on cuda:1" in f.message
+
+
+def test_split_container_is_not_checked_but_its_single_device_children_are(labels):
+    ck = Checker(labels, on_mismatch="raise", sites=lambda: S2)
+    model = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2))
+    for p in model[0].parameters():
+        labels.label(p, "cuda:0")
+    for p in model[1].parameters():
+        labels.label(p, "cuda:1")
+    x = labels.label(torch.randn(1, 2), "cuda:0")
+    assert ck.module_device(model) is None
+    ck.check_module_entry(model, "model", (x,), {})  # no error: the container is split
+    with pytest.raises(DeviceMismatchError):
+        ck.check_module_entry(model[1], "model.1", (x,), {})
+
+
+def test_round_trip_names_both_lines(labels):
+    ck = Checker(labels, on_mismatch="raise")
+    x = labels.label(torch.randn(4), "cuda:0")
+    y = labels.label(x.clone(), "cuda:1")
+    ck.on_transfer(x, y, "cuda:0", "cuda:1", site=S1, module_path="model.a")
+    back = labels.label(y.clone(), "cuda:0")
+    ck.on_transfer(y, back, "cuda:1", "cuda:0", site=S2, module_path="model.b")
+    (f,) = ck.findings
+    assert f.code == "MP005" and f.line == 20 and f.extra["first_line"] == 10
+    assert f.devices == ("cuda:0", "cuda:1")
+
+
+def test_no_round_trip_when_work_was_done_on_the_other_device(labels):
+    ck = Checker(labels, on_mismatch="raise")
+    x = labels.label(torch.randn(4), "cuda:0")
+    y = labels.label(x.clone(), "cuda:1")
+    ck.on_transfer(x, y, "cuda:0", "cuda:1", site=S1, module_path=None)
+    y.mul_(2)  # in-place work on cuda:1 bumps the version
+    ck.on_transfer(y, y.clone(), "cuda:1", "cuda:0", site=S2, module_path=None)
+    z = labels.label(y * 3, "cuda:1")  # a new result computed on cuda:1
+    ck.on_transfer(z, z.clone(), "cuda:1", "cuda:0", site=S2, module_path=None)
+    assert ck.findings == []
+
+
+def test_repeated_transfer_within_a_step_and_in_later_steps_but_not_after_a_change(labels):
+    ck = Checker(labels, on_mismatch="raise")
+    mask = labels.label(torch.ones(8), "cuda:0")
+    ck.on_transfer(mask, mask.clone(), "cuda:0", "cuda:1", site=S1, module_path="m")
+    ck.on_transfer(mask, mask.clone(), "cuda:0", "cuda:1", site=S2, module_path="m")
+    assert [(f.code, f.line, f.extra["scope"]) for f in ck.findings] == [("MP011", 20, "step")]
+    ck.step_end()
+    mask.add_(1)  # changed: moving it again is needed
+    ck.on_transfer(mask, mask.clone(), "cuda:0", "cuda:1", site=S1, module_path="m")
+    ck.on_transfer(mask, mask.clone(), "cuda:0", "cuda:2", site=S2, module_path="m")  # another device
+    assert len(ck.findings) == 1
+    ck.step_end()
+    ck.on_transfer(mask, mask.clone(), "cuda:0", "cuda:1", site=S1, module_path="m")  # unchanged since last step
+    assert [(f.line, f.extra["scope"]) for f in ck.findings] == [(20, "step"), (10, "steps")]
+
+
+def test_freed_storage_whose_id_is_reused_is_not_a_repeat(labels):
+    ck = Checker(labels, on_mismatch="raise")
+    for _ in range(50):
+        t = torch.ones(16)
+        ck.on_transfer(t, t.clone(), "cpu", "cuda:1", site=S1, module_path=None)
+        del t
+    assert ck.findings == []
+
+
+def test_ledger_aggregates_per_pair_site_module_and_step(labels):
+    ck = Checker(labels, on_mismatch="raise")
+    x = torch.randn(256)  # 1 KiB
+    for step in range(3):
+        for _ in range(2):
+            t = x.clone()
+            ck.on_transfer(t, t, "cuda:0", "cuda:1", site=S1, module_path="model.s2",
+                           timing=labels.start_transfer("cuda:0", "cuda:1", 1024, None))
+        ck.on_transfer(None, None, "cuda:1", "cuda:0", site=S1, module_path="model.s2", phase="backward",
+                       nbytes=1024, contiguous=True, timing=labels.start_transfer("cuda:1", "cuda:0", 1024, None))
+        ck.step_end()
+    ck.finish()
+    pairs = ck.ledger.by_pair()
+    fwd = pairs[("cuda:0", "cuda:1", "forward")]
+    bwd = pairs[("cuda:1", "cuda:0", "backward")]
+    assert (fwd.count, fwd.bytes, fwd.time_ms) == (6, 6 * 1024, 3.0)
+    assert (bwd.count, bwd.bytes) == (3, 3 * 1024)
+    assert len(ck.ledger.steps) == 3
+    assert ck.ledger.steps[0].by_pair[("cuda:0", "cuda:1", "forward")].count == 2
+    assert fwd.as_dict()["gb_per_s"] == pytest.approx(6 * 1024 / (3.0 * 1e6), rel=1e-3)
+
+
+def test_noncontiguous_transfers_are_counted(labels):
+    ck = Checker(labels, on_mismatch="raise")
+    t = torch.randn(8, 8).t()
+    ck.on_transfer(t, t.clone(), "cuda:0", "cuda:1", site=S1, module_path=None, timing=labels.start_transfer(0, 1, 0, 0))
+    ck.finish()
+    (agg,) = ck.ledger.totals.values()
+    assert agg.noncontiguous == 1 and agg.noncontiguous_time_ms == 0.5
+
+
+def _split(labels, model, first, second):
+    for p in model[0].parameters():
+        labels.label(p, first)
+    for p in model[1].parameters():
+        labels.label(p, second)
+    return model
+
+
+def test_wrap_in_data_parallel_or_ddp_with_device_ids(labels):
+    ck = Checker(labels, on_mismatch="move", sites=lambda: S1)
+    model = _split(labels, nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2)), "cuda:0", "cuda:1")
+    assert ck.on_wrap("DataParallel", model, device_ids=None, output_device=None, site=S1).code == "MP002"
+    assert ck.on_wrap("DistributedDataParallel", model, device_ids=None, output_device=None, site=S1) is None
+    f = ck.on_wrap("DistributedDataParallel", model, device_ids=[0], output_device=None, site=S2)
+    assert f.code == "MP002" and f.line == 20 and f.devices == ("cuda:0", "cuda:1")
+    single = _split(labels, nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2)), "cuda:0", "cuda:0")
+    assert ck.on_wrap("DataParallel", single, device_ids=None, output_device=None, site=S1) is None
+
+
+def test_collapse_of_a_split_model(labels):
+    ck = Checker(labels, on_mismatch="raise", sites=lambda: S1)
+    model = _split(labels, nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2)), "cuda:0", "cuda:1")
+    f = ck.on_module_move(model, "cuda:0", site=S2)  # not fatal: recorded, never raised
+    assert f.code == "MP007" and f.severity == "warning" and f.line == 20
+    assert ck.on_module_move(model, "cpu", site=S2) is None
+    single = _split(labels, nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2)), "cuda:1", "cuda:1")
+    assert ck.on_module_move(single, "cuda:0", site=S2) is None
+
+
+def test_select_limits_the_checks(labels):
+    ck = Checker(labels, on_mismatch="raise", select=["MP011"], sites=lambda: S1)
+    a = labels.label(torch.randn(2), "cuda:0")
+    b = labels.label(torch.randn(2), "cuda:1")
+    ck.check_op(torch.add, (a, b), {})  # MP001 not selected: no raise
+    assert ck.findings == []
+
+
+def test_bad_on_mismatch_is_a_clear_error(labels):
+    with pytest.raises(ValueError, match="on_mismatch must be one of raise, warn, move"):
+        Checker(labels, on_mismatch="explode")
+
+
+def test_rule_names_match_the_linter_registry():
+    from mpcheck.runtime.core import RULE_NAMES
+
+    try:
+        from mpcheck.rules import rules_by_code
+        registry = rules_by_code()
+    except Exception as e:  # pragma: no cover
+        pytest.skip(f"rule registry not importable: {e}")
+    for code, name in RULE_NAMES.items():
+        if code in registry:
+            assert registry[code].name == name, code

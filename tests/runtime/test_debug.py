@@ -1,0 +1,312 @@
+"""The debug mode end to end on CPU: a "split" model with one stage on cpu and one on meta gives
+real mismatches and real transfers (cpu -> meta) without a GPU."""
+
+import inspect
+import warnings
+import weakref
+
+import pytest
+import torch
+from torch import nn
+
+import mpcheck
+from mpcheck.runtime.core import DeviceMismatchError, MpcheckRuntimeWarning
+
+
+def _line(fn, marker):
+    src, start = inspect.getsourcelines(fn)
+    for i, text in enumerate(src):
+        if marker in text:
+            return start + i
+    raise AssertionError(marker)
+
+
+class Stage(nn.Module):
+    def __init__(self, device):
+        super().__init__()
+        self.lin = nn.Linear(8, 8, device=device)
+        self.register_buffer("scale", torch.ones(8, device=device))
+
+    def forward(self, x, *, bias=None):
+        y = self.lin(x) * self.scale
+        if bias is not None:
+            y = y + bias  # op: bias
+        return y
+
+
+class Split(nn.Module):
+    def __init__(self, hop=True):
+        super().__init__()
+        self.hop = hop
+        self.first = Stage("cpu")
+        self.second = Stage("meta")
+        self.table = torch.ones(8)
+
+    def forward(self, x):
+        h = self.first(x)
+        if self.hop:
+            h = h.to("meta")  # hop
+        return self.second(h)  # entry
+
+
+def test_mismatch_at_module_entry_raises_with_module_path_and_line():
+    model = Split(hop=False)
+    with pytest.raises(DeviceMismatchError) as err:
+        with mpcheck.debug(model, report=None):
+            model(torch.randn(2, 8))
+    f = err.value.finding
+    assert f.code == "MP001" and f.modules == ("model.second",)
+    assert f.path == __file__ and f.line == _line(Split.forward, "# entry")
+    assert f.devices == ("meta", "cpu")
+
+
+def test_mismatch_at_a_torch_call_inside_forward_kwargs_too():
+    stage = Stage("meta")
+    x = torch.randn(2, 8, device="meta")
+    with pytest.raises(DeviceMismatchError) as err:
+        with mpcheck.debug(stage, report=None):
+            stage(x, bias=torch.randn(8))  # kwarg on the wrong device: caught at the module entry
+    assert err.value.finding.line == _line(test_mismatch_at_a_torch_call_inside_forward_kwargs_too, "# kwarg")
+    assert "keyword argument 'bias'" in err.value.finding.message
+
+
+def test_op_level_mismatch_with_module_stack():
+    class Inner(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.ones(8, device="meta"))
+            self.bias_table = torch.ones(8)  # a plain attribute, not a buffer: stays on cpu
+
+        def forward(self, x):
+            return x * self.w + self.bias_table  # op line
+
+    outer = nn.Sequential(nn.Identity(), Inner())
+    with pytest.raises(DeviceMismatchError) as err:
+        with mpcheck.debug(outer, report=None):
+            outer(torch.ones(8, device="meta"))
+    f = err.value.finding
+    assert f.modules == ("model.1",)
+    assert f.line == _line(Inner.forward, "# op line")
+    assert "torch.Tensor.add" in f.message
+
+
+def test_move_mode_lists_every_mismatch_and_the_program_goes_on():
+    model = Split(hop=False)
+    with mpcheck.debug(model, on_mismatch="move", report=None) as dbg:
+        out = model(torch.randn(2, 8))
+        out2 = model(torch.randn(2, 8))
+    assert out.device.type == "meta" and out2.device.type == "meta"
+    (f,) = dbg.findings
+    assert f.extra["count"] == 2 and f.modules == ("model.second",)
+
+
+def test_warn_mode_warns_then_pytorch_acts():
+    model = Split(hop=False)
+    with pytest.warns(MpcheckRuntimeWarning, match="MP001"):
+        with pytest.raises(Exception) as err:
+            with mpcheck.debug(model, on_mismatch="warn", report=None):
+                model(torch.randn(2, 8))
+    assert not isinstance(err.value, DeviceMismatchError)
+
+
+def test_correct_split_model_runs_clean_and_its_transfers_are_recorded():
+    model = Split(hop=True)
+    with mpcheck.debug(model, report=None) as dbg:
+        for _ in range(3):
+            model(torch.randn(4, 8))
+            dbg.step()
+    assert dbg.findings == []
+    ledger = dbg.ledger
+    agg = ledger.by_pair()[("cpu", "meta", "forward")]
+    assert (agg.count, agg.bytes) == (3, 3 * 4 * 8 * 4)
+    ((site, *_),) = ledger.by_site().keys()
+    assert site.line == _line(Split.forward, "# hop")
+    assert list(ledger.by_module()) == [("model", "cpu", "meta", "forward")]
+    assert len(ledger.steps) == 3
+
+
+def test_repeated_and_round_trip_transfers_through_the_mode():
+    table = torch.ones(16)
+    with mpcheck.debug(report=None) as dbg:
+        a = table.to("meta")
+        b = table.to("meta")  # again
+        c = torch.randn(4)
+        d = c.to("meta")
+        e = d + 1  # work on meta: a new tensor, not a round trip
+    codes = [(f.code, f.line) for f in dbg.findings]
+    assert codes == [("MP011", _line(test_repeated_and_round_trip_transfers_through_the_mode, "# again"))]
+
+
+def test_env_variable_turns_debug_into_a_no_op(monkeypatch):
+    monkeypatch.setenv("MPCHECK_DISABLE", "1")
+    model = Split(hop=False)
+    original_call = nn.Module.__call__
+    with mpcheck.debug(model) as dbg:
+        assert nn.Module.__call__ is original_call
+        assert torch._C._len_torch_function_stack() == 0
+    assert dbg.disabled and dbg.findings == []
+
+
+def test_decorator_form():
+    model = Split(hop=False)
+
+    @mpcheck.debug(model, report=None)
+    def step():
+        return model(torch.randn(2, 8))
+
+    with pytest.raises(DeviceMismatchError):
+        step()
+    with pytest.raises(DeviceMismatchError):
+        step()  # a fresh session each call
+
+
+def _patched_state():
+    from torch.optim.optimizer import _global_optimizer_post_hooks
+
+    return (
+        nn.Module.__call__, nn.Module.to, nn.Module.cuda, nn.Module._apply, nn.DataParallel.__init__,
+        nn.parallel.DistributedDataParallel.__init__, torch.compile, len(_global_optimizer_post_hooks),
+        torch._C._len_torch_function_stack(),
+    )
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_everything_is_removed_on_exit_and_on_exceptions(strict):
+    before = _patched_state()
+    with mpcheck.debug(report=None, strict=strict):
+        assert _patched_state() != before
+    assert _patched_state() == before
+    model = Split(hop=False)
+    with pytest.raises(DeviceMismatchError):
+        with mpcheck.debug(model, report=None, strict=strict):
+            model(torch.randn(2, 8))
+    assert _patched_state() == before
+    with pytest.raises(KeyError):
+        with mpcheck.debug(report=None, strict=strict):
+            raise KeyError("user error")
+    assert _patched_state() == before
+
+
+def test_nested_sessions_are_refused_clearly():
+    with mpcheck.debug(report=None):
+        with pytest.raises(RuntimeError, match="already active"):
+            with mpcheck.debug(report=None):
+                pass
+
+
+def _train(steps, seed=0, use_debug=False, strict=False):
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.LayerNorm(32), nn.Linear(32, 4))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    data = [(torch.randn(8, 16), torch.randint(0, 4, (8,))) for _ in range(steps)]
+    losses = []
+
+    def loop():
+        for x, y in data:
+            loss = nn.functional.cross_entropy(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            losses.append(loss.detach())
+
+    if use_debug:
+        with mpcheck.debug(model, report=None, strict=strict) as dbg:
+            loop()
+        assert dbg.findings == []
+        assert len(dbg.ledger.steps) == steps  # optimizer.step() ends each step
+    else:
+        loop()
+    return torch.stack(losses), [p.detach().clone() for p in model.parameters()]
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_results_are_bit_identical_with_and_without_the_debug_mode(strict):
+    plain_losses, plain_params = _train(5)
+    dbg_losses, dbg_params = _train(5, use_debug=True, strict=strict)
+    assert torch.equal(plain_losses, dbg_losses)
+    assert all(torch.equal(a, b) for a, b in zip(plain_params, dbg_params))
+
+
+def test_no_tensor_is_kept_alive_and_tables_stay_flat_over_many_steps():
+    model = Split(hop=True)
+    refs = []
+    with mpcheck.debug(model, report=None) as dbg:
+        for i in range(300):
+            x = torch.randn(4, 8)
+            model(x)
+            const = torch.full((8,), float(i))
+            const.to("meta")
+            refs.append(weakref.ref(x))
+            dbg.step()
+        checker = dbg.session.checker
+        sizes = (len(checker._moves), len(checker._arrivals), len(checker.ledger.totals))
+    del x, const
+    assert all(r() is None for r in refs)
+    assert sizes[0] < 50 and sizes[1] < 50 and sizes[2] <= 4
+    assert len(dbg.ledger.events) == 0  # events are kept only for a trace
+
+
+def test_activation_checkpointing_and_autocast_run_clean():
+    from torch.utils.checkpoint import checkpoint
+
+    block = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8))
+    x = torch.randn(4, 8, requires_grad=True)
+    with mpcheck.debug(block, report=None) as dbg:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = checkpoint(block, x, use_reentrant=False)
+        y.float().sum().backward()
+    assert dbg.findings == []
+    assert x.grad is not None
+
+
+def test_ddp_with_device_ids_none_on_a_one_process_gloo_group(tmp_path):
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        pytest.skip("torch.distributed not available")
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        model = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 2))
+        with mpcheck.debug(model, report=None) as dbg:
+            ddp = nn.parallel.DistributedDataParallel(model, device_ids=None)
+            ddp(torch.randn(4, 8)).sum().backward()
+        assert dbg.findings == []
+        assert model[0].weight.grad is not None
+    finally:
+        dist.destroy_process_group()
+
+
+def test_torch_compile_degrades_with_a_clear_message(capsys):
+    lin = nn.Linear(4, 4)
+    with mpcheck.debug(report=None) as dbg:
+        compiled = torch.compile(lin)
+        out = compiled(torch.randn(2, 4))
+    assert out.shape == (2, 4)
+    assert any("torch.compile is turned off" in n for n in dbg.session.notes)
+    assert "torch.compile is turned off" in capsys.readouterr().err
+    from torch._dynamo import config
+
+    assert config.disable is False  # restored
+
+
+def test_strict_mode_sees_a_mismatch_in_backward():
+    meta_scale = torch.ones(8, device="meta")
+
+    class Scale(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * meta_scale  # a gradient on the wrong device
+
+    x = torch.ones(8, requires_grad=True)
+    with mpcheck.debug(report=None, strict=True, on_mismatch="move") as dbg:
+        y = Scale.apply(x)
+        try:
+            y.sum().backward()
+        except Exception:
+            pass
+    assert any(f.code == "MP001" and "backward" in f.message for f in dbg.findings)
