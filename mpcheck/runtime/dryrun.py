@@ -96,6 +96,9 @@ class dryrun:
             self.session = Session(self.model, on_mismatch=self.on_mismatch, select=self.select, devices=self.gpus,
                                    keep_trace=self.trace is not None)
             self.session.start()
+            from torch.overrides import _get_current_function_mode_stack
+
+            self.gpus.mode_stack = list(_get_current_function_mode_stack())
         except BaseException:
             self.gpus.__exit__(*sys.exc_info())
             raise

@@ -149,6 +149,10 @@ class VirtualGPUs:
         self._patches: _Patches | None = None
         self._hooks: list[Any] = []
         self.active = False
+        # The function modes to restore where autograd runs Python code without them (a custom
+        # Function's backward, activation checkpointing's recompute): this mode, and the checking
+        # mode above it once the dry run has started its session.
+        self.mode_stack: list[Any] = []
 
     # -- labels -----------------------------------------------------------------
     def label_of(self, t: torch.Tensor) -> str | None:
@@ -330,6 +334,7 @@ class VirtualGPUs:
             self._hooks.append(register_optimizer_step_post_hook(self._after_step))
             self._mode = _VirtualMode(self)
             self._mode.__enter__()
+            self.mode_stack = [self._mode]
         except BaseException:
             for h in self._hooks:
                 h.remove()
@@ -348,6 +353,7 @@ class VirtualGPUs:
                 self._mode.__exit__(*exc)
         finally:
             self._mode = None
+            self.mode_stack = []
             for h in self._hooks:
                 h.remove()
             self._hooks.clear()
@@ -722,14 +728,22 @@ class _Patches:
                     pass
 
 
-class VirtualStream:
-    """A CUDA stream that orders nothing: every op on virtual GPUs runs at once, in program order."""
+class VirtualStream(torch.Stream):
+    """A CUDA stream that orders nothing: every op on virtual GPUs runs at once, in program order.
+    (A torch.Stream underneath, on the CPU, so that `tensor.record_stream(s)` accepts it.)"""
+
+    def __new__(cls, device: Any = None, priority: int = 0, **_: Any) -> "VirtualStream":
+        return super().__new__(cls, device="cpu")
 
     def __init__(self, device: Any = None, priority: int = 0, **_: Any) -> None:
         g = _ACTIVE[-1]
-        self.device = torch.device(f"cuda:{g.index(device)}")
+        self._vdevice = torch.device(f"cuda:{g.index(device)}")
         self.priority = priority
         self.cuda_stream = 0
+
+    @property
+    def device(self) -> torch.device:  # type: ignore[override]
+        return self._vdevice
 
     def wait_event(self, event: Any) -> None:
         pass
@@ -752,7 +766,7 @@ class VirtualStream:
         return False
 
     def __repr__(self) -> str:
-        return f"<virtual cuda stream on {self.device}>"
+        return f"<virtual cuda stream on {self._vdevice}>"
 
 
 class VirtualEvent:
@@ -958,8 +972,67 @@ def _install_patches(g: VirtualGPUs, p: _Patches) -> None:
         return orig_backward(*a, **k)
 
     p.set(torch.autograd, "backward", backward)
+    _patch_autograd_python(g, p)
     _patch_parallel(g, p)
     _patch_distributed(g, p)
+
+
+def _with_modes(g: VirtualGPUs, fn: Callable) -> Callable:
+    """Run `fn` under the dry run's function modes when autograd calls it without any (the engine
+    does not carry the mode stack into backward), so backward-time Python sees virtual devices."""
+
+    def run(*a: Any, **k: Any) -> Any:
+        if torch._C._len_torch_function_stack() or not g.active or not g.mode_stack:
+            return fn(*a, **k)
+        for m in g.mode_stack:
+            torch._C._push_on_torch_function_stack(m)
+        try:
+            return fn(*a, **k)
+        finally:
+            for _ in g.mode_stack:
+                torch._C._pop_torch_function_stack()
+
+    return run
+
+
+def _patch_autograd_python(g: VirtualGPUs, p: _Patches) -> None:
+    import torch.utils.checkpoint as ckpt
+    from torch.autograd.function import BackwardCFunction, Function
+
+    orig_checkpoint = ckpt.checkpoint
+
+    def checkpoint(function: Callable, *args: Any, **kwargs: Any) -> Any:
+        return orig_checkpoint(_with_modes(g, function), *args, **kwargs)
+
+    p.set(ckpt, "checkpoint", checkpoint)
+
+    orig_apply = Function.__dict__["apply"].__func__
+
+    def apply(cls: Any, *args: Any, **kwargs: Any) -> Any:
+        out = orig_apply(cls, *args, **kwargs)
+        # Remember where the outputs live: their gradients arrive in backward unlabelled.
+        outs = out if isinstance(out, tuple) else (out,)
+        node = next((o.grad_fn for o in outs if isinstance(o, torch.Tensor) and o.grad_fn is not None), None)
+        if node is not None:
+            try:
+                node._mpcheck_devs = [g.label_of(o) if isinstance(o, torch.Tensor) else None for o in outs]
+            except AttributeError:  # a node type without a __dict__
+                pass
+        return out
+
+    p.set(Function, "apply", classmethod(apply))
+
+    orig_bw = BackwardCFunction.apply
+
+    def backward_apply(self: Any, *grads: Any) -> Any:
+        devs = getattr(self, "_mpcheck_devs", None)
+        if devs:
+            for grad, dev in zip(grads, devs):
+                if dev is not None and isinstance(grad, torch.Tensor) and g.label_of(grad) is None:
+                    g._label(grad, dev)
+        return _with_modes(g, orig_bw)(self, *grads)
+
+    p.set(BackwardCFunction, "apply", backward_apply)
 
 
 def _distinct(value: Any) -> Any:
@@ -1014,6 +1087,24 @@ def _patch_parallel(g: VirtualGPUs, p: _Patches) -> None:
         return self.module(*to_dst(inputs), **to_dst(kwargs))
 
     p.set(DataParallel, "forward", dp_forward)
+
+    # DataParallel's internals are CUDA collectives (torch._C._scatter, _broadcast, ...), absent from a CPU
+    # build; calling them by hand around a manual split is a misuse anyway (MP003 in the linter).
+    import torch.nn.parallel.comm as comm
+
+    def comm_limit(name: str) -> Callable:
+        def limited(*a: Any, **k: Any) -> Any:
+            raise g.limit(
+                f"torch.nn.parallel {name}",
+                "DataParallel's scatter/gather/broadcast are CUDA collectives. To move a tensor to the next "
+                "stage of a model split by hand, use tensor.to('cuda:k')",
+            )
+
+        return limited
+
+    for name in ("scatter", "gather", "broadcast", "broadcast_coalesced", "reduce_add", "reduce_add_coalesced"):
+        if hasattr(comm, name):
+            p.set(comm, name, comm_limit(name))
 
 
 def _patch_distributed(g: VirtualGPUs, p: _Patches) -> None:
