@@ -125,7 +125,10 @@ def install(checker: Checker, namer: ModuleNamer, *, on_step: Callable[[Any], No
             if type(module).__name__ == "OptimizedModule":
                 on_compiled()
             path = namer.discover(module, stack[-1] if stack else None)
-        args, kwargs = checker.check_module_entry(module, path, args, kwargs)
+        if not (module._forward_pre_hooks or "forward" in module.__dict__):
+            # Pre-hooks and an instance-level forward (accelerate's AlignDevicesHook) may move the
+            # inputs before forward sees them: then only the op-level check inside forward applies.
+            args, kwargs = checker.check_module_entry(module, path, args, kwargs)
         stack.append(path)
         try:
             return orig_call(module, *args, **kwargs)
