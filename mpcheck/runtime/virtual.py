@@ -453,6 +453,14 @@ def _generic(g: VirtualGPUs, func, args, kwargs):
     return out
 
 
+# What a kernel that only exists for CUDA says when it is handed a CPU or meta tensor.
+_NEEDS_CUDA = __import__("re").compile(
+    r"not compiled with CUDA|must be (a )?CUDA|is_cuda\(\)|CUDA tensor|expected .*cuda|'CUDA' backend|"
+    r"CUDA error|no CUDA|requires CUDA|only supports CUDA|CUDA (is )?not available",
+    __import__("re").IGNORECASE,
+)
+
+
 def _explain(g: VirtualGPUs, func, e: BaseException, dev: str | None) -> BaseException:
     """Turn errors that come from the virtual devices themselves into clear dry-run messages."""
     if isinstance(e, (DryRunLimitError, VirtualDeviceError)):
@@ -465,7 +473,7 @@ def _explain(g: VirtualGPUs, func, e: BaseException, dev: str | None) -> BaseExc
             f"--backing meta tensors hold shapes only ({first}). Run with --backing cpu (real values, small "
             f"models) to go past this line."
         )
-    if dev is not None and dev.startswith("cuda") and ("cuda" in msg.lower()):
+    if dev is not None and dev.startswith("cuda") and _NEEDS_CUDA.search(msg):
         return DryRunLimitError(
             f"{_user_site()}: {_name(func)}() needs a real CUDA kernel ({first}). Custom CUDA kernels and "
             f"extensions cannot run on virtual GPUs; guard them (e.g. a CPU fallback) to dry-run the rest."
@@ -716,10 +724,19 @@ class _Patches:
         self._saved.append((obj, name, old, had))
         setattr(obj, name, value)
 
+    def set_item(self, d: dict, key: Any, value: Any) -> None:
+        self._saved.append((d, key, d.get(key), key in d))
+        d[key] = value
+
     def restore(self) -> None:
         while self._saved:
             obj, name, old, had = self._saved.pop()
-            if had:
+            if isinstance(obj, dict):
+                if had:
+                    obj[name] = old
+                else:
+                    obj.pop(name, None)
+            elif had:
                 setattr(obj, name, old)
             else:
                 try:
@@ -1005,6 +1022,13 @@ def _patch_autograd_python(g: VirtualGPUs, p: _Patches) -> None:
         return orig_checkpoint(_with_modes(g, function), *args, **kwargs)
 
     p.set(ckpt, "checkpoint", checkpoint)
+    # Its determinism check compares each saved tensor's device in forward and in recompute; pack
+    # hooks run with or without the modes depending on who saves: compare virtual devices always.
+    checks = getattr(ckpt, "_allowed_determinism_checks_to_fns", None)
+    default = getattr(ckpt, "_DEFAULT_DETERMINISM_MODE", None)
+    if isinstance(checks, dict) and default in checks:
+        p.set_item(checks, default, lambda x: {"shape": x.shape, "dtype": x.dtype,
+                                                "device": torch.device(g.device_of(x))})
 
     orig_apply = Function.__dict__["apply"].__func__
 

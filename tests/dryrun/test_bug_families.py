@@ -1,0 +1,183 @@
+"""Each bug family of notes/domain.md that fails or wastes time at run time, caught by the dry run
+with the right rule code at the right line, and the program still runs to its end (on_mismatch=move)."""
+
+from conftest import codes_at
+
+STAGES = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+class Stage(nn.Module):
+    def __init__(self, dev, d_in=16, d_out=16):
+        super().__init__()
+        self.lin = nn.Linear(d_in, d_out).to(dev)
+    def forward(self, x):
+        return torch.relu(self.lin(x))
+"""
+
+
+def test_missing_transfer_between_stages(script, dryrun_cli):
+    s = script(STAGES + """
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.s0 = Stage("cuda:0")
+        self.s1 = Stage("cuda:1")
+    def forward(self, x):
+        h = self.s0(x.to("cuda:0"))
+        return self.s1(h)  # <- bug
+net = Net()
+for _ in range(2):
+    net(torch.randn(4, 16)).sum().backward()
+print("finished")
+""")
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 1
+    assert codes_at(report) == [("MP001", s.line("bug"))]
+    f = report["findings"][0]
+    assert f["devices"] == ["cuda:1", "cuda:0"]
+    assert f["modules"] == ["net.s1"]
+    assert "to('cuda:1')" in f["suggestion"]
+    assert f["extra"]["count"] == 2  # both iterations, one finding
+
+
+def test_cpu_batch_into_first_stage_and_loss_on_wrong_device(script, dryrun_cli):
+    s = script(STAGES + """
+s0, s1 = Stage("cuda:0"), Stage("cuda:1", d_out=3)
+x, y = torch.randn(4, 16), torch.randint(0, 3, (4,))
+h = s0(x)  # <- input
+out = s1(h.to("cuda:1"))
+loss = F.cross_entropy(out, y.to("cuda:0"))  # <- loss
+loss.backward()
+""")
+    status, report, _ = dryrun_cli(s, "--gpus", "2")
+    assert status == 1
+    assert codes_at(report) == [("MP001", s.line("input")), ("MP001", s.line("loss"))]
+    loss = [f for f in report["findings"] if f["line"] == s.line("loss")][0]
+    assert set(loss["devices"]) == {"cuda:0", "cuda:1"}
+
+
+def test_split_model_in_data_parallel_reported_at_the_wrap(script, dryrun_cli):
+    s = script(STAGES + """
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.s0, self.s1 = Stage("cuda:0"), Stage("cuda:1")
+    def forward(self, x):
+        return self.s1(self.s0(x.to("cuda:0")).to("cuda:1"))
+model = nn.DataParallel(Net())  # <- wrap
+model(torch.randn(4, 16).to("cuda:0")).sum().backward()
+print("went on")
+""")
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 1
+    assert ("MP002", s.line("wrap")) in codes_at(report)
+    assert "Traceback" not in err
+
+
+def test_split_model_in_ddp_with_device_ids(script, dryrun_cli):
+    s = script(STAGES + """
+import os
+import torch.distributed as dist
+os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+os.environ.setdefault("MASTER_PORT", "29571")
+dist.init_process_group("gloo", rank=0, world_size=1)
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.s0, self.s1 = Stage("cuda:0"), Stage("cuda:1")
+    def forward(self, x):
+        return self.s1(self.s0(x.to("cuda:0")).to("cuda:1"))
+ddp = nn.parallel.DistributedDataParallel(Net(), device_ids=[0])  # <- wrap
+ddp(torch.randn(4, 16)).sum().backward()
+dist.destroy_process_group()
+""")
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 1, err
+    assert codes_at(report) == [("MP002", s.line("wrap"))]
+
+
+def test_parallel_primitives_stop_with_a_clear_message(script, dryrun_cli):
+    s = script("""
+import torch
+from torch.nn.parallel import scatter
+x = torch.randn(8, 4).to("cuda:0")
+parts = scatter(x, [0, 1])  # <- misuse
+""")
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 1
+    assert f"train.py:{s.line('misuse')}" in report["stopped"]
+    assert "tensor.to('cuda:k')" in report["stopped"]
+    assert "Traceback" not in err
+
+
+def test_set_device_moves_a_bare_cuda_layer(script, dryrun_cli):
+    s = script(STAGES + """
+torch.cuda.set_device(1)
+enc = nn.Linear(16, 16).cuda()        # meant for cuda:0, lands on cuda:1
+torch.cuda.set_device(0)
+dec = nn.Linear(16, 4).cuda()
+h = enc(torch.randn(2, 16).to("cuda:0"))  # <- bug
+""")
+    status, report, _ = dryrun_cli(s, "--gpus", "2")
+    assert codes_at(report) == [("MP001", s.line("bug"))]
+    assert report["findings"][0]["devices"] == ["cuda:1", "cuda:0"]
+
+
+def test_cuda_on_a_split_model_collapses_it(script, dryrun_cli):
+    s = script(STAGES + """
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.s0, self.s1 = Stage("cuda:0"), Stage("cuda:1")
+    def forward(self, x):
+        return self.s1(self.s0(x.to("cuda:0")).to("cuda:1"))
+net = Net()
+net.cuda()  # <- collapse
+""")
+    status, report, _ = dryrun_cli(s, "--gpus", "2")
+    assert codes_at(report) == [("MP007", s.line("collapse"))]
+    # the memory estimate sees the collapse: everything on cuda:0 at the end
+    assert report["memory"]["cuda:0"]["params"] > 0
+
+
+def test_round_trip_and_repeated_transfer(script, dryrun_cli):
+    s = script(STAGES + """
+pos = torch.randn(4, 16)                   # a table on the CPU
+s0, s1 = Stage("cuda:0"), Stage("cuda:1")
+x = torch.randn(4, 16).to("cuda:0")
+h = s0(x)
+h1 = h.to("cuda:1")
+back = h1.to("cuda:0")  # <- roundtrip
+for layer in range(3):
+    p = pos.to("cuda:1")  # <- repeat
+    h1 = s1(h1 + p)
+""")
+    status, report, _ = dryrun_cli(s, "--gpus", "2")
+    assert status == 0  # wasted time, not a crash: warnings
+    assert codes_at(report) == [("MP005", s.line("roundtrip")), ("MP011", s.line("repeat"))]
+    assert {f["severity"] for f in report["findings"]} == {"warning"}
+
+
+def test_eval_only_branch_that_skips_a_transfer(script, dryrun_cli):
+    s = script(STAGES + """
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.s0, self.s1 = Stage("cuda:0"), Stage("cuda:1")
+    def forward(self, x):
+        h = self.s0(x.to("cuda:0"))
+        if self.training:
+            h = h.to("cuda:1")
+            return self.s1(h)
+        return self.s1(h)  # <- evalbug
+net = Net()
+net(torch.randn(2, 16)).sum().backward()
+net.eval()
+with torch.no_grad():
+    net(torch.randn(2, 16))
+""")
+    status, report, _ = dryrun_cli(s, "--gpus", "2")
+    assert status == 1
+    assert codes_at(report) == [("MP001", s.line("evalbug"))]

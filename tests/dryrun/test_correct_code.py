@@ -1,0 +1,163 @@
+"""Correct model-parallel code runs clean on virtual GPUs (no finding, the program's own status)."""
+
+from conftest import codes_at
+
+PIPELINE = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+class TwoStage(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.s0 = nn.Sequential(nn.Linear(16, 32), nn.BatchNorm1d(32), nn.ReLU()).to("cuda:0")
+        self.s1 = nn.Sequential(nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 3)).to("cuda:1")
+    def forward(self, x):
+        return self.s1(self.s0(x.to("cuda:0")).to("cuda:1"))
+"""
+
+
+def test_stages_with_proper_transfers_run_clean(script, dryrun_cli):
+    s = script(PIPELINE + """
+model = TwoStage()
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+for step in range(3):
+    x, y = torch.randn(8, 16), torch.randint(0, 3, (8,))
+    loss = F.cross_entropy(model(x), y.to("cuda:1"))
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    opt.zero_grad()
+assert model.s0[1].running_mean.device == torch.device("cuda:0")
+assert model.s1[0].weight.device == torch.device("cuda:1")
+""")
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 0, err
+    assert report["findings"] == []
+    pairs = {(p["src"], p["dst"], p["phase"]) for p in report["transfers"]["by_pair"]}
+    assert ("cuda:0", "cuda:1", "forward") in pairs
+    assert ("cuda:1", "cuda:0", "backward") in pairs
+    assert report["transfers"]["steps"] == 3
+
+
+def test_accelerate_style_hooks_that_move_inputs_run_clean(script, dryrun_cli):
+    s = script("""
+import torch
+import torch.nn as nn
+
+def move_inputs_to(module, dev):
+    def hook(mod, args, kwargs):
+        args = tuple(a.to(dev) if isinstance(a, torch.Tensor) else a for a in args)
+        kwargs = {k: (v.to(dev) if isinstance(v, torch.Tensor) else v) for k, v in kwargs.items()}
+        return args, kwargs
+    module.register_forward_pre_hook(hook, with_kwargs=True)
+
+blocks = nn.ModuleList([nn.Linear(16, 16) for _ in range(4)])
+device_map = {0: "cuda:0", 1: "cuda:0", 2: "cuda:1", 3: "cuda:1"}
+for i, b in enumerate(blocks):
+    b.to(device_map[i])
+    move_inputs_to(b, device_map[i])
+h = torch.randn(2, 16)
+for b in blocks:
+    h = b(h)
+h.sum().backward()
+""")
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 0, err
+    assert report["findings"] == []
+
+
+def test_accelerate_style_wrapped_forward_runs_clean(script, dryrun_cli):
+    s = script("""
+import functools
+import torch
+import torch.nn as nn
+
+def align_devices(module, dev):
+    old_forward = module.forward
+    @functools.wraps(old_forward)
+    def new_forward(*args, **kwargs):
+        args = tuple(a.to(dev) for a in args)
+        return old_forward(*args, **kwargs)
+    module.forward = new_forward
+
+blocks = [nn.Linear(16, 16).to(d) for d in ("cuda:0", "cuda:1", "cuda:1")]
+for b, d in zip(blocks, ("cuda:0", "cuda:1", "cuda:1")):
+    align_devices(b, d)
+h = torch.randn(2, 16)
+for b in blocks:
+    h = b(h)
+bad = blocks[0].weight + blocks[1].weight  # <- bug
+""")
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert codes_at(report) == [("MP001", s.line("bug"))]  # the op-level check still applies
+
+
+def test_ddp_without_device_ids_around_a_split_model(script, dryrun_cli):
+    s = script(PIPELINE + """
+import os
+import torch.distributed as dist
+os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+os.environ.setdefault("MASTER_PORT", "29573")
+dist.init_process_group("gloo", rank=0, world_size=1)
+model = TwoStage()
+ddp = nn.parallel.DistributedDataParallel(model, device_ids=None, output_device=None)
+opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+for _ in range(2):
+    loss = F.cross_entropy(ddp(torch.randn(8, 16)), torch.randint(0, 3, (8,)).to("cuda:1"))
+    loss.backward()
+    assert model.s0[0].weight.grad.device == torch.device("cuda:0")
+    assert model.s1[0].weight.grad.device == torch.device("cuda:1")
+    opt.step()
+    opt.zero_grad()
+dist.destroy_process_group()
+""")
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 0, err
+    assert report["findings"] == []
+
+
+def test_program_status_is_kept(script, dryrun_cli):
+    s = script("""
+import sys, torch
+x = torch.ones(2, device="cuda:1")
+sys.exit(3)
+""")
+    status, report, _ = dryrun_cli(s, "--gpus", "2")
+    assert status == 3
+    assert report["findings"] == []
+
+
+def test_activation_checkpointing_and_custom_function(script, dryrun_cli):
+    s = script("""
+import torch
+import torch.nn as nn
+from torch.utils.checkpoint import checkpoint
+
+class Scale(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.save_for_backward(w)
+        return x * w
+    @staticmethod
+    def backward(ctx, g):
+        (w,) = ctx.saved_tensors
+        return g * w, None
+
+class Stage(nn.Module):
+    def __init__(self, dev):
+        super().__init__()
+        self.lin = nn.Linear(8, 8).to(dev)
+        self.w = torch.full((8,), 2.0, device=dev)
+    def forward(self, x):
+        return Scale.apply(self.lin(x), self.w)
+
+s0, s1 = Stage("cuda:0"), Stage("cuda:1")
+h = checkpoint(s0, torch.randn(2, 8).to("cuda:0"), use_reentrant=False)
+out = checkpoint(s1, h.to("cuda:1"), use_reentrant=False)
+out.sum().backward()
+assert s0.lin.weight.grad.device == torch.device("cuda:0")
+""")
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 0, err
+    assert report["findings"] == []
