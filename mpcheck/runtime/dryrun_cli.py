@@ -85,7 +85,7 @@ def main(argv: list[str]) -> int:
         return 2
     try:
         dr = dryrun(opts.gpus, backing=opts.backing, device_memory=opts.device_memory, link=opts.link,
-                    on_mismatch=opts.on_mismatch, select=select, report=None)
+                    on_mismatch=opts.on_mismatch, select=select, report=None, trace=opts.trace)
     except ValueError as e:
         print(f"mpcheck dryrun: {e}", file=sys.stderr)
         return 2
@@ -101,9 +101,9 @@ def main(argv: list[str]) -> int:
     try:
         if opts.output:
             with open(opts.output, "w", encoding="utf-8") as fh:
-                dr.write(output_format=opts.output_format, stream=fh, trace=opts.trace, color_mode="never")
+                dr.write(output_format=opts.output_format, stream=fh, color_mode="never")
         else:
-            dr.write(output_format=opts.output_format, stream=sys.stderr, trace=opts.trace, color_mode=opts.color)
+            dr.write(output_format=opts.output_format, stream=sys.stderr, color_mode=opts.color)
     except OSError as e:
         print(f"mpcheck dryrun: cannot write the report: {e}", file=sys.stderr)
         return 2

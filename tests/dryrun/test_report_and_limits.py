@@ -1,0 +1,138 @@
+"""The dry run's report (memory estimate, link model, formats, exit status) and its limits."""
+
+import json
+
+import pytest
+
+from mpcheck.runtime.dryrun_cli import main
+from mpcheck.runtime.links import PRESETS, parse_bytes, parse_link
+
+
+@pytest.mark.parametrize(
+    "expr, what",
+    [("loss.item() > 0", "`.item()`"), ("loss.tolist()", "`.tolist()`"), ("bool(loss > 0)", "`bool(tensor)`")],
+)
+def test_meta_backing_stops_where_a_value_is_needed(script, dryrun_cli, expr, what):
+    s = script(f"""
+import torch
+import torch.nn as nn
+net = nn.Linear(32, 1).to("cuda:1")
+loss = net(torch.randn(4, 32).to("cuda:1")).mean()
+if {expr}:  # <- value
+    print("positive")
+print("not reached")
+""")
+    status, report, err = dryrun_cli(s, "--gpus", "2", "--backing", "meta")
+    assert status == 1
+    assert f"train.py:{s.line('value')}: {what}" in report["stopped"]
+    assert "--backing cpu" in report["stopped"]
+    assert "Traceback" not in err and "not reached" not in err
+    assert report["memory"]["cuda:1"]["params"] == 33 * 4  # the report still comes
+
+
+def test_memory_estimate_of_a_known_model_and_the_fit_check(script, dryrun_cli):
+    s = script("""
+import torch
+import torch.nn as nn
+a = nn.Linear(1024, 1024, bias=False).to("cuda:0")   # 4 MiB
+b = nn.Linear(1024, 1024, bias=False).to("cuda:1")   # 4 MiB
+opt = torch.optim.AdamW(list(a.parameters()) + list(b.parameters()))
+x = torch.randn(256, 1024)                           # 1 MiB
+loss = b(a(x.to("cuda:0")).to("cuda:1")).sum()
+loss.backward()
+opt.step()
+""")
+    status, report, _ = dryrun_cli(s, "--gpus", "2", "--backing", "meta", "--device-memory", "16MiB")
+    mib = 2**20
+    m0, m1 = report["memory"]["cuda:0"], report["memory"]["cuda:1"]
+    assert (m0["params"], m0["grads"], m0["optimizer_state"]) == (4 * mib, 4 * mib, 8 * mib)
+    assert (m1["params"], m1["grads"], m1["optimizer_state"]) == (4 * mib, 4 * mib, 8 * mib)
+    # live at backward: on cuda:0 the input copy (1 MiB); on cuda:1 the input copy and the loss (4 B)
+    # (b's output is not saved by sum's backward and is already freed)
+    assert m0["activations"] == 1 * mib
+    assert m1["activations"] == 1 * mib + 4
+    assert m0["total"] == 17 * mib and m0["capacity"] == 16 * mib and m0["fits"] is False
+    assert status == 0  # not fitting is reported, it is not a finding
+
+
+def test_transfer_times_follow_the_chosen_link(script, dryrun_cli):
+    s = script("""
+import torch
+x = torch.empty(25 * 10**6, dtype=torch.uint8)   # 25 MB
+y = x.to("cuda:0").to("cuda:1")
+""")
+    _, report, _ = dryrun_cli(s, "--gpus", "2", "--backing", "meta", "--link", "pcie4")
+    pair = [p for p in report["transfers"]["by_pair"] if p["src"] == "cuda:0"][0]
+    assert pair["bytes"] == 25 * 10**6
+    assert pair["time_ms"] == pytest.approx(0.021 + 25e6 / 25e9 * 1e3, rel=1e-6)  # 1.021 ms
+    assert report["dryrun"]["link"]["name"] == "pcie4"
+
+
+def test_link_presets_and_parsing():
+    assert {k: v.gb_per_s for k, v in PRESETS.items()} == {"nvlink": 400.0, "pcie5": 50.0, "pcie4": 25.0}
+    assert all(v.source for v in PRESETS.values())
+    assert parse_link("100").gb_per_s == 100.0 and parse_link("64GB/s").gb_per_s == 64.0
+    with pytest.raises(ValueError, match="unknown link"):
+        parse_link("infiniband")
+    assert parse_bytes("80GiB") == 80 * 2**30 and parse_bytes("141GB") == 141 * 10**9
+    with pytest.raises(ValueError, match="memory size"):
+        parse_bytes("lots")
+
+
+def test_text_report_and_trace(tmp_path, script, capsys):
+    s = script("""
+import torch
+h = torch.randn(64, 64).to("cuda:0")
+h = (h @ h).to("cuda:1")
+""")
+    trace = tmp_path / "trace.json"
+    status = main(["--gpus", "2", "--device-memory", "1KiB", "--color", "never", "--trace", str(trace), str(s.path)])
+    err = capsys.readouterr().err
+    assert status == 0
+    assert "mpcheck dry run: 2 virtual GPUs, cpu backing" in err
+    assert "cuda:0 -> cuda:1" in err
+    assert "NO:" in err  # 16 KiB on a 1 KiB device
+    events = json.loads(trace.read_text())["traceEvents"]
+    assert any(e.get("name", "").startswith("cuda:0 -> cuda:1") for e in events)
+
+
+def test_command_line_errors(tmp_path, capsys):
+    assert main(["--gpus", "2", str(tmp_path / "missing.py")]) == 2
+    assert "missing.py" in capsys.readouterr().err
+    assert main(["--link", "warp", "-c", "pass"]) == 2
+    assert "unknown link" in capsys.readouterr().err
+    assert main(["--gpus", "0", "-c", "pass"]) == 2
+
+
+def test_dash_c_program_and_its_status(capsys):
+    code = "import torch, sys; x = torch.ones(1).cuda(); sys.exit(0 if x.is_cuda else 5)"
+    assert main(["--gpus", "1", "--output-format", "json", "-c", code]) == 0
+
+
+def test_nccl_is_a_clear_limit(script, dryrun_cli):
+    s = script("""
+import torch.distributed as dist
+dist.init_process_group("nccl", rank=0, world_size=1)  # <- nccl
+""")
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 1
+    assert f"train.py:{s.line('nccl')}: NCCL is beyond the dry run" in report["stopped"]
+    assert "gloo" in report["stopped"]
+
+
+def test_a_cuda_only_kernel_is_a_clear_limit(script, dryrun_cli):
+    s = script("""
+import torch
+
+@torch.library.custom_op("mpcheck_dryrun_test::fused", mutates_args=())
+def fused(x: torch.Tensor) -> torch.Tensor:
+    if not x.is_cuda:
+        raise RuntimeError("fused: expected x.is_cuda() to be true (input must be a CUDA tensor)")
+    return x.clone()
+
+y = fused(torch.randn(4).to("cuda:0"))  # <- kernel
+""")
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 1
+    assert f"train.py:{s.line('kernel')}" in report["stopped"]
+    assert "needs a real CUDA kernel" in report["stopped"]

@@ -1,0 +1,173 @@
+"""The virtual GPUs themselves: what torch answers, what works, what is restored."""
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import mpcheck
+from mpcheck.runtime.virtual import VirtualDeviceError, VirtualGPUs
+
+
+def quiet(**kw):
+    return mpcheck.dryrun(report=None, **kw)
+
+
+def test_torch_cuda_answers_as_n_gpus_and_is_restored():
+    before = torch.cuda.is_available()
+    with quiet(gpus=4, device_memory="24GiB"):
+        assert torch.cuda.is_available()
+        assert torch.cuda.device_count() == 4
+        assert torch.cuda.current_device() == 0
+        torch.cuda.set_device(2)
+        assert torch.cuda.current_device() == 2
+        assert torch.zeros(1, device="cuda").device == torch.device("cuda:2")
+        with torch.cuda.device(3):
+            assert torch.ones(1).cuda().get_device() == 3
+        assert torch.cuda.current_device() == 2
+        torch.cuda.synchronize()
+        props = torch.cuda.get_device_properties(1)
+        assert props.total_memory == 24 * 2**30
+        x = torch.empty(1024, device="cuda:1")
+        assert torch.cuda.memory_allocated(1) == 4096
+        assert torch.cuda.max_memory_allocated(1) >= 4096
+        del x
+        assert torch.cuda.memory_allocated(1) == 0
+        free, total = torch.cuda.mem_get_info(1)
+        assert (free, total) == (24 * 2**30, 24 * 2**30)
+        with pytest.raises(VirtualDeviceError, match="invalid device ordinal"):
+            torch.zeros(1, device="cuda:4")
+    assert torch.cuda.is_available() == before
+    assert torch._C._len_torch_function_stack() == 0
+
+
+def test_tensor_device_queries_and_moves():
+    with quiet(gpus=2):
+        x = torch.randn(3, 4)
+        y = x.to("cuda:1")
+        assert (y.device, y.is_cuda, y.get_device(), y.is_cpu) == (torch.device("cuda:1"), True, 1, False)
+        assert x.device == torch.device("cpu") and not x.is_cuda
+        assert y.data_ptr() != x.data_ptr()  # a move copies, as on real GPUs
+        assert torch.equal(y.cpu(), x)
+        assert y[1:].device == torch.device("cuda:1")  # views keep the device
+        assert (y * 2).sum().device == torch.device("cuda:1")
+        assert torch.zeros_like(y).device == torch.device("cuda:1")
+        assert y.new_zeros(2).device == torch.device("cuda:1")
+        assert y.to(torch.float16).device == torch.device("cuda:1")
+        assert x.to(y).device == torch.device("cuda:1")
+        with pytest.raises(VirtualDeviceError, match="can't convert cuda:1 device type tensor to numpy"):
+            y.numpy()
+    with VirtualGPUs(2):  # the virtual devices alone, without the checks: PyTorch's own error
+        with pytest.raises(VirtualDeviceError, match="Expected all tensors to be on the same device"):
+            torch.ones(2, device="cuda:1") + torch.ones(2, device="cuda:0")
+
+
+def test_module_to_batchnorm_buffers_and_grads():
+    with quiet(gpus=2):
+        m = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8)).to("cuda:1")
+        assert {p.device for p in m.parameters()} == {torch.device("cuda:1")}
+        assert m[1].running_mean.device == torch.device("cuda:1")
+        m(torch.randn(5, 4, device="cuda:1")).sum().backward()
+        assert m[0].weight.grad.device == torch.device("cuda:1")
+        assert m[1].num_batches_tracked.item() == 1
+
+
+def _train(dev0, dev1, steps=3, clip=True):
+    torch.manual_seed(0)
+    a = nn.Sequential(nn.Linear(16, 32), nn.BatchNorm1d(32), nn.ReLU()).to(dev0)
+    b = nn.Linear(32, 4).to(dev1)
+    params = list(a.parameters()) + list(b.parameters())
+    opt = torch.optim.AdamW(params, lr=1e-2, foreach=False)
+    x, y = torch.randn(8, 16), torch.randn(8, 4)
+    losses = []
+    for _ in range(steps):
+        loss = F.mse_loss(b(a(x.to(dev0)).to(dev1)), y.to(dev1))
+        loss.backward()
+        if clip:
+            torch.nn.utils.clip_grad_norm_(params, 0.5)
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    return losses
+
+
+def test_cpu_backing_losses_are_bit_identical_to_a_cpu_run():
+    plain = _train("cpu", "cpu")
+    with quiet(gpus=2):
+        virtual = _train("cuda:0", "cuda:1")
+    assert virtual == plain
+
+
+def test_optimizer_groups_tensors_per_virtual_device():
+    seen = []
+    with quiet(gpus=2):
+        from torch.utils._foreach_utils import _group_tensors_by_device_and_dtype
+
+        p0 = torch.zeros(3, device="cuda:0")
+        p1 = torch.zeros(3, device="cuda:1")
+        groups = _group_tensors_by_device_and_dtype([[p0, p1, p0.clone()]])
+        seen = sorted(str(dev) for dev, _ in groups)
+        # foreach AdamW then runs one kernel per device: no mixed-device finding
+        w0 = nn.Parameter(torch.randn(3, device="cuda:0"))
+        w1 = nn.Parameter(torch.randn(3, device="cuda:1"))
+        opt = torch.optim.AdamW([w0, w1], foreach=True)
+        (w0.sum() + w1.sum().to("cuda:0")).backward()
+        opt.step()
+        assert opt.state[w1]["exp_avg"].device == torch.device("cuda:1")
+    assert seen == ["cuda:0", "cuda:1"]
+
+
+def test_grad_scaler_and_autocast_bf16():
+    with quiet(gpus=2) as dr:
+        lin = nn.Linear(8, 8).to("cuda:0")
+        head = nn.Linear(8, 2).to("cuda:1")
+        opt = torch.optim.SGD(list(lin.parameters()) + list(head.parameters()), lr=0.1)
+        scaler = torch.amp.GradScaler("cuda")
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            h = lin(torch.randn(4, 8, device="cuda:0"))
+            out = head(h.to("cuda:1"))
+            sm = F.softmax(out, dim=-1)
+        # autocast("cuda") is emulated: linear runs in bf16, softmax in float32, as on a GPU
+        assert (h.dtype, out.dtype, sm.dtype) == (torch.bfloat16, torch.bfloat16, torch.float32)
+        scaler.scale(out.float().sum()).backward()
+        scaler.unscale_(opt)
+        torch.nn.utils.clip_grad_norm_(list(lin.parameters()) + list(head.parameters()), 1.0)
+        scaler.step(opt)
+        scaler.update()
+        assert scaler.get_scale() == 65536.0
+        outside = lin(torch.randn(4, 8, device="cuda:0"))
+        assert outside.dtype == torch.float32
+    assert not [f for f in dr.findings if f.code == "MP001"]
+
+
+def test_streams_and_events_do_not_hang_and_timing_is_a_noted_limit():
+    with quiet(gpus=2) as dr:
+        s = torch.cuda.Stream(device=1)
+        x = torch.randn(4, device="cuda:1")
+        with torch.cuda.stream(s):
+            y = x * 2
+        torch.cuda.current_stream(1).wait_stream(s)
+        y.record_stream(s)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        end.record()
+        end.synchronize()
+        assert start.elapsed_time(end) == 0.0
+    assert len(dr.limits) == 1 and "elapsed_time" in dr.limits[0][1]
+
+
+def test_meta_backing_holds_no_memory_and_answers_devices():
+    with quiet(gpus=2, backing="meta") as dr:
+        big = nn.Linear(8192, 8192).to("cuda:1")  # 256 MiB of parameters, none allocated
+        out = big(torch.randn(4, 8192).to("cuda:1"))
+        assert out.device == torch.device("cuda:1") and not out.is_meta
+        assert "device='cuda:1'" in repr(out)
+    assert dr.memory["cuda:1"]["params"] == (8192 * 8192 + 8192) * 4
+
+
+def test_nested_virtual_gpus_are_refused_and_nothing_leaks():
+    g = VirtualGPUs(2)
+    with g:
+        with pytest.raises(RuntimeError, match="already active"):
+            g.__enter__()
+    assert torch._C._len_torch_function_stack() == 0
