@@ -59,8 +59,8 @@ def imports(source: str, modname: str) -> list[str]:
         if dots:
             parts = package.split(".") if package else []
             up = len(dots) - 1
-            if up > len(parts):
-                continue
+            if up and up >= len(parts):
+                continue  # beyond the top-level package: Python would refuse it too
             parts = parts[: len(parts) - up]
             if base:
                 parts.append(base)

@@ -36,9 +36,9 @@ _FINGERPRINT: str | None = None
 
 
 def code_fingerprint() -> str:
-    """mpcheck's version plus the size and mtime of every module of the package:
-    a cache written by other code (a new release, an edited rule in a checkout)
-    is never trusted."""
+    """mpcheck's version plus the size and mtime of every module that can change
+    a lint result (all but the runtime faces): a cache written by other code (a
+    new release, an edited rule in a checkout) is never trusted."""
     global _FINGERPRINT
     if _FINGERPRINT is None:
         import hashlib
@@ -46,7 +46,7 @@ def code_fingerprint() -> str:
         h = hashlib.blake2b(mpcheck.__version__.encode(), digest_size=12)
         package = Path(mpcheck.__file__).resolve().parent
         for folder, dirs, files in os.walk(package):
-            dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+            dirs[:] = sorted(d for d in dirs if d not in ("__pycache__", "runtime", "_rule_docs"))
             for name in sorted(files):
                 if name.endswith(".py"):
                     st = os.stat(os.path.join(folder, name))
