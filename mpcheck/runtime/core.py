@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import threading
 import warnings
+from dataclasses import replace
 import weakref
 from typing import Any, Callable, Iterable, Protocol
 
@@ -47,7 +48,8 @@ RULE_NAMES = {
 # Findings that mean the program is about to crash: these follow `on_mismatch`.
 # The others (wasted transfers, a collapsed split) are recorded and reported.
 _FATAL = frozenset({"MP001", "MP002"})
-_PURGE_AT = 4096  # table size at which entries of freed storages are dropped
+_PURGE_AT = 4096
+_MAX_MODULES = 8  # modules listed on one finding  # table size at which entries of freed storages are dropped
 
 
 class Devices(Protocol):
@@ -250,11 +252,17 @@ class Checker:
         site = site or UNKNOWN
         devices = tuple(devices)
         modules = tuple(m for m in modules if m)
-        key = (code, site.path, site.line, devices, modules)
+        # One finding per code, line and devices: the same line reached from several modules
+        # (a loop over blocks) lists the modules instead of repeating itself.
+        key = (code, site.path, site.line, devices)
         with self._lock:
             idx = self._by_key.get(key)
             if idx is not None:
                 f = self.findings[idx]
+                new_modules = tuple(m for m in modules if m not in f.modules)
+                if new_modules and len(f.modules) < _MAX_MODULES:
+                    f = replace(f, modules=f.modules + new_modules)
+                    self.findings[idx] = f
                 f.extra["count"] = f.extra.get("count", 1) + 1
                 first = False
             else:
@@ -287,6 +295,47 @@ class Checker:
                  module: str | None = None, name: str | None = None, phase: str | None = None) -> tuple[tuple, dict]:
         """The devices of one torch call's tensors. Allowed mixes: 0-dim CPU tensors; CPU
         indices and values in indexing. Returns the (possibly moved) args and kwargs."""
+        # Fast path (every torch call pays it): are all non-scalar tensors on one device?
+        device_of = self.devices.device_of
+        tensor = self._tensor
+        seen = None
+        mixed = False
+        for a in args:
+            if isinstance(a, tensor):
+                d = device_of(a)
+            elif isinstance(a, (list, tuple)) and a and isinstance(a[0], tensor):
+                for b in a:
+                    if isinstance(b, tensor):
+                        d = device_of(b)
+                        if d != seen and not (d == "cpu" and b.dim() == 0):
+                            if seen is None:
+                                seen = d
+                            else:
+                                mixed = True
+                continue
+            else:
+                continue
+            if d != seen and not (d == "cpu" and a.dim() == 0):
+                if seen is None:
+                    seen = d
+                else:
+                    mixed = True
+        if kwargs:
+            for a in kwargs.values():
+                if isinstance(a, tensor):
+                    d = device_of(a)
+                    if d != seen and not (d == "cpu" and a.dim() == 0):
+                        if seen is None:
+                            seen = d
+                        else:
+                            mixed = True
+                elif isinstance(a, (list, tuple)) and a and isinstance(a[0], tensor):
+                    mixed = True  # rare: let the full pass below decide
+        if not mixed:
+            return args, kwargs
+        return self._check_op_slow(func, args, kwargs, site=site, module=module, name=name, phase=phase)
+
+    def _check_op_slow(self, func: Any, args: tuple, kwargs: dict, *, site, module, name, phase):
         device_of = self.devices.device_of
         first_dev = None
         odd: list[tuple[tuple, Any, str]] = []
@@ -320,6 +369,13 @@ class Checker:
         if dev is None:
             return args, kwargs
         device_of = self.devices.device_of
+        tensor = self._tensor
+        for a in args:
+            if isinstance(a, tensor) and device_of(a) != dev:
+                break
+        else:
+            if not kwargs or all(not isinstance(a, tensor) or device_of(a) == dev for a in kwargs.values()):
+                return args, kwargs  # the common case: every input on the module's device
         odd = []
         for loc, t in _iter_tensors(args, kwargs, self._tensor):
             d = device_of(t)

@@ -48,13 +48,15 @@ def _classify(func: Any) -> int:
     from torch.overrides import resolve_name
 
     name = getattr(func, "__name__", "")
-    if name == "__set__":
-        return _SET  # `param.data = t` may move a parameter: module placements change
     full = None
     try:
         full = resolve_name(func)
     except Exception:
         pass
+    if name == "__set__":
+        # `param.data = t` may move a parameter: module placements change. Other setters
+        # (`p.grad = None` in zero_grad, every step) must not throw the placement cache away.
+        return _SET if full == "torch.Tensor.data.__set__" else _PASS
     if full in _TRANSFERS:
         return _TRANSFERS[full]
     if name in _METADATA and (full is None or full.startswith("torch.Tensor.")):
@@ -73,19 +75,14 @@ class CheckingMode(TorchFunctionMode):
         self._tensor = torch.Tensor
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
+        try:
+            kind = self._kinds[func]
+        except (KeyError, TypeError):
+            kind = self._classify(func)
+        if kind == _PASS:
+            return func(*args, **kwargs) if kwargs else func(*args)
         if kwargs is None:
             kwargs = {}
-        kinds = self._kinds
-        try:
-            kind = kinds[func]
-        except (KeyError, TypeError):
-            kind = _classify(func)
-            try:
-                kinds[func] = kind
-            except TypeError:  # an unhashable callable: classify each time
-                pass
-        if kind == _PASS:
-            return func(*args, **kwargs)
         checker = self.checker
         if checker.suspended:
             return func(*args, **kwargs)
@@ -102,6 +99,14 @@ class CheckingMode(TorchFunctionMode):
             checker.invalidate_placement()
             return out
         return self._transfer(kind, func, args, kwargs)
+
+    def _classify(self, func) -> int:
+        kind = _classify(func)
+        try:
+            self._kinds[func] = kind
+        except TypeError:  # an unhashable callable: classified at each call
+            pass
+        return kind
 
     def _transfer(self, kind: int, func, args, kwargs):
         checker = self.checker

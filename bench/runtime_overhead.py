@@ -1,0 +1,185 @@
+"""Overhead of mpcheck's runtime debug mode on a training step split by hand over 2 GPUs.
+
+    python bench/runtime_overhead.py [--quick] [--json out.json]
+
+Measures, in one run, the median step time (forward, backward, AdamW step) of
+  - a compute-bound model: 16 blocks of width 4096 (MLP 4x), 8 per GPU;
+  - a launch-bound model: 24 blocks of width 256, batch 8x128, 12 per GPU;
+plainly, under `mpcheck.debug()` and (launch-bound) under strict mode.
+Variants alternate in rounds so that clock drift hits them alike.
+Goals: <= 1.02x (compute-bound), <= 1.15x (launch-bound), strict <= 2.5x.
+It also moves a 64 MiB tensor cuda:0 -> cuda:1 under the debug mode and compares
+the GB/s the report gives with a plain copy timed with CUDA events.
+Needs 2 CUDA devices.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import statistics
+import sys
+import time
+
+import torch
+from torch import nn
+
+import mpcheck
+
+
+class Block(nn.Module):
+    def __init__(self, d: int) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(d)
+        self.up = nn.Linear(d, 4 * d)
+        self.down = nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        return x + self.down(torch.nn.functional.gelu(self.up(self.norm(x))))
+
+
+class TwoStage(nn.Module):
+    def __init__(self, d: int, blocks: int) -> None:
+        super().__init__()
+        half = blocks // 2
+        self.stage0 = nn.Sequential(*[Block(d) for _ in range(half)]).to("cuda:0")
+        self.stage1 = nn.Sequential(*[Block(d) for _ in range(blocks - half)]).to("cuda:1")
+        self.head = nn.Linear(d, 1).to("cuda:1")
+
+    def forward(self, x):
+        h = self.stage0(x)
+        h = h.to("cuda:1")
+        return self.head(self.stage1(h))
+
+
+def _sync():
+    torch.cuda.synchronize(0)
+    torch.cuda.synchronize(1)
+
+
+def make(d, blocks, batch, seq):
+    torch.manual_seed(0)
+    model = TwoStage(d, blocks)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    x = torch.randn(batch, seq, d, device="cuda:0")
+    y = torch.randn(batch, seq, 1, device="cuda:1")
+    return model, opt, x, y
+
+
+def step(model, opt, x, y):
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+
+
+def time_steps(model, opt, x, y, n):
+    times = []
+    for _ in range(n):
+        _sync()
+        t0 = time.perf_counter()
+        step(model, opt, x, y)
+        _sync()
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def measure(name, d, blocks, batch, seq, variants, rounds, steps, warmup):
+    model, opt, x, y = make(d, blocks, batch, seq)
+    times = {v: [] for v in variants}
+    findings = {}
+    time_steps(model, opt, x, y, warmup)
+    for _ in range(rounds):
+        for v in variants:
+            if v == "plain":
+                times[v] += time_steps(model, opt, x, y, steps)
+            else:
+                with mpcheck.debug(model, report=None, strict=(v == "strict")) as dbg:
+                    time_steps(model, opt, x, y, 1)  # the first step reads memory: not timed
+                    times[v] += time_steps(model, opt, x, y, steps)
+                findings[v] = [f.code for f in dbg.findings]
+    med = {v: statistics.median(t) for v, t in times.items()}
+    rows = []
+    for v in variants:
+        rows.append({"model": name, "variant": v, "median_ms": med[v] * 1e3,
+                     "ratio": med[v] / med["plain"], "steps": len(times[v]), "findings": findings.get(v, [])})
+    del model, opt, x, y
+    torch.cuda.empty_cache()
+    return rows
+
+
+def gbps_check(mib=64, n=20):
+    src = torch.randn(mib * 1024 * 1024 // 4, device="cuda:0")
+    nbytes = src.numel() * 4
+    for _ in range(3):
+        src.to("cuda:1")
+    _sync()
+    # plain: CUDA events around each copy on the source stream
+    plain = []
+    s0 = torch.cuda.current_stream(0)
+    for _ in range(n):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record(s0)
+        src.to("cuda:1")
+        b.record(s0)
+        b.synchronize()
+        plain.append(a.elapsed_time(b))
+    plain_gbps = nbytes / (statistics.median(plain) * 1e6)
+    # wall-clock of n back-to-back copies, a second opinion independent of events
+    _sync()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        src.to("cuda:1")
+    _sync()
+    wall_gbps = n * nbytes / ((time.perf_counter() - t0) * 1e9)
+    with mpcheck.debug(report=None) as dbg:
+        for _ in range(n):
+            src.to("cuda:1")
+            dbg.step()
+    agg = dbg.ledger.by_pair()[("cuda:0", "cuda:1", "forward")]
+    reported = agg.as_dict()["gb_per_s"]
+    return {"bytes": nbytes, "copies": n, "plain_event_gbps": plain_gbps, "plain_wall_gbps": wall_gbps,
+            "reported_gbps": reported, "reported_vs_plain": reported / plain_gbps,
+            "findings": [f.code for f in dbg.findings]}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="fewer steps (a smoke run)")
+    ap.add_argument("--json", help="write the results here too")
+    opts = ap.parse_args(argv)
+    if torch.cuda.device_count() < 2:
+        print("needs 2 CUDA devices", file=sys.stderr)
+        return 2
+    q = opts.quick
+    gpus = f"2x {torch.cuda.get_device_name(0)}"
+    rows = []
+    rows += measure("compute-bound: 16 blocks d=4096 MLP4x, batch 4x512, fp32", 4096, 16, 4, 512,
+                    ["plain", "debug"], rounds=2 if q else 4, steps=2 if q else 5, warmup=2)
+    rows += measure("launch-bound: 24 blocks d=256 MLP4x, batch 8x128, fp32", 256, 24, 8, 128,
+                    ["plain", "debug", "strict"], rounds=2 if q else 5, steps=10 if q else 40, warmup=5)
+    copy = gbps_check()
+    goals = {("compute", "debug"): 1.02, ("launch", "debug"): 1.15, ("launch", "strict"): 2.5}
+    date = datetime.date.today().isoformat()
+    print(f"\nmpcheck runtime overhead, {date}, {gpus}, torch {torch.__version__}\n")
+    print("| model | variant | median step ms | ratio | goal |")
+    print("|---|---|---|---|---|")
+    for r in rows:
+        goal = goals.get((r["model"].split("-")[0], r["variant"]))
+        r["goal"] = goal
+        r["meets_goal"] = None if goal is None else r["ratio"] <= goal
+        print(f"| {r['model']} | {r['variant']} | {r['median_ms']:.2f} | x{r['ratio']:.3f} | "
+              f"{'' if goal is None else ('<= x%.2f ' % goal) + ('ok' if r['meets_goal'] else 'MISSED')} |")
+    print(f"\n64 MiB cuda:0 -> cuda:1: plain copy {copy['plain_event_gbps']:.1f} GB/s (events), "
+          f"{copy['plain_wall_gbps']:.1f} GB/s (wall, back to back); mpcheck reports "
+          f"{copy['reported_gbps']:.1f} GB/s (x{copy['reported_vs_plain']:.3f} of the plain copy)")
+    if opts.json:
+        with open(opts.json, "w") as fh:
+            json.dump({"date": date, "gpus": gpus, "torch": torch.__version__, "rows": rows, "copy": copy}, fh,
+                      indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
