@@ -82,6 +82,7 @@ def _device_map(v: Val):
 
 def library_call(self, q: str, node: cst.Call, st) -> Val:
     args, kwargs = self.ev_args(node, st)
+    exprs = self._arg_nodes
     last = q.rsplit(".", 1)[-1]
     if q in T.DATA_PARALLEL:
         mod = args[0] if args else kwargs.get("module", UNK)
@@ -120,6 +121,14 @@ def library_call(self, q: str, node: cst.Call, st) -> Val:
         return Obj("param", a.devs if isinstance(a, Obj) else None, origin=a.origin if isinstance(a, Obj) else "",
                    at=a.at if isinstance(a, Obj) else None, invariant=True)
     if q in ("torch.nn.Sequential", "torch.nn.ModuleList"):
+        from mpcheck.devices.interp import Starred
+
+        stars = [a for a in args if isinstance(a, Starred)]
+        if stars:
+            elem = stars[0].elem
+            for a in args:
+                elem = join(elem, a.elem if isinstance(a, Starred) else a)
+            return SeqV(None, elem=elem, module=True)
         if q.endswith("ModuleList"):
             src = args[0] if args else SeqV(())
             if isinstance(src, SeqV):
@@ -152,14 +161,23 @@ def library_call(self, q: str, node: cst.Call, st) -> Val:
     if q in T.BUILTINS:
         return _builtin(self, q, args, kwargs, node, st)
     if T.is_torch_op(q):
-        return self.tensor_op(q, args, kwargs, node, st)
+        return self.tensor_op(q, args, kwargs, node, st, exprs)
     if "device" in kwargs and last[:1].isupper():
         devs = _resolve_current(as_device(kwargs["device"]), st)
         if devs is not None:
             self._note_indexless_arg(kwargs["device"], node, st)
             return Obj("module" if q.startswith("torch.nn.") else "any", devs, origin=f"built with device={show(single(devs))}", at=node)
-    if q.startswith("torch.nn.") and last[:1].isupper():
-        return Obj("module", None, label="")
+    if q.startswith("torch.nn.") and last[:1].isupper() and q.count(".") == 2:
+        if last.endswith("Loss"):
+            weights = {k: v for k, v in kwargs.items() if k in ("weight", "pos_weight") and isinstance(v, Obj)}
+            return Obj("loss", None, label="", extra=weights)
+        if last in T.PARAMETERLESS:
+            return Obj("passthrough", None)
+        if last in T.PARAMETERED:
+            from mpcheck.devices.interp import UNPLACED
+
+            return Obj("module", None, origin=UNPLACED)
+        return Obj("module", None)
     return UNK
 
 
@@ -194,10 +212,14 @@ def _builtin(self, q, args, kwargs, node, st) -> Val:
         elem = src.elem if isinstance(src, SeqV) else UNK
         return SeqV(None, elem=SeqV((UNK, elem), kind="tuple"))
     if q == "zip" and args:
-        if all(isinstance(a, SeqV) and a.items is not None for a in args):
-            n = min(len(a.items) for a in args)
-            return SeqV(tuple(SeqV(tuple(a.items[i] for a in args), kind="tuple") for i in range(n)))
-        return SeqV(None, elem=SeqV(tuple(a.elem if isinstance(a, SeqV) and a.items is None else UNK for a in args), kind="tuple"))
+        from mpcheck.devices.interp import _iter_elem
+
+        lengths = [len(a.items) for a in args if isinstance(a, SeqV) and a.items is not None]
+        if lengths:
+            n = min(lengths)
+            cols = [a.items[:n] if isinstance(a, SeqV) and a.items is not None else (_iter_elem(a, None),) * n for a in args]
+            return SeqV(tuple(SeqV(tuple(c[i] for c in cols), kind="tuple") for i in range(n)))
+        return SeqV(None, elem=SeqV(tuple(_iter_elem(a, None) for a in args), kind="tuple"))
     if q in ("list", "tuple", "reversed", "sorted", "iter") and args:
         a = args[0]
         if isinstance(a, SeqV):
@@ -210,6 +232,8 @@ def _builtin(self, q, args, kwargs, node, st) -> Val:
         a = args[0]
         if isinstance(a, SeqV):
             return a.items[0] if a.items else a.elem
+        if isinstance(a, _Params):
+            return a.first()
         return UNK
     if q == "len" and args and isinstance(args[0], SeqV) and args[0].items is not None:
         return Const(len(args[0].items))
@@ -225,6 +249,29 @@ def _builtin(self, q, args, kwargs, node, st) -> Val:
 
 class _Super(Val):
     __slots__ = ()
+
+
+class _Params(Val):
+    """`module.parameters()`: next() of it is the first parameter, on the first placed submodule."""
+
+    __slots__ = ("mod",)
+
+    def __init__(self, mod: Obj) -> None:
+        self.mod = mod
+
+    def first(self) -> Val:
+        m = self.mod
+        if m.attrs is None:
+            return Obj("param", m.devs, origin=m.origin, at=m.at, invariant=True) if m.devs is not None else UNK
+        for v in m.attrs.values():
+            if isinstance(v, Obj) and v.kind in ("module", "any", "param", "buffer"):
+                if v.devs is None:
+                    return UNK
+                return Obj("param", v.devs, origin=f"the first parameter, in `{v.label}`", at=v.at, invariant=True)
+            if isinstance(v, SeqV) and v.module:
+                item = v.items[0] if v.items else v.elem
+                return Obj("param", item.devs, origin="the first parameter", at=item.at, invariant=True) if isinstance(item, Obj) and item.devs else UNK
+        return UNK
 
 
 def factory(self, q, args, kwargs, node, st) -> Val:
@@ -244,8 +291,8 @@ def factory(self, q, args, kwargs, node, st) -> Val:
         origin = f"created on the CPU by torch.{last}() without device="
     const = all(isinstance(a, (Const, SeqV)) for a in args)
     kind = "tensor"
-    if last == "tensor" and args and isinstance(args[0], Const) and devs == one("cpu"):
-        kind = "scalar"  # a 0-d CPU tensor mixes with CUDA tensors
+    if last in ("tensor", "as_tensor") and args and not isinstance(args[0], SeqV) and devs == one("cpu"):
+        kind = "scalar"  # maybe a 0-d CPU tensor, which mixes with CUDA tensors
     return Obj(kind, devs, origin=origin, at=node, invariant=const)
 
 
@@ -261,30 +308,50 @@ def dispatched(self, q, args, kwargs, node, st) -> Val:
     return UNK
 
 
-def tensor_op(self, q, args, kwargs, node, st) -> Val:
+def tensor_op(self, q, args, kwargs, node, st, exprs=None) -> Val:
     """A torch function on tensors: its inputs must agree; its output follows them."""
-    first: Obj | None = None
+    first = None  # (value, expression)
     flat: list = []
-    for a in list(args) + [v for k, v in kwargs.items() if k not in ("out",)]:
+    nodes = list(exprs or [])
+    for i, a in enumerate(list(args) + [v for k, v in kwargs.items()]):
+        e = nodes[i] if i < len(nodes) else None
+        if i >= len(args) and list(kwargs)[i - len(args)] == "out":
+            continue
         if isinstance(a, SeqV) and a.items is not None:
-            flat.extend(a.items)
+            elts = e.elements if isinstance(e, (cst.List, cst.Tuple)) and len(e.elements) == len(a.items) else None
+            flat.extend((x, elts[j].value if elts else None) for j, x in enumerate(a.items))
         else:
-            flat.append(a)
+            flat.append((a, e))
+    from mpcheck.devices.interp import failed, used
+
+    used(*(a for a, _ in flat))
+    if any(failed(a) for a, _ in flat):
+        from mpcheck.devices.interp import FAILED
+
+        return FAILED
     loss = T.is_loss(q)
-    for a in flat:
-        if not isinstance(a, Obj) or a.kind in ("scalar", "module"):
+    known = [a for a, _ in flat if isinstance(a, Obj) and a.kind not in ("scalar", "module") and a.devs is not None]
+    for a in known:
+        for b in known:
+            self._probe_hit(a, b.devs)
+    for a, e in flat:
+        if not isinstance(a, Obj) or a.kind in ("scalar", "module", "passthrough", "loss"):
             continue
-        if first is None or first.devs is None:
-            first = a if first is None or a.devs is not None else first
+        if first is None or first[0].devs is None:
+            first = (a, e) if first is None or a.devs is not None else first
             continue
-        if conflict(a.devs, first.devs):
-            self.emit("loss_mismatch" if loss else "mismatch", node, st, key=id(a), value=a, target=first.devs,
-                      what=first.label or "its first tensor argument", op=q, other=first)
-            return UNK
+        if conflict(a.devs, first[0].devs):
+            from mpcheck.devices.interp import FAILED
+
+            self.emit("loss_mismatch" if loss else "mismatch", node, st, key="op", value=a, target=first[0].devs,
+                      expr=e, what=first[0].label or (first[1] is not None and "") or "its first tensor argument",
+                      what_expr=first[1], op=q, other=first[0], other_expr=first[1])
+            return FAILED
     if first is None:
         return UNK
-    inv = all(isinstance(a, Obj) and a.invariant or isinstance(a, (Const, DtypeV)) for a in flat)
-    return Obj("tensor", first.devs, origin=first.origin, at=first.at, invariant=inv)
+    inv = all(isinstance(a, Obj) and a.invariant or isinstance(a, (Const, DtypeV)) for a, _ in flat)
+    f = first[0]
+    return Obj("tensor", f.devs, origin=f.origin, at=f.at, invariant=inv, chain=f.chain)
 
 
 def _indexless(self, node, st) -> None:
@@ -344,30 +411,92 @@ def move(self, recv: Val, meth: str, args, kwargs, node: cst.Call, st) -> Val:
         self._rebind(recv_expr, res, st)
         return res
     where = show(single(devs)) if single(devs) else "a device"
-    if isinstance(recv, Obj) and recv.kind == "module" or isinstance(recv, SeqV) and recv.module:
-        res = Obj("module", devs, label=getattr(recv, "label", ""), origin=f"moved to {where} by .{meth}()", at=node)
+    if isinstance(recv, SeqV) and recv.module:
+        moved = [self.move(i, meth, args, kwargs, node, st) if isinstance(i, (Obj, SeqV)) else _placed_any(devs, where, node)
+                 for i in (recv.items or ())]
+        elem = self.move(recv.elem, meth, args, kwargs, node, st) if recv.items is None and isinstance(recv.elem, (Obj, SeqV)) else _placed_any(devs, where, node)
+        res = SeqV(tuple(moved) if recv.items is not None else None, elem=elem, kind=recv.kind, module=True)
+        self._rebind(recv_expr, res, st)
+        return res
+    if isinstance(recv, Obj) and recv.kind in ("module", "passthrough", "loss"):
+        if recv.kind in ("passthrough", "loss"):
+            return recv
+        res = Obj("module", devs, label=recv.label, origin=f"moved to {where} by .{meth}()", at=node)
         self._rebind(recv_expr, res, st)
         return res
     if isinstance(recv, Obj):
-        self.emit("transfer", node, st, value=recv, devs=devs)
+        chain = self._chain_step(recv, devs, node)
+        self.emit("transfer", node, st, value=recv, devs=devs, repeated=self._repeated(recv, st, node))
         return recv.with_(
-            kind="tensor" if recv.kind in ("param", "buffer") else recv.kind,
+            kind="tensor" if recv.kind in ("param", "buffer") or (recv.kind == "scalar" and devs != one("cpu")) else recv.kind,
             devs=devs,
             origin=f"moved to {where}",
             at=node,
             moved_from=recv.devs,
             moved_at=node,
             worked=False,
+            chain=chain,
         )
     if devs is None:
         return UNK
     return Obj("any", devs, origin=f"moved to {where}", at=node)
 
 
+def _placed_any(devs, where, node) -> Val:
+    return Obj("any", devs, origin=f"moved to {where}", at=node) if devs is not None else UNK
+
+
+def _chain_step(self, recv: Obj, devs, node):
+    """Follow an activation's lineage across transfers (MP006)."""
+    src, dst = single(recv.devs), single(devs)
+    if src is None or dst is None or src == dst or src.startswith("sym:__") or self._second_pass:
+        return recv.chain
+    chain = recv.chain
+    if not recv.worked and recv.moved_from is not None and single(recv.moved_from) == dst:
+        # A round trip with no work in between: MP005's business; it is not a stage crossing.
+        if chain is not None and len(chain["devs"]) >= 2 and chain["devs"][-1] == src:
+            chain["devs"].pop()
+            chain["nodes"] and chain["nodes"].pop()
+        return chain
+    if chain is None:
+        chain = {"devs": [src], "nodes": [], "first_revisit": None}
+        self.chains.append(chain)
+    if chain["devs"][-1] != src:
+        chain["devs"].append(src)
+    if dst in chain["devs"] and chain["first_revisit"] is None:
+        chain["first_revisit"] = node
+    chain["devs"].append(dst)
+    chain["nodes"].append(node)
+    return chain
+
+
+def _repeated(self, recv: Obj, st, node=None) -> str:
+    """'loop' / 'call' when the moved value is the same unchanging tensor every time (MP011)."""
+    if not recv.invariant:
+        return ""
+    expr = node.func.value if node is not None and isinstance(node.func, cst.Attribute) else None
+    so = st.self_obj
+    is_attr = isinstance(so, Obj) and so.attrs and any(v is recv for v in so.attrs.values())
+    if not st.in_init and is_attr and isinstance(expr, cst.Attribute):
+        return "call"
+    if self._loop_outer and isinstance(expr, cst.Name):
+        for outer, assigned in self._loop_outer:
+            if id(recv) in outer and expr.value not in assigned:
+                return "loop"
+    return ""
+
+
 def _rebind(self, expr, val, st) -> None:
     # nn.Module.to()/.cuda() move the module in place: the name now holds the moved module.
     if isinstance(expr, cst.Name):
         st.env[expr.value] = val
+    elif isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name) and st.self_obj is not None:
+        base = st.env.get(expr.value.value)
+        if base is st.self_obj and isinstance(base, Obj) and base.attrs is not None:
+            if st.in_init:
+                base.attrs[expr.attr.value] = val
+            else:
+                st.env[f"{id(base)}.{expr.attr.value}"] = val
 
 
 def method_call(self, recv: Val, meth: str, args, kwargs, node: cst.Call, st) -> Val:
@@ -379,6 +508,8 @@ def method_call(self, recv: Val, meth: str, args, kwargs, node: cst.Call, st) ->
         obj = Obj("module", None, dispatched="parallelize()", origin="split by .parallelize()", at=node)
         self._rebind(node.func.value, obj, st)
         return UNK
+    if isinstance(recv, Obj) and meth == "parameters" and recv.kind in ("module", "any"):
+        return _Params(recv)
     if isinstance(recv, Obj):
         if recv.cls is not None and recv.attrs is not None:
             m = recv.cls.method(meth)
@@ -404,12 +535,17 @@ def method_call(self, recv: Val, meth: str, args, kwargs, node: cst.Call, st) ->
             return UNK
         if meth in T.DTYPE_METHODS:
             return recv
+        from mpcheck.devices.interp import used
+
+        used(recv, *args)
         if meth.startswith("new_"):
             devs = as_device(kwargs["device"]) if "device" in kwargs else recv.devs
             return Obj("tensor", devs, origin=f"created by .{meth}() on {recv.label or 'a tensor'}'s device", at=node)
         if meth in T.SAME_DEVICE_METHODS:
+            exprs = self._arg_nodes
             for i, a in enumerate(list(args) + list(kwargs.values())):
-                self.check_operand(node, a, recv.devs, st, what=recv.label or "the tensor", arg_index=i, op=f".{meth}()")
+                self.check_operand(node, a, recv.devs, st, what=recv.label or "the tensor", arg_index=i, op=f".{meth}()",
+                                   expr=exprs[i] if i < len(exprs) else None)
         inv = recv.invariant and all(isinstance(a, (Const, DtypeV)) for a in args)
         return recv.with_(label="", kind="tensor", worked=True, invariant=inv)
     if isinstance(recv, SeqV):

@@ -39,3 +39,52 @@ def split_modules(v: Val) -> list[str]:
     if isinstance(v, Obj) and v.split:
         return [a for a, _ in v.split]
     return []
+
+
+def value_text(ctx, expr, v: Val, default: str = "a tensor") -> str:
+    """How to name a value in a message: its source text, else its label."""
+    if expr is not None:
+        return ctx.code(expr)
+    if isinstance(v, Obj) and v.label:
+        return v.label
+    return default
+
+
+def origin_text(ctx, v: Val) -> str:
+    """'moved to cuda:0 at line 12'."""
+    if isinstance(v, Obj) and v.origin == "output of":
+        import libcst as cst
+
+        if isinstance(v.at, cst.Call):
+            return f"output of `{ctx.code(v.at.func)}`, line {ctx.line(v.at)}"
+        return "output of a module"
+    if isinstance(v, Obj) and v.origin:
+        if v.at is not None:
+            return f"{v.origin}, line {ctx.line(v.at)}"
+        return v.origin
+    return "where it was computed"
+
+
+MODE_WORDS = {
+    "eval": " (on the path taken in eval mode, when `self.training` is False)",
+    "train": " (on the training path)",
+    "no_grad": " (on the no-grad path)",
+}
+
+
+def root_name(expr) -> str | None:
+    """`pred` for `pred.squeeze(-1)`, `labels` for `labels[..., 1:]`: the variable an expression reads."""
+    import libcst as cst
+
+    while expr is not None:
+        if isinstance(expr, cst.Name):
+            return expr.value
+        if isinstance(expr, cst.Call):
+            expr = expr.func.value if isinstance(expr.func, cst.Attribute) else None
+        elif isinstance(expr, cst.Subscript):
+            expr = expr.value
+        elif isinstance(expr, cst.Attribute):
+            return None if not isinstance(expr.value, cst.Name) or expr.value.value != "self" else None
+        else:
+            return None
+    return None

@@ -49,8 +49,16 @@ from mpcheck.devices.values import (
 )
 
 _MAX_DEPTH = 4
+UNPLACED = "built without a device"
 _MAX_WORLDS = 4
 _MAX_UNROLL = 16
+
+
+@dataclass(eq=False)
+class Starred(Val):
+    """`*xs` of unknown length in a call: each item is like `elem`."""
+
+    elem: Val
 
 
 @dataclass
@@ -161,6 +169,11 @@ class Interp:
         self._line = lines  # callable node -> line, lazily resolved
         self.default_device_changed = False
         self._in_unknown_loop = 0
+        self._second_pass = 0
+        self._arg_nodes: list = []
+        self._loop_outer: list[set] = []  # ids of the values alive before each enclosing loop
+        self._probes: list[dict] = []  # input probes of forward summaries
+        self.chains: list[dict] = []  # activation lineages with their transfers (MP006)
         self._scan_module()
 
     # ------------------------------------------------------------ setup
@@ -223,7 +236,8 @@ class Interp:
 
     def run_all(self) -> None:
         scope = Scope("<module>")
-        st = State(dict(self.globals), CURRENT, None, "", None, False, scope)
+        # Module-level assignments are the globals functions and methods see (LEAD = torch.device(...)).
+        st = State(self.globals, CURRENT, None, "", None, False, scope)
         self._run_entry(self.module.body, st)
         for info in self.functions.values():
             self._run_function_entry(info, None)
@@ -321,12 +335,24 @@ class Interp:
         return obj
 
     def _finish_instance(self, obj: Obj) -> None:
-        placed: list[tuple[str, str, int]] = []
+        placed: list[tuple[str, str, Any]] = []
         for attr, v in obj.attrs.items():
-            for d, ln in _placements(v):
-                placed.append((attr, d, ln))
+            for d, at in _placements(v):
+                placed.append((attr, d, at))
         devs = [d for _, d, _ in placed]
-        if placed and is_split_devs(devs):
+        split = bool(placed) and is_split_devs(devs)
+        # A class that places parts on a given GPU by hand is not moved as a whole later:
+        # what it leaves unplaced stays on the CPU. Any other class may be moved whole
+        # (model.cuda()), so its CPU tensors and unplaced modules are of unknown device.
+        hand_placed = split or any(d.startswith("cuda:") and d != "cuda:0" for d in devs)
+        for attr, v in list(obj.attrs.items()):
+            if not isinstance(v, Obj):
+                continue
+            if hand_placed and v.kind == "module" and v.devs is None and v.origin == UNPLACED:
+                obj.attrs[attr] = v.with_(devs=one("cpu"), origin="never placed, so on the CPU")
+            elif not hand_placed and v.devs == one("cpu") and v.kind in ("module", "param", "buffer", "tensor", "any"):
+                obj.attrs[attr] = v.with_(devs=None)
+        if split:
             seen: dict[str, str] = {}
             for attr, d, _ in placed:
                 seen.setdefault(attr, d)
@@ -362,7 +388,7 @@ class Interp:
     def call_function(self, info: FuncInfo, self_val, args: list, kwargs: dict, st: State, node) -> Val:
         if info in self._stack or len(self._stack) >= _MAX_DEPTH:
             return UNK
-        key = (id(info), id(self_val), tuple(_sig(a) for a in args), tuple(sorted((k, _sig(v)) for k, v in kwargs.items())), st.cur, st.mode)
+        key = (id(info), id(self_val), tuple(_sig(a) for a in args), tuple(sorted((k, _sig(v)) for k, v in kwargs.items())), st.cur, st.mode, len(self._probes))
         if key in self._memo:
             return self._memo[key]
         self._memo[key] = UNK
@@ -385,27 +411,100 @@ class Interp:
         self._memo[key] = result
         return result
 
-    def module_call(self, mod: Obj, args: list, kwargs: dict, st: State, node) -> Val:
+    def module_call(self, mod: Obj, args: list, kwargs: dict, st: State, node, exprs=None) -> Val:
         """Calling a module: its inputs must be where it is; the output is where it ends."""
         if mod.cls is not None and mod.attrs is not None:
             st.scope.split_seen = st.scope.split_seen or bool(mod.split)
             fwd = mod.cls.method("forward")
             if fwd is None:
                 return UNK
-            out = self.call_function(fwd, mod, args, kwargs, st, node)
-            return out
+            if args and isinstance(args[0], Obj) and args[0].kind != "scalar":
+                need = self.input_devs(mod, fwd)
+                if need is not None and conflict(args[0].devs, need):
+                    self.emit("mismatch", node, st, key=0, value=args[0], target=need,
+                              what=f"the first stage of {mod.cls.name}", op="module", arg_index=0,
+                              expr=_nth(exprs, 0))
+                    # Report once, at the call: the forward then runs on a correctly placed input.
+                    args = [args[0].with_(devs=need)] + list(args[1:])
+            return self.call_function(fwd, mod, args, kwargs, st, node)
+        if mod.kind == "passthrough":
+            first = args[0] if args else UNK
+            return first.with_(label="", worked=True) if isinstance(first, Obj) and first.kind != "module" else UNK
+        if mod.kind == "loss":
+            self.loss_call(mod, args, kwargs, st, node, exprs)
+            return Obj("tensor", None, origin="loss")
         if mod.kind in ("module", "any") and single(mod.devs) is not None:
-            for i, a in enumerate(args[:1]):
-                self.check_operand(node, a, mod.devs, st, what=mod.label or "the module", arg_index=i, expr=None)
-            return Obj("tensor", mod.devs, origin=f"output of `{mod.label or 'a module'}`", at=node)
+            what = mod.label or "the module"
+            bad = any(failed(a) for a in args)
+            used(*args, *kwargs.values())
+            for i, a in enumerate(list(args) + list(kwargs.values())):
+                if bad:
+                    break
+                if i == 0:
+                    bad |= self.check_operand(node, a, mod.devs, st, what=what, arg_index=0, expr=_nth(exprs, 0),
+                                              module=mod)
+                elif isinstance(a, Obj) and _cuda_only(a.devs, mod.devs):
+                    # Other arguments may legitimately live on the CPU (lengths, indices):
+                    # only a tensor on another GPU is certainly wrong.
+                    bad |= self.check_operand(node, a, mod.devs, st, what=what, arg_index=i, expr=_nth(exprs, i))
+            if bad:
+                return FAILED
+            first = args[0] if args else None
+            return Obj("tensor", mod.devs, origin="output of", at=node,
+                       chain=first.chain if isinstance(first, Obj) else None)
         return UNK
 
-    def check_operand(self, node, val: Val, devs, st: State, what: str, arg_index: int = 0, expr=None, op: str = "module") -> None:
-        if not isinstance(val, Obj) or val.kind == "scalar":
-            return
+    def loss_call(self, mod: Obj, args, kwargs, st, node, exprs=None) -> None:
+        pairs = list(zip(list(args) + list(kwargs.values()), list(exprs or []) + [None] * 99))
+        pairs += [(w, None) for w in (mod.extra or {}).values()]
+        first = None
+        for a, e in pairs:
+            if not isinstance(a, Obj) or a.kind in ("scalar", "module") or a.devs is None:
+                continue
+            if first is None:
+                first = (a, e)
+                continue
+            if conflict(a.devs, first[0].devs):
+                self.emit("loss_mismatch", node, st, key="loss", value=a, target=first[0].devs, expr=e,
+                          other=first[0], other_expr=first[1], op=mod.label or "the loss")
+                return
+
+    def input_devs(self, mod: Obj, fwd: FuncInfo):
+        """Where a class's forward needs its first argument: the device of the
+        first module or op that uses it before any transfer (None: anywhere)."""
+        if mod.in_devs is not None or (mod.extra or {}).get("in_known"):
+            return mod.in_devs
+        probe = {"devs": None}
+        self._probes.append(probe)
+        saved = self._seen_events, self.events, self.chains
+        self._seen_events, self.events, self.chains = set(), [], []  # the probe run reports nothing
+        try:
+            pst = State(dict(self.globals), CURRENT, None, "", mod, False, Scope("<probe>"))
+            self.call_function(fwd, mod, [Obj("tensor", _PROBE)], {}, pst, None)
+        finally:
+            self._probes.pop()
+            self._seen_events, self.events, self.chains = saved
+        mod.in_devs = probe["devs"]
+        mod.extra = dict(mod.extra or {}, in_known=True)
+        return mod.in_devs
+
+    def _probe_hit(self, val: Val, devs) -> None:
+        if self._probes and isinstance(val, Obj) and val.devs == _PROBE and single(devs) is not None:
+            if self._probes[-1]["devs"] is None:
+                self._probes[-1]["devs"] = devs
+
+    def check_operand(self, node, val: Val, devs, st: State, what: str, arg_index: int = 0, expr=None, op: str = "module",
+                      module=None) -> bool:
+        """Reports `val` when it is certainly not on `devs`; True when it did."""
+        if not isinstance(val, Obj) or val.kind in ("scalar", "module"):
+            return False
+        self._probe_hit(val, devs)
         c = conflict(val.devs, devs)
         if c:
-            self.emit("mismatch", node, st, key=arg_index, value=val, target=devs, what=what, op=op, expr=expr)
+            self.emit("mismatch", node, st, key=arg_index, value=val, target=devs, what=what, op=op, expr=expr,
+                      arg_index=arg_index, module=module)
+            return True
+        return False
 
     # ------------------------------------------------------------ statements
 
@@ -434,7 +533,11 @@ class Interp:
             out = []
             for st in states:
                 body = self.exec_block(stmt.body.body, [st.copy()])
-                body = self.exec_block(stmt.body.body, body) if body else body
+                self._second_pass += 1
+                try:
+                    body = self.exec_block(stmt.body.body, body) if body else body
+                finally:
+                    self._second_pass -= 1
                 out.append(_join_states([st] + body) if body else st)
             return out
         if t is cst.With:
@@ -526,6 +629,16 @@ class Interp:
         return st
 
     def exec_for(self, stmt: cst.For, st: State) -> State:
+        outer = {id(v) for v in st.env.values() if isinstance(v, Obj)}
+        if isinstance(st.self_obj, Obj) and st.self_obj.attrs:
+            outer |= {id(v) for v in st.self_obj.attrs.values()}
+        self._loop_outer.append((outer, _assigned_names(stmt)))
+        try:
+            return self._exec_for(stmt, st)
+        finally:
+            self._loop_outer.pop()
+
+    def _exec_for(self, stmt: cst.For, st: State) -> State:
         it = self.ev(stmt.iter, st)
         items = _iter_items(it)
         if items is not None and len(items) <= _MAX_UNROLL:
@@ -552,7 +665,13 @@ class Interp:
             if first:
                 again = _join_states(first)
                 self.assign(stmt.target, elem, again, None)
-                second = self.exec_block(stmt.body.body, [again])
+                # The second pass only lets values that change per iteration settle; it
+                # records no transfer lineage (MP006 counts each crossing once).
+                self._second_pass += 1
+                try:
+                    second = self.exec_block(stmt.body.body, [again])
+                finally:
+                    self._second_pass -= 1
                 return _join_states([before] + first + second)
         finally:
             self._in_unknown_loop -= 1
@@ -716,6 +835,7 @@ class Interp:
         if isinstance(base, SymV) and isinstance(idx, Const) and isinstance(idx.value, (int, str)):
             return SymV(f"{base.name}[{idx.value!r}]" if isinstance(idx.value, str) else f"{base.name}[{idx.value}]")
         if isinstance(base, Obj) and base.kind in ("tensor", "param", "buffer", "any"):
+            used(base)
             if isinstance(idx, Obj):
                 self.check_operand(node, idx, base.devs, st, what=base.label or "the tensor", op="index")
             return base.with_(label="", kind="tensor", invariant=base.invariant, worked=True)
@@ -848,25 +968,36 @@ class Interp:
         return self.binop(node, a, b, st)
 
     def binop(self, node, a: Val, b: Val, st: State) -> Val:
-        if isinstance(a, Obj) and isinstance(b, Obj):
+        if failed(a) or failed(b):
+            return FAILED
+        used(a, b)
+        if isinstance(a, SeqV) or isinstance(b, SeqV):
+            return SeqV(None, elem=a.elem if isinstance(a, SeqV) else b.elem) if isinstance(a, (SeqV, Const)) and isinstance(b, (SeqV, Const)) else UNK
+        if isinstance(a, Obj) and isinstance(b, Obj) and a.kind != "module" and b.kind != "module":
             if a.kind == "scalar":
                 return b.with_(label="", invariant=False, worked=True) if b.kind != "scalar" else a
             if b.kind == "scalar":
                 return a.with_(label="", invariant=False, worked=True)
+            self._probe_hit(a, b.devs)
+            self._probe_hit(b, a.devs)
             c = conflict(a.devs, b.devs)
             if c:
-                self.emit("mismatch", node, st, key="binop", value=b, target=a.devs, what=a.label or "the left operand", op="op", other=a)
-                return UNK
+                self.emit("mismatch", node, st, key="binop", value=b, target=a.devs, what=a.label or "the left operand",
+                          op="op", other=a, arg_index=1, expr=getattr(node, "right", None),
+                          what_expr=getattr(node, "left", None))
+                return FAILED
             return Obj("tensor", join_devs(a.devs, b.devs), origin=a.origin or b.origin, at=a.at or b.at,
-                       invariant=a.invariant and b.invariant)
-        if isinstance(a, Obj) and a.kind not in ("module",):
+                       invariant=a.invariant and b.invariant, chain=a.chain or b.chain)
+        if isinstance(a, Obj) and a.kind != "module":
             return a.with_(label="", kind="tensor" if a.kind != "scalar" else "scalar", worked=True)
-        if isinstance(b, Obj) and b.kind not in ("module",):
+        if isinstance(b, Obj) and b.kind != "module":
             return b.with_(label="", kind="tensor" if b.kind != "scalar" else "scalar", worked=True)
         if isinstance(a, Const) and isinstance(b, Const):
+            op = getattr(node, "operator", None)
             try:
-                if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Add):
-                    return Const(a.value + b.value)
+                f = _CONST_OPS.get(type(op))
+                if f is not None and isinstance(a.value, (int, str)) and isinstance(b.value, (int, str)):
+                    return Const(f(a.value, b.value))
             except Exception:
                 return UNK
         return UNK
@@ -878,9 +1009,16 @@ class Interp:
         return UNK
 
     def ev_compare(self, node, st):
-        self.ev(node.left, st)
+        left = self.ev(node.left, st)
         for c in node.comparisons:
-            self.ev(c.comparator, st)
+            right = self.ev(c.comparator, st)
+            if isinstance(c.operator, (cst.Equal, cst.NotEqual, cst.LessThan, cst.GreaterThan, cst.LessThanEqual,
+                                       cst.GreaterThanEqual)):
+                if isinstance(left, Obj) and isinstance(right, Obj):
+                    out = self.binop(node, left, right, st)
+                    if isinstance(out, Obj):
+                        return out.with_(invariant=False)
+            left = right
         return UNK
 
     def ev_boolop(self, node, st):
@@ -908,12 +1046,18 @@ class Interp:
             meth = func.attr.value
             if isinstance(recv, QName):
                 return self.library_call(canonical(f"{recv.q}.{meth}"), node, st)
-            args, kwargs = self.ev_args(node, st)
-            return self.method_call(recv, meth, args, kwargs, node, st)
-        callee = self.ev(func, st)
+            overlay = f"{id(recv)}.{meth}"
+            if isinstance(recv, Obj) and recv.attrs is not None and (meth in recv.attrs or overlay in st.env):
+                callee = st.env.get(overlay) or recv.attrs[meth]  # self.stage(x): a submodule, not a method
+            else:
+                args, kwargs = self.ev_args(node, st)
+                return self.method_call(recv, meth, args, kwargs, node, st)
+        else:
+            callee = self.ev(func, st)
         if isinstance(callee, QName):
             return self.library_call(callee.q, node, st)
         args, kwargs = self.ev_args(node, st)
+        exprs = self._arg_nodes
         if isinstance(callee, ClassRef):
             obj = self.instantiate(callee.info, args, kwargs, st, node)
             self._note_class_use(obj, st, node)
@@ -924,8 +1068,8 @@ class Interp:
             from mpcheck.devices.summary import call_summarized
 
             return call_summarized(self, callee, args, kwargs, st, node)
-        if isinstance(callee, Obj) and callee.kind in ("module", "any"):
-            return self.module_call(callee, args, kwargs, st, node)
+        if isinstance(callee, Obj) and callee.kind in ("module", "any", "passthrough", "loss"):
+            return self.module_call(callee, args, kwargs, st, node, exprs)
         if isinstance(callee, SeqV) and callee.module:
             return self.sequential_call(callee, args, kwargs, st, node)
         return UNK
@@ -935,27 +1079,39 @@ class Interp:
             st.scope.split_seen = True
 
     def ev_args(self, node: cst.Call, st: State) -> tuple[list, dict]:
+        """The values of a call's arguments; `self._arg_nodes` then holds their
+        expressions in the same order (positional, then keyword), for messages."""
         args: list = []
         kwargs: dict = {}
+        pos_nodes: list = []
+        kw_nodes: list = []
         for a in node.args:
             v = self.ev(a.value, st)
             if a.keyword is not None:
                 kwargs[a.keyword.value] = v
+                kw_nodes.append(a.value)
             elif a.star == "*":
                 if isinstance(v, SeqV) and v.items is not None:
                     args.extend(v.items)
+                    pos_nodes.extend([None] * len(v.items))
                 else:
-                    args.append(UNK)
+                    args.append(Starred(v.elem if isinstance(v, SeqV) else UNK))
+                    pos_nodes.append(None)
             elif a.star == "**":
                 pass
             else:
                 args.append(v)
+                pos_nodes.append(a.value)
+        self._arg_nodes = pos_nodes + kw_nodes
         return args, kwargs
 
     def sequential_call(self, seq: SeqV, args, kwargs, st, node) -> Val:
-        if seq.items is None:
-            return UNK
         h = args[0] if args else UNK
+        if seq.items is None:
+            # Items of unknown number: a call is only understood when they share one device.
+            if isinstance(seq.elem, Obj) and seq.elem.kind in ("module", "any") and single(seq.elem.devs) and seq.elem.cls is None:
+                return self.module_call(seq.elem, [h], {}, st, node, self._arg_nodes[:1])
+            return UNK
         for item in seq.items:
             if isinstance(item, Obj):
                 h = self.module_call(item, [h], {}, st, node)
@@ -966,8 +1122,10 @@ class Interp:
         return h
 
     from mpcheck.devices.calls import (  # noqa: E402  (methods of Interp, kept in their own module)
+        _chain_step,
         _indexless,
         _move_target,
+        _repeated,
         _note_indexless_arg,
         _rebind,
         dispatched,
@@ -977,6 +1135,39 @@ class Interp:
         move,
         tensor_op,
     )
+
+
+_PROBE = one("sym:__input__")
+# What an op that was reported returns: a tensor of unknown device, so one bug gives one finding.
+FAILED_MARK: dict = {"failed": True}
+FAILED = Obj("tensor", None, origin="", extra=FAILED_MARK)
+
+
+def failed(v: Val) -> bool:
+    return isinstance(v, Obj) and v.extra is FAILED_MARK
+
+
+def used(*vals) -> None:
+    """Marks tensors as worked on since their last transfer (MP005 counts only idle round trips)."""
+    for v in vals:
+        if isinstance(v, Obj) and not v.worked:
+            v.worked = True
+_CONST_OPS = {
+    cst.Add: lambda a, b: a + b,
+    cst.Subtract: lambda a, b: a - b,
+    cst.Multiply: lambda a, b: a * b if not (isinstance(a, str) or isinstance(b, str)) else None,
+    cst.Modulo: lambda a, b: a % b if isinstance(a, int) and isinstance(b, int) and b else None,
+    cst.FloorDivide: lambda a, b: a // b if isinstance(a, int) and isinstance(b, int) and b else None,
+}
+
+
+def _nth(exprs, i):
+    return exprs[i] if exprs is not None and i < len(exprs) else None
+
+
+def _cuda_only(a, b) -> bool:
+    x, y = single(a), single(b)
+    return bool(x and y and x.startswith("cuda") and y.startswith("cuda"))
 
 
 def _sig(v: Val):
@@ -1040,6 +1231,8 @@ def _iter_items(it: Val):
 
 
 def _iter_elem(it: Val, target) -> Val:
+    if isinstance(it, Obj) and it.kind in ("tensor", "any"):
+        return it.with_(label="")  # rows of a tensor, items of a module's list output: same device
     if isinstance(it, SeqV):
         if it.items is None:
             if isinstance(it.elem, SymV) and it.elem.name.startswith("each:"):
@@ -1053,6 +1246,57 @@ def _each(target) -> Val:
     if isinstance(target, cst.Name):
         return SymV(f"each:{target.value}")
     return UNK
+
+
+_ASSIGNED_CACHE: dict = {}
+
+
+def _assigned_names(loop: cst.For) -> frozenset:
+    """Names (re)bound anywhere in a loop's body or target."""
+    got = _ASSIGNED_CACHE.get(id(loop))
+    if got is not None and got[0] is loop:
+        return got[1]
+    names: set[str] = set()
+
+    def targets(t):
+        if isinstance(t, cst.Name):
+            names.add(t.value)
+        elif isinstance(t, (cst.Tuple, cst.List)):
+            for e in t.elements:
+                targets(e.value)
+        elif isinstance(t, cst.StarredElement):
+            targets(t.value)
+
+    def walk(stmts):
+        for st in stmts:
+            if isinstance(st, cst.SimpleStatementLine):
+                for sm in st.body:
+                    if isinstance(sm, cst.Assign):
+                        for t in sm.targets:
+                            targets(t.target)
+                    elif isinstance(sm, (cst.AugAssign, cst.AnnAssign)):
+                        targets(sm.target)
+            elif isinstance(st, (cst.For,)):
+                targets(st.target)
+                walk(st.body.body)
+            elif isinstance(st, (cst.If,)):
+                walk(st.body.body)
+                o = st.orelse
+                while o is not None:
+                    walk(o.body.body)
+                    o = o.orelse if isinstance(o, cst.If) else None
+            elif isinstance(st, (cst.While, cst.With, cst.Try)):
+                walk(st.body.body)
+                if isinstance(st, cst.With):
+                    for it in st.items:
+                        if it.asname is not None:
+                            targets(it.asname.name)
+
+    targets(loop.target)
+    walk(loop.body.body)
+    out = frozenset(names)
+    _ASSIGNED_CACHE[id(loop)] = (loop, out)
+    return out
 
 
 def _mode_test(test) -> tuple[str, str] | None:

@@ -121,3 +121,27 @@ def is_torch_op(q: str) -> bool:
 def is_loss(q: str) -> bool:
     last = q.rsplit(".", 1)[-1]
     return last in LOSS_FUNCTIONS or (q.startswith("torch.nn.") and last.endswith("Loss"))
+
+# torch.nn modules without parameters or buffers: they run wherever their input is.
+PARAMETERLESS = frozenset(
+    {
+        "ReLU", "ReLU6", "GELU", "SiLU", "Tanh", "Sigmoid", "Softmax", "LogSoftmax", "Softplus", "Mish",
+        "LeakyReLU", "ELU", "SELU", "CELU", "Hardswish", "Hardsigmoid", "Hardtanh", "Dropout", "Dropout1d",
+        "Dropout2d", "Dropout3d", "AlphaDropout", "Identity", "Flatten", "Unflatten", "MaxPool1d", "MaxPool2d",
+        "MaxPool3d", "AvgPool1d", "AvgPool2d", "AvgPool3d", "AdaptiveAvgPool1d", "AdaptiveAvgPool2d",
+        "AdaptiveAvgPool3d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d", "AdaptiveMaxPool3d", "Upsample",
+        "UpsamplingNearest2d", "UpsamplingBilinear2d", "PixelShuffle", "PixelUnshuffle", "ZeroPad2d",
+        "ConstantPad1d", "ConstantPad2d", "ReflectionPad2d", "ReplicationPad2d", "Softmin", "GLU", "LogSigmoid",
+        "Tanhshrink", "Softsign", "Threshold", "ChannelShuffle",
+    }
+)
+# torch.nn modules with parameters: unplaced, they are on the CPU.
+PARAMETERED = frozenset(
+    {
+        "Linear", "Bilinear", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d",
+        "ConvTranspose3d", "Embedding", "EmbeddingBag", "LayerNorm", "GroupNorm", "BatchNorm1d", "BatchNorm2d",
+        "BatchNorm3d", "RMSNorm", "LSTM", "GRU", "RNN", "LSTMCell", "GRUCell", "RNNCell", "MultiheadAttention",
+        "TransformerEncoderLayer", "TransformerDecoderLayer", "TransformerEncoder", "TransformerDecoder",
+        "Transformer", "PReLU",
+    }
+)

@@ -159,17 +159,19 @@ class Obj(Val):
     devs: Devs
     label: str = ""
     origin: str = ""  # where it got its device, for messages ("moved to cuda:1")
-    at: Any = None  # the node where it got its device (positions are resolved lazily)
-    cls: Any = None  # ClassInfo of an instance of an analysed class
-    attrs: Optional[dict] = None  # attribute -> Val, for instances
+    at: Any = field(default=None, repr=False)  # the node where it got its device (positions resolved lazily)
+    cls: Any = field(default=None, repr=False)  # ClassInfo of an instance of an analysed class
+    attrs: Optional[dict] = field(default=None, repr=False)  # attribute -> Val, for instances
     split: Optional[tuple] = None  # ((attr, dev), ...) when on >= 2 devices
     dispatched: str = ""  # how a library split it ("device_map='auto'")
     invariant: bool = False  # unchanging between calls (buffer, parameter, constant)
     moved_from: Devs = None  # for MP005: the device before the last transfer
-    moved_at: Any = None  # the node of the last transfer
+    moved_at: Any = field(default=None, repr=False)  # the node of the last transfer
     worked: bool = True  # has it been computed on since the last transfer?
     in_devs: Devs = None  # modules: where their input must be
     out_devs: Devs = None  # modules: where their output is
+    chain: Optional[dict] = field(default=None, repr=False)  # the transfers of an activation's lineage (MP006)
+    extra: Optional[dict] = None  # loss modules: their weight tensors
 
     def with_(self, **kw) -> "Obj":
         return replace(self, **kw)
@@ -254,6 +256,8 @@ def join(a: Val, b: Val) -> Val:
             moved_from=a.moved_from if a.moved_from == b.moved_from else None,
             in_devs=a.in_devs if a.in_devs == b.in_devs else None,
             out_devs=a.out_devs if a.out_devs == b.out_devs else None,
+            chain=a.chain if a.chain is b.chain else None,
+            extra=a.extra if a.extra is b.extra else None,
         )
     if isinstance(a, DeviceV) and isinstance(b, DeviceV):
         return DeviceV(join_devs(a.devs, b.devs))

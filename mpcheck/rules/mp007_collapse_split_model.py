@@ -7,6 +7,7 @@ import libcst as cst
 from mpcheck.devices.describe import split_desc, split_devices, split_modules
 from mpcheck.devices.values import show, single
 from mpcheck.rules.base import Rule
+from mpcheck.rules.words import FLOW_WORDS
 
 
 class CollapseSplitModel(Rule):
@@ -14,7 +15,7 @@ class CollapseSplitModel(Rule):
     name = "collapse-split-model"
     summary = "`.cuda()` or `.to(device)` on a model split over several devices moves every stage onto one device."
     severity = "error"
-    needs = ("cuda", "device_map", "parallelize", "dispatch")
+    needs = FLOW_WORDS + ("parallelize", "dispatch")
 
     def check(self, ctx):
         for ev in ctx.model.events("collapse"):

@@ -1,0 +1,78 @@
+"""MP001: a tensor known to be on one device reaches a module, parameter or op on another."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from mpcheck.devices.describe import MODE_WORDS, origin_text, value_text
+from mpcheck.devices.values import device_literal, show, single
+from mpcheck.rules.base import Rule
+from mpcheck.rules.words import FLOW_WORDS
+
+
+class MissingTransfer(Rule):
+    code = "MP001"
+    name = "missing-transfer"
+    summary = "A tensor on one device reaches a module, parameter or op on another device with no .to() in between."
+    severity = "error"
+    needs = FLOW_WORDS
+
+    def check(self, ctx):
+        seen = set()
+        for ev in ctx.model.events("mismatch"):
+            if id(ev.node) in seen:
+                continue  # one finding per expression, however many operands disagree
+            seen.add(id(ev.node))
+            v = ev.data["value"]
+            here, there = single(v.devs), single(ev.data["target"])
+            name = value_text(ctx, ev.data.get("expr"), v)
+            line = ctx.line(ev.node)
+            if ev.data["op"] == "module":
+                what = ev.data["what"]
+                if not what.startswith("the first stage") and isinstance(ev.node, cst.Call):
+                    what = ctx.code(ev.node.func)
+                target = what if what.startswith("the first stage") else f"`{what}`"
+                meets = f"{target} is on {show(there)}"
+            else:
+                other = value_text(ctx, ev.data.get("what_expr"), ev.data.get("other"), ev.data.get("what") or "the other operand")
+                op = ev.data["op"]
+                where = "" if op == "op" else f" in `{op}`"
+                meets = f"it meets `{other}`{where}, which is on {show(there)}"
+            expr = ev.data.get("expr")
+            mod = ev.data.get("module")
+            if there == "cpu" and mod is not None and "never placed" in (mod.origin or ""):
+                yield self.finding(
+                    ctx,
+                    ev.node,
+                    f"`{name}` is on {show(here)} ({origin_text(ctx, v)}), but `{ctx.code(ev.node.func)}` was never "
+                    f"placed, so it is still on the CPU{MODE_WORDS.get(ev.mode, '')}: place it in __init__, e.g. "
+                    f"`.to({device_literal(here)})`.",
+                    devices=[here, there],
+                    modules=[ctx.code(ev.node.func)],
+                    suggestion=f"place `{ctx.code(ev.node.func)}` with `.to({device_literal(here)})` in __init__",
+                )
+                continue
+            if _is_move(expr):
+                # The value was moved, to the wrong device: fix that move.
+                fix = f"{ctx.code(expr.func.value)}.to({device_literal(there)})"
+            elif name.isidentifier():
+                fix = f"{name} = {name}.to({device_literal(there)})"
+            else:
+                fix = f"({name}).to({device_literal(there)})"
+            yield self.finding(
+                ctx,
+                ev.node,
+                f"`{name}` is on {show(here)} ({origin_text(ctx, v)}), but {meets}{MODE_WORDS.get(ev.mode, '')}: "
+                f"move it first, e.g. `{fix}` before line {line}.",
+                devices=[here, there],
+                modules=[ev.data["what"]] if ev.data["op"] == "module" else [],
+                suggestion=f"{fix} before line {line}",
+            )
+
+
+def _is_move(expr) -> bool:
+    return (
+        isinstance(expr, cst.Call)
+        and isinstance(expr.func, cst.Attribute)
+        and expr.func.attr.value in ("to", "cuda", "cpu")
+    )

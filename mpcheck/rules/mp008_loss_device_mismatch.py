@@ -1,0 +1,51 @@
+"""MP008: a loss, criterion or metric fed with outputs and targets (or weights) on different devices."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from mpcheck.devices.describe import MODE_WORDS, origin_text, root_name, value_text
+from mpcheck.devices.values import show, single
+from mpcheck.rules.base import Rule
+from mpcheck.rules.words import FLOW_WORDS
+
+
+class LossDeviceMismatch(Rule):
+    code = "MP008"
+    name = "loss-device-mismatch"
+    summary = "A loss or metric gets its outputs and its targets (or class weights) on different devices."
+    severity = "error"
+    needs = FLOW_WORDS
+
+    def check(self, ctx):
+        seen = set()
+        for ev in ctx.model.events("loss_mismatch"):
+            if id(ev.node) in seen:
+                continue
+            seen.add(id(ev.node))
+            v, other = ev.data["value"], ev.data["other"]
+            a_expr, b_expr = ev.data.get("other_expr"), ev.data.get("expr")
+            a = value_text(ctx, a_expr, other, "the prediction")
+            b = value_text(ctx, b_expr, v, "the class weights")
+            da, db = single(other.devs), single(v.devs)
+            loss = ctx.code(ev.node.func) if isinstance(ev.node, cst.Call) else "the loss"
+            line = ctx.line(ev.node)
+            # Move the small tensor (targets, weights) to the large one (the logits), not the reverse.
+            out = root_name(a_expr) or (a if a.isidentifier() else None)
+            dev = f"{out}.device" if out else repr(da)
+            tgt = root_name(b_expr) or (b if b.isidentifier() else None)
+            if isinstance(b_expr, cst.Call) and isinstance(b_expr.func, cst.Attribute) and b_expr.func.attr.value in ("to", "cuda"):
+                fix = f"{ctx.code(b_expr.func.value)}.to({dev})"
+            elif tgt:
+                fix = f"{tgt} = {tgt}.to({dev})"
+            else:
+                fix = f"({b}).to({dev})"
+            yield self.finding(
+                ctx,
+                ev.node,
+                f"`{loss}` gets `{a}` on {show(da)} ({origin_text(ctx, other)}) and `{b}` on {show(db)} "
+                f"({origin_text(ctx, v)}){MODE_WORDS.get(ev.mode, '')}: move the targets to the outputs' device "
+                f"(the small tensor, not the logits), e.g. `{fix}` before line {line}.",
+                devices=[da, db],
+                suggestion=f"{fix} before line {line}",
+            )

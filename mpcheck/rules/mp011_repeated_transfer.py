@@ -1,0 +1,44 @@
+"""MP011: the same unchanging tensor moved to a device on every forward call or loop iteration."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from mpcheck.devices.values import conflict, device_literal, show, single
+from mpcheck.rules.base import Rule
+from mpcheck.rules.words import FLOW_WORDS
+
+_KIND = {"buffer": "buffer", "param": "parameter"}
+
+
+class RepeatedTransfer(Rule):
+    code = "MP011"
+    name = "repeated-transfer"
+    summary = "The same unchanging tensor (buffer, parameter, constant, loop-invariant value) is copied to a device on every call or iteration."
+    severity = "warning"
+    needs = FLOW_WORDS
+
+    def check(self, ctx):
+        seen = set()
+        for ev in ctx.model.events("transfer"):
+            how = ev.data.get("repeated")
+            v = ev.data["value"]
+            if not how or not conflict(v.devs, ev.data["devs"]) or id(ev.node) in seen:
+                continue
+            seen.add(id(ev.node))
+            src, dst = single(v.devs), single(ev.data["devs"])
+            recv = ctx.code(ev.node.func.value) if isinstance(ev.node.func, cst.Attribute) else "the tensor"
+            what = _KIND.get(v.kind, "tensor")
+            when = "on every forward call" if how == "call" else "on every iteration of the loop"
+            fix = (
+                f"create it on {show(dst)} in __init__ (or move it once after placing the model) and use it directly"
+                if how == "call"
+                else f"move it once before the loop: `{recv} = {recv}.to({device_literal(dst)})`"
+            )
+            yield self.finding(
+                ctx,
+                ev.node,
+                f"`{recv}` (an unchanging {what} on {show(src)}) is copied to {show(dst)} {when}: {fix}.",
+                devices=[src, dst],
+                suggestion=fix,
+            )
