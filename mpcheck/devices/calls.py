@@ -476,9 +476,14 @@ def _repeated(self, recv: Obj, st, node=None) -> str:
         return ""
     expr = node.func.value if node is not None and isinstance(node.func, cst.Attribute) else None
     so = st.self_obj
-    is_attr = isinstance(so, Obj) and so.attrs and any(v is recv for v in so.attrs.values())
-    if not st.in_init and is_attr and isinstance(expr, cst.Attribute):
-        return "call"
+    root = expr
+    while isinstance(root, (cst.Subscript, cst.Call)):  # self.causal[:n, :n], self.table.t()
+        root = root.value if isinstance(root, cst.Subscript) else (root.func.value if isinstance(root.func, cst.Attribute) else None)
+    if not st.in_init and isinstance(so, Obj) and so.attrs and isinstance(root, cst.Attribute) \
+            and isinstance(root.value, cst.Name) and root.value.value == "self":
+        attr = so.attrs.get(root.attr.value)
+        if isinstance(attr, Obj) and attr.invariant and (attr is recv or root is not expr):
+            return "call"
     if self._loop_outer and isinstance(expr, cst.Name):
         for outer, assigned in self._loop_outer:
             if id(recv) in outer and expr.value not in assigned:

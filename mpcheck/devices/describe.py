@@ -37,7 +37,7 @@ def split_devices(v: Val) -> list[str]:
 
 def split_modules(v: Val) -> list[str]:
     if isinstance(v, Obj) and v.split:
-        return [a for a, _ in v.split]
+        return list(dict.fromkeys(a for a, _ in v.split))
     return []
 
 

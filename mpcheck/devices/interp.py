@@ -210,17 +210,21 @@ class Interp:
             for s in stmt.body.body:
                 self._scan_stmt(s, g)
 
-    def _imported(self, target: str) -> Val:
+    def _imported(self, target: str, hops: int = 0) -> Val:
         # A class or function of another checked file: use its summary.
         mod, _, name = target.rpartition(".")
         summ = self.project.get(mod)
-        if summ is not None:
+        if summ is not None and hops < 4:
             if name in summ.get("classes", {}):
                 self.used_modules.add(mod)
                 return Summarized(summ["classes"][name], name, "class")
             if name in summ.get("functions", {}):
                 self.used_modules.add(mod)
                 return Summarized(summ["functions"][name], name, "function")
+            again = summ.get("reexports", {}).get(name)
+            if again and again != target:
+                self.used_modules.add(mod)
+                return self._imported(again, hops + 1)
         return QName(canonical(target))
 
     # ------------------------------------------------------------ events
@@ -353,10 +357,7 @@ class Interp:
             elif not hand_placed and v.devs == one("cpu") and v.kind in ("module", "param", "buffer", "tensor", "any"):
                 obj.attrs[attr] = v.with_(devs=None)
         if split:
-            seen: dict[str, str] = {}
-            for attr, d, _ in placed:
-                seen.setdefault(attr, d)
-            obj.split = tuple(seen.items())
+            obj.split = tuple(dict.fromkeys((attr, d) for attr, d, _ in placed))
             obj.devs = None
         elif placed and len(set(devs)) == 1 and all(_placements(v) for v in obj.attrs.values() if _is_moduleish(v)):
             obj.devs = one(devs[0])
@@ -427,6 +428,15 @@ class Interp:
                     # Report once, at the call: the forward then runs on a correctly placed input.
                     args = [args[0].with_(devs=need)] + list(args[1:])
             return self.call_function(fwd, mod, args, kwargs, st, node)
+        if mod.cls is None and mod.extra and mod.extra.get("summarized"):
+            # A class of another file, known by its summary: input and output devices.
+            if mod.in_devs is not None and args and isinstance(args[0], Obj):
+                self.check_operand(node, args[0], mod.in_devs, st, what=f"the first stage of {mod.extra['summarized']}",
+                                   arg_index=0, expr=_nth(exprs, 0))
+            if mod.out_devs is not None:
+                return Obj("tensor", mod.out_devs, origin="output of", at=node)
+            if single(mod.devs) is None:
+                return UNK
         if mod.kind == "passthrough":
             first = args[0] if args else UNK
             return first.with_(label="", worked=True) if isinstance(first, Obj) and first.kind != "module" else UNK
@@ -435,20 +445,20 @@ class Interp:
             return Obj("tensor", None, origin="loss")
         if mod.kind in ("module", "any") and single(mod.devs) is not None:
             what = mod.label or "the module"
-            bad = any(failed(a) for a in args)
+            if args and failed(args[0]):
+                return FAILED
             used(*args, *kwargs.values())
             for i, a in enumerate(list(args) + list(kwargs.values())):
-                if bad:
-                    break
+                if failed(a):
+                    continue
                 if i == 0:
-                    bad |= self.check_operand(node, a, mod.devs, st, what=what, arg_index=0, expr=_nth(exprs, 0),
-                                              module=mod)
+                    if self.check_operand(node, a, mod.devs, st, what=what, arg_index=0, expr=_nth(exprs, 0), module=mod):
+                        return FAILED
                 elif isinstance(a, Obj) and _cuda_only(a.devs, mod.devs):
                     # Other arguments may legitimately live on the CPU (lengths, indices):
-                    # only a tensor on another GPU is certainly wrong.
-                    bad |= self.check_operand(node, a, mod.devs, st, what=what, arg_index=i, expr=_nth(exprs, i))
-            if bad:
-                return FAILED
+                    # only a tensor on another GPU is certainly wrong. The activation
+                    # itself is fine, so the flow goes on with the module's output.
+                    self.check_operand(node, a, mod.devs, st, what=what, arg_index=i, expr=_nth(exprs, i))
             first = args[0] if args else None
             return Obj("tensor", mod.devs, origin="output of", at=node,
                        chain=first.chain if isinstance(first, Obj) else None)
@@ -603,7 +613,18 @@ class Interp:
         out: list[State] = []
         mode = _mode_test(stmt.test)
         for st in states:
-            self.ev(stmt.test, st)
+            t = self.ev(stmt.test, st)
+            if isinstance(t, Const) and isinstance(t.value, bool) and not mode:
+                # A test the model can decide (i == 4 in an unrolled loop): one path only.
+                if t.value:
+                    out.extend(self.exec_block(stmt.body.body, [st]))
+                elif stmt.orelse is None:
+                    out.append(st)
+                elif isinstance(stmt.orelse, cst.If):
+                    out.extend(self.exec_if(stmt.orelse, [st]))
+                else:
+                    out.extend(self.exec_block(stmt.orelse.body.body, [st]))
+                continue
             then = self.exec_block(stmt.body.body, [self._with_mode(st.copy(), mode, True)])
             if stmt.orelse is None:
                 other = [self._with_mode(st.copy(), mode, False)]
@@ -812,8 +833,12 @@ class Interp:
     def ev_subscript(self, node: cst.Subscript, st: State) -> Val:
         base = self.ev(node.value, st)
         if len(node.slice) != 1 or not isinstance(node.slice[0].slice, cst.Index):
+            for el in node.slice:
+                if isinstance(el.slice, cst.Index):
+                    self.ev(el.slice.value, st)
             if isinstance(base, Obj) and base.kind in ("tensor", "param", "buffer", "any"):
-                return base.with_(label="", kind="tensor")
+                used(base)
+                return base.with_(label="", kind="tensor", worked=True)
             return UNK
         idx = self.ev(node.slice[0].slice.value, st)
         if isinstance(base, SeqV):
@@ -959,7 +984,9 @@ class Interp:
         return SeqV(items, elem=elem if elem is not None else UNK, kind="list")
 
     def ev_ifexp(self, node: cst.IfExp, st: State) -> Val:
-        self.ev(node.test, st)
+        t = self.ev(node.test, st)
+        if isinstance(t, Const) and isinstance(t.value, bool):
+            return self.ev(node.body if t.value else node.orelse, st)
         return join(self.ev(node.body, st), self.ev(node.orelse, st))
 
     def ev_binop(self, node: cst.BinaryOperation, st: State) -> Val:
@@ -1010,6 +1037,15 @@ class Interp:
 
     def ev_compare(self, node, st):
         left = self.ev(node.left, st)
+        if len(node.comparisons) == 1 and isinstance(left, Const):
+            c = node.comparisons[0]
+            right = self.ev(c.comparator, st)
+            f = _CMP_OPS.get(type(c.operator))
+            if f is not None and isinstance(right, Const) and type(left.value) in (int, str, bool) and type(right.value) is type(left.value):
+                return Const(bool(f(left.value, right.value)))
+            if isinstance(c.operator, (cst.Is, cst.IsNot)) and isinstance(right, Const) and right.value is None and left.value is None:
+                return Const(isinstance(c.operator, cst.Is))
+            return UNK
         for c in node.comparisons:
             right = self.ev(c.comparator, st)
             if isinstance(c.operator, (cst.Equal, cst.NotEqual, cst.LessThan, cst.GreaterThan, cst.LessThanEqual,
@@ -1138,6 +1174,7 @@ class Interp:
 
 
 _PROBE = one("sym:__input__")
+_CPU = one("cpu")
 # What an op that was reported returns: a tensor of unknown device, so one bug gives one finding.
 FAILED_MARK: dict = {"failed": True}
 FAILED = Obj("tensor", None, origin="", extra=FAILED_MARK)
@@ -1152,6 +1189,14 @@ def used(*vals) -> None:
     for v in vals:
         if isinstance(v, Obj) and not v.worked:
             v.worked = True
+_CMP_OPS = {
+    cst.Equal: lambda a, b: a == b,
+    cst.NotEqual: lambda a, b: a != b,
+    cst.LessThan: lambda a, b: a < b,
+    cst.GreaterThan: lambda a, b: a > b,
+    cst.LessThanEqual: lambda a, b: a <= b,
+    cst.GreaterThanEqual: lambda a, b: a >= b,
+}
 _CONST_OPS = {
     cst.Add: lambda a, b: a + b,
     cst.Subtract: lambda a, b: a - b,
@@ -1200,6 +1245,8 @@ def _placements(v: Val, depth: int = 0) -> list[tuple[str, int]]:
         if v.split:
             return [(d, 0) for _, d in v.split]
         if v.devs is not None:
+            if v.devs == _CPU and not v.origin.startswith(("moved to", "built with")):
+                return []  # left on the CPU by default: not a stage placement
             return [(d, v.at) for d in sorted(v.devs)]
         return []
     if isinstance(v, SeqV) and v.module:
