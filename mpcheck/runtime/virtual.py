@@ -658,6 +658,24 @@ def _backward(g: VirtualGPUs, func, args, kwargs):
     return _generic(g, func, args, kwargs)
 
 
+def _flash_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    out, _lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+        query, key, value, dropout_p, is_causal, attn_mask=attn_mask, scale=scale
+    )
+    return out
+
+
+def _sdpa(g: VirtualGPUs, func, args, kwargs):
+    # On meta tensors PyTorch picks the math path, which saves the whole T x T attention matrix for
+    # backward; a GPU runs a flash / memory-efficient kernel that saves only the log-sum-exp. Use the
+    # flash kernel's meta function so that the activation estimate is a GPU's.
+    if g.backing == "meta" and not kwargs.get("enable_gqa") and len(args) >= 3:
+        q = args[0]
+        if isinstance(q, torch.Tensor) and q.dim() == 4 and (g.label_of(q) or "").startswith("cuda"):
+            return _generic(g, _flash_sdpa, args, kwargs)
+    return _generic(g, func, args, kwargs)
+
+
 def _storage(g, func, args, kwargs):
     return func(*args, **kwargs)
 
@@ -683,6 +701,7 @@ def _build_tables() -> None:
             T.is_pinned: _is_pinned,
             T.backward: _backward,
             T.untyped_storage: _storage,
+            F.scaled_dot_product_attention: _sdpa,
         }
     )
     _VALUE_FUNCS.update(
@@ -708,6 +727,7 @@ def _build_tables() -> None:
     for f in _VALUE_FUNCS:
         _SPECIAL[f] = _value
     lower, fp32 = _autocast_lists()
+    lower.add(_flash_sdpa)
     _AUTOCAST_LOWER.update(lower)
     _AUTOCAST_FP32.update(fp32)
     _AUTOCAST_ANY.update(lower | fp32)

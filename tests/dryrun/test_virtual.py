@@ -171,3 +171,17 @@ def test_nested_virtual_gpus_are_refused_and_nothing_leaks():
         with pytest.raises(RuntimeError, match="already active"):
             g.__enter__()
     assert torch._C._len_torch_function_stack() == 0
+
+
+def test_meta_attention_is_estimated_like_a_flash_kernel():
+    import mpcheck
+
+    def act(backing):
+        with mpcheck.dryrun(gpus=1, backing=backing, report=None) as dr:
+            q = torch.randn(1, 4, 256, 32, device="cuda:0", requires_grad=True)
+            F.scaled_dot_product_attention(q, q, q, is_causal=True).sum().backward()
+            assert q.grad.device == torch.device("cuda:0")
+        return dr.memory["cuda:0"]["activations"]
+
+    # math path on the CPU would save a 4 x 256 x 256 attention matrix (1 MiB); flash saves none of it
+    assert act("meta") < 1 * 2**20
