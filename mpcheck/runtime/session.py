@@ -70,6 +70,7 @@ class Session:
             mode = CheckingMode(self.checker, stamp_nodes=self.strict)
             mode.__enter__()
             self._modes.append(mode)
+            self._undos.append(self._step_outside_mode(mode))
             if self.strict:
                 from mpcheck.runtime.strict import StrictMode
 
@@ -86,6 +87,7 @@ class Session:
         """Remove everything, in reverse order, even if one removal fails; then read the timings."""
         global _active
         errors = []
+        self._restore_mode()
         while self._modes:
             mode = self._modes.pop()
             try:
@@ -119,8 +121,32 @@ class Session:
             self._snapshot_memory(final=False)
 
     def _on_optimizer_step(self, optimizer: Any) -> None:
+        self._restore_mode()
         self._optimizers.add(optimizer)
         self.step()
+
+    def _step_outside_mode(self, mode: CheckingMode):
+        """optimizer.step() runs outside the function mode: its per-parameter bookkeeping
+        (hundreds of `.grad` / state reads) would cost more than the whole forward's checks,
+        and it is library code. Strict mode still checks its aten ops."""
+        from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+        stack_len = torch._C._len_torch_function_stack
+        self._popped = None
+
+        def pre(opt, args, kwargs):
+            self._restore_mode()
+            n = stack_len()
+            if n and torch._C._get_function_stack_at(n - 1) is mode:
+                self._popped = torch._C._pop_torch_function_stack()
+
+        handle = register_optimizer_step_pre_hook(pre)
+        return handle.remove
+
+    def _restore_mode(self) -> None:
+        popped, self._popped = getattr(self, "_popped", None), None
+        if popped is not None:
+            torch._C._push_on_torch_function_stack(popped)
 
     def _on_compiled(self) -> None:
         msg = hooks.compiled_frames_message()

@@ -310,3 +310,28 @@ def test_strict_mode_sees_a_mismatch_in_backward():
         except Exception:
             pass
     assert any(f.code == "MP001" and "backward" in f.message for f in dbg.findings)
+
+
+def test_optimizer_step_runs_outside_the_mode_and_the_mode_comes_back():
+    lin = nn.Linear(4, 4)
+    depth_in_step = []
+
+    class Probe(torch.optim.SGD):
+        def step(self, closure=None):
+            depth_in_step.append(torch._C._len_torch_function_stack())
+            return super().step(closure)
+
+    class Broken(torch.optim.SGD):
+        def step(self, closure=None):
+            raise ValueError("broken optimizer")
+
+    opt = Probe(lin.parameters(), lr=0.1)
+    with mpcheck.debug(lin, report=None) as dbg:
+        lin(torch.randn(2, 4)).sum().backward()
+        opt.step()
+        assert torch._C._len_torch_function_stack() == 1  # back after the step
+        with pytest.raises(ValueError):
+            Broken(lin.parameters(), lr=0.1).step()
+        assert len(dbg.ledger.steps) == 1
+    assert depth_in_step == [0]
+    assert torch._C._len_torch_function_stack() == 0
