@@ -38,6 +38,7 @@ from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
+import torch.utils._device as _device_ctx
 from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch.overrides import TorchFunctionMode
 
@@ -429,6 +430,11 @@ def _scan(g: VirtualGPUs, args: tuple, kwargs: dict) -> tuple[str | None, str | 
 
 def _generic(g: VirtualGPUs, func, args, kwargs):
     target = None
+    if _device_ctx.CURRENT_DEVICE is not None and "device" not in kwargs and func in _FACTORIES:
+        # torch.set_default_device("cuda:1") fills in device= in a mode at the bottom of the stack,
+        # below this one: fill it in here so that the factory lands on the virtual device.
+        kwargs = dict(kwargs)
+        kwargs["device"] = _device_ctx.CURRENT_DEVICE
     if "device" in kwargs:
         target = g.parse(kwargs["device"])
         if target is not None:
@@ -496,6 +502,7 @@ def _autocast(func, args, kwargs):
 
 
 _AUTOCAST_ANY: set = set()
+_FACTORIES: set = set()
 
 
 # -- special handlers -------------------------------------------------------------------
@@ -726,6 +733,7 @@ def _build_tables() -> None:
     )
     for f in _VALUE_FUNCS:
         _SPECIAL[f] = _value
+    _FACTORIES.update(_device_ctx._device_constructors())
     lower, fp32 = _autocast_lists()
     lower.add(_flash_sdpa)
     _AUTOCAST_LOWER.update(lower)
@@ -1009,6 +1017,11 @@ def _install_patches(g: VirtualGPUs, p: _Patches) -> None:
         return orig_backward(*a, **k)
 
     p.set(torch.autograd, "backward", backward)
+    # DataLoader(pin_memory=True) pins batches in a thread of its own, where no function mode runs:
+    # page-locked memory means nothing without a GPU, so pinning returns the batch as it is.
+    import torch.utils.data._utils.pin_memory as pin
+
+    p.set(pin, "pin_memory", lambda data, device=None: data)
     _patch_autograd_python(g, p)
     _patch_parallel(g, p)
     _patch_distributed(g, p)

@@ -185,3 +185,19 @@ def test_meta_attention_is_estimated_like_a_flash_kernel():
 
     # math path on the CPU would save a 4 x 256 x 256 attention matrix (1 MiB); flash saves none of it
     assert act("meta") < 1 * 2**20
+
+
+def test_dataloader_pin_memory_with_workers_and_set_default_device():
+    from torch.utils.data import DataLoader, TensorDataset
+
+    data = TensorDataset(torch.randn(8, 4))
+    with quiet(gpus=2):
+        for (x,) in DataLoader(data, batch_size=4, pin_memory=True, num_workers=1):
+            assert x.cuda(non_blocking=True).device == torch.device("cuda:0")
+        torch.set_default_device("cuda:1")
+        try:
+            assert torch.zeros(3).device == torch.device("cuda:1")
+            assert torch.nn.Linear(2, 2).weight.device == torch.device("cuda:1")
+        finally:
+            torch.set_default_device(None)
+        assert torch.zeros(3).device == torch.device("cpu")
