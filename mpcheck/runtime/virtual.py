@@ -430,7 +430,7 @@ def _scan(g: VirtualGPUs, args: tuple, kwargs: dict) -> tuple[str | None, str | 
 
 def _generic(g: VirtualGPUs, func, args, kwargs):
     target = None
-    if _device_ctx.CURRENT_DEVICE is not None and "device" not in kwargs and func in _FACTORIES:
+    if _device_ctx.CURRENT_DEVICE is not None and kwargs.get("device") is None and func in _FACTORIES:
         # torch.set_default_device("cuda:1") fills in device= in a mode at the bottom of the stack,
         # below this one: fill it in here so that the factory lands on the virtual device.
         kwargs = dict(kwargs)
