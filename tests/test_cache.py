@@ -148,3 +148,20 @@ def test_cached_run_does_not_import_libcst(tmp_path):
     assert first.stdout.splitlines()[-1].startswith("True")
     second = run()
     assert second.stdout.splitlines()[-1] == "False " + first.stdout.splitlines()[-1].split()[1], second.stderr
+
+
+def test_file_without_rule_words_is_remembered_until_it_changes(project, capsys, fake_rules):
+    write(project, {"pkg/plain.py": "x = 1\n"})
+    lint(capsys, fake_rules)
+    stored = json.loads(next((project / ".mpcheck_cache").glob("results-*.json")).read_text())
+    assert str(project / "pkg" / "plain.py") in stored["irrelevant"]
+    assert str(project / "pkg" / "model.py") not in stored["irrelevant"]
+    # An edit changes size and mtime: the file is read, pre-filtered and analysed again.
+    (project / "pkg/plain.py").write_text("x = y.cuda()\n")
+    _, found, analysed = lint(capsys, fake_rules)
+    assert analysed == ["pkg/plain.py"] and ("pkg/plain.py", 1, "MP901") in found
+    # Another selection has other words: the remembered verdict does not apply.
+    (project / "pkg/plain2.py").write_text("m = model.half()\n")
+    lint(capsys, fake_rules, "--select", "MP901")
+    _, found, analysed = lint(capsys, fake_rules)
+    assert ("pkg/plain2.py", 1, "MP903") in found

@@ -8,6 +8,10 @@ file). An entry also records the content hash of every project module whose
 summary the analysis used; it is stale as soon as one of them changed, which is
 how editing `model.py` re-checks the `train.py` that wraps its class.
 
+One shortcut is keyed by file metadata instead of content: a file in which no
+selected rule could fire (the pre-filter's verdict) is remembered with its
+mtime and size, and is not even read again until one of them changes.
+
 JSON, never pickle: a cache file is data, not code. Written atomically (temp
 file + os.replace), so a crash or a concurrent run leaves the old file or the
 new one, never half of one.
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -56,6 +61,8 @@ class ResultCache:
         self.path = folder / f"results-{fingerprint}.json"
         self.results: dict[str, dict] = {}
         self.summaries: dict[str, Any] = {}
+        # abspath -> [mtime_ns, size, pre-filter signature] of files no selected rule could fire on
+        self.irrelevant: dict[str, list] = {}
         self.dirty = False
         self._now = int(time.time())
         try:
@@ -64,6 +71,7 @@ class ResultCache:
             if isinstance(data, dict):
                 self.results = data.get("results", {}) or {}
                 self.summaries = data.get("summaries", {}) or {}
+                self.irrelevant = data.get("irrelevant", {}) or {}
         except (OSError, ValueError):
             pass
 
@@ -85,6 +93,17 @@ class ResultCache:
         self.results[key] = {"findings": findings, "deps": deps, "t": self._now}
         self.dirty = True
 
+    def known_irrelevant(self, abspath: str, stat: tuple[int, int], signature: str) -> bool:
+        if signature == "*":
+            return False
+        seen = self.irrelevant.get(abspath)
+        return seen is not None and seen[0] == stat[0] and seen[1] == stat[1] and seen[2] == signature
+
+    def mark_irrelevant(self, abspath: str, stat: tuple[int, int], signature: str) -> None:
+        if signature != "*":
+            self.irrelevant[abspath] = [stat[0], stat[1], signature]
+            self.dirty = True
+
     def get_summary(self, key: str) -> tuple[bool, Any]:
         entry = self.summaries.get(key)
         if entry is not None:
@@ -105,6 +124,7 @@ class ResultCache:
         data = {
             "results": {k: v for k, v in self.results.items() if v.get("t", 0) >= cutoff},
             "summaries": {k: v for k, v in self.summaries.items() if v.get("t", 0) >= cutoff},
+            "irrelevant": {k: v for k, v in self.irrelevant.items() if os.path.exists(k)},
         }
         write_json_atomic(self.path, data)
         self.dirty = False

@@ -26,10 +26,11 @@ class SourceFile:
 
 
 def _rel(abspath: str, root: str) -> str | None:
-    rel = os.path.relpath(abspath, root)
-    if rel == os.pardir or rel.startswith(os.pardir + os.sep):
-        return None
-    return rel.replace(os.sep, "/")
+    prefix = root.rstrip(os.sep) + os.sep
+    if abspath.startswith(prefix):  # the common case, without relpath's normalisation
+        rel = abspath[len(prefix):]
+        return rel if os.sep == "/" else rel.replace(os.sep, "/")
+    return None  # outside the root (both paths are absolute and normalised)
 
 
 class _Patterns:

@@ -217,7 +217,18 @@ def lint(
         out.files_seen += 1
         out.abspaths[src.path] = src.abspath
         codes = settings.codes_for(src.relpath)
+        signature = prefilter.signature(codes)
+        stat = None
         if data is None:
+            try:
+                st = os.stat(src.abspath)
+                stat = (st.st_mtime_ns, st.st_size)
+            except OSError:
+                pass
+            # A file that had none of the rules' words when it was last seen, and
+            # has not changed since (same mtime and size), is not even read.
+            if cache is not None and stat is not None and cache.known_irrelevant(src.abspath, stat, signature):
+                continue
             try:
                 with open(src.abspath, "rb") as fh:
                     data = fh.read()
@@ -230,15 +241,19 @@ def lint(
             if SYNTAX_ERROR_CODE in codes and bad is not None:
                 out.findings.append(bad)
             continue
+        run_codes = prefilter.codes_for(text, codes)
+        if not run_codes:
+            if cache is not None and stat is not None:
+                cache.mark_irrelevant(src.abspath, stat, signature)
+            continue  # no rule could fire: never parsed
         whole = noqa.file_noqa(text)
         if whole == noqa.ALL:
             continue
         if whole:
-            codes = codes - whole
-        run_codes = prefilter.codes_for(text, codes)
-        if not run_codes:
-            continue  # no rule could fire: never parsed
-        if SYNTAX_ERROR_CODE in codes:
+            run_codes -= whole
+            if not run_codes:
+                continue
+        if SYNTAX_ERROR_CODE in codes and not (whole and SYNTAX_ERROR_CODE in whole):
             run_codes |= {SYNTAX_ERROR_CODE}
         modname, root, is_init = modules.module_name(src.abspath)
         f = _File(src, text, data, modname, root, is_init, run_codes, content_hash(data))
@@ -265,9 +280,9 @@ def lint(
             out.sources[f.src.path] = f.text
 
     if misses:
-        _analyze_misses(misses, project, settings, cache, jobs, out)
-        if cache is not None:
-            cache.save()
+        _analyze_misses(misses, project, cache, jobs, out)
+    if cache is not None:
+        cache.save()
 
     out.findings.sort(key=Finding.sort_key)
     return out
@@ -301,7 +316,6 @@ def _project_modules(f: _File, project: _Project, analysis: Any) -> dict[str, st
 def _analyze_misses(
     misses: list[_File],
     project: _Project,
-    settings: Settings,
     cache: ResultCache | None,
     jobs: int,
     out: LintOutcome,

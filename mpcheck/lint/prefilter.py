@@ -14,12 +14,29 @@ class PreFilter:
     def __init__(self, rules: Mapping[str, RuleMeta], codes: frozenset[str]):
         self.needs = {c: rules[c].needs for c in codes if c in rules and c != SYNTAX_ERROR_CODE}
         self.words = sorted({w for needs in self.needs.values() for w in needs})
+        self._signatures: dict[frozenset[str], str] = {}
         # A module imported by a checked file is summarised when *any* rule could
         # care about it, selected or not: a selected rule in train.py may need the
         # placement facts of a model.py that only mentions words of other rules.
         every = [r.needs for c, r in rules.items() if c != SYNTAX_ERROR_CODE]
         self._summary_always = any(not needs for needs in every)
         self._summary_words = sorted({w for needs in every for w in needs})
+
+    def signature(self, codes: frozenset[str]) -> str:
+        """What the verdict for a file depends on besides its text: the words of
+        the rules in `codes` (\"*\" when one of them has none: it always runs)."""
+        sig = self._signatures.get(codes)
+        if sig is None:
+            needs = [self.needs[c] for c in sorted(codes) if c in self.needs]
+            if any(not n for n in needs):
+                sig = "*"
+            else:
+                import hashlib
+
+                words = "\0".join(sorted({w for n in needs for w in n}))
+                sig = hashlib.blake2b(words.encode(), digest_size=8).hexdigest()
+            self._signatures[codes] = sig
+        return sig
 
     def codes_for(self, source: str, codes: frozenset[str]) -> frozenset[str]:
         """The rules among `codes` that could fire on `source`."""

@@ -1,0 +1,112 @@
+"""How fast is `mpcheck PATH`? Cold (empty cache) and cached wall time of the real
+command, beside a bare single-process `libcst.parse_module` and `ast.parse` of
+the same .py files, as ratios.
+
+    python bench/lint_speed.py PATH [PATH ...] [--repeat 3] [--jobs N]
+
+Each mpcheck run is a fresh process (start-up included, as a user sees it),
+run in a temporary folder so that its `.mpcheck_cache/` starts empty for the
+cold runs. Times are medians. The machine should be otherwise idle.
+
+Goals (issue 2, on a 2-core machine): torchvision 0.29.1 `models/` cold <= 1.0x
+the bare libcst parse and cached <= 0.25x; transformers 5.24.0 `models/` plus
+torchvision's: cold <= 10 s, cached <= 2 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def python_files(paths: list[str]) -> list[str]:
+    """The files mpcheck itself would check (same discovery, same excludes)."""
+    from mpcheck.config import Layer, resolve
+    from mpcheck.lint.files import discover
+
+    settings = resolve(Layer(), (), start=Path(paths[0]))
+    return [f.abspath for f in discover(paths, settings)]
+
+
+def time_parse(files: list[str], parse) -> float:
+    sources = []
+    for path in files:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            sources.append(fh.read())
+    start = time.perf_counter()
+    for src in sources:
+        try:
+            parse(src)
+        except Exception:
+            pass
+    return time.perf_counter() - start
+
+
+def run_mpcheck(paths: list[str], cwd: str, extra: list[str]) -> tuple[float, int, str]:
+    cmd = [sys.executable, "-m", "mpcheck", *extra, "--statistics", *paths]
+    start = time.perf_counter()
+    r = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
+    elapsed = time.perf_counter() - start
+    if r.returncode not in (0, 1):
+        raise SystemExit(f"mpcheck failed ({r.returncode}):\n{r.stderr}")
+    return elapsed, r.returncode, r.stdout
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("paths", nargs="+")
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--jobs", type=int, default=None, help="passed to mpcheck --jobs")
+    args = p.parse_args()
+    paths = [os.path.abspath(x) for x in args.paths]
+
+    files = python_files(paths)
+    lines = 0
+    for f in files:
+        with open(f, "rb") as fh:
+            lines += fh.read().count(b"\n")
+    import libcst  # imported here so that its import time is not counted as parse time
+
+    t_ast = statistics.median(time_parse(files, ast.parse) for _ in range(args.repeat))
+    t_cst = statistics.median(time_parse(files, libcst.parse_module) for _ in range(max(1, args.repeat - 1)))
+
+    extra = ["--jobs", str(args.jobs)] if args.jobs else []
+    cold, cached = [], []
+    stats = ""
+    for _ in range(args.repeat):
+        work = tempfile.mkdtemp(prefix="mpcheck-bench-")
+        try:
+            t, _, stats = run_mpcheck(paths, work, extra)
+            cold.append(t)
+            for _ in range(2):
+                t, _, _ = run_mpcheck(paths, work, extra)
+                cached.append(t)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    t_cold, t_cached = statistics.median(cold), statistics.median(cached)
+
+    print(f"{len(files)} files, {lines:,} lines ({', '.join(args.paths)}); {os.cpu_count()} cores; median of {args.repeat}")
+    print(f"{'':34} {'seconds':>8} {'x libcst parse':>15}")
+    rows = [
+        ("ast.parse, 1 process", t_ast),
+        ("libcst.parse_module, 1 process", t_cst),
+        ("mpcheck, cold (empty cache)", t_cold),
+        ("mpcheck, cached", t_cached),
+    ]
+    for name, t in rows:
+        print(f"{name:34} {t:8.2f} {t / t_cst:14.2f}x")
+    if stats.strip():
+        print("findings by code (mpcheck --statistics):")
+        print("".join("  " + line + "\n" for line in stats.splitlines()), end="")
+
+
+if __name__ == "__main__":
+    main()
