@@ -23,7 +23,7 @@ class ParallelPrimitiveMisuse(Rule):
     name = "parallel-primitive-misuse"
     summary = "torch.nn.parallel.scatter/gather/replicate/parallel_apply (or torch.cuda.comm) used on a split model or to feed its stages."
     severity = "error"
-    needs = ("nn.parallel", "parallel_apply", "cuda.comm", "replicate")
+    needs = ("nn.parallel", "cuda.comm")
 
     def check(self, ctx):
         for ev in ctx.model.events("parallel_primitive"):

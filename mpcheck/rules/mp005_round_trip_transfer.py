@@ -13,7 +13,7 @@ class RoundTripTransfer(Rule):
     name = "round-trip-transfer"
     summary = "A tensor is moved to another device and straight back, with no work done there."
     severity = "warning"
-    needs = FLOW_WORDS + (".cpu(",)
+    needs = FLOW_WORDS
 
     def check(self, ctx):
         seen = set()

@@ -7,4 +7,4 @@ not enough on its own: it is in most modeling files of any library and would
 parse them all for nothing (transformers: 71 of 2,658 files contain `cuda`).
 """
 
-FLOW_WORDS = ("cuda", "devices", ".to(1", ".to(2", ".to(3", "device_map")
+FLOW_WORDS = ("cuda", "devices", ".to(1", ".to(2", ".to(3")

@@ -1,0 +1,355 @@
+"""Unit tests of the static device model (mpcheck/devices): the lattice, import
+resolution, class placement summaries, the flow of values, and the summaries
+other files use."""
+
+from __future__ import annotations
+
+import textwrap
+
+import libcst as cst
+import pytest
+
+from mpcheck.analysis import analyze, summarize
+from mpcheck.devices.names import canonical, import_bindings
+from mpcheck.devices.values import (
+    DeviceV,
+    Obj,
+    conflict,
+    distinct,
+    is_split_devs,
+    join,
+    join_devs,
+    one,
+)
+from mpcheck.rules.context import FileContext
+
+ALL = frozenset(f"MP{i:03d}" for i in range(12))
+
+
+def model_of(src: str, modname: str = "m", project=None):
+    src = textwrap.dedent(src)
+    ctx = FileContext("t.py", src, cst.parse_module(src), modname, project or {})
+    return ctx.model
+
+
+def instance(src: str, cls: str):
+    m = model_of(src)
+    return next(iter(m.classes[cls].instances.values()))
+
+
+def codes_lines(src: str, project=None, modname="m"):
+    src = textwrap.dedent(src)
+    r = analyze("t.py", src, ALL, modname, project or {})
+    return sorted((f.line, f.code) for f in r.findings)
+
+
+# ---------------------------------------------------------------- lattice
+
+
+def test_unknown_never_conflicts():
+    assert conflict(None, one("cuda:1")) is None
+    assert conflict(one("cuda:0"), None) is None
+    assert conflict(frozenset({"cuda:0", "cuda:1"}), one("cuda:1")) is None  # paths disagree: no finding
+
+
+def test_known_devices_conflict_and_current_device_is_cuda0():
+    assert conflict(one("cuda:0"), one("cuda:1")) == ("cuda:0", "cuda:1")
+    assert conflict(one("cpu"), one("cuda:0")) == ("cpu", "cuda:0")
+    assert conflict(one("cuda"), one("cuda:0")) is None
+    assert conflict(one("cuda"), one("cuda:1")) == ("cuda", "cuda:1")
+
+
+def test_symbolic_devices_differ_only_as_entries_of_one_list():
+    assert distinct("sym:self.devices[0]", "sym:self.devices[1]")
+    assert not distinct("sym:dev0", "sym:dev1")
+    assert not distinct("sym:devices[0]", "cuda:1")
+    assert is_split_devs(["sym:devices[0]", "sym:devices[1]"])
+    assert not is_split_devs(["cuda:0", "cuda"])
+
+
+def test_join_keeps_agreement_and_widens_disagreement():
+    a, b = Obj("tensor", one("cuda:0")), Obj("tensor", one("cuda:1"))
+    assert join(a, a.with_()).devs == one("cuda:0")
+    assert join(a, b).devs == frozenset({"cuda:0", "cuda:1"})
+    assert join_devs(None, one("cpu")) is None
+    assert isinstance(join(DeviceV(one("cpu")), DeviceV(one("cuda:0"))), DeviceV)
+
+
+# ---------------------------------------------------------------- names
+
+
+@pytest.mark.parametrize(
+    "stmt,expected",
+    [
+        ("from torch.nn import DataParallel as DP", [("DP", "torch.nn.DataParallel")]),
+        ("import torch.nn.parallel as par", [("par", "torch.nn.parallel")]),
+        ("import torch.nn", [("torch", "torch")]),
+        ("from .split import Net", [("Net", "pkg.split.Net")]),
+        ("from ..core import util", [("util", "core.util")]),
+    ],
+)
+def test_import_bindings(stmt, expected):
+    node = cst.parse_module(stmt).body[0].body[0]
+    assert import_bindings(node, "pkg.train") == expected
+
+
+def test_canonical_names_merge_reexports():
+    assert canonical("torch.nn.DataParallel") == "torch.nn.parallel.DataParallel"
+    assert canonical("torch.nn.parallel.data_parallel.DataParallel") == "torch.nn.parallel.DataParallel"
+    assert canonical("torch.nn.parallel.distributed.DistributedDataParallel") == "torch.nn.parallel.DistributedDataParallel"
+
+
+# ---------------------------------------------------------------- placement
+
+
+def test_split_by_strings_ints_and_device_objects():
+    inst = instance(
+        """
+        import torch, torch.nn as nn
+        class S(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.a = nn.Linear(2, 2).to("cuda:0")
+                self.b = nn.Linear(2, 2).cuda(1)
+                self.c = nn.Linear(2, 2, device=torch.device("cuda", 2))
+        """,
+        "S",
+    )
+    assert dict(inst.split) == {"a": "cuda:0", "b": "cuda:1", "c": "cuda:2"}
+
+
+def test_split_through_device_list_fstring_loop_and_dict():
+    inst = instance(
+        """
+        import torch.nn as nn
+        class S(nn.Module):
+            def __init__(self, n=2):
+                super().__init__()
+                self.devs = {"first": "cuda:0"}
+                self.stem = nn.Linear(2, 2).to(self.devs["first"])
+                self.blocks = nn.ModuleList()
+                for i in range(n):
+                    self.blocks.append(nn.Linear(2, 2).to(f"cuda:{i}"))
+        """,
+        "S",
+    )
+    assert sorted({d for _, d in inst.split}) == ["cuda:0", "cuda:1"]
+
+
+def test_split_through_symbolic_device_list_parameter():
+    inst = instance(
+        """
+        import torch.nn as nn
+        class S(nn.Module):
+            def __init__(self, devices):
+                super().__init__()
+                self.a = nn.Linear(2, 2).to(devices[0])
+                self.b = nn.Linear(2, 2).to(devices[1])
+        """,
+        "S",
+    )
+    assert inst.split == (("a", "sym:devices[0]"), ("b", "sym:devices[1]"))
+
+
+def test_single_device_and_unplaced_classes_are_not_split():
+    src = """
+        import torch.nn as nn
+        class One(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.a = nn.Linear(2, 2).to("cuda:1")
+                self.b = nn.Linear(2, 2).to("cuda:1")
+        class Plain(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.a = nn.Linear(2, 2)
+                self.register_buffer("m", __import__("torch").ones(3))
+    """
+    assert instance(src, "One").split is None and instance(src, "One").devs == one("cuda:1")
+    plain = instance(src, "Plain")
+    assert plain.split is None and plain.devs is None
+
+
+def test_helper_function_returns_module_on_its_argument_device():
+    inst = instance(
+        """
+        import torch.nn as nn
+        def stage(dim, device):
+            return nn.Sequential(nn.Linear(dim, dim), nn.ReLU()).to(device)
+        class S(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.s0 = stage(8, "cuda:0")
+                self.s1 = stage(8, "cuda:1")
+        """,
+        "S",
+    )
+    assert sorted({d for _, d in inst.split}) == ["cuda:0", "cuda:1"]
+
+
+# ---------------------------------------------------------------- flow
+
+
+def test_activation_hop_is_followed_and_missing_hop_found():
+    src = """
+        import torch.nn as nn
+        class S(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.a = nn.Linear(2, 2).to("cuda:0")
+                self.b = nn.Linear(2, 2).to("cuda:1")
+            def forward(self, x):
+                h = self.a(x.to("cuda:0"))
+                ok = self.b(h.to("cuda:1"))
+                return self.b(h)
+    """
+    assert codes_lines(src) == [(11, "MP001")]
+
+
+def test_unknown_inputs_and_joined_paths_stay_silent():
+    src = """
+        import torch.nn as nn
+        class S(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.a = nn.Linear(2, 2).to("cuda:0")
+                self.b = nn.Linear(2, 2).to("cuda:1")
+            def forward(self, x, flag):
+                h = self.b(x)
+                if flag:
+                    h = h.to("cuda:0")
+                return self.a(h)
+    """
+    assert codes_lines(src) == []
+
+
+def test_eval_path_is_kept_apart_from_training_path():
+    src = """
+        import torch.nn as nn
+        class S(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.a = nn.Linear(2, 2).to("cuda:0")
+                self.b = nn.Linear(2, 2).to("cuda:1")
+            def forward(self, x):
+                h = self.a(x.to("cuda:0"))
+                if not self.training:
+                    return self.b(h)
+                return self.b(h.to("cuda:1"))
+    """
+    assert codes_lines(src) == [(11, "MP001")]
+
+
+def test_forward_output_device_reaches_the_training_script():
+    src = """
+        import torch.nn as nn
+        import torch.nn.functional as F
+        class S(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.a = nn.Linear(2, 2).to("cuda:0")
+                self.b = nn.Linear(2, 2).to("cuda:1")
+            def forward(self, x):
+                return self.b(self.a(x.to("cuda:0")).to("cuda:1"))
+        def fit(loader):
+            model = S()
+            for x, y in loader:
+                out = model(x)
+                bad = F.mse_loss(out, y.to("cuda:0"))
+                good = F.mse_loss(out, y.to(out.device))
+    """
+    assert codes_lines(src) == [(15, "MP008")]
+
+
+def test_cpu_scalar_tensor_mixes_with_cuda_tensors():
+    src = """
+        import torch
+        import torch.nn as nn
+        class S(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.a = nn.Linear(2, 2).to("cuda:0")
+                self.b = nn.Linear(2, 2).to("cuda:1")
+            def forward(self, x):
+                h = self.a(x.to("cuda:0")) * torch.tensor(0.5)
+                return self.b(h.to("cuda:1")) + torch.zeros(2)
+    """
+    assert codes_lines(src) == [(11, "MP001")]  # the CPU zeros(2) is not a scalar
+
+
+def test_set_default_device_makes_factories_unknown():
+    src = """
+        import torch
+        import torch.nn as nn
+        torch.set_default_device("cuda:1")
+        class S(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.a = nn.Linear(2, 2).to("cuda:0")
+                self.b = nn.Linear(2, 2).to("cuda:1")
+            def forward(self, x):
+                h = self.b(self.a(x.to("cuda:0")).to("cuda:1"))
+                return h + torch.zeros(2)
+    """
+    assert codes_lines(src) == []
+
+
+# ---------------------------------------------------------------- summaries
+
+
+SPLIT_MODULE = """
+import torch.nn as nn
+def make(device):
+    return nn.Linear(4, 4).to(device)
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(4, 4).to("cuda:0")
+        self.b = nn.Linear(4, 4).to("cuda:1")
+    def forward(self, x):
+        return self.b(self.a(x).to("cuda:1"))
+"""
+
+
+def test_summary_is_json_and_describes_placement_and_flow():
+    import json
+
+    s = summarize("models/split.py", SPLIT_MODULE, "models.split")
+    assert json.loads(json.dumps(s)) == s
+    net = s["classes"]["Net"]
+    assert net["split"] == [["a", "cuda:0"], ["b", "cuda:1"]]
+    assert net["in"] == ["cuda:0"] and net["out"] == ["cuda:1"]
+    assert s["functions"]["make"]["returns"]["devs"] == ["sym:device"]
+
+
+def test_summary_of_unparsable_file_is_none():
+    assert summarize("x.py", "def (:\n", "x") is None
+
+
+def test_analyze_uses_summaries_across_files_and_reports_what_it_used():
+    project = {
+        "models.split": summarize("models/split.py", SPLIT_MODULE, "models.split"),
+        "models": {"classes": {}, "functions": {}, "reexports": {"Net": "models.split.Net"}},
+    }
+    src = textwrap.dedent(
+        """
+        import torch.nn as nn
+        from models import Net, make
+        model = Net()
+        dp = nn.DataParallel(model)
+        model.cuda()
+        stage = make("cuda:1")
+        y = stage(model(x).to("cuda:0"))
+        """
+    )
+    r = analyze("train.py", src, ALL, "train", project)
+    assert sorted((f.line, f.code) for f in r.findings) == [(5, "MP002"), (6, "MP007")]
+    assert r.used_modules == ["models", "models.split"]
+    # Without the summaries nothing is known about Net.
+    assert analyze("train.py", src, ALL, "train", {}).findings == []
+
+
+def test_syntax_error_is_one_mp000_with_the_parser_position():
+    r = analyze("bad.py", "x = (1,\n", ALL, "bad", {})
+    assert [(f.code, f.name) for f in r.findings] == [("MP000", "syntax-error")]
+    assert r.findings[0].line >= 1 and "parse" in r.findings[0].message
