@@ -95,6 +95,9 @@ def _variable_name(module: nn.Module) -> str | None:
     return None
 
 
+_SCATTERS = (nn.DataParallel, nn.parallel.DistributedDataParallel)
+
+
 def _patch(owner: Any, attr: str, new: Any) -> Undo:
     had = attr in owner.__dict__
     old = owner.__dict__.get(attr)
@@ -125,9 +128,10 @@ def install(checker: Checker, namer: ModuleNamer, *, on_step: Callable[[Any], No
             if type(module).__name__ == "OptimizedModule":
                 on_compiled()
             path = namer.discover(module, stack[-1] if stack else None)
-        if not (module._forward_pre_hooks or "forward" in module.__dict__):
-            # Pre-hooks and an instance-level forward (accelerate's AlignDevicesHook) may move the
-            # inputs before forward sees them: then only the op-level check inside forward applies.
+        if not (module._forward_pre_hooks or "forward" in module.__dict__ or isinstance(module, _SCATTERS)):
+            # Pre-hooks, an instance-level forward (accelerate's AlignDevicesHook) and the data-parallel
+            # wrappers (which scatter their inputs) may move the inputs before forward sees them: then
+            # only the op-level check inside forward applies.
             args, kwargs = checker.check_module_entry(module, path, args, kwargs)
         stack.append(path)
         try:

@@ -747,8 +747,13 @@ class _Patches:
         self._saved: list[tuple[Any, str, Any, bool]] = []
 
     def set(self, obj: Any, name: str, value: Any) -> None:
-        had = name in vars(obj) if isinstance(obj, type) else hasattr(obj, name)
-        old = getattr(obj, name, None)
+        if isinstance(obj, type):
+            # The raw descriptor from the class dict: getattr would give a bound classmethod.
+            had = name in vars(obj)
+            old = vars(obj).get(name)
+        else:
+            had = hasattr(obj, name)
+            old = getattr(obj, name, None)
         self._saved.append((obj, name, old, had))
         setattr(obj, name, value)
 

@@ -49,7 +49,3 @@ def dryrun_cli(tmp_path, capsys):
         return status, report, err
 
     return run
-
-
-def codes_at(report):
-    return sorted((f["code"], f["line"]) for f in report["findings"])

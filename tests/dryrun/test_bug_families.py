@@ -1,7 +1,7 @@
 """Each bug family of notes/domain.md that fails or wastes time at run time, caught by the dry run
 with the right rule code at the right line, and the program still runs to its end (on_mismatch=move)."""
 
-from conftest import codes_at
+from dryrun_helpers import codes_at
 
 STAGES = """
 import torch

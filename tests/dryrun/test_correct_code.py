@@ -1,6 +1,6 @@
 """Correct model-parallel code runs clean on virtual GPUs (no finding, the program's own status)."""
 
-from conftest import codes_at
+from dryrun_helpers import codes_at
 
 PIPELINE = """
 import torch
@@ -157,6 +157,20 @@ h = checkpoint(s0, torch.randn(2, 8).to("cuda:0"), use_reentrant=False)
 out = checkpoint(s1, h.to("cuda:1"), use_reentrant=False)
 out.sum().backward()
 assert s0.lin.weight.grad.device == torch.device("cuda:0")
+""")
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 0, err
+    assert report["findings"] == []
+
+
+def test_data_parallel_on_a_single_device_model_runs_clean(script, dryrun_cli):
+    s = script("""
+import torch
+import torch.nn as nn
+model = nn.DataParallel(nn.Linear(16, 4).cuda())
+out = model(torch.randn(8, 16))   # DataParallel scatters the CPU batch itself
+out.sum().backward()
+assert out.device == torch.device("cuda:0")
 """)
     status, report, err = dryrun_cli(s, "--gpus", "2")
     assert status == 0, err

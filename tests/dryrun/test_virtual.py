@@ -201,3 +201,31 @@ def test_dataloader_pin_memory_with_workers_and_set_default_device():
         finally:
             torch.set_default_device(None)
         assert torch.zeros(3).device == torch.device("cpu")
+
+
+def test_everything_patched_is_restored_exactly():
+    from torch.autograd.function import BackwardCFunction, Function
+    from torch.nn.parallel import DataParallel, DistributedDataParallel
+
+    watched = [
+        (Function, "apply"), (BackwardCFunction, "apply"), (DataParallel, "forward"),
+        (DistributedDataParallel, "__init__"), (torch._C, "_group_tensors_by_device_and_dtype"),
+        (torch.cuda, "is_available"), (torch.cuda, "Stream"), (torch.autograd, "backward"),
+        (torch.utils.checkpoint, "checkpoint"),
+    ]
+    before = [vars(o).get(n) if isinstance(o, type) else getattr(o, n) for o, n in watched]
+    with quiet(gpus=2):
+        pass
+    after = [vars(o).get(n) if isinstance(o, type) else getattr(o, n) for o, n in watched]
+    assert all(a is b for a, b in zip(before, after))
+
+    class Double(torch.autograd.Function):  # a custom Function still works afterwards
+        @staticmethod
+        def forward(ctx, x):
+            return 2 * x
+
+        @staticmethod
+        def backward(ctx, g):
+            return 2 * g
+
+    assert Double.apply(torch.ones(1)).item() == 2.0
