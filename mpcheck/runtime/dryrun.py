@@ -8,6 +8,36 @@ The virtual GPUs (virtual.py) are entered first; the debug mode's session, with
 the same checks and rule codes, runs on top of them with `devices=` the virtual
 GPUs, so the checks see virtual devices. Default `on_mismatch="move"`: one run
 lists every mismatch, each at the user's line.
+
+What is emulated, and how:
+- torch.cuda: is_available, device_count, current_device, set_device, device(...),
+  synchronize, memory_allocated / max_memory_allocated / mem_get_info / memory_stats
+  (from the live tensors on each virtual GPU), get_device_properties (total_memory =
+  --device-memory), streams and events (always complete), seeds and RNG state (the CPU's);
+  torch.accelerator likewise.
+- autocast("cuda"): on a CPU build its flag is set but CPU and meta tensors never reach the
+  CUDA autocast kernels, so the dry run casts inputs itself, at the Python call, following
+  CUDA autocast's lists: matmul-like ops (linear, matmul, bmm, conv, SDPA, ...) in the
+  autocast dtype, reductions/normalisations/losses (softmax, layer_norm, cross_entropy, ...)
+  in float32. Ops autocast promotes (cat, ...) see the dtypes they are given.
+- DataParallel runs its module once on device_ids[0] (no replicas); DDP runs on a one-process
+  gloo group with --backing cpu.
+- With --backing meta, attention (F.scaled_dot_product_attention) uses the flash kernel's meta
+  function, so its activation estimate is a GPU's (log-sum-exp), not the math path's T x T matrix.
+
+Limits (each stops the program with a message naming the line, never a hang or an abort):
+- custom CUDA kernels and extensions (a kernel that refuses CPU/meta tensors), CUDA graphs,
+  any torch.cuda function not listed above;
+- NCCL (use backend="gloo"); DataParallel's collectives called by hand (scatter/gather/...);
+  DDP with --backing meta;
+- with --backing meta, Python that needs a value: .item(), .tolist(), bool(t), int(t),
+  .numpy(), f-string formatting, data-dependent shapes (nonzero, masked_select, ...):
+  use --backing cpu;
+- event timing (Event.elapsed_time returns 0.0 and is listed under "limit" in the report):
+  streams do not overlap, nothing is timed;
+- not seen: Python code autograd runs in backward other than custom Function backward and
+  checkpoint recomputation (e.g. tensor hooks), torch.Generator(device="cuda"),
+  torch.load(map_location="cuda:k").
 """
 
 from __future__ import annotations
