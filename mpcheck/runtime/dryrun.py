@@ -36,8 +36,9 @@ Limits (each stops the program with a message naming the line, never a hang or a
 - event timing (Event.elapsed_time returns 0.0 and is listed under "limit" in the report):
   streams do not overlap, nothing is timed;
 - not seen: Python code autograd runs in backward other than custom Function backward and
-  checkpoint recomputation (e.g. tensor hooks), torch.Generator(device="cuda"),
-  torch.load(map_location="cuda:k").
+  checkpoint recomputation (e.g. tensor hooks); torch.Generator(device="cuda").
+- torch.load(map_location="cuda:k" | torch.device | int) loads on the CPU and moves the
+  tensors to the virtual device; other map_locations are PyTorch's.
 """
 
 from __future__ import annotations

@@ -1028,6 +1028,7 @@ def _install_patches(g: VirtualGPUs, p: _Patches) -> None:
 
     p.set(pin, "pin_memory", lambda data, device=None: data)
     _patch_autograd_python(g, p)
+    _patch_load(g, p)
     _patch_parallel(g, p)
     _patch_distributed(g, p)
 
@@ -1095,6 +1096,32 @@ def _patch_autograd_python(g: VirtualGPUs, p: _Patches) -> None:
         return _with_modes(g, orig_bw)(self, *grads)
 
     p.set(BackwardCFunction, "apply", backward_apply)
+
+
+def _patch_load(g: VirtualGPUs, p: _Patches) -> None:
+    """torch.load(..., map_location="cuda:k"): load on the CPU, then move every tensor to the virtual device."""
+    orig_load = torch.load
+
+    def load(f: Any, map_location: Any = None, *args: Any, **kwargs: Any) -> Any:
+        dev = g.parse(map_location) if isinstance(map_location, (str, int, torch.device)) else None
+        if dev is None:
+            return orig_load(f, map_location, *args, **kwargs)
+        obj = orig_load(f, "cpu", *args, **kwargs)
+
+        def move(x: Any) -> Any:
+            if isinstance(x, torch.nn.Parameter):
+                return torch.nn.Parameter(g.transfer(x.detach(), dev), requires_grad=x.requires_grad)
+            if isinstance(x, torch.Tensor):
+                return g.transfer(x, dev)
+            if isinstance(x, dict):
+                return type(x)((k, move(v)) for k, v in x.items())
+            if isinstance(x, (list, tuple)) and not hasattr(x, "_fields"):
+                return type(x)(move(v) for v in x)
+            return x
+
+        return move(obj)
+
+    p.set(torch, "load", load)
 
 
 def _distinct(value: Any) -> Any:

@@ -229,3 +229,16 @@ def test_everything_patched_is_restored_exactly():
             return 2 * g
 
     assert Double.apply(torch.ones(1)).item() == 2.0
+
+
+def test_torch_load_with_a_cuda_map_location(tmp_path):
+    path = tmp_path / "ckpt.pt"
+    torch.save({"w": torch.arange(4.0), "nested": [torch.ones(2)], "step": 7}, path)
+    with quiet(gpus=2):
+        ckpt = torch.load(path, map_location="cuda:1")
+        assert ckpt["w"].device == torch.device("cuda:1") and ckpt["step"] == 7
+        assert ckpt["nested"][0].device == torch.device("cuda:1")
+        lin = nn.Linear(4, 1).to("cuda:0")
+        lin.weight.data.copy_(ckpt["w"].view(1, 4))  # copy_ across devices is allowed
+        assert lin.weight.device == torch.device("cuda:0")
+    assert torch.equal(torch.load(path)["w"], torch.arange(4.0))
