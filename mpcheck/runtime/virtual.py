@@ -452,7 +452,10 @@ def _generic(g: VirtualGPUs, func, args, kwargs):
     try:
         out = func(*args, **kwargs)
     except (RuntimeError, NotImplementedError, AssertionError, TypeError) as e:
-        raise _explain(g, func, e, dev or target) from e
+        clear = _explain(g, func, e, dev or target)
+        if clear is e:
+            raise
+        raise clear from e
     lab = target or dev
     if lab is not None and out is not None:
         g._label_outputs(out, lab, args[0] if args else None)
