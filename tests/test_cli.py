@@ -378,3 +378,31 @@ def test_lint_never_imports_torch(tmp_path):
     r = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().splitlines()[-1] in ("exit 0", "exit 1")
+
+
+def test_sarif_output_carries_catalogue_metadata(project, capsys):
+    write(project, {"pkg/broken.py": "def f(:\n    x.cuda()\n"})
+    code, out, _ = run_cli(capsys, "--no-cache", "--output-format", "sarif")
+    doc = json.loads(out)
+    assert code == 1 and doc["version"] == "2.1.0"
+    rules = {r["id"]: r for r in doc["runs"][0]["tool"]["driver"]["rules"]}
+    # MP000's text comes from rules/MP000-syntax-error.md; the fake rules' from their metadata.
+    assert rules["MP000"]["help"]["markdown"].startswith("# MP000: syntax-error")
+    assert rules["MP000"]["shortDescription"]["text"].startswith("The file could not be checked")
+    assert rules["MP901"]["shortDescription"]["text"] == "Flags .cuda() calls."
+    results = doc["runs"][0]["results"]
+    assert [(r["ruleId"], r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]) for r in results] == [
+        ("MP000", "pkg/broken.py"), ("MP901", "pkg/model.py"), ("MP902", "pkg/train.py"),
+    ]
+
+
+def test_every_registered_rule_has_a_catalogue_entry():
+    from mpcheck import catalogue
+    from mpcheck.rules import all_rules
+
+    docs = catalogue.load()
+    for rule in all_rules():
+        doc = docs.get(rule.code)
+        assert doc is not None, f"{rule.code} has no rules/{rule.code}-{rule.name}.md"
+        assert (doc.name, doc.severity) == (rule.name, rule.severity)
+        assert doc.summary and doc.section("What it does") and doc.section("Example")
