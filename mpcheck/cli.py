@@ -148,7 +148,9 @@ def lint_main(argv: list[str]) -> int:
             sys.stdout.write(new_texts[stdin[0].path])
         outcome.sources.update(new_texts)
 
-    _report(args, findings, outcome.sources, fixed_count, rules, settings)
+    # With `--fix -`, stdout carries the fixed source (for editors): the report goes to stderr.
+    stream = sys.stderr if (args.fix and stdin is not None) else sys.stdout
+    _report(args, findings, outcome.sources, fixed_count, rules, settings, stream)
     if outcome.errors:
         return EXIT_ERROR
     if findings and not args.exit_zero:
@@ -156,16 +158,16 @@ def lint_main(argv: list[str]) -> int:
     return EXIT_OK
 
 
-def _report(args, findings, sources, fixed_count, rules, settings) -> None:
+def _report(args, findings, sources, fixed_count, rules, settings, stream) -> None:
     from mpcheck.report import ReportContext, render
     from mpcheck.report import colour
 
     if args.statistics:
         from mpcheck.report.statistics import render as render_stats
 
-        sys.stdout.write(render_stats(findings))
+        stream.write(render_stats(findings))
         return
-    color = args.output_format in ("text", "full") and colour.wanted(args.color, sys.stdout)
+    color = args.output_format in ("text", "full") and colour.wanted(args.color, stream)
     if color:
         colour.enable_windows()
     ctx = ReportContext(sources=sources, color=color, fixed=fixed_count, root=os.getcwd())
@@ -182,8 +184,8 @@ def _report(args, findings, sources, fixed_count, rules, settings) -> None:
                     (doc.summary if doc else "") or meta.summary,
                     doc.text if doc else "",
                 )
-    sys.stdout.write(render(args.output_format, findings, ctx))
-    sys.stdout.flush()
+    stream.write(render(args.output_format, findings, ctx))
+    stream.flush()
 
 
 def rule_main(argv: list[str]) -> int:

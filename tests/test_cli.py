@@ -406,3 +406,14 @@ def test_every_registered_rule_has_a_catalogue_entry():
         assert doc is not None, f"{rule.code} has no rules/{rule.code}-{rule.name}.md"
         assert (doc.name, doc.severity) == (rule.name, rule.severity)
         assert doc.summary and doc.section("What it does") and doc.section("Example")
+
+
+def test_fix_on_stdin_prints_the_fixed_source(project, capsys, monkeypatch):
+    import io
+
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"m = Net().cuda()\n")))
+    code, out, err = run_cli(capsys, "--no-cache", "--fix", "-", "--stdin-filename", "pkg/new.py")
+    assert out == 'm = Net().to("cuda:0")\n'  # only the source: the report goes to stderr
+    assert "1 fixed" in err
+    assert code == 0
+    assert not (project / "pkg" / "new.py").exists()
