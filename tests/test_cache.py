@@ -165,3 +165,33 @@ def test_file_without_rule_words_is_remembered_until_it_changes(project, capsys,
     lint(capsys, fake_rules, "--select", "MP901")
     _, found, analysed = lint(capsys, fake_rules)
     assert ("pkg/plain2.py", 1, "MP903") in found
+
+
+def test_real_rules_dependant_invalidated_across_files(tmp_path):
+    """With the real rules: train.py's MP002 depends on model.py's class; editing model.py
+    so that the class is no longer split must drop the (cached) finding."""
+    from mpcheck.rules import rules_by_code
+
+    if "MP002" not in rules_by_code():
+        pytest.skip("MP002 is not registered yet")
+    model = (
+        "import torch.nn as nn\n\n\nclass SplitNet(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.a = nn.Linear(4, 4).to('cuda:0')\n        self.b = nn.Linear(4, 4).to('cuda:1')\n"
+    )
+    write(
+        tmp_path,
+        {
+            "pyproject.toml": "[project]\nname='p'\n",
+            "model.py": model,
+            "train.py": "import torch.nn as nn\nfrom model import SplitNet\n\nnet = nn.DataParallel(SplitNet())\n",
+        },
+    )
+    run = lambda: subprocess.run(
+        [sys.executable, "-m", "mpcheck", "--select", "MP002", "."], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    first = run()
+    assert first.returncode == 1 and first.stdout.startswith("train.py:4:"), first.stdout + first.stderr
+    assert run().stdout == first.stdout  # from the cache
+    (tmp_path / "model.py").write_text(model.replace("cuda:1", "cuda:0"))
+    third = run()
+    assert (third.returncode, third.stdout) == (0, ""), third.stdout + third.stderr
