@@ -404,6 +404,13 @@ def move(self, recv: Val, meth: str, args, kwargs, node: cst.Call, st) -> Val:
     if not is_device:
         return recv if is_device is False else (UNK if not isinstance(recv, Obj) or recv.kind != "module" else recv)
     recv_expr = node.func.value if isinstance(node.func, cst.Attribute) else None
+    if st.in_init and recv is st.self_obj and isinstance(recv, Obj) and recv.attrs is not None:
+        # self.to(device) in __init__: everything placed so far goes there.
+        for attr, v in list(recv.attrs.items()):
+            if isinstance(v, (Obj, SeqV)) and (not isinstance(v, Obj) or v.kind in ("module", "any", "param", "buffer", "tensor")):
+                recv.attrs[attr] = self.move(v, meth, args, kwargs, node, st) if isinstance(v, SeqV) else (
+                    v.with_(devs=devs, origin=f"moved with the whole module by self.{meth}()", at=node) if v.kind != "passthrough" else v)
+        return recv
     if _is_splitish(recv):
         st.scope.split_seen = True
         self.emit("collapse", node, st, module=recv, devs=devs, meth=meth)

@@ -28,7 +28,7 @@ class CollapseSplitModel(Rule):
             yield self.finding(
                 ctx,
                 call,
-                f"`{recv}.{meth}(...)` moves every stage of `{recv}` ({split_desc(mod)}) onto {onto}: the split is "
+                f"`{ctx.code(call)}` moves every stage of `{recv}` ({split_desc(mod)}) onto {onto}: the split is "
                 f"undone and the memory it saved is needed again. Remove the call and let each stage stay where "
                 f"it was placed; to change only the dtype, use `.to(dtype=...)`.",
                 devices=split_devices(mod) + ([target] if target else []),
