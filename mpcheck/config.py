@@ -41,8 +41,7 @@ DEFAULT_EXCLUDE = (
     ".mpcheck_cache",
 )
 
-LIST_KEYS = ("select", "ignore", "extend-select", "exclude", "extend-exclude")
-KNOWN_KEYS = LIST_KEYS + ("per-file-ignores",)
+KNOWN_KEYS = ("select", "ignore", "extend-select", "exclude", "extend-exclude", "per-file-ignores")
 
 
 class ConfigError(Exception):
@@ -80,10 +79,6 @@ class Settings:
             if spec.match_file(relpath):
                 codes -= ignored
         return frozenset(codes)
-
-    def cache_key(self) -> str:
-        """The part of the effective config that is not per file (per-file codes are in each entry's key)."""
-        return ",".join(sorted(self.codes))
 
 
 _PER_FILE_CACHE: dict[tuple, list] = {}
