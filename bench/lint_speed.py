@@ -73,6 +73,8 @@ def main() -> None:
     for f in files:
         with open(f, "rb") as fh:
             lines += fh.read().count(b"\n")
+    from mpcheck.lint.pipeline import available_cpus
+
     import libcst  # imported here so that its import time is not counted as parse time
 
     t_ast = statistics.median(time_parse(files, ast.parse) for _ in range(args.repeat))
@@ -93,7 +95,7 @@ def main() -> None:
             shutil.rmtree(work, ignore_errors=True)
     t_cold, t_cached = statistics.median(cold), statistics.median(cached)
 
-    print(f"{len(files)} files, {lines:,} lines ({', '.join(args.paths)}); {os.cpu_count()} cores; median of {args.repeat}")
+    print(f"{len(files)} files, {lines:,} lines ({', '.join(args.paths)}); {available_cpus()} cores; median of {args.repeat}")
     print(f"{'':34} {'seconds':>8} {'x libcst parse':>15}")
     rows = [
         ("ast.parse, 1 process", t_ast),

@@ -131,6 +131,14 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}{where}"
 
 
+def available_cpus() -> int:
+    """The cores this process may use (a container or `taskset` may allow fewer than the machine has)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def _run_tasks(func: Callable[[tuple], tuple], tasks: list[tuple], sizes: list[int], jobs: int) -> list[tuple]:
     """Run `func` over `tasks`, in worker processes when it pays; the order of results is not meaningful."""
     if jobs > 1 and len(tasks) >= PARALLEL_MIN_FILES and sum(sizes) >= PARALLEL_MIN_CHARS:
@@ -208,7 +216,7 @@ def lint(
     stdin: tuple[SourceFile, bytes] | None = None,
 ) -> LintOutcome:
     out = LintOutcome()
-    jobs = jobs or os.cpu_count() or 1
+    jobs = jobs or available_cpus()
     prefilter = PreFilter(rules, settings.codes)
     project = _Project(settings, prefilter)
     candidates: list[_File] = []
