@@ -105,3 +105,21 @@ def test_colour_only_when_on():
     coloured = render("text", [A], ReportContext(color=True))
     assert "\x1b[" not in plain and "\x1b[" in coloured
     assert coloured.replace("\x1b[0m", "").count("MP002") == 1
+
+
+def test_colour_wanted(monkeypatch):
+    from mpcheck.report.colour import wanted
+
+    class Stream:
+        def __init__(self, tty):
+            self.tty = tty
+
+        def isatty(self):
+            return self.tty
+
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.delenv("FORCE_COLOR", raising=False)
+    assert wanted("auto", Stream(True)) and not wanted("auto", Stream(False))
+    assert wanted("always", Stream(False)) and not wanted("never", Stream(True))
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert not wanted("auto", Stream(True))
