@@ -1244,11 +1244,11 @@ def _placements(v: Val, depth: int = 0) -> list[tuple[str, int]]:
             return []
         if v.split:
             return [(d, 0) for _, d in v.split]
-        if v.devs is not None:
+        if v.devs is not None and len(v.devs) == 1:
             if v.devs == _CPU and not v.origin.startswith(("moved to", "built with")):
                 return []  # left on the CPU by default: not a stage placement
-            return [(d, v.at) for d in sorted(v.devs)]
-        return []
+            return [(d, v.at) for d in v.devs]
+        return []  # unknown, or different devices on different paths: not a fact
     if isinstance(v, SeqV) and v.module:
         if v.items is not None:
             return [p for i in v.items for p in _placements(i, depth + 1)]
