@@ -155,6 +155,9 @@ def library_call(self, q: str, node: cst.Call, st) -> Val:
         return Obj("tensor", a.devs, origin=a.origin, at=a.at) if isinstance(a, Obj) else UNK
     if q.startswith("torch.") and T.is_dtype_name(q):
         return DtypeV()
+    if last in T.PIPELINE_WRAPPERS and not q.startswith("torch.nn."):
+        # fairscale's Pipe, tensor_parallel(...): the result spans several devices by construction.
+        return Obj("module", None, dispatched=f"{last}()", origin=f"split by {last}()", at=node)
     dm = kwargs.get("device_map")
     if dm is not None or last in T.DISPATCHERS:
         return self.dispatched(q, args, kwargs, node, st)
@@ -587,8 +590,15 @@ def method_call(self, recv: Val, meth: str, args, kwargs, node: cst.Call, st) ->
         if meth == "get" and args and isinstance(args[0], Const):
             return recv.items.get(args[0].value, args[1] if len(args) > 1 else Const(None))
         return UNK
-    if isinstance(recv, _Super) and meth == "__init__":
-        return Const(None)
+    if isinstance(recv, _Super):
+        # super().__init__(...) / super().forward(...) of a base class defined in this file.
+        here = self._stack[-1].cls if self._stack else None
+        if here is not None and st.self_obj is not None:
+            for base in here.local_bases:
+                m = base.method(meth)
+                if m is not None:
+                    return self.call_function(m, st.self_obj, args, kwargs, st, node)
+        return Const(None) if meth == "__init__" else UNK
     if isinstance(recv, Const) and isinstance(recv.value, str) and meth == "format":
         return UNK
     return UNK

@@ -16,7 +16,9 @@ def split_desc(v: Val) -> str:
         cls = v.cls.name if v.cls is not None else (v.label or "a model")
         return f"a {cls} split over {where}"
     if isinstance(v, Obj) and v.dispatched:
-        return f"a model dispatched over several devices with {v.dispatched}"
+        if v.dispatched.startswith("device_map"):
+            return f"a model dispatched over several devices with {v.dispatched}"
+        return f"a model split over several devices by {v.dispatched}"
     if isinstance(v, SeqV):
         from mpcheck.devices.interp import _placements
 

@@ -277,10 +277,13 @@ class Interp:
                 continue
             env[name] = self._default_param(name, default, info)
         st = State(env, CURRENT, None, "", inst, False, scope)
+        self._stack.append(info)
         try:
             self.exec_block(info.node.body.body if isinstance(info.node.body, cst.IndentedBlock) else [], [st])
         except (RecursionError, _Stop):
             pass
+        finally:
+            self._stack.pop()
         self._finish_scope(scope)
 
     def _default_param(self, name: str, default, info: FuncInfo) -> Val:

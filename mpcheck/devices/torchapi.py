@@ -100,6 +100,7 @@ LOSS_FUNCTIONS = frozenset(
     }
 )
 DISPATCHERS = frozenset({"dispatch_model", "load_checkpoint_and_dispatch"})
+PIPELINE_WRAPPERS = frozenset({"Pipe", "GPipe", "tensor_parallel"})
 SPLIT_DEVICE_MAPS = frozenset({"auto", "balanced", "balanced_low_0", "sequential"})
 
 

@@ -15,7 +15,7 @@ class CollapseSplitModel(Rule):
     name = "collapse-split-model"
     summary = "`.cuda()` or `.to(device)` on a model split over several devices moves every stage onto one device."
     severity = "error"
-    needs = FLOW_WORDS + ("parallelize(", "dispatch_model", "and_dispatch")  # device_map= with .to("cuda") says cuda
+    needs = FLOW_WORDS + ("parallelize(", "dispatch_model", "and_dispatch", "Pipe(", "tensor_parallel(")  # device_map= with .to("cuda") says cuda
 
     def check(self, ctx):
         for ev in ctx.model.events("collapse"):
