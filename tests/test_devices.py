@@ -353,3 +353,26 @@ def test_syntax_error_is_one_mp000_with_the_parser_position():
     r = analyze("bad.py", "x = (1,\n", ALL, "bad", {})
     assert [(f.code, f.name) for f in r.findings] == [("MP000", "syntax-error")]
     assert r.findings[0].line >= 1 and "parse" in r.findings[0].message
+
+
+def test_device_constants_cross_files():
+    config = 'import torch\nDEVICES = ["cuda:0", "cuda:1"]\nHEAD = torch.device("cuda", 1)\nN = 2\n'
+    s = summarize("config.py", config, "config")
+    assert s["constants"]["DEVICES"] == {"list": [{"const": "cuda:0"}, {"const": "cuda:1"}]}
+    assert s["constants"]["HEAD"] == {"device": "cuda:1"}
+    src = textwrap.dedent(
+        """
+        import torch.nn as nn
+        from config import DEVICES
+        class S(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.a = nn.Linear(2, 2).to(DEVICES[0])
+                self.b = nn.Linear(2, 2).to(DEVICES[1])
+            def forward(self, x):
+                return self.b(self.a(x.to(DEVICES[0])))
+        """
+    )
+    r = analyze("model.py", src, ALL, "model", {"config": s})
+    assert [(f.line, f.code) for f in r.findings] == [(10, "MP001")]
+    assert r.used_modules == ["config"]

@@ -221,6 +221,11 @@ class Interp:
             if name in summ.get("functions", {}):
                 self.used_modules.add(mod)
                 return Summarized(summ["functions"][name], name, "function")
+            if name in summ.get("constants", {}):
+                from mpcheck.devices.summary import constant_value
+
+                self.used_modules.add(mod)
+                return constant_value(summ["constants"][name])
             again = summ.get("reexports", {}).get(name)
             if again and again != target:
                 self.used_modules.add(mod)

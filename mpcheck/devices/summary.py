@@ -23,6 +23,8 @@ from mpcheck.devices.names import import_bindings
 from mpcheck.devices.values import (
     CURRENT,
     UNK,
+    Const,
+    DeviceV,
     Obj,
     SeqV,
     SymV,
@@ -38,12 +40,21 @@ _MAX_RETURN_ITEMS = 4
 def summarize_module(path: str, source: str, module: cst.Module, modname: str) -> dict:
     interp = Interp(module, modname, {})
     out: dict = {"classes": {}, "functions": {}, "reexports": {}}
+    out["constants"] = {}
+    st = State(interp.globals, CURRENT, None, "", None, False, Scope("<summary>"))
     for stmt in module.body:
         if isinstance(stmt, cst.SimpleStatementLine):
             for small in stmt.body:
                 if isinstance(small, cst.ImportFrom):
                     for local, target in import_bindings(small, modname):
                         out["reexports"][local] = target
+                elif isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name):
+                    # Module-level device constants (DEVICES = ["cuda:0", "cuda:1"]) that other files import.
+                    name = small.targets[0].target.value
+                    value = _constant(interp.ev(small.value, st))
+                    if value is not None:
+                        out["constants"][name] = value
+                        interp.globals[name] = constant_value(value)
     for name, cinfo in interp.classes.items():
         try:
             inst = interp.default_instance(cinfo)
@@ -109,6 +120,27 @@ def _value_summary(v: Val, depth: int = 0) -> dict | None:
     if isinstance(v, SeqV) and v.items is not None and len(v.items) <= _MAX_RETURN_ITEMS and depth < 2:
         return {"kind": "seq", "items": [_value_summary(i, depth + 1) for i in v.items], "module": v.module}
     return None
+
+
+def _constant(v: Val):
+    """A JSON form of a device, a string, an int or a short list of them, else None."""
+    if isinstance(v, DeviceV):
+        d = single(v.devs)
+        return {"device": d} if d is not None and not d.startswith("sym:") else None
+    if isinstance(v, Const) and isinstance(v.value, (str, int)) and not isinstance(v.value, bool):
+        return {"const": v.value}
+    if isinstance(v, SeqV) and v.items is not None and len(v.items) <= 16:
+        items = [_constant(i) for i in v.items]
+        return {"list": items} if all(i is not None for i in items) else None
+    return None
+
+
+def constant_value(c: dict) -> Val:
+    if "device" in c:
+        return DeviceV(one(c["device"]))
+    if "const" in c:
+        return Const(c["const"])
+    return SeqV(tuple(constant_value(i) for i in c["list"]))
 
 
 # ---------------------------------------------------------------- use
