@@ -376,3 +376,36 @@ def test_device_constants_cross_files():
     r = analyze("model.py", src, ALL, "model", {"config": s})
     assert [(f.line, f.code) for f in r.findings] == [(10, "MP001")]
     assert r.used_modules == ["config"]
+
+
+def test_module_to_in_init_places_container_items_in_place():
+    inst = instance(
+        """
+        import torch.nn as nn
+        class Net(nn.Module):
+            def __init__(self, n=4):
+                super().__init__()
+                self.layers = nn.ModuleList([nn.Linear(8, 8) for _ in range(n)])
+                for i, layer in enumerate(self.layers):
+                    layer.to(f"cuda:{i // 2}")
+        """,
+        "Net",
+    )
+    assert [i.devs for i in inst.attrs["layers"].items] == [one("cuda:0")] * 2 + [one("cuda:1")] * 2
+    assert inst.split is not None
+
+
+def test_device_hooks_make_a_module_device_unknown():
+    src = """
+        import torch.nn as nn
+        from accelerate import cpu_offload
+        class S(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.a = nn.Linear(2, 2).to("cuda:0")
+                self.b = nn.Linear(2, 2).to("cpu")
+                cpu_offload(self.b, execution_device="cuda:0")
+            def forward(self, x):
+                return self.b(self.a(x.to("cuda:0")))
+    """
+    assert codes_lines(src) == []

@@ -163,6 +163,13 @@ def library_call(self, q: str, node: cst.Call, st) -> Val:
         return self.dispatched(q, args, kwargs, node, st)
     if q in T.BUILTINS:
         return _builtin(self, q, args, kwargs, node, st)
+    if not q.startswith("torch.") and any(w in last.lower() for w in T.DEVICE_HOOK_WORDS):
+        # accelerate's cpu_offload(m, execution_device=...), add_hook_to_module(m, ...): the module
+        # now runs wherever its hook moves it; the model no longer knows where.
+        for a in list(args) + list(kwargs.values()):
+            if isinstance(a, Obj) and a.kind in ("module", "any") and a.cls is None and a.attrs is None:
+                a.devs, a.origin = None, f"managed by {last}()"
+        return UNK
     if T.is_torch_op(q):
         return self.tensor_op(q, args, kwargs, node, st, exprs)
     if "device" in kwargs and last[:1].isupper():
@@ -416,7 +423,8 @@ def move(self, recv: Val, meth: str, args, kwargs, node: cst.Call, st) -> Val:
         return recv
     if _is_splitish(recv):
         st.scope.split_seen = True
-        self.emit("collapse", node, st, module=recv, devs=devs, meth=meth)
+        if devs != one("cpu"):  # .cpu() frees the GPUs on purpose (saving, deparallelize); it crams nothing
+            self.emit("collapse", node, st, module=recv, devs=devs, meth=meth)
         res = Obj("module", devs, label=getattr(recv, "label", ""), origin=f"moved whole by .{meth}()", at=node)
         self._rebind(recv_expr, res, st)
         return res
@@ -430,6 +438,11 @@ def move(self, recv: Val, meth: str, args, kwargs, node: cst.Call, st) -> Val:
         return res
     if isinstance(recv, Obj) and recv.kind in ("module", "passthrough", "loss"):
         if recv.kind in ("passthrough", "loss"):
+            return recv
+        if st.in_init and recv.cls is None and recv.attrs is None:
+            # Module.to() works in place: `for layer in self.layers: layer.to(dev)` places
+            # the items of the container too (only while __init__ builds them).
+            recv.devs, recv.origin, recv.at = devs, f"moved to {where} by .{meth}()", node
             return recv
         res = Obj("module", devs, label=recv.label, origin=f"moved to {where} by .{meth}()", at=node)
         self._rebind(recv_expr, res, st)

@@ -736,13 +736,13 @@ class Interp:
     def assign(self, target, v: Val, st: State, value_node) -> None:
         t = type(target)
         if t is cst.Name:
-            if isinstance(v, Obj) and not v.label:
-                v = v.with_(label=target.value)
+            if isinstance(v, Obj) and not v.label and v.kind not in ("module", "any", "loss", "passthrough"):
+                v = v.with_(label=target.value)  # a module keeps its identity (in-place .to())
             st.env[target.value] = v
         elif t is cst.Attribute:
             base = self.ev(target.value, st)
             name = target.attr.value
-            if isinstance(v, Obj) and not v.label:
+            if isinstance(v, Obj) and not v.label and v.kind not in ("module", "any", "loss", "passthrough"):
                 v = v.with_(label=(dotted(target) or name))
             if isinstance(base, Obj) and base.attrs is not None:
                 if st.in_init and base is st.self_obj:
@@ -869,7 +869,8 @@ class Interp:
             return SymV(f"{base.name}[{idx.value!r}]" if isinstance(idx.value, str) else f"{base.name}[{idx.value}]")
         if isinstance(base, Obj) and base.kind in ("tensor", "param", "buffer", "any"):
             used(base)
-            if isinstance(idx, Obj):
+            if isinstance(idx, Obj) and _cuda_only(idx.devs, base.devs):
+                # CPU index tensors may index a CUDA tensor; one on another GPU may not.
                 self.check_operand(node, idx, base.devs, st, what=base.label or "the tensor", op="index")
             return base.with_(label="", kind="tensor", invariant=base.invariant, worked=True)
         return UNK

@@ -146,3 +146,6 @@ PARAMETERED = frozenset(
         "Transformer", "PReLU",
     }
 )
+
+# Functions of other libraries that attach device-moving hooks to a module.
+DEVICE_HOOK_WORDS = ("offload", "hook", "dispatch")
