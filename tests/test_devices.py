@@ -409,3 +409,38 @@ def test_device_hooks_make_a_module_device_unknown():
                 return self.b(self.a(x.to("cuda:0")))
     """
     assert codes_lines(src) == []
+
+
+def _apply(src: str, fix) -> str:
+    lines = src.splitlines(keepends=True)
+    start = sum(len(x) for x in lines[: fix.line - 1]) + fix.column - 1
+    end = sum(len(x) for x in lines[: fix.end_line - 1]) + fix.end_column - 1
+    return src[:start] + fix.replacement + src[end:]
+
+
+@pytest.mark.parametrize(
+    "body,code",
+    [
+        ("h = self.a(x.to('cuda:0'))\n        return self.b(h)", "MP001"),
+        ("h = self.b(self.a(x.to('cuda:0')).to('cuda:1'))\n        t = y.to('cuda:0')\n        return F.mse_loss(h, t)", "MP008"),
+    ],
+)
+def test_safe_fix_removes_the_finding(body, code):
+    src = textwrap.dedent(
+        """
+        import torch.nn as nn
+        import torch.nn.functional as F
+        class S(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.a = nn.Linear(2, 2).to("cuda:0")
+                self.b = nn.Linear(2, 2).to("cuda:1")
+            def forward(self, x, y):
+                BODY
+        """
+    ).replace("BODY", body)
+    (f,) = analyze("t.py", src, ALL, "m", {}).findings
+    assert f.code == code and f.fix is not None and f.fix.safe
+    fixed = _apply(src, f.fix)
+    assert ".to(" in fixed.splitlines()[f.line - 1]
+    assert analyze("t.py", fixed, ALL, "m", {}).findings == []

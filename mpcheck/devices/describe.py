@@ -90,3 +90,17 @@ def root_name(expr) -> str | None:
         else:
             return None
     return None
+
+
+def move_fix(ctx, expr, target_code: str):
+    """A Fix that appends `.to(<target>)` to an argument that is a plain name or
+    attribute: a transfer changes no value, and on the right device it is a
+    no-op, so the edit is safe even where the analysis were wrong."""
+    import libcst as cst
+
+    from mpcheck.finding import Fix
+
+    if not isinstance(expr, (cst.Name, cst.Attribute)) or expr.lpar:
+        return None
+    (line, col), (end_line, end_col) = ctx.span(expr)
+    return Fix(line, col, end_line, end_col, f"{ctx.code(expr)}.to({target_code})", safe=True)

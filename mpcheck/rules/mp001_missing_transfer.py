@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mpcheck.devices.describe import MODE_WORDS, origin_text, value_text
+from mpcheck.devices.describe import MODE_WORDS, move_fix, origin_text, value_text
 from mpcheck.devices.values import device_literal, show, single
 from mpcheck.rules.base import Rule
 from mpcheck.rules.words import FLOW_WORDS
@@ -67,6 +67,7 @@ class MissingTransfer(Rule):
                 devices=[here, there],
                 modules=[ev.data["what"]] if ev.data["op"] == "module" else [],
                 suggestion=f"{fix} before line {line}",
+                fix=move_fix(ctx, expr, repr(there)) if not there.startswith("sym:") else None,
             )
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mpcheck.devices.describe import MODE_WORDS, origin_text, root_name, value_text
+from mpcheck.devices.describe import MODE_WORDS, move_fix, origin_text, root_name, value_text
 from mpcheck.devices.values import show, single
 from mpcheck.rules.base import Rule
 from mpcheck.rules.words import FLOW_WORDS
@@ -48,4 +48,5 @@ class LossDeviceMismatch(Rule):
                 f"(the small tensor, not the logits), e.g. `{fix}` before line {line}.",
                 devices=[da, db],
                 suggestion=f"{fix} before line {line}",
+                fix=move_fix(ctx, b_expr, f"{a}.device") if isinstance(a_expr, cst.Name) else None,
             )
