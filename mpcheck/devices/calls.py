@@ -365,7 +365,12 @@ def tensor_op(self, q, args, kwargs, node, st, exprs=None) -> Val:
 
 
 def _indexless(self, node, st) -> None:
-    if st.setdev is not None:
+    if st.setdev is None:
+        return
+    st.scope.indexless_any.append(node)
+    # Inside `with torch.cuda.device(k)` an index-less placement says "k" on purpose;
+    # set_device() leaks into everything after it.
+    if id(st.setdev) not in self._with_devices:
         st.scope.indexless.append((node, st.setdev, st.cur, st.mode))
 
 

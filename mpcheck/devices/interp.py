@@ -107,7 +107,8 @@ class Scope:
     name: str
     split_seen: bool = False
     split_class: bool = False  # a method of a split class
-    indexless: list = field(default_factory=list)
+    indexless: list = field(default_factory=list)  # after set_device
+    indexless_any: list = field(default_factory=list)  # also inside `with torch.cuda.device`
 
 
 class State:
@@ -170,6 +171,8 @@ class Interp:
         self.default_device_changed = False
         self._in_unknown_loop = 0
         self._second_pass = 0
+        self._init_indexless: dict[int, list] = {}  # instance -> its __init__'s index-less placements
+        self._with_devices: set[int] = set()  # `with torch.cuda.device(...)` calls (lexically scoped)
         self._arg_nodes: list = []
         self._loop_outer: list[set] = []  # ids of the values alive before each enclosing loop
         self._probes: list[dict] = []  # input probes of forward summaries
@@ -321,7 +324,9 @@ class Interp:
         cur = st.cur if st else CURRENT
         key = (tuple(_sig(a) for a in args), tuple(sorted((k, _sig(v)) for k, v in kwargs.items())), cur)
         if key in cinfo.instances:
-            return cinfo.instances[key]
+            obj = cinfo.instances[key]
+            self._check_built_after_setdev(cinfo, obj, args, kwargs, st, node)
+            return obj
         obj = Obj("module", None, label=cinfo.name, cls=cinfo, attrs={})
         cinfo.instances[key] = obj
         init = cinfo.method("__init__")
@@ -338,13 +343,18 @@ class Interp:
             finally:
                 self._stack.pop()
         self._finish_instance(obj)
-        if st is not None and st.setdev is not None and scope.indexless and node is not None:
-            # Built after set_device: would it be split with the default current device?
-            plain = self.instantiate(cinfo, args, kwargs, None, None)
-            if plain.split and (not obj.split or len(obj.split) < len(plain.split) or obj.split != plain.split):
-                self.emit("split_built_after_setdev", node, st, setdev=st.setdev, plain=plain, obj=obj,
-                          where=[n for n, *_ in scope.indexless])
+        self._init_indexless[id(obj)] = list(scope.indexless_any)
+        self._check_built_after_setdev(cinfo, obj, args, kwargs, st, node)
         return obj
+
+    def _check_built_after_setdev(self, cinfo, obj: Obj, args, kwargs, st, node) -> None:
+        where = self._init_indexless.get(id(obj))
+        if st is None or st.setdev is None or not where or node is None:
+            return
+        # Built after set_device: would it be split with the default current device?
+        plain = self.instantiate(cinfo, args, kwargs, None, None)
+        if plain.split and obj.split != plain.split:
+            self.emit("split_built_after_setdev", node, st, setdev=st.setdev, plain=plain, obj=obj, where=where)
 
     def _finish_instance(self, obj: Obj) -> None:
         placed: list[tuple[str, str, Any]] = []
@@ -718,6 +728,7 @@ class Interp:
                 devs = as_device(dv)
                 inner.cur = single(devs) if devs else None
                 inner.setdev = call
+                self._with_devices.add(id(call))
                 v = dv
             else:
                 v = self.ev(call, inner)
@@ -865,6 +876,10 @@ class Interp:
                 return base.items[idx.value]
             vals = list(base.items.values())
             return _join_all(vals) if vals else UNK
+        if isinstance(base, QName) and isinstance(idx, Const) and isinstance(idx.value, int) and not base.q.startswith("torch."):
+            # An entry of an imported list whose values this file cannot see (DEVICES[1]):
+            # symbolic, so DEVICES[0] and DEVICES[1] still count as two devices.
+            return SymV(f"@{base.q}[{idx.value}]")
         if isinstance(base, SymV) and isinstance(idx, Const) and isinstance(idx.value, (int, str)):
             return SymV(f"{base.name}[{idx.value!r}]" if isinstance(idx.value, str) else f"{base.name}[{idx.value}]")
         if isinstance(base, Obj) and base.kind in ("tensor", "param", "buffer", "any"):

@@ -95,6 +95,9 @@ def show(dev: str | None) -> str:
         return "the current CUDA device ('cuda')"
     if dev.startswith("sym:each:"):
         return f"a device that changes with `{dev[9:]}`"
+    if dev.startswith("sym:@"):  # an entry of a list imported from another module
+        name, _, index = dev[5:].partition("[")
+        return f"`{name.rsplit('.', 1)[-1]}[{index}`"
     if dev.startswith("sym:"):
         return f"`{dev[4:]}`"
     return dev
@@ -108,6 +111,9 @@ def show_devs(devs: Devs) -> str:
 
 def device_literal(dev: str) -> str:
     """How to write the device in code (for fixes and messages)."""
+    if dev.startswith("sym:@"):
+        name, _, index = dev[5:].partition("[")
+        return f"{name.rsplit('.', 1)[-1]}[{index}"
     if dev.startswith("sym:"):
         return dev[4:]
     return repr(dev)
