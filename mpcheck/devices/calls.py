@@ -26,7 +26,6 @@ from mpcheck.devices.values import (
     distinct_devices,
     is_split_devs,
     join,
-    join_devs,
     one,
     show,
     single,

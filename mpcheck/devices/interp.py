@@ -29,7 +29,6 @@ from mpcheck.devices.values import (
     Const,
     DeviceV,
     DictV,
-    DtypeV,
     FuncRef,
     Obj,
     QName,
@@ -40,7 +39,6 @@ from mpcheck.devices.values import (
     as_device,
     conflict,
     device_from_str,
-    devs_of,
     is_split_devs,
     join,
     join_devs,
@@ -146,16 +144,8 @@ def _join_states(states: list[State]) -> State:
     return base
 
 
-class _Stop(Exception):
-    pass
-
-
-def _line_of(interp: "Interp", node: cst.CSTNode) -> int:
-    return interp.line(node)
-
-
 class Interp:
-    def __init__(self, module: cst.Module, modname: str = "", project: dict | None = None, lines=None):
+    def __init__(self, module: cst.Module, modname: str = "", project: dict | None = None):
         self.module = module
         self.modname = modname
         self.project = project or {}
@@ -167,7 +157,6 @@ class Interp:
         self._seen_events: set = set()
         self._memo: dict = {}
         self._stack: list = []
-        self._line = lines  # callable node -> line, lazily resolved
         self.default_device_changed = False
         self._in_unknown_loop = 0
         self._second_pass = 0
@@ -180,9 +169,6 @@ class Interp:
         self._scan_module()
 
     # ------------------------------------------------------------ setup
-
-    def line(self, node: cst.CSTNode) -> int:
-        return self._line(node) if self._line else 0
 
     def _scan_module(self) -> None:
         g = self.globals
@@ -263,7 +249,7 @@ class Interp:
     def _run_entry(self, body, st: State) -> None:
         try:
             self.exec_block(body, [st])
-        except (RecursionError, _Stop):
+        except RecursionError:
             pass
         self._finish_scope(st.scope)
 
@@ -288,7 +274,7 @@ class Interp:
         self._stack.append(info)
         try:
             self.exec_block(info.node.body.body if isinstance(info.node.body, cst.IndentedBlock) else [], [st])
-        except (RecursionError, _Stop):
+        except RecursionError:
             pass
         finally:
             self._stack.pop()
@@ -338,7 +324,7 @@ class Interp:
             self._stack.append(init)
             try:
                 self.exec_block(init.node.body.body if isinstance(init.node.body, cst.IndentedBlock) else [], [ist])
-            except (RecursionError, _Stop):
+            except RecursionError:
                 pass
             finally:
                 self._stack.pop()
@@ -418,7 +404,7 @@ class Interp:
         self._stack.append(info)
         try:
             self.exec_block(info.node.body.body if isinstance(info.node.body, cst.IndentedBlock) else [], [cst_])
-        except (RecursionError, _Stop):
+        except RecursionError:
             pass
         finally:
             self._stack.pop()
@@ -1093,9 +1079,6 @@ class Interp:
 
     def ev_await(self, node, st):
         return self.ev(node.expression, st)
-
-    def ev_paren_free(self, node, st):
-        return UNK
 
     # ------------------------------------------------------------ calls
 

@@ -14,7 +14,7 @@ if TYPE_CHECKING:  # pragma: no cover
 class DeviceModel:
     def __init__(self, ctx: "FileContext") -> None:
         self.ctx = ctx
-        self.interp = Interp(ctx.module, ctx.modname, ctx.project, lines=ctx.line)
+        self.interp = Interp(ctx.module, ctx.modname, ctx.project)
         src = ctx.source
         # torch.set_default_device() & co. change where factories put tensors: then say nothing about them.
         self.interp.default_device_changed = any(w in src for w in torchapi.DEFAULT_DEVICE_CHANGERS)
