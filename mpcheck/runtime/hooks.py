@@ -118,12 +118,15 @@ def install(checker: Checker, namer: ModuleNamer, *, on_step: Callable[[Any], No
     checker.namer = namer
     tls = checker._tls
     orig_call = nn.Module.__call__
+    placement = checker._placement  # cleared in place by invalidate_placement()
+    inputs_on = checker.inputs_on
 
     def checked_call(module, *args, **kwargs):
-        if getattr(tls, "suspended", 0):
+        if tls.suspended:
             return orig_call(module, *args, **kwargs)
-        stack = checker.module_stack
-        path = namer.known(module)
+        stack = tls.stack
+        entry = namer._names.get(id(module))  # namer.known(), inlined: every module call pays it
+        path = entry[1] if entry is not None and entry[0]() is module else None
         if path is None:
             if type(module).__name__ == "OptimizedModule":
                 on_compiled()
@@ -132,7 +135,11 @@ def install(checker: Checker, namer: ModuleNamer, *, on_step: Callable[[Any], No
             # Pre-hooks, an instance-level forward (accelerate's AlignDevicesHook) and the data-parallel
             # wrappers (which scatter their inputs) may move the inputs before forward sees them: then
             # only the op-level check inside forward applies.
-            args, kwargs = checker.check_module_entry(module, path, args, kwargs)
+            # checker.module_device() and the common case of check_module_entry(), inlined.
+            entry = placement.get(id(module))
+            dev = entry[1] if entry is not None and entry[0]() is module else checker.module_device(module)
+            if dev is not None and not inputs_on(dev, args, kwargs):
+                args, kwargs = checker.check_module_entry(module, path, args, kwargs)
         stack.append(path)
         try:
             return orig_call(module, *args, **kwargs)
@@ -158,7 +165,7 @@ def install(checker: Checker, namer: ModuleNamer, *, on_step: Callable[[Any], No
     orig_cuda = nn.Module.cuda
 
     def module_to(module, *args, **kwargs):
-        if not getattr(tls, "suspended", 0):
+        if not tls.suspended:
             try:
                 dev = torch._C._nn._parse_to(*args, **kwargs)[0]
             except Exception:
@@ -168,7 +175,7 @@ def install(checker: Checker, namer: ModuleNamer, *, on_step: Callable[[Any], No
         return orig_to(module, *args, **kwargs)
 
     def module_cuda(module, device=None):
-        if not getattr(tls, "suspended", 0):
+        if not tls.suspended:
             target = checker.devices.normalize("cuda" if device is None else device)
             checker.on_module_move(module, target, site=user_site())
         return orig_cuda(module, device)

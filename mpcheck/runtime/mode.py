@@ -73,6 +73,11 @@ class CheckingMode(TorchFunctionMode):
         self.time_backward = time_backward
         self._kinds: dict[Any, int] = {}
         self._tensor = torch.Tensor
+        self._tls = checker._tls
+        if stamp_nodes:
+            from mpcheck.runtime.strict import stamp_node
+
+            self._stamp_node = stamp_node
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         try:
@@ -83,15 +88,16 @@ class CheckingMode(TorchFunctionMode):
             return func(*args, **kwargs) if kwargs else func(*args)
         if kwargs is None:
             kwargs = {}
-        checker = self.checker
-        if checker.suspended:
+        if self._tls.suspended:
             return func(*args, **kwargs)
+        checker = self.checker
         if kind == _CHECK:
-            if len(args) + len(kwargs) > 1:
+            # One argument mixes nothing, unless it is a sequence: torch.cat([a, b]).
+            if len(args) + len(kwargs) > 1 or (args and isinstance(args[0], (list, tuple))):
                 args, kwargs = checker.check_op(func, args, kwargs)
             if self.stamp_nodes:
                 out = func(*args, **kwargs)
-                _stamp(out, checker)
+                self._stamp(out)
                 return out
             return func(*args, **kwargs)
         if kind == _SET:
@@ -99,6 +105,18 @@ class CheckingMode(TorchFunctionMode):
             checker.invalidate_placement()
             return out
         return self._transfer(kind, func, args, kwargs)
+
+    def _stamp(self, out: Any) -> None:
+        tensor = self._tensor
+        if isinstance(out, tensor):
+            node = getattr(out, "grad_fn", None)
+        elif isinstance(out, (tuple, list)) and out and isinstance(out[0], tensor):
+            node = out[0].grad_fn
+        else:
+            return
+        if node is not None:
+            checker = self.checker
+            self._stamp_node(node, checker.sites(), checker.current_module())
 
     def _classify(self, func) -> int:
         kind = _classify(func)
@@ -138,16 +156,6 @@ class CheckingMode(TorchFunctionMode):
         if self.time_backward and isinstance(out, self._tensor) and out.grad_fn is not None:
             _time_backward(checker, out.grad_fn, dst, src, nbytes, site, module)
         return out
-
-
-def _stamp(out: Any, checker: Checker) -> None:
-    node = getattr(out, "grad_fn", None) if isinstance(out, torch.Tensor) else None
-    if node is None and isinstance(out, (tuple, list)) and out and isinstance(out[0], torch.Tensor):
-        node = out[0].grad_fn
-    if node is not None:
-        from mpcheck.runtime.strict import stamp_node
-
-        stamp_node(node, checker.sites(), checker.current_module())
 
 
 def _target(kind: int, args, kwargs, devices, tensor_type) -> str | None:

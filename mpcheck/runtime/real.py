@@ -42,6 +42,9 @@ class CudaTiming:
 
 class CudaDevices:
     name = "cuda"
+    # device_of reads only `t.device`, PyTorch's own: the checker may read it with the torch
+    # function modes off (a virtual device, by contrast, is answered by a mode).
+    plain_device_of = True
 
     def __init__(self, *, time_transfers: bool = True) -> None:
         self.time_transfers = time_transfers and torch.cuda.is_available()

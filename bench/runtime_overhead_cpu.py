@@ -1,0 +1,179 @@
+"""CPU proxy for bench/runtime_overhead.py: mpcheck's own Python cost per torch call, without a GPU.
+
+    python bench/runtime_overhead_cpu.py [--quick] [--profile debug|strict]
+
+The launch-bound model of bench/runtime_overhead.py (24 blocks, MLP 4x,
+AdamW foreach, as on CUDA) made tiny (width 32, batch 2x8) so that each op
+costs a few microseconds and mpcheck's Python dominates the difference. The
+checks see the CPU as "cuda:0" (device names as CudaDevices gives them on a
+GPU), so every op takes the same path it takes on one stage of the GPU split.
+
+Prints, for plain / debug / strict: the median step time, and the overhead per
+intercepted call in microseconds:
+  - debug: (step - plain) / (torch-function calls + module calls) per step,
+  - strict: (step - plain) / (torch-function calls + module calls + aten ops).
+Variants alternate in rounds so that load on a shared machine hits them alike;
+each variant's step time is its fastest round's median. Single-threaded torch, timed
+in process CPU time (time.process_time), which other processes on a shared
+machine disturb less than wall-clock time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import statistics
+import sys
+import time
+
+import torch
+from torch import nn
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import mpcheck
+from mpcheck.runtime.real import CudaDevices
+from runtime_overhead import Block, step  # bench/ is on sys.path when this script runs
+
+
+class TwoStage(nn.Module):
+    """bench/runtime_overhead.py's model, both stages on the CPU (the hop between them is a
+    GPU-only transfer: one per step, negligible next to the per-op cost measured here)."""
+
+    def __init__(self, d: int, blocks: int) -> None:
+        super().__init__()
+        half = blocks // 2
+        self.stage0 = nn.Sequential(*[Block(d) for _ in range(half)])
+        self.stage1 = nn.Sequential(*[Block(d) for _ in range(blocks - half)])
+        self.head = nn.Linear(d, 1)
+
+    def forward(self, x):
+        return self.head(self.stage1(self.stage0(x)))
+
+
+class ProxyDevices(CudaDevices):
+    """CudaDevices, with the CPU named "cuda:0": the checks take their GPU paths."""
+
+    def __init__(self) -> None:
+        super().__init__(time_transfers=False)
+        self._names[torch.device("cpu")] = "cuda:0"
+
+
+def make(d=32, blocks=24, batch=2, seq=8):
+    torch.manual_seed(0)
+    model = TwoStage(d, blocks)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
+    x = torch.randn(batch, seq, d)
+    y = torch.randn(batch, seq, 1)
+    return model, opt, x, y
+
+
+class _CountCalls(TorchFunctionMode):
+    def __init__(self):
+        super().__init__()
+        self.n = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.n += 1
+        return func(*args, **(kwargs or {}))
+
+
+class _CountAten(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.n = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.n += 1
+        return func(*args, **(kwargs or {}))
+
+
+def count_calls(model, opt, x, y) -> dict[str, int]:
+    """Per step: torch-function calls outside optimizer.step (the debug mode steps aside
+    there), module calls, aten ops (strict sees them all, optimizer included)."""
+    modules = [0]
+
+    def pre(mod, args):
+        modules[0] += 1
+
+    handle = torch.nn.modules.module.register_module_forward_pre_hook(pre)
+    try:
+        with _CountCalls() as fm:
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+        opt.step()
+        with _CountAten() as dm:
+            step(model, opt, x, y)
+    finally:
+        handle.remove()
+    return {"torch_calls": fm.n, "module_calls": modules[0] // 2, "aten_ops": dm.n}
+
+
+def time_steps(model, opt, x, y, n) -> list[float]:
+    out = []
+    for _ in range(n):
+        t0 = time.process_time()
+        step(model, opt, x, y)
+        out.append(time.process_time() - t0)
+    return out
+
+
+def run_variant(v, model, opt, x, y, n):
+    if v == "plain":
+        return time_steps(model, opt, x, y, n)
+    with mpcheck.debug(model, report=None, strict=(v == "strict"), devices=ProxyDevices()) as dbg:
+        time_steps(model, opt, x, y, 1)  # the first step reads memory: not timed
+        t = time_steps(model, opt, x, y, n)
+    if dbg.findings:
+        raise SystemExit(f"unexpected findings: {[f.code for f in dbg.findings]}")
+    return t
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--rounds", type=int, default=None)
+    ap.add_argument("--steps", type=int, default=None)
+    ap.add_argument("--profile", choices=["debug", "strict"], help="cProfile that variant instead of timing")
+    opts = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    model, opt, x, y = make()
+    time_steps(model, opt, x, y, 5)
+    if opts.profile:
+        with mpcheck.debug(model, report=None, strict=opts.profile == "strict", devices=ProxyDevices()):
+            time_steps(model, opt, x, y, 2)
+            prof = cProfile.Profile()
+            prof.enable()
+            time_steps(model, opt, x, y, 20)
+            prof.disable()
+        pstats.Stats(prof).sort_stats("tottime").print_stats(30)
+        return 0
+    counts = count_calls(model, opt, x, y)
+    rounds = opts.rounds or (3 if opts.quick else 9)
+    steps = opts.steps or (10 if opts.quick else 30)
+    variants = ["plain", "debug", "strict"]
+    per_round = {v: [] for v in variants}
+    for _ in range(rounds):
+        for v in variants:
+            per_round[v].append(statistics.median(run_variant(v, model, opt, x, y, steps)))
+    # The fastest round: on a shared machine other processes only ever slow a round down.
+    med = {v: min(ts) for v, ts in per_round.items()}
+    fn_calls = counts["torch_calls"] + counts["module_calls"]
+    per_op = {
+        "debug": (med["debug"] - med["plain"]) / fn_calls,
+        "strict": (med["strict"] - med["plain"]) / (fn_calls + counts["aten_ops"]),
+    }
+    print(f"CPU proxy, torch {torch.__version__}, 1 thread; per step: {counts['torch_calls']} torch calls, "
+          f"{counts['module_calls']} module calls, {counts['aten_ops']} aten ops; {rounds} rounds x {steps} steps")
+    print("| variant | median step ms | ratio | overhead us per intercepted call |")
+    print("|---|---|---|---|")
+    for v in variants:
+        extra = "" if v == "plain" else f"{per_op[v] * 1e6:.2f}"
+        print(f"| {v} | {med[v] * 1e3:.2f} | x{med[v] / med['plain']:.3f} | {extra} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
