@@ -444,3 +444,20 @@ def test_safe_fix_removes_the_finding(body, code):
     fixed = _apply(src, f.fix)
     assert ".to(" in fixed.splitlines()[f.line - 1]
     assert analyze("t.py", fixed, ALL, "m", {}).findings == []
+
+
+def test_subclass_of_a_split_class_from_another_file_is_split():
+    project = {"models.split": summarize("models/split.py", SPLIT_MODULE, "models.split")}
+    src = textwrap.dedent(
+        """
+        import torch.nn as nn
+        from models.split import Net
+        class Tuned(Net):
+            def __init__(self):
+                super().__init__()
+                self.extra = nn.Linear(4, 4).to("cuda:1")
+        m = Tuned().cuda()
+        """
+    )
+    r = analyze("tuned.py", src, ALL, "tuned", project)
+    assert [(f.line, f.code) for f in r.findings] == [(8, "MP007")]

@@ -315,6 +315,7 @@ class Interp:
             return obj
         obj = Obj("module", None, label=cinfo.name, cls=cinfo, attrs={})
         cinfo.instances[key] = obj
+        self._inherit_summarized(cinfo, obj)
         init = cinfo.method("__init__")
         scope = Scope(f"{cinfo.name}.__init__")
         if init is not None and len(self._stack) < _MAX_DEPTH:
@@ -332,6 +333,17 @@ class Interp:
         self._init_indexless[id(obj)] = list(scope.indexless_any)
         self._check_built_after_setdev(cinfo, obj, args, kwargs, st, node)
         return obj
+
+    def _inherit_summarized(self, cinfo: ClassInfo, obj: Obj) -> None:
+        """A base class from another checked file places its parts before our __init__ runs."""
+        for b in cinfo.bases:
+            base = self.globals.get(b) if b and "." not in b else None
+            if isinstance(base, Summarized) and base.kind == "class":
+                for attr, dev in base.summary.get("split") or []:
+                    obj.attrs.setdefault(attr, Obj("module", one(dev), origin=f"placed by {base.name}.__init__"))
+                devs = base.summary.get("devs")
+                if devs and len(devs) == 1 and not base.summary.get("split"):
+                    obj.attrs.setdefault(f"<{base.name}>", Obj("module", one(devs[0]), origin=f"placed by {base.name}"))
 
     def _check_built_after_setdev(self, cinfo, obj: Obj, args, kwargs, st, node) -> None:
         where = self._init_indexless.get(id(obj))
