@@ -1126,7 +1126,7 @@ class Interp:
         if isinstance(callee, Obj) and callee.kind in ("module", "any", "passthrough", "loss"):
             return self.module_call(callee, args, kwargs, st, node, exprs)
         if isinstance(callee, SeqV) and callee.module:
-            return self.sequential_call(callee, args, kwargs, st, node)
+            return self.sequential_call(callee, args, kwargs, st, node, exprs)
         return UNK
 
     def _note_class_use(self, obj: Obj, st: State, node) -> None:
@@ -1160,20 +1160,22 @@ class Interp:
         self._arg_nodes = pos_nodes + kw_nodes
         return args, kwargs
 
-    def sequential_call(self, seq: SeqV, args, kwargs, st, node) -> Val:
+    def sequential_call(self, seq: SeqV, args, kwargs, st, node, exprs=None) -> Val:
         h = args[0] if args else UNK
+        first = list(exprs or [])[:1]  # the argument's expression, for the first item only
         if seq.items is None:
             # Items of unknown number: a call is only understood when they share one device.
             if isinstance(seq.elem, Obj) and seq.elem.kind in ("module", "any") and single(seq.elem.devs) and seq.elem.cls is None:
-                return self.module_call(seq.elem, [h], {}, st, node, self._arg_nodes[:1])
+                return self.module_call(seq.elem, [h], {}, st, node, first)
             return UNK
         for item in seq.items:
             if isinstance(item, Obj):
-                h = self.module_call(item, [h], {}, st, node)
+                h = self.module_call(item, [h], {}, st, node, first)
             elif isinstance(item, SeqV) and item.module:
-                h = self.sequential_call(item, [h], {}, st, node)
+                h = self.sequential_call(item, [h], {}, st, node, first)
             else:
                 h = UNK
+            first = []
         return h
 
     from mpcheck.devices.calls import (  # noqa: E402  (methods of Interp, kept in their own module)

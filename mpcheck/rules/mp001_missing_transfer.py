@@ -57,6 +57,8 @@ class MissingTransfer(Rule):
                 fix = f"{ctx.code(expr.func.value)}.to({device_literal(there)})"
             elif name.isidentifier():
                 fix = f"{name} = {name}.to({device_literal(there)})"
+            elif isinstance(expr, (cst.Call, cst.Attribute, cst.Subscript)):
+                fix = f"{name}.to({device_literal(there)})"
             else:
                 fix = f"({name}).to({device_literal(there)})"
             yield self.finding(

@@ -98,7 +98,7 @@ def _variable_name(module: nn.Module) -> str | None:
 _SCATTERS = (nn.DataParallel, nn.parallel.DistributedDataParallel)
 
 
-def _patch(owner: Any, attr: str, new: Any) -> Undo:
+def patch(owner: Any, attr: str, new: Any) -> Undo:
     had = attr in owner.__dict__
     old = owner.__dict__.get(attr)
     setattr(owner, attr, new)
@@ -112,14 +112,30 @@ def _patch(owner: Any, attr: str, new: Any) -> Undo:
     return undo
 
 
+def _is_torch_leaf_type(cls: type) -> bool:
+    return cls.__module__.startswith("torch.nn.modules.")
+
+
 def install(checker: Checker, namer: ModuleNamer, *, on_step: Callable[[Any], None],
-            on_compiled: Callable[[], None]) -> list[Undo]:
+            on_compiled: Callable[[], None], leaf_mode: Any = None) -> list[Undo]:
+    """leaf_mode: the checking function mode, to be stepped out of while a torch.nn leaf
+    module (nn.Linear, nn.LayerNorm, ...) whose inputs, parameters and buffers all share
+    one device runs its forward (see checked_call); None: never step out."""
     undos: list[Undo] = []
     checker.namer = namer
     tls = checker._tls
     orig_call = nn.Module.__call__
     placement = checker._placement  # cleared in place by invalidate_placement()
     inputs_on = checker.inputs_on
+    tensor = torch.Tensor
+    from torch.nn.modules import module as _module_globals
+
+    global_hooks = (_module_globals._global_forward_pre_hooks, _module_globals._global_forward_hooks)
+    torch_leaf_types: dict[type, bool] = {}
+    tf_len = torch._C._len_torch_function_stack
+    tf_top = torch._C._get_function_stack_at
+    tf_pop = torch._C._pop_torch_function_stack
+    tf_push = torch._C._push_on_torch_function_stack
 
     def checked_call(module, *args, **kwargs):
         if tls.suspended:
@@ -138,15 +154,37 @@ def install(checker: Checker, namer: ModuleNamer, *, on_step: Callable[[Any], No
             # checker.module_device() and the common case of check_module_entry(), inlined.
             entry = placement.get(id(module))
             dev = entry[1] if entry is not None and entry[0]() is module else checker.module_device(module)
-            if dev is not None and not inputs_on(dev, args, kwargs):
-                args, kwargs = checker.check_module_entry(module, path, args, kwargs)
+            if dev is not None:
+                if not inputs_on(dev, args, kwargs):
+                    args, kwargs = checker.check_module_entry(module, path, args, kwargs)
+                elif leaf_mode is not None and not kwargs and not module._modules:
+                    # A torch.nn leaf whose tensor inputs and own weights all sit on `dev`: its
+                    # forward is PyTorch's code on those tensors alone, so no op inside can mix
+                    # devices or move data; it runs without the function mode (the mode costs
+                    # 2-10 us per op, nn.LayerNorm's Python dispatch the most). Any hook, a
+                    # non-tensor argument (LSTM's (h, c) tuple) or a user subclass: no.
+                    cls = type(module)
+                    is_leaf = torch_leaf_types.get(cls)
+                    if is_leaf is None:
+                        is_leaf = torch_leaf_types[cls] = _is_torch_leaf_type(cls)
+                    if (is_leaf and not module._forward_hooks and not global_hooks[0] and not global_hooks[1]
+                            and all(isinstance(a, tensor) for a in args)):
+                        n = tf_len()
+                        if n and tf_top(n - 1) is leaf_mode:
+                            popped = tf_pop()
+                            stack.append(path)
+                            try:
+                                return orig_call(module, *args, **kwargs)
+                            finally:
+                                stack.pop()
+                                tf_push(popped)
         stack.append(path)
         try:
             return orig_call(module, *args, **kwargs)
         finally:
             stack.pop()
 
-    undos.append(_patch(nn.Module, "__call__", checked_call))
+    undos.append(patch(nn.Module, "__call__", checked_call))
 
     orig_apply = nn.Module._apply
 
@@ -159,7 +197,7 @@ def install(checker: Checker, namer: ModuleNamer, *, on_step: Callable[[Any], No
         finally:
             checker.invalidate_placement()
 
-    undos.append(_patch(nn.Module, "_apply", quiet_apply))
+    undos.append(patch(nn.Module, "_apply", quiet_apply))
 
     orig_to = nn.Module.to
     orig_cuda = nn.Module.cuda
@@ -180,8 +218,8 @@ def install(checker: Checker, namer: ModuleNamer, *, on_step: Callable[[Any], No
             checker.on_module_move(module, target, site=user_site())
         return orig_cuda(module, device)
 
-    undos.append(_patch(nn.Module, "to", module_to))
-    undos.append(_patch(nn.Module, "cuda", module_cuda))
+    undos.append(patch(nn.Module, "to", module_to))
+    undos.append(patch(nn.Module, "cuda", module_cuda))
 
     undos.extend(_install_wrappers(checker))
 
@@ -216,7 +254,7 @@ def _install_wrappers(checker: Checker) -> list[Undo]:
             return
         orig_dp_init(self, *args, **kwargs)
 
-    undos.append(_patch(dp, "__init__", dp_init))
+    undos.append(patch(dp, "__init__", dp_init))
 
     ddp = nn.parallel.DistributedDataParallel
     orig_ddp_init = ddp.__init__
@@ -234,7 +272,7 @@ def _install_wrappers(checker: Checker) -> list[Undo]:
             return orig_ddp_init(*bound.args, **bound.kwargs)
         return orig_ddp_init(self, *args, **kwargs)
 
-    undos.append(_patch(ddp, "__init__", ddp_init))
+    undos.append(patch(ddp, "__init__", ddp_init))
     return undos
 
 
