@@ -107,19 +107,19 @@ def analyze(
     from mpcheck.rules import all_rules
     from mpcheck.rules.context import FileContext
 
+    # The same pre-filter as the pipeline's: a file no selected rule could fire on is not parsed.
+    rules = [r for r in all_rules() if r.code in codes and (not r.needs or any(w in source for w in r.needs))]
+    if not rules and "MP000" not in codes:
+        return FileResult([])
     try:
         module = cst.parse_module(source)
     except cst.ParserSyntaxError as e:
         return FileResult([_syntax_error(path, e.editor_line, e.editor_column, e.message)])
-    except (RecursionError, MemoryError, ValueError) as e:
+    except Exception as e:  # noqa: BLE001  (the parser's other failures: recursion, encodings, ...)
         return FileResult([_syntax_error(path, 1, 1, f"cannot parse: {type(e).__name__}: {e}")])
     ctx = FileContext(path, source, module, modname, project)
     findings: list[Finding] = []
-    for rule_cls in all_rules():
-        if rule_cls.code not in codes:
-            continue
-        if rule_cls.needs and not any(w in source for w in rule_cls.needs):
-            continue
+    for rule_cls in rules:
         try:
             findings.extend(rule_cls().check(ctx))
         except Exception:  # a bug in one rule must not lose the others' findings
@@ -135,7 +135,7 @@ def _parse(source: str):
 
     try:
         return cst.parse_module(source)
-    except (cst.ParserSyntaxError, RecursionError, MemoryError, ValueError):
+    except Exception:  # noqa: BLE001  (any parse failure: the file has no summary)
         return None
 
 
