@@ -58,3 +58,104 @@ def test_move_mode_fixes_a_mismatch_found_by_the_fast_path():
         out = model(torch.ones(2, 4))
     assert out.device.type == "meta"
     assert [f.code for f in dbg.findings] == ["MP001"]
+
+
+class ScaledLinear(nn.Linear):
+    """A user subclass of a torch.nn leaf: its own forward is user code, checked op by op."""
+
+    def __init__(self, device):
+        super().__init__(4, 4, device=device)
+        self.scale = torch.ones(4)  # a plain attribute left on the CPU: not a buffer
+
+    def forward(self, x):
+        return super().forward(x) * self.scale
+
+
+def test_a_user_subclass_of_a_torch_leaf_is_still_checked_inside():
+    model = ScaledLinear("meta")
+    with pytest.raises(DeviceMismatchError) as err:
+        with mpcheck.debug(model, report=None):
+            model(torch.ones(2, 4, device="meta"))
+    assert err.value.finding.devices == ("meta", "cpu") and err.value.finding.modules == ("model",)
+
+
+def test_a_forward_hook_on_a_torch_leaf_still_runs_under_the_mode():
+    lin = nn.Linear(4, 4)
+    seen = []
+    lin.register_forward_hook(lambda mod, args, out: seen.append(torch._C._len_torch_function_stack()))
+    with mpcheck.debug(lin, report=None) as dbg:
+        lin(torch.ones(2, 4)).to("meta")
+        lin(torch.ones(2, 4))
+    assert seen == [1, 1]  # the checking mode was on while the hook ran
+    assert dbg.ledger.by_pair()[("cpu", "meta", "forward")].count == 1
+
+
+def test_torch_leaf_runs_without_the_mode_and_the_mode_comes_back():
+    inside = []
+
+    class Probe(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+
+        def forward(self, x):
+            inside.append(torch._C._len_torch_function_stack())
+            return self.lin(x)
+
+    model = Probe()
+    depths = []
+    real_linear = torch.nn.functional.linear
+
+    def spy(*args, **kwargs):
+        depths.append(torch._C._len_torch_function_stack())
+        return real_linear(*args, **kwargs)
+
+    torch.nn.functional.linear = spy
+    try:
+        with mpcheck.debug(model, report=None):
+            model(torch.ones(2, 4))
+            after = torch._C._len_torch_function_stack()
+        with mpcheck.debug(model, report=None, strict=True):
+            model(torch.ones(2, 4))
+    finally:
+        torch.nn.functional.linear = real_linear
+    assert inside == [1, 1] and after == 1
+    assert depths == [0, 1]  # debug: nn.Linear's forward ran outside the mode; strict: inside
+
+
+@pytest.mark.parametrize("raises", [False, True])
+def test_zero_grad_runs_outside_the_mode_and_the_mode_comes_back(raises):
+    model = nn.Linear(4, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    depths = []
+    real = torch.Tensor.grad.__set__
+
+    class Boom(Exception):
+        pass
+
+    def spy_set(t, value):
+        depths.append(torch._C._len_torch_function_stack())
+        if raises:
+            raise Boom
+        real(t, value)
+
+    originals = (torch.optim.Optimizer.zero_grad, nn.Module.zero_grad)
+    model(torch.ones(1, 4)).sum().backward()
+    with mpcheck.debug(model, report=None):
+        orig = nn.Parameter.grad
+        try:
+            nn.Parameter.grad = property(orig.__get__, spy_set)
+            if raises:
+                with pytest.raises(Boom):
+                    opt.zero_grad(set_to_none=True)
+                with pytest.raises(Boom):
+                    model.zero_grad()
+            else:
+                opt.zero_grad(set_to_none=True)
+                model(torch.ones(1, 4)).sum().backward()
+                model.zero_grad()
+        finally:
+            del nn.Parameter.grad
+        assert torch._C._len_torch_function_stack() == 1
+    assert set(depths) == {0} and len(depths) == (2 if raises else 4)
+    assert (torch.optim.Optimizer.zero_grad, nn.Module.zero_grad) == originals
