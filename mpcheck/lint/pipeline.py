@@ -316,10 +316,15 @@ def _project_modules(f: _File, project: _Project, analysis: Any) -> dict[str, st
                 continue
             seen_paths.add(path)
             dep_text = project.text(path)
-            if dep_text is None or not project.prefilter.worth_summarising(dep_text):
+            if dep_text is None:
+                continue
+            dep_mod, _, dep_init = modules.module_name(path)
+            # A package's __init__.py often only re-exports (`from .split import SplitNet`)
+            # and so names no device; it is small, and without it the chain to the
+            # module that places the model is lost.
+            if not dep_init and not project.prefilter.worth_summarising(dep_text):
                 continue
             found[imported] = path
-            dep_mod, _, dep_init = modules.module_name(path)
             todo.append((dep_text, f"{dep_mod}.__init__" if dep_init else dep_mod))
     return found
 
