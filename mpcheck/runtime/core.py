@@ -502,14 +502,17 @@ class Checker:
     # -- transfers: ledger, MP005, MP011 ---------------------------------------------------
     def on_transfer(self, src_tensor: Any, out_tensor: Any, src_dev: str, dst_dev: str, *, site: Site | None,
                     module_path: str | None, phase: str = "forward", timing: TransferTiming | None = None,
-                    nbytes: int | None = None, contiguous: bool | None = None) -> None:
+                    nbytes: int | None = None, contiguous: bool | None = None, by_library: bool = False) -> None:
+        """Record a transfer; check it for a round trip (MP005) or a repeat (MP011) unless
+        `by_library`: a copy made by PyTorch's own code, which the user cannot change (it
+        is neither checked nor remembered, so no later user copy is blamed on it)."""
         if nbytes is None:
             nbytes = src_tensor.numel() * src_tensor.element_size()
         if contiguous is None:
             contiguous = src_tensor.is_contiguous() if src_tensor is not None else True
         self.ledger.record(src_dev, dst_dev, nbytes, site=site, module_path=module_path, phase=phase,
                            contiguous=contiguous, timing=timing)
-        if phase != "forward" or src_tensor is None:
+        if phase != "forward" or src_tensor is None or by_library:
             return
         with self._lock:
             self._check_round_trip(src_tensor, src_dev, dst_dev, site, module_path)

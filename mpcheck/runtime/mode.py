@@ -24,6 +24,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from mpcheck.runtime.core import Checker
+from mpcheck.runtime.sites import called_by_torch
 
 _graph_task_id = getattr(torch._C, "_current_graph_task_id", lambda: -1)
 
@@ -151,8 +152,10 @@ class CheckingMode(TorchFunctionMode):
         # Inside a backward pass (activation checkpointing recomputes forward there), a
         # transfer is the recomputation's, not a repeat of the user's.
         phase = "forward" if _graph_task_id() == -1 else "recompute"
+        # A copy PyTorch's own code makes (GradScaler moving found_inf between devices) is
+        # counted, but no round trip or repeat is pinned on the user's line that called it.
         checker.on_transfer(src_t, out, src, dst, site=site, module_path=module, phase=phase,
-                            timing=timing, nbytes=nbytes)
+                            timing=timing, nbytes=nbytes, by_library=phase == "forward" and called_by_torch())
         if self.time_backward and isinstance(out, self._tensor) and out.grad_fn is not None:
             _time_backward(checker, out.grad_fn, dst, src, nbytes, site, module)
         return out

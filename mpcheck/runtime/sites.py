@@ -28,6 +28,8 @@ class Site:
 UNKNOWN = Site("<unknown>", 0, "")
 
 _cache: dict[tuple[CodeType, int], Site] = {}
+# Decided once per code object: which package's code is it? (see _owner)
+_owner_code: dict[CodeType, str] = {}
 # Decided once per code object: is this frame inside torch, mpcheck or the
 # standard library's context-manager machinery (which the user never wrote)?
 _internal_code: dict[CodeType, bool] = {}
@@ -58,6 +60,32 @@ def _is_internal(code: CodeType) -> bool:
         )
         _internal_code[code] = hit
     return hit
+
+
+def _owner(code: CodeType) -> str:
+    """"mpcheck", "torch" or "" (anyone else: the user, another library), once per code object."""
+    owner = _owner_code.get(code)
+    if owner is None:
+        fn = code.co_filename
+        full = fn if fn.startswith("<") else os.path.abspath(fn)
+        owner = "mpcheck" if full.startswith(_MPCHECK_DIR) else "torch" if full.startswith(_torch_dir()) else ""
+        _owner_code[code] = owner
+    return owner
+
+
+def called_by_torch(depth: int = 1) -> bool:
+    """Is the innermost frame outside mpcheck, `depth` frames up, PyTorch's own code?
+
+    A transfer such a frame makes (GradScaler.update() moving its found_inf flags,
+    clip_grad_norm_ gathering norms) is the library's: the user can only change
+    the line that called into torch, not the copy itself."""
+    try:
+        frame = sys._getframe(depth + 1)
+    except ValueError:
+        return False
+    while frame is not None and _owner(frame.f_code) == "mpcheck":
+        frame = frame.f_back
+    return frame is not None and _owner(frame.f_code) == "torch"
 
 
 def site_of_frame(frame: FrameType) -> Site:

@@ -175,3 +175,38 @@ assert out.device == torch.device("cuda:0")
     status, report, err = dryrun_cli(s, "--gpus", "2")
     assert status == 0, err
     assert report["findings"] == []
+
+
+def test_grad_scaler_transfers_are_counted_but_not_reported(script, dryrun_cli):
+    # GradScaler moves its found_inf flags between the devices itself (cuda:1 -> cuda:0 in
+    # step(), back to cuda:1 unchanged in update()): PyTorch's code, not the user's to change.
+    s = script("""
+import torch
+import torch.nn as nn
+
+class TwoStage(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(8, 8).to("cuda:0")
+        self.b = nn.Linear(8, 2).to("cuda:1")
+    def forward(self, x):
+        return self.b(self.a(x.to("cuda:0")).to("cuda:1"))
+
+model = TwoStage()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+sc = torch.amp.GradScaler("cuda")
+for _ in range(3):
+    with torch.autocast("cuda"):
+        loss = model(torch.randn(4, 8)).float().pow(2).mean()
+    sc.scale(loss).backward()
+    sc.step(opt)   # <- step
+    sc.update()    # <- update
+    opt.zero_grad()
+""")
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 0, err
+    assert report["findings"] == []
+    # Still in the ledger, at the user's line that called into the library.
+    sites = {(e["site"].rsplit(":", 1)[1], e["src"], e["dst"]) for e in report["transfers"]["by_site"]}
+    assert (str(s.line("step")), "cuda:1", "cuda:0") in sites
+    assert (str(s.line("update")), "cuda:0", "cuda:1") in sites
