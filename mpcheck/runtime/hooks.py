@@ -8,7 +8,8 @@
   mpcheck-silent and invalidate the cached module placements.
 - `DataParallel.__init__` / `DistributedDataParallel.__init__`: a split model
   wrapped with device_ids (MP002), before PyTorch's own error.
-- optimizer step post-hook: a step ends at `optimizer.step()`.
+- optimizer step post-hook: a step ends at `optimizer.step()` (the outermost one, when a
+  step calls another: `super().step()`).
 
 `install()` returns one undo callable per patch; the session runs them in
 reverse order on exit and on exceptions.
@@ -225,7 +226,11 @@ def install(checker: Checker, namer: ModuleNamer, *, on_step: Callable[[Any], No
 
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
-    handle = register_optimizer_step_post_hook(lambda opt, args, kwargs: on_step(opt))
+    def step_ended(opt, args, kwargs):
+        if not in_outer_step():  # the outermost step ends the user's step
+            on_step(opt)
+
+    handle = register_optimizer_step_post_hook(step_ended)
     undos.append(handle.remove)
     return undos
 
@@ -274,6 +279,38 @@ def _install_wrappers(checker: Checker) -> list[Undo]:
 
     undos.append(patch(ddp, "__init__", ddp_init))
     return undos
+
+
+def _step_wrapper_code() -> Any:
+    """The code object of PyTorch's optimizer step wrapper (Optimizer.profile_hook_step), which
+    runs the step hooks; None if this PyTorch has none."""
+    try:
+        return torch.optim.Optimizer.profile_hook_step(lambda *a, **k: None).__code__
+    except Exception:  # pragma: no cover - a PyTorch without the wrapper: every step counts
+        return None
+
+
+_STEP_WRAPPER = _step_wrapper_code()
+
+
+def in_outer_step() -> bool:
+    """Called from a step hook: is another optimizer step still running around this one?
+
+    PyTorch wraps each optimizer class's own `step` once an instance exists, so a subclass's
+    step() calling super().step() (or a wrapper optimizer stepping its inner one) runs the step
+    hooks at each level; the user made one step. Read off the call stack, not a counter, so a
+    step that raised leaves nothing behind. Costs one stack walk per step."""
+    if _STEP_WRAPPER is None:
+        return False
+    frame = sys._getframe(1)
+    inner = False
+    while frame is not None:
+        if frame.f_code is _STEP_WRAPPER:
+            if inner:
+                return True
+            inner = True
+        frame = frame.f_back
+    return False
 
 
 def compiled_frames_message() -> str:

@@ -141,6 +141,8 @@ class Session:
         self._popped = None
 
         def pre(opt, args, kwargs):
+            if hooks.in_outer_step():
+                return  # the outer step has already stepped out of the mode
             self._restore_mode()
             n = stack_len()
             if n and torch._C._get_function_stack_at(n - 1) is mode:

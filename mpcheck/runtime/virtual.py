@@ -373,9 +373,11 @@ class VirtualGPUs:
 
     def _after_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         from mpcheck.runtime.estimate import snapshot_step
+        from mpcheck.runtime.hooks import in_outer_step
 
         self.optimizers[id(optimizer)] = weakref.ref(optimizer)
-        snapshot_step(self)
+        if not in_outer_step():  # a step inside a step (super().step()): the outer one reads memory
+            snapshot_step(self)
 
 
 # -- the mode ---------------------------------------------------------------------------

@@ -335,3 +335,38 @@ def test_optimizer_step_runs_outside_the_mode_and_the_mode_comes_back():
         assert len(dbg.ledger.steps) == 1
     assert depth_in_step == [0]
     assert torch._C._len_torch_function_stack() == 0
+
+
+def test_a_step_that_calls_another_step_counts_once():
+    # PyTorch wraps each optimizer class's own step() with the hook wrapper once an instance
+    # exists: a subclass's step() calling super().step() runs the step hooks twice.
+    lin = nn.Linear(4, 4)
+    torch.optim.SGD(lin.parameters(), lr=0.1)  # SGD.step is wrapped from here on
+    assert getattr(torch.optim.SGD.step, "hooked", False)
+    depth_after_inner = []
+
+    class Sub(torch.optim.SGD):
+        def step(self, closure=None):
+            out = super().step(closure)
+            depth_after_inner.append(torch._C._len_torch_function_stack())
+            return out
+
+    class BrokenSub(torch.optim.SGD):
+        def step(self, closure=None):
+            super().step(closure)
+            raise ValueError("broken after the inner step")
+
+    opt = Sub(lin.parameters(), lr=0.1)
+    with mpcheck.debug(lin, report=None) as dbg:
+        for _ in range(3):
+            lin(torch.randn(2, 4)).sum().backward()
+            opt.step()
+            assert torch._C._len_torch_function_stack() == 1
+        assert len(dbg.ledger.steps) == 3
+        with pytest.raises(ValueError):
+            BrokenSub(lin.parameters(), lr=0.1).step()
+        steps_after_broken = len(dbg.ledger.steps)
+        opt.step()  # a step that raised leaves nothing behind: the next one counts once
+        assert len(dbg.ledger.steps) == steps_after_broken + 1
+    # The rest of the outer step still runs outside the mode after the inner step ended.
+    assert depth_after_inner == [0, 0, 0, 0]
