@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from mpcheck.runtime.launch import LaunchError, parse_program, run_program
+from mpcheck.runtime.launch import LaunchError, parse_program, run_program, split_argv
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -42,22 +42,6 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("program", nargs=argparse.REMAINDER,
                     help="script.py [args] | -m module [args] | -c code [args]")
     return ap
-
-
-def split_argv(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[list[str], list[str]]:
-    """Our options stop at the program: the first non-option, `--`, or -m/-c."""
-    takes_value = {s for a in parser._actions if a.nargs != 0 and a.option_strings for s in a.option_strings}
-    i = 0
-    while i < len(argv):
-        a = argv[i]
-        if a == "--":
-            return argv[:i], argv[i + 1 :]
-        if a in ("-m", "-c") or (a.startswith(("-m", "-c")) and not a.startswith("--")):
-            return argv[:i], argv[i:]
-        if not a.startswith("-"):
-            return argv[:i], argv[i:]
-        i += 2 if a in takes_value else 1
-    return argv, []
 
 
 def main(argv: list[str]) -> int:

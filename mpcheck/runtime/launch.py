@@ -8,6 +8,7 @@ program, however it ended. Used by `mpcheck run` and `mpcheck dryrun`.
 
 from __future__ import annotations
 
+import argparse
 import os
 import runpy
 import sys
@@ -28,6 +29,28 @@ class Program:
 
 class LaunchError(Exception):
     """Bad command line: the message says what is wrong; exit status 2."""
+
+
+def split_argv(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[list[str], list[str]]:
+    """(the tool's options, the program's argv): the tool's options stop at the program, the
+    first non-option, `--`, or -m/-c. Which options take a value is read off `parser`; a long
+    option may be abbreviated as argparse allows (`--out FILE` is `--output FILE`)."""
+    takes_value = {s for a in parser._actions if a.nargs != 0 and a.option_strings for s in a.option_strings}
+    long_options = [s for a in parser._actions for s in a.option_strings if s.startswith("--")]
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "--":
+            return argv[:i], argv[i + 1 :]
+        if a in ("-m", "-c") or (a.startswith(("-m", "-c")) and not a.startswith("--")):
+            return argv[:i], argv[i:]
+        if not a.startswith("-"):
+            return argv[:i], argv[i:]
+        if a.startswith("--") and "=" not in a and a not in long_options and parser.allow_abbrev:
+            matches = [s for s in long_options if s.startswith(a)]
+            a = matches[0] if len(matches) == 1 else a  # ambiguous or unknown: argparse says so
+        i += 2 if a in takes_value else 1
+    return argv, []
 
 
 def parse_program(argv: list[str]) -> Program:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from mpcheck.runtime.launch import LaunchError, parse_program, run_program
+from mpcheck.runtime.launch import LaunchError, parse_program, run_program, split_argv
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -36,25 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _split(argv: list[str]) -> tuple[list[str], list[str]]:
-    """Our options stop at the program: the first non-option, or -m/-c."""
-    options_with_value = {"--on-mismatch", "--output-format", "--output", "-o", "--trace", "--select", "--color"}
-    i = 0
-    while i < len(argv):
-        a = argv[i]
-        if a == "--":
-            return argv[:i], argv[i + 1 :]
-        if a in ("-m", "-c") or (a.startswith(("-m", "-c")) and not a.startswith("--")):
-            return argv[:i], argv[i:]
-        if not a.startswith("-"):
-            return argv[:i], argv[i:]
-        i += 2 if a in options_with_value else 1
-    return argv, []
-
-
 def main(argv: list[str]) -> int:
-    ours, program_argv = _split(list(argv))
     parser = build_parser()
+    ours, program_argv = split_argv(parser, list(argv))
     try:
         opts = parser.parse_args(ours)
     except SystemExit as e:

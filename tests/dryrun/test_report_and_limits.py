@@ -104,6 +104,15 @@ def test_command_line_errors(tmp_path, capsys):
     assert main(["--gpus", "0", "-c", "pass"]) == 2
 
 
+def test_abbreviated_options_keep_their_values(tmp_path, capsys):
+    # argparse accepts `--gp 3` for `--gpus 3`: the value is the option's, not the program.
+    out = tmp_path / "r.json"
+    code = "import torch, sys; sys.exit(torch.cuda.device_count())"
+    assert main(["--gp", "3", "--li", "pcie4", "--output-f", "json", "-o", str(out), "-c", code]) == 3
+    report = json.loads(out.read_text())
+    assert report["dryrun"]["gpus"] == 3 and report["dryrun"]["link"]["name"] == "pcie4"
+
+
 def test_dash_c_program_and_its_status(capsys):
     code = "import torch, sys; x = torch.ones(1).cuda(); sys.exit(0 if x.is_cuda else 5)"
     assert main(["--gpus", "1", "--output-format", "json", "-c", code]) == 0

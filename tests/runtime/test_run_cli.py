@@ -105,6 +105,17 @@ def test_options_after_the_script_belong_to_the_script(capsys, tmp_path):
     assert "['--strict', '-o', 'x']" in capsys.readouterr().out
 
 
+def test_abbreviated_options_keep_their_values(capsys, script, tmp_path):
+    # argparse accepts `--sel CODES` for `--select CODES`: CODES is the option's, not the program.
+    report = tmp_path / "r.json"
+    assert main(["--on-mis", "move", "--output-f", "json", "--sel", "MP001", "-o", str(report), str(script), "4"]) == 4
+    assert "argv ['4'] __main__" in capsys.readouterr().out
+    assert [f["code"] for f in json.loads(report.read_text())["findings"]] == ["MP001"]
+    # an ambiguous prefix is argparse's error, exit 2, and no program runs
+    assert main(["--o", "x", str(script)]) == 2
+    assert "ambiguous option" in capsys.readouterr().err
+
+
 def test_the_console_script_dispatches_run(script):
     r = subprocess.run([sys.executable, "-m", "mpcheck.cli", "run", "--on-mismatch", "move", str(script), "0"],
                        capture_output=True, text=True, timeout=120)
