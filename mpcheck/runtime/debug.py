@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import functools
 import os
-import sys
-from typing import Any, Iterable
+from typing import Any, Iterable, TextIO
+
+from mpcheck.runtime.face import Face
 
 DISABLE_ENV = "MPCHECK_DISABLE"
 
@@ -22,7 +23,7 @@ def disabled_by_env() -> bool:
     return os.environ.get(DISABLE_ENV, "").strip().lower() not in ("", "0", "false", "no", "off")
 
 
-class debug:
+class debug(Face):
     """Check device placement and record transfers while the block runs.
 
     model: the model whose module paths name findings (`model.blocks.7.attn`);
@@ -46,58 +47,33 @@ class debug:
         trace: str | None = None,
         devices: Any = None,
     ) -> None:
-        from mpcheck.runtime.core import ON_MISMATCH
-
-        if on_mismatch not in ON_MISMATCH:
-            raise ValueError(f"on_mismatch must be one of {', '.join(ON_MISMATCH)}, not {on_mismatch!r}")
-        self.model = model
-        self.on_mismatch = on_mismatch
+        super().__init__(model, on_mismatch=on_mismatch, select=select, report=report,
+                         output_format=output_format, trace=trace)
         self.strict = strict
-        self.select = select
-        self.report = report
-        self.output_format = output_format
-        self.trace = trace
         self.devices = devices
-        self.session = None
         self.disabled = False
-
-    # -- results --------------------------------------------------------------------
-    @property
-    def findings(self) -> list:
-        return list(self.session.checker.findings) if self.session else []
-
-    @property
-    def ledger(self):
-        return self.session.checker.ledger if self.session else None
-
-    def step(self) -> None:
-        """End a training step explicitly (steps also end at optimizer.step())."""
-        if self.session is not None and self.session.active:
-            self.session.step()
 
     # -- context manager ---------------------------------------------------------------
     def __enter__(self) -> "debug":
         if disabled_by_env():
             self.disabled = True
             return self
-        from mpcheck.runtime.session import Session
-
-        self.session = Session(self.model, on_mismatch=self.on_mismatch, strict=self.strict, select=self.select,
-                               devices=self.devices, keep_trace=self.trace is not None)
-        self.session.start()
+        self._start_session(devices=self.devices, strict=self.strict)
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
-        session = self.session
-        if session is None:
+        if self.session is None:
             return False
-        session.stop()
-        if self.report is not None or self.trace is not None:
-            from mpcheck.runtime.report import write_outputs
-
-            write_outputs(session, output_format=self.output_format, stream=sys.stderr if self.report else None,
-                          trace=self.trace)
+        self.session.stop()
+        self._write_on_exit()
         return False
+
+    def write(self, *, output_format: str = "text", stream: TextIO | None = None, trace: str | None = None,
+              color_mode: str = "auto") -> None:
+        """The report to `stream` and the Chrome trace to the file `trace`."""
+        from mpcheck.runtime.report import write_outputs
+
+        write_outputs(self.session, output_format=output_format, stream=stream, trace=trace, color_mode=color_mode)
 
     def __call__(self, fn):
         @functools.wraps(fn)

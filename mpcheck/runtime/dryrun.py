@@ -47,10 +47,11 @@ import json
 import sys
 from typing import Any, Iterable, TextIO
 
+from mpcheck.runtime.face import Face
 from mpcheck.runtime.links import format_bytes, parse_bytes
 
 
-class dryrun:
+class dryrun(Face):
     """Virtual GPUs plus the runtime checks, and a report with memory and transfer estimates.
 
     gpus: how many virtual CUDA devices (cuda:0..gpus-1).
@@ -76,57 +77,33 @@ class dryrun:
         output_format: str = "text",
         trace: str | None = None,
     ) -> None:
-        from mpcheck.runtime.core import ON_MISMATCH
         from mpcheck.runtime.links import parse_link
 
-        if on_mismatch not in ON_MISMATCH:
-            raise ValueError(f"on_mismatch must be one of {', '.join(ON_MISMATCH)}, not {on_mismatch!r}")
+        super().__init__(model, on_mismatch=on_mismatch, select=select, report=report,
+                         output_format=output_format, trace=trace)
         if output_format not in ("text", "json"):
             raise ValueError(f"output_format must be 'text' or 'json', not {output_format!r}")
         self.n = gpus
         self.backing = backing
         self.device_memory = parse_bytes(device_memory)
         self.link = parse_link(link)
-        self.model = model
-        self.on_mismatch = on_mismatch
-        self.select = select
-        self.report = report
-        self.output_format = output_format
-        self.trace = trace
         self.gpus = None
-        self.session = None
         self.memory: dict[str, dict[str, Any]] = {}
         self.stopped: str | None = None
 
     # -- results ------------------------------------------------------------------------
     @property
-    def findings(self) -> list:
-        return list(self.session.checker.findings) if self.session else []
-
-    @property
-    def ledger(self):
-        return self.session.checker.ledger if self.session else None
-
-    @property
     def limits(self) -> list[tuple[str, str]]:
         return list(self.gpus.limits) if self.gpus else []
 
-    def step(self) -> None:
-        """End a training step explicitly (steps also end at optimizer.step())."""
-        if self.session is not None and self.session.active:
-            self.session.step()
-
     # -- context manager --------------------------------------------------------------------
     def __enter__(self) -> "dryrun":
-        from mpcheck.runtime.session import Session
         from mpcheck.runtime.virtual import VirtualGPUs
 
         self.gpus = VirtualGPUs(self.n, backing=self.backing, device_memory=self.device_memory, link=self.link)
         self.gpus.__enter__()
         try:
-            self.session = Session(self.model, on_mismatch=self.on_mismatch, select=self.select, devices=self.gpus,
-                                   keep_trace=self.trace is not None)
-            self.session.start()
+            self._start_session(devices=self.gpus)
             from torch.overrides import _get_current_function_mode_stack
 
             self.gpus.mode_stack = list(_get_current_function_mode_stack())
@@ -147,9 +124,7 @@ class dryrun:
         self.session.checker.ledger.memory = {}  # the estimate replaces the debug mode's plain counts
         if isinstance(exc, DryRunLimitError):
             self.stopped = str(exc)
-        if self.report is not None or self.trace is not None:
-            self.write(output_format=self.output_format, stream=sys.stderr if self.report else None,
-                       trace=self.trace)
+        self._write_on_exit()
         return False
 
     # -- the report ---------------------------------------------------------------------------
