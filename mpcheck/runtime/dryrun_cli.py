@@ -10,9 +10,11 @@ reported, else the program's own (a dry-run limit or a crash: 1, as python);
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 
-from mpcheck.runtime.launch import LaunchError, parse_program, run_program, split_argv
+from mpcheck.runtime.cli_options import add_report_options, needs_torch, parse, selected_codes, write_report
+from mpcheck.runtime.launch import run_program
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,45 +33,29 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--link", default="nvlink", metavar="LINK",
                     help="nvlink (400 GB/s, measured on H200), pcie5 (50 GB/s), pcie4 (25 GB/s) or a bandwidth "
                     "in GB/s (default nvlink)")
-    ap.add_argument("--on-mismatch", choices=("raise", "warn", "move"), default="move",
-                    help="move: move the tensor and go on, listing every mismatch (default); raise: stop at the "
-                    "first; warn: report and let PyTorch act")
-    ap.add_argument("--output-format", choices=("text", "json"), default="text")
-    ap.add_argument("--output", "-o", metavar="FILE", help="write the report to FILE instead of stderr")
-    ap.add_argument("--trace", metavar="FILE", help="write a Chrome trace (open in Perfetto) of transfers and steps")
-    ap.add_argument("--select", metavar="CODES", help="only these rule codes, comma-separated (e.g. MP001,MP011)")
-    ap.add_argument("--color", choices=("auto", "always", "never"), default="auto")
-    ap.add_argument("program", nargs=argparse.REMAINDER,
-                    help="script.py [args] | -m module [args] | -c code [args]")
+    add_report_options(ap, on_mismatch="move",
+                       on_mismatch_help="move: move the tensor and go on, listing every mismatch (default); "
+                       "raise: stop at the first; warn: report and let PyTorch act")
     return ap
 
 
 def main(argv: list[str]) -> int:
     parser = build_parser()
-    ours, program_argv = split_argv(parser, list(argv))
-    try:
-        opts = parser.parse_args(ours)
-    except SystemExit as e:
-        return int(e.code or 0)
+    parsed = parse(parser, argv)
+    if isinstance(parsed, int):
+        return parsed
+    opts, program = parsed
     if opts.gpus < 1:
         print(f"mpcheck dryrun: --gpus must be at least 1, got {opts.gpus}", file=sys.stderr)
         return 2
     try:
-        program = parse_program(program_argv)
-    except LaunchError as e:
-        print(f"mpcheck dryrun: {e}", file=sys.stderr)
-        return 2
-    select = [c.strip().upper() for c in opts.select.split(",") if c.strip()] if opts.select else None
-    try:
         from mpcheck.runtime.dryrun import dryrun
         from mpcheck.runtime.virtual import DryRunLimitError
     except ImportError as e:
-        print(f"mpcheck dryrun: needs PyTorch ({e}); install it, e.g. pip install 'mpcheck[runtime]'",
-              file=sys.stderr)
-        return 2
+        return needs_torch(parser.prog, e)
     try:
         dr = dryrun(opts.gpus, backing=opts.backing, device_memory=opts.device_memory, link=opts.link,
-                    on_mismatch=opts.on_mismatch, select=select, report=None, trace=opts.trace)
+                    on_mismatch=opts.on_mismatch, select=selected_codes(opts), report=None, trace=opts.trace)
     except ValueError as e:
         print(f"mpcheck dryrun: {e}", file=sys.stderr)
         return 2
@@ -82,14 +68,8 @@ def main(argv: list[str]) -> int:
         status = run_program(program, brief=(DryRunLimitError,), on_brief=on_limit)
     if stopped:
         dr.stopped = str(stopped[0])
-    try:
-        if opts.output:
-            with open(opts.output, "w", encoding="utf-8") as fh:
-                dr.write(output_format=opts.output_format, stream=fh, color_mode="never")
-        else:
-            dr.write(output_format=opts.output_format, stream=sys.stderr, color_mode=opts.color)
-    except OSError as e:
-        print(f"mpcheck dryrun: cannot write the report: {e}", file=sys.stderr)
+    # The trace was written on leaving `dr` (trace=opts.trace); the report follows here.
+    if not write_report(parser.prog, opts, functools.partial(dr.write, output_format=opts.output_format)):
         return 2
     if any(f.severity == "error" for f in dr.findings):
         return 1
