@@ -313,7 +313,9 @@ class Checker:
 
     def _mixed_plain(self, args: tuple, kwargs: dict) -> bool:
         """_mixed() for devices named after `t.device` alone: tensors whose torch.device objects
-        are all equal have one device name; only when they differ are the names compared."""
+        are all equal have one device name; only when they differ are the names compared.
+        The three loops repeat one test by intent: every torch call pays this, and folding them into
+        one loop (a tuple per tensor argument) measured +40-70% per call on 2 tensor arguments."""
         tensor = self._tensor
         seen = None
         for a in args:
