@@ -78,11 +78,11 @@ print("went on")
 
 def test_split_model_in_ddp_with_device_ids(script, dryrun_cli):
     s = script(STAGES + """
-import os
+import os, tempfile
 import torch.distributed as dist
-os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-os.environ.setdefault("MASTER_PORT", "29571")
-dist.init_process_group("gloo", rank=0, world_size=1)
+# A file store, not a TCP port: two test runs at once on one machine must not collide.
+store = os.path.join(tempfile.mkdtemp(), "store")
+dist.init_process_group("gloo", init_method="file://" + store, rank=0, world_size=1)
 class Net(nn.Module):
     def __init__(self):
         super().__init__()

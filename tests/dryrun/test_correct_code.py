@@ -95,11 +95,11 @@ bad = blocks[0].weight + blocks[1].weight  # <- bug
 
 def test_ddp_without_device_ids_around_a_split_model(script, dryrun_cli):
     s = script(PIPELINE + """
-import os
+import os, tempfile
 import torch.distributed as dist
-os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-os.environ.setdefault("MASTER_PORT", "29573")
-dist.init_process_group("gloo", rank=0, world_size=1)
+# A file store, not a TCP port: two test runs at once on one machine must not collide.
+store = os.path.join(tempfile.mkdtemp(), "store")
+dist.init_process_group("gloo", init_method="file://" + store, rank=0, world_size=1)
 model = TwoStage()
 ddp = nn.parallel.DistributedDataParallel(model, device_ids=None, output_device=None)
 opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
