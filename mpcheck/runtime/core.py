@@ -2,9 +2,9 @@
 
 One definition of each check: a device mismatch at a torch call or a module's
 entry (MP001), a split model wrapped in DataParallel / DDP with device_ids
-(MP002), a round trip (MP005), a split model collapsed by `.cuda()`/`.to()`
-(MP007), a repeated transfer of unchanged data (MP011). The two faces differ
-only in the `Devices` object they pass in: where a tensor's device comes from,
+(MP002), a round trip (MP005), activations crossing devices at every layer
+(MP006, see pingpong.py), a split model collapsed by `.cuda()`/`.to()`
+(MP007), a repeated transfer of unchanged data (MP011). The two faces differ only in the `Devices` object they pass in: where a tensor's device comes from,
 how a tensor is moved, how a transfer is timed.
 
 Do-no-harm rules for this module: it never keeps a tensor alive (only weak
@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterable, Protocol
 
 from mpcheck.finding import Finding
 from mpcheck.runtime.ledger import Ledger, TransferTiming
+from mpcheck.runtime.pingpong import Chain, PingPong, describe
 from mpcheck.runtime.sites import UNKNOWN, Site, user_site
 
 __all__ = [
@@ -221,6 +222,8 @@ class Checker:
         # id(module) -> the one device of its own params/buffers, or None (none / several).
         self._placement: dict[int, tuple[weakref.ref, str | None]] = {}
         self._purge_at = _PURGE_AT
+        # The chains of transfers of the current forward pass, for MP006.
+        self._pingpong = PingPong()
 
     # -- context kept by the hooks --------------------------------------------------
     def wants(self, code: str) -> bool:
@@ -501,11 +504,12 @@ class Checker:
             return _replace(args, kwargs, moved)
         return args, kwargs
 
-    # -- transfers: ledger, MP005, MP011 ---------------------------------------------------
+    # -- transfers: ledger, MP005, MP006, MP011 ---------------------------------------------
     def on_transfer(self, src_tensor: Any, out_tensor: Any, src_dev: str, dst_dev: str, *, site: Site | None,
                     module_path: str | None, phase: str = "forward", timing: TransferTiming | None = None,
                     nbytes: int | None = None, contiguous: bool | None = None, by_library: bool = False) -> None:
-        """Record a transfer; check it for a round trip (MP005) or a repeat (MP011) unless
+        """Record a transfer; check it for a round trip (MP005), a repeat (MP011) and follow its
+        chain (MP006) unless
         `by_library`: a copy made by PyTorch's own code, which the user cannot change (it
         is neither checked nor remembered, so no later user copy is blamed on it)."""
         if nbytes is None:
@@ -519,13 +523,60 @@ class Checker:
         with self._lock:
             self._check_round_trip(src_tensor, src_dev, dst_dev, site, module_path)
             self._check_repeat(src_tensor, dst_dev, site, module_path)
+            arrival = None
             if out_tensor is not None:
                 try:
-                    self._arrivals[id(out_tensor.untyped_storage())] = (_StorageRef(out_tensor), src_dev, site or UNKNOWN)
+                    arrival = _StorageRef(out_tensor)
+                    self._arrivals[id(out_tensor.untyped_storage())] = (arrival, src_dev, site or UNKNOWN)
                     if len(self._arrivals) > self._purge_at:
                         self._purge()
                 except Exception:  # a tensor without storage (a subclass): nothing to follow
                     pass
+            if self.wants("MP006"):
+                # A forward pass: the outermost module call running now (counted per thread by the
+                # hooks), or the step for transfers made outside any module.
+                tls = self._tls
+                thread = threading.get_ident()
+                scope, key = ((("module", thread), tls.forwards) if tls.stack
+                              else (("top", thread), self.ledger.step_index))
+                for chain in self._pingpong.on_transfer(src_tensor, src_dev, dst_dev, scope, key, site or UNKNOWN,
+                                                        module_path, arrival):
+                    self._report_ping_pong(chain)
+
+    def _report_ping_pong(self, chain: Chain) -> None:
+        site = chain.back_site
+        devices = tuple(chain.distinct)
+        if ("MP006", site.path, site.line, devices) in self._by_key:  # seen in an earlier pass: count it
+            self.emit("MP006", site, "", devices=devices)
+            return
+        message, modules, suggestion = describe(chain, self._alternating_layers)
+        self.emit("MP006", site, message, devices=devices, modules=modules, suggestion=suggestion,
+                  extra={"crossings": chain.crossings, "first_site": str(chain.first_site)})
+
+    def _alternating_layers(self, chain: Chain) -> tuple[str, list[tuple[str, str]]] | None:
+        """The module whose children, in order, alternate between the chain's devices the most:
+        (its path, [(child name, device)]). Searched in the known root models, preferring modules
+        above or below those that made the transfers; once per new finding."""
+        namer = getattr(self, "namer", None)
+        if namer is None:
+            return None
+        wanted = set(chain.devs)
+        found = []  # (related to the modules that moved the data, changes, path, children)
+        for root in namer.roots():
+            root_path = namer(root)
+            for sub_name, sub in root.named_modules():
+                children = [(n, self.module_device(c)) for n, c in sub.named_children()]
+                children = [(n, d) for n, d in children if d in wanted]
+                changes = sum(1 for a, b in zip(children, children[1:]) if a[1] != b[1])
+                if changes >= 2:
+                    path = f"{root_path}.{sub_name}" if sub_name else root_path
+                    related = any(m == path or m.startswith(path + ".") or path.startswith(m + ".")
+                                  for m in chain.modules)
+                    found.append((related, changes, path, children))
+        if not found:
+            return None
+        _, _, path, children = max(found, key=lambda f: (f[0], f[1]))
+        return path, children
 
     def _check_round_trip(self, t: Any, src_dev: str, dst_dev: str, site: Site | None, module: str | None) -> None:
         try:
@@ -628,11 +679,16 @@ class Checker:
     def step_end(self) -> None:
         self.ledger.step_end()
         with self._lock:
+            for chain in self._pingpong.close():
+                self._report_ping_pong(chain)
             # Entries live as long as their storage: the same unchanged data moved
             # again in a later step is a repeat too (a constant moved every step).
             self._purge()
 
     def finish(self) -> None:
+        with self._lock:
+            for chain in self._pingpong.close():
+                self._report_ping_pong(chain)
         self.ledger.finish()
 
 
@@ -644,6 +700,7 @@ class _ThreadState(threading.local):
     def __init__(self) -> None:
         self.suspended = 0
         self.stack: list[str] = []
+        self.forwards = 0  # outermost module calls so far: a forward pass's number, for MP006
 
 
 class _Suspend:

@@ -142,6 +142,8 @@ def install(checker: Checker, namer: ModuleNamer, *, on_step: Callable[[Any], No
         if tls.suspended:
             return orig_call(module, *args, **kwargs)
         stack = tls.stack
+        if not stack:
+            tls.forwards += 1  # a new forward pass begins (MP006 follows transfers within one)
         entry = namer._names.get(id(module))  # namer.known(), inlined: every module call pays it
         path = entry[1] if entry is not None and entry[0]() is module else None
         if path is None:

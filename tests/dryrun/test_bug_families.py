@@ -181,3 +181,64 @@ with torch.no_grad():
     status, report, _ = dryrun_cli(s, "--gpus", "2")
     assert status == 1
     assert codes_at(report) == [("MP001", s.line("evalbug"))]
+
+
+def test_layers_alternating_devices_cross_at_every_layer(script, dryrun_cli):
+    s = script("""
+import torch
+import torch.nn as nn
+
+class RoundRobin(nn.Module):
+    def __init__(self, depth=8):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(16, 16).to(f"cuda:{i % 2}") for i in range(depth)])
+    def forward(self, x):
+        for layer in self.layers:
+            x = torch.relu(layer(x.to(layer.weight.device)))  # <- pingpong
+        return x
+net = RoundRobin()
+opt = torch.optim.SGD(net.parameters(), lr=0.1)
+for _ in range(3):
+    net(torch.randn(4, 16)).sum().backward()
+    opt.step()
+    opt.zero_grad()
+print("finished")
+""")
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 0, err  # a warning: the program ran to its end
+    assert codes_at(report) == [("MP006", s.line("pingpong"))]
+    (f,) = report["findings"]
+    assert f["devices"] == ["cuda:0", "cuda:1"]
+    assert f["modules"] == ["net.layers"]
+    assert "7 times per forward" in f["message"]
+    assert "net.layers 0-3 on cuda:0, 4-7 on cuda:1" in f["suggestion"]
+    assert f["extra"]["count"] == 3  # once per forward pass, one finding
+
+
+def test_unrolled_alternating_stages_reported_at_the_first_transfer_back(script, dryrun_cli):
+    s = script("""
+import torch
+import torch.nn as nn
+
+class Alternating(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.enc1 = nn.Linear(16, 16).to("cuda:0")
+        self.adapt1 = nn.Linear(16, 16).to("cuda:1")
+        self.enc2 = nn.Linear(16, 16).to("cuda:0")
+        self.adapt2 = nn.Linear(16, 16).to("cuda:1")
+    def forward(self, x):
+        x = torch.relu(self.enc1(x.to("cuda:0")))
+        x = torch.relu(self.adapt1(x.to("cuda:1")))
+        x = torch.relu(self.enc2(x.to("cuda:0")))  # <- back
+        return torch.relu(self.adapt2(x.to("cuda:1")))
+model = Alternating()
+with torch.no_grad():
+    for _ in range(2):
+        model(torch.randn(4, 16))
+""")
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert codes_at(report) == [("MP006", s.line("back"))], err
+    (f,) = report["findings"]
+    assert "3 times per forward" in f["message"]
+    assert "model: enc1, adapt1 on cuda:0; enc2, adapt2 on cuda:1" in f["suggestion"]

@@ -210,3 +210,53 @@ for _ in range(3):
     sites = {(e["site"].rsplit(":", 1)[1], e["src"], e["dst"]) for e in report["transfers"]["by_site"]}
     assert (str(s.line("step")), "cuda:1", "cuda:0") in sites
     assert (str(s.line("update")), "cuda:0", "cuda:1") in sites
+
+
+PIPELINE_OF_LAYERS = """
+import torch
+import torch.nn as nn
+
+class Blocked(nn.Module):
+    def __init__(self, gpus, depth=8):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(16, 16).to(f"cuda:{i * gpus // depth}") for i in range(depth)])
+    def forward(self, x):
+        for layer in self.layers:
+            x = torch.relu(layer(x.to(layer.weight.device)))
+        return x.to("cuda:0")  # back to the labels: A -> ... -> A is one pass through each stage
+"""
+
+
+def test_grouped_layers_cross_once_per_stage_boundary(script, dryrun_cli):
+    for gpus in (2, 4):
+        s = script(PIPELINE_OF_LAYERS + f"""
+net = Blocked({gpus})
+opt = torch.optim.SGD(net.parameters(), lr=0.1)
+for _ in range(3):
+    y = torch.randn(4, 16).to("cuda:0")
+    loss = (net(torch.randn(4, 16)) - y).pow(2).mean()
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+""", name=f"train{gpus}.py")
+        status, report, err = dryrun_cli(s, "--gpus", str(gpus))
+        assert status == 0, err
+        assert report["findings"] == [], gpus
+        forward = sum(p["count"] for p in report["transfers"]["by_pair"]
+                      if p["phase"] == "forward" and p["src"] != "cpu")
+        assert forward == 3 * gpus  # gpus - 1 boundaries and the way back, per step: counted, not reported
+
+
+def test_one_hop_per_forward_over_many_steps_is_not_ping_pong(script, dryrun_cli):
+    # The batch already sits on cuda:0 and the output comes back to it: cuda:0 -> cuda:1 -> cuda:0 in
+    # every forward, and no optimizer step separates the forwards (inference).
+    s = script(PIPELINE_OF_LAYERS + """
+net = Blocked(2)
+batches = [torch.randn(4, 16).to("cuda:0") for _ in range(6)]
+with torch.no_grad():
+    for x in batches:
+        out = net(x)
+""")
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 0, err
+    assert report["findings"] == []

@@ -211,6 +211,30 @@ def test_mask_moved_by_every_layer_is_a_repeated_transfer():
     assert f.extra["count"] == 3 and f.modules == ("model.1", "model.2", "model.3")
 
 
+def test_layers_alternating_gpus_are_reported_once_with_the_grouping():
+    class RoundRobin(nn.Module):
+        def __init__(self, depth=8):
+            super().__init__()
+            self.layers = nn.ModuleList([nn.Linear(64, 64).to(f"cuda:{i % 2}") for i in range(depth)])
+
+        def forward(self, x):
+            for layer in self.layers:
+                x = torch.relu(layer(x.to(layer.weight.device)))  # per-layer hop
+            return x
+
+    model = RoundRobin()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with mpcheck.debug(model, report=None) as dbg:
+        for _ in range(3):
+            model(torch.randn(8, 64, device="cuda:0")).sum().backward()
+            opt.step()
+    (f,) = dbg.findings  # once for the chain, counted per forward pass
+    assert f.code == "MP006" and f.line == _line(RoundRobin.forward, "# per-layer hop")
+    assert f.devices == ("cuda:0", "cuda:1") and f.modules == ("model.layers",)
+    assert f.extra["crossings"] == 7 and f.extra["count"] == 3
+    assert "model.layers 0-3 on cuda:0, 4-7 on cuda:1" in f.suggestion
+
+
 def test_correct_training_is_clean_bit_identical_and_its_transfers_counted():
     def train(use_debug):
         torch.manual_seed(0)

@@ -1,6 +1,7 @@
 """The checking core on its own: each check's definition, with labelled CPU tensors as devices."""
 
 import warnings
+import weakref
 
 import pytest
 import torch
@@ -233,3 +234,74 @@ def test_rule_names_match_the_linter_registry():
     for code, name in RULE_NAMES.items():
         if code in registry:
             assert registry[code].name == name, code
+
+
+def _hops(ck, labels, devs, sites, work=True):
+    """Move one activation along `devs` (a new result computed on each device in between unless
+    work=False); returns weak references to every tensor made."""
+    x = labels.label(torch.randn(4), devs[0])
+    refs = [weakref.ref(x)]
+    for dst, site in zip(devs[1:], sites):
+        y = labels.label(x.clone(), dst)
+        ck.on_transfer(x, y, labels.device_of(x), dst, site=site, module_path="model")
+        x = labels.label(y * 2, dst) if work else y
+        refs += [weakref.ref(y), weakref.ref(x)]
+    return refs
+
+
+def test_layers_alternating_devices_reported_once_per_chain_at_the_first_transfer_back(labels):
+    ck = Checker(labels, on_mismatch="raise")
+    sites = [Site("train.py", 30 + i, "forward") for i in range(5)]
+    for step in range(2):  # two steps, one finding counted twice
+        refs = _hops(ck, labels, ["cuda:0", "cuda:1", "cuda:0", "cuda:1", "cuda:0", "cuda:1"], sites)
+        # judged when the forward pass is over, not at each transfer
+        assert [f.extra["count"] for f in ck.findings] == ([] if step == 0 else [1])
+        ck.step_end()
+    (f,) = ck.findings
+    assert (f.code, f.line, f.devices, f.severity) == ("MP006", 31, ("cuda:0", "cuda:1"), "warning")
+    assert f.extra["count"] == 2 and f.extra["crossings"] == 5 and f.extra["first_site"].endswith(":30")
+    assert "5 times per forward" in f.message and f.modules == ("model",)
+    assert "stretches 1-3 on cuda:0, 4-6 on cuda:1" in f.suggestion
+    assert all(r() is None for r in refs)  # no tensor kept alive
+
+
+@pytest.mark.parametrize(
+    "devs",
+    [
+        ["cuda:0", "cuda:1"],
+        ["cuda:0", "cuda:1", "cuda:0"],  # two stages and the way back to the labels
+        ["cuda:0", "cuda:1", "cuda:2", "cuda:3"],  # a four-stage pipeline
+        ["cuda:0", "cuda:1", "cuda:2", "cuda:3", "cuda:0"],
+        ["cpu", "cuda:0", "cpu", "cuda:0", "cpu"],  # host <-> device traffic is not a layer split
+    ],
+    ids=["one-hop", "there-and-back", "four-stages", "four-stages-and-back", "cpu"],
+)
+def test_one_crossing_per_stage_boundary_is_not_ping_pong(labels, devs):
+    ck = Checker(labels, on_mismatch="raise", select=["MP006"])
+    for _ in range(3):
+        _hops(ck, labels, devs, [Site("train.py", 40 + i, "forward") for i in range(len(devs))])
+        ck.step_end()
+    ck.finish()
+    assert ck.findings == []
+
+
+def test_hops_without_work_in_between_are_round_trips_not_ping_pong(labels):
+    ck = Checker(labels, on_mismatch="raise")
+    _hops(ck, labels, ["cuda:0", "cuda:1", "cuda:0", "cuda:1", "cuda:0"], [S1, S2, S1, S2], work=False)
+    ck.finish()
+    assert {f.code for f in ck.findings} == {"MP005"}
+
+
+def test_separate_forward_passes_do_not_chain(labels):
+    # cuda:0 -> cuda:1 -> cuda:0 in each forward pass (the hooks count passes), no step in between
+    ck = Checker(labels, on_mismatch="raise")
+    ck.module_stack.append("model")
+    for _ in range(4):
+        ck._tls.forwards += 1
+        _hops(ck, labels, ["cuda:0", "cuda:1", "cuda:0"], [S1, S2])
+    ck.finish()
+    assert ck.findings == []
+    ck._tls.forwards += 1
+    _hops(ck, labels, ["cuda:0", "cuda:1", "cuda:0", "cuda:1"], [S1, S2, S1])  # ping-pong within one pass
+    ck.finish()
+    assert [(f.code, f.line) for f in ck.findings] == [("MP006", 20)]
