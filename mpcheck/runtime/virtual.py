@@ -546,7 +546,12 @@ def _to(g: VirtualGPUs, func, args, kwargs):
         if not kw:
             return t
         return _generic(g, func, (t,), kw)
-    out = g.transfer(t, dst, dtype=dtype, memory_format=mf)
+    return _transfer_tensor(g, t, dst, dtype=dtype, memory_format=mf)
+
+
+def _transfer_tensor(g: VirtualGPUs, t, dst: str, **kw):
+    """g.transfer, and a moved parameter's copy counted as parameter memory on `dst`."""
+    out = g.transfer(t, dst, **kw)
     if type(t) is _PARAM:
         g._note_param(t)
         g._mark_param_storage(out)
@@ -561,11 +566,7 @@ def _cuda(g: VirtualGPUs, func, args, kwargs):
         raise VirtualDeviceError(f"Invalid device, must be cuda device, got {device!r}")
     if g.device_of(t) == dst:
         return t
-    out = g.transfer(t, dst, memory_format=kwargs.get("memory_format"))
-    if type(t) is _PARAM:
-        g._note_param(t)
-        g._mark_param_storage(out)
-    return out
+    return _transfer_tensor(g, t, dst, memory_format=kwargs.get("memory_format"))
 
 
 def _cpu(g: VirtualGPUs, func, args, kwargs):
