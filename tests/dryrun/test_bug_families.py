@@ -16,6 +16,16 @@ class Stage(nn.Module):
         return torch.relu(self.lin(x))
 """
 
+# Two stages with the right transfer between them.
+SPLIT_NET = STAGES + """
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.s0, self.s1 = Stage("cuda:0"), Stage("cuda:1")
+    def forward(self, x):
+        return self.s1(self.s0(x.to("cuda:0")).to("cuda:1"))
+"""
+
 
 def test_missing_transfer_between_stages(script, dryrun_cli):
     s = script(STAGES + """
@@ -59,13 +69,7 @@ loss.backward()
 
 
 def test_split_model_in_data_parallel_reported_at_the_wrap(script, dryrun_cli):
-    s = script(STAGES + """
-class Net(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.s0, self.s1 = Stage("cuda:0"), Stage("cuda:1")
-    def forward(self, x):
-        return self.s1(self.s0(x.to("cuda:0")).to("cuda:1"))
+    s = script(SPLIT_NET + """
 model = nn.DataParallel(Net())  # <- wrap
 model(torch.randn(4, 16).to("cuda:0")).sum().backward()
 print("went on")
@@ -77,18 +81,12 @@ print("went on")
 
 
 def test_split_model_in_ddp_with_device_ids(script, dryrun_cli):
-    s = script(STAGES + """
+    s = script(SPLIT_NET + """
 import os, tempfile
 import torch.distributed as dist
 # A file store, not a TCP port: two test runs at once on one machine must not collide.
 store = os.path.join(tempfile.mkdtemp(), "store")
 dist.init_process_group("gloo", init_method="file://" + store, rank=0, world_size=1)
-class Net(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.s0, self.s1 = Stage("cuda:0"), Stage("cuda:1")
-    def forward(self, x):
-        return self.s1(self.s0(x.to("cuda:0")).to("cuda:1"))
 ddp = nn.parallel.DistributedDataParallel(Net(), device_ids=[0])  # <- wrap
 ddp(torch.randn(4, 16)).sum().backward()
 dist.destroy_process_group()
@@ -126,13 +124,7 @@ h = enc(torch.randn(2, 16).to("cuda:0"))  # <- bug
 
 
 def test_cuda_on_a_split_model_collapses_it(script, dryrun_cli):
-    s = script(STAGES + """
-class Net(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.s0, self.s1 = Stage("cuda:0"), Stage("cuda:1")
-    def forward(self, x):
-        return self.s1(self.s0(x.to("cuda:0")).to("cuda:1"))
+    s = script(SPLIT_NET + """
 net = Net()
 net.cuda()  # <- collapse
 """)
