@@ -1,6 +1,5 @@
 """The checking core on its own: each check's definition, with labelled CPU tensors as devices."""
 
-import warnings
 import weakref
 
 import pytest

@@ -2,7 +2,6 @@
 real mismatches and real transfers (cpu -> meta) without a GPU."""
 
 import inspect
-import warnings
 import weakref
 
 import pytest
