@@ -111,7 +111,7 @@ class Session:
                 _active = None
         if self.active:
             self.active = False
-            self._snapshot_memory(final=True)
+            self._snapshot_memory()
             self.checker.finish()
         if errors:
             raise RuntimeError(f"mpcheck: could not remove every patch: {errors}")
@@ -124,7 +124,7 @@ class Session:
         # them every step would cost O(parameters) per step, so only the first two are read.
         if self._memory_steps < 2:
             self._memory_steps += 1
-            self._snapshot_memory(final=False)
+            self._snapshot_memory()
 
     def _on_optimizer_step(self, optimizer: Any) -> None:
         self._restore_mode()
@@ -214,13 +214,12 @@ class Session:
                 out.append(r)
         return out
 
-    def _snapshot_memory(self, *, final: bool) -> None:
+    def _snapshot_memory(self) -> None:
         dev_of = self.devices.device_of
         mem: dict[str, dict[str, int]] = {}
 
         def add(dev: str, kind: str, n: int) -> None:
-            mem.setdefault(dev, {"params": 0, "grads": 0, "optimizer_state": 0})[kind] = mem.setdefault(
-                dev, {"params": 0, "grads": 0, "optimizer_state": 0})[kind] + n
+            mem.setdefault(dev, {"params": 0, "grads": 0, "optimizer_state": 0})[kind] += n
 
         seen: set[int] = set()
         with self.checker.suspend():
