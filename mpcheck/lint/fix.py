@@ -20,7 +20,6 @@ class FixResult:
     fixed: list[Finding] = field(default_factory=list)  # findings whose fix was applied
     diffs: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
-    files_changed: int = 0
 
 
 def _offsets(text: str) -> list[int]:
@@ -130,5 +129,4 @@ def fix_sources(
                 continue
         new_texts[path] = new
         result.fixed.extend(fixed)
-        result.files_changed += 1
     return result, new_texts

@@ -32,6 +32,12 @@ def module_name(abspath: str) -> tuple[str, str, bool]:
     return ".".join(parts) or stem, folder, is_init
 
 
+def import_name(modname: str, is_init: bool) -> str:
+    """The name imports() takes for a file: a package's __init__ as `pkg.__init__`,
+    so that its `from . import x` resolves against the package itself."""
+    return f"{modname}.__init__" if is_init else modname
+
+
 @lru_cache(maxsize=65536)
 def resolve_in(root: str, modname: str) -> str | None:
     """The file for `modname` under `root`, or None."""

@@ -15,7 +15,6 @@ the cache never imports it.
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
@@ -42,26 +41,17 @@ class LintOutcome:
     errors: list[str] = field(default_factory=list)  # internal errors: exit code 2
     sources: dict[str, str] = field(default_factory=dict)  # display path -> text, for files with findings
     abspaths: dict[str, str] = field(default_factory=dict)  # display path -> absolute path
-    files_seen: int = 0
-    files_analyzed: int = 0  # analysed now (not from the cache)
-    files_cached: int = 0
 
 
 @dataclass
 class _File:
     src: SourceFile
     text: str
-    data: bytes
     modname: str
     root: str
     is_init: bool
     codes: frozenset[str]
     digest: str = ""
-
-    @property
-    def import_name(self) -> str:
-        # imports() resolves `from . import x` in a package's __init__ against the package itself.
-        return f"{self.modname}.__init__" if self.is_init else self.modname
 
 
 def _syntax_finding(path: str, message: str, line: int = 1, column: int = 1) -> Finding:
@@ -168,7 +158,6 @@ class _Project:
     """Files by absolute path: read once, hashed once, whether linted or only imported."""
 
     def __init__(self, settings: Settings, prefilter: PreFilter):
-        self.settings = settings
         self.prefilter = prefilter
         self._text: dict[str, str | None] = {}
         self._hash: dict[str, str | None] = {}
@@ -225,7 +214,6 @@ def lint(
     if stdin is not None:
         inputs.append(stdin)
     for src, data in inputs:
-        out.files_seen += 1
         out.abspaths[src.path] = src.abspath
         codes = settings.codes_for(src.relpath)
         signature = prefilter.signature(codes)
@@ -267,7 +255,7 @@ def lint(
         if SYNTAX_ERROR_CODE in codes and not (whole and SYNTAX_ERROR_CODE in whole):
             run_codes |= {SYNTAX_ERROR_CODE}
         modname, root, is_init = modules.module_name(src.abspath)
-        f = _File(src, text, data, modname, root, is_init, run_codes, content_hash(data))
+        f = _File(src, text, modname, root, is_init, run_codes, content_hash(data))
         project.preload(f)
         candidates.append(f)
 
@@ -284,7 +272,6 @@ def lint(
         if entry is None:
             misses.append(f)
             continue
-        out.files_cached += 1
         for d in entry["findings"]:
             out.findings.append(Finding.from_dict({**d, "path": f.src.path}))
         if entry["findings"]:
@@ -312,7 +299,7 @@ def _project_modules(f: _File, project: _Project, analysis: Any) -> dict[str, st
     """
     roots = project.roots_for(f.root)
     found: dict[str, str] = {}
-    todo = [(f.text, f.import_name, True)]  # (text, import name, follow its imports' imports)
+    todo = [(f.text, modules.import_name(f.modname, f.is_init), True)]  # (text, import name, follow its imports' imports)
     seen_paths = {f.src.abspath}
     while todo:
         text, name, follow = todo.pop()
@@ -332,7 +319,7 @@ def _project_modules(f: _File, project: _Project, analysis: Any) -> dict[str, st
                 continue
             found[imported] = path
             if follow:
-                todo.append((dep_text, f"{dep_mod}.__init__" if dep_init else dep_mod, worth))
+                todo.append((dep_text, modules.import_name(dep_mod, dep_init), worth))
     return found
 
 
@@ -378,7 +365,6 @@ def _analyze_misses(
         _analyze_task, tasks, [len(t[1]) for t in tasks], jobs
     ):
         f = by_path[path]
-        out.files_analyzed += 1
         if error is not None:
             out.errors.append(f"internal error while checking {path}: {error}")
             continue
