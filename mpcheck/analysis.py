@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from mpcheck.finding import Finding
+from mpcheck.lint.rulemeta import SYNTAX_ERROR_CODE, syntax_finding
 
 
 @dataclass
@@ -109,7 +110,7 @@ def analyze(
 
     # The same pre-filter as the pipeline's: a file no selected rule could fire on is not parsed.
     rules = [r for r in all_rules() if r.code in codes and (not r.needs or any(w in source for w in r.needs))]
-    if not rules and "MP000" not in codes:
+    if not rules and SYNTAX_ERROR_CODE not in codes:
         return FileResult([])
     try:
         module = cst.parse_module(source)
@@ -141,12 +142,4 @@ def _parse(source: str):
 
 def _syntax_error(path: str, line: int, col: int, message: str) -> Finding:
     first = message.strip().splitlines()[0] if message.strip() else "syntax error"
-    return Finding(
-        code="MP000",
-        name="syntax-error",
-        path=path,
-        line=max(line, 1),
-        column=max(col, 1),
-        message=f"could not parse: {first}",
-        severity="error",
-    )
+    return syntax_finding(path, f"could not parse: {first}", max(line, 1), max(col, 1))

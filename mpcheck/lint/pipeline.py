@@ -24,7 +24,7 @@ from mpcheck.lint import modules, noqa
 from mpcheck.lint.cache import ResultCache, content_hash, entry_key
 from mpcheck.lint.files import SourceFile
 from mpcheck.lint.prefilter import PreFilter
-from mpcheck.lint.rulemeta import SYNTAX_ERROR_CODE, SYNTAX_ERROR_NAME, RuleMeta
+from mpcheck.lint.rulemeta import SYNTAX_ERROR_CODE, RuleMeta, syntax_finding
 
 # Below this much work, worker processes cost more than they save (fork,
 # pickling, an unbalanced split). Measured on 2 cores with transformers files
@@ -54,18 +54,6 @@ class _File:
     digest: str = ""
 
 
-def _syntax_finding(path: str, message: str, line: int = 1, column: int = 1) -> Finding:
-    return Finding(
-        code=SYNTAX_ERROR_CODE,
-        name=SYNTAX_ERROR_NAME,
-        path=path,
-        line=line,
-        column=column,
-        message=message,
-        severity="error",
-    )
-
-
 def _decode(path: str, data: bytes) -> tuple[str | None, Finding | None]:
     try:
         text = data.decode("utf-8")
@@ -73,7 +61,7 @@ def _decode(path: str, data: bytes) -> tuple[str | None, Finding | None]:
         before = data[: exc.start]
         line = before.count(b"\n") + 1
         column = exc.start - (before.rfind(b"\n") + 1) + 1
-        return None, _syntax_finding(
+        return None, syntax_finding(
             path, f"not UTF-8: byte 0x{data[exc.start]:02x} cannot be decoded ({exc.reason})", line, column
         )
     if text.startswith("\ufeff"):
@@ -233,7 +221,7 @@ def lint(
                     data = fh.read()
             except OSError as exc:
                 if SYNTAX_ERROR_CODE in codes:
-                    out.findings.append(_syntax_finding(src.path, f"cannot read: {exc.strerror or exc}"))
+                    out.findings.append(syntax_finding(src.path, f"cannot read: {exc.strerror or exc}"))
                 continue
         text, bad = _decode(src.path, data)
         if text is None:

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import mpcheck
+from mpcheck.finding import Finding
 
 SYNTAX_ERROR_CODE = "MP000"
 SYNTAX_ERROR_NAME = "syntax-error"
@@ -31,6 +32,21 @@ class RuleMeta:
 SYNTAX_ERROR = RuleMeta(
     SYNTAX_ERROR_CODE, SYNTAX_ERROR_NAME, "error", "The file could not be read or parsed.", ()
 )
+
+
+
+def syntax_finding(path: str, message: str, line: int = 1, column: int = 1) -> Finding:
+    """The MP000 finding for a file that could not be read, decoded or parsed."""
+    return Finding(
+        code=SYNTAX_ERROR_CODE,
+        name=SYNTAX_ERROR_NAME,
+        path=path,
+        line=line,
+        column=column,
+        message=message,
+        severity="error",
+    )
+
 
 _FINGERPRINT: str | None = None
 
