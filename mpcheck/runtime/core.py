@@ -68,10 +68,10 @@ class Devices(Protocol):
     def move(self, t: Any, device: str) -> Any:
         """Used by on_mismatch="move"."""
 
-    def start_transfer(self, src: str, dst: str, nbytes: int, out_tensor: Any) -> TransferTiming | None:
-        """Called just BEFORE the copy is enqueued (out_tensor is None then); the returned
-        timing's stop() is called right after. Real: CUDA events on the source device's
-        current stream, read at step end. Virtual: time from the link model."""
+    def start_transfer(self, src: str, dst: str, nbytes: int) -> TransferTiming | None:
+        """Called just BEFORE the copy is enqueued; the returned timing's stop() is called
+        right after. Real: CUDA events on the source device's current stream, read at step
+        end. Virtual: time from the link model."""
 
 
 class DeviceMismatchError(RuntimeError):

@@ -145,7 +145,7 @@ class CheckingMode(TorchFunctionMode):
         nbytes = src_t.numel() * src_t.element_size()
         site = checker.sites()
         module = checker.current_module()
-        timing = devices.start_transfer(src, dst, nbytes, None)
+        timing = devices.start_transfer(src, dst, nbytes)
         out = func(*args, **kwargs)
         if timing is not None:
             timing.stop()
@@ -189,7 +189,7 @@ def _time_backward(checker: Checker, node, src: str, dst: str, nbytes: int, site
 
     def pre(grad_outputs):
         if grad_outputs and grad_outputs[0] is not None:
-            state.append(checker.devices.start_transfer(src, dst, nbytes, None))
+            state.append(checker.devices.start_transfer(src, dst, nbytes))
         return None
 
     def post(grad_inputs, grad_outputs):

@@ -71,7 +71,7 @@ class CudaDevices:
     def move(self, t: Any, device: str) -> Any:
         return t.to(device)
 
-    def start_transfer(self, src: str, dst: str, nbytes: int, out_tensor: Any) -> CudaTiming | None:
+    def start_transfer(self, src: str, dst: str, nbytes: int) -> CudaTiming | None:
         if not self.time_transfers:
             return None
         on = src if src.startswith("cuda") else dst

@@ -311,7 +311,7 @@ class VirtualGPUs:
     def move(self, t: torch.Tensor, device: str) -> torch.Tensor:
         return self.transfer(t, device)
 
-    def start_transfer(self, src: str, dst: str, nbytes: int, out_tensor: Any) -> ModelTiming:
+    def start_transfer(self, src: str, dst: str, nbytes: int) -> ModelTiming:
         return ModelTiming(self.link.time_ms(nbytes))
 
     # -- limits ---------------------------------------------------------------------

@@ -26,7 +26,7 @@ class LabelDevices:
     def move(self, t, device):
         return self.label(t.clone(), device)
 
-    def start_transfer(self, src, dst, nbytes, out):
+    def start_transfer(self, src, dst, nbytes):
         return FixedTiming(0.5)
 
 

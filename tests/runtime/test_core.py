@@ -156,9 +156,9 @@ def test_ledger_aggregates_per_pair_site_module_and_step(labels):
         for _ in range(2):
             t = x.clone()
             ck.on_transfer(t, t, "cuda:0", "cuda:1", site=S1, module_path="model.s2",
-                           timing=labels.start_transfer("cuda:0", "cuda:1", 1024, None))
+                           timing=labels.start_transfer("cuda:0", "cuda:1", 1024))
         ck.on_transfer(None, None, "cuda:1", "cuda:0", site=S1, module_path="model.s2", phase="backward",
-                       nbytes=1024, contiguous=True, timing=labels.start_transfer("cuda:1", "cuda:0", 1024, None))
+                       nbytes=1024, contiguous=True, timing=labels.start_transfer("cuda:1", "cuda:0", 1024))
         ck.step_end()
     ck.finish()
     pairs = ck.ledger.by_pair()
@@ -174,7 +174,7 @@ def test_ledger_aggregates_per_pair_site_module_and_step(labels):
 def test_noncontiguous_transfers_are_counted(labels):
     ck = Checker(labels, on_mismatch="raise")
     t = torch.randn(8, 8).t()
-    ck.on_transfer(t, t.clone(), "cuda:0", "cuda:1", site=S1, module_path=None, timing=labels.start_transfer(0, 1, 0, 0))
+    ck.on_transfer(t, t.clone(), "cuda:0", "cuda:1", site=S1, module_path=None, timing=labels.start_transfer(0, 1, 0))
     ck.finish()
     (agg,) = ck.ledger.totals.values()
     assert agg.noncontiguous == 1 and agg.noncontiguous_time_ms == 0.5
