@@ -11,7 +11,7 @@ this class use?) through `ctx.model`; it does not re-derive placements itself.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar, Iterable
+from typing import TYPE_CHECKING, Callable, ClassVar, Iterable, TypeVar
 
 from mpcheck.finding import Finding, Fix
 
@@ -19,6 +19,8 @@ if TYPE_CHECKING:  # pragma: no cover
     import libcst as cst
 
     from mpcheck.rules.context import FileContext
+
+E = TypeVar("E")
 
 
 class Rule:
@@ -60,3 +62,14 @@ class Rule:
             suggestion=suggestion,
             fix=fix,
         )
+
+
+def once_per_node(events: Iterable[E], keep: Callable[[E], bool] | None = None) -> Iterable[E]:
+    """The first event at each node that `keep` accepts (all, without `keep`):
+    one finding per expression, however many operands or paths disagree there.
+    An event `keep` refuses does not hide a later one at the same node."""
+    seen: set[int] = set()
+    for ev in events:
+        if (keep is None or keep(ev)) and id(ev.node) not in seen:
+            seen.add(id(ev.node))
+            yield ev

@@ -6,7 +6,7 @@ import libcst as cst
 
 from mpcheck.devices.describe import MODE_WORDS, move_fix, origin_text, value_text
 from mpcheck.devices.values import device_literal, show, single
-from mpcheck.rules.base import Rule
+from mpcheck.rules.base import Rule, once_per_node
 from mpcheck.rules.words import FLOW_WORDS
 
 
@@ -18,11 +18,7 @@ class MissingTransfer(Rule):
     needs = FLOW_WORDS
 
     def check(self, ctx):
-        seen = set()
-        for ev in ctx.model.events("mismatch"):
-            if id(ev.node) in seen:
-                continue  # one finding per expression, however many operands disagree
-            seen.add(id(ev.node))
+        for ev in once_per_node(ctx.model.events("mismatch")):
             v = ev.data["value"]
             here, there = single(v.devs), single(ev.data["target"])
             name = value_text(ctx, ev.data.get("expr"), v)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from mpcheck.devices.describe import value_text
 from mpcheck.devices.values import show, single
-from mpcheck.rules.base import Rule
+from mpcheck.rules.base import Rule, once_per_node
 from mpcheck.rules.words import FLOW_WORDS
 
 
@@ -16,23 +16,30 @@ class RoundTripTransfer(Rule):
     needs = FLOW_WORDS
 
     def check(self, ctx):
-        seen = set()
-        for ev in ctx.model.events("transfer"):
+        for ev in once_per_node(ctx.model.events("transfer"), _round_trip):
             v = ev.data["value"]
-            back, there, before = single(ev.data["devs"]), single(v.devs), single(v.moved_from)
-            if v.worked or back is None or there is None or before is None or back != before or there == back:
-                continue
-            if id(ev.node) in seen or v.moved_at is None:
-                continue
-            seen.add(id(ev.node))
+            home, there = single(v.moved_from), single(v.devs)  # home -> there -> home
             name = value_text(ctx, None, v, "the tensor")
             first = ctx.line(v.moved_at)
             yield self.finding(
                 ctx,
                 ev.node,
-                f"`{name}` goes {show(before)} -> {show(there)} (line {first}) -> {show(back)} here, with no work on "
+                f"`{name}` goes {show(home)} -> {show(there)} (line {first}) -> {show(home)} here, with no work on "
                 f"{show(there)} in between: two copies for nothing. Remove both transfers, or keep the "
-                f"{show(before)} tensor in a variable and use it here.",
-                devices=[before, there],
+                f"{show(home)} tensor in a variable and use it here.",
+                devices=[home, there],
                 suggestion=f"drop the transfer at line {first} and this one",
             )
+
+
+def _round_trip(ev) -> bool:
+    """A transfer back to the one device the value came from, with no work done on the device between."""
+    v = ev.data["value"]
+    back, there, before = single(ev.data["devs"]), single(v.devs), single(v.moved_from)
+    return (
+        not v.worked
+        and v.moved_at is not None
+        and None not in (back, there, before)
+        and back == before
+        and there != back
+    )

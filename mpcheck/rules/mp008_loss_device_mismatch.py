@@ -6,7 +6,7 @@ import libcst as cst
 
 from mpcheck.devices.describe import MODE_WORDS, move_fix, origin_text, root_name, value_text
 from mpcheck.devices.values import show, single
-from mpcheck.rules.base import Rule
+from mpcheck.rules.base import Rule, once_per_node
 from mpcheck.rules.words import FLOW_WORDS
 
 
@@ -18,11 +18,7 @@ class LossDeviceMismatch(Rule):
     needs = FLOW_WORDS
 
     def check(self, ctx):
-        seen = set()
-        for ev in ctx.model.events("loss_mismatch"):
-            if id(ev.node) in seen:
-                continue
-            seen.add(id(ev.node))
+        for ev in once_per_node(ctx.model.events("loss_mismatch")):
             v, other = ev.data["value"], ev.data["other"]
             a_expr, b_expr = ev.data.get("other_expr"), ev.data.get("expr")
             a = value_text(ctx, a_expr, other, "the prediction")

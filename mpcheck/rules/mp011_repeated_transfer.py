@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from mpcheck.devices.values import conflict, device_literal, show, single
-from mpcheck.rules.base import Rule
+from mpcheck.rules.base import Rule, once_per_node
 from mpcheck.rules.words import FLOW_WORDS
 
 _KIND = {"buffer": "buffer", "param": "parameter"}
@@ -19,13 +19,9 @@ class RepeatedTransfer(Rule):
     needs = FLOW_WORDS
 
     def check(self, ctx):
-        seen = set()
-        for ev in ctx.model.events("transfer"):
-            how = ev.data.get("repeated")
+        for ev in once_per_node(ctx.model.events("transfer"), _repeated):
+            how = ev.data["repeated"]
             v = ev.data["value"]
-            if not how or not conflict(v.devs, ev.data["devs"]) or id(ev.node) in seen:
-                continue
-            seen.add(id(ev.node))
             src, dst = single(v.devs), single(ev.data["devs"])
             recv = ctx.code(ev.node.func.value) if isinstance(ev.node.func, cst.Attribute) else "the tensor"
             what = _KIND.get(v.kind, "tensor")
@@ -42,3 +38,8 @@ class RepeatedTransfer(Rule):
                 devices=[src, dst],
                 suggestion=fix,
             )
+
+
+def _repeated(ev) -> bool:
+    """A move, on every call or iteration, of an unchanging value certainly on another device."""
+    return bool(ev.data.get("repeated")) and conflict(ev.data["value"].devs, ev.data["devs"])
