@@ -84,10 +84,14 @@ class ResultCache:
         for modname, digest in entry.get("deps", {}).items():
             if dep_hash(modname) != digest:
                 return None
+        self._touch(entry)
+        return entry
+
+    def _touch(self, entry: dict) -> None:
+        """Mark an entry used now (at most once a day, so that a run served by the cache rarely writes)."""
         if self._now - entry.get("t", 0) > 24 * 3600:
             entry["t"] = self._now
             self.dirty = True
-        return entry
 
     def put(self, key: str, findings: list[dict], deps: dict[str, str | None]) -> None:
         self.results[key] = {"findings": findings, "deps": deps, "t": self._now}
@@ -107,9 +111,7 @@ class ResultCache:
     def get_summary(self, key: str) -> tuple[bool, Any]:
         entry = self.summaries.get(key)
         if entry is not None:
-            if self._now - entry.get("t", 0) > 24 * 3600:
-                entry["t"] = self._now
-                self.dirty = True
+            self._touch(entry)
             return True, entry["s"]
         return False, None
 
