@@ -103,12 +103,6 @@ def show(dev: str | None) -> str:
     return dev
 
 
-def show_devs(devs: Devs) -> str:
-    if devs is None:
-        return "an unknown device"
-    return " or ".join(show(d) for d in sorted(devs))
-
-
 def device_literal(dev: str) -> str:
     """How to write the device in code (for fixes and messages)."""
     if dev.startswith("sym:@"):
@@ -230,14 +224,6 @@ class SymV(Val):
     is symbolic, so two entries of one list of devices can be told apart."""
 
     name: str
-
-
-def devs_of(v: Val) -> Devs:
-    if isinstance(v, Obj):
-        return v.devs
-    if isinstance(v, DeviceV):
-        return v.devs
-    return None
 
 
 def join(a: Val, b: Val) -> Val:
