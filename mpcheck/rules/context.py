@@ -28,7 +28,6 @@ class FileContext:
         self.module = module
         self.modname = modname
         self.project = dict(project or {})
-        self._positions = None
 
     @cached_property
     def model(self):
@@ -36,15 +35,13 @@ class FileContext:
 
         return DeviceModel(self)
 
-    def _pos(self):
-        if self._positions is None:
-            wrapper = MetadataWrapper(self.module, unsafe_skip_copy=True)
-            self._positions = wrapper.resolve(PositionProvider)
-        return self._positions
+    @cached_property
+    def _positions(self):
+        return MetadataWrapper(self.module, unsafe_skip_copy=True).resolve(PositionProvider)
 
     def span(self, node: cst.CSTNode) -> tuple[tuple[int, int], tuple[int, int]]:
         """((line, col), (end_line, end_col)), 1-based lines and columns."""
-        r = self._pos().get(node)
+        r = self._positions.get(node)
         if r is None:
             return (1, 1), (1, 1)
         return (r.start.line, r.start.column + 1), (r.end.line, r.end.column + 1)
