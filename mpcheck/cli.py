@@ -72,7 +72,7 @@ def _flatten(groups: list[list[str]] | None) -> list[str] | None:
 
 
 def lint_main(argv: list[str]) -> int:
-    from mpcheck.config import Layer, find_pyproject, resolve
+    from mpcheck.config import Layer, project_root, resolve
     from mpcheck.lint import rulemeta
     from mpcheck.lint.cache import CACHE_DIR_NAME, ResultCache
     from mpcheck.lint.files import SourceFile, discover
@@ -88,9 +88,7 @@ def lint_main(argv: list[str]) -> int:
         raise ConfigError("--stdin-filename needs - among the paths")
 
     start = Path(paths[0] if paths else (args.stdin_filename or os.getcwd()))
-    nearest = find_pyproject(start, with_tool_table=False)
-    project_root = nearest.parent if nearest is not None else Path(os.getcwd())
-    cache_dir = None if args.no_cache else project_root / CACHE_DIR_NAME
+    cache_dir = None if args.no_cache else project_root(start) / CACHE_DIR_NAME
 
     rules = rulemeta.load(cache_dir)
     cli_layer = Layer(

@@ -109,9 +109,15 @@ def find_pyproject(start: Path, *, with_tool_table: bool) -> Path | None:
             except (OSError, UnicodeDecodeError):
                 continue
             # A cheap look before the TOML parse: most pyproject files have no such table.
-            if "[tool.mpcheck" in text or "tool.mpcheck" in text:
+            if "tool.mpcheck" in text:
                 return candidate
     return None
+
+
+def project_root(start: Path) -> Path:
+    """Where the cache lives: the folder of the nearest pyproject.toml at or above `start`, else cwd."""
+    nearest = find_pyproject(start, with_tool_table=False)
+    return nearest.parent if nearest is not None else Path(os.getcwd())
 
 
 def _load_toml(path: Path) -> dict[str, Any]:
@@ -219,13 +225,11 @@ def resolve(
             per_file.setdefault(pattern, set()).update(expand_codes(selectors, known, layer.origin))
 
     root = config_path.parent if config_path is not None else Path(os.getcwd())
-    nearest = find_pyproject(start, with_tool_table=False)
-    project_root = nearest.parent if nearest is not None else Path(os.getcwd())
     return Settings(
         codes=frozenset(codes),
         exclude=tuple(exclude),
         per_file_ignores=tuple((p, frozenset(c)) for p, c in sorted(per_file.items())),
         root=root,
         config_path=config_path,
-        project_root=project_root,
+        project_root=project_root(start),
     )
