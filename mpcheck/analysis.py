@@ -86,7 +86,7 @@ def summarize(path: str, source: str, modname: str) -> dict | None:
     if module is None:
         return None
     try:
-        return summarize_module(path, source, module, modname)
+        return summarize_module(module, modname)
     except Exception:  # a summary is an aid; a file it cannot summarise is still linted
         if os.environ.get("MPCHECK_DEBUG"):
             raise
@@ -127,8 +127,7 @@ def analyze(
             if os.environ.get("MPCHECK_DEBUG"):
                 raise
     findings.sort(key=Finding.sort_key)
-    used = ctx.model.used_modules if "model" in ctx.__dict__ else []
-    return FileResult(findings, used)
+    return FileResult(findings, ctx.used_modules)
 
 
 def _parse(source: str):

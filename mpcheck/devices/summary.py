@@ -37,10 +37,9 @@ from mpcheck.devices.values import (
 _MAX_RETURN_ITEMS = 4
 
 
-def summarize_module(path: str, source: str, module: cst.Module, modname: str) -> dict:
+def summarize_module(module: cst.Module, modname: str) -> dict:
     interp = Interp(module, modname, {})
-    out: dict = {"classes": {}, "functions": {}, "reexports": {}}
-    out["constants"] = {}
+    out: dict = {"classes": {}, "functions": {}, "reexports": {}, "constants": {}}
     st = State(interp.globals, CURRENT, None, "", None, False, Scope("<summary>"))
     for stmt in module.body:
         if isinstance(stmt, cst.SimpleStatementLine):

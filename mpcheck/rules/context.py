@@ -35,6 +35,11 @@ class FileContext:
 
         return DeviceModel(self)
 
+    @property
+    def used_modules(self) -> list[str]:
+        """The project modules whose summaries the device model read; none when no rule asked for the model."""
+        return self.model.used_modules if "model" in self.__dict__ else []
+
     @cached_property
     def _positions(self):
         return MetadataWrapper(self.module, unsafe_skip_copy=True).resolve(PositionProvider)
