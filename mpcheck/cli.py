@@ -37,6 +37,8 @@ def _codes_arg(value: str) -> list[str]:
 
 
 def _lint_parser() -> argparse.ArgumentParser:
+    from mpcheck.report import FORMATS
+
     p = argparse.ArgumentParser(
         prog="mpcheck",
         description="Find device-placement bugs in manually model-parallel PyTorch code.",
@@ -50,7 +52,7 @@ def _lint_parser() -> argparse.ArgumentParser:
     p.add_argument("--ignore", type=_codes_arg, action="append", default=[], metavar="CODES", help="codes or prefixes to skip")
     p.add_argument("--exclude", type=_codes_arg, action="append", metavar="PATTERNS", help="gitignore-style patterns to skip (replaces the defaults)")
     p.add_argument("--extend-exclude", type=_codes_arg, action="append", default=[], metavar="PATTERNS", help="patterns to skip as well as the defaults")
-    p.add_argument("--output-format", choices=("text", "full", "json", "sarif", "github"), default="text")
+    p.add_argument("--output-format", choices=FORMATS, default="text")
     p.add_argument("--statistics", action="store_true", help="print the number of findings per code instead of the findings")
     p.add_argument("--exit-zero", action="store_true", help="exit 0 even when there are findings")
     p.add_argument("--fix", action="store_true", help="apply safe fixes")
@@ -75,7 +77,7 @@ def lint_main(argv: list[str]) -> int:
     from mpcheck.config import Layer, project_root, resolve
     from mpcheck.lint import rulemeta
     from mpcheck.lint.cache import CACHE_DIR_NAME, ResultCache
-    from mpcheck.lint.files import SourceFile, discover
+    from mpcheck.lint.files import discover, stdin_source
     from mpcheck.lint.pipeline import lint
 
     args = _lint_parser().parse_args(argv)
@@ -103,11 +105,7 @@ def lint_main(argv: list[str]) -> int:
     files = discover(paths, settings)
     stdin = None
     if use_stdin:
-        name = args.stdin_filename or "-"
-        abspath = os.path.abspath(args.stdin_filename or "stdin.py")
-        from mpcheck.lint.files import _rel
-
-        stdin = (SourceFile(name, abspath, _rel(abspath, str(settings.root))), sys.stdin.buffer.read())
+        stdin = (stdin_source(args.stdin_filename, settings), sys.stdin.buffer.read())
     if not files and stdin is None:
         return EXIT_OK  # nothing to check (pre-commit may pass no Python file): quietly fine
 

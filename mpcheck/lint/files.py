@@ -164,6 +164,13 @@ def _display(path: str) -> str:
     return os.path.normpath(path)
 
 
+def stdin_source(filename: str | None, settings: Settings) -> SourceFile:
+    """The file read from stdin: named by --stdin-filename (so that patterns and
+    per-file-ignores apply to it), else shown as `-`."""
+    abspath = os.path.abspath(filename or "stdin.py")
+    return SourceFile(filename or "-", abspath, _rel(abspath, str(settings.root)))
+
+
 def discover(args: list[str], settings: Settings) -> list[SourceFile]:
     """The .py files to check, each once, in a stable order. A missing path is a ConfigError naming it."""
     missing = [a for a in args if not os.path.exists(a)]
