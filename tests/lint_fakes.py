@@ -86,3 +86,10 @@ def write(root, files: dict[str, str | bytes]):
         else:
             path.write_text(content, encoding="utf-8")
     return root
+
+
+def make_project(root, monkeypatch, files: dict[str, str | bytes]):
+    """A project at `root` (a pyproject.toml and a package `pkg`) holding `files`, made the working folder."""
+    write(root, {"pyproject.toml": "[project]\nname = 'demo'\n", "pkg/__init__.py": "", **files})
+    monkeypatch.chdir(root)
+    return root

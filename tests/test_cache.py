@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from lint_fakes import fake_rules, write  # noqa: F401  (fixture)
+from lint_fakes import fake_rules, make_project, write  # noqa: F401  (fixture)
 from mpcheck import cli
 from mpcheck.lint import rulemeta
 
@@ -18,18 +18,15 @@ MODEL = "class Split(nn.Module):  # split\n    pass\n"
 
 @pytest.fixture
 def project(tmp_path, monkeypatch, fake_rules):
-    write(
+    return make_project(
         tmp_path,
+        monkeypatch,
         {
-            "pyproject.toml": "[project]\nname = 'demo'\n",
-            "pkg/__init__.py": "",
             "pkg/model.py": MODEL + "net = Split().cuda()\n",
             "pkg/train.py": "from pkg.model import Split\ndp = DataParallel(Split())\n",
             "pkg/other.py": "y = z.cuda()\n",
         },
     )
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
 
 
 def lint(capsys, calls, *args):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from lint_fakes import fake_rules, write  # noqa: F401  (fixture)
+from lint_fakes import fake_rules, make_project, write  # noqa: F401  (fixture)
 from mpcheck import cli
 from mpcheck.lint import pipeline
 
@@ -29,18 +29,15 @@ def run_cli(capsys, *args):
 
 @pytest.fixture
 def project(tmp_path, monkeypatch, fake_rules):
-    write(
+    return make_project(
         tmp_path,
+        monkeypatch,
         {
-            "pyproject.toml": "[project]\nname = 'demo'\n",
-            "pkg/__init__.py": "",
             "pkg/model.py": "class Split(nn.Module):  # split\n    pass\n\nnet = Split().cuda()\n",
             "pkg/train.py": "from .model import Split\nfrom torch.nn import DataParallel\ndp = DataParallel(Split())\n",
             "pkg/clean.py": "import torch\nx = torch.zeros(3)\n",
         },
     )
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
 
 
 def test_findings_exit_1_text_format_sorted(project, capsys):
