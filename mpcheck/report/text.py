@@ -33,7 +33,7 @@ def render_text(findings: list[Finding], ctx: ReportContext) -> str:
     return "\n".join(lines) + ("\n" if lines else "")
 
 
-def _source_lines(f: Finding, ctx: ReportContext) -> list[str]:
+def _source_lines(f: Finding, ctx: ReportContext, p: Palette) -> list[str]:
     text = ctx.sources.get(f.path)
     if text is None:
         return []
@@ -46,7 +46,6 @@ def _source_lines(f: Finding, ctx: ReportContext) -> list[str]:
     width = min(width, max(1, len(src) - f.column + 1))
     gutter = str(f.line)
     pad = " " * len(gutter)
-    p = Palette(ctx.color)
     return [
         f"{pad} |",
         f"{p('blue', gutter)} | {src}",
@@ -59,7 +58,7 @@ def render_full(findings: list[Finding], ctx: ReportContext) -> str:
     blocks = []
     for f in findings:
         block = [_head(f, p)]
-        block.extend(_source_lines(f, ctx))
+        block.extend(_source_lines(f, ctx, p))
         if f.devices:
             block.append(f"  devices: {', '.join(f.devices)}")
         if f.modules:
