@@ -9,6 +9,7 @@ import textwrap
 import libcst as cst
 import pytest
 
+from mpcheck import codes
 from mpcheck.analysis import analyze, summarize
 from mpcheck.devices.names import canonical, import_bindings
 from mpcheck.devices.values import (
@@ -23,7 +24,7 @@ from mpcheck.devices.values import (
 )
 from mpcheck.rules.context import FileContext
 
-ALL = frozenset(f"MP{i:03d}" for i in range(12))
+ALL = frozenset(c.code for c in codes.on_face(codes.LINT))
 
 
 def model_of(src: str, modname: str = "m", project=None):

@@ -14,10 +14,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import mpcheck
+from mpcheck import codes
 from mpcheck.finding import Finding
 
-SYNTAX_ERROR_CODE = "MP000"
-SYNTAX_ERROR_NAME = "syntax-error"
+SYNTAX_ERROR_CODE = codes.SYNTAX_ERROR.code
 
 
 @dataclass(frozen=True)
@@ -29,22 +29,22 @@ class RuleMeta:
     needs: tuple[str, ...]
 
 
+# MP000 is the pipeline's own (no Rule class, no pre-filter words).
 SYNTAX_ERROR = RuleMeta(
-    SYNTAX_ERROR_CODE, SYNTAX_ERROR_NAME, "error", "The file could not be read or parsed.", ()
+    codes.SYNTAX_ERROR.code, codes.SYNTAX_ERROR.name, codes.SYNTAX_ERROR.severity, codes.SYNTAX_ERROR.summary, ()
 )
-
 
 
 def syntax_finding(path: str, message: str, line: int = 1, column: int = 1) -> Finding:
     """The MP000 finding for a file that could not be read, decoded or parsed."""
     return Finding(
-        code=SYNTAX_ERROR_CODE,
-        name=SYNTAX_ERROR_NAME,
+        code=SYNTAX_ERROR.code,
+        name=SYNTAX_ERROR.name,
         path=path,
         line=line,
         column=column,
         message=message,
-        severity="error",
+        severity=SYNTAX_ERROR.severity,
     )
 
 
@@ -75,7 +75,7 @@ def _from_registry() -> list[RuleMeta]:
     from mpcheck.rules import all_rules
 
     return [
-        RuleMeta(r.code, r.name, r.severity, getattr(r, "summary", ""), tuple(r.needs)) for r in all_rules()
+        RuleMeta(r.code, r.name, r.severity, r.summary, tuple(r.needs)) for r in all_rules()
     ]
 
 

@@ -12,9 +12,6 @@ from mpcheck.rules.words import FLOW_WORDS
 
 class MissingTransfer(Rule):
     code = "MP001"
-    name = "missing-transfer"
-    summary = "A tensor on one device reaches a module, parameter or op on another device with no .to() in between."
-    severity = "error"
     needs = FLOW_WORDS
 
     def check(self, ctx):

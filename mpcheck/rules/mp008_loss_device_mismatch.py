@@ -12,9 +12,6 @@ from mpcheck.rules.words import FLOW_WORDS
 
 class LossDeviceMismatch(Rule):
     code = "MP008"
-    name = "loss-device-mismatch"
-    summary = "A loss or metric gets its outputs and its targets (or class weights) on different devices."
-    severity = "error"
     needs = FLOW_WORDS
 
     def check(self, ctx):

@@ -20,6 +20,7 @@ from dataclasses import replace
 import weakref
 from typing import Any, Callable, Iterable, Protocol
 
+from mpcheck import codes
 from mpcheck.finding import Finding
 from mpcheck.runtime.ledger import Ledger, TransferTiming
 from mpcheck.runtime.pingpong import Chain, PingPong, describe
@@ -37,18 +38,11 @@ __all__ = [
 
 ON_MISMATCH = ("raise", "warn", "move")
 
-# The linter's rule codes and names; a runtime finding prints exactly like a static one.
-RULE_NAMES = {
-    "MP001": "missing-transfer",
-    "MP002": "split-model-in-data-parallel",
-    "MP005": "round-trip-transfer",
-    "MP006": "transfer-per-layer",
-    "MP007": "collapse-split-model",
-    "MP011": "repeated-transfer",
-}
-# Findings that mean the program is about to crash: these follow `on_mismatch`.
-# The others (wasted transfers, a collapsed split) are recorded and reported.
-_FATAL = frozenset({"MP001", "MP002"})
+# The codes this core reports, named and graded as mpcheck/codes.py says: a runtime finding
+# prints exactly like a static one. The fatal ones mean the program is about to crash and follow
+# `on_mismatch`; the others (wasted transfers, a collapsed split) are recorded and reported.
+RULE_NAMES = {c.code: c.name for c in codes.on_face(codes.RUN)}
+_FATAL = frozenset(c.code for c in codes.on_face(codes.RUN) if c.fatal)
 _PURGE_AT = 4096
 _MAX_MODULES = 8  # modules listed on one finding  # table size at which entries of freed storages are dropped
 
@@ -280,7 +274,7 @@ class Checker:
                     line=site.line,
                     column=1,
                     message=message,
-                    severity=severity or ("error" if code in _FATAL else "warning"),
+                    severity=severity or codes.get(code).severity,
                     devices=devices,
                     modules=modules,
                     suggestion=suggestion,
