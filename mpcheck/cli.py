@@ -28,6 +28,15 @@ _RUNTIME_FACES = {
 }
 
 
+def _crash_hint() -> str:
+    """Said once after the internal errors of a lint run, as ruff does after a panic."""
+    debug = "" if os.environ.get("MPCHECK_DEBUG") else " MPCHECK_DEBUG=1 shows the traceback."
+    return (
+        "mpcheck: this is a bug in mpcheck, not in your code: please report it with the file (or a smaller "
+        f"one that crashes the same way) and the output of `mpcheck --version`.{debug}"
+    )
+
+
 def _err(message: str) -> None:
     print(f"mpcheck: error: {message}", file=sys.stderr)
 
@@ -113,6 +122,8 @@ def lint_main(argv: list[str]) -> int:
     outcome = lint(files, settings, rules, cache=cache, jobs=args.jobs, stdin=stdin)
     for message in outcome.errors:
         _err(message)
+    if outcome.errors:
+        print(_crash_hint(), file=sys.stderr)
 
     findings = outcome.findings
     fixed_count = 0

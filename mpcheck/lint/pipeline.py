@@ -38,7 +38,7 @@ PARALLEL_MIN_FILES = 6
 @dataclass
 class LintOutcome:
     findings: list[Finding] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)  # internal errors: exit code 2
+    errors: list[str] = field(default_factory=list)  # internal errors (mpcheck's bugs): exit code 2
     sources: dict[str, str] = field(default_factory=dict)  # display path -> text, for files with findings
     abspaths: dict[str, str] = field(default_factory=dict)  # display path -> absolute path
 
@@ -73,6 +73,11 @@ def _decode(path: str, data: bytes) -> tuple[str | None, Finding | None]:
 # Module-level functions so that worker processes can run them.
 
 
+# Both return the error as one message (the traceback under MPCHECK_DEBUG) instead of
+# raising: a bug met on one file must not hide the other files' results, and a
+# message crosses the process boundary where an exception may not pickle.
+
+
 def _analyze_task(task: tuple) -> tuple:
     path, text, codes, modname, project = task
     from mpcheck import analysis
@@ -82,8 +87,10 @@ def _analyze_task(task: tuple) -> tuple:
         findings = [f for f in result.findings if f.code in codes or f.code == SYNTAX_ERROR_CODE]
         findings = noqa.filter_findings(text, findings)
         return path, [f.to_dict() for f in findings], list(result.used_modules), None
-    except Exception as exc:  # a bug in a rule must not hide the other files' results
-        return path, [], [], _describe(exc)
+    except analysis.RuleCrash as exc:  # the message names the file and the rule
+        return path, [], [], _describe(exc, exc.__cause__ or exc)
+    except Exception as exc:
+        return path, [], [], _describe(exc, exc, f"internal error while checking {path}: ")
 
 
 def _summarize_task(task: tuple) -> tuple:
@@ -93,20 +100,22 @@ def _summarize_task(task: tuple) -> tuple:
     try:
         return abspath, analysis.summarize(abspath, text, modname), None
     except Exception as exc:
-        return abspath, None, _describe(exc)
+        return abspath, None, _describe(exc, exc, f"internal error while summarising {os.path.relpath(abspath)}: ")
 
 
-def _describe(exc: BaseException) -> str:
+def _describe(exc: BaseException, origin: BaseException, prefix: str = "") -> str:
+    """`prefix` + the exception, with where `origin` (the exception first raised) was raised."""
+    head = f"{prefix}{type(exc).__name__}: {exc}" if prefix else str(exc)
     if os.environ.get("MPCHECK_DEBUG"):
         import traceback
 
-        return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    tb = exc.__traceback__
+        return head + "\n" + "".join(traceback.format_exception(type(origin), origin, origin.__traceback__))
+    tb = origin.__traceback__
     where = ""
     while tb is not None:
         where = f" (at {os.path.basename(tb.tb_frame.f_code.co_filename)}:{tb.tb_lineno})"
         tb = tb.tb_next
-    return f"{type(exc).__name__}: {exc}{where}"
+    return head + where
 
 
 def available_cpus() -> int:
@@ -335,9 +344,11 @@ def _analyze_misses(
             summaries[path] = summary
         else:
             todo.append((path, project.text(path), modname))
+    crashed: set[str] = set()  # modules whose summary raised: their users' results are incomplete
     for path, summary, error in _run_tasks(_summarize_task, todo, [len(t[1]) for t in todo], jobs):
         if error is not None:
-            out.errors.append(f"internal error while summarising {os.path.relpath(path)}: {error}")
+            out.errors.append(error)
+            crashed.add(path)
             continue
         summaries[path] = summary
         if cache is not None:
@@ -354,13 +365,13 @@ def _analyze_misses(
     ):
         f = by_path[path]
         if error is not None:
-            out.errors.append(f"internal error while checking {path}: {error}")
-            continue
+            out.errors.append(error)
+            continue  # nothing cached: the next run checks the file again and says so again
         findings = [Finding.from_dict(d) for d in finding_dicts]
         out.findings.extend(findings)
         if findings:
             out.sources[path] = f.text
-        if cache is not None:
+        if cache is not None and not crashed.intersection(uses[id(f)].values()):
             roots = project.roots_for(f.root)
             deps = {m: project.digest(modules.resolve(m, roots)) for m in used_modules}
             stored = [{k: v for k, v in d.items() if k != "path"} for d in finding_dicts]
