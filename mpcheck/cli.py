@@ -5,7 +5,8 @@
     mpcheck run ...               the runtime debug mode (mpcheck.runtime.run_cli)
     mpcheck dryrun ...            the dry run on virtual GPUs (mpcheck.runtime.dryrun_cli)
 
-Exit codes: 0 no findings, 1 findings, 2 usage, configuration or internal error.
+Exit codes: 0 no findings, 1 findings, 2 usage, configuration or internal error,
+or a path that does not exist (named on stderr; the other paths are still checked).
 No traceback ever reaches the user: an unexpected exception becomes one line
 and exit code 2 (MPCHECK_DEBUG=1 shows the traceback).
 """
@@ -44,7 +45,7 @@ def _lint_parser() -> argparse.ArgumentParser:
         description="Find device-placement bugs in manually model-parallel PyTorch code.",
         epilog="Other commands: `mpcheck rule MP003` / `mpcheck rule --all` (rule docs), "
         "`mpcheck run script.py` (runtime debug mode), `mpcheck dryrun --gpus 4 script.py` (virtual GPUs). "
-        "Exit codes: 0 clean, 1 findings, 2 usage/config/internal error.",
+        "Exit codes: 0 clean, 1 findings, 2 usage/config/internal error or a missing path.",
     )
     p.add_argument("paths", nargs="*", metavar="PATH", help="files or folders to check (default: .); - reads stdin")
     p.add_argument("--select", type=_codes_arg, action="append", metavar="CODES", help="codes or prefixes to check, or ALL (replaces the config's)")
