@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from mpcheck.finding import Finding
-from mpcheck.lint.rulemeta import SYNTAX_ERROR_CODE, syntax_finding
+from mpcheck.lint.rulemeta import SYNTAX_ERROR_CODE, parse_failure
 
 
 class RuleCrash(Exception):
@@ -120,10 +120,8 @@ def analyze(
         return FileResult([])
     try:
         module = cst.parse_module(source)
-    except cst.ParserSyntaxError as e:
-        return FileResult([_syntax_error(path, e.editor_line, e.editor_column, e.message)])
-    except Exception as e:  # noqa: BLE001  (the parser's other failures: recursion, encodings, ...)
-        return FileResult([_syntax_error(path, 1, 1, f"cannot parse: {type(e).__name__}: {e}")])
+    except Exception as e:  # noqa: BLE001  (ParserSyntaxError, and the parser's other failures: recursion, ...)
+        return FileResult([parse_failure(path, source, e)])
     ctx = FileContext(path, source, module, modname, project)
     findings: list[Finding] = []
     for rule_cls in rules:
@@ -143,7 +141,3 @@ def _parse(source: str):
     except Exception:  # noqa: BLE001  (any parse failure: the file has no summary)
         return None
 
-
-def _syntax_error(path: str, line: int, col: int, message: str) -> Finding:
-    first = message.strip().splitlines()[0] if message.strip() else "syntax error"
-    return syntax_finding(path, f"could not parse: {first}", max(line, 1), max(col, 1))

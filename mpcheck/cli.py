@@ -5,7 +5,8 @@
     mpcheck run ...               the runtime debug mode (mpcheck.runtime.run_cli)
     mpcheck dryrun ...            the dry run on virtual GPUs (mpcheck.runtime.dryrun_cli)
 
-Exit codes: 0 no findings, 1 findings, 2 usage, configuration or internal error.
+Exit codes: 0 no findings, 1 findings, 2 usage, configuration or internal error,
+or a path that does not exist (named on stderr; the other paths are still checked).
 No traceback ever reaches the user: an unexpected exception becomes one line
 and exit code 2 (MPCHECK_DEBUG=1 shows the traceback).
 """
@@ -53,7 +54,7 @@ def _lint_parser() -> argparse.ArgumentParser:
         description="Find device-placement bugs in manually model-parallel PyTorch code.",
         epilog="Other commands: `mpcheck rule MP003` / `mpcheck rule --all` (rule docs), "
         "`mpcheck run script.py` (runtime debug mode), `mpcheck dryrun --gpus 4 script.py` (virtual GPUs). "
-        "Exit codes: 0 clean, 1 findings, 2 usage/config/internal error.",
+        "Exit codes: 0 clean, 1 findings, 2 usage/config/internal error or a missing path.",
     )
     p.add_argument("paths", nargs="*", metavar="PATH", help="files or folders to check (default: .); - reads stdin")
     p.add_argument("--select", type=_codes_arg, action="append", metavar="CODES", help="codes or prefixes to check, or ALL (replaces the config's)")
@@ -86,7 +87,7 @@ def lint_main(argv: list[str]) -> int:
     from mpcheck.config import Layer, project_root, resolve
     from mpcheck.lint import rulemeta
     from mpcheck.lint.cache import CACHE_DIR_NAME, ResultCache
-    from mpcheck.lint.files import discover, stdin_source
+    from mpcheck.lint.files import discover, missing_paths, stdin_source
     from mpcheck.lint.pipeline import lint
 
     args = _lint_parser().parse_args(argv)
@@ -111,12 +112,19 @@ def lint_main(argv: list[str]) -> int:
     )
     settings = resolve(cli_layer, rules.keys(), start=start, use_config=not args.isolated)
 
-    files = discover(paths, settings)
+    # A path that names nothing is an error (exit 2), but the others are still checked.
+    missing = missing_paths(paths)
+    for path in missing:
+        _err(f"path not found: {path}")
+    files = discover([p for p in paths if p not in missing], settings)
     stdin = None
     if use_stdin:
         stdin = (stdin_source(args.stdin_filename, settings), sys.stdin.buffer.read())
     if not files and stdin is None:
-        return EXIT_OK  # nothing to check (pre-commit may pass no Python file): quietly fine
+        # Nothing to check (pre-commit may pass no Python file): quiet in the text
+        # formats, an empty but valid document in the machine ones.
+        _report(args, [], {}, 0, rules, settings, sys.stdout, checked=0)
+        return EXIT_ERROR if missing else EXIT_OK
 
     cache = ResultCache(cache_dir, rulemeta.code_fingerprint()) if cache_dir is not None else None
     outcome = lint(files, settings, rules, cache=cache, jobs=args.jobs, stdin=stdin)
@@ -145,7 +153,7 @@ def lint_main(argv: list[str]) -> int:
             print(f"mpcheck: warning: {message}", file=sys.stderr)
         if args.diff:
             sys.stdout.write("".join(result.diffs))
-            if outcome.errors:
+            if outcome.errors or missing:
                 return EXIT_ERROR
             return EXIT_FINDINGS if result.diffs and not args.exit_zero else EXIT_OK
         fixed_ids = {id(f) for f in result.fixed}
@@ -157,23 +165,35 @@ def lint_main(argv: list[str]) -> int:
 
     # With `--fix -`, stdout carries the fixed source (for editors): the report goes to stderr.
     stream = sys.stderr if (args.fix and stdin is not None) else sys.stdout
-    _report(args, findings, outcome.sources, fixed_count, rules, settings, stream)
-    if outcome.errors:
+    checked = len(files) + (stdin is not None)
+    _report(args, findings, outcome.sources, fixed_count, rules, settings, stream, checked)
+    if outcome.errors or missing:
         return EXIT_ERROR
     if findings and not args.exit_zero:
         return EXIT_FINDINGS
     return EXIT_OK
 
 
-def _report(args, findings, sources, fixed_count, rules, settings, stream) -> None:
-    from mpcheck.report import ReportContext, render
-    from mpcheck.report import colour
+def _report(args, findings, sources, fixed_count, rules, settings, stream, checked) -> None:
+    from mpcheck.report.text import all_passed
 
+    human = args.output_format in ("text", "full")
     if args.statistics:
         from mpcheck.report.statistics import render as render_stats
 
-        stream.write(render_stats(findings))
-        return
+        stream.write(render_stats(findings, "json" if args.output_format == "json" else "text"))
+    else:
+        _render_findings(args, findings, sources, fixed_count, rules, settings, stream)
+    # A clean run says so (as ruff does), so that one can tell that files were checked.
+    if human and checked and not findings and not fixed_count:
+        stream.write(all_passed(checked))
+    stream.flush()
+
+
+def _render_findings(args, findings, sources, fixed_count, rules, settings, stream) -> None:
+    from mpcheck.report import ReportContext, render
+    from mpcheck.report import colour
+
     color = args.output_format in ("text", "full") and colour.wanted(args.color, stream)
     if color:
         colour.enable_windows()
@@ -192,7 +212,6 @@ def _report(args, findings, sources, fixed_count, rules, settings, stream) -> No
                     doc.text if doc else "",
                 )
     stream.write(render(args.output_format, findings, ctx))
-    stream.flush()
 
 
 def rule_main(argv: list[str]) -> int:

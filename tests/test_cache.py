@@ -189,4 +189,4 @@ def test_real_rules_dependant_invalidated_across_files(tmp_path):
     assert run().stdout == first.stdout  # from the cache
     (tmp_path / "model.py").write_text(model.replace("cuda:1", "cuda:0"))
     third = run()
-    assert (third.returncode, third.stdout) == (0, ""), third.stdout + third.stderr
+    assert (third.returncode, third.stdout) == (0, "All checks passed (2 files).\n"), third.stdout + third.stderr

@@ -70,7 +70,8 @@ def test_sarif_2_1_0_shape():
         loc = r["locations"][0]["physicalLocation"]
         assert loc["artifactLocation"]["uri"] == "src/train.py"
         assert all(v >= 1 for v in loc["region"].values())
-    assert res[0]["message"]["text"].endswith("Fix: drop DataParallel")
+    # The message is the text format's: it carries the advice, the suggestion is not repeated.
+    assert res[0]["message"]["text"] == A.message
     assert render("sarif", [], ReportContext())  # an empty run is still a valid document
     assert json.loads(render("sarif", []))["runs"][0]["results"] == []
 
@@ -86,8 +87,7 @@ def test_github_annotations_escape():
     assert out[0] == (
         "::error file=src/train.py,line=4,col=6,endLine=4,endColumn=27,"
         "title=MP002 (split-model-in-data-parallel)::MP002 DataParallel on SplitNet, which spans cuda:0 and cuda:1"
-        " Fix: drop DataParallel"
-    )
+    )  # the message alone, as in the text format: the suggestion (already in a rule's message) is not repeated
     assert out[1].startswith("::warning file=src/train.py,line=5,")
     assert out[1].endswith("::MP007 collapses, 100%25: a,b")
     weird = Finding(code="MP001", name="n", path="a,b:c.py", line=1, column=1, message="two\nlines")
@@ -98,6 +98,14 @@ def test_statistics():
     out = statistics([A, B, B])
     assert out.splitlines() == ["2  MP007  collapse-split-model [*]", "1  MP002  split-model-in-data-parallel"]
     assert statistics([]) == ""
+
+
+def test_statistics_json():
+    assert json.loads(statistics([A, B, B], "json")) == [
+        {"code": "MP007", "name": B.name, "count": 2, "fixable": True},
+        {"code": "MP002", "name": A.name, "count": 1, "fixable": False},
+    ]
+    assert json.loads(statistics([], "json")) == []
 
 
 def test_colour_only_when_on():
