@@ -23,8 +23,8 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-from mpcheck.runtime.core import Checker
-from mpcheck.runtime.sites import called_by_torch
+from mpcheck.runtime.checks.checker import Checker
+from mpcheck.runtime.checks.sites import called_by_torch
 
 _graph_task_id = getattr(torch._C, "_current_graph_task_id", lambda: -1)
 
@@ -76,7 +76,7 @@ class CheckingMode(TorchFunctionMode):
         self._tensor = torch.Tensor
         self._tls = checker._tls
         if stamp_nodes:
-            from mpcheck.runtime.strict import stamp_node
+            from mpcheck.runtime.capture.strict import stamp_node
 
             self._stamp_node = stamp_node
 

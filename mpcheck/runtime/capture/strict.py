@@ -16,8 +16,8 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from mpcheck.runtime.core import Checker
-from mpcheck.runtime.sites import UNKNOWN, Site
+from mpcheck.runtime.checks.checker import Checker
+from mpcheck.runtime.checks.sites import UNKNOWN, Site
 
 # Copies cross devices by design; index ops take CPU indices next to GPU tensors.
 _SKIP = frozenset({"_to_copy", "copy_", "_copy_from", "_copy_from_and_resize", "to", "lift_fresh",

@@ -25,8 +25,8 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from mpcheck.runtime.core import Checker
-from mpcheck.runtime.sites import user_frame, user_site
+from mpcheck.runtime.checks.checker import Checker
+from mpcheck.runtime.checks.sites import user_frame, user_site
 
 Undo = Callable[[], None]
 

@@ -21,9 +21,9 @@ import weakref
 from typing import Any, Callable, Iterable, Protocol
 
 from mpcheck.finding import Finding
-from mpcheck.runtime.ledger import Ledger, TransferTiming
-from mpcheck.runtime.pingpong import Chain, PingPong, describe
-from mpcheck.runtime.sites import UNKNOWN, Site, user_site
+from mpcheck.runtime.checks.ledger import Ledger, TransferTiming
+from mpcheck.runtime.checks.pingpong import Chain, PingPong, describe
+from mpcheck.runtime.checks.sites import UNKNOWN, Site, user_site
 
 __all__ = [
     "Devices",

@@ -42,7 +42,7 @@ import torch.utils._device as _device_ctx
 from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch.overrides import TorchFunctionMode
 
-from mpcheck.runtime.links import Link, ModelTiming, parse_link
+from mpcheck.runtime.virtual.links import Link, ModelTiming, parse_link
 
 LABEL = "_mpcheck_vdev"
 DEFAULT_DEVICE_MEMORY = 80 * 2**30  # an 80 GiB A100/H100; --device-memory changes it
@@ -62,7 +62,7 @@ class VirtualDeviceError(RuntimeError):
 
 
 def _user_site() -> str:
-    from mpcheck.runtime.sites import user_site
+    from mpcheck.runtime.checks.sites import user_site
 
     s = user_site(2)
     return f"{s.path}:{s.line}" if s.line else "<unknown line>"
@@ -366,14 +366,14 @@ class VirtualGPUs:
 
     # -- memory snapshots (the numbers are interpreted in estimate.py) ---------------------
     def _before_backward(self) -> None:
-        from mpcheck.runtime.estimate import snapshot_activations
+        from mpcheck.runtime.virtual.memory import snapshot_activations
 
         self.backward_calls += 1
         snapshot_activations(self)
 
     def _after_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        from mpcheck.runtime.estimate import snapshot_step
-        from mpcheck.runtime.hooks import in_outer_step
+        from mpcheck.runtime.virtual.memory import snapshot_step
+        from mpcheck.runtime.capture.hooks import in_outer_step
 
         self.optimizers[id(optimizer)] = weakref.ref(optimizer)
         if not in_outer_step():  # a step inside a step (super().step()): the outer one reads memory

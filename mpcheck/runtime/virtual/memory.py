@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 if TYPE_CHECKING:  # pragma: no cover
-    from mpcheck.runtime.virtual import VirtualGPUs
+    from mpcheck.runtime.virtual.devices import VirtualGPUs
 
 CATEGORIES = ("params", "grads", "optimizer_state", "activations")
 
