@@ -39,9 +39,10 @@ class Session:
         """devices: where a tensor's device comes from (the real GPUs' CudaDevices, the virtual GPUs);
         the face decides, the session does not know either."""
         self.devices = devices
-        self.checker = Checker(devices, on_mismatch=on_mismatch, select=select, ledger=Ledger(keep_events=keep_trace))
-        self.strict = strict
         self.namer = hooks.ModuleNamer()
+        self.checker = Checker(devices, on_mismatch=on_mismatch, select=select, ledger=Ledger(keep_events=keep_trace),
+                               namer=self.namer)
+        self.strict = strict
         self.model = model
         self.model_name = model_name
         self.notes: list[str] = []  # things the report must say (e.g. torch.compile turned off)
