@@ -4,7 +4,7 @@
         train_one_step()
     dr.findings, dr.memory, dr.ledger
 
-The virtual GPUs (virtual.py) are entered first; the debug mode's session, with
+The virtual GPUs (devices.py) are entered first; the debug mode's session, with
 the same checks and rule codes, runs on top of them with `devices=` the virtual
 GPUs, so the checks see virtual devices. Default `on_mismatch="move"`: one run
 lists every mismatch, each at the user's line.
@@ -114,14 +114,13 @@ class dryrun(Face):
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
-        from mpcheck.runtime.virtual.memory import estimate
-        from mpcheck.runtime.virtual.devices import DryRunLimitError
+        from mpcheck.runtime.virtual.errors import DryRunLimitError
 
         try:
             self.session.stop()
         finally:
             self.gpus.__exit__(exc_type, exc, tb)
-        self.memory = estimate(self.gpus)
+        self.memory = self.gpus.memory.estimate()
         self.session.checker.ledger.memory = {}  # the estimate replaces the debug mode's plain counts
         if isinstance(exc, DryRunLimitError):
             self.stopped = str(exc)
