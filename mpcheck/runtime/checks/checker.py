@@ -55,7 +55,7 @@ _MAX_MODULES = 8  # modules listed on one finding  # table size at which entries
 
 
 class Devices(Protocol):
-    """Where devices come from. Real GPUs: mpcheck.runtime.real.CudaDevices; virtual: DRY's."""
+    """Where devices come from. Real GPUs: real/devices.py's CudaDevices; virtual: virtual/devices.py's VirtualGPUs."""
 
     name: str  # "cuda" or "virtual"
 
