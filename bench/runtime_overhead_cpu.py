@@ -33,7 +33,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import mpcheck
-from mpcheck.runtime.real import CudaDevices
+from mpcheck.runtime.real.devices import CudaDevices
 from runtime_overhead import Block, step  # bench/ is on sys.path when this script runs
 
 

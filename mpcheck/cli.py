@@ -2,8 +2,8 @@
 
     mpcheck [PATH ...]            lint (the default)
     mpcheck rule MP003 | --all    the rule documentation
-    mpcheck run ...               the runtime debug mode (mpcheck.runtime.run_cli)
-    mpcheck dryrun ...            the dry run on virtual GPUs (mpcheck.runtime.dryrun_cli)
+    mpcheck run ...               the runtime debug mode (mpcheck.runtime.commands.run)
+    mpcheck dryrun ...            the dry run on virtual GPUs (mpcheck.runtime.commands.dryrun)
 
 Exit codes: 0 no findings, 1 findings, 2 usage, configuration or internal error,
 or a path that does not exist (named on stderr; the other paths are still checked).
@@ -24,8 +24,8 @@ from mpcheck.config import ConfigError
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
 _RUNTIME_FACES = {
-    "run": "mpcheck.runtime.run_cli",
-    "dryrun": "mpcheck.runtime.dryrun_cli",
+    "run": "mpcheck.runtime.commands.run",
+    "dryrun": "mpcheck.runtime.commands.dryrun",
 }
 
 

@@ -6,7 +6,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import mpcheck
-from mpcheck.runtime.virtual import VirtualDeviceError, VirtualGPUs
+from mpcheck.runtime.virtual.devices import VirtualDeviceError, VirtualGPUs
 
 
 def quiet(**kw):

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 import mpcheck
-from mpcheck.runtime.core import DeviceMismatchError, MpcheckRuntimeWarning
+from mpcheck.runtime.checks.checker import DeviceMismatchError, MpcheckRuntimeWarning
 
 
 def _line(fn, marker):

@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from mpcheck.runtime.run_cli import main
+from mpcheck.runtime.commands.run import main
 
 SPLIT = textwrap.dedent(
     """

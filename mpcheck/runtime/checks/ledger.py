@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from mpcheck.runtime.sites import Site
+from mpcheck.runtime.checks.sites import Site
 
 # Transfers below this size are latency-bound (about 21 us each on NVLink
 # whatever the size up to ~0.5 MB, see notes/h200-transfers.md): the report

@@ -35,7 +35,7 @@ _owner_code: dict[CodeType, str] = {}
 _internal_code: dict[CodeType, bool] = {}
 
 _TORCH_DIR = None
-_MPCHECK_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_MPCHECK_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep  # mpcheck/
 _STDLIB_INTERNALS = ("contextlib.py", "threading.py", "functools.py")
 
 

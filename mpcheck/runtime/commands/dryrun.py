@@ -13,8 +13,8 @@ import argparse
 import functools
 import sys
 
-from mpcheck.runtime.cli_options import add_report_options, needs_torch, parse, selected_codes, write_report
-from mpcheck.runtime.launch import run_program
+from mpcheck.runtime.commands.options import add_report_options, needs_torch, parse, selected_codes, write_report
+from mpcheck.runtime.commands.launch import run_program
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -49,8 +49,8 @@ def main(argv: list[str]) -> int:
         print(f"mpcheck dryrun: --gpus must be at least 1, got {opts.gpus}", file=sys.stderr)
         return 2
     try:
-        from mpcheck.runtime.dryrun import dryrun
-        from mpcheck.runtime.virtual import DryRunLimitError
+        from mpcheck.runtime.virtual.dryrun import dryrun
+        from mpcheck.runtime.virtual.devices import DryRunLimitError
     except ImportError as e:
         return needs_torch(parser.prog, e)
     try:

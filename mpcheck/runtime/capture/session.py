@@ -15,10 +15,10 @@ from typing import Any, Iterable
 
 import torch
 
-from mpcheck.runtime import hooks
-from mpcheck.runtime.core import Checker, Devices
-from mpcheck.runtime.ledger import Ledger
-from mpcheck.runtime.mode import CheckingMode
+from mpcheck.runtime.capture import hooks
+from mpcheck.runtime.checks.checker import Checker, Devices
+from mpcheck.runtime.checks.ledger import Ledger
+from mpcheck.runtime.capture.mode import CheckingMode
 
 _active_lock = threading.Lock()
 _active: "Session | None" = None
@@ -32,18 +32,17 @@ class Session:
         on_mismatch: str = "raise",
         strict: bool = False,
         select: Iterable[str] | None = None,
-        devices: Devices | None = None,
+        devices: Devices,
         keep_trace: bool = False,
         model_name: str = "model",
     ) -> None:
-        if devices is None:
-            from mpcheck.runtime.real import CudaDevices
-
-            devices = CudaDevices()
+        """devices: where a tensor's device comes from (the real GPUs' CudaDevices, the virtual GPUs);
+        the face decides, the session does not know either."""
         self.devices = devices
-        self.checker = Checker(devices, on_mismatch=on_mismatch, select=select, ledger=Ledger(keep_events=keep_trace))
-        self.strict = strict
         self.namer = hooks.ModuleNamer()
+        self.checker = Checker(devices, on_mismatch=on_mismatch, select=select, ledger=Ledger(keep_events=keep_trace),
+                               namer=self.namer)
+        self.strict = strict
         self.model = model
         self.model_name = model_name
         self.notes: list[str] = []  # things the report must say (e.g. torch.compile turned off)
@@ -78,7 +77,7 @@ class Session:
             self._undos.append(self._step_outside_mode(mode))
             self._undos.extend(self._zero_grad_outside_mode(mode))
             if self.strict:
-                from mpcheck.runtime.strict import StrictMode
+                from mpcheck.runtime.capture.strict import StrictMode
 
                 smode = StrictMode(self.checker)
                 smode.__enter__()

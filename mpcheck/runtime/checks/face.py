@@ -7,6 +7,8 @@ from __future__ import annotations
 import sys
 from typing import Any, Iterable, TextIO
 
+from mpcheck.runtime.checks.checker import ON_MISMATCH
+
 
 class Face:
     def __init__(
@@ -19,8 +21,6 @@ class Face:
         output_format: str,
         trace: str | None,
     ) -> None:
-        from mpcheck.runtime.core import ON_MISMATCH
-
         if on_mismatch not in ON_MISMATCH:
             raise ValueError(f"on_mismatch must be one of {', '.join(ON_MISMATCH)}, not {on_mismatch!r}")
         self.model = model
@@ -46,10 +46,9 @@ class Face:
             self.session.step()
 
     # -- for the faces ------------------------------------------------------------------------
-    def _start_session(self, *, devices: Any, strict: bool = False) -> None:
-        from mpcheck.runtime.session import Session
-
-        self.session = Session(self.model, on_mismatch=self.on_mismatch, strict=strict, select=self.select,
+    def _start_session(self, session_type: Any, *, devices: Any, strict: bool = False) -> None:
+        """session_type: capture's Session, handed in by the face (this package sits below capture)."""
+        self.session = session_type(self.model, on_mismatch=self.on_mismatch, strict=strict, select=self.select,
                                devices=devices, keep_trace=self.trace is not None)
         self.session.start()
 

@@ -7,7 +7,7 @@ import argparse
 import sys
 from typing import Callable
 
-from mpcheck.runtime.launch import LaunchError, Program, parse_program, split_argv
+from mpcheck.runtime.commands.launch import LaunchError, Program, parse_program, split_argv
 
 
 def add_report_options(ap: argparse.ArgumentParser, *, on_mismatch: str, on_mismatch_help: str) -> None:

@@ -14,7 +14,7 @@ import functools
 import os
 from typing import Any, Iterable, TextIO
 
-from mpcheck.runtime.face import Face
+from mpcheck.runtime.checks.face import Face
 
 DISABLE_ENV = "MPCHECK_DISABLE"
 
@@ -58,7 +58,12 @@ class debug(Face):
         if disabled_by_env():
             self.disabled = True
             return self
-        self._start_session(devices=self.devices, strict=self.strict)
+        # Imported here: `mpcheck.debug` is reachable without torch (MPCHECK_DISABLE, the decorator).
+        from mpcheck.runtime.capture.session import Session
+        from mpcheck.runtime.real.devices import CudaDevices
+
+        devices = self.devices if self.devices is not None else CudaDevices()
+        self._start_session(Session, devices=devices, strict=self.strict)
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
@@ -71,7 +76,7 @@ class debug(Face):
     def write(self, *, output_format: str = "text", stream: TextIO | None = None, trace: str | None = None,
               color_mode: str = "auto") -> None:
         """The report to `stream` and the Chrome trace to the file `trace`."""
-        from mpcheck.runtime.report import write_outputs
+        from mpcheck.runtime.checks.report import write_outputs
 
         write_outputs(self.session, output_format=output_format, stream=stream, trace=trace, color_mode=color_mode)
 

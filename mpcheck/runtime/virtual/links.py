@@ -72,7 +72,7 @@ def parse_link(spec: str | float | int | Link) -> Link:
 
 
 class ModelTiming:
-    """A TransferTiming (see ledger.py) whose time comes from the link model, not from a clock."""
+    """A TransferTiming (see checks/ledger.py) whose time comes from the link model, not from a clock."""
 
     __slots__ = ("_ms",)
 

@@ -25,8 +25,8 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from mpcheck.runtime.core import Checker
-from mpcheck.runtime.sites import user_frame, user_site
+from mpcheck.runtime.checks.checker import Checker
+from mpcheck.runtime.checks.sites import user_frame, user_site
 
 Undo = Callable[[], None]
 
@@ -119,11 +119,24 @@ def _is_torch_leaf_type(cls: type) -> bool:
 
 def install(checker: Checker, namer: ModuleNamer, *, on_step: Callable[[Any], None],
             on_compiled: Callable[[], None], leaf_mode: Any = None) -> list[Undo]:
-    """leaf_mode: the checking function mode, to be stepped out of while a torch.nn leaf
+    """Every patch of this module, in install order; one undo callable each.
+
+    leaf_mode: the checking function mode, to be stepped out of while a torch.nn leaf
     module (nn.Linear, nn.LayerNorm, ...) whose inputs, parameters and buffers all share
     one device runs its forward (see checked_call); None: never step out."""
-    undos: list[Undo] = []
-    checker.namer = namer
+    return [
+        _patch_module_call(checker, namer, on_compiled=on_compiled, leaf_mode=leaf_mode),
+        _patch_module_apply(checker),
+        *_patch_module_moves(checker),
+        _patch_data_parallel(checker),
+        _patch_distributed_data_parallel(checker),
+        _hook_step_end(on_step),
+    ]
+
+
+def _patch_module_call(checker: Checker, namer: ModuleNamer, *, on_compiled: Callable[[], None],
+                       leaf_mode: Any) -> Undo:
+    """nn.Module.__call__: the module stack, module naming, and the module-entry check."""
     tls = checker._tls
     orig_call = nn.Module.__call__
     placement = checker._placement  # cleared in place by invalidate_placement()
@@ -187,8 +200,10 @@ def install(checker: Checker, namer: ModuleNamer, *, on_step: Callable[[Any], No
         finally:
             stack.pop()
 
-    undos.append(patch(nn.Module, "__call__", checked_call))
+    return patch(nn.Module, "__call__", checked_call)
 
+
+def _patch_module_apply(checker: Checker) -> Undo:
     orig_apply = nn.Module._apply
 
     def quiet_apply(module, *args, **kwargs):
@@ -200,8 +215,12 @@ def install(checker: Checker, namer: ModuleNamer, *, on_step: Callable[[Any], No
         finally:
             checker.invalidate_placement()
 
-    undos.append(patch(nn.Module, "_apply", quiet_apply))
+    return patch(nn.Module, "_apply", quiet_apply)
 
+
+def _patch_module_moves(checker: Checker) -> list[Undo]:
+    """nn.Module.to / .cuda: a split model collapsed onto one device (MP007), at the user's line."""
+    tls = checker._tls
     orig_to = nn.Module.to
     orig_cuda = nn.Module.cuda
 
@@ -221,11 +240,11 @@ def install(checker: Checker, namer: ModuleNamer, *, on_step: Callable[[Any], No
             checker.on_module_move(module, target, site=user_site())
         return orig_cuda(module, device)
 
-    undos.append(patch(nn.Module, "to", module_to))
-    undos.append(patch(nn.Module, "cuda", module_cuda))
+    return [patch(nn.Module, "to", module_to), patch(nn.Module, "cuda", module_cuda)]
 
-    undos.extend(_install_wrappers(checker))
 
+def _hook_step_end(on_step: Callable[[Any], None]) -> Undo:
+    """An optimizer step post-hook: the outermost `optimizer.step()` ends the user's step."""
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
     def step_ended(opt, args, kwargs):
@@ -233,12 +252,11 @@ def install(checker: Checker, namer: ModuleNamer, *, on_step: Callable[[Any], No
             on_step(opt)
 
     handle = register_optimizer_step_post_hook(step_ended)
-    undos.append(handle.remove)
-    return undos
+    return handle.remove
 
 
-def _install_wrappers(checker: Checker) -> list[Undo]:
-    undos: list[Undo] = []
+def _patch_data_parallel(checker: Checker) -> Undo:
+    """DataParallel(split model): MP002 before PyTorch's own error; with move, no replicas."""
     dp = nn.DataParallel
     orig_dp_init = dp.__init__
     dp_sig = inspect.signature(orig_dp_init)
@@ -261,8 +279,11 @@ def _install_wrappers(checker: Checker) -> list[Undo]:
             return
         orig_dp_init(self, *args, **kwargs)
 
-    undos.append(patch(dp, "__init__", dp_init))
+    return patch(dp, "__init__", dp_init)
 
+
+def _patch_distributed_data_parallel(checker: Checker) -> Undo:
+    """DistributedDataParallel(split model, device_ids=...): MP002; with move, the fix applied."""
     ddp = nn.parallel.DistributedDataParallel
     orig_ddp_init = ddp.__init__
     ddp_sig = inspect.signature(orig_ddp_init)
@@ -279,8 +300,7 @@ def _install_wrappers(checker: Checker) -> list[Undo]:
             return orig_ddp_init(*bound.args, **bound.kwargs)
         return orig_ddp_init(self, *args, **kwargs)
 
-    undos.append(patch(ddp, "__init__", ddp_init))
-    return undos
+    return patch(ddp, "__init__", ddp_init)
 
 
 def _step_wrapper_code() -> Any:

@@ -12,8 +12,8 @@ from __future__ import annotations
 import argparse
 import functools
 
-from mpcheck.runtime.cli_options import add_report_options, needs_torch, parse, selected_codes, write_report
-from mpcheck.runtime.launch import run_program
+from mpcheck.runtime.commands.options import add_report_options, needs_torch, parse, selected_codes, write_report
+from mpcheck.runtime.commands.launch import run_program
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,12 +37,13 @@ def main(argv: list[str]) -> int:
         return parsed
     opts, program = parsed
     try:
-        from mpcheck.runtime.report import write_outputs
-        from mpcheck.runtime.session import Session
+        from mpcheck.runtime.capture.session import Session
+        from mpcheck.runtime.checks.report import write_outputs
+        from mpcheck.runtime.real.devices import CudaDevices
     except ImportError as e:
         return needs_torch(parser.prog, e)
     session = Session(on_mismatch=opts.on_mismatch, strict=opts.strict, select=selected_codes(opts),
-                      keep_trace=bool(opts.trace))
+                      devices=CudaDevices(), keep_trace=bool(opts.trace))
     session.start()
     try:
         status = run_program(program)

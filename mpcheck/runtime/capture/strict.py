@@ -16,13 +16,10 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from mpcheck.runtime.core import Checker
-from mpcheck.runtime.sites import UNKNOWN, Site
+from mpcheck.runtime.checks.checker import Checker
+from mpcheck.runtime.checks.sites import UNKNOWN, Site
+from mpcheck.runtime.checks.torchapi import ATEN_CPU_INDEX_AS, CPU_INDEX, SKIP, aten_op_kind
 
-# Copies cross devices by design; index ops take CPU indices next to GPU tensors.
-_SKIP = frozenset({"_to_copy", "copy_", "_copy_from", "_copy_from_and_resize", "to", "lift_fresh",
-                   "detach", "alias", "_local_scalar_dense", "set_", "record_stream"})
-_CPU_INDEX = frozenset({"index", "index_put_", "index_put", "_index_put_impl_", "index_select"})
 _SITE_KEY = "mpcheck_site"
 _current_autograd_node = torch._C._current_autograd_node
 _MODULE_KEY = "mpcheck_module"
@@ -57,8 +54,9 @@ class StrictMode(TorchDispatchMode):
         op = self._names.get(func, False)
         if op is False:
             packet = func.overloadpacket.__name__
-            op = None if packet in _SKIP else _AtenOp(packet if packet not in _CPU_INDEX else "__getitem__",
-                                                       f"aten.{func.__name__}")
+            kind = aten_op_kind(packet)  # the kinds: checks/torchapi.py
+            op = None if kind == SKIP else _AtenOp(packet if kind != CPU_INDEX else ATEN_CPU_INDEX_AS,
+                                                    f"aten.{func.__name__}")
             self._names[func] = op
         if kwargs is None:
             kwargs = {}

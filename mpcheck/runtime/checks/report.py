@@ -16,7 +16,7 @@ import json
 from typing import Any, TextIO
 
 from mpcheck.finding import Finding
-from mpcheck.runtime.ledger import TINY_BYTES, Agg
+from mpcheck.runtime.checks.ledger import TINY_BYTES, Agg
 
 TOP = 10
 

@@ -4,7 +4,7 @@
         train_one_step()
     dr.findings, dr.memory, dr.ledger
 
-The virtual GPUs (virtual.py) are entered first; the debug mode's session, with
+The virtual GPUs (devices.py) are entered first; the debug mode's session, with
 the same checks and rule codes, runs on top of them with `devices=` the virtual
 GPUs, so the checks see virtual devices. Default `on_mismatch="move"`: one run
 lists every mismatch, each at the user's line.
@@ -47,8 +47,8 @@ import json
 import sys
 from typing import Any, Iterable, TextIO
 
-from mpcheck.runtime.face import Face
-from mpcheck.runtime.links import format_bytes, parse_bytes
+from mpcheck.runtime.checks.face import Face
+from mpcheck.runtime.virtual.links import format_bytes, parse_bytes
 
 
 class dryrun(Face):
@@ -77,7 +77,7 @@ class dryrun(Face):
         output_format: str = "text",
         trace: str | None = None,
     ) -> None:
-        from mpcheck.runtime.links import parse_link
+        from mpcheck.runtime.virtual.links import parse_link
 
         super().__init__(model, on_mismatch=on_mismatch, select=select, report=report,
                          output_format=output_format, trace=trace)
@@ -98,12 +98,13 @@ class dryrun(Face):
 
     # -- context manager --------------------------------------------------------------------
     def __enter__(self) -> "dryrun":
-        from mpcheck.runtime.virtual import VirtualGPUs
+        from mpcheck.runtime.capture.session import Session
+        from mpcheck.runtime.virtual.devices import VirtualGPUs
 
         self.gpus = VirtualGPUs(self.n, backing=self.backing, device_memory=self.device_memory, link=self.link)
         self.gpus.__enter__()
         try:
-            self._start_session(devices=self.gpus)
+            self._start_session(Session, devices=self.gpus)
             from torch.overrides import _get_current_function_mode_stack
 
             self.gpus.mode_stack = list(_get_current_function_mode_stack())
@@ -113,14 +114,13 @@ class dryrun(Face):
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
-        from mpcheck.runtime.estimate import estimate
-        from mpcheck.runtime.virtual import DryRunLimitError
+        from mpcheck.runtime.virtual.errors import DryRunLimitError
 
         try:
             self.session.stop()
         finally:
             self.gpus.__exit__(exc_type, exc, tb)
-        self.memory = estimate(self.gpus)
+        self.memory = self.gpus.memory.estimate()
         self.session.checker.ledger.memory = {}  # the estimate replaces the debug mode's plain counts
         if isinstance(exc, DryRunLimitError):
             self.stopped = str(exc)
@@ -137,7 +137,7 @@ class dryrun(Face):
         }
 
     def report_dict(self) -> dict[str, Any]:
-        from mpcheck.runtime.report import report_dict
+        from mpcheck.runtime.checks.report import report_dict
 
         d = report_dict(self.session)
         d["memory"] = self.memory
@@ -148,7 +148,7 @@ class dryrun(Face):
 
     def render_text(self, *, color: bool = False) -> str:
         from mpcheck.report.colour import Palette
-        from mpcheck.runtime.report import render_text
+        from mpcheck.runtime.checks.report import render_text
 
         p = Palette(color)
         body = render_text(self.session, color=color)
@@ -197,7 +197,7 @@ class dryrun(Face):
                 stream.write(self.render_text(color=wanted(color_mode, stream)))
             stream.flush()
         if trace is not None:
-            from mpcheck.runtime.report import chrome_trace
+            from mpcheck.runtime.checks.report import chrome_trace
 
             data = chrome_trace(self.session)
             data["otherData"] = {

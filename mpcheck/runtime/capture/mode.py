@@ -1,6 +1,6 @@
 """The checking TorchFunctionMode: sees every Python-level torch call while the debug mode is on.
 
-Three kinds of call, decided once per function object and cached:
+Three kinds of call (the table: checks/torchapi.py), decided once per function object and cached:
 - metadata (`.device`, `.shape`, `.dim()`, ...): passed straight through;
 - transfers (`Tensor.to/.cuda/.cpu/.copy_`): timed on the source device's
   stream, recorded in the ledger, checked for round trips and repeats;
@@ -23,29 +23,21 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-from mpcheck.runtime.core import Checker
-from mpcheck.runtime.sites import called_by_torch
+from mpcheck.runtime.checks.checker import Checker
+from mpcheck.runtime.checks.sites import called_by_torch
+# The kinds of call (module-level names: the mode compares one per call).
+from mpcheck.runtime.checks.torchapi import CHECK as _CHECK
+from mpcheck.runtime.checks.torchapi import COPY as _COPY
+from mpcheck.runtime.checks.torchapi import CPU as _CPU
+from mpcheck.runtime.checks.torchapi import CUDA as _CUDA
+from mpcheck.runtime.checks.torchapi import PASS as _PASS
+from mpcheck.runtime.checks.torchapi import SET_DATA as _SET
+from mpcheck.runtime.checks.torchapi import python_call_kind
 
 _graph_task_id = getattr(torch._C, "_current_graph_task_id", lambda: -1)
 
-_PASS, _CHECK, _TO, _CUDA, _CPU, _COPY, _SET = range(7)
-
-_METADATA = frozenset(
-    {
-        "dim", "ndimension", "size", "numel", "nelement", "element_size", "is_contiguous", "stride",
-        "storage_offset", "untyped_storage", "storage", "data_ptr", "__len__", "__repr__", "__str__",
-        "__format__", "__hash__", "tolist", "item", "__bool__", "__int__", "__float__", "__index__",
-        "register_hook", "get_device", "is_floating_point", "is_complex", "requires_grad_", "retain_grad",
-        "__reduce_ex__", "__deepcopy__", "__setstate__", "backward", "_is_view", "__iter__", "__contains__",
-        "numpy", "detach", "detach_", "clone", "contiguous", "view", "reshape", "flatten", "__array__",
-        "type", "is_pinned", "is_shared", "share_memory_", "pin_memory", "record_stream",
-        "_make_subclass", "as_subclass", "__get__", "__dlpack__", "__dlpack_device__",
-    }
-)
-_TRANSFERS = {"torch.Tensor.to": _TO, "torch.Tensor.cuda": _CUDA, "torch.Tensor.cpu": _CPU, "torch.Tensor.copy_": _COPY}
-
-
 def _classify(func: Any) -> int:
+    """The kind of a call (checks/torchapi.py), from its name and the name torch resolves it to."""
     from torch.overrides import resolve_name
 
     name = getattr(func, "__name__", "")
@@ -54,15 +46,7 @@ def _classify(func: Any) -> int:
         full = resolve_name(func)
     except Exception:
         pass
-    if name == "__set__":
-        # `param.data = t` may move a parameter: module placements change. Other setters
-        # (`p.grad = None` in zero_grad, every step) must not throw the placement cache away.
-        return _SET if full == "torch.Tensor.data.__set__" else _PASS
-    if full in _TRANSFERS:
-        return _TRANSFERS[full]
-    if name in _METADATA and (full is None or full.startswith("torch.Tensor.")):
-        return _PASS
-    return _CHECK
+    return python_call_kind(name, full)
 
 
 class CheckingMode(TorchFunctionMode):
@@ -76,7 +60,7 @@ class CheckingMode(TorchFunctionMode):
         self._tensor = torch.Tensor
         self._tls = checker._tls
         if stamp_nodes:
-            from mpcheck.runtime.strict import stamp_node
+            from mpcheck.runtime.capture.strict import stamp_node
 
             self._stamp_node = stamp_node
 

@@ -22,9 +22,10 @@ from typing import Any, Callable, Iterable, Protocol
 
 from mpcheck import codes
 from mpcheck.finding import Finding
-from mpcheck.runtime.ledger import Ledger, TransferTiming
-from mpcheck.runtime.pingpong import Chain, PingPong, describe
-from mpcheck.runtime.sites import UNKNOWN, Site, user_site
+from mpcheck.runtime.checks.ledger import Ledger, TransferTiming
+from mpcheck.runtime.checks.pingpong import Chain, PingPong, describe
+from mpcheck.runtime.checks.sites import UNKNOWN, Site, user_site
+from mpcheck.runtime.checks.torchapi import CPU_INDEX_NAMES
 
 __all__ = [
     "Devices",
@@ -48,7 +49,7 @@ _MAX_MODULES = 8  # modules listed on one finding  # table size at which entries
 
 
 class Devices(Protocol):
-    """Where devices come from. Real GPUs: mpcheck.runtime.real.CudaDevices; virtual: DRY's."""
+    """Where devices come from. Real GPUs: real/devices.py's CudaDevices; virtual: virtual/devices.py's VirtualGPUs."""
 
     name: str  # "cuda" or "virtual"
 
@@ -66,6 +67,16 @@ class Devices(Protocol):
         """Called just BEFORE the copy is enqueued; the returned timing's stop() is called
         right after. Real: CUDA events on the source device's current stream, read at step
         end. Virtual: time from the link model."""
+
+
+class ModuleNames(Protocol):
+    """Names modules in findings (capture's ModuleNamer): `model.blocks.7.attn`."""
+
+    def __call__(self, module: Any) -> str:
+        """The module's path from its root model, else its class name."""
+
+    def roots(self) -> list[Any]:
+        """The root models seen so far (searched for MP006's alternating layers)."""
 
 
 class DeviceMismatchError(RuntimeError):
@@ -98,11 +109,6 @@ def _op_name(func: Any) -> str:
     except Exception:  # pragma: no cover - resolve_name is best effort
         name = None
     return name or getattr(func, "__name__", repr(func))
-
-
-# Functions whose CPU tensor arguments are indices or values PyTorch accepts
-# next to tensors on another device (x_cuda[cpu_index], x_cuda[0:2] = cpu_tensor).
-_CPU_INDEX_OK = frozenset({"__getitem__", "__setitem__", "index_put_", "index_put", "_index_put_impl_"})
 
 
 def _iter_tensors(args: Iterable[Any], kwargs: dict[str, Any], tensor_type: type):
@@ -185,7 +191,9 @@ class Checker:
         select: Iterable[str] | None = None,
         ledger: Ledger | None = None,
         sites: Callable[[], Site] = user_site,
+        namer: ModuleNames | None = None,
     ) -> None:
+        """namer: names modules in findings; without one, a module is named by its class."""
         if on_mismatch not in ON_MISMATCH:
             raise ValueError(f"on_mismatch must be one of {', '.join(ON_MISMATCH)}, not {on_mismatch!r}")
         import torch  # the runtime faces are the only place torch is imported
@@ -198,6 +206,7 @@ class Checker:
         self.select = frozenset(c.upper() for c in select) if select else None
         self.ledger = ledger if ledger is not None else Ledger()
         self.sites = sites
+        self.namer = namer
         self.findings: list[Finding] = []
         self._by_key: dict[tuple, int] = {}  # dedupe key -> index in findings
         self._lock = threading.RLock()
@@ -392,7 +401,7 @@ class Checker:
                 first_dev = d
                 continue
             if cpu_index_ok is None:
-                cpu_index_ok = getattr(func, "__name__", "") in _CPU_INDEX_OK
+                cpu_index_ok = getattr(func, "__name__", "") in CPU_INDEX_NAMES
             if cpu_index_ok and d == "cpu":
                 continue
             odd.append((loc, t, d))
@@ -551,7 +560,7 @@ class Checker:
         """The module whose children, in order, alternate between the chain's devices the most:
         (its path, [(child name, device)]). Searched in the known root models, preferring modules
         above or below those that made the transfers; once per new finding."""
-        namer = getattr(self, "namer", None)
+        namer = self.namer
         if namer is None:
             return None
         wanted = set(chain.devs)
@@ -666,7 +675,7 @@ class Checker:
         )
 
     def module_name(self, module: Any) -> str:
-        namer = getattr(self, "namer", None)
+        namer = self.namer
         return namer(module) if namer else type(module).__name__
 
     # -- steps --------------------------------------------------------------------------

@@ -133,7 +133,7 @@ def _exit_code(code) -> int:
 def _print_user_traceback(exc: BaseException) -> None:
     """The traceback python would print, without the launcher's own frames on top."""
     tb = exc.__traceback__
-    here = os.path.dirname(os.path.abspath(__file__))
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # mpcheck/runtime/
     while tb is not None and (
         os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(here)
         or tb.tb_frame.f_code.co_filename.endswith("runpy.py")
