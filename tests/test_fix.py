@@ -96,8 +96,34 @@ class UNet(nn.Module):
         return self.dec(h.to("cuda:1"), downsampling_features)
 '''
 
-# Runnable under the dry run: the mask stays on cuda:0, the upper stage is on cuda:1.
-RUNNABLE_MASK = '''
+# Runnable under the dry run: `scale` stays on cuda:0, the upper layer is on cuda:1.
+RUNNABLE_SCALE = '''
+import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lower = nn.Linear(8, 8).to("cuda:0")
+        self.upper = nn.Linear(8, 8).to("cuda:1")
+
+    def forward(self, x):
+        x = x.to("cuda:0")
+        scale = torch.ones(8, device=x.device)
+        h = self.lower(x) * scale
+        h = h.to("cuda:1")
+        return self.upper(h) * scale
+
+
+net = Net()
+print(net(torch.randn(2, 8)).sum().item())
+'''
+
+# One Stage class for both stages: the mismatch is inside Stage.forward, which runs
+# once on cuda:0 (fine) and once on cuda:1 (the bug); `mask.to('cuda:1')` there
+# would break the first stage.
+SHARED_STAGE = '''
 import torch
 import torch.nn as nn
 
@@ -121,12 +147,7 @@ class Net(nn.Module):
         x = x.to("cuda:0")
         mask = torch.ones(8, device=x.device)
         h = self.lower(x, mask)
-        h = h.to("cuda:1")
-        return self.upper(h, mask)
-
-
-net = Net()
-print(net(torch.randn(2, 8)).sum().item())
+        return self.upper(h.to("cuda:1"), mask)
 '''
 
 
@@ -168,13 +189,18 @@ def test_no_fix_inside_a_loop_over_blocks_on_two_devices(tmp_path, monkeypatch, 
 
 
 def test_the_fixer_refuses_a_fix_that_adds_a_finding(tmp_path, monkeypatch, capsys):
-    """The fix the rule used to offer, forced through the fixer: its re-lint sees the
-    new mismatch of the blocks on cuda:0 and keeps the file as it was."""
+    """The fix the rule used to offer, forced past the rule's checks and the lint-time
+    check of the offer: the fixer's own re-lint sees the new mismatch of the blocks
+    on cuda:0 and keeps the file as it was."""
     path = _write(tmp_path, monkeypatch, "stack.py", LOOP_OVER_BLOCKS)
     before = path.read_text()
+    import mpcheck.lint.fix as fix
     import mpcheck.rules.mp001_missing_transfer as mp001
 
     monkeypatch.setattr(mp001, "_fixable", lambda ctx, ev, v, there: True)
+    found, _ = _json(capsys, "stack.py")
+    assert all(f["fix"] is None for f in found)  # the offer is checked when linting
+    monkeypatch.setattr(fix, "verified_fixes", lambda path, text, found, recheck: found)
     found, _ = _json(capsys, "stack.py")
     forced = [f for f in found if f["code"] == "MP001" and f["fix"]]
     assert forced and "mask.to('cuda:1')" in forced[0]["fix"]["replacement"]
@@ -197,12 +223,21 @@ def test_no_fix_on_a_list_of_tensors(tmp_path, monkeypatch, capsys):
     assert ".to('cuda:1'))" not in path.read_text()
 
 
+def test_no_fix_inside_a_forward_shared_by_stages_on_two_devices(tmp_path, monkeypatch, capsys):
+    path = _write(tmp_path, monkeypatch, "net.py", SHARED_STAGE)
+    before = path.read_text()
+    found, _ = _json(capsys, "net.py")
+    assert [(f["code"], f["line"], f["fix"]) for f in found] == [("MP001", 11, None)]
+    run_cli(capsys, "--no-cache", "--fix", "net.py")
+    assert path.read_text() == before
+
+
 def test_a_fix_on_a_tensor_is_still_offered_and_removes_its_finding(tmp_path, monkeypatch, capsys):
-    path = _write(tmp_path, monkeypatch, "net.py", RUNNABLE_MASK)
+    path = _write(tmp_path, monkeypatch, "net.py", RUNNABLE_SCALE)
     found, _ = _json(capsys, "net.py")
     assert [(f["code"], f["fix"] is not None) for f in found] == [("MP001", True)]
     code, out, _ = run_cli(capsys, "--no-cache", "--fix", "net.py")
-    assert "self.upper(h, mask.to('cuda:1'))" in path.read_text()
+    assert "return self.upper(h) * scale.to('cuda:1')" in path.read_text()
     assert code == 0 and "1 fixed" in out
     assert _json(capsys, "net.py")[0] == []
 
@@ -211,7 +246,7 @@ def test_the_fixed_program_runs_under_the_dry_run_without_a_mismatch(tmp_path, m
     pytest.importorskip("torch")
     from mpcheck.runtime.dryrun_cli import main as dryrun
 
-    path = _write(tmp_path, monkeypatch, "net.py", RUNNABLE_MASK)
+    path = _write(tmp_path, monkeypatch, "net.py", RUNNABLE_SCALE)
 
     def mismatches() -> list[str]:
         report = tmp_path / "report.json"

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import difflib
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Optional
 
 from mpcheck.finding import Finding
@@ -117,37 +117,54 @@ class _FileFix:
     refused: list[str]
 
 
+def _try(path: str, original: str, state: _FileFix, f: Finding, unsafe: bool, recheck: Recheck | None) -> str | None:
+    """Add `f`'s fix to the kept ones when every check passes (then None), else say why not
+    ("" for an overlap with a kept fix: not a refusal, the next run takes it)."""
+    new, applied = apply_to_text(original, state.kept + [f], unsafe)
+    if len(applied) != len(state.kept) + 1:
+        return ""
+    problem = _parses(new)
+    if problem is not None:
+        return f"the fixed file would not parse ({problem})"
+    got = state.remaining
+    if recheck is not None:
+        after = recheck(path, new)
+        if after is None:
+            return "the fixed file could not be checked again"
+        got = Counter(_key(g) for g in after)
+        new_findings = got - state.remaining
+        if new_findings:
+            return f"it would add {_describe(new_findings)}"
+        if got[_key(f)] >= state.remaining[_key(f)]:
+            return "the finding would remain"
+    state.kept.append(f)
+    state.text, state.remaining = new, got
+    return None
+
+
 def _fix_one_file(
     path: str, text: str, found: list[Finding], unsafe: bool, recheck: Recheck | None
 ) -> _FileFix:
     """Try the fixes of one file's findings one by one; keep those that pass every check."""
     state = _FileFix(text, [], Counter(_key(f) for f in found), [])
     for *_, f in _edits(text, found, unsafe):
-        new, applied = apply_to_text(text, state.kept + [f], unsafe)
-        where = f"{path}:{f.line}: fix for {f.code} not applied"
-        if len(applied) != len(state.kept) + 1:
-            continue  # overlaps a kept fix: its finding stays, for the next run
-        problem = _parses(new)
-        if problem is not None:
-            state.refused.append(f"{where}: the fixed file would not parse ({problem})")
-            continue
-        if recheck is not None:
-            after = recheck(path, new)
-            if after is None:
-                state.refused.append(f"{where}: the fixed file could not be checked again")
-                continue
-            got = Counter(_key(g) for g in after)
-            new_findings = got - state.remaining
-            if new_findings:
-                state.refused.append(f"{where}: it would add {_describe(new_findings)}")
-                continue
-            if got[_key(f)] >= state.remaining[_key(f)]:
-                state.refused.append(f"{where}: the finding would remain")
-                continue
-            state.remaining = got
-        state.kept.append(f)
-        state.text = new
+        why = _try(path, text, state, f, unsafe, recheck)
+        if why:
+            state.refused.append(f"{path}:{f.line}: fix for {f.code} not applied: {why}")
     return state
+
+
+def verified_fixes(path: str, text: str, found: list[Finding], recheck: Recheck) -> list[Finding]:
+    """`found` with each fix kept only when, applied alone, it passes the checks of
+    `--fix`: a finding says "fixable" only when its fix works."""
+    out = []
+    for f in found:
+        if f.fix is not None:
+            state = _FileFix(text, [], Counter(_key(g) for g in found), [])
+            if _try(path, text, state, f, True, recheck) is not None:
+                f = replace(f, fix=None)
+        out.append(f)
+    return out
 
 
 def _gone(found: list[Finding], remaining: Counter) -> list[Finding]:

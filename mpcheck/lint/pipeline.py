@@ -77,10 +77,17 @@ def _analyze_task(task: tuple) -> tuple:
     path, text, codes, modname, project = task
     from mpcheck import analysis
 
+    from mpcheck.lint.fix import verified_fixes
+
+    def findings_in(new_text: str) -> tuple[list[Finding], Any]:
+        result = analysis.analyze(path, new_text, codes, modname, project)
+        found = [f for f in result.findings if f.code in codes or f.code == SYNTAX_ERROR_CODE]
+        return noqa.filter_findings(new_text, found), result
+
     try:
-        result = analysis.analyze(path, text, codes, modname, project)
-        findings = [f for f in result.findings if f.code in codes or f.code == SYNTAX_ERROR_CODE]
-        findings = noqa.filter_findings(text, findings)
+        findings, result = findings_in(text)
+        # A fix is offered only when it works: applied, its finding is gone and none is new.
+        findings = verified_fixes(path, text, findings, lambda _, new_text: findings_in(new_text)[0])
         return path, [f.to_dict() for f in findings], list(result.used_modules), None
     except Exception as exc:  # a bug in a rule must not hide the other files' results
         return path, [], [], _describe(exc)
