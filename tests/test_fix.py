@@ -96,6 +96,40 @@ class UNet(nn.Module):
         return self.dec(h.to("cuda:1"), downsampling_features)
 '''
 
+# The first block runs on the CPU, where the model does not check a second argument
+# (lengths and indices may live there): no re-lint would see `mask.to('cuda:1')` go
+# wrong there (the CPU block would get a cuda:1 mask), only the record of every
+# visit's device does.
+CPU_AND_GPU_BLOCKS = '''
+import torch
+import torch.nn as nn
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ff = nn.Linear(8, 8)
+
+    def forward(self, x, mask):
+        return self.ff(x) * mask
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList([Block().to(d) for d in ("cpu", "cuda:1")])
+
+    def forward(self, x):
+        mask = x.to("cuda:0").sigmoid()
+        h = x
+        for i, blk in enumerate(self.blocks):
+            if i == 1:
+                h = h.to("cuda:1")
+            h = blk(h, mask)
+        return h
+'''
+
+
 # Runnable under the dry run: `scale` stays on cuda:0, the upper layer is on cuda:1.
 RUNNABLE_SCALE = '''
 import torch
@@ -186,6 +220,12 @@ def test_no_fix_inside_a_loop_over_blocks_on_two_devices(tmp_path, monkeypatch, 
     code, out, _ = run_cli(capsys, "--no-cache", "--fix", "stack.py")
     assert path.read_text() == before
     assert "fixed" not in out and code == 1
+
+
+def test_no_fix_where_another_visit_of_the_line_is_not_checked(tmp_path, monkeypatch, capsys):
+    _write(tmp_path, monkeypatch, "net.py", CPU_AND_GPU_BLOCKS)
+    found, _ = _json(capsys, "net.py")
+    assert [(f["code"], f["line"], f["fix"]) for f in found] == [("MP001", 25, None)]
 
 
 def test_the_fixer_refuses_a_fix_that_adds_a_finding(tmp_path, monkeypatch, capsys):

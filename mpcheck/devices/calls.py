@@ -346,10 +346,11 @@ def tensor_op(self, q, args, kwargs, node, st, exprs=None) -> Val:
     for a, e in flat:
         if not isinstance(a, Obj) or a.kind in ("scalar", "module", "passthrough", "loss"):
             continue
+        if first is not None:
+            self.note_target(node, "op", first[0].devs)  # an unknown device too: then no fix
         if first is None or first[0].devs is None:
             first = (a, e) if first is None or a.devs is not None else first
             continue
-        self.note_target(node, "op", first[0].devs)
         if conflict(a.devs, first[0].devs):
             from mpcheck.devices.interp import FAILED
 

@@ -480,7 +480,9 @@ class Interp:
                 if i == 0:
                     if self.check_operand(node, a, mod.devs, st, what=what, arg_index=0, expr=_nth(exprs, 0), module=mod):
                         return FAILED
-                elif isinstance(a, Obj) and _cuda_only(a.devs, mod.devs):
+                    continue
+                self.note_target(node, i, mod.devs)  # also on the visits that skip the check below
+                if isinstance(a, Obj) and _cuda_only(a.devs, mod.devs):
                     # Other arguments may legitimately live on the CPU (lengths, indices):
                     # only a tensor on another GPU is certainly wrong. The activation
                     # itself is fine, so the flow goes on with the module's output.
@@ -532,10 +534,10 @@ class Interp:
     def check_operand(self, node, val: Val, devs, st: State, what: str, arg_index: int = 0, expr=None, op: str = "module",
                       module=None) -> bool:
         """Reports `val` when it is certainly not on `devs`; True when it did."""
+        self.note_target(node, arg_index, devs)
         if not isinstance(val, Obj) or val.kind in ("scalar", "module"):
             return False
         self._probe_hit(val, devs)
-        self.note_target(node, arg_index, devs)
         c = conflict(val.devs, devs)
         if c:
             self.emit("mismatch", node, st, key=arg_index, value=val, target=devs, what=what, op=op, expr=expr,

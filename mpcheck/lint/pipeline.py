@@ -7,6 +7,8 @@
           --summarize()--> their summaries (cached by content)
           --analyze()--> findings, in worker processes when there is enough work
           --noqa--> what the user sees, sorted by path, line, column
+          --fix.verified_fixes--> a finding keeps its fix only when the file, re-analysed
+                                  with it applied, no longer has that finding and has no new one
 
 libcst is imported only by summarize()/analyze(), so a run served entirely by
 the cache never imports it.
