@@ -137,7 +137,9 @@ def lint_main(argv: list[str]) -> int:
     fixed_count = 0
     if args.fix or args.diff:
         from mpcheck.lint.fix import fix_sources
+        from mpcheck.lint.pipeline import Relint
 
+        relint = Relint(files, settings, rules, cache, args.jobs, stdin, outcome.abspaths)
         result, new_texts = fix_sources(
             findings,
             outcome.sources,
@@ -146,21 +148,35 @@ def lint_main(argv: list[str]) -> int:
             write=args.fix and not args.diff,
             diff=args.diff,
             stdin_path=stdin[0].path if stdin else None,
+            recheck=relint.one,
         )
-        # A fix that would break the file is the rule's problem, not the user's: it is
-        # reported, the file is left alone and its finding stays in the output.
+        # A fix that would break the file, or add a finding, is the rule's problem, not the
+        # user's: it is reported, the file is left alone and its finding stays in the output.
         for message in result.errors:
             print(f"mpcheck: warning: {message}", file=sys.stderr)
+        # The report is that of the fixed files: what a fresh run over them finds.
+        after = relint.all(new_texts) if new_texts else outcome
+        if after is not outcome:
+            for message in after.errors:
+                _err(message)
+            outcome.errors.extend(after.errors)
         if args.diff:
             sys.stdout.write("".join(result.diffs))
+            if result.fixed:
+                n = len(after.findings)
+                print(
+                    f"Would fix {len(result.fixed)} finding{'s' if len(result.fixed) != 1 else ''}"
+                    f" ({n} would remain).",
+                    file=sys.stderr,
+                )
             if outcome.errors or missing:
                 return EXIT_ERROR
             return EXIT_FINDINGS if result.diffs and not args.exit_zero else EXIT_OK
-        fixed_ids = {id(f) for f in result.fixed}
-        findings = [f for f in findings if id(f) not in fixed_ids]
+        findings = after.findings
         fixed_count = len(result.fixed)
         if stdin is not None and stdin[0].path in new_texts:
             sys.stdout.write(new_texts[stdin[0].path])
+        outcome.sources.update(after.sources)
         outcome.sources.update(new_texts)
 
     # With `--fix -`, stdout carries the fixed source (for editors): the report goes to stderr.

@@ -18,7 +18,7 @@ import pytest
 from mpcheck import analysis
 from mpcheck.analysis import FileResult
 from mpcheck.finding import Finding, Fix
-from mpcheck.lint import rulemeta
+from mpcheck.lint import fix, rulemeta
 
 FAKE_RULES = [
     rulemeta.RuleMeta("MP901", "fake-cuda", "error", "Flags .cuda() calls.", ("cuda",)),
@@ -71,6 +71,10 @@ def fake_rules(monkeypatch):
     monkeypatch.setattr(rulemeta, "_FINGERPRINT", "test-fake")
     monkeypatch.setattr(analysis, "analyze", fake_analyze)
     monkeypatch.setattr(analysis, "summarize", fake_summarize)
+    # The pipeline re-analyses a file once per fixable finding to offer only fixes that
+    # work; the fake fixes are checked by --fix alone, so that CALLS counts one analysis
+    # per file (tests/test_fix.py checks the offer with the real rules).
+    monkeypatch.setattr(fix, "verified_fixes", lambda path, text, found, recheck: found)
     CALLS["analyze"].clear()
     CALLS["summarize"].clear()
     return CALLS

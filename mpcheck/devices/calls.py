@@ -346,6 +346,8 @@ def tensor_op(self, q, args, kwargs, node, st, exprs=None) -> Val:
     for a, e in flat:
         if not isinstance(a, Obj) or a.kind in ("scalar", "module", "passthrough", "loss"):
             continue
+        if first is not None:
+            self.note_target(node, "op", first[0].devs)  # an unknown device too: then no fix
         if first is None or first[0].devs is None:
             first = (a, e) if first is None or a.devs is not None else first
             continue
@@ -429,7 +431,7 @@ def move(self, recv: Val, meth: str, args, kwargs, node: cst.Call, st) -> Val:
         st.scope.split_seen = True
         if devs != one("cpu"):  # .cpu() frees the GPUs on purpose (saving, deparallelize); it crams nothing
             self.emit("collapse", node, st, module=recv, devs=devs, meth=meth)
-        res = Obj("module", devs, label=getattr(recv, "label", ""), origin=f"moved whole by .{meth}()", at=node)
+        res = Obj("module", devs, label=getattr(recv, "label", ""), origin=f"moved whole by .{meth}()", at=node, opaque=True)
         self._rebind(recv_expr, res, st)
         return res
     where = show(single(devs)) if single(devs) else "a device"
@@ -448,7 +450,8 @@ def move(self, recv: Val, meth: str, args, kwargs, node: cst.Call, st) -> Val:
             # the items of the container too (only while __init__ builds them).
             recv.devs, recv.origin, recv.at = devs, f"moved to {where} by .{meth}()", node
             return recv
-        res = Obj("module", devs, label=recv.label, origin=f"moved to {where} by .{meth}()", at=node)
+        res = Obj("module", devs, label=recv.label, origin=f"moved to {where} by .{meth}()", at=node,
+                  opaque=recv.opaque or recv.cls is not None)
         self._rebind(recv_expr, res, st)
         return res
     if isinstance(recv, Obj):

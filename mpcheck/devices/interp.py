@@ -166,6 +166,10 @@ class Interp:
         self._loop_outer: list[set] = []  # ids of the values alive before each enclosing loop
         self._probes: list[dict] = []  # input probes of forward summaries
         self.chains: list[dict] = []  # activation lineages with their transfers (MP006)
+        # (id(node), key) -> every device set an operand there had to be on, over all
+        # visits (loop iterations, paths, calls): a fix may move it to one fixed device
+        # only when that set has one member (see DeviceModel.one_target).
+        self.operand_targets: dict[tuple, set] = {}
         self._scan_module()
 
     # ------------------------------------------------------------ setup
@@ -222,6 +226,11 @@ class Interp:
         return QName(canonical(target))
 
     # ------------------------------------------------------------ events
+
+    def note_target(self, node, key, devs) -> None:
+        """An operand at `node` (`key` as in its mismatch event) must be on `devs` on this visit."""
+        if not self._probes:
+            self.operand_targets.setdefault((id(node), key), set()).add(devs)
 
     def emit(self, kind: str, node: cst.CSTNode, st: State | None = None, **data) -> None:
         key = (kind, id(node), data.get("key"))
@@ -437,6 +446,7 @@ class Interp:
                 return UNK
             if args and isinstance(args[0], Obj) and args[0].kind != "scalar":
                 need = self.input_devs(mod, fwd)
+                self.note_target(node, 0, need)
                 if need is not None and conflict(args[0].devs, need):
                     self.emit("mismatch", node, st, key=0, value=args[0], target=need,
                               what=f"the first stage of {mod.cls.name}", op="module", arg_index=0,
@@ -450,7 +460,7 @@ class Interp:
                 self.check_operand(node, args[0], mod.in_devs, st, what=f"the first stage of {mod.extra['summarized']}",
                                    arg_index=0, expr=_nth(exprs, 0))
             if mod.out_devs is not None:
-                return Obj("tensor", mod.out_devs, origin="output of", at=node)
+                return Obj("tensor", mod.out_devs, origin="output of", at=node, opaque=True)
             if single(mod.devs) is None:
                 return UNK
         if mod.kind == "passthrough":
@@ -470,13 +480,15 @@ class Interp:
                 if i == 0:
                     if self.check_operand(node, a, mod.devs, st, what=what, arg_index=0, expr=_nth(exprs, 0), module=mod):
                         return FAILED
-                elif isinstance(a, Obj) and _cuda_only(a.devs, mod.devs):
+                    continue
+                self.note_target(node, i, mod.devs)  # also on the visits that skip the check below
+                if isinstance(a, Obj) and _cuda_only(a.devs, mod.devs):
                     # Other arguments may legitimately live on the CPU (lengths, indices):
                     # only a tensor on another GPU is certainly wrong. The activation
                     # itself is fine, so the flow goes on with the module's output.
                     self.check_operand(node, a, mod.devs, st, what=what, arg_index=i, expr=_nth(exprs, i))
             first = args[0] if args else None
-            return Obj("tensor", mod.devs, origin="output of", at=node,
+            return Obj("tensor", mod.devs, origin="output of", at=node, opaque=mod.opaque or mod.kind == "any",
                        chain=first.chain if isinstance(first, Obj) else None)
         return UNK
 
@@ -522,6 +534,7 @@ class Interp:
     def check_operand(self, node, val: Val, devs, st: State, what: str, arg_index: int = 0, expr=None, op: str = "module",
                       module=None) -> bool:
         """Reports `val` when it is certainly not on `devs`; True when it did."""
+        self.note_target(node, arg_index, devs)
         if not isinstance(val, Obj) or val.kind in ("scalar", "module"):
             return False
         self._probe_hit(val, devs)
@@ -768,7 +781,7 @@ class Interp:
                 if items is not None:
                     sub = items[i]
                 elif isinstance(v, Obj) and v.kind in ("tensor", "any"):
-                    sub = v.with_(label="")
+                    sub = v.with_(label="", opaque=True)
                 elif isinstance(v, SeqV):
                     sub = v.elem
                 else:
@@ -1029,6 +1042,7 @@ class Interp:
                 return a.with_(label="", invariant=False, worked=True)
             self._probe_hit(a, b.devs)
             self._probe_hit(b, a.devs)
+            self.note_target(node, "binop", a.devs)
             c = conflict(a.devs, b.devs)
             if c:
                 self.emit("mismatch", node, st, key="binop", value=b, target=a.devs, what=a.label or "the left operand",

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from mpcheck.devices import torchapi
 from mpcheck.devices.interp import Event, Interp
+from mpcheck.devices.values import single
 
 if TYPE_CHECKING:  # pragma: no cover
     from mpcheck.rules.context import FileContext
@@ -25,6 +26,15 @@ class DeviceModel:
 
     def events(self, kind: str) -> list[Event]:
         return self._by_kind.get(kind, [])
+
+    def one_target(self, ev: Event) -> str | None:
+        """The device a mismatch event's operand had to be on, when it is the same
+        single device on every visit of that site (each loop iteration, path and
+        call); None when a visit needed another device or an unknown one."""
+        seen = self.interp.operand_targets.get((id(ev.node), ev.data.get("key")))
+        if not seen or len(seen) != 1:
+            return None
+        return single(next(iter(seen)))
 
     @property
     def used_modules(self) -> list[str]:

@@ -7,6 +7,8 @@
           --summarize()--> their summaries (cached by content)
           --analyze()--> findings, in worker processes when there is enough work
           --noqa--> what the user sees, sorted by path, line, column
+          --fix.verified_fixes--> a finding keeps its fix only when the file, re-analysed
+                                  with it applied, no longer has that finding and has no new one
 
 libcst is imported only by summarize()/analyze(), so a run served entirely by
 the cache never imports it.
@@ -82,10 +84,17 @@ def _analyze_task(task: tuple) -> tuple:
     path, text, codes, modname, project = task
     from mpcheck import analysis
 
+    from mpcheck.lint.fix import verified_fixes
+
+    def findings_in(new_text: str) -> tuple[list[Finding], Any]:
+        result = analysis.analyze(path, new_text, codes, modname, project)
+        found = [f for f in result.findings if f.code in codes or f.code == SYNTAX_ERROR_CODE]
+        return noqa.filter_findings(new_text, found), result
+
     try:
-        result = analysis.analyze(path, text, codes, modname, project)
-        findings = [f for f in result.findings if f.code in codes or f.code == SYNTAX_ERROR_CODE]
-        findings = noqa.filter_findings(text, findings)
+        findings, result = findings_in(text)
+        # A fix is offered only when it works: applied, its finding is gone and none is new.
+        findings = verified_fixes(path, text, findings, lambda _, new_text: findings_in(new_text)[0])
         return path, [f.to_dict() for f in findings], list(result.used_modules), None
     except analysis.RuleCrash as exc:  # the message names the file and the rule
         return path, [], [], _describe(exc, exc.__cause__ or exc)
@@ -154,10 +163,13 @@ def _pool_map(func: Callable[[tuple], tuple], tasks: list[tuple], jobs: int) -> 
 class _Project:
     """Files by absolute path: read once, hashed once, whether linted or only imported."""
 
-    def __init__(self, settings: Settings, prefilter: PreFilter):
+    def __init__(self, settings: Settings, prefilter: PreFilter, overrides: Mapping[str, str] | None = None):
         self.prefilter = prefilter
         self._text: dict[str, str | None] = {}
         self._hash: dict[str, str | None] = {}
+        for abspath, text in (overrides or {}).items():  # files as --diff would leave them
+            self._text[abspath] = text
+            self._hash[abspath] = content_hash(text.encode("utf-8"))
         self.extra_roots = tuple(
             str(p) for p in (settings.project_root, settings.project_root / "src") if p.is_dir()
         )
@@ -200,11 +212,15 @@ def lint(
     cache: ResultCache | None = None,
     jobs: int | None = None,
     stdin: tuple[SourceFile, bytes] | None = None,
+    overrides: Mapping[str, str] | None = None,
 ) -> LintOutcome:
+    """`overrides` (absolute path -> text): lint those files, and import them, with
+    this text instead of what is on disk (a fix checked before it is written)."""
     out = LintOutcome()
     jobs = jobs or available_cpus()
+    overrides = overrides or {}
     prefilter = PreFilter(rules, settings.codes)
-    project = _Project(settings, prefilter)
+    project = _Project(settings, prefilter, overrides)
     candidates: list[_File] = []
 
     inputs: list[tuple[SourceFile, bytes | None]] = [(f, None) for f in files]
@@ -215,6 +231,8 @@ def lint(
         codes = settings.codes_for(src.relpath)
         signature = prefilter.signature(codes)
         stat = None
+        if src.abspath in overrides:
+            data = overrides[src.abspath].encode("utf-8")
         if data is None:
             try:
                 st = os.stat(src.abspath)
@@ -376,3 +394,60 @@ def _analyze_misses(
             deps = {m: project.digest(modules.resolve(m, roots)) for m in used_modules}
             stored = [{k: v for k, v in d.items() if k != "path"} for d in finding_dicts]
             cache.put(entry_key(f.digest, f.modname, f.codes), stored, deps)
+
+
+class Relint:
+    """Lint runs over edited texts held in memory (display path -> text): what a
+    fresh run would find once the edits are written. `--fix` and `--diff` check
+    each fix with `one` and report what `all` finds."""
+
+    def __init__(
+        self,
+        files: Iterable[SourceFile],
+        settings: Settings,
+        rules: Mapping[str, RuleMeta],
+        cache: ResultCache | None,
+        jobs: int | None,
+        stdin: tuple[SourceFile, bytes] | None,
+        abspaths: Mapping[str, str],
+    ):
+        self.files = {f.path: f for f in files}
+        self.settings, self.rules, self.cache, self.jobs = settings, rules, cache, jobs
+        self.stdin = stdin
+        self.abspaths = abspaths
+
+    def _stdin(self, texts: Mapping[str, str]) -> tuple[SourceFile, bytes] | None:
+        if self.stdin is None:
+            return None
+        src, data = self.stdin
+        return (src, texts[src.path].encode("utf-8")) if src.path in texts else (src, data)
+
+    def _overrides(self, texts: Mapping[str, str]) -> dict[str, str]:
+        stdin_path = self.stdin[0].path if self.stdin else None
+        return {self.abspaths.get(p, p): t for p, t in texts.items() if p != stdin_path}
+
+    def one(self, path: str, text: str) -> list[Finding] | None:
+        """What a fresh run finds in `path` holding `text`; None when that run failed.
+        No cache: the intermediate texts of a fix are not worth storing."""
+        texts = {path: text}
+        is_stdin = self.stdin is not None and self.stdin[0].path == path
+        if not is_stdin and path not in self.files:
+            return None
+        files = [] if is_stdin else [self.files[path]]
+        stdin = self._stdin(texts) if is_stdin else None
+        run = lint(files, self.settings, self.rules, cache=None, jobs=1, stdin=stdin, overrides=self._overrides(texts))
+        if run.errors:
+            return None
+        return [f for f in run.findings if f.path == path]
+
+    def all(self, texts: Mapping[str, str]) -> LintOutcome:
+        """A fresh run over every file, the edited ones with their new text."""
+        return lint(
+            list(self.files.values()),
+            self.settings,
+            self.rules,
+            cache=self.cache,
+            jobs=self.jobs,
+            stdin=self._stdin(texts),
+            overrides=self._overrides(texts),
+        )

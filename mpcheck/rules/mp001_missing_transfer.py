@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from mpcheck.devices.describe import MODE_WORDS, move_fix, origin_text, value_text
-from mpcheck.devices.values import device_literal, show, single
+from mpcheck.devices.values import device_literal, known_tensor, show, single
 from mpcheck.rules.base import Rule, once_per_node
 from mpcheck.rules.words import FLOW_WORDS
 
@@ -62,7 +62,7 @@ class MissingTransfer(Rule):
                 devices=[here, there],
                 modules=[ev.data["what"]] if ev.data["op"] == "module" else [],
                 suggestion=f"{fix} before line {line}",
-                fix=move_fix(ctx, expr, repr(there)) if not there.startswith("sym:") else None,
+                fix=move_fix(ctx, expr, repr(there)) if _fixable(ctx, ev, v, there) else None,
             )
 
 
@@ -72,3 +72,13 @@ def _is_move(expr) -> bool:
         and isinstance(expr.func, cst.Attribute)
         and expr.func.attr.value in ("to", "cuda", "cpu")
     )
+
+
+def _fixable(ctx, ev, v, there: str) -> bool:
+    """`.to(there)` is right only on a tensor (a list has no .to()) and only where
+    every visit of the site needs `there` (not a loop over blocks on two devices).
+    An operand of a torch function or tensor method is a tensor whatever the model
+    inferred (they take nothing else); a module's forward or `+` may take anything."""
+    if there.startswith("sym:") or ctx.model.one_target(ev) != there:
+        return False
+    return known_tensor(v) or ev.data["op"] not in ("module", "op")

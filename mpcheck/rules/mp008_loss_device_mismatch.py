@@ -41,5 +41,7 @@ class LossDeviceMismatch(Rule):
                 f"(the small tensor, not the logits), e.g. `{fix}` before line {line}.",
                 devices=[da, db],
                 suggestion=f"{fix} before line {line}",
+                # `.to(a.device)` follows the outputs on every visit, and both are tensors:
+                # the events come from torch losses, which take nothing else.
                 fix=move_fix(ctx, b_expr, f"{a}.device") if isinstance(a_expr, cst.Name) else None,
             )
