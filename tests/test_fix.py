@@ -284,7 +284,7 @@ def test_a_fix_on_a_tensor_is_still_offered_and_removes_its_finding(tmp_path, mo
 
 def test_the_fixed_program_runs_under_the_dry_run_without_a_mismatch(tmp_path, monkeypatch, capsys):
     pytest.importorskip("torch")
-    from mpcheck.runtime.dryrun_cli import main as dryrun
+    from mpcheck.runtime.commands.dryrun import main as dryrun
 
     path = _write(tmp_path, monkeypatch, "net.py", RUNNABLE_SCALE)
 
