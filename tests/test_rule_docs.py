@@ -80,7 +80,7 @@ def test_every_code_has_a_doc():
 def test_every_rule_is_in_the_table_with_the_lint_face():
     registry = rules_by_code()
     assert registry, "no rule registered"
-    for code, rule in registry.items():
+    for code in registry:
         assert code in codes.BY_CODE, code
         assert codes.LINT in codes.get(code).faces, code
     lint_codes = {c.code for c in codes.on_face(codes.LINT)} - {codes.SYNTAX_ERROR.code}
