@@ -70,12 +70,10 @@ def _decode(path: str, data: bytes) -> tuple[str | None, Finding | None]:
 
 
 # ----------------------------------------------------------------- workers
-# Module-level functions so that worker processes can run them.
-
-
-# Both return the error as one message (the traceback under MPCHECK_DEBUG) instead of
-# raising: a bug met on one file must not hide the other files' results, and a
-# message crosses the process boundary where an exception may not pickle.
+# Module-level functions so that worker processes can run them. Both return an
+# exception as one message (with the traceback under MPCHECK_DEBUG) instead of
+# raising it: a bug met on one file must not hide the other files' results, and
+# a message crosses the process boundary where an exception may not pickle.
 
 
 def _analyze_task(task: tuple) -> tuple:
@@ -87,10 +85,10 @@ def _analyze_task(task: tuple) -> tuple:
         findings = [f for f in result.findings if f.code in codes or f.code == SYNTAX_ERROR_CODE]
         findings = noqa.filter_findings(text, findings)
         return path, [f.to_dict() for f in findings], list(result.used_modules), None
-    except analysis.RuleCrash as exc:  # the message names the file and the rule
-        return path, [], [], _describe(exc, exc.__cause__ or exc)
+    except analysis.RuleCrash as exc:  # its message names the file and the rule; the rule's exception is the cause
+        return path, [], [], _describe(str(exc), exc.__cause__ or exc)
     except Exception as exc:
-        return path, [], [], _describe(exc, exc, f"internal error while checking {path}: ")
+        return path, [], [], _describe(f"internal error while checking {path}: {_name(exc)}", exc)
 
 
 def _summarize_task(task: tuple) -> tuple:
@@ -100,12 +98,17 @@ def _summarize_task(task: tuple) -> tuple:
     try:
         return abspath, analysis.summarize(abspath, text, modname), None
     except Exception as exc:
-        return abspath, None, _describe(exc, exc, f"internal error while summarising {os.path.relpath(abspath)}: ")
+        where = os.path.relpath(abspath)
+        return abspath, None, _describe(f"internal error while summarising {where}: {_name(exc)}", exc)
 
 
-def _describe(exc: BaseException, origin: BaseException, prefix: str = "") -> str:
-    """`prefix` + the exception, with where `origin` (the exception first raised) was raised."""
-    head = f"{prefix}{type(exc).__name__}: {exc}" if prefix else str(exc)
+def _name(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _describe(head: str, origin: BaseException) -> str:
+    """`head`, then where `origin` (the exception first raised) was raised: its last frame,
+    or its whole traceback under MPCHECK_DEBUG."""
     if os.environ.get("MPCHECK_DEBUG"):
         import traceback
 
