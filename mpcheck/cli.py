@@ -221,17 +221,12 @@ def _render_findings(args, findings, sources, fixed_count, rules, settings, stre
         for code, meta in rules.items():
             if code in settings.codes:
                 doc = docs.get(code)
-                ctx.rule_info[code] = (
-                    meta.name,
-                    meta.severity,
-                    (doc.summary if doc else "") or meta.summary,
-                    doc.text if doc else "",
-                )
+                ctx.rule_info[code] = (meta.name, meta.severity, meta.summary, doc.text if doc else "")
     stream.write(render(args.output_format, findings, ctx))
 
 
 def rule_main(argv: list[str]) -> int:
-    from mpcheck import catalogue
+    from mpcheck import catalogue, codes
 
     p = argparse.ArgumentParser(prog="mpcheck rule", description="Show a rule's documentation.")
     p.add_argument("code", nargs="?", help="a rule code, e.g. MP003 (or its name)")
@@ -243,14 +238,15 @@ def rule_main(argv: list[str]) -> int:
             p.print_usage(sys.stderr)
             _err("give a rule code (e.g. mpcheck rule MP003) or --all")
             return EXIT_ERROR
-        width = max((len(d.name) for d in docs.values()), default=4)
-        for doc in docs.values():
-            print(f"{doc.code}  {doc.name:<{width}}  {doc.severity:<7}  {doc.summary}")
+        width = max(len(c.name) for c in codes.CODES)
+        for c in codes.CODES:
+            print(f"{c.code}  {c.name:<{width}}  {c.severity:<7}  {c.summary}")
         return EXIT_OK
     wanted = args.code.strip()
-    doc = catalogue.get(wanted) or next((d for d in docs.values() if d.name == wanted.lower()), None)
+    entry = codes.BY_CODE.get(wanted.upper()) or next((c for c in codes.CODES if c.name == wanted.lower()), None)
+    doc = docs.get(entry.code) if entry else None
     if doc is None:
-        _err(f"unknown rule {wanted!r} (known: {', '.join(docs) or 'none'})")
+        _err(f"unknown rule {wanted!r} (known: {', '.join(c.code for c in codes.CODES)})")
         return EXIT_ERROR
     sys.stdout.write(doc.text if doc.text.endswith("\n") else doc.text + "\n")
     return EXIT_OK

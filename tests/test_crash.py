@@ -7,8 +7,8 @@ from __future__ import annotations
 import os
 
 import pytest
-
 from lint_fakes import write
+
 from mpcheck import analysis, cli
 from mpcheck.lint import pipeline
 from mpcheck.rules import rules_by_code

@@ -72,12 +72,10 @@ def _decode(path: str, data: bytes) -> tuple[str | None, Finding | None]:
 
 
 # ----------------------------------------------------------------- workers
-# Module-level functions so that worker processes can run them.
-
-
-# Both return the error as one message (the traceback under MPCHECK_DEBUG) instead of
-# raising: a bug met on one file must not hide the other files' results, and a
-# message crosses the process boundary where an exception may not pickle.
+# Module-level functions so that worker processes can run them. Both return an
+# exception as one message (with the traceback under MPCHECK_DEBUG) instead of
+# raising it: a bug met on one file must not hide the other files' results, and
+# a message crosses the process boundary where an exception may not pickle.
 
 
 def _analyze_task(task: tuple) -> tuple:
@@ -96,10 +94,10 @@ def _analyze_task(task: tuple) -> tuple:
         # A fix is offered only when it works: applied, its finding is gone and none is new.
         findings = verified_fixes(path, text, findings, lambda _, new_text: findings_in(new_text)[0])
         return path, [f.to_dict() for f in findings], list(result.used_modules), None
-    except analysis.RuleCrash as exc:  # the message names the file and the rule
-        return path, [], [], _describe(exc, exc.__cause__ or exc)
+    except analysis.RuleCrash as exc:  # its message names the file and the rule; the rule's exception is the cause
+        return path, [], [], _describe(str(exc), exc.__cause__ or exc)
     except Exception as exc:
-        return path, [], [], _describe(exc, exc, f"internal error while checking {path}: ")
+        return path, [], [], _describe(f"internal error while checking {path}: {_name(exc)}", exc)
 
 
 def _summarize_task(task: tuple) -> tuple:
@@ -109,12 +107,17 @@ def _summarize_task(task: tuple) -> tuple:
     try:
         return abspath, analysis.summarize(abspath, text, modname), None
     except Exception as exc:
-        return abspath, None, _describe(exc, exc, f"internal error while summarising {os.path.relpath(abspath)}: ")
+        where = os.path.relpath(abspath)
+        return abspath, None, _describe(f"internal error while summarising {where}: {_name(exc)}", exc)
 
 
-def _describe(exc: BaseException, origin: BaseException, prefix: str = "") -> str:
-    """`prefix` + the exception, with where `origin` (the exception first raised) was raised."""
-    head = f"{prefix}{type(exc).__name__}: {exc}" if prefix else str(exc)
+def _name(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _describe(head: str, origin: BaseException) -> str:
+    """`head`, then where `origin` (the exception first raised) was raised: its last frame,
+    or its whole traceback under MPCHECK_DEBUG."""
     if os.environ.get("MPCHECK_DEBUG"):
         import traceback
 
