@@ -10,8 +10,8 @@ in any process.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 from mpcheck.finding import Finding
 from mpcheck.lint.rulemeta import SYNTAX_ERROR_CODE, parse_failure
@@ -140,4 +140,3 @@ def _parse(source: str):
         return cst.parse_module(source)
     except Exception:  # noqa: BLE001  (any parse failure: the file has no summary)
         return None
-

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 _DOC_NAME = re.compile(r"^(MP\d{3})-([a-z0-9-]+)\.md$")
@@ -96,7 +96,7 @@ def parse_doc(path: Path) -> RuleDoc:
     )
 
 
-@lru_cache(maxsize=None)
+@cache
 def load(folder: Path | None = None) -> dict[str, RuleDoc]:
     """Every rule document by code, sorted by code."""
     folder = folder or docs_dir()

@@ -57,19 +57,51 @@ def _lint_parser() -> argparse.ArgumentParser:
         "Exit codes: 0 clean, 1 findings, 2 usage/config/internal error or a missing path.",
     )
     p.add_argument("paths", nargs="*", metavar="PATH", help="files or folders to check (default: .); - reads stdin")
-    p.add_argument("--select", type=_codes_arg, action="append", metavar="CODES", help="codes or prefixes to check, or ALL (replaces the config's)")
-    p.add_argument("--extend-select", type=_codes_arg, action="append", default=[], metavar="CODES", help="codes or prefixes to add")
-    p.add_argument("--ignore", type=_codes_arg, action="append", default=[], metavar="CODES", help="codes or prefixes to skip")
-    p.add_argument("--exclude", type=_codes_arg, action="append", metavar="PATTERNS", help="gitignore-style patterns to skip (replaces the defaults)")
-    p.add_argument("--extend-exclude", type=_codes_arg, action="append", default=[], metavar="PATTERNS", help="patterns to skip as well as the defaults")
+    p.add_argument(
+        "--select",
+        type=_codes_arg,
+        action="append",
+        metavar="CODES",
+        help="codes or prefixes to check, or ALL (replaces the config's)",
+    )
+    p.add_argument(
+        "--extend-select",
+        type=_codes_arg,
+        action="append",
+        default=[],
+        metavar="CODES",
+        help="codes or prefixes to add",
+    )
+    p.add_argument(
+        "--ignore", type=_codes_arg, action="append", default=[], metavar="CODES", help="codes or prefixes to skip"
+    )
+    p.add_argument(
+        "--exclude",
+        type=_codes_arg,
+        action="append",
+        metavar="PATTERNS",
+        help="gitignore-style patterns to skip (replaces the defaults)",
+    )
+    p.add_argument(
+        "--extend-exclude",
+        type=_codes_arg,
+        action="append",
+        default=[],
+        metavar="PATTERNS",
+        help="patterns to skip as well as the defaults",
+    )
     p.add_argument("--output-format", choices=FORMATS, default="text")
-    p.add_argument("--statistics", action="store_true", help="print the number of findings per code instead of the findings")
+    p.add_argument(
+        "--statistics", action="store_true", help="print the number of findings per code instead of the findings"
+    )
     p.add_argument("--exit-zero", action="store_true", help="exit 0 even when there are findings")
     p.add_argument("--fix", action="store_true", help="apply safe fixes")
     p.add_argument("--unsafe-fixes", action="store_true", help="with --fix or --diff, apply unsafe fixes too")
     p.add_argument("--diff", action="store_true", help="print the fixes as a diff instead of writing them")
     p.add_argument("--no-cache", action="store_true", help="neither read nor write .mpcheck_cache/")
-    p.add_argument("--jobs", "-j", type=int, default=None, metavar="N", help="worker processes (default: the number of cores)")
+    p.add_argument(
+        "--jobs", "-j", type=int, default=None, metavar="N", help="worker processes (default: the number of cores)"
+    )
     p.add_argument("--color", choices=("auto", "always", "never"), default="auto")
     p.add_argument("--stdin-filename", metavar="PATH", help="the name of the file read from stdin (with -)")
     p.add_argument("--isolated", action="store_true", help="ignore [tool.mpcheck] in pyproject.toml")
@@ -165,8 +197,7 @@ def lint_main(argv: list[str]) -> int:
             if result.fixed:
                 n = len(after.findings)
                 print(
-                    f"Would fix {len(result.fixed)} finding{'s' if len(result.fixed) != 1 else ''}"
-                    f" ({n} would remain).",
+                    f"Would fix {len(result.fixed)} finding{'s' if len(result.fixed) != 1 else ''} ({n} would remain).",
                     file=sys.stderr,
                 )
             if outcome.errors or missing:
@@ -207,8 +238,7 @@ def _report(args, findings, sources, fixed_count, rules, settings, stream, check
 
 
 def _render_findings(args, findings, sources, fixed_count, rules, settings, stream) -> None:
-    from mpcheck.report import ReportContext, render
-    from mpcheck.report import colour
+    from mpcheck.report import ReportContext, colour, render
 
     color = args.output_format in ("text", "full") and colour.wanted(args.color, stream)
     if color:

@@ -39,44 +39,85 @@ class Code:
 
 
 CODES: tuple[Code, ...] = (
-    Code("MP000", "syntax-error", "error",
-         "The file could not be checked: it does not parse, it is not UTF-8, or it cannot be read.",
-         (LINT,)),
-    Code("MP001", "missing-transfer", "error",
-         "A tensor on one device reaches a module, parameter or op on another device with no .to() in between.",
-         _EVERY_FACE, fatal=True),
-    Code("MP002", "split-model-in-data-parallel", "error",
-         "A model split over several GPUs is wrapped in DataParallel, or in DistributedDataParallel with "
-         "device_ids/output_device.",
-         _EVERY_FACE, fatal=True),
-    Code("MP003", "parallel-primitive-misuse", "error",
-         "torch.nn.parallel.scatter/gather/replicate/parallel_apply (or torch.cuda.comm) used on a split model "
-         "or to feed its stages.",
-         (LINT,)),
-    Code("MP004", "set-device-conflict", "warning",
-         "After torch.cuda.set_device / `with torch.cuda.device`, an index-less `.cuda()` or 'cuda' in "
-         "split-model code lands on the current device.",
-         (LINT,)),
-    Code("MP005", "round-trip-transfer", "warning",
-         "A tensor is moved to another device and straight back, with no work done there.",
-         _EVERY_FACE),
-    Code("MP006", "transfer-per-layer", "warning",
-         "Layers alternate between devices, so the activations cross devices more often than once per stage "
-         "boundary.",
-         _EVERY_FACE),
+    Code(
+        "MP000",
+        "syntax-error",
+        "error",
+        "The file could not be checked: it does not parse, it is not UTF-8, or it cannot be read.",
+        (LINT,),
+    ),
+    Code(
+        "MP001",
+        "missing-transfer",
+        "error",
+        "A tensor on one device reaches a module, parameter or op on another device with no .to() in between.",
+        _EVERY_FACE,
+        fatal=True,
+    ),
+    Code(
+        "MP002",
+        "split-model-in-data-parallel",
+        "error",
+        "A model split over several GPUs is wrapped in DataParallel, or in DistributedDataParallel with "
+        "device_ids/output_device.",
+        _EVERY_FACE,
+        fatal=True,
+    ),
+    Code(
+        "MP003",
+        "parallel-primitive-misuse",
+        "error",
+        "torch.nn.parallel.scatter/gather/replicate/parallel_apply (or torch.cuda.comm) used on a split model "
+        "or to feed its stages.",
+        (LINT,),
+    ),
+    Code(
+        "MP004",
+        "set-device-conflict",
+        "warning",
+        "After torch.cuda.set_device / `with torch.cuda.device`, an index-less `.cuda()` or 'cuda' in "
+        "split-model code lands on the current device.",
+        (LINT,),
+    ),
+    Code(
+        "MP005",
+        "round-trip-transfer",
+        "warning",
+        "A tensor is moved to another device and straight back, with no work done there.",
+        _EVERY_FACE,
+    ),
+    Code(
+        "MP006",
+        "transfer-per-layer",
+        "warning",
+        "Layers alternate between devices, so the activations cross devices more often than once per stage boundary.",
+        _EVERY_FACE,
+    ),
     # An error: the split is silently undone and the memory problem it solved comes back. Not fatal
     # at run time all the same: the collapsed model still runs (on one device), so the program is
     # left to go on and the finding is reported at the end instead of stopping it.
-    Code("MP007", "collapse-split-model", "error",
-         "`.cuda()` or `.to(device)` on a model split over several devices moves every stage onto one device.",
-         _EVERY_FACE),
-    Code("MP008", "loss-device-mismatch", "error",
-         "A loss or metric gets its outputs and its targets (or class weights) on different devices.",
-         (LINT,)),
-    Code("MP011", "repeated-transfer", "warning",
-         "The same unchanging tensor (buffer, parameter, constant, loop-invariant value) is copied to a device "
-         "on every call or iteration.",
-         _EVERY_FACE),
+    Code(
+        "MP007",
+        "collapse-split-model",
+        "error",
+        "`.cuda()` or `.to(device)` on a model split over several devices moves every stage onto one device.",
+        _EVERY_FACE,
+    ),
+    Code(
+        "MP008",
+        "loss-device-mismatch",
+        "error",
+        "A loss or metric gets its outputs and its targets (or class weights) on different devices.",
+        (LINT,),
+    ),
+    Code(
+        "MP011",
+        "repeated-transfer",
+        "warning",
+        "The same unchanging tensor (buffer, parameter, constant, loop-invariant value) is copied to a device "
+        "on every call or iteration.",
+        _EVERY_FACE,
+    ),
 )
 
 BY_CODE: dict[str, Code] = {c.code: c for c in CODES}

@@ -55,7 +55,7 @@ class Finding:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Finding":
+    def from_dict(cls, d: dict[str, Any]) -> Finding:
         d = dict(d)
         fix = d.pop("fix", None)
         d["devices"] = tuple(d.get("devices", ()))

@@ -8,8 +8,8 @@ import subprocess
 import sys
 
 import pytest
-
 from lint_fakes import fake_rules, make_project, write  # noqa: F401  (fixture)
+
 from mpcheck import cli
 from mpcheck.lint import rulemeta
 
@@ -33,8 +33,10 @@ def lint(capsys, calls, *args):
     calls["analyze"].clear()
     code = cli.main(["--jobs", "1", "--output-format", "json", *args])
     out = json.loads(capsys.readouterr().out)
-    return code, [(d["path"].replace("\\", "/"), d["line"], d["code"]) for d in out], sorted(
-        p.replace("\\", "/") for p in calls["analyze"]
+    return (
+        code,
+        [(d["path"].replace("\\", "/"), d["line"], d["code"]) for d in out],
+        sorted(p.replace("\\", "/") for p in calls["analyze"]),
     )
 
 
@@ -110,7 +112,10 @@ def test_no_cache_writes_nothing(project, capsys, fake_rules):
 
 
 def test_cache_beside_nearest_pyproject_else_cwd(tmp_path, monkeypatch, capsys, fake_rules):
-    write(tmp_path, {"proj/pyproject.toml": "[project]\nname='p'\n", "proj/src/a.py": "x.cuda()\n", "loose/b.py": "x.cuda()\n"})
+    write(
+        tmp_path,
+        {"proj/pyproject.toml": "[project]\nname='p'\n", "proj/src/a.py": "x.cuda()\n", "loose/b.py": "x.cuda()\n"},
+    )
     monkeypatch.chdir(tmp_path / "proj" / "src")
     lint(capsys, fake_rules, "a.py")
     assert (tmp_path / "proj" / ".mpcheck_cache").is_dir()
@@ -133,12 +138,10 @@ def test_cached_run_does_not_import_libcst(tmp_path):
             "train.py": "from model import Net\nnet = Net().cuda()\nm = torch.nn.DataParallel(net)\n",
         },
     )
-    script = (
-        "import sys, mpcheck.cli\n"
-        "code = mpcheck.cli.main(['.'])\n"
-        "print('libcst' in sys.modules, code)\n"
+    script = "import sys, mpcheck.cli\ncode = mpcheck.cli.main(['.'])\nprint('libcst' in sys.modules, code)\n"
+    run = lambda: subprocess.run(
+        [sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120
     )
-    run = lambda: subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     first = run()
     assert first.returncode == 0, first.stderr
     assert first.stdout.splitlines()[-1].startswith("True")
@@ -182,7 +185,11 @@ def test_real_rules_dependant_invalidated_across_files(tmp_path):
         },
     )
     run = lambda: subprocess.run(
-        [sys.executable, "-m", "mpcheck", "--select", "MP002", "."], cwd=tmp_path, capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "mpcheck", "--select", "MP002", "."],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     first = run()
     assert first.returncode == 1 and first.stdout.startswith("train.py:4:"), first.stdout + first.stderr

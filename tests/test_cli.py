@@ -13,8 +13,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
 from lint_fakes import fake_rules, make_project, write  # noqa: F401  (fixture)
+
 from mpcheck import cli
 from mpcheck.lint import pipeline
 
@@ -69,7 +69,10 @@ def test_exit_zero(project, capsys):
 def test_missing_path_exit_2_names_it_and_the_rest_is_checked(project, capsys):
     code, out, err = run_cli(capsys, "--no-cache", "pkg/model.py", "nope/missing.py", "gone.py")
     assert code == 2
-    assert err.splitlines() == ["mpcheck: error: path not found: nope/missing.py", "mpcheck: error: path not found: gone.py"]
+    assert err.splitlines() == [
+        "mpcheck: error: path not found: nope/missing.py",
+        "mpcheck: error: path not found: gone.py",
+    ]
     assert "Traceback" not in err
     assert out.splitlines()[0].startswith(f"{os.path.join('pkg', 'model.py')}:4:14: MP901 ")
     # Even when what remains is clean, or is nothing, the missing path makes it exit 2.
@@ -267,8 +270,12 @@ def test_color_only_when_asked(project, capsys):
 
 
 def test_parallel_output_identical_to_serial(project, capsys, monkeypatch):
-    files = {f"many/m{i:03d}.py": "import torch\n" * (i % 7) + f"x{i} = Net().cuda()\ny = z.cuda()\n" for i in range(60)}
-    files.update({f"many/n{i:03d}.py": f"from pkg.model import Split\nd = DataParallel(Split())  # {i}\n" for i in range(20)})
+    files = {
+        f"many/m{i:03d}.py": "import torch\n" * (i % 7) + f"x{i} = Net().cuda()\ny = z.cuda()\n" for i in range(60)
+    }
+    files.update(
+        {f"many/n{i:03d}.py": f"from pkg.model import Split\nd = DataParallel(Split())  # {i}\n" for i in range(20)}
+    )
     write(project, files)
     used = []
     real_pool = pipeline._pool_map
@@ -281,7 +288,9 @@ def test_parallel_output_identical_to_serial(project, capsys, monkeypatch):
     assert parallel == serial
     found = json.loads(serial)
     assert len(found) == 60 * 2 + 20 + 2
-    assert [(f["path"], f["line"], f["column"]) for f in found] == sorted((f["path"], f["line"], f["column"]) for f in found)
+    assert [(f["path"], f["line"], f["column"]) for f in found] == sorted(
+        (f["path"], f["line"], f["column"]) for f in found
+    )
 
 
 def test_fix_applies_safe_fixes_atomically(project, capsys):
@@ -456,7 +465,9 @@ def test_sarif_output_carries_catalogue_metadata(project, capsys):
     assert rules["MP901"]["shortDescription"]["text"] == "Flags .cuda() calls."
     results = doc["runs"][0]["results"]
     assert [(r["ruleId"], r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]) for r in results] == [
-        ("MP000", "pkg/broken.py"), ("MP901", "pkg/model.py"), ("MP902", "pkg/train.py"),
+        ("MP000", "pkg/broken.py"),
+        ("MP901", "pkg/model.py"),
+        ("MP902", "pkg/train.py"),
     ]
 
 
@@ -512,7 +523,9 @@ def test_dry_run_of_the_split_model_example_reports_what_the_linter_finds():
 
 def test_dry_run_of_the_training_example_reports_what_the_linter_finds():
     r = _dry_run("train.py")
-    assert _reported_lines("train.py", r.stdout + r.stderr) == _linted_lines("train.py") == {(14, "MP002"), (16, "MP007")}
+    assert (
+        _reported_lines("train.py", r.stdout + r.stderr) == _linted_lines("train.py") == {(14, "MP002"), (16, "MP007")}
+    )
     assert r.returncode == 1, r.stderr
 
 

@@ -19,7 +19,7 @@ def _readme_table() -> dict[str, dict[str, str]]:
     start = next(i for i, line in enumerate(lines) if line.startswith("| code | name |"))
     header = [cell.strip() for cell in lines[start].strip("|").split("|")]
     rows: dict[str, dict[str, str]] = {}
-    for line in lines[start + 2:]:
+    for line in lines[start + 2 :]:
         if not line.startswith("|"):
             break
         # Split on the column separators only: a cell's code span may hold a `|`.
@@ -49,8 +49,12 @@ def test_every_name_is_spelt_once_in_the_package():
     sources = {p: p.read_text(encoding="utf-8") for p in PACKAGE.rglob("*.py")}
     for c in codes.CODES:
         quoted = f'"{c.name}"'
-        hits = [f"{p.relative_to(ROOT)}:{n}" for p, text in sources.items()
-                for n, line in enumerate(text.splitlines(), 1) if quoted in line]
+        hits = [
+            f"{p.relative_to(ROOT)}:{n}"
+            for p, text in sources.items()
+            for n, line in enumerate(text.splitlines(), 1)
+            if quoted in line
+        ]
         assert hits == [f"mpcheck/codes.py:{_line_of(quoted)}"], hits
 
 
@@ -89,7 +93,8 @@ def test_codes_imports_neither_torch_nor_libcst():
     import sys
 
     script = "import sys, mpcheck.codes; print(sorted(m for m in ('torch', 'libcst') if m in sys.modules))"
-    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=ROOT,
-                       check=False)
+    r = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=ROOT, check=False
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "[]"

@@ -23,11 +23,14 @@ LINES = SPLIT_MODEL.count("\n")
 
 @pytest.fixture
 def project(tmp_path, monkeypatch):
-    write(tmp_path, {
-        "pyproject.toml": "[project]\nname = 'demo'\n",
-        "bad.py": SPLIT_MODEL + "\nnet = SplitNet().cuda()\n",
-        "good.py": SPLIT_MODEL + "\ndp = nn.DataParallel(SplitNet())\n",
-    })
+    write(
+        tmp_path,
+        {
+            "pyproject.toml": "[project]\nname = 'demo'\n",
+            "bad.py": SPLIT_MODEL + "\nnet = SplitNet().cuda()\n",
+            "good.py": SPLIT_MODEL + "\ndp = nn.DataParallel(SplitNet())\n",
+        },
+    )
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("MPCHECK_DEBUG", raising=False)
     return tmp_path
@@ -102,11 +105,14 @@ def test_a_crashed_file_is_not_cached_as_clean(project, capsys, mp007_crashes_on
 def test_a_crash_of_the_summary_is_an_internal_error_and_not_cached(tmp_path, capsys, monkeypatch):
     from mpcheck.devices import summary
 
-    write(tmp_path, {
-        "pyproject.toml": "[project]\nname = 'demo'\n",
-        "model.py": SPLIT_MODEL,
-        "train.py": "import torch.nn as nn\nfrom model import SplitNet\n\ndp = nn.DataParallel(SplitNet())\n",
-    })
+    write(
+        tmp_path,
+        {
+            "pyproject.toml": "[project]\nname = 'demo'\n",
+            "model.py": SPLIT_MODEL,
+            "train.py": "import torch.nn as nn\nfrom model import SplitNet\n\ndp = nn.DataParallel(SplitNet())\n",
+        },
+    )
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("MPCHECK_DEBUG", raising=False)
 

@@ -97,7 +97,10 @@ def test_import_bindings(stmt, expected):
 def test_canonical_names_merge_reexports():
     assert canonical("torch.nn.DataParallel") == "torch.nn.parallel.DataParallel"
     assert canonical("torch.nn.parallel.data_parallel.DataParallel") == "torch.nn.parallel.DataParallel"
-    assert canonical("torch.nn.parallel.distributed.DistributedDataParallel") == "torch.nn.parallel.DistributedDataParallel"
+    assert (
+        canonical("torch.nn.parallel.distributed.DistributedDataParallel")
+        == "torch.nn.parallel.DistributedDataParallel"
+    )
 
 
 # ---------------------------------------------------------------- placement
@@ -423,7 +426,10 @@ def _apply(src: str, fix) -> str:
     "body,code",
     [
         ("h = self.a(x.to('cuda:0'))\n        return self.b(h)", "MP001"),
-        ("h = self.b(self.a(x.to('cuda:0')).to('cuda:1'))\n        t = y.to('cuda:0')\n        return F.mse_loss(h, t)", "MP008"),
+        (
+            "h = self.b(self.a(x.to('cuda:0')).to('cuda:1'))\n        t = y.to('cuda:0')\n        return F.mse_loss(h, t)",
+            "MP008",
+        ),
     ],
 )
 def test_safe_fix_removes_the_finding(body, code):

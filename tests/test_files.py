@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 
 import pytest
-
 from lint_fakes import write
+
 from mpcheck.config import Layer, resolve
 from mpcheck.lint.files import discover, missing_paths
 

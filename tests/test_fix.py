@@ -26,7 +26,7 @@ CASES = Path(__file__).parent / "fixtures" / "cases"
 
 # Blocks 0-1 on cuda:0, 2-3 on cuda:1; the mask never follows the activations.
 # `mask.to('cuda:1')` at the call inside the loop would break blocks 0-1.
-LOOP_OVER_BLOCKS = '''
+LOOP_OVER_BLOCKS = """
 import torch
 import torch.nn as nn
 
@@ -53,11 +53,11 @@ class Stack(nn.Module):
                 h = h.to("cuda:1")
             h = torch.add(block(h), mask)
         return h
-'''
+"""
 
 # The encoder returns a list of skip features; the decoder on cuda:1 uses them as
 # they are. The finding is right, but `skips.to('cuda:1')` would be an AttributeError.
-LIST_OF_TENSORS = '''
+LIST_OF_TENSORS = """
 import torch.nn as nn
 
 
@@ -94,13 +94,13 @@ class UNet(nn.Module):
     def forward(self, x):
         h, downsampling_features = self.enc(x.to("cuda:0"))
         return self.dec(h.to("cuda:1"), downsampling_features)
-'''
+"""
 
 # The first block runs on the CPU, where the model does not check a second argument
 # (lengths and indices may live there): no re-lint would see `mask.to('cuda:1')` go
 # wrong there (the CPU block would get a cuda:1 mask), only the record of every
 # visit's device does.
-CPU_AND_GPU_BLOCKS = '''
+CPU_AND_GPU_BLOCKS = """
 import torch
 import torch.nn as nn
 
@@ -127,11 +127,11 @@ class Net(nn.Module):
                 h = h.to("cuda:1")
             h = blk(h, mask)
         return h
-'''
+"""
 
 
 # Runnable under the dry run: `scale` stays on cuda:0, the upper layer is on cuda:1.
-RUNNABLE_SCALE = '''
+RUNNABLE_SCALE = """
 import torch
 import torch.nn as nn
 
@@ -152,12 +152,12 @@ class Net(nn.Module):
 
 net = Net()
 print(net(torch.randn(2, 8)).sum().item())
-'''
+"""
 
 # One Stage class for both stages: the mismatch is inside Stage.forward, which runs
 # once on cuda:0 (fine) and once on cuda:1 (the bug); `mask.to('cuda:1')` there
 # would break the first stage.
-SHARED_STAGE = '''
+SHARED_STAGE = """
 import torch
 import torch.nn as nn
 
@@ -182,7 +182,7 @@ class Net(nn.Module):
         mask = torch.ones(8, device=x.device)
         h = self.lower(x, mask)
         return self.upper(h.to("cuda:1"), mask)
-'''
+"""
 
 
 def run_cli(capsys, *args):
@@ -338,7 +338,12 @@ def test_fixer_writes_nothing_when_no_fix_survives(tmp_path):
     broken = _finding(1, fix=Fix(1, 5, 1, 6, "x.to((0)"))
     unknown = _finding(1, "MP008", fix=Fix(1, 1, 1, 2, "b"))
     result, texts = fix_sources(
-        [broken, unknown], {"m.py": text}, {"m.py": str(target)}, unsafe=False, write=True, diff=True,
+        [broken, unknown],
+        {"m.py": text},
+        {"m.py": str(target)},
+        unsafe=False,
+        write=True,
+        diff=True,
         recheck=lambda path, new: None,
     )
     assert texts == {} and result.fixed == [] and result.diffs == []

@@ -163,12 +163,20 @@ def test_readme_snippet_runs_as_written(released, tmp_path):
     (target / ".pre-commit-config.yaml").write_text(yaml.safe_dump(config))
     _git(target, "init", "-q")
     _git(target, "add", "-A")
-    env = {**os.environ, **GIT_ENV, "PRE_COMMIT_HOME": os.environ.get("PRE_COMMIT_HOME", "/tmp/mpcheck-pre-commit-home")}
+    env = {
+        **os.environ,
+        **GIT_ENV,
+        "PRE_COMMIT_HOME": os.environ.get("PRE_COMMIT_HOME", "/tmp/mpcheck-pre-commit-home"),
+    }
 
     def run(*files):
         return subprocess.run(
             [sys.executable, "-m", "pre_commit", "run", "--verbose", "--files", *files],
-            cwd=target, capture_output=True, text=True, env=env, timeout=900,
+            cwd=target,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=900,
         )
 
     r = run("bad.py", "clean.py")

@@ -91,7 +91,10 @@ def test_a_rule_class_declares_only_its_code(monkeypatch):
 
     made = type("Known", (Rule,), {"code": "MP007"})
     assert (made.name, made.severity, made.summary) == (
-        codes.get("MP007").name, codes.get("MP007").severity, codes.get("MP007").summary)
+        codes.get("MP007").name,
+        codes.get("MP007").severity,
+        codes.get("MP007").summary,
+    )
     with pytest.raises(TypeError, match="not in mpcheck/codes.py"):
         type("Unknown", (Rule,), {"code": "MP999"})
     with pytest.raises(TypeError, match="declare only the code"):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+
 from mpcheck.config import Settings
 
 PY_SUFFIXES = (".py",)
@@ -31,7 +32,7 @@ class SourceFile:
 def _rel(abspath: str, root: str) -> str | None:
     prefix = root.rstrip(os.sep) + os.sep
     if abspath.startswith(prefix):  # the common case, without relpath's normalisation
-        rel = abspath[len(prefix):]
+        rel = abspath[len(prefix) :]
         return rel if os.sep == "/" else rel.replace(os.sep, "/")
     return None  # outside the root (both paths are absolute and normalised)
 

@@ -18,15 +18,15 @@ from __future__ import annotations
 
 import difflib
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Callable, Optional
 
 from mpcheck.finding import Finding
 from mpcheck.lint.atomic import write_text_atomic
 
 # (display path, edited text) -> what a fresh run finds in that text, or None
 # when it cannot tell (an internal error): then no fix of the file is kept.
-Recheck = Callable[[str, str], Optional[list[Finding]]]
+Recheck = Callable[[str, str], list[Finding] | None]
 
 
 @dataclass
@@ -142,9 +142,7 @@ def _try(path: str, original: str, state: _FileFix, f: Finding, unsafe: bool, re
     return None
 
 
-def _fix_one_file(
-    path: str, text: str, found: list[Finding], unsafe: bool, recheck: Recheck | None
-) -> _FileFix:
+def _fix_one_file(path: str, text: str, found: list[Finding], unsafe: bool, recheck: Recheck | None) -> _FileFix:
     """Try the fixes of one file's findings one by one; keep those that pass every check."""
     state = _FileFix(text, [], Counter(_key(f) for f in found), [])
     for *_, f in _edits(text, found, unsafe):

@@ -17,8 +17,9 @@ the cache never imports it.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 from mpcheck.config import Settings
 from mpcheck.finding import Finding
@@ -81,7 +82,6 @@ def _decode(path: str, data: bytes) -> tuple[str | None, Finding | None]:
 def _analyze_task(task: tuple) -> tuple:
     path, text, codes, modname, project = task
     from mpcheck import analysis
-
     from mpcheck.lint.fix import verified_fixes
 
     def findings_in(new_text: str) -> tuple[list[Finding], Any]:
@@ -173,9 +173,7 @@ class _Project:
         for abspath, text in (overrides or {}).items():  # files as --diff would leave them
             self._text[abspath] = text
             self._hash[abspath] = content_hash(text.encode("utf-8"))
-        self.extra_roots = tuple(
-            str(p) for p in (settings.project_root, settings.project_root / "src") if p.is_dir()
-        )
+        self.extra_roots = tuple(str(p) for p in (settings.project_root, settings.project_root / "src") if p.is_dir())
 
     def preload(self, f: _File) -> None:
         self._text[f.src.abspath] = f.text
@@ -317,7 +315,9 @@ def _project_modules(f: _File, project: _Project, analysis: Any) -> dict[str, st
     """
     roots = project.roots_for(f.root)
     found: dict[str, str] = {}
-    todo = [(f.text, modules.import_name(f.modname, f.is_init), True)]  # (text, import name, follow its imports' imports)
+    todo = [
+        (f.text, modules.import_name(f.modname, f.is_init), True)
+    ]  # (text, import name, follow its imports' imports)
     seen_paths = {f.src.abspath}
     while todo:
         text, name, follow = todo.pop()
@@ -381,9 +381,7 @@ def _analyze_misses(
         proj = {name: summaries[p] for name, p in used.items() if summaries.get(p) is not None}
         tasks.append((f.src.path, f.text, f.codes, f.modname, proj))
     by_path = {f.src.path: f for f in misses}
-    for path, finding_dicts, used_modules, error in _run_tasks(
-        _analyze_task, tasks, [len(t[1]) for t in tasks], jobs
-    ):
+    for path, finding_dicts, used_modules, error in _run_tasks(_analyze_task, tasks, [len(t[1]) for t in tasks], jobs):
         f = by_path[path]
         if error is not None:
             out.errors.append(error)

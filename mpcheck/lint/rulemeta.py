@@ -90,7 +90,9 @@ def code_fingerprint() -> str:
             for name in sorted(files):
                 if name.endswith(".py"):
                     st = os.stat(os.path.join(folder, name))
-                    h.update(f"{os.path.relpath(os.path.join(folder, name), package)}:{st.st_size}:{st.st_mtime_ns};".encode())
+                    h.update(
+                        f"{os.path.relpath(os.path.join(folder, name), package)}:{st.st_size}:{st.st_mtime_ns};".encode()
+                    )
         _FINGERPRINT = f"{mpcheck.__version__}-{h.hexdigest()}"
     return _FINGERPRINT
 
@@ -98,9 +100,7 @@ def code_fingerprint() -> str:
 def _from_registry() -> list[RuleMeta]:
     from mpcheck.rules import all_rules
 
-    return [
-        RuleMeta(r.code, r.name, r.severity, r.summary, tuple(r.needs)) for r in all_rules()
-    ]
+    return [RuleMeta(r.code, r.name, r.severity, r.summary, tuple(r.needs)) for r in all_rules()]
 
 
 def load(cache_dir: Path | None) -> dict[str, RuleMeta]:

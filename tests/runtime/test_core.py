@@ -155,10 +155,27 @@ def test_ledger_aggregates_per_pair_site_module_and_step(labels):
     for step in range(3):
         for _ in range(2):
             t = x.clone()
-            ck.on_transfer(t, t, "cuda:0", "cuda:1", site=S1, module_path="model.s2",
-                           timing=labels.start_transfer("cuda:0", "cuda:1", 1024))
-        ck.on_transfer(None, None, "cuda:1", "cuda:0", site=S1, module_path="model.s2", phase="backward",
-                       nbytes=1024, contiguous=True, timing=labels.start_transfer("cuda:1", "cuda:0", 1024))
+            ck.on_transfer(
+                t,
+                t,
+                "cuda:0",
+                "cuda:1",
+                site=S1,
+                module_path="model.s2",
+                timing=labels.start_transfer("cuda:0", "cuda:1", 1024),
+            )
+        ck.on_transfer(
+            None,
+            None,
+            "cuda:1",
+            "cuda:0",
+            site=S1,
+            module_path="model.s2",
+            phase="backward",
+            nbytes=1024,
+            contiguous=True,
+            timing=labels.start_transfer("cuda:1", "cuda:0", 1024),
+        )
         ck.step_end()
     ck.finish()
     pairs = ck.ledger.by_pair()

@@ -96,7 +96,7 @@ def test_no_import_cycle_in_the_runtime():
         path.append(module)
         for dep in sorted(graph[module]):
             if state.get(dep) == 1:
-                cycles.append(path[path.index(dep):] + [dep])
+                cycles.append(path[path.index(dep) :] + [dep])
             elif dep not in state:
                 walk(dep, path)
         path.pop()

@@ -20,7 +20,8 @@ from __future__ import annotations
 import inspect
 import sys
 import weakref
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -117,8 +118,14 @@ def _is_torch_leaf_type(cls: type) -> bool:
     return cls.__module__.startswith("torch.nn.modules.")
 
 
-def install(checker: Checker, namer: ModuleNamer, *, on_step: Callable[[Any], None],
-            on_compiled: Callable[[], None], leaf_mode: Any = None) -> list[Undo]:
+def install(
+    checker: Checker,
+    namer: ModuleNamer,
+    *,
+    on_step: Callable[[Any], None],
+    on_compiled: Callable[[], None],
+    leaf_mode: Any = None,
+) -> list[Undo]:
     """Every patch of this module, in install order; one undo callable each.
 
     leaf_mode: the checking function mode, to be stepped out of while a torch.nn leaf
@@ -134,8 +141,9 @@ def install(checker: Checker, namer: ModuleNamer, *, on_step: Callable[[Any], No
     ]
 
 
-def _patch_module_call(checker: Checker, namer: ModuleNamer, *, on_compiled: Callable[[], None],
-                       leaf_mode: Any) -> Undo:
+def _patch_module_call(
+    checker: Checker, namer: ModuleNamer, *, on_compiled: Callable[[], None], leaf_mode: Any
+) -> Undo:
     """nn.Module.__call__: the module stack, module naming, and the module-entry check."""
     tls = checker._tls
     orig_call = nn.Module.__call__
@@ -183,8 +191,13 @@ def _patch_module_call(checker: Checker, namer: ModuleNamer, *, on_compiled: Cal
                     is_leaf = torch_leaf_types.get(cls)
                     if is_leaf is None:
                         is_leaf = torch_leaf_types[cls] = _is_torch_leaf_type(cls)
-                    if (is_leaf and not module._forward_hooks and not global_hooks[0] and not global_hooks[1]
-                            and all(isinstance(a, tensor) for a in args)):
+                    if (
+                        is_leaf
+                        and not module._forward_hooks
+                        and not global_hooks[0]
+                        and not global_hooks[1]
+                        and all(isinstance(a, tensor) for a in args)
+                    ):
                         n = tf_len()
                         if n and tf_top(n - 1) is leaf_mode:
                             popped = tf_pop()
@@ -265,8 +278,13 @@ def _patch_data_parallel(checker: Checker) -> Undo:
         bound = dp_sig.bind(self, *args, **kwargs)
         bound.apply_defaults()
         module = bound.arguments["module"]
-        found = checker.on_wrap("DataParallel", module, device_ids=bound.arguments.get("device_ids"),
-                                output_device=bound.arguments.get("output_device"), site=user_site())
+        found = checker.on_wrap(
+            "DataParallel",
+            module,
+            device_ids=bound.arguments.get("device_ids"),
+            output_device=bound.arguments.get("output_device"),
+            site=user_site(),
+        )
         if found is not None and checker.on_mismatch == "move":
             # Recorded; go on without replicating: DataParallel with no device ids just
             # calls the module, so the rest of the program still runs and is checked.
@@ -290,9 +308,13 @@ def _patch_distributed_data_parallel(checker: Checker) -> Undo:
 
     def ddp_init(self, *args, **kwargs):
         bound = ddp_sig.bind(self, *args, **kwargs)
-        found = checker.on_wrap("DistributedDataParallel", bound.arguments["module"],
-                                device_ids=bound.arguments.get("device_ids"),
-                                output_device=bound.arguments.get("output_device"), site=user_site())
+        found = checker.on_wrap(
+            "DistributedDataParallel",
+            bound.arguments["module"],
+            device_ids=bound.arguments.get("device_ids"),
+            output_device=bound.arguments.get("output_device"),
+            site=user_site(),
+        )
         if found is not None and checker.on_mismatch == "move":
             # Recorded; apply the fix the finding gives and go on.
             bound.arguments["device_ids"] = None

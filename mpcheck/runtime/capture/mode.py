@@ -25,6 +25,7 @@ from torch.overrides import TorchFunctionMode
 
 from mpcheck.runtime.checks.checker import Checker
 from mpcheck.runtime.checks.sites import called_by_torch
+
 # The kinds of call (module-level names: the mode compares one per call).
 from mpcheck.runtime.checks.torchapi import CHECK as _CHECK
 from mpcheck.runtime.checks.torchapi import COPY as _COPY
@@ -35,6 +36,7 @@ from mpcheck.runtime.checks.torchapi import SET_DATA as _SET
 from mpcheck.runtime.checks.torchapi import python_call_kind
 
 _graph_task_id = getattr(torch._C, "_current_graph_task_id", lambda: -1)
+
 
 def _classify(func: Any) -> int:
     """The kind of a call (checks/torchapi.py), from its name and the name torch resolves it to."""
@@ -138,8 +140,18 @@ class CheckingMode(TorchFunctionMode):
         phase = "forward" if _graph_task_id() == -1 else "recompute"
         # A copy PyTorch's own code makes (GradScaler moving found_inf between devices) is
         # counted, but no round trip or repeat is pinned on the user's line that called it.
-        checker.on_transfer(src_t, out, src, dst, site=site, module_path=module, phase=phase,
-                            timing=timing, nbytes=nbytes, by_library=phase == "forward" and called_by_torch())
+        checker.on_transfer(
+            src_t,
+            out,
+            src,
+            dst,
+            site=site,
+            module_path=module,
+            phase=phase,
+            timing=timing,
+            nbytes=nbytes,
+            by_library=phase == "forward" and called_by_torch(),
+        )
         if self.time_backward and isinstance(out, self._tensor) and out.grad_fn is not None:
             _time_backward(checker, out.grad_fn, dst, src, nbytes, site, module)
         return out
@@ -182,8 +194,18 @@ def _time_backward(checker: Checker, node, src: str, dst: str, nbytes: int, site
         timing = state.pop()
         if timing is not None:
             timing.stop()
-        checker.on_transfer(None, None, src, dst, site=site, module_path=module, phase="backward",
-                            timing=timing, nbytes=nbytes, contiguous=True)
+        checker.on_transfer(
+            None,
+            None,
+            src,
+            dst,
+            site=site,
+            module_path=module,
+            phase="backward",
+            timing=timing,
+            nbytes=nbytes,
+            contiguous=True,
+        )
         return None
 
     try:

@@ -11,17 +11,18 @@ import functools
 import sys
 import threading
 import weakref
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import torch
 
 from mpcheck.runtime.capture import hooks
+from mpcheck.runtime.capture.mode import CheckingMode
 from mpcheck.runtime.checks.checker import Checker, Devices
 from mpcheck.runtime.checks.ledger import Ledger
-from mpcheck.runtime.capture.mode import CheckingMode
 
 _active_lock = threading.Lock()
-_active: "Session | None" = None
+_active: Session | None = None
 
 
 class Session:
@@ -40,20 +41,21 @@ class Session:
         the face decides, the session does not know either."""
         self.devices = devices
         self.namer = hooks.ModuleNamer()
-        self.checker = Checker(devices, on_mismatch=on_mismatch, select=select, ledger=Ledger(keep_events=keep_trace),
-                               namer=self.namer)
+        self.checker = Checker(
+            devices, on_mismatch=on_mismatch, select=select, ledger=Ledger(keep_events=keep_trace), namer=self.namer
+        )
         self.strict = strict
         self.model = model
         self.model_name = model_name
         self.notes: list[str] = []  # things the report must say (e.g. torch.compile turned off)
         self._undos: list = []
         self._modes: list = []
-        self._optimizers: "weakref.WeakSet" = weakref.WeakSet()
+        self._optimizers: weakref.WeakSet = weakref.WeakSet()
         self._memory_steps = 0
         self.active = False
 
     # -- lifetime ----------------------------------------------------------------------
-    def start(self) -> "Session":
+    def start(self) -> Session:
         global _active
         with _active_lock:
             if _active is not None:
@@ -67,8 +69,13 @@ class Session:
             # (the mode stamps each autograd node for backward findings) and not on virtual
             # devices (the dry run's checks of what its own mode answers stay as they are).
             leaf_mode = mode if not self.strict and self.checker.plain_devices else None
-            self._undos = hooks.install(self.checker, self.namer, on_step=self._on_optimizer_step,
-                                        on_compiled=self._on_compiled, leaf_mode=leaf_mode)
+            self._undos = hooks.install(
+                self.checker,
+                self.namer,
+                on_step=self._on_optimizer_step,
+                on_compiled=self._on_compiled,
+                leaf_mode=leaf_mode,
+            )
             self._undos.append(self._patch_compile())
             if "torch._dynamo" in sys.modules:
                 self._undos.append(hooks.disable_compile())
@@ -173,8 +180,10 @@ class Session:
 
             return zero_grad
 
-        return [hooks.patch(owner, "zero_grad", outside(owner.zero_grad))
-                for owner in (torch.optim.Optimizer, torch.nn.Module)]
+        return [
+            hooks.patch(owner, "zero_grad", outside(owner.zero_grad))
+            for owner in (torch.optim.Optimizer, torch.nn.Module)
+        ]
 
     def _restore_mode(self) -> None:
         popped, self._popped = getattr(self, "_popped", None), None
@@ -249,5 +258,5 @@ class Session:
                     merged[k] = max(merged.get(k, 0), v)
 
 
-def active() -> "Session | None":
+def active() -> Session | None:
     return _active

@@ -55,8 +55,11 @@ class StrictMode(TorchDispatchMode):
         if op is False:
             packet = func.overloadpacket.__name__
             kind = aten_op_kind(packet)  # the kinds: checks/torchapi.py
-            op = None if kind == SKIP else _AtenOp(packet if kind != CPU_INDEX else ATEN_CPU_INDEX_AS,
-                                                    f"aten.{func.__name__}")
+            op = (
+                None
+                if kind == SKIP
+                else _AtenOp(packet if kind != CPU_INDEX else ATEN_CPU_INDEX_AS, f"aten.{func.__name__}")
+            )
             self._names[func] = op
         if kwargs is None:
             kwargs = {}
@@ -67,8 +70,9 @@ class StrictMode(TorchDispatchMode):
         if node is not None:
             site, module = _stamped(node)
             with checker._lock:
-                args, kwargs = checker.check_op(op, args, kwargs, site=site, module=module, name=op.full,
-                                                phase="backward")
+                args, kwargs = checker.check_op(
+                    op, args, kwargs, site=site, module=module, name=op.full, phase="backward"
+                )
             return func(*args, **kwargs)
         args, kwargs = checker.check_op(op, args, kwargs, name=op.full)
         return func(*args, **kwargs)

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import threading
 import warnings
-from dataclasses import replace
 import weakref
-from typing import Any, Callable, Iterable, Protocol
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+from typing import Any, Protocol
 
 from mpcheck import codes
 from mpcheck.finding import Finding
@@ -54,7 +55,7 @@ class Devices(Protocol):
     name: str  # "cuda" or "virtual"
 
     def device_of(self, t: Any) -> str:
-        """"cuda:1", "cpu", "meta" (for a real or a virtual device alike)."""
+        """ "cuda:1", "cpu", "meta" (for a real or a virtual device alike)."""
 
     def normalize(self, device_like: Any) -> str | None:
         """A user's device argument ('cuda', 1, torch.device('cuda', 1), 'cuda:1') as device_of
@@ -245,7 +246,7 @@ class Checker:
         """True while mpcheck itself (or Module.to) moves tensors: nothing is checked or recorded."""
         return self._tls.suspended > 0
 
-    def suspend(self) -> "_Suspend":
+    def suspend(self) -> _Suspend:
         return _Suspend(self._tls)
 
     def invalidate_placement(self) -> None:
@@ -253,8 +254,19 @@ class Checker:
         self._placement.clear()
 
     # -- findings -------------------------------------------------------------------
-    def emit(self, code: str, site: Site | None, message: str, *, devices=(), modules=(), suggestion=None,
-             severity: str | None = None, extra: dict | None = None, fatal: bool | None = None) -> Finding | None:
+    def emit(
+        self,
+        code: str,
+        site: Site | None,
+        message: str,
+        *,
+        devices=(),
+        modules=(),
+        suggestion=None,
+        severity: str | None = None,
+        extra: dict | None = None,
+        fatal: bool | None = None,
+    ) -> Finding | None:
         """Record a finding (once per code, line, devices and modules; later hits count up)
         and apply `on_mismatch` to the fatal ones."""
         if not self.wants(code):
@@ -301,8 +313,17 @@ class Checker:
         return f
 
     # -- MP001: mismatches ----------------------------------------------------------------
-    def check_op(self, func: Any, args: tuple, kwargs: dict, *, site: Site | None = None,
-                 module: str | None = None, name: str | None = None, phase: str | None = None) -> tuple[tuple, dict]:
+    def check_op(
+        self,
+        func: Any,
+        args: tuple,
+        kwargs: dict,
+        *,
+        site: Site | None = None,
+        module: str | None = None,
+        name: str | None = None,
+        phase: str | None = None,
+    ) -> tuple[tuple, dict]:
         """The devices of one torch call's tensors. Allowed mixes: 0-dim CPU tensors; CPU
         indices and values in indexing. Returns the (possibly moved) args and kwargs."""
         if self.plain_devices:
@@ -412,8 +433,9 @@ class Checker:
             what += " (in backward)"
         return self._mismatch(what, first_dev, odd, args, kwargs, site=site, module=module)
 
-    def check_module_entry(self, module: Any, path: str, args: tuple, kwargs: dict, *,
-                           site: Site | None = None) -> tuple[tuple, dict]:
+    def check_module_entry(
+        self, module: Any, path: str, args: tuple, kwargs: dict, *, site: Site | None = None
+    ) -> tuple[tuple, dict]:
         """Inputs vs the one device the module's parameters and buffers live on (when
         they live on one; a split container checks nothing: its children do)."""
         dev = self.module_device(module)
@@ -429,8 +451,16 @@ class Checker:
                 odd.append((loc, t, d))
         if not odd or not self.wants("MP001"):
             return args, kwargs
-        return self._mismatch(f"input of {type(module).__name__} '{path}'", dev, odd, args, kwargs, site=site,
-                              module=path, expected_is="the module's parameters and buffers are")
+        return self._mismatch(
+            f"input of {type(module).__name__} '{path}'",
+            dev,
+            odd,
+            args,
+            kwargs,
+            site=site,
+            module=path,
+            expected_is="the module's parameters and buffers are",
+        )
 
     def inputs_on(self, dev: str, args: tuple, kwargs: dict) -> bool:
         """Are all tensor arguments on `dev`? (The fast path of the module-entry check.)"""
@@ -484,19 +514,17 @@ class Checker:
         devs |= {self.devices.device_of(b) for b in module.buffers()}
         return sorted(devs)
 
-    def _mismatch(self, what: str, expected: str, odd, args, kwargs, *, site, module,
-                  expected_is: str = "the other tensors are") -> tuple[tuple, dict]:
+    def _mismatch(
+        self, what: str, expected: str, odd, args, kwargs, *, site, module, expected_is: str = "the other tensors are"
+    ) -> tuple[tuple, dict]:
         site = site or self.sites()
         module = module or self.current_module()
         moved = {}
         for loc, t, d in odd:
             shape = "x".join(map(str, t.shape)) or "scalar"
-            msg = (
-                f"{what}: {_describe(loc)} (a {shape} tensor) is on {d}, {expected_is} on {expected}"
-            )
+            msg = f"{what}: {_describe(loc)} (a {shape} tensor) is on {d}, {expected_is} on {expected}"
             sugg = f"move it with `.to('{expected}')` before this call (or place the producing module on {expected})"
-            self.emit("MP001", site, msg, devices=(expected, d), modules=(module,) if module else (),
-                      suggestion=sugg)
+            self.emit("MP001", site, msg, devices=(expected, d), modules=(module,) if module else (), suggestion=sugg)
             if self.on_mismatch == "move":
                 try:
                     with self.suspend():
@@ -508,9 +536,21 @@ class Checker:
         return args, kwargs
 
     # -- transfers: ledger, MP005, MP006, MP011 ---------------------------------------------
-    def on_transfer(self, src_tensor: Any, out_tensor: Any, src_dev: str, dst_dev: str, *, site: Site | None,
-                    module_path: str | None, phase: str = "forward", timing: TransferTiming | None = None,
-                    nbytes: int | None = None, contiguous: bool | None = None, by_library: bool = False) -> None:
+    def on_transfer(
+        self,
+        src_tensor: Any,
+        out_tensor: Any,
+        src_dev: str,
+        dst_dev: str,
+        *,
+        site: Site | None,
+        module_path: str | None,
+        phase: str = "forward",
+        timing: TransferTiming | None = None,
+        nbytes: int | None = None,
+        contiguous: bool | None = None,
+        by_library: bool = False,
+    ) -> None:
         """Record a transfer; check it for a round trip (MP005), a repeat (MP011) and follow its
         chain (MP006) unless
         `by_library`: a copy made by PyTorch's own code, which the user cannot change (it
@@ -519,8 +559,16 @@ class Checker:
             nbytes = src_tensor.numel() * src_tensor.element_size()
         if contiguous is None:
             contiguous = src_tensor.is_contiguous() if src_tensor is not None else True
-        self.ledger.record(src_dev, dst_dev, nbytes, site=site, module_path=module_path, phase=phase,
-                           contiguous=contiguous, timing=timing)
+        self.ledger.record(
+            src_dev,
+            dst_dev,
+            nbytes,
+            site=site,
+            module_path=module_path,
+            phase=phase,
+            contiguous=contiguous,
+            timing=timing,
+        )
         if phase != "forward" or src_tensor is None or by_library:
             return
         with self._lock:
@@ -540,10 +588,12 @@ class Checker:
                 # hooks), or the step for transfers made outside any module.
                 tls = self._tls
                 thread = threading.get_ident()
-                scope, key = ((("module", thread), tls.forwards) if tls.stack
-                              else (("top", thread), self.ledger.step_index))
-                for chain in self._pingpong.on_transfer(src_tensor, src_dev, dst_dev, scope, key, site or UNKNOWN,
-                                                        module_path, arrival):
+                scope, key = (
+                    (("module", thread), tls.forwards) if tls.stack else (("top", thread), self.ledger.step_index)
+                )
+                for chain in self._pingpong.on_transfer(
+                    src_tensor, src_dev, dst_dev, scope, key, site or UNKNOWN, module_path, arrival
+                ):
                     self._report_ping_pong(chain)
 
     def _report_ping_pong(self, chain: Chain) -> None:
@@ -553,8 +603,15 @@ class Checker:
             self.emit("MP006", site, "", devices=devices)
             return
         message, modules, suggestion = describe(chain, self._alternating_layers)
-        self.emit("MP006", site, message, devices=devices, modules=modules, suggestion=suggestion,
-                  extra={"crossings": chain.crossings, "first_site": str(chain.first_site)})
+        self.emit(
+            "MP006",
+            site,
+            message,
+            devices=devices,
+            modules=modules,
+            suggestion=suggestion,
+            extra={"crossings": chain.crossings, "first_site": str(chain.first_site)},
+        )
 
     def _alternating_layers(self, chain: Chain) -> tuple[str, list[tuple[str, str]]] | None:
         """The module whose children, in order, alternate between the chain's devices the most:
@@ -573,8 +630,9 @@ class Checker:
                 changes = sum(1 for a, b in zip(children, children[1:]) if a[1] != b[1])
                 if changes >= 2:
                     path = f"{root_path}.{sub_name}" if sub_name else root_path
-                    related = any(m == path or m.startswith(path + ".") or path.startswith(m + ".")
-                                  for m in chain.modules)
+                    related = any(
+                        m == path or m.startswith(path + ".") or path.startswith(m + ".") for m in chain.modules
+                    )
                     found.append((related, changes, path, children))
         if not found:
             return None
@@ -596,10 +654,12 @@ class Checker:
         if came_from != dst_dev or t._version != ref.version:
             return
         self.emit(
-            "MP005", site,
+            "MP005",
+            site,
             f"round trip: this data was moved {dst_dev} -> {src_dev} at {first_site} and is moved back to "
             f"{dst_dev} here unchanged (no work was done on {src_dev})",
-            devices=(dst_dev, src_dev), modules=(module,) if module else (),
+            devices=(dst_dev, src_dev),
+            modules=(module,) if module else (),
             suggestion=f"keep using the tensor that is still on {dst_dev}; drop both transfers",
             extra={"first_site": str(first_site), "first_line": first_site.line, "first_path": first_site.path},
         )
@@ -618,10 +678,12 @@ class Checker:
             shape = "x".join(map(str, t.shape)) or "scalar"
             when = "in this step" if first_step == step else "in an earlier step, and it has not changed since"
             self.emit(
-                "MP011", site,
+                "MP011",
+                site,
                 f"repeated transfer: the same unchanged {shape} tensor was already moved to {dst_dev} "
                 f"{when} (at {first_site})",
-                devices=(self.devices.device_of(t), dst_dev), modules=(module,) if module else (),
+                devices=(self.devices.device_of(t), dst_dev),
+                modules=(module,) if module else (),
                 suggestion=f"move it to {dst_dev} once and reuse the copy (e.g. keep it as a buffer on {dst_dev})",
                 extra={"first_site": str(first_site), "scope": "step" if first_step == step else "steps"},
             )
@@ -638,7 +700,9 @@ class Checker:
         self._purge_at = max(_PURGE_AT, 2 * max(len(self._moves), len(self._arrivals)))
 
     # -- MP002 / MP007: wrapping and collapsing a split model ------------------------------
-    def on_wrap(self, kind: str, module: Any, *, device_ids: Any, output_device: Any, site: Site | None) -> Finding | None:
+    def on_wrap(
+        self, kind: str, module: Any, *, device_ids: Any, output_device: Any, site: Site | None
+    ) -> Finding | None:
         """Before DataParallel(...) / DistributedDataParallel(...) wraps `module`. Returns the
         finding when the wrap would fail (or, with move, the caller skips the wrap)."""
         devs = [d for d in self.model_devices(module) if d != "cpu"]
@@ -646,17 +710,24 @@ class Checker:
             return None
         if kind == "DataParallel":
             why = "DataParallel replicates a single-device module and refuses parameters on several devices"
-            sugg = ("do not wrap a model split by hand in DataParallel; for data parallelism on top of it use "
-                    "DistributedDataParallel(model, device_ids=None, output_device=None), one process per split")
+            sugg = (
+                "do not wrap a model split by hand in DataParallel; for data parallelism on top of it use "
+                "DistributedDataParallel(model, device_ids=None, output_device=None), one process per split"
+            )
         elif device_ids is not None or output_device is not None:
-            why = "DistributedDataParallel accepts a multi-device module only with device_ids=None and output_device=None"
+            why = (
+                "DistributedDataParallel accepts a multi-device module only with device_ids=None and output_device=None"
+            )
             sugg = "pass device_ids=None and output_device=None (or leave them out)"
         else:
             return None
         return self.emit(
-            "MP002", site or self.sites(),
+            "MP002",
+            site or self.sites(),
             f"{kind} wraps a model split over {', '.join(devs)}: {why}",
-            devices=tuple(devs), modules=(self.module_name(module),), suggestion=sugg,
+            devices=tuple(devs),
+            modules=(self.module_name(module),),
+            suggestion=sugg,
         )
 
     def on_module_move(self, module: Any, target: str | None, *, site: Site | None) -> Finding | None:
@@ -667,10 +738,12 @@ class Checker:
         if len(devs) < 2 or target == "cpu":
             return None
         return self.emit(
-            "MP007", site or self.sites(),
+            "MP007",
+            site or self.sites(),
             f"this moves a model split over {', '.join(devs)} entirely onto {target}: the split is undone "
             f"and {target} must hold every parameter",
-            devices=tuple(devs), modules=(self.module_name(module),),
+            devices=tuple(devs),
+            modules=(self.module_name(module),),
             suggestion="remove this call: a split model's stages are placed in its __init__; move only the inputs",
         )
 

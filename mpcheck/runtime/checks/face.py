@@ -5,7 +5,8 @@ virtual ones) and how its report reads (`write`)."""
 from __future__ import annotations
 
 import sys
-from typing import Any, Iterable, TextIO
+from collections.abc import Iterable
+from typing import Any, TextIO
 
 from mpcheck.runtime.checks.checker import ON_MISMATCH
 
@@ -48,15 +49,26 @@ class Face:
     # -- for the faces ------------------------------------------------------------------------
     def _start_session(self, session_type: Any, *, devices: Any, strict: bool = False) -> None:
         """session_type: capture's Session, handed in by the face (this package sits below capture)."""
-        self.session = session_type(self.model, on_mismatch=self.on_mismatch, strict=strict, select=self.select,
-                               devices=devices, keep_trace=self.trace is not None)
+        self.session = session_type(
+            self.model,
+            on_mismatch=self.on_mismatch,
+            strict=strict,
+            select=self.select,
+            devices=devices,
+            keep_trace=self.trace is not None,
+        )
         self.session.start()
 
     def _write_on_exit(self) -> None:
         if self.report is not None or self.trace is not None:
-            self.write(output_format=self.output_format, stream=sys.stderr if self.report else None,
-                       trace=self.trace)
+            self.write(output_format=self.output_format, stream=sys.stderr if self.report else None, trace=self.trace)
 
-    def write(self, *, output_format: str = "text", stream: TextIO | None = None, trace: str | None = None,
-              color_mode: str = "auto") -> None:
+    def write(
+        self,
+        *,
+        output_format: str = "text",
+        stream: TextIO | None = None,
+        trace: str | None = None,
+        color_mode: str = "auto",
+    ) -> None:
         raise NotImplementedError

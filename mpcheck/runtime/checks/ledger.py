@@ -113,7 +113,9 @@ class Ledger:
         self._open_steps: dict[int, StepSummary] = {}
         self.events: list[dict[str, Any]] = []  # Chrome-trace events (only with keep_events)
         self.step_marks: list[tuple[float, float, int]] = []  # (start_s, end_s, index) relative to t0
-        self.memory: dict[str, dict[str, int]] = {}  # device -> {"params", "grads", "optimizer_state", "peak_allocated"}
+        self.memory: dict[
+            str, dict[str, int]
+        ] = {}  # device -> {"params", "grads", "optimizer_state", "peak_allocated"}
 
     # -- recording ----------------------------------------------------------
     def record(
@@ -128,7 +130,9 @@ class Ledger:
         contiguous: bool,
         timing: TransferTiming | None,
     ) -> None:
-        p = _Pending((src, dst, site, module_path, phase), nbytes, contiguous, timing, self.step_index, time.perf_counter())
+        p = _Pending(
+            (src, dst, site, module_path, phase), nbytes, contiguous, timing, self.step_index, time.perf_counter()
+        )
         with self._lock:
             self._current.append(p)
 

@@ -14,7 +14,8 @@ Holds no tensor: the last arrival of a chain is a weak _StorageRef.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 _NOT_GPU = frozenset({"cpu", "meta"})
 _MAX_CHAINS = 16  # open chains per forward pass (independent tensors moved side by side)
@@ -61,8 +62,9 @@ class PingPong:
     def __init__(self) -> None:
         self._scopes: dict[str, tuple[Any, list[Chain]]] = {}
 
-    def on_transfer(self, src_tensor: Any, src: str, dst: str, scope: str, key: Any, site: Any,
-                    module: str | None, arrival: Any) -> list[Chain]:
+    def on_transfer(
+        self, src_tensor: Any, src: str, dst: str, scope: str, key: Any, site: Any, module: str | None, arrival: Any
+    ) -> list[Chain]:
         """Follow one forward transfer; returns the ping-pong chains of a pass that just ended."""
         if src in _NOT_GPU or dst in _NOT_GPU:
             return []
@@ -120,8 +122,10 @@ def describe(chain: Chain, find_layers: Callable[[Chain], tuple[str, list[tuple[
         f"transfer per layer: the activation crosses devices {chain.crossings} times per forward "
         f"({shown}) where {len(distinct) - 1} crossing(s) would do: {what}"
     )
-    suggestion = (f"place consecutive layers on one device, one block per device ({grouping}), so that "
-                  f"each stage boundary is crossed once")
+    suggestion = (
+        f"place consecutive layers on one device, one block per device ({grouping}), so that "
+        f"each stage boundary is crossed once"
+    )
     return message, modules, suggestion
 
 
@@ -134,7 +138,7 @@ def _grouping(label: str, names: list[str], devs: list[str]) -> str:
     numbered = all(b.isdigit() for b in names)
     for i, d in enumerate(devs):
         size = n // k + (1 if i < n % k else 0)
-        block = names[start:start + size]
+        block = names[start : start + size]
         start += size
         if block:
             span = (block[0] if len(block) == 1 else f"{block[0]}-{block[-1]}") if numbered else ", ".join(block)

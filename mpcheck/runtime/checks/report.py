@@ -51,9 +51,7 @@ def transfers_dict(ledger) -> dict[str, Any]:
         "steps": len(steps),
         "step_wall_ms_total": round(wall, 3),
         "total": {**_row(total), "share": round(total.time_ms / wall, 6) if wall > 0 and total.timed else None},
-        "by_pair": [
-            {"src": s, "dst": d, "phase": ph, **_row(a)} for (s, d, ph), a in sorted(ledger.by_pair().items())
-        ],
+        "by_pair": [{"src": s, "dst": d, "phase": ph, **_row(a)} for (s, d, ph), a in sorted(ledger.by_pair().items())],
         "by_site": [
             {"site": _site_str(site), "src": s, "dst": d, "phase": ph, **_row(a)}
             for (site, s, d, ph), a in sorted(ledger.by_site().items(), key=lambda kv: -kv[1].time_ms)
@@ -123,8 +121,10 @@ def render_text(session, *, color: bool = False) -> str:
         + f"{_fmt_ms(total['time_ms'])} on the copy streams{share}"
     )
     if t["by_pair"]:
-        lines.append(f"  {'src -> dst':<22}{'phase':<10}{'count/step':>11}{'bytes/step':>12}{'time/step':>11}"
-                     f"{'GB/s':>8}{'share':>8}{'non-contig':>11}")
+        lines.append(
+            f"  {'src -> dst':<22}{'phase':<10}{'count/step':>11}{'bytes/step':>12}{'time/step':>11}"
+            f"{'GB/s':>8}{'share':>8}{'non-contig':>11}"
+        )
         wall = t["step_wall_ms_total"]
         for r in t["by_pair"]:
             gbps = f"{r['gb_per_s']:.1f}" if r["gb_per_s"] is not None else "-"
@@ -136,26 +136,36 @@ def render_text(session, *, color: bool = False) -> str:
             )
         lines.append(p("bold", "  by call site") + f" (top {TOP} by time):")
         for r in t["by_site"][:TOP]:
-            lines.append(f"    {r['site']:<40} {r['src']} -> {r['dst']} {r['phase']:<9} x{r['count']:<6}"
-                         f"{_fmt_bytes(r['bytes']):>10} {_fmt_ms(r['time_ms']):>10}")
+            lines.append(
+                f"    {r['site']:<40} {r['src']} -> {r['dst']} {r['phase']:<9} x{r['count']:<6}"
+                f"{_fmt_bytes(r['bytes']):>10} {_fmt_ms(r['time_ms']):>10}"
+            )
         lines.append(p("bold", "  by module boundary") + f" (top {TOP} by time):")
         for r in t["by_module"][:TOP]:
-            lines.append(f"    {str(r['module'] or '<top level>'):<40} {r['src']} -> {r['dst']} {r['phase']:<9} "
-                         f"x{r['count']:<6}{_fmt_bytes(r['bytes']):>10} {_fmt_ms(r['time_ms']):>10}")
+            lines.append(
+                f"    {str(r['module'] or '<top level>'):<40} {r['src']} -> {r['dst']} {r['phase']:<9} "
+                f"x{r['count']:<6}{_fmt_bytes(r['bytes']):>10} {_fmt_ms(r['time_ms']):>10}"
+            )
         tiny = t["tiny_by_site"]
         if tiny:
-            lines.append(p("bold", "  tiny transfers") + f" (< {TINY_BYTES // 1024} KiB each, latency-bound) by call site:")
+            lines.append(
+                p("bold", "  tiny transfers") + f" (< {TINY_BYTES // 1024} KiB each, latency-bound) by call site:"
+            )
             for r in tiny[:TOP]:
-                lines.append(f"    {r['site']:<40} x{r['count']:<6}{_fmt_bytes(r['bytes']):>10} "
-                             f"{_fmt_ms(r['time_ms']):>10}  ({', '.join(r['pairs'])})")
+                lines.append(
+                    f"    {r['site']:<40} x{r['count']:<6}{_fmt_bytes(r['bytes']):>10} "
+                    f"{_fmt_ms(r['time_ms']):>10}  ({', '.join(r['pairs'])})"
+                )
     mem = checker.ledger.memory
     if mem:
         lines.append("")
         lines.append(p("bold", "Memory per device") + " (bytes held by tensors; peak = torch's peak allocated):")
         for dev, d in sorted(mem.items()):
             peak = f"  peak {_fmt_bytes(d['peak_allocated'])}" if "peak_allocated" in d else ""
-            lines.append(f"  {dev:<8} params {_fmt_bytes(d.get('params', 0)):>9}  grads {_fmt_bytes(d.get('grads', 0)):>9}"
-                         f"  optimizer {_fmt_bytes(d.get('optimizer_state', 0)):>9}{peak}")
+            lines.append(
+                f"  {dev:<8} params {_fmt_bytes(d.get('params', 0)):>9}  grads {_fmt_bytes(d.get('grads', 0)):>9}"
+                f"  optimizer {_fmt_bytes(d.get('optimizer_state', 0)):>9}{peak}"
+            )
     for note in session.notes:
         lines.append(p("yellow", f"note: {note}"))
     return "\n".join(lines) + "\n"
@@ -174,22 +184,50 @@ def chrome_trace(session) -> dict[str, Any]:
 
     steps_pid = pid("steps")
     for start, end, idx in ledger.step_marks:
-        events.append({"ph": "X", "name": f"step {idx}", "pid": steps_pid, "tid": 0, "ts": start * 1e6,
-                       "dur": (end - start) * 1e6})
+        events.append(
+            {
+                "ph": "X",
+                "name": f"step {idx}",
+                "pid": steps_pid,
+                "tid": 0,
+                "ts": start * 1e6,
+                "dur": (end - start) * 1e6,
+            }
+        )
     for e in ledger.events:
-        events.append({
-            "ph": "X", "name": f"{e['src']} -> {e['dst']} {_fmt_bytes(e['bytes'])}", "cat": e["phase"],
-            "pid": pid(e["src"]), "tid": f"to {e['dst']}", "ts": e["ts_s"] * 1e6,
-            "dur": (e["dur_ms"] or 0.0) * 1e3,
-            "args": {"bytes": e["bytes"], "site": e["site"], "module": e["module"], "step": e["step"],
-                     "gpu_time_ms": e["dur_ms"]},
-        })
-    return {"traceEvents": events, "displayTimeUnit": "ms",
-            "otherData": {"note": "ts = host time the copy was enqueued; dur = its GPU time (CUDA events)"}}
+        events.append(
+            {
+                "ph": "X",
+                "name": f"{e['src']} -> {e['dst']} {_fmt_bytes(e['bytes'])}",
+                "cat": e["phase"],
+                "pid": pid(e["src"]),
+                "tid": f"to {e['dst']}",
+                "ts": e["ts_s"] * 1e6,
+                "dur": (e["dur_ms"] or 0.0) * 1e3,
+                "args": {
+                    "bytes": e["bytes"],
+                    "site": e["site"],
+                    "module": e["module"],
+                    "step": e["step"],
+                    "gpu_time_ms": e["dur_ms"],
+                },
+            }
+        )
+    return {
+        "traceEvents": events,
+        "displayTimeUnit": "ms",
+        "otherData": {"note": "ts = host time the copy was enqueued; dur = its GPU time (CUDA events)"},
+    }
 
 
-def write_outputs(session, *, output_format: str = "text", stream: TextIO | None = None,
-                  trace: str | None = None, color_mode: str = "auto") -> None:
+def write_outputs(
+    session,
+    *,
+    output_format: str = "text",
+    stream: TextIO | None = None,
+    trace: str | None = None,
+    color_mode: str = "auto",
+) -> None:
     if stream is not None:
         if output_format == "json":
             stream.write(json.dumps(report_dict(session), indent=2) + "\n")

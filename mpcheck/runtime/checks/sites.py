@@ -63,7 +63,7 @@ def _is_internal(code: CodeType) -> bool:
 
 
 def _owner(code: CodeType) -> str:
-    """"mpcheck", "torch" or "" (anyone else: the user, another library), once per code object."""
+    """ "mpcheck", "torch" or "" (anyone else: the user, another library), once per code object."""
     owner = _owner_code.get(code)
     if owner is None:
         fn = code.co_filename

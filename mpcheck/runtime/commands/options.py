@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 from mpcheck.runtime.commands.launch import LaunchError, Program, parse_program, split_argv
 
@@ -19,8 +19,7 @@ def add_report_options(ap: argparse.ArgumentParser, *, on_mismatch: str, on_mism
     ap.add_argument("--trace", metavar="FILE", help="write a Chrome trace (open in Perfetto) of transfers and steps")
     ap.add_argument("--select", metavar="CODES", help="only these rule codes, comma-separated (e.g. MP001,MP011)")
     ap.add_argument("--color", choices=("auto", "always", "never"), default="auto")
-    ap.add_argument("program", nargs=argparse.REMAINDER,
-                    help="script.py [args] | -m module [args] | -c code [args]")
+    ap.add_argument("program", nargs=argparse.REMAINDER, help="script.py [args] | -m module [args] | -c code [args]")
 
 
 def parse(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[argparse.Namespace, Program] | int:

@@ -12,8 +12,8 @@ from __future__ import annotations
 import argparse
 import functools
 
-from mpcheck.runtime.commands.options import add_report_options, needs_torch, parse, selected_codes, write_report
 from mpcheck.runtime.commands.launch import run_program
+from mpcheck.runtime.commands.options import add_report_options, needs_torch, parse, selected_codes, write_report
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -22,11 +22,17 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run a PyTorch program under mpcheck's runtime debug mode, then report device "
         "mismatches, wasted transfers and what the transfers cost.",
     )
-    ap.add_argument("--strict", action="store_true",
-                    help="also check every aten op, forward and backward (slower: ~2x on small models)")
-    add_report_options(ap, on_mismatch="raise",
-                       on_mismatch_help="raise: stop at the first mismatch with mpcheck's error (default); warn: "
-                       "report it and let PyTorch act; move: move the tensor and go on, listing every mismatch")
+    ap.add_argument(
+        "--strict",
+        action="store_true",
+        help="also check every aten op, forward and backward (slower: ~2x on small models)",
+    )
+    add_report_options(
+        ap,
+        on_mismatch="raise",
+        on_mismatch_help="raise: stop at the first mismatch with mpcheck's error (default); warn: "
+        "report it and let PyTorch act; move: move the tensor and go on, listing every mismatch",
+    )
     return ap
 
 
@@ -42,8 +48,13 @@ def main(argv: list[str]) -> int:
         from mpcheck.runtime.real.devices import CudaDevices
     except ImportError as e:
         return needs_torch(parser.prog, e)
-    session = Session(on_mismatch=opts.on_mismatch, strict=opts.strict, select=selected_codes(opts),
-                      devices=CudaDevices(), keep_trace=bool(opts.trace))
+    session = Session(
+        on_mismatch=opts.on_mismatch,
+        strict=opts.strict,
+        select=selected_codes(opts),
+        devices=CudaDevices(),
+        keep_trace=bool(opts.trace),
+    )
     session.start()
     try:
         status = run_program(program)

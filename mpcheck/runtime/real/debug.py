@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import Any, Iterable, TextIO
+from collections.abc import Iterable
+from typing import Any, TextIO
 
 from mpcheck.runtime.checks.face import Face
 
@@ -47,14 +48,15 @@ class debug(Face):
         trace: str | None = None,
         devices: Any = None,
     ) -> None:
-        super().__init__(model, on_mismatch=on_mismatch, select=select, report=report,
-                         output_format=output_format, trace=trace)
+        super().__init__(
+            model, on_mismatch=on_mismatch, select=select, report=report, output_format=output_format, trace=trace
+        )
         self.strict = strict
         self.devices = devices
         self.disabled = False
 
     # -- context manager ---------------------------------------------------------------
-    def __enter__(self) -> "debug":
+    def __enter__(self) -> debug:
         if disabled_by_env():
             self.disabled = True
             return self
@@ -73,8 +75,14 @@ class debug(Face):
         self._write_on_exit()
         return False
 
-    def write(self, *, output_format: str = "text", stream: TextIO | None = None, trace: str | None = None,
-              color_mode: str = "auto") -> None:
+    def write(
+        self,
+        *,
+        output_format: str = "text",
+        stream: TextIO | None = None,
+        trace: str | None = None,
+        color_mode: str = "auto",
+    ) -> None:
         """The report to `stream` and the Chrome trace to the file `trace`."""
         from mpcheck.runtime.checks.report import write_outputs
 
@@ -84,9 +92,16 @@ class debug(Face):
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
             # A fresh session per call: a decorated function may be called many times.
-            with debug(self.model, on_mismatch=self.on_mismatch, strict=self.strict, select=self.select,
-                       report=self.report, output_format=self.output_format, trace=self.trace,
-                       devices=self.devices):
+            with debug(
+                self.model,
+                on_mismatch=self.on_mismatch,
+                strict=self.strict,
+                select=self.select,
+                report=self.report,
+                output_format=self.output_format,
+                trace=self.trace,
+                devices=self.devices,
+            ):
                 return fn(*args, **kwargs)
 
         return wrapper

@@ -82,8 +82,9 @@ class VirtualGPUs:
         self.live: dict[int, tuple[str, int, Any]] = {}
         self.allocated = {d: 0 for d in self.devices}
         self.peak = dict(self.allocated)
-        self.memory = MemoryEstimate(self.devices, self.device_memory, device_of=self.device_of, live=self.live,
-                                     peak=self.peak)
+        self.memory = MemoryEstimate(
+            self.devices, self.device_memory, device_of=self.device_of, live=self.live, peak=self.peak
+        )
         # Limits met on the way that did not stop the run (event timing, ...): (site, text).
         self.limits: list[tuple[str, str]] = []
         self._limit_seen: set[tuple[str, str]] = set()
@@ -246,7 +247,7 @@ class VirtualGPUs:
         return DryRunLimitError(f"{user_line()}: {what} is beyond the dry run: {why}")
 
     # -- install / remove ------------------------------------------------------------
-    def __enter__(self) -> "VirtualGPUs":
+    def __enter__(self) -> VirtualGPUs:
         if self.active:
             raise RuntimeError("these virtual GPUs are already active")
         patches = Patches()

@@ -45,7 +45,8 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, Iterable, TextIO
+from collections.abc import Iterable
+from typing import Any, TextIO
 
 from mpcheck.runtime.checks.face import Face
 from mpcheck.runtime.virtual.links import format_bytes, parse_bytes
@@ -79,8 +80,9 @@ class dryrun(Face):
     ) -> None:
         from mpcheck.runtime.virtual.links import parse_link
 
-        super().__init__(model, on_mismatch=on_mismatch, select=select, report=report,
-                         output_format=output_format, trace=trace)
+        super().__init__(
+            model, on_mismatch=on_mismatch, select=select, report=report, output_format=output_format, trace=trace
+        )
         if output_format not in ("text", "json"):
             raise ValueError(f"output_format must be 'text' or 'json', not {output_format!r}")
         self.n = gpus
@@ -97,7 +99,7 @@ class dryrun(Face):
         return list(self.gpus.limits) if self.gpus else []
 
     # -- context manager --------------------------------------------------------------------
-    def __enter__(self) -> "dryrun":
+    def __enter__(self) -> dryrun:
         from mpcheck.runtime.capture.session import Session
         from mpcheck.runtime.virtual.devices import VirtualGPUs
 
@@ -186,8 +188,14 @@ class dryrun(Face):
             lines.append(p("red", f"stopped: {self.stopped}"))
         return "\n".join(lines) + "\n"
 
-    def write(self, *, output_format: str = "text", stream: TextIO | None = None, trace: str | None = None,
-              color_mode: str = "auto") -> None:
+    def write(
+        self,
+        *,
+        output_format: str = "text",
+        stream: TextIO | None = None,
+        trace: str | None = None,
+        color_mode: str = "auto",
+    ) -> None:
         if stream is not None:
             if output_format == "json":
                 stream.write(json.dumps(self.report_dict(), indent=2) + "\n")

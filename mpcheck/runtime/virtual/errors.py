@@ -19,9 +19,8 @@ class VirtualDeviceError(RuntimeError):
     """What PyTorch itself would raise on real GPUs (mixed devices, bad ordinal, numpy of a CUDA tensor)."""
 
 
-
 def user_line() -> str:
-    """"path:line" of the user's code running now, for messages."""
+    """ "path:line" of the user's code running now, for messages."""
     s = user_site(2)
     return f"{s.path}:{s.line}" if s.line else "<unknown line>"
 

@@ -7,7 +7,8 @@ Each handler is called as handler(gpus, func, args, kwargs) in place of the gene
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -20,7 +21,7 @@ if TYPE_CHECKING:  # pragma: no cover
 Handler = Callable[["VirtualGPUs", Any, tuple, dict], Any]
 
 
-def to(g: "VirtualGPUs", func, args, kwargs):
+def to(g: VirtualGPUs, func, args, kwargs):
     t = args[0]
     rest = args[1:]
     other = None
@@ -58,7 +59,7 @@ def to(g: "VirtualGPUs", func, args, kwargs):
     return _transfer_tensor(g, t, dst, dtype=dtype, memory_format=mf)
 
 
-def _transfer_tensor(g: "VirtualGPUs", t, dst: str, **kw):
+def _transfer_tensor(g: VirtualGPUs, t, dst: str, **kw):
     """g.transfer, and a moved parameter's copy counted as parameter memory on `dst`."""
     out = g.transfer(t, dst, **kw)
     if type(t) is PARAM:
@@ -67,10 +68,12 @@ def _transfer_tensor(g: "VirtualGPUs", t, dst: str, **kw):
     return out
 
 
-def cuda(g: "VirtualGPUs", func, args, kwargs):
+def cuda(g: VirtualGPUs, func, args, kwargs):
     t = args[0]
     device = args[1] if len(args) > 1 else kwargs.get("device")
-    dst = f"cuda:{g.current}" if device is None else g.parse(device if not isinstance(device, int) else f"cuda:{device}")
+    dst = (
+        f"cuda:{g.current}" if device is None else g.parse(device if not isinstance(device, int) else f"cuda:{device}")
+    )
     if dst is None:
         raise VirtualDeviceError(f"Invalid device, must be cuda device, got {device!r}")
     if g.device_of(t) == dst:
@@ -78,14 +81,14 @@ def cuda(g: "VirtualGPUs", func, args, kwargs):
     return _transfer_tensor(g, t, dst, memory_format=kwargs.get("memory_format"))
 
 
-def cpu(g: "VirtualGPUs", func, args, kwargs):
+def cpu(g: VirtualGPUs, func, args, kwargs):
     t = args[0]
     if g.label_of(t) in (None, "cpu"):
         return generic(g, func, args, kwargs)
     return g.transfer(t, "cpu", memory_format=kwargs.get("memory_format"))
 
 
-def device_get(g: "VirtualGPUs", func, args, kwargs):
+def device_get(g: VirtualGPUs, func, args, kwargs):
     lab = g.label_of(args[0])
     if lab is None:
         return func(*args, **kwargs)
@@ -122,12 +125,10 @@ def grad_get(g, func, args, kwargs):
     return grad
 
 
-
-
 def needs_value(what: str) -> Handler:
     """The handler of a function that reads a tensor's value (`what` names it in the message)."""
 
-    def value(g: "VirtualGPUs", func, args, kwargs):
+    def value(g: VirtualGPUs, func, args, kwargs):
         t = args[0]
         lab = g.label_of(t)
         if lab is not None and g.backing == "meta" and t.is_meta:
@@ -162,7 +163,7 @@ def _called_from(filename: str) -> bool:
     return False
 
 
-def tensor_repr(g: "VirtualGPUs", func, args, kwargs):
+def tensor_repr(g: VirtualGPUs, func, args, kwargs):
     t = args[0]
     lab = g.label_of(t)
     if lab is None:
@@ -183,7 +184,7 @@ def is_pinned(g, func, args, kwargs):
     return False if g.label_of(args[0]) is not None else func(*args, **kwargs)
 
 
-def backward(g: "VirtualGPUs", func, args, kwargs):
+def backward(g: VirtualGPUs, func, args, kwargs):
     g.before_backward()
     return generic(g, func, args, kwargs)
 
@@ -195,7 +196,7 @@ def flash_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False
     return out
 
 
-def sdpa(g: "VirtualGPUs", func, args, kwargs):
+def sdpa(g: VirtualGPUs, func, args, kwargs):
     # On meta tensors PyTorch picks the math path, which saves the whole T x T attention matrix for
     # backward; a GPU runs a flash / memory-efficient kernel that saves only the log-sum-exp. Use the
     # flash kernel's meta function so that the activation estimate is a GPU's.
@@ -208,4 +209,3 @@ def sdpa(g: "VirtualGPUs", func, args, kwargs):
 
 def storage(g, func, args, kwargs):
     return func(*args, **kwargs)
-

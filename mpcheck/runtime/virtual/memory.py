@@ -18,7 +18,8 @@ parameter that requires grad once a backward has run.
 from __future__ import annotations
 
 import weakref
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -33,8 +34,15 @@ class MemoryEstimate:
     (id(storage) -> (device, nbytes, weakref)) and peak: the running peak of allocated
     bytes per device, both kept by the virtual GPUs and only read here."""
 
-    def __init__(self, devices: list[str], capacity: int, *, device_of: Callable[[Any], str],
-                 live: dict[int, tuple[str, int, Any]], peak: dict[str, int]) -> None:
+    def __init__(
+        self,
+        devices: list[str],
+        capacity: int,
+        *,
+        device_of: Callable[[Any], str],
+        live: dict[int, tuple[str, int, Any]],
+        peak: dict[str, int],
+    ) -> None:
         self.devices = devices
         self.capacity = capacity
         self._device_of = device_of

@@ -22,7 +22,7 @@ def build_tables() -> None:
 
 
 class VirtualMode(TorchFunctionMode):
-    def __init__(self, gpus: "VirtualGPUs") -> None:
+    def __init__(self, gpus: VirtualGPUs) -> None:
         super().__init__()
         self.g = gpus
 

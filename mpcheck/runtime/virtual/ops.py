@@ -33,7 +33,7 @@ def build() -> None:
         FACTORIES.update(_device_ctx._device_constructors())
 
 
-def scan(g: "VirtualGPUs", args: tuple, kwargs: dict) -> tuple[str | None, str | None]:
+def scan(g: VirtualGPUs, args: tuple, kwargs: dict) -> tuple[str | None, str | None]:
     """(the op's device label, a second CUDA label that conflicts with it)."""
     dev = None
     other = None
@@ -60,7 +60,7 @@ def scan(g: "VirtualGPUs", args: tuple, kwargs: dict) -> tuple[str | None, str |
     return dev, other
 
 
-def generic(g: "VirtualGPUs", func, args, kwargs):
+def generic(g: VirtualGPUs, func, args, kwargs):
     target = None
     if _device_ctx.CURRENT_DEVICE is not None and kwargs.get("device") is None and func in FACTORIES:
         # torch.set_default_device("cuda:1") fills in device= in a mode at the bottom of the stack,
@@ -102,7 +102,7 @@ _NEEDS_CUDA = re.compile(
 )
 
 
-def _explain(g: "VirtualGPUs", func, e: BaseException, dev: str | None) -> BaseException:
+def _explain(g: VirtualGPUs, func, e: BaseException, dev: str | None) -> BaseException:
     """Turn errors that come from the virtual devices themselves into clear dry-run messages."""
     if isinstance(e, (DryRunLimitError, VirtualDeviceError)):
         return e

@@ -13,7 +13,7 @@ class VirtualStream(torch.Stream):
     """A CUDA stream that orders nothing: every op on virtual GPUs runs at once, in program order.
     (A torch.Stream underneath, on the CPU, so that `tensor.record_stream(s)` accepts it.)"""
 
-    def __new__(cls, device: Any = None, priority: int = 0, **_: Any) -> "VirtualStream":
+    def __new__(cls, device: Any = None, priority: int = 0, **_: Any) -> VirtualStream:
         return super().__new__(cls, device="cpu")
 
     def __init__(self, device: Any = None, priority: int = 0, **_: Any) -> None:
@@ -32,7 +32,7 @@ class VirtualStream(torch.Stream):
     def wait_stream(self, stream: Any) -> None:
         pass
 
-    def record_event(self, event: Any = None) -> "VirtualEvent":
+    def record_event(self, event: Any = None) -> VirtualEvent:
         event = event if event is not None else VirtualEvent()
         event.record(self)
         return event
@@ -85,4 +85,3 @@ class StreamContext:
 
     def __exit__(self, *exc: Any) -> None:
         pass
-

@@ -14,7 +14,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from mpcheck.runtime.virtual.devices import VirtualGPUs
 
 
-def install(g: "VirtualGPUs", p: Patches) -> None:
+def install(g: VirtualGPUs, p: Patches) -> None:
     """Every patch, into `p` (p.restore() undoes them all, in reverse)."""
     cuda.install(g, p)
     grouping.install(g, p)

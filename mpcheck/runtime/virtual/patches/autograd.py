@@ -4,7 +4,8 @@ run's modes back, and gradients arriving unlabelled get their forward output's d
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -14,7 +15,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from mpcheck.runtime.virtual.devices import VirtualGPUs
 
 
-def install(g: "VirtualGPUs", p: Patches) -> None:
+def install(g: VirtualGPUs, p: Patches) -> None:
     orig_backward = torch.autograd.backward
 
     def backward(*a: Any, **k: Any) -> Any:
@@ -24,7 +25,7 @@ def install(g: "VirtualGPUs", p: Patches) -> None:
     p.set(torch.autograd, "backward", backward)
 
 
-def install_python(g: "VirtualGPUs", p: Patches) -> None:
+def install_python(g: VirtualGPUs, p: Patches) -> None:
     """Custom Functions and activation checkpointing."""
     import torch.utils.checkpoint as ckpt
     from torch.autograd.function import BackwardCFunction, Function
@@ -40,8 +41,9 @@ def install_python(g: "VirtualGPUs", p: Patches) -> None:
     checks = getattr(ckpt, "_allowed_determinism_checks_to_fns", None)
     default = getattr(ckpt, "_DEFAULT_DETERMINISM_MODE", None)
     if isinstance(checks, dict) and default in checks:
-        p.set_item(checks, default, lambda x: {"shape": x.shape, "dtype": x.dtype,
-                                                "device": torch.device(g.device_of(x))})
+        p.set_item(
+            checks, default, lambda x: {"shape": x.shape, "dtype": x.dtype, "device": torch.device(g.device_of(x))}
+        )
 
     orig_apply = Function.__dict__["apply"].__func__
 
@@ -72,8 +74,7 @@ def install_python(g: "VirtualGPUs", p: Patches) -> None:
     p.set(BackwardCFunction, "apply", backward_apply)
 
 
-
-def _with_modes(g: "VirtualGPUs", fn: Callable) -> Callable:
+def _with_modes(g: VirtualGPUs, fn: Callable) -> Callable:
     """Run `fn` under the dry run's function modes when autograd calls it without any (the engine
     does not carry the mode stack into backward), so backward-time Python sees virtual devices."""
 
@@ -89,4 +90,3 @@ def _with_modes(g: "VirtualGPUs", fn: Callable) -> Callable:
                 torch._C._pop_torch_function_stack()
 
     return run
-

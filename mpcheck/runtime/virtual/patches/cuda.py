@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # pragma: no cover
 VIRTUAL_GPU_NAME = "mpcheck virtual GPU"
 
 
-def install(g: "VirtualGPUs", p: Patches) -> None:
+def install(g: VirtualGPUs, p: Patches) -> None:
     """torch.cuda and torch.accelerator answer for the virtual GPUs; nvtx ranges do nothing."""
     a = _Answers(g)
     cuda = torch.cuda
@@ -38,7 +38,7 @@ def install(g: "VirtualGPUs", p: Patches) -> None:
 class _Answers:
     """What torch.cuda's functions answer on the virtual GPUs `g` (shared by torch.accelerator)."""
 
-    def __init__(self, g: "VirtualGPUs") -> None:
+    def __init__(self, g: VirtualGPUs) -> None:
         self.g = g
         self.streams: dict[int, VirtualStream] = {}
 
@@ -84,9 +84,17 @@ class _Answers:
     def props(self, device: Any = None) -> SimpleNamespace:
         i = self.idx(device)
         return SimpleNamespace(
-            name=VIRTUAL_GPU_NAME, total_memory=self.g.device_memory, major=9, minor=0, multi_processor_count=132,
-            is_integrated=False, is_multi_gpu_board=False, index=i, L2_cache_size=50 * 2**20,
-            gcnArchName="", uuid=f"virtual-{i}",
+            name=VIRTUAL_GPU_NAME,
+            total_memory=self.g.device_memory,
+            major=9,
+            minor=0,
+            multi_processor_count=132,
+            is_integrated=False,
+            is_multi_gpu_board=False,
+            index=i,
+            L2_cache_size=50 * 2**20,
+            gcnArchName="",
+            uuid=f"virtual-{i}",
         )
 
     def lazy_init(self) -> None:

@@ -12,7 +12,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from mpcheck.runtime.virtual.devices import VirtualGPUs
 
 
-def install_pinning(g: "VirtualGPUs", p: Patches) -> None:
+def install_pinning(g: VirtualGPUs, p: Patches) -> None:
     # DataLoader(pin_memory=True) pins batches in a thread of its own, where no function mode runs:
     # page-locked memory means nothing without a GPU, so pinning returns the batch as it is.
     import torch.utils.data._utils.pin_memory as pin
@@ -20,7 +20,7 @@ def install_pinning(g: "VirtualGPUs", p: Patches) -> None:
     p.set(pin, "pin_memory", lambda data, device=None: data)
 
 
-def install_load(g: "VirtualGPUs", p: Patches) -> None:
+def install_load(g: VirtualGPUs, p: Patches) -> None:
     """torch.load(..., map_location="cuda:k"): load on the CPU, then move every tensor to the virtual device."""
     orig_load = torch.load
 

@@ -13,11 +13,11 @@ if TYPE_CHECKING:  # pragma: no cover
     from mpcheck.runtime.virtual.devices import VirtualGPUs
 
 
-def install(g: "VirtualGPUs", p: Patches) -> None:
+def install(g: VirtualGPUs, p: Patches) -> None:
     p.set(torch._C, "_group_tensors_by_device_and_dtype", lambda tll, with_indices=False: _group(g, tll, with_indices))
 
 
-def _group(g: "VirtualGPUs", tensorlistlist: list, with_indices: bool) -> dict:
+def _group(g: VirtualGPUs, tensorlistlist: list, with_indices: bool) -> dict:
     out: dict = {}
     first = tensorlistlist[0]
     n_lists = len(tensorlistlist)

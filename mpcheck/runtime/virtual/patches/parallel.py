@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -12,7 +13,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from mpcheck.runtime.virtual.devices import VirtualGPUs
 
 
-def install_data_parallel(g: "VirtualGPUs", p: Patches) -> None:
+def install_data_parallel(g: VirtualGPUs, p: Patches) -> None:
     """DataParallel cannot replicate onto virtual GPUs (scatter and broadcast are CUDA kernels): it runs its
     module once on device_ids[0], after the checking core has reported a split model at the wrap."""
     from torch.nn.parallel import DataParallel
@@ -54,7 +55,7 @@ def install_data_parallel(g: "VirtualGPUs", p: Patches) -> None:
             p.set(comm, name, comm_limit(name))
 
 
-def install_distributed(g: "VirtualGPUs", p: Patches) -> None:
+def install_distributed(g: VirtualGPUs, p: Patches) -> None:
     try:
         import torch.distributed as dist
         from torch.nn.parallel import DistributedDataParallel
