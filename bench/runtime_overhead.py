@@ -203,7 +203,7 @@ def main(argv=None) -> int:
         r["meets_goal"] = None if goal is None else r["ratio"] <= goal
         print(
             f"| {r['model']} | {r['variant']} | {r['median_ms']:.2f} | x{r['ratio']:.3f} | "
-            f"{'' if goal is None else ('<= x%.2f ' % goal) + ('ok' if r['meets_goal'] else 'MISSED')} |"
+            f"{'' if goal is None else f'<= x{goal:.2f} ' + ('ok' if r['meets_goal'] else 'MISSED')} |"
         )
     print(
         f"\n64 MiB cuda:0 -> cuda:1: plain copy {copy['plain_event_gbps']:.1f} GB/s (events), "

@@ -1,6 +1,7 @@
 """Fake rules for the lint-pipeline tests: they exercise files, cache, noqa,
 processes and reporters without depending on what the real rules decide.
-(test_cli.py also runs the real rules end to end.)
+(test_cli.py also runs the real rules end to end.) The `fake_rules` fixture that installs
+them is in conftest.py.
 
 - MP901 fake-cuda: every `.cuda()` call (needs "cuda"); carries a safe fix to `.to("cuda:0")`.
 - MP902 fake-dp: `DataParallel(X())` where X is a class that an imported project
@@ -13,12 +14,9 @@ from __future__ import annotations
 import ast
 import re
 
-import pytest
-
-from mpcheck import analysis
 from mpcheck.analysis import FileResult
 from mpcheck.finding import Finding, Fix
-from mpcheck.lint import fix, rulemeta
+from mpcheck.lint import rulemeta
 
 FAKE_RULES = [
     rulemeta.RuleMeta("MP901", "fake-cuda", "error", "Flags .cuda() calls.", ("cuda",)),
@@ -91,22 +89,6 @@ def fake_analyze(path, source, codes, modname, project):
                 )
             )
     return FileResult(out, sorted(used))
-
-
-@pytest.fixture
-def fake_rules(monkeypatch):
-    """Install the fake rules in this process (worker processes are forked, so they inherit them)."""
-    monkeypatch.setattr(rulemeta, "_from_registry", lambda: list(FAKE_RULES))
-    monkeypatch.setattr(rulemeta, "_FINGERPRINT", "test-fake")
-    monkeypatch.setattr(analysis, "analyze", fake_analyze)
-    monkeypatch.setattr(analysis, "summarize", fake_summarize)
-    # The pipeline re-analyses a file once per fixable finding to offer only fixes that
-    # work; the fake fixes are checked by --fix alone, so that CALLS counts one analysis
-    # per file (tests/test_fix.py checks the offer with the real rules).
-    monkeypatch.setattr(fix, "verified_fixes", lambda path, text, found, recheck: found)
-    CALLS["analyze"].clear()
-    CALLS["summarize"].clear()
-    return CALLS
 
 
 def write(root, files: dict[str, str | bytes]):

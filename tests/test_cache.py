@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from lint_fakes import fake_rules, make_project, write  # noqa: F401  (fixture)
+from lint_fakes import make_project, write
 
 from mpcheck import cli
 from mpcheck.lint import rulemeta
@@ -139,9 +139,10 @@ def test_cached_run_does_not_import_libcst(tmp_path):
         },
     )
     script = "import sys, mpcheck.cli\ncode = mpcheck.cli.main(['.'])\nprint('libcst' in sys.modules, code)\n"
-    run = lambda: subprocess.run(
-        [sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120
-    )
+
+    def run():
+        return subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+
     first = run()
     assert first.returncode == 0, first.stderr
     assert first.stdout.splitlines()[-1].startswith("True")
@@ -184,13 +185,16 @@ def test_real_rules_dependant_invalidated_across_files(tmp_path):
             "train.py": "import torch.nn as nn\nfrom model import SplitNet\n\nnet = nn.DataParallel(SplitNet())\n",
         },
     )
-    run = lambda: subprocess.run(
-        [sys.executable, "-m", "mpcheck", "--select", "MP002", "."],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+
+    def run():
+        return subprocess.run(
+            [sys.executable, "-m", "mpcheck", "--select", "MP002", "."],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
     first = run()
     assert first.returncode == 1 and first.stdout.startswith("train.py:4:"), first.stdout + first.stderr
     assert run().stdout == first.stdout  # from the cache

@@ -13,7 +13,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from lint_fakes import fake_rules, make_project, write  # noqa: F401  (fixture)
+from lint_fakes import make_project, write
 
 from mpcheck import cli
 from mpcheck.lint import pipeline

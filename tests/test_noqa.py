@@ -5,7 +5,7 @@ from __future__ import annotations
 import textwrap
 
 import pytest
-from lint_fakes import fake_rules, write  # noqa: F401  (fixture)
+from lint_fakes import write
 
 from mpcheck import cli
 from mpcheck.finding import Finding

@@ -31,7 +31,7 @@ def _examples():
         code = doc.name[:5]
         if code in codes.BY_CODE and codes.LINT not in codes.get(code).faces:
             continue  # a run-time-only code: its examples are not lint tests
-        for i, m in enumerate(_FENCE.finditer(text)):
+        for m in _FENCE.finditer(text):
             line = text[: m.start()].count("\n") + 1
             yield pytest.param(code, m.group(1), m.group(2), id=f"{doc.stem}:{line}:{m.group(1)}")
 

@@ -183,6 +183,7 @@ def test_round_trip_with_both_lines():
     with mpcheck.debug(report=None) as dbg:
         y = x.to("cuda:1")  # there
         z = y.to("cuda:0")  # back
+    assert z.device == x.device
     (f,) = dbg.findings
     assert f.code == "MP005"
     assert f.line == _line(test_round_trip_with_both_lines, "# back")

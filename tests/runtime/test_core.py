@@ -152,7 +152,7 @@ def test_freed_storage_whose_id_is_reused_is_not_a_repeat(labels):
 def test_ledger_aggregates_per_pair_site_module_and_step(labels):
     ck = Checker(labels, on_mismatch="raise")
     x = torch.randn(256)  # 1 KiB
-    for step in range(3):
+    for _step in range(3):
         for _ in range(2):
             t = x.clone()
             ck.on_transfer(

@@ -132,6 +132,7 @@ def test_repeated_and_round_trip_transfers_through_the_mode():
         c = torch.randn(4)
         d = c.to("meta")
         e = d + 1  # work on meta: a new tensor, not a round trip
+    assert a.device.type == b.device.type == e.device.type == "meta"
     codes = [(f.code, f.line) for f in dbg.findings]
     assert codes == [("MP011", _line(test_repeated_and_round_trip_transfers_through_the_mode, "# again"))]
 
