@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from mpcheck.finding import Finding
-from mpcheck.lint.rulemeta import SYNTAX_ERROR_CODE, parse_failure
+from mpcheck.syntax import SYNTAX_ERROR_CODE, parse_failure
 
 
 class RuleCrash(Exception):

@@ -11,6 +11,7 @@ ConfigError that names it: the CLI turns it into exit 2.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -122,11 +123,11 @@ def project_root(start: Path) -> Path:
 
 
 def _load_toml(path: Path) -> dict[str, Any]:
-    try:
+    if sys.version_info >= (3, 11):
         import tomllib
-    except ImportError:  # Python 3.10
+    else:
         try:
-            import tomli as tomllib  # type: ignore[no-redef]
+            import tomli as tomllib
         except ImportError as exc:
             raise ConfigError(f"{path}: reading it needs Python >= 3.11 or the 'tomli' package") from exc
     try:

@@ -16,8 +16,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from mpcheck.config import Settings
+
+if TYPE_CHECKING:  # imported lazily at run time (45 ms)
+    from pathspec import GitIgnoreSpec
 
 PY_SUFFIXES = (".py",)
 
@@ -49,12 +53,12 @@ class _Patterns:
             p[1:] for p in settings.exclude if p.startswith("*") and not any(ch in p[1:] for ch in special)
         )
         self.globs = [p for p in settings.exclude if p not in self.names and p[1:] not in self.suffixes]
-        self._glob_spec = None
+        self._glob_spec: GitIgnoreSpec | None = None
         if self.globs:
             import pathspec
 
             self._glob_spec = pathspec.GitIgnoreSpec.from_lines(self.globs)
-        self._gitignores: dict[str, object | None] = {}
+        self._gitignores: dict[str, GitIgnoreSpec | None] = {}
 
     def excluded(self, abspath: str, name: str, is_dir: bool) -> bool:
         if name in self.names or (self.suffixes and name.endswith(self.suffixes)):
@@ -68,7 +72,7 @@ class _Patterns:
                 return True
         return False
 
-    def gitignore(self, folder: str):
+    def gitignore(self, folder: str) -> GitIgnoreSpec | None:
         """The compiled .gitignore of `folder`, or None."""
         if folder not in self._gitignores:
             spec = None
@@ -86,7 +90,7 @@ class _Patterns:
         return self._gitignores[folder]
 
 
-def _ancestor_gitignores(folder: str, patterns: _Patterns) -> list[tuple[str, object]]:
+def _ancestor_gitignores(folder: str, patterns: _Patterns) -> list[tuple[str, GitIgnoreSpec]]:
     """(folder, spec) for the .gitignore files above `folder`, up to the git repository root."""
     chain: list[str] = []
     probe = folder
@@ -116,7 +120,7 @@ def _ancestor_gitignores(folder: str, patterns: _Patterns) -> list[tuple[str, ob
     return out
 
 
-def _without_patterns_ignoring(spec, folder_rel: str):
+def _without_patterns_ignoring(spec: GitIgnoreSpec, folder_rel: str) -> GitIgnoreSpec | None:
     """`spec` less the patterns that ignore `folder_rel` (a folder named on the
     command line), or None when none is left. Pathspec matches a folder's
     pattern on everything below it too, so without this a walk of an explicitly
@@ -130,7 +134,7 @@ def _without_patterns_ignoring(spec, folder_rel: str):
     return pathspec.GitIgnoreSpec(kept) if any(p.include is not None for p in kept) else None
 
 
-def _ignored_by_git(abspath: str, is_dir: bool, stack: list[tuple[str, object]]) -> bool:
+def _ignored_by_git(abspath: str, is_dir: bool, stack: list[tuple[str, GitIgnoreSpec]]) -> bool:
     # The deepest .gitignore with a matching pattern decides (a `!pattern` re-includes).
     for folder, spec in reversed(stack):
         rel = os.path.relpath(abspath, folder).replace(os.sep, "/")

@@ -27,7 +27,8 @@ from mpcheck.lint import modules, noqa
 from mpcheck.lint.cache import ResultCache, content_hash, entry_key
 from mpcheck.lint.files import SourceFile
 from mpcheck.lint.prefilter import PreFilter
-from mpcheck.lint.rulemeta import SYNTAX_ERROR_CODE, RuleMeta, syntax_finding
+from mpcheck.lint.rulemeta import RuleMeta
+from mpcheck.syntax import SYNTAX_ERROR_CODE, syntax_finding
 
 # Below this much work, worker processes cost more than they save (fork,
 # pickling, an unbalanced split). Measured on 2 cores with transformers files
@@ -281,10 +282,11 @@ def lint(
         entry = None
         if cache is not None:
             roots = project.roots_for(f.root)
-            entry = cache.get(
-                entry_key(f.digest, f.modname, f.codes),
-                lambda m, roots=roots: project.digest(modules.resolve(m, roots)),
-            )
+
+            def dep_hash(modname: str, roots: tuple[str, ...] = roots) -> str | None:
+                return project.digest(modules.resolve(modname, roots))
+
+            entry = cache.get(entry_key(f.digest, f.modname, f.codes), dep_hash)
         if entry is None:
             misses.append(f)
             continue

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from mpcheck.lint.rulemeta import SYNTAX_ERROR_CODE, RuleMeta
+from mpcheck.lint.rulemeta import RuleMeta
+from mpcheck.syntax import SYNTAX_ERROR_CODE
 
 
 class PreFilter:

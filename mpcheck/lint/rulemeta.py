@@ -15,9 +15,6 @@ from pathlib import Path
 
 import mpcheck
 from mpcheck import codes
-from mpcheck.finding import Finding
-
-SYNTAX_ERROR_CODE = codes.SYNTAX_ERROR.code
 
 
 @dataclass(frozen=True)
@@ -33,43 +30,6 @@ class RuleMeta:
 SYNTAX_ERROR = RuleMeta(
     codes.SYNTAX_ERROR.code, codes.SYNTAX_ERROR.name, codes.SYNTAX_ERROR.severity, codes.SYNTAX_ERROR.summary, ()
 )
-
-
-def syntax_finding(path: str, message: str, line: int = 1, column: int = 1) -> Finding:
-    """The MP000 finding for a file that could not be read, decoded or parsed."""
-    return Finding(
-        code=SYNTAX_ERROR.code,
-        name=SYNTAX_ERROR.name,
-        path=path,
-        line=line,
-        column=column,
-        message=message,
-        severity=SYNTAX_ERROR.severity,
-    )
-
-
-def parse_failure(path: str, source: str, error: Exception) -> Finding:
-    """The MP000 finding for a file libcst could not parse. Python's own
-    SyntaxError gives the position and wording the user knows (libcst's often
-    points at the line after, or at 1:1, and lists the tokens it expected);
-    libcst's is used only when Python compiles the file."""
-    import warnings
-
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # SyntaxWarnings (invalid escapes) are not ours to print
-            compile(source, path, "exec", dont_inherit=True)
-    except SyntaxError as exc:  # IndentationError and TabError included
-        return syntax_finding(path, f"could not parse: {exc.msg}", max(exc.lineno or 1, 1), max(exc.offset or 1, 1))
-    except (ValueError, MemoryError, RecursionError):  # null bytes, too deep: fall back to libcst's
-        pass
-    line = getattr(error, "editor_line", 1)
-    column = getattr(error, "editor_column", 1)
-    message = getattr(error, "message", "") or f"{type(error).__name__}: {error}"
-    first = message.strip().splitlines()[0] if message.strip() else "syntax error"
-    # "expected one of !=, %, &, (, ...": the token list helps nobody.
-    first = first.split(": expected one of ")[0].split(" expected one of ")[0]
-    return syntax_finding(path, f"could not parse: {first}", max(line, 1), max(column, 1))
 
 
 _FINGERPRINT: str | None = None
@@ -119,6 +79,6 @@ def load(cache_dir: Path | None) -> dict[str, RuleMeta]:
             from mpcheck.lint.cache import write_json_atomic
 
             write_json_atomic(stored, [asdict(r) for r in rules])
-    out = {SYNTAX_ERROR_CODE: SYNTAX_ERROR}
+    out = {SYNTAX_ERROR.code: SYNTAX_ERROR}
     out.update({r.code: r for r in rules})
     return out

@@ -1,15 +1,13 @@
 """The runtime's sub-packages import in one direction: checks <- capture <- real | virtual <- commands.
 
-Read from the source (every import statement, function-level ones included; imports made only
-for type checkers, under `if TYPE_CHECKING:`, are left out), so nothing here needs torch.
+Read from the source by tests/import_graph.py (every import statement, function-level ones
+included; imports made only for type checkers, under `if TYPE_CHECKING:`, are left out), so
+nothing here needs torch. tests/test_layering.py checks the layers of the whole package.
 """
 
-import ast
-import pathlib
-
 import pytest
+from import_graph import import_graph
 
-RUNTIME = pathlib.Path(__file__).resolve().parents[2] / "mpcheck" / "runtime"
 # What each sub-package may import of the others.
 ALLOWED = {
     "checks": set(),
@@ -20,46 +18,13 @@ ALLOWED = {
 }
 
 
-def _modules() -> dict[str, pathlib.Path]:
-    out = {}
-    for path in RUNTIME.rglob("*.py"):
-        parts = path.relative_to(RUNTIME.parents[1]).with_suffix("").parts
-        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-        out[name] = path
-    return out
-
-
-def _is_type_checking(node: ast.If) -> bool:
-    test = node.test
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
-
-
-def _imported(tree: ast.AST, known: dict[str, pathlib.Path]) -> set[str]:
-    found: set[str] = set()
-
-    def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and _is_type_checking(node):
-            for child in node.orelse:
-                visit(child)
-            return
-        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            for alias in node.names:
-                sub = f"{node.module}.{alias.name}"
-                found.add(sub if sub in known else node.module)
-        elif isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        for child in ast.iter_child_nodes(node):
-            visit(child)
-
-    visit(tree)
-    return {m for m in found if m in known}
-
-
 def _graph() -> dict[str, set[str]]:
-    known = _modules()
-    return {name: _imported(ast.parse(path.read_text()), known) - {name} for name, path in known.items()}
+    """{runtime module: the runtime modules it imports}."""
+    runtime = {m: imports for m, imports in import_graph().items() if m.split(".")[:2] == ["mpcheck", "runtime"]}
+    return {
+        m: {i.module for i in imports if not i.typing_only and i.module in runtime} - {m}
+        for m, imports in runtime.items()
+    }
 
 
 def _package(module: str) -> str | None:
