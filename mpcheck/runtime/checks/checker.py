@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 import warnings
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from typing import Any, Protocol
 
@@ -47,6 +47,12 @@ RULE_NAMES = {c.code: c.name for c in codes.on_face(codes.RUN)}
 _FATAL = frozenset(c.code for c in codes.on_face(codes.RUN) if c.fatal)
 _PURGE_AT = 4096
 _MAX_MODULES = 8  # modules listed on one finding  # table size at which entries of freed storages are dropped
+
+# A torch call's arguments, and where a tensor sits in them: (position or keyword, index in a
+# list or tuple argument, or None).
+Args = tuple[Any, ...]
+Kwargs = dict[str, Any]
+Where = tuple[int | str, int | None]
 
 
 class Devices(Protocol):
@@ -109,10 +115,10 @@ def _op_name(func: Any) -> str:
         name = resolve_name(func)
     except Exception:  # pragma: no cover - resolve_name is best effort
         name = None
-    return name or getattr(func, "__name__", repr(func))
+    return str(name or getattr(func, "__name__", repr(func)))
 
 
-def _iter_tensors(args: Iterable[Any], kwargs: dict[str, Any], tensor_type: type):
+def _iter_tensors(args: Iterable[Any], kwargs: Kwargs, tensor_type: type) -> Iterator[tuple[Where, Any]]:
     """(location, tensor) for every tensor in args/kwargs, one level into lists and tuples."""
     for i, a in enumerate(args):
         if isinstance(a, tensor_type):
@@ -130,21 +136,27 @@ def _iter_tensors(args: Iterable[Any], kwargs: dict[str, Any], tensor_type: type
                     yield (k, j), b
 
 
-def _replace(args: tuple, kwargs: dict, moved: dict[tuple, Any]) -> tuple[tuple, dict]:
+def _replace(args: Args, kwargs: Kwargs, moved: dict[Where, Any]) -> tuple[Args, Kwargs]:
     new_args = list(args)
     new_kwargs = dict(kwargs)
     for (where, inner), t in moved.items():
-        target = new_kwargs if isinstance(where, str) else new_args
-        if inner is None:
-            target[where] = t
+        if isinstance(where, str):
+            new_kwargs[where] = _put(new_kwargs[where], inner, t)
         else:
-            seq = list(target[where])
-            seq[inner] = t
-            target[where] = type(target[where])(seq) if isinstance(target[where], tuple) else seq
+            new_args[where] = _put(new_args[where], inner, t)
     return tuple(new_args), new_kwargs
 
 
-def _describe(where: tuple) -> str:
+def _put(old: Any, inner: int | None, t: Any) -> Any:
+    """`t` in place of an argument (`inner` None), or of its item `inner` (a list or tuple argument)."""
+    if inner is None:
+        return t
+    seq = list(old)
+    seq[inner] = t
+    return type(old)(seq) if isinstance(old, tuple) else seq
+
+
+def _describe(where: Where) -> str:
     pos, inner = where
     name = f"argument {pos}" if isinstance(pos, int) else f"keyword argument {pos!r}"
     return name if inner is None else f"{name}[{inner}]"
@@ -209,7 +221,7 @@ class Checker:
         self.sites = sites
         self.namer = namer
         self.findings: list[Finding] = []
-        self._by_key: dict[tuple, int] = {}  # dedupe key -> index in findings
+        self._by_key: dict[tuple[str, str, int, tuple[str, ...]], int] = {}  # dedupe key -> index in findings
         self._lock = threading.RLock()
         self._tls = _ThreadState()
         # Devices whose device_of reads only the tensor's own C++ device (CudaDevices): those
@@ -222,9 +234,9 @@ class Checker:
         self._arrivals: dict[int, tuple[_StorageRef, str, Site]] = {}
         # (id(storage), offset, shape, stride, dst) -> [ref, first site, last step]: what was moved
         # where, to recognise the same unchanged data moved again (MP011).
-        self._moves: dict[tuple, list] = {}
+        self._moves: dict[tuple[int, int, tuple[int, ...], tuple[int, ...], str], list[Any]] = {}
         # id(module) -> the one device of its own params/buffers, or None (none / several).
-        self._placement: dict[int, tuple[weakref.ref, str | None]] = {}
+        self._placement: dict[int, tuple[weakref.ref[Any], str | None]] = {}
         self._purge_at = _PURGE_AT
         # The chains of transfers of the current forward pass, for MP006.
         self._pingpong = PingPong()
@@ -260,11 +272,11 @@ class Checker:
         site: Site | None,
         message: str,
         *,
-        devices=(),
-        modules=(),
-        suggestion=None,
+        devices: Iterable[str] = (),
+        modules: Iterable[str] = (),
+        suggestion: str | None = None,
         severity: str | None = None,
-        extra: dict | None = None,
+        extra: dict[str, Any] | None = None,
         fatal: bool | None = None,
     ) -> Finding | None:
         """Record a finding (once per code, line, devices and modules; later hits count up)
@@ -316,14 +328,14 @@ class Checker:
     def check_op(
         self,
         func: Any,
-        args: tuple,
-        kwargs: dict,
+        args: Args,
+        kwargs: Kwargs,
         *,
         site: Site | None = None,
         module: str | None = None,
         name: str | None = None,
         phase: str | None = None,
-    ) -> tuple[tuple, dict]:
+    ) -> tuple[Args, Kwargs]:
         """The devices of one torch call's tensors. Allowed mixes: 0-dim CPU tensors; CPU
         indices and values in indexing. Returns the (possibly moved) args and kwargs."""
         if self.plain_devices:
@@ -338,7 +350,7 @@ class Checker:
             return args, kwargs
         return self._check_op_slow(func, args, kwargs, site=site, module=module, name=name, phase=phase)
 
-    def _mixed_plain(self, args: tuple, kwargs: dict) -> bool:
+    def _mixed_plain(self, args: Args, kwargs: Kwargs) -> bool:
         """_mixed() for devices named after `t.device` alone: tensors whose torch.device objects
         are all equal have one device name; only when they differ are the names compared.
         The three loops repeat one test by intent: every torch call pays this, and folding them into
@@ -372,7 +384,7 @@ class Checker:
                     return True  # rare: let the full pass decide, as _mixed() does
         return False
 
-    def _mixed(self, args: tuple, kwargs: dict) -> bool:
+    def _mixed(self, args: Args, kwargs: Kwargs) -> bool:
         """The fast path every torch call pays: are all non-scalar tensors on one device?"""
         device_of = self.devices.device_of
         tensor = self._tensor
@@ -407,10 +419,20 @@ class Checker:
                     return True  # rare: let the full pass decide
         return False
 
-    def _check_op_slow(self, func: Any, args: tuple, kwargs: dict, *, site, module, name, phase):
+    def _check_op_slow(
+        self,
+        func: Any,
+        args: Args,
+        kwargs: Kwargs,
+        *,
+        site: Site | None,
+        module: str | None,
+        name: str | None,
+        phase: str | None,
+    ) -> tuple[Args, Kwargs]:
         device_of = self.devices.device_of
         first_dev = None
-        odd: list[tuple[tuple, Any, str]] = []
+        odd: list[tuple[Where, Any, str]] = []
         cpu_index_ok = None
         for loc, t in _iter_tensors(args, kwargs, self._tensor):
             d = device_of(t)
@@ -431,11 +453,12 @@ class Checker:
         what = name or _op_name(func)
         if phase == "backward":
             what += " (in backward)"
+        assert first_dev is not None  # the odd tensors are those off the first device
         return self._mismatch(what, first_dev, odd, args, kwargs, site=site, module=module)
 
     def check_module_entry(
-        self, module: Any, path: str, args: tuple, kwargs: dict, *, site: Site | None = None
-    ) -> tuple[tuple, dict]:
+        self, module: Any, path: str, args: Args, kwargs: Kwargs, *, site: Site | None = None
+    ) -> tuple[Args, Kwargs]:
         """Inputs vs the one device the module's parameters and buffers live on (when
         they live on one; a split container checks nothing: its children do)."""
         dev = self.module_device(module)
@@ -462,14 +485,14 @@ class Checker:
             expected_is="the module's parameters and buffers are",
         )
 
-    def inputs_on(self, dev: str, args: tuple, kwargs: dict) -> bool:
+    def inputs_on(self, dev: str, args: Args, kwargs: Kwargs) -> bool:
         """Are all tensor arguments on `dev`? (The fast path of the module-entry check.)"""
         if self.plain_devices and self._tf_depth():
             with self._no_torch_function():
                 return self._all_on(dev, args, kwargs)
         return self._all_on(dev, args, kwargs)
 
-    def _all_on(self, dev: str, args: tuple, kwargs: dict) -> bool:
+    def _all_on(self, dev: str, args: Args, kwargs: Kwargs) -> bool:
         device_of = self.devices.device_of
         tensor = self._tensor
         for a in args:
@@ -515,8 +538,17 @@ class Checker:
         return sorted(devs)
 
     def _mismatch(
-        self, what: str, expected: str, odd, args, kwargs, *, site, module, expected_is: str = "the other tensors are"
-    ) -> tuple[tuple, dict]:
+        self,
+        what: str,
+        expected: str,
+        odd: list[tuple[Where, Any, str]],
+        args: Args,
+        kwargs: Kwargs,
+        *,
+        site: Site | None,
+        module: str | None,
+        expected_is: str = "the other tensors are",
+    ) -> tuple[Args, Kwargs]:
         site = site or self.sites()
         module = module or self.current_module()
         moved = {}
@@ -621,12 +653,13 @@ class Checker:
         if namer is None:
             return None
         wanted = set(chain.devs)
-        found = []  # (related to the modules that moved the data, changes, path, children)
+        # (related to the modules that moved the data, changes, path, children)
+        found: list[tuple[bool, int, str, list[tuple[str, str]]]] = []
         for root in namer.roots():
             root_path = namer(root)
             for sub_name, sub in root.named_modules():
-                children = [(n, self.module_device(c)) for n, c in sub.named_children()]
-                children = [(n, d) for n, d in children if d in wanted]
+                placed = [(n, self.module_device(c)) for n, c in sub.named_children()]
+                children = [(n, d) for n, d in placed if d is not None and d in wanted]
                 changes = sum(1 for a, b in zip(children, children[1:]) if a[1] != b[1])
                 if changes >= 2:
                     path = f"{root_path}.{sub_name}" if sub_name else root_path
@@ -694,7 +727,8 @@ class Checker:
 
     def _purge(self) -> None:
         """Drop entries whose storage is gone (a run that never ends a step must stay flat too)."""
-        for table in (self._moves, self._arrivals):
+        tables: tuple[dict[Any, Any], ...] = (self._moves, self._arrivals)
+        for table in tables:
             for k in [k for k, v in table.items() if v[0].ref() is None]:
                 del table[k]
         self._purge_at = max(_PURGE_AT, 2 * max(len(self._moves), len(self._arrivals)))

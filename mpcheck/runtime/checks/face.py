@@ -6,9 +6,23 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterable
-from typing import Any, TextIO
+from typing import Any, Protocol, TextIO
 
-from mpcheck.runtime.checks.checker import ON_MISMATCH
+from mpcheck.finding import Finding
+from mpcheck.runtime.checks.checker import ON_MISMATCH, Checker
+from mpcheck.runtime.checks.ledger import Ledger
+
+
+class CheckedSession(Protocol):
+    """What the faces and the report use of capture's Session (capture sits above this package)."""
+
+    checker: Checker
+    notes: list[str]
+    active: bool
+
+    def start(self) -> object: ...
+
+    def step(self) -> None: ...
 
 
 class Face:
@@ -30,15 +44,15 @@ class Face:
         self.report = report
         self.output_format = output_format
         self.trace = trace
-        self.session = None
+        self.session: CheckedSession | None = None
 
     # -- results ------------------------------------------------------------------------
     @property
-    def findings(self) -> list:
+    def findings(self) -> list[Finding]:
         return list(self.session.checker.findings) if self.session else []
 
     @property
-    def ledger(self):
+    def ledger(self) -> Ledger | None:
         return self.session.checker.ledger if self.session else None
 
     def step(self) -> None:
@@ -49,7 +63,7 @@ class Face:
     # -- for the faces ------------------------------------------------------------------------
     def _start_session(self, session_type: Any, *, devices: Any, strict: bool = False) -> None:
         """session_type: capture's Session, handed in by the face (this package sits below capture)."""
-        self.session = session_type(
+        session: CheckedSession = session_type(
             self.model,
             on_mismatch=self.on_mismatch,
             strict=strict,
@@ -57,7 +71,8 @@ class Face:
             devices=devices,
             keep_trace=self.trace is not None,
         )
-        self.session.start()
+        self.session = session
+        session.start()
 
     def _write_on_exit(self) -> None:
         if self.report is not None or self.trace is not None:

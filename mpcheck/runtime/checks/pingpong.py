@@ -30,9 +30,9 @@ class Chain:
         self.end = src  # where the data is now
         self.crossings = 0
         self.first_site = site
-        self.back_site = None  # the first transfer back to a device the chain already left
+        self.back_site: Any = None  # the first transfer back to a device the chain already left
         self.modules: list[str] = []
-        self.last = None  # _StorageRef of the latest arrival
+        self.last: Any = None  # _StorageRef of the latest arrival
 
     def add(self, dst: str, site: Any, module: str | None, last: Any) -> None:
         if self.back_site is None and dst in self.devs:
@@ -60,10 +60,18 @@ class PingPong:
     module call and one for those made outside any (their pass is the step)."""
 
     def __init__(self) -> None:
-        self._scopes: dict[str, tuple[Any, list[Chain]]] = {}
+        self._scopes: dict[tuple[str, int], tuple[Any, list[Chain]]] = {}
 
     def on_transfer(
-        self, src_tensor: Any, src: str, dst: str, scope: str, key: Any, site: Any, module: str | None, arrival: Any
+        self,
+        src_tensor: Any,
+        src: str,
+        dst: str,
+        scope: tuple[str, int],
+        key: Any,
+        site: Any,
+        module: str | None,
+        arrival: Any,
     ) -> list[Chain]:
         """Follow one forward transfer; returns the ping-pong chains of a pass that just ended."""
         if src in _NOT_GPU or dst in _NOT_GPU:
@@ -100,7 +108,9 @@ class PingPong:
         return done
 
 
-def describe(chain: Chain, find_layers: Callable[[Chain], tuple[str, list[tuple[str, str]]] | None]):
+def describe(
+    chain: Chain, find_layers: Callable[[Chain], tuple[str, list[tuple[str, str]]] | None]
+) -> tuple[str, tuple[str, ...], str]:
     """(message, modules, suggestion) for a ping-pong chain. find_layers gives the
     alternating layers by name when the module tree is known: (container path, [(child, device)])."""
     distinct = chain.distinct
@@ -112,7 +122,7 @@ def describe(chain: Chain, find_layers: Callable[[Chain], tuple[str, list[tuple[
         devs = list(dict.fromkeys(d for _, d in children))
         what = f"the layers of {container} alternate between {', '.join(devs)}"
         grouping = _grouping(container, names, devs)
-        modules = (container,)
+        modules: tuple[str, ...] = (container,)
     else:
         n = chain.crossings + 1
         what = f"the {n} stretches of work between these transfers alternate between {', '.join(distinct)}"

@@ -13,10 +13,13 @@ part of the step's wall time the copies took on their streams.
 from __future__ import annotations
 
 import json
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from mpcheck.finding import Finding
-from mpcheck.runtime.checks.ledger import TINY_BYTES, Agg
+from mpcheck.runtime.checks.ledger import TINY_BYTES, Agg, Ledger
+
+if TYPE_CHECKING:
+    from mpcheck.runtime.checks.face import CheckedSession
 
 TOP = 10
 
@@ -36,14 +39,15 @@ def _fmt_ms(ms: float | None) -> str:
 
 
 def _site_str(site: Any) -> str:
-    return str(site) if site is not None and getattr(site, "line", 0) else "<unknown>"
+    line = getattr(site, "line", 0)
+    return str(site) if site is not None and line else "<unknown>"
 
 
 def _row(a: Agg) -> dict[str, Any]:
     return a.as_dict()
 
 
-def transfers_dict(ledger) -> dict[str, Any]:
+def transfers_dict(ledger: Ledger) -> dict[str, Any]:
     steps = ledger.steps
     wall = sum(s.wall_ms for s in steps)
     total = ledger.total()
@@ -66,9 +70,9 @@ def transfers_dict(ledger) -> dict[str, Any]:
     return out
 
 
-def tiny_by_site(ledger) -> list[dict[str, Any]]:
+def tiny_by_site(ledger: Ledger) -> list[dict[str, Any]]:
     """Latency-bound transfers (under TINY_BYTES each) merged per call site, whatever the pair."""
-    groups: dict[str, tuple[Agg, set]] = {}
+    groups: dict[str, tuple[Agg, set[str]]] = {}
     for (src, dst, site, _mod, phase), a in ledger.totals.items():
         if a.count and a.bytes / a.count < TINY_BYTES:
             agg, pairs = groups.setdefault(_site_str(site), (Agg(), set()))
@@ -83,7 +87,7 @@ def tiny_by_site(ledger) -> list[dict[str, Any]]:
     ]
 
 
-def report_dict(session) -> dict[str, Any]:
+def report_dict(session: CheckedSession) -> dict[str, Any]:
     checker = session.checker
     return {
         "findings": [f.to_dict() for f in sorted(checker.findings, key=Finding.sort_key)],
@@ -93,7 +97,7 @@ def report_dict(session) -> dict[str, Any]:
     }
 
 
-def render_text(session, *, color: bool = False) -> str:
+def render_text(session: CheckedSession, *, color: bool = False) -> str:
     from mpcheck.report import ReportContext
     from mpcheck.report.colour import Palette
     from mpcheck.report.text import render_full
@@ -171,7 +175,7 @@ def render_text(session, *, color: bool = False) -> str:
     return "\n".join(lines) + "\n"
 
 
-def chrome_trace(session) -> dict[str, Any]:
+def chrome_trace(session: CheckedSession) -> dict[str, Any]:
     ledger = session.checker.ledger
     events: list[dict[str, Any]] = []
     pids: dict[str, int] = {}
@@ -221,7 +225,7 @@ def chrome_trace(session) -> dict[str, Any]:
 
 
 def write_outputs(
-    session,
+    session: CheckedSession,
     *,
     output_format: str = "text",
     stream: TextIO | None = None,

@@ -43,7 +43,7 @@ def _torch_dir() -> str:
     global _TORCH_DIR
     if _TORCH_DIR is None:
         mod = sys.modules.get("torch")
-        _TORCH_DIR = (os.path.dirname(os.path.abspath(mod.__file__)) + os.sep) if mod else "\0"
+        _TORCH_DIR = (os.path.dirname(os.path.abspath(mod.__file__)) + os.sep) if mod and mod.__file__ else "\0"
     return _TORCH_DIR
 
 
@@ -80,7 +80,7 @@ def called_by_torch(depth: int = 1) -> bool:
     clip_grad_norm_ gathering norms) is the library's: the user can only change
     the line that called into torch, not the copy itself."""
     try:
-        frame = sys._getframe(depth + 1)
+        frame: FrameType | None = sys._getframe(depth + 1)
     except ValueError:
         return False
     while frame is not None and _owner(frame.f_code) == "mpcheck":
@@ -101,7 +101,7 @@ def site_of_frame(frame: FrameType) -> Site:
 def user_frame(depth: int = 1) -> FrameType | None:
     """The innermost frame outside torch and mpcheck, starting `depth` frames up."""
     try:
-        frame = sys._getframe(depth + 1)
+        frame: FrameType | None = sys._getframe(depth + 1)
     except ValueError:
         return None
     while frame is not None and _is_internal(frame.f_code):
