@@ -9,7 +9,7 @@ __version__ = "0.1.0"
 __all__ = ["__version__", "debug", "dryrun"]
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> object:
     # Lazy so that the linter path never imports torch.
     if name == "debug":
         from mpcheck.runtime.real.debug import debug

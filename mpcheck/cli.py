@@ -16,10 +16,16 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
 
 import mpcheck
-from mpcheck.config import ConfigError
+from mpcheck.config import ConfigError, Settings
+
+if TYPE_CHECKING:  # imported on use: `mpcheck --version` stays fast
+    from mpcheck.finding import Finding
+    from mpcheck.lint.rulemeta import RuleMeta
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
@@ -221,7 +227,16 @@ def lint_main(argv: list[str]) -> int:
     return EXIT_OK
 
 
-def _report(args, findings, sources, fixed_count, rules, settings, stream, checked) -> None:
+def _report(
+    args: argparse.Namespace,
+    findings: list[Finding],
+    sources: dict[str, str],
+    fixed_count: int,
+    rules: Mapping[str, RuleMeta],
+    settings: Settings,
+    stream: TextIO,
+    checked: int,
+) -> None:
     from mpcheck.report.text import all_passed
 
     human = args.output_format in ("text", "full")
@@ -237,7 +252,15 @@ def _report(args, findings, sources, fixed_count, rules, settings, stream, check
     stream.flush()
 
 
-def _render_findings(args, findings, sources, fixed_count, rules, settings, stream) -> None:
+def _render_findings(
+    args: argparse.Namespace,
+    findings: list[Finding],
+    sources: dict[str, str],
+    fixed_count: int,
+    rules: Mapping[str, RuleMeta],
+    settings: Settings,
+    stream: TextIO,
+) -> None:
     from mpcheck.report import ReportContext, colour, render
 
     color = args.output_format in ("text", "full") and colour.wanted(args.color, stream)

@@ -15,7 +15,10 @@ import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # imported only when per-file-ignores are configured
+    from pathspec import GitIgnoreSpec
 
 # What a folder walk skips unless `exclude` replaces the list (as in ruff, where
 # `exclude` replaces the defaults and `extend-exclude` adds to them).
@@ -83,10 +86,11 @@ class Settings:
         return frozenset(codes)
 
 
-_PER_FILE_CACHE: dict[tuple, list] = {}
+_PerFile = tuple[tuple[str, frozenset[str]], ...]
+_PER_FILE_CACHE: dict[_PerFile, list[tuple[GitIgnoreSpec, frozenset[str]]]] = {}
 
 
-def _compiled_per_file(items: tuple[tuple[str, frozenset[str]], ...]) -> list:
+def _compiled_per_file(items: _PerFile) -> list[tuple[GitIgnoreSpec, frozenset[str]]]:
     compiled = _PER_FILE_CACHE.get(items)
     if compiled is None:
         import pathspec  # only when per-file-ignores are configured

@@ -43,7 +43,7 @@ class Finding:
     # Extra data a face may attach (a runtime finding's second line for a round trip, counts, ...).
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
-    def sort_key(self) -> tuple:
+    def sort_key(self) -> tuple[str, int, int, str, str]:
         return (self.path, self.line, self.column, self.code, self.message)
 
     def to_dict(self) -> dict[str, Any]:

@@ -60,10 +60,10 @@ class ResultCache:
 
     def __init__(self, folder: Path, fingerprint: str):
         self.path = folder / f"results-{fingerprint}.json"
-        self.results: dict[str, dict] = {}
+        self.results: dict[str, dict[str, Any]] = {}
         self.summaries: dict[str, Any] = {}
         # abspath -> [mtime_ns, size, pre-filter signature] of files no selected rule could fire on
-        self.irrelevant: dict[str, list] = {}
+        self.irrelevant: dict[str, list[Any]] = {}
         self.dirty = False
         self._now = int(time.time())
         try:
@@ -76,7 +76,7 @@ class ResultCache:
         except (OSError, ValueError):
             pass
 
-    def get(self, key: str, dep_hash: Callable[[str], str | None]) -> dict | None:
+    def get(self, key: str, dep_hash: Callable[[str], str | None]) -> dict[str, Any] | None:
         """The stored entry, or None when absent or when a module it used has changed.
         `dep_hash(modname)` gives the current content hash of that module for this file."""
         entry = self.results.get(key)
@@ -88,13 +88,13 @@ class ResultCache:
         self._touch(entry)
         return entry
 
-    def _touch(self, entry: dict) -> None:
+    def _touch(self, entry: dict[str, Any]) -> None:
         """Mark an entry used now (at most once a day, so that a run served by the cache rarely writes)."""
         if self._now - entry.get("t", 0) > 24 * 3600:
             entry["t"] = self._now
             self.dirty = True
 
-    def put(self, key: str, findings: list[dict], deps: dict[str, str | None]) -> None:
+    def put(self, key: str, findings: list[dict[str, Any]], deps: dict[str, str | None]) -> None:
         self.results[key] = {"findings": findings, "deps": deps, "t": self._now}
         self.dirty = True
 

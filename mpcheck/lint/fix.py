@@ -24,6 +24,8 @@ from dataclasses import dataclass, field, replace
 from mpcheck.finding import Finding
 from mpcheck.lint.atomic import write_text_atomic
 
+_Key = tuple[str, int, str]  # a finding's code, line and message (see _key)
+
 # (display path, edited text) -> what a fresh run finds in that text, or None
 # when it cannot tell (an internal error): then no fix of the file is kept.
 Recheck = Callable[[str, str], list[Finding] | None]
@@ -100,12 +102,12 @@ def _parses(text: str) -> str | None:
     return None
 
 
-def _key(f: Finding) -> tuple:
+def _key(f: Finding) -> _Key:
     # Columns are left out: a fix earlier on the line shifts the others' columns.
     return (f.code, f.line, f.message)
 
 
-def _describe(keys: Counter) -> str:
+def _describe(keys: Counter[_Key]) -> str:
     return ", ".join(f"{code} at line {line}" for code, line, _ in sorted(keys.elements()))
 
 
@@ -113,7 +115,7 @@ def _describe(keys: Counter) -> str:
 class _FileFix:
     text: str  # the text with the kept fixes
     kept: list[Finding]
-    remaining: Counter  # _key -> count of what the re-lint of `text` reports
+    remaining: Counter[_Key]  # _key -> count of what the re-lint of `text` reports
     refused: list[str]
 
 
@@ -165,7 +167,7 @@ def verified_fixes(path: str, text: str, found: list[Finding], recheck: Recheck)
     return out
 
 
-def _gone(found: list[Finding], remaining: Counter) -> list[Finding]:
+def _gone(found: list[Finding], remaining: Counter[_Key]) -> list[Finding]:
     """The findings of `found` that the re-lint no longer reports (their own fix
     or another one removed them)."""
     left = Counter(remaining)

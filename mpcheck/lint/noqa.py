@@ -26,28 +26,30 @@ _FILE_NOQA = re.compile(
 )
 
 ALL = "all"
+# What a noqa comment suppresses: ALL, or the codes it names.
+Suppressed = str | frozenset[str]
 
 
-def _codes(text: str | None):
+def _codes(text: str | None) -> Suppressed:
     if text is None:
         return ALL
     return frozenset(c.upper() for c in re.split(r"[\s,]+", text) if c)
 
 
-def file_noqa(source: str):
+def file_noqa(source: str) -> Suppressed | None:
     """None, ALL, or the frozenset of codes that `# mpcheck: noqa` lines suppress in the whole file."""
     if "noqa" not in source:
         return None
     result: set[str] = set()
     for m in _FILE_NOQA.finditer(source):
         codes = _codes(m.group("codes"))
-        if codes == ALL:
+        if isinstance(codes, str):  # ALL
             return ALL
         result |= codes
     return frozenset(result) if result else None
 
 
-def line_noqa(line: str):
+def line_noqa(line: str) -> Suppressed | None:
     """None, ALL, or the codes a `# noqa` comment on this line suppresses."""
     if "#" not in line:
         return None

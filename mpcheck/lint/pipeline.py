@@ -80,7 +80,7 @@ def _decode(path: str, data: bytes) -> tuple[str | None, Finding | None]:
 # a message crosses the process boundary where an exception may not pickle.
 
 
-def _analyze_task(task: tuple) -> tuple:
+def _analyze_task(task: tuple[Any, ...]) -> tuple[Any, ...]:
     path, text, codes, modname, project = task
     from mpcheck import analysis
     from mpcheck.lint.fix import verified_fixes
@@ -101,7 +101,7 @@ def _analyze_task(task: tuple) -> tuple:
         return path, [], [], _describe(f"internal error while checking {path}: {_name(exc)}", exc)
 
 
-def _summarize_task(task: tuple) -> tuple:
+def _summarize_task(task: tuple[Any, ...]) -> tuple[Any, ...]:
     abspath, text, modname = task
     from mpcheck import analysis
 
@@ -139,7 +139,9 @@ def available_cpus() -> int:
         return os.cpu_count() or 1
 
 
-def _run_tasks(func: Callable[[tuple], tuple], tasks: list[tuple], sizes: list[int], jobs: int) -> list[tuple]:
+def _run_tasks(
+    func: Callable[[tuple[Any, ...]], tuple[Any, ...]], tasks: list[tuple[Any, ...]], sizes: list[int], jobs: int
+) -> list[tuple[Any, ...]]:
     """Run `func` over `tasks`, in worker processes when it pays; the order of results is not meaningful."""
     if jobs > 1 and len(tasks) >= PARALLEL_MIN_FILES and sum(sizes) >= PARALLEL_MIN_CHARS:
         order = sorted(range(len(tasks)), key=lambda i: -sizes[i])  # biggest first: better balance
@@ -150,7 +152,9 @@ def _run_tasks(func: Callable[[tuple], tuple], tasks: list[tuple], sizes: list[i
     return [func(t) for t in tasks]
 
 
-def _pool_map(func: Callable[[tuple], tuple], tasks: list[tuple], jobs: int) -> list[tuple]:
+def _pool_map(
+    func: Callable[[tuple[Any, ...]], tuple[Any, ...]], tasks: list[tuple[Any, ...]], jobs: int
+) -> list[tuple[Any, ...]]:
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
@@ -263,7 +267,7 @@ def lint(
                 cache.mark_irrelevant(src.abspath, stat, signature)
             continue  # no rule could fire: never parsed
         whole = noqa.file_noqa(text)
-        if whole == noqa.ALL:
+        if isinstance(whole, str):  # ALL: every code suppressed
             continue
         if whole:
             run_codes -= whole
@@ -356,7 +360,7 @@ def _analyze_misses(
 
     # Summaries of every module some file uses, from the cache when its text is unchanged.
     summaries: dict[str, Any] = {}
-    todo: list[tuple] = []
+    todo: list[tuple[Any, ...]] = []
     keys: dict[str, str] = {}
     for path in sorted({p for used in uses.values() for p in used.values()}):
         modname = modules.module_name(path)[0]

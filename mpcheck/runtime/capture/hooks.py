@@ -21,6 +21,7 @@ import inspect
 import sys
 import weakref
 from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 import torch
@@ -176,8 +177,8 @@ def _patch_module_call(
             # wrappers (which scatter their inputs) may move the inputs before forward sees them: then
             # only the op-level check inside forward applies.
             # checker.module_device() and the common case of check_module_entry(), inlined.
-            entry = placement.get(id(module))
-            dev = entry[1] if entry is not None and entry[0]() is module else checker.module_device(module)
+            placed = placement.get(id(module))
+            dev = placed[1] if placed is not None and placed[0]() is module else checker.module_device(module)
             if dev is not None:
                 if not inputs_on(dev, args, kwargs):
                     args, kwargs = checker.check_module_entry(module, path, args, kwargs)
@@ -346,7 +347,7 @@ def in_outer_step() -> bool:
     step that raised leaves nothing behind. Costs one stack walk per step."""
     if _STEP_WRAPPER is None:
         return False
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     inner = False
     while frame is not None:
         if frame.f_code is _STEP_WRAPPER:
@@ -367,7 +368,7 @@ def compiled_frames_message() -> str:
 
 def disable_compile() -> Undo:
     """torch.compile and a function mode do not mix well (graph breaks, recompiles): run eagerly."""
-    dynamo = sys.modules.get("torch._dynamo")
+    dynamo: Any = sys.modules.get("torch._dynamo")
     try:
         if dynamo is None:
             import torch._dynamo as dynamo  # noqa: F811

@@ -121,7 +121,7 @@ class CheckingMode(TorchFunctionMode):
                 return func(*args, **kwargs)
             src_t, dst_holder = args[1], args[0]
             src = devices.device_of(src_t)
-            dst = devices.device_of(dst_holder)
+            dst: str | None = devices.device_of(dst_holder)
         else:
             src_t = args[0]
             src = devices.device_of(src_t)

@@ -11,7 +11,7 @@ through `torch._C._current_autograd_node()`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -51,7 +51,7 @@ class StrictMode(TorchDispatchMode):
         self._tls = checker._tls
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        op = self._names.get(func, False)
+        op: _AtenOp | None | Literal[False] = self._names.get(func, False)
         if op is False:
             packet = func.overloadpacket.__name__
             kind = aten_op_kind(packet)  # the kinds: checks/torchapi.py

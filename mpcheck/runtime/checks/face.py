@@ -24,6 +24,8 @@ class CheckedSession(Protocol):
 
     def step(self) -> None: ...
 
+    def stop(self) -> None: ...
+
 
 class Face:
     def __init__(
@@ -54,6 +56,12 @@ class Face:
     @property
     def ledger(self) -> Ledger | None:
         return self.session.checker.ledger if self.session else None
+
+    def _started(self) -> CheckedSession:
+        """The session, once the face has been entered (its report needs one)."""
+        if self.session is None:
+            raise RuntimeError("no report before the run: enter the context manager first")
+        return self.session
 
     def step(self) -> None:
         """End a training step explicitly (steps also end at optimizer.step())."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Iterable
-from typing import Any, TextIO
+from typing import Any, Literal, TextIO
 
 from mpcheck.runtime.checks.face import Face
 
@@ -68,7 +68,7 @@ class debug(Face):
         self._start_session(Session, devices=devices, strict=self.strict)
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> Literal[False]:
         if self.session is None:
             return False
         self.session.stop()
@@ -86,7 +86,7 @@ class debug(Face):
         """The report to `stream` and the Chrome trace to the file `trace`."""
         from mpcheck.runtime.checks.report import write_outputs
 
-        write_outputs(self.session, output_format=output_format, stream=stream, trace=trace, color_mode=color_mode)
+        write_outputs(self._started(), output_format=output_format, stream=stream, trace=trace, color_mode=color_mode)
 
     def __call__(self, fn):
         @functools.wraps(fn)

@@ -46,10 +46,13 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Iterable
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 from mpcheck.runtime.checks.face import Face
 from mpcheck.runtime.virtual.links import format_bytes, parse_bytes
+
+if TYPE_CHECKING:
+    from mpcheck.runtime.virtual.devices import VirtualGPUs
 
 
 class dryrun(Face):
@@ -89,7 +92,7 @@ class dryrun(Face):
         self.backing = backing
         self.device_memory = parse_bytes(device_memory)
         self.link = parse_link(link)
-        self.gpus = None
+        self.gpus: VirtualGPUs | None = None
         self.memory: dict[str, dict[str, Any]] = {}
         self.stopped: str | None = None
 
@@ -103,27 +106,29 @@ class dryrun(Face):
         from mpcheck.runtime.capture.session import Session
         from mpcheck.runtime.virtual.devices import VirtualGPUs
 
-        self.gpus = VirtualGPUs(self.n, backing=self.backing, device_memory=self.device_memory, link=self.link)
-        self.gpus.__enter__()
+        gpus = self.gpus = VirtualGPUs(self.n, backing=self.backing, device_memory=self.device_memory, link=self.link)
+        gpus.__enter__()
         try:
-            self._start_session(Session, devices=self.gpus)
+            self._start_session(Session, devices=gpus)
             from torch.overrides import _get_current_function_mode_stack
 
-            self.gpus.mode_stack = list(_get_current_function_mode_stack())
+            gpus.mode_stack = list(_get_current_function_mode_stack())
         except BaseException:
-            self.gpus.__exit__(*sys.exc_info())
+            gpus.__exit__(*sys.exc_info())
             raise
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> Literal[False]:
         from mpcheck.runtime.virtual.errors import DryRunLimitError
 
+        session, gpus = self._started(), self.gpus
+        assert gpus is not None  # entered with the session
         try:
-            self.session.stop()
+            session.stop()
         finally:
-            self.gpus.__exit__(exc_type, exc, tb)
-        self.memory = self.gpus.memory.estimate()
-        self.session.checker.ledger.memory = {}  # the estimate replaces the debug mode's plain counts
+            gpus.__exit__(exc_type, exc, tb)
+        self.memory = gpus.memory.estimate()
+        session.checker.ledger.memory = {}  # the estimate replaces the debug mode's plain counts
         if isinstance(exc, DryRunLimitError):
             self.stopped = str(exc)
         self._write_on_exit()
@@ -141,7 +146,7 @@ class dryrun(Face):
     def report_dict(self) -> dict[str, Any]:
         from mpcheck.runtime.checks.report import report_dict
 
-        d = report_dict(self.session)
+        d = report_dict(self._started())
         d["memory"] = self.memory
         d["dryrun"] = self.header()
         d["limits"] = [{"site": s, "message": m} for s, m in self.limits]
@@ -153,7 +158,7 @@ class dryrun(Face):
         from mpcheck.runtime.checks.report import render_text
 
         p = Palette(color)
-        body = render_text(self.session, color=color)
+        body = render_text(self._started(), color=color)
         first, _, rest = body.partition("\n")
         link = self.link
         lines = [
@@ -207,7 +212,7 @@ class dryrun(Face):
         if trace is not None:
             from mpcheck.runtime.checks.report import chrome_trace
 
-            data = chrome_trace(self.session)
+            data = chrome_trace(self._started())
             data["otherData"] = {
                 "note": "dry run on virtual GPUs: ts = host time the copy was made; dur = the link model's "
                 f"estimate ({self.link.name}, {self.link.gb_per_s:g} GB/s + {self.link.latency_us:g} us)"

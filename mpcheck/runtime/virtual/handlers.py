@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -30,7 +31,7 @@ def to(g: VirtualGPUs, func, args, kwargs):
     elif isinstance(kwargs.get("other"), torch.Tensor):
         other = kwargs["other"]
     if other is not None:
-        dst = g.device_of(other)
+        dst: str | None = g.device_of(other)
         dtype = other.dtype
         mf = kwargs.get("memory_format")
     else:
@@ -150,7 +151,7 @@ def needs_value(what: str) -> Handler:
 
 def _called_from(filename: str) -> bool:
     """Is the handler's caller (past torch's dispatch and mpcheck's modes) in `filename`?"""
-    f = sys._getframe(2)
+    f: FrameType | None = sys._getframe(2)
     for _ in range(8):
         if f is None:
             return False

@@ -32,7 +32,8 @@ class VirtualStream(torch.Stream):
     def wait_stream(self, stream: Any) -> None:
         pass
 
-    def record_event(self, event: Any = None) -> VirtualEvent:
+    # A virtual stream records virtual events (torch's stub names its own Event class).
+    def record_event(self, event: Any = None) -> VirtualEvent:  # type: ignore[override]
         event = event if event is not None else VirtualEvent()
         event.record(self)
         return event

@@ -19,6 +19,12 @@ from mpcheck.runtime.virtual.handlers import Handler, needs_value
 HANDLERS: dict[Any, Handler] = {}
 
 
+def _getter(name: str) -> Any:
+    """The function a read of the Tensor property `name` calls (`torch.Tensor.device.__get__`);
+    torch's stubs type these properties as plain values, which have no `__get__`."""
+    return getattr(torch.Tensor, name).__get__
+
+
 def _table() -> dict[Any, Handler]:
     T = torch.Tensor
     return {
@@ -27,12 +33,12 @@ def _table() -> dict[Any, Handler]:
         T.cuda: handlers.cuda,
         T.cpu: handlers.cpu,
         # where a tensor is, answered with its virtual device
-        T.device.__get__: handlers.device_get,
-        T.is_cuda.__get__: handlers.is_cuda_get,
-        T.is_cpu.__get__: handlers.is_cpu_get,
-        T.is_meta.__get__: handlers.is_meta_get,
+        _getter("device"): handlers.device_get,
+        _getter("is_cuda"): handlers.is_cuda_get,
+        _getter("is_cpu"): handlers.is_cpu_get,
+        _getter("is_meta"): handlers.is_meta_get,
         T.get_device: handlers.get_device,
-        T.grad.__get__: handlers.grad_get,
+        _getter("grad"): handlers.grad_get,
         T.__repr__: handlers.tensor_repr,
         # pinned memory and streams mean nothing without a GPU
         T.pin_memory: handlers.noop_self,

@@ -54,7 +54,8 @@ def install_python(g: VirtualGPUs, p: Patches) -> None:
         node = next((o.grad_fn for o in outs if isinstance(o, torch.Tensor) and o.grad_fn is not None), None)
         if node is not None:
             try:
-                node._mpcheck_devs = [g.label_of(o) if isinstance(o, torch.Tensor) else None for o in outs]
+                # mpcheck's own mark on torch's node (torch's stub lists a Node's attributes)
+                node._mpcheck_devs = [g.label_of(o) if isinstance(o, torch.Tensor) else None for o in outs]  # type: ignore[attr-defined]
             except AttributeError:  # a node type without a __dict__
                 pass
         return out

@@ -5,7 +5,7 @@ anything needing a real CUDA runtime stop with a clear message."""
 from __future__ import annotations
 
 import sys
-from types import SimpleNamespace
+from types import FrameType, SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -98,7 +98,7 @@ class _Answers:
         )
 
     def lazy_init(self) -> None:
-        f = sys._getframe(1)
+        f: FrameType | None = sys._getframe(1)
         while f is not None and f.f_code.co_name == "patched":
             f = f.f_back
         caller = f.f_code.co_name if f is not None else "?"

@@ -3,7 +3,7 @@ which sees only the backing device: group by the virtual device instead, as real
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -23,12 +23,12 @@ def _group(g: VirtualGPUs, tensorlistlist: list, with_indices: bool) -> dict:
     n_lists = len(tensorlistlist)
     for i, t in enumerate(first):
         key = (torch.device(g.device_of(t)), t.dtype)
-        entry = out.get(key)
+        entry: tuple[list[list[Any]], list[int] | None] | None = out.get(key)
         if entry is None:
             entry = out[key] = ([[] for _ in range(n_lists)], [] if with_indices else None)
         lists, indices = entry
         for j in range(n_lists):
             lists[j].append(tensorlistlist[j][i] if len(tensorlistlist[j]) > i else None)
-        if with_indices:
+        if indices is not None:  # with_indices
             indices.append(i)
     return out
