@@ -1,6 +1,27 @@
-"""What the model knows about PyTorch's API, by canonical name (names.canonical)."""
+"""What the model knows about PyTorch's API, by canonical name (names.canonical):
+the names it merges, and the sets of names the handlers of library.py read.
+Which handler a call gets is decided by library.py's table alone."""
 
 from __future__ import annotations
+
+# Public re-exports of the same object, mapped to one canonical name (names.canonical).
+# At most one prefix matches a name: none is a prefix of another (tests/test_devices.py).
+REEXPORT_PREFIXES = (
+    ("torch.nn.parallel.data_parallel.", "torch.nn.parallel."),
+    ("torch.nn.parallel.distributed.", "torch.nn.parallel."),
+    ("torch.nn.parallel.scatter_gather.", "torch.nn.parallel."),
+    ("torch.nn.parallel.replicate.", "torch.nn.parallel."),
+    ("torch.nn.parallel.parallel_apply.", "torch.nn.parallel."),
+    ("torch.cuda.comm.", "torch.nn.parallel.comm."),
+    ("torch.nn.modules.container.", "torch.nn."),
+    ("torch.nn.modules.module.", "torch.nn."),
+    ("torch.nn.parameter.", "torch.nn."),
+)
+REEXPORTS = {
+    "torch.nn.DataParallel": "torch.nn.parallel.DataParallel",
+    "torch.nn.parallel.DistributedDataParallel": "torch.nn.parallel.DistributedDataParallel",
+    "torch.nn.parallel.data_parallel": "torch.nn.parallel.data_parallel",
+}
 
 DATA_PARALLEL = frozenset({"torch.nn.parallel.DataParallel", "torch.nn.parallel.data_parallel"})
 DDP = frozenset({"torch.nn.parallel.DistributedDataParallel"})

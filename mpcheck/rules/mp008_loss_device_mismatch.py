@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mpcheck.devices.describe import MODE_WORDS, move_fix, origin_text, root_name, value_text
+from mpcheck.devices.describe import (
+    MODE_WORDS,
+    move_fix,
+    origin_text,
+    root_name,
+    value_text,
+)
+from mpcheck.devices.events import LossMismatch
 from mpcheck.devices.values import show, single
 from mpcheck.rules.base import Rule, once_per_node
 from mpcheck.rules.words import FLOW_WORDS
@@ -18,9 +25,9 @@ class LossDeviceMismatch(Rule):
     needs = FLOW_WORDS
 
     def check(self, ctx):
-        for ev in once_per_node(ctx.model.events("loss_mismatch")):
-            v, other = ev.data["value"], ev.data["other"]
-            a_expr, b_expr = ev.data.get("other_expr"), ev.data.get("expr")
+        for ev in once_per_node(ctx.model.facts(LossMismatch)):
+            v, other = ev.value, ev.other
+            a_expr, b_expr = ev.other_expr, ev.expr
             a = value_text(ctx, a_expr, other, "the prediction")
             b = value_text(ctx, b_expr, v, "the class weights")
             da, db = single(other.devs), single(v.devs)
