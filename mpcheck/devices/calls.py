@@ -11,7 +11,7 @@ import libcst as cst
 from mpcheck.devices import torchapi as T
 from mpcheck.devices.events import LossMismatch, Mismatch
 from mpcheck.devices.names import canonical
-from mpcheck.devices.program import MAX_DEPTH, FuncInfo, Part, State, body_of, params_of
+from mpcheck.devices.program import MAX_DEPTH, FuncInfo, Part, State, params_of
 from mpcheck.devices.summarized import call_summarized
 from mpcheck.devices.values import (
     FAILED,
@@ -78,13 +78,7 @@ class Calls(Part):
         self.bind(info, env, self_val, args, kwargs)
         cst_ = State(env, st.cur, st.setdev, st.mode, self_val if self_val is not None else None, st.in_init and info.name != "forward", st.scope)
         cst_.returns = []
-        self.interp.stack.append(info)
-        try:
-            self.interp.stmts.exec_block(body_of(info.node), [cst_])
-        except RecursionError:
-            pass
-        finally:
-            self.interp.stack.pop()
+        self.interp.stmts.run_body(info, cst_)
         result: Val | None = None
         for r in cst_.returns:
             result = r if result is None else join(result, r)

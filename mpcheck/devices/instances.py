@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from mpcheck.devices.events import SplitBuiltAfterSetDevice
-from mpcheck.devices.program import MAX_DEPTH, ClassInfo, Part, Scope, State, body_of
+from mpcheck.devices.program import MAX_DEPTH, ClassInfo, Part, Scope, State
 from mpcheck.devices.values import (
     CURRENT,
     UNPLACED,
@@ -42,13 +42,7 @@ class Instances(Part):
             env = dict(self.interp.globals)
             self.interp.calls.bind(init, env, obj, args, kwargs)
             ist = State(env, cur, st.setdev if st else None, "", obj, True, scope)
-            self.interp.stack.append(init)
-            try:
-                self.interp.stmts.exec_block(body_of(init.node), [ist])
-            except RecursionError:
-                pass
-            finally:
-                self.interp.stack.pop()
+            self.interp.stmts.run_body(init, ist)
         self._finish_instance(obj)
         self.interp.init_indexless[id(obj)] = [p.node for p in scope.placements]
         self._check_built_after_setdev(cinfo, obj, args, kwargs, st, node)

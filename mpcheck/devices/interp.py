@@ -37,7 +37,6 @@ from mpcheck.devices.program import (
     FuncInfo,
     Scope,
     State,
-    body_of,
     params_of,
 )
 from mpcheck.devices.statements import Statements
@@ -130,7 +129,11 @@ class Interp:
     def run_all(self) -> None:
         # Module-level assignments are the globals functions and methods see (LEAD = torch.device(...)).
         st = State.fresh(self.globals, "<module>")
-        self._run_entry(self.module, self.module.body, st)
+        try:
+            self.stmts.exec_block(self.module.body, [st])
+        except RecursionError:
+            pass
+        self._finish_scope(self.module, st.scope)
         for info in self.functions.values():
             self._run_function_entry(info, None)
         for cinfo in self.classes.values():
@@ -139,13 +142,6 @@ class Interp:
                 if m.name == "__init__":
                     continue
                 self._run_function_entry(m, inst)
-
-    def _run_entry(self, node: cst.CSTNode, body, st: State) -> None:
-        try:
-            self.stmts.exec_block(body, [st])
-        except RecursionError:
-            pass
-        self._finish_scope(node, st.scope)
 
     def _finish_scope(self, node: cst.CSTNode, scope: Scope) -> None:
         self.recorder.record(EntryPointRun(node=node, name=scope.name, builds_split=scope.split_seen,
@@ -162,11 +158,8 @@ class Interp:
         if isinstance(inst, Obj) and inst.split:
             st.scope.split_seen = True
             st.scope.split_class = True
-        self.stack.append(info)
-        try:
-            self._run_entry(info.node, body_of(info.node), st)
-        finally:
-            self.stack.pop()
+        self.stmts.run_body(info, st)
+        self._finish_scope(info.node, st.scope)
 
     def _default_param(self, name: str, default) -> Val:
         if default is not None:

@@ -19,6 +19,7 @@ from mpcheck.devices.program import (
     FuncInfo,
     Part,
     State,
+    body_of,
     join_states,
 )
 from mpcheck.devices.values import (
@@ -37,6 +38,17 @@ from mpcheck.devices.values import (
 
 
 class Statements(Part):
+    def run_body(self, info: FuncInfo, st: State) -> None:
+        """Runs a function's body on one path, with the function on the call stack;
+        a recursion too deep for Python ends the path."""
+        self.interp.stack.append(info)
+        try:
+            self.exec_block(body_of(info.node), [st])
+        except RecursionError:
+            pass
+        finally:
+            self.interp.stack.pop()
+
     def exec_block(self, stmts: Iterable[cst.CSTNode], states: list[State]) -> list[State]:
         for stmt in stmts:
             if not states:
