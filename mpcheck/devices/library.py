@@ -3,7 +3,7 @@ models), for calls by name: one table, canonical name -> handler.
 
 Lookup (`handler_for`): an exact name in `EXACT` first; else the one family in
 `FAMILIES` whose test accepts the call. Families are mutually exclusive (each
-test says which names it leaves to the others; tests/test_devices.py checks no
+test says which names it leaves to the others; tests/test_devices_layout.py checks no
 two accept one call), so their order does not matter. An exact entry overrides
 the family a name would belong to (torch.zeros is a factory, not a plain op).
 
@@ -487,7 +487,7 @@ FAMILIES: tuple[Family, ...] = (
 
 
 def families_for(q: str, kwargs: dict) -> list[Family]:
-    """Every family that accepts a call (at most one: see tests/test_devices.py)."""
+    """Every family that accepts a call (at most one: tests/test_devices_layout.py)."""
     last = q.rsplit(".", 1)[-1]
     return [f for f in FAMILIES if f.accepts(q, last, kwargs)]
 

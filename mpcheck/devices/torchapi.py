@@ -5,7 +5,7 @@ Which handler a call gets is decided by library.py's table alone."""
 from __future__ import annotations
 
 # Public re-exports of the same object, mapped to one canonical name (names.canonical).
-# At most one prefix matches a name: none is a prefix of another (tests/test_devices.py).
+# At most one prefix matches a name: none is a prefix of another (tests/test_devices_layout.py).
 REEXPORT_PREFIXES = (
     ("torch.nn.parallel.data_parallel.", "torch.nn.parallel."),
     ("torch.nn.parallel.distributed.", "torch.nn.parallel."),
