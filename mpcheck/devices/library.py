@@ -14,7 +14,7 @@ handler, and a test in tests/test_devices.py. The name sets the handlers read
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import libcst as cst
@@ -398,11 +398,11 @@ def _device_map(v: Val):
 # ---------------------------------------------------------------- the table
 
 
-def _exact(*groups: tuple[object, Handler]) -> dict[str, Handler]:
+def _exact(*groups: tuple[str | Iterable[str], Handler]) -> dict[str, Handler]:
     """name -> handler; a name given twice is an error (each name has one meaning)."""
     table: dict[str, Handler] = {}
     for names, handler in groups:
-        for name in [names] if isinstance(names, str) else names:  # type: ignore[union-attr]
+        for name in [names] if isinstance(names, str) else names:
             if name in table:
                 raise ValueError(f"{name} has two handlers")
             table[name] = handler

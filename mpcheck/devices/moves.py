@@ -153,10 +153,11 @@ class Moves(Part):
             if lineage is not None:
                 recorder.cross(Crossing(node=node, lineage=lineage, src=src, dst=dst, undoes=True))
             return lineage
-        opens = lineage is None
-        if opens:
+        if lineage is None:  # its first crossing opens the lineage
             lineage = self.interp.new_lineage()
-        recorder.cross(Crossing(node=node, lineage=lineage, src=src, dst=dst, opens=opens, reported=opens and recorder.live))
+            recorder.cross(Crossing(node=node, lineage=lineage, src=src, dst=dst, opens=True, reported=recorder.live))
+        else:
+            recorder.cross(Crossing(node=node, lineage=lineage, src=src, dst=dst))
         return lineage
 
     @staticmethod
