@@ -71,9 +71,7 @@ def build(cfg: dict, devices: list[str]):
             per = cfg["layers"] // n
             self.devices = devices
             self.embed = nn.Embedding(cfg["vocab"], cfg["d"], device=devices[0])
-            self.stages = nn.ModuleList(
-                nn.ModuleList(Block(devices[s]) for _ in range(per)) for s in range(n)
-            )
+            self.stages = nn.ModuleList(nn.ModuleList(Block(devices[s]) for _ in range(per)) for s in range(n))
             self.norm = nn.RMSNorm(cfg["d"], device=devices[-1])
             self.head = nn.Linear(cfg["d"], cfg["vocab"], bias=False, device=devices[-1])
 
@@ -215,9 +213,13 @@ def main() -> int:
     print()
     print("meta 7B estimate per virtual GPU (params / grads / optimizer / activations / total of 80 GiB):")
     for dev, m in meta["memory"].items():
-        print(f"  {dev}: {gib(m['params'])} / {gib(m['grads'])} / {gib(m['optimizer_state'])} / "
-              f"{gib(m['activations'])} / {gib(m['total'])} {'fits' if m['fits'] else 'DOES NOT FIT'}")
-    print(f"findings: meta {meta['findings']}, cpu dry run {cpu['findings']}; transfers in the 7B step: {meta['transfers']}")
+        print(
+            f"  {dev}: {gib(m['params'])} / {gib(m['grads'])} / {gib(m['optimizer_state'])} / "
+            f"{gib(m['activations'])} / {gib(m['total'])} {'fits' if m['fits'] else 'DOES NOT FIT'}"
+        )
+    print(
+        f"findings: meta {meta['findings']}, cpu dry run {cpu['findings']}; transfers in the 7B step: {meta['transfers']}"
+    )
     return 0
 
 

@@ -73,9 +73,9 @@ def main() -> None:
     for f in files:
         with open(f, "rb") as fh:
             lines += fh.read().count(b"\n")
-    from mpcheck.lint.pipeline import available_cpus
-
     import libcst  # imported here so that its import time is not counted as parse time
+
+    from mpcheck.lint.pipeline import available_cpus
 
     t_ast = statistics.median(time_parse(files, ast.parse) for _ in range(args.repeat))
     t_cst = statistics.median(time_parse(files, libcst.parse_module) for _ in range(max(1, args.repeat - 1)))
@@ -95,7 +95,9 @@ def main() -> None:
             shutil.rmtree(work, ignore_errors=True)
     t_cold, t_cached = statistics.median(cold), statistics.median(cached)
 
-    print(f"{len(files)} files, {lines:,} lines ({', '.join(args.paths)}); {available_cpus()} cores; median of {args.repeat}")
+    print(
+        f"{len(files)} files, {lines:,} lines ({', '.join(args.paths)}); {available_cpus()} cores; median of {args.repeat}"
+    )
     print(f"{'':34} {'seconds':>8} {'x libcst parse':>15}")
     rows = [
         ("ast.parse, 1 process", t_ast),

@@ -102,8 +102,16 @@ def measure(name, d, blocks, batch, seq, variants, rounds, steps, warmup):
     med = {v: statistics.median(t) for v, t in times.items()}
     rows = []
     for v in variants:
-        rows.append({"model": name, "variant": v, "median_ms": med[v] * 1e3,
-                     "ratio": med[v] / med["plain"], "steps": len(times[v]), "findings": findings.get(v, [])})
+        rows.append(
+            {
+                "model": name,
+                "variant": v,
+                "median_ms": med[v] * 1e3,
+                "ratio": med[v] / med["plain"],
+                "steps": len(times[v]),
+                "findings": findings.get(v, []),
+            }
+        )
     del model, opt, x, y
     torch.cuda.empty_cache()
     return rows
@@ -139,9 +147,15 @@ def gbps_check(mib=64, n=20):
             dbg.step()
     agg = dbg.ledger.by_pair()[("cuda:0", "cuda:1", "forward")]
     reported = agg.as_dict()["gb_per_s"]
-    return {"bytes": nbytes, "copies": n, "plain_event_gbps": plain_gbps, "plain_wall_gbps": wall_gbps,
-            "reported_gbps": reported, "reported_vs_plain": reported / plain_gbps,
-            "findings": [f.code for f in dbg.findings]}
+    return {
+        "bytes": nbytes,
+        "copies": n,
+        "plain_event_gbps": plain_gbps,
+        "plain_wall_gbps": wall_gbps,
+        "reported_gbps": reported,
+        "reported_vs_plain": reported / plain_gbps,
+        "findings": [f.code for f in dbg.findings],
+    }
 
 
 def main(argv=None) -> int:
@@ -155,10 +169,28 @@ def main(argv=None) -> int:
     q = opts.quick
     gpus = f"2x {torch.cuda.get_device_name(0)}"
     rows = []
-    rows += measure("compute-bound: 16 blocks d=4096 MLP4x, batch 4x512, fp32", 4096, 16, 4, 512,
-                    ["plain", "debug"], rounds=2 if q else 4, steps=2 if q else 5, warmup=2)
-    rows += measure("launch-bound: 24 blocks d=256 MLP4x, batch 8x128, fp32", 256, 24, 8, 128,
-                    ["plain", "debug", "strict"], rounds=2 if q else 5, steps=10 if q else 40, warmup=5)
+    rows += measure(
+        "compute-bound: 16 blocks d=4096 MLP4x, batch 4x512, fp32",
+        4096,
+        16,
+        4,
+        512,
+        ["plain", "debug"],
+        rounds=2 if q else 4,
+        steps=2 if q else 5,
+        warmup=2,
+    )
+    rows += measure(
+        "launch-bound: 24 blocks d=256 MLP4x, batch 8x128, fp32",
+        256,
+        24,
+        8,
+        128,
+        ["plain", "debug", "strict"],
+        rounds=2 if q else 5,
+        steps=10 if q else 40,
+        warmup=5,
+    )
     copy = gbps_check()
     goals = {("compute", "debug"): 1.02, ("launch", "debug"): 1.15, ("launch", "strict"): 2.5}
     date = datetime.date.today().isoformat()
@@ -169,15 +201,20 @@ def main(argv=None) -> int:
         goal = goals.get((r["model"].split("-")[0], r["variant"]))
         r["goal"] = goal
         r["meets_goal"] = None if goal is None else r["ratio"] <= goal
-        print(f"| {r['model']} | {r['variant']} | {r['median_ms']:.2f} | x{r['ratio']:.3f} | "
-              f"{'' if goal is None else ('<= x%.2f ' % goal) + ('ok' if r['meets_goal'] else 'MISSED')} |")
-    print(f"\n64 MiB cuda:0 -> cuda:1: plain copy {copy['plain_event_gbps']:.1f} GB/s (events), "
-          f"{copy['plain_wall_gbps']:.1f} GB/s (wall, back to back); mpcheck reports "
-          f"{copy['reported_gbps']:.1f} GB/s (x{copy['reported_vs_plain']:.3f} of the plain copy)")
+        print(
+            f"| {r['model']} | {r['variant']} | {r['median_ms']:.2f} | x{r['ratio']:.3f} | "
+            f"{'' if goal is None else ('<= x%.2f ' % goal) + ('ok' if r['meets_goal'] else 'MISSED')} |"
+        )
+    print(
+        f"\n64 MiB cuda:0 -> cuda:1: plain copy {copy['plain_event_gbps']:.1f} GB/s (events), "
+        f"{copy['plain_wall_gbps']:.1f} GB/s (wall, back to back); mpcheck reports "
+        f"{copy['reported_gbps']:.1f} GB/s (x{copy['reported_vs_plain']:.3f} of the plain copy)"
+    )
     if opts.json:
         with open(opts.json, "w") as fh:
-            json.dump({"date": date, "gpus": gpus, "torch": torch.__version__, "rows": rows, "copy": copy}, fh,
-                      indent=2)
+            json.dump(
+                {"date": date, "gpus": gpus, "torch": torch.__version__, "rows": rows, "copy": copy}, fh, indent=2
+            )
     return 0
 
 

@@ -28,13 +28,13 @@ import sys
 import time
 
 import torch
+from runtime_overhead import Block, step  # bench/ is on sys.path when this script runs
 from torch import nn
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import mpcheck
-from mpcheck.runtime.real import CudaDevices
-from runtime_overhead import Block, step  # bench/ is on sys.path when this script runs
+from mpcheck.runtime.real.devices import CudaDevices
 
 
 class TwoStage(nn.Module):
@@ -165,8 +165,10 @@ def main(argv=None) -> int:
         "debug": (med["debug"] - med["plain"]) / fn_calls,
         "strict": (med["strict"] - med["plain"]) / (fn_calls + counts["aten_ops"]),
     }
-    print(f"CPU proxy, torch {torch.__version__}, 1 thread; per step: {counts['torch_calls']} torch calls, "
-          f"{counts['module_calls']} module calls, {counts['aten_ops']} aten ops; {rounds} rounds x {steps} steps")
+    print(
+        f"CPU proxy, torch {torch.__version__}, 1 thread; per step: {counts['torch_calls']} torch calls, "
+        f"{counts['module_calls']} module calls, {counts['aten_ops']} aten ops; {rounds} rounds x {steps} steps"
+    )
     print("| variant | median step ms | ratio | overhead us per intercepted call |")
     print("|---|---|---|---|")
     for v in variants:

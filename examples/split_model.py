@@ -51,3 +51,13 @@ class SplitLM(nn.Module):
         # The labels stay on the input's device while the logits are on cuda:1 (MP008).
         labels = labels.to(ids.device)
         return F.cross_entropy(logits.flatten(0, 1), labels.flatten())
+
+
+if __name__ == "__main__":
+    # Tiny sizes and random tokens, three steps (the mask is copied on every call): run it
+    # on two GPUs, or anywhere with `mpcheck dryrun --gpus 2 examples/split_model.py`.
+    vocab, seq = 64, 16
+    model = SplitLM(vocab=vocab, dim=32, depth=2, max_len=seq)
+    for _ in range(3):
+        ids, labels = torch.randint(vocab, (2, seq)), torch.randint(vocab, (2, seq))
+        model(ids, labels).backward()

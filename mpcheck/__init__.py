@@ -12,11 +12,11 @@ __all__ = ["__version__", "debug", "dryrun"]
 def __getattr__(name):
     # Lazy so that the linter path never imports torch.
     if name == "debug":
-        from mpcheck.runtime.debug import debug
+        from mpcheck.runtime.real.debug import debug
 
         return debug
     if name == "dryrun":
-        from mpcheck.runtime.dryrun import dryrun
+        from mpcheck.runtime.virtual.dryrun import dryrun
 
         return dryrun
     raise AttributeError(f"module 'mpcheck' has no attribute {name!r}")

@@ -9,13 +9,22 @@ in any process.
 
 from __future__ import annotations
 
-import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 from mpcheck.finding import Finding
-from mpcheck.lint.rulemeta import SYNTAX_ERROR_CODE, syntax_finding
+from mpcheck.lint.rulemeta import SYNTAX_ERROR_CODE, parse_failure
+
+
+class RuleCrash(Exception):
+    """A rule, or the device model it asked, raised while checking one file: a bug in
+    mpcheck, reported as an internal error (exit 2) and never as a clean file."""
+
+    def __init__(self, path: str, code: str, error: Exception) -> None:
+        super().__init__(f"crashed while checking {path} with rule {code}: {type(error).__name__}: {error}")
+        self.path = path
+        self.code = code
 
 
 @dataclass
@@ -79,18 +88,14 @@ def imports(source: str, modname: str) -> list[str]:
 def summarize(path: str, source: str, modname: str) -> dict | None:
     """A JSON-able summary of what other files may import from this one
     (classes and their placement, helper functions and what they return).
-    None when the file does not parse."""
+    None when the file does not parse. An exception of the device model
+    propagates: it is a bug in mpcheck, which the pipeline reports (exit 2)."""
     from mpcheck.devices.summary import summarize_module
 
     module = _parse(source)
     if module is None:
         return None
-    try:
-        return summarize_module(module, modname)
-    except Exception:  # a summary is an aid; a file it cannot summarise is still linted
-        if os.environ.get("MPCHECK_DEBUG"):
-            raise
-        return None
+    return summarize_module(module, modname)
 
 
 def analyze(
@@ -102,7 +107,8 @@ def analyze(
 ) -> FileResult:
     """Run the rules whose codes are in `codes` on one file. `project` maps
     dotted module names to their summaries. Never raises on bad input: a file
-    that does not parse gives one MP000 finding."""
+    that does not parse gives one MP000 finding. A rule that raises (a bug in
+    mpcheck, not in the file) raises RuleCrash naming the file and the rule."""
     import libcst as cst
 
     from mpcheck.rules import all_rules
@@ -114,18 +120,15 @@ def analyze(
         return FileResult([])
     try:
         module = cst.parse_module(source)
-    except cst.ParserSyntaxError as e:
-        return FileResult([_syntax_error(path, e.editor_line, e.editor_column, e.message)])
-    except Exception as e:  # noqa: BLE001  (the parser's other failures: recursion, encodings, ...)
-        return FileResult([_syntax_error(path, 1, 1, f"cannot parse: {type(e).__name__}: {e}")])
+    except Exception as e:  # noqa: BLE001  (ParserSyntaxError, and the parser's other failures: recursion, ...)
+        return FileResult([parse_failure(path, source, e)])
     ctx = FileContext(path, source, module, modname, project)
     findings: list[Finding] = []
     for rule_cls in rules:
         try:
             findings.extend(rule_cls().check(ctx))
-        except Exception:  # a bug in one rule must not lose the others' findings
-            if os.environ.get("MPCHECK_DEBUG"):
-                raise
+        except Exception as exc:  # never a silently missing finding: the file is reported as not checked
+            raise RuleCrash(path, rule_cls.code, exc) from exc
     findings.sort(key=Finding.sort_key)
     return FileResult(findings, ctx.used_modules)
 
@@ -137,8 +140,3 @@ def _parse(source: str):
         return cst.parse_module(source)
     except Exception:  # noqa: BLE001  (any parse failure: the file has no summary)
         return None
-
-
-def _syntax_error(path: str, line: int, col: int, message: str) -> Finding:
-    first = message.strip().splitlines()[0] if message.strip() else "syntax error"
-    return syntax_finding(path, f"could not parse: {first}", max(line, 1), max(col, 1))

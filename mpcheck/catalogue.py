@@ -1,8 +1,10 @@
 """The rule catalogue: the documents `rules/MPNNN-kebab-name.md`.
 
 They are read from `mpcheck/_rule_docs` in an installed wheel, else from the
-repository's `rules/` folder. `mpcheck rule`, the SARIF reporter and the doc
-tests read rules through here. Reading is plain text: no libcst, no torch.
+repository's `rules/` folder. `mpcheck rule` and the SARIF reporter take a
+rule's text from here; its code, name, severity and summary come from
+mpcheck/codes.py, and tests/test_rule_docs.py holds each document's header
+equal to that table. Reading is plain text: no libcst, no torch.
 
 Document format (written by whoever writes the rule):
 
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 _DOC_NAME = re.compile(r"^(MP\d{3})-([a-z0-9-]+)\.md$")
@@ -94,7 +96,7 @@ def parse_doc(path: Path) -> RuleDoc:
     )
 
 
-@lru_cache(maxsize=None)
+@cache
 def load(folder: Path | None = None) -> dict[str, RuleDoc]:
     """Every rule document by code, sorted by code."""
     folder = folder or docs_dir()
@@ -106,7 +108,3 @@ def load(folder: Path | None = None) -> dict[str, RuleDoc]:
                 if doc.code:
                     docs[doc.code] = doc
     return dict(sorted(docs.items()))
-
-
-def get(code: str) -> RuleDoc | None:
-    return load().get(code.strip().upper())

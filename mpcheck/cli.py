@@ -2,10 +2,11 @@
 
     mpcheck [PATH ...]            lint (the default)
     mpcheck rule MP003 | --all    the rule documentation
-    mpcheck run ...               the runtime debug mode (mpcheck.runtime.run_cli)
-    mpcheck dryrun ...            the dry run on virtual GPUs (mpcheck.runtime.dryrun_cli)
+    mpcheck run ...               the runtime debug mode (mpcheck.runtime.commands.run)
+    mpcheck dryrun ...            the dry run on virtual GPUs (mpcheck.runtime.commands.dryrun)
 
-Exit codes: 0 no findings, 1 findings, 2 usage, configuration or internal error.
+Exit codes: 0 no findings, 1 findings, 2 usage, configuration or internal error,
+or a path that does not exist (named on stderr; the other paths are still checked).
 No traceback ever reaches the user: an unexpected exception becomes one line
 and exit code 2 (MPCHECK_DEBUG=1 shows the traceback).
 """
@@ -23,9 +24,18 @@ from mpcheck.config import ConfigError
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
 _RUNTIME_FACES = {
-    "run": "mpcheck.runtime.run_cli",
-    "dryrun": "mpcheck.runtime.dryrun_cli",
+    "run": "mpcheck.runtime.commands.run",
+    "dryrun": "mpcheck.runtime.commands.dryrun",
 }
+
+
+def _crash_hint() -> str:
+    """Said once after the internal errors of a lint run, as ruff does after a panic."""
+    debug = "" if os.environ.get("MPCHECK_DEBUG") else " MPCHECK_DEBUG=1 shows the traceback."
+    return (
+        "mpcheck: this is a bug in mpcheck, not in your code: please report it with the file (or a smaller "
+        f"one that crashes the same way) and the output of `mpcheck --version`.{debug}"
+    )
 
 
 def _err(message: str) -> None:
@@ -44,22 +54,54 @@ def _lint_parser() -> argparse.ArgumentParser:
         description="Find device-placement bugs in manually model-parallel PyTorch code.",
         epilog="Other commands: `mpcheck rule MP003` / `mpcheck rule --all` (rule docs), "
         "`mpcheck run script.py` (runtime debug mode), `mpcheck dryrun --gpus 4 script.py` (virtual GPUs). "
-        "Exit codes: 0 clean, 1 findings, 2 usage/config/internal error.",
+        "Exit codes: 0 clean, 1 findings, 2 usage/config/internal error or a missing path.",
     )
     p.add_argument("paths", nargs="*", metavar="PATH", help="files or folders to check (default: .); - reads stdin")
-    p.add_argument("--select", type=_codes_arg, action="append", metavar="CODES", help="codes or prefixes to check, or ALL (replaces the config's)")
-    p.add_argument("--extend-select", type=_codes_arg, action="append", default=[], metavar="CODES", help="codes or prefixes to add")
-    p.add_argument("--ignore", type=_codes_arg, action="append", default=[], metavar="CODES", help="codes or prefixes to skip")
-    p.add_argument("--exclude", type=_codes_arg, action="append", metavar="PATTERNS", help="gitignore-style patterns to skip (replaces the defaults)")
-    p.add_argument("--extend-exclude", type=_codes_arg, action="append", default=[], metavar="PATTERNS", help="patterns to skip as well as the defaults")
+    p.add_argument(
+        "--select",
+        type=_codes_arg,
+        action="append",
+        metavar="CODES",
+        help="codes or prefixes to check, or ALL (replaces the config's)",
+    )
+    p.add_argument(
+        "--extend-select",
+        type=_codes_arg,
+        action="append",
+        default=[],
+        metavar="CODES",
+        help="codes or prefixes to add",
+    )
+    p.add_argument(
+        "--ignore", type=_codes_arg, action="append", default=[], metavar="CODES", help="codes or prefixes to skip"
+    )
+    p.add_argument(
+        "--exclude",
+        type=_codes_arg,
+        action="append",
+        metavar="PATTERNS",
+        help="gitignore-style patterns to skip (replaces the defaults)",
+    )
+    p.add_argument(
+        "--extend-exclude",
+        type=_codes_arg,
+        action="append",
+        default=[],
+        metavar="PATTERNS",
+        help="patterns to skip as well as the defaults",
+    )
     p.add_argument("--output-format", choices=FORMATS, default="text")
-    p.add_argument("--statistics", action="store_true", help="print the number of findings per code instead of the findings")
+    p.add_argument(
+        "--statistics", action="store_true", help="print the number of findings per code instead of the findings"
+    )
     p.add_argument("--exit-zero", action="store_true", help="exit 0 even when there are findings")
     p.add_argument("--fix", action="store_true", help="apply safe fixes")
     p.add_argument("--unsafe-fixes", action="store_true", help="with --fix or --diff, apply unsafe fixes too")
     p.add_argument("--diff", action="store_true", help="print the fixes as a diff instead of writing them")
     p.add_argument("--no-cache", action="store_true", help="neither read nor write .mpcheck_cache/")
-    p.add_argument("--jobs", "-j", type=int, default=None, metavar="N", help="worker processes (default: the number of cores)")
+    p.add_argument(
+        "--jobs", "-j", type=int, default=None, metavar="N", help="worker processes (default: the number of cores)"
+    )
     p.add_argument("--color", choices=("auto", "always", "never"), default="auto")
     p.add_argument("--stdin-filename", metavar="PATH", help="the name of the file read from stdin (with -)")
     p.add_argument("--isolated", action="store_true", help="ignore [tool.mpcheck] in pyproject.toml")
@@ -77,7 +119,7 @@ def lint_main(argv: list[str]) -> int:
     from mpcheck.config import Layer, project_root, resolve
     from mpcheck.lint import rulemeta
     from mpcheck.lint.cache import CACHE_DIR_NAME, ResultCache
-    from mpcheck.lint.files import discover, stdin_source
+    from mpcheck.lint.files import discover, missing_paths, stdin_source
     from mpcheck.lint.pipeline import lint
 
     args = _lint_parser().parse_args(argv)
@@ -102,23 +144,34 @@ def lint_main(argv: list[str]) -> int:
     )
     settings = resolve(cli_layer, rules.keys(), start=start, use_config=not args.isolated)
 
-    files = discover(paths, settings)
+    # A path that names nothing is an error (exit 2), but the others are still checked.
+    missing = missing_paths(paths)
+    for path in missing:
+        _err(f"path not found: {path}")
+    files = discover([p for p in paths if p not in missing], settings)
     stdin = None
     if use_stdin:
         stdin = (stdin_source(args.stdin_filename, settings), sys.stdin.buffer.read())
     if not files and stdin is None:
-        return EXIT_OK  # nothing to check (pre-commit may pass no Python file): quietly fine
+        # Nothing to check (pre-commit may pass no Python file): quiet in the text
+        # formats, an empty but valid document in the machine ones.
+        _report(args, [], {}, 0, rules, settings, sys.stdout, checked=0)
+        return EXIT_ERROR if missing else EXIT_OK
 
     cache = ResultCache(cache_dir, rulemeta.code_fingerprint()) if cache_dir is not None else None
     outcome = lint(files, settings, rules, cache=cache, jobs=args.jobs, stdin=stdin)
     for message in outcome.errors:
         _err(message)
+    if outcome.errors:
+        print(_crash_hint(), file=sys.stderr)
 
     findings = outcome.findings
     fixed_count = 0
     if args.fix or args.diff:
         from mpcheck.lint.fix import fix_sources
+        from mpcheck.lint.pipeline import Relint
 
+        relint = Relint(files, settings, rules, cache, args.jobs, stdin, outcome.abspaths)
         result, new_texts = fix_sources(
             findings,
             outcome.sources,
@@ -127,42 +180,66 @@ def lint_main(argv: list[str]) -> int:
             write=args.fix and not args.diff,
             diff=args.diff,
             stdin_path=stdin[0].path if stdin else None,
+            recheck=relint.one,
         )
-        # A fix that would break the file is the rule's problem, not the user's: it is
-        # reported, the file is left alone and its finding stays in the output.
+        # A fix that would break the file, or add a finding, is the rule's problem, not the
+        # user's: it is reported, the file is left alone and its finding stays in the output.
         for message in result.errors:
             print(f"mpcheck: warning: {message}", file=sys.stderr)
+        # The report is that of the fixed files: what a fresh run over them finds.
+        after = relint.all(new_texts) if new_texts else outcome
+        if after is not outcome:
+            for message in after.errors:
+                _err(message)
+            outcome.errors.extend(after.errors)
         if args.diff:
             sys.stdout.write("".join(result.diffs))
-            if outcome.errors:
+            if result.fixed:
+                n = len(after.findings)
+                print(
+                    f"Would fix {len(result.fixed)} finding{'s' if len(result.fixed) != 1 else ''} ({n} would remain).",
+                    file=sys.stderr,
+                )
+            if outcome.errors or missing:
                 return EXIT_ERROR
             return EXIT_FINDINGS if result.diffs and not args.exit_zero else EXIT_OK
-        fixed_ids = {id(f) for f in result.fixed}
-        findings = [f for f in findings if id(f) not in fixed_ids]
+        findings = after.findings
         fixed_count = len(result.fixed)
         if stdin is not None and stdin[0].path in new_texts:
             sys.stdout.write(new_texts[stdin[0].path])
+        outcome.sources.update(after.sources)
         outcome.sources.update(new_texts)
 
     # With `--fix -`, stdout carries the fixed source (for editors): the report goes to stderr.
     stream = sys.stderr if (args.fix and stdin is not None) else sys.stdout
-    _report(args, findings, outcome.sources, fixed_count, rules, settings, stream)
-    if outcome.errors:
+    checked = len(files) + (stdin is not None)
+    _report(args, findings, outcome.sources, fixed_count, rules, settings, stream, checked)
+    if outcome.errors or missing:
         return EXIT_ERROR
     if findings and not args.exit_zero:
         return EXIT_FINDINGS
     return EXIT_OK
 
 
-def _report(args, findings, sources, fixed_count, rules, settings, stream) -> None:
-    from mpcheck.report import ReportContext, render
-    from mpcheck.report import colour
+def _report(args, findings, sources, fixed_count, rules, settings, stream, checked) -> None:
+    from mpcheck.report.text import all_passed
 
+    human = args.output_format in ("text", "full")
     if args.statistics:
         from mpcheck.report.statistics import render as render_stats
 
-        stream.write(render_stats(findings))
-        return
+        stream.write(render_stats(findings, "json" if args.output_format == "json" else "text"))
+    else:
+        _render_findings(args, findings, sources, fixed_count, rules, settings, stream)
+    # A clean run says so (as ruff does), so that one can tell that files were checked.
+    if human and checked and not findings and not fixed_count:
+        stream.write(all_passed(checked))
+    stream.flush()
+
+
+def _render_findings(args, findings, sources, fixed_count, rules, settings, stream) -> None:
+    from mpcheck.report import ReportContext, colour, render
+
     color = args.output_format in ("text", "full") and colour.wanted(args.color, stream)
     if color:
         colour.enable_windows()
@@ -174,18 +251,12 @@ def _report(args, findings, sources, fixed_count, rules, settings, stream) -> No
         for code, meta in rules.items():
             if code in settings.codes:
                 doc = docs.get(code)
-                ctx.rule_info[code] = (
-                    meta.name,
-                    meta.severity,
-                    (doc.summary if doc else "") or meta.summary,
-                    doc.text if doc else "",
-                )
+                ctx.rule_info[code] = (meta.name, meta.severity, meta.summary, doc.text if doc else "")
     stream.write(render(args.output_format, findings, ctx))
-    stream.flush()
 
 
 def rule_main(argv: list[str]) -> int:
-    from mpcheck import catalogue
+    from mpcheck import catalogue, codes
 
     p = argparse.ArgumentParser(prog="mpcheck rule", description="Show a rule's documentation.")
     p.add_argument("code", nargs="?", help="a rule code, e.g. MP003 (or its name)")
@@ -197,14 +268,15 @@ def rule_main(argv: list[str]) -> int:
             p.print_usage(sys.stderr)
             _err("give a rule code (e.g. mpcheck rule MP003) or --all")
             return EXIT_ERROR
-        width = max((len(d.name) for d in docs.values()), default=4)
-        for doc in docs.values():
-            print(f"{doc.code}  {doc.name:<{width}}  {doc.severity:<7}  {doc.summary}")
+        width = max(len(c.name) for c in codes.CODES)
+        for c in codes.CODES:
+            print(f"{c.code}  {c.name:<{width}}  {c.severity:<7}  {c.summary}")
         return EXIT_OK
     wanted = args.code.strip()
-    doc = catalogue.get(wanted) or next((d for d in docs.values() if d.name == wanted.lower()), None)
+    entry = codes.BY_CODE.get(wanted.upper()) or next((c for c in codes.CODES if c.name == wanted.lower()), None)
+    doc = docs.get(entry.code) if entry else None
     if doc is None:
-        _err(f"unknown rule {wanted!r} (known: {', '.join(docs) or 'none'})")
+        _err(f"unknown rule {wanted!r} (known: {', '.join(c.code for c in codes.CODES)})")
         return EXIT_ERROR
     sys.stdout.write(doc.text if doc.text.endswith("\n") else doc.text + "\n")
     return EXIT_OK

@@ -11,9 +11,10 @@ ConfigError that names it: the CLI turns it into exit 2.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 # What a folder walk skips unless `exclude` replaces the list (as in ruff, where
 # `exclude` replaces the defaults and `extend-exclude` adds to them).
@@ -190,7 +191,9 @@ def expand_codes(selectors: Iterable[str], known: Iterable[str], origin: str) ->
             continue
         matched = [c for c in known if c.startswith(sel)]
         if not matched:
-            raise ConfigError(f"{origin}: unknown rule code or prefix {raw.strip()!r} (known codes: {', '.join(known)})")
+            raise ConfigError(
+                f"{origin}: unknown rule code or prefix {raw.strip()!r} (known codes: {', '.join(known)})"
+            )
         out.update(matched)
     return out
 

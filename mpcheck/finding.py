@@ -27,7 +27,7 @@ class Fix:
 @dataclass(frozen=True)
 class Finding:
     code: str  # "MP001"
-    name: str  # "missing-transfer"
+    name: str  # the code's kebab name, from mpcheck/codes.py
     path: str  # as given on the command line (or the user's source file at run time)
     line: int  # 1-based
     column: int  # 1-based, like ruff and flake8 print it
@@ -55,7 +55,7 @@ class Finding:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Finding":
+    def from_dict(cls, d: dict[str, Any]) -> Finding:
         d = dict(d)
         fix = d.pop("fix", None)
         d["devices"] = tuple(d.get("devices", ()))

@@ -18,7 +18,7 @@ import pytest
 from mpcheck import analysis
 from mpcheck.analysis import FileResult
 from mpcheck.finding import Finding, Fix
-from mpcheck.lint import rulemeta
+from mpcheck.lint import fix, rulemeta
 
 FAKE_RULES = [
     rulemeta.RuleMeta("MP901", "fake-cuda", "error", "Flags .cuda() calls.", ("cuda",)),
@@ -45,22 +45,51 @@ def fake_analyze(path, source, codes, modname, project):
         j = line.find(".cuda()")
         if j >= 0 and "MP901" in codes:
             out.append(
-                Finding("MP901", "fake-cuda", path, i, j + 1, "moves the model to the current device",
-                        end_line=i, end_column=j + 8, suggestion="say which device",
-                        fix=Fix(i, j + 1, i, j + 8, '.to("cuda:0")'))
+                Finding(
+                    "MP901",
+                    "fake-cuda",
+                    path,
+                    i,
+                    j + 1,
+                    "moves the model to the current device",
+                    end_line=i,
+                    end_column=j + 8,
+                    suggestion="say which device",
+                    fix=Fix(i, j + 1, i, j + 8, '.to("cuda:0")'),
+                )
             )
         m = re.search(r"DataParallel\((\w+)\(", line)
         if m and "MP902" in codes:
             for mod, summary in sorted(project.items()):
                 if m.group(1) in summary["split"]:
                     used.add(mod)
-                    out.append(Finding("MP902", "fake-dp", path, i, m.start() + 1,
-                                       f"{m.group(1)} from {mod} is split", severity="warning",
-                                       devices=("cuda:0", "cuda:1"), modules=(m.group(1),)))
+                    out.append(
+                        Finding(
+                            "MP902",
+                            "fake-dp",
+                            path,
+                            i,
+                            m.start() + 1,
+                            f"{m.group(1)} from {mod} is split",
+                            severity="warning",
+                            devices=("cuda:0", "cuda:1"),
+                            modules=(m.group(1),),
+                        )
+                    )
         j = line.find(".half()")
         if j >= 0 and "MP903" in codes:
-            out.append(Finding("MP903", "fake-unsafe", path, i, j + 1, "half", severity="info",
-                               fix=Fix(i, j + 1, i, j + 8, ".half((", safe=False)))
+            out.append(
+                Finding(
+                    "MP903",
+                    "fake-unsafe",
+                    path,
+                    i,
+                    j + 1,
+                    "half",
+                    severity="info",
+                    fix=Fix(i, j + 1, i, j + 8, ".half((", safe=False),
+                )
+            )
     return FileResult(out, sorted(used))
 
 
@@ -71,6 +100,10 @@ def fake_rules(monkeypatch):
     monkeypatch.setattr(rulemeta, "_FINGERPRINT", "test-fake")
     monkeypatch.setattr(analysis, "analyze", fake_analyze)
     monkeypatch.setattr(analysis, "summarize", fake_summarize)
+    # The pipeline re-analyses a file once per fixable finding to offer only fixes that
+    # work; the fake fixes are checked by --fix alone, so that CALLS counts one analysis
+    # per file (tests/test_fix.py checks the offer with the real rules).
+    monkeypatch.setattr(fix, "verified_fixes", lambda path, text, found, recheck: found)
     CALLS["analyze"].clear()
     CALLS["summarize"].clear()
     return CALLS

@@ -8,8 +8,8 @@ import subprocess
 import sys
 
 import pytest
-
 from lint_fakes import fake_rules, make_project, write  # noqa: F401  (fixture)
+
 from mpcheck import cli
 from mpcheck.lint import rulemeta
 
@@ -33,8 +33,10 @@ def lint(capsys, calls, *args):
     calls["analyze"].clear()
     code = cli.main(["--jobs", "1", "--output-format", "json", *args])
     out = json.loads(capsys.readouterr().out)
-    return code, [(d["path"].replace("\\", "/"), d["line"], d["code"]) for d in out], sorted(
-        p.replace("\\", "/") for p in calls["analyze"]
+    return (
+        code,
+        [(d["path"].replace("\\", "/"), d["line"], d["code"]) for d in out],
+        sorted(p.replace("\\", "/") for p in calls["analyze"]),
     )
 
 
@@ -110,7 +112,10 @@ def test_no_cache_writes_nothing(project, capsys, fake_rules):
 
 
 def test_cache_beside_nearest_pyproject_else_cwd(tmp_path, monkeypatch, capsys, fake_rules):
-    write(tmp_path, {"proj/pyproject.toml": "[project]\nname='p'\n", "proj/src/a.py": "x.cuda()\n", "loose/b.py": "x.cuda()\n"})
+    write(
+        tmp_path,
+        {"proj/pyproject.toml": "[project]\nname='p'\n", "proj/src/a.py": "x.cuda()\n", "loose/b.py": "x.cuda()\n"},
+    )
     monkeypatch.chdir(tmp_path / "proj" / "src")
     lint(capsys, fake_rules, "a.py")
     assert (tmp_path / "proj" / ".mpcheck_cache").is_dir()
@@ -123,8 +128,7 @@ def test_cache_beside_nearest_pyproject_else_cwd(tmp_path, monkeypatch, capsys, 
 def test_cached_run_does_not_import_libcst(tmp_path):
     from mpcheck.rules import rules_by_code
 
-    if not rules_by_code():
-        pytest.skip("no rule registered yet")
+    assert rules_by_code(), "no rule registered: nothing would be parsed and this test would prove nothing"
     write(
         tmp_path,
         {
@@ -134,12 +138,10 @@ def test_cached_run_does_not_import_libcst(tmp_path):
             "train.py": "from model import Net\nnet = Net().cuda()\nm = torch.nn.DataParallel(net)\n",
         },
     )
-    script = (
-        "import sys, mpcheck.cli\n"
-        "code = mpcheck.cli.main(['.'])\n"
-        "print('libcst' in sys.modules, code)\n"
+    script = "import sys, mpcheck.cli\ncode = mpcheck.cli.main(['.'])\nprint('libcst' in sys.modules, code)\n"
+    run = lambda: subprocess.run(
+        [sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120
     )
-    run = lambda: subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     first = run()
     assert first.returncode == 0, first.stderr
     assert first.stdout.splitlines()[-1].startswith("True")
@@ -169,8 +171,7 @@ def test_real_rules_dependant_invalidated_across_files(tmp_path):
     so that the class is no longer split must drop the (cached) finding."""
     from mpcheck.rules import rules_by_code
 
-    if "MP002" not in rules_by_code():
-        pytest.skip("MP002 is not registered yet")
+    assert "MP002" in rules_by_code()
     model = (
         "import torch.nn as nn\n\n\nclass SplitNet(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
         "        self.a = nn.Linear(4, 4).to('cuda:0')\n        self.b = nn.Linear(4, 4).to('cuda:1')\n"
@@ -184,11 +185,15 @@ def test_real_rules_dependant_invalidated_across_files(tmp_path):
         },
     )
     run = lambda: subprocess.run(
-        [sys.executable, "-m", "mpcheck", "--select", "MP002", "."], cwd=tmp_path, capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "mpcheck", "--select", "MP002", "."],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     first = run()
     assert first.returncode == 1 and first.stdout.startswith("train.py:4:"), first.stdout + first.stderr
     assert run().stdout == first.stdout  # from the cache
     (tmp_path / "model.py").write_text(model.replace("cuda:1", "cuda:0"))
     third = run()
-    assert (third.returncode, third.stdout) == (0, ""), third.stdout + third.stderr
+    assert (third.returncode, third.stdout) == (0, "All checks passed (2 files).\n"), third.stdout + third.stderr

@@ -9,6 +9,7 @@ import textwrap
 import libcst as cst
 import pytest
 
+from mpcheck import codes
 from mpcheck.analysis import analyze, summarize
 from mpcheck.devices.names import canonical, import_bindings
 from mpcheck.devices.values import (
@@ -23,7 +24,7 @@ from mpcheck.devices.values import (
 )
 from mpcheck.rules.context import FileContext
 
-ALL = frozenset(f"MP{i:03d}" for i in range(12))
+ALL = frozenset(c.code for c in codes.on_face(codes.LINT))
 
 
 def model_of(src: str, modname: str = "m", project=None):
@@ -96,7 +97,10 @@ def test_import_bindings(stmt, expected):
 def test_canonical_names_merge_reexports():
     assert canonical("torch.nn.DataParallel") == "torch.nn.parallel.DataParallel"
     assert canonical("torch.nn.parallel.data_parallel.DataParallel") == "torch.nn.parallel.DataParallel"
-    assert canonical("torch.nn.parallel.distributed.DistributedDataParallel") == "torch.nn.parallel.DistributedDataParallel"
+    assert (
+        canonical("torch.nn.parallel.distributed.DistributedDataParallel")
+        == "torch.nn.parallel.DistributedDataParallel"
+    )
 
 
 # ---------------------------------------------------------------- placement
@@ -422,7 +426,10 @@ def _apply(src: str, fix) -> str:
     "body,code",
     [
         ("h = self.a(x.to('cuda:0'))\n        return self.b(h)", "MP001"),
-        ("h = self.b(self.a(x.to('cuda:0')).to('cuda:1'))\n        t = y.to('cuda:0')\n        return F.mse_loss(h, t)", "MP008"),
+        (
+            "h = self.b(self.a(x.to('cuda:0')).to('cuda:1'))\n        t = y.to('cuda:0')\n        return F.mse_loss(h, t)",
+            "MP008",
+        ),
     ],
 )
 def test_safe_fix_removes_the_finding(body, code):

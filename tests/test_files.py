@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 
 import pytest
-
 from lint_fakes import write
-from mpcheck.config import ConfigError, Layer, resolve
-from mpcheck.lint.files import discover
+
+from mpcheck.config import Layer, resolve
+from mpcheck.lint.files import discover, missing_paths
 
 KNOWN = ("MP000", "MP001")
 
@@ -95,9 +95,32 @@ def test_non_python_files_are_skipped_quietly(tree):
     assert found(tree, ["pkg/notes.txt", "pkg/data.json"]) == []
 
 
-def test_missing_path_is_an_error_naming_it(tree):
-    with pytest.raises(ConfigError, match="nope.py"):
-        found(tree, ["a.py", "nope.py"])
+def test_missing_paths_are_named_and_the_rest_is_found(tree, monkeypatch):
+    monkeypatch.chdir(tree)
+    assert missing_paths(["a.py", "nope.py", "pkg", "gone/"]) == ["nope.py", "gone/"]
+    assert found(tree, ["a.py", "nope.py"]) == ["a.py"]
+
+
+def test_git_ignored_folder_named_explicitly_is_walked(tree):
+    write(
+        tree,
+        {
+            ".gitignore": ".venv/\nvendored/\n*_pb2.py\n",
+            ".venv/lib/python3.11/site-packages/torch/nn/mod.py": "",
+            ".venv/lib/python3.11/site-packages/torch/nn/api_pb2.py": "",
+            ".venv/lib/python3.11/site-packages/torch/__pycache__/x.py": "",
+            "vendored/pkg/x.py": "",
+            "vendored/pkg/gen/.gitignore": "*.py\n",
+            "vendored/pkg/gen/y.py": "",
+        },
+    )
+    torch = os.path.join(".venv", "lib", "python3.11", "site-packages", "torch")
+    # Only what the other patterns, the default excludes and nested .gitignore files skip is skipped.
+    assert found(tree, [torch]) == [os.path.join(torch, "nn", "mod.py")]
+    assert found(tree, ["vendored"]) == [os.path.join("vendored", "pkg", "x.py")]
+    assert found(tree, ["vendored/pkg"]) == [os.path.join("vendored", "pkg", "x.py")]
+    # Walked from above, the ignored folders stay skipped.
+    assert found(tree, ["."]) == ["a.py", os.path.join("pkg", "b.py")]
 
 
 def test_exclude_patterns(tree):

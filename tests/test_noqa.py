@@ -5,8 +5,8 @@ from __future__ import annotations
 import textwrap
 
 import pytest
-
 from lint_fakes import fake_rules, write  # noqa: F401  (fixture)
+
 from mpcheck import cli
 from mpcheck.finding import Finding
 from mpcheck.lint.noqa import ALL, file_noqa, filter_findings, line_noqa
@@ -103,5 +103,9 @@ def test_noqa_in_the_cli(tmp_path, monkeypatch, capsys, fake_rules):
 
     out = json.loads(capsys.readouterr().out)
     assert code == 1
-    assert [(d["path"], d["line"], d["code"]) for d in out] == [("a.py", 2, "MP901"), ("a.py", 3, "MP901"), ("c.py", 2, "MP901")]
+    assert [(d["path"], d["line"], d["code"]) for d in out] == [
+        ("a.py", 2, "MP901"),
+        ("a.py", 3, "MP901"),
+        ("c.py", 2, "MP901"),
+    ]
     assert "b.py" not in fake_rules["analyze"]  # a file-level noqa file is never analysed

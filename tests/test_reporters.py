@@ -9,13 +9,27 @@ from mpcheck.report import ReportContext, render
 from mpcheck.report.statistics import render as statistics
 
 A = Finding(
-    code="MP002", name="split-model-in-data-parallel", path="src/train.py", line=4, column=6,
-    end_line=4, end_column=27, message="DataParallel on SplitNet, which spans cuda:0 and cuda:1",
-    devices=("cuda:0", "cuda:1"), modules=("SplitNet",), suggestion="drop DataParallel",
+    code="MP002",
+    name="split-model-in-data-parallel",
+    path="src/train.py",
+    line=4,
+    column=6,
+    end_line=4,
+    end_column=27,
+    message="DataParallel on SplitNet, which spans cuda:0 and cuda:1",
+    devices=("cuda:0", "cuda:1"),
+    modules=("SplitNet",),
+    suggestion="drop DataParallel",
 )
 B = Finding(
-    code="MP007", name="collapse-split-model", path="src/train.py", line=5, column=7, message="collapses, 100%: a,b",
-    severity="warning", fix=Fix(5, 17, 5, 24, ""),
+    code="MP007",
+    name="collapse-split-model",
+    path="src/train.py",
+    line=5,
+    column=7,
+    message="collapses, 100%: a,b",
+    severity="warning",
+    fix=Fix(5, 17, 5, 24, ""),
 )
 SOURCES = {"src/train.py": "import torch\n\n\ndp = nn.DataParallel(SplitNet())\nnet = SplitNet().cuda()\n"}
 
@@ -44,8 +58,14 @@ def test_json():
     assert [d["code"] for d in data] == ["MP002", "MP007"]
     first = data[0]
     assert {k: first[k] for k in ("code", "name", "path", "line", "column", "end_line", "end_column", "severity")} == {
-        "code": "MP002", "name": "split-model-in-data-parallel", "path": "src/train.py",
-        "line": 4, "column": 6, "end_line": 4, "end_column": 27, "severity": "error",
+        "code": "MP002",
+        "name": "split-model-in-data-parallel",
+        "path": "src/train.py",
+        "line": 4,
+        "column": 6,
+        "end_line": 4,
+        "end_column": 27,
+        "severity": "error",
     }
     assert data[1]["end_line"] == 5 and data[1]["end_column"] == 7  # defaults to the start
     assert data[1]["fix"]["replacement"] == "" and data[1]["fix"]["safe"] is True
@@ -70,7 +90,8 @@ def test_sarif_2_1_0_shape():
         loc = r["locations"][0]["physicalLocation"]
         assert loc["artifactLocation"]["uri"] == "src/train.py"
         assert all(v >= 1 for v in loc["region"].values())
-    assert res[0]["message"]["text"].endswith("Fix: drop DataParallel")
+    # The message is the text format's: it carries the advice, the suggestion is not repeated.
+    assert res[0]["message"]["text"] == A.message
     assert render("sarif", [], ReportContext())  # an empty run is still a valid document
     assert json.loads(render("sarif", []))["runs"][0]["results"] == []
 
@@ -86,18 +107,27 @@ def test_github_annotations_escape():
     assert out[0] == (
         "::error file=src/train.py,line=4,col=6,endLine=4,endColumn=27,"
         "title=MP002 (split-model-in-data-parallel)::MP002 DataParallel on SplitNet, which spans cuda:0 and cuda:1"
-        " Fix: drop DataParallel"
-    )
+    )  # the message alone, as in the text format: the suggestion (already in a rule's message) is not repeated
     assert out[1].startswith("::warning file=src/train.py,line=5,")
     assert out[1].endswith("::MP007 collapses, 100%25: a,b")
     weird = Finding(code="MP001", name="n", path="a,b:c.py", line=1, column=1, message="two\nlines")
-    assert render("github", [weird]).startswith("::error file=a%2Cb%3Ac.py,") and "two%0Alines" in render("github", [weird])
+    assert render("github", [weird]).startswith("::error file=a%2Cb%3Ac.py,") and "two%0Alines" in render(
+        "github", [weird]
+    )
 
 
 def test_statistics():
     out = statistics([A, B, B])
     assert out.splitlines() == ["2  MP007  collapse-split-model [*]", "1  MP002  split-model-in-data-parallel"]
     assert statistics([]) == ""
+
+
+def test_statistics_json():
+    assert json.loads(statistics([A, B, B], "json")) == [
+        {"code": "MP007", "name": B.name, "count": 2, "fixable": True},
+        {"code": "MP002", "name": A.name, "count": 1, "fixable": False},
+    ]
+    assert json.loads(statistics([], "json")) == []
 
 
 def test_colour_only_when_on():

@@ -96,10 +96,11 @@ class Calls(Part):
                 return UNK
             if args and isinstance(args[0], Obj) and args[0].kind != "scalar":
                 need = self.input_devs(mod, fwd)
+                self.interp.recorder.need(node, 0, need)
                 if need is not None and conflict(args[0].devs, need):
                     self.interp.recorder.record(
                         Mismatch(node=node, mode=st.mode, value=args[0], target=need, what=f"the first stage of {mod.cls.name}",
-                                 op="module", arg_index=0, expr=_nth(exprs, 0)),
+                                 op="module", arg_index=0, expr=_nth(exprs, 0), site=0),
                         key=0,
                     )
                     # Report once, at the call: the forward then runs on a correctly placed input.
@@ -111,7 +112,7 @@ class Calls(Part):
                 self.interp.exprs.check_operand(node, args[0], mod.in_devs, st, what=f"the first stage of {mod.extra['summarized']}",
                                    arg_index=0, expr=_nth(exprs, 0))
             if mod.out_devs is not None:
-                return Obj("tensor", mod.out_devs, origin="output of", at=node)
+                return Obj("tensor", mod.out_devs, origin="output of", at=node, opaque=True)
             if single(mod.devs) is None:
                 return UNK
         if mod.kind == "passthrough":
@@ -131,13 +132,15 @@ class Calls(Part):
                 if i == 0:
                     if self.interp.exprs.check_operand(node, a, mod.devs, st, what=what, arg_index=0, expr=_nth(exprs, 0), module=mod):
                         return FAILED
-                elif isinstance(a, Obj) and both_cuda(a.devs, mod.devs):
+                    continue
+                self.interp.recorder.need(node, i, mod.devs)  # also on the visits that skip the check below
+                if isinstance(a, Obj) and both_cuda(a.devs, mod.devs):
                     # Other arguments may legitimately live on the CPU (lengths, indices):
                     # only a tensor on another GPU is certainly wrong. The activation
                     # itself is fine, so the flow goes on with the module's output.
                     self.interp.exprs.check_operand(node, a, mod.devs, st, what=what, arg_index=i, expr=_nth(exprs, i))
             first = args[0] if args else None
-            return Obj("tensor", mod.devs, origin="output of", at=node,
+            return Obj("tensor", mod.devs, origin="output of", at=node, opaque=mod.opaque or mod.kind == "any",
                        lineage=first.lineage if isinstance(first, Obj) else None)
         return UNK
 

@@ -40,6 +40,7 @@ class Mismatch(Fact):
     module: Obj | None = None  # the module called, when op == 'module'
     other: Val | None = None  # the other operand
     what_expr: cst.BaseExpression | None = None  # its expression
+    site: Any = 0  # which operand site of `node` (an argument index, 'op', 'binop'): see Recorder.need
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -151,6 +152,10 @@ class Recorder:
         self.crossings: list[Crossing] = []
         self._seen: set = set()
         self._muted = 0
+        # (id(node), site) -> every device set an operand there had to be on, over all
+        # visits that count (loop iterations, paths, calls): a fix may move it to one
+        # fixed device only when that set has one member (DeviceModel.one_target).
+        self.needs: dict[tuple, set] = {}
 
     @property
     def live(self) -> bool:
@@ -164,6 +169,12 @@ class Recorder:
             return
         self._seen.add(k)
         self.facts.append(fact)
+
+    def need(self, node: cst.CSTNode, site: Any, devs: Devs) -> None:
+        """An operand at `node` (`site` as in its Mismatch) must be on `devs` on this visit;
+        also on visits that find no mismatch or skip the check."""
+        if self.live:
+            self.needs.setdefault((id(node), site), set()).add(devs)
 
     def cross(self, step: Crossing) -> None:
         self.crossings.append(step)

@@ -289,11 +289,13 @@ class Expressions(Part):
                 return a.with_(label="", invariant=False, worked=True)
             self.probe_hit(a, b.devs)
             self.probe_hit(b, a.devs)
+            self.interp.recorder.need(node, "binop", a.devs)
             c = conflict(a.devs, b.devs)
             if c:
                 self.interp.recorder.record(
                     Mismatch(node=node, mode=st.mode, value=b, target=a.devs, what=a.label or "the left operand", op="op",
-                             other=a, arg_index=1, expr=getattr(node, "right", None), what_expr=getattr(node, "left", None)),
+                             other=a, arg_index=1, expr=getattr(node, "right", None), what_expr=getattr(node, "left", None),
+                             site="binop"),
                     key="binop",
                 )
                 return FAILED
@@ -362,6 +364,7 @@ class Expressions(Part):
     def check_operand(self, node, val: Val, devs, st: State, what: str, arg_index: int = 0, expr=None, op: str = "module",
                       module=None) -> bool:
         """Reports `val` when it is certainly not on `devs`; True when it did."""
+        self.interp.recorder.need(node, arg_index, devs)
         if not isinstance(val, Obj) or val.kind in ("scalar", "module"):
             return False
         self.probe_hit(val, devs)
@@ -369,7 +372,7 @@ class Expressions(Part):
         if c:
             self.interp.recorder.record(
                 Mismatch(node=node, mode=st.mode, value=val, target=devs, what=what, op=op, expr=expr, arg_index=arg_index,
-                         module=module),
+                         module=module, site=arg_index),
                 key=arg_index,
             )
             return True

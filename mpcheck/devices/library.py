@@ -143,6 +143,8 @@ class Library(Part):
         for a, e in flat:
             if not isinstance(a, Obj) or a.kind in ("scalar", "module", "passthrough", "loss"):
                 continue
+            if first is not None:
+                self.interp.recorder.need(node, "op", first[0].devs)  # an unknown device too: then no fix
             if first is None or first[0].devs is None:
                 first = (a, e) if first is None or a.devs is not None else first
                 continue
@@ -153,7 +155,7 @@ class Library(Part):
                 else:
                     fact = Mismatch(node=node, mode=st.mode, value=a, target=first[0].devs, expr=e,
                                     what=first[0].label or (first[1] is not None and "") or "its first tensor argument",
-                                    what_expr=first[1], op=q, other=first[0])
+                                    what_expr=first[1], op=q, other=first[0], site="op")
                 self.interp.recorder.record(fact, key="op")
                 return FAILED
         if first is None:

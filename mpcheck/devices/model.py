@@ -12,9 +12,10 @@ from typing import TypeVar
 import libcst as cst
 
 from mpcheck.devices import torchapi
-from mpcheck.devices.events import Fact
+from mpcheck.devices.events import Fact, Mismatch
 from mpcheck.devices.interp import Interp
 from mpcheck.devices.program import ClassInfo
+from mpcheck.devices.values import single
 
 F = TypeVar("F", bound=Fact)
 
@@ -32,7 +33,17 @@ class DeviceModel:
             self._by_type.setdefault(type(step), []).append(step)
         self.used_modules: list[str] = sorted(interp.used_modules)
         self.classes: dict[str, ClassInfo] = interp.classes
+        self._needs: dict[tuple, set] = interp.recorder.needs
 
     def facts(self, kind: type[F]) -> list[F]:
         """The facts of one type, in the order the interpreter saw them."""
         return self._by_type.get(kind, [])
+
+    def one_target(self, fact: Mismatch) -> str | None:
+        """The device a mismatch's operand had to be on, when it is the same single
+        device on every visit of that site (each loop iteration, path and call);
+        None when a visit needed another device or an unknown one."""
+        seen = self._needs.get((id(fact.node), fact.site))
+        if not seen or len(seen) != 1:
+            return None
+        return single(next(iter(seen)))

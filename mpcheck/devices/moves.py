@@ -99,7 +99,7 @@ class Moves(Part):
             st.scope.split_seen = True
             if devs != one("cpu"):  # .cpu() frees the GPUs on purpose (saving, deparallelize); it crams nothing
                 self.interp.recorder.record(Collapse(node=node, mode=st.mode, module=recv, devs=devs, meth=meth))
-            res = Obj("module", devs, label=getattr(recv, "label", ""), origin=f"moved whole by .{meth}()", at=node)
+            res = Obj("module", devs, label=getattr(recv, "label", ""), origin=f"moved whole by .{meth}()", at=node, opaque=True)
             self.rebind(recv_expr, res, st)
             return res
         where = show(single(devs)) if single(devs) else "a device"
@@ -118,7 +118,8 @@ class Moves(Part):
                 # the items of the container too (only while __init__ builds them).
                 recv.devs, recv.origin, recv.at = devs, f"moved to {where} by .{meth}()", node
                 return recv
-            res = Obj("module", devs, label=recv.label, origin=f"moved to {where} by .{meth}()", at=node)
+            res = Obj("module", devs, label=recv.label, origin=f"moved to {where} by .{meth}()", at=node,
+                      opaque=recv.opaque or recv.cls is not None)
             self.rebind(recv_expr, res, st)
             return res
         if isinstance(recv, Obj):

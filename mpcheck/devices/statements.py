@@ -283,7 +283,7 @@ class Statements(Part):
                 if items is not None:
                     sub = items[i]
                 elif isinstance(v, Obj) and v.kind in ("tensor", "any"):
-                    sub = v.with_(label="")
+                    sub = v.with_(label="", opaque=True)
                 elif isinstance(v, SeqV):
                     sub = v.elem
                 else:

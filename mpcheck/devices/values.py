@@ -172,6 +172,10 @@ class Obj(Val):
     out_devs: Devs = None  # modules: where their output is
     lineage: int | None = None  # which activation this is, across transfers (events.Crossing)
     extra: dict | None = None  # loss modules: their weight tensors
+    # Its type is assumed, not known: an element unpacked from a value, or the
+    # output of a module whose forward the model does not read (a list, a tuple
+    # or a dict would look the same). For a module: so is the type of its output.
+    opaque: bool = False
 
     def with_(self, **kw) -> Obj:
         return replace(self, **kw)
@@ -250,6 +254,7 @@ def join(a: Val, b: Val) -> Val:
             out_devs=a.out_devs if a.out_devs == b.out_devs else None,
             lineage=a.lineage if a.lineage == b.lineage else None,
             extra=a.extra if a.extra is b.extra else None,
+            opaque=a.opaque or b.opaque,
         )
     if isinstance(a, DeviceV) and isinstance(b, DeviceV):
         return DeviceV(join_devs(a.devs, b.devs))
@@ -262,6 +267,16 @@ def join(a: Val, b: Val) -> Val:
     if isinstance(a, SeqV) and isinstance(b, SeqV) and a.items is not None and b.items is not None and len(a.items) == len(b.items):
         return SeqV(tuple(join(x, y) for x, y in zip(a.items, b.items)), kind=a.kind, module=a.module and b.module)
     return UNK
+
+
+def known_tensor(v: Val) -> bool:
+    """True when `v` is certainly a tensor (parameter, buffer), or the result of a
+    `.to()`/`.cuda()` on an operand of unknown type (which then has `.to()`, like a
+    tensor): what a fix may append `.to(device)` to. Never a module, a list, a tuple,
+    a dict, or an element unpacked from a module's output."""
+    if not isinstance(v, Obj) or v.opaque:
+        return False
+    return v.kind in ("tensor", "param", "buffer") or (v.kind == "any" and v.origin.startswith("moved to "))
 
 
 def device_from_str(s: str) -> str | None:

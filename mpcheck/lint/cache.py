@@ -23,8 +23,9 @@ import hashlib
 import json
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from mpcheck.lint.atomic import write_text_atomic
 

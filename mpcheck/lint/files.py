@@ -4,16 +4,20 @@ Folders are walked recursively; `.gitignore` files (in the walked folders and
 in their parents up to the repository root) are honoured through pathspec;
 the `exclude` patterns skip folders such as `.git`, virtualenvs (any folder with
 a `pyvenv.cfg`), `site-packages`, `build`, `dist`. A file named on the command
-line is always checked, whatever the patterns say. Only `.py` files are
-checked; other files given explicitly are skipped quietly (pre-commit may pass
-anything).
+line is always checked, whatever the patterns say, and so is a folder named
+there, even one that is git-ignored or inside an ignored folder (as ruff does):
+the files below it still honour the excludes and the .gitignore rules that
+apply to them, but not the ones that ignored the folder itself. Only `.py` files
+are checked; other files given explicitly are skipped quietly (pre-commit may
+pass anything).
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from mpcheck.config import ConfigError, Settings
+
+from mpcheck.config import Settings
 
 PY_SUFFIXES = (".py",)
 
@@ -28,7 +32,7 @@ class SourceFile:
 def _rel(abspath: str, root: str) -> str | None:
     prefix = root.rstrip(os.sep) + os.sep
     if abspath.startswith(prefix):  # the common case, without relpath's normalisation
-        rel = abspath[len(prefix):]
+        rel = abspath[len(prefix) :]
         return rel if os.sep == "/" else rel.replace(os.sep, "/")
     return None  # outside the root (both paths are absolute and normalised)
 
@@ -106,8 +110,24 @@ def _ancestor_gitignores(folder: str, patterns: _Patterns) -> list[tuple[str, ob
     for f in reversed(chain):  # shallowest first
         spec = patterns.gitignore(f)
         if spec is not None:
-            out.append((f, spec))
+            spec = _without_patterns_ignoring(spec, os.path.relpath(folder, f).replace(os.sep, "/") + "/")
+            if spec is not None:
+                out.append((f, spec))
     return out
+
+
+def _without_patterns_ignoring(spec, folder_rel: str):
+    """`spec` less the patterns that ignore `folder_rel` (a folder named on the
+    command line), or None when none is left. Pathspec matches a folder's
+    pattern on everything below it too, so without this a walk of an explicitly
+    named, ignored folder (`mpcheck .venv/lib/.../torch`) would skip every file.
+    The other patterns (`*_pb2.py`, `generated/`) still apply below it."""
+    import pathspec
+
+    kept = [p for p in spec.patterns if not (p.include and p.match_file(folder_rel) is not None)]
+    if len(kept) == len(spec.patterns):
+        return spec
+    return pathspec.GitIgnoreSpec(kept) if any(p.include is not None for p in kept) else None
 
 
 def _ignored_by_git(abspath: str, is_dir: bool, stack: list[tuple[str, object]]) -> bool:
@@ -171,19 +191,20 @@ def stdin_source(filename: str | None, settings: Settings) -> SourceFile:
     return SourceFile(filename or "-", abspath, _rel(abspath, str(settings.root)))
 
 
+def missing_paths(args: list[str]) -> list[str]:
+    """The arguments that name nothing: the CLI reports them and checks the rest."""
+    return [a for a in args if not os.path.exists(a)]
+
+
 def discover(args: list[str], settings: Settings) -> list[SourceFile]:
-    """The .py files to check, each once, in a stable order. A missing path is a ConfigError naming it."""
-    missing = [a for a in args if not os.path.exists(a)]
-    if missing:
-        raise ConfigError(
-            f"path{'s' if len(missing) > 1 else ''} not found: {', '.join(missing)}"
-        )
+    """The .py files to check, each once, in a stable order. Missing paths are
+    skipped here (see missing_paths)."""
     patterns = _Patterns(settings)
     out: list[SourceFile] = []
     for arg in args:
         if os.path.isdir(arg):
             _walk(os.path.abspath(arg), arg, patterns, out)
-        elif arg.endswith(PY_SUFFIXES):
+        elif arg.endswith(PY_SUFFIXES) and os.path.exists(arg):
             abspath = os.path.abspath(arg)
             out.append(SourceFile(_display(arg), abspath, _rel(abspath, patterns.root)))
     seen: set[str] = set()

@@ -14,7 +14,7 @@ cost) and are computed only for a file that has findings and a `noqa` in it.
 from __future__ import annotations
 
 import re
-from typing import Iterable
+from collections.abc import Iterable
 
 from mpcheck.finding import Finding
 
@@ -118,9 +118,7 @@ def filter_findings(source: str, findings: Iterable[Finding]) -> list[Finding]:
         span = _enclosing(spans, f.line)
         if span is not None:
             first, last = span
-            if any(
-                1 <= n <= len(lines) and _suppresses(lines[n - 1], f.code) for n in {first, last}
-            ):
+            if any(1 <= n <= len(lines) and _suppresses(lines[n - 1], f.code) for n in {first, last}):
                 continue
         kept.append(f)
     return kept

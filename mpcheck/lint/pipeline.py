@@ -7,6 +7,8 @@
           --summarize()--> their summaries (cached by content)
           --analyze()--> findings, in worker processes when there is enough work
           --noqa--> what the user sees, sorted by path, line, column
+          --fix.verified_fixes--> a finding keeps its fix only when the file, re-analysed
+                                  with it applied, no longer has that finding and has no new one
 
 libcst is imported only by summarize()/analyze(), so a run served entirely by
 the cache never imports it.
@@ -15,8 +17,9 @@ the cache never imports it.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 from mpcheck.config import Settings
 from mpcheck.finding import Finding
@@ -38,7 +41,7 @@ PARALLEL_MIN_FILES = 6
 @dataclass
 class LintOutcome:
     findings: list[Finding] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)  # internal errors: exit code 2
+    errors: list[str] = field(default_factory=list)  # internal errors (mpcheck's bugs): exit code 2
     sources: dict[str, str] = field(default_factory=dict)  # display path -> text, for files with findings
     abspaths: dict[str, str] = field(default_factory=dict)  # display path -> absolute path
 
@@ -70,20 +73,31 @@ def _decode(path: str, data: bytes) -> tuple[str | None, Finding | None]:
 
 
 # ----------------------------------------------------------------- workers
-# Module-level functions so that worker processes can run them.
+# Module-level functions so that worker processes can run them. Both return an
+# exception as one message (with the traceback under MPCHECK_DEBUG) instead of
+# raising it: a bug met on one file must not hide the other files' results, and
+# a message crosses the process boundary where an exception may not pickle.
 
 
 def _analyze_task(task: tuple) -> tuple:
     path, text, codes, modname, project = task
     from mpcheck import analysis
+    from mpcheck.lint.fix import verified_fixes
+
+    def findings_in(new_text: str) -> tuple[list[Finding], Any]:
+        result = analysis.analyze(path, new_text, codes, modname, project)
+        found = [f for f in result.findings if f.code in codes or f.code == SYNTAX_ERROR_CODE]
+        return noqa.filter_findings(new_text, found), result
 
     try:
-        result = analysis.analyze(path, text, codes, modname, project)
-        findings = [f for f in result.findings if f.code in codes or f.code == SYNTAX_ERROR_CODE]
-        findings = noqa.filter_findings(text, findings)
+        findings, result = findings_in(text)
+        # A fix is offered only when it works: applied, its finding is gone and none is new.
+        findings = verified_fixes(path, text, findings, lambda _, new_text: findings_in(new_text)[0])
         return path, [f.to_dict() for f in findings], list(result.used_modules), None
-    except Exception as exc:  # a bug in a rule must not hide the other files' results
-        return path, [], [], _describe(exc)
+    except analysis.RuleCrash as exc:  # its message names the file and the rule; the rule's exception is the cause
+        return path, [], [], _describe(str(exc), exc.__cause__ or exc)
+    except Exception as exc:
+        return path, [], [], _describe(f"internal error while checking {path}: {_name(exc)}", exc)
 
 
 def _summarize_task(task: tuple) -> tuple:
@@ -93,20 +107,27 @@ def _summarize_task(task: tuple) -> tuple:
     try:
         return abspath, analysis.summarize(abspath, text, modname), None
     except Exception as exc:
-        return abspath, None, _describe(exc)
+        where = os.path.relpath(abspath)
+        return abspath, None, _describe(f"internal error while summarising {where}: {_name(exc)}", exc)
 
 
-def _describe(exc: BaseException) -> str:
+def _name(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _describe(head: str, origin: BaseException) -> str:
+    """`head`, then where `origin` (the exception first raised) was raised: its last frame,
+    or its whole traceback under MPCHECK_DEBUG."""
     if os.environ.get("MPCHECK_DEBUG"):
         import traceback
 
-        return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    tb = exc.__traceback__
+        return head + "\n" + "".join(traceback.format_exception(type(origin), origin, origin.__traceback__))
+    tb = origin.__traceback__
     where = ""
     while tb is not None:
         where = f" (at {os.path.basename(tb.tb_frame.f_code.co_filename)}:{tb.tb_lineno})"
         tb = tb.tb_next
-    return f"{type(exc).__name__}: {exc}{where}"
+    return head + where
 
 
 def available_cpus() -> int:
@@ -145,13 +166,14 @@ def _pool_map(func: Callable[[tuple], tuple], tasks: list[tuple], jobs: int) -> 
 class _Project:
     """Files by absolute path: read once, hashed once, whether linted or only imported."""
 
-    def __init__(self, settings: Settings, prefilter: PreFilter):
+    def __init__(self, settings: Settings, prefilter: PreFilter, overrides: Mapping[str, str] | None = None):
         self.prefilter = prefilter
         self._text: dict[str, str | None] = {}
         self._hash: dict[str, str | None] = {}
-        self.extra_roots = tuple(
-            str(p) for p in (settings.project_root, settings.project_root / "src") if p.is_dir()
-        )
+        for abspath, text in (overrides or {}).items():  # files as --diff would leave them
+            self._text[abspath] = text
+            self._hash[abspath] = content_hash(text.encode("utf-8"))
+        self.extra_roots = tuple(str(p) for p in (settings.project_root, settings.project_root / "src") if p.is_dir())
 
     def preload(self, f: _File) -> None:
         self._text[f.src.abspath] = f.text
@@ -191,11 +213,15 @@ def lint(
     cache: ResultCache | None = None,
     jobs: int | None = None,
     stdin: tuple[SourceFile, bytes] | None = None,
+    overrides: Mapping[str, str] | None = None,
 ) -> LintOutcome:
+    """`overrides` (absolute path -> text): lint those files, and import them, with
+    this text instead of what is on disk (a fix checked before it is written)."""
     out = LintOutcome()
     jobs = jobs or available_cpus()
+    overrides = overrides or {}
     prefilter = PreFilter(rules, settings.codes)
-    project = _Project(settings, prefilter)
+    project = _Project(settings, prefilter, overrides)
     candidates: list[_File] = []
 
     inputs: list[tuple[SourceFile, bytes | None]] = [(f, None) for f in files]
@@ -206,6 +232,8 @@ def lint(
         codes = settings.codes_for(src.relpath)
         signature = prefilter.signature(codes)
         stat = None
+        if src.abspath in overrides:
+            data = overrides[src.abspath].encode("utf-8")
         if data is None:
             try:
                 st = os.stat(src.abspath)
@@ -287,7 +315,9 @@ def _project_modules(f: _File, project: _Project, analysis: Any) -> dict[str, st
     """
     roots = project.roots_for(f.root)
     found: dict[str, str] = {}
-    todo = [(f.text, modules.import_name(f.modname, f.is_init), True)]  # (text, import name, follow its imports' imports)
+    todo = [
+        (f.text, modules.import_name(f.modname, f.is_init), True)
+    ]  # (text, import name, follow its imports' imports)
     seen_paths = {f.src.abspath}
     while todo:
         text, name, follow = todo.pop()
@@ -335,9 +365,11 @@ def _analyze_misses(
             summaries[path] = summary
         else:
             todo.append((path, project.text(path), modname))
+    crashed: set[str] = set()  # modules whose summary raised: their users' results are incomplete
     for path, summary, error in _run_tasks(_summarize_task, todo, [len(t[1]) for t in todo], jobs):
         if error is not None:
-            out.errors.append(f"internal error while summarising {os.path.relpath(path)}: {error}")
+            out.errors.append(error)
+            crashed.add(path)
             continue
         summaries[path] = summary
         if cache is not None:
@@ -349,19 +381,74 @@ def _analyze_misses(
         proj = {name: summaries[p] for name, p in used.items() if summaries.get(p) is not None}
         tasks.append((f.src.path, f.text, f.codes, f.modname, proj))
     by_path = {f.src.path: f for f in misses}
-    for path, finding_dicts, used_modules, error in _run_tasks(
-        _analyze_task, tasks, [len(t[1]) for t in tasks], jobs
-    ):
+    for path, finding_dicts, used_modules, error in _run_tasks(_analyze_task, tasks, [len(t[1]) for t in tasks], jobs):
         f = by_path[path]
         if error is not None:
-            out.errors.append(f"internal error while checking {path}: {error}")
-            continue
+            out.errors.append(error)
+            continue  # nothing cached: the next run checks the file again and says so again
         findings = [Finding.from_dict(d) for d in finding_dicts]
         out.findings.extend(findings)
         if findings:
             out.sources[path] = f.text
-        if cache is not None:
+        if cache is not None and not crashed.intersection(uses[id(f)].values()):
             roots = project.roots_for(f.root)
             deps = {m: project.digest(modules.resolve(m, roots)) for m in used_modules}
             stored = [{k: v for k, v in d.items() if k != "path"} for d in finding_dicts]
             cache.put(entry_key(f.digest, f.modname, f.codes), stored, deps)
+
+
+class Relint:
+    """Lint runs over edited texts held in memory (display path -> text): what a
+    fresh run would find once the edits are written. `--fix` and `--diff` check
+    each fix with `one` and report what `all` finds."""
+
+    def __init__(
+        self,
+        files: Iterable[SourceFile],
+        settings: Settings,
+        rules: Mapping[str, RuleMeta],
+        cache: ResultCache | None,
+        jobs: int | None,
+        stdin: tuple[SourceFile, bytes] | None,
+        abspaths: Mapping[str, str],
+    ):
+        self.files = {f.path: f for f in files}
+        self.settings, self.rules, self.cache, self.jobs = settings, rules, cache, jobs
+        self.stdin = stdin
+        self.abspaths = abspaths
+
+    def _stdin(self, texts: Mapping[str, str]) -> tuple[SourceFile, bytes] | None:
+        if self.stdin is None:
+            return None
+        src, data = self.stdin
+        return (src, texts[src.path].encode("utf-8")) if src.path in texts else (src, data)
+
+    def _overrides(self, texts: Mapping[str, str]) -> dict[str, str]:
+        stdin_path = self.stdin[0].path if self.stdin else None
+        return {self.abspaths.get(p, p): t for p, t in texts.items() if p != stdin_path}
+
+    def one(self, path: str, text: str) -> list[Finding] | None:
+        """What a fresh run finds in `path` holding `text`; None when that run failed.
+        No cache: the intermediate texts of a fix are not worth storing."""
+        texts = {path: text}
+        is_stdin = self.stdin is not None and self.stdin[0].path == path
+        if not is_stdin and path not in self.files:
+            return None
+        files = [] if is_stdin else [self.files[path]]
+        stdin = self._stdin(texts) if is_stdin else None
+        run = lint(files, self.settings, self.rules, cache=None, jobs=1, stdin=stdin, overrides=self._overrides(texts))
+        if run.errors:
+            return None
+        return [f for f in run.findings if f.path == path]
+
+    def all(self, texts: Mapping[str, str]) -> LintOutcome:
+        """A fresh run over every file, the edited ones with their new text."""
+        return lint(
+            list(self.files.values()),
+            self.settings,
+            self.rules,
+            cache=self.cache,
+            jobs=self.jobs,
+            stdin=self._stdin(texts),
+            overrides=self._overrides(texts),
+        )

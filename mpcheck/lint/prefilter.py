@@ -5,7 +5,7 @@ that rarely mentions `cuda` cheap."""
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from mpcheck.lint.rulemeta import SYNTAX_ERROR_CODE, RuleMeta
 

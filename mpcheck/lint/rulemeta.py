@@ -14,10 +14,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import mpcheck
+from mpcheck import codes
 from mpcheck.finding import Finding
 
-SYNTAX_ERROR_CODE = "MP000"
-SYNTAX_ERROR_NAME = "syntax-error"
+SYNTAX_ERROR_CODE = codes.SYNTAX_ERROR.code
 
 
 @dataclass(frozen=True)
@@ -29,23 +29,47 @@ class RuleMeta:
     needs: tuple[str, ...]
 
 
+# MP000 is the pipeline's own (no Rule class, no pre-filter words).
 SYNTAX_ERROR = RuleMeta(
-    SYNTAX_ERROR_CODE, SYNTAX_ERROR_NAME, "error", "The file could not be read or parsed.", ()
+    codes.SYNTAX_ERROR.code, codes.SYNTAX_ERROR.name, codes.SYNTAX_ERROR.severity, codes.SYNTAX_ERROR.summary, ()
 )
-
 
 
 def syntax_finding(path: str, message: str, line: int = 1, column: int = 1) -> Finding:
     """The MP000 finding for a file that could not be read, decoded or parsed."""
     return Finding(
-        code=SYNTAX_ERROR_CODE,
-        name=SYNTAX_ERROR_NAME,
+        code=SYNTAX_ERROR.code,
+        name=SYNTAX_ERROR.name,
         path=path,
         line=line,
         column=column,
         message=message,
-        severity="error",
+        severity=SYNTAX_ERROR.severity,
     )
+
+
+def parse_failure(path: str, source: str, error: Exception) -> Finding:
+    """The MP000 finding for a file libcst could not parse. Python's own
+    SyntaxError gives the position and wording the user knows (libcst's often
+    points at the line after, or at 1:1, and lists the tokens it expected);
+    libcst's is used only when Python compiles the file."""
+    import warnings
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # SyntaxWarnings (invalid escapes) are not ours to print
+            compile(source, path, "exec", dont_inherit=True)
+    except SyntaxError as exc:  # IndentationError and TabError included
+        return syntax_finding(path, f"could not parse: {exc.msg}", max(exc.lineno or 1, 1), max(exc.offset or 1, 1))
+    except (ValueError, MemoryError, RecursionError):  # null bytes, too deep: fall back to libcst's
+        pass
+    line = getattr(error, "editor_line", 1)
+    column = getattr(error, "editor_column", 1)
+    message = getattr(error, "message", "") or f"{type(error).__name__}: {error}"
+    first = message.strip().splitlines()[0] if message.strip() else "syntax error"
+    # "expected one of !=, %, &, (, ...": the token list helps nobody.
+    first = first.split(": expected one of ")[0].split(" expected one of ")[0]
+    return syntax_finding(path, f"could not parse: {first}", max(line, 1), max(column, 1))
 
 
 _FINGERPRINT: str | None = None
@@ -66,7 +90,9 @@ def code_fingerprint() -> str:
             for name in sorted(files):
                 if name.endswith(".py"):
                     st = os.stat(os.path.join(folder, name))
-                    h.update(f"{os.path.relpath(os.path.join(folder, name), package)}:{st.st_size}:{st.st_mtime_ns};".encode())
+                    h.update(
+                        f"{os.path.relpath(os.path.join(folder, name), package)}:{st.st_size}:{st.st_mtime_ns};".encode()
+                    )
         _FINGERPRINT = f"{mpcheck.__version__}-{h.hexdigest()}"
     return _FINGERPRINT
 
@@ -74,9 +100,7 @@ def code_fingerprint() -> str:
 def _from_registry() -> list[RuleMeta]:
     from mpcheck.rules import all_rules
 
-    return [
-        RuleMeta(r.code, r.name, r.severity, getattr(r, "summary", ""), tuple(r.needs)) for r in all_rules()
-    ]
+    return [RuleMeta(r.code, r.name, r.severity, r.summary, tuple(r.needs)) for r in all_rules()]
 
 
 def load(cache_dir: Path | None) -> dict[str, RuleMeta]:

@@ -1,16 +1,16 @@
 """Reporters: findings in, text out. Every face (lint, run, dry run) uses them.
 
-    text     path:line:col: MP003 message           (default, concise)
-    full     the same plus the source line, a caret and the suggestion
-    json     a list of objects
-    sarif    SARIF 2.1.0 for GitHub code scanning
-    github   workflow annotation lines (::error file=...)
+text     path:line:col: MP003 message           (default, concise)
+full     the same plus the source line, a caret and the suggestion
+json     a list of objects
+sarif    SARIF 2.1.0 for GitHub code scanning
+github   workflow annotation lines (::error file=...)
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from mpcheck.finding import Finding
 

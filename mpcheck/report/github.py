@@ -28,6 +28,7 @@ def render(findings: list[Finding], ctx: ReportContext) -> str:
             f"endColumn={f.end_column or f.column}",
             f"title={_escape_property(f'{f.code} ({f.name})')}",
         ]
-        message = f.message + (f" Fix: {f.suggestion}" if f.suggestion else "")
-        lines.append(f"::{_LEVEL.get(f.severity, 'error')} {','.join(props)}::{_escape_data(f'{f.code} {message}')}")
+        # The message already ends with the advice (as in the text format): the
+        # suggestion is not appended a second time.
+        lines.append(f"::{_LEVEL.get(f.severity, 'error')} {','.join(props)}::{_escape_data(f'{f.code} {f.message}')}")
     return "\n".join(lines) + ("\n" if lines else "")

@@ -50,13 +50,12 @@ def render(findings: list[Finding], ctx: ReportContext) -> str:
         rules.append(rule)
     results = []
     for f in findings:
-        message = f.message + (f" Fix: {f.suggestion}" if f.suggestion else "")
         results.append(
             {
                 "ruleId": f.code,
                 "ruleIndex": index[f.code],
                 "level": _LEVEL.get(f.severity, "error"),
-                "message": {"text": message},
+                "message": {"text": f.message},  # it ends with the advice: no suggestion appended
                 "locations": [
                     {
                         "physicalLocation": {

@@ -25,6 +25,11 @@ def summary_line(findings: list[Finding], ctx: ReportContext) -> str:
     return "".join(parts) + "."
 
 
+def all_passed(checked: int) -> str:
+    """The line of a clean lint run, so that one can tell something was checked."""
+    return f"All checks passed ({checked} file{'s' if checked != 1 else ''}).\n"
+
+
 def render_text(findings: list[Finding], ctx: ReportContext) -> str:
     p = Palette(ctx.color)
     lines = [_head(f, p) for f in findings]

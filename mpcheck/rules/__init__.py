@@ -1,7 +1,7 @@
 """The rule registry: every module `mpNNN_*.py` in this package holds one Rule.
 
-Adding a rule means adding one module here and its document in rules/; nothing
-else needs to be edited.
+Adding a rule means adding its entry to mpcheck/codes.py, one module here and its
+document in rules/; nothing else needs to be edited.
 """
 
 from __future__ import annotations

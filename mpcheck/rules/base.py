@@ -5,6 +5,10 @@ subclass, plus its document `rules/MPNNN-kebab-name.md` at the top of the repo.
 The document's fenced examples (```python bad / ```python good) are the rule's
 tests: tests/test_rule_docs.py runs every one of them.
 
+A rule class declares only its `code`; its name, severity and summary come from
+mpcheck/codes.py, the one table of every code (a code missing there, or one the
+table does not give the lint face, is refused when the class is defined).
+
 A rule asks the device model questions (where is this value? which devices does
 this class use?) through `ctx.model`; it does not re-derive placements itself.
 """
@@ -13,6 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable, ClassVar, Iterable, TypeVar
 
+from mpcheck import codes
 from mpcheck.finding import Finding, Fix
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -24,13 +29,29 @@ E = TypeVar("E")
 
 
 class Rule:
-    code: ClassVar[str]  # "MP002"
-    name: ClassVar[str]  # "split-model-in-data-parallel"
+    code: ClassVar[str]  # "MP002": the only identity a rule class declares
+    # Filled in from mpcheck.codes when the class is defined:
+    name: ClassVar[str]  # its kebab name
     summary: ClassVar[str]  # one line, shown by `mpcheck rule --all` and in SARIF
-    severity: ClassVar[str] = "error"
+    severity: ClassVar[str]
     # The text pre-filter: a file that contains none of these words is never
     # parsed for this rule. Keep them as specific as the rule allows.
     needs: ClassVar[tuple[str, ...]] = ()
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if "code" not in cls.__dict__:
+            return  # an intermediate base class, not a rule
+        try:
+            entry = codes.get(cls.code)
+        except KeyError:
+            raise TypeError(f"{cls.__name__}: {cls.code} is not in mpcheck/codes.py") from None
+        if codes.LINT not in entry.faces:
+            raise TypeError(f"{cls.__name__}: mpcheck/codes.py does not give {cls.code} the lint face")
+        for attr in ("name", "severity", "summary"):
+            if attr in cls.__dict__:
+                raise TypeError(f"{cls.__name__}: {attr} comes from mpcheck/codes.py; declare only the code")
+        cls.name, cls.severity, cls.summary = entry.name, entry.severity, entry.summary
 
     def check(self, ctx: "FileContext") -> Iterable[Finding]:
         raise NotImplementedError

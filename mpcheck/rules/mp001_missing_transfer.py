@@ -6,16 +6,13 @@ import libcst as cst
 
 from mpcheck.devices.describe import MODE_WORDS, move_fix, origin_text, value_text
 from mpcheck.devices.events import Mismatch
-from mpcheck.devices.values import device_literal, show, single
+from mpcheck.devices.values import device_literal, known_tensor, show, single
 from mpcheck.rules.base import Rule, once_per_node
 from mpcheck.rules.words import FLOW_WORDS
 
 
 class MissingTransfer(Rule):
     code = "MP001"
-    name = "missing-transfer"
-    summary = "A tensor on one device reaches a module, parameter or op on another device with no .to() in between."
-    severity = "error"
     needs = FLOW_WORDS
 
     def check(self, ctx):
@@ -66,7 +63,7 @@ class MissingTransfer(Rule):
                 devices=[here, there],
                 modules=[ev.what] if ev.op == "module" else [],
                 suggestion=f"{fix} before line {line}",
-                fix=move_fix(ctx, expr, repr(there)) if not there.startswith("sym:") else None,
+                fix=move_fix(ctx, expr, repr(there)) if _fixable(ctx, ev, v, there) else None,
             )
 
 
@@ -76,3 +73,13 @@ def _is_move(expr) -> bool:
         and isinstance(expr.func, cst.Attribute)
         and expr.func.attr.value in ("to", "cuda", "cpu")
     )
+
+
+def _fixable(ctx, ev: Mismatch, v, there: str) -> bool:
+    """`.to(there)` is right only on a tensor (a list has no .to()) and only where
+    every visit of the site needs `there` (not a loop over blocks on two devices).
+    An operand of a torch function or tensor method is a tensor whatever the model
+    inferred (they take nothing else); a module's forward or `+` may take anything."""
+    if there.startswith("sym:") or ctx.model.one_target(ev) != there:
+        return False
+    return known_tensor(v) or ev.op not in ("module", "op")

@@ -11,9 +11,6 @@ from mpcheck.rules.base import Rule
 
 class SplitModelInDataParallel(Rule):
     code = "MP002"
-    name = "split-model-in-data-parallel"
-    summary = "A model split over several GPUs is wrapped in DataParallel, or in DistributedDataParallel with device_ids/output_device."
-    severity = "error"
     needs = ("DataParallel", "data_parallel")
 
     def check(self, ctx):

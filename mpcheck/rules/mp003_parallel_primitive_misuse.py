@@ -21,9 +21,6 @@ _ADVICE = {
 
 class ParallelPrimitiveMisuse(Rule):
     code = "MP003"
-    name = "parallel-primitive-misuse"
-    summary = "torch.nn.parallel.scatter/gather/replicate/parallel_apply (or torch.cuda.comm) used on a split model or to feed its stages."
-    severity = "error"
     needs = ("nn.parallel", "cuda.comm")
 
     def check(self, ctx):

@@ -16,9 +16,6 @@ from mpcheck.rules.base import Rule
 
 class SetDeviceConflict(Rule):
     code = "MP004"
-    name = "set-device-conflict"
-    summary = "After torch.cuda.set_device / `with torch.cuda.device`, an index-less `.cuda()` or 'cuda' in split-model code lands on the current device."
-    severity = "warning"
     needs = ("set_device", "cuda.device")
 
     def check(self, ctx):

@@ -11,9 +11,6 @@ from mpcheck.rules.words import FLOW_WORDS
 
 class RoundTripTransfer(Rule):
     code = "MP005"
-    name = "round-trip-transfer"
-    summary = "A tensor is moved to another device and straight back, with no work done there."
-    severity = "warning"
     needs = FLOW_WORDS
 
     def check(self, ctx):

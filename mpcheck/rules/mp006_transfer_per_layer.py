@@ -14,9 +14,6 @@ from mpcheck.rules.words import FLOW_WORDS
 
 class TransferPerLayer(Rule):
     code = "MP006"
-    name = "transfer-per-layer"
-    summary = "Layers alternate between devices, so the activations cross devices more often than once per stage boundary."
-    severity = "warning"
     needs = FLOW_WORDS
 
     def check(self, ctx):

@@ -13,9 +13,6 @@ from mpcheck.rules.words import FLOW_WORDS
 
 class CollapseSplitModel(Rule):
     code = "MP007"
-    name = "collapse-split-model"
-    summary = "`.cuda()` or `.to(device)` on a model split over several devices moves every stage onto one device."
-    severity = "error"
     needs = FLOW_WORDS + ("parallelize(", "dispatch_model", "and_dispatch", "Pipe(", "tensor_parallel(")  # device_map= with .to("cuda") says cuda
 
     def check(self, ctx):

@@ -19,9 +19,6 @@ from mpcheck.rules.words import FLOW_WORDS
 
 class LossDeviceMismatch(Rule):
     code = "MP008"
-    name = "loss-device-mismatch"
-    summary = "A loss or metric gets its outputs and its targets (or class weights) on different devices."
-    severity = "error"
     needs = FLOW_WORDS
 
     def check(self, ctx):
@@ -51,5 +48,7 @@ class LossDeviceMismatch(Rule):
                 f"(the small tensor, not the logits), e.g. `{fix}` before line {line}.",
                 devices=[da, db],
                 suggestion=f"{fix} before line {line}",
+                # `.to(a.device)` follows the outputs on every visit, and both are tensors:
+                # the facts come from torch losses, which take nothing else.
                 fix=move_fix(ctx, b_expr, f"{a}.device") if isinstance(a_expr, cst.Name) else None,
             )

@@ -14,9 +14,6 @@ _KIND = {"buffer": "buffer", "param": "parameter"}
 
 class RepeatedTransfer(Rule):
     code = "MP011"
-    name = "repeated-transfer"
-    summary = "The same unchanging tensor (buffer, parameter, constant, loop-invariant value) is copied to a device on every call or iteration."
-    severity = "warning"
     needs = FLOW_WORDS
 
     def check(self, ctx):

@@ -39,7 +39,7 @@ def script(tmp_path):
 @pytest.fixture
 def dryrun_cli(tmp_path, capsys):
     """Run `mpcheck dryrun [opts] script` in-process; return (status, json report, stderr)."""
-    from mpcheck.runtime.dryrun_cli import main
+    from mpcheck.runtime.commands.dryrun import main
 
     def run(script, *opts):
         out = tmp_path / "report.json"

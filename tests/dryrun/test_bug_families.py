@@ -17,7 +17,9 @@ class Stage(nn.Module):
 """
 
 # Two stages with the right transfer between them.
-SPLIT_NET = STAGES + """
+SPLIT_NET = (
+    STAGES
+    + """
 class Net(nn.Module):
     def __init__(self):
         super().__init__()
@@ -25,10 +27,13 @@ class Net(nn.Module):
     def forward(self, x):
         return self.s1(self.s0(x.to("cuda:0")).to("cuda:1"))
 """
+)
 
 
 def test_missing_transfer_between_stages(script, dryrun_cli):
-    s = script(STAGES + """
+    s = script(
+        STAGES
+        + """
 class Net(nn.Module):
     def __init__(self):
         super().__init__()
@@ -41,7 +46,8 @@ net = Net()
 for _ in range(2):
     net(torch.randn(4, 16)).sum().backward()
 print("finished")
-""")
+"""
+    )
     status, report, err = dryrun_cli(s, "--gpus", "2")
     assert status == 1
     assert codes_at(report) == [("MP001", s.line("bug"))]
@@ -53,14 +59,17 @@ print("finished")
 
 
 def test_cpu_batch_into_first_stage_and_loss_on_wrong_device(script, dryrun_cli):
-    s = script(STAGES + """
+    s = script(
+        STAGES
+        + """
 s0, s1 = Stage("cuda:0"), Stage("cuda:1", d_out=3)
 x, y = torch.randn(4, 16), torch.randint(0, 3, (4,))
 h = s0(x)  # <- input
 out = s1(h.to("cuda:1"))
 loss = F.cross_entropy(out, y.to("cuda:0"))  # <- loss
 loss.backward()
-""")
+"""
+    )
     status, report, _ = dryrun_cli(s, "--gpus", "2")
     assert status == 1
     assert codes_at(report) == [("MP001", s.line("input")), ("MP001", s.line("loss"))]
@@ -69,11 +78,14 @@ loss.backward()
 
 
 def test_split_model_in_data_parallel_reported_at_the_wrap(script, dryrun_cli):
-    s = script(SPLIT_NET + """
+    s = script(
+        SPLIT_NET
+        + """
 model = nn.DataParallel(Net())  # <- wrap
 model(torch.randn(4, 16).to("cuda:0")).sum().backward()
 print("went on")
-""")
+"""
+    )
     status, report, err = dryrun_cli(s, "--gpus", "2")
     assert status == 1
     assert ("MP002", s.line("wrap")) in codes_at(report)
@@ -81,7 +93,9 @@ print("went on")
 
 
 def test_split_model_in_ddp_with_device_ids(script, dryrun_cli):
-    s = script(SPLIT_NET + """
+    s = script(
+        SPLIT_NET
+        + """
 import os, tempfile
 import torch.distributed as dist
 # A file store, not a TCP port: two test runs at once on one machine must not collide.
@@ -90,7 +104,8 @@ dist.init_process_group("gloo", init_method="file://" + store, rank=0, world_siz
 ddp = nn.parallel.DistributedDataParallel(Net(), device_ids=[0])  # <- wrap
 ddp(torch.randn(4, 16)).sum().backward()
 dist.destroy_process_group()
-""")
+"""
+    )
     status, report, err = dryrun_cli(s, "--gpus", "2")
     assert status == 1, err
     assert codes_at(report) == [("MP002", s.line("wrap"))]
@@ -111,23 +126,29 @@ parts = scatter(x, [0, 1])  # <- misuse
 
 
 def test_set_device_moves_a_bare_cuda_layer(script, dryrun_cli):
-    s = script(STAGES + """
+    s = script(
+        STAGES
+        + """
 torch.cuda.set_device(1)
 enc = nn.Linear(16, 16).cuda()        # meant for cuda:0, lands on cuda:1
 torch.cuda.set_device(0)
 dec = nn.Linear(16, 4).cuda()
 h = enc(torch.randn(2, 16).to("cuda:0"))  # <- bug
-""")
+"""
+    )
     status, report, _ = dryrun_cli(s, "--gpus", "2")
     assert codes_at(report) == [("MP001", s.line("bug"))]
     assert report["findings"][0]["devices"] == ["cuda:1", "cuda:0"]
 
 
 def test_cuda_on_a_split_model_collapses_it(script, dryrun_cli):
-    s = script(SPLIT_NET + """
+    s = script(
+        SPLIT_NET
+        + """
 net = Net()
 net.cuda()  # <- collapse
-""")
+"""
+    )
     status, report, _ = dryrun_cli(s, "--gpus", "2")
     assert codes_at(report) == [("MP007", s.line("collapse"))]
     # the memory estimate sees the collapse: everything on cuda:0 at the end
@@ -135,7 +156,9 @@ net.cuda()  # <- collapse
 
 
 def test_round_trip_and_repeated_transfer(script, dryrun_cli):
-    s = script(STAGES + """
+    s = script(
+        STAGES
+        + """
 pos = torch.randn(4, 16)                   # a table on the CPU
 s0, s1 = Stage("cuda:0"), Stage("cuda:1")
 x = torch.randn(4, 16).to("cuda:0")
@@ -145,7 +168,8 @@ back = h1.to("cuda:0")  # <- roundtrip
 for layer in range(3):
     p = pos.to("cuda:1")  # <- repeat
     h1 = s1(h1 + p)
-""")
+"""
+    )
     status, report, _ = dryrun_cli(s, "--gpus", "2")
     assert status == 0  # wasted time, not a crash: warnings
     assert codes_at(report) == [("MP005", s.line("roundtrip")), ("MP011", s.line("repeat"))]
@@ -153,7 +177,9 @@ for layer in range(3):
 
 
 def test_eval_only_branch_that_skips_a_transfer(script, dryrun_cli):
-    s = script(STAGES + """
+    s = script(
+        STAGES
+        + """
 class Net(nn.Module):
     def __init__(self):
         super().__init__()
@@ -169,7 +195,8 @@ net(torch.randn(2, 16)).sum().backward()
 net.eval()
 with torch.no_grad():
     net(torch.randn(2, 16))
-""")
+"""
+    )
     status, report, _ = dryrun_cli(s, "--gpus", "2")
     assert status == 1
     assert codes_at(report) == [("MP001", s.line("evalbug"))]

@@ -18,7 +18,9 @@ class TwoStage(nn.Module):
 
 
 def test_stages_with_proper_transfers_run_clean(script, dryrun_cli):
-    s = script(PIPELINE + """
+    s = script(
+        PIPELINE
+        + """
 model = TwoStage()
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 for step in range(3):
@@ -30,7 +32,8 @@ for step in range(3):
     opt.zero_grad()
 assert model.s0[1].running_mean.device == torch.device("cuda:0")
 assert model.s1[0].weight.device == torch.device("cuda:1")
-""")
+"""
+    )
     status, report, err = dryrun_cli(s, "--gpus", "2")
     assert status == 0, err
     assert report["findings"] == []
@@ -94,7 +97,9 @@ bad = blocks[0].weight + blocks[1].weight  # <- bug
 
 
 def test_ddp_without_device_ids_around_a_split_model(script, dryrun_cli):
-    s = script(PIPELINE + """
+    s = script(
+        PIPELINE
+        + """
 import os, tempfile
 import torch.distributed as dist
 # A file store, not a TCP port: two test runs at once on one machine must not collide.
@@ -111,7 +116,8 @@ for _ in range(2):
     opt.step()
     opt.zero_grad()
 dist.destroy_process_group()
-""")
+"""
+    )
     status, report, err = dryrun_cli(s, "--gpus", "2")
     assert status == 0, err
     assert report["findings"] == []
@@ -229,7 +235,9 @@ class Blocked(nn.Module):
 
 def test_grouped_layers_cross_once_per_stage_boundary(script, dryrun_cli):
     for gpus in (2, 4):
-        s = script(PIPELINE_OF_LAYERS + f"""
+        s = script(
+            PIPELINE_OF_LAYERS
+            + f"""
 net = Blocked({gpus})
 opt = torch.optim.SGD(net.parameters(), lr=0.1)
 for _ in range(3):
@@ -238,25 +246,31 @@ for _ in range(3):
     loss.backward()
     opt.step()
     opt.zero_grad()
-""", name=f"train{gpus}.py")
+""",
+            name=f"train{gpus}.py",
+        )
         status, report, err = dryrun_cli(s, "--gpus", str(gpus))
         assert status == 0, err
         assert report["findings"] == [], gpus
-        forward = sum(p["count"] for p in report["transfers"]["by_pair"]
-                      if p["phase"] == "forward" and p["src"] != "cpu")
+        forward = sum(
+            p["count"] for p in report["transfers"]["by_pair"] if p["phase"] == "forward" and p["src"] != "cpu"
+        )
         assert forward == 3 * gpus  # gpus - 1 boundaries and the way back, per step: counted, not reported
 
 
 def test_one_hop_per_forward_over_many_steps_is_not_ping_pong(script, dryrun_cli):
     # The batch already sits on cuda:0 and the output comes back to it: cuda:0 -> cuda:1 -> cuda:0 in
     # every forward, and no optimizer step separates the forwards (inference).
-    s = script(PIPELINE_OF_LAYERS + """
+    s = script(
+        PIPELINE_OF_LAYERS
+        + """
 net = Blocked(2)
 batches = [torch.randn(4, 16).to("cuda:0") for _ in range(6)]
 with torch.no_grad():
     for x in batches:
         out = net(x)
-""")
+"""
+    )
     status, report, err = dryrun_cli(s, "--gpus", "2")
     assert status == 0, err
     assert report["findings"] == []

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from mpcheck.runtime.dryrun_cli import main
-from mpcheck.runtime.links import PRESETS, parse_bytes, parse_link
+from mpcheck.runtime.commands.dryrun import main
+from mpcheck.runtime.virtual.links import PRESETS, parse_bytes, parse_link
 
 
 @pytest.mark.parametrize(

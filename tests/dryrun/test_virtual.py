@@ -6,7 +6,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import mpcheck
-from mpcheck.runtime.virtual import VirtualDeviceError, VirtualGPUs
+from mpcheck.runtime.virtual.devices import VirtualDeviceError, VirtualGPUs
 
 
 def quiet(**kw):
@@ -208,9 +208,14 @@ def test_everything_patched_is_restored_exactly():
     from torch.nn.parallel import DataParallel, DistributedDataParallel
 
     watched = [
-        (Function, "apply"), (BackwardCFunction, "apply"), (DataParallel, "forward"),
-        (DistributedDataParallel, "__init__"), (torch._C, "_group_tensors_by_device_and_dtype"),
-        (torch.cuda, "is_available"), (torch.cuda, "Stream"), (torch.autograd, "backward"),
+        (Function, "apply"),
+        (BackwardCFunction, "apply"),
+        (DataParallel, "forward"),
+        (DistributedDataParallel, "__init__"),
+        (torch._C, "_group_tensors_by_device_and_dtype"),
+        (torch.cuda, "is_available"),
+        (torch.cuda, "Stream"),
+        (torch.autograd, "backward"),
         (torch.utils.checkpoint, "checkpoint"),
     ]
     before = [vars(o).get(n) if isinstance(o, type) else getattr(o, n) for o, n in watched]

@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
 import mpcheck  # noqa: E402
-from mpcheck.runtime.core import DeviceMismatchError  # noqa: E402
+from mpcheck.runtime.checks.checker import DeviceMismatchError  # noqa: E402
 
 pytestmark = [
     pytest.mark.gpu,
@@ -49,7 +49,11 @@ def test_missing_transfer_between_stages_is_caught_at_the_stage_entry():
             model(torch.randn(4, 64, device="cuda:0"))
     f = err.value.finding
     assert (f.code, f.line, f.modules, f.devices) == (
-        "MP001", _line(Split.forward, "# dec entry"), ("model.dec",), ("cuda:1", "cuda:0"))
+        "MP001",
+        _line(Split.forward, "# dec entry"),
+        ("model.dec",),
+        ("cuda:1", "cuda:0"),
+    )
 
 
 def test_cpu_batch_into_the_first_stage():
@@ -266,12 +270,19 @@ def test_correct_training_is_clean_bit_identical_and_its_transfers_counted():
     assert all(torch.equal(a, b) for a, b in zip(m1.parameters(), m2.parameters()))
     assert dbg.findings == []
     pairs = dbg.ledger.by_pair()
-    hop = [a for (site, s, d, ph), a in dbg.ledger.by_site().items()
-           if site.line == _line(Split.forward, "# hop") and ph == "forward"]
+    hop = [
+        a
+        for (site, s, d, ph), a in dbg.ledger.by_site().items()
+        if site.line == _line(Split.forward, "# hop") and ph == "forward"
+    ]
     assert [a.count for a in hop] == [4]
     assert pairs[("cuda:1", "cuda:0", "backward")].count == 4
     # clip_grad_norm_ over a split model: tiny copies every step, at the user's clip line
-    clip = [k for k in dbg.ledger.by_site() if k[0].line == _line(test_correct_training_is_clean_bit_identical_and_its_transfers_counted, "clip_grad_norm_")]
+    clip = [
+        k
+        for k in dbg.ledger.by_site()
+        if k[0].line == _line(test_correct_training_is_clean_bit_identical_and_its_transfers_counted, "clip_grad_norm_")
+    ]
     assert clip
     assert all(a.timed == a.count for a in pairs.values())
     mem = dbg.ledger.memory

@@ -53,7 +53,7 @@ def labels():
 @pytest.fixture(autouse=True)
 def _no_leftover_session():
     yield
-    from mpcheck.runtime import session
+    from mpcheck.runtime.capture import session
 
     assert session.active() is None, "a debug session was left active"
     assert torch._C._len_torch_function_stack() == 0, "a torch function mode was left on the stack"

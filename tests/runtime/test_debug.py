@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 import mpcheck
-from mpcheck.runtime.core import DeviceMismatchError, MpcheckRuntimeWarning
+from mpcheck.runtime.checks.checker import DeviceMismatchError, MpcheckRuntimeWarning
 
 
 def _line(fn, marker):
@@ -163,8 +163,14 @@ def _patched_state():
     from torch.optim.optimizer import _global_optimizer_post_hooks
 
     return (
-        nn.Module.__call__, nn.Module.to, nn.Module.cuda, nn.Module._apply, nn.DataParallel.__init__,
-        nn.parallel.DistributedDataParallel.__init__, torch.compile, len(_global_optimizer_post_hooks),
+        nn.Module.__call__,
+        nn.Module.to,
+        nn.Module.cuda,
+        nn.Module._apply,
+        nn.DataParallel.__init__,
+        nn.parallel.DistributedDataParallel.__init__,
+        torch.compile,
+        len(_global_optimizer_post_hooks),
         torch._C._len_torch_function_stack(),
     )
 

@@ -1,0 +1,138 @@
+"""Every code mpcheck reports, in one table.
+
+A code's identity (its kebab name, severity, one-line summary, the faces that
+report it, whether it stops the program at run time) lives here and nowhere
+else: the lint `Rule` classes, the runtime checking core, the lint pipeline's
+MP000 and the rule catalogue read it from this table, and the tests compare
+the rule documents (rules/MPNNN-name.md) and the README's rule table with it.
+
+Standard library only: the CLI, the runtime faces and the cache's fast path
+import this without libcst or torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+LINT, RUN, DRYRUN = "lint", "run", "dryrun"
+FACES = (LINT, RUN, DRYRUN)
+SEVERITIES = ("error", "warning")
+_EVERY_FACE = (LINT, RUN, DRYRUN)  # the checks the runtime core shares with the linter
+
+
+@dataclass(frozen=True)
+class Code:
+    code: str  # "MP002"
+    name: str  # kebab-case, as in the doc's file name: split-model-in-data-parallel
+    severity: str  # "error" or "warning", the same on every face
+    summary: str  # one line: `mpcheck rule --all`, SARIF, the doc's first paragraph agrees with it
+    faces: tuple[str, ...]  # which of lint / run / dryrun report it
+    fatal: bool = False  # at run time: follows on_mismatch (raise by default); else only recorded
+
+    def __post_init__(self) -> None:
+        if self.severity not in SEVERITIES:
+            raise ValueError(f"{self.code}: severity {self.severity!r} not in {SEVERITIES}")
+        if not self.faces or any(f not in FACES for f in self.faces):
+            raise ValueError(f"{self.code}: faces {self.faces!r} not in {FACES}")
+        if self.fatal and RUN not in self.faces:
+            raise ValueError(f"{self.code}: fatal at run time but not reported at run time")
+
+
+CODES: tuple[Code, ...] = (
+    Code(
+        "MP000",
+        "syntax-error",
+        "error",
+        "The file could not be checked: it does not parse, it is not UTF-8, or it cannot be read.",
+        (LINT,),
+    ),
+    Code(
+        "MP001",
+        "missing-transfer",
+        "error",
+        "A tensor on one device reaches a module, parameter or op on another device with no .to() in between.",
+        _EVERY_FACE,
+        fatal=True,
+    ),
+    Code(
+        "MP002",
+        "split-model-in-data-parallel",
+        "error",
+        "A model split over several GPUs is wrapped in DataParallel, or in DistributedDataParallel with "
+        "device_ids/output_device.",
+        _EVERY_FACE,
+        fatal=True,
+    ),
+    Code(
+        "MP003",
+        "parallel-primitive-misuse",
+        "error",
+        "torch.nn.parallel.scatter/gather/replicate/parallel_apply (or torch.cuda.comm) used on a split model "
+        "or to feed its stages.",
+        (LINT,),
+    ),
+    Code(
+        "MP004",
+        "set-device-conflict",
+        "warning",
+        "After torch.cuda.set_device / `with torch.cuda.device`, an index-less `.cuda()` or 'cuda' in "
+        "split-model code lands on the current device.",
+        (LINT,),
+    ),
+    Code(
+        "MP005",
+        "round-trip-transfer",
+        "warning",
+        "A tensor is moved to another device and straight back, with no work done there.",
+        _EVERY_FACE,
+    ),
+    Code(
+        "MP006",
+        "transfer-per-layer",
+        "warning",
+        "Layers alternate between devices, so the activations cross devices more often than once per stage boundary.",
+        _EVERY_FACE,
+    ),
+    # An error: the split is silently undone and the memory problem it solved comes back. Not fatal
+    # at run time all the same: the collapsed model still runs (on one device), so the program is
+    # left to go on and the finding is reported at the end instead of stopping it.
+    Code(
+        "MP007",
+        "collapse-split-model",
+        "error",
+        "`.cuda()` or `.to(device)` on a model split over several devices moves every stage onto one device.",
+        _EVERY_FACE,
+    ),
+    Code(
+        "MP008",
+        "loss-device-mismatch",
+        "error",
+        "A loss or metric gets its outputs and its targets (or class weights) on different devices.",
+        (LINT,),
+    ),
+    Code(
+        "MP011",
+        "repeated-transfer",
+        "warning",
+        "The same unchanging tensor (buffer, parameter, constant, loop-invariant value) is copied to a device "
+        "on every call or iteration.",
+        _EVERY_FACE,
+    ),
+)
+
+BY_CODE: dict[str, Code] = {c.code: c for c in CODES}
+if len(BY_CODE) != len(CODES) or len({c.name for c in CODES}) != len(CODES):
+    raise RuntimeError("mpcheck.codes: a code or a name appears twice")
+
+
+def get(code: str) -> Code:
+    """The entry of `code` (KeyError for a code mpcheck does not have)."""
+    return BY_CODE[code]
+
+
+def on_face(face: str) -> tuple[Code, ...]:
+    """The codes `face` reports, sorted by code."""
+    return tuple(c for c in CODES if face in c.faces)
+
+
+SYNTAX_ERROR = get("MP000")

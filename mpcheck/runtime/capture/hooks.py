@@ -1,0 +1,383 @@
+"""What the debug mode patches around modules, and how each patch is undone.
+
+- `nn.Module.__call__`: the module-entry check (args AND kwargs vs the
+  module's own parameters and buffers; a global forward pre-hook gets no
+  kwargs) and the module stack that names `model.blocks.7.attn` in findings.
+- `nn.Module.to` / `.cuda`: a split model collapsed onto one device (MP007),
+  at the user's line; `nn.Module._apply`: the parameter moves it makes are
+  mpcheck-silent and invalidate the cached module placements.
+- `DataParallel.__init__` / `DistributedDataParallel.__init__`: a split model
+  wrapped with device_ids (MP002), before PyTorch's own error.
+- optimizer step post-hook: a step ends at `optimizer.step()` (the outermost one, when a
+  step calls another: `super().step()`).
+
+`install()` returns one undo callable per patch; the session runs them in
+reverse order on exit and on exceptions.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from mpcheck.runtime.checks.checker import Checker
+from mpcheck.runtime.checks.sites import user_frame, user_site
+
+Undo = Callable[[], None]
+
+
+class ModuleNamer:
+    """`model.blocks.7.attn` for a module: its path from the root model it belongs to.
+
+    Roots are the model given to `mpcheck.debug(model)`, or any module called
+    while no other module is running, named after the user's variable that
+    holds it (found once, in the caller's frame)."""
+
+    def __init__(self) -> None:
+        self._names: dict[int, tuple[weakref.ref, str]] = {}
+        self._roots: list[weakref.ref] = []
+        self._purge_at = 4096
+
+    def roots(self) -> list[nn.Module]:
+        return [m for m in (r() for r in self._roots) if m is not None]
+
+    def add_root(self, root: nn.Module, name: str) -> None:
+        if not any(r() is root for r in self._roots):
+            self._roots.append(weakref.ref(root))
+        for sub_name, sub in root.named_modules():
+            key = id(sub)
+            if key in self._names and self._names[key][0]() is sub:
+                continue
+            self._names[key] = (weakref.ref(sub), f"{name}.{sub_name}" if sub_name else name)
+
+    def known(self, module: nn.Module) -> str | None:
+        entry = self._names.get(id(module))
+        if entry is not None and entry[0]() is module:
+            return entry[1]
+        return None
+
+    def __call__(self, module: nn.Module) -> str:
+        name = self.known(module)
+        return name if name is not None else type(module).__name__
+
+    def discover(self, module: nn.Module, parent: str | None) -> str:
+        if len(self._names) > self._purge_at:  # modules built per step must not pile up
+            self._names = {k: v for k, v in self._names.items() if v[0]() is not None}
+            self._roots = [r for r in self._roots if r() is not None]
+            self._purge_at = max(4096, 2 * len(self._names))
+        if parent is not None:
+            name = f"{parent}.<{type(module).__name__}>"
+            self._names[id(module)] = (weakref.ref(module), name)
+            return name
+        name = _variable_name(module) or type(module).__name__.lower()
+        self.add_root(module, name)
+        return name
+
+
+def _variable_name(module: nn.Module) -> str | None:
+    frame = user_frame(2)
+    if frame is None:
+        return None
+    for scope in (frame.f_locals, frame.f_globals):
+        for k, v in scope.items():
+            if v is module and not k.startswith("_"):
+                return k
+    # `self.model(x)` in a trainer class
+    inst = frame.f_locals.get("self")
+    if inst is not None:
+        for k, v in getattr(inst, "__dict__", {}).items():
+            if v is module:
+                return f"self.{k}"
+    return None
+
+
+_SCATTERS = (nn.DataParallel, nn.parallel.DistributedDataParallel)
+
+
+def patch(owner: Any, attr: str, new: Any) -> Undo:
+    had = attr in owner.__dict__
+    old = owner.__dict__.get(attr)
+    setattr(owner, attr, new)
+
+    def undo() -> None:
+        if had:
+            setattr(owner, attr, old)
+        else:
+            delattr(owner, attr)
+
+    return undo
+
+
+def _is_torch_leaf_type(cls: type) -> bool:
+    return cls.__module__.startswith("torch.nn.modules.")
+
+
+def install(
+    checker: Checker,
+    namer: ModuleNamer,
+    *,
+    on_step: Callable[[Any], None],
+    on_compiled: Callable[[], None],
+    leaf_mode: Any = None,
+) -> list[Undo]:
+    """Every patch of this module, in install order; one undo callable each.
+
+    leaf_mode: the checking function mode, to be stepped out of while a torch.nn leaf
+    module (nn.Linear, nn.LayerNorm, ...) whose inputs, parameters and buffers all share
+    one device runs its forward (see checked_call); None: never step out."""
+    return [
+        _patch_module_call(checker, namer, on_compiled=on_compiled, leaf_mode=leaf_mode),
+        _patch_module_apply(checker),
+        *_patch_module_moves(checker),
+        _patch_data_parallel(checker),
+        _patch_distributed_data_parallel(checker),
+        _hook_step_end(on_step),
+    ]
+
+
+def _patch_module_call(
+    checker: Checker, namer: ModuleNamer, *, on_compiled: Callable[[], None], leaf_mode: Any
+) -> Undo:
+    """nn.Module.__call__: the module stack, module naming, and the module-entry check."""
+    tls = checker._tls
+    orig_call = nn.Module.__call__
+    placement = checker._placement  # cleared in place by invalidate_placement()
+    inputs_on = checker.inputs_on
+    tensor = torch.Tensor
+    from torch.nn.modules import module as _module_globals
+
+    global_hooks = (_module_globals._global_forward_pre_hooks, _module_globals._global_forward_hooks)
+    torch_leaf_types: dict[type, bool] = {}
+    tf_len = torch._C._len_torch_function_stack
+    tf_top = torch._C._get_function_stack_at
+    tf_pop = torch._C._pop_torch_function_stack
+    tf_push = torch._C._push_on_torch_function_stack
+
+    def checked_call(module, *args, **kwargs):
+        if tls.suspended:
+            return orig_call(module, *args, **kwargs)
+        stack = tls.stack
+        if not stack:
+            tls.forwards += 1  # a new forward pass begins (MP006 follows transfers within one)
+        entry = namer._names.get(id(module))  # namer.known(), inlined: every module call pays it
+        path = entry[1] if entry is not None and entry[0]() is module else None
+        if path is None:
+            if type(module).__name__ == "OptimizedModule":
+                on_compiled()
+            path = namer.discover(module, stack[-1] if stack else None)
+        if not (module._forward_pre_hooks or "forward" in module.__dict__ or isinstance(module, _SCATTERS)):
+            # Pre-hooks, an instance-level forward (accelerate's AlignDevicesHook) and the data-parallel
+            # wrappers (which scatter their inputs) may move the inputs before forward sees them: then
+            # only the op-level check inside forward applies.
+            # checker.module_device() and the common case of check_module_entry(), inlined.
+            entry = placement.get(id(module))
+            dev = entry[1] if entry is not None and entry[0]() is module else checker.module_device(module)
+            if dev is not None:
+                if not inputs_on(dev, args, kwargs):
+                    args, kwargs = checker.check_module_entry(module, path, args, kwargs)
+                elif leaf_mode is not None and not kwargs and not module._modules:
+                    # A torch.nn leaf whose tensor inputs and own weights all sit on `dev`: its
+                    # forward is PyTorch's code on those tensors alone, so no op inside can mix
+                    # devices or move data; it runs without the function mode (the mode costs
+                    # 2-10 us per op, nn.LayerNorm's Python dispatch the most). Any hook, a
+                    # non-tensor argument (LSTM's (h, c) tuple) or a user subclass: no.
+                    cls = type(module)
+                    is_leaf = torch_leaf_types.get(cls)
+                    if is_leaf is None:
+                        is_leaf = torch_leaf_types[cls] = _is_torch_leaf_type(cls)
+                    if (
+                        is_leaf
+                        and not module._forward_hooks
+                        and not global_hooks[0]
+                        and not global_hooks[1]
+                        and all(isinstance(a, tensor) for a in args)
+                    ):
+                        n = tf_len()
+                        if n and tf_top(n - 1) is leaf_mode:
+                            popped = tf_pop()
+                            stack.append(path)
+                            try:
+                                return orig_call(module, *args, **kwargs)
+                            finally:
+                                stack.pop()
+                                tf_push(popped)
+        stack.append(path)
+        try:
+            return orig_call(module, *args, **kwargs)
+        finally:
+            stack.pop()
+
+    return patch(nn.Module, "__call__", checked_call)
+
+
+def _patch_module_apply(checker: Checker) -> Undo:
+    orig_apply = nn.Module._apply
+
+    def quiet_apply(module, *args, **kwargs):
+        # Module.to/.cuda/.half move parameters one by one: those are not the user's
+        # transfers, and they change where modules live.
+        try:
+            with checker.suspend():
+                return orig_apply(module, *args, **kwargs)
+        finally:
+            checker.invalidate_placement()
+
+    return patch(nn.Module, "_apply", quiet_apply)
+
+
+def _patch_module_moves(checker: Checker) -> list[Undo]:
+    """nn.Module.to / .cuda: a split model collapsed onto one device (MP007), at the user's line."""
+    tls = checker._tls
+    orig_to = nn.Module.to
+    orig_cuda = nn.Module.cuda
+
+    def module_to(module, *args, **kwargs):
+        if not tls.suspended:
+            try:
+                dev = torch._C._nn._parse_to(*args, **kwargs)[0]
+            except Exception:
+                dev = None
+            if dev is not None:
+                checker.on_module_move(module, checker.devices.normalize(dev), site=user_site())
+        return orig_to(module, *args, **kwargs)
+
+    def module_cuda(module, device=None):
+        if not tls.suspended:
+            target = checker.devices.normalize("cuda" if device is None else device)
+            checker.on_module_move(module, target, site=user_site())
+        return orig_cuda(module, device)
+
+    return [patch(nn.Module, "to", module_to), patch(nn.Module, "cuda", module_cuda)]
+
+
+def _hook_step_end(on_step: Callable[[Any], None]) -> Undo:
+    """An optimizer step post-hook: the outermost `optimizer.step()` ends the user's step."""
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    def step_ended(opt, args, kwargs):
+        if not in_outer_step():  # the outermost step ends the user's step
+            on_step(opt)
+
+    handle = register_optimizer_step_post_hook(step_ended)
+    return handle.remove
+
+
+def _patch_data_parallel(checker: Checker) -> Undo:
+    """DataParallel(split model): MP002 before PyTorch's own error; with move, no replicas."""
+    dp = nn.DataParallel
+    orig_dp_init = dp.__init__
+    dp_sig = inspect.signature(orig_dp_init)
+
+    def dp_init(self, *args, **kwargs):
+        bound = dp_sig.bind(self, *args, **kwargs)
+        bound.apply_defaults()
+        module = bound.arguments["module"]
+        found = checker.on_wrap(
+            "DataParallel",
+            module,
+            device_ids=bound.arguments.get("device_ids"),
+            output_device=bound.arguments.get("output_device"),
+            site=user_site(),
+        )
+        if found is not None and checker.on_mismatch == "move":
+            # Recorded; go on without replicating: DataParallel with no device ids just
+            # calls the module, so the rest of the program still runs and is checked.
+            nn.Module.__init__(self)
+            self.module = module
+            self.device_ids = []
+            self.output_device = None
+            self.dim = bound.arguments.get("dim", 0)
+            self.src_device_obj = None
+            return
+        orig_dp_init(self, *args, **kwargs)
+
+    return patch(dp, "__init__", dp_init)
+
+
+def _patch_distributed_data_parallel(checker: Checker) -> Undo:
+    """DistributedDataParallel(split model, device_ids=...): MP002; with move, the fix applied."""
+    ddp = nn.parallel.DistributedDataParallel
+    orig_ddp_init = ddp.__init__
+    ddp_sig = inspect.signature(orig_ddp_init)
+
+    def ddp_init(self, *args, **kwargs):
+        bound = ddp_sig.bind(self, *args, **kwargs)
+        found = checker.on_wrap(
+            "DistributedDataParallel",
+            bound.arguments["module"],
+            device_ids=bound.arguments.get("device_ids"),
+            output_device=bound.arguments.get("output_device"),
+            site=user_site(),
+        )
+        if found is not None and checker.on_mismatch == "move":
+            # Recorded; apply the fix the finding gives and go on.
+            bound.arguments["device_ids"] = None
+            bound.arguments["output_device"] = None
+            return orig_ddp_init(*bound.args, **bound.kwargs)
+        return orig_ddp_init(self, *args, **kwargs)
+
+    return patch(ddp, "__init__", ddp_init)
+
+
+def _step_wrapper_code() -> Any:
+    """The code object of PyTorch's optimizer step wrapper (Optimizer.profile_hook_step), which
+    runs the step hooks; None if this PyTorch has none."""
+    try:
+        return torch.optim.Optimizer.profile_hook_step(lambda *a, **k: None).__code__
+    except Exception:  # pragma: no cover - a PyTorch without the wrapper: every step counts
+        return None
+
+
+_STEP_WRAPPER = _step_wrapper_code()
+
+
+def in_outer_step() -> bool:
+    """Called from a step hook: is another optimizer step still running around this one?
+
+    PyTorch wraps each optimizer class's own `step` once an instance exists, so a subclass's
+    step() calling super().step() (or a wrapper optimizer stepping its inner one) runs the step
+    hooks at each level; the user made one step. Read off the call stack, not a counter, so a
+    step that raised leaves nothing behind. Costs one stack walk per step."""
+    if _STEP_WRAPPER is None:
+        return False
+    frame = sys._getframe(1)
+    inner = False
+    while frame is not None:
+        if frame.f_code is _STEP_WRAPPER:
+            if inner:
+                return True
+            inner = True
+        frame = frame.f_back
+    return False
+
+
+def compiled_frames_message() -> str:
+    return (
+        "mpcheck: torch.compile is turned off inside the debug mode (torch._dynamo.config.disable): "
+        "compiled code runs eagerly so that every call is checked; timings under the debug mode "
+        "are eager timings"
+    )
+
+
+def disable_compile() -> Undo:
+    """torch.compile and a function mode do not mix well (graph breaks, recompiles): run eagerly."""
+    dynamo = sys.modules.get("torch._dynamo")
+    try:
+        if dynamo is None:
+            import torch._dynamo as dynamo  # noqa: F811
+        config = dynamo.config
+        old = config.disable
+        config.disable = True
+    except Exception:
+        return lambda: None
+
+    def undo() -> None:
+        config.disable = old
+
+    return undo

@@ -1,0 +1,215 @@
+"""The checking TorchFunctionMode: sees every Python-level torch call while the debug mode is on.
+
+Three kinds of call (the table: checks/torchapi.py), decided once per function object and cached:
+- metadata (`.device`, `.shape`, `.dim()`, ...): passed straight through;
+- transfers (`Tensor.to/.cuda/.cpu/.copy_`): timed on the source device's
+  stream, recorded in the ledger, checked for round trips and repeats;
+- everything else: the devices of its tensor arguments are checked before
+  PyTorch's kernel sees them.
+
+Devices are always asked of `checker.devices.device_of`, never `t.device`:
+under the dry run the virtual-device mode sits below this one on the mode
+stack, and the checks must see virtual devices.
+
+It cannot see inside autograd's backward; a gradient hook on each transfer's
+output node times the matching backward copy. The dispatch-level strict mode
+(see strict.py) sees every aten op, backward included.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from mpcheck.runtime.checks.checker import Checker
+from mpcheck.runtime.checks.sites import called_by_torch
+
+# The kinds of call (module-level names: the mode compares one per call).
+from mpcheck.runtime.checks.torchapi import CHECK as _CHECK
+from mpcheck.runtime.checks.torchapi import COPY as _COPY
+from mpcheck.runtime.checks.torchapi import CPU as _CPU
+from mpcheck.runtime.checks.torchapi import CUDA as _CUDA
+from mpcheck.runtime.checks.torchapi import PASS as _PASS
+from mpcheck.runtime.checks.torchapi import SET_DATA as _SET
+from mpcheck.runtime.checks.torchapi import python_call_kind
+
+_graph_task_id = getattr(torch._C, "_current_graph_task_id", lambda: -1)
+
+
+def _classify(func: Any) -> int:
+    """The kind of a call (checks/torchapi.py), from its name and the name torch resolves it to."""
+    from torch.overrides import resolve_name
+
+    name = getattr(func, "__name__", "")
+    full = None
+    try:
+        full = resolve_name(func)
+    except Exception:
+        pass
+    return python_call_kind(name, full)
+
+
+class CheckingMode(TorchFunctionMode):
+    def __init__(self, checker: Checker, *, time_backward: bool = True, stamp_nodes: bool = False) -> None:
+        super().__init__()
+        # Strict mode: stamp each autograd node with its forward line, for backward findings.
+        self.stamp_nodes = stamp_nodes
+        self.checker = checker
+        self.time_backward = time_backward
+        self._kinds: dict[Any, int] = {}
+        self._tensor = torch.Tensor
+        self._tls = checker._tls
+        if stamp_nodes:
+            from mpcheck.runtime.capture.strict import stamp_node
+
+            self._stamp_node = stamp_node
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        try:
+            kind = self._kinds[func]
+        except (KeyError, TypeError):
+            kind = self._classify(func)
+        if kind == _PASS:
+            return func(*args, **kwargs) if kwargs else func(*args)
+        if kwargs is None:
+            kwargs = {}
+        if self._tls.suspended:
+            return func(*args, **kwargs)
+        checker = self.checker
+        if kind == _CHECK:
+            # One argument mixes nothing, unless it is a sequence: torch.cat([a, b]).
+            if len(args) + len(kwargs) > 1 or (args and isinstance(args[0], (list, tuple))):
+                args, kwargs = checker.check_op(func, args, kwargs)
+            if self.stamp_nodes:
+                out = func(*args, **kwargs)
+                self._stamp(out)
+                return out
+            return func(*args, **kwargs)
+        if kind == _SET:
+            out = func(*args, **kwargs)
+            checker.invalidate_placement()
+            return out
+        return self._transfer(kind, func, args, kwargs)
+
+    def _stamp(self, out: Any) -> None:
+        tensor = self._tensor
+        if isinstance(out, tensor):
+            node = getattr(out, "grad_fn", None)
+        elif isinstance(out, (tuple, list)) and out and isinstance(out[0], tensor):
+            node = out[0].grad_fn
+        else:
+            return
+        if node is not None:
+            checker = self.checker
+            self._stamp_node(node, checker.sites(), checker.current_module())
+
+    def _classify(self, func) -> int:
+        kind = _classify(func)
+        try:
+            self._kinds[func] = kind
+        except TypeError:  # an unhashable callable: classified at each call
+            pass
+        return kind
+
+    def _transfer(self, kind: int, func, args, kwargs):
+        checker = self.checker
+        devices = checker.devices
+        if kind == _COPY:
+            if len(args) < 2 or not isinstance(args[1], self._tensor):
+                return func(*args, **kwargs)
+            src_t, dst_holder = args[1], args[0]
+            src = devices.device_of(src_t)
+            dst = devices.device_of(dst_holder)
+        else:
+            src_t = args[0]
+            src = devices.device_of(src_t)
+            dst = _target(kind, args, kwargs, devices, self._tensor)
+        if dst is None or dst == src:
+            return func(*args, **kwargs)
+        nbytes = src_t.numel() * src_t.element_size()
+        site = checker.sites()
+        module = checker.current_module()
+        timing = devices.start_transfer(src, dst, nbytes)
+        out = func(*args, **kwargs)
+        if timing is not None:
+            timing.stop()
+        # Inside a backward pass (activation checkpointing recomputes forward there), a
+        # transfer is the recomputation's, not a repeat of the user's.
+        phase = "forward" if _graph_task_id() == -1 else "recompute"
+        # A copy PyTorch's own code makes (GradScaler moving found_inf between devices) is
+        # counted, but no round trip or repeat is pinned on the user's line that called it.
+        checker.on_transfer(
+            src_t,
+            out,
+            src,
+            dst,
+            site=site,
+            module_path=module,
+            phase=phase,
+            timing=timing,
+            nbytes=nbytes,
+            by_library=phase == "forward" and called_by_torch(),
+        )
+        if self.time_backward and isinstance(out, self._tensor) and out.grad_fn is not None:
+            _time_backward(checker, out.grad_fn, dst, src, nbytes, site, module)
+        return out
+
+
+def _target(kind: int, args, kwargs, devices, tensor_type) -> str | None:
+    if kind == _CPU:
+        return "cpu"
+    if kind == _CUDA:
+        dev = args[1] if len(args) > 1 else kwargs.get("device")
+        return devices.normalize("cuda" if dev is None else dev)
+    # Tensor.to(device=None, dtype=None, ...) / .to(other) / .to(dtype)
+    for a in args[1:]:
+        if isinstance(a, tensor_type):
+            return devices.device_of(a)
+        if isinstance(a, (str, int, torch.device)) and not isinstance(a, bool):
+            return devices.normalize(a)
+    dev = kwargs.get("device")
+    if dev is not None:
+        return devices.normalize(dev)
+    other = kwargs.get("other")
+    if isinstance(other, tensor_type):
+        return devices.device_of(other)
+    return None
+
+
+def _time_backward(checker: Checker, node, src: str, dst: str, nbytes: int, site, module) -> None:
+    """The backward of a forward copy src->dst copies the gradient dst->src: time it on the
+    node that does it. The hooks hold only strings and numbers, never a tensor."""
+    state: list = []
+
+    def pre(grad_outputs):
+        if grad_outputs and grad_outputs[0] is not None:
+            state.append(checker.devices.start_transfer(src, dst, nbytes))
+        return None
+
+    def post(grad_inputs, grad_outputs):
+        if not state:
+            return None
+        timing = state.pop()
+        if timing is not None:
+            timing.stop()
+        checker.on_transfer(
+            None,
+            None,
+            src,
+            dst,
+            site=site,
+            module_path=module,
+            phase="backward",
+            timing=timing,
+            nbytes=nbytes,
+            contiguous=True,
+        )
+        return None
+
+    try:
+        node.register_prehook(pre)
+        node.register_hook(post)
+    except Exception:  # a node type without hooks: the backward copy goes untimed
+        pass

@@ -1,0 +1,262 @@
+"""One debug-mode session: installs the mode, the hooks and the patches, and removes them all.
+
+Install order: module patches, then the function mode (then the strict
+dispatch mode). Removal runs in reverse, always (exceptions included), and a
+failure in one undo does not stop the others.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import threading
+import weakref
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+
+from mpcheck.runtime.capture import hooks
+from mpcheck.runtime.capture.mode import CheckingMode
+from mpcheck.runtime.checks.checker import Checker, Devices
+from mpcheck.runtime.checks.ledger import Ledger
+
+_active_lock = threading.Lock()
+_active: Session | None = None
+
+
+class Session:
+    def __init__(
+        self,
+        model: Any = None,
+        *,
+        on_mismatch: str = "raise",
+        strict: bool = False,
+        select: Iterable[str] | None = None,
+        devices: Devices,
+        keep_trace: bool = False,
+        model_name: str = "model",
+    ) -> None:
+        """devices: where a tensor's device comes from (the real GPUs' CudaDevices, the virtual GPUs);
+        the face decides, the session does not know either."""
+        self.devices = devices
+        self.namer = hooks.ModuleNamer()
+        self.checker = Checker(
+            devices, on_mismatch=on_mismatch, select=select, ledger=Ledger(keep_events=keep_trace), namer=self.namer
+        )
+        self.strict = strict
+        self.model = model
+        self.model_name = model_name
+        self.notes: list[str] = []  # things the report must say (e.g. torch.compile turned off)
+        self._undos: list = []
+        self._modes: list = []
+        self._optimizers: weakref.WeakSet = weakref.WeakSet()
+        self._memory_steps = 0
+        self.active = False
+
+    # -- lifetime ----------------------------------------------------------------------
+    def start(self) -> Session:
+        global _active
+        with _active_lock:
+            if _active is not None:
+                raise RuntimeError("mpcheck: a debug session is already active in this process")
+            _active = self
+        try:
+            if self.model is not None:
+                self.namer.add_root(self.model, self.model_name)
+            mode = CheckingMode(self.checker, stamp_nodes=self.strict)
+            # torch.nn leaves run outside the mode only where nothing is lost: not in strict mode
+            # (the mode stamps each autograd node for backward findings) and not on virtual
+            # devices (the dry run's checks of what its own mode answers stay as they are).
+            leaf_mode = mode if not self.strict and self.checker.plain_devices else None
+            self._undos = hooks.install(
+                self.checker,
+                self.namer,
+                on_step=self._on_optimizer_step,
+                on_compiled=self._on_compiled,
+                leaf_mode=leaf_mode,
+            )
+            self._undos.append(self._patch_compile())
+            if "torch._dynamo" in sys.modules:
+                self._undos.append(hooks.disable_compile())
+            mode.__enter__()
+            self._modes.append(mode)
+            self._undos.append(self._step_outside_mode(mode))
+            self._undos.extend(self._zero_grad_outside_mode(mode))
+            if self.strict:
+                from mpcheck.runtime.capture.strict import StrictMode
+
+                smode = StrictMode(self.checker)
+                smode.__enter__()
+                self._modes.append(smode)
+            self.active = True
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        """Remove everything, in reverse order, even if one removal fails; then read the timings."""
+        global _active
+        errors = []
+        self._restore_mode()
+        while self._modes:
+            mode = self._modes.pop()
+            try:
+                mode.__exit__(None, None, None)
+            except Exception as e:  # pragma: no cover - a mode stack popped by someone else
+                errors.append(e)
+        while self._undos:
+            undo = self._undos.pop()
+            try:
+                undo()
+            except Exception as e:  # pragma: no cover
+                errors.append(e)
+        with _active_lock:
+            if _active is self:
+                _active = None
+        if self.active:
+            self.active = False
+            self._snapshot_memory()
+            self.checker.finish()
+        if errors:
+            raise RuntimeError(f"mpcheck: could not remove every patch: {errors}")
+
+    # -- steps and memory ------------------------------------------------------------------
+    def step(self) -> None:
+        """End a training step explicitly (a step also ends at optimizer.step())."""
+        self.checker.step_end()
+        # Parameters, gradients and optimizer states settle after the first steps; reading
+        # them every step would cost O(parameters) per step, so only the first two are read.
+        if self._memory_steps < 2:
+            self._memory_steps += 1
+            self._snapshot_memory()
+
+    def _on_optimizer_step(self, optimizer: Any) -> None:
+        self._restore_mode()
+        self._optimizers.add(optimizer)
+        self.step()
+
+    def _step_outside_mode(self, mode: CheckingMode):
+        """optimizer.step() runs outside the function mode: its per-parameter bookkeeping
+        (hundreds of `.grad` / state reads) would cost more than the whole forward's checks,
+        and it is library code. Strict mode still checks its aten ops."""
+        from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+        stack_len = torch._C._len_torch_function_stack
+        self._popped = None
+
+        def pre(opt, args, kwargs):
+            if hooks.in_outer_step():
+                return  # the outer step has already stepped out of the mode
+            self._restore_mode()
+            n = stack_len()
+            if n and torch._C._get_function_stack_at(n - 1) is mode:
+                self._popped = torch._C._pop_torch_function_stack()
+
+        handle = register_optimizer_step_pre_hook(pre)
+        return handle.remove
+
+    def _zero_grad_outside_mode(self, mode: CheckingMode) -> list:
+        """Optimizer.zero_grad() / Module.zero_grad() only read and clear `.grad`, two calls per
+        parameter through the mode (in a small model's step, 70% of all the calls it sees) and
+        nothing to check: they run without it."""
+        stack_len = torch._C._len_torch_function_stack
+        top = torch._C._get_function_stack_at
+        pop = torch._C._pop_torch_function_stack
+        push = torch._C._push_on_torch_function_stack
+
+        def outside(orig):
+            @functools.wraps(orig)
+            def zero_grad(self_, *args, **kwargs):
+                n = stack_len()
+                if not (n and top(n - 1) is mode):
+                    return orig(self_, *args, **kwargs)
+                popped = pop()
+                try:
+                    return orig(self_, *args, **kwargs)
+                finally:
+                    push(popped)
+
+            return zero_grad
+
+        return [
+            hooks.patch(owner, "zero_grad", outside(owner.zero_grad))
+            for owner in (torch.optim.Optimizer, torch.nn.Module)
+        ]
+
+    def _restore_mode(self) -> None:
+        popped, self._popped = getattr(self, "_popped", None), None
+        if popped is not None:
+            torch._C._push_on_torch_function_stack(popped)
+
+    def _on_compiled(self) -> None:
+        msg = hooks.compiled_frames_message()
+        if msg not in self.notes:
+            self.notes.append(msg)
+            self._undos.append(hooks.disable_compile())
+            print(msg, file=sys.stderr)
+
+    def _patch_compile(self):
+        orig = torch.compile
+        session = self
+
+        def compile_(*args, **kwargs):
+            session._on_compiled()
+            return orig(*args, **kwargs)
+
+        torch.compile = compile_
+
+        def undo() -> None:
+            torch.compile = orig
+
+        return undo
+
+    def _roots(self) -> list[Any]:
+        roots = [] if self.model is None else [self.model]
+        roots.extend(self.namer.roots())
+        seen, out = set(), []
+        for r in roots:
+            if id(r) not in seen:
+                seen.add(id(r))
+                out.append(r)
+        return out
+
+    def _snapshot_memory(self) -> None:
+        dev_of = self.devices.device_of
+        mem: dict[str, dict[str, int]] = {}
+
+        def add(dev: str, kind: str, n: int) -> None:
+            mem.setdefault(dev, {"params": 0, "grads": 0, "optimizer_state": 0})[kind] += n
+
+        seen: set[int] = set()
+        with self.checker.suspend():
+            for root in self._roots():
+                for p in root.parameters():
+                    if id(p) in seen:
+                        continue
+                    seen.add(id(p))
+                    add(dev_of(p), "params", p.numel() * p.element_size())
+                    if p.grad is not None:
+                        add(dev_of(p.grad), "grads", p.grad.numel() * p.grad.element_size())
+            for opt in list(self._optimizers):
+                for state in opt.state.values():
+                    for v in state.values():
+                        if isinstance(v, torch.Tensor):
+                            add(dev_of(v), "optimizer_state", v.numel() * v.element_size())
+            peak = getattr(self.devices, "peak_allocated", None)
+            if peak is not None:
+                for dev in list(mem):
+                    value = peak(dev)
+                    if value is not None:
+                        mem[dev]["peak_allocated"] = value
+        if mem:
+            old = self.checker.ledger.memory
+            for dev, d in mem.items():
+                merged = old.setdefault(dev, {})
+                for k, v in d.items():
+                    merged[k] = max(merged.get(k, 0), v)
+
+
+def active() -> Session | None:
+    return _active

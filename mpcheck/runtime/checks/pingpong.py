@@ -1,0 +1,146 @@
+"""Per-layer ping-pong (MP006): within one forward pass, follow the chain of device-to-device
+transfers and find the chains whose devices alternate (cuda:0 -> cuda:1 -> cuda:0 -> cuda:1),
+crossing more often than once per stage boundary.
+
+Only transfers are seen (nothing here runs on other ops). A transfer src -> dst continues the
+open chain that last arrived on `src`, unless its data is that arrival unchanged (no work on
+`src`: a round trip, MP005's business). A forward pass is the outermost module call (the hooks
+count them per thread), or, for transfers made outside any module (a loop over layers in the
+training script), the step. A chain is judged when its forward pass is over: at the first
+transfer of a later one, at a step's end or at the session's end.
+
+Holds no tensor: the last arrival of a chain is a weak _StorageRef.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+_NOT_GPU = frozenset({"cpu", "meta"})
+_MAX_CHAINS = 16  # open chains per forward pass (independent tensors moved side by side)
+_MAX_DEVS = 64  # devices remembered per chain; crossings are counted beyond
+
+
+class Chain:
+    __slots__ = ("devs", "end", "crossings", "back_site", "first_site", "modules", "last")
+
+    def __init__(self, src: str, site: Any) -> None:
+        self.devs = [src]
+        self.end = src  # where the data is now
+        self.crossings = 0
+        self.first_site = site
+        self.back_site = None  # the first transfer back to a device the chain already left
+        self.modules: list[str] = []
+        self.last = None  # _StorageRef of the latest arrival
+
+    def add(self, dst: str, site: Any, module: str | None, last: Any) -> None:
+        if self.back_site is None and dst in self.devs:
+            self.back_site = site
+        self.crossings += 1
+        self.end = dst
+        if len(self.devs) < _MAX_DEVS:
+            self.devs.append(dst)
+        if module and module not in self.modules and len(self.modules) < 8:
+            self.modules.append(module)
+        self.last = last
+
+    @property
+    def distinct(self) -> list[str]:
+        return list(dict.fromkeys(self.devs))
+
+    def is_ping_pong(self) -> bool:
+        # A -> B -> A is two stages with a way back (e.g. to the labels); A -> B -> A -> B is
+        # ping-pong: more crossings than the devices visited need (the linter's MP006 rule too).
+        return self.back_site is not None and self.crossings >= 3 and self.crossings > len(self.distinct)
+
+
+class PingPong:
+    """The open chains of the current forward pass, one table for transfers made inside a
+    module call and one for those made outside any (their pass is the step)."""
+
+    def __init__(self) -> None:
+        self._scopes: dict[str, tuple[Any, list[Chain]]] = {}
+
+    def on_transfer(
+        self, src_tensor: Any, src: str, dst: str, scope: str, key: Any, site: Any, module: str | None, arrival: Any
+    ) -> list[Chain]:
+        """Follow one forward transfer; returns the ping-pong chains of a pass that just ended."""
+        if src in _NOT_GPU or dst in _NOT_GPU:
+            return []
+        done: list[Chain] = []
+        entry = self._scopes.get(scope)
+        if entry is None or entry[0] != key:
+            if entry is not None:
+                done = [c for c in entry[1] if c.is_ping_pong()]
+            entry = (key, [])
+            self._scopes[scope] = entry
+        chains = entry[1]
+        chain = None
+        for i in range(len(chains) - 1, -1, -1):
+            c = chains[i]
+            if c.end == src:
+                if c.last is not None and c.last.same_data(src_tensor):
+                    break  # no work on `src` since it arrived: a round trip, not a layer
+                chain = chains.pop(i)
+                break
+        if chain is None:
+            chain = Chain(src, site)
+            if len(chains) >= _MAX_CHAINS:
+                done.extend(c for c in chains[:1] if c.is_ping_pong())
+                del chains[:1]
+        chain.add(dst, site, module, arrival)
+        chains.append(chain)  # most recently extended last
+        return done
+
+    def close(self) -> list[Chain]:
+        """The pass is over (step end, session end): its ping-pong chains."""
+        done = [c for _, chains in self._scopes.values() for c in chains if c.is_ping_pong()]
+        self._scopes.clear()
+        return done
+
+
+def describe(chain: Chain, find_layers: Callable[[Chain], tuple[str, list[tuple[str, str]]] | None]):
+    """(message, modules, suggestion) for a ping-pong chain. find_layers gives the
+    alternating layers by name when the module tree is known: (container path, [(child, device)])."""
+    distinct = chain.distinct
+    shown = " -> ".join(chain.devs[:8]) + (" -> ..." if chain.crossings + 1 > 8 else "")
+    layers = find_layers(chain)
+    if layers is not None:
+        container, children = layers
+        names = [n for n, _ in children]
+        devs = list(dict.fromkeys(d for _, d in children))
+        what = f"the layers of {container} alternate between {', '.join(devs)}"
+        grouping = _grouping(container, names, devs)
+        modules = (container,)
+    else:
+        n = chain.crossings + 1
+        what = f"the {n} stretches of work between these transfers alternate between {', '.join(distinct)}"
+        grouping = _grouping("stretches", [str(i) for i in range(1, n + 1)], distinct)
+        modules = tuple(chain.modules)
+    message = (
+        f"transfer per layer: the activation crosses devices {chain.crossings} times per forward "
+        f"({shown}) where {len(distinct) - 1} crossing(s) would do: {what}"
+    )
+    suggestion = (
+        f"place consecutive layers on one device, one block per device ({grouping}), so that "
+        f"each stage boundary is crossed once"
+    )
+    return message, modules, suggestion
+
+
+def _grouping(label: str, names: list[str], devs: list[str]) -> str:
+    """'net.layers 0-7 on cuda:0, 8-15 on cuda:1' (or 'net: enc1, adapt1 on cuda:0; enc2, adapt2 on
+    cuda:1'): contiguous blocks of (nearly) equal size, the devices in the order the data visits them."""
+    n, k = len(names), len(devs)
+    parts = []
+    start = 0
+    numbered = all(b.isdigit() for b in names)
+    for i, d in enumerate(devs):
+        size = n // k + (1 if i < n % k else 0)
+        block = names[start : start + size]
+        start += size
+        if block:
+            span = (block[0] if len(block) == 1 else f"{block[0]}-{block[-1]}") if numbered else ", ".join(block)
+            parts.append(f"{span} on {d}")
+    return f"{label} " + ", ".join(parts) if numbered else f"{label}: " + "; ".join(parts)

@@ -1,0 +1,150 @@
+"""What the run-time checks know about torch's API: one table, name -> kind.
+
+Shared by both faces (the checks see real and virtual devices alike). Teaching the
+checks a torch function is one entry here (plus its test); lookups are by name, so
+the order of the entries does not matter. No torch import: names only.
+
+Two levels of names, two dicts of the one table:
+- PYTHON_CALLS: Python-level calls the checking function mode (capture/mode.py) and the
+  checker (checks/checker.py) see, keyed by the function's `__name__`. An entry counts
+  only for a `torch.Tensor` attribute (as `torch.overrides.resolve_name` names it), except
+  CPU_INDEX, which the checker applies to any function of that name;
+- ATEN_OPS: aten ops the strict dispatch mode (capture/strict.py) sees, keyed by their
+  overload packet's name (`aten.index_put_.default` -> "index_put_").
+"""
+
+from __future__ import annotations
+
+# The kinds. Plain ints: the function mode compares one per call.
+CHECK = 0  # the devices of its tensor arguments are checked (anything not in the table)
+PASS = 1  # metadata, or one tensor's own view: nothing to check, passed straight through
+TO = 2  # Tensor.to: a transfer to the device (or tensor) it names
+CUDA = 3  # Tensor.cuda: a transfer to a CUDA device
+CPU = 4  # Tensor.cpu: a transfer to the CPU
+COPY = 5  # Tensor.copy_: a transfer from its source tensor into the destination's device
+SET_DATA = 6  # `param.data = t` (torch.Tensor.data.__set__): module placements may change
+CPU_INDEX = 7  # checked, but CPU indices and values may sit next to tensors on another device
+SKIP = 8  # strict mode: not checked (copies cross devices by design)
+
+TRANSFERS = frozenset({TO, CUDA, CPU, COPY})
+
+PYTHON_CALLS: dict[str, int] = {
+    # metadata of one tensor
+    "dim": PASS,
+    "ndimension": PASS,
+    "size": PASS,
+    "numel": PASS,
+    "nelement": PASS,
+    "element_size": PASS,
+    "is_contiguous": PASS,
+    "stride": PASS,
+    "storage_offset": PASS,
+    "untyped_storage": PASS,
+    "storage": PASS,
+    "data_ptr": PASS,
+    "get_device": PASS,
+    "is_floating_point": PASS,
+    "is_complex": PASS,
+    "is_pinned": PASS,
+    "is_shared": PASS,
+    "_is_view": PASS,
+    "type": PASS,
+    "__get__": PASS,  # every Tensor property getter: .device, .shape, .grad, ...
+    # its value, printed or converted
+    "__len__": PASS,
+    "__repr__": PASS,
+    "__str__": PASS,
+    "__format__": PASS,
+    "__hash__": PASS,
+    "tolist": PASS,
+    "item": PASS,
+    "__bool__": PASS,
+    "__int__": PASS,
+    "__float__": PASS,
+    "__index__": PASS,
+    "__iter__": PASS,
+    "__contains__": PASS,
+    "numpy": PASS,
+    "__array__": PASS,
+    "__dlpack__": PASS,
+    "__dlpack_device__": PASS,
+    # autograd bookkeeping, pickling, subclassing
+    "register_hook": PASS,
+    "requires_grad_": PASS,
+    "retain_grad": PASS,
+    "backward": PASS,
+    "__reduce_ex__": PASS,
+    "__deepcopy__": PASS,
+    "__setstate__": PASS,
+    "_make_subclass": PASS,
+    "as_subclass": PASS,
+    # a view or copy of one tensor on its own device
+    "detach": PASS,
+    "detach_": PASS,
+    "clone": PASS,
+    "contiguous": PASS,
+    "view": PASS,
+    "reshape": PASS,
+    "flatten": PASS,
+    # memory placement without a device change
+    "share_memory_": PASS,
+    "pin_memory": PASS,
+    "record_stream": PASS,
+    # transfers
+    "to": TO,
+    "cuda": CUDA,
+    "cpu": CPU,
+    "copy_": COPY,
+    # setters: only torch.Tensor.data's moves data; any other (`p.grad = None`) passes
+    "__set__": SET_DATA,
+    # indexing: x_cuda[cpu_index], x_cuda[0:2] = cpu_tensor
+    "__getitem__": CPU_INDEX,
+    "__setitem__": CPU_INDEX,
+    "index_put_": CPU_INDEX,
+    "index_put": CPU_INDEX,
+    "_index_put_impl_": CPU_INDEX,
+}
+
+ATEN_OPS: dict[str, int] = {
+    # copies cross devices by design
+    "_to_copy": SKIP,
+    "copy_": SKIP,
+    "_copy_from": SKIP,
+    "_copy_from_and_resize": SKIP,
+    "to": SKIP,
+    "lift_fresh": SKIP,
+    "detach": SKIP,
+    "alias": SKIP,
+    "_local_scalar_dense": SKIP,
+    "set_": SKIP,
+    "record_stream": SKIP,
+    # index ops take CPU indices next to GPU tensors
+    "index": CPU_INDEX,
+    "index_put_": CPU_INDEX,
+    "index_put": CPU_INDEX,
+    "_index_put_impl_": CPU_INDEX,
+    "index_select": CPU_INDEX,
+}
+
+# The names the checker lets mix CPU tensors with other devices, whatever their namespace.
+CPU_INDEX_NAMES = frozenset(name for name, kind in PYTHON_CALLS.items() if kind == CPU_INDEX)
+# What the strict mode names an aten CPU_INDEX op for the checker: a name in CPU_INDEX_NAMES.
+ATEN_CPU_INDEX_AS = "__getitem__"
+
+
+def python_call_kind(name: str, full: str | None) -> int:
+    """The kind of a Python-level call: `name` its `__name__`, `full` what
+    `torch.overrides.resolve_name` gives ("torch.Tensor.to"), None when it gives nothing."""
+    kind = PYTHON_CALLS.get(name, CHECK)
+    if kind == SET_DATA:
+        return SET_DATA if full == "torch.Tensor.data.__set__" else PASS
+    if kind in TRANSFERS:
+        return kind if full == f"torch.Tensor.{name}" else CHECK
+    if kind == PASS:
+        return PASS if full is None or full.startswith("torch.Tensor.") else CHECK
+    return CHECK  # CPU_INDEX included: checked, the checker allows the CPU indices
+
+
+def aten_op_kind(packet_name: str) -> int:
+    """The kind of an aten op by its overload packet's name: SKIP, CPU_INDEX or CHECK."""
+    return ATEN_OPS.get(packet_name, CHECK)

@@ -1,0 +1,99 @@
+"""`mpcheck dryrun --gpus N [options] script.py [args] | -m module [args] | -c code`.
+
+Runs the program like python would, with N virtual GPUs (no GPU needed),
+under the debug mode's checks with on_mismatch=move, then prints the report
+(stderr, or --output FILE). Exit status: 1 if an error-level finding was
+reported, else the program's own (a dry-run limit or a crash: 1, as python);
+2 for a bad command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import sys
+
+from mpcheck.runtime.commands.launch import run_program
+from mpcheck.runtime.commands.options import add_report_options, needs_torch, parse, selected_codes, write_report
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="mpcheck dryrun",
+        description="Run a model-parallel PyTorch program on virtual GPUs (no GPU needed): report device "
+        "mismatches and wasted transfers with your source lines, each device's estimated memory against its "
+        "capacity, and the transfers' estimated time on the chosen link.",
+    )
+    ap.add_argument("--gpus", type=int, default=2, metavar="N", help="number of virtual GPUs, cuda:0..N-1 (default 2)")
+    ap.add_argument(
+        "--backing",
+        choices=("cpu", "meta"),
+        default="cpu",
+        help="cpu: real values (small models); meta: shapes only, any size, no values "
+        "(code that needs one, like .item(), stops with a message) (default cpu)",
+    )
+    ap.add_argument(
+        "--device-memory",
+        default="80GiB",
+        metavar="SIZE",
+        help="memory of each virtual GPU for the fit check, e.g. 80GiB, 141GB (default 80GiB)",
+    )
+    ap.add_argument(
+        "--link",
+        default="nvlink",
+        metavar="LINK",
+        help="nvlink (400 GB/s, measured on H200), pcie5 (50 GB/s), pcie4 (25 GB/s) or a bandwidth "
+        "in GB/s (default nvlink)",
+    )
+    add_report_options(
+        ap,
+        on_mismatch="move",
+        on_mismatch_help="move: move the tensor and go on, listing every mismatch (default); "
+        "raise: stop at the first; warn: report and let PyTorch act",
+    )
+    return ap
+
+
+def main(argv: list[str]) -> int:
+    parser = build_parser()
+    parsed = parse(parser, argv)
+    if isinstance(parsed, int):
+        return parsed
+    opts, program = parsed
+    if opts.gpus < 1:
+        print(f"mpcheck dryrun: --gpus must be at least 1, got {opts.gpus}", file=sys.stderr)
+        return 2
+    try:
+        from mpcheck.runtime.virtual.devices import DryRunLimitError
+        from mpcheck.runtime.virtual.dryrun import dryrun
+    except ImportError as e:
+        return needs_torch(parser.prog, e)
+    try:
+        dr = dryrun(
+            opts.gpus,
+            backing=opts.backing,
+            device_memory=opts.device_memory,
+            link=opts.link,
+            on_mismatch=opts.on_mismatch,
+            select=selected_codes(opts),
+            report=None,
+            trace=opts.trace,
+        )
+    except ValueError as e:
+        print(f"mpcheck dryrun: {e}", file=sys.stderr)
+        return 2
+    stopped: list[BaseException] = []
+
+    def on_limit(e: BaseException) -> None:
+        stopped.append(e)
+
+    with dr:
+        status = run_program(program, brief=(DryRunLimitError,), on_brief=on_limit)
+    if stopped:
+        dr.stopped = str(stopped[0])
+    # The trace was written on leaving `dr` (trace=opts.trace); the report follows here.
+    if not write_report(parser.prog, opts, functools.partial(dr.write, output_format=opts.output_format)):
+        return 2
+    if any(f.severity == "error" for f in dr.findings):
+        return 1
+    return status

@@ -1,0 +1,61 @@
+"""What `mpcheck run` and `mpcheck dryrun` share on the command line: the report options,
+the parse of their own options and the program, and writing the report."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+
+from mpcheck.runtime.commands.launch import LaunchError, Program, parse_program, split_argv
+
+
+def add_report_options(ap: argparse.ArgumentParser, *, on_mismatch: str, on_mismatch_help: str) -> None:
+    """--on-mismatch (default `on_mismatch`), --output-format, --output/-o, --trace, --select,
+    --color, then the program: add the face's own options before calling this."""
+    ap.add_argument("--on-mismatch", choices=("raise", "warn", "move"), default=on_mismatch, help=on_mismatch_help)
+    ap.add_argument("--output-format", choices=("text", "json"), default="text")
+    ap.add_argument("--output", "-o", metavar="FILE", help="write the report to FILE instead of stderr")
+    ap.add_argument("--trace", metavar="FILE", help="write a Chrome trace (open in Perfetto) of transfers and steps")
+    ap.add_argument("--select", metavar="CODES", help="only these rule codes, comma-separated (e.g. MP001,MP011)")
+    ap.add_argument("--color", choices=("auto", "always", "never"), default="auto")
+    ap.add_argument("program", nargs=argparse.REMAINDER, help="script.py [args] | -m module [args] | -c code [args]")
+
+
+def parse(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[argparse.Namespace, Program] | int:
+    """Our options and the program to run, or the exit status (2, with the message printed)."""
+    ours, program_argv = split_argv(parser, list(argv))
+    try:
+        opts = parser.parse_args(ours)
+    except SystemExit as e:
+        return int(e.code or 0)
+    try:
+        program = parse_program(program_argv)
+    except LaunchError as e:
+        print(f"{parser.prog}: {e}", file=sys.stderr)
+        return 2
+    return opts, program
+
+
+def selected_codes(opts: argparse.Namespace) -> list[str] | None:
+    return [c.strip().upper() for c in opts.select.split(",") if c.strip()] if opts.select else None
+
+
+def needs_torch(prog: str, e: ImportError) -> int:
+    print(f"{prog}: needs PyTorch ({e}); install it, e.g. pip install 'mpcheck[runtime]'", file=sys.stderr)
+    return 2
+
+
+def write_report(prog: str, opts: argparse.Namespace, write: Callable[..., None]) -> bool:
+    """`write(stream=, color_mode=)` to --output FILE (no colour) or to stderr (--color);
+    False, with the reason printed, when the file cannot be written."""
+    try:
+        if opts.output:
+            with open(opts.output, "w", encoding="utf-8") as fh:
+                write(stream=fh, color_mode="never")
+        else:
+            write(stream=sys.stderr, color_mode=opts.color)
+    except OSError as e:
+        print(f"{prog}: cannot write the report: {e}", file=sys.stderr)
+        return False
+    return True

@@ -1,0 +1,68 @@
+"""`mpcheck run [options] script.py [args] | -m module [args] | -c code`.
+
+Runs the program under the debug mode like python would, then prints the
+report (to stderr, so the program's own stdout stays clean; `--output FILE`
+writes it to a file). Exit status: the program's own; 1 if an error-level
+finding was reported while the program itself succeeded; 2 for a bad command
+line (a missing script is named).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+
+from mpcheck.runtime.commands.launch import run_program
+from mpcheck.runtime.commands.options import add_report_options, needs_torch, parse, selected_codes, write_report
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="mpcheck run",
+        description="Run a PyTorch program under mpcheck's runtime debug mode, then report device "
+        "mismatches, wasted transfers and what the transfers cost.",
+    )
+    ap.add_argument(
+        "--strict",
+        action="store_true",
+        help="also check every aten op, forward and backward (slower: ~2x on small models)",
+    )
+    add_report_options(
+        ap,
+        on_mismatch="raise",
+        on_mismatch_help="raise: stop at the first mismatch with mpcheck's error (default); warn: "
+        "report it and let PyTorch act; move: move the tensor and go on, listing every mismatch",
+    )
+    return ap
+
+
+def main(argv: list[str]) -> int:
+    parser = build_parser()
+    parsed = parse(parser, argv)
+    if isinstance(parsed, int):
+        return parsed
+    opts, program = parsed
+    try:
+        from mpcheck.runtime.capture.session import Session
+        from mpcheck.runtime.checks.report import write_outputs
+        from mpcheck.runtime.real.devices import CudaDevices
+    except ImportError as e:
+        return needs_torch(parser.prog, e)
+    session = Session(
+        on_mismatch=opts.on_mismatch,
+        strict=opts.strict,
+        select=selected_codes(opts),
+        devices=CudaDevices(),
+        keep_trace=bool(opts.trace),
+    )
+    session.start()
+    try:
+        status = run_program(program)
+    finally:
+        session.stop()
+    write = functools.partial(write_outputs, session, output_format=opts.output_format, trace=opts.trace)
+    if not write_report(parser.prog, opts, write):
+        return 2
+    if status == 0 and any(f.severity == "error" for f in session.checker.findings):
+        return 1
+    return status

@@ -1,0 +1,216 @@
+"""`mpcheck.dryrun`: run model-parallel code on N virtual GPUs, on a machine with none.
+
+    with mpcheck.dryrun(gpus=4, backing="meta", device_memory="80GiB", link="nvlink") as dr:
+        train_one_step()
+    dr.findings, dr.memory, dr.ledger
+
+The virtual GPUs (devices.py) are entered first; the debug mode's session, with
+the same checks and rule codes, runs on top of them with `devices=` the virtual
+GPUs, so the checks see virtual devices. Default `on_mismatch="move"`: one run
+lists every mismatch, each at the user's line.
+
+What is emulated, and how:
+- torch.cuda: is_available, device_count, current_device, set_device, device(...),
+  synchronize, memory_allocated / max_memory_allocated / mem_get_info / memory_stats
+  (from the live tensors on each virtual GPU), get_device_properties (total_memory =
+  --device-memory), streams and events (always complete), seeds and RNG state (the CPU's);
+  torch.accelerator likewise.
+- autocast("cuda"): on a CPU build its flag is set but CPU and meta tensors never reach the
+  CUDA autocast kernels, so the dry run casts inputs itself, at the Python call, following
+  CUDA autocast's lists: matmul-like ops (linear, matmul, bmm, conv, SDPA, ...) in the
+  autocast dtype, reductions/normalisations/losses (softmax, layer_norm, cross_entropy, ...)
+  in float32. Ops autocast promotes (cat, ...) see the dtypes they are given.
+- DataParallel runs its module once on device_ids[0] (no replicas); DDP runs on a one-process
+  gloo group with --backing cpu.
+- With --backing meta, attention (F.scaled_dot_product_attention) uses the flash kernel's meta
+  function, so its activation estimate is a GPU's (log-sum-exp), not the math path's T x T matrix.
+
+Limits (each stops the program with a message naming the line, never a hang or an abort):
+- custom CUDA kernels and extensions (a kernel that refuses CPU/meta tensors), CUDA graphs,
+  any torch.cuda function not listed above;
+- NCCL (use backend="gloo"); DataParallel's collectives called by hand (scatter/gather/...);
+  DDP with --backing meta;
+- with --backing meta, Python that needs a value: .item(), .tolist(), bool(t), int(t),
+  .numpy(), f-string formatting, data-dependent shapes (nonzero, masked_select, ...):
+  use --backing cpu;
+- event timing (Event.elapsed_time returns 0.0 and is listed under "limit" in the report):
+  streams do not overlap, nothing is timed;
+- not seen: Python code autograd runs in backward other than custom Function backward and
+  checkpoint recomputation (e.g. tensor hooks); torch.Generator(device="cuda").
+- torch.load(map_location="cuda:k" | torch.device | int) loads on the CPU and moves the
+  tensors to the virtual device; other map_locations are PyTorch's.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable
+from typing import Any, TextIO
+
+from mpcheck.runtime.checks.face import Face
+from mpcheck.runtime.virtual.links import format_bytes, parse_bytes
+
+
+class dryrun(Face):
+    """Virtual GPUs plus the runtime checks, and a report with memory and transfer estimates.
+
+    gpus: how many virtual CUDA devices (cuda:0..gpus-1).
+    backing: "cpu" (real values; small models; losses bit-identical to a CPU run) or
+        "meta" (shapes only; any size; Python code that needs a value stops with a clear message).
+    device_memory: each virtual GPU's memory ("80GiB", "141GB", or bytes), for the fit check.
+    link: "nvlink", "pcie4", "pcie5" or a bandwidth in GB/s: the transfer time model (links.py).
+    on_mismatch: "move" (default: record and go on), "warn", or "raise".
+    report: "stderr" to print the report on exit, None for none.
+    """
+
+    def __init__(
+        self,
+        gpus: int = 2,
+        *,
+        backing: str = "cpu",
+        device_memory: str | int = "80GiB",
+        link: str | float = "nvlink",
+        model: Any = None,
+        on_mismatch: str = "move",
+        select: Iterable[str] | None = None,
+        report: str | None = "stderr",
+        output_format: str = "text",
+        trace: str | None = None,
+    ) -> None:
+        from mpcheck.runtime.virtual.links import parse_link
+
+        super().__init__(
+            model, on_mismatch=on_mismatch, select=select, report=report, output_format=output_format, trace=trace
+        )
+        if output_format not in ("text", "json"):
+            raise ValueError(f"output_format must be 'text' or 'json', not {output_format!r}")
+        self.n = gpus
+        self.backing = backing
+        self.device_memory = parse_bytes(device_memory)
+        self.link = parse_link(link)
+        self.gpus = None
+        self.memory: dict[str, dict[str, Any]] = {}
+        self.stopped: str | None = None
+
+    # -- results ------------------------------------------------------------------------
+    @property
+    def limits(self) -> list[tuple[str, str]]:
+        return list(self.gpus.limits) if self.gpus else []
+
+    # -- context manager --------------------------------------------------------------------
+    def __enter__(self) -> dryrun:
+        from mpcheck.runtime.capture.session import Session
+        from mpcheck.runtime.virtual.devices import VirtualGPUs
+
+        self.gpus = VirtualGPUs(self.n, backing=self.backing, device_memory=self.device_memory, link=self.link)
+        self.gpus.__enter__()
+        try:
+            self._start_session(Session, devices=self.gpus)
+            from torch.overrides import _get_current_function_mode_stack
+
+            self.gpus.mode_stack = list(_get_current_function_mode_stack())
+        except BaseException:
+            self.gpus.__exit__(*sys.exc_info())
+            raise
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        from mpcheck.runtime.virtual.errors import DryRunLimitError
+
+        try:
+            self.session.stop()
+        finally:
+            self.gpus.__exit__(exc_type, exc, tb)
+        self.memory = self.gpus.memory.estimate()
+        self.session.checker.ledger.memory = {}  # the estimate replaces the debug mode's plain counts
+        if isinstance(exc, DryRunLimitError):
+            self.stopped = str(exc)
+        self._write_on_exit()
+        return False
+
+    # -- the report ---------------------------------------------------------------------------
+    def header(self) -> dict[str, Any]:
+        return {
+            "gpus": self.n,
+            "backing": self.backing,
+            "device_memory": self.device_memory,
+            "link": self.link.as_dict(),
+        }
+
+    def report_dict(self) -> dict[str, Any]:
+        from mpcheck.runtime.checks.report import report_dict
+
+        d = report_dict(self.session)
+        d["memory"] = self.memory
+        d["dryrun"] = self.header()
+        d["limits"] = [{"site": s, "message": m} for s, m in self.limits]
+        d["stopped"] = self.stopped
+        return d
+
+    def render_text(self, *, color: bool = False) -> str:
+        from mpcheck.report.colour import Palette
+        from mpcheck.runtime.checks.report import render_text
+
+        p = Palette(color)
+        body = render_text(self.session, color=color)
+        first, _, rest = body.partition("\n")
+        link = self.link
+        lines = [
+            p("bold", "mpcheck dry run")
+            + f": {self.n} virtual GPU{'s' if self.n > 1 else ''}, {self.backing} backing, "
+            f"{format_bytes(self.device_memory)} each, link {link.name} "
+            f"({link.gb_per_s:g} GB/s + {link.latency_us:g} us per copy; transfer times below are estimates)",
+            rest.rstrip("\n"),
+            "",
+            p("bold", "Memory per virtual GPU")
+            + " (estimate: params + grads + optimizer states + activations at the end of forward)",
+            f"  {'device':<8}{'params':>12}{'grads':>12}{'optimizer':>12}{'activations':>13}{'total':>12}"
+            f"{'capacity':>12}  fits",
+        ]
+        for dev, m in self.memory.items():
+            if m["total"] == 0 and m["peak_allocated"] == 0:
+                continue
+            if m["fits"]:
+                fits = p("green", "yes")
+            else:
+                fits = p("red", f"NO: {format_bytes(m['total'] - m['capacity'])} over")
+            lines.append(
+                f"  {dev:<8}{format_bytes(m['params']):>12}{format_bytes(m['grads']):>12}"
+                f"{format_bytes(m['optimizer_state']):>12}{format_bytes(m['activations']):>13}"
+                f"{format_bytes(m['total']):>12}{format_bytes(m['capacity']):>12}  {fits}"
+            )
+        if all(m["total"] == 0 and m["peak_allocated"] == 0 for m in self.memory.values()):
+            lines.append("  (nothing was placed on a virtual GPU)")
+        for site, text in self.limits:
+            lines.append(p("yellow", f"limit: {site}: {text}"))
+        if self.stopped:
+            lines.append(p("red", f"stopped: {self.stopped}"))
+        return "\n".join(lines) + "\n"
+
+    def write(
+        self,
+        *,
+        output_format: str = "text",
+        stream: TextIO | None = None,
+        trace: str | None = None,
+        color_mode: str = "auto",
+    ) -> None:
+        if stream is not None:
+            if output_format == "json":
+                stream.write(json.dumps(self.report_dict(), indent=2) + "\n")
+            else:
+                from mpcheck.report.colour import wanted
+
+                stream.write(self.render_text(color=wanted(color_mode, stream)))
+            stream.flush()
+        if trace is not None:
+            from mpcheck.runtime.checks.report import chrome_trace
+
+            data = chrome_trace(self.session)
+            data["otherData"] = {
+                "note": "dry run on virtual GPUs: ts = host time the copy was made; dur = the link model's "
+                f"estimate ({self.link.name}, {self.link.gb_per_s:g} GB/s + {self.link.latency_us:g} us)"
+            }
+            with open(trace, "w", encoding="utf-8") as fh:
+                json.dump(data, fh)

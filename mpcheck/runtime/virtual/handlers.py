@@ -1,0 +1,211 @@
+"""The virtual-device mode's handlers of particular torch functions (the table: torchapi.py).
+
+Each handler is called as handler(gpus, func, args, kwargs) in place of the generic path
+(ops.generic), which it may call itself.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from mpcheck.runtime.virtual.errors import MetaValueError, VirtualDeviceError, user_line
+from mpcheck.runtime.virtual.ops import PARAM, generic
+
+if TYPE_CHECKING:  # pragma: no cover
+    from mpcheck.runtime.virtual.devices import VirtualGPUs
+
+Handler = Callable[["VirtualGPUs", Any, tuple, dict], Any]
+
+
+def to(g: VirtualGPUs, func, args, kwargs):
+    t = args[0]
+    rest = args[1:]
+    other = None
+    if rest and isinstance(rest[0], torch.Tensor):
+        other = rest[0]
+    elif isinstance(kwargs.get("other"), torch.Tensor):
+        other = kwargs["other"]
+    if other is not None:
+        dst = g.device_of(other)
+        dtype = other.dtype
+        mf = kwargs.get("memory_format")
+    else:
+        device, dtype, _nb, mf = torch._C._nn._parse_to(*rest, **{k: v for k, v in kwargs.items() if k != "copy"})
+        dst = g.parse(device) if device is not None else None
+        if device is not None and dst is None:
+            dst = "meta" if device.type == "meta" else ("cpu" if device.type == "cpu" else None)
+            if dst is None:
+                return generic(g, func, args, kwargs)
+    src = g.device_of(t)
+    if dst == "meta":
+        with torch._C.DisableTorchFunction():
+            return func(*args, **kwargs)  # an explicit move to meta leaves the virtual devices
+    if dst is None or dst == src or (dst == "cpu" and g.backing == "cpu" and src == "cpu"):
+        # Stays where it is: only the dtype, layout or an explicit copy applies.
+        kw: dict[str, Any] = {}
+        if dtype is not None:
+            kw["dtype"] = dtype
+        if mf is not None:
+            kw["memory_format"] = mf
+        if kwargs.get("copy"):
+            kw["copy"] = True
+        if not kw:
+            return t
+        return generic(g, func, (t,), kw)
+    return _transfer_tensor(g, t, dst, dtype=dtype, memory_format=mf)
+
+
+def _transfer_tensor(g: VirtualGPUs, t, dst: str, **kw):
+    """g.transfer, and a moved parameter's copy counted as parameter memory on `dst`."""
+    out = g.transfer(t, dst, **kw)
+    if type(t) is PARAM:
+        g.memory.note_param(t)
+        g.memory.mark_param_storage(out)
+    return out
+
+
+def cuda(g: VirtualGPUs, func, args, kwargs):
+    t = args[0]
+    device = args[1] if len(args) > 1 else kwargs.get("device")
+    dst = (
+        f"cuda:{g.current}" if device is None else g.parse(device if not isinstance(device, int) else f"cuda:{device}")
+    )
+    if dst is None:
+        raise VirtualDeviceError(f"Invalid device, must be cuda device, got {device!r}")
+    if g.device_of(t) == dst:
+        return t
+    return _transfer_tensor(g, t, dst, memory_format=kwargs.get("memory_format"))
+
+
+def cpu(g: VirtualGPUs, func, args, kwargs):
+    t = args[0]
+    if g.label_of(t) in (None, "cpu"):
+        return generic(g, func, args, kwargs)
+    return g.transfer(t, "cpu", memory_format=kwargs.get("memory_format"))
+
+
+def device_get(g: VirtualGPUs, func, args, kwargs):
+    lab = g.label_of(args[0])
+    if lab is None:
+        return func(*args, **kwargs)
+    return torch.device(lab)
+
+
+def is_cuda_get(g, func, args, kwargs):
+    lab = g.label_of(args[0])
+    return func(*args) if lab is None else lab.startswith("cuda")
+
+
+def is_cpu_get(g, func, args, kwargs):
+    lab = g.label_of(args[0])
+    return func(*args) if lab is None else lab == "cpu"
+
+
+def is_meta_get(g, func, args, kwargs):
+    return func(*args) if g.label_of(args[0]) is None else False
+
+
+def get_device(g, func, args, kwargs):
+    lab = g.label_of(args[0])
+    if lab is None:
+        return func(*args, **kwargs)
+    return int(lab.split(":")[1]) if lab.startswith("cuda") else -1
+
+
+def grad_get(g, func, args, kwargs):
+    grad = func(*args, **kwargs)
+    if grad is not None:
+        lab = g.label_of(args[0])
+        if lab is not None and g.label_of(grad) is None:
+            g.label(grad, lab)
+    return grad
+
+
+def needs_value(what: str) -> Handler:
+    """The handler of a function that reads a tensor's value (`what` names it in the message)."""
+
+    def value(g: VirtualGPUs, func, args, kwargs):
+        t = args[0]
+        lab = g.label_of(t)
+        if lab is not None and g.backing == "meta" and t.is_meta:
+            if func is torch.Tensor.item and _called_from("grad_scaler.py"):
+                return 0.0  # GradScaler asks whether any gradient was inf/nan: on meta, assume none
+            raise MetaValueError(
+                f"{user_line()}: {what} needs the tensor's value, but with --backing meta tensors hold shapes only. "
+                f"Run with --backing cpu (real values, small models) to go past this line."
+            )
+        if lab is not None and lab.startswith("cuda") and func in (torch.Tensor.numpy, torch.Tensor.__array__):
+            raise VirtualDeviceError(
+                f"can't convert {lab} device type tensor to numpy. Use Tensor.cpu() to copy the tensor to host "
+                "memory first."
+            )
+        return func(*args, **kwargs)
+
+    return value
+
+
+def _called_from(filename: str) -> bool:
+    """Is the handler's caller (past torch's dispatch and mpcheck's modes) in `filename`?"""
+    f = sys._getframe(2)
+    for _ in range(8):
+        if f is None:
+            return False
+        fn = f.f_code.co_filename
+        if fn.endswith(filename):
+            return True
+        if not (fn.endswith("overrides.py") or "mpcheck" in fn):
+            return False
+        f = f.f_back
+    return False
+
+
+def tensor_repr(g: VirtualGPUs, func, args, kwargs):
+    t = args[0]
+    lab = g.label_of(t)
+    if lab is None:
+        return func(*args, **kwargs)
+    if t.is_meta:
+        return f"tensor(..., device='{lab}', size={tuple(t.shape)}, dtype={t.dtype})"
+    s = func(*args, **kwargs)
+    if lab.startswith("cuda") and s.endswith(")"):
+        s = s[:-1] + f", device='{lab}')"
+    return s
+
+
+def noop_self(g, func, args, kwargs):
+    return args[0] if func is torch.Tensor.pin_memory else None
+
+
+def is_pinned(g, func, args, kwargs):
+    return False if g.label_of(args[0]) is not None else func(*args, **kwargs)
+
+
+def backward(g: VirtualGPUs, func, args, kwargs):
+    g.before_backward()
+    return generic(g, func, args, kwargs)
+
+
+def flash_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    out, _lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+        query, key, value, dropout_p, is_causal, attn_mask=attn_mask, scale=scale
+    )
+    return out
+
+
+def sdpa(g: VirtualGPUs, func, args, kwargs):
+    # On meta tensors PyTorch picks the math path, which saves the whole T x T attention matrix for
+    # backward; a GPU runs a flash / memory-efficient kernel that saves only the log-sum-exp. Use the
+    # flash kernel's meta function so that the activation estimate is a GPU's.
+    if g.backing == "meta" and not kwargs.get("enable_gqa") and len(args) >= 3:
+        q = args[0]
+        if isinstance(q, torch.Tensor) and q.dim() == 4 and (g.label_of(q) or "").startswith("cuda"):
+            return generic(g, flash_sdpa, args, kwargs)
+    return generic(g, func, args, kwargs)
+
+
+def storage(g, func, args, kwargs):
+    return func(*args, **kwargs)

@@ -1,0 +1,122 @@
+"""What the virtual-device mode does with any torch call: device= onto the backing device, two
+CUDA devices refused as PyTorch would, autocast applied, outputs labelled with the inputs'
+device, and errors of the virtual devices themselves turned into clear dry-run messages."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.utils._device as _device_ctx
+
+from mpcheck.runtime.virtual.autocast import ANY as AUTOCAST_ANY
+from mpcheck.runtime.virtual.autocast import cast_inputs
+from mpcheck.runtime.virtual.errors import (
+    DryRunLimitError,
+    MetaValueError,
+    VirtualDeviceError,
+    call_name,
+    user_line,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from mpcheck.runtime.virtual.devices import VirtualGPUs
+
+PARAM = torch.nn.Parameter
+# Functions that take device= (torch.empty, torch.zeros, ...): filled once torch is imported.
+FACTORIES: set = set()
+
+
+def build() -> None:
+    if not FACTORIES:
+        FACTORIES.update(_device_ctx._device_constructors())
+
+
+def scan(g: VirtualGPUs, args: tuple, kwargs: dict) -> tuple[str | None, str | None]:
+    """(the op's device label, a second CUDA label that conflicts with it)."""
+    dev = None
+    other = None
+    label_of = g.label_of
+    for a in (*args, *kwargs.values()):
+        if isinstance(a, torch.Tensor):
+            items: Any = (a,)
+        elif isinstance(a, (list, tuple)) and a and isinstance(a[0], torch.Tensor):
+            items = a
+        else:
+            continue
+        for t in items:
+            if not isinstance(t, torch.Tensor):
+                continue
+            if type(t) is PARAM:
+                g.memory.note_param(t)
+            lab = label_of(t)
+            if lab is None:
+                continue
+            if dev is None or (dev == "cpu" and lab != "cpu"):
+                dev = lab
+            elif lab != dev and lab != "cpu" and other is None:
+                other = lab
+    return dev, other
+
+
+def generic(g: VirtualGPUs, func, args, kwargs):
+    target = None
+    if _device_ctx.CURRENT_DEVICE is not None and kwargs.get("device") is None and func in FACTORIES:
+        # torch.set_default_device("cuda:1") fills in device= in a mode at the bottom of the stack,
+        # below this one: fill it in here so that the factory lands on the virtual device.
+        kwargs = dict(kwargs)
+        kwargs["device"] = _device_ctx.CURRENT_DEVICE
+    if "device" in kwargs:
+        target = g.parse(kwargs["device"])
+        if target is not None:
+            kwargs = dict(kwargs)
+            kwargs["device"] = g.backing_device
+            if kwargs.get("pin_memory"):
+                kwargs["pin_memory"] = False
+    dev, other = scan(g, args, kwargs)
+    if other is not None and func is not torch.Tensor.copy_:
+        raise VirtualDeviceError(
+            f"Expected all tensors to be on the same device, but found at least two devices, {dev} and {other}!"
+        )
+    if dev is not None and dev.startswith("cuda") and func in AUTOCAST_ANY and torch.is_autocast_enabled("cuda"):
+        args, kwargs = cast_inputs(func, args, kwargs)
+    try:
+        out = func(*args, **kwargs)
+    except (RuntimeError, NotImplementedError, AssertionError, TypeError) as e:
+        clear = _explain(g, func, e, dev or target)
+        if clear is e:
+            raise
+        raise clear from e
+    lab = target or dev
+    if lab is not None and out is not None:
+        g.label_outputs(out, lab, args[0] if args else None)
+    return out
+
+
+# What a kernel that only exists for CUDA says when it is handed a CPU or meta tensor.
+_NEEDS_CUDA = re.compile(
+    r"not compiled with CUDA|must be (a )?CUDA|is_cuda\(\)|CUDA tensor|expected .*cuda|'CUDA' backend|"
+    r"CUDA error|no CUDA|requires CUDA|only supports CUDA|CUDA (is )?not available",
+    re.IGNORECASE,
+)
+
+
+def _explain(g: VirtualGPUs, func, e: BaseException, dev: str | None) -> BaseException:
+    """Turn errors that come from the virtual devices themselves into clear dry-run messages."""
+    if isinstance(e, (DryRunLimitError, VirtualDeviceError)):
+        return e
+    msg = str(e)
+    first = msg.strip().splitlines()[0] if msg.strip() else type(e).__name__
+    if g.backing == "meta" and ("meta" in msg.lower() or "data-dependent" in msg or "data dependent" in msg):
+        return MetaValueError(
+            f"{user_line()}: {call_name(func)}() needs tensor values (its result depends on them), but with "
+            f"--backing meta tensors hold shapes only ({first}). Run with --backing cpu (real values, small "
+            f"models) to go past this line."
+        )
+    if dev is not None and dev.startswith("cuda") and _NEEDS_CUDA.search(msg):
+        return DryRunLimitError(
+            f"{user_line()}: {call_name(func)}() needs a real CUDA kernel ({first}). Custom CUDA kernels and "
+            f"extensions cannot run on virtual GPUs; guard them (e.g. a CPU fallback) to dry-run the rest."
+        )
+    return e

@@ -1,0 +1,92 @@
+"""Autograd on virtual GPUs: backward samples the memory estimate; Python code autograd runs
+without the mode stack (a custom Function's backward, checkpoint's recompute) gets the dry
+run's modes back, and gradients arriving unlabelled get their forward output's device."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from mpcheck.runtime.virtual.patches.base import Patches
+
+if TYPE_CHECKING:  # pragma: no cover
+    from mpcheck.runtime.virtual.devices import VirtualGPUs
+
+
+def install(g: VirtualGPUs, p: Patches) -> None:
+    orig_backward = torch.autograd.backward
+
+    def backward(*a: Any, **k: Any) -> Any:
+        g.before_backward()
+        return orig_backward(*a, **k)
+
+    p.set(torch.autograd, "backward", backward)
+
+
+def install_python(g: VirtualGPUs, p: Patches) -> None:
+    """Custom Functions and activation checkpointing."""
+    import torch.utils.checkpoint as ckpt
+    from torch.autograd.function import BackwardCFunction, Function
+
+    orig_checkpoint = ckpt.checkpoint
+
+    def checkpoint(function: Callable, *args: Any, **kwargs: Any) -> Any:
+        return orig_checkpoint(_with_modes(g, function), *args, **kwargs)
+
+    p.set(ckpt, "checkpoint", checkpoint)
+    # Its determinism check compares each saved tensor's device in forward and in recompute; pack
+    # hooks run with or without the modes depending on who saves: compare virtual devices always.
+    checks = getattr(ckpt, "_allowed_determinism_checks_to_fns", None)
+    default = getattr(ckpt, "_DEFAULT_DETERMINISM_MODE", None)
+    if isinstance(checks, dict) and default in checks:
+        p.set_item(
+            checks, default, lambda x: {"shape": x.shape, "dtype": x.dtype, "device": torch.device(g.device_of(x))}
+        )
+
+    orig_apply = Function.__dict__["apply"].__func__
+
+    def apply(cls: Any, *args: Any, **kwargs: Any) -> Any:
+        out = orig_apply(cls, *args, **kwargs)
+        # Remember where the outputs live: their gradients arrive in backward unlabelled.
+        outs = out if isinstance(out, tuple) else (out,)
+        node = next((o.grad_fn for o in outs if isinstance(o, torch.Tensor) and o.grad_fn is not None), None)
+        if node is not None:
+            try:
+                node._mpcheck_devs = [g.label_of(o) if isinstance(o, torch.Tensor) else None for o in outs]
+            except AttributeError:  # a node type without a __dict__
+                pass
+        return out
+
+    p.set(Function, "apply", classmethod(apply))
+
+    orig_bw = BackwardCFunction.apply
+
+    def backward_apply(self: Any, *grads: Any) -> Any:
+        devs = getattr(self, "_mpcheck_devs", None)
+        if devs:
+            for grad, dev in zip(grads, devs):
+                if dev is not None and isinstance(grad, torch.Tensor) and g.label_of(grad) is None:
+                    g.label(grad, dev)
+        return _with_modes(g, orig_bw)(self, *grads)
+
+    p.set(BackwardCFunction, "apply", backward_apply)
+
+
+def _with_modes(g: VirtualGPUs, fn: Callable) -> Callable:
+    """Run `fn` under the dry run's function modes when autograd calls it without any (the engine
+    does not carry the mode stack into backward), so backward-time Python sees virtual devices."""
+
+    def run(*a: Any, **k: Any) -> Any:
+        if torch._C._len_torch_function_stack() or not g.active or not g.mode_stack:
+            return fn(*a, **k)
+        for m in g.mode_stack:
+            torch._C._push_on_torch_function_stack(m)
+        try:
+            return fn(*a, **k)
+        finally:
+            for _ in g.mode_stack:
+                torch._C._pop_torch_function_stack()
+
+    return run

@@ -1,0 +1,54 @@
+"""How the dry run's patches are made and undone: each `set` remembers what it replaced."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class Patches:
+    def __init__(self) -> None:
+        self._saved: list[tuple[Any, str, Any, bool]] = []
+
+    def set(self, obj: Any, name: str, value: Any) -> None:
+        if isinstance(obj, type):
+            # The raw descriptor from the class dict: getattr would give a bound classmethod.
+            had = name in vars(obj)
+            old = vars(obj).get(name)
+        else:
+            had = hasattr(obj, name)
+            old = getattr(obj, name, None)
+        self._saved.append((obj, name, old, had))
+        setattr(obj, name, value)
+
+    def set_item(self, d: dict, key: Any, value: Any) -> None:
+        self._saved.append((d, key, d.get(key), key in d))
+        d[key] = value
+
+    def restore(self) -> None:
+        while self._saved:
+            obj, name, old, had = self._saved.pop()
+            if isinstance(obj, dict):
+                if had:
+                    obj[name] = old
+                else:
+                    obj.pop(name, None)
+            elif had:
+                setattr(obj, name, old)
+            else:
+                try:
+                    delattr(obj, name)
+                except AttributeError:
+                    pass
+
+
+def distinct(value: Any) -> Any:
+    """A new function object per patched name: torch._dynamo, when first imported (an optimizer imports it),
+    maps torch functions to rules and refuses one object under two names."""
+    if isinstance(value, type):
+        return type(value.__name__, (value,), {})
+
+    def patched(*a: Any, **k: Any) -> Any:
+        return value(*a, **k)
+
+    patched.__name__ = getattr(value, "__name__", "patched")
+    return patched

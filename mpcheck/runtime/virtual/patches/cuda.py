@@ -1,0 +1,195 @@
+"""torch.cuda and torch.accelerator on virtual GPUs: device queries, set_device, streams and
+events, memory queries (from the live tensors on each virtual GPU), seeds; CUDA graphs and
+anything needing a real CUDA runtime stop with a clear message."""
+
+from __future__ import annotations
+
+import sys
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from mpcheck.runtime.virtual.errors import VirtualDeviceError
+from mpcheck.runtime.virtual.patches.base import Patches, distinct
+from mpcheck.runtime.virtual.streams import StreamContext, VirtualEvent, VirtualStream
+
+if TYPE_CHECKING:  # pragma: no cover
+    from mpcheck.runtime.virtual.devices import VirtualGPUs
+
+VIRTUAL_GPU_NAME = "mpcheck virtual GPU"
+
+
+def install(g: VirtualGPUs, p: Patches) -> None:
+    """torch.cuda and torch.accelerator answer for the virtual GPUs; nvtx ranges do nothing."""
+    a = _Answers(g)
+    cuda = torch.cuda
+    for name, value in _cuda_table(a).items():
+        p.set(cuda, name, distinct(value))
+    for name in ("range_push", "range_pop", "mark", "range_start", "range_end"):
+        p.set(cuda.nvtx, name, distinct(a.none))
+    acc = getattr(torch, "accelerator", None)
+    if acc is not None:
+        for name, value in _accelerator_table(a).items():
+            if hasattr(acc, name):
+                p.set(acc, name, distinct(value))
+
+
+class _Answers:
+    """What torch.cuda's functions answer on the virtual GPUs `g` (shared by torch.accelerator)."""
+
+    def __init__(self, g: VirtualGPUs) -> None:
+        self.g = g
+        self.streams: dict[int, VirtualStream] = {}
+
+    def idx(self, device: Any = None) -> int:
+        return self.g.index(device)
+
+    def dev(self, device: Any = None) -> str:
+        return f"cuda:{self.g.index(device)}"
+
+    def set_device(self, device: Any) -> None:
+        i = self.g.index(device)
+        if i < 0:
+            return
+        if i >= self.g.n:
+            raise VirtualDeviceError(f"CUDA error: invalid device ordinal (cuda:{i}; the dry run has {self.g.n} GPUs)")
+        self.g.current = i
+
+    def exchange(self, device: int) -> int:
+        prev = self.g.current
+        if device is not None and device >= 0:
+            self.set_device(device)
+        return prev
+
+    def current_stream(self, device: Any = None) -> VirtualStream:
+        i = self.idx(device)
+        if i not in self.streams:
+            self.streams[i] = VirtualStream(i)
+        return self.streams[i]
+
+    def memory_stats(self, device: Any = None) -> dict[str, int]:
+        d = self.dev(device)
+        return {
+            "allocated_bytes.all.current": self.g.allocated[d],
+            "allocated_bytes.all.peak": self.g.peak[d],
+            "reserved_bytes.all.current": self.g.allocated[d],
+            "reserved_bytes.all.peak": self.g.peak[d],
+        }
+
+    def reset_peak(self, device: Any = None) -> None:
+        d = self.dev(device)
+        self.g.peak[d] = self.g.allocated[d]
+
+    def props(self, device: Any = None) -> SimpleNamespace:
+        i = self.idx(device)
+        return SimpleNamespace(
+            name=VIRTUAL_GPU_NAME,
+            total_memory=self.g.device_memory,
+            major=9,
+            minor=0,
+            multi_processor_count=132,
+            is_integrated=False,
+            is_multi_gpu_board=False,
+            index=i,
+            L2_cache_size=50 * 2**20,
+            gcnArchName="",
+            uuid=f"virtual-{i}",
+        )
+
+    def lazy_init(self) -> None:
+        f = sys._getframe(1)
+        while f is not None and f.f_code.co_name == "patched":
+            f = f.f_back
+        caller = f.f_code.co_name if f is not None else "?"
+        raise self.g.limit(f"torch.cuda.{caller}()", "it needs a real CUDA runtime, which the dry run does not emulate")
+
+    def graph_limit(self, *a: Any, **k: Any) -> None:
+        raise self.g.limit("CUDA graphs", "they capture real CUDA kernels")
+
+    @staticmethod
+    def none(*a: Any, **k: Any) -> None:
+        return None
+
+    @staticmethod
+    def rng_state(device: Any = "cuda") -> torch.Tensor:
+        with torch._C.DisableTorchFunction():
+            return torch.get_rng_state()
+
+
+def _cuda_table(a: _Answers) -> dict[str, Any]:
+    return {
+        "is_available": lambda: True,
+        "device_count": lambda: a.g.n,
+        "current_device": lambda: a.g.current,
+        "set_device": a.set_device,
+        "_exchange_device": a.exchange,
+        "_maybe_exchange_device": a.exchange,
+        "synchronize": a.none,
+        "is_initialized": lambda: True,
+        "init": a.none,
+        "_lazy_init": a.lazy_init,
+        "get_device_name": lambda device=None: VIRTUAL_GPU_NAME,
+        "get_device_capability": lambda device=None: (9, 0),
+        "get_device_properties": a.props,
+        "get_arch_list": lambda: ["sm_90"],
+        "is_bf16_supported": lambda including_emulation=True: True,
+        "memory_allocated": lambda device=None: a.g.allocated[a.dev(device)],
+        "max_memory_allocated": lambda device=None: a.g.peak[a.dev(device)],
+        "memory_reserved": lambda device=None: a.g.allocated[a.dev(device)],
+        "max_memory_reserved": lambda device=None: a.g.peak[a.dev(device)],
+        "mem_get_info": lambda device=None: (a.g.device_memory - a.g.allocated[a.dev(device)], a.g.device_memory),
+        "memory_stats": a.memory_stats,
+        "memory_summary": lambda device=None, abbreviated=False: (
+            f"{VIRTUAL_GPU_NAME} {a.dev(device)}: allocated {a.g.allocated[a.dev(device)]} B, peak {a.g.peak[a.dev(device)]} B"
+        ),
+        "reset_peak_memory_stats": a.reset_peak,
+        "reset_max_memory_allocated": a.reset_peak,
+        "reset_accumulated_memory_stats": a.none,
+        "empty_cache": a.none,
+        "ipc_collect": a.none,
+        "set_per_process_memory_fraction": a.none,
+        "manual_seed": a.none,
+        "manual_seed_all": a.none,
+        "seed": a.none,
+        "seed_all": a.none,
+        "initial_seed": lambda: torch.initial_seed(),
+        "get_rng_state": a.rng_state,
+        "get_rng_state_all": lambda: [a.rng_state() for _ in range(a.g.n)],
+        "set_rng_state": a.none,
+        "set_rng_state_all": a.none,
+        "Stream": VirtualStream,
+        "Event": VirtualEvent,
+        "stream": StreamContext,
+        "StreamContext": StreamContext,
+        "current_stream": a.current_stream,
+        "default_stream": a.current_stream,
+        "set_stream": a.none,
+        "is_current_stream_capturing": lambda: False,
+        "CUDAGraph": a.graph_limit,
+        "graph": a.graph_limit,
+        "make_graphed_callables": a.graph_limit,
+    }
+
+
+def _accelerator_table(a: _Answers) -> dict[str, Any]:
+    return {
+        "is_available": lambda: True,
+        "device_count": lambda: a.g.n,
+        "current_accelerator": lambda check_available=False: torch.device("cuda"),
+        "current_device_index": lambda: a.g.current,
+        "current_device_idx": lambda: a.g.current,
+        "set_device_index": a.set_device,
+        "set_device_idx": a.set_device,
+        "synchronize": a.none,
+        "current_stream": a.current_stream,
+        "set_stream": a.none,
+        "empty_cache": a.none,
+        "memory_allocated": lambda device=None: a.g.allocated[a.dev(device)],
+        "max_memory_allocated": lambda device=None: a.g.peak[a.dev(device)],
+        "memory_reserved": lambda device=None: a.g.allocated[a.dev(device)],
+        "max_memory_reserved": lambda device=None: a.g.peak[a.dev(device)],
+        "memory_stats": a.memory_stats,
+        "reset_peak_memory_stats": a.reset_peak,
+        "get_memory_info": lambda device=None: (a.g.device_memory - a.g.allocated[a.dev(device)], a.g.device_memory),
+    }

@@ -1,0 +1,57 @@
+"""The run-time tables of torch's API: what each entry makes the checks and the virtual GPUs do."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from torch.overrides import resolve_name  # noqa: E402
+
+from mpcheck.runtime.checks import torchapi as api  # noqa: E402
+
+
+def kind(func):
+    return api.python_call_kind(getattr(func, "__name__", ""), resolve_name(func))
+
+
+def test_function_mode_kinds_of_tensor_calls():
+    T = torch.Tensor
+    assert kind(T.dim) == api.PASS
+    assert kind(T.device.__get__) == api.PASS  # every property getter
+    assert kind(T.to) == api.TO
+    assert kind(T.cuda) == api.CUDA
+    assert kind(T.cpu) == api.CPU
+    assert kind(T.copy_) == api.COPY
+    assert kind(T.data.__set__) == api.SET_DATA
+    assert kind(T.grad.__set__) == api.PASS  # `p.grad = None` must not drop the placement cache
+    assert kind(T.__getitem__) == api.CHECK  # checked; the checker allows its CPU indices
+    assert kind(torch.add) == api.CHECK
+    assert kind(T.add) == api.CHECK
+
+
+def test_a_name_outside_torch_tensor_is_checked():
+    # torch.detach / torch.clone share a metadata method's name but are not Tensor attributes
+    assert api.python_call_kind("clone", "torch.clone") == api.CHECK
+    assert api.python_call_kind("to", "torch.nn.Module.to") == api.CHECK
+    assert api.python_call_kind("dim", None) == api.PASS  # unresolvable: the name decides
+
+
+def test_cpu_index_names_and_aten_ops():
+    assert {"__getitem__", "__setitem__", "index_put_"} <= api.CPU_INDEX_NAMES
+    assert api.ATEN_CPU_INDEX_AS in api.CPU_INDEX_NAMES
+    assert api.aten_op_kind("_to_copy") == api.SKIP
+    assert api.aten_op_kind("index_select") == api.CPU_INDEX
+    assert api.aten_op_kind("mm") == api.CHECK
+
+
+def test_the_virtual_table_hands_its_functions_to_their_handlers():
+    from mpcheck.runtime.virtual import handlers
+    from mpcheck.runtime.virtual import torchapi as vapi
+    from mpcheck.runtime.virtual.mode import build_tables
+
+    build_tables()
+    T = torch.Tensor
+    assert vapi.HANDLERS[T.to] is handlers.to
+    assert vapi.HANDLERS[T.device.__get__] is handlers.device_get
+    # the value readers each get a handler of their own, with their own message
+    assert vapi.HANDLERS[T.item] is not vapi.HANDLERS[T.tolist]
+    assert torch.add not in vapi.HANDLERS  # the generic path
