@@ -70,13 +70,29 @@ class Calls(Part):
     def call_function(self, info: FuncInfo, self_val, args: list, kwargs: dict, st: State, node) -> Val:
         if info in self.interp.stack or len(self.interp.stack) >= MAX_DEPTH:
             return UNK
-        key = (id(info), id(self_val), tuple(value_key(a) for a in args), tuple(sorted((k, value_key(v)) for k, v in kwargs.items())), st.cur, st.mode, len(self.interp.probes))
+        key = (
+            id(info),
+            id(self_val),
+            tuple(value_key(a) for a in args),
+            tuple(sorted((k, value_key(v)) for k, v in kwargs.items())),
+            st.cur,
+            st.mode,
+            len(self.interp.probes),
+        )
         if key in self.interp.memo:
             return self.interp.memo[key]
         self.interp.memo[key] = UNK
         env = dict(self.interp.globals)
         self.bind(info, env, self_val, args, kwargs)
-        cst_ = State(env, st.cur, st.setdev, st.mode, self_val if self_val is not None else None, st.in_init and info.name != "forward", st.scope)
+        cst_ = State(
+            env,
+            st.cur,
+            st.setdev,
+            st.mode,
+            self_val if self_val is not None else None,
+            st.in_init and info.name != "forward",
+            st.scope,
+        )
         cst_.returns = []
         self.interp.stmts.run_body(info, cst_)
         result: Val | None = None
@@ -99,8 +115,17 @@ class Calls(Part):
                 self.interp.recorder.need(node, 0, need)
                 if need is not None and conflict(args[0].devs, need):
                     self.interp.recorder.record(
-                        Mismatch(node=node, mode=st.mode, value=args[0], target=need, what=f"the first stage of {mod.cls.name}",
-                                 op="module", arg_index=0, expr=_nth(exprs, 0), site=0),
+                        Mismatch(
+                            node=node,
+                            mode=st.mode,
+                            value=args[0],
+                            target=need,
+                            what=f"the first stage of {mod.cls.name}",
+                            op="module",
+                            arg_index=0,
+                            expr=_nth(exprs, 0),
+                            site=0,
+                        ),
                         key=0,
                     )
                     # Report once, at the call: the forward then runs on a correctly placed input.
@@ -109,8 +134,15 @@ class Calls(Part):
         if mod.cls is None and mod.extra and mod.extra.get("summarized"):
             # A class of another file, known by its summary: input and output devices.
             if mod.in_devs is not None and args and isinstance(args[0], Obj):
-                self.interp.exprs.check_operand(node, args[0], mod.in_devs, st, what=f"the first stage of {mod.extra['summarized']}",
-                                   arg_index=0, expr=_nth(exprs, 0))
+                self.interp.exprs.check_operand(
+                    node,
+                    args[0],
+                    mod.in_devs,
+                    st,
+                    what=f"the first stage of {mod.extra['summarized']}",
+                    arg_index=0,
+                    expr=_nth(exprs, 0),
+                )
             if mod.out_devs is not None:
                 return Obj("tensor", mod.out_devs, origin="output of", at=node, opaque=True)
             if single(mod.devs) is None:
@@ -130,7 +162,9 @@ class Calls(Part):
                 if failed(a):
                     continue
                 if i == 0:
-                    if self.interp.exprs.check_operand(node, a, mod.devs, st, what=what, arg_index=0, expr=_nth(exprs, 0), module=mod):
+                    if self.interp.exprs.check_operand(
+                        node, a, mod.devs, st, what=what, arg_index=0, expr=_nth(exprs, 0), module=mod
+                    ):
                         return FAILED
                     continue
                 self.interp.recorder.need(node, i, mod.devs)  # also on the visits that skip the check below
@@ -140,8 +174,14 @@ class Calls(Part):
                     # itself is fine, so the flow goes on with the module's output.
                     self.interp.exprs.check_operand(node, a, mod.devs, st, what=what, arg_index=i, expr=_nth(exprs, i))
             first = args[0] if args else None
-            return Obj("tensor", mod.devs, origin="output of", at=node, opaque=mod.opaque or mod.kind == "any",
-                       lineage=first.lineage if isinstance(first, Obj) else None)
+            return Obj(
+                "tensor",
+                mod.devs,
+                origin="output of",
+                at=node,
+                opaque=mod.opaque or mod.kind == "any",
+                lineage=first.lineage if isinstance(first, Obj) else None,
+            )
         return UNK
 
     def loss_call(self, mod: Obj, args, kwargs, st, node, exprs=None) -> None:
@@ -156,8 +196,16 @@ class Calls(Part):
                 continue
             if conflict(a.devs, first[0].devs):
                 self.interp.recorder.record(
-                    LossMismatch(node=node, mode=st.mode, value=a, target=first[0].devs, expr=e, other=first[0],
-                                 other_expr=first[1], op=mod.label or "the loss"),
+                    LossMismatch(
+                        node=node,
+                        mode=st.mode,
+                        value=a,
+                        target=first[0].devs,
+                        expr=e,
+                        other=first[0],
+                        other_expr=first[1],
+                        op=mod.label or "the loss",
+                    ),
                     key="loss",
                 )
                 return
@@ -248,7 +296,12 @@ class Calls(Part):
         first = list(exprs or [])[:1]  # the argument's expression, for the first item only
         if seq.items is None:
             # Items of unknown number: a call is only understood when they share one device.
-            if isinstance(seq.elem, Obj) and seq.elem.kind in ("module", "any") and single(seq.elem.devs) and seq.elem.cls is None:
+            if (
+                isinstance(seq.elem, Obj)
+                and seq.elem.kind in ("module", "any")
+                and single(seq.elem.devs)
+                and seq.elem.cls is None
+            ):
                 return self.module_call(seq.elem, [h], {}, st, node, first)
             return UNK
         for item in seq.items:
@@ -260,6 +313,7 @@ class Calls(Part):
                 h = UNK
             first = []
         return h
+
     def method_call(self, recv: Val, meth: str, args, kwargs, node: cst.Call, st) -> Val:
         if meth in ("to", "cuda", "cpu"):
             return self.interp.moves.move(recv, meth, args, kwargs, node, st)
@@ -279,7 +333,11 @@ class Calls(Part):
                 if meth in ("register_buffer", "register_parameter") and len(args) >= 2 and isinstance(args[0], Const):
                     v = args[1]
                     if isinstance(v, Obj):
-                        v = v.with_(kind="buffer" if meth == "register_buffer" else "param", invariant=True, label=f"self.{args[0].value}")
+                        v = v.with_(
+                            kind="buffer" if meth == "register_buffer" else "param",
+                            invariant=True,
+                            label=f"self.{args[0].value}",
+                        )
                     if st.in_init and recv is st.self_obj:
                         recv.attrs[str(args[0].value)] = v
                     return Const(None)
@@ -299,12 +357,22 @@ class Calls(Part):
             used(recv, *args)
             if meth.startswith("new_"):
                 devs = as_device(kwargs["device"]) if "device" in kwargs else recv.devs
-                return Obj("tensor", devs, origin=f"created by .{meth}() on {recv.label or 'a tensor'}'s device", at=node)
+                return Obj(
+                    "tensor", devs, origin=f"created by .{meth}() on {recv.label or 'a tensor'}'s device", at=node
+                )
             if meth in T.SAME_DEVICE_METHODS:
                 exprs = self.interp.arg_nodes
                 for i, a in enumerate(list(args) + list(kwargs.values())):
-                    self.interp.exprs.check_operand(node, a, recv.devs, st, what=recv.label or "the tensor", arg_index=i, op=f".{meth}()",
-                                       expr=exprs[i] if i < len(exprs) else None)
+                    self.interp.exprs.check_operand(
+                        node,
+                        a,
+                        recv.devs,
+                        st,
+                        what=recv.label or "the tensor",
+                        arg_index=i,
+                        op=f".{meth}()",
+                        expr=exprs[i] if i < len(exprs) else None,
+                    )
             inv = recv.invariant and all(isinstance(a, (Const, DtypeV)) for a in args)
             return recv.with_(label="", kind="tensor", worked=True, invariant=inv)
         if isinstance(recv, SeqV):

@@ -97,7 +97,9 @@ class Expressions(Part):
             if name == "device":
                 return DeviceV(base.devs) if base.devs is not None else SymV(f"{dotted(node) or 'value.device'}")
             if name in ("weight", "bias") and base.kind in ("module", "any"):
-                return Obj("param", base.devs, label=dotted(node) or name, origin=base.origin, at=base.at, invariant=True)
+                return Obj(
+                    "param", base.devs, label=dotted(node) or name, origin=base.origin, at=base.at, invariant=True
+                )
             if name in ("T", "mT", "data", "real", "imag"):
                 return base.with_(label=dotted(node) or base.label)
             if name == "module":
@@ -134,7 +136,12 @@ class Expressions(Part):
                 return base.items[idx.value]
             vals = list(base.items.values())
             return join_all(vals) if vals else UNK
-        if isinstance(base, QName) and isinstance(idx, Const) and isinstance(idx.value, int) and not base.q.startswith("torch."):
+        if (
+            isinstance(base, QName)
+            and isinstance(idx, Const)
+            and isinstance(idx.value, int)
+            and not base.q.startswith("torch.")
+        ):
             # An entry of an imported list whose values this file cannot see (DEVICES[1]):
             # symbolic, so DEVICES[0] and DEVICES[1] still count as two devices.
             return SymV(f"@{base.q}[{idx.value}]")
@@ -204,7 +211,9 @@ class Expressions(Part):
                 if isinstance(v, SeqV) and v.items is not None:
                     items.extend(v.items)
                     continue
-                return SeqV(None, elem=join_all(items + [v.elem if isinstance(v, SeqV) else UNK]) if items else UNK, kind="list")
+                return SeqV(
+                    None, elem=join_all(items + [v.elem if isinstance(v, SeqV) else UNK]) if items else UNK, kind="list"
+                )
             items.append(self.ev(e.value, st))
         return SeqV(tuple(items), kind="tuple" if isinstance(node, cst.Tuple) else "list")
 
@@ -243,7 +252,9 @@ class Expressions(Part):
                 return self._comp_result(node, tuple(out), None)
         for f in fors:
             it = self.ev(f.iter, inner)
-            self.interp.stmts.assign(f.target, iter_elem(it, f.target.value if isinstance(f.target, cst.Name) else None), inner, None)
+            self.interp.stmts.assign(
+                f.target, iter_elem(it, f.target.value if isinstance(f.target, cst.Name) else None), inner, None
+            )
         self.interp.in_unknown_loop += 1
         try:
             elem = self._comp_elt(node, inner)
@@ -281,7 +292,11 @@ class Expressions(Part):
             return FAILED
         used(a, b)
         if isinstance(a, SeqV) or isinstance(b, SeqV):
-            return SeqV(None, elem=a.elem if isinstance(a, SeqV) else b.elem) if isinstance(a, (SeqV, Const)) and isinstance(b, (SeqV, Const)) else UNK
+            return (
+                SeqV(None, elem=a.elem if isinstance(a, SeqV) else b.elem)
+                if isinstance(a, (SeqV, Const)) and isinstance(b, (SeqV, Const))
+                else UNK
+            )
         if isinstance(a, Obj) and isinstance(b, Obj) and a.kind != "module" and b.kind != "module":
             if a.kind == "scalar":
                 return b.with_(label="", invariant=False, worked=True) if b.kind != "scalar" else a
@@ -293,14 +308,30 @@ class Expressions(Part):
             c = conflict(a.devs, b.devs)
             if c:
                 self.interp.recorder.record(
-                    Mismatch(node=node, mode=st.mode, value=b, target=a.devs, what=a.label or "the left operand", op="op",
-                             other=a, arg_index=1, expr=getattr(node, "right", None), what_expr=getattr(node, "left", None),
-                             site="binop"),
+                    Mismatch(
+                        node=node,
+                        mode=st.mode,
+                        value=b,
+                        target=a.devs,
+                        what=a.label or "the left operand",
+                        op="op",
+                        other=a,
+                        arg_index=1,
+                        expr=getattr(node, "right", None),
+                        what_expr=getattr(node, "left", None),
+                        site="binop",
+                    ),
                     key="binop",
                 )
                 return FAILED
-            return Obj("tensor", join_devs(a.devs, b.devs), origin=a.origin or b.origin, at=a.at or b.at,
-                       invariant=a.invariant and b.invariant, lineage=a.lineage or b.lineage)
+            return Obj(
+                "tensor",
+                join_devs(a.devs, b.devs),
+                origin=a.origin or b.origin,
+                at=a.at or b.at,
+                invariant=a.invariant and b.invariant,
+                lineage=a.lineage or b.lineage,
+            )
         if isinstance(a, Obj) and a.kind != "module":
             return a.with_(label="", kind="tensor" if a.kind != "scalar" else "scalar", worked=True)
         if isinstance(b, Obj) and b.kind != "module":
@@ -327,15 +358,27 @@ class Expressions(Part):
             c = node.comparisons[0]
             right = self.ev(c.comparator, st)
             f = _CMP_OPS.get(type(c.operator))
-            if f is not None and isinstance(right, Const) and type(left.value) in (int, str, bool) and type(right.value) is type(left.value):
+            if (
+                f is not None
+                and isinstance(right, Const)
+                and type(left.value) in (int, str, bool)
+                and type(right.value) is type(left.value)
+            ):
                 return Const(bool(f(left.value, right.value)))
-            if isinstance(c.operator, (cst.Is, cst.IsNot)) and isinstance(right, Const) and right.value is None and left.value is None:
+            if (
+                isinstance(c.operator, (cst.Is, cst.IsNot))
+                and isinstance(right, Const)
+                and right.value is None
+                and left.value is None
+            ):
                 return Const(isinstance(c.operator, cst.Is))
             return UNK
         for c in node.comparisons:
             right = self.ev(c.comparator, st)
-            if isinstance(c.operator, (cst.Equal, cst.NotEqual, cst.LessThan, cst.GreaterThan, cst.LessThanEqual,
-                                       cst.GreaterThanEqual)):
+            if isinstance(
+                c.operator,
+                (cst.Equal, cst.NotEqual, cst.LessThan, cst.GreaterThan, cst.LessThanEqual, cst.GreaterThanEqual),
+            ):
                 if isinstance(left, Obj) and isinstance(right, Obj):
                     out = self.binop(node, left, right, st)
                     if isinstance(out, Obj):
@@ -361,8 +404,9 @@ class Expressions(Part):
             if self.interp.probes[-1]["devs"] is None:
                 self.interp.probes[-1]["devs"] = devs
 
-    def check_operand(self, node, val: Val, devs, st: State, what: str, arg_index: int = 0, expr=None, op: str = "module",
-                      module=None) -> bool:
+    def check_operand(
+        self, node, val: Val, devs, st: State, what: str, arg_index: int = 0, expr=None, op: str = "module", module=None
+    ) -> bool:
         """Reports `val` when it is certainly not on `devs`; True when it did."""
         self.interp.recorder.need(node, arg_index, devs)
         if not isinstance(val, Obj) or val.kind in ("scalar", "module"):
@@ -371,13 +415,22 @@ class Expressions(Part):
         c = conflict(val.devs, devs)
         if c:
             self.interp.recorder.record(
-                Mismatch(node=node, mode=st.mode, value=val, target=devs, what=what, op=op, expr=expr, arg_index=arg_index,
-                         module=module, site=arg_index),
+                Mismatch(
+                    node=node,
+                    mode=st.mode,
+                    value=val,
+                    target=devs,
+                    what=what,
+                    op=op,
+                    expr=expr,
+                    arg_index=arg_index,
+                    module=module,
+                    site=arg_index,
+                ),
                 key=arg_index,
             )
             return True
         return False
-
 
     def ev_call(self, node: cst.Call, st: State) -> Val:
         return self.interp.calls.ev_call(node, st)
@@ -399,8 +452,11 @@ _CONST_OPS = {
     cst.FloorDivide: lambda a, b: a // b if isinstance(a, int) and isinstance(b, int) and b else None,
 }
 
+
 def _deviceish(v: Val) -> bool:
-    return isinstance(v, DeviceV) or (isinstance(v, Const) and isinstance(v.value, str) and device_from_str(v.value) is not None)
+    return isinstance(v, DeviceV) or (
+        isinstance(v, Const) and isinstance(v.value, str) and device_from_str(v.value) is not None
+    )
 
 
 _EV = {

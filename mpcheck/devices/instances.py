@@ -66,8 +66,11 @@ class Instances(Part):
         # Built after set_device: would it be split with the default current device?
         plain = self.instantiate(cinfo, args, kwargs, None, None)
         if plain.split and obj.split != plain.split:
-            self.interp.recorder.record(SplitBuiltAfterSetDevice(
-                node=node, mode=st.mode, setdev=st.setdev, plain=plain, obj=obj, where=tuple(where)))
+            self.interp.recorder.record(
+                SplitBuiltAfterSetDevice(
+                    node=node, mode=st.mode, setdev=st.setdev, plain=plain, obj=obj, where=tuple(where)
+                )
+            )
 
     def _finish_instance(self, obj: Obj) -> None:
         placed: list[tuple[str, str, Any]] = []

@@ -74,7 +74,9 @@ class Interp:
         self.init_indexless: dict[int, list] = {}  # instance -> its __init__'s index-less placements
         self.with_devices: set[int] = set()  # `with torch.cuda.device(...)` calls (lexically scoped)
         self.arg_nodes: list = []  # the argument expressions of the call last evaluated (Calls.ev_args)
-        self.loop_outer: list[tuple[set, frozenset]] = []  # per enclosing loop: ids of values alive before it, names it rebinds
+        self.loop_outer: list[
+            tuple[set, frozenset]
+        ] = []  # per enclosing loop: ids of values alive before it, names it rebinds
         self.probes: list[dict] = []  # input probes of forward summaries (Calls.input_devs)
         self._lineages = 0
         self.stmts = Statements(self)
@@ -144,8 +146,9 @@ class Interp:
                 self._run_function_entry(m, inst)
 
     def _finish_scope(self, node: cst.CSTNode, scope: Scope) -> None:
-        self.recorder.record(EntryPointRun(node=node, name=scope.name, builds_split=scope.split_seen,
-                                           placements=tuple(scope.placements)))
+        self.recorder.record(
+            EntryPointRun(node=node, name=scope.name, builds_split=scope.split_seen, placements=tuple(scope.placements))
+        )
 
     def _run_function_entry(self, info: FuncInfo, inst: Val | None) -> None:
         env = dict(self.globals)
@@ -164,7 +167,9 @@ class Interp:
     def _default_param(self, name: str, default) -> Val:
         if default is not None:
             v = self.exprs.ev(default, State.fresh(dict(self.globals), "<default>"))
-            if isinstance(v, (Const, DeviceV)) and (as_device(v, ints_are_cuda=False) is not None or isinstance(v, DeviceV)):
+            if isinstance(v, (Const, DeviceV)) and (
+                as_device(v, ints_are_cuda=False) is not None or isinstance(v, DeviceV)
+            ):
                 # A default device argument: the caller may pass another one.
                 return SymV(name)
             if isinstance(v, Const) and v.value is None:

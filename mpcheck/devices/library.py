@@ -150,12 +150,29 @@ class Library(Part):
                 continue
             if conflict(a.devs, first[0].devs):
                 if loss:
-                    fact: Fact = LossMismatch(node=node, mode=st.mode, value=a, target=first[0].devs, expr=e,
-                                              other=first[0], other_expr=first[1], op=q)
+                    fact: Fact = LossMismatch(
+                        node=node,
+                        mode=st.mode,
+                        value=a,
+                        target=first[0].devs,
+                        expr=e,
+                        other=first[0],
+                        other_expr=first[1],
+                        op=q,
+                    )
                 else:
-                    fact = Mismatch(node=node, mode=st.mode, value=a, target=first[0].devs, expr=e,
-                                    what=first[0].label or (first[1] is not None and "") or "its first tensor argument",
-                                    what_expr=first[1], op=q, other=first[0], site="op")
+                    fact = Mismatch(
+                        node=node,
+                        mode=st.mode,
+                        value=a,
+                        target=first[0].devs,
+                        expr=e,
+                        what=first[0].label or (first[1] is not None and "") or "its first tensor argument",
+                        what_expr=first[1],
+                        op=q,
+                        other=first[0],
+                        site="op",
+                    )
                 self.interp.recorder.record(fact, key="op")
                 return FAILED
         if first is None:
@@ -196,8 +213,15 @@ def _parallel_primitive(lib: Library, c: LibCall) -> Val:
     st = c.st
     split_args = [a for a in list(c.args) + list(c.kwargs.values()) if is_splitish(a) or holds_split(a)]
     if split_args or st.scope.split_class:
-        lib.interp.recorder.record(ParallelPrimitive(
-            node=c.node, mode=st.mode, q=c.q, module=split_args[0] if split_args else st.self_obj, on_arg=bool(split_args)))
+        lib.interp.recorder.record(
+            ParallelPrimitive(
+                node=c.node,
+                mode=st.mode,
+                q=c.q,
+                module=split_args[0] if split_args else st.self_obj,
+                on_arg=bool(split_args),
+            )
+        )
     return UNK
 
 
@@ -214,8 +238,13 @@ def _torch_device_call(lib: Library, c: LibCall) -> Val:
 
 def _parameter(lib: Library, c: LibCall) -> Val:
     a = c.args[0] if c.args else UNK
-    return Obj("param", a.devs if isinstance(a, Obj) else None, origin=a.origin if isinstance(a, Obj) else "",
-               at=a.at if isinstance(a, Obj) else None, invariant=True)
+    return Obj(
+        "param",
+        a.devs if isinstance(a, Obj) else None,
+        origin=a.origin if isinstance(a, Obj) else "",
+        at=a.at if isinstance(a, Obj) else None,
+        invariant=True,
+    )
 
 
 def _sequential(lib: Library, c: LibCall) -> Val:
@@ -248,7 +277,9 @@ def _default_device_changer(lib: Library, c: LibCall) -> Val:
 
 def _cuda_tensor_type(lib: Library, c: LibCall) -> Val:
     lib.interp.moves.indexless(c.node, c.st)
-    return Obj("tensor", c.st.resolve_current(one(CURRENT)), origin=f"created by {c.q}() on the current CUDA device", at=c.node)
+    return Obj(
+        "tensor", c.st.resolve_current(one(CURRENT)), origin=f"created by {c.q}() on the current CUDA device", at=c.node
+    )
 
 
 def _factory(lib: Library, c: LibCall) -> Val:
@@ -295,7 +326,12 @@ def _module_class(lib: Library, c: LibCall) -> Val:
         devs = c.st.resolve_current(as_device(kwargs["device"]))
         if devs is not None:
             lib.interp.moves.note_indexless_arg(kwargs["device"], c.node, c.st)
-            return Obj("module" if q.startswith("torch.nn.") else "any", devs, origin=f"built with device={show(single(devs))}", at=c.node)
+            return Obj(
+                "module" if q.startswith("torch.nn.") else "any",
+                devs,
+                origin=f"built with device={show(single(devs))}",
+                at=c.node,
+            )
     if _is_nn_class(q, last):
         if last.endswith("Loss"):
             weights = {k: v for k, v in kwargs.items() if k in ("weight", "pos_weight") and isinstance(v, Obj)}
@@ -325,13 +361,21 @@ def _torch_device(args) -> Val:
     return DeviceV(d, text="torch.device") if d is not None else (a if isinstance(a, DeviceV) else DeviceV(None))
 
 
-
 def _builtin(lib: Library, c: LibCall) -> Val:
     q, args = c.q, c.args
     if q == "range":
-        if len(args) == 1 and isinstance(args[0], Const) and isinstance(args[0].value, int) and 0 <= args[0].value <= 16:
+        if (
+            len(args) == 1
+            and isinstance(args[0], Const)
+            and isinstance(args[0].value, int)
+            and 0 <= args[0].value <= 16
+        ):
             return SeqV(tuple(Const(i) for i in range(args[0].value)))
-        if len(args) == 2 and all(isinstance(a, Const) and isinstance(a.value, int) for a in args) and 0 <= args[1].value - args[0].value <= 16:
+        if (
+            len(args) == 2
+            and all(isinstance(a, Const) and isinstance(a.value, int) for a in args)
+            and 0 <= args[1].value - args[0].value <= 16
+        ):
             return SeqV(tuple(Const(i) for i in range(args[0].value, args[1].value)))
         return SeqV(None, elem=UNK)
     if q == "enumerate" and args:
@@ -344,7 +388,9 @@ def _builtin(lib: Library, c: LibCall) -> Val:
         lengths = [len(a.items) for a in args if isinstance(a, SeqV) and a.items is not None]
         if lengths:
             n = min(lengths)
-            cols = [a.items[:n] if isinstance(a, SeqV) and a.items is not None else (iter_elem(a, None),) * n for a in args]
+            cols = [
+                a.items[:n] if isinstance(a, SeqV) and a.items is not None else (iter_elem(a, None),) * n for a in args
+            ]
             return SeqV(tuple(SeqV(tuple(c[i] for c in cols), kind="tuple") for i in range(n)))
         return SeqV(None, elem=SeqV(tuple(iter_elem(a, None) for a in args), kind="tuple"))
     if q in ("list", "tuple", "reversed", "sorted", "iter") and args:
@@ -372,7 +418,6 @@ def _builtin(lib: Library, c: LibCall) -> Val:
     if q == "super":
         return SuperV()
     return UNK
-
 
 
 def _device_map(v: Val):

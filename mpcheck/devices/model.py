@@ -21,8 +21,12 @@ F = TypeVar("F", bound=Fact)
 
 
 class DeviceModel:
-    def __init__(self, module: cst.Module, source: str, modname: str = "", project: Mapping[str, dict] | None = None) -> None:
-        interp = Interp(module, modname, dict(project) if project is not None and not isinstance(project, dict) else project)
+    def __init__(
+        self, module: cst.Module, source: str, modname: str = "", project: Mapping[str, dict] | None = None
+    ) -> None:
+        interp = Interp(
+            module, modname, dict(project) if project is not None and not isinstance(project, dict) else project
+        )
         # torch.set_default_device() & co. change where factories put tensors: then say nothing about them.
         interp.default_device_changed = any(w in source for w in torchapi.DEFAULT_DEVICE_CHANGERS)
         interp.run_all()

@@ -42,8 +42,11 @@ class Moves(Part):
             return
         # Inside `with torch.cuda.device(k)` an index-less placement says "k" on purpose;
         # set_device() leaks into everything after it.
-        st.scope.placements.append(IndexlessPlacement(
-            node=node, setdev=st.setdev, dev=st.cur, under_device_context=id(st.setdev) in self.interp.with_devices))
+        st.scope.placements.append(
+            IndexlessPlacement(
+                node=node, setdev=st.setdev, dev=st.cur, under_device_context=id(st.setdev) in self.interp.with_devices
+            )
+        )
 
     def note_indexless_arg(self, v: Val, node, st) -> None:
         if isinstance(v, (Const, DeviceV)) and as_device(v, ints_are_cuda=False) == one(CURRENT):
@@ -91,22 +94,46 @@ class Moves(Part):
         if st.in_init and recv is st.self_obj and isinstance(recv, Obj) and recv.attrs is not None:
             # self.to(device) in __init__: everything placed so far goes there.
             for attr, v in list(recv.attrs.items()):
-                if isinstance(v, (Obj, SeqV)) and (not isinstance(v, Obj) or v.kind in ("module", "any", "param", "buffer", "tensor")):
-                    recv.attrs[attr] = self.move(v, meth, args, kwargs, node, st) if isinstance(v, SeqV) else (
-                        v.with_(devs=devs, origin=f"moved with the whole module by self.{meth}()", at=node) if v.kind != "passthrough" else v)
+                if isinstance(v, (Obj, SeqV)) and (
+                    not isinstance(v, Obj) or v.kind in ("module", "any", "param", "buffer", "tensor")
+                ):
+                    recv.attrs[attr] = (
+                        self.move(v, meth, args, kwargs, node, st)
+                        if isinstance(v, SeqV)
+                        else (
+                            v.with_(devs=devs, origin=f"moved with the whole module by self.{meth}()", at=node)
+                            if v.kind != "passthrough"
+                            else v
+                        )
+                    )
             return recv
         if is_splitish(recv):
             st.scope.split_seen = True
             if devs != one("cpu"):  # .cpu() frees the GPUs on purpose (saving, deparallelize); it crams nothing
                 self.interp.recorder.record(Collapse(node=node, mode=st.mode, module=recv, devs=devs, meth=meth))
-            res = Obj("module", devs, label=getattr(recv, "label", ""), origin=f"moved whole by .{meth}()", at=node, opaque=True)
+            res = Obj(
+                "module",
+                devs,
+                label=getattr(recv, "label", ""),
+                origin=f"moved whole by .{meth}()",
+                at=node,
+                opaque=True,
+            )
             self.rebind(recv_expr, res, st)
             return res
         where = show(single(devs)) if single(devs) else "a device"
         if isinstance(recv, SeqV) and recv.module:
-            moved = [self.move(i, meth, args, kwargs, node, st) if isinstance(i, (Obj, SeqV)) else _placed_any(devs, where, node)
-                     for i in (recv.items or ())]
-            elem = self.move(recv.elem, meth, args, kwargs, node, st) if recv.items is None and isinstance(recv.elem, (Obj, SeqV)) else _placed_any(devs, where, node)
+            moved = [
+                self.move(i, meth, args, kwargs, node, st)
+                if isinstance(i, (Obj, SeqV))
+                else _placed_any(devs, where, node)
+                for i in (recv.items or ())
+            ]
+            elem = (
+                self.move(recv.elem, meth, args, kwargs, node, st)
+                if recv.items is None and isinstance(recv.elem, (Obj, SeqV))
+                else _placed_any(devs, where, node)
+            )
             res = SeqV(tuple(moved) if recv.items is not None else None, elem=elem, kind=recv.kind, module=True)
             self.rebind(recv_expr, res, st)
             return res
@@ -118,18 +145,32 @@ class Moves(Part):
                 # the items of the container too (only while __init__ builds them).
                 recv.devs, recv.origin, recv.at = devs, f"moved to {where} by .{meth}()", node
                 return recv
-            res = Obj("module", devs, label=recv.label, origin=f"moved to {where} by .{meth}()", at=node,
-                      opaque=recv.opaque or recv.cls is not None)
+            res = Obj(
+                "module",
+                devs,
+                label=recv.label,
+                origin=f"moved to {where} by .{meth}()",
+                at=node,
+                opaque=recv.opaque or recv.cls is not None,
+            )
             self.rebind(recv_expr, res, st)
             return res
         if isinstance(recv, Obj):
             lineage = self.lineage_step(recv, devs, node)
-            self.interp.recorder.record(Transfer(
-                node=node, mode=st.mode, value=recv, devs=devs,
-                reads_unchanging_attribute=self._reads_unchanging_attribute(recv, st, node),
-                bound_outside_loop=self._bound_outside_loop(recv, node)))
+            self.interp.recorder.record(
+                Transfer(
+                    node=node,
+                    mode=st.mode,
+                    value=recv,
+                    devs=devs,
+                    reads_unchanging_attribute=self._reads_unchanging_attribute(recv, st, node),
+                    bound_outside_loop=self._bound_outside_loop(recv, node),
+                )
+            )
             return recv.with_(
-                kind="tensor" if recv.kind in ("param", "buffer") or (recv.kind == "scalar" and devs != one("cpu")) else recv.kind,
+                kind="tensor"
+                if recv.kind in ("param", "buffer") or (recv.kind == "scalar" and devs != one("cpu"))
+                else recv.kind,
                 devs=devs,
                 origin=f"moved to {where}",
                 at=node,
@@ -172,9 +213,19 @@ class Moves(Part):
         so = st.self_obj
         root = expr
         while isinstance(root, (cst.Subscript, cst.Call)):
-            root = root.value if isinstance(root, cst.Subscript) else (root.func.value if isinstance(root.func, cst.Attribute) else None)
-        if not st.in_init and isinstance(so, Obj) and so.attrs and isinstance(root, cst.Attribute) \
-                and isinstance(root.value, cst.Name) and root.value.value == "self":
+            root = (
+                root.value
+                if isinstance(root, cst.Subscript)
+                else (root.func.value if isinstance(root.func, cst.Attribute) else None)
+            )
+        if (
+            not st.in_init
+            and isinstance(so, Obj)
+            and so.attrs
+            and isinstance(root, cst.Attribute)
+            and isinstance(root.value, cst.Name)
+            and root.value.value == "self"
+        ):
             attr = so.attrs.get(root.attr.value)
             return isinstance(attr, Obj) and attr.invariant and (attr is recv or root is not expr)
         return False

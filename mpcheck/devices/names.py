@@ -17,7 +17,7 @@ def canonical(q: str) -> str:
     """One name per object: `torch.nn.DataParallel` -> `torch.nn.parallel.DataParallel`."""
     for old, new in REEXPORT_PREFIXES:
         if q.startswith(old):
-            q = new + q[len(old):]
+            q = new + q[len(old) :]
             break
     return REEXPORTS.get(q, q)
 

@@ -298,6 +298,7 @@ class Statements(Part):
 
     # ------------------------------------------------------------ expressions
 
+
 _ASSIGNED_CACHE: dict = {}
 
 
@@ -360,4 +361,3 @@ def _mode_test(test) -> tuple[str, str] | None:
     if isinstance(test, cst.Call) and dotted(test.func) in ("torch.is_grad_enabled",):
         return ("no_grad", "train") if neg else ("train", "no_grad")
     return None
-

@@ -102,12 +102,21 @@ def _obj_from(s: dict | None, bound: dict, label: str, node) -> Val:
     if s is None:
         return UNK
     if s.get("kind") == "seq":
-        return SeqV(tuple(_obj_from(i, bound, label, node) for i in s["items"]), kind="tuple", module=s.get("module", False))
+        return SeqV(
+            tuple(_obj_from(i, bound, label, node) for i in s["items"]), kind="tuple", module=s.get("module", False)
+        )
     devs = _subst(s.get("devs"), bound)
     split = tuple((a, d) for a, d in s["split"]) if s.get("split") else None
     kind = s.get("kind", "any")
-    return Obj(kind, devs if not split else None, label=label, split=split, dispatched=s.get("dispatched", ""),
-               origin=f"from `{label}`" if kind != "module" else "", at=node)
+    return Obj(
+        kind,
+        devs if not split else None,
+        label=label,
+        split=split,
+        dispatched=s.get("dispatched", ""),
+        origin=f"from `{label}`" if kind != "module" else "",
+        at=node,
+    )
 
 
 def call_summarized(callee: Summarized, args: list, kwargs: dict, st: State, node) -> Val:

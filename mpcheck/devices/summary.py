@@ -37,7 +37,11 @@ def summarize_module(module: cst.Module, modname: str) -> dict:
                 if isinstance(small, cst.ImportFrom):
                     for local, target in import_bindings(small, modname):
                         out["reexports"][local] = target
-                elif isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name):
+                elif (
+                    isinstance(small, cst.Assign)
+                    and len(small.targets) == 1
+                    and isinstance(small.targets[0].target, cst.Name)
+                ):
                     # Module-level device constants (DEVICES = ["cuda:0", "cuda:1"]) that other files import.
                     name = small.targets[0].target.value
                     value = _constant(interp.exprs.ev(small.value, st))

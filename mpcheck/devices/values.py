@@ -264,7 +264,13 @@ def join(a: Val, b: Val) -> Val:
         da, db = as_device(a), as_device(b)
         if da is not None and db is not None:
             return DeviceV(join_devs(da, db))
-    if isinstance(a, SeqV) and isinstance(b, SeqV) and a.items is not None and b.items is not None and len(a.items) == len(b.items):
+    if (
+        isinstance(a, SeqV)
+        and isinstance(b, SeqV)
+        and a.items is not None
+        and b.items is not None
+        and len(a.items) == len(b.items)
+    ):
         return SeqV(tuple(join(x, y) for x, y in zip(a.items, b.items)), kind=a.kind, module=a.module and b.module)
     return UNK
 
@@ -343,7 +349,11 @@ class ParamsOf(Val):
                 return Obj("param", v.devs, origin=f"the first parameter, in `{v.label}`", at=v.at, invariant=True)
             if isinstance(v, SeqV) and v.module:
                 item = v.items[0] if v.items else v.elem
-                return Obj("param", item.devs, origin="the first parameter", at=item.at, invariant=True) if isinstance(item, Obj) and item.devs else UNK
+                return (
+                    Obj("param", item.devs, origin="the first parameter", at=item.at, invariant=True)
+                    if isinstance(item, Obj) and item.devs
+                    else UNK
+                )
         return UNK
 
 
@@ -384,8 +394,10 @@ def value_key(v: Val):
 
 
 def is_moduleish(v: Val) -> bool:
-    return (isinstance(v, Obj) and v.kind in ("module", "any", "param", "buffer")) or (isinstance(v, SeqV) and v.module) or (
-        isinstance(v, DictV) and v.module
+    return (
+        (isinstance(v, Obj) and v.kind in ("module", "any", "param", "buffer"))
+        or (isinstance(v, SeqV) and v.module)
+        or (isinstance(v, DictV) and v.module)
     )
 
 

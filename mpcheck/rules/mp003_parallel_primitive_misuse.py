@@ -28,11 +28,12 @@ class ParallelPrimitiveMisuse(Rule):
             q = ev.q
             short = q.rsplit(".", 1)[-1]
             mod = ev.module
-            where = (
-                f"on {split_desc(mod)}" if ev.on_arg else f"inside {split_desc(mod)} to feed or collect its stages"
+            where = f"on {split_desc(mod)}" if ev.on_arg else f"inside {split_desc(mod)} to feed or collect its stages"
+            advice = _ADVICE.get(
+                short,
+                "DataParallel's collectives assume one replica per device; move tensors "
+                "between the stages of a split model with .to()",
             )
-            advice = _ADVICE.get(short, "DataParallel's collectives assume one replica per device; move tensors "
-                                        "between the stages of a split model with .to()")
             yield self.finding(
                 ctx,
                 ev.node,

@@ -13,7 +13,13 @@ from mpcheck.rules.words import FLOW_WORDS
 
 class CollapseSplitModel(Rule):
     code = "MP007"
-    needs = FLOW_WORDS + ("parallelize(", "dispatch_model", "and_dispatch", "Pipe(", "tensor_parallel(")  # device_map= with .to("cuda") says cuda
+    needs = FLOW_WORDS + (
+        "parallelize(",
+        "dispatch_model",
+        "and_dispatch",
+        "Pipe(",
+        "tensor_parallel(",
+    )  # device_map= with .to("cuda") says cuda
 
     def check(self, ctx):
         for ev in ctx.model.facts(Collapse):

@@ -34,7 +34,11 @@ class LossDeviceMismatch(Rule):
             out = root_name(a_expr) or (a if a.isidentifier() else None)
             dev = f"{out}.device" if out else repr(da)
             tgt = root_name(b_expr) or (b if b.isidentifier() else None)
-            if isinstance(b_expr, cst.Call) and isinstance(b_expr.func, cst.Attribute) and b_expr.func.attr.value in ("to", "cuda"):
+            if (
+                isinstance(b_expr, cst.Call)
+                and isinstance(b_expr.func, cst.Attribute)
+                and b_expr.func.attr.value in ("to", "cuda")
+            ):
                 fix = f"{ctx.code(b_expr.func.value)}.to({dev})"
             elif tgt:
                 fix = f"{tgt} = {tgt}.to({dev})"
