@@ -218,7 +218,8 @@ def lint_main(argv: list[str]) -> int:
 
     # With `--fix -`, stdout carries the fixed source (for editors): the report goes to stderr.
     stream = sys.stderr if (args.fix and stdin is not None) else sys.stdout
-    checked = len(files) + (stdin is not None)
+    # A file that crashed was not checked: a run with internal errors never says "All checks passed".
+    checked = 0 if outcome.errors else len(files) + (stdin is not None)
     _report(args, findings, outcome.sources, fixed_count, rules, settings, stream, checked)
     if outcome.errors or missing:
         return EXIT_ERROR

@@ -65,6 +65,13 @@ def test_a_rule_that_raises_is_an_internal_error_naming_file_and_rule(project, c
     assert "bad.py" not in out
 
 
+def test_a_run_with_a_crash_never_says_all_checks_passed(project, capsys, mp007_crashes_on_bad):
+    (project / "good.py").write_text(SPLIT_MODEL)  # clean: the crash is the only news
+    code, out, err = lint(capsys, "--no-cache", "--jobs", "1")
+    assert code == 2 and "crashed while checking bad.py" in err
+    assert "All checks passed" not in out + err
+
+
 def test_analyze_raises_the_crash_to_its_caller(mp007_crashes_on_bad):
     with pytest.raises(analysis.RuleCrash, match="bad.py with rule MP007") as caught:
         analysis.analyze("bad.py", SPLIT_MODEL + "\nnet = SplitNet().cuda()\n", frozenset({"MP007"}), "bad", {})

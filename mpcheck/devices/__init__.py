@@ -1,11 +1,21 @@
 """The static device model: where every module, parameter and tensor lives.
 
-values.py   the lattice (unknown, a device, a set of devices) and abstract values
-names.py    imports and aliases, without libcst's metadata providers
-torchapi.py what the model knows of PyTorch's API
-interp.py   the interpreter over statements and expressions (entry points, classes)
-calls.py    library calls, method calls and moves
-summary.py  JSON summaries of a file's classes and functions for other files
-model.py    DeviceModel: one interpretation per file, queried by the rules
-describe.py wording shared by the rules' messages
+values.py      the lattice (unknown, a device, a set of devices), abstract values and helpers on them
+names.py       imports and aliases, without libcst's metadata providers
+torchapi.py    the torch names the model merges and the name sets the library handlers read
+library.py     calls of library names: one table, canonical name -> handler (EXACT + FAMILIES)
+events.py      the facts recorded for the rules (one frozen dataclass per kind) and their Recorder
+program.py     functions, classes, the state of a path, the entry point (Scope), the Part base class
+interp.py      Interp: one file's interpretation; entry points; holds the parts below
+statements.py  Statements: blocks, branches, loops, with, assignment
+expressions.py Expressions: the value of an expression; operands that must agree
+calls.py       Calls: functions, modules and methods of the file; classes of other files by summary
+instances.py   Instances: classes built, and where their parts end up (split or not)
+moves.py       Moves: .to() / .cuda() / .cpu(), transfers, collapses, lineage steps
+summary.py     JSON summaries of a file's classes and functions for other files
+summarized.py  using those summaries: imported names, calls of summarized classes and functions
+model.py       DeviceModel: one interpretation per file; rules ask it for facts by type
+describe.py    wording shared by the rules' messages
+
+devices imports no rule; rules read facts (model.facts(Type)), never the interpreter.
 """

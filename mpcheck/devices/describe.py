@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from mpcheck.devices.values import Obj, SeqV, Val, distinct_devices, show
+import libcst as cst
+
+from mpcheck.devices.values import Obj, SeqV, Val, distinct_devices, placements, show
+from mpcheck.finding import Fix
 
 
 def split_desc(v: Val) -> str:
@@ -20,9 +23,7 @@ def split_desc(v: Val) -> str:
             return f"a model dispatched over several devices with {v.dispatched}"
         return f"a model split over several devices by {v.dispatched}"
     if isinstance(v, SeqV):
-        from mpcheck.devices.interp import _placements
-
-        ds = distinct_devices(d for d, _ in _placements(v))
+        ds = distinct_devices(d for d, _ in placements(v))
         return "a module container split over " + ", ".join(show(d) for d in ds)
     return "a model split over several devices"
 
@@ -31,9 +32,7 @@ def split_devices(v: Val) -> list[str]:
     if isinstance(v, Obj) and v.split:
         return distinct_devices(d for _, d in v.split)
     if isinstance(v, SeqV):
-        from mpcheck.devices.interp import _placements
-
-        return distinct_devices(d for d, _ in _placements(v))
+        return distinct_devices(d for d, _ in placements(v))
     return []
 
 
@@ -55,8 +54,6 @@ def value_text(ctx, expr, v: Val, default: str = "a tensor") -> str:
 def origin_text(ctx, v: Val) -> str:
     """'moved to cuda:0 at line 12'."""
     if isinstance(v, Obj) and v.origin == "output of":
-        import libcst as cst
-
         if isinstance(v.at, cst.Call):
             return f"output of `{ctx.code(v.at.func)}`, line {ctx.line(v.at)}"
         return "output of a module"
@@ -76,8 +73,6 @@ MODE_WORDS = {
 
 def root_name(expr) -> str | None:
     """`pred` for `pred.squeeze(-1)`, `labels` for `labels[..., 1:]`: the variable an expression reads."""
-    import libcst as cst
-
     while expr is not None:
         if isinstance(expr, cst.Name):
             return expr.value
@@ -96,10 +91,6 @@ def move_fix(ctx, expr, target_code: str):
     """A Fix that appends `.to(<target>)` to an argument that is a plain name or
     attribute: a transfer changes no value, and on the right device it is a
     no-op, so the edit is safe even where the analysis were wrong."""
-    import libcst as cst
-
-    from mpcheck.finding import Fix
-
     if not isinstance(expr, (cst.Name, cst.Attribute)) or expr.lpar:
         return None
     (line, col), (end_line, end_col) = ctx.span(expr)

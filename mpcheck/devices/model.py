@@ -1,45 +1,53 @@
-"""DeviceModel: the device facts of one file, computed once and shared by the rules."""
+"""DeviceModel: the device facts of one file, computed once and shared by the rules.
+
+Rules ask for the facts of one type (`model.facts(Transfer)`, see events.py);
+they never reach into the interpreter.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TypeVar
+
+import libcst as cst
 
 from mpcheck.devices import torchapi
-from mpcheck.devices.interp import Event, Interp
+from mpcheck.devices.events import Fact, Mismatch
+from mpcheck.devices.interp import Interp
+from mpcheck.devices.program import ClassInfo
 from mpcheck.devices.values import single
 
-if TYPE_CHECKING:  # pragma: no cover
-    from mpcheck.rules.context import FileContext
+F = TypeVar("F", bound=Fact)
 
 
 class DeviceModel:
-    def __init__(self, ctx: "FileContext") -> None:
-        self.ctx = ctx
-        self.interp = Interp(ctx.module, ctx.modname, ctx.project)
-        src = ctx.source
+    def __init__(
+        self, module: cst.Module, source: str, modname: str = "", project: Mapping[str, dict] | None = None
+    ) -> None:
+        interp = Interp(
+            module, modname, dict(project) if project is not None and not isinstance(project, dict) else project
+        )
         # torch.set_default_device() & co. change where factories put tensors: then say nothing about them.
-        self.interp.default_device_changed = any(w in src for w in torchapi.DEFAULT_DEVICE_CHANGERS)
-        self.interp.run_all()
-        self._by_kind: dict[str, list[Event]] = {}
-        for ev in self.interp.events:
-            self._by_kind.setdefault(ev.kind, []).append(ev)
+        interp.default_device_changed = any(w in source for w in torchapi.DEFAULT_DEVICE_CHANGERS)
+        interp.run_all()
+        self._by_type: dict[type, list] = {}
+        for fact in interp.recorder.facts:
+            self._by_type.setdefault(type(fact), []).append(fact)
+        for step in interp.recorder.crossings:
+            self._by_type.setdefault(type(step), []).append(step)
+        self.used_modules: list[str] = sorted(interp.used_modules)
+        self.classes: dict[str, ClassInfo] = interp.classes
+        self._needs: dict[tuple, set] = interp.recorder.needs
 
-    def events(self, kind: str) -> list[Event]:
-        return self._by_kind.get(kind, [])
+    def facts(self, kind: type[F]) -> list[F]:
+        """The facts of one type, in the order the interpreter saw them."""
+        return self._by_type.get(kind, [])
 
-    def one_target(self, ev: Event) -> str | None:
-        """The device a mismatch event's operand had to be on, when it is the same
-        single device on every visit of that site (each loop iteration, path and
-        call); None when a visit needed another device or an unknown one."""
-        seen = self.interp.operand_targets.get((id(ev.node), ev.data.get("key")))
+    def one_target(self, fact: Mismatch) -> str | None:
+        """The device a mismatch's operand had to be on, when it is the same single
+        device on every visit of that site (each loop iteration, path and call);
+        None when a visit needed another device or an unknown one."""
+        seen = self._needs.get((id(fact.node), fact.site))
         if not seen or len(seen) != 1:
             return None
         return single(next(iter(seen)))
-
-    @property
-    def used_modules(self) -> list[str]:
-        return sorted(self.interp.used_modules)
-
-    @property
-    def classes(self):
-        return self.interp.classes

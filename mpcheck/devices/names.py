@@ -10,31 +10,16 @@ from __future__ import annotations
 
 import libcst as cst
 
-# Public re-exports of the same object, mapped to one canonical name.
-_CANONICAL_PREFIXES = (
-    ("torch.nn.parallel.data_parallel.", "torch.nn.parallel."),
-    ("torch.nn.parallel.distributed.", "torch.nn.parallel."),
-    ("torch.nn.parallel.scatter_gather.", "torch.nn.parallel."),
-    ("torch.nn.parallel.replicate.", "torch.nn.parallel."),
-    ("torch.nn.parallel.parallel_apply.", "torch.nn.parallel."),
-    ("torch.cuda.comm.", "torch.nn.parallel.comm."),
-    ("torch.nn.modules.container.", "torch.nn."),
-    ("torch.nn.modules.module.", "torch.nn."),
-    ("torch.nn.parameter.", "torch.nn."),
-)
-_CANONICAL = {
-    "torch.nn.DataParallel": "torch.nn.parallel.DataParallel",
-    "torch.nn.parallel.DistributedDataParallel": "torch.nn.parallel.DistributedDataParallel",
-    "torch.nn.parallel.data_parallel": "torch.nn.parallel.data_parallel",
-}
+from mpcheck.devices.torchapi import REEXPORT_PREFIXES, REEXPORTS
 
 
 def canonical(q: str) -> str:
-    for old, new in _CANONICAL_PREFIXES:
+    """One name per object: `torch.nn.DataParallel` -> `torch.nn.parallel.DataParallel`."""
+    for old, new in REEXPORT_PREFIXES:
         if q.startswith(old):
-            q = new + q[len(old):]
+            q = new + q[len(old) :]
             break
-    return _CANONICAL.get(q, q)
+    return REEXPORTS.get(q, q)
 
 
 def dotted(node: cst.BaseExpression) -> str | None:

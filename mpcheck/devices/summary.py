@@ -18,21 +18,11 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mpcheck.devices.interp import _PROBE, Interp, Scope, State
+from mpcheck.devices.interp import Interp
 from mpcheck.devices.names import import_bindings
-from mpcheck.devices.values import (
-    CURRENT,
-    UNK,
-    Const,
-    DeviceV,
-    Obj,
-    SeqV,
-    SymV,
-    Val,
-    as_device,
-    one,
-    single,
-)
+from mpcheck.devices.program import State, params_of
+from mpcheck.devices.summarized import constant_value
+from mpcheck.devices.values import PROBE, Const, DeviceV, Obj, SeqV, SymV, Val, single
 
 _MAX_RETURN_ITEMS = 4
 
@@ -40,23 +30,27 @@ _MAX_RETURN_ITEMS = 4
 def summarize_module(module: cst.Module, modname: str) -> dict:
     interp = Interp(module, modname, {})
     out: dict = {"classes": {}, "functions": {}, "reexports": {}, "constants": {}}
-    st = State(interp.globals, CURRENT, None, "", None, False, Scope("<summary>"))
+    st = State.fresh(interp.globals, "<summary>")
     for stmt in module.body:
         if isinstance(stmt, cst.SimpleStatementLine):
             for small in stmt.body:
                 if isinstance(small, cst.ImportFrom):
                     for local, target in import_bindings(small, modname):
                         out["reexports"][local] = target
-                elif isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name):
+                elif (
+                    isinstance(small, cst.Assign)
+                    and len(small.targets) == 1
+                    and isinstance(small.targets[0].target, cst.Name)
+                ):
                     # Module-level device constants (DEVICES = ["cuda:0", "cuda:1"]) that other files import.
                     name = small.targets[0].target.value
-                    value = _constant(interp.ev(small.value, st))
+                    value = _constant(interp.exprs.ev(small.value, st))
                     if value is not None:
                         out["constants"][name] = value
                         interp.globals[name] = constant_value(value)
     for name, cinfo in interp.classes.items():
         try:
-            inst = interp.default_instance(cinfo)
+            inst = interp.instances.default_instance(cinfo)
             out["classes"][name] = _class_summary(interp, cinfo, inst)
         except RecursionError:
             continue
@@ -73,7 +67,8 @@ def _devs(d) -> list | None:
 
 
 def _class_summary(interp: Interp, cinfo, inst: Obj) -> dict:
-    params = [n for n, _ in interp._params(cinfo.method("__init__").node)][1:] if cinfo.method("__init__") else []
+    init = cinfo.method("__init__")
+    params = [n for n, _ in params_of(init.node)][1:] if init else []
     s = {
         "params": params,
         "split": [list(p) for p in inst.split] if inst.split else None,
@@ -83,28 +78,20 @@ def _class_summary(interp: Interp, cinfo, inst: Obj) -> dict:
     }
     fwd = cinfo.method("forward")
     if fwd is not None:
-        s["in"] = _devs(interp.input_devs(inst, fwd))
-        st = State(dict(interp.globals), CURRENT, None, "", inst, False, Scope("<summary>"))
-        saved = interp._seen_events, interp.events, interp.chains
-        interp._seen_events, interp.events, interp.chains = set(), [], []
-        try:
-            res = interp.call_function(fwd, inst, [Obj("tensor", _PROBE)], {}, st, None)
-        finally:
-            interp._seen_events, interp.events, interp.chains = saved
-        d = res.devs if isinstance(res, Obj) and res.devs != _PROBE else None
+        s["in"] = _devs(interp.calls.input_devs(inst, fwd))
+        st = State.fresh(dict(interp.globals), "<summary>", inst)
+        with interp.recorder.muted():
+            res = interp.calls.call_function(fwd, inst, [Obj("tensor", PROBE)], {}, st, None)
+        d = res.devs if isinstance(res, Obj) and res.devs != PROBE else None
         s["out"] = _devs(d) if d is not None and not any(x.startswith("sym:__") for x in d) else None
     return s
 
 
 def _function_summary(interp: Interp, finfo) -> dict:
-    params = [n for n, _ in interp._params(finfo.node)]
-    st = State(dict(interp.globals), CURRENT, None, "", None, False, Scope("<summary>"))
-    saved = interp._seen_events, interp.events, interp.chains
-    interp._seen_events, interp.events, interp.chains = set(), [], []
-    try:
-        res = interp.call_function(finfo, None, [SymV(p) for p in params], {}, st, None)
-    finally:
-        interp._seen_events, interp.events, interp.chains = saved
+    params = [n for n, _ in params_of(finfo.node)]
+    st = State.fresh(dict(interp.globals), "<summary>")
+    with interp.recorder.muted():
+        res = interp.calls.call_function(finfo, None, [SymV(p) for p in params], {}, st, None)
     return {"params": params, "returns": _value_summary(res)}
 
 
@@ -132,98 +119,3 @@ def _constant(v: Val):
         items = [_constant(i) for i in v.items]
         return {"list": items} if all(i is not None for i in items) else None
     return None
-
-
-def constant_value(c: dict) -> Val:
-    if "device" in c:
-        return DeviceV(one(c["device"]))
-    if "const" in c:
-        return Const(c["const"])
-    return SeqV(tuple(constant_value(i) for i in c["list"]))
-
-
-# ---------------------------------------------------------------- use
-
-
-def _bind_params(params: list, args: list, kwargs: dict) -> dict:
-    bound = dict(zip(params, args))
-    for k, v in kwargs.items():
-        if k in params:
-            bound[k] = v
-    return bound
-
-
-def _subst(devs: list | None, bound: dict):
-    """Devices of a summary with the caller's arguments put in for symbolic ones."""
-    if devs is None:
-        return None
-    out = set()
-    for d in devs:
-        if d.startswith("sym:"):
-            name = d[4:]
-            base, _, rest = name.partition("[")
-            if base in bound:
-                v = bound[base]
-                if rest and isinstance(v, SeqV) and v.items is not None:
-                    try:
-                        k = int(rest.rstrip("]"))
-                        v = v.items[k]
-                    except (ValueError, IndexError):
-                        return None
-                elif rest:
-                    return None
-                got = as_device(v)
-                if got is None and isinstance(v, SymV):
-                    got = one(f"sym:{v.name}")
-                if got is None:
-                    return None
-                out |= got
-                continue
-            if base in ("__input__",) or base.startswith("each:"):
-                out.add(d)
-                continue
-            return None if name.split(".")[0] in bound else frozenset(devs)
-        out.add(d)
-    return frozenset(out)
-
-
-def _obj_from(s: dict | None, bound: dict, label: str, node) -> Val:
-    if s is None:
-        return UNK
-    if s.get("kind") == "seq":
-        return SeqV(tuple(_obj_from(i, bound, label, node) for i in s["items"]), kind="tuple", module=s.get("module", False))
-    devs = _subst(s.get("devs"), bound)
-    split = tuple((a, d) for a, d in s["split"]) if s.get("split") else None
-    kind = s.get("kind", "any")
-    return Obj(kind, devs if not split else None, label=label, split=split, dispatched=s.get("dispatched", ""),
-               origin=f"from `{label}`" if kind != "module" else "", at=node)
-
-
-def call_summarized(interp: Interp, callee, args: list, kwargs: dict, st: State, node) -> Val:
-    summ = callee.summary
-    bound = _bind_params(summ.get("params", []), args, kwargs)
-    if callee.kind == "function":
-        return _obj_from(summ.get("returns"), bound, callee.name, node)
-    split = tuple((a, d) for a, d in summ["split"]) if summ.get("split") else None
-    if split and bound:
-        # Constructor arguments may decide the devices (devices=[...]): substitute them.
-        subst = []
-        for a, d in split:
-            got = _subst([d], bound)
-            if got is None or len(got) != 1:
-                subst = None
-                break
-            subst.append((a, next(iter(got))))
-        split = tuple(subst) if subst else None
-    obj = Obj(
-        "module",
-        _subst(summ.get("devs"), bound) if not split else None,
-        label=callee.name,
-        split=split,
-        in_devs=_subst(summ.get("in"), bound),
-        out_devs=_subst(summ.get("out"), bound),
-        extra={"in_known": True, "summarized": callee.name},
-    )
-    if split:
-        st.scope.split_seen = True
-    return obj

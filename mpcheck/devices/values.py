@@ -161,8 +161,8 @@ class Obj(Val):
     origin: str = ""  # where it got its device, for messages ("moved to cuda:1")
     at: Any = field(default=None, repr=False)  # the node where it got its device (positions resolved lazily)
     cls: Any = field(default=None, repr=False)  # ClassInfo of an instance of an analysed class
-    attrs: Optional[dict] = field(default=None, repr=False)  # attribute -> Val, for instances
-    split: Optional[tuple] = None  # ((attr, dev), ...) when on >= 2 devices
+    attrs: dict | None = field(default=None, repr=False)  # attribute -> Val, for instances
+    split: tuple | None = None  # ((attr, dev), ...) when on >= 2 devices
     dispatched: str = ""  # how a library split it ("device_map='auto'")
     invariant: bool = False  # unchanging between calls (buffer, parameter, constant)
     moved_from: Devs = None  # for MP005: the device before the last transfer
@@ -170,20 +170,20 @@ class Obj(Val):
     worked: bool = True  # has it been computed on since the last transfer?
     in_devs: Devs = None  # modules: where their input must be
     out_devs: Devs = None  # modules: where their output is
-    chain: Optional[dict] = field(default=None, repr=False)  # the transfers of an activation's lineage (MP006)
-    extra: Optional[dict] = None  # loss modules: their weight tensors
+    lineage: int | None = None  # which activation this is, across transfers (events.Crossing)
+    extra: dict | None = None  # loss modules: their weight tensors
     # Its type is assumed, not known: an element unpacked from a value, or the
     # output of a module whose forward the model does not read (a list, a tuple
     # or a dict would look the same). For a module: so is the type of its output.
     opaque: bool = False
 
-    def with_(self, **kw) -> "Obj":
+    def with_(self, **kw) -> Obj:
         return replace(self, **kw)
 
 
 @dataclass(eq=False)
 class SeqV(Val):
-    items: Optional[tuple]  # None: unknown length
+    items: tuple | None  # None: unknown length
     elem: Val = UNK  # the join of the items when the length is unknown
     kind: str = "list"
     module: bool = False  # an nn.Sequential / ModuleList
@@ -210,7 +210,7 @@ class ClassRef(Val):
 @dataclass(eq=False)
 class FuncRef(Val):
     info: Any
-    bound: Optional[Val] = None  # self, for methods
+    bound: Val | None = None  # self, for methods
 
 
 @dataclass(eq=False)
@@ -252,7 +252,7 @@ def join(a: Val, b: Val) -> Val:
             moved_from=a.moved_from if a.moved_from == b.moved_from else None,
             in_devs=a.in_devs if a.in_devs == b.in_devs else None,
             out_devs=a.out_devs if a.out_devs == b.out_devs else None,
-            chain=a.chain if a.chain is b.chain else None,
+            lineage=a.lineage if a.lineage == b.lineage else None,
             extra=a.extra if a.extra is b.extra else None,
             opaque=a.opaque or b.opaque,
         )
@@ -264,7 +264,13 @@ def join(a: Val, b: Val) -> Val:
         da, db = as_device(a), as_device(b)
         if da is not None and db is not None:
             return DeviceV(join_devs(da, db))
-    if isinstance(a, SeqV) and isinstance(b, SeqV) and a.items is not None and b.items is not None and len(a.items) == len(b.items):
+    if (
+        isinstance(a, SeqV)
+        and isinstance(b, SeqV)
+        and a.items is not None
+        and b.items is not None
+        and len(a.items) == len(b.items)
+    ):
         return SeqV(tuple(join(x, y) for x, y in zip(a.items, b.items)), kind=a.kind, module=a.module and b.module)
     return UNK
 
@@ -302,3 +308,163 @@ def as_device(v: Val, ints_are_cuda: bool = True) -> Devs:
         if isinstance(v.value, int) and not isinstance(v.value, bool) and ints_are_cuda and v.value >= 0:
             return one(f"cuda:{v.value}")
     return None
+
+
+# ---------------------------------------------------------------- shared by the interpreter's parts
+
+UNPLACED = "built without a device"  # the origin of a parametered torch.nn module not yet placed
+PROBE = one("sym:__input__")  # the device of the input given to a forward to see where it must be
+_CPU = one("cpu")
+
+
+@dataclass(eq=False)
+class Starred(Val):
+    """`*xs` of unknown length in a call: each item is like `elem`."""
+
+    elem: Val
+
+
+class SuperV(Val):
+    """`super()`."""
+
+    __slots__ = ()
+
+
+class ParamsOf(Val):
+    """`module.parameters()`: next() of it is the first parameter, on the first placed submodule."""
+
+    __slots__ = ("mod",)
+
+    def __init__(self, mod: Obj) -> None:
+        self.mod = mod
+
+    def first(self) -> Val:
+        m = self.mod
+        if m.attrs is None:
+            return Obj("param", m.devs, origin=m.origin, at=m.at, invariant=True) if m.devs is not None else UNK
+        for v in m.attrs.values():
+            if isinstance(v, Obj) and v.kind in ("module", "any", "param", "buffer"):
+                if v.devs is None:
+                    return UNK
+                return Obj("param", v.devs, origin=f"the first parameter, in `{v.label}`", at=v.at, invariant=True)
+            if isinstance(v, SeqV) and v.module:
+                item = v.items[0] if v.items else v.elem
+                return (
+                    Obj("param", item.devs, origin="the first parameter", at=item.at, invariant=True)
+                    if isinstance(item, Obj) and item.devs
+                    else UNK
+                )
+        return UNK
+
+
+# What an op that was reported returns: a tensor of unknown device, so one bug gives one finding.
+FAILED_MARK: dict = {"failed": True}
+FAILED = Obj("tensor", None, origin="", extra=FAILED_MARK)
+
+
+def failed(v: Val) -> bool:
+    return isinstance(v, Obj) and v.extra is FAILED_MARK
+
+
+def used(*vals) -> None:
+    """Marks tensors as worked on since their last transfer (MP005 counts only idle round trips)."""
+    for v in vals:
+        if isinstance(v, Obj) and not v.worked:
+            v.worked = True
+
+
+def both_cuda(a: Devs, b: Devs) -> bool:
+    x, y = single(a), single(b)
+    return bool(x and y and x.startswith("cuda") and y.startswith("cuda"))
+
+
+def value_key(v: Val):
+    """A hashable key that tells apart the values a call may behave differently on (memoisation)."""
+    if isinstance(v, Const):
+        return ("c", repr(v.value))
+    if isinstance(v, DeviceV):
+        return ("d", v.devs)
+    if isinstance(v, Obj):
+        return ("o", v.kind, v.devs, id(v.cls) if v.cls else None, id(v.attrs) if v.attrs is not None else None)
+    if isinstance(v, SymV):
+        return ("s", v.name)
+    if isinstance(v, SeqV):
+        return ("l", tuple(value_key(i) for i in v.items) if v.items is not None and len(v.items) < 8 else None)
+    return (type(v).__name__, id(v) if isinstance(v, (ClassRef, FuncRef, Summarized)) else None)
+
+
+def is_moduleish(v: Val) -> bool:
+    return (
+        (isinstance(v, Obj) and v.kind in ("module", "any", "param", "buffer"))
+        or (isinstance(v, SeqV) and v.module)
+        or (isinstance(v, DictV) and v.module)
+    )
+
+
+def placements(v: Val, depth: int = 0) -> list[tuple[str, Any]]:
+    """The devices a submodule/parameter/container attribute puts weights on, with where."""
+    if depth > 3:
+        return []
+    if isinstance(v, Obj):
+        if v.kind not in ("module", "any", "param", "buffer"):
+            return []
+        if v.split:
+            return [(d, 0) for _, d in v.split]
+        if v.devs is not None and len(v.devs) == 1:
+            if v.devs == _CPU and not v.origin.startswith(("moved to", "built with")):
+                return []  # left on the CPU by default: not a stage placement
+            return [(d, v.at) for d in v.devs]
+        return []  # unknown, or different devices on different paths: not a fact
+    if isinstance(v, SeqV) and v.module:
+        if v.items is not None:
+            return [p for i in v.items for p in placements(i, depth + 1)]
+        return placements(v.elem, depth + 1)
+    if isinstance(v, DictV) and v.module:
+        return [p for i in v.items.values() for p in placements(i, depth + 1)]
+    return []
+
+
+def is_splitish(v: Val) -> bool:
+    """A model on several devices: split by hand, dispatched by a library, or a container of both."""
+    if isinstance(v, Obj):
+        return bool(v.split or v.dispatched)
+    if isinstance(v, SeqV) and v.module:
+        return is_split_devs([d for d, _ in placements(v)])
+    return False
+
+
+def holds_split(v: Val) -> bool:
+    return isinstance(v, SeqV) and v.items is not None and any(is_splitish(i) for i in v.items)
+
+
+def join_all(vals) -> Val:
+    out = None
+    for v in vals:
+        out = v if out is None else join(out, v)
+    return out if out is not None else UNK
+
+
+def iter_items(it: Val):
+    """The items of an iterable of known length, else None."""
+    if isinstance(it, SeqV) and it.items is not None:
+        return list(it.items)
+    if isinstance(it, DictV):
+        return [Const(k) for k in it.items]
+    return None
+
+
+def iter_elem(it: Val, target: str | None) -> Val:
+    """What one item of `it` is, bound to the loop variable `target` (a plain name, else None)."""
+    if isinstance(it, Obj) and it.kind in ("tensor", "any"):
+        return it.with_(label="")  # rows of a tensor, items of a module's list output: same device
+    if isinstance(it, SeqV):
+        if it.items is None:
+            if isinstance(it.elem, SymV) and it.elem.name.startswith("each:"):
+                return it.elem
+            return it.elem if it.elem is not UNK else _each(target)
+        return join_all(it.items)
+    return _each(target)
+
+
+def _each(target: str | None) -> Val:
+    return SymV(f"each:{target}") if target is not None else UNK

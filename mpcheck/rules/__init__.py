@@ -9,14 +9,14 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import re
-from functools import lru_cache
+from functools import cache, lru_cache
 
 from mpcheck.rules.base import Rule
 
 _RULE_MODULE = re.compile(r"^mp\d{3}_\w+$")
 
 
-@lru_cache(maxsize=None)
+@cache
 def all_rules() -> tuple[type[Rule], ...]:
     """Every rule class, sorted by code."""
     found: list[type[Rule]] = []
@@ -25,7 +25,12 @@ def all_rules() -> tuple[type[Rule], ...]:
             continue
         module = importlib.import_module(f"{__name__}.{info.name}")
         for obj in vars(module).values():
-            if isinstance(obj, type) and issubclass(obj, Rule) and obj is not Rule and obj.__module__ == module.__name__:
+            if (
+                isinstance(obj, type)
+                and issubclass(obj, Rule)
+                and obj is not Rule
+                and obj.__module__ == module.__name__
+            ):
                 found.append(obj)
     found.sort(key=lambda r: r.code)
     codes = [r.code for r in found]

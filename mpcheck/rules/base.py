@@ -15,7 +15,8 @@ this class use?) through `ctx.model`; it does not re-derive placements itself.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, ClassVar, Iterable, TypeVar
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, ClassVar, TypeVar
 
 from mpcheck import codes
 from mpcheck.finding import Finding, Fix
@@ -53,13 +54,13 @@ class Rule:
                 raise TypeError(f"{cls.__name__}: {attr} comes from mpcheck/codes.py; declare only the code")
         cls.name, cls.severity, cls.summary = entry.name, entry.severity, entry.summary
 
-    def check(self, ctx: "FileContext") -> Iterable[Finding]:
+    def check(self, ctx: FileContext) -> Iterable[Finding]:
         raise NotImplementedError
 
     def finding(
         self,
-        ctx: "FileContext",
-        node: "cst.CSTNode",
+        ctx: FileContext,
+        node: cst.CSTNode,
         message: str,
         *,
         devices: Iterable[str] = (),

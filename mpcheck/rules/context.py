@@ -7,11 +7,13 @@ the device model only when a rule asks for it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import cached_property
-from typing import Mapping
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
+
+from mpcheck.devices.model import DeviceModel
 
 
 class FileContext:
@@ -30,10 +32,8 @@ class FileContext:
         self.project = dict(project or {})
 
     @cached_property
-    def model(self):
-        from mpcheck.devices.model import DeviceModel
-
-        return DeviceModel(self)
+    def model(self) -> DeviceModel:
+        return DeviceModel(self.module, self.source, self.modname, self.project)
 
     @property
     def used_modules(self) -> list[str]:

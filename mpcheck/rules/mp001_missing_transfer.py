@@ -5,6 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from mpcheck.devices.describe import MODE_WORDS, move_fix, origin_text, value_text
+from mpcheck.devices.events import Mismatch
 from mpcheck.devices.values import device_literal, known_tensor, show, single
 from mpcheck.rules.base import Rule, once_per_node
 from mpcheck.rules.words import FLOW_WORDS
@@ -15,24 +16,24 @@ class MissingTransfer(Rule):
     needs = FLOW_WORDS
 
     def check(self, ctx):
-        for ev in once_per_node(ctx.model.events("mismatch")):
-            v = ev.data["value"]
-            here, there = single(v.devs), single(ev.data["target"])
-            name = value_text(ctx, ev.data.get("expr"), v)
+        for ev in once_per_node(ctx.model.facts(Mismatch)):
+            v = ev.value
+            here, there = single(v.devs), single(ev.target)
+            name = value_text(ctx, ev.expr, v)
             line = ctx.line(ev.node)
-            if ev.data["op"] == "module":
-                what = ev.data["what"]
+            if ev.op == "module":
+                what = ev.what
                 if not what.startswith("the first stage") and isinstance(ev.node, cst.Call):
                     what = ctx.code(ev.node.func)
                 target = what if what.startswith("the first stage") else f"`{what}`"
                 meets = f"{target} is on {show(there)}"
             else:
-                other = value_text(ctx, ev.data.get("what_expr"), ev.data.get("other"), ev.data.get("what") or "the other operand")
-                op = ev.data["op"]
+                other = value_text(ctx, ev.what_expr, ev.other, ev.what or "the other operand")
+                op = ev.op
                 where = "" if op == "op" else f" in `{op}`"
                 meets = f"it meets `{other}`{where}, which is on {show(there)}"
-            expr = ev.data.get("expr")
-            mod = ev.data.get("module")
+            expr = ev.expr
+            mod = ev.module
             if there == "cpu" and mod is not None and "never placed" in (mod.origin or ""):
                 yield self.finding(
                     ctx,
@@ -60,7 +61,7 @@ class MissingTransfer(Rule):
                 f"`{name}` is on {show(here)} ({origin_text(ctx, v)}), but {meets}{MODE_WORDS.get(ev.mode, '')}: "
                 f"move it first, e.g. `{fix}` before line {line}.",
                 devices=[here, there],
-                modules=[ev.data["what"]] if ev.data["op"] == "module" else [],
+                modules=[ev.what] if ev.op == "module" else [],
                 suggestion=f"{fix} before line {line}",
                 fix=move_fix(ctx, expr, repr(there)) if _fixable(ctx, ev, v, there) else None,
             )
@@ -74,11 +75,11 @@ def _is_move(expr) -> bool:
     )
 
 
-def _fixable(ctx, ev, v, there: str) -> bool:
+def _fixable(ctx, ev: Mismatch, v, there: str) -> bool:
     """`.to(there)` is right only on a tensor (a list has no .to()) and only where
     every visit of the site needs `there` (not a loop over blocks on two devices).
     An operand of a torch function or tensor method is a tensor whatever the model
     inferred (they take nothing else); a module's forward or `+` may take anything."""
     if there.startswith("sym:") or ctx.model.one_target(ev) != there:
         return False
-    return known_tensor(v) or ev.data["op"] not in ("module", "op")
+    return known_tensor(v) or ev.op not in ("module", "op")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from mpcheck.devices.describe import split_desc, split_devices, split_modules
+from mpcheck.devices.events import DataParallelWrap, DdpDeviceIds
 from mpcheck.rules.base import Rule
 
 
@@ -13,10 +14,10 @@ class SplitModelInDataParallel(Rule):
     needs = ("DataParallel", "data_parallel")
 
     def check(self, ctx):
-        for ev in ctx.model.events("data_parallel"):
-            mod = ev.data["module"]
+        for ev in ctx.model.facts(DataParallelWrap):
+            mod = ev.module
             what = _wrapped(ctx, ev.node)
-            wrapper = "data_parallel()" if ev.data["q"].endswith("data_parallel") else "nn.DataParallel"
+            wrapper = "data_parallel()" if ev.q.endswith("data_parallel") else "nn.DataParallel"
             yield self.finding(
                 ctx,
                 ev.node,
@@ -28,10 +29,10 @@ class SplitModelInDataParallel(Rule):
                 modules=split_modules(mod),
                 suggestion=f"DistributedDataParallel({what}, device_ids=None, output_device=None), one process per replica",
             )
-        for ev in ctx.model.events("ddp_device_ids"):
-            mod = ev.data["module"]
+        for ev in ctx.model.facts(DdpDeviceIds):
+            mod = ev.module
             what = _wrapped(ctx, ev.node)
-            given = " and ".join(ev.data["args"])
+            given = " and ".join(ev.args)
             yield self.finding(
                 ctx,
                 ev.node,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from mpcheck.devices.describe import split_desc, split_devices, split_modules
+from mpcheck.devices.events import ParallelPrimitive
 from mpcheck.rules.base import Rule
 
 _ADVICE = {
@@ -23,15 +24,16 @@ class ParallelPrimitiveMisuse(Rule):
     needs = ("nn.parallel", "cuda.comm")
 
     def check(self, ctx):
-        for ev in ctx.model.events("parallel_primitive"):
-            q = ev.data["q"]
+        for ev in ctx.model.facts(ParallelPrimitive):
+            q = ev.q
             short = q.rsplit(".", 1)[-1]
-            mod = ev.data["module"]
-            where = (
-                f"on {split_desc(mod)}" if ev.data["on_arg"] else f"inside {split_desc(mod)} to feed or collect its stages"
+            mod = ev.module
+            where = f"on {split_desc(mod)}" if ev.on_arg else f"inside {split_desc(mod)} to feed or collect its stages"
+            advice = _ADVICE.get(
+                short,
+                "DataParallel's collectives assume one replica per device; move tensors "
+                "between the stages of a split model with .to()",
             )
-            advice = _ADVICE.get(short, "DataParallel's collectives assume one replica per device; move tensors "
-                                        "between the stages of a split model with .to()")
             yield self.finding(
                 ctx,
                 ev.node,

@@ -5,6 +5,11 @@ from __future__ import annotations
 import libcst as cst
 
 from mpcheck.devices.describe import split_desc, split_devices
+from mpcheck.devices.events import (
+    EntryPointRun,
+    IndexlessPlacement,
+    SplitBuiltAfterSetDevice,
+)
 from mpcheck.devices.values import show
 from mpcheck.rules.base import Rule
 
@@ -14,9 +19,9 @@ class SetDeviceConflict(Rule):
     needs = ("set_device", "cuda.device")
 
     def check(self, ctx):
-        for ev in ctx.model.events("indexless_after_setdev"):
-            setdev = ev.data["setdev"]
-            dev = ev.data["dev"]
+        for ev in _indexless_in_split_code(ctx.model.facts(EntryPointRun)):
+            setdev = ev.setdev
+            dev = ev.dev
             lands = show(dev) if dev and dev != "cuda" else "whatever device it selects"
             yield self.finding(
                 ctx,
@@ -28,10 +33,10 @@ class SetDeviceConflict(Rule):
                 devices=[dev] if dev else [],
                 suggestion="write the device index explicitly",
             )
-        for ev in ctx.model.events("split_built_after_setdev"):
-            setdev = ev.data["setdev"]
-            plain, obj = ev.data["plain"], ev.data["obj"]
-            lines = ", ".join(str(ctx.line(n)) for n in ev.data["where"][:3])
+        for ev in ctx.model.facts(SplitBuiltAfterSetDevice):
+            setdev = ev.setdev
+            plain, obj = ev.plain, ev.obj
+            lines = ", ".join(str(ctx.line(n)) for n in ev.where[:3])
             after = split_desc(obj) if obj.split else "everything on one device"
             yield self.finding(
                 ctx,
@@ -42,6 +47,22 @@ class SetDeviceConflict(Rule):
                 devices=split_devices(plain),
                 suggestion="write the device index of each stage explicitly",
             )
+
+
+def _indexless_in_split_code(runs: list[EntryPointRun]) -> list[IndexlessPlacement]:
+    """The index-less placements after set_device (not inside `with torch.cuda.device`, where
+    index-less means that device on purpose) in entry points that build or run a split model;
+    one per node, from the first entry point that reached it."""
+    out: list[IndexlessPlacement] = []
+    seen: set[int] = set()
+    for run in runs:
+        if not run.builds_split:
+            continue
+        for p in run.placements:
+            if not p.under_device_context and id(p.node) not in seen:
+                seen.add(id(p.node))
+                out.append(p)
+    return out
 
 
 def _what(ctx, node: cst.CSTNode) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from mpcheck.devices.describe import value_text
+from mpcheck.devices.events import Transfer
 from mpcheck.devices.values import show, single
 from mpcheck.rules.base import Rule, once_per_node
 from mpcheck.rules.words import FLOW_WORDS
@@ -13,8 +14,8 @@ class RoundTripTransfer(Rule):
     needs = FLOW_WORDS
 
     def check(self, ctx):
-        for ev in once_per_node(ctx.model.events("transfer"), _round_trip):
-            v = ev.data["value"]
+        for ev in once_per_node(ctx.model.facts(Transfer), _round_trip):
+            v = ev.value
             home, there = single(v.moved_from), single(v.devs)  # home -> there -> home
             name = value_text(ctx, None, v, "the tensor")
             first = ctx.line(v.moved_at)
@@ -29,10 +30,10 @@ class RoundTripTransfer(Rule):
             )
 
 
-def _round_trip(ev) -> bool:
+def _round_trip(ev: Transfer) -> bool:
     """A transfer back to the one device the value came from, with no work done on the device between."""
-    v = ev.data["value"]
-    back, there, before = single(ev.data["devs"]), single(v.devs), single(v.moved_from)
+    v = ev.value
+    back, there, before = single(ev.devs), single(v.devs), single(v.moved_from)
     return (
         not v.worked
         and v.moved_at is not None

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from mpcheck.devices.events import Crossing
 from mpcheck.devices.values import show
 from mpcheck.rules.base import Rule
 from mpcheck.rules.words import FLOW_WORDS
@@ -13,8 +18,8 @@ class TransferPerLayer(Rule):
 
     def check(self, ctx):
         seen = set()
-        for chain in ctx.model.interp.chains:
-            devs, node = chain["devs"], chain["first_revisit"]
+        for chain in _chains(ctx.model.facts(Crossing)):
+            devs, node = chain.devs, chain.first_revisit
             crossings = len(devs) - 1
             distinct = list(dict.fromkeys(devs))
             # A -> B -> A is two stages with a way back (e.g. to the labels); A -> B -> A -> B is ping-pong.
@@ -32,3 +37,36 @@ class TransferPerLayer(Rule):
                 devices=distinct,
                 suggestion="place consecutive layers on the same device, one block per device",
             )
+
+
+@dataclass
+class _Chain:
+    """The devices an activation visits, in order, and the transfer that first went back to one."""
+
+    devs: list[str]
+    reported: bool
+    first_revisit: cst.CSTNode | None = None
+    nodes: list[cst.CSTNode] = field(default_factory=list)
+
+
+def _chains(steps: list[Crossing]) -> list[_Chain]:
+    """The lineages of activations, built from their crossings in order (those opened in runs that count)."""
+    by_lineage: dict[int, _Chain] = {}
+    for c in steps:
+        chain = by_lineage.get(c.lineage)
+        if c.undoes:
+            # A round trip with no work in between: MP005's business; it is not a stage crossing.
+            if chain is not None and len(chain.devs) >= 2 and chain.devs[-1] == c.src:
+                chain.devs.pop()
+                if chain.nodes:
+                    chain.nodes.pop()
+            continue
+        if chain is None:  # c.opens
+            chain = by_lineage[c.lineage] = _Chain([c.src], c.reported)
+        if chain.devs[-1] != c.src:
+            chain.devs.append(c.src)
+        if c.dst in chain.devs and chain.first_revisit is None:
+            chain.first_revisit = c.node
+        chain.devs.append(c.dst)
+        chain.nodes.append(c.node)
+    return [ch for ch in by_lineage.values() if ch.reported]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from mpcheck.devices.describe import split_desc, split_devices, split_modules
+from mpcheck.devices.events import Collapse
 from mpcheck.devices.values import show, single
 from mpcheck.rules.base import Rule
 from mpcheck.rules.words import FLOW_WORDS
@@ -12,16 +13,22 @@ from mpcheck.rules.words import FLOW_WORDS
 
 class CollapseSplitModel(Rule):
     code = "MP007"
-    needs = FLOW_WORDS + ("parallelize(", "dispatch_model", "and_dispatch", "Pipe(", "tensor_parallel(")  # device_map= with .to("cuda") says cuda
+    needs = FLOW_WORDS + (
+        "parallelize(",
+        "dispatch_model",
+        "and_dispatch",
+        "Pipe(",
+        "tensor_parallel(",
+    )  # device_map= with .to("cuda") says cuda
 
     def check(self, ctx):
-        for ev in ctx.model.events("collapse"):
-            mod = ev.data["module"]
+        for ev in ctx.model.facts(Collapse):
+            mod = ev.module
             call: cst.Call = ev.node
             recv = ctx.code(call.func.value) if isinstance(call.func, cst.Attribute) else "the model"
-            target = single(ev.data["devs"])
+            target = single(ev.devs)
             onto = show(target) if target else "one device"
-            meth = ev.data["meth"]
+            meth = ev.meth
             yield self.finding(
                 ctx,
                 call,

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import libcst as cst
 
-from mpcheck.devices.describe import MODE_WORDS, move_fix, origin_text, root_name, value_text
+from mpcheck.devices.describe import (
+    MODE_WORDS,
+    move_fix,
+    origin_text,
+    root_name,
+    value_text,
+)
+from mpcheck.devices.events import LossMismatch
 from mpcheck.devices.values import show, single
 from mpcheck.rules.base import Rule, once_per_node
 from mpcheck.rules.words import FLOW_WORDS
@@ -15,9 +22,9 @@ class LossDeviceMismatch(Rule):
     needs = FLOW_WORDS
 
     def check(self, ctx):
-        for ev in once_per_node(ctx.model.events("loss_mismatch")):
-            v, other = ev.data["value"], ev.data["other"]
-            a_expr, b_expr = ev.data.get("other_expr"), ev.data.get("expr")
+        for ev in once_per_node(ctx.model.facts(LossMismatch)):
+            v, other = ev.value, ev.other
+            a_expr, b_expr = ev.other_expr, ev.expr
             a = value_text(ctx, a_expr, other, "the prediction")
             b = value_text(ctx, b_expr, v, "the class weights")
             da, db = single(other.devs), single(v.devs)
@@ -27,7 +34,11 @@ class LossDeviceMismatch(Rule):
             out = root_name(a_expr) or (a if a.isidentifier() else None)
             dev = f"{out}.device" if out else repr(da)
             tgt = root_name(b_expr) or (b if b.isidentifier() else None)
-            if isinstance(b_expr, cst.Call) and isinstance(b_expr.func, cst.Attribute) and b_expr.func.attr.value in ("to", "cuda"):
+            if (
+                isinstance(b_expr, cst.Call)
+                and isinstance(b_expr.func, cst.Attribute)
+                and b_expr.func.attr.value in ("to", "cuda")
+            ):
                 fix = f"{ctx.code(b_expr.func.value)}.to({dev})"
             elif tgt:
                 fix = f"{tgt} = {tgt}.to({dev})"
@@ -42,6 +53,6 @@ class LossDeviceMismatch(Rule):
                 devices=[da, db],
                 suggestion=f"{fix} before line {line}",
                 # `.to(a.device)` follows the outputs on every visit, and both are tensors:
-                # the events come from torch losses, which take nothing else.
+                # the facts come from torch losses, which take nothing else.
                 fix=move_fix(ctx, b_expr, f"{a}.device") if isinstance(a_expr, cst.Name) else None,
             )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from mpcheck.devices.events import Transfer
 from mpcheck.devices.values import conflict, device_literal, show, single
 from mpcheck.rules.base import Rule, once_per_node
 from mpcheck.rules.words import FLOW_WORDS
@@ -16,10 +17,10 @@ class RepeatedTransfer(Rule):
     needs = FLOW_WORDS
 
     def check(self, ctx):
-        for ev in once_per_node(ctx.model.events("transfer"), _repeated):
-            how = ev.data["repeated"]
-            v = ev.data["value"]
-            src, dst = single(v.devs), single(ev.data["devs"])
+        for ev in once_per_node(ctx.model.facts(Transfer), lambda ev: bool(_repeated(ev))):
+            how = _repeated(ev)
+            v = ev.value
+            src, dst = single(v.devs), single(ev.devs)
             recv = ctx.code(ev.node.func.value) if isinstance(ev.node.func, cst.Attribute) else "the tensor"
             what = _KIND.get(v.kind, "tensor")
             when = "on every forward call" if how == "call" else "on every iteration of the loop"
@@ -37,6 +38,14 @@ class RepeatedTransfer(Rule):
             )
 
 
-def _repeated(ev) -> bool:
-    """A move, on every call or iteration, of an unchanging value certainly on another device."""
-    return bool(ev.data.get("repeated")) and conflict(ev.data["value"].devs, ev.data["devs"])
+def _repeated(ev: Transfer) -> str:
+    """'call' / 'loop' for a move, on every forward call or loop iteration, of the same
+    unchanging value (buffer, parameter, constant) certainly on another device; else ''."""
+    v = ev.value
+    if not v.invariant or not conflict(v.devs, ev.devs):
+        return ""
+    if ev.reads_unchanging_attribute:
+        return "call"  # self.buffer.to(...) in forward
+    if ev.bound_outside_loop:
+        return "loop"  # a tensor made before the loop, moved again in every iteration
+    return ""

@@ -1,0 +1,192 @@
+"""The facts the interpreter records for the rules: one frozen dataclass per kind.
+
+Every fact has the node it is about and the mode of the path it was seen on
+('' | 'eval' | 'train' | 'no_grad'). Rules ask the model for the facts of one
+type (`ctx.model.facts(Transfer)`) and read typed fields; none of them walks
+the tree or the interpreter's state.
+
+`Recorder` keeps them: one fact per (type, node, key), and `muted()` for the
+runs whose facts must not count (a probe of a forward, a summary).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import libcst as cst
+
+from mpcheck.devices.values import Devs, Obj, Val
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class Fact:
+    node: cst.CSTNode
+    mode: str = ""
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class Mismatch(Fact):
+    """`value` certainly is not on `target`, the device of what it meets (a module, an operand, an op)."""
+
+    value: Obj
+    target: Devs
+    what: str  # the module or the other operand, in words
+    op: str  # 'module' | 'op' | 'index' | '.add()' | the torch function's name
+    arg_index: Any = 0
+    expr: cst.BaseExpression | None = None  # the value's expression
+    module: Obj | None = None  # the module called, when op == 'module'
+    other: Val | None = None  # the other operand
+    what_expr: cst.BaseExpression | None = None  # its expression
+    site: Any = 0  # which operand site of `node` (an argument index, 'op', 'binop'): see Recorder.need
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class LossMismatch(Fact):
+    """A loss gets `other` (the first tensor) and `value` on different devices."""
+
+    value: Obj
+    target: Devs
+    other: Obj
+    op: str
+    expr: cst.BaseExpression | None = None
+    other_expr: cst.BaseExpression | None = None
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class Transfer(Fact):
+    """`.to()` / `.cuda()` / `.cpu()` of a tensor: `value` (as it was) moved to `devs`."""
+
+    value: Obj
+    devs: Devs
+    # Where the moved value comes from, for "moved every time" (MP011):
+    reads_unchanging_attribute: bool = False  # an unchanging attribute of self, outside __init__
+    bound_outside_loop: bool = False  # a name bound before an enclosing loop and not rebound in it
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class Crossing(Fact):
+    """One step of an activation's lineage from `src` to `dst` (a transfer with known ends).
+
+    `lineage` names the activation (it is kept through ops); `opens` marks its
+    first crossing, `reported` whether that first crossing was in a run whose
+    facts count; `undoes` marks an idle move straight back (a round trip)."""
+
+    lineage: int
+    src: str
+    dst: str
+    opens: bool = False
+    reported: bool = False
+    undoes: bool = False
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class DataParallelWrap(Fact):
+    module: Val
+    q: str  # the canonical name of the wrapper
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class DdpDeviceIds(Fact):
+    module: Val
+    args: tuple[str, ...]  # 'device_ids', 'output_device'
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class ParallelPrimitive(Fact):
+    q: str
+    module: Val
+    on_arg: bool  # the split model is an argument (else: used inside a split class)
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class Collapse(Fact):
+    """A split model moved whole to `devs`."""
+
+    module: Val
+    devs: Devs
+    meth: str
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class IndexlessPlacement:
+    """An index-less `.cuda()` / 'cuda' while a set_device or `with torch.cuda.device` is in effect."""
+
+    node: cst.CSTNode
+    setdev: cst.CSTNode
+    dev: str | None  # the current device it lands on, when known
+    under_device_context: bool  # inside `with torch.cuda.device(...)`: index-less on purpose
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class EntryPointRun(Fact):
+    """One entry point (the module body, a function, a method) interpreted to its end."""
+
+    name: str
+    builds_split: bool  # it builds, runs or moves a model split over several devices
+    placements: tuple[IndexlessPlacement, ...]
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class SplitBuiltAfterSetDevice(Fact):
+    """A class whose __init__ places stages index-lessly, built after set_device."""
+
+    setdev: cst.CSTNode
+    plain: Obj  # the instance built with the default current device
+    obj: Obj  # the instance built here
+    where: tuple[cst.CSTNode, ...]  # its index-less placements
+
+
+F = TypeVar("F", bound=Fact)
+
+
+class Recorder:
+    """The facts of one interpretation, in the order they were seen."""
+
+    def __init__(self) -> None:
+        self.facts: list[Fact] = []
+        # Lineage steps are kept apart and never muted: a lineage opened in a run
+        # that counts may take a step in a probe run, and that step is part of it.
+        self.crossings: list[Crossing] = []
+        self._seen: set = set()
+        self._muted = 0
+        # (id(node), site) -> every device set an operand there had to be on, over all
+        # visits that count (loop iterations, paths, calls): a fix may move it to one
+        # fixed device only when that set has one member (DeviceModel.one_target).
+        self.needs: dict[tuple, set] = {}
+
+    @property
+    def live(self) -> bool:
+        """Whether facts recorded now count (no probe or summary run is under way)."""
+        return not self._muted
+
+    def record(self, fact: Fact, key: Any = None) -> None:
+        """Keeps `fact` unless one of its type was already kept at its node with this key."""
+        k = (type(fact), id(fact.node), key)
+        if k in self._seen:
+            return
+        self._seen.add(k)
+        self.facts.append(fact)
+
+    def need(self, node: cst.CSTNode, site: Any, devs: Devs) -> None:
+        """An operand at `node` (`site` as in its Mismatch) must be on `devs` on this visit;
+        also on visits that find no mismatch or skip the check."""
+        if self.live:
+            self.needs.setdefault((id(node), site), set()).add(devs)
+
+    def cross(self, step: Crossing) -> None:
+        self.crossings.append(step)
+
+    @contextmanager
+    def muted(self) -> Iterator[None]:
+        """A run whose facts are dropped, and whose dedup keys do not hide later facts."""
+        saved_facts, saved_seen = self.facts, self._seen
+        self.facts, self._seen = [], set()
+        self._muted += 1
+        try:
+            yield
+        finally:
+            self._muted -= 1
+            self.facts, self._seen = saved_facts, saved_seen

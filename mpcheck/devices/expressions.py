@@ -1,0 +1,487 @@
+"""Expressions: the abstract value of each expression of the tree.
+
+`Expressions.ev` dispatches on the node's type (the table `_EV` at the end);
+calls go to `calls.Calls`. Operands that must agree (a binary op, an index)
+are checked here (`check_operand`), and a disagreement is recorded as an
+`events.Mismatch`.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from mpcheck.devices import torchapi
+from mpcheck.devices.events import Mismatch
+from mpcheck.devices.names import canonical, dotted
+from mpcheck.devices.program import MAX_UNROLL, Part, State
+from mpcheck.devices.values import (
+    FAILED,
+    PROBE,
+    UNK,
+    Const,
+    DeviceV,
+    DictV,
+    FuncRef,
+    Obj,
+    QName,
+    SeqV,
+    SymV,
+    Val,
+    both_cuda,
+    conflict,
+    device_from_str,
+    failed,
+    iter_elem,
+    iter_items,
+    join,
+    join_all,
+    join_devs,
+    one,
+    single,
+    used,
+)
+
+
+class Expressions(Part):
+    def qname(self, node) -> str | None:
+        """The canonical dotted name an expression refers to (imports resolved)."""
+        d = dotted(node) if isinstance(node, (cst.Name, cst.Attribute)) else None
+        if d is None:
+            return None
+        head, _, rest = d.partition(".")
+        v = self.interp.globals.get(head)
+        if isinstance(v, QName):
+            return canonical(v.q + ("." + rest if rest else ""))
+        if v is None and head in torchapi.BUILTINS:
+            return head
+        return None
+
+    def ev(self, node, st: State) -> Val:
+        t = type(node)
+        f = _EV.get(t)
+        if f is None:
+            return UNK
+        return f(self, node, st)
+
+    def ev_name(self, node: cst.Name, st: State) -> Val:
+        v = st.env.get(node.value)
+        if v is not None:
+            return v
+        if node.value in ("True", "False", "None"):
+            return Const({"True": True, "False": False, "None": None}[node.value])
+        if node.value in torchapi.BUILTINS:
+            return QName(node.value)
+        return UNK
+
+    def ev_attr(self, node: cst.Attribute, st: State) -> Val:
+        base = self.ev(node.value, st)
+        name = node.attr.value
+        if isinstance(base, QName):
+            return QName(canonical(f"{base.q}.{name}"))
+        if isinstance(base, Obj):
+            if base.attrs is not None:
+                key = f"{id(base)}.{name}"
+                if key in st.env:
+                    return st.env[key]
+                if name in base.attrs:
+                    return base.attrs[name]
+                if base.cls is not None:
+                    m = base.cls.method(name)
+                    if m is not None:
+                        return FuncRef(m, base)
+                if name == "device" and base.devs is not None:
+                    return DeviceV(base.devs)
+                if name == "module":
+                    return base
+                return UNK
+            if name == "device":
+                return DeviceV(base.devs) if base.devs is not None else SymV(f"{dotted(node) or 'value.device'}")
+            if name in ("weight", "bias") and base.kind in ("module", "any"):
+                return Obj(
+                    "param", base.devs, label=dotted(node) or name, origin=base.origin, at=base.at, invariant=True
+                )
+            if name in ("T", "mT", "data", "real", "imag"):
+                return base.with_(label=dotted(node) or base.label)
+            if name == "module":
+                return base
+            return UNK
+        if isinstance(base, SymV):
+            return SymV(f"{base.name}.{name}")
+        return UNK
+
+    def ev_subscript(self, node: cst.Subscript, st: State) -> Val:
+        base = self.ev(node.value, st)
+        if len(node.slice) != 1 or not isinstance(node.slice[0].slice, cst.Index):
+            for el in node.slice:
+                if isinstance(el.slice, cst.Index):
+                    self.ev(el.slice.value, st)
+            if isinstance(base, Obj) and base.kind in ("tensor", "param", "buffer", "any"):
+                used(base)
+                return base.with_(label="", kind="tensor", worked=True)
+            return UNK
+        idx = self.ev(node.slice[0].slice.value, st)
+        if isinstance(base, SeqV):
+            if isinstance(idx, Const) and isinstance(idx.value, int) and base.items is not None:
+                if -len(base.items) <= idx.value < len(base.items):
+                    return base.items[idx.value]
+                return UNK
+            if isinstance(idx, Const) and isinstance(idx.value, int) and base.items is None:
+                text = dotted(node.value)
+                if text and _deviceish(base.elem):
+                    return DeviceV(one(f"sym:{text}[{idx.value}]"))
+                return base.elem
+            return base.elem if base.items is None else join_all(base.items)
+        if isinstance(base, DictV):
+            if isinstance(idx, Const) and idx.value in base.items:
+                return base.items[idx.value]
+            vals = list(base.items.values())
+            return join_all(vals) if vals else UNK
+        if (
+            isinstance(base, QName)
+            and isinstance(idx, Const)
+            and isinstance(idx.value, int)
+            and not base.q.startswith("torch.")
+        ):
+            # An entry of an imported list whose values this file cannot see (DEVICES[1]):
+            # symbolic, so DEVICES[0] and DEVICES[1] still count as two devices.
+            return SymV(f"@{base.q}[{idx.value}]")
+        if isinstance(base, SymV) and isinstance(idx, Const) and isinstance(idx.value, (int, str)):
+            return SymV(f"{base.name}[{idx.value!r}]" if isinstance(idx.value, str) else f"{base.name}[{idx.value}]")
+        if isinstance(base, Obj) and base.kind in ("tensor", "param", "buffer", "any"):
+            used(base)
+            if isinstance(idx, Obj) and both_cuda(idx.devs, base.devs):
+                # CPU index tensors may index a CUDA tensor; one on another GPU may not.
+                self.check_operand(node, idx, base.devs, st, what=base.label or "the tensor", op="index")
+            return base.with_(label="", kind="tensor", invariant=base.invariant, worked=True)
+        return UNK
+
+    def ev_const(self, node, st: State) -> Val:
+        t = type(node)
+        if t is cst.Integer:
+            try:
+                return Const(int(node.value, 0))
+            except ValueError:
+                return UNK
+        if t is cst.Float:
+            return Const(0.5)
+        if t is cst.SimpleString:
+            try:
+                return Const(node.evaluated_value)
+            except Exception:
+                return UNK
+        return UNK
+
+    def ev_fstring(self, node: cst.FormattedString, st: State) -> Val:
+        text = ""
+        sym = None
+        for p in node.parts:
+            if isinstance(p, cst.FormattedStringText):
+                text += p.value
+            else:
+                v = self.ev(p.expression, st)
+                if isinstance(v, Const) and isinstance(v.value, (int, str)) and p.format_spec is None:
+                    text += str(v.value)
+                elif isinstance(v, SymV):
+                    sym = v.name
+                    text += "{" + v.name + "}"
+                else:
+                    src = dotted(p.expression)
+                    if src is None:
+                        return UNK
+                    sym = src
+                    text += "{" + src + "}"
+        if sym is None:
+            return Const(text)
+        if text.startswith(("cuda:", "cuda")):
+            name = sym if sym.startswith("each:") else text
+            return DeviceV(one(f"sym:{name}"))
+        return UNK
+
+    def ev_concat(self, node: cst.ConcatenatedString, st: State) -> Val:
+        a, b = self.ev(node.left, st), self.ev(node.right, st)
+        if isinstance(a, Const) and isinstance(b, Const) and isinstance(a.value, str) and isinstance(b.value, str):
+            return Const(a.value + b.value)
+        return UNK
+
+    def ev_seq(self, node, st: State) -> Val:
+        items = []
+        for e in node.elements:
+            if isinstance(e, cst.StarredElement):
+                v = self.ev(e.value, st)
+                if isinstance(v, SeqV) and v.items is not None:
+                    items.extend(v.items)
+                    continue
+                return SeqV(
+                    None, elem=join_all(items + [v.elem if isinstance(v, SeqV) else UNK]) if items else UNK, kind="list"
+                )
+            items.append(self.ev(e.value, st))
+        return SeqV(tuple(items), kind="tuple" if isinstance(node, cst.Tuple) else "list")
+
+    def ev_dict(self, node: cst.Dict, st: State) -> Val:
+        items = {}
+        for e in node.elements:
+            if isinstance(e, cst.DictElement):
+                k = self.ev(e.key, st)
+                v = self.ev(e.value, st)
+                if isinstance(k, Const):
+                    items[k.value] = v
+                else:
+                    return UNK
+            else:
+                self.ev(e.value, st)
+                return UNK
+        return DictV(items)
+
+    def ev_comp(self, node, st: State) -> Val:
+        # [elt for target in iter if ...]: unrolled for short known iterables.
+        inner = st.copy()
+        inner.returns = []
+        fors = []
+        f = node.for_in
+        while f is not None:
+            fors.append(f)
+            f = f.inner_for_in
+        if len(fors) == 1:
+            it = self.ev(fors[0].iter, inner)
+            items = iter_items(it)
+            if items is not None and len(items) <= MAX_UNROLL and not fors[0].ifs:
+                out = []
+                for item in items:
+                    self.interp.stmts.assign(fors[0].target, item, inner, None)
+                    out.append(self._comp_elt(node, inner))
+                return self._comp_result(node, tuple(out), None)
+        for f in fors:
+            it = self.ev(f.iter, inner)
+            self.interp.stmts.assign(
+                f.target, iter_elem(it, f.target.value if isinstance(f.target, cst.Name) else None), inner, None
+            )
+        self.interp.in_unknown_loop += 1
+        try:
+            elem = self._comp_elt(node, inner)
+        finally:
+            self.interp.in_unknown_loop -= 1
+        return self._comp_result(node, None, elem)
+
+    def _comp_elt(self, node, st):
+        if isinstance(node, cst.DictComp):
+            self.ev(node.key, st)
+            return self.ev(node.value, st)
+        return self.ev(node.elt, st)
+
+    @staticmethod
+    def _comp_result(node, items, elem) -> Val:
+        if isinstance(node, cst.DictComp):
+            return DictV({}) if items is None else UNK
+        if isinstance(node, cst.GeneratorExp):
+            return SeqV(items, elem=elem if elem is not None else UNK, kind="gen")
+        return SeqV(items, elem=elem if elem is not None else UNK, kind="list")
+
+    def ev_ifexp(self, node: cst.IfExp, st: State) -> Val:
+        t = self.ev(node.test, st)
+        if isinstance(t, Const) and isinstance(t.value, bool):
+            return self.ev(node.body if t.value else node.orelse, st)
+        return join(self.ev(node.body, st), self.ev(node.orelse, st))
+
+    def ev_binop(self, node: cst.BinaryOperation, st: State) -> Val:
+        a = self.ev(node.left, st)
+        b = self.ev(node.right, st)
+        return self.binop(node, a, b, st)
+
+    def binop(self, node, a: Val, b: Val, st: State) -> Val:
+        if failed(a) or failed(b):
+            return FAILED
+        used(a, b)
+        if isinstance(a, SeqV) or isinstance(b, SeqV):
+            return (
+                SeqV(None, elem=a.elem if isinstance(a, SeqV) else b.elem)
+                if isinstance(a, (SeqV, Const)) and isinstance(b, (SeqV, Const))
+                else UNK
+            )
+        if isinstance(a, Obj) and isinstance(b, Obj) and a.kind != "module" and b.kind != "module":
+            if a.kind == "scalar":
+                return b.with_(label="", invariant=False, worked=True) if b.kind != "scalar" else a
+            if b.kind == "scalar":
+                return a.with_(label="", invariant=False, worked=True)
+            self.probe_hit(a, b.devs)
+            self.probe_hit(b, a.devs)
+            self.interp.recorder.need(node, "binop", a.devs)
+            c = conflict(a.devs, b.devs)
+            if c:
+                self.interp.recorder.record(
+                    Mismatch(
+                        node=node,
+                        mode=st.mode,
+                        value=b,
+                        target=a.devs,
+                        what=a.label or "the left operand",
+                        op="op",
+                        other=a,
+                        arg_index=1,
+                        expr=getattr(node, "right", None),
+                        what_expr=getattr(node, "left", None),
+                        site="binop",
+                    ),
+                    key="binop",
+                )
+                return FAILED
+            return Obj(
+                "tensor",
+                join_devs(a.devs, b.devs),
+                origin=a.origin or b.origin,
+                at=a.at or b.at,
+                invariant=a.invariant and b.invariant,
+                lineage=a.lineage or b.lineage,
+            )
+        if isinstance(a, Obj) and a.kind != "module":
+            return a.with_(label="", kind="tensor" if a.kind != "scalar" else "scalar", worked=True)
+        if isinstance(b, Obj) and b.kind != "module":
+            return b.with_(label="", kind="tensor" if b.kind != "scalar" else "scalar", worked=True)
+        if isinstance(a, Const) and isinstance(b, Const):
+            op = getattr(node, "operator", None)
+            try:
+                f = _CONST_OPS.get(type(op))
+                if f is not None and isinstance(a.value, (int, str)) and isinstance(b.value, (int, str)):
+                    return Const(f(a.value, b.value))
+            except Exception:
+                return UNK
+        return UNK
+
+    def ev_unary(self, node, st):
+        v = self.ev(node.expression, st)
+        if isinstance(v, Obj) and v.kind != "module":
+            return v.with_(label="", worked=True)
+        return UNK
+
+    def ev_compare(self, node, st):
+        left = self.ev(node.left, st)
+        if len(node.comparisons) == 1 and isinstance(left, Const):
+            c = node.comparisons[0]
+            right = self.ev(c.comparator, st)
+            f = _CMP_OPS.get(type(c.operator))
+            if (
+                f is not None
+                and isinstance(right, Const)
+                and type(left.value) in (int, str, bool)
+                and type(right.value) is type(left.value)
+            ):
+                return Const(bool(f(left.value, right.value)))
+            if (
+                isinstance(c.operator, (cst.Is, cst.IsNot))
+                and isinstance(right, Const)
+                and right.value is None
+                and left.value is None
+            ):
+                return Const(isinstance(c.operator, cst.Is))
+            return UNK
+        for c in node.comparisons:
+            right = self.ev(c.comparator, st)
+            if isinstance(
+                c.operator,
+                (cst.Equal, cst.NotEqual, cst.LessThan, cst.GreaterThan, cst.LessThanEqual, cst.GreaterThanEqual),
+            ):
+                if isinstance(left, Obj) and isinstance(right, Obj):
+                    out = self.binop(node, left, right, st)
+                    if isinstance(out, Obj):
+                        return out.with_(invariant=False)
+            left = right
+        return UNK
+
+    def ev_boolop(self, node, st):
+        a = self.ev(node.left, st)
+        b = self.ev(node.right, st)
+        if isinstance(a, Obj) or isinstance(b, Obj):
+            return join(a, b) if isinstance(a, Obj) and isinstance(b, Obj) else UNK
+        return UNK
+
+    def ev_lambda(self, node, st):
+        return UNK
+
+    def ev_await(self, node, st):
+        return self.ev(node.expression, st)
+
+    def probe_hit(self, val: Val, devs) -> None:
+        if self.interp.probes and isinstance(val, Obj) and val.devs == PROBE and single(devs) is not None:
+            if self.interp.probes[-1]["devs"] is None:
+                self.interp.probes[-1]["devs"] = devs
+
+    def check_operand(
+        self, node, val: Val, devs, st: State, what: str, arg_index: int = 0, expr=None, op: str = "module", module=None
+    ) -> bool:
+        """Reports `val` when it is certainly not on `devs`; True when it did."""
+        self.interp.recorder.need(node, arg_index, devs)
+        if not isinstance(val, Obj) or val.kind in ("scalar", "module"):
+            return False
+        self.probe_hit(val, devs)
+        c = conflict(val.devs, devs)
+        if c:
+            self.interp.recorder.record(
+                Mismatch(
+                    node=node,
+                    mode=st.mode,
+                    value=val,
+                    target=devs,
+                    what=what,
+                    op=op,
+                    expr=expr,
+                    arg_index=arg_index,
+                    module=module,
+                    site=arg_index,
+                ),
+                key=arg_index,
+            )
+            return True
+        return False
+
+    def ev_call(self, node: cst.Call, st: State) -> Val:
+        return self.interp.calls.ev_call(node, st)
+
+
+_CMP_OPS = {
+    cst.Equal: lambda a, b: a == b,
+    cst.NotEqual: lambda a, b: a != b,
+    cst.LessThan: lambda a, b: a < b,
+    cst.GreaterThan: lambda a, b: a > b,
+    cst.LessThanEqual: lambda a, b: a <= b,
+    cst.GreaterThanEqual: lambda a, b: a >= b,
+}
+_CONST_OPS = {
+    cst.Add: lambda a, b: a + b,
+    cst.Subtract: lambda a, b: a - b,
+    cst.Multiply: lambda a, b: a * b if not (isinstance(a, str) or isinstance(b, str)) else None,
+    cst.Modulo: lambda a, b: a % b if isinstance(a, int) and isinstance(b, int) and b else None,
+    cst.FloorDivide: lambda a, b: a // b if isinstance(a, int) and isinstance(b, int) and b else None,
+}
+
+
+def _deviceish(v: Val) -> bool:
+    return isinstance(v, DeviceV) or (
+        isinstance(v, Const) and isinstance(v.value, str) and device_from_str(v.value) is not None
+    )
+
+
+_EV = {
+    cst.Name: Expressions.ev_name,
+    cst.Attribute: Expressions.ev_attr,
+    cst.Call: Expressions.ev_call,
+    cst.Subscript: Expressions.ev_subscript,
+    cst.Integer: Expressions.ev_const,
+    cst.Float: Expressions.ev_const,
+    cst.SimpleString: Expressions.ev_const,
+    cst.FormattedString: Expressions.ev_fstring,
+    cst.ConcatenatedString: Expressions.ev_concat,
+    cst.List: Expressions.ev_seq,
+    cst.Tuple: Expressions.ev_seq,
+    cst.Set: Expressions.ev_seq,
+    cst.Dict: Expressions.ev_dict,
+    cst.ListComp: Expressions.ev_comp,
+    cst.SetComp: Expressions.ev_comp,
+    cst.GeneratorExp: Expressions.ev_comp,
+    cst.DictComp: Expressions.ev_comp,
+    cst.IfExp: Expressions.ev_ifexp,
+    cst.BinaryOperation: Expressions.ev_binop,
+    cst.UnaryOperation: Expressions.ev_unary,
+    cst.Comparison: Expressions.ev_compare,
+    cst.BooleanOperation: Expressions.ev_boolop,
+    cst.Lambda: Expressions.ev_lambda,
+    cst.Await: Expressions.ev_await,
+}

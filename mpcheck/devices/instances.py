@@ -1,0 +1,97 @@
+"""Instances of the classes of a file: their __init__ interpreted with the
+constructor's arguments (memoised per argument values), and where that puts
+their parts (split over several devices, on one, or left to be moved whole).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mpcheck.devices.events import SplitBuiltAfterSetDevice
+from mpcheck.devices.program import MAX_DEPTH, ClassInfo, Part, Scope, State
+from mpcheck.devices.values import (
+    CURRENT,
+    UNPLACED,
+    Obj,
+    Summarized,
+    is_moduleish,
+    is_split_devs,
+    one,
+    placements,
+    value_key,
+)
+
+
+class Instances(Part):
+    def default_instance(self, cinfo: ClassInfo) -> Obj:
+        return self.instantiate(cinfo, [], {}, None, None)
+
+    def instantiate(self, cinfo: ClassInfo, args: list, kwargs: dict, st: State | None, node) -> Obj:
+        cur = st.cur if st else CURRENT
+        key = (tuple(value_key(a) for a in args), tuple(sorted((k, value_key(v)) for k, v in kwargs.items())), cur)
+        if key in cinfo.instances:
+            obj = cinfo.instances[key]
+            self._check_built_after_setdev(cinfo, obj, args, kwargs, st, node)
+            return obj
+        obj = Obj("module", None, label=cinfo.name, cls=cinfo, attrs={})
+        cinfo.instances[key] = obj
+        self._inherit_summarized(cinfo, obj)
+        init = cinfo.method("__init__")
+        scope = Scope(f"{cinfo.name}.__init__")
+        if init is not None and len(self.interp.stack) < MAX_DEPTH:
+            env = dict(self.interp.globals)
+            self.interp.calls.bind(init, env, obj, args, kwargs)
+            ist = State(env, cur, st.setdev if st else None, "", obj, True, scope)
+            self.interp.stmts.run_body(init, ist)
+        self._finish_instance(obj)
+        self.interp.init_indexless[id(obj)] = [p.node for p in scope.placements]
+        self._check_built_after_setdev(cinfo, obj, args, kwargs, st, node)
+        return obj
+
+    def _inherit_summarized(self, cinfo: ClassInfo, obj: Obj) -> None:
+        """A base class from another checked file places its parts before our __init__ runs."""
+        for b in cinfo.bases:
+            base = self.interp.globals.get(b) if b and "." not in b else None
+            if isinstance(base, Summarized) and base.kind == "class":
+                for attr, dev in base.summary.get("split") or []:
+                    obj.attrs.setdefault(attr, Obj("module", one(dev), origin=f"placed by {base.name}.__init__"))
+                devs = base.summary.get("devs")
+                if devs and len(devs) == 1 and not base.summary.get("split"):
+                    obj.attrs.setdefault(f"<{base.name}>", Obj("module", one(devs[0]), origin=f"placed by {base.name}"))
+
+    def _check_built_after_setdev(self, cinfo, obj: Obj, args, kwargs, st, node) -> None:
+        where = self.interp.init_indexless.get(id(obj))
+        if st is None or st.setdev is None or not where or node is None:
+            return
+        # Built after set_device: would it be split with the default current device?
+        plain = self.instantiate(cinfo, args, kwargs, None, None)
+        if plain.split and obj.split != plain.split:
+            self.interp.recorder.record(
+                SplitBuiltAfterSetDevice(
+                    node=node, mode=st.mode, setdev=st.setdev, plain=plain, obj=obj, where=tuple(where)
+                )
+            )
+
+    def _finish_instance(self, obj: Obj) -> None:
+        placed: list[tuple[str, str, Any]] = []
+        for attr, v in obj.attrs.items():
+            for d, at in placements(v):
+                placed.append((attr, d, at))
+        devs = [d for _, d, _ in placed]
+        split = bool(placed) and is_split_devs(devs)
+        # A class that places parts on a given GPU by hand is not moved as a whole later:
+        # what it leaves unplaced stays on the CPU. Any other class may be moved whole
+        # (model.cuda()), so its CPU tensors and unplaced modules are of unknown device.
+        hand_placed = split or any(d.startswith("cuda:") and d != "cuda:0" for d in devs)
+        for attr, v in list(obj.attrs.items()):
+            if not isinstance(v, Obj):
+                continue
+            if hand_placed and v.kind == "module" and v.devs is None and v.origin == UNPLACED:
+                obj.attrs[attr] = v.with_(devs=one("cpu"), origin="never placed, so on the CPU")
+            elif not hand_placed and v.devs == one("cpu") and v.kind in ("module", "param", "buffer", "tensor", "any"):
+                obj.attrs[attr] = v.with_(devs=None)
+        if split:
+            obj.split = tuple(dict.fromkeys((attr, d) for attr, d, _ in placed))
+            obj.devs = None
+        elif placed and len(set(devs)) == 1 and all(placements(v) for v in obj.attrs.values() if is_moduleish(v)):
+            obj.devs = one(devs[0])

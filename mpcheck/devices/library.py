@@ -1,0 +1,549 @@
+"""What the device model knows of PyTorch's API (and of the libraries that split
+models), for calls by name: one table, canonical name -> handler.
+
+Lookup (`handler_for`): an exact name in `EXACT` first; else the one family in
+`FAMILIES` whose test accepts the call. Families are mutually exclusive (each
+test says which names it leaves to the others; tests/test_devices_layout.py checks no
+two accept one call), so their order does not matter. An exact entry overrides
+the family a name would belong to (torch.zeros is a factory, not a plain op).
+
+To teach the model a torch API: add its name to `EXACT` (or a family) with a
+handler, and a test in tests/test_devices.py. The name sets the handlers read
+(factories, parameterless modules...) are in torchapi.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import libcst as cst
+
+from mpcheck.devices import torchapi as T
+from mpcheck.devices.events import (
+    DataParallelWrap,
+    DdpDeviceIds,
+    Fact,
+    LossMismatch,
+    Mismatch,
+    ParallelPrimitive,
+)
+from mpcheck.devices.program import Part, State
+from mpcheck.devices.values import (
+    CURRENT,
+    FAILED,
+    UNK,
+    UNPLACED,
+    Const,
+    DeviceV,
+    DictV,
+    DtypeV,
+    Obj,
+    ParamsOf,
+    SeqV,
+    Starred,
+    SuperV,
+    SymV,
+    Val,
+    as_device,
+    conflict,
+    device_from_str,
+    distinct_devices,
+    failed,
+    holds_split,
+    is_splitish,
+    iter_elem,
+    join,
+    one,
+    show,
+    single,
+    used,
+)
+
+
+class LibCall:
+    """One call of a library function: its canonical name and evaluated arguments."""
+
+    __slots__ = ("args", "exprs", "kwargs", "last", "node", "q", "st")
+
+    def __init__(self, q: str, node: cst.Call, st: State, args: list, kwargs: dict, exprs: list) -> None:
+        self.q = q
+        self.last = q.rsplit(".", 1)[-1]
+        self.node = node
+        self.st = st
+        self.args = args
+        self.kwargs = kwargs
+        self.exprs = exprs  # the arguments' expressions (positional, then keyword)
+
+
+Handler = Callable[["Library", LibCall], Val]
+
+
+class Library(Part):
+    def library_call(self, q: str, node: cst.Call, st: State) -> Val:
+        args, kwargs = self.interp.calls.ev_args(node, st)
+        c = LibCall(q, node, st, args, kwargs, self.interp.arg_nodes)
+        handler = handler_for(q, c.last, kwargs)
+        return handler(self, c) if handler is not None else UNK
+
+    def factory(self, q, args, kwargs, node, st) -> Val:
+        last = q.rsplit(".", 1)[-1]
+        if "device" in kwargs:
+            dv = kwargs["device"]
+            devs = as_device(dv)
+            if devs is None and isinstance(dv, Obj):
+                devs = dv.devs
+            devs = st.resolve_current(devs)
+            self.interp.moves.note_indexless_arg(dv, node, st)
+            origin = f"created by torch.{last}(device=...)"
+        elif self.interp.default_device_changed:
+            return UNK
+        else:
+            devs = one("cpu")
+            origin = f"created on the CPU by torch.{last}() without device="
+        const = all(isinstance(a, (Const, SeqV)) for a in args)
+        kind = "tensor"
+        if last in ("tensor", "as_tensor") and args and not isinstance(args[0], SeqV) and devs == one("cpu"):
+            kind = "scalar"  # maybe a 0-d CPU tensor, which mixes with CUDA tensors
+        return Obj(kind, devs, origin=origin, at=node, invariant=const)
+
+    def dispatched(self, q, args, kwargs, node, st) -> Val:
+        text, devs = _device_map(kwargs.get("device_map", args[1] if len(args) > 1 else UNK))
+        if text:
+            obj = Obj("module", None, label="", dispatched=text, origin=f"dispatched with {text}", at=node)
+            if q.rsplit(".", 1)[-1] in T.DISPATCHERS and node.args and isinstance(node.args[0].value, cst.Name):
+                st.env[node.args[0].value.value] = obj
+            return obj
+        if devs is not None:
+            return Obj("module", devs, origin=f"loaded with device_map on {show(single(devs))}", at=node)
+        return UNK
+
+    def tensor_op(self, q, args, kwargs, node, st, exprs=None) -> Val:
+        """A torch function on tensors: its inputs must agree; its output follows them."""
+        first = None  # (value, expression)
+        flat: list = []
+        nodes = list(exprs or [])
+        for i, a in enumerate(list(args) + [v for k, v in kwargs.items()]):
+            e = nodes[i] if i < len(nodes) else None
+            if i >= len(args) and list(kwargs)[i - len(args)] == "out":
+                continue
+            if isinstance(a, SeqV) and a.items is not None:
+                elts = e.elements if isinstance(e, (cst.List, cst.Tuple)) and len(e.elements) == len(a.items) else None
+                flat.extend((x, elts[j].value if elts else None) for j, x in enumerate(a.items))
+            else:
+                flat.append((a, e))
+        used(*(a for a, _ in flat))
+        if any(failed(a) for a, _ in flat):
+            return FAILED
+        loss = T.is_loss(q)
+        known = [a for a, _ in flat if isinstance(a, Obj) and a.kind not in ("scalar", "module") and a.devs is not None]
+        for a in known:
+            for b in known:
+                self.interp.exprs.probe_hit(a, b.devs)
+        for a, e in flat:
+            if not isinstance(a, Obj) or a.kind in ("scalar", "module", "passthrough", "loss"):
+                continue
+            if first is not None:
+                self.interp.recorder.need(node, "op", first[0].devs)  # an unknown device too: then no fix
+            if first is None or first[0].devs is None:
+                first = (a, e) if first is None or a.devs is not None else first
+                continue
+            if conflict(a.devs, first[0].devs):
+                if loss:
+                    fact: Fact = LossMismatch(
+                        node=node,
+                        mode=st.mode,
+                        value=a,
+                        target=first[0].devs,
+                        expr=e,
+                        other=first[0],
+                        other_expr=first[1],
+                        op=q,
+                    )
+                else:
+                    fact = Mismatch(
+                        node=node,
+                        mode=st.mode,
+                        value=a,
+                        target=first[0].devs,
+                        expr=e,
+                        what=first[0].label or (first[1] is not None and "") or "its first tensor argument",
+                        what_expr=first[1],
+                        op=q,
+                        other=first[0],
+                        site="op",
+                    )
+                self.interp.recorder.record(fact, key="op")
+                return FAILED
+        if first is None:
+            return UNK
+        inv = all(isinstance(a, Obj) and a.invariant or isinstance(a, (Const, DtypeV)) for a, _ in flat)
+        f = first[0]
+        return Obj("tensor", f.devs, origin=f.origin, at=f.at, invariant=inv, lineage=f.lineage)
+
+
+# ---------------------------------------------------------------- handlers
+
+
+def _data_parallel(lib: Library, c: LibCall) -> Val:
+    mod = c.args[0] if c.args else c.kwargs.get("module", UNK)
+    if is_splitish(mod):
+        c.st.scope.split_seen = True
+        lib.interp.recorder.record(DataParallelWrap(node=c.node, mode=c.st.mode, module=mod, q=c.q))
+    return mod
+
+
+def _ddp(lib: Library, c: LibCall) -> Val:
+    args, kwargs = c.args, c.kwargs
+    mod = args[0] if args else kwargs.get("module", UNK)
+    if is_splitish(mod):
+        c.st.scope.split_seen = True
+        bad = []
+        for i, name in ((1, "device_ids"), (2, "output_device")):
+            v = kwargs.get(name, args[i] if len(args) > i else None)
+            if v is None or (isinstance(v, Const) and v.value is None):
+                continue
+            bad.append(name)
+        if bad:
+            lib.interp.recorder.record(DdpDeviceIds(node=c.node, mode=c.st.mode, module=mod, args=tuple(bad)))
+    return mod
+
+
+def _parallel_primitive(lib: Library, c: LibCall) -> Val:
+    st = c.st
+    split_args = [a for a in list(c.args) + list(c.kwargs.values()) if is_splitish(a) or holds_split(a)]
+    if split_args or st.scope.split_class:
+        lib.interp.recorder.record(
+            ParallelPrimitive(
+                node=c.node,
+                mode=st.mode,
+                q=c.q,
+                module=split_args[0] if split_args else st.self_obj,
+                on_arg=bool(split_args),
+            )
+        )
+    return UNK
+
+
+def _set_device(lib: Library, c: LibCall) -> Val:
+    devs = as_device(c.args[0]) if c.args else None
+    c.st.cur = single(devs) if devs else None
+    c.st.setdev = c.node
+    return Const(None)
+
+
+def _torch_device_call(lib: Library, c: LibCall) -> Val:
+    return _torch_device(c.args)
+
+
+def _parameter(lib: Library, c: LibCall) -> Val:
+    a = c.args[0] if c.args else UNK
+    return Obj(
+        "param",
+        a.devs if isinstance(a, Obj) else None,
+        origin=a.origin if isinstance(a, Obj) else "",
+        at=a.at if isinstance(a, Obj) else None,
+        invariant=True,
+    )
+
+
+def _sequential(lib: Library, c: LibCall) -> Val:
+    args = c.args
+    stars = [a for a in args if isinstance(a, Starred)]
+    if stars:
+        elem = stars[0].elem
+        for a in args:
+            elem = join(elem, a.elem if isinstance(a, Starred) else a)
+        return SeqV(None, elem=elem, module=True)
+    if c.q.endswith("ModuleList"):
+        src = args[0] if args else SeqV(())
+        if isinstance(src, SeqV):
+            return SeqV(src.items, elem=src.elem, kind="list", module=True)
+        return SeqV(None, module=True)
+    if len(args) == 1 and isinstance(args[0], DictV):
+        return SeqV(tuple(args[0].items.values()), module=True)
+    return SeqV(tuple(args), module=True)
+
+
+def _module_dict(lib: Library, c: LibCall) -> Val:
+    src = c.args[0] if c.args else DictV({})
+    return DictV(dict(src.items), module=True) if isinstance(src, DictV) else DictV({}, module=True)
+
+
+def _default_device_changer(lib: Library, c: LibCall) -> Val:
+    lib.interp.default_device_changed = True
+    return UNK
+
+
+def _cuda_tensor_type(lib: Library, c: LibCall) -> Val:
+    lib.interp.moves.indexless(c.node, c.st)
+    return Obj(
+        "tensor", c.st.resolve_current(one(CURRENT)), origin=f"created by {c.q}() on the current CUDA device", at=c.node
+    )
+
+
+def _factory(lib: Library, c: LibCall) -> Val:
+    return lib.factory(c.q, c.args, c.kwargs, c.node, c.st)
+
+
+def _like_factory(lib: Library, c: LibCall) -> Val:
+    if "device" in c.kwargs:
+        return lib.factory(c.q, c.args, c.kwargs, c.node, c.st)
+    a = c.args[0] if c.args else UNK
+    return Obj("tensor", a.devs, origin=a.origin, at=a.at) if isinstance(a, Obj) else UNK
+
+
+def _dtype(lib: Library, c: LibCall) -> Val:
+    return DtypeV()
+
+
+def _pipeline_wrapper(lib: Library, c: LibCall) -> Val:
+    # fairscale's Pipe, tensor_parallel(...): the result spans several devices by construction.
+    return Obj("module", None, dispatched=f"{c.last}()", origin=f"split by {c.last}()", at=c.node)
+
+
+def _dispatcher(lib: Library, c: LibCall) -> Val:
+    return lib.dispatched(c.q, c.args, c.kwargs, c.node, c.st)
+
+
+def _device_hook(lib: Library, c: LibCall) -> Val:
+    # accelerate's cpu_offload(m, execution_device=...), add_hook_to_module(m, ...): the module
+    # now runs wherever its hook moves it; the model no longer knows where.
+    for a in list(c.args) + list(c.kwargs.values()):
+        if isinstance(a, Obj) and a.kind in ("module", "any") and a.cls is None and a.attrs is None:
+            a.devs, a.origin = None, f"managed by {c.last}()"
+    return UNK
+
+
+def _tensor_op(lib: Library, c: LibCall) -> Val:
+    return lib.tensor_op(c.q, c.args, c.kwargs, c.node, c.st, c.exprs)
+
+
+def _module_class(lib: Library, c: LibCall) -> Val:
+    """A class built with device= (on that device), or a torch.nn module class (unplaced)."""
+    q, last, kwargs = c.q, c.last, c.kwargs
+    if "device" in kwargs:
+        devs = c.st.resolve_current(as_device(kwargs["device"]))
+        if devs is not None:
+            lib.interp.moves.note_indexless_arg(kwargs["device"], c.node, c.st)
+            return Obj(
+                "module" if q.startswith("torch.nn.") else "any",
+                devs,
+                origin=f"built with device={show(single(devs))}",
+                at=c.node,
+            )
+    if _is_nn_class(q, last):
+        if last.endswith("Loss"):
+            weights = {k: v for k, v in kwargs.items() if k in ("weight", "pos_weight") and isinstance(v, Obj)}
+            return Obj("loss", None, label="", extra=weights)
+        if last in T.PARAMETERLESS:
+            return Obj("passthrough", None)
+        if last in T.PARAMETERED:
+            return Obj("module", None, origin=UNPLACED)
+        return Obj("module", None)
+    return UNK
+
+
+def _torch_device(args) -> Val:
+    if not args:
+        return UNK
+    a = args[0]
+    if len(args) >= 2 and isinstance(a, Const) and a.value == "cuda":
+        idx = args[1]
+        if isinstance(idx, Const) and isinstance(idx.value, int):
+            return DeviceV(one(f"cuda:{idx.value}"))
+        if isinstance(idx, SymV):
+            return DeviceV(one(f"sym:{idx.name}"))
+        return DeviceV(None)
+    if isinstance(a, SymV):
+        return DeviceV(one(f"sym:{a.name}"))
+    d = as_device(a)
+    return DeviceV(d, text="torch.device") if d is not None else (a if isinstance(a, DeviceV) else DeviceV(None))
+
+
+def _builtin(lib: Library, c: LibCall) -> Val:
+    q, args = c.q, c.args
+    if q == "range":
+        if (
+            len(args) == 1
+            and isinstance(args[0], Const)
+            and isinstance(args[0].value, int)
+            and 0 <= args[0].value <= 16
+        ):
+            return SeqV(tuple(Const(i) for i in range(args[0].value)))
+        if (
+            len(args) == 2
+            and all(isinstance(a, Const) and isinstance(a.value, int) for a in args)
+            and 0 <= args[1].value - args[0].value <= 16
+        ):
+            return SeqV(tuple(Const(i) for i in range(args[0].value, args[1].value)))
+        return SeqV(None, elem=UNK)
+    if q == "enumerate" and args:
+        src = args[0]
+        if isinstance(src, SeqV) and src.items is not None:
+            return SeqV(tuple(SeqV((Const(i), v), kind="tuple") for i, v in enumerate(src.items)))
+        elem = src.elem if isinstance(src, SeqV) else UNK
+        return SeqV(None, elem=SeqV((UNK, elem), kind="tuple"))
+    if q == "zip" and args:
+        lengths = [len(a.items) for a in args if isinstance(a, SeqV) and a.items is not None]
+        if lengths:
+            n = min(lengths)
+            cols = [
+                a.items[:n] if isinstance(a, SeqV) and a.items is not None else (iter_elem(a, None),) * n for a in args
+            ]
+            return SeqV(tuple(SeqV(tuple(c[i] for c in cols), kind="tuple") for i in range(n)))
+        return SeqV(None, elem=SeqV(tuple(iter_elem(a, None) for a in args), kind="tuple"))
+    if q in ("list", "tuple", "reversed", "sorted", "iter") and args:
+        a = args[0]
+        if isinstance(a, SeqV):
+            items = a.items
+            if q == "reversed" and items is not None:
+                items = tuple(reversed(items))
+            return SeqV(items, elem=a.elem, kind="list", module=a.module)
+        return UNK
+    if q == "next" and args:
+        a = args[0]
+        if isinstance(a, SeqV):
+            return a.items[0] if a.items else a.elem
+        if isinstance(a, ParamsOf):
+            return a.first()
+        return UNK
+    if q == "len" and args and isinstance(args[0], SeqV) and args[0].items is not None:
+        return Const(len(args[0].items))
+    if q == "getattr" and len(args) >= 2 and isinstance(args[1], Const) and isinstance(args[1].value, str):
+        base = args[0]
+        if isinstance(base, Obj) and base.attrs is not None:
+            return base.attrs.get(args[1].value, UNK)
+        return UNK
+    if q == "super":
+        return SuperV()
+    return UNK
+
+
+def _device_map(v: Val):
+    """(dispatched text, devs) for a device_map= argument."""
+    if isinstance(v, Const) and isinstance(v.value, str):
+        if v.value in T.SPLIT_DEVICE_MAPS:
+            return f"device_map={v.value!r}", None
+        d = device_from_str(v.value)
+        return "", one(d) if d else None
+    if isinstance(v, DictV):
+        devs = []
+        for item in v.items.values():
+            d = as_device(item)
+            if d is None:
+                return "", None
+            devs.extend(d)
+        ds = distinct_devices(devs)
+        if len(ds) >= 2:
+            return "device_map={" + ", ".join(show(d) for d in ds) + "}", None
+        return "", frozenset(ds) if ds else None
+    d = as_device(v)
+    return "", d
+
+
+# ---------------------------------------------------------------- the table
+
+
+def _exact(*groups: tuple[str | Iterable[str], Handler]) -> dict[str, Handler]:
+    """name -> handler; a name given twice is an error (each name has one meaning)."""
+    table: dict[str, Handler] = {}
+    for names, handler in groups:
+        for name in [names] if isinstance(names, str) else names:
+            if name in table:
+                raise ValueError(f"{name} has two handlers")
+            table[name] = handler
+    return table
+
+
+EXACT: dict[str, Handler] = _exact(
+    (T.DATA_PARALLEL, _data_parallel),
+    (T.DDP, _ddp),
+    (T.PARALLEL_PRIMITIVES, _parallel_primitive),
+    (T.SET_DEVICE, _set_device),
+    ("torch.device", _torch_device_call),
+    (("torch.nn.Parameter", "torch.nn.parameter.Parameter"), _parameter),
+    (("torch.nn.Sequential", "torch.nn.ModuleList"), _sequential),
+    ("torch.nn.ModuleDict", _module_dict),
+    ([f"torch.{n}" for n in T.DEFAULT_DEVICE_CHANGERS], _default_device_changer),
+    ([f"torch.cuda.{n}" for n in T.CUDA_TENSOR_TYPES], _cuda_tensor_type),
+    ([f"torch.{n}" for n in T.FACTORIES], _factory),
+    ([f"torch.{n}" for n in T.LIKE_FACTORIES], _like_factory),
+    ([f"torch.{n}" for n in T.DTYPE_NAMES], _dtype),
+)
+
+
+def _is_nn_class(q: str, last: str) -> bool:
+    return q.startswith("torch.nn.") and last[:1].isupper() and q.count(".") == 2
+
+
+def _is_wrapper(q: str, last: str, kwargs: dict) -> bool:
+    return last in T.PIPELINE_WRAPPERS and not q.startswith("torch.nn.")
+
+
+def _is_dispatch(q: str, last: str, kwargs: dict) -> bool:
+    return ("device_map" in kwargs or last in T.DISPATCHERS) and not _is_wrapper(q, last, kwargs)
+
+
+def _is_builtin(q: str, last: str, kwargs: dict) -> bool:
+    return q in T.BUILTINS and not _is_dispatch(q, last, kwargs)
+
+
+def _is_device_hook(q: str, last: str, kwargs: dict) -> bool:
+    return (
+        not q.startswith("torch.")
+        and any(w in last.lower() for w in T.DEVICE_HOOK_WORDS)
+        and not _is_wrapper(q, last, kwargs)
+        and not _is_dispatch(q, last, kwargs)
+        and q not in T.BUILTINS
+    )
+
+
+def _is_tensor_op(q: str, last: str, kwargs: dict) -> bool:
+    return T.is_torch_op(q) and not _is_wrapper(q, last, kwargs) and not _is_dispatch(q, last, kwargs)
+
+
+def _is_module_class(q: str, last: str, kwargs: dict) -> bool:
+    return (
+        last[:1].isupper()
+        and ("device" in kwargs or _is_nn_class(q, last))
+        and not _is_wrapper(q, last, kwargs)
+        and not _is_dispatch(q, last, kwargs)
+        and not _is_device_hook(q, last, kwargs)
+        and not T.is_torch_op(q)
+    )
+
+
+@dataclass(frozen=True)
+class Family:
+    """Names known by their shape: `accepts(q, last, kwargs)`."""
+
+    name: str
+    accepts: Callable[[str, str, dict], bool]
+    handler: Handler
+
+
+FAMILIES: tuple[Family, ...] = (
+    Family("pipeline wrapper (fairscale Pipe, tensor_parallel)", _is_wrapper, _pipeline_wrapper),
+    Family("dispatched with device_map= (accelerate, transformers)", _is_dispatch, _dispatcher),
+    Family("python builtin", _is_builtin, _builtin),
+    Family("device hook of another library (cpu_offload, add_hook_to_module)", _is_device_hook, _device_hook),
+    Family("torch op on tensors", _is_tensor_op, _tensor_op),
+    Family("module class (torch.nn.X, or any class built with device=)", _is_module_class, _module_class),
+)
+
+
+def families_for(q: str, kwargs: dict) -> list[Family]:
+    """Every family that accepts a call (at most one: tests/test_devices_layout.py)."""
+    last = q.rsplit(".", 1)[-1]
+    return [f for f in FAMILIES if f.accepts(q, last, kwargs)]
+
+
+def handler_for(q: str, last: str, kwargs: dict) -> Handler | None:
+    handler = EXACT.get(q)
+    if handler is not None:
+        return handler
+    for f in FAMILIES:
+        if f.accepts(q, last, kwargs):
+            return f.handler
+    return None

@@ -1,0 +1,256 @@
+"""Moves: `.to()`, `.cuda()`, `.cpu()` of tensors, modules and split models.
+
+A move of a tensor is an `events.Transfer` (and, with known ends, a step of
+the activation's lineage: `events.Crossing`); a move of a split model is an
+`events.Collapse`; an index-less `.cuda()` after set_device is noted in the
+entry point's scope (`events.IndexlessPlacement`).
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from mpcheck.devices import torchapi as T
+from mpcheck.devices.events import Collapse, Crossing, IndexlessPlacement, Transfer
+from mpcheck.devices.names import dotted
+from mpcheck.devices.program import Part
+from mpcheck.devices.values import (
+    CURRENT,
+    UNK,
+    Const,
+    DeviceV,
+    DtypeV,
+    Obj,
+    QName,
+    SeqV,
+    SymV,
+    Val,
+    as_device,
+    is_splitish,
+    one,
+    show,
+    single,
+)
+
+_DEVICE_WORDS = ("device", "dev", "gpu", "cuda", "rank")
+
+
+class Moves(Part):
+    def indexless(self, node, st) -> None:
+        """An index-less `.cuda()` / 'cuda' while set_device or `with torch.cuda.device` is in effect."""
+        if st.setdev is None:
+            return
+        # Inside `with torch.cuda.device(k)` an index-less placement says "k" on purpose;
+        # set_device() leaks into everything after it.
+        st.scope.placements.append(
+            IndexlessPlacement(
+                node=node, setdev=st.setdev, dev=st.cur, under_device_context=id(st.setdev) in self.interp.with_devices
+            )
+        )
+
+    def note_indexless_arg(self, v: Val, node, st) -> None:
+        if isinstance(v, (Const, DeviceV)) and as_device(v, ints_are_cuda=False) == one(CURRENT):
+            self.indexless(node, st)
+
+    def _move_target(self, meth, args, kwargs, node, st):
+        """(devs, is_device_move) for .to/.cuda/.cpu; is_device_move None when unclear."""
+        if meth == "cpu":
+            return one("cpu"), True
+        if meth == "cuda":
+            a = args[0] if args else kwargs.get("device")
+            if a is None or (isinstance(a, Const) and a.value is None):
+                self.indexless(node, st)
+                return st.resolve_current(one(CURRENT)), True
+            devs = as_device(a)
+            if devs is None and isinstance(a, SymV):
+                devs = one(f"sym:{a.name}")
+            return devs, True
+        # .to(...)
+        a = args[0] if args else kwargs.get("device", kwargs.get("other"))
+        if a is None:
+            return None, False  # .to(dtype=...), .to(memory_format=...)
+        if isinstance(a, DtypeV) or (isinstance(a, QName) and T.is_dtype_name(a.q)):
+            return None, False
+        if isinstance(a, Obj) and a.kind != "module":
+            return a.devs, True
+        devs = as_device(a)
+        if devs is not None:
+            if devs == one(CURRENT):
+                self.indexless(node, st)
+            return st.resolve_current(devs), True
+        if isinstance(a, DeviceV):
+            return None, True
+        first = node.args[0].value if node.args else None
+        text = (dotted(first) or "") if first is not None else ""
+        if text and any(w in text.rsplit(".", 1)[-1].lower() for w in _DEVICE_WORDS):
+            return (one(f"sym:{text}") if isinstance(a, SymV) else None), True
+        return None, None
+
+    def move(self, recv: Val, meth: str, args, kwargs, node: cst.Call, st) -> Val:
+        devs, is_device = self._move_target(meth, args, kwargs, node, st)
+        if not is_device:
+            return recv if is_device is False else (UNK if not isinstance(recv, Obj) or recv.kind != "module" else recv)
+        recv_expr = node.func.value if isinstance(node.func, cst.Attribute) else None
+        if st.in_init and recv is st.self_obj and isinstance(recv, Obj) and recv.attrs is not None:
+            # self.to(device) in __init__: everything placed so far goes there.
+            for attr, v in list(recv.attrs.items()):
+                if isinstance(v, (Obj, SeqV)) and (
+                    not isinstance(v, Obj) or v.kind in ("module", "any", "param", "buffer", "tensor")
+                ):
+                    recv.attrs[attr] = (
+                        self.move(v, meth, args, kwargs, node, st)
+                        if isinstance(v, SeqV)
+                        else (
+                            v.with_(devs=devs, origin=f"moved with the whole module by self.{meth}()", at=node)
+                            if v.kind != "passthrough"
+                            else v
+                        )
+                    )
+            return recv
+        if is_splitish(recv):
+            st.scope.split_seen = True
+            if devs != one("cpu"):  # .cpu() frees the GPUs on purpose (saving, deparallelize); it crams nothing
+                self.interp.recorder.record(Collapse(node=node, mode=st.mode, module=recv, devs=devs, meth=meth))
+            res = Obj(
+                "module",
+                devs,
+                label=getattr(recv, "label", ""),
+                origin=f"moved whole by .{meth}()",
+                at=node,
+                opaque=True,
+            )
+            self.rebind(recv_expr, res, st)
+            return res
+        where = show(single(devs)) if single(devs) else "a device"
+        if isinstance(recv, SeqV) and recv.module:
+            moved = [
+                self.move(i, meth, args, kwargs, node, st)
+                if isinstance(i, (Obj, SeqV))
+                else _placed_any(devs, where, node)
+                for i in (recv.items or ())
+            ]
+            elem = (
+                self.move(recv.elem, meth, args, kwargs, node, st)
+                if recv.items is None and isinstance(recv.elem, (Obj, SeqV))
+                else _placed_any(devs, where, node)
+            )
+            res = SeqV(tuple(moved) if recv.items is not None else None, elem=elem, kind=recv.kind, module=True)
+            self.rebind(recv_expr, res, st)
+            return res
+        if isinstance(recv, Obj) and recv.kind in ("module", "passthrough", "loss"):
+            if recv.kind in ("passthrough", "loss"):
+                return recv
+            if st.in_init and recv.cls is None and recv.attrs is None:
+                # Module.to() works in place: `for layer in self.layers: layer.to(dev)` places
+                # the items of the container too (only while __init__ builds them).
+                recv.devs, recv.origin, recv.at = devs, f"moved to {where} by .{meth}()", node
+                return recv
+            res = Obj(
+                "module",
+                devs,
+                label=recv.label,
+                origin=f"moved to {where} by .{meth}()",
+                at=node,
+                opaque=recv.opaque or recv.cls is not None,
+            )
+            self.rebind(recv_expr, res, st)
+            return res
+        if isinstance(recv, Obj):
+            lineage = self.lineage_step(recv, devs, node)
+            self.interp.recorder.record(
+                Transfer(
+                    node=node,
+                    mode=st.mode,
+                    value=recv,
+                    devs=devs,
+                    reads_unchanging_attribute=self._reads_unchanging_attribute(recv, st, node),
+                    bound_outside_loop=self._bound_outside_loop(recv, node),
+                )
+            )
+            return recv.with_(
+                kind="tensor"
+                if recv.kind in ("param", "buffer") or (recv.kind == "scalar" and devs != one("cpu"))
+                else recv.kind,
+                devs=devs,
+                origin=f"moved to {where}",
+                at=node,
+                moved_from=recv.devs,
+                moved_at=node,
+                worked=False,
+                lineage=lineage,
+            )
+        if devs is None:
+            return UNK
+        return Obj("any", devs, origin=f"moved to {where}", at=node)
+
+    def lineage_step(self, recv: Obj, devs, node) -> int | None:
+        """Records a step of an activation's lineage (events.Crossing); returns the lineage the moved value has."""
+        src, dst = single(recv.devs), single(devs)
+        if src is None or dst is None or src == dst or src.startswith("sym:__") or self.interp.second_pass:
+            return recv.lineage
+        lineage = recv.lineage
+        recorder = self.interp.recorder
+        if not recv.worked and recv.moved_from is not None and single(recv.moved_from) == dst:
+            # Straight back where it came from, idle: MP005's business, not a stage crossing.
+            if lineage is not None:
+                recorder.cross(Crossing(node=node, lineage=lineage, src=src, dst=dst, undoes=True))
+            return lineage
+        if lineage is None:  # its first crossing opens the lineage
+            lineage = self.interp.new_lineage()
+            recorder.cross(Crossing(node=node, lineage=lineage, src=src, dst=dst, opens=True, reported=recorder.live))
+        else:
+            recorder.cross(Crossing(node=node, lineage=lineage, src=src, dst=dst))
+        return lineage
+
+    @staticmethod
+    def _moved_expr(node):
+        return node.func.value if node is not None and isinstance(node.func, cst.Attribute) else None
+
+    def _reads_unchanging_attribute(self, recv: Obj, st, node) -> bool:
+        """The moved expression reads an unchanging attribute of self (self.causal[:n, :n], self.table.t()),
+        in a method other than __init__: the same tensor is moved on every call."""
+        expr = self._moved_expr(node)
+        so = st.self_obj
+        root = expr
+        while isinstance(root, (cst.Subscript, cst.Call)):
+            root = (
+                root.value
+                if isinstance(root, cst.Subscript)
+                else (root.func.value if isinstance(root.func, cst.Attribute) else None)
+            )
+        if (
+            not st.in_init
+            and isinstance(so, Obj)
+            and so.attrs
+            and isinstance(root, cst.Attribute)
+            and isinstance(root.value, cst.Name)
+            and root.value.value == "self"
+        ):
+            attr = so.attrs.get(root.attr.value)
+            return isinstance(attr, Obj) and attr.invariant and (attr is recv or root is not expr)
+        return False
+
+    def _bound_outside_loop(self, recv: Obj, node) -> bool:
+        """The moved name holds a value alive before an enclosing loop, not rebound in it."""
+        expr = self._moved_expr(node)
+        if self.interp.loop_outer and isinstance(expr, cst.Name):
+            for outer, assigned in self.interp.loop_outer:
+                if id(recv) in outer and expr.value not in assigned:
+                    return True
+        return False
+
+    def rebind(self, expr, val, st) -> None:
+        # nn.Module.to()/.cuda() move the module in place: the name now holds the moved module.
+        if isinstance(expr, cst.Name):
+            st.env[expr.value] = val
+        elif isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name) and st.self_obj is not None:
+            base = st.env.get(expr.value.value)
+            if base is st.self_obj and isinstance(base, Obj) and base.attrs is not None:
+                if st.in_init:
+                    base.attrs[expr.attr.value] = val
+                else:
+                    st.env[f"{id(base)}.{expr.attr.value}"] = val
+
+
+def _placed_any(devs, where, node) -> Val:
+    return Obj("any", devs, origin=f"moved to {where}", at=node) if devs is not None else UNK

@@ -1,0 +1,132 @@
+"""What the interpreter walks and carries: the functions and classes of a file,
+the state of one path through a function, and the entry point it belongs to."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import libcst as cst
+
+from mpcheck.devices.events import IndexlessPlacement
+from mpcheck.devices.values import CURRENT, UNK, Devs, Val, join
+
+if TYPE_CHECKING:  # pragma: no cover
+    from mpcheck.devices.interp import Interp
+
+MAX_DEPTH = 4  # calls interpreted inside one another
+MAX_WORLDS = 4  # paths kept apart (eval / train) before they are joined
+MAX_UNROLL = 16  # loops over known items longer than this run as loops of unknown length
+
+
+class Part:
+    """One concern of the interpreter (statements, expressions, calls...): it reaches
+    the shared state and the other parts through `interp`."""
+
+    def __init__(self, interp: Interp) -> None:
+        self.interp = interp
+
+
+@dataclass(eq=False)
+class FuncInfo:
+    node: cst.FunctionDef
+    name: str
+    qual: str
+    cls: ClassInfo | None = None
+
+
+@dataclass(eq=False)
+class ClassInfo:
+    node: cst.ClassDef
+    name: str
+    methods: dict
+    bases: list
+    local_bases: list = field(default_factory=list)
+    instances: dict = field(default_factory=dict)
+
+    def method(self, name: str) -> FuncInfo | None:
+        seen = set()
+        stack = [self]
+        while stack:
+            c = stack.pop(0)
+            if id(c) in seen:
+                continue
+            seen.add(id(c))
+            if name in c.methods:
+                return c.methods[name]
+            stack.extend(c.local_bases)
+        return None
+
+
+def params_of(fn: cst.FunctionDef) -> list[tuple[str, Any]]:
+    """(name, default expression or None) of a function's named parameters, in order."""
+    p = fn.params
+    out = []
+    for prm in list(p.posonly_params) + list(p.params):
+        out.append((prm.name.value, prm.default))
+    for prm in p.kwonly_params:
+        out.append((prm.name.value, prm.default))
+    return out
+
+
+def body_of(fn: cst.FunctionDef):
+    return fn.body.body if isinstance(fn.body, cst.IndentedBlock) else ()
+
+
+@dataclass
+class Scope:
+    """One entry point being interpreted: does it build or run a split model, and
+    which index-less placements happened in it (events.EntryPointRun)."""
+
+    name: str
+    split_seen: bool = False
+    split_class: bool = False  # a method of a split class
+    placements: list[IndexlessPlacement] = field(default_factory=list)
+
+
+class State:
+    __slots__ = ("cur", "env", "in_init", "mode", "returns", "scope", "self_obj", "setdev")
+
+    def __init__(self, env, cur, setdev, mode, self_obj, in_init, scope):
+        self.env = env
+        self.cur = cur  # the current CUDA device ('cuda' when never set, None unknown)
+        self.setdev = setdev  # the set_device / with-device node in effect, or None
+        self.mode = mode  # '' | 'eval' | 'train' | 'no_grad'
+        self.self_obj = self_obj
+        self.in_init = in_init
+        self.scope = scope
+        self.returns: list = []
+
+    @classmethod
+    def fresh(cls, env: dict, scope_name: str, self_obj: Val | None = None) -> State:
+        """A path at the start of an entry point, a probe or a summary."""
+        return cls(env, CURRENT, None, "", self_obj, False, Scope(scope_name))
+
+    def copy(self) -> State:
+        s = State(dict(self.env), self.cur, self.setdev, self.mode, self.self_obj, self.in_init, self.scope)
+        s.returns = self.returns
+        return s
+
+    def resolve_current(self, devs: Devs) -> Devs:
+        """'cuda' means the current device: after set_device(k) that is cuda:k."""
+        if devs is not None and CURRENT in devs and self.setdev is not None:
+            if self.cur is None or self.cur == CURRENT:
+                return None
+            return frozenset(self.cur if d == CURRENT else d for d in devs)
+        return devs
+
+
+def join_states(states: list[State]) -> State:
+    base = states[0].copy()
+    for other in states[1:]:
+        keys = set(base.env) | set(other.env)
+        for k in keys:
+            a, b = base.env.get(k), other.env.get(k)
+            base.env[k] = UNK if a is None or b is None else join(a, b)
+        if base.cur != other.cur:
+            base.cur = None
+        if base.setdev is None:
+            base.setdev = other.setdev
+        if base.mode != other.mode:
+            base.mode = ""
+    return base

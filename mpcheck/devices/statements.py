@@ -1,0 +1,363 @@
+"""Statements: paths through a block, each carrying its own `program.State`.
+
+An `if` on `self.training` (or grad mode) keeps the eval and training paths
+apart; other branches are joined. Loops over a few known items are unrolled;
+others run twice, so that values that change per iteration settle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import libcst as cst
+
+from mpcheck.devices import torchapi
+from mpcheck.devices.names import dotted, import_bindings
+from mpcheck.devices.program import (
+    MAX_UNROLL,
+    MAX_WORLDS,
+    FuncInfo,
+    Part,
+    State,
+    body_of,
+    join_states,
+)
+from mpcheck.devices.values import (
+    UNK,
+    Const,
+    DictV,
+    FuncRef,
+    Obj,
+    SeqV,
+    Val,
+    as_device,
+    iter_elem,
+    iter_items,
+    single,
+)
+
+
+class Statements(Part):
+    def run_body(self, info: FuncInfo, st: State) -> None:
+        """Runs a function's body on one path, with the function on the call stack;
+        a recursion too deep for Python ends the path."""
+        self.interp.stack.append(info)
+        try:
+            self.exec_block(body_of(info.node), [st])
+        except RecursionError:
+            pass
+        finally:
+            self.interp.stack.pop()
+
+    def exec_block(self, stmts: Iterable[cst.CSTNode], states: list[State]) -> list[State]:
+        for stmt in stmts:
+            if not states:
+                break
+            states = self.exec_stmt(stmt, states)
+        return states
+
+    def exec_stmt(self, stmt, states: list[State]) -> list[State]:
+        if isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                nxt = []
+                for st in states:
+                    if self.exec_small(small, st):
+                        nxt.append(st)
+                states = nxt
+            return states
+        t = type(stmt)
+        if t is cst.If:
+            return self.exec_if(stmt, states)
+        if t is cst.For:
+            return [self.exec_for(stmt, st) for st in states]
+        if t is cst.While:
+            out = []
+            for st in states:
+                body = self.exec_block(stmt.body.body, [st.copy()])
+                self.interp.second_pass += 1
+                try:
+                    body = self.exec_block(stmt.body.body, body) if body else body
+                finally:
+                    self.interp.second_pass -= 1
+                out.append(join_states([st] + body) if body else st)
+            return out
+        if t is cst.With:
+            return [s for st in states for s in self.exec_with(stmt, st)]
+        if t is cst.Try:
+            out = []
+            for st in states:
+                body = self.exec_block(stmt.body.body, [st.copy()])
+                branches = list(body)
+                for h in stmt.handlers:
+                    branches.extend(self.exec_block(h.body.body, [st.copy()]))
+                if stmt.orelse is not None and body:
+                    branches = self.exec_block(stmt.orelse.body.body, branches)
+                if not branches:
+                    continue
+                j = join_states(branches)
+                if stmt.finalbody is not None:
+                    j = self.exec_block(stmt.finalbody.body.body, [j])
+                    out.extend(j)
+                else:
+                    out.append(j)
+            return out
+        if t is cst.FunctionDef:
+            for st in states:
+                st.env[stmt.name.value] = FuncRef(FuncInfo(stmt, stmt.name.value, stmt.name.value))
+            return states
+        if t is cst.ClassDef:
+            return states
+        return states
+
+    def exec_small(self, s, st: State) -> bool:
+        """Returns False when the path ends (return/raise)."""
+        t = type(s)
+        if t is cst.Assign:
+            v = self.interp.exprs.ev(s.value, st)
+            for tgt in s.targets:
+                self.assign(tgt.target, v, st, s.value)
+            return True
+        if t is cst.Expr:
+            self.interp.exprs.ev(s.value, st)
+            return True
+        if t is cst.AnnAssign:
+            if s.value is not None:
+                self.assign(s.target, self.interp.exprs.ev(s.value, st), st, s.value)
+            return True
+        if t is cst.AugAssign:
+            left = self.interp.exprs.ev(s.target, st)
+            right = self.interp.exprs.ev(s.value, st)
+            self.interp.exprs.binop(s, left, right, st)
+            return True
+        if t is cst.Return:
+            st.returns.append(self.interp.exprs.ev(s.value, st) if s.value is not None else Const(None))
+            return False
+        if t is cst.Raise:
+            return False
+        if t in (cst.Import, cst.ImportFrom):
+            for local, target in import_bindings(s, self.interp.modname):
+                st.env[local] = self.interp.imported(target)
+            return True
+        return True
+
+    def exec_if(self, stmt: cst.If, states: list[State]) -> list[State]:
+        out: list[State] = []
+        mode = _mode_test(stmt.test)
+        for st in states:
+            t = self.interp.exprs.ev(stmt.test, st)
+            if isinstance(t, Const) and isinstance(t.value, bool) and not mode:
+                # A test the model can decide (i == 4 in an unrolled loop): one path only.
+                if t.value:
+                    out.extend(self.exec_block(stmt.body.body, [st]))
+                elif stmt.orelse is None:
+                    out.append(st)
+                elif isinstance(stmt.orelse, cst.If):
+                    out.extend(self.exec_if(stmt.orelse, [st]))
+                else:
+                    out.extend(self.exec_block(stmt.orelse.body.body, [st]))
+                continue
+            then = self.exec_block(stmt.body.body, [self._with_mode(st.copy(), mode, True)])
+            if stmt.orelse is None:
+                other = [self._with_mode(st.copy(), mode, False)]
+            elif isinstance(stmt.orelse, cst.If):
+                other = self.exec_if(stmt.orelse, [self._with_mode(st.copy(), mode, False)])
+            else:
+                other = self.exec_block(stmt.orelse.body.body, [self._with_mode(st.copy(), mode, False)])
+            branches = then + other
+            if not branches:
+                continue
+            if mode:
+                out.extend(branches)  # eval and training paths are kept apart
+            else:
+                out.append(join_states(branches))
+        if len(out) > MAX_WORLDS:
+            out = [join_states(out)]
+        return out
+
+    @staticmethod
+    def _with_mode(st: State, mode, taken: bool) -> State:
+        if mode:
+            st.mode = mode[0] if taken else mode[1]
+        return st
+
+    def exec_for(self, stmt: cst.For, st: State) -> State:
+        outer = {id(v) for v in st.env.values() if isinstance(v, Obj)}
+        if isinstance(st.self_obj, Obj) and st.self_obj.attrs:
+            outer |= {id(v) for v in st.self_obj.attrs.values()}
+        self.interp.loop_outer.append((outer, _assigned_names(stmt)))
+        try:
+            return self._exec_for(stmt, st)
+        finally:
+            self.interp.loop_outer.pop()
+
+    def _exec_for(self, stmt: cst.For, st: State) -> State:
+        it = self.interp.exprs.ev(stmt.iter, st)
+        items = iter_items(it)
+        if items is not None and len(items) <= MAX_UNROLL:
+            cur = [st]
+            for item in items:
+                nxt = []
+                for s in cur:
+                    self.assign(stmt.target, item, s, None)
+                    nxt.extend(self.exec_block(stmt.body.body, [s]))
+                cur = nxt if nxt else cur
+                if len(cur) > MAX_WORLDS:
+                    cur = [join_states(cur)]
+            end = join_states(cur) if len(cur) > 1 else cur[0]
+            if stmt.orelse is not None:
+                end = join_states(self.exec_block(stmt.orelse.body.body, [end]) or [end])
+            return end
+        elem = iter_elem(it, stmt.target.value if isinstance(stmt.target, cst.Name) else None)
+        before = st.copy()
+        body = st.copy()
+        self.assign(stmt.target, elem, body, None)
+        self.interp.in_unknown_loop += 1
+        try:
+            first = self.exec_block(stmt.body.body, [body])
+            if first:
+                again = join_states(first)
+                self.assign(stmt.target, elem, again, None)
+                # The second pass only lets values that change per iteration settle; it
+                # records no transfer lineage (MP006 counts each crossing once).
+                self.interp.second_pass += 1
+                try:
+                    second = self.exec_block(stmt.body.body, [again])
+                finally:
+                    self.interp.second_pass -= 1
+                return join_states([before] + first + second)
+        finally:
+            self.interp.in_unknown_loop -= 1
+        return before
+
+    def exec_with(self, stmt: cst.With, st: State) -> list[State]:
+        inner = st.copy()
+        for item in stmt.items:
+            call = item.item
+            q = self.interp.exprs.qname(call.func) if isinstance(call, cst.Call) else None
+            if q in torchapi.NO_GRAD:
+                inner.mode = "no_grad"
+            elif q in torchapi.DEVICE_CONTEXT and isinstance(call, cst.Call) and call.args:
+                dv = self.interp.exprs.ev(call.args[0].value, st)
+                devs = as_device(dv)
+                inner.cur = single(devs) if devs else None
+                inner.setdev = call
+                self.interp.with_devices.add(id(call))
+                v = dv
+            else:
+                v = self.interp.exprs.ev(call, inner)
+                if item.asname is not None:
+                    self.assign(item.asname.name, UNK if not isinstance(v, Obj) else v, inner, None)
+        after = self.exec_block(stmt.body.body, [inner])
+        out = []
+        for a in after:
+            # Leaving `with torch.cuda.device(...)` / `no_grad` restores the outer state.
+            a.cur, a.setdev, a.mode = st.cur, st.setdev, st.mode
+            out.append(a)
+        return out
+
+    # ------------------------------------------------------------ assignment
+
+    def assign(self, target, v: Val, st: State, value_node) -> None:
+        t = type(target)
+        if t is cst.Name:
+            if isinstance(v, Obj) and not v.label and v.kind not in ("module", "any", "loss", "passthrough"):
+                v = v.with_(label=target.value)  # a module keeps its identity (in-place .to())
+            st.env[target.value] = v
+        elif t is cst.Attribute:
+            base = self.interp.exprs.ev(target.value, st)
+            name = target.attr.value
+            if isinstance(v, Obj) and not v.label and v.kind not in ("module", "any", "loss", "passthrough"):
+                v = v.with_(label=(dotted(target) or name))
+            if isinstance(base, Obj) and base.attrs is not None:
+                if st.in_init and base is st.self_obj:
+                    base.attrs[name] = v
+                else:
+                    st.env[f"{id(base)}.{name}"] = v
+        elif t in (cst.Tuple, cst.List):
+            elts = [e.value for e in target.elements]
+            items = v.items if isinstance(v, SeqV) and v.items is not None and len(v.items) == len(elts) else None
+            for i, e in enumerate(elts):
+                if isinstance(e, cst.StarredElement):
+                    self.assign(e.value, UNK, st, None)
+                    continue
+                if items is not None:
+                    sub = items[i]
+                elif isinstance(v, Obj) and v.kind in ("tensor", "any"):
+                    sub = v.with_(label="", opaque=True)
+                elif isinstance(v, SeqV):
+                    sub = v.elem
+                else:
+                    sub = UNK
+                self.assign(e, sub, st, None)
+        elif t is cst.Subscript:
+            base = self.interp.exprs.ev(target.value, st)
+            if isinstance(base, DictV) and len(target.slice) == 1 and isinstance(target.slice[0].slice, cst.Index):
+                k = self.interp.exprs.ev(target.slice[0].slice.value, st)
+                if isinstance(k, Const):
+                    base.items[k.value] = v
+
+    # ------------------------------------------------------------ expressions
+
+
+_ASSIGNED_CACHE: dict = {}
+
+
+def _assigned_names(loop: cst.For) -> frozenset:
+    """Names (re)bound anywhere in a loop's body or target."""
+    got = _ASSIGNED_CACHE.get(id(loop))
+    if got is not None and got[0] is loop:
+        return got[1]
+    names: set[str] = set()
+
+    def targets(t):
+        if isinstance(t, cst.Name):
+            names.add(t.value)
+        elif isinstance(t, (cst.Tuple, cst.List)):
+            for e in t.elements:
+                targets(e.value)
+        elif isinstance(t, cst.StarredElement):
+            targets(t.value)
+
+    def walk(stmts):
+        for st in stmts:
+            if isinstance(st, cst.SimpleStatementLine):
+                for sm in st.body:
+                    if isinstance(sm, cst.Assign):
+                        for t in sm.targets:
+                            targets(t.target)
+                    elif isinstance(sm, (cst.AugAssign, cst.AnnAssign)):
+                        targets(sm.target)
+            elif isinstance(st, (cst.For,)):
+                targets(st.target)
+                walk(st.body.body)
+            elif isinstance(st, (cst.If,)):
+                walk(st.body.body)
+                o = st.orelse
+                while o is not None:
+                    walk(o.body.body)
+                    o = o.orelse if isinstance(o, cst.If) else None
+            elif isinstance(st, (cst.While, cst.With, cst.Try)):
+                walk(st.body.body)
+                if isinstance(st, cst.With):
+                    for it in st.items:
+                        if it.asname is not None:
+                            targets(it.asname.name)
+
+    targets(loop.target)
+    walk(loop.body.body)
+    out = frozenset(names)
+    _ASSIGNED_CACHE[id(loop)] = (loop, out)
+    return out
+
+
+def _mode_test(test) -> tuple[str, str] | None:
+    """('train','eval') for `self.training`, reversed for `not self.training`."""
+    neg = False
+    while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        neg = not neg
+        test = test.expression
+    if isinstance(test, cst.Attribute) and test.attr.value == "training":
+        return ("eval", "train") if neg else ("train", "eval")
+    if isinstance(test, cst.Call) and dotted(test.func) in ("torch.is_grad_enabled",):
+        return ("no_grad", "train") if neg else ("train", "no_grad")
+    return None

@@ -1,0 +1,150 @@
+"""Using the summaries of other files (summary.py makes them): an imported name
+resolved to a summarized class, function or constant, and a call of one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from mpcheck.devices.names import canonical
+from mpcheck.devices.values import (
+    UNK,
+    Const,
+    DeviceV,
+    Obj,
+    QName,
+    SeqV,
+    Summarized,
+    SymV,
+    Val,
+    as_device,
+    one,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from mpcheck.devices.program import State
+
+
+def resolve_import(project: dict, target: str, used: Callable[[str], None], hops: int = 0) -> Val:
+    """The value an imported dotted name has: a summary of another checked file
+    (`used(module)` is told which), else a library name (QName)."""
+    mod, _, name = target.rpartition(".")
+    summ = project.get(mod)
+    if summ is not None and hops < 4:
+        if name in summ.get("classes", {}):
+            used(mod)
+            return Summarized(summ["classes"][name], name, "class")
+        if name in summ.get("functions", {}):
+            used(mod)
+            return Summarized(summ["functions"][name], name, "function")
+        if name in summ.get("constants", {}):
+            used(mod)
+            return constant_value(summ["constants"][name])
+        again = summ.get("reexports", {}).get(name)
+        if again and again != target:
+            used(mod)
+            return resolve_import(project, again, used, hops + 1)
+    return QName(canonical(target))
+
+
+def constant_value(c: dict) -> Val:
+    if "device" in c:
+        return DeviceV(one(c["device"]))
+    if "const" in c:
+        return Const(c["const"])
+    return SeqV(tuple(constant_value(i) for i in c["list"]))
+
+
+def _bind_params(params: list, args: list, kwargs: dict) -> dict:
+    bound = dict(zip(params, args))
+    for k, v in kwargs.items():
+        if k in params:
+            bound[k] = v
+    return bound
+
+
+def _subst(devs: list | None, bound: dict):
+    """Devices of a summary with the caller's arguments put in for symbolic ones."""
+    if devs is None:
+        return None
+    out = set()
+    for d in devs:
+        if d.startswith("sym:"):
+            name = d[4:]
+            base, _, rest = name.partition("[")
+            if base in bound:
+                v = bound[base]
+                if rest and isinstance(v, SeqV) and v.items is not None:
+                    try:
+                        k = int(rest.rstrip("]"))
+                        v = v.items[k]
+                    except (ValueError, IndexError):
+                        return None
+                elif rest:
+                    return None
+                got = as_device(v)
+                if got is None and isinstance(v, SymV):
+                    got = one(f"sym:{v.name}")
+                if got is None:
+                    return None
+                out |= got
+                continue
+            if base in ("__input__",) or base.startswith("each:"):
+                out.add(d)
+                continue
+            return None if name.split(".")[0] in bound else frozenset(devs)
+        out.add(d)
+    return frozenset(out)
+
+
+def _obj_from(s: dict | None, bound: dict, label: str, node) -> Val:
+    if s is None:
+        return UNK
+    if s.get("kind") == "seq":
+        return SeqV(
+            tuple(_obj_from(i, bound, label, node) for i in s["items"]), kind="tuple", module=s.get("module", False)
+        )
+    devs = _subst(s.get("devs"), bound)
+    split = tuple((a, d) for a, d in s["split"]) if s.get("split") else None
+    kind = s.get("kind", "any")
+    return Obj(
+        kind,
+        devs if not split else None,
+        label=label,
+        split=split,
+        dispatched=s.get("dispatched", ""),
+        origin=f"from `{label}`" if kind != "module" else "",
+        at=node,
+    )
+
+
+def call_summarized(callee: Summarized, args: list, kwargs: dict, st: State, node) -> Val:
+    """A call of a class or function of another file: its summary, with the caller's arguments put in."""
+    summ = callee.summary
+    bound = _bind_params(summ.get("params", []), args, kwargs)
+    if callee.kind == "function":
+        return _obj_from(summ.get("returns"), bound, callee.name, node)
+    split = tuple((a, d) for a, d in summ["split"]) if summ.get("split") else None
+    if split and bound:
+        # Constructor arguments may decide the devices (devices=[...]): substitute them.
+        subst = []
+        for a, d in split:
+            got = _subst([d], bound)
+            if got is None or len(got) != 1:
+                subst = None
+                break
+            subst.append((a, next(iter(got))))
+        split = tuple(subst) if subst else None
+    obj = Obj(
+        "module",
+        _subst(summ.get("devs"), bound) if not split else None,
+        label=callee.name,
+        split=split,
+        in_devs=_subst(summ.get("in"), bound),
+        out_devs=_subst(summ.get("out"), bound),
+        extra={"in_known": True, "summarized": callee.name},
+    )
+    if split:
+        st.scope.split_seen = True
+    return obj
