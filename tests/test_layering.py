@@ -100,13 +100,8 @@ def test_every_module_belongs_to_a_known_part(graph):
     assert any(i.module.startswith("mpcheck.rules") and not i.top_level for i in graph["mpcheck.analysis"])
 
 
-# The one known violation, a type-only import that the `devices` branch removes (devices/ and
-# rules/ importing each other, issue 8): empty this once that branch is merged.
-PENDING = [("mpcheck.devices.model", "mpcheck.rules.context")]
-
-
 def test_parts_import_only_what_their_layer_allows(graph):
-    assert layer_violations(graph) == PENDING
+    assert layer_violations(graph) == []
 
 
 def test_codes_and_finding_import_nothing_else_of_mpcheck(graph):

@@ -319,7 +319,7 @@ class Calls(Part):
             return self.interp.moves.move(recv, meth, args, kwargs, node, st)
         if "device_map" in kwargs:
             return self.interp.library.dispatched(meth, args, kwargs, node, st)
-        if meth == "parallelize" and isinstance(recv, Obj | type(UNK)):
+        if meth == "parallelize" and isinstance(recv, Obj | type(UNK)) and isinstance(node.func, cst.Attribute):
             obj = Obj("module", None, dispatched="parallelize()", origin="split by .parallelize()", at=node)
             self.interp.moves.rebind(node.func.value, obj, st)
             return UNK

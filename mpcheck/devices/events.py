@@ -97,7 +97,7 @@ class DdpDeviceIds(Fact):
 @dataclass(frozen=True, eq=False, kw_only=True)
 class ParallelPrimitive(Fact):
     q: str
-    module: Val
+    module: Val | None  # None: the split class of the method (its self) is not known
     on_arg: bool  # the split model is an argument (else: used inside a split class)
 
 
@@ -150,12 +150,12 @@ class Recorder:
         # Lineage steps are kept apart and never muted: a lineage opened in a run
         # that counts may take a step in a probe run, and that step is part of it.
         self.crossings: list[Crossing] = []
-        self._seen: set = set()
+        self._seen: set[tuple[type, int, Any]] = set()
         self._muted = 0
         # (id(node), site) -> every device set an operand there had to be on, over all
         # visits that count (loop iterations, paths, calls): a fix may move it to one
         # fixed device only when that set has one member (DeviceModel.one_target).
-        self.needs: dict[tuple, set] = {}
+        self.needs: dict[tuple[int, Any], set[Devs]] = {}
 
     @property
     def live(self) -> bool:

@@ -8,6 +8,9 @@ are checked here (`check_operand`), and a disagreement is recorded as an
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any, cast
+
 import libcst as cst
 
 from mpcheck.devices import torchapi
@@ -177,7 +180,7 @@ class Expressions(Part):
         for p in node.parts:
             if isinstance(p, cst.FormattedStringText):
                 text += p.value
-            else:
+            elif isinstance(p, cst.FormattedStringExpression):  # the only other kind of part
                 v = self.ev(p.expression, st)
                 if isinstance(v, Const) and isinstance(v.value, (int, str)) and p.format_spec is None:
                     text += str(v.value)
@@ -204,7 +207,7 @@ class Expressions(Part):
         return UNK
 
     def ev_seq(self, node, st: State) -> Val:
-        items = []
+        items: list[Val] = []
         for e in node.elements:
             if isinstance(e, cst.StarredElement):
                 v = self.ev(e.value, st)
@@ -293,7 +296,7 @@ class Expressions(Part):
         used(a, b)
         if isinstance(a, SeqV) or isinstance(b, SeqV):
             return (
-                SeqV(None, elem=a.elem if isinstance(a, SeqV) else b.elem)
+                SeqV(None, elem=a.elem if isinstance(a, SeqV) else cast(SeqV, b).elem)
                 if isinstance(a, (SeqV, Const)) and isinstance(b, (SeqV, Const))
                 else UNK
             )
@@ -436,7 +439,7 @@ class Expressions(Part):
         return self.interp.calls.ev_call(node, st)
 
 
-_CMP_OPS = {
+_CMP_OPS: dict[type, Callable[[Any, Any], Any]] = {
     cst.Equal: lambda a, b: a == b,
     cst.NotEqual: lambda a, b: a != b,
     cst.LessThan: lambda a, b: a < b,
@@ -444,7 +447,7 @@ _CMP_OPS = {
     cst.LessThanEqual: lambda a, b: a <= b,
     cst.GreaterThanEqual: lambda a, b: a >= b,
 }
-_CONST_OPS = {
+_CONST_OPS: dict[type, Callable[[Any, Any], Any]] = {
     cst.Add: lambda a, b: a + b,
     cst.Subtract: lambda a, b: a - b,
     cst.Multiply: lambda a, b: a * b if not (isinstance(a, str) or isinstance(b, str)) else None,
@@ -459,7 +462,7 @@ def _deviceish(v: Val) -> bool:
     )
 
 
-_EV = {
+_EV: dict[type, Callable[..., Val]] = {
     cst.Name: Expressions.ev_name,
     cst.Attribute: Expressions.ev_attr,
     cst.Call: Expressions.ev_call,

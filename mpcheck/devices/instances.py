@@ -50,6 +50,7 @@ class Instances(Part):
 
     def _inherit_summarized(self, cinfo: ClassInfo, obj: Obj) -> None:
         """A base class from another checked file places its parts before our __init__ runs."""
+        assert obj.attrs is not None  # an instance
         for b in cinfo.bases:
             base = self.interp.globals.get(b) if b and "." not in b else None
             if isinstance(base, Summarized) and base.kind == "class":
@@ -73,6 +74,7 @@ class Instances(Part):
             )
 
     def _finish_instance(self, obj: Obj) -> None:
+        assert obj.attrs is not None  # an instance
         placed: list[tuple[str, str, Any]] = []
         for attr, v in obj.attrs.items():
             for d, at in placements(v):

@@ -111,9 +111,9 @@ class Interp:
             self.classes[info.name] = info
             g[info.name] = ClassRef(info)
         elif isinstance(stmt, cst.FunctionDef):
-            info = FuncInfo(stmt, stmt.name.value, stmt.name.value)
-            self.functions[info.name] = info
-            g[info.name] = FuncRef(info)
+            fn = FuncInfo(stmt, stmt.name.value, stmt.name.value)
+            self.functions[fn.name] = fn
+            g[fn.name] = FuncRef(fn)
         elif isinstance(stmt, (cst.If, cst.Try)):
             for s in stmt.body.body:
                 self._scan_stmt(s, g)

@@ -428,18 +428,17 @@ def _device_map(v: Val):
         d = device_from_str(v.value)
         return "", one(d) if d else None
     if isinstance(v, DictV):
-        devs = []
+        devs: list[str] = []
         for item in v.items.values():
-            d = as_device(item)
-            if d is None:
+            item_devs = as_device(item)
+            if item_devs is None:
                 return "", None
-            devs.extend(d)
+            devs.extend(item_devs)
         ds = distinct_devices(devs)
         if len(ds) >= 2:
             return "device_map={" + ", ".join(show(d) for d in ds) + "}", None
         return "", frozenset(ds) if ds else None
-    d = as_device(v)
-    return "", d
+    return "", as_device(v)
 
 
 # ---------------------------------------------------------------- the table

@@ -7,7 +7,7 @@ they never reach into the interpreter.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import libcst as cst
 
@@ -15,14 +15,14 @@ from mpcheck.devices import torchapi
 from mpcheck.devices.events import Fact, Mismatch
 from mpcheck.devices.interp import Interp
 from mpcheck.devices.program import ClassInfo
-from mpcheck.devices.values import single
+from mpcheck.devices.values import Devs, single
 
 F = TypeVar("F", bound=Fact)
 
 
 class DeviceModel:
     def __init__(
-        self, module: cst.Module, source: str, modname: str = "", project: Mapping[str, dict] | None = None
+        self, module: cst.Module, source: str, modname: str = "", project: Mapping[str, dict[str, Any]] | None = None
     ) -> None:
         interp = Interp(
             module, modname, dict(project) if project is not None and not isinstance(project, dict) else project
@@ -30,14 +30,14 @@ class DeviceModel:
         # torch.set_default_device() & co. change where factories put tensors: then say nothing about them.
         interp.default_device_changed = any(w in source for w in torchapi.DEFAULT_DEVICE_CHANGERS)
         interp.run_all()
-        self._by_type: dict[type, list] = {}
+        self._by_type: dict[type, list[Any]] = {}
         for fact in interp.recorder.facts:
             self._by_type.setdefault(type(fact), []).append(fact)
         for step in interp.recorder.crossings:
             self._by_type.setdefault(type(step), []).append(step)
         self.used_modules: list[str] = sorted(interp.used_modules)
         self.classes: dict[str, ClassInfo] = interp.classes
-        self._needs: dict[tuple, set] = interp.recorder.needs
+        self._needs: dict[tuple[int, Any], set[Devs]] = interp.recorder.needs
 
     def facts(self, kind: type[F]) -> list[F]:
         """The facts of one type, in the order the interpreter saw them."""

@@ -134,9 +134,9 @@ class Moves(Part):
                 if recv.items is None and isinstance(recv.elem, (Obj, SeqV))
                 else _placed_any(devs, where, node)
             )
-            res = SeqV(tuple(moved) if recv.items is not None else None, elem=elem, kind=recv.kind, module=True)
-            self.rebind(recv_expr, res, st)
-            return res
+            seq = SeqV(tuple(moved) if recv.items is not None else None, elem=elem, kind=recv.kind, module=True)
+            self.rebind(recv_expr, seq, st)
+            return seq
         if isinstance(recv, Obj) and recv.kind in ("module", "passthrough", "loss"):
             if recv.kind in ("passthrough", "loss"):
                 return recv

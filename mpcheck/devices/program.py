@@ -3,13 +3,14 @@ the state of one path through a function, and the entry point it belongs to."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import libcst as cst
 
 from mpcheck.devices.events import IndexlessPlacement
-from mpcheck.devices.values import CURRENT, UNK, Devs, Val, join
+from mpcheck.devices.values import CURRENT, UNK, Devs, Obj, Val, join
 
 if TYPE_CHECKING:  # pragma: no cover
     from mpcheck.devices.interp import Interp
@@ -39,13 +40,14 @@ class FuncInfo:
 class ClassInfo:
     node: cst.ClassDef
     name: str
-    methods: dict
-    bases: list
-    local_bases: list = field(default_factory=list)
-    instances: dict = field(default_factory=dict)
+    methods: dict[str, FuncInfo]
+    bases: list[str]
+    local_bases: list[ClassInfo] = field(default_factory=list)
+    # the instances built so far, by what their construction depends on (Instances.instantiate)
+    instances: dict[tuple[Any, ...], Obj] = field(default_factory=dict)
 
     def method(self, name: str) -> FuncInfo | None:
-        seen = set()
+        seen: set[int] = set()
         stack = [self]
         while stack:
             c = stack.pop(0)
@@ -61,7 +63,7 @@ class ClassInfo:
 def params_of(fn: cst.FunctionDef) -> list[tuple[str, Any]]:
     """(name, default expression or None) of a function's named parameters, in order."""
     p = fn.params
-    out = []
+    out: list[tuple[str, Any]] = []
     for prm in list(p.posonly_params) + list(p.params):
         out.append((prm.name.value, prm.default))
     for prm in p.kwonly_params:
@@ -69,7 +71,7 @@ def params_of(fn: cst.FunctionDef) -> list[tuple[str, Any]]:
     return out
 
 
-def body_of(fn: cst.FunctionDef):
+def body_of(fn: cst.FunctionDef) -> Sequence[cst.BaseStatement]:
     return fn.body.body if isinstance(fn.body, cst.IndentedBlock) else ()
 
 
@@ -87,7 +89,16 @@ class Scope:
 class State:
     __slots__ = ("cur", "env", "in_init", "mode", "returns", "scope", "self_obj", "setdev")
 
-    def __init__(self, env, cur, setdev, mode, self_obj, in_init, scope):
+    def __init__(
+        self,
+        env: dict[str, Val],
+        cur: str | None,
+        setdev: cst.CSTNode | None,
+        mode: str,
+        self_obj: Val | None,
+        in_init: bool,
+        scope: Scope,
+    ) -> None:
         self.env = env
         self.cur = cur  # the current CUDA device ('cuda' when never set, None unknown)
         self.setdev = setdev  # the set_device / with-device node in effect, or None
@@ -95,10 +106,10 @@ class State:
         self.self_obj = self_obj
         self.in_init = in_init
         self.scope = scope
-        self.returns: list = []
+        self.returns: list[Val] = []
 
     @classmethod
-    def fresh(cls, env: dict, scope_name: str, self_obj: Val | None = None) -> State:
+    def fresh(cls, env: dict[str, Val], scope_name: str, self_obj: Val | None = None) -> State:
         """A path at the start of an entry point, a probe or a summary."""
         return cls(env, CURRENT, None, "", self_obj, False, Scope(scope_name))
 

@@ -96,8 +96,7 @@ class Statements(Part):
                     continue
                 j = join_states(branches)
                 if stmt.finalbody is not None:
-                    j = self.exec_block(stmt.finalbody.body.body, [j])
-                    out.extend(j)
+                    out.extend(self.exec_block(stmt.finalbody.body.body, [j]))
                 else:
                     out.append(j)
             return out

@@ -68,7 +68,7 @@ def _subst(devs: list | None, bound: dict):
     """Devices of a summary with the caller's arguments put in for symbolic ones."""
     if devs is None:
         return None
-    out = set()
+    out: set[str] = set()
     for d in devs:
         if d.startswith("sym:"):
             name = d[4:]
@@ -128,11 +128,11 @@ def call_summarized(callee: Summarized, args: list, kwargs: dict, st: State, nod
     split = tuple((a, d) for a, d in summ["split"]) if summ.get("split") else None
     if split and bound:
         # Constructor arguments may decide the devices (devices=[...]): substitute them.
-        subst = []
+        subst: list[tuple[str, str]] = []
         for a, d in split:
             got = _subst([d], bound)
             if got is None or len(got) != 1:
-                subst = None
+                subst = []  # a device the arguments do not decide: no split known
                 break
             subst.append((a, next(iter(got))))
         split = tuple(subst) if subst else None

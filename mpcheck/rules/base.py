@@ -24,9 +24,10 @@ from mpcheck.finding import Finding, Fix
 if TYPE_CHECKING:  # pragma: no cover
     import libcst as cst
 
+    from mpcheck.devices.events import Fact
     from mpcheck.rules.context import FileContext
 
-E = TypeVar("E")
+E = TypeVar("E", bound="Fact")
 
 
 class Rule:
@@ -63,7 +64,7 @@ class Rule:
         node: cst.CSTNode,
         message: str,
         *,
-        devices: Iterable[str] = (),
+        devices: Iterable[str | None] = (),  # None (an unknown device) is left out
         modules: Iterable[str] = (),
         suggestion: str | None = None,
         fix: Fix | None = None,
@@ -79,7 +80,7 @@ class Rule:
             end_column=end_col,
             message=message,
             severity=self.severity,
-            devices=tuple(devices),
+            devices=tuple(d for d in devices if d is not None),
             modules=tuple(modules),
             suggestion=suggestion,
             fix=fix,

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from functools import cached_property
+from typing import Any
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
+from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 
 from mpcheck.devices.model import DeviceModel
 
@@ -23,7 +24,7 @@ class FileContext:
         source: str,
         module: cst.Module,
         modname: str = "",
-        project: Mapping[str, dict] | None = None,
+        project: Mapping[str, dict[str, Any]] | None = None,
     ) -> None:
         self.path = path
         self.source = source
@@ -41,7 +42,7 @@ class FileContext:
         return self.model.used_modules if "model" in self.__dict__ else []
 
     @cached_property
-    def _positions(self):
+    def _positions(self) -> Mapping[cst.CSTNode, CodeRange]:
         return MetadataWrapper(self.module, unsafe_skip_copy=True).resolve(PositionProvider)
 
     def span(self, node: cst.CSTNode) -> tuple[tuple[int, int], tuple[int, int]]:

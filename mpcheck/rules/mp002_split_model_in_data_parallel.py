@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import libcst as cst
 
 from mpcheck.devices.describe import split_desc, split_devices, split_modules
 from mpcheck.devices.events import DataParallelWrap, DdpDeviceIds
+from mpcheck.finding import Finding
 from mpcheck.rules.base import Rule
+from mpcheck.rules.context import FileContext
 
 
 class SplitModelInDataParallel(Rule):
     code = "MP002"
     needs = ("DataParallel", "data_parallel")
 
-    def check(self, ctx):
+    def check(self, ctx: FileContext) -> Iterator[Finding]:
         for ev in ctx.model.facts(DataParallelWrap):
             mod = ev.module
             what = _wrapped(ctx, ev.node)
@@ -29,13 +33,13 @@ class SplitModelInDataParallel(Rule):
                 modules=split_modules(mod),
                 suggestion=f"DistributedDataParallel({what}, device_ids=None, output_device=None), one process per replica",
             )
-        for ev in ctx.model.facts(DdpDeviceIds):
-            mod = ev.module
-            what = _wrapped(ctx, ev.node)
-            given = " and ".join(ev.args)
+        for ddp in ctx.model.facts(DdpDeviceIds):
+            mod = ddp.module
+            what = _wrapped(ctx, ddp.node)
+            given = " and ".join(ddp.args)
             yield self.finding(
                 ctx,
-                ev.node,
+                ddp.node,
                 f"DistributedDataParallel gets {given} for `{what}`, {split_desc(mod)}: a module on several "
                 f"devices must be wrapped with device_ids=None and output_device=None (PyTorch raises a "
                 f"ValueError otherwise). Write DistributedDataParallel({what}, device_ids=None).",
@@ -45,8 +49,8 @@ class SplitModelInDataParallel(Rule):
             )
 
 
-def _wrapped(ctx, call: cst.Call) -> str:
-    for a in call.args:
+def _wrapped(ctx: FileContext, call: cst.CSTNode) -> str:
+    for a in call.args if isinstance(call, cst.Call) else ():
         if a.keyword is None or a.keyword.value == "module":
             return ctx.code(a.value)
     return "the model"

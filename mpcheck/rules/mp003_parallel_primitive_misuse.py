@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from mpcheck.devices.describe import split_desc, split_devices, split_modules
 from mpcheck.devices.events import ParallelPrimitive
+from mpcheck.finding import Finding
 from mpcheck.rules.base import Rule
+from mpcheck.rules.context import FileContext
 
 _ADVICE = {
     "replicate": "replicate() copies a module that lives on one device; to run several copies of a split model, "
@@ -23,7 +27,7 @@ class ParallelPrimitiveMisuse(Rule):
     code = "MP003"
     needs = ("nn.parallel", "cuda.comm")
 
-    def check(self, ctx):
+    def check(self, ctx: FileContext) -> Iterator[Finding]:
         for ev in ctx.model.facts(ParallelPrimitive):
             q = ev.q
             short = q.rsplit(".", 1)[-1]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import libcst as cst
 
 from mpcheck.devices.describe import split_desc, split_devices
@@ -11,14 +13,16 @@ from mpcheck.devices.events import (
     SplitBuiltAfterSetDevice,
 )
 from mpcheck.devices.values import show
+from mpcheck.finding import Finding
 from mpcheck.rules.base import Rule
+from mpcheck.rules.context import FileContext
 
 
 class SetDeviceConflict(Rule):
     code = "MP004"
     needs = ("set_device", "cuda.device")
 
-    def check(self, ctx):
+    def check(self, ctx: FileContext) -> Iterator[Finding]:
         for ev in _indexless_in_split_code(ctx.model.facts(EntryPointRun)):
             setdev = ev.setdev
             dev = ev.dev
@@ -33,15 +37,15 @@ class SetDeviceConflict(Rule):
                 devices=[dev] if dev else [],
                 suggestion="write the device index explicitly",
             )
-        for ev in ctx.model.facts(SplitBuiltAfterSetDevice):
-            setdev = ev.setdev
-            plain, obj = ev.plain, ev.obj
-            lines = ", ".join(str(ctx.line(n)) for n in ev.where[:3])
+        for built in ctx.model.facts(SplitBuiltAfterSetDevice):
+            setdev = built.setdev
+            plain, obj = built.plain, built.obj
+            lines = ", ".join(str(ctx.line(n)) for n in built.where[:3])
             after = split_desc(obj) if obj.split else "everything on one device"
             yield self.finding(
                 ctx,
-                ev.node,
-                f"`{ctx.code(ev.node)}` is built after `{_what(ctx, setdev)}` at line {ctx.line(setdev)}, and its "
+                built.node,
+                f"`{ctx.code(built.node)}` is built after `{_what(ctx, setdev)}` at line {ctx.line(setdev)}, and its "
                 f"__init__ places stages with an index-less `.cuda()`/'cuda' (line {lines}): it was meant as "
                 f"{split_desc(plain)}, but now gives {after}. Name each stage's device index in __init__.",
                 devices=split_devices(plain),
@@ -65,7 +69,7 @@ def _indexless_in_split_code(runs: list[EntryPointRun]) -> list[IndexlessPlaceme
     return out
 
 
-def _what(ctx, node: cst.CSTNode) -> str:
+def _what(ctx: FileContext, node: cst.CSTNode) -> str:
     if isinstance(node, cst.Call):
         return ctx.code(node)
     return "set_device"

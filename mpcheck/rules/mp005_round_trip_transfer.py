@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from mpcheck.devices.describe import value_text
 from mpcheck.devices.events import Transfer
 from mpcheck.devices.values import show, single
+from mpcheck.finding import Finding
 from mpcheck.rules.base import Rule, once_per_node
+from mpcheck.rules.context import FileContext
 from mpcheck.rules.words import FLOW_WORDS
 
 
@@ -13,7 +17,7 @@ class RoundTripTransfer(Rule):
     code = "MP005"
     needs = FLOW_WORDS
 
-    def check(self, ctx):
+    def check(self, ctx: FileContext) -> Iterator[Finding]:
         for ev in once_per_node(ctx.model.facts(Transfer), _round_trip):
             v = ev.value
             home, there = single(v.moved_from), single(v.devs)  # home -> there -> home

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import libcst as cst
 
 from mpcheck.devices.events import Crossing
 from mpcheck.devices.values import show
+from mpcheck.finding import Finding
 from mpcheck.rules.base import Rule
+from mpcheck.rules.context import FileContext
 from mpcheck.rules.words import FLOW_WORDS
 
 
@@ -16,7 +19,7 @@ class TransferPerLayer(Rule):
     code = "MP006"
     needs = FLOW_WORDS
 
-    def check(self, ctx):
+    def check(self, ctx: FileContext) -> Iterator[Finding]:
         seen = set()
         for chain in _chains(ctx.model.facts(Crossing)):
             devs, node = chain.devs, chain.first_revisit

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import libcst as cst
 
 from mpcheck.devices.describe import split_desc, split_devices, split_modules
 from mpcheck.devices.events import Collapse
 from mpcheck.devices.values import show, single
+from mpcheck.finding import Finding
 from mpcheck.rules.base import Rule
+from mpcheck.rules.context import FileContext
 from mpcheck.rules.words import FLOW_WORDS
 
 
@@ -21,11 +25,15 @@ class CollapseSplitModel(Rule):
         "tensor_parallel(",
     )  # device_map= with .to("cuda") says cuda
 
-    def check(self, ctx):
+    def check(self, ctx: FileContext) -> Iterator[Finding]:
         for ev in ctx.model.facts(Collapse):
             mod = ev.module
-            call: cst.Call = ev.node
-            recv = ctx.code(call.func.value) if isinstance(call.func, cst.Attribute) else "the model"
+            call = ev.node
+            recv = (
+                ctx.code(call.func.value)
+                if isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)
+                else "the model"
+            )
             target = single(ev.devs)
             onto = show(target) if target else "one device"
             meth = ev.meth

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import libcst as cst
 
 from mpcheck.devices.describe import (
@@ -13,7 +15,9 @@ from mpcheck.devices.describe import (
 )
 from mpcheck.devices.events import LossMismatch
 from mpcheck.devices.values import show, single
+from mpcheck.finding import Finding
 from mpcheck.rules.base import Rule, once_per_node
+from mpcheck.rules.context import FileContext
 from mpcheck.rules.words import FLOW_WORDS
 
 
@@ -21,7 +25,7 @@ class LossDeviceMismatch(Rule):
     code = "MP008"
     needs = FLOW_WORDS
 
-    def check(self, ctx):
+    def check(self, ctx: FileContext) -> Iterator[Finding]:
         for ev in once_per_node(ctx.model.facts(LossMismatch)):
             v, other = ev.value, ev.other
             a_expr, b_expr = ev.other_expr, ev.expr
