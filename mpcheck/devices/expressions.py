@@ -23,6 +23,7 @@ from mpcheck.devices.values import (
     UNK,
     Const,
     DeviceV,
+    Devs,
     DictV,
     FuncRef,
     Obj,
@@ -46,7 +47,7 @@ from mpcheck.devices.values import (
 
 
 class Expressions(Part):
-    def qname(self, node) -> str | None:
+    def qname(self, node: cst.CSTNode | None) -> str | None:
         """The canonical dotted name an expression refers to (imports resolved)."""
         d = dotted(node) if isinstance(node, (cst.Name, cst.Attribute)) else None
         if d is None:
@@ -59,7 +60,7 @@ class Expressions(Part):
             return head
         return None
 
-    def ev(self, node, st: State) -> Val:
+    def ev(self, node: cst.CSTNode, st: State) -> Val:
         t = type(node)
         f = _EV.get(t)
         if f is None:
@@ -158,7 +159,7 @@ class Expressions(Part):
             return base.with_(label="", kind="tensor", invariant=base.invariant, worked=True)
         return UNK
 
-    def ev_const(self, node, st: State) -> Val:
+    def ev_const(self, node: Any, st: State) -> Val:  # Integer, Float, Imaginary, SimpleString...
         t = type(node)
         if t is cst.Integer:
             try:
@@ -206,7 +207,7 @@ class Expressions(Part):
             return Const(a.value + b.value)
         return UNK
 
-    def ev_seq(self, node, st: State) -> Val:
+    def ev_seq(self, node: cst.List | cst.Tuple | cst.Set, st: State) -> Val:
         items: list[Val] = []
         for e in node.elements:
             if isinstance(e, cst.StarredElement):
@@ -235,12 +236,12 @@ class Expressions(Part):
                 return UNK
         return DictV(items)
 
-    def ev_comp(self, node, st: State) -> Val:
+    def ev_comp(self, node: cst.ListComp | cst.SetComp | cst.GeneratorExp | cst.DictComp, st: State) -> Val:
         # [elt for target in iter if ...]: unrolled for short known iterables.
         inner = st.copy()
         inner.returns = []
-        fors = []
-        f = node.for_in
+        fors: list[cst.CompFor] = []
+        f: cst.CompFor | None = node.for_in
         while f is not None:
             fors.append(f)
             f = f.inner_for_in
@@ -265,14 +266,14 @@ class Expressions(Part):
             self.interp.in_unknown_loop -= 1
         return self._comp_result(node, None, elem)
 
-    def _comp_elt(self, node, st):
+    def _comp_elt(self, node: cst.ListComp | cst.SetComp | cst.GeneratorExp | cst.DictComp, st: State) -> Val:
         if isinstance(node, cst.DictComp):
             self.ev(node.key, st)
             return self.ev(node.value, st)
         return self.ev(node.elt, st)
 
     @staticmethod
-    def _comp_result(node, items, elem) -> Val:
+    def _comp_result(node: cst.CSTNode, items: tuple[Val, ...] | None, elem: Val | None) -> Val:
         if isinstance(node, cst.DictComp):
             return DictV({}) if items is None else UNK
         if isinstance(node, cst.GeneratorExp):
@@ -290,7 +291,7 @@ class Expressions(Part):
         b = self.ev(node.right, st)
         return self.binop(node, a, b, st)
 
-    def binop(self, node, a: Val, b: Val, st: State) -> Val:
+    def binop(self, node: cst.CSTNode, a: Val, b: Val, st: State) -> Val:
         if failed(a) or failed(b):
             return FAILED
         used(a, b)
@@ -349,13 +350,13 @@ class Expressions(Part):
                 return UNK
         return UNK
 
-    def ev_unary(self, node, st):
+    def ev_unary(self, node: cst.UnaryOperation, st: State) -> Val:
         v = self.ev(node.expression, st)
         if isinstance(v, Obj) and v.kind != "module":
             return v.with_(label="", worked=True)
         return UNK
 
-    def ev_compare(self, node, st):
+    def ev_compare(self, node: cst.Comparison, st: State) -> Val:
         left = self.ev(node.left, st)
         if len(node.comparisons) == 1 and isinstance(left, Const):
             c = node.comparisons[0]
@@ -389,26 +390,35 @@ class Expressions(Part):
             left = right
         return UNK
 
-    def ev_boolop(self, node, st):
+    def ev_boolop(self, node: cst.BooleanOperation, st: State) -> Val:
         a = self.ev(node.left, st)
         b = self.ev(node.right, st)
         if isinstance(a, Obj) or isinstance(b, Obj):
             return join(a, b) if isinstance(a, Obj) and isinstance(b, Obj) else UNK
         return UNK
 
-    def ev_lambda(self, node, st):
+    def ev_lambda(self, node: cst.Lambda, st: State) -> Val:
         return UNK
 
-    def ev_await(self, node, st):
+    def ev_await(self, node: cst.Await, st: State) -> Val:
         return self.ev(node.expression, st)
 
-    def probe_hit(self, val: Val, devs) -> None:
+    def probe_hit(self, val: Val, devs: Devs) -> None:
         if self.interp.probes and isinstance(val, Obj) and val.devs == PROBE and single(devs) is not None:
             if self.interp.probes[-1]["devs"] is None:
                 self.interp.probes[-1]["devs"] = devs
 
     def check_operand(
-        self, node, val: Val, devs, st: State, what: str, arg_index: int = 0, expr=None, op: str = "module", module=None
+        self,
+        node: cst.CSTNode,
+        val: Val,
+        devs: Devs,
+        st: State,
+        what: str,
+        arg_index: int = 0,
+        expr: cst.BaseExpression | None = None,
+        op: str = "module",
+        module: Obj | None = None,
     ) -> bool:
         """Reports `val` when it is certainly not on `devs`; True when it did."""
         self.interp.recorder.need(node, arg_index, devs)

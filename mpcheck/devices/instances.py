@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import libcst as cst
+
 from mpcheck.devices.events import SplitBuiltAfterSetDevice
 from mpcheck.devices.program import MAX_DEPTH, ClassInfo, Part, Scope, State
 from mpcheck.devices.values import (
@@ -14,6 +16,7 @@ from mpcheck.devices.values import (
     UNPLACED,
     Obj,
     Summarized,
+    Val,
     is_moduleish,
     is_split_devs,
     one,
@@ -26,7 +29,9 @@ class Instances(Part):
     def default_instance(self, cinfo: ClassInfo) -> Obj:
         return self.instantiate(cinfo, [], {}, None, None)
 
-    def instantiate(self, cinfo: ClassInfo, args: list, kwargs: dict, st: State | None, node) -> Obj:
+    def instantiate(
+        self, cinfo: ClassInfo, args: list[Val], kwargs: dict[str, Val], st: State | None, node: cst.CSTNode | None
+    ) -> Obj:
         cur = st.cur if st else CURRENT
         key = (tuple(value_key(a) for a in args), tuple(sorted((k, value_key(v)) for k, v in kwargs.items())), cur)
         if key in cinfo.instances:
@@ -60,7 +65,15 @@ class Instances(Part):
                 if devs and len(devs) == 1 and not base.summary.get("split"):
                     obj.attrs.setdefault(f"<{base.name}>", Obj("module", one(devs[0]), origin=f"placed by {base.name}"))
 
-    def _check_built_after_setdev(self, cinfo, obj: Obj, args, kwargs, st, node) -> None:
+    def _check_built_after_setdev(
+        self,
+        cinfo: ClassInfo,
+        obj: Obj,
+        args: list[Val],
+        kwargs: dict[str, Val],
+        st: State | None,
+        node: cst.CSTNode | None,
+    ) -> None:
         where = self.interp.init_indexless.get(id(obj))
         if st is None or st.setdev is None or not where or node is None:
             return

@@ -13,12 +13,13 @@ import libcst as cst
 from mpcheck.devices import torchapi as T
 from mpcheck.devices.events import Collapse, Crossing, IndexlessPlacement, Transfer
 from mpcheck.devices.names import dotted
-from mpcheck.devices.program import Part
+from mpcheck.devices.program import Part, State
 from mpcheck.devices.values import (
     CURRENT,
     UNK,
     Const,
     DeviceV,
+    Devs,
     DtypeV,
     Obj,
     QName,
@@ -36,7 +37,7 @@ _DEVICE_WORDS = ("device", "dev", "gpu", "cuda", "rank")
 
 
 class Moves(Part):
-    def indexless(self, node, st) -> None:
+    def indexless(self, node: cst.CSTNode, st: State) -> None:
         """An index-less `.cuda()` / 'cuda' while set_device or `with torch.cuda.device` is in effect."""
         if st.setdev is None:
             return
@@ -48,11 +49,13 @@ class Moves(Part):
             )
         )
 
-    def note_indexless_arg(self, v: Val, node, st) -> None:
+    def note_indexless_arg(self, v: Val, node: cst.CSTNode, st: State) -> None:
         if isinstance(v, (Const, DeviceV)) and as_device(v, ints_are_cuda=False) == one(CURRENT):
             self.indexless(node, st)
 
-    def _move_target(self, meth, args, kwargs, node, st):
+    def _move_target(
+        self, meth: str, args: list[Val], kwargs: dict[str, Val], node: cst.Call, st: State
+    ) -> tuple[Devs, bool | None]:
         """(devs, is_device_move) for .to/.cuda/.cpu; is_device_move None when unclear."""
         if meth == "cpu":
             return one("cpu"), True
@@ -86,7 +89,7 @@ class Moves(Part):
             return (one(f"sym:{text}") if isinstance(a, SymV) else None), True
         return None, None
 
-    def move(self, recv: Val, meth: str, args, kwargs, node: cst.Call, st) -> Val:
+    def move(self, recv: Val, meth: str, args: list[Val], kwargs: dict[str, Val], node: cst.Call, st: State) -> Val:
         devs, is_device = self._move_target(meth, args, kwargs, node, st)
         if not is_device:
             return recv if is_device is False else (UNK if not isinstance(recv, Obj) or recv.kind != "module" else recv)
@@ -183,7 +186,7 @@ class Moves(Part):
             return UNK
         return Obj("any", devs, origin=f"moved to {where}", at=node)
 
-    def lineage_step(self, recv: Obj, devs, node) -> int | None:
+    def lineage_step(self, recv: Obj, devs: Devs, node: cst.CSTNode) -> int | None:
         """Records a step of an activation's lineage (events.Crossing); returns the lineage the moved value has."""
         src, dst = single(recv.devs), single(devs)
         if src is None or dst is None or src == dst or src.startswith("sym:__") or self.interp.second_pass:
@@ -203,10 +206,10 @@ class Moves(Part):
         return lineage
 
     @staticmethod
-    def _moved_expr(node):
+    def _moved_expr(node: cst.Call | None) -> cst.BaseExpression | None:
         return node.func.value if node is not None and isinstance(node.func, cst.Attribute) else None
 
-    def _reads_unchanging_attribute(self, recv: Obj, st, node) -> bool:
+    def _reads_unchanging_attribute(self, recv: Obj, st: State, node: cst.Call) -> bool:
         """The moved expression reads an unchanging attribute of self (self.causal[:n, :n], self.table.t()),
         in a method other than __init__: the same tensor is moved on every call."""
         expr = self._moved_expr(node)
@@ -230,7 +233,7 @@ class Moves(Part):
             return isinstance(attr, Obj) and attr.invariant and (attr is recv or root is not expr)
         return False
 
-    def _bound_outside_loop(self, recv: Obj, node) -> bool:
+    def _bound_outside_loop(self, recv: Obj, node: cst.Call) -> bool:
         """The moved name holds a value alive before an enclosing loop, not rebound in it."""
         expr = self._moved_expr(node)
         if self.interp.loop_outer and isinstance(expr, cst.Name):
@@ -239,7 +242,7 @@ class Moves(Part):
                     return True
         return False
 
-    def rebind(self, expr, val, st) -> None:
+    def rebind(self, expr: cst.BaseExpression | None, val: Val, st: State) -> None:
         # nn.Module.to()/.cuda() move the module in place: the name now holds the moved module.
         if isinstance(expr, cst.Name):
             st.env[expr.value] = val
@@ -252,5 +255,5 @@ class Moves(Part):
                     st.env[f"{id(base)}.{expr.attr.value}"] = val
 
 
-def _placed_any(devs, where, node) -> Val:
+def _placed_any(devs: Devs, where: str, node: cst.CSTNode) -> Val:
     return Obj("any", devs, origin=f"moved to {where}", at=node) if devs is not None else UNK

@@ -5,13 +5,16 @@ resolved to a summarized class, function or constant, and a call of one.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import libcst as cst
 
 from mpcheck.devices.names import canonical
 from mpcheck.devices.values import (
     UNK,
     Const,
     DeviceV,
+    Devs,
     Obj,
     QName,
     SeqV,
@@ -26,7 +29,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from mpcheck.devices.program import State
 
 
-def resolve_import(project: dict, target: str, used: Callable[[str], None], hops: int = 0) -> Val:
+def resolve_import(project: dict[str, Any], target: str, used: Callable[[str], None], hops: int = 0) -> Val:
     """The value an imported dotted name has: a summary of another checked file
     (`used(module)` is told which), else a library name (QName)."""
     mod, _, name = target.rpartition(".")
@@ -48,7 +51,7 @@ def resolve_import(project: dict, target: str, used: Callable[[str], None], hops
     return QName(canonical(target))
 
 
-def constant_value(c: dict) -> Val:
+def constant_value(c: dict[str, Any]) -> Val:
     if "device" in c:
         return DeviceV(one(c["device"]))
     if "const" in c:
@@ -56,7 +59,7 @@ def constant_value(c: dict) -> Val:
     return SeqV(tuple(constant_value(i) for i in c["list"]))
 
 
-def _bind_params(params: list, args: list, kwargs: dict) -> dict:
+def _bind_params(params: list[str], args: list[Val], kwargs: dict[str, Val]) -> dict[str, Val]:
     bound = dict(zip(params, args))
     for k, v in kwargs.items():
         if k in params:
@@ -64,7 +67,7 @@ def _bind_params(params: list, args: list, kwargs: dict) -> dict:
     return bound
 
 
-def _subst(devs: list | None, bound: dict):
+def _subst(devs: list[str] | None, bound: dict[str, Val]) -> Devs:
     """Devices of a summary with the caller's arguments put in for symbolic ones."""
     if devs is None:
         return None
@@ -98,7 +101,7 @@ def _subst(devs: list | None, bound: dict):
     return frozenset(out)
 
 
-def _obj_from(s: dict | None, bound: dict, label: str, node) -> Val:
+def _obj_from(s: dict[str, Any] | None, bound: dict[str, Val], label: str, node: cst.CSTNode | None) -> Val:
     if s is None:
         return UNK
     if s.get("kind") == "seq":
@@ -119,7 +122,9 @@ def _obj_from(s: dict | None, bound: dict, label: str, node) -> Val:
     )
 
 
-def call_summarized(callee: Summarized, args: list, kwargs: dict, st: State, node) -> Val:
+def call_summarized(
+    callee: Summarized, args: list[Val], kwargs: dict[str, Val], st: State, node: cst.CSTNode | None
+) -> Val:
     """A call of a class or function of another file: its summary, with the caller's arguments put in."""
     summ = callee.summary
     bound = _bind_params(summ.get("params", []), args, kwargs)
