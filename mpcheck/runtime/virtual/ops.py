@@ -26,11 +26,17 @@ if TYPE_CHECKING:  # pragma: no cover
 PARAM = torch.nn.Parameter
 # Functions that take device= (torch.empty, torch.zeros, ...): filled once torch is imported.
 FACTORIES: set = set()
+# Functions PyTorch lets take tensors on two devices: a copy between them, and what `Module.to`
+# does to swap a parameter's data for its moved copy (`param.data = moved` after asking
+# `torch._has_compatible_shallow_copy_type(param, moved)`). Filled once torch is imported.
+MIXES_DEVICES: set = set()
 
 
 def build() -> None:
     if not FACTORIES:
         FACTORIES.update(_device_ctx._device_constructors())
+    if not MIXES_DEVICES:
+        MIXES_DEVICES.update({torch.Tensor.copy_, torch._has_compatible_shallow_copy_type, torch.Tensor.data.__set__})
 
 
 def scan(g: VirtualGPUs, args: tuple, kwargs: dict) -> tuple[str | None, str | None]:
@@ -75,7 +81,7 @@ def generic(g: VirtualGPUs, func, args, kwargs):
             if kwargs.get("pin_memory"):
                 kwargs["pin_memory"] = False
     dev, other = scan(g, args, kwargs)
-    if other is not None and func is not torch.Tensor.copy_:
+    if other is not None and func not in MIXES_DEVICES:
         raise VirtualDeviceError(
             f"Expected all tensors to be on the same device, but found at least two devices, {dev} and {other}!"
         )
