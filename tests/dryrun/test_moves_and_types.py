@@ -67,3 +67,41 @@ def test_inference_mode_tensors_move_and_count_as_fresh_data():
             assert y.to("cuda:1").to("cuda:0").device == torch.device("cuda:0")
     assert dr.findings == []
     assert dr.ledger.total().count == 5
+
+
+@pytest.mark.parametrize("backing", ["cpu", "meta"])
+def test_tensor_type_converts_as_pytorch_does(backing):
+    with quiet(gpus=2, backing=backing) as dr:
+        x = torch.ones(2, device="cuda:1")
+        assert x.type() == "torch.cuda.FloatTensor"
+        assert x.type(torch.cuda.FloatTensor) is x  # same type: the tensor itself
+        assert x.type(torch.float16).device == torch.device("cuda:1")  # a dtype keeps the device
+        half = x.type(torch.cuda.HalfTensor)  # a CUDA type on a CUDA tensor keeps its index
+        assert (half.device, half.dtype) == (torch.device("cuda:1"), torch.float16)
+        host = x.type(torch.FloatTensor)
+        assert host.device == torch.device("cpu") and host.type() == "torch.FloatTensor"
+        assert x.type("torch.DoubleTensor").device == torch.device("cpu")
+        torch.cuda.set_device(1)
+        moved = torch.ones(2).type("torch.cuda.DoubleTensor")  # a CPU tensor goes to the current device
+        assert (moved.device, moved.type()) == (torch.device("cuda:1"), "torch.cuda.DoubleTensor")
+        assert torch.ones(2).type(torch.cuda.FloatTensor).device == torch.device("cuda:1")
+    assert dr.findings == []
+
+
+def test_a_tensor_typed_back_to_the_host_is_a_host_tensor(script, dryrun_cli):
+    s = script("""
+import torch
+x = torch.ones(4, device="cuda:0")
+host = x.type(torch.FloatTensor)
+total = host + torch.ones(4)
+print(float((host * torch.arange(4.0)).sum()))
+""")
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert (status, report["findings"], report["stopped"]) == (0, [], None), err
+
+
+def test_sparse_tensor_types_are_a_listed_limit():
+    with quiet(gpus=2):
+        x = torch.ones(2, device="cuda:0")
+        with pytest.raises(mpcheck.runtime.virtual.errors.DryRunLimitError, match="sparse tensors are not emulated"):
+            x.type("torch.cuda.sparse.FloatTensor")

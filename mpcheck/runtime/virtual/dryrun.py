@@ -20,6 +20,10 @@ What is emulated, and how:
   CUDA autocast's lists: matmul-like ops (linear, matmul, bmm, conv, SDPA, ...) in the
   autocast dtype, reductions/normalisations/losses (softmax, layer_norm, cross_entropy, ...)
   in float32. Ops autocast promotes (cat, ...) see the dtypes they are given.
+- Tensor.type(): the type name of a tensor on a virtual GPU is a CUDA one ('torch.cuda.FloatTensor');
+  .type(T) with a tensor type, its name or a dtype converts as PyTorch does (a CUDA type: onto the
+  tensor's own GPU or the current one; a CPU type: onto the CPU). Module.to/.cuda/.cpu move a module
+  between virtual GPUs, its gradients too.
 - DataParallel runs its module once on device_ids[0] (no replicas); DDP runs on a one-process
   gloo group with --backing cpu.
 - With --backing meta, attention (F.scaled_dot_product_attention) uses the flash kernel's meta
@@ -37,6 +41,7 @@ Limits (each stops the program with a message naming the line, never a hang or a
   streams do not overlap, nothing is timed;
 - not seen: Python code autograd runs in backward other than custom Function backward and
   checkpoint recomputation (e.g. tensor hooks); torch.Generator(device="cuda").
+- sparse tensor types (Tensor.type('torch.cuda.sparse.FloatTensor')) on virtual GPUs;
 - torch.load(map_location="cuda:k" | torch.device | int) loads on the CPU and moves the
   tensors to the virtual device; other map_locations are PyTorch's.
 """
