@@ -56,6 +56,11 @@ from typing import Any, TextIO
 from mpcheck.runtime.checks.face import Face
 from mpcheck.runtime.virtual.links import format_bytes, parse_bytes
 
+STOPPED_NOTE = (
+    "the program stopped before its end (see `stopped`): the findings, transfers and memory estimate cover "
+    "only what ran until then"
+)
+
 
 class dryrun(Face):
     """Virtual GPUs plus the runtime checks, and a report with memory and transfer estimates.
@@ -121,18 +126,25 @@ class dryrun(Face):
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
-        from mpcheck.runtime.virtual.errors import DryRunLimitError
-
         try:
             self.session.stop()
         finally:
             self.gpus.__exit__(exc_type, exc, tb)
         self.memory = self.gpus.memory.estimate()
         self.session.checker.ledger.memory = {}  # the estimate replaces the debug mode's plain counts
-        if isinstance(exc, DryRunLimitError):
-            self.stopped = str(exc)
+        if exc is not None and not isinstance(exc, (SystemExit, GeneratorExit)):
+            self.stop_on(exc)
         self._write_on_exit()
         return False
+
+    def stop_on(self, exc: BaseException) -> None:
+        """The program stopped on `exc` (a dry-run limit or its own crash): the report says where and what,
+        and that its findings, transfers and memory cover only what ran before."""
+        from mpcheck.runtime.virtual.errors import stop_message
+
+        self.stopped = stop_message(exc)
+        if self.session is not None and STOPPED_NOTE not in self.session.notes:
+            self.session.notes.append(STOPPED_NOTE)
 
     # -- the report ---------------------------------------------------------------------------
     def header(self) -> dict[str, Any]:
