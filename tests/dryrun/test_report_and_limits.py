@@ -192,3 +192,16 @@ check(x)
     assert report["stopped"] == f"{s.path}:{s.line('crash')}: ValueError: bad batch on cuda:0"
     assert any("stopped before its end" in n for n in report["notes"])
     assert [lim["site"] for lim in report["limits"]] == [f"{s.path}:{s.line('timing')}"]
+
+
+def test_a_crash_on_something_only_real_cuda_has_is_listed_as_a_limit(script, dryrun_cli):
+    s = script("""
+import torch
+x = torch.ones(2, device="cuda:0")
+buf = torch.cuda.FloatTensor(2)  # <- legacy
+""")
+    status, report, _ = dryrun_cli(s, "--gpus", "2")
+    site = f"{s.path}:{s.line('legacy')}"
+    assert status == 1 and report["stopped"].startswith(f"{site}: TypeError: type torch.cuda.FloatTensor")
+    (limit,) = report["limits"]
+    assert limit["site"] == site and "not necessarily a bug in the program" in limit["message"]

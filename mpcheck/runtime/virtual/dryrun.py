@@ -42,6 +42,9 @@ Limits (each stops the program with a message naming the line, never a hang or a
 - not seen: Python code autograd runs in backward other than custom Function backward and
   checkpoint recomputation (e.g. tensor hooks); torch.Generator(device="cuda").
 - sparse tensor types (Tensor.type('torch.cuda.sparse.FloatTensor')) on virtual GPUs;
+- a crash on anything else only real CUDA has (a CUDA binding a CPU build lacks, the legacy
+  torch.cuda.FloatTensor(...) constructors): the traceback is the program's, and the report
+  lists it as a limit at its line;
 - torch.load(map_location="cuda:k" | torch.device | int) loads on the CPU and moves the
   tensors to the virtual device; other map_locations are PyTorch's.
 """
@@ -59,6 +62,10 @@ from mpcheck.runtime.virtual.links import format_bytes, parse_bytes
 STOPPED_NOTE = (
     "the program stopped before its end (see `stopped`): the findings, transfers and memory estimate cover "
     "only what ran until then"
+)
+NEEDS_CUDA_LIMIT = (
+    "the program stopped on something only real CUDA has (PyTorch's CUDA library, a CUDA kernel or binding), "
+    "which virtual GPUs do not emulate: a limit of the dry run, not necessarily a bug in the program"
 )
 
 
@@ -140,11 +147,14 @@ class dryrun(Face):
     def stop_on(self, exc: BaseException) -> None:
         """The program stopped on `exc` (a dry-run limit or its own crash): the report says where and what,
         and that its findings, transfers and memory cover only what ran before."""
-        from mpcheck.runtime.virtual.errors import stop_message
+        from mpcheck.runtime.virtual.errors import DryRunLimitError, crash_site, needs_real_cuda, stop_message
 
         self.stopped = stop_message(exc)
         if self.session is not None and STOPPED_NOTE not in self.session.notes:
             self.session.notes.append(STOPPED_NOTE)
+        if self.gpus is not None and not isinstance(exc, DryRunLimitError) and needs_real_cuda(exc):
+            # Not the program's bug, as far as the dry run can tell: a CPU build lacks what it asked for.
+            self.gpus.note_limit(NEEDS_CUDA_LIMIT, site=crash_site(exc) or "<unknown line>")
 
     # -- the report ---------------------------------------------------------------------------
     def header(self) -> dict[str, Any]:

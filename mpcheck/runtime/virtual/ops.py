@@ -4,7 +4,6 @@ device, and errors of the virtual devices themselves turned into clear dry-run m
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -13,6 +12,7 @@ import torch.utils._device as _device_ctx
 from mpcheck.runtime.virtual.autocast import ANY as AUTOCAST_ANY
 from mpcheck.runtime.virtual.autocast import cast_inputs
 from mpcheck.runtime.virtual.errors import (
+    NEEDS_CUDA,
     DryRunLimitError,
     MetaValueError,
     VirtualDeviceError,
@@ -100,14 +100,6 @@ def generic(g: VirtualGPUs, func, args, kwargs):
     return out
 
 
-# What a kernel that only exists for CUDA says when it is handed a CPU or meta tensor.
-_NEEDS_CUDA = re.compile(
-    r"not compiled with CUDA|must be (a )?CUDA|is_cuda\(\)|CUDA tensor|expected .*cuda|'CUDA' backend|"
-    r"CUDA error|no CUDA|requires CUDA|only supports CUDA|CUDA (is )?not available",
-    re.IGNORECASE,
-)
-
-
 def _explain(g: VirtualGPUs, func, e: BaseException, dev: str | None) -> BaseException:
     """Turn errors that come from the virtual devices themselves into clear dry-run messages."""
     if isinstance(e, (DryRunLimitError, VirtualDeviceError)):
@@ -120,7 +112,7 @@ def _explain(g: VirtualGPUs, func, e: BaseException, dev: str | None) -> BaseExc
             f"--backing meta tensors hold shapes only ({first}). Run with --backing cpu (real values, small "
             f"models) to go past this line."
         )
-    if dev is not None and dev.startswith("cuda") and _NEEDS_CUDA.search(msg):
+    if dev is not None and dev.startswith("cuda") and NEEDS_CUDA.search(msg):
         return DryRunLimitError(
             f"{user_line()}: {call_name(func)}() needs a real CUDA kernel ({first}). Custom CUDA kernels and "
             f"extensions cannot run on virtual GPUs; guard them (e.g. a CPU fallback) to dry-run the rest."
