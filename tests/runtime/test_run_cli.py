@@ -147,6 +147,8 @@ def test_without_cuda_the_program_does_not_run_and_the_dry_run_is_suggested(caps
     assert "argv" not in out  # the program did not run
     assert "CUDA is not available" in err and f"mpcheck dryrun --gpus N {script}" in err
     assert "Traceback" not in err and "No device findings" not in err
+    assert main(["--help"]) == 0
+    assert "on a machine without CUDA" in " ".join(capsys.readouterr().out.split())
 
 
 def test_output_paths_are_those_of_the_launch_folder_when_the_program_changes_folder(capsys, tmp_path, monkeypatch):

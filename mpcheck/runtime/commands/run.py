@@ -23,6 +23,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="mpcheck run",
         description="Run a PyTorch program under mpcheck's runtime debug mode, then report device "
         "mismatches, wasted transfers and what the transfers cost.",
+        epilog="exit status: the program's own; 1 when an error-level finding was reported and the program "
+        "succeeded; 2 for a bad command line, or on a machine without CUDA (the program is not run: check it on "
+        "virtual GPUs with mpcheck dryrun --gpus N).",
     )
     ap.add_argument(
         "--strict",
