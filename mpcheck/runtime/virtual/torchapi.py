@@ -26,6 +26,7 @@ def _table() -> dict[Any, Handler]:
         T.to: handlers.to,
         T.cuda: handlers.cuda,
         T.cpu: handlers.cpu,
+        T.type: handlers.tensor_type,
         # where a tensor is, answered with its virtual device
         T.device.__get__: handlers.device_get,
         T.is_cuda.__get__: handlers.is_cuda_get,
