@@ -529,11 +529,6 @@ def test_dry_run_of_the_training_example_reports_what_the_linter_finds():
     assert r.returncode == 1, r.stderr
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="dry run bug outside the CLI: Module.cuda() on a model split over two virtual GPUs raises "
-    "VirtualDeviceError in torch's compute_should_use_set_data (mpcheck/runtime virtual devices)",
-)
 def test_dry_run_of_the_training_example_runs_to_its_end():
     r = _dry_run("train.py")
     assert "Traceback" not in r.stderr, r.stderr

@@ -52,7 +52,15 @@ opt.step()
     assert m0["activations"] == 1 * mib
     assert m1["activations"] == 1 * mib + 4
     assert m0["total"] == 17 * mib and m0["capacity"] == 16 * mib and m0["fits"] is False
-    assert status == 0  # not fitting is reported, it is not a finding
+    assert status == 1  # not a finding, but a dry run gates CI: a device that does not fit fails it
+    status, report, _ = dryrun_cli(s, "--gpus", "2", "--backing", "meta", "--device-memory", "18MiB")
+    assert [m["fits"] for m in report["memory"].values()] == [True, True] and status == 0
+
+
+def test_the_help_states_the_exit_status(capsys):
+    assert main(["--help"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "a virtual GPU's estimated memory does not fit in --device-memory" in out
 
 
 def test_transfer_times_follow_the_chosen_link(script, dryrun_cli):
@@ -88,7 +96,7 @@ h = (h @ h).to("cuda:1")
     trace = tmp_path / "trace.json"
     status = main(["--gpus", "2", "--device-memory", "1KiB", "--color", "never", "--trace", str(trace), str(s.path)])
     err = capsys.readouterr().err
-    assert status == 0
+    assert status == 1  # 1 KiB is too small
     assert "mpcheck dry run: 2 virtual GPUs, cpu backing" in err
     assert "cuda:0 -> cuda:1" in err
     assert "NO:" in err  # 16 KiB on a 1 KiB device
@@ -145,3 +153,55 @@ y = fused(torch.randn(4).to("cuda:0"))  # <- kernel
     assert status == 1
     assert f"train.py:{s.line('kernel')}" in report["stopped"]
     assert "needs a real CUDA kernel" in report["stopped"]
+
+
+def test_output_paths_are_those_of_the_launch_folder_when_the_program_changes_folder(
+    tmp_path, script, capsys, monkeypatch
+):
+    (tmp_path / "elsewhere").mkdir()
+    s = script("""
+import os
+import torch
+os.chdir("elsewhere")
+h = torch.randn(4).to("cuda:0").to("cuda:1")
+""")
+    monkeypatch.chdir(tmp_path)
+    argv = ["--gpus", "2", "--output-format", "json", "-o", "report.json", "--trace", "trace.json", str(s.path)]
+    assert main(argv) == 0, capsys.readouterr().err
+    assert json.loads((tmp_path / "report.json").read_text())["transfers"]["total"]["count"] == 2
+    assert "traceEvents" in json.loads((tmp_path / "trace.json").read_text())
+    assert list((tmp_path / "elsewhere").iterdir()) == []
+
+
+def test_a_crash_is_in_the_report_with_its_line_notes_and_limits(script, dryrun_cli):
+    s = script("""
+import torch
+start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+start.record()
+end.record()
+print(start.elapsed_time(end))  # <- timing
+x = torch.ones(2, device="cuda:0")
+
+def check(t):
+    raise ValueError(f"bad batch on {t.device}")  # <- crash
+
+check(x)
+""")
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 1 and "Traceback" in err  # the program's own traceback, as python prints it
+    assert report["stopped"] == f"{s.path}:{s.line('crash')}: ValueError: bad batch on cuda:0"
+    assert any("stopped before its end" in n for n in report["notes"])
+    assert [lim["site"] for lim in report["limits"]] == [f"{s.path}:{s.line('timing')}"]
+
+
+def test_a_crash_on_something_only_real_cuda_has_is_listed_as_a_limit(script, dryrun_cli):
+    s = script("""
+import torch
+x = torch.ones(2, device="cuda:0")
+buf = torch.cuda.FloatTensor(2)  # <- legacy
+""")
+    status, report, _ = dryrun_cli(s, "--gpus", "2")
+    site = f"{s.path}:{s.line('legacy')}"
+    assert status == 1 and report["stopped"].startswith(f"{site}: TypeError: type torch.cuda.FloatTensor")
+    (limit,) = report["limits"]
+    assert limit["site"] == site and "not necessarily a bug in the program" in limit["message"]

@@ -7,6 +7,7 @@ import textwrap
 
 import pytest
 
+from mpcheck.runtime.commands import run
 from mpcheck.runtime.commands.run import main
 
 SPLIT = textwrap.dedent(
@@ -31,6 +32,13 @@ SPLIT = textwrap.dedent(
     sys.exit(int(sys.argv[1]) if len(sys.argv) > 1 else 0)
     """
 )
+
+
+@pytest.fixture(autouse=True)
+def checks_without_cuda(monkeypatch):
+    """The checks are the same on any device: these tests run the command in-process on CPU and meta
+    tensors, past its refusal to run where CUDA is missing (tested on its own below)."""
+    monkeypatch.setattr(run, "cuda_available", lambda: True)
 
 
 @pytest.fixture
@@ -118,11 +126,36 @@ def test_abbreviated_options_keep_their_values(capsys, script, tmp_path):
 
 
 def test_the_console_script_dispatches_run(script):
+    import torch
+
     r = subprocess.run(
         [sys.executable, "-m", "mpcheck.cli", "run", "--on-mismatch", "move", str(script), "0"],
         capture_output=True,
         text=True,
         timeout=120,
     )
-    assert r.returncode == 1, r.stderr
-    assert "MP001" in r.stderr
+    if torch.cuda.is_available():
+        assert r.returncode == 1 and "MP001" in r.stderr, r.stderr
+    else:
+        assert r.returncode == 2 and "CUDA is not available" in r.stderr, r.stderr
+
+
+def test_without_cuda_the_program_does_not_run_and_the_dry_run_is_suggested(capsys, script, monkeypatch):
+    monkeypatch.setattr(run, "cuda_available", lambda: False)
+    assert main(["--on-mismatch", "move", str(script), "0"]) == 2
+    out, err = capsys.readouterr()
+    assert "argv" not in out  # the program did not run
+    assert "CUDA is not available" in err and f"mpcheck dryrun --gpus N {script}" in err
+    assert "Traceback" not in err and "No device findings" not in err
+    assert main(["--help"]) == 0
+    assert "on a machine without CUDA" in " ".join(capsys.readouterr().out.split())
+
+
+def test_output_paths_are_those_of_the_launch_folder_when_the_program_changes_folder(capsys, tmp_path, monkeypatch):
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "prog.py").write_text("import os\nos.chdir('elsewhere')\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(["--output-format", "json", "-o", "r.json", "--trace", "t.json", "prog.py"]) == 0
+    assert json.loads((tmp_path / "r.json").read_text())["findings"] == []
+    assert "traceEvents" in json.loads((tmp_path / "t.json").read_text())
+    assert list((tmp_path / "elsewhere").iterdir()) == []

@@ -162,6 +162,15 @@ def _describe(where: Where) -> str:
     return name if inner is None else f"{name}[{inner}]"
 
 
+def _version_of(t: Any) -> int | None:
+    """`t`'s version counter, or None where it has none (inference tensors): such data is fresh each time."""
+    try:
+        version: int = t._version
+        return version
+    except RuntimeError:
+        return None
+
+
 class _StorageRef:
     """Identify a tensor's data without keeping it alive: a weak reference to its
     storage (PyTorch keeps one Python storage object per storage), plus the
@@ -174,14 +183,15 @@ class _StorageRef:
         self.offset = t.storage_offset()
         self.shape = tuple(t.shape)
         self.stride = t.stride()
-        self.version = t._version
+        self.version = _version_of(t)
 
     def same_data(self, t: Any) -> bool:
         s = self.ref()
         return (
             s is not None
             and s is t.untyped_storage()
-            and self.version == t._version
+            and self.version is not None
+            and self.version == _version_of(t)
             and self.offset == t.storage_offset()
             and self.shape == tuple(t.shape)
             and self.stride == t.stride()
@@ -684,7 +694,7 @@ class Checker:
         if ref.ref() is not storage:
             del self._arrivals[id(storage)]  # the id was reused by another storage
             return
-        if came_from != dst_dev or t._version != ref.version:
+        if came_from != dst_dev or ref.version is None or _version_of(t) != ref.version:
             return
         self.emit(
             "MP005",
@@ -705,7 +715,12 @@ class Checker:
         key = (id(storage), t.storage_offset(), tuple(t.shape), t.stride(), dst_dev)
         entry = self._moves.get(key)
         step = self.ledger.step_index
-        if entry is not None and entry[0].ref() is storage and entry[0].version == t._version:
+        if (
+            entry is not None
+            and entry[0].ref() is storage
+            and entry[0].version is not None
+            and entry[0].version == _version_of(t)
+        ):
             first_site, first_step = entry[1], entry[2]
             entry[2] = step
             shape = "x".join(map(str, t.shape)) or "scalar"

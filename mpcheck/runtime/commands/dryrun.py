@@ -2,9 +2,10 @@
 
 Runs the program like python would, with N virtual GPUs (no GPU needed),
 under the debug mode's checks with on_mismatch=move, then prints the report
-(stderr, or --output FILE). Exit status: 1 if an error-level finding was
-reported, else the program's own (a dry-run limit or a crash: 1, as python);
-2 for a bad command line.
+(stderr, or --output FILE). Exit status (EXIT_STATUS): 1 if an error-level
+finding was reported or a virtual GPU does not fit in --device-memory (a dry
+run gates CI), else the program's own (a dry-run limit or a crash: 1, as
+python); 2 for a bad command line.
 """
 
 from __future__ import annotations
@@ -16,6 +17,11 @@ import sys
 from mpcheck.runtime.commands.launch import run_program
 from mpcheck.runtime.commands.options import add_report_options, needs_torch, parse, selected_codes, write_report
 
+EXIT_STATUS = (
+    "exit status: 1 when an error-level finding was reported or a virtual GPU's estimated memory does not fit "
+    "in --device-memory; else the program's own (a crash or a dry-run limit: 1); 2 for a bad command line."
+)
+
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
@@ -23,6 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run a model-parallel PyTorch program on virtual GPUs (no GPU needed): report device "
         "mismatches and wasted transfers with your source lines, each device's estimated memory against its "
         "capacity, and the transfers' estimated time on the chosen link.",
+        epilog=EXIT_STATUS,
     )
     ap.add_argument("--gpus", type=int, default=2, metavar="N", help="number of virtual GPUs, cuda:0..N-1 (default 2)")
     ap.add_argument(
@@ -36,7 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--device-memory",
         default="80GiB",
         metavar="SIZE",
-        help="memory of each virtual GPU for the fit check, e.g. 80GiB, 141GB (default 80GiB)",
+        help="memory of each virtual GPU for the fit check, e.g. 80GiB, 141GB (default 80GiB); a GPU that does "
+        "not fit makes the exit status 1",
     )
     ap.add_argument(
         "--link",
@@ -83,17 +91,15 @@ def main(argv: list[str]) -> int:
         print(f"mpcheck dryrun: {e}", file=sys.stderr)
         return 2
     stopped: list[BaseException] = []
-
-    def on_limit(e: BaseException) -> None:
-        stopped.append(e)
-
     with dr:
-        status = run_program(program, brief=(DryRunLimitError,), on_brief=on_limit)
+        status = run_program(program, brief=(DryRunLimitError,), on_stop=stopped.append)
     if stopped:
-        dr.stopped = str(stopped[0])
+        dr.stop_on(stopped[0])
     # The trace was written on leaving `dr` (trace=opts.trace); the report follows here.
     if not write_report(parser.prog, opts, functools.partial(dr.write, output_format=opts.output_format)):
         return 2
     if any(f.severity == "error" for f in dr.findings):
+        return 1
+    if any(not m["fits"] for m in dr.memory.values()):
         return 1
     return status

@@ -73,12 +73,13 @@ def parse_program(argv: list[str]) -> Program:
     return Program("script", head, argv[1:])
 
 
-def run_program(program: Program, *, brief: tuple[type[BaseException], ...] = (), on_brief=None) -> int:
+def run_program(program: Program, *, brief: tuple[type[BaseException], ...] = (), on_stop=None) -> int:
     """Run it in this process; return the exit status python would give.
 
     `brief`: exception types that are a tool's own clear stop (the dry run's
-    documented limits): their message is printed without a traceback, passed
-    to `on_brief`, and the status is 1, as for any uncaught exception."""
+    documented limits): their message is printed without a traceback, and the
+    status is 1, as for any uncaught exception. `on_stop` is handed the exception
+    that stopped the program, if one did (SystemExit is an ordinary end)."""
     saved_argv = sys.argv[:]
     saved_path = sys.path[:]
     saved_main = sys.modules.get("__main__")
@@ -103,22 +104,28 @@ def run_program(program: Program, *, brief: tuple[type[BaseException], ...] = ()
         return 0
     except SystemExit as e:
         return _exit_code(e.code)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         traceback.print_exc()
+        _stopped(on_stop, e)
         return 130
     except brief as e:
         print(f"mpcheck: {e}", file=sys.stderr)
-        if on_brief is not None:
-            on_brief(e)
+        _stopped(on_stop, e)
         return 1
     except BaseException as e:  # noqa: BLE001 - a user program's crash, printed as python prints it
         _print_user_traceback(e)
+        _stopped(on_stop, e)
         return 1
     finally:
         sys.argv = saved_argv
         sys.path[:] = saved_path
         if saved_main is not None:
             sys.modules["__main__"] = saved_main
+
+
+def _stopped(on_stop, exc: BaseException) -> None:
+    if on_stop is not None:
+        on_stop(exc)
 
 
 def _exit_code(code) -> int:

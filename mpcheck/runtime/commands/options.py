@@ -4,10 +4,14 @@ the parse of their own options and the program, and writing the report."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 
 from mpcheck.runtime.commands.launch import LaunchError, Program, parse_program, split_argv
+
+# The options that name a file mpcheck writes after the program ran.
+OUTPUT_PATHS = ("output", "trace")
 
 
 def add_report_options(ap: argparse.ArgumentParser, *, on_mismatch: str, on_mismatch_help: str) -> None:
@@ -29,6 +33,10 @@ def parse(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[argparse.Na
         opts = parser.parse_args(ours)
     except SystemExit as e:
         return int(e.code or 0)
+    # The program may change the working folder (os.chdir): a relative output path means the one at launch.
+    for name in OUTPUT_PATHS:
+        if getattr(opts, name, None):
+            setattr(opts, name, os.path.abspath(getattr(opts, name)))
     try:
         program = parse_program(program_argv)
     except LaunchError as e:

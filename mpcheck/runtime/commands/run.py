@@ -4,13 +4,15 @@ Runs the program under the debug mode like python would, then prints the
 report (to stderr, so the program's own stdout stays clean; `--output FILE`
 writes it to a file). Exit status: the program's own; 1 if an error-level
 finding was reported while the program itself succeeded; 2 for a bad command
-line (a missing script is named).
+line (a missing script is named), or no CUDA on this machine (the program does
+not run: the message points to `mpcheck dryrun`, which needs no GPU).
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import sys
 
 from mpcheck.runtime.commands.launch import run_program
 from mpcheck.runtime.commands.options import add_report_options, needs_torch, parse, selected_codes, write_report
@@ -21,6 +23,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="mpcheck run",
         description="Run a PyTorch program under mpcheck's runtime debug mode, then report device "
         "mismatches, wasted transfers and what the transfers cost.",
+        epilog="exit status: the program's own; 1 when an error-level finding was reported and the program "
+        "succeeded; 2 for a bad command line, or on a machine without CUDA (the program is not run: check it on "
+        "virtual GPUs with mpcheck dryrun --gpus N).",
     )
     ap.add_argument(
         "--strict",
@@ -48,6 +53,14 @@ def main(argv: list[str]) -> int:
         from mpcheck.runtime.real.devices import CudaDevices
     except ImportError as e:
         return needs_torch(parser.prog, e)
+    if not cuda_available():
+        print(
+            f"{parser.prog}: CUDA is not available on this machine (torch.cuda.is_available() is False), and the "
+            f"debug mode checks a program on real GPUs; {program.display} was not run. To check it without a GPU, "
+            f"run it on N virtual GPUs: mpcheck dryrun --gpus N {program.display}",
+            file=sys.stderr,
+        )
+        return 2
     session = Session(
         on_mismatch=opts.on_mismatch,
         strict=opts.strict,
@@ -66,3 +79,9 @@ def main(argv: list[str]) -> int:
     if status == 0 and any(f.severity == "error" for f in session.checker.findings):
         return 1
     return status
+
+
+def cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()

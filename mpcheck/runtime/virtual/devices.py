@@ -237,8 +237,9 @@ class VirtualGPUs:
         return ModelTiming(self.link.time_ms(nbytes))
 
     # -- limits ---------------------------------------------------------------------
-    def note_limit(self, text: str) -> None:
-        site = user_line()
+    def note_limit(self, text: str, *, site: str | None = None) -> None:
+        """A limit met on the way, at `site` ("path:line"; by default the user's line running now)."""
+        site = site or user_line()
         if (site, text) not in self._limit_seen:
             self._limit_seen.add((site, text))
             self.limits.append((site, text))

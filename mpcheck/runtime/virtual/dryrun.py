@@ -20,6 +20,10 @@ What is emulated, and how:
   CUDA autocast's lists: matmul-like ops (linear, matmul, bmm, conv, SDPA, ...) in the
   autocast dtype, reductions/normalisations/losses (softmax, layer_norm, cross_entropy, ...)
   in float32. Ops autocast promotes (cat, ...) see the dtypes they are given.
+- Tensor.type(): the type name of a tensor on a virtual GPU is a CUDA one ('torch.cuda.FloatTensor');
+  .type(T) with a tensor type, its name or a dtype converts as PyTorch does (a CUDA type: onto the
+  tensor's own GPU or the current one; a CPU type: onto the CPU). Module.to/.cuda/.cpu move a module
+  between virtual GPUs, its gradients too.
 - DataParallel runs its module once on device_ids[0] (no replicas); DDP runs on a one-process
   gloo group with --backing cpu.
 - With --backing meta, attention (F.scaled_dot_product_attention) uses the flash kernel's meta
@@ -37,6 +41,10 @@ Limits (each stops the program with a message naming the line, never a hang or a
   streams do not overlap, nothing is timed;
 - not seen: Python code autograd runs in backward other than custom Function backward and
   checkpoint recomputation (e.g. tensor hooks); torch.Generator(device="cuda").
+- sparse tensor types (Tensor.type('torch.cuda.sparse.FloatTensor')) on virtual GPUs;
+- a crash on anything else only real CUDA has (a CUDA binding a CPU build lacks, the legacy
+  torch.cuda.FloatTensor(...) constructors): the traceback is the program's, and the report
+  lists it as a limit at its line;
 - torch.load(map_location="cuda:k" | torch.device | int) loads on the CPU and moves the
   tensors to the virtual device; other map_locations are PyTorch's.
 """
@@ -53,6 +61,15 @@ from mpcheck.runtime.virtual.links import format_bytes, parse_bytes
 
 if TYPE_CHECKING:
     from mpcheck.runtime.virtual.devices import VirtualGPUs
+
+STOPPED_NOTE = (
+    "the program stopped before its end (see `stopped`): the findings, transfers and memory estimate cover "
+    "only what ran until then"
+)
+NEEDS_CUDA_LIMIT = (
+    "the program stopped on something only real CUDA has (PyTorch's CUDA library, a CUDA kernel or binding), "
+    "which virtual GPUs do not emulate: a limit of the dry run, not necessarily a bug in the program"
+)
 
 
 class dryrun(Face):
@@ -119,8 +136,6 @@ class dryrun(Face):
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> Literal[False]:
-        from mpcheck.runtime.virtual.errors import DryRunLimitError
-
         session, gpus = self._started(), self.gpus
         assert gpus is not None  # entered with the session
         try:
@@ -129,10 +144,22 @@ class dryrun(Face):
             gpus.__exit__(exc_type, exc, tb)
         self.memory = gpus.memory.estimate()
         session.checker.ledger.memory = {}  # the estimate replaces the debug mode's plain counts
-        if isinstance(exc, DryRunLimitError):
-            self.stopped = str(exc)
+        if exc is not None and not isinstance(exc, (SystemExit, GeneratorExit)):
+            self.stop_on(exc)
         self._write_on_exit()
         return False
+
+    def stop_on(self, exc: BaseException) -> None:
+        """The program stopped on `exc` (a dry-run limit or its own crash): the report says where and what,
+        and that its findings, transfers and memory cover only what ran before."""
+        from mpcheck.runtime.virtual.errors import DryRunLimitError, crash_site, needs_real_cuda, stop_message
+
+        self.stopped = stop_message(exc)
+        if self.session is not None and STOPPED_NOTE not in self.session.notes:
+            self.session.notes.append(STOPPED_NOTE)
+        if self.gpus is not None and not isinstance(exc, DryRunLimitError) and needs_real_cuda(exc):
+            # Not the program's bug, as far as the dry run can tell: a CPU build lacks what it asked for.
+            self.gpus.note_limit(NEEDS_CUDA_LIMIT, site=crash_site(exc) or "<unknown line>")
 
     # -- the report ---------------------------------------------------------------------------
     def header(self) -> dict[str, Any]:

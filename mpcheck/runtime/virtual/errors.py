@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import re
+import sysconfig
 from typing import Any
 
 from mpcheck.runtime.checks.sites import user_site
@@ -31,3 +34,66 @@ def call_name(func: Any) -> str:
     if n == "__get__":
         n = getattr(getattr(func, "__self__", None), "__name__", "attribute")
     return n or str(func)
+
+
+# What PyTorch (or code around it) says when it needs CUDA itself: a kernel handed CPU or meta tensors,
+# a CPU build asked for its CUDA library or bindings, code checking for a real GPU.
+NEEDS_CUDA = re.compile(
+    r"not compiled with CUDA|must be (a )?CUDA|is_cuda\(\)|CUDA tensor|expected .*cuda|'CUDA' backend|"
+    r"CUDA error|no CUDA|requires CUDA|only supports CUDA|CUDA (is )?not available|without ATen_cuda|"
+    r"not linked with support for cuda|has no attribute '_(cuda|nccl|cudnn)",
+    re.IGNORECASE,
+)
+
+
+def needs_real_cuda(exc: BaseException) -> bool:
+    """Did `exc` (or an exception it came from) stop on something only real CUDA has?"""
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if NEEDS_CUDA.search(str(e)):
+            return True
+        e = e.__cause__ or e.__context__
+    return False
+
+
+def stop_message(exc: BaseException) -> str:
+    """What stopped the program, for the report: a dry-run limit's own message (it names the line), else
+    "path:line: ExceptionType: message" at the user's line in the traceback (crash_site)."""
+    if isinstance(exc, DryRunLimitError):
+        return str(exc)
+    head = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    site = crash_site(exc)
+    return f"{site}: {head}" if site else head
+
+
+def crash_site(exc: BaseException) -> str | None:
+    """ "path:line" of the innermost frame of the user's code in `exc`'s traceback (outside mpcheck, the
+    standard library and installed packages); else the innermost frame outside mpcheck; else None."""
+    tb, user, other = exc.__traceback__, None, None
+    while tb is not None:
+        filename = tb.tb_frame.f_code.co_filename
+        where = f"{filename}:{tb.tb_lineno}"
+        if not _installed(filename):
+            user = where
+        elif not _in_mpcheck(filename):
+            other = where
+        tb = tb.tb_next
+    return user or other
+
+
+_MPCHECK_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
+
+
+def _in_mpcheck(filename: str) -> bool:
+    return not filename.startswith("<") and os.path.abspath(filename).startswith(_MPCHECK_DIR)
+
+
+def _installed(filename: str) -> bool:
+    """A file of mpcheck, the standard library or an installed package (torch's included): not the user's."""
+    if filename.startswith("<"):
+        return filename.startswith("<frozen")  # "<string>": the user's `-c` code
+    full = os.path.abspath(filename)
+    roots = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    return _in_mpcheck(filename) or any(full.startswith(os.path.join(r, "")) for r in roots)

@@ -89,6 +89,56 @@ def cpu(g: VirtualGPUs, func, args, kwargs):
     return g.transfer(t, "cpu", memory_format=kwargs.get("memory_format"))
 
 
+def tensor_type(g: VirtualGPUs, func, args, kwargs):
+    """`Tensor.type()`: its type name says where it lives ('torch.cuda.FloatTensor'); `Tensor.type(T)` with a
+    type, a type's name or a dtype converts as PyTorch does: a dtype keeps the device; a type whose device type
+    is the tensor's keeps its device (and index), another one moves it (CUDA types: to the current device)."""
+    t = args[0]
+    new = args[1] if len(args) > 1 else kwargs.get("dtype")
+    lab = g.label_of(t)
+    rest = {k: v for k, v in kwargs.items() if k != "dtype"}
+    if new is None:
+        if lab is None:
+            return func(*args, **kwargs)
+        name = func(t).rsplit(".", 1)[1]  # torch.FloatTensor or torch.meta.FloatTensor: FloatTensor
+        return f"torch.cuda.{name}" if lab.startswith("cuda") else f"torch.{name}"
+    if isinstance(new, torch.dtype):
+        return to(g, torch.Tensor.to, (t, new), rest)
+    if new is torch.Tensor:
+        name = "torch.Tensor"
+    elif isinstance(new, type):
+        name = f"{new.__module__}.{new.__name__}"
+    elif isinstance(new, str):
+        name = new
+    else:
+        return func(*args, **kwargs)  # PyTorch's own TypeError
+    parsed = _tensor_type_name(name)
+    if parsed is None:
+        if "sparse" in name and (lab is not None or ".cuda." in name):
+            raise g.limit(f"`Tensor.type({name!r})`", "sparse tensors are not emulated on virtual GPUs")
+        return func(*args, **kwargs)  # a CPU tensor's sparse conversion, or PyTorch's own "invalid type"
+    device_type, dtype = parsed
+    if device_type == "cuda":
+        dst = lab if lab is not None and lab.startswith("cuda") else f"cuda:{g.current}"
+    else:
+        dst = "cpu"
+    return to(g, torch.Tensor.to, (t, dst, dtype), rest)
+
+
+def _tensor_type_name(name: str) -> tuple[str, torch.dtype] | None:
+    """('cuda' or 'cpu', dtype) of a dense tensor type's name ('torch.cuda.HalfTensor'), else None."""
+    if name == "torch.Tensor":
+        return "cpu", torch.get_default_dtype()
+    device_type, _, short = name.removeprefix("torch.").rpartition(".")
+    if device_type not in ("", "cuda"):
+        return None  # torch.sparse.*, torch.cuda.sparse.*, or not a tensor type
+    cpu_type = getattr(torch, short, None)
+    dtype = getattr(cpu_type, "dtype", None) if short.endswith("Tensor") else None
+    if not isinstance(dtype, torch.dtype):
+        return None
+    return device_type or "cpu", dtype
+
+
 def device_get(g: VirtualGPUs, func, args, kwargs):
     lab = g.label_of(args[0])
     if lab is None:

@@ -4,7 +4,6 @@ device, and errors of the virtual devices themselves turned into clear dry-run m
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -13,6 +12,7 @@ import torch.utils._device as _device_ctx
 from mpcheck.runtime.virtual.autocast import ANY as AUTOCAST_ANY
 from mpcheck.runtime.virtual.autocast import cast_inputs
 from mpcheck.runtime.virtual.errors import (
+    NEEDS_CUDA,
     DryRunLimitError,
     MetaValueError,
     VirtualDeviceError,
@@ -26,11 +26,19 @@ if TYPE_CHECKING:  # pragma: no cover
 PARAM = torch.nn.Parameter
 # Functions that take device= (torch.empty, torch.zeros, ...): filled once torch is imported.
 FACTORIES: set = set()
+# Functions PyTorch lets take tensors on two devices: a copy between them, and what `Module.to`
+# does to swap a parameter's data for its moved copy (`param.data = moved` after asking
+# `torch._has_compatible_shallow_copy_type(param, moved)`). Filled once torch is imported.
+MIXES_DEVICES: set = set()
 
 
 def build() -> None:
     if not FACTORIES:
         FACTORIES.update(_device_ctx._device_constructors())
+    if not MIXES_DEVICES:
+        # torch's stub types the property Tensor.data as a plain Tensor, which has no __set__
+        data_set = torch.Tensor.data.__set__  # type: ignore[attr-defined]
+        MIXES_DEVICES.update({torch.Tensor.copy_, torch._has_compatible_shallow_copy_type, data_set})
 
 
 def scan(g: VirtualGPUs, args: tuple, kwargs: dict) -> tuple[str | None, str | None]:
@@ -75,7 +83,7 @@ def generic(g: VirtualGPUs, func, args, kwargs):
             if kwargs.get("pin_memory"):
                 kwargs["pin_memory"] = False
     dev, other = scan(g, args, kwargs)
-    if other is not None and func is not torch.Tensor.copy_:
+    if other is not None and func not in MIXES_DEVICES:
         raise VirtualDeviceError(
             f"Expected all tensors to be on the same device, but found at least two devices, {dev} and {other}!"
         )
@@ -94,14 +102,6 @@ def generic(g: VirtualGPUs, func, args, kwargs):
     return out
 
 
-# What a kernel that only exists for CUDA says when it is handed a CPU or meta tensor.
-_NEEDS_CUDA = re.compile(
-    r"not compiled with CUDA|must be (a )?CUDA|is_cuda\(\)|CUDA tensor|expected .*cuda|'CUDA' backend|"
-    r"CUDA error|no CUDA|requires CUDA|only supports CUDA|CUDA (is )?not available",
-    re.IGNORECASE,
-)
-
-
 def _explain(g: VirtualGPUs, func, e: BaseException, dev: str | None) -> BaseException:
     """Turn errors that come from the virtual devices themselves into clear dry-run messages."""
     if isinstance(e, (DryRunLimitError, VirtualDeviceError)):
@@ -114,7 +114,7 @@ def _explain(g: VirtualGPUs, func, e: BaseException, dev: str | None) -> BaseExc
             f"--backing meta tensors hold shapes only ({first}). Run with --backing cpu (real values, small "
             f"models) to go past this line."
         )
-    if dev is not None and dev.startswith("cuda") and _NEEDS_CUDA.search(msg):
+    if dev is not None and dev.startswith("cuda") and NEEDS_CUDA.search(msg):
         return DryRunLimitError(
             f"{user_line()}: {call_name(func)}() needs a real CUDA kernel ({first}). Custom CUDA kernels and "
             f"extensions cannot run on virtual GPUs; guard them (e.g. a CPU fallback) to dry-run the rest."

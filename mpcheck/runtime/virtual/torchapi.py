@@ -32,6 +32,7 @@ def _table() -> dict[Any, Handler]:
         T.to: handlers.to,
         T.cuda: handlers.cuda,
         T.cpu: handlers.cpu,
+        T.type: handlers.tensor_type,
         # where a tensor is, answered with its virtual device
         _getter("device"): handlers.device_get,
         _getter("is_cuda"): handlers.is_cuda_get,
