@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import libcst as cst
 
@@ -36,6 +37,7 @@ from mpcheck.devices.values import (
     UNPLACED,
     Const,
     DeviceV,
+    Devs,
     DictV,
     DtypeV,
     Obj,
@@ -66,7 +68,9 @@ class LibCall:
 
     __slots__ = ("args", "exprs", "kwargs", "last", "node", "q", "st")
 
-    def __init__(self, q: str, node: cst.Call, st: State, args: list, kwargs: dict, exprs: list) -> None:
+    def __init__(
+        self, q: str, node: cst.Call, st: State, args: list[Val], kwargs: dict[str, Val], exprs: list[Any]
+    ) -> None:
         self.q = q
         self.last = q.rsplit(".", 1)[-1]
         self.node = node
@@ -86,7 +90,7 @@ class Library(Part):
         handler = handler_for(q, c.last, kwargs)
         return handler(self, c) if handler is not None else UNK
 
-    def factory(self, q, args, kwargs, node, st) -> Val:
+    def factory(self, q: str, args: list[Val], kwargs: dict[str, Val], node: cst.Call, st: State) -> Val:
         last = q.rsplit(".", 1)[-1]
         if "device" in kwargs:
             dv = kwargs["device"]
@@ -107,7 +111,7 @@ class Library(Part):
             kind = "scalar"  # maybe a 0-d CPU tensor, which mixes with CUDA tensors
         return Obj(kind, devs, origin=origin, at=node, invariant=const)
 
-    def dispatched(self, q, args, kwargs, node, st) -> Val:
+    def dispatched(self, q: str, args: list[Val], kwargs: dict[str, Val], node: cst.Call, st: State) -> Val:
         text, devs = _device_map(kwargs.get("device_map", args[1] if len(args) > 1 else UNK))
         if text:
             obj = Obj("module", None, label="", dispatched=text, origin=f"dispatched with {text}", at=node)
@@ -118,10 +122,12 @@ class Library(Part):
             return Obj("module", devs, origin=f"loaded with device_map on {show(single(devs))}", at=node)
         return UNK
 
-    def tensor_op(self, q, args, kwargs, node, st, exprs=None) -> Val:
+    def tensor_op(
+        self, q: str, args: list[Val], kwargs: dict[str, Val], node: cst.Call, st: State, exprs: list[Any] | None = None
+    ) -> Val:
         """A torch function on tensors: its inputs must agree; its output follows them."""
         first = None  # (value, expression)
-        flat: list = []
+        flat: list[Any] = []
         nodes = list(exprs or [])
         for i, a in enumerate(list(args) + [v for k, v in kwargs.items()]):
             e = nodes[i] if i < len(nodes) else None
@@ -186,7 +192,7 @@ class Library(Part):
 
 
 def _data_parallel(lib: Library, c: LibCall) -> Val:
-    mod = c.args[0] if c.args else c.kwargs.get("module", UNK)
+    mod: Val = c.args[0] if c.args else c.kwargs.get("module", UNK)
     if is_splitish(mod):
         c.st.scope.split_seen = True
         lib.interp.recorder.record(DataParallelWrap(node=c.node, mode=c.st.mode, module=mod, q=c.q))
@@ -195,7 +201,7 @@ def _data_parallel(lib: Library, c: LibCall) -> Val:
 
 def _ddp(lib: Library, c: LibCall) -> Val:
     args, kwargs = c.args, c.kwargs
-    mod = args[0] if args else kwargs.get("module", UNK)
+    mod: Val = args[0] if args else kwargs.get("module", UNK)
     if is_splitish(mod):
         c.st.scope.split_seen = True
         bad = []
@@ -344,7 +350,7 @@ def _module_class(lib: Library, c: LibCall) -> Val:
     return UNK
 
 
-def _torch_device(args) -> Val:
+def _torch_device(args: list[Val]) -> Val:
     if not args:
         return UNK
     a = args[0]
@@ -371,12 +377,15 @@ def _builtin(lib: Library, c: LibCall) -> Val:
             and 0 <= args[0].value <= 16
         ):
             return SeqV(tuple(Const(i) for i in range(args[0].value)))
+        lo, hi = args if len(args) == 2 else (None, None)
         if (
-            len(args) == 2
-            and all(isinstance(a, Const) and isinstance(a.value, int) for a in args)
-            and 0 <= args[1].value - args[0].value <= 16
+            isinstance(lo, Const)
+            and isinstance(hi, Const)
+            and isinstance(lo.value, int)
+            and isinstance(hi.value, int)
+            and 0 <= hi.value - lo.value <= 16
         ):
-            return SeqV(tuple(Const(i) for i in range(args[0].value, args[1].value)))
+            return SeqV(tuple(Const(i) for i in range(lo.value, hi.value)))
         return SeqV(None, elem=UNK)
     if q == "enumerate" and args:
         src = args[0]
@@ -420,7 +429,7 @@ def _builtin(lib: Library, c: LibCall) -> Val:
     return UNK
 
 
-def _device_map(v: Val):
+def _device_map(v: Val) -> tuple[str, Devs]:
     """(dispatched text, devs) for a device_map= argument."""
     if isinstance(v, Const) and isinstance(v.value, str):
         if v.value in T.SPLIT_DEVICE_MAPS:
@@ -476,19 +485,19 @@ def _is_nn_class(q: str, last: str) -> bool:
     return q.startswith("torch.nn.") and last[:1].isupper() and q.count(".") == 2
 
 
-def _is_wrapper(q: str, last: str, kwargs: dict) -> bool:
+def _is_wrapper(q: str, last: str, kwargs: dict[str, Val]) -> bool:
     return last in T.PIPELINE_WRAPPERS and not q.startswith("torch.nn.")
 
 
-def _is_dispatch(q: str, last: str, kwargs: dict) -> bool:
+def _is_dispatch(q: str, last: str, kwargs: dict[str, Val]) -> bool:
     return ("device_map" in kwargs or last in T.DISPATCHERS) and not _is_wrapper(q, last, kwargs)
 
 
-def _is_builtin(q: str, last: str, kwargs: dict) -> bool:
+def _is_builtin(q: str, last: str, kwargs: dict[str, Val]) -> bool:
     return q in T.BUILTINS and not _is_dispatch(q, last, kwargs)
 
 
-def _is_device_hook(q: str, last: str, kwargs: dict) -> bool:
+def _is_device_hook(q: str, last: str, kwargs: dict[str, Val]) -> bool:
     return (
         not q.startswith("torch.")
         and any(w in last.lower() for w in T.DEVICE_HOOK_WORDS)
@@ -498,11 +507,11 @@ def _is_device_hook(q: str, last: str, kwargs: dict) -> bool:
     )
 
 
-def _is_tensor_op(q: str, last: str, kwargs: dict) -> bool:
+def _is_tensor_op(q: str, last: str, kwargs: dict[str, Val]) -> bool:
     return T.is_torch_op(q) and not _is_wrapper(q, last, kwargs) and not _is_dispatch(q, last, kwargs)
 
 
-def _is_module_class(q: str, last: str, kwargs: dict) -> bool:
+def _is_module_class(q: str, last: str, kwargs: dict[str, Val]) -> bool:
     return (
         last[:1].isupper()
         and ("device" in kwargs or _is_nn_class(q, last))
@@ -518,7 +527,7 @@ class Family:
     """Names known by their shape: `accepts(q, last, kwargs)`."""
 
     name: str
-    accepts: Callable[[str, str, dict], bool]
+    accepts: Callable[[str, str, dict[str, Val]], bool]
     handler: Handler
 
 
@@ -532,13 +541,13 @@ FAMILIES: tuple[Family, ...] = (
 )
 
 
-def families_for(q: str, kwargs: dict) -> list[Family]:
+def families_for(q: str, kwargs: dict[str, Val]) -> list[Family]:
     """Every family that accepts a call (at most one: tests/test_devices_layout.py)."""
     last = q.rsplit(".", 1)[-1]
     return [f for f in FAMILIES if f.accepts(q, last, kwargs)]
 
 
-def handler_for(q: str, last: str, kwargs: dict) -> Handler | None:
+def handler_for(q: str, last: str, kwargs: dict[str, Val]) -> Handler | None:
     handler = EXACT.get(q)
     if handler is not None:
         return handler
