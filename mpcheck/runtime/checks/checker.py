@@ -27,6 +27,7 @@ from mpcheck.runtime.checks.ledger import Ledger, TransferTiming
 from mpcheck.runtime.checks.pingpong import Chain, PingPong, describe
 from mpcheck.runtime.checks.sites import UNKNOWN, Site, user_site
 from mpcheck.runtime.checks.torchapi import CPU_INDEX_NAMES
+from mpcheck.runtime.checks.wording import tensor_words
 
 __all__ = [
     "Devices",
@@ -437,18 +438,15 @@ class Checker:
         self, module: Any, path: str, args: tuple, kwargs: dict, *, site: Site | None = None
     ) -> tuple[tuple, dict]:
         """Inputs vs the one device the module's parameters and buffers live on (when
-        they live on one; a split container checks nothing: its children do)."""
+        they live on one; a split container checks nothing: its children do). Sound only for
+        a module whose forward uses its inputs unmoved (a torch.nn leaf without pre-hooks):
+        any other module goes through enter_module()."""
         dev = self.module_device(module)
         if dev is None:
             return args, kwargs
         if self.inputs_on(dev, args, kwargs):
             return args, kwargs  # the common case: every input on the module's device
-        device_of = self.devices.device_of
-        odd = []
-        for loc, t in _iter_tensors(args, kwargs, self._tensor):
-            d = device_of(t)
-            if d != dev and not (d == "cpu" and t.dim() == 0):
-                odd.append((loc, t, d))
+        odd = self._off_device(dev, args, kwargs)
         if not odd or not self.wants("MP001"):
             return args, kwargs
         return self._mismatch(
@@ -461,6 +459,46 @@ class Checker:
             module=path,
             expected_is="the module's parameters and buffers are",
         )
+
+    def enter_module(self, module: Any, path: str, dev: str, args: tuple, kwargs: dict) -> bool:
+        """A module that may move or ignore its inputs (a user module, a module with pre-hooks)
+        is called with inputs off its device `dev`: nothing is reported yet. Its forward may move
+        them (`blk(h.to(blk.weight.device))`), a pre-hook may (accelerate), or it may never use
+        one (T5's mask when a position bias is given). Only when one of these very tensors
+        reaches a torch call unmoved and mismatched is it reported, at this call's line (see
+        _entry_of). Returns True when an entry was pushed: the caller pops it with leave_module()."""
+        odd = self._off_device(dev, args, kwargs)
+        if not odd:
+            return False
+        site = self.sites()
+        self._tls.entries.append(
+            _Entry(
+                f"input of {type(module).__name__} '{path}'", path, dev, site, {id(t): (t, loc) for loc, t, _ in odd}
+            )
+        )
+        return True
+
+    def leave_module(self) -> None:
+        self._tls.entries.pop()
+
+    def _entry_of(self, t: Any, expected: str) -> tuple[_Entry, tuple] | None:
+        """The outermost module call that received `t` itself, unmoved, while living on
+        `expected`: the line where the transfer is missing. (entry, t's place in that call)."""
+        key = id(t)
+        for entry in self._tls.entries:
+            hit = entry.tensors.get(key)
+            if hit is not None and hit[0] is t and entry.device == expected:
+                return entry, hit[1]
+        return None
+
+    def _off_device(self, dev: str, args: tuple, kwargs: dict) -> list[tuple[tuple, Any, str]]:
+        device_of = self.devices.device_of
+        odd = []
+        for loc, t in _iter_tensors(args, kwargs, self._tensor):
+            d = device_of(t)
+            if d != dev and not (d == "cpu" and t.dim() == 0):
+                odd.append((loc, t, d))
+        return odd
 
     def inputs_on(self, dev: str, args: tuple, kwargs: dict) -> bool:
         """Are all tensor arguments on `dev`? (The fast path of the module-entry check.)"""
@@ -521,10 +559,17 @@ class Checker:
         module = module or self.current_module()
         moved = {}
         for loc, t, d in odd:
-            shape = "x".join(map(str, t.shape)) or "scalar"
-            msg = f"{what}: {_describe(loc)} (a {shape} tensor) is on {d}, {expected_is} on {expected}"
+            entry = self._entry_of(t, expected) if self._tls.entries else None
+            if entry is not None:  # reached this call unmoved from a module's input: blame that call
+                (e, e_loc) = entry
+                msg = f"{e.what}: {_describe(e_loc)} ({tensor_words(t)}) is on {d}, "
+                msg += f"the module's parameters and buffers are on {expected}"
+                where, modules = e.site, (e.path,)
+            else:
+                msg = f"{what}: {_describe(loc)} ({tensor_words(t)}) is on {d}, {expected_is} on {expected}"
+                where, modules = site, ((module,) if module else ())
             sugg = f"move it with `.to('{expected}')` before this call (or place the producing module on {expected})"
-            self.emit("MP001", site, msg, devices=(expected, d), modules=(module,) if module else (), suggestion=sugg)
+            self.emit("MP001", where, msg, devices=(expected, d), modules=modules, suggestion=sugg)
             if self.on_mismatch == "move":
                 try:
                     with self.suspend():
@@ -675,12 +720,11 @@ class Checker:
         if entry is not None and entry[0].ref() is storage and entry[0].version == t._version:
             first_site, first_step = entry[1], entry[2]
             entry[2] = step
-            shape = "x".join(map(str, t.shape)) or "scalar"
             when = "in this step" if first_step == step else "in an earlier step, and it has not changed since"
             self.emit(
                 "MP011",
                 site,
-                f"repeated transfer: the same unchanged {shape} tensor was already moved to {dst_dev} "
+                f"repeated transfer: the same unchanged data ({tensor_words(t)}) was already moved to {dst_dev} "
                 f"{when} (at {first_site})",
                 devices=(self.devices.device_of(t), dst_dev),
                 modules=(module,) if module else (),
@@ -776,7 +820,23 @@ class _ThreadState(threading.local):
     def __init__(self) -> None:
         self.suspended = 0
         self.stack: list[str] = []
+        # Module calls whose inputs were off the module's device, outermost first (enter_module).
+        self.entries: list[_Entry] = []
         self.forwards = 0  # outermost module calls so far: a forward pass's number, for MP006
+
+
+class _Entry:
+    """A module call that received tensors off its device: where, and which tensors (by id;
+    the call's own frame keeps them alive until leave_module() drops the entry)."""
+
+    __slots__ = ("what", "path", "device", "site", "tensors")
+
+    def __init__(self, what: str, path: str, device: str, site: Site, tensors: dict[int, tuple[Any, tuple]]) -> None:
+        self.what = what
+        self.path = path
+        self.device = device
+        self.site = site
+        self.tensors = tensors
 
 
 class _Suspend:
