@@ -155,7 +155,8 @@ net.cuda()  # <- collapse
     assert report["memory"]["cuda:0"]["params"] > 0
 
 
-def test_round_trip_and_repeated_transfer(script, dryrun_cli):
+def test_round_trip_and_repeated_transfer(script, dryrun_cli, monkeypatch):
+    monkeypatch.setenv("MPCHECK_REPEAT_MIN_BYTES", "0")  # a 256-byte table: below the default threshold
     s = script(
         STAGES
         + """

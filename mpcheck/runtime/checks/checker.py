@@ -14,6 +14,7 @@ bounded by the number of distinct source lines or cleared at each step end.
 
 from __future__ import annotations
 
+import os
 import threading
 import warnings
 import weakref
@@ -47,6 +48,33 @@ ON_MISMATCH = ("raise", "warn", "move")
 RULE_NAMES = {c.code: c.name for c in codes.on_face(codes.RUN)}
 _FATAL = frozenset(c.code for c in codes.on_face(codes.RUN) if c.fatal)
 _PURGE_AT = 4096
+
+# MP011 reports a repeated transfer of at least this many bytes. Below it a copy costs about its
+# fixed launch cost whatever the link: on 2x H200 (NVLink, /work/shared/notes/h200-transfers.md,
+# bench/transfer_costs.py) 21 us for 98 KB and 21.3 us for 524 KB, while at pageable host-to-device
+# speed (7 GB/s, the slowest link measured) 64 KiB adds 9 us to a ~20 us launch. So a repeated copy
+# of a small index, flag or scalar (a beam index moved to each layer's device, a fan-out of a tiny
+# tensor) wastes one launch, the cost of one small kernel: not worth a warning. Above it the waste
+# grows with the size. MPCHECK_REPEAT_MIN_BYTES (or Checker(repeat_min_bytes=...)) sets another
+# threshold; 0 reports every repeat. See rules/MP011-repeated-transfer.md.
+REPEAT_MIN_BYTES = 64 * 1024
+REPEAT_MIN_BYTES_ENV = "MPCHECK_REPEAT_MIN_BYTES"
+
+
+def repeat_min_bytes_from_env() -> int:
+    """The MP011 threshold: MPCHECK_REPEAT_MIN_BYTES when set (a whole number of bytes), else REPEAT_MIN_BYTES."""
+    raw = os.environ.get(REPEAT_MIN_BYTES_ENV, "").strip()
+    if not raw:
+        return REPEAT_MIN_BYTES
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"{REPEAT_MIN_BYTES_ENV} must be a whole number of bytes, not {raw!r}") from None
+    if value < 0:
+        raise ValueError(f"{REPEAT_MIN_BYTES_ENV} must be 0 or more, not {value}")
+    return value
+
+
 _MAX_MODULES = 8  # modules listed on one finding  # table size at which entries of freed storages are dropped
 
 
@@ -194,8 +222,11 @@ class Checker:
         ledger: Ledger | None = None,
         sites: Callable[[], Site] = user_site,
         namer: ModuleNames | None = None,
+        repeat_min_bytes: int | None = None,
     ) -> None:
-        """namer: names modules in findings; without one, a module is named by its class."""
+        """namer: names modules in findings; without one, a module is named by its class.
+        repeat_min_bytes: the smallest repeated transfer MP011 reports (None: REPEAT_MIN_BYTES, or
+        MPCHECK_REPEAT_MIN_BYTES from the environment)."""
         if on_mismatch not in ON_MISMATCH:
             raise ValueError(f"on_mismatch must be one of {', '.join(ON_MISMATCH)}, not {on_mismatch!r}")
         import torch  # the runtime faces are the only place torch is imported
@@ -209,6 +240,7 @@ class Checker:
         self.ledger = ledger if ledger is not None else Ledger()
         self.sites = sites
         self.namer = namer
+        self.repeat_min_bytes = repeat_min_bytes_from_env() if repeat_min_bytes is None else repeat_min_bytes
         self.findings: list[Finding] = []
         self._by_key: dict[tuple, int] = {}  # dedupe key -> index in findings
         self._lock = threading.RLock()
@@ -618,7 +650,8 @@ class Checker:
             return
         with self._lock:
             self._check_round_trip(src_tensor, src_dev, dst_dev, site, module_path)
-            self._check_repeat(src_tensor, dst_dev, site, module_path)
+            if nbytes >= self.repeat_min_bytes:  # a smaller copy costs about its launch: see REPEAT_MIN_BYTES
+                self._check_repeat(src_tensor, dst_dev, site, module_path)
             arrival = None
             if out_tensor is not None:
                 try:
