@@ -321,6 +321,10 @@ class Checker:
                 f.extra["count"] = f.extra.get("count", 1) + 1
                 first = False
             else:
+                extra = {"count": 1, "source": "runtime", **(extra or {})}
+                if site.context:  # the user's line called into a library: name the library's line too
+                    message = f"{message} (in {site.context})"
+                    extra["library_site"] = site.context
                 f = Finding(
                     code=code,
                     name=RULE_NAMES.get(code, code.lower()),
@@ -332,7 +336,7 @@ class Checker:
                     devices=devices,
                     modules=modules,
                     suggestion=suggestion,
-                    extra={"count": 1, "source": "runtime", **(extra or {})},
+                    extra=extra,
                 )
                 self._by_key[key] = len(self.findings)
                 self.findings.append(f)
