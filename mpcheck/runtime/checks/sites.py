@@ -106,6 +106,11 @@ def _library_path(code: CodeType) -> str:
     return path
 
 
+def is_mpcheck_file(filename: str) -> bool:
+    """Is this file one of mpcheck's own?"""
+    return not filename.startswith("<") and os.path.abspath(filename).startswith(_MPCHECK_DIR)
+
+
 def _owner(code: CodeType) -> str:
     """ "mpcheck", "torch" or "" (anyone else: the user, another library), once per code object."""
     owner = _owner_code.get(code)
