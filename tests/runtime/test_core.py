@@ -277,6 +277,7 @@ def test_layers_alternating_devices_reported_once_per_chain_at_the_first_transfe
     assert (f.code, f.line, f.devices, f.severity) == ("MP006", 31, ("cuda:0", "cuda:1"), "warning")
     assert f.extra["count"] == 2 and f.extra["crossings"] == 5 and f.extra["first_site"].endswith(":30")
     assert "5 times per forward" in f.message and f.modules == ("model",)
+    assert "where 1 crossing would do" in f.message  # two devices: one crossing, said in words
     assert "stretches 1-3 on cuda:0, 4-6 on cuda:1" in f.suggestion
     assert all(r() is None for r in refs)  # no tensor kept alive
 

@@ -27,7 +27,7 @@ from mpcheck.finding import Finding
 from mpcheck.runtime.checks.ledger import Ledger, TransferTiming
 from mpcheck.runtime.checks.pingpong import Chain, PingPong, describe
 from mpcheck.runtime.checks.sites import UNKNOWN, Site, user_site
-from mpcheck.runtime.checks.torchapi import CPU_INDEX_NAMES
+from mpcheck.runtime.checks.torchapi import CPU_INDEX_NAMES, is_loss
 from mpcheck.runtime.checks.wording import tensor_words
 
 __all__ = [
@@ -468,7 +468,8 @@ class Checker:
         what = name or _op_name(func)
         if phase == "backward":
             what += " (in backward)"
-        return self._mismatch(what, first_dev, odd, args, kwargs, site=site, module=module)
+        loss = is_loss(getattr(func, "__name__", ""))
+        return self._mismatch(what, first_dev, odd, args, kwargs, site=site, module=module, loss=loss)
 
     def check_module_entry(
         self, module: Any, path: str, args: tuple, kwargs: dict, *, site: Site | None = None
@@ -589,8 +590,19 @@ class Checker:
         return sorted(devs)
 
     def _mismatch(
-        self, what: str, expected: str, odd, args, kwargs, *, site, module, expected_is: str = "the other tensors are"
+        self,
+        what: str,
+        expected: str,
+        odd,
+        args,
+        kwargs,
+        *,
+        site,
+        module,
+        expected_is: str = "the other tensors are",
+        loss: bool = False,
     ) -> tuple[tuple, dict]:
+        """Report each tensor of `odd` off `expected`; loss: the call is a loss (predictions and targets)."""
         site = site or self.sites()
         module = module or self.current_module()
         moved = {}
@@ -604,7 +616,12 @@ class Checker:
             else:
                 msg = f"{what}: {_describe(loc)} ({tensor_words(t)}) is on {d}, {expected_is} on {expected}"
                 where, modules = site, ((module,) if module else ())
-            sugg = f"move it with `.to('{expected}')` before this call (or place the producing module on {expected})"
+            if loss:  # the targets follow the predictions; no module should move for a loss
+                sugg = f"move the targets to the predictions' device with `.to('{expected}')` before the loss"
+            else:
+                sugg = (
+                    f"move it with `.to('{expected}')` before this call (or place the producing module on {expected})"
+                )
             self.emit("MP001", where, msg, devices=(expected, d), modules=modules, suggestion=sugg)
             if self.on_mismatch == "move":
                 try:

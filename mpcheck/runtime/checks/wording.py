@@ -17,4 +17,5 @@ def tensor_words(t: Any) -> str:
     shape = tuple(t.shape)
     if not shape:
         return f"a 0-dim {dtype} tensor"
-    return f"a {dtype} tensor of shape {shape}"
+    article = "an" if dtype.startswith("int") else "a"  # an int64, a uint8, a float32
+    return f"{article} {dtype} tensor of shape {shape}"
