@@ -4,6 +4,7 @@ A torch.nn leaf runs PyTorch's own forward on its inputs: inputs off its device 
 Any other module may move its inputs (its own forward, a pre-hook) or never use one: only the
 tensor that reaches a torch call unmoved is reported, at the module call's line."""
 
+import pytest
 from dryrun_helpers import codes_at
 
 RAISE = ("--gpus", "2", "--on-mismatch", "raise")
@@ -143,8 +144,7 @@ out2 = b1(h1, mask, position_bias=bias, extra=None)
     assert report["findings"] == []
 
 
-def test_an_input_used_unmoved_is_reported_at_the_module_call(script, dryrun_cli):
-    s = script("""
+MASKED_BLOCK = """
 import torch
 import torch.nn as nn
 
@@ -153,14 +153,21 @@ class Block(nn.Module):
         super().__init__()
         self.lin = nn.Linear(8, 8, device=dev)
     def forward(self, h, mask):
-        return self.lin(h) + mask
+        return {use}
 
 b1 = Block("cuda:1")
 mask = torch.zeros(2, 8, device="cuda:0")
 out = b1(torch.randn(2, 8, device="cuda:1"), mask)  # <- bug
-""")
+"""
+
+
+# The mask reaches a torch call unmoved as the odd tensor, or as the call's first tensor.
+@pytest.mark.parametrize("use", ["self.lin(h) + mask", "mask + self.lin(h)"])
+def test_an_input_used_unmoved_is_reported_at_the_module_call(script, dryrun_cli, use):
+    s = script(MASKED_BLOCK.format(use=use))
     status, report, _ = dryrun_cli(s, *RAISE)
     assert status == 1
     assert codes_at(report) == [("MP001", s.line("bug"))]
     (f,) = report["findings"]
     assert "input of Block 'b1': argument 1 (a float32 tensor of shape (2, 8)) is on cuda:0" in f["message"]
+    assert f["devices"] == ["cuda:1", "cuda:0"] and ".to('cuda:1')" in f["suggestion"]

@@ -447,6 +447,7 @@ class Checker:
     def _check_op_slow(self, func: Any, args: tuple, kwargs: dict, *, site, module, name, phase):
         device_of = self.devices.device_of
         first_dev = None
+        first = None
         odd: list[tuple[tuple, Any, str]] = []
         cpu_index_ok = None
         for loc, t in _iter_tensors(args, kwargs, self._tensor):
@@ -457,6 +458,7 @@ class Checker:
                 continue  # a 0-dim CPU tensor mixes with any device
             if first_dev is None:
                 first_dev = d
+                first = t
                 continue
             if cpu_index_ok is None:
                 cpu_index_ok = getattr(func, "__name__", "") in CPU_INDEX_NAMES
@@ -469,7 +471,7 @@ class Checker:
         if phase == "backward":
             what += " (in backward)"
         loss = is_loss(getattr(func, "__name__", ""))
-        return self._mismatch(what, first_dev, odd, args, kwargs, site=site, module=module, loss=loss)
+        return self._mismatch(what, first_dev, odd, args, kwargs, site=site, module=module, loss=loss, first=first)
 
     def check_module_entry(
         self, module: Any, path: str, args: tuple, kwargs: dict, *, site: Site | None = None
@@ -601,28 +603,39 @@ class Checker:
         module,
         expected_is: str = "the other tensors are",
         loss: bool = False,
+        first: Any = None,
     ) -> tuple[tuple, dict]:
-        """Report each tensor of `odd` off `expected`; loss: the call is a loss (predictions and targets)."""
+        """Report each tensor of `odd` off `expected` (the device of `first`, the call's first tensor);
+        loss: the call is a loss (predictions and targets)."""
         site = site or self.sites()
         module = module or self.current_module()
         moved = {}
         for loc, t, d in odd:
-            entry = self._entry_of(t, expected) if self._tls.entries else None
-            if entry is not None:  # reached this call unmoved from a module's input: blame that call
-                (e, e_loc) = entry
-                msg = f"{e.what}: {_describe(e_loc)} ({tensor_words(t)}) is on {d}, "
-                msg += f"the module's parameters and buffers are on {expected}"
-                where, modules = e.site, (e.path,)
+            # A tensor that reached this call unmoved from a module's input, off that module's device:
+            # blame the module call. Either the odd tensor (`self.lin(h) + mask`) or the first one
+            # (`mask + self.lin(h)`: the mask is the one off the module's device).
+            blamed = None
+            if self._tls.entries:
+                entry = self._entry_of(t, expected)
+                if entry is not None:
+                    blamed = (entry, t, d, expected)
+                elif first is not None:
+                    entry = self._entry_of(first, d)
+                    if entry is not None:
+                        blamed = (entry, first, expected, d)
+            if blamed is not None:
+                (e, e_loc), bt, bt_dev, module_dev = blamed
+                msg = f"{e.what}: {_describe(e_loc)} ({tensor_words(bt)}) is on {bt_dev}, "
+                msg += f"the module's parameters and buffers are on {module_dev}"
+                where, modules, target, off = e.site, (e.path,), module_dev, bt_dev
             else:
                 msg = f"{what}: {_describe(loc)} ({tensor_words(t)}) is on {d}, {expected_is} on {expected}"
-                where, modules = site, ((module,) if module else ())
-            if loss:  # the targets follow the predictions; no module should move for a loss
-                sugg = f"move the targets to the predictions' device with `.to('{expected}')` before the loss"
+                where, modules, target, off = site, ((module,) if module else ()), expected, d
+            if loss and blamed is None:  # the targets follow the predictions; no module should move for a loss
+                sugg = f"move the targets to the predictions' device with `.to('{target}')` before the loss"
             else:
-                sugg = (
-                    f"move it with `.to('{expected}')` before this call (or place the producing module on {expected})"
-                )
-            self.emit("MP001", where, msg, devices=(expected, d), modules=modules, suggestion=sugg)
+                sugg = f"move it with `.to('{target}')` before this call (or place the producing module on {target})"
+            self.emit("MP001", where, msg, devices=(target, off), modules=modules, suggestion=sugg)
             if self.on_mismatch == "move":
                 try:
                     with self.suspend():
