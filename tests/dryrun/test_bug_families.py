@@ -75,6 +75,9 @@ loss.backward()
     assert codes_at(report) == [("MP001", s.line("input")), ("MP001", s.line("loss"))]
     loss = [f for f in report["findings"] if f["line"] == s.line("loss")][0]
     assert set(loss["devices"]) == {"cuda:0", "cuda:1"}
+    # a loss's fix moves the targets to the logits' device, never a module
+    assert loss["suggestion"] == "move the targets to the predictions' device with `.to('cuda:1')` before the loss"
+    assert "argument 1 (an int64 tensor of shape (4,))" in loss["message"]
 
 
 def test_split_model_in_data_parallel_reported_at_the_wrap(script, dryrun_cli):
@@ -155,7 +158,8 @@ net.cuda()  # <- collapse
     assert report["memory"]["cuda:0"]["params"] > 0
 
 
-def test_round_trip_and_repeated_transfer(script, dryrun_cli):
+def test_round_trip_and_repeated_transfer(script, dryrun_cli, monkeypatch):
+    monkeypatch.setenv("MPCHECK_REPEAT_MIN_BYTES", "0")  # a 256-byte table: below the default threshold
     s = script(
         STAGES
         + """

@@ -274,3 +274,19 @@ with torch.no_grad():
     status, report, err = dryrun_cli(s, "--gpus", "2")
     assert status == 0, err
     assert report["findings"] == []
+
+
+def test_a_torch_warning_points_at_the_users_line(script, dryrun_cli, recwarn):
+    # (Not the issue's "requires_grad=True to a scalar": PyTorch shows that one once per process.)
+    s = script("""
+import warnings
+import torch
+
+warnings.simplefilter("always")
+t = torch.ones(2)
+u = torch.tensor(t)  # <- warns
+""")
+    status, _, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 0, err
+    copies = [w for w in recwarn if "copy construct from a tensor" in str(w.message)]
+    assert [(w.filename, w.lineno) for w in copies] == [(str(s.path), s.line("warns"))]

@@ -197,7 +197,9 @@ def test_round_trip_through_the_cpu():
     assert [f.code for f in dbg.findings] == ["MP005"]
 
 
-def test_mask_moved_by_every_layer_is_a_repeated_transfer():
+def test_mask_moved_by_every_layer_is_a_repeated_transfer(monkeypatch):
+    monkeypatch.setenv("MPCHECK_REPEAT_MIN_BYTES", "0")  # a 64-byte mask: below the default threshold
+
     class Layer(nn.Module):
         def __init__(self, mask):
             super().__init__()

@@ -125,7 +125,7 @@ def test_no_round_trip_when_work_was_done_on_the_other_device(labels):
 
 
 def test_repeated_transfer_within_a_step_and_in_later_steps_but_not_after_a_change(labels):
-    ck = Checker(labels, on_mismatch="raise")
+    ck = Checker(labels, on_mismatch="raise", repeat_min_bytes=0)  # a tiny mask: below the default threshold
     mask = labels.label(torch.ones(8), "cuda:0")
     ck.on_transfer(mask, mask.clone(), "cuda:0", "cuda:1", site=S1, module_path="m")
     ck.on_transfer(mask, mask.clone(), "cuda:0", "cuda:1", site=S2, module_path="m")
@@ -277,6 +277,7 @@ def test_layers_alternating_devices_reported_once_per_chain_at_the_first_transfe
     assert (f.code, f.line, f.devices, f.severity) == ("MP006", 31, ("cuda:0", "cuda:1"), "warning")
     assert f.extra["count"] == 2 and f.extra["crossings"] == 5 and f.extra["first_site"].endswith(":30")
     assert "5 times per forward" in f.message and f.modules == ("model",)
+    assert "where 1 crossing would do" in f.message  # two devices: one crossing, said in words
     assert "stretches 1-3 on cuda:0, 4-6 on cuda:1" in f.suggestion
     assert all(r() is None for r in refs)  # no tensor kept alive
 

@@ -124,7 +124,8 @@ def test_correct_split_model_runs_clean_and_its_transfers_are_recorded():
     assert len(ledger.steps) == 3
 
 
-def test_repeated_and_round_trip_transfers_through_the_mode():
+def test_repeated_and_round_trip_transfers_through_the_mode(monkeypatch):
+    monkeypatch.setenv("MPCHECK_REPEAT_MIN_BYTES", "0")  # a 64-byte table: below the default threshold
     table = torch.ones(16)
     with mpcheck.debug(report=None) as dbg:
         a = table.to("meta")

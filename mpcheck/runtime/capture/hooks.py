@@ -98,9 +98,6 @@ def _variable_name(module: nn.Module) -> str | None:
     return None
 
 
-_SCATTERS = (nn.DataParallel, nn.parallel.DistributedDataParallel)
-
-
 def patch(owner: Any, attr: str, new: Any) -> Undo:
     had = attr in owner.__dict__
     old = owner.__dict__.get(attr)
@@ -116,7 +113,12 @@ def patch(owner: Any, attr: str, new: Any) -> Undo:
 
 
 def _is_torch_leaf_type(cls: type) -> bool:
-    return cls.__module__.startswith("torch.nn.modules.")
+    """A module class of torch.nn itself (not a user subclass) whose forward is PyTorch's own
+    computation on its inputs: nn.Linear, nn.LayerNorm, and also nn.MultiheadAttention, whose
+    out_proj child is only a holder of weights. Not the containers (nn.Sequential, nn.ModuleList),
+    whose forward hands the inputs to children that may move them."""
+    mod = cls.__module__
+    return mod.startswith("torch.nn.modules.") and mod != "torch.nn.modules.container"
 
 
 def install(
@@ -172,42 +174,61 @@ def _patch_module_call(
             if type(module).__name__ == "OptimizedModule":
                 on_compiled()
             path = namer.discover(module, stack[-1] if stack else None)
-        if not (module._forward_pre_hooks or "forward" in module.__dict__ or isinstance(module, _SCATTERS)):
-            # Pre-hooks, an instance-level forward (accelerate's AlignDevicesHook) and the data-parallel
-            # wrappers (which scatter their inputs) may move the inputs before forward sees them: then
-            # only the op-level check inside forward applies.
+        cls = type(module)
+        is_leaf = torch_leaf_types.get(cls)
+        if is_leaf is None:
+            is_leaf = torch_leaf_types[cls] = _is_torch_leaf_type(cls)
+        if is_leaf and not module._forward_pre_hooks and not global_hooks[0] and "forward" not in module.__dict__:
+            # The module-entry check is sound only where the inputs reach a computation unmoved: a
+            # torch.nn module (nn.Linear, nn.LayerNorm, nn.MultiheadAttention; not a container) without
+            # pre-hooks runs PyTorch's own forward on them. Any other module goes to the else branch.
             # checker.module_device() and the common case of check_module_entry(), inlined.
             placed = placement.get(id(module))
             dev = placed[1] if placed is not None and placed[0]() is module else checker.module_device(module)
             if dev is not None:
                 if not inputs_on(dev, args, kwargs):
                     args, kwargs = checker.check_module_entry(module, path, args, kwargs)
-                elif leaf_mode is not None and not kwargs and not module._modules:
+                elif (
+                    leaf_mode is not None
+                    and not kwargs
+                    and not module._modules
+                    and not module._forward_hooks
+                    and not global_hooks[1]
+                    and all(isinstance(a, tensor) for a in args)
+                ):
                     # A torch.nn leaf whose tensor inputs and own weights all sit on `dev`: its
                     # forward is PyTorch's code on those tensors alone, so no op inside can mix
                     # devices or move data; it runs without the function mode (the mode costs
-                    # 2-10 us per op, nn.LayerNorm's Python dispatch the most). Any hook, a
-                    # non-tensor argument (LSTM's (h, c) tuple) or a user subclass: no.
-                    cls = type(module)
-                    is_leaf = torch_leaf_types.get(cls)
-                    if is_leaf is None:
-                        is_leaf = torch_leaf_types[cls] = _is_torch_leaf_type(cls)
-                    if (
-                        is_leaf
-                        and not module._forward_hooks
-                        and not global_hooks[0]
-                        and not global_hooks[1]
-                        and all(isinstance(a, tensor) for a in args)
-                    ):
-                        n = tf_len()
-                        if n and tf_top(n - 1) is leaf_mode:
-                            popped = tf_pop()
-                            stack.append(path)
-                            try:
-                                return orig_call(module, *args, **kwargs)
-                            finally:
-                                stack.pop()
-                                tf_push(popped)
+                    # 2-10 us per op, nn.LayerNorm's Python dispatch the most). Any hook or a
+                    # non-tensor argument (LSTM's (h, c) tuple): no.
+                    n = tf_len()
+                    if n and tf_top(n - 1) is leaf_mode:
+                        popped = tf_pop()
+                        stack.append(path)
+                        try:
+                            return orig_call(module, *args, **kwargs)
+                        finally:
+                            stack.pop()
+                            tf_push(popped)
+        else:
+            # A user module may move its inputs itself (`blk(h.to(blk.weight.device))`) or never use
+            # one (a mask ignored when a bias is given); pre-hooks (accelerate's AlignDevicesHook,
+            # global or per module) and an instance-level forward may move them first. So inputs off
+            # its device are only noted (enter_module); one is reported when it reaches a torch call
+            # unmoved, at this call's line, and never when it was moved or left unused.
+            placed = placement.get(id(module))
+            dev = placed[1] if placed is not None and placed[0]() is module else checker.module_device(module)
+            if (
+                dev is not None
+                and not inputs_on(dev, args, kwargs)
+                and checker.enter_module(module, path, dev, args, kwargs)
+            ):
+                stack.append(path)
+                try:
+                    return orig_call(module, *args, **kwargs)
+                finally:
+                    stack.pop()
+                    checker.leave_module()
         stack.append(path)
         try:
             return orig_call(module, *args, **kwargs)

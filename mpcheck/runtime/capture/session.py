@@ -18,6 +18,7 @@ import torch
 
 from mpcheck.runtime.capture import hooks
 from mpcheck.runtime.capture.mode import CheckingMode
+from mpcheck.runtime.capture.warnings_site import redirect_warnings
 from mpcheck.runtime.checks.checker import Checker, Devices
 from mpcheck.runtime.checks.ledger import Ledger
 
@@ -77,6 +78,7 @@ class Session:
                 leaf_mode=leaf_mode,
             )
             self._undos.append(self._patch_compile())
+            self._undos.append(redirect_warnings())
             if "torch._dynamo" in sys.modules:
                 self._undos.append(hooks.disable_compile())
             mode.__enter__()

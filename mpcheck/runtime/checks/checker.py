@@ -14,6 +14,7 @@ bounded by the number of distinct source lines or cleared at each step end.
 
 from __future__ import annotations
 
+import os
 import threading
 import warnings
 import weakref
@@ -26,7 +27,8 @@ from mpcheck.finding import Finding
 from mpcheck.runtime.checks.ledger import Ledger, TransferTiming
 from mpcheck.runtime.checks.pingpong import Chain, PingPong, describe
 from mpcheck.runtime.checks.sites import UNKNOWN, Site, user_site
-from mpcheck.runtime.checks.torchapi import CPU_INDEX_NAMES
+from mpcheck.runtime.checks.torchapi import CPU_INDEX_NAMES, is_loss
+from mpcheck.runtime.checks.wording import tensor_words
 
 __all__ = [
     "Devices",
@@ -46,6 +48,33 @@ ON_MISMATCH = ("raise", "warn", "move")
 RULE_NAMES = {c.code: c.name for c in codes.on_face(codes.RUN)}
 _FATAL = frozenset(c.code for c in codes.on_face(codes.RUN) if c.fatal)
 _PURGE_AT = 4096
+
+# MP011 reports a repeated transfer of at least this many bytes. Below it a copy costs about its
+# fixed launch cost whatever the link: on 2x H200 (NVLink, /work/shared/notes/h200-transfers.md,
+# bench/transfer_costs.py) 21 us for 98 KB and 21.3 us for 524 KB, while at pageable host-to-device
+# speed (7 GB/s, the slowest link measured) 64 KiB adds 9 us to a ~20 us launch. So a repeated copy
+# of a small index, flag or scalar (a beam index moved to each layer's device, a fan-out of a tiny
+# tensor) wastes one launch, the cost of one small kernel: not worth a warning. Above it the waste
+# grows with the size. MPCHECK_REPEAT_MIN_BYTES (or Checker(repeat_min_bytes=...)) sets another
+# threshold; 0 reports every repeat. See rules/MP011-repeated-transfer.md.
+REPEAT_MIN_BYTES = 64 * 1024
+REPEAT_MIN_BYTES_ENV = "MPCHECK_REPEAT_MIN_BYTES"
+
+
+def repeat_min_bytes_from_env() -> int:
+    """The MP011 threshold: MPCHECK_REPEAT_MIN_BYTES when set (a whole number of bytes), else REPEAT_MIN_BYTES."""
+    raw = os.environ.get(REPEAT_MIN_BYTES_ENV, "").strip()
+    if not raw:
+        return REPEAT_MIN_BYTES
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"{REPEAT_MIN_BYTES_ENV} must be a whole number of bytes, not {raw!r}") from None
+    if value < 0:
+        raise ValueError(f"{REPEAT_MIN_BYTES_ENV} must be 0 or more, not {value}")
+    return value
+
+
 _MAX_MODULES = 8  # modules listed on one finding  # table size at which entries of freed storages are dropped
 
 # A torch call's arguments, and where a tensor sits in them: (position or keyword, index in a
@@ -215,8 +244,11 @@ class Checker:
         ledger: Ledger | None = None,
         sites: Callable[[], Site] = user_site,
         namer: ModuleNames | None = None,
+        repeat_min_bytes: int | None = None,
     ) -> None:
-        """namer: names modules in findings; without one, a module is named by its class."""
+        """namer: names modules in findings; without one, a module is named by its class.
+        repeat_min_bytes: the smallest repeated transfer MP011 reports (None: REPEAT_MIN_BYTES, or
+        MPCHECK_REPEAT_MIN_BYTES from the environment)."""
         if on_mismatch not in ON_MISMATCH:
             raise ValueError(f"on_mismatch must be one of {', '.join(ON_MISMATCH)}, not {on_mismatch!r}")
         import torch  # the runtime faces are the only place torch is imported
@@ -230,6 +262,7 @@ class Checker:
         self.ledger = ledger if ledger is not None else Ledger()
         self.sites = sites
         self.namer = namer
+        self.repeat_min_bytes = repeat_min_bytes_from_env() if repeat_min_bytes is None else repeat_min_bytes
         self.findings: list[Finding] = []
         self._by_key: dict[tuple[str, str, int, tuple[str, ...]], int] = {}  # dedupe key -> index in findings
         self._lock = threading.RLock()
@@ -310,6 +343,10 @@ class Checker:
                 f.extra["count"] = f.extra.get("count", 1) + 1
                 first = False
             else:
+                extra = {"count": 1, "source": "runtime", **(extra or {})}
+                if site.context:  # the user's line called into a library: name the library's line too
+                    message = f"{message} (in {site.context})"
+                    extra["library_site"] = site.context
                 f = Finding(
                     code=code,
                     name=RULE_NAMES.get(code, code.lower()),
@@ -321,7 +358,7 @@ class Checker:
                     devices=devices,
                     modules=modules,
                     suggestion=suggestion,
-                    extra={"count": 1, "source": "runtime", **(extra or {})},
+                    extra=extra,
                 )
                 self._by_key[key] = len(self.findings)
                 self.findings.append(f)
@@ -442,6 +479,7 @@ class Checker:
     ) -> tuple[Args, Kwargs]:
         device_of = self.devices.device_of
         first_dev = None
+        first = None
         odd: list[tuple[Where, Any, str]] = []
         cpu_index_ok = None
         for loc, t in _iter_tensors(args, kwargs, self._tensor):
@@ -452,6 +490,7 @@ class Checker:
                 continue  # a 0-dim CPU tensor mixes with any device
             if first_dev is None:
                 first_dev = d
+                first = t
                 continue
             if cpu_index_ok is None:
                 cpu_index_ok = getattr(func, "__name__", "") in CPU_INDEX_NAMES
@@ -463,25 +502,23 @@ class Checker:
         what = name or _op_name(func)
         if phase == "backward":
             what += " (in backward)"
+        loss = is_loss(getattr(func, "__name__", ""))
         assert first_dev is not None  # the odd tensors are those off the first device
-        return self._mismatch(what, first_dev, odd, args, kwargs, site=site, module=module)
+        return self._mismatch(what, first_dev, odd, args, kwargs, site=site, module=module, loss=loss, first=first)
 
     def check_module_entry(
         self, module: Any, path: str, args: Args, kwargs: Kwargs, *, site: Site | None = None
     ) -> tuple[Args, Kwargs]:
         """Inputs vs the one device the module's parameters and buffers live on (when
-        they live on one; a split container checks nothing: its children do)."""
+        they live on one; a split container checks nothing: its children do). Sound only for
+        a module whose forward uses its inputs unmoved (a torch.nn leaf without pre-hooks):
+        any other module goes through enter_module()."""
         dev = self.module_device(module)
         if dev is None:
             return args, kwargs
         if self.inputs_on(dev, args, kwargs):
             return args, kwargs  # the common case: every input on the module's device
-        device_of = self.devices.device_of
-        odd = []
-        for loc, t in _iter_tensors(args, kwargs, self._tensor):
-            d = device_of(t)
-            if d != dev and not (d == "cpu" and t.dim() == 0):
-                odd.append((loc, t, d))
+        odd = self._off_device(dev, args, kwargs)
         if not odd or not self.wants("MP001"):
             return args, kwargs
         return self._mismatch(
@@ -494,6 +531,46 @@ class Checker:
             module=path,
             expected_is="the module's parameters and buffers are",
         )
+
+    def enter_module(self, module: Any, path: str, dev: str, args: Args, kwargs: Kwargs) -> bool:
+        """A module that may move or ignore its inputs (a user module, a module with pre-hooks)
+        is called with inputs off its device `dev`: nothing is reported yet. Its forward may move
+        them (`blk(h.to(blk.weight.device))`), a pre-hook may (accelerate), or it may never use
+        one (T5's mask when a position bias is given). Only when one of these very tensors
+        reaches a torch call unmoved and mismatched is it reported, at this call's line (see
+        _entry_of). Returns True when an entry was pushed: the caller pops it with leave_module()."""
+        odd = self._off_device(dev, args, kwargs)
+        if not odd:
+            return False
+        site = self.sites()
+        self._tls.entries.append(
+            _Entry(
+                f"input of {type(module).__name__} '{path}'", path, dev, site, {id(t): (t, loc) for loc, t, _ in odd}
+            )
+        )
+        return True
+
+    def leave_module(self) -> None:
+        self._tls.entries.pop()
+
+    def _entry_of(self, t: Any, expected: str) -> tuple[_Entry, Where] | None:
+        """The outermost module call that received `t` itself, unmoved, while living on
+        `expected`: the line where the transfer is missing. (entry, t's place in that call)."""
+        key = id(t)
+        for entry in self._tls.entries:
+            hit = entry.tensors.get(key)
+            if hit is not None and hit[0] is t and entry.device == expected:
+                return entry, hit[1]
+        return None
+
+    def _off_device(self, dev: str, args: Args, kwargs: Kwargs) -> list[tuple[Where, Any, str]]:
+        device_of = self.devices.device_of
+        odd = []
+        for loc, t in _iter_tensors(args, kwargs, self._tensor):
+            d = device_of(t)
+            if d != dev and not (d == "cpu" and t.dim() == 0):
+                odd.append((loc, t, d))
+        return odd
 
     def inputs_on(self, dev: str, args: Args, kwargs: Kwargs) -> bool:
         """Are all tensor arguments on `dev`? (The fast path of the module-entry check.)"""
@@ -558,15 +635,42 @@ class Checker:
         site: Site | None,
         module: str | None,
         expected_is: str = "the other tensors are",
+        loss: bool = False,
+        first: Any = None,
     ) -> tuple[Args, Kwargs]:
+        """Report each tensor of `odd` off `expected` (the device of `first`, the call's first tensor);
+        loss: the call is a loss (predictions and targets)."""
         site = site or self.sites()
         module = module or self.current_module()
         moved = {}
         for loc, t, d in odd:
-            shape = "x".join(map(str, t.shape)) or "scalar"
-            msg = f"{what}: {_describe(loc)} (a {shape} tensor) is on {d}, {expected_is} on {expected}"
-            sugg = f"move it with `.to('{expected}')` before this call (or place the producing module on {expected})"
-            self.emit("MP001", site, msg, devices=(expected, d), modules=(module,) if module else (), suggestion=sugg)
+            # A tensor that reached this call unmoved from a module's input, off that module's device:
+            # blame the module call. Either the odd tensor (`self.lin(h) + mask`) or the first one
+            # (`mask + self.lin(h)`: the mask is the one off the module's device).
+            blamed = None
+            if self._tls.entries:
+                entry = self._entry_of(t, expected)
+                if entry is not None:
+                    blamed = (entry, t, d, expected)
+                elif first is not None:
+                    entry = self._entry_of(first, d)
+                    if entry is not None:
+                        blamed = (entry, first, expected, d)
+            if blamed is not None:
+                (e, e_loc), bt, bt_dev, module_dev = blamed
+                msg = f"{e.what}: {_describe(e_loc)} ({tensor_words(bt)}) is on {bt_dev}, "
+                msg += f"the module's parameters and buffers are on {module_dev}"
+                modules: tuple[str, ...] = (e.path,)
+                where, target, off = e.site, module_dev, bt_dev
+            else:
+                msg = f"{what}: {_describe(loc)} ({tensor_words(t)}) is on {d}, {expected_is} on {expected}"
+                modules = (module,) if module else ()
+                where, target, off = site, expected, d
+            if loss and blamed is None:  # the targets follow the predictions; no module should move for a loss
+                sugg = f"move the targets to the predictions' device with `.to('{target}')` before the loss"
+            else:
+                sugg = f"move it with `.to('{target}')` before this call (or place the producing module on {target})"
+            self.emit("MP001", where, msg, devices=(target, off), modules=modules, suggestion=sugg)
             if self.on_mismatch == "move":
                 try:
                     with self.suspend():
@@ -615,7 +719,8 @@ class Checker:
             return
         with self._lock:
             self._check_round_trip(src_tensor, src_dev, dst_dev, site, module_path)
-            self._check_repeat(src_tensor, dst_dev, site, module_path)
+            if nbytes >= self.repeat_min_bytes:  # a smaller copy costs about its launch: see REPEAT_MIN_BYTES
+                self._check_repeat(src_tensor, dst_dev, site, module_path)
             arrival = None
             if out_tensor is not None:
                 try:
@@ -723,12 +828,11 @@ class Checker:
         ):
             first_site, first_step = entry[1], entry[2]
             entry[2] = step
-            shape = "x".join(map(str, t.shape)) or "scalar"
             when = "in this step" if first_step == step else "in an earlier step, and it has not changed since"
             self.emit(
                 "MP011",
                 site,
-                f"repeated transfer: the same unchanged {shape} tensor was already moved to {dst_dev} "
+                f"repeated transfer: the same unchanged data ({tensor_words(t)}) was already moved to {dst_dev} "
                 f"{when} (at {first_site})",
                 devices=(self.devices.device_of(t), dst_dev),
                 modules=(module,) if module else (),
@@ -825,7 +929,23 @@ class _ThreadState(threading.local):
     def __init__(self) -> None:
         self.suspended = 0
         self.stack: list[str] = []
+        # Module calls whose inputs were off the module's device, outermost first (enter_module).
+        self.entries: list[_Entry] = []
         self.forwards = 0  # outermost module calls so far: a forward pass's number, for MP006
+
+
+class _Entry:
+    """A module call that received tensors off its device: where, and which tensors (by id;
+    the call's own frame keeps them alive until leave_module() drops the entry)."""
+
+    __slots__ = ("what", "path", "device", "site", "tensors")
+
+    def __init__(self, what: str, path: str, device: str, site: Site, tensors: dict[int, tuple[Any, Where]]) -> None:
+        self.what = what
+        self.path = path
+        self.device = device
+        self.site = site
+        self.tensors = tensors
 
 
 class _Suspend:

@@ -17,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from mpcheck.runtime.checks.wording import plural
+
 _NOT_GPU = frozenset({"cpu", "meta"})
 _MAX_CHAINS = 16  # open chains per forward pass (independent tensors moved side by side)
 _MAX_DEVS = 64  # devices remembered per chain; crossings are counted beyond
@@ -129,8 +131,8 @@ def describe(
         grouping = _grouping("stretches", [str(i) for i in range(1, n + 1)], distinct)
         modules = tuple(chain.modules)
     message = (
-        f"transfer per layer: the activation crosses devices {chain.crossings} times per forward "
-        f"({shown}) where {len(distinct) - 1} crossing(s) would do: {what}"
+        f"transfer per layer: the activation crosses devices {plural(chain.crossings, 'time')} per forward "
+        f"({shown}) where {plural(len(distinct) - 1, 'crossing')} would do: {what}"
     )
     suggestion = (
         f"place consecutive layers on one device, one block per device ({grouping}), so that "

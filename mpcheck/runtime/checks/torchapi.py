@@ -148,3 +148,15 @@ def python_call_kind(name: str, full: str | None) -> int:
 def aten_op_kind(packet_name: str) -> int:
     """The kind of an aten op by its overload packet's name: SKIP, CPU_INDEX or CHECK."""
     return ATEN_OPS.get(packet_name, CHECK)
+
+
+# Loss functions (torch.nn.functional's, by name): their tensors are predictions and targets, so a
+# mismatch there is fixed by moving the targets to the predictions' device, not by moving a module.
+_LOSSES_NOT_NAMED_LOSS = frozenset(
+    {"cross_entropy", "binary_cross_entropy", "binary_cross_entropy_with_logits", "kl_div"}
+)
+
+
+def is_loss(name: str) -> bool:
+    """Is a function of this `__name__` a loss (`F.cross_entropy`, `F.mse_loss`, ...)?"""
+    return name.endswith("_loss") or name in _LOSSES_NOT_NAMED_LOSS

@@ -1,0 +1,68 @@
+"""MP011 at run time: the same unchanged data moved to the same device again, and big enough for the
+repeat to cost more than a copy's launch (REPEAT_MIN_BYTES, rules/MP011-repeated-transfer.md)."""
+
+from dryrun_helpers import codes_at
+
+from mpcheck.runtime.checks.checker import REPEAT_MIN_BYTES
+
+BEAM_REORDER = """
+import torch
+
+devices = ["cuda:0", "cuda:1", "cuda:0", "cuda:1"]
+cache = [torch.randn(8, 4, 16, device=d) for d in devices]      # one layer's keys per device
+for step in range(3):                                           # generation steps
+    beam_idx = torch.tensor([1, 0, 3, 2, 5, 4, 7, 6])           # a 64-byte index
+    cache = [p.index_select(0, beam_idx.to(p.device)) for p in cache]  # <- reorder
+"""
+
+FAN_OUT = """
+import torch
+
+devices = ["cuda:0", "cuda:1"]
+branches = [torch.nn.Linear(256, 8, device=d) for d in devices]
+scale = torch.ones(1, 256)                                      # a tiny constant, fanned out each step
+for step in range(3):
+    x = torch.randn(128, 256)                                   # 128 KiB, a new batch each step
+    outs = [b(x.to(d) * scale.to(d)) for b, d in zip(branches, devices)]  # <- fanout
+    total = sum(o.to("cuda:0").sum() for o in outs)
+"""
+
+
+def test_tiny_index_moved_to_each_layers_device_is_not_a_finding(script, dryrun_cli):
+    s = script(BEAM_REORDER)
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 0, err
+    assert report["findings"] == []
+
+
+def test_fan_out_to_several_devices_is_not_a_finding(script, dryrun_cli):
+    s = script(FAN_OUT)
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 0, err
+    assert report["findings"] == []
+
+
+def test_the_threshold_is_configurable(script, dryrun_cli, monkeypatch):
+    # 0 reports every repeat: the tiny copies above are repeats by the definition (the same
+    # unchanged data to the same device again), only too small to warn about by default.
+    monkeypatch.setenv("MPCHECK_REPEAT_MIN_BYTES", "0")
+    s = script(BEAM_REORDER)
+    _, report, _ = dryrun_cli(s, "--gpus", "2")
+    assert set(codes_at(report)) == {("MP011", s.line("reorder"))}  # one finding per target device
+    s = script(FAN_OUT, name="fanout.py")
+    _, report, _ = dryrun_cli(s, "--gpus", "2")
+    assert set(codes_at(report)) == {("MP011", s.line("fanout"))}  # `scale`, never the new batch
+
+
+def test_a_large_constant_moved_again_is_reported(script, dryrun_cli):
+    s = script(f"""
+import torch
+
+table = torch.randn({REPEAT_MIN_BYTES // 4})                     # exactly the threshold in float32
+for step in range(3):
+    t = table.to("cuda:1")  # <- repeat
+""")
+    _, report, _ = dryrun_cli(s, "--gpus", "2")
+    assert codes_at(report) == [("MP011", s.line("repeat"))]
+    (f,) = report["findings"]
+    assert "the same unchanged data (a float32 tensor of shape (16384,)) was already moved to cuda:1" in f["message"]
