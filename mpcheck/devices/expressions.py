@@ -16,6 +16,7 @@ from mpcheck.devices.names import canonical, dotted
 from mpcheck.devices.program import MAX_UNROLL, Part, State
 from mpcheck.devices.values import (
     FAILED,
+    OFF_CHAIN,
     PROBE,
     UNK,
     Const,
@@ -31,6 +32,7 @@ from mpcheck.devices.values import (
     conflict,
     device_from_str,
     failed,
+    is_probe,
     iter_elem,
     iter_items,
     join,
@@ -382,7 +384,7 @@ class Expressions(Part):
                 if isinstance(left, Obj) and isinstance(right, Obj):
                     out = self.binop(node, left, right, st)
                     if isinstance(out, Obj):
-                        return out.with_(invariant=False)
+                        return out.with_(invariant=False, lineage=OFF_CHAIN)  # a mask or a metric
             left = right
         return UNK
 
@@ -400,9 +402,17 @@ class Expressions(Part):
         return self.ev(node.expression, st)
 
     def probe_hit(self, val: Val, devs) -> None:
-        if self.interp.probes and isinstance(val, Obj) and val.devs == PROBE and single(devs) is not None:
-            if self.interp.probes[-1]["devs"] is None:
-                self.interp.probes[-1]["devs"] = devs
+        """In a probe run: the first device an input marked with a probe device (`PROBE`,
+        `probe_devs(i)`) meets, unmoved, is where that input must be."""
+        if not self.interp.probes or not isinstance(val, Obj) or not is_probe(val.devs):
+            return
+        d = single(devs)
+        if d is None or is_probe(devs):
+            return
+        probe = self.interp.probes[-1]
+        if val.devs == PROBE and probe["devs"] is None:
+            probe["devs"] = devs
+        probe.setdefault("by", {}).setdefault(val.devs, devs)
 
     def check_operand(
         self, node, val: Val, devs, st: State, what: str, arg_index: int = 0, expr=None, op: str = "module", module=None

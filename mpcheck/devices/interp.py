@@ -78,6 +78,7 @@ class Interp:
             tuple[set, frozenset]
         ] = []  # per enclosing loop: ids of values alive before it, names it rebinds
         self.probes: list[dict] = []  # input probes of forward summaries (Calls.input_devs)
+        self.branch_outputs: set[int] = set()  # lists returned by parallel_apply over one-device branches
         self._lineages = 0
         self.stmts = Statements(self)
         self.exprs = Expressions(self)

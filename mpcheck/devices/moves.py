@@ -16,9 +16,11 @@ from mpcheck.devices.names import dotted
 from mpcheck.devices.program import Part
 from mpcheck.devices.values import (
     CURRENT,
+    OFF_CHAIN,
     UNK,
     Const,
     DeviceV,
+    DictV,
     DtypeV,
     Obj,
     QName,
@@ -111,6 +113,9 @@ class Moves(Part):
             st.scope.split_seen = True
             if devs != one("cpu"):  # .cpu() frees the GPUs on purpose (saving, deparallelize); it crams nothing
                 self.interp.recorder.record(Collapse(node=node, mode=st.mode, module=recv, devs=devs, meth=meth))
+            # What its forward does now (it may still move activations to the devices the
+            # split had) is not known: calling it checks nothing and gives an unknown value.
+            # The one bug is MP007's.
             res = Obj(
                 "module",
                 devs,
@@ -118,6 +123,7 @@ class Moves(Part):
                 origin=f"moved whole by .{meth}()",
                 at=node,
                 opaque=True,
+                extra={"collapsed": True},
             )
             self.rebind(recv_expr, res, st)
             return res
@@ -145,13 +151,17 @@ class Moves(Part):
                 # the items of the container too (only while __init__ builds them).
                 recv.devs, recv.origin, recv.at = devs, f"moved to {where} by .{meth}()", node
                 return recv
-            res = Obj(
-                "module",
-                devs,
-                label=recv.label,
-                origin=f"moved to {where} by .{meth}()",
-                at=node,
-                opaque=recv.opaque or recv.cls is not None,
+            res = (
+                moved_instance(recv, devs, f"moved to {where} by .{meth}()", node)
+                or _moved_summarized(recv, devs, f"moved to {where} by .{meth}()", node)
+                or Obj(
+                    "module",
+                    devs,
+                    label=recv.label,
+                    origin=f"moved to {where} by .{meth}()",
+                    at=node,
+                    opaque=recv.opaque or recv.cls is not None,
+                )
             )
             self.rebind(recv_expr, res, st)
             return res
@@ -186,6 +196,8 @@ class Moves(Part):
     def lineage_step(self, recv: Obj, devs, node) -> int | None:
         """Records a step of an activation's lineage (events.Crossing); returns the lineage the moved value has."""
         src, dst = single(recv.devs), single(devs)
+        if recv.lineage == OFF_CHAIN:
+            return OFF_CHAIN  # a loss or a metric moved (to be summed, logged): no crossing of the activations
         if src is None or dst is None or src == dst or src.startswith("sym:__") or self.interp.second_pass:
             return recv.lineage
         lineage = recv.lineage
@@ -220,6 +232,7 @@ class Moves(Part):
             )
         if (
             not st.in_init
+            and self._in_forward()
             and isinstance(so, Obj)
             and so.attrs
             and isinstance(root, cst.Attribute)
@@ -229,6 +242,11 @@ class Moves(Part):
             attr = so.attrs.get(root.attr.value)
             return isinstance(attr, Obj) and attr.invariant and (attr is recv or root is not expr)
         return False
+
+    def _in_forward(self) -> bool:
+        """Inside a module's forward, or a method it calls: the code that runs on every call
+        of the model. A helper of another class, or a method run on its own, is not."""
+        return any(f.name == "forward" and f.cls is not None for f in self.interp.stack)
 
     def _bound_outside_loop(self, recv: Obj, node) -> bool:
         """The moved name holds a value alive before an enclosing loop, not rebound in it."""
@@ -254,3 +272,57 @@ class Moves(Part):
 
 def _placed_any(devs, where, node) -> Val:
     return Obj("any", devs, origin=f"moved to {where}", at=node) if devs is not None else UNK
+
+
+def moved_instance(recv: Val, devs, origin: str, node, depth: int = 0) -> Obj | None:
+    """An instance of a class of this file after `Module.to()`: the same class, its
+    parameters, buffers and submodules on `devs`, so that calling it still runs its
+    forward (which may move its input, or return values on other devices). None
+    when `recv` is not such an instance or the target is unknown."""
+    if not isinstance(recv, Obj) or recv.cls is None or recv.attrs is None or devs is None or depth > 4:
+        return None
+    return recv.with_(
+        devs=devs,
+        split=None,
+        origin=origin,
+        at=node,
+        attrs={a: _moved_part(v, devs, origin, node, depth) for a, v in recv.attrs.items()},
+        in_devs=None,
+        out_devs=None,
+        extra=None,
+    )
+
+
+def _moved_part(v: Val, devs, origin: str, node, depth: int) -> Val:
+    """What `Module.to()` does to one attribute: parameters, buffers and submodules
+    move; a plain tensor attribute is not registered, so it stays (taken as unknown)."""
+    if isinstance(v, Obj):
+        inner = moved_instance(v, devs, origin, node, depth + 1)
+        if inner is not None:
+            return inner
+        if v.kind in ("module", "any", "param", "buffer"):
+            return v.with_(devs=devs, split=None, origin=origin, at=node)
+        if v.kind == "tensor":
+            return v.with_(devs=None)
+        return v
+    if isinstance(v, SeqV) and v.module:
+        items = tuple(_moved_part(i, devs, origin, node, depth) for i in v.items) if v.items is not None else None
+        return SeqV(items, elem=_moved_part(v.elem, devs, origin, node, depth), kind=v.kind, module=True)
+    if isinstance(v, DictV) and v.module:
+        return DictV({k: _moved_part(i, devs, origin, node, depth) for k, i in v.items.items()}, module=True)
+    return v
+
+
+def _moved_summarized(recv: Obj, devs, origin: str, node) -> Obj | None:
+    """An instance of a class of another file after `Module.to()`: where its forward needs
+    its input follows the move (nowhere in particular when the forward moves it itself)."""
+    if not (recv.extra or {}).get("summarized") or devs is None:
+        return None
+    return recv.with_(
+        devs=devs,
+        split=None,
+        origin=origin,
+        at=node,
+        in_devs=devs if recv.in_devs is not None else None,
+        out_devs=devs if recv.out_devs is not None and recv.out_devs == recv.devs else None,
+    )

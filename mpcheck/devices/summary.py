@@ -84,6 +84,9 @@ def _class_summary(interp: Interp, cinfo, inst: Obj) -> dict:
             res = interp.calls.call_function(fwd, inst, [Obj("tensor", PROBE)], {}, st, None)
         d = res.devs if isinstance(res, Obj) and res.devs != PROBE else None
         s["out"] = _devs(d) if d is not None and not any(x.startswith("sym:__") for x in d) else None
+        if isinstance(res, SeqV):
+            # A tuple or list of outputs (features, skips): each item with its own device.
+            s["returns"] = _value_summary(_without_probe(res))
     return s
 
 
@@ -93,6 +96,15 @@ def _function_summary(interp: Interp, finfo) -> dict:
     with interp.recorder.muted():
         res = interp.calls.call_function(finfo, None, [SymV(p) for p in params], {}, st, None)
     return {"params": params, "returns": _value_summary(res)}
+
+
+def _without_probe(v: Val) -> Val:
+    """The input's own device (a probe) is not a device the caller can use: unknown."""
+    if isinstance(v, Obj) and v.devs is not None and any(x.startswith("sym:__") for x in v.devs):
+        return v.with_(devs=None)
+    if isinstance(v, SeqV) and v.items is not None:
+        return SeqV(tuple(_without_probe(i) for i in v.items), kind=v.kind)
+    return v
 
 
 def _value_summary(v: Val, depth: int = 0) -> dict | None:

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
-from typing import Any, Optional
+from typing import Any
 
-Devs = Optional[frozenset]
+Devs = frozenset | None
 
 CURRENT = "cuda"  # index-less CUDA device: whatever the current device is
 _MAX_SET = 4
@@ -312,8 +312,24 @@ def as_device(v: Val, ints_are_cuda: bool = True) -> Devs:
 
 # ---------------------------------------------------------------- shared by the interpreter's parts
 
+# The lineage of a value that has left the activation chain: a reduction to a scalar, a
+# loss, indices or a comparison (a metric). Moving it is no crossing of the activations.
+OFF_CHAIN = -1
+
 UNPLACED = "built without a device"  # the origin of a parametered torch.nn module not yet placed
 PROBE = one("sym:__input__")  # the device of the input given to a forward to see where it must be
+
+
+def probe_devs(i: int) -> frozenset:
+    """The probe device of a forward's positional argument i (PROBE for the first)."""
+    return PROBE if i == 0 else one(f"sym:__input__{i}")
+
+
+def is_probe(devs: Devs) -> bool:
+    d = single(devs)
+    return d is not None and d.startswith("sym:__input__")
+
+
 _CPU = one("cpu")
 
 

@@ -46,7 +46,18 @@ class MissingTransfer(Rule):
                     suggestion=f"place `{ctx.code(ev.node.func)}` with `.to({device_literal(here)})` in __init__",
                 )
                 continue
-            if _is_move(expr):
+            varies = ctx.model.one_target(ev) != there
+            target_code = _device_of(ctx, ev) if varies else None
+            if target_code is not None:
+                # Visits of this line need different devices (a loop over blocks on two GPUs):
+                # no one device fits; the device of what it meets on each visit does.
+                moved = ctx.code(expr.func.value) if _is_move(expr) else name
+                fix = (
+                    f"{moved}.to({target_code})"
+                    if moved.isidentifier() or _is_move(expr)
+                    else f"({moved}).to({target_code})"
+                )
+            elif _is_move(expr):
                 # The value was moved, to the wrong device: fix that move.
                 fix = f"{ctx.code(expr.func.value)}.to({device_literal(there)})"
             elif name.isidentifier():
@@ -55,16 +66,33 @@ class MissingTransfer(Rule):
                 fix = f"{name}.to({device_literal(there)})"
             else:
                 fix = f"({name}).to({device_literal(there)})"
+            advice = (
+                f"the line runs for several devices, so move it to the device it meets on each visit, e.g. `{fix}` "
+                f"at line {line}"
+                if target_code is not None
+                else f"move it first, e.g. `{fix}` before line {line}"
+            )
             yield self.finding(
                 ctx,
                 ev.node,
                 f"`{name}` is on {show(here)} ({origin_text(ctx, v)}), but {meets}{MODE_WORDS.get(ev.mode, '')}: "
-                f"move it first, e.g. `{fix}` before line {line}.",
+                f"{advice}.",
                 devices=[here, there],
                 modules=[ev.what] if ev.op == "module" else [],
-                suggestion=f"{fix} before line {line}",
+                suggestion=advice,
                 fix=move_fix(ctx, expr, repr(there)) if _fixable(ctx, ev, v, there) else None,
             )
+
+
+def _device_of(ctx, ev: Mismatch) -> str | None:
+    """Code for the device of what the value meets: `next(block.parameters()).device` for a
+    module called by name, `x.device` for the other operand of an op; None when not nameable."""
+    if ev.op == "module" and isinstance(ev.node, cst.Call) and isinstance(ev.node.func, (cst.Name, cst.Attribute)):
+        return f"next({ctx.code(ev.node.func)}.parameters()).device"
+    other = ev.what_expr
+    if ev.op != "module" and isinstance(other, (cst.Name, cst.Attribute)):
+        return f"{ctx.code(other)}.device"
+    return None
 
 
 def _is_move(expr) -> bool:
