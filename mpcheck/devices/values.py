@@ -382,11 +382,18 @@ def failed(v: Val) -> bool:
     return isinstance(v, Obj) and v.extra is FAILED_MARK
 
 
-def used(*vals) -> None:
-    """Marks tensors as worked on since their last transfer (MP005 counts only idle round trips)."""
+def used(*vals, depth: int = 0) -> None:
+    """Marks tensors as worked on since their last transfer (MP005 counts only idle round trips);
+    also those inside a list, a tuple or a dict passed on (`module(*inputs)`)."""
     for v in vals:
         if isinstance(v, Obj) and not v.worked:
             v.worked = True
+        elif depth < 3 and isinstance(v, Starred):
+            used(v.elem, depth=depth + 1)
+        elif depth < 3 and isinstance(v, SeqV):
+            used(*(v.items if v.items is not None else (v.elem,)), depth=depth + 1)
+        elif depth < 3 and isinstance(v, DictV):
+            used(*v.items.values(), depth=depth + 1)
 
 
 def both_cuda(a: Devs, b: Devs) -> bool:
