@@ -77,3 +77,23 @@ def test_advice_in_a_loop_over_blocks_on_two_devices_names_no_single_device(tmp_
     assert [f["code"] for f in found] == ["MP001"] and found[0]["fix"] is None
     msg = found[0]["message"]
     assert "next(blk.parameters()).device" in msg and ".to('cuda:1')" not in msg, msg
+
+
+def test_ping_pong_over_four_devices_says_how_many_crossings_they_need(tmp_path):
+    found = _lint(
+        tmp_path,
+        "rr.py",
+        "import torch.nn as nn\n\n\n"
+        "class RoundRobin(nn.Module):\n"
+        "    def __init__(self, depth=8):\n"
+        "        super().__init__()\n"
+        '        self.layers = nn.ModuleList([nn.Linear(64, 64).to(f"cuda:{i % 4}") for i in range(depth)])\n\n'
+        "    def forward(self, x):\n"
+        "        for i, layer in enumerate(self.layers):\n"
+        '            x = layer(x.to(f"cuda:{i % 4}"))\n'
+        "        return x\n",
+    )
+    assert [f["code"] for f in found] == ["MP006"]
+    msg = found[0]["message"]
+    assert "cross devices 7 times" in msg and "4 devices need 3 crossings" in msg, msg
+    assert "cuda:0, cuda:1, cuda:2 and cuda:3, in that order" in msg and "cpu" not in msg, msg
