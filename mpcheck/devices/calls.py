@@ -12,9 +12,11 @@ from mpcheck.devices import torchapi as T
 from mpcheck.devices.events import LossMismatch, Mismatch
 from mpcheck.devices.names import canonical
 from mpcheck.devices.program import MAX_DEPTH, FuncInfo, Part, State, params_of
-from mpcheck.devices.summarized import call_summarized
+from mpcheck.devices.summarized import call_summarized, summarized_output
 from mpcheck.devices.values import (
+    CURRENT,
     FAILED,
+    OFF_CHAIN,
     PROBE,
     UNK,
     ClassRef,
@@ -36,6 +38,8 @@ from mpcheck.devices.values import (
     conflict,
     failed,
     join,
+    one,
+    probe_devs,
     single,
     used,
     value_key,
@@ -65,7 +69,12 @@ class Calls(Part):
     def default_param_value(self, name: str, default) -> Val:
         if default is None:
             return SymV(name)
-        return self.interp.exprs.ev(default, State.fresh(dict(self.interp.globals), "<default>"))
+        v = self.interp.exprs.ev(default, State.fresh(dict(self.interp.globals), "<default>"))
+        if as_device(v, ints_are_cuda=False) == one(CURRENT):
+            # `device="cuda"`: "some GPU", a placeholder for whatever the caller passes, not a
+            # placement; where it ends is not known (a default naming one index is a choice).
+            return SymV(name)
+        return v
 
     def call_function(self, info: FuncInfo, self_val, args: list, kwargs: dict, st: State, node) -> Val:
         if info in self.interp.stack or len(self.interp.stack) >= MAX_DEPTH:
@@ -105,6 +114,8 @@ class Calls(Part):
 
     def module_call(self, mod: Obj, args: list, kwargs: dict, st: State, node, exprs=None) -> Val:
         """Calling a module: its inputs must be where it is; the output is where it ends."""
+        if (mod.extra or {}).get("collapsed"):
+            return UNK  # a split model moved whole (MP007): its forward's devices are not known
         if mod.cls is not None and mod.attrs is not None:
             st.scope.split_seen = st.scope.split_seen or bool(mod.split)
             fwd = mod.cls.method("forward")
@@ -130,6 +141,7 @@ class Calls(Part):
                     )
                     # Report once, at the call: the forward then runs on a correctly placed input.
                     args = [args[0].with_(devs=need)] + list(args[1:])
+            args = self._check_other_inputs(mod, fwd, args, kwargs, st, node, exprs)
             return self.call_function(fwd, mod, args, kwargs, st, node)
         if mod.cls is None and mod.extra and mod.extra.get("summarized"):
             # A class of another file, known by its summary: input and output devices.
@@ -145,8 +157,12 @@ class Calls(Part):
                 )
             if mod.out_devs is not None:
                 return Obj("tensor", mod.out_devs, origin="output of", at=node, opaque=True)
-            if single(mod.devs) is None:
-                return UNK
+            out = summarized_output(mod, node)
+            if out is not None:
+                return out
+            if mod.in_devs is None or single(mod.devs) is None:
+                # Its forward moves its input itself, or its output's device is not known.
+                return Obj("tensor", mod.devs, origin="output of", at=node, opaque=True) if single(mod.devs) else UNK
         if mod.kind == "passthrough":
             first = args[0] if args else UNK
             return first.with_(label="", worked=True) if isinstance(first, Obj) and first.kind != "module" else UNK
@@ -168,6 +184,7 @@ class Calls(Part):
                         return FAILED
                     continue
                 self.interp.recorder.need(node, i, mod.devs)  # also on the visits that skip the check below
+                self.interp.exprs.probe_hit(a, mod.devs)
                 if isinstance(a, Obj) and both_cuda(a.devs, mod.devs):
                     # Other arguments may legitimately live on the CPU (lengths, indices):
                     # only a tensor on another GPU is certainly wrong. The activation
@@ -209,6 +226,67 @@ class Calls(Part):
                     key="loss",
                 )
                 return
+
+    def _check_other_inputs(self, mod: Obj, fwd: FuncInfo, args: list, kwargs, st: State, node, exprs) -> list:
+        """The positional arguments after the first: where the forward uses one unmoved
+        on another device than the argument's, report it at the call (a fix there suits
+        this call; one inside the forward would break the other instances of the class),
+        and run the forward on a correctly placed copy. A CPU tensor may be meant for
+        the CPU (lengths, indices, a scalar): the forward's own checks judge that."""
+        tensors = [
+            i for i, a in enumerate(args) if i > 0 and isinstance(a, Obj) and a.kind in ("tensor", "param", "buffer")
+        ]
+        if not tensors or not any(single(args[i].devs) for i in tensors):
+            return args
+        needs = self.argument_needs(mod, fwd, args, kwargs, tensors)
+        out = list(args)
+        for i in tensors:
+            need = needs.get(i)
+            self.interp.recorder.need(node, i, need)
+            if need is None or single(args[i].devs) == "cpu" or not conflict(args[i].devs, need):
+                continue
+            self.interp.recorder.record(
+                Mismatch(
+                    node=node,
+                    mode=st.mode,
+                    value=args[i],
+                    target=need,
+                    what=mod.label or mod.cls.name,
+                    op="module",
+                    arg_index=i,
+                    expr=_nth(exprs, i),
+                    site=i,
+                ),
+                key=i,
+            )
+            out[i] = args[i].with_(devs=need)
+        return out
+
+    def argument_needs(self, mod: Obj, fwd: FuncInfo, args: list, kwargs: dict, positions: list) -> dict:
+        """Where the forward first uses each positional argument in `positions`, unmoved
+        (a probe run, reporting nothing, with those arguments marked by probe devices and
+        the others as given): {position: devs}; absent where it moves it first or never uses it."""
+        key = ("arg_needs", tuple(positions), tuple(value_key(a) for a in args))
+        cache = mod.extra.setdefault("probes", {}) if mod.extra is not None else None
+        if cache is not None and key in cache:
+            return cache[key]
+        probe_args = [Obj("tensor", probe_devs(i)) if i in positions else a for i, a in enumerate(args)]
+        if 0 not in positions and probe_args and isinstance(probe_args[0], Obj) and probe_args[0].kind != "scalar":
+            probe_args[0] = probe_args[0].with_(devs=mod.in_devs or probe_args[0].devs)
+        probe: dict = {"devs": None}
+        self.interp.probes.append(probe)
+        try:
+            with self.interp.recorder.muted():
+                pst = State.fresh(dict(self.interp.globals), "<probe>", mod)
+                self.call_function(fwd, mod, probe_args, dict(kwargs), pst, None)
+        finally:
+            self.interp.probes.pop()
+        by = probe.get("by", {})
+        needs = {i: by[probe_devs(i)] for i in positions if probe_devs(i) in by}
+        if mod.extra is None:
+            mod.extra = {"probes": {}}
+        mod.extra.setdefault("probes", {})[key] = needs
+        return needs
 
     def input_devs(self, mod: Obj, fwd: FuncInfo):
         """Where a class's forward needs its first argument: the device of the
@@ -253,11 +331,15 @@ class Calls(Part):
         if isinstance(callee, FuncRef):
             return self.call_function(callee.info, callee.bound, args, kwargs, st, node)
         if isinstance(callee, Summarized):
+            used(*args, *kwargs.values())
             return call_summarized(callee, args, kwargs, st, node)
         if isinstance(callee, Obj) and callee.kind in ("module", "any", "passthrough", "loss"):
             return self.module_call(callee, args, kwargs, st, node, exprs)
         if isinstance(callee, SeqV) and callee.module:
             return self.sequential_call(callee, args, kwargs, st, node, exprs)
+        # A callable the model does not know (a parameter, a callback): it may compute on
+        # what it gets, so a value passed to it is no idle round trip (MP005).
+        used(*args, *kwargs.values())
         return UNK
 
     def _note_class_use(self, obj: Obj, st: State, node) -> None:
@@ -374,7 +456,8 @@ class Calls(Part):
                         expr=exprs[i] if i < len(exprs) else None,
                     )
             inv = recv.invariant and all(isinstance(a, (Const, DtypeV)) for a in args)
-            return recv.with_(label="", kind="tensor", worked=True, invariant=inv)
+            lineage = OFF_CHAIN if T.leaves_chain(meth, len(args), kwargs) else recv.lineage
+            return recv.with_(label="", kind="tensor", worked=True, invariant=inv, lineage=lineage)
         if isinstance(recv, SeqV):
             if meth == "append" and args:
                 if recv.items is not None and not self.interp.in_unknown_loop:

@@ -2,45 +2,47 @@
 
 from __future__ import annotations
 
-from typing import Protocol
-
 import libcst as cst
 
-from mpcheck.devices.values import Obj, SeqV, Val, distinct_devices, placements, show
+from mpcheck.devices.values import Obj, SeqV, Val, distinct_devices, is_splitish, placements, show
 from mpcheck.finding import Fix
 
 
-class Source(Protocol):
-    """What the wording needs of a file (the rules' FileContext): a node's text and position."""
-
-    def code(self, node: cst.CSTNode) -> str: ...
-
-    def line(self, node: cst.CSTNode) -> int: ...
-
-    def span(self, node: cst.CSTNode) -> tuple[tuple[int, int], tuple[int, int]]: ...
-
-
-def split_desc(v: Val | None) -> str:
+def split_desc(v: Val) -> str:
     """'an instance of SplitNet, whose submodules sit on cuda:0 (enc) and cuda:1 (dec)'."""
     if isinstance(v, Obj) and v.split:
         by_dev: dict[str, list[str]] = {}
         for attr, dev in v.split:
             by_dev.setdefault(dev, []).append(attr)
         parts = [f"{show(d)} ({', '.join(a[:3])}{', ...' if len(a) > 3 else ''})" for d, a in by_dev.items()]
-        where = " and ".join(parts) if len(parts) <= 2 else ", ".join(parts[:-1]) + " and " + parts[-1]
-        cls = v.cls.name if v.cls is not None else (v.label or "a model")
-        return f"a {cls} split over {where}"
+        cls = v.cls.name if v.cls is not None else v.label
+        if not cls:
+            return f"a model split over {and_list(parts)}"
+        return f"{article(cls)} {cls} split over {and_list(parts)}"
     if isinstance(v, Obj) and v.dispatched:
         if v.dispatched.startswith("device_map"):
             return f"a model dispatched over several devices with {v.dispatched}"
         return f"a model split over several devices by {v.dispatched}"
+    held = _held_split(v)
+    if held is not None:
+        return f"a {v.kind} holding {split_desc(held)}"
     if isinstance(v, SeqV):
         ds = distinct_devices(d for d, _ in placements(v))
-        return "a module container split over " + ", ".join(show(d) for d in ds)
+        return "a module container split over " + and_list([show(d) for d in ds])
     return "a model split over several devices"
 
 
-def split_devices(v: Val | None) -> list[str]:
+def _held_split(v: Val) -> Val | None:
+    """The split model a plain list or tuple holds ([model, model]), else None."""
+    if isinstance(v, SeqV) and not v.module and v.items:
+        return next((i for i in v.items if is_splitish(i)), None)
+    return None
+
+
+def split_devices(v: Val) -> list[str]:
+    held = _held_split(v)
+    if held is not None:
+        return split_devices(held)
     if isinstance(v, Obj) and v.split:
         return distinct_devices(d for _, d in v.split)
     if isinstance(v, SeqV):
@@ -48,13 +50,16 @@ def split_devices(v: Val | None) -> list[str]:
     return []
 
 
-def split_modules(v: Val | None) -> list[str]:
+def split_modules(v: Val) -> list[str]:
+    held = _held_split(v)
+    if held is not None:
+        return split_modules(held)
     if isinstance(v, Obj) and v.split:
         return list(dict.fromkeys(a for a, _ in v.split))
     return []
 
 
-def value_text(ctx: Source, expr: cst.CSTNode | None, v: Val | None, default: str = "a tensor") -> str:
+def value_text(ctx, expr, v: Val, default: str = "a tensor") -> str:
     """How to name a value in a message: its source text, else its label."""
     if expr is not None:
         return ctx.code(expr)
@@ -63,7 +68,7 @@ def value_text(ctx: Source, expr: cst.CSTNode | None, v: Val | None, default: st
     return default
 
 
-def origin_text(ctx: Source, v: Val) -> str:
+def origin_text(ctx, v: Val) -> str:
     """'moved to cuda:0 at line 12'."""
     if isinstance(v, Obj) and v.origin == "output of":
         if isinstance(v.at, cst.Call):
@@ -83,7 +88,7 @@ MODE_WORDS = {
 }
 
 
-def root_name(expr: cst.BaseExpression | None) -> str | None:
+def root_name(expr) -> str | None:
     """`pred` for `pred.squeeze(-1)`, `labels` for `labels[..., 1:]`: the variable an expression reads."""
     while expr is not None:
         if isinstance(expr, cst.Name):
@@ -99,7 +104,7 @@ def root_name(expr: cst.BaseExpression | None) -> str | None:
     return None
 
 
-def move_fix(ctx: Source, expr: cst.CSTNode | None, target_code: str) -> Fix | None:
+def move_fix(ctx, expr, target_code: str):
     """A Fix that appends `.to(<target>)` to an argument that is a plain name or
     attribute: a transfer changes no value, and on the right device it is a
     no-op, so the edit is safe even where the analysis were wrong."""
@@ -107,3 +112,20 @@ def move_fix(ctx: Source, expr: cst.CSTNode | None, target_code: str) -> Fix | N
         return None
     (line, col), (end_line, end_col) = ctx.span(expr)
     return Fix(line, col, end_line, end_col, f"{ctx.code(expr)}.to({target_code})", safe=True)
+
+
+def plural(n: int, noun: str) -> str:
+    """'1 crossing', '3 crossings'."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def and_list(items: list[str]) -> str:
+    """'a', 'a and b', 'a, b and c'."""
+    if len(items) <= 2:
+        return " and ".join(items)
+    return ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def article(word: str) -> str:
+    """'a' or 'an' before `word` (by its first letter: 'an Alt split', 'a SplitNet')."""
+    return "an" if word[:1].lower() in "aeiou" else "a"

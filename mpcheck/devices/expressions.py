@@ -8,9 +8,6 @@ are checked here (`check_operand`), and a disagreement is recorded as an
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, cast
-
 import libcst as cst
 
 from mpcheck.devices import torchapi
@@ -19,11 +16,11 @@ from mpcheck.devices.names import canonical, dotted
 from mpcheck.devices.program import MAX_UNROLL, Part, State
 from mpcheck.devices.values import (
     FAILED,
+    OFF_CHAIN,
     PROBE,
     UNK,
     Const,
     DeviceV,
-    Devs,
     DictV,
     FuncRef,
     Obj,
@@ -35,6 +32,7 @@ from mpcheck.devices.values import (
     conflict,
     device_from_str,
     failed,
+    is_probe,
     iter_elem,
     iter_items,
     join,
@@ -47,7 +45,7 @@ from mpcheck.devices.values import (
 
 
 class Expressions(Part):
-    def qname(self, node: cst.CSTNode | None) -> str | None:
+    def qname(self, node) -> str | None:
         """The canonical dotted name an expression refers to (imports resolved)."""
         d = dotted(node) if isinstance(node, (cst.Name, cst.Attribute)) else None
         if d is None:
@@ -60,7 +58,7 @@ class Expressions(Part):
             return head
         return None
 
-    def ev(self, node: cst.CSTNode, st: State) -> Val:
+    def ev(self, node, st: State) -> Val:
         t = type(node)
         f = _EV.get(t)
         if f is None:
@@ -159,7 +157,7 @@ class Expressions(Part):
             return base.with_(label="", kind="tensor", invariant=base.invariant, worked=True)
         return UNK
 
-    def ev_const(self, node: Any, st: State) -> Val:  # Integer, Float, Imaginary, SimpleString...
+    def ev_const(self, node, st: State) -> Val:
         t = type(node)
         if t is cst.Integer:
             try:
@@ -181,7 +179,7 @@ class Expressions(Part):
         for p in node.parts:
             if isinstance(p, cst.FormattedStringText):
                 text += p.value
-            elif isinstance(p, cst.FormattedStringExpression):  # the only other kind of part
+            else:
                 v = self.ev(p.expression, st)
                 if isinstance(v, Const) and isinstance(v.value, (int, str)) and p.format_spec is None:
                     text += str(v.value)
@@ -207,8 +205,8 @@ class Expressions(Part):
             return Const(a.value + b.value)
         return UNK
 
-    def ev_seq(self, node: cst.List | cst.Tuple | cst.Set, st: State) -> Val:
-        items: list[Val] = []
+    def ev_seq(self, node, st: State) -> Val:
+        items = []
         for e in node.elements:
             if isinstance(e, cst.StarredElement):
                 v = self.ev(e.value, st)
@@ -236,12 +234,12 @@ class Expressions(Part):
                 return UNK
         return DictV(items)
 
-    def ev_comp(self, node: cst.ListComp | cst.SetComp | cst.GeneratorExp | cst.DictComp, st: State) -> Val:
+    def ev_comp(self, node, st: State) -> Val:
         # [elt for target in iter if ...]: unrolled for short known iterables.
         inner = st.copy()
         inner.returns = []
-        fors: list[cst.CompFor] = []
-        f: cst.CompFor | None = node.for_in
+        fors = []
+        f = node.for_in
         while f is not None:
             fors.append(f)
             f = f.inner_for_in
@@ -266,14 +264,14 @@ class Expressions(Part):
             self.interp.in_unknown_loop -= 1
         return self._comp_result(node, None, elem)
 
-    def _comp_elt(self, node: cst.ListComp | cst.SetComp | cst.GeneratorExp | cst.DictComp, st: State) -> Val:
+    def _comp_elt(self, node, st):
         if isinstance(node, cst.DictComp):
             self.ev(node.key, st)
             return self.ev(node.value, st)
         return self.ev(node.elt, st)
 
     @staticmethod
-    def _comp_result(node: cst.CSTNode, items: tuple[Val, ...] | None, elem: Val | None) -> Val:
+    def _comp_result(node, items, elem) -> Val:
         if isinstance(node, cst.DictComp):
             return DictV({}) if items is None else UNK
         if isinstance(node, cst.GeneratorExp):
@@ -291,13 +289,13 @@ class Expressions(Part):
         b = self.ev(node.right, st)
         return self.binop(node, a, b, st)
 
-    def binop(self, node: cst.CSTNode, a: Val, b: Val, st: State) -> Val:
+    def binop(self, node, a: Val, b: Val, st: State) -> Val:
         if failed(a) or failed(b):
             return FAILED
         used(a, b)
         if isinstance(a, SeqV) or isinstance(b, SeqV):
             return (
-                SeqV(None, elem=a.elem if isinstance(a, SeqV) else cast(SeqV, b).elem)
+                SeqV(None, elem=a.elem if isinstance(a, SeqV) else b.elem)
                 if isinstance(a, (SeqV, Const)) and isinstance(b, (SeqV, Const))
                 else UNK
             )
@@ -350,13 +348,13 @@ class Expressions(Part):
                 return UNK
         return UNK
 
-    def ev_unary(self, node: cst.UnaryOperation, st: State) -> Val:
+    def ev_unary(self, node, st):
         v = self.ev(node.expression, st)
         if isinstance(v, Obj) and v.kind != "module":
             return v.with_(label="", worked=True)
         return UNK
 
-    def ev_compare(self, node: cst.Comparison, st: State) -> Val:
+    def ev_compare(self, node, st):
         left = self.ev(node.left, st)
         if len(node.comparisons) == 1 and isinstance(left, Const):
             c = node.comparisons[0]
@@ -386,39 +384,38 @@ class Expressions(Part):
                 if isinstance(left, Obj) and isinstance(right, Obj):
                     out = self.binop(node, left, right, st)
                     if isinstance(out, Obj):
-                        return out.with_(invariant=False)
+                        return out.with_(invariant=False, lineage=OFF_CHAIN)  # a mask or a metric
             left = right
         return UNK
 
-    def ev_boolop(self, node: cst.BooleanOperation, st: State) -> Val:
+    def ev_boolop(self, node, st):
         a = self.ev(node.left, st)
         b = self.ev(node.right, st)
         if isinstance(a, Obj) or isinstance(b, Obj):
             return join(a, b) if isinstance(a, Obj) and isinstance(b, Obj) else UNK
         return UNK
 
-    def ev_lambda(self, node: cst.Lambda, st: State) -> Val:
+    def ev_lambda(self, node, st):
         return UNK
 
-    def ev_await(self, node: cst.Await, st: State) -> Val:
+    def ev_await(self, node, st):
         return self.ev(node.expression, st)
 
-    def probe_hit(self, val: Val, devs: Devs) -> None:
-        if self.interp.probes and isinstance(val, Obj) and val.devs == PROBE and single(devs) is not None:
-            if self.interp.probes[-1]["devs"] is None:
-                self.interp.probes[-1]["devs"] = devs
+    def probe_hit(self, val: Val, devs) -> None:
+        """In a probe run: the first device an input marked with a probe device (`PROBE`,
+        `probe_devs(i)`) meets, unmoved, is where that input must be."""
+        if not self.interp.probes or not isinstance(val, Obj) or not is_probe(val.devs):
+            return
+        d = single(devs)
+        if d is None or is_probe(devs):
+            return
+        probe = self.interp.probes[-1]
+        if val.devs == PROBE and probe["devs"] is None:
+            probe["devs"] = devs
+        probe.setdefault("by", {}).setdefault(val.devs, devs)
 
     def check_operand(
-        self,
-        node: cst.CSTNode,
-        val: Val,
-        devs: Devs,
-        st: State,
-        what: str,
-        arg_index: int = 0,
-        expr: cst.BaseExpression | None = None,
-        op: str = "module",
-        module: Obj | None = None,
+        self, node, val: Val, devs, st: State, what: str, arg_index: int = 0, expr=None, op: str = "module", module=None
     ) -> bool:
         """Reports `val` when it is certainly not on `devs`; True when it did."""
         self.interp.recorder.need(node, arg_index, devs)
@@ -449,7 +446,7 @@ class Expressions(Part):
         return self.interp.calls.ev_call(node, st)
 
 
-_CMP_OPS: dict[type, Callable[[Any, Any], Any]] = {
+_CMP_OPS = {
     cst.Equal: lambda a, b: a == b,
     cst.NotEqual: lambda a, b: a != b,
     cst.LessThan: lambda a, b: a < b,
@@ -457,7 +454,7 @@ _CMP_OPS: dict[type, Callable[[Any, Any], Any]] = {
     cst.LessThanEqual: lambda a, b: a <= b,
     cst.GreaterThanEqual: lambda a, b: a >= b,
 }
-_CONST_OPS: dict[type, Callable[[Any, Any], Any]] = {
+_CONST_OPS = {
     cst.Add: lambda a, b: a + b,
     cst.Subtract: lambda a, b: a - b,
     cst.Multiply: lambda a, b: a * b if not (isinstance(a, str) or isinstance(b, str)) else None,
@@ -472,7 +469,7 @@ def _deviceish(v: Val) -> bool:
     )
 
 
-_EV: dict[type, Callable[..., Val]] = {
+_EV = {
     cst.Name: Expressions.ev_name,
     cst.Attribute: Expressions.ev_attr,
     cst.Call: Expressions.ev_call,

@@ -33,6 +33,7 @@ from mpcheck.devices.program import Part, State
 from mpcheck.devices.values import (
     CURRENT,
     FAILED,
+    OFF_CHAIN,
     UNK,
     UNPLACED,
     Const,
@@ -185,7 +186,8 @@ class Library(Part):
             return UNK
         inv = all(isinstance(a, Obj) and a.invariant or isinstance(a, (Const, DtypeV)) for a, _ in flat)
         f = first[0]
-        return Obj("tensor", f.devs, origin=f.origin, at=f.at, invariant=inv, lineage=f.lineage)
+        off = T.leaves_chain(q, max(len(args) - 1, 0), kwargs)
+        return Obj("tensor", f.devs, origin=f.origin, at=f.at, invariant=inv, lineage=OFF_CHAIN if off else f.lineage)
 
 
 # ---------------------------------------------------------------- handlers
@@ -217,6 +219,11 @@ def _ddp(lib: Library, c: LibCall) -> Val:
 
 def _parallel_primitive(lib: Library, c: LibCall) -> Val:
     st = c.st
+    first = c.args[0] if c.args else c.kwargs.get("modules", c.kwargs.get("outputs"))
+    if c.last == "parallel_apply" and _one_device_each(first):
+        return _run_branches(lib, c, first)
+    if c.last == "gather" and id(first) in lib.interp.branch_outputs:
+        return UNK  # the outputs of independent branches collected on one device
     split_args = [a for a in list(c.args) + list(c.kwargs.values()) if is_splitish(a) or holds_split(a)]
     if split_args or st.scope.split_class:
         lib.interp.recorder.record(
@@ -229,6 +236,38 @@ def _parallel_primitive(lib: Library, c: LibCall) -> Val:
             )
         )
     return UNK
+
+
+def _one_device_each(v: Val) -> bool:
+    """A list of modules, each living on one device (branch parallelism: what
+    parallel_apply is for), not a split model nor a list holding one."""
+    if not isinstance(v, SeqV) or not v.items:
+        return False
+    return all(
+        ((isinstance(m, Obj) and m.kind in ("module", "any")) or (isinstance(m, SeqV) and m.module))
+        and not is_splitish(m)
+        for m in v.items
+    )
+
+
+def _run_branches(lib: Library, c: LibCall, modules: SeqV) -> Val:
+    """`parallel_apply(modules, inputs)`: each module called with its own inputs, so each
+    branch is checked like a call of it; the outputs (a list) may be gathered."""
+    inputs = c.args[1] if len(c.args) > 1 else c.kwargs.get("inputs")
+    items = inputs.items if isinstance(inputs, SeqV) and inputs.items is not None else None
+    outs: list[Val] = []
+    for i, mod in enumerate(modules.items or ()):
+        if items is None or i >= len(items):
+            outs.append(UNK)
+            continue
+        inp = items[i]
+        args = list(inp.items) if isinstance(inp, SeqV) and inp.items is not None else [inp]
+        calls = lib.interp.calls
+        call = calls.sequential_call if isinstance(mod, SeqV) else calls.module_call
+        outs.append(call(mod, args, {}, c.st, c.node))
+    res = SeqV(tuple(outs))
+    lib.interp.branch_outputs.add(id(res))
+    return res
 
 
 def _set_device(lib: Library, c: LibCall) -> Val:

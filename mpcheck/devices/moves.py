@@ -13,13 +13,14 @@ import libcst as cst
 from mpcheck.devices import torchapi as T
 from mpcheck.devices.events import Collapse, Crossing, IndexlessPlacement, Transfer
 from mpcheck.devices.names import dotted
-from mpcheck.devices.program import Part, State
+from mpcheck.devices.program import Part
 from mpcheck.devices.values import (
     CURRENT,
+    OFF_CHAIN,
     UNK,
     Const,
     DeviceV,
-    Devs,
+    DictV,
     DtypeV,
     Obj,
     QName,
@@ -37,7 +38,7 @@ _DEVICE_WORDS = ("device", "dev", "gpu", "cuda", "rank")
 
 
 class Moves(Part):
-    def indexless(self, node: cst.CSTNode, st: State) -> None:
+    def indexless(self, node, st) -> None:
         """An index-less `.cuda()` / 'cuda' while set_device or `with torch.cuda.device` is in effect."""
         if st.setdev is None:
             return
@@ -49,13 +50,11 @@ class Moves(Part):
             )
         )
 
-    def note_indexless_arg(self, v: Val, node: cst.CSTNode, st: State) -> None:
+    def note_indexless_arg(self, v: Val, node, st) -> None:
         if isinstance(v, (Const, DeviceV)) and as_device(v, ints_are_cuda=False) == one(CURRENT):
             self.indexless(node, st)
 
-    def _move_target(
-        self, meth: str, args: list[Val], kwargs: dict[str, Val], node: cst.Call, st: State
-    ) -> tuple[Devs, bool | None]:
+    def _move_target(self, meth, args, kwargs, node, st):
         """(devs, is_device_move) for .to/.cuda/.cpu; is_device_move None when unclear."""
         if meth == "cpu":
             return one("cpu"), True
@@ -89,7 +88,7 @@ class Moves(Part):
             return (one(f"sym:{text}") if isinstance(a, SymV) else None), True
         return None, None
 
-    def move(self, recv: Val, meth: str, args: list[Val], kwargs: dict[str, Val], node: cst.Call, st: State) -> Val:
+    def move(self, recv: Val, meth: str, args, kwargs, node: cst.Call, st) -> Val:
         devs, is_device = self._move_target(meth, args, kwargs, node, st)
         if not is_device:
             return recv if is_device is False else (UNK if not isinstance(recv, Obj) or recv.kind != "module" else recv)
@@ -114,6 +113,9 @@ class Moves(Part):
             st.scope.split_seen = True
             if devs != one("cpu"):  # .cpu() frees the GPUs on purpose (saving, deparallelize); it crams nothing
                 self.interp.recorder.record(Collapse(node=node, mode=st.mode, module=recv, devs=devs, meth=meth))
+            # What its forward does now (it may still move activations to the devices the
+            # split had) is not known: calling it checks nothing and gives an unknown value.
+            # The one bug is MP007's.
             res = Obj(
                 "module",
                 devs,
@@ -121,6 +123,7 @@ class Moves(Part):
                 origin=f"moved whole by .{meth}()",
                 at=node,
                 opaque=True,
+                extra={"collapsed": True},
             )
             self.rebind(recv_expr, res, st)
             return res
@@ -137,9 +140,9 @@ class Moves(Part):
                 if recv.items is None and isinstance(recv.elem, (Obj, SeqV))
                 else _placed_any(devs, where, node)
             )
-            seq = SeqV(tuple(moved) if recv.items is not None else None, elem=elem, kind=recv.kind, module=True)
-            self.rebind(recv_expr, seq, st)
-            return seq
+            res = SeqV(tuple(moved) if recv.items is not None else None, elem=elem, kind=recv.kind, module=True)
+            self.rebind(recv_expr, res, st)
+            return res
         if isinstance(recv, Obj) and recv.kind in ("module", "passthrough", "loss"):
             if recv.kind in ("passthrough", "loss"):
                 return recv
@@ -148,13 +151,17 @@ class Moves(Part):
                 # the items of the container too (only while __init__ builds them).
                 recv.devs, recv.origin, recv.at = devs, f"moved to {where} by .{meth}()", node
                 return recv
-            res = Obj(
-                "module",
-                devs,
-                label=recv.label,
-                origin=f"moved to {where} by .{meth}()",
-                at=node,
-                opaque=recv.opaque or recv.cls is not None,
+            res = (
+                moved_instance(recv, devs, f"moved to {where} by .{meth}()", node)
+                or _moved_summarized(recv, devs, f"moved to {where} by .{meth}()", node)
+                or Obj(
+                    "module",
+                    devs,
+                    label=recv.label,
+                    origin=f"moved to {where} by .{meth}()",
+                    at=node,
+                    opaque=recv.opaque or recv.cls is not None,
+                )
             )
             self.rebind(recv_expr, res, st)
             return res
@@ -186,9 +193,11 @@ class Moves(Part):
             return UNK
         return Obj("any", devs, origin=f"moved to {where}", at=node)
 
-    def lineage_step(self, recv: Obj, devs: Devs, node: cst.CSTNode) -> int | None:
+    def lineage_step(self, recv: Obj, devs, node) -> int | None:
         """Records a step of an activation's lineage (events.Crossing); returns the lineage the moved value has."""
         src, dst = single(recv.devs), single(devs)
+        if recv.lineage == OFF_CHAIN:
+            return OFF_CHAIN  # a loss or a metric moved (to be summed, logged): no crossing of the activations
         if src is None or dst is None or src == dst or src.startswith("sym:__") or self.interp.second_pass:
             return recv.lineage
         lineage = recv.lineage
@@ -206,10 +215,10 @@ class Moves(Part):
         return lineage
 
     @staticmethod
-    def _moved_expr(node: cst.Call | None) -> cst.BaseExpression | None:
+    def _moved_expr(node):
         return node.func.value if node is not None and isinstance(node.func, cst.Attribute) else None
 
-    def _reads_unchanging_attribute(self, recv: Obj, st: State, node: cst.Call) -> bool:
+    def _reads_unchanging_attribute(self, recv: Obj, st, node) -> bool:
         """The moved expression reads an unchanging attribute of self (self.causal[:n, :n], self.table.t()),
         in a method other than __init__: the same tensor is moved on every call."""
         expr = self._moved_expr(node)
@@ -223,6 +232,7 @@ class Moves(Part):
             )
         if (
             not st.in_init
+            and self._in_forward()
             and isinstance(so, Obj)
             and so.attrs
             and isinstance(root, cst.Attribute)
@@ -233,7 +243,12 @@ class Moves(Part):
             return isinstance(attr, Obj) and attr.invariant and (attr is recv or root is not expr)
         return False
 
-    def _bound_outside_loop(self, recv: Obj, node: cst.Call) -> bool:
+    def _in_forward(self) -> bool:
+        """Inside a module's forward, or a method it calls: the code that runs on every call
+        of the model. A helper of another class, or a method run on its own, is not."""
+        return any(f.name == "forward" and f.cls is not None for f in self.interp.stack)
+
+    def _bound_outside_loop(self, recv: Obj, node) -> bool:
         """The moved name holds a value alive before an enclosing loop, not rebound in it."""
         expr = self._moved_expr(node)
         if self.interp.loop_outer and isinstance(expr, cst.Name):
@@ -242,7 +257,7 @@ class Moves(Part):
                     return True
         return False
 
-    def rebind(self, expr: cst.BaseExpression | None, val: Val, st: State) -> None:
+    def rebind(self, expr, val, st) -> None:
         # nn.Module.to()/.cuda() move the module in place: the name now holds the moved module.
         if isinstance(expr, cst.Name):
             st.env[expr.value] = val
@@ -255,5 +270,59 @@ class Moves(Part):
                     st.env[f"{id(base)}.{expr.attr.value}"] = val
 
 
-def _placed_any(devs: Devs, where: str, node: cst.CSTNode) -> Val:
+def _placed_any(devs, where, node) -> Val:
     return Obj("any", devs, origin=f"moved to {where}", at=node) if devs is not None else UNK
+
+
+def moved_instance(recv: Val, devs, origin: str, node, depth: int = 0) -> Obj | None:
+    """An instance of a class of this file after `Module.to()`: the same class, its
+    parameters, buffers and submodules on `devs`, so that calling it still runs its
+    forward (which may move its input, or return values on other devices). None
+    when `recv` is not such an instance or the target is unknown."""
+    if not isinstance(recv, Obj) or recv.cls is None or recv.attrs is None or devs is None or depth > 4:
+        return None
+    return recv.with_(
+        devs=devs,
+        split=None,
+        origin=origin,
+        at=node,
+        attrs={a: _moved_part(v, devs, origin, node, depth) for a, v in recv.attrs.items()},
+        in_devs=None,
+        out_devs=None,
+        extra=None,
+    )
+
+
+def _moved_part(v: Val, devs, origin: str, node, depth: int) -> Val:
+    """What `Module.to()` does to one attribute: parameters, buffers and submodules
+    move; a plain tensor attribute is not registered, so it stays (taken as unknown)."""
+    if isinstance(v, Obj):
+        inner = moved_instance(v, devs, origin, node, depth + 1)
+        if inner is not None:
+            return inner
+        if v.kind in ("module", "any", "param", "buffer"):
+            return v.with_(devs=devs, split=None, origin=origin, at=node)
+        if v.kind == "tensor":
+            return v.with_(devs=None)
+        return v
+    if isinstance(v, SeqV) and v.module:
+        items = tuple(_moved_part(i, devs, origin, node, depth) for i in v.items) if v.items is not None else None
+        return SeqV(items, elem=_moved_part(v.elem, devs, origin, node, depth), kind=v.kind, module=True)
+    if isinstance(v, DictV) and v.module:
+        return DictV({k: _moved_part(i, devs, origin, node, depth) for k, i in v.items.items()}, module=True)
+    return v
+
+
+def _moved_summarized(recv: Obj, devs, origin: str, node) -> Obj | None:
+    """An instance of a class of another file after `Module.to()`: where its forward needs
+    its input follows the move (nowhere in particular when the forward moves it itself)."""
+    if not (recv.extra or {}).get("summarized") or devs is None:
+        return None
+    return recv.with_(
+        devs=devs,
+        split=None,
+        origin=origin,
+        at=node,
+        in_devs=devs if recv.in_devs is not None else None,
+        out_devs=devs if recv.out_devs is not None and recv.out_devs == recv.devs else None,
+    )

@@ -148,8 +148,27 @@ def call_summarized(
         split=split,
         in_devs=_subst(summ.get("in"), bound),
         out_devs=_subst(summ.get("out"), bound),
-        extra={"in_known": True, "summarized": callee.name},
+        extra={"in_known": True, "summarized": callee.name, "returns": summ.get("returns"), "bound": bound},
     )
     if split:
         st.scope.split_seen = True
     return obj
+
+
+def summarized_output(mod: Obj, node) -> Val | None:
+    """What calling an instance of a class of another file returns, when its summary
+    knows more than one device: a tuple or list with a device per item. None otherwise."""
+    extra = mod.extra or {}
+    returns = extra.get("returns")
+    if not returns:
+        return None
+    out = _obj_from(returns, extra.get("bound") or {}, extra.get("summarized", ""), node)
+    return _opaque(out)
+
+
+def _opaque(v: Val) -> Val:
+    if isinstance(v, Obj):
+        return v.with_(origin="output of", opaque=True)
+    if isinstance(v, SeqV) and v.items is not None:
+        return SeqV(tuple(_opaque(i) for i in v.items), kind=v.kind)
+    return v

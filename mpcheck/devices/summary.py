@@ -16,22 +16,20 @@ package's __init__ re-exports from other modules.
 
 from __future__ import annotations
 
-from typing import Any
-
 import libcst as cst
 
 from mpcheck.devices.interp import Interp
 from mpcheck.devices.names import import_bindings
-from mpcheck.devices.program import ClassInfo, FuncInfo, State, params_of
+from mpcheck.devices.program import State, params_of
 from mpcheck.devices.summarized import constant_value
-from mpcheck.devices.values import PROBE, Const, DeviceV, Devs, Obj, SeqV, SymV, Val, single
+from mpcheck.devices.values import PROBE, Const, DeviceV, Obj, SeqV, SymV, Val, single
 
 _MAX_RETURN_ITEMS = 4
 
 
-def summarize_module(module: cst.Module, modname: str) -> dict[str, Any]:
+def summarize_module(module: cst.Module, modname: str) -> dict:
     interp = Interp(module, modname, {})
-    out: dict[str, Any] = {"classes": {}, "functions": {}, "reexports": {}, "constants": {}}
+    out: dict = {"classes": {}, "functions": {}, "reexports": {}, "constants": {}}
     st = State.fresh(interp.globals, "<summary>")
     for stmt in module.body:
         if isinstance(stmt, cst.SimpleStatementLine):
@@ -64,14 +62,14 @@ def summarize_module(module: cst.Module, modname: str) -> dict[str, Any]:
     return out
 
 
-def _devs(d: Devs) -> list[str] | None:
+def _devs(d) -> list | None:
     return sorted(d) if d is not None else None
 
 
-def _class_summary(interp: Interp, cinfo: ClassInfo, inst: Obj) -> dict[str, Any]:
+def _class_summary(interp: Interp, cinfo, inst: Obj) -> dict:
     init = cinfo.method("__init__")
     params = [n for n, _ in params_of(init.node)][1:] if init else []
-    s: dict[str, Any] = {
+    s = {
         "params": params,
         "split": [list(p) for p in inst.split] if inst.split else None,
         "devs": _devs(inst.devs),
@@ -86,10 +84,13 @@ def _class_summary(interp: Interp, cinfo: ClassInfo, inst: Obj) -> dict[str, Any
             res = interp.calls.call_function(fwd, inst, [Obj("tensor", PROBE)], {}, st, None)
         d = res.devs if isinstance(res, Obj) and res.devs != PROBE else None
         s["out"] = _devs(d) if d is not None and not any(x.startswith("sym:__") for x in d) else None
+        if isinstance(res, SeqV):
+            # A tuple or list of outputs (features, skips): each item with its own device.
+            s["returns"] = _value_summary(_without_probe(res))
     return s
 
 
-def _function_summary(interp: Interp, finfo: FuncInfo) -> dict[str, Any]:
+def _function_summary(interp: Interp, finfo) -> dict:
     params = [n for n, _ in params_of(finfo.node)]
     st = State.fresh(dict(interp.globals), "<summary>")
     with interp.recorder.muted():
@@ -97,7 +98,16 @@ def _function_summary(interp: Interp, finfo: FuncInfo) -> dict[str, Any]:
     return {"params": params, "returns": _value_summary(res)}
 
 
-def _value_summary(v: Val, depth: int = 0) -> dict[str, Any] | None:
+def _without_probe(v: Val) -> Val:
+    """The input's own device (a probe) is not a device the caller can use: unknown."""
+    if isinstance(v, Obj) and v.devs is not None and any(x.startswith("sym:__") for x in v.devs):
+        return v.with_(devs=None)
+    if isinstance(v, SeqV) and v.items is not None:
+        return SeqV(tuple(_without_probe(i) for i in v.items), kind=v.kind)
+    return v
+
+
+def _value_summary(v: Val, depth: int = 0) -> dict | None:
     if isinstance(v, Obj) and v.kind in ("module", "any", "tensor", "param", "buffer"):
         return {
             "kind": "module" if v.kind in ("module",) else ("any" if v.kind == "any" else "tensor"),
@@ -110,7 +120,7 @@ def _value_summary(v: Val, depth: int = 0) -> dict[str, Any] | None:
     return None
 
 
-def _constant(v: Val) -> dict[str, Any] | None:
+def _constant(v: Val):
     """A JSON form of a device, a string, an int or a short list of them, else None."""
     if isinstance(v, DeviceV):
         d = single(v.devs)

@@ -244,6 +244,23 @@ NON_TENSOR_METHODS = frozenset(
         "copy_",
     }
 )
+# Results that leave the activation chain (events.Crossing): a full reduction (no dim
+# given) is a scalar such as a loss; indices and counts are metrics.
+FULL_REDUCTIONS = frozenset(
+    {"mean", "sum", "max", "min", "norm", "std", "var", "prod", "all", "any", "nansum", "nanmean", "amax", "amin"}
+)
+INDEX_RESULTS = frozenset({"argmax", "argmin", "bincount", "count_nonzero", "histc", "unique", "nonzero", "eq", "ne"})
+
+
+def leaves_chain(name: str, n_args: int, kwargs) -> bool:
+    """`x.mean()`, `torch.sum(x)`, `logits.argmax(1)`, `torch.bincount(pred)`: a value that is no
+    activation any more (n_args counts the arguments after the tensor itself)."""
+    last = name.rsplit(".", 1)[-1]
+    if last in INDEX_RESULTS or is_loss(name):
+        return True
+    return last in FULL_REDUCTIONS and n_args == 0 and "dim" not in kwargs
+
+
 DTYPE_METHODS = frozenset({"half", "float", "double", "bfloat16", "long", "int", "bool", "short", "char", "byte"})
 
 # Torch functions that are not tensor ops (no device agreement to check).

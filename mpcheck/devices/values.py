@@ -11,18 +11,17 @@ yields a finding: rules only compare devices that are certainly different.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-Devs = frozenset[str] | None  # a set of device names; None: unknown
+Devs = frozenset | None
 
 CURRENT = "cuda"  # index-less CUDA device: whatever the current device is
 _MAX_SET = 4
 _SYM_INDEX = re.compile(r"^sym:(.+)\[(-?\d+)\]$")
 
 
-def one(dev: str) -> frozenset[str]:
+def one(dev: str) -> frozenset:
     return frozenset((dev,))
 
 
@@ -69,7 +68,7 @@ def conflict(a: Devs, b: Devs) -> tuple[str, str] | None:
     return None
 
 
-def distinct_devices(devs: Iterable[str | None]) -> list[str]:
+def distinct_devices(devs) -> list[str]:
     """The devices of `devs` (an iterable of names) that are pairwise distinct
     (symbolic ones only when they are entries of one list)."""
     out: list[str] = []
@@ -84,7 +83,7 @@ def distinct_devices(devs: Iterable[str | None]) -> list[str]:
     return out
 
 
-def is_split_devs(devs: Iterable[str | None]) -> bool:
+def is_split_devs(devs) -> bool:
     ds = distinct_devices(devs)
     return len(ds) >= 2 or any(d.startswith("sym:each:") for d in ds)
 
@@ -162,8 +161,8 @@ class Obj(Val):
     origin: str = ""  # where it got its device, for messages ("moved to cuda:1")
     at: Any = field(default=None, repr=False)  # the node where it got its device (positions resolved lazily)
     cls: Any = field(default=None, repr=False)  # ClassInfo of an instance of an analysed class
-    attrs: dict[str, Val] | None = field(default=None, repr=False)  # attribute -> Val, for instances
-    split: tuple[tuple[str, str], ...] | None = None  # ((attr, dev), ...) when on >= 2 devices
+    attrs: dict | None = field(default=None, repr=False)  # attribute -> Val, for instances
+    split: tuple | None = None  # ((attr, dev), ...) when on >= 2 devices
     dispatched: str = ""  # how a library split it ("device_map='auto'")
     invariant: bool = False  # unchanging between calls (buffer, parameter, constant)
     moved_from: Devs = None  # for MP005: the device before the last transfer
@@ -172,19 +171,19 @@ class Obj(Val):
     in_devs: Devs = None  # modules: where their input must be
     out_devs: Devs = None  # modules: where their output is
     lineage: int | None = None  # which activation this is, across transfers (events.Crossing)
-    extra: dict[str, Any] | None = None  # loss modules: their weight tensors
+    extra: dict | None = None  # loss modules: their weight tensors
     # Its type is assumed, not known: an element unpacked from a value, or the
     # output of a module whose forward the model does not read (a list, a tuple
     # or a dict would look the same). For a module: so is the type of its output.
     opaque: bool = False
 
-    def with_(self, **kw: Any) -> Obj:
+    def with_(self, **kw) -> Obj:
         return replace(self, **kw)
 
 
 @dataclass(eq=False)
 class SeqV(Val):
-    items: tuple[Val, ...] | None  # None: unknown length
+    items: tuple | None  # None: unknown length
     elem: Val = UNK  # the join of the items when the length is unknown
     kind: str = "list"
     module: bool = False  # an nn.Sequential / ModuleList
@@ -192,7 +191,7 @@ class SeqV(Val):
 
 @dataclass(eq=False)
 class DictV(Val):
-    items: dict[Any, Val]
+    items: dict
     module: bool = False
 
 
@@ -218,7 +217,7 @@ class FuncRef(Val):
 class Summarized(Val):
     """A class or function from another project file, known by its summary."""
 
-    summary: dict[str, Any]
+    summary: dict
     name: str
     kind: str  # 'class' | 'function'
 
@@ -313,8 +312,24 @@ def as_device(v: Val, ints_are_cuda: bool = True) -> Devs:
 
 # ---------------------------------------------------------------- shared by the interpreter's parts
 
+# The lineage of a value that has left the activation chain: a reduction to a scalar, a
+# loss, indices or a comparison (a metric). Moving it is no crossing of the activations.
+OFF_CHAIN = -1
+
 UNPLACED = "built without a device"  # the origin of a parametered torch.nn module not yet placed
 PROBE = one("sym:__input__")  # the device of the input given to a forward to see where it must be
+
+
+def probe_devs(i: int) -> frozenset:
+    """The probe device of a forward's positional argument i (PROBE for the first)."""
+    return PROBE if i == 0 else one(f"sym:__input__{i}")
+
+
+def is_probe(devs: Devs) -> bool:
+    d = single(devs)
+    return d is not None and d.startswith("sym:__input__")
+
+
 _CPU = one("cpu")
 
 
@@ -359,7 +374,7 @@ class ParamsOf(Val):
 
 
 # What an op that was reported returns: a tensor of unknown device, so one bug gives one finding.
-FAILED_MARK: dict[str, Any] = {"failed": True}
+FAILED_MARK: dict = {"failed": True}
 FAILED = Obj("tensor", None, origin="", extra=FAILED_MARK)
 
 
@@ -367,11 +382,18 @@ def failed(v: Val) -> bool:
     return isinstance(v, Obj) and v.extra is FAILED_MARK
 
 
-def used(*vals: Val) -> None:
-    """Marks tensors as worked on since their last transfer (MP005 counts only idle round trips)."""
+def used(*vals, depth: int = 0) -> None:
+    """Marks tensors as worked on since their last transfer (MP005 counts only idle round trips);
+    also those inside a list, a tuple or a dict passed on (`module(*inputs)`)."""
     for v in vals:
         if isinstance(v, Obj) and not v.worked:
             v.worked = True
+        elif depth < 3 and isinstance(v, Starred):
+            used(v.elem, depth=depth + 1)
+        elif depth < 3 and isinstance(v, SeqV):
+            used(*(v.items if v.items is not None else (v.elem,)), depth=depth + 1)
+        elif depth < 3 and isinstance(v, DictV):
+            used(*v.items.values(), depth=depth + 1)
 
 
 def both_cuda(a: Devs, b: Devs) -> bool:
@@ -379,7 +401,7 @@ def both_cuda(a: Devs, b: Devs) -> bool:
     return bool(x and y and x.startswith("cuda") and y.startswith("cuda"))
 
 
-def value_key(v: Val) -> tuple[Any, ...]:
+def value_key(v: Val):
     """A hashable key that tells apart the values a call may behave differently on (memoisation)."""
     if isinstance(v, Const):
         return ("c", repr(v.value))
@@ -438,14 +460,14 @@ def holds_split(v: Val) -> bool:
     return isinstance(v, SeqV) and v.items is not None and any(is_splitish(i) for i in v.items)
 
 
-def join_all(vals: Iterable[Val]) -> Val:
-    out: Val | None = None
+def join_all(vals) -> Val:
+    out = None
     for v in vals:
         out = v if out is None else join(out, v)
     return out if out is not None else UNK
 
 
-def iter_items(it: Val) -> list[Val] | None:
+def iter_items(it: Val):
     """The items of an iterable of known length, else None."""
     if isinstance(it, SeqV) and it.items is not None:
         return list(it.items)

@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import libcst as cst
 
 from mpcheck.devices.describe import MODE_WORDS, move_fix, origin_text, value_text
 from mpcheck.devices.events import Mismatch
-from mpcheck.devices.values import Obj, device_literal, known_tensor, show, single
-from mpcheck.finding import Finding
+from mpcheck.devices.values import device_literal, known_tensor, show, single
 from mpcheck.rules.base import Rule, once_per_node
-from mpcheck.rules.context import FileContext
 from mpcheck.rules.words import FLOW_WORDS
 
 
@@ -19,7 +15,7 @@ class MissingTransfer(Rule):
     code = "MP001"
     needs = FLOW_WORDS
 
-    def check(self, ctx: FileContext) -> Iterator[Finding]:
+    def check(self, ctx):
         for ev in once_per_node(ctx.model.facts(Mismatch)):
             v = ev.value
             here, there = single(v.devs), single(ev.target)
@@ -39,55 +35,75 @@ class MissingTransfer(Rule):
             expr = ev.expr
             mod = ev.module
             if there == "cpu" and mod is not None and "never placed" in (mod.origin or ""):
-                assert here is not None  # the value's device, where the module must be placed
-                call = ev.node
-                assert isinstance(call, cst.Call)  # the module's call
                 yield self.finding(
                     ctx,
-                    call,
-                    f"`{name}` is on {show(here)} ({origin_text(ctx, v)}), but `{ctx.code(call.func)}` was never "
+                    ev.node,
+                    f"`{name}` is on {show(here)} ({origin_text(ctx, v)}), but `{ctx.code(ev.node.func)}` was never "
                     f"placed, so it is still on the CPU{MODE_WORDS.get(ev.mode, '')}: place it in __init__, e.g. "
                     f"`.to({device_literal(here)})`.",
                     devices=[here, there],
-                    modules=[ctx.code(call.func)],
-                    suggestion=f"place `{ctx.code(call.func)}` with `.to({device_literal(here)})` in __init__",
+                    modules=[ctx.code(ev.node.func)],
+                    suggestion=f"place `{ctx.code(ev.node.func)}` with `.to({device_literal(here)})` in __init__",
                 )
                 continue
-            assert there is not None  # a mismatch names the device the value meets
-            moved = _moved_tensor(expr)
-            if moved is not None:
+            varies = ctx.model.one_target(ev) != there
+            target_code = _device_of(ctx, ev) if varies else None
+            if target_code is not None:
+                # Visits of this line need different devices (a loop over blocks on two GPUs):
+                # no one device fits; the device of what it meets on each visit does.
+                moved = ctx.code(expr.func.value) if _is_move(expr) else name
+                fix = (
+                    f"{moved}.to({target_code})"
+                    if moved.isidentifier() or _is_move(expr)
+                    else f"({moved}).to({target_code})"
+                )
+            elif _is_move(expr):
                 # The value was moved, to the wrong device: fix that move.
-                fix = f"{ctx.code(moved)}.to({device_literal(there)})"
+                fix = f"{ctx.code(expr.func.value)}.to({device_literal(there)})"
             elif name.isidentifier():
                 fix = f"{name} = {name}.to({device_literal(there)})"
             elif isinstance(expr, (cst.Call, cst.Attribute, cst.Subscript)):
                 fix = f"{name}.to({device_literal(there)})"
             else:
                 fix = f"({name}).to({device_literal(there)})"
+            advice = (
+                f"the line runs for several devices, so move it to the device it meets on each visit, e.g. `{fix}` "
+                f"at line {line}"
+                if target_code is not None
+                else f"move it first, e.g. `{fix}` before line {line}"
+            )
             yield self.finding(
                 ctx,
                 ev.node,
                 f"`{name}` is on {show(here)} ({origin_text(ctx, v)}), but {meets}{MODE_WORDS.get(ev.mode, '')}: "
-                f"move it first, e.g. `{fix}` before line {line}.",
+                f"{advice}.",
                 devices=[here, there],
                 modules=[ev.what] if ev.op == "module" else [],
-                suggestion=f"{fix} before line {line}",
+                suggestion=advice,
                 fix=move_fix(ctx, expr, repr(there)) if _fixable(ctx, ev, v, there) else None,
             )
 
 
-def _moved_tensor(expr: cst.BaseExpression | None) -> cst.BaseExpression | None:
-    """`t` when `expr` is a move `t.to(...)` / `t.cuda()` / `t.cpu()`, else None."""
-    if (
-        isinstance(expr, cst.Call)
-        and isinstance(expr.func, cst.Attribute)
-        and expr.func.attr.value in ("to", "cuda", "cpu")
-    ):
-        return expr.func.value
+def _device_of(ctx, ev: Mismatch) -> str | None:
+    """Code for the device of what the value meets: `next(block.parameters()).device` for a
+    module called by name, `x.device` for the other operand of an op; None when not nameable."""
+    if ev.op == "module" and isinstance(ev.node, cst.Call) and isinstance(ev.node.func, (cst.Name, cst.Attribute)):
+        return f"next({ctx.code(ev.node.func)}.parameters()).device"
+    other = ev.what_expr
+    if ev.op != "module" and isinstance(other, (cst.Name, cst.Attribute)):
+        return f"{ctx.code(other)}.device"
     return None
 
 
-def _fixable(ctx: FileContext, ev: Mismatch, v: Obj, there: str) -> bool:
+def _is_move(expr) -> bool:
+    return (
+        isinstance(expr, cst.Call)
+        and isinstance(expr.func, cst.Attribute)
+        and expr.func.attr.value in ("to", "cuda", "cpu")
+    )
+
+
+def _fixable(ctx, ev: Mismatch, v, there: str) -> bool:
     """`.to(there)` is right only on a tensor (a list has no .to()) and only where
     every visit of the site needs `there` (not a loop over blocks on two devices).
     An operand of a torch function or tensor method is a tensor whatever the model

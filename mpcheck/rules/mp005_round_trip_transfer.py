@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import libcst as cst
 
-from mpcheck.devices.describe import value_text
+from mpcheck.devices.describe import root_name, value_text
 from mpcheck.devices.events import Transfer
 from mpcheck.devices.values import show, single
-from mpcheck.finding import Finding
 from mpcheck.rules.base import Rule, once_per_node
-from mpcheck.rules.context import FileContext
 from mpcheck.rules.words import FLOW_WORDS
 
 
@@ -17,18 +15,21 @@ class RoundTripTransfer(Rule):
     code = "MP005"
     needs = FLOW_WORDS
 
-    def check(self, ctx: FileContext) -> Iterator[Finding]:
+    def check(self, ctx):
         for ev in once_per_node(ctx.model.facts(Transfer), _round_trip):
             v = ev.value
             home, there = single(v.moved_from), single(v.devs)  # home -> there -> home
-            name = value_text(ctx, None, v, "the tensor")
+            recv = ev.node.func.value if isinstance(ev.node.func, cst.Attribute) else None
+            # The variable the round trip starts from (`de` in `de.cpu().cuda(1)`), else the moved expression.
+            root = root_name(recv)
+            name = f"`{root or value_text(ctx, recv, v)}`" if recv is not None or v.label else "A tensor"
             first = ctx.line(v.moved_at)
             yield self.finding(
                 ctx,
                 ev.node,
-                f"`{name}` goes {show(home)} -> {show(there)} (line {first}) -> {show(home)} here, with no work on "
-                f"{show(there)} in between: two copies for nothing. Remove both transfers, or keep the "
-                f"{show(home)} tensor in a variable and use it here.",
+                f"{name} is moved from {show(home)} to {show(there)} (line {first}) and back here, with no work on "
+                f"{show(there)} in between: two copies for nothing. Remove both transfers, or keep the tensor that "
+                f"is on {show(home)} in a variable and use it here.",
                 devices=[home, there],
                 suggestion=f"drop the transfer at line {first} and this one",
             )

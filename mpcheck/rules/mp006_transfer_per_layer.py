@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from mpcheck.devices.describe import and_list, plural
 from mpcheck.devices.events import Crossing
 from mpcheck.devices.values import show
 from mpcheck.finding import Finding
@@ -30,16 +31,24 @@ class TransferPerLayer(Rule):
                 continue
             seen.add(id(node))
             path = " -> ".join(show(d) for d in devs[:8]) + (" -> ..." if len(devs) > 8 else "")
+            n = len(distinct)
             yield self.finding(
                 ctx,
                 node,
-                f"the activations cross devices {crossings} times ({path}) where {len(distinct) - 1} crossing(s) "
-                f"would do: the layers alternate between {', '.join(show(d) for d in distinct)}. Group consecutive "
-                f"layers per device (e.g. the first half on {show(distinct[0])}, the second on "
-                f"{show(distinct[1])}) so that each stage boundary is crossed once.",
+                f"the activations cross devices {crossings} times ({path}), where {n} devices need "
+                f"{plural(n - 1, 'crossing')}: the layers alternate between {and_list([show(d) for d in distinct])}. "
+                f"Group consecutive layers per device ({_grouping(distinct)}) so that each stage boundary is "
+                "crossed once.",
                 devices=distinct,
                 suggestion="place consecutive layers on the same device, one block per device",
             )
+
+
+def _grouping(distinct: list[str]) -> str:
+    """'e.g. the first half on cuda:0, the second on cuda:1', or one block per device in order."""
+    if len(distinct) == 2:
+        return f"e.g. the first half on {show(distinct[0])}, the second on {show(distinct[1])}"
+    return f"one contiguous block of layers on each of {and_list([show(d) for d in distinct])}, in that order"
 
 
 @dataclass
@@ -57,6 +66,12 @@ def _chains(steps: list[Crossing]) -> list[_Chain]:
     by_lineage: dict[int, _Chain] = {}
     for c in steps:
         chain = by_lineage.get(c.lineage)
+        if chain is None and c.opens:
+            chain = by_lineage[c.lineage] = _Chain([], c.reported)
+        if chain is None or _host(c.src) or _host(c.dst):
+            # A copy to the host leaves the chain (a metric, a log line, a saved tensor); one
+            # from the host is the input coming in: neither is a crossing between layers.
+            continue
         if c.undoes:
             # A round trip with no work in between: MP005's business; it is not a stage crossing.
             if chain is not None and len(chain.devs) >= 2 and chain.devs[-1] == c.src:
@@ -64,12 +79,14 @@ def _chains(steps: list[Crossing]) -> list[_Chain]:
                 if chain.nodes:
                     chain.nodes.pop()
             continue
-        if chain is None:  # c.opens
-            chain = by_lineage[c.lineage] = _Chain([c.src], c.reported)
-        if chain.devs[-1] != c.src:
+        if not chain.devs or chain.devs[-1] != c.src:
             chain.devs.append(c.src)
         if c.dst in chain.devs and chain.first_revisit is None:
             chain.first_revisit = c.node
         chain.devs.append(c.dst)
         chain.nodes.append(c.node)
     return [ch for ch in by_lineage.values() if ch.reported]
+
+
+def _host(dev: str) -> bool:
+    return dev == "cpu"

@@ -1,0 +1,99 @@
+"""Wording of the linter's messages: articles, plurals, no doubled words. Checked on the
+helpers that build the phrases and on every message the bad fixtures produce."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+from mpcheck.devices.describe import and_list, article, plural, split_desc
+from mpcheck.devices.values import Obj
+
+CASES = Path(__file__).parent / "fixtures" / "cases"
+_CLI = [sys.executable, "-c", "import sys; from mpcheck.cli import main; sys.exit(main())"]
+
+
+def test_article_follows_the_first_letter():
+    assert article("Alt") == "an" and article("encoder") == "an"
+    assert article("SplitNet") == "a" and article("UNet") == "an"
+
+
+def test_split_model_named_with_the_right_article():
+    alt = Obj("module", None, cls=SimpleNamespace(name="Alt"), split=(("a", "cuda:0"), ("b", "cuda:1")))
+    net = Obj("module", None, cls=SimpleNamespace(name="SplitNet"), split=(("a", "cuda:0"), ("b", "cuda:1")))
+    assert split_desc(alt).startswith("an Alt split over cuda:0 (a) and cuda:1 (b)")
+    assert split_desc(net).startswith("a SplitNet split over")
+
+
+def test_plural_and_lists():
+    assert plural(1, "crossing") == "1 crossing" and plural(3, "crossing") == "3 crossings"
+    assert and_list(["a"]) == "a" and and_list(["a", "b"]) == "a and b" and and_list(["a", "b", "c"]) == "a, b and c"
+
+
+def test_no_message_of_the_bad_fixtures_stutters_or_hedges_a_plural(tmp_path):
+    bad = sorted(str(p) for p in CASES.iterdir() if p.name.endswith(("_bad.py", "_bad")))
+    proc = subprocess.run(
+        [*_CLI, "--output-format", "json", "--no-cache", "--isolated", *bad], capture_output=True, text=True
+    )
+    found = json.loads(proc.stdout)
+    assert found, proc.stderr
+    for f in found:
+        msg = f["message"]
+        assert not re.search(r"\b(\w+) \1\b", msg, re.IGNORECASE), msg
+        assert "(s)" not in msg, msg
+        assert not re.search(r"\ba [aeiouAEIOU]\w", msg.replace("a user", "")), msg
+
+
+def _lint(tmp_path, name: str, source: str) -> list[dict]:
+    (tmp_path / name).write_text(source, encoding="utf-8")
+    proc = subprocess.run(
+        [*_CLI, "--output-format", "json", "--no-cache", "--isolated", name],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    return json.loads(proc.stdout)
+
+
+def test_round_trip_through_the_current_device_reads_plainly(tmp_path):
+    found = _lint(
+        tmp_path,
+        "trip.py",
+        "import torch\n\n\ndef f(x):\n    x = x.to('cuda')\n    y = x.cpu()\n    return y.to('cuda')\n",
+    )
+    assert [f["code"] for f in found] == ["MP005"]
+    msg = found[0]["message"]
+    assert msg.startswith("`y` is moved from the current CUDA device ('cuda') to cpu (line 6) and back here"), msg
+    assert "the the" not in msg and "`the tensor`" not in msg
+
+
+def test_advice_in_a_loop_over_blocks_on_two_devices_names_no_single_device(tmp_path):
+    case = CASES / "A_loop_no_hop_bad.py"
+    found = _lint(tmp_path, case.name, case.read_text(encoding="utf-8"))
+    assert [f["code"] for f in found] == ["MP001"] and found[0]["fix"] is None
+    msg = found[0]["message"]
+    assert "next(blk.parameters()).device" in msg and ".to('cuda:1')" not in msg, msg
+
+
+def test_ping_pong_over_four_devices_says_how_many_crossings_they_need(tmp_path):
+    found = _lint(
+        tmp_path,
+        "rr.py",
+        "import torch.nn as nn\n\n\n"
+        "class RoundRobin(nn.Module):\n"
+        "    def __init__(self, depth=8):\n"
+        "        super().__init__()\n"
+        '        self.layers = nn.ModuleList([nn.Linear(64, 64).to(f"cuda:{i % 4}") for i in range(depth)])\n\n'
+        "    def forward(self, x):\n"
+        "        for i, layer in enumerate(self.layers):\n"
+        '            x = layer(x.to(f"cuda:{i % 4}"))\n'
+        "        return x\n",
+    )
+    assert [f["code"] for f in found] == ["MP006"]
+    msg = found[0]["message"]
+    assert "cross devices 7 times" in msg and "4 devices need 3 crossings" in msg, msg
+    assert "cuda:0, cuda:1, cuda:2 and cuda:3, in that order" in msg and "cpu" not in msg, msg
