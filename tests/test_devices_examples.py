@@ -31,3 +31,16 @@ def test_examples_give_the_commented_findings(tmp_path):
         for code in re.findall(r"MP\d{3}", line)
     )
     assert found == promised
+
+
+def test_the_readme_shows_what_the_first_command_prints():
+    """The README's sample output is the real output of `mpcheck examples/`, word for word."""
+    root = EXAMPLES.parent
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    shown = re.search(r"What the first command prints:\n\n```\n(.*?)```", readme, re.S)
+    assert shown, "the README lost its sample output"
+    proc = subprocess.run(
+        [*_CLI, "--no-cache", "--color", "never", "examples/"], capture_output=True, text=True, cwd=root
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert shown.group(1) == proc.stdout
