@@ -108,7 +108,8 @@ CODES: tuple[Code, ...] = (
         "loss-device-mismatch",
         "error",
         "A loss or metric gets its outputs and its targets (or class weights) on different devices.",
-        (LINT,),
+        _EVERY_FACE,
+        fatal=True,
     ),
     Code(
         "MP011",

@@ -27,7 +27,7 @@ from mpcheck.finding import Finding
 from mpcheck.runtime.checks.ledger import Ledger, TransferTiming
 from mpcheck.runtime.checks.pingpong import Chain, PingPong, describe
 from mpcheck.runtime.checks.sites import UNKNOWN, Site, user_site
-from mpcheck.runtime.checks.torchapi import CPU_INDEX_NAMES, is_loss
+from mpcheck.runtime.checks.torchapi import CPU_INDEX_NAMES, is_loss, is_loss_module
 from mpcheck.runtime.checks.wording import tensor_words
 
 __all__ = [
@@ -474,12 +474,12 @@ class Checker:
             if cpu_index_ok and d == "cpu":
                 continue
             odd.append((loc, t, d))
-        if not odd or not self.wants("MP001"):
+        loss = is_loss(getattr(func, "__name__", ""))
+        if not odd or not self.wants("MP008" if loss else "MP001"):
             return args, kwargs
         what = name or _op_name(func)
         if phase == "backward":
             what += " (in backward)"
-        loss = is_loss(getattr(func, "__name__", ""))
         return self._mismatch(what, first_dev, odd, args, kwargs, site=site, module=module, loss=loss, first=first)
 
     def check_module_entry(
@@ -495,6 +495,8 @@ class Checker:
         if self.inputs_on(dev, args, kwargs):
             return args, kwargs  # the common case: every input on the module's device
         odd = self._off_device(dev, args, kwargs)
+        if is_loss_module(module):
+            return self._loss_weights_mismatch(module, path, dev, odd, args, kwargs, site=site)
         if not odd or not self.wants("MP001"):
             return args, kwargs
         return self._mismatch(
@@ -507,6 +509,33 @@ class Checker:
             module=path,
             expected_is="the module's parameters and buffers are",
         )
+
+    def _loss_weights_mismatch(self, module, path, dev, odd, args, kwargs, *, site) -> tuple[tuple, dict]:
+        """A loss module (nn.CrossEntropyLoss(weight=w)) whose class weights sit on `dev` and whose
+        inputs do not: MP008. The weights are small and the predictions large: move the criterion."""
+        if not odd or not self.wants("MP008"):
+            return args, kwargs
+        preds = next((t for _, t in _iter_tensors(args, kwargs, self._tensor)), None)
+        target = self.devices.device_of(preds) if preds is not None else odd[0][2]
+        loc, t, d = odd[0]
+        self.emit(
+            "MP008",
+            site or self.sites(),
+            f"input of {type(module).__name__} '{path}': {_describe(loc)} ({tensor_words(t)}) is on {d}, "
+            f"the loss's weights are on {dev}",
+            devices=(dev, d),
+            modules=(path,),
+            suggestion=f"move the loss module (its weights) to the predictions' device with `.to('{target}')`, "
+            "and the targets with it",
+        )
+        if self.on_mismatch == "move":
+            try:
+                with self.suspend():
+                    moved = {loc: self.devices.move(t, dev) for loc, t, _ in odd}
+                return _replace(args, kwargs, moved)
+            except Exception:  # e.g. out of a meta tensor: leave it, PyTorch decides
+                pass
+        return args, kwargs
 
     def enter_module(self, module: Any, path: str, dev: str, args: tuple, kwargs: dict) -> bool:
         """A module that may move or ignore its inputs (a user module, a module with pre-hooks)
@@ -640,11 +669,14 @@ class Checker:
             else:
                 msg = f"{what}: {_describe(loc)} ({tensor_words(t)}) is on {d}, {expected_is} on {expected}"
                 where, modules, target, off = site, ((module,) if module else ()), expected, d
+            code = "MP001"
             if loss and blamed is None:  # the targets follow the predictions; no module should move for a loss
-                sugg = f"move the targets to the predictions' device with `.to('{target}')` before the loss"
+                code = "MP008"
+                which = "the targets" if loc[0] in (1, "target") else _describe(loc)
+                sugg = f"move {which} to the predictions' device with `.to('{target}')` before the loss"
             else:
                 sugg = f"move it with `.to('{target}')` before this call (or place the producing module on {target})"
-            self.emit("MP001", where, msg, devices=(target, off), modules=modules, suggestion=sugg)
+            self.emit(code, where, msg, devices=(target, off), modules=modules, suggestion=sugg)
             if self.on_mismatch == "move":
                 try:
                     with self.suspend():
