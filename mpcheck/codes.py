@@ -111,6 +111,16 @@ CODES: tuple[Code, ...] = (
         _EVERY_FACE,
         fatal=True,
     ),
+    # Run time only: which device indices exist is known only where the program runs (device_count(),
+    # CUDA_VISIBLE_DEVICES, --gpus). Fatal: CUDA raises "invalid device ordinal" right after.
+    Code(
+        "MP009",
+        "nonexistent-device",
+        "error",
+        "A tensor or module is placed on a CUDA device index that this machine does not have (cuda:2 with 2 GPUs).",
+        (RUN, DRYRUN),
+        fatal=True,
+    ),
     Code(
         "MP011",
         "repeated-transfer",

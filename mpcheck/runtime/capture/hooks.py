@@ -265,11 +265,14 @@ def _patch_module_moves(checker: Checker) -> list[Undo]:
             except Exception:
                 dev = None
             if dev is not None:
+                checker.check_device(dev)
                 checker.on_module_move(module, checker.devices.normalize(dev), site=user_site())
         return orig_to(module, *args, **kwargs)
 
     def module_cuda(module, device=None):
         if not tls.suspended:
+            if device is not None:
+                checker.check_device(device)
             target = checker.devices.normalize("cuda" if device is None else device)
             checker.on_module_move(module, target, site=user_site())
         return orig_cuda(module, device)

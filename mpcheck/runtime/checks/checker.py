@@ -4,7 +4,7 @@ One definition of each check: a device mismatch at a torch call or a module's
 entry (MP001), a split model wrapped in DataParallel / DDP with device_ids
 (MP002), a round trip (MP005), activations crossing devices at every layer
 (MP006, see pingpong.py), a split model collapsed by `.cuda()`/`.to()`
-(MP007), a repeated transfer of unchanged data (MP011). The two faces differ only in the `Devices` object they pass in: where a tensor's device comes from,
+(MP007), a loss fed across devices (MP008), a device that does not exist (MP009), a repeated transfer of unchanged data (MP011). The two faces differ only in the `Devices` object they pass in: where a tensor's device comes from,
 how a tensor is moved, how a transfer is timed.
 
 Do-no-harm rules for this module: it never keeps a tensor alive (only weak
@@ -92,6 +92,10 @@ class Devices(Protocol):
 
     def move(self, t: Any, device: str) -> Any:
         """Used by on_mismatch="move"."""
+
+    def gpu_count(self) -> int:
+        """How many CUDA devices exist (real: torch.cuda.device_count(); virtual: --gpus), for MP009.
+        Optional: a Devices without it is never asked about device ordinals."""
 
     def start_transfer(self, src: str, dst: str, nbytes: int) -> TransferTiming | None:
         """Called just BEFORE the copy is enqueued; the returned timing's stop() is called
@@ -267,6 +271,9 @@ class Checker:
         self._moves: dict[tuple, list] = {}
         # id(module) -> the one device of its own params/buffers, or None (none / several).
         self._placement: dict[int, tuple[weakref.ref, str | None]] = {}
+        # A device argument -> the missing CUDA index it names, or False (MP009; bounded by the
+        # distinct device values a program uses).
+        self._missing: dict[Any, int | bool] = {}
         self._purge_at = _PURGE_AT
         # The chains of transfers of the current forward pass, for MP006.
         self._pingpong = PingPong()
@@ -357,6 +364,64 @@ class Checker:
         if first and self.on_mismatch == "warn":
             warnings.warn(format_finding(f), MpcheckRuntimeWarning, stacklevel=2)
         return f
+
+    # -- MP009: a device that does not exist ------------------------------------------------
+    def check_device(self, device_like: Any) -> None:
+        """A device argument (`.to('cuda:2')`, `device=torch.device('cuda', 2)`, `.cuda(2)`) naming a
+        CUDA index the machine does not have: MP009 at the user's line, before CUDA's "invalid device
+        ordinal". Only a device something is placed on is checked; a `torch.device` made and never
+        used is no bug. Cached per device value: a placement costs one dict lookup."""
+        try:
+            missing = self._missing.get(device_like)
+        except TypeError:  # unhashable: not a device
+            return
+        if missing is None:
+            missing = self._missing[device_like] = self._missing_index(device_like)
+        if missing is not False:
+            self._report_missing_device(missing)
+
+    def _missing_index(self, device_like: Any) -> int | bool:
+        """The CUDA index `device_like` names when no such device exists, else False."""
+        count = self._gpu_count()
+        if not count:  # no CUDA at all (or a Devices that cannot say): PyTorch's own error is clear
+            return False
+        import torch
+
+        if isinstance(device_like, bool):
+            return False
+        if isinstance(device_like, int):
+            index = device_like  # `.to(2)`, `.cuda(2)`: a CUDA index
+        elif isinstance(device_like, (str, torch.device)):
+            try:
+                dev = torch.device(device_like)
+            except (RuntimeError, TypeError, ValueError):
+                return False
+            if dev.type != "cuda" or dev.index is None:
+                return False
+            index = dev.index
+        else:
+            return False
+        return index if index >= count else False
+
+    def _gpu_count(self) -> int:
+        count = getattr(self.devices, "gpu_count", None)
+        return count() if count is not None else 0
+
+    def _report_missing_device(self, index: int) -> None:
+        if not self.wants("MP009"):
+            return
+        n = self._gpu_count()
+        have = f"{n} GPU{'s' if n > 1 else ''} (cuda:0..cuda:{n - 1})" if n > 1 else "1 GPU (cuda:0)"
+        self.emit(
+            "MP009",
+            self.sites(),
+            f"cuda:{index} does not exist: this run has {have}; CUDA fails here with 'invalid device ordinal'",
+            devices=(f"cuda:{index}",),
+            modules=(self.current_module(),),
+            suggestion="take the device from the stage that will use the tensor (`next(stage.parameters()).device`) "
+            "or from a list of the devices that exist, not from arithmetic on an index "
+            "(`f'cuda:{k + 1}'`); check torch.cuda.device_count()",
+        )
 
     # -- MP001: mismatches ----------------------------------------------------------------
     def check_op(
