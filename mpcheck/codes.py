@@ -69,7 +69,7 @@ CODES: tuple[Code, ...] = (
         "error",
         "torch.nn.parallel.scatter/gather/replicate/parallel_apply (or torch.cuda.comm) used on a split model "
         "or to feed its stages.",
-        (LINT,),
+        _EVERY_FACE,
     ),
     Code(
         "MP004",

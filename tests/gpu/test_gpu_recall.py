@@ -103,3 +103,76 @@ def test_existing_gpus_and_unused_device_objects_are_silent():
         x = torch.randn(4).to(planned[1]).cuda(0).to("cuda") + torch.zeros(4, device=planned[0])
         nn.Linear(4, 4).to(planned[1])(x.to(1))
     assert dbg.findings == []
+
+
+# MP003 ------------------------------------------------------------------------------------------
+def test_replicate_of_a_split_model_at_the_call():
+    model = Split()
+    with pytest.raises(DeviceMismatchError) as err:
+        with mpcheck.debug(model, report=None):
+            nn.parallel.replicate(model, [0, 1])  # replicate
+    f = err.value.finding
+    assert (f.code, f.line) == ("MP003", _line(test_replicate_of_a_split_model_at_the_call, "# replicate"))
+
+
+def test_data_parallel_function_on_a_split_model_at_the_call():
+    model = Split()
+    with pytest.raises(DeviceMismatchError) as err:
+        with mpcheck.debug(model, report=None):
+            nn.parallel.data_parallel(model, torch.randn(4, 64, device="cuda:0"), device_ids=[0, 1])  # dp
+    f = err.value.finding
+    assert (f.code, f.line) == ("MP003", _line(test_data_parallel_function_on_a_split_model_at_the_call, "# dp"))
+
+
+def test_scatter_inside_a_split_forward_is_recorded_at_the_scatter():
+    class HalfNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.left = nn.Linear(16, 16).to("cuda:0")
+            self.right = nn.Linear(16, 16).to("cuda:1")
+
+        def forward(self, x):
+            chunks = nn.parallel.scatter(x, [0, 1])  # scatter
+            return nn.parallel.gather([self.left(chunks[0]), self.right(chunks[1])], target_device=0)  # gather
+
+    model = HalfNet()
+    with mpcheck.debug(model, report=None) as dbg:
+        model(torch.randn(4, 16, device="cuda:0"))
+    assert sorted((f.code, f.line) for f in dbg.findings) == [
+        ("MP003", _line(HalfNet.forward, "# scatter")),
+        ("MP003", _line(HalfNet.forward, "# gather")),
+    ]
+
+
+def test_primitives_on_a_single_device_model_and_parallel_apply_over_branches_are_silent():
+    net = nn.Linear(16, 16).to("cuda:0")
+    branches = [nn.Linear(16, 16).to("cuda:0"), nn.Linear(16, 16).to("cuda:1")]
+    x = torch.randn(8, 16, device="cuda:0")
+    with mpcheck.debug(net, report=None) as dbg:
+        replicas = nn.parallel.replicate(net, [0, 1])
+        chunks = nn.parallel.scatter(x, [0, 1])
+        outs = nn.parallel.parallel_apply(replicas, [(c,) for c in chunks])
+        nn.parallel.gather(outs, 0).sum().backward()
+        nn.parallel.data_parallel(net, x, device_ids=[0, 1])
+        nn.parallel.parallel_apply(branches, [(x,), (x.to("cuda:1"),)])
+        nn.DataParallel(net)(x)
+    assert dbg.findings == []
+
+
+# MP002: DataParallel around one stage on cuda:1 ---------------------------------------------------
+def test_data_parallel_around_a_stage_on_cuda1_with_default_device_ids_at_the_wrap():
+    model = Split()
+    with pytest.raises(DeviceMismatchError) as err:
+        with mpcheck.debug(model, report=None):
+            nn.DataParallel(model.dec)  # wrap
+    f = err.value.finding
+    want = _line(test_data_parallel_around_a_stage_on_cuda1_with_default_device_ids_at_the_wrap, "# wrap")
+    assert (f.code, f.line, f.devices) == ("MP002", want, ("cuda:1", "cuda:0"))
+
+
+def test_data_parallel_around_a_stage_with_device_ids_starting_on_it_is_silent():
+    model = Split()
+    with mpcheck.debug(model, report=None) as dbg:
+        dp = nn.DataParallel(model.dec, device_ids=[1, 0])
+        dp(torch.randn(8, 64, device="cuda:1")).sum().backward()
+    assert dbg.findings == []

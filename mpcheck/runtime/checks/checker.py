@@ -928,6 +928,8 @@ class Checker:
         """Before DataParallel(...) / DistributedDataParallel(...) wraps `module`. Returns the
         finding when the wrap would fail (or, with move, the caller skips the wrap)."""
         devs = [d for d in self.model_devices(module) if d != "cpu"]
+        if len(devs) == 1 and kind == "DataParallel":
+            return self._stage_off_first_device_id(module, devs[0], device_ids, site)
         if len(devs) < 2:
             return None
         if kind == "DataParallel":
@@ -950,6 +952,69 @@ class Checker:
             devices=tuple(devs),
             modules=(self.module_name(module),),
             suggestion=sugg,
+        )
+
+    def _stage_off_first_device_id(self, module: Any, dev: str, device_ids: Any, site: Site | None) -> Finding | None:
+        """DataParallel(stage on cuda:1) with device_ids whose first entry is another GPU (by default every
+        GPU, so cuda:0): DataParallel keeps the module on device_ids[0] and its forward fails with
+        "module must have its parameters and buffers on device cuda:0 (device_ids[0])"."""
+        if device_ids is None:
+            count = self._gpu_count()
+            if not count:
+                return None
+            first = "cuda:0"  # DataParallel's default: every visible GPU, from cuda:0
+        else:
+            try:
+                ids = list(device_ids)
+                first = self.devices.normalize(ids[0]) if ids else None
+            except Exception:  # an id that names no device: PyTorch's own error follows
+                return None
+            if first is None or len(ids) == 1:
+                return None  # one device id: DataParallel moves the module there itself
+        if first == dev:
+            return None
+        given = "the default device_ids (every GPU)" if device_ids is None else f"device_ids={list(device_ids)!r}"
+        return self.emit(
+            "MP002",
+            site or self.sites(),
+            f"DataParallel wraps a module that lives on {dev} with {given}: DataParallel keeps the module "
+            f"on device_ids[0] ({first}) and its forward fails with 'module must have its parameters and "
+            f"buffers on device {first} (device_ids[0])'",
+            devices=(dev, first),
+            modules=(self.module_name(module),),
+            suggestion=f"pass device_ids starting with {dev} (e.g. device_ids=[{dev.split(':')[-1]}, ...]); "
+            "if this is one stage of a split model, do not wrap it in DataParallel",
+        )
+
+    def on_parallel_primitive(self, name: str, module: Any, *, inside: bool, site: Site | None) -> Finding | None:
+        """Before DataParallel's internals (torch.nn.parallel.replicate / data_parallel called on `module`,
+        or scatter / gather called inside the forward of `module`, inside=True) run on a model split
+        over several devices: MP003. A single-device module, or a call outside any split module's
+        method (a hand-written data-parallel loop), is what these functions are for: silent."""
+        devs = [d for d in self.model_devices(module) if d != "cpu"]
+        if len(devs) < 2:
+            return None
+        split = f"a model split over {', '.join(devs)}"
+        if inside:
+            what = f"torch.nn.parallel.{name} inside the forward of {split}"
+            why = (
+                "scatter cuts one batch into pieces for replicas and gather concatenates the replicas' pieces; "
+                "the stages of a split model each need the whole batch in turn"
+            )
+        else:
+            what = f"torch.nn.parallel.{name} on {split}"
+            why = "it copies a single-device module onto each GPU and requires every parameter on device_ids[0]"
+        return self.emit(
+            "MP003",
+            site or self.sites(),
+            f"{what}: {why}",
+            devices=tuple(devs),
+            modules=(self.module_name(module),),
+            suggestion="move the activations between the stages with `.to('cuda:k')`; for data parallelism "
+            "over a split model use DistributedDataParallel(model, device_ids=None), one process per replica",
+            # replicate / data_parallel on a split model raise in PyTorch right after; a scatter or gather
+            # inside a split forward runs (on the wrong data): recorded, the program goes on.
+            fatal=not inside,
         )
 
     def on_module_move(self, module: Any, target: str | None, *, site: Site | None) -> Finding | None:
