@@ -77,3 +77,25 @@ print("finished")
     )
     status, report, err = dryrun_cli(s, "--gpus", "2")
     assert report["findings"] == [], err
+
+
+def test_the_primitives_are_restored_after_the_debug_mode():
+    import sys
+
+    import torch
+
+    import mpcheck
+
+    homes = [
+        (torch.nn.parallel, "replicate"),
+        (torch.nn.parallel, "scatter"),
+        (torch.nn.parallel, "gather"),
+        (torch.nn.parallel, "data_parallel"),
+        (sys.modules["torch.nn.parallel.replicate"], "replicate"),
+        (sys.modules["torch.nn.parallel.scatter_gather"], "scatter"),
+        (sys.modules["torch.nn.parallel.data_parallel"], "data_parallel"),
+    ]
+    before = [getattr(o, n) for o, n in homes]
+    with mpcheck.debug(report=None):
+        assert torch.nn.parallel.replicate is not before[0]  # patched while it runs
+    assert all(getattr(o, n) is b for (o, n), b in zip(homes, before))

@@ -47,6 +47,8 @@ Limits (each stops the program with a message naming the line, never a hang or a
   lists it as a limit at its line;
 - torch.load(map_location="cuda:k" | torch.device | int) loads on the CPU and moves the
   tensors to the virtual device; other map_locations are PyTorch's.
+- an integer device (`torch.device(0)`, `.to(0)`, `device=1`, `Module.to(1)`, `.cuda(0)`) is CUDA's,
+  as on real GPUs (a CPU build alone refuses it: "Cannot access accelerator device").
 """
 
 from __future__ import annotations
