@@ -16,7 +16,7 @@ class HalfNet(nn.Module):
     def __init__(self):
         super().__init__()
         self.left = nn.Linear(16, 16).to("cuda:0")
-        self.right = nn.Linear(16, 16).to("cuda:1")
+        self.right = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 16)).to("cuda:1")
     def forward(self, x):
         chunks = scatter(x, [0, 1])  # <- scatter
         return gather([self.left(chunks[0]), self.right(chunks[1])], target_device=0)
@@ -73,6 +73,33 @@ try:
 except RuntimeError as e:
     print("limit:", e)
 print("finished")
+"""
+    )
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert report["findings"] == [], err
+
+
+def test_scatter_in_a_module_holding_one_replica_per_gpu_is_silent(script, dryrun_cli):
+    s = script(
+        """
+import copy
+import torch
+import torch.nn as nn
+import torch.nn.parallel as P
+
+class Replicated(nn.Module):  # a hand-written DataParallel: the same weights' shapes on each GPU
+    def __init__(self, net):
+        super().__init__()
+        self.copies = nn.ModuleList([copy.deepcopy(net).to(f"cuda:{i}") for i in range(2)])
+    def forward(self, x):
+        chunks = P.scatter(x, [0, 1])
+        return P.gather(P.parallel_apply(list(self.copies), chunks), 0)
+
+model = Replicated(nn.Linear(16, 16))
+try:
+    model(torch.randn(8, 16).to("cuda:0"))
+except RuntimeError as e:
+    print("limit:", e)
 """
     )
     status, report, err = dryrun_cli(s, "--gpus", "2")

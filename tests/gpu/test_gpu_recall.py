@@ -129,7 +129,7 @@ def test_scatter_inside_a_split_forward_is_recorded_at_the_scatter():
         def __init__(self):
             super().__init__()
             self.left = nn.Linear(16, 16).to("cuda:0")
-            self.right = nn.Linear(16, 16).to("cuda:1")
+            self.right = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 16)).to("cuda:1")
 
         def forward(self, x):
             chunks = nn.parallel.scatter(x, [0, 1])  # scatter
@@ -156,6 +156,22 @@ def test_primitives_on_a_single_device_model_and_parallel_apply_over_branches_ar
         nn.parallel.data_parallel(net, x, device_ids=[0, 1])
         nn.parallel.parallel_apply(branches, [(x,), (x.to("cuda:1"),)])
         nn.DataParallel(net)(x)
+    assert dbg.findings == []
+
+
+def test_scatter_and_gather_in_a_module_holding_one_replica_per_gpu_are_silent():
+    class Replicated(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.copies = nn.ModuleList([nn.Linear(16, 16).to(f"cuda:{i}") for i in range(2)])
+
+        def forward(self, x):
+            chunks = nn.parallel.scatter(x, [0, 1])
+            return nn.parallel.gather(nn.parallel.parallel_apply(list(self.copies), chunks), 0)
+
+    model = Replicated()
+    with mpcheck.debug(model, report=None) as dbg:
+        model(torch.randn(8, 16, device="cuda:0")).sum().backward()
     assert dbg.findings == []
 
 

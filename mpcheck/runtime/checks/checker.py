@@ -992,7 +992,7 @@ class Checker:
         over several devices: MP003. A single-device module, or a call outside any split module's
         method (a hand-written data-parallel loop), is what these functions are for: silent."""
         devs = [d for d in self.model_devices(module) if d != "cpu"]
-        if len(devs) < 2:
+        if len(devs) < 2 or (inside and self._holds_replicas(module)):
             return None
         split = f"a model split over {', '.join(devs)}"
         if inside:
@@ -1016,6 +1016,15 @@ class Checker:
             # inside a split forward runs (on the wrong data): recorded, the program goes on.
             fatal=not inside,
         )
+
+    def _holds_replicas(self, module: Any) -> bool:
+        """Do `module`'s weights look like one copy per device (the same shapes on each)? Then it is a
+        hand-written data-parallel wrapper, and scatter / gather in its forward is what they are for."""
+        shapes: dict[str, list] = {}
+        for t in (*module.parameters(), *module.buffers()):
+            shapes.setdefault(self.devices.device_of(t), []).append(tuple(t.shape))
+        per_device = [sorted(v) for v in shapes.values()]
+        return all(v == per_device[0] for v in per_device[1:])
 
     def on_module_move(self, module: Any, target: str | None, *, site: Site | None) -> Finding | None:
         """Before `module.cuda()` / `module.to(dev)`: moving a split model onto one device collapses it."""
