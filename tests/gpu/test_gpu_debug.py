@@ -184,7 +184,7 @@ def test_round_trip_with_both_lines():
     x = torch.randn(128, 128, device="cuda:0")
     with mpcheck.debug(report=None) as dbg:
         y = x.to("cuda:1")  # there
-        z = y.to("cuda:0")  # back
+        _back = y.to("cuda:0")  # back
     (f,) = dbg.findings
     assert f.code == "MP005"
     assert f.line == _line(test_round_trip_with_both_lines, "# back")
