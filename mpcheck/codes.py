@@ -69,7 +69,7 @@ CODES: tuple[Code, ...] = (
         "error",
         "torch.nn.parallel.scatter/gather/replicate/parallel_apply (or torch.cuda.comm) used on a split model "
         "or to feed its stages.",
-        (LINT,),
+        _EVERY_FACE,
     ),
     Code(
         "MP004",
@@ -108,7 +108,18 @@ CODES: tuple[Code, ...] = (
         "loss-device-mismatch",
         "error",
         "A loss or metric gets its outputs and its targets (or class weights) on different devices.",
-        (LINT,),
+        _EVERY_FACE,
+        fatal=True,
+    ),
+    # Run time only: which device indices exist is known only where the program runs (device_count(),
+    # CUDA_VISIBLE_DEVICES, --gpus). Fatal: CUDA raises "invalid device ordinal" right after.
+    Code(
+        "MP009",
+        "nonexistent-device",
+        "error",
+        "A tensor or module is placed on a CUDA device index that this machine does not have (cuda:2 with 2 GPUs).",
+        (RUN, DRYRUN),
+        fatal=True,
     ),
     Code(
         "MP011",

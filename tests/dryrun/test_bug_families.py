@@ -72,7 +72,7 @@ loss.backward()
     )
     status, report, _ = dryrun_cli(s, "--gpus", "2")
     assert status == 1
-    assert codes_at(report) == [("MP001", s.line("input")), ("MP001", s.line("loss"))]
+    assert codes_at(report) == [("MP001", s.line("input")), ("MP008", s.line("loss"))]
     loss = [f for f in report["findings"] if f["line"] == s.line("loss")][0]
     assert set(loss["devices"]) == {"cuda:0", "cuda:1"}
     # a loss's fix moves the targets to the logits' device, never a module

@@ -77,6 +77,8 @@ def test_labels_on_the_first_device_at_the_loss_line():
     f = err.value.finding
     assert f.line == _line(test_labels_on_the_first_device_at_the_loss_line, "# loss")
     assert set(f.devices) == {"cuda:0", "cuda:1"}
+    assert f.code == "MP008"  # a loss: the fix moves the labels, not a module
+    assert "`.to('cuda:1')`" in f.suggestion
 
 
 def test_mismatch_inside_forward_at_the_op_line_with_module_path():

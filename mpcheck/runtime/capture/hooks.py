@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from mpcheck.runtime.checks.checker import Checker
-from mpcheck.runtime.checks.sites import user_frame, user_site
+from mpcheck.runtime.checks.sites import called_by_torch, user_frame, user_site
 
 Undo = Callable[[], None]
 
@@ -140,6 +140,7 @@ def install(
         *_patch_module_moves(checker),
         _patch_data_parallel(checker),
         _patch_distributed_data_parallel(checker),
+        *_patch_parallel_primitives(checker),
         _hook_step_end(on_step),
     ]
 
@@ -266,11 +267,14 @@ def _patch_module_moves(checker: Checker) -> list[Undo]:
             except Exception:
                 dev = None
             if dev is not None:
+                checker.check_device(dev)
                 checker.on_module_move(module, checker.devices.normalize(dev), site=user_site())
         return orig_to(module, *args, **kwargs)
 
     def module_cuda(module, device=None):
         if not tls.suspended:
+            if device is not None:
+                checker.check_device(device)
             target = checker.devices.normalize("cuda" if device is None else device)
             checker.on_module_move(module, target, site=user_site())
         return orig_cuda(module, device)
@@ -345,6 +349,53 @@ def _patch_distributed_data_parallel(checker: Checker) -> Undo:
         return orig_ddp_init(self, *args, **kwargs)
 
     return patch(ddp, "__init__", ddp_init)
+
+
+def _patch_parallel_primitives(checker: Checker) -> list[Undo]:
+    """torch.nn.parallel.replicate / data_parallel on a split model, scatter / gather inside a split
+    model's forward (MP003), at the user's line; calls made by PyTorch itself (DataParallel.forward)
+    are its own. Patched where the user reaches them: the package and each defining module."""
+    import torch.nn.parallel as package
+
+    def caller_module() -> Any:
+        """The module whose method called the primitive (`self` of the user's frame), or None."""
+        frame = sys._getframe(2)
+        while frame is not None and frame.f_globals.get("__name__", "").startswith("mpcheck."):
+            frame = frame.f_back
+        owner = frame.f_locals.get("self") if frame is not None else None
+        return owner if isinstance(owner, nn.Module) else None
+
+    def wrap(name: str, orig: Callable) -> Callable:
+        inside = name in ("scatter", "gather")
+
+        def checked(*args: Any, **kwargs: Any) -> Any:
+            if not checker._tls.suspended and not called_by_torch():
+                module = (
+                    caller_module() if inside else (args[0] if args else kwargs.get("module", kwargs.get("network")))
+                )
+                if isinstance(module, nn.Module):
+                    checker.on_parallel_primitive(name, module, inside=inside, site=user_site())
+            return orig(*args, **kwargs)
+
+        checked.__wrapped__ = orig  # type: ignore[attr-defined]
+        return checked
+
+    undos = []
+    for name, home in (
+        ("replicate", "torch.nn.parallel.replicate"),
+        ("data_parallel", "torch.nn.parallel.data_parallel"),
+        ("scatter", "torch.nn.parallel.scatter_gather"),
+        ("gather", "torch.nn.parallel.scatter_gather"),
+    ):
+        defining = sys.modules.get(home)
+        orig = getattr(defining, name, None)
+        if orig is None:  # pragma: no cover - a PyTorch without it
+            continue
+        checked = wrap(name, orig)
+        undos.append(patch(defining, name, checked))
+        if getattr(package, name, None) is orig:
+            undos.append(patch(package, name, checked))
+    return undos
 
 
 def _step_wrapper_code() -> Any:

@@ -79,6 +79,10 @@ class CheckingMode(TorchFunctionMode):
             return func(*args, **kwargs)
         checker = self.checker
         if kind == _CHECK:
+            if kwargs:  # a factory's device= (torch.zeros(..., device='cuda:2')): a device that exists?
+                dev = kwargs.get("device")
+                if dev is not None:
+                    checker.check_device(dev)
             # One argument mixes nothing, unless it is a sequence: torch.cat([a, b]).
             if len(args) + len(kwargs) > 1 or (args and isinstance(args[0], (list, tuple))):
                 args, kwargs = checker.check_op(func, args, kwargs)
@@ -125,7 +129,7 @@ class CheckingMode(TorchFunctionMode):
         else:
             src_t = args[0]
             src = devices.device_of(src_t)
-            dst = _target(kind, args, kwargs, devices, self._tensor)
+            dst = _target(kind, args, kwargs, devices, self._tensor, checker.check_device)
         if dst is None or dst == src:
             return func(*args, **kwargs)
         nbytes = src_t.numel() * src_t.element_size()
@@ -157,20 +161,25 @@ class CheckingMode(TorchFunctionMode):
         return out
 
 
-def _target(kind: int, args, kwargs, devices, tensor_type) -> str | None:
+def _target(kind: int, args, kwargs, devices, tensor_type, check_device) -> str | None:
+    """The device a transfer goes to; `check_device` sees the user's device argument first (MP009)."""
     if kind == _CPU:
         return "cpu"
     if kind == _CUDA:
         dev = args[1] if len(args) > 1 else kwargs.get("device")
+        if dev is not None:
+            check_device(dev)
         return devices.normalize("cuda" if dev is None else dev)
     # Tensor.to(device=None, dtype=None, ...) / .to(other) / .to(dtype)
     for a in args[1:]:
         if isinstance(a, tensor_type):
             return devices.device_of(a)
         if isinstance(a, (str, int, torch.device)) and not isinstance(a, bool):
+            check_device(a)
             return devices.normalize(a)
     dev = kwargs.get("device")
     if dev is not None:
+        check_device(dev)
         return devices.normalize(dev)
     other = kwargs.get("other")
     if isinstance(other, tensor_type):

@@ -4,7 +4,7 @@ One definition of each check: a device mismatch at a torch call or a module's
 entry (MP001), a split model wrapped in DataParallel / DDP with device_ids
 (MP002), a round trip (MP005), activations crossing devices at every layer
 (MP006, see pingpong.py), a split model collapsed by `.cuda()`/`.to()`
-(MP007), a repeated transfer of unchanged data (MP011). The two faces differ only in the `Devices` object they pass in: where a tensor's device comes from,
+(MP007), a loss fed across devices (MP008), a device that does not exist (MP009), a repeated transfer of unchanged data (MP011). The two faces differ only in the `Devices` object they pass in: where a tensor's device comes from,
 how a tensor is moved, how a transfer is timed.
 
 Do-no-harm rules for this module: it never keeps a tensor alive (only weak
@@ -27,7 +27,7 @@ from mpcheck.finding import Finding
 from mpcheck.runtime.checks.ledger import Ledger, TransferTiming
 from mpcheck.runtime.checks.pingpong import Chain, PingPong, describe
 from mpcheck.runtime.checks.sites import UNKNOWN, Site, user_site
-from mpcheck.runtime.checks.torchapi import CPU_INDEX_NAMES, is_loss
+from mpcheck.runtime.checks.torchapi import CPU_INDEX_NAMES, is_loss, is_loss_module
 from mpcheck.runtime.checks.wording import tensor_words
 
 __all__ = [
@@ -98,6 +98,10 @@ class Devices(Protocol):
 
     def move(self, t: Any, device: str) -> Any:
         """Used by on_mismatch="move"."""
+
+    def gpu_count(self) -> int:
+        """How many CUDA devices exist (real: torch.cuda.device_count(); virtual: --gpus), for MP009.
+        Optional: a Devices without it is never asked about device ordinals."""
 
     def start_transfer(self, src: str, dst: str, nbytes: int) -> TransferTiming | None:
         """Called just BEFORE the copy is enqueued; the returned timing's stop() is called
@@ -280,6 +284,9 @@ class Checker:
         self._moves: dict[tuple[int, int, tuple[int, ...], tuple[int, ...], str], list[Any]] = {}
         # id(module) -> the one device of its own params/buffers, or None (none / several).
         self._placement: dict[int, tuple[weakref.ref[Any], str | None]] = {}
+        # A device argument -> the missing CUDA index it names, or False (MP009; bounded by the
+        # distinct device values a program uses).
+        self._missing: dict[Any, int | bool] = {}
         self._purge_at = _PURGE_AT
         # The chains of transfers of the current forward pass, for MP006.
         self._pingpong = PingPong()
@@ -370,6 +377,64 @@ class Checker:
         if first and self.on_mismatch == "warn":
             warnings.warn(format_finding(f), MpcheckRuntimeWarning, stacklevel=2)
         return f
+
+    # -- MP009: a device that does not exist ------------------------------------------------
+    def check_device(self, device_like: Any) -> None:
+        """A device argument (`.to('cuda:2')`, `device=torch.device('cuda', 2)`, `.cuda(2)`) naming a
+        CUDA index the machine does not have: MP009 at the user's line, before CUDA's "invalid device
+        ordinal". Only a device something is placed on is checked; a `torch.device` made and never
+        used is no bug. Cached per device value: a placement costs one dict lookup."""
+        try:
+            missing = self._missing.get(device_like)
+        except TypeError:  # unhashable: not a device
+            return
+        if missing is None:
+            missing = self._missing[device_like] = self._missing_index(device_like)
+        if missing is not False:
+            self._report_missing_device(missing)
+
+    def _missing_index(self, device_like: Any) -> int | bool:
+        """The CUDA index `device_like` names when no such device exists, else False."""
+        count = self._gpu_count()
+        if not count:  # no CUDA at all (or a Devices that cannot say): PyTorch's own error is clear
+            return False
+        import torch
+
+        if isinstance(device_like, bool):
+            return False
+        if isinstance(device_like, int):
+            index = device_like  # `.to(2)`, `.cuda(2)`: a CUDA index
+        elif isinstance(device_like, (str, torch.device)):
+            try:
+                dev = torch.device(device_like)
+            except (RuntimeError, TypeError, ValueError):
+                return False
+            if dev.type != "cuda" or dev.index is None:
+                return False
+            index = dev.index
+        else:
+            return False
+        return index if index >= count else False
+
+    def _gpu_count(self) -> int:
+        count = getattr(self.devices, "gpu_count", None)
+        return count() if count is not None else 0
+
+    def _report_missing_device(self, index: int) -> None:
+        if not self.wants("MP009"):
+            return
+        n = self._gpu_count()
+        have = f"{n} GPU{'s' if n > 1 else ''} (cuda:0..cuda:{n - 1})" if n > 1 else "1 GPU (cuda:0)"
+        self.emit(
+            "MP009",
+            self.sites(),
+            f"cuda:{index} does not exist: this run has {have}; CUDA fails here with 'invalid device ordinal'",
+            devices=(f"cuda:{index}",),
+            modules=(self.current_module(),),
+            suggestion="take the device from the stage that will use the tensor (`next(stage.parameters()).device`) "
+            "or from a list of the devices that exist, not from arithmetic on an index "
+            "(`f'cuda:{k + 1}'`); check torch.cuda.device_count()",
+        )
 
     # -- MP001: mismatches ----------------------------------------------------------------
     def check_op(
@@ -497,12 +562,12 @@ class Checker:
             if cpu_index_ok and d == "cpu":
                 continue
             odd.append((loc, t, d))
-        if not odd or not self.wants("MP001"):
+        loss = is_loss(getattr(func, "__name__", ""))
+        if not odd or not self.wants("MP008" if loss else "MP001"):
             return args, kwargs
         what = name or _op_name(func)
         if phase == "backward":
             what += " (in backward)"
-        loss = is_loss(getattr(func, "__name__", ""))
         assert first_dev is not None  # the odd tensors are those off the first device
         return self._mismatch(what, first_dev, odd, args, kwargs, site=site, module=module, loss=loss, first=first)
 
@@ -519,6 +584,8 @@ class Checker:
         if self.inputs_on(dev, args, kwargs):
             return args, kwargs  # the common case: every input on the module's device
         odd = self._off_device(dev, args, kwargs)
+        if is_loss_module(module):
+            return self._loss_weights_mismatch(module, path, dev, odd, args, kwargs, site=site)
         if not odd or not self.wants("MP001"):
             return args, kwargs
         return self._mismatch(
@@ -531,6 +598,33 @@ class Checker:
             module=path,
             expected_is="the module's parameters and buffers are",
         )
+
+    def _loss_weights_mismatch(self, module, path, dev, odd, args, kwargs, *, site) -> tuple[tuple, dict]:
+        """A loss module (nn.CrossEntropyLoss(weight=w)) whose class weights sit on `dev` and whose
+        inputs do not: MP008. The weights are small and the predictions large: move the criterion."""
+        if not odd or not self.wants("MP008"):
+            return args, kwargs
+        preds = next((t for _, t in _iter_tensors(args, kwargs, self._tensor)), None)
+        target = self.devices.device_of(preds) if preds is not None else odd[0][2]
+        loc, t, d = odd[0]
+        self.emit(
+            "MP008",
+            site or self.sites(),
+            f"input of {type(module).__name__} '{path}': {_describe(loc)} ({tensor_words(t)}) is on {d}, "
+            f"the loss's weights are on {dev}",
+            devices=(dev, d),
+            modules=(path,),
+            suggestion=f"move the loss module (its weights) to the predictions' device with `.to('{target}')`, "
+            "and the targets with it",
+        )
+        if self.on_mismatch == "move":
+            try:
+                with self.suspend():
+                    moved = {loc: self.devices.move(t, dev) for loc, t, _ in odd}
+                return _replace(args, kwargs, moved)
+            except Exception:  # e.g. out of a meta tensor: leave it, PyTorch decides
+                pass
+        return args, kwargs
 
     def enter_module(self, module: Any, path: str, dev: str, args: Args, kwargs: Kwargs) -> bool:
         """A module that may move or ignore its inputs (a user module, a module with pre-hooks)
@@ -666,11 +760,14 @@ class Checker:
                 msg = f"{what}: {_describe(loc)} ({tensor_words(t)}) is on {d}, {expected_is} on {expected}"
                 modules = (module,) if module else ()
                 where, target, off = site, expected, d
+            code = "MP001"
             if loss and blamed is None:  # the targets follow the predictions; no module should move for a loss
-                sugg = f"move the targets to the predictions' device with `.to('{target}')` before the loss"
+                code = "MP008"
+                which = "the targets" if loc[0] in (1, "target") else _describe(loc)
+                sugg = f"move {which} to the predictions' device with `.to('{target}')` before the loss"
             else:
                 sugg = f"move it with `.to('{target}')` before this call (or place the producing module on {target})"
-            self.emit("MP001", where, msg, devices=(target, off), modules=modules, suggestion=sugg)
+            self.emit(code, where, msg, devices=(target, off), modules=modules, suggestion=sugg)
             if self.on_mismatch == "move":
                 try:
                     with self.suspend():
@@ -859,6 +956,8 @@ class Checker:
         """Before DataParallel(...) / DistributedDataParallel(...) wraps `module`. Returns the
         finding when the wrap would fail (or, with move, the caller skips the wrap)."""
         devs = [d for d in self.model_devices(module) if d != "cpu"]
+        if len(devs) == 1 and kind == "DataParallel":
+            return self._stage_off_first_device_id(module, devs[0], device_ids, site)
         if len(devs) < 2:
             return None
         if kind == "DataParallel":
@@ -882,6 +981,78 @@ class Checker:
             modules=(self.module_name(module),),
             suggestion=sugg,
         )
+
+    def _stage_off_first_device_id(self, module: Any, dev: str, device_ids: Any, site: Site | None) -> Finding | None:
+        """DataParallel(stage on cuda:1) with device_ids whose first entry is another GPU (by default every
+        GPU, so cuda:0): DataParallel keeps the module on device_ids[0] and its forward fails with
+        "module must have its parameters and buffers on device cuda:0 (device_ids[0])"."""
+        if device_ids is None:
+            count = self._gpu_count()
+            if not count:
+                return None
+            first = "cuda:0"  # DataParallel's default: every visible GPU, from cuda:0
+        else:
+            try:
+                ids = list(device_ids)
+                first = self.devices.normalize(ids[0]) if ids else None
+            except Exception:  # an id that names no device: PyTorch's own error follows
+                return None
+            if first is None or len(ids) == 1:
+                return None  # one device id: DataParallel moves the module there itself
+        if first == dev:
+            return None
+        given = "the default device_ids (every GPU)" if device_ids is None else f"device_ids={list(device_ids)!r}"
+        return self.emit(
+            "MP002",
+            site or self.sites(),
+            f"DataParallel wraps a module that lives on {dev} with {given}: DataParallel keeps the module "
+            f"on device_ids[0] ({first}) and its forward fails with 'module must have its parameters and "
+            f"buffers on device {first} (device_ids[0])'",
+            devices=(dev, first),
+            modules=(self.module_name(module),),
+            suggestion=f"pass device_ids starting with {dev} (e.g. device_ids=[{dev.split(':')[-1]}, ...]); "
+            "if this is one stage of a split model, do not wrap it in DataParallel",
+        )
+
+    def on_parallel_primitive(self, name: str, module: Any, *, inside: bool, site: Site | None) -> Finding | None:
+        """Before DataParallel's internals (torch.nn.parallel.replicate / data_parallel called on `module`,
+        or scatter / gather called inside the forward of `module`, inside=True) run on a model split
+        over several devices: MP003. A single-device module, or a call outside any split module's
+        method (a hand-written data-parallel loop), is what these functions are for: silent."""
+        devs = [d for d in self.model_devices(module) if d != "cpu"]
+        if len(devs) < 2 or (inside and self._holds_replicas(module)):
+            return None
+        split = f"a model split over {', '.join(devs)}"
+        if inside:
+            what = f"torch.nn.parallel.{name} inside the forward of {split}"
+            why = (
+                "scatter cuts one batch into pieces for replicas and gather concatenates the replicas' pieces; "
+                "the stages of a split model each need the whole batch in turn"
+            )
+        else:
+            what = f"torch.nn.parallel.{name} on {split}"
+            why = "it copies a single-device module onto each GPU and requires every parameter on device_ids[0]"
+        return self.emit(
+            "MP003",
+            site or self.sites(),
+            f"{what}: {why}",
+            devices=tuple(devs),
+            modules=(self.module_name(module),),
+            suggestion="move the activations between the stages with `.to('cuda:k')`; for data parallelism "
+            "over a split model use DistributedDataParallel(model, device_ids=None), one process per replica",
+            # replicate / data_parallel on a split model raise in PyTorch right after; a scatter or gather
+            # inside a split forward runs (on the wrong data): recorded, the program goes on.
+            fatal=not inside,
+        )
+
+    def _holds_replicas(self, module: Any) -> bool:
+        """Do `module`'s weights look like one copy per device (the same shapes on each)? Then it is a
+        hand-written data-parallel wrapper, and scatter / gather in its forward is what they are for."""
+        shapes: dict[str, list] = {}
+        for t in (*module.parameters(), *module.buffers()):
+            shapes.setdefault(self.devices.device_of(t), []).append(tuple(t.shape))
+        per_device = [sorted(v) for v in shapes.values()]
+        return all(v == per_device[0] for v in per_device[1:])
 
     def on_module_move(self, module: Any, target: str | None, *, site: Site | None) -> Finding | None:
         """Before `module.cuda()` / `module.to(dev)`: moving a split model onto one device collapses it."""

@@ -160,3 +160,9 @@ _LOSSES_NOT_NAMED_LOSS = frozenset(
 def is_loss(name: str) -> bool:
     """Is a function of this `__name__` a loss (`F.cross_entropy`, `F.mse_loss`, ...)?"""
     return name.endswith("_loss") or name in _LOSSES_NOT_NAMED_LOSS
+
+
+def is_loss_module(module: object) -> bool:
+    """Is `module` a torch.nn loss criterion (nn.CrossEntropyLoss, nn.MSELoss, ...)? By its classes'
+    module and names, with no torch import: torch.nn.modules.loss's classes all end in `Loss`."""
+    return any(c.__module__ == "torch.nn.modules.loss" and c.__name__.endswith("Loss") for c in type(module).__mro__)

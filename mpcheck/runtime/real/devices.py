@@ -49,6 +49,7 @@ class CudaDevices:
     def __init__(self, *, time_transfers: bool = True) -> None:
         self.time_transfers = time_transfers and torch.cuda.is_available()
         self._names: dict[torch.device, str] = {}
+        self._gpu_count: int | None = None  # read once: CUDA_VISIBLE_DEVICES is fixed for the process
 
     def device_of(self, t: Any) -> str:
         dev = t.device
@@ -70,6 +71,11 @@ class CudaDevices:
 
     def move(self, t: Any, device: str) -> Any:
         return t.to(device)
+
+    def gpu_count(self) -> int:
+        if self._gpu_count is None:
+            self._gpu_count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        return self._gpu_count
 
     def start_transfer(self, src: str, dst: str, nbytes: int) -> CudaTiming | None:
         if not self.time_transfers:

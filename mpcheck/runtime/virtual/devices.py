@@ -204,6 +204,9 @@ class VirtualGPUs:
             return None
         return d.type if d.index is None else f"{d.type}:{d.index}"
 
+    def gpu_count(self) -> int:
+        return self.n
+
     def peak_allocated(self, device: str) -> int | None:
         return self.peak.get(device)
 

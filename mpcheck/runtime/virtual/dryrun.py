@@ -47,6 +47,8 @@ Limits (each stops the program with a message naming the line, never a hang or a
   lists it as a limit at its line;
 - torch.load(map_location="cuda:k" | torch.device | int) loads on the CPU and moves the
   tensors to the virtual device; other map_locations are PyTorch's.
+- an integer device (`torch.device(0)`, `.to(0)`, `device=1`, `Module.to(1)`, `.cuda(0)`) is CUDA's,
+  as on real GPUs (a CPU build alone refuses it: "Cannot access accelerator device").
 """
 
 from __future__ import annotations
@@ -152,13 +154,24 @@ class dryrun(Face):
     def stop_on(self, exc: BaseException) -> None:
         """The program stopped on `exc` (a dry-run limit or its own crash): the report says where and what,
         and that its findings, transfers and memory cover only what ran before."""
-        from mpcheck.runtime.virtual.errors import DryRunLimitError, crash_site, needs_real_cuda, stop_message
+        from mpcheck.runtime.virtual.errors import (
+            DryRunLimitError,
+            VirtualDeviceError,
+            crash_site,
+            needs_real_cuda,
+            stop_message,
+        )
 
         self.stopped = stop_message(exc)
         if self.session is not None and STOPPED_NOTE not in self.session.notes:
             self.session.notes.append(STOPPED_NOTE)
-        if self.gpus is not None and not isinstance(exc, DryRunLimitError) and needs_real_cuda(exc):
+        if (
+            self.gpus is not None
+            and not isinstance(exc, (DryRunLimitError, VirtualDeviceError))
+            and needs_real_cuda(exc)
+        ):
             # Not the program's bug, as far as the dry run can tell: a CPU build lacks what it asked for.
+            # (A VirtualDeviceError is what PyTorch would raise on real GPUs: the program's bug.)
             self.gpus.note_limit(NEEDS_CUDA_LIMIT, site=crash_site(exc) or "<unknown line>")
 
     # -- the report ---------------------------------------------------------------------------

@@ -35,6 +35,7 @@ def to(g: VirtualGPUs, func, args, kwargs):
         dtype = other.dtype
         mf = kwargs.get("memory_format")
     else:
+        rest, kwargs = _int_device_as_cuda(rest, kwargs)
         device, dtype, _nb, mf = torch._C._nn._parse_to(*rest, **{k: v for k, v in kwargs.items() if k != "copy"})
         dst = g.parse(device) if device is not None else None
         if device is not None and dst is None:
@@ -58,6 +59,33 @@ def to(g: VirtualGPUs, func, args, kwargs):
             return t
         return generic(g, func, (t,), kw)
     return _transfer_tensor(g, t, dst, dtype=dtype, memory_format=mf)
+
+
+def _int_device_as_cuda(rest: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """`.to(0)` / `.to(device=1)`: an integer device is the accelerator's index, CUDA on real GPUs; a CPU
+    build's parser refuses it ("Cannot access accelerator device"), so name the CUDA device."""
+    if rest and isinstance(rest[0], int) and not isinstance(rest[0], bool):
+        rest = (torch.device("cuda", rest[0]), *rest[1:])
+    dev = kwargs.get("device")
+    if isinstance(dev, int) and not isinstance(dev, bool):
+        kwargs = {**kwargs, "device": torch.device("cuda", dev)}
+    return rest, kwargs
+
+
+def device_new(g: VirtualGPUs, func, args, kwargs):
+    """`torch.device(0)`: the accelerator's device 0, cuda:0 on real GPUs (a CPU build has none and
+    refuses it). Any other form is PyTorch's own (`torch.device('cuda', 2)` is only a name until used)."""
+    if len(args) == 1 and not kwargs and isinstance(args[0], int) and not isinstance(args[0], bool):
+        return torch.device("cuda", args[0])
+    with torch._C.DisableTorchFunction():
+        return func(*args, **kwargs)
+
+
+def parse_to(g: VirtualGPUs, func, args, kwargs):
+    """torch._C._nn._parse_to, which Module.to calls: an integer device is CUDA's, as on real GPUs."""
+    args, kwargs = _int_device_as_cuda(args, kwargs)
+    with torch._C.DisableTorchFunction():
+        return func(*args, **kwargs)
 
 
 def _transfer_tensor(g: VirtualGPUs, t, dst: str, **kw):

@@ -33,6 +33,9 @@ def _table() -> dict[Any, Handler]:
         T.cuda: handlers.cuda,
         T.cpu: handlers.cpu,
         T.type: handlers.tensor_type,
+        # integer devices are CUDA's indices, as on real GPUs
+        torch.device: handlers.device_new,
+        torch._C._nn._parse_to: handlers.parse_to,
         # where a tensor is, answered with its virtual device
         _getter("device"): handlers.device_get,
         _getter("is_cuda"): handlers.is_cuda_get,

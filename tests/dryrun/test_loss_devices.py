@@ -1,0 +1,81 @@
+"""MP008 at run time: a loss whose predictions and targets (or class weights) sit on different virtual
+GPUs is reported as MP008 at the loss line, with the cheap fix (move the small side to the logits' GPU);
+the same losses fed correctly stay silent."""
+
+import pytest
+from dryrun_helpers import codes_at
+
+HEADER = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+class Split(nn.Module):
+    def __init__(self, classes=3):
+        super().__init__()
+        self.s0 = nn.Linear(16, 16).to("cuda:0")
+        self.s1 = nn.Linear(16, classes).to("cuda:1")
+    def forward(self, x):
+        return self.s1(torch.relu(self.s0(x.to("cuda:0"))).to("cuda:1"))
+
+model = Split()
+x, y = torch.randn(4, 16), torch.randint(0, 3, (4,))
+"""
+
+
+@pytest.mark.parametrize(
+    "loss_line",
+    [
+        "F.cross_entropy(out, y.to('cuda:0'))",
+        "F.nll_loss(F.log_softmax(out, -1), y.to('cuda:0'))",
+        "F.mse_loss(out, torch.randn(4, 3).to('cuda:0'))",
+        "nn.CrossEntropyLoss()(out, y.to('cuda:0'))",
+        "nn.MSELoss()(out, torch.randn(4, 3).to('cuda:0'))",
+    ],
+)
+def test_targets_on_the_first_gpu_are_mp008_at_the_loss_line(script, dryrun_cli, loss_line):
+    s = script(HEADER + f"out = model(x)\nloss = {loss_line}  # <- loss\nloss.backward()\n")
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 1, err
+    assert codes_at(report) == [("MP008", s.line("loss"))]
+    f = report["findings"][0]
+    assert f["devices"] == ["cuda:1", "cuda:0"]
+    assert f["suggestion"] == "move the targets to the predictions' device with `.to('cuda:1')` before the loss"
+
+
+def test_class_weights_on_another_gpu_are_mp008_at_the_loss_line(script, dryrun_cli):
+    s = script(
+        HEADER
+        + """
+criterion = nn.CrossEntropyLoss(weight=torch.ones(3).to("cuda:0"))
+out = model(x)
+loss = criterion(out, y.to(out.device))  # <- loss
+loss.backward()
+"""
+    )
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 1, err
+    assert codes_at(report) == [("MP008", s.line("loss"))]
+    f = report["findings"][0]
+    assert "the loss's weights are on cuda:0" in f["message"]
+    assert "`.to('cuda:1')`" in f["suggestion"]
+
+
+def test_losses_fed_on_one_device_stay_silent(script, dryrun_cli):
+    s = script(
+        HEADER
+        + """
+criterion = nn.CrossEntropyLoss(weight=torch.ones(3).to("cuda:1"))
+for _ in range(2):
+    out = model(x)
+    loss = F.cross_entropy(out, y.to(out.device)) + criterion(out, y.to("cuda:1"))
+    loss = loss + F.mse_loss(out, torch.randn(4, 3, device=out.device)) + nn.NLLLoss()(out, y.to("cuda:1"))
+    loss.backward()
+with torch.no_grad():
+    val = F.cross_entropy(model(x), y.to("cuda:1"), reduction="sum").item()
+print("finished")
+"""
+    )
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 0, err
+    assert report["findings"] == []
