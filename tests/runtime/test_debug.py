@@ -161,6 +161,40 @@ def test_decorator_form():
         step()  # a fresh session each call
 
 
+def test_the_error_raised_is_mpcheck_DeviceMismatchError():
+    model = Split(hop=False)
+    with pytest.raises(mpcheck.DeviceMismatchError) as raised:
+        with mpcheck.debug(model, report=None):
+            model(torch.randn(2, 8))
+    assert mpcheck.DeviceMismatchError is DeviceMismatchError and type(raised.value) is DeviceMismatchError
+    assert "DeviceMismatchError" in mpcheck.__all__
+
+
+def test_0_1_0s_import_path_still_works_and_says_it_is_deprecated():
+    import importlib
+    import sys
+
+    sys.modules.pop("mpcheck.runtime.core", None)
+    with pytest.warns(DeprecationWarning, match="mpcheck.DeviceMismatchError"):
+        core = importlib.import_module("mpcheck.runtime.core")
+    assert core.DeviceMismatchError is mpcheck.DeviceMismatchError
+
+
+def test_import_mpcheck_still_does_not_import_torch():
+    import subprocess
+    import sys
+
+    script = (
+        "import sys, mpcheck\n"
+        "assert 'torch' not in sys.modules, 'import mpcheck imported torch'\n"
+        "assert issubclass(mpcheck.DeviceMismatchError, RuntimeError)\n"
+        "print('ok')\n"
+    )
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "ok"
+
+
 def _patched_state():
     from torch.optim.optimizer import _global_optimizer_post_hooks
 
