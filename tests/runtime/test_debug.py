@@ -10,6 +10,7 @@ from torch import nn
 
 import mpcheck
 from mpcheck.runtime.checks.checker import DeviceMismatchError, MpcheckRuntimeWarning
+from mpcheck.runtime.checks.sites import shown_path
 
 
 def _line(fn, marker):
@@ -55,7 +56,7 @@ def test_mismatch_at_module_entry_raises_with_module_path_and_line():
             model(torch.randn(2, 8))
     f = err.value.finding
     assert f.code == "MP001" and f.modules == ("model.second",)
-    assert f.path == __file__ and f.line == _line(Split.forward, "# entry")
+    assert f.path == shown_path(__file__) and f.line == _line(Split.forward, "# entry")
     assert f.devices == ("meta", "cpu")
 
 
