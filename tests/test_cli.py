@@ -532,6 +532,16 @@ def test_dry_run_of_the_training_example_reports_what_the_linter_finds():
     assert r.returncode == 1, r.stderr
 
 
+def test_dry_run_names_the_imported_module_relative_to_the_current_folder_as_the_script():
+    import re
+
+    r = _dry_run("train.py")
+    # every finding's "path:line:column:" head, the imported split_model.py's included
+    heads = re.findall(r"^(\S+):\d+:\d+: MP\d+ ", r.stdout + r.stderr, re.M)
+    assert {"examples/train.py", "examples/split_model.py"} <= set(heads), heads
+    assert not [h for h in heads if os.path.isabs(h)], heads
+
+
 def test_dry_run_of_the_training_example_runs_to_its_end():
     r = _dry_run("train.py")
     assert "Traceback" not in r.stderr, r.stderr

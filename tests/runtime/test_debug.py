@@ -10,6 +10,7 @@ from torch import nn
 
 import mpcheck
 from mpcheck.runtime.checks.checker import DeviceMismatchError, MpcheckRuntimeWarning
+from mpcheck.runtime.checks.sites import shown_path
 
 
 def _line(fn, marker):
@@ -55,7 +56,7 @@ def test_mismatch_at_module_entry_raises_with_module_path_and_line():
             model(torch.randn(2, 8))
     f = err.value.finding
     assert f.code == "MP001" and f.modules == ("model.second",)
-    assert f.path == __file__ and f.line == _line(Split.forward, "# entry")
+    assert f.path == shown_path(__file__) and f.line == _line(Split.forward, "# entry")
     assert f.devices == ("meta", "cpu")
 
 
@@ -161,37 +162,93 @@ def test_decorator_form():
         step()  # a fresh session each call
 
 
-def _patched_state():
-    from torch.optim.optimizer import _global_optimizer_post_hooks
+def test_the_error_raised_is_mpcheck_DeviceMismatchError():
+    model = Split(hop=False)
+    with pytest.raises(mpcheck.DeviceMismatchError) as raised:
+        with mpcheck.debug(model, report=None):
+            model(torch.randn(2, 8))
+    assert mpcheck.DeviceMismatchError is DeviceMismatchError and type(raised.value) is DeviceMismatchError
+    assert "DeviceMismatchError" in mpcheck.__all__
 
-    return (
-        nn.Module.__call__,
-        nn.Module.to,
-        nn.Module.cuda,
-        nn.Module._apply,
-        nn.DataParallel.__init__,
-        nn.parallel.DistributedDataParallel.__init__,
-        torch.compile,
-        len(_global_optimizer_post_hooks),
-        torch._C._len_torch_function_stack(),
+
+def test_0_1_0s_import_path_still_works_and_says_it_is_deprecated():
+    import importlib
+    import sys
+
+    sys.modules.pop("mpcheck.runtime.core", None)
+    with pytest.warns(DeprecationWarning, match="mpcheck.DeviceMismatchError"):
+        core = importlib.import_module("mpcheck.runtime.core")
+    assert core.DeviceMismatchError is mpcheck.DeviceMismatchError
+
+
+def test_import_mpcheck_still_does_not_import_torch():
+    import subprocess
+    import sys
+
+    script = (
+        "import sys, mpcheck\n"
+        "assert 'torch' not in sys.modules, 'import mpcheck imported torch'\n"
+        "assert issubclass(mpcheck.DeviceMismatchError, RuntimeError)\n"
+        "print('ok')\n"
     )
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "ok"
+
+
+def _patched_state():
+    """Everything a session installs, and the global hook tables it must leave as it found them."""
+    import warnings
+
+    import torch._dynamo  # imported, so that the session turns compile off and must turn it back
+    from torch.nn.modules import module as module_globals
+    from torch.optim.optimizer import _global_optimizer_post_hooks, _global_optimizer_pre_hooks
+
+    return {
+        "Module.__call__": nn.Module.__call__,
+        "Module.to": nn.Module.to,
+        "Module.cuda": nn.Module.cuda,
+        "Module._apply": nn.Module._apply,
+        "Module.zero_grad": nn.Module.zero_grad,
+        "Optimizer.zero_grad": torch.optim.Optimizer.zero_grad,
+        "DataParallel.__init__": nn.DataParallel.__init__,
+        "DistributedDataParallel.__init__": nn.parallel.DistributedDataParallel.__init__,
+        "torch.compile": torch.compile,
+        "dynamo disable": torch._dynamo.config.disable,
+        "optimizer post-hooks": len(_global_optimizer_post_hooks),
+        "optimizer pre-hooks": len(_global_optimizer_pre_hooks),
+        "module forward pre-hooks": len(module_globals._global_forward_pre_hooks),
+        "module forward hooks": len(module_globals._global_forward_hooks),
+        "function modes": torch._C._len_torch_function_stack(),
+        "dispatch modes": torch._C._len_torch_dispatch_stack(),
+        "warnings.showwarning": warnings.showwarning,
+    }
+
+
+def _changed(before, now):
+    return {key for key in before if before[key] != now[key]}
 
 
 @pytest.mark.parametrize("strict", [False, True])
 def test_everything_is_removed_on_exit_and_on_exceptions(strict):
     before = _patched_state()
     with mpcheck.debug(report=None, strict=strict):
-        assert _patched_state() != before
-    assert _patched_state() == before
+        installed = _changed(before, _patched_state())
+    # what the session installs, so that the checks below compare something it changed
+    expected = {"Module.__call__", "Module.zero_grad", "Optimizer.zero_grad", "torch.compile", "dynamo disable"}
+    expected |= {"optimizer pre-hooks", "function modes", "warnings.showwarning"}
+    assert expected <= installed
+    assert ("dispatch modes" in installed) == strict
+    assert _changed(before, _patched_state()) == set()
     model = Split(hop=False)
     with pytest.raises(DeviceMismatchError):
         with mpcheck.debug(model, report=None, strict=strict):
             model(torch.randn(2, 8))
-    assert _patched_state() == before
+    assert _changed(before, _patched_state()) == set()
     with pytest.raises(KeyError):
         with mpcheck.debug(report=None, strict=strict):
             raise KeyError("user error")
-    assert _patched_state() == before
+    assert _changed(before, _patched_state()) == set()
 
 
 def test_nested_sessions_are_refused_clearly():

@@ -15,6 +15,7 @@ ALLOWED = {
     "real": {"checks", "capture"},
     "virtual": {"checks", "capture"},
     "commands": {"checks", "capture", "real", "virtual"},
+    "core": {"checks"},  # runtime/core.py: 0.1.0's path of DeviceMismatchError, a deprecated re-export
 }
 
 

@@ -1,6 +1,7 @@
 """A finding made inside an installed library (transformers' modeling files, accelerate's hooks)
 points at the user's line that called into it, naming the library's line as context (issue 9)."""
 
+import os
 import sys
 import textwrap
 import threading
@@ -78,7 +79,7 @@ def test_a_mismatch_inside_a_library_model_points_at_the_users_call(fakelib):
         with mpcheck.debug(model, report=None):
             model(torch.randn(2, 4))  # user line
     f = err.value.finding
-    assert f.path == __file__
+    assert f.path == sites.shown_path(__file__)  # relative to the folder pytest started in
     assert f.line == _line_of(__file__, "model(torch.randn(2, 4))  # user line")
     context = f"fakelib/modeling_fake.py:{_lib_line(fakelib, 'library line')}"
     assert f.extra["library_site"] == context and f.message.endswith(f"(in {context})")
@@ -90,7 +91,7 @@ def test_a_mismatch_in_a_library_helper_points_at_the_users_call(fakelib):
             fakelib.combine(torch.ones(2, 4), torch.ones(2, 4, device="meta"))  # user line
     f = err.value.finding
     assert (f.path, f.line) == (
-        __file__,
+        sites.shown_path(__file__),
         _line_of(__file__, 'fakelib.combine(torch.ones(2, 4), torch.ones(2, 4, device="meta"))  # user line'),
     )
     assert f.extra["library_site"] == f"fakelib/modeling_fake.py:{_lib_line(fakelib, 'library helper')}"
@@ -111,3 +112,15 @@ def test_a_site_with_a_library_context_is_the_same_site():
     a = sites.Site("train.py", 3, "main")
     b = sites.Site("train.py", 3, "main", "transformers/models/t5/modeling_t5.py:123")
     assert a == b and hash(a) == hash(b) and str(b) == "train.py:3"
+
+
+def test_a_path_under_the_base_folder_is_shown_relative_to_it(tmp_path):
+    base = str(tmp_path / "project")
+    inside = os.path.join(base, "pkg", "model.py")
+    assert sites.shown_path(inside, base) == os.path.join("pkg", "model.py")
+    outside = str(tmp_path / "elsewhere" / "model.py")
+    assert sites.shown_path(outside, base) == outside  # never "../elsewhere/model.py"
+    sibling = str(tmp_path / "project2" / "model.py")  # a shared prefix is not "under"
+    assert sites.shown_path(sibling, base) == sibling
+    assert sites.shown_path("train.py", base) == "train.py"  # a script named as given stays so
+    assert sites.shown_path("<stdin>", base) == "<stdin>"

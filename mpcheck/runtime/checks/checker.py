@@ -50,7 +50,7 @@ _FATAL = frozenset(c.code for c in codes.on_face(codes.RUN) if c.fatal)
 _PURGE_AT = 4096
 
 # MP011 reports a repeated transfer of at least this many bytes. Below it a copy costs about its
-# fixed launch cost whatever the link: on 2x H200 (NVLink, /work/shared/notes/h200-transfers.md,
+# fixed launch cost whatever the link: on 2x H200 (NVLink; README "Transfer costs", measured with
 # bench/transfer_costs.py) 21 us for 98 KB and 21.3 us for 524 KB, while at pageable host-to-device
 # speed (7 GB/s, the slowest link measured) 64 KiB adds 9 us to a ~20 us launch. So a repeated copy
 # of a small index, flag or scalar (a beam index moved to each layer's device, a fan-out of a tiny

@@ -138,6 +138,24 @@ def called_by_torch(depth: int = 1) -> bool:
     return frame is not None and _owner(frame.f_code) == "torch"
 
 
+# The folder mpcheck was started from: a script's own frames name it as given there
+# (`examples/train.py`), so the modules it imports are named relative to the same folder, even after
+# the program's own os.chdir (as the output paths are, see commands/options.py).
+_LAUNCH_DIR = os.getcwd()
+
+
+def shown_path(filename: str, base: str = _LAUNCH_DIR) -> str:
+    """`filename` relative to `base` when it lies under it (`examples/split_model.py`), else as is:
+    a module imported by the script has an absolute co_filename, the script itself a relative one."""
+    if filename.startswith("<") or not os.path.isabs(filename):
+        return filename
+    try:
+        inside = os.path.relpath(filename, base)
+    except ValueError:  # another drive (Windows)
+        return filename
+    return filename if inside == os.pardir or inside.startswith(os.pardir + os.sep) else inside
+
+
 def site_of_frame(frame: FrameType, library: FrameType | None = None) -> Site:
     """The site of `frame`; `library`: the library frame it called into, named as the context."""
     key = (
@@ -149,7 +167,7 @@ def site_of_frame(frame: FrameType, library: FrameType | None = None) -> Site:
     if site is None:
         code = frame.f_code
         context = None if library is None else f"{_library_path(library.f_code)}:{library.f_lineno}"
-        site = Site(code.co_filename, frame.f_lineno, code.co_name, context)
+        site = Site(shown_path(code.co_filename), frame.f_lineno, code.co_name, context)
         _cache[key] = site
     return site
 
