@@ -6,6 +6,9 @@ library names go to `library.Library`, moves to `moves.Moves`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import libcst as cst
 
 from mpcheck.devices import torchapi as T
@@ -21,6 +24,7 @@ from mpcheck.devices.values import (
     UNK,
     ClassRef,
     Const,
+    Devs,
     DictV,
     DtypeV,
     FuncRef,
@@ -45,9 +49,14 @@ from mpcheck.devices.values import (
     value_key,
 )
 
+# The argument expressions of a call, in the order of its values (None where one has none).
+ArgExprs = Sequence[cst.BaseExpression | None] | None
+
 
 class Calls(Part):
-    def bind(self, info: FuncInfo, env: dict, self_val, args: list, kwargs: dict) -> None:
+    def bind(
+        self, info: FuncInfo, env: dict[str, Val], self_val: Val | None, args: list[Val], kwargs: dict[str, Val]
+    ) -> None:
         params = params_of(info.node)
         pos = list(args)
         for i, (name, default) in enumerate(params):
@@ -66,7 +75,7 @@ class Calls(Part):
         if info.node.params.star_kwarg is not None:
             env[info.node.params.star_kwarg.name.value] = UNK
 
-    def default_param_value(self, name: str, default) -> Val:
+    def default_param_value(self, name: str, default: cst.BaseExpression | None) -> Val:
         if default is None:
             return SymV(name)
         v = self.interp.exprs.ev(default, State.fresh(dict(self.interp.globals), "<default>"))
@@ -76,7 +85,15 @@ class Calls(Part):
             return SymV(name)
         return v
 
-    def call_function(self, info: FuncInfo, self_val, args: list, kwargs: dict, st: State, node) -> Val:
+    def call_function(
+        self,
+        info: FuncInfo,
+        self_val: Val | None,
+        args: list[Val],
+        kwargs: dict[str, Val],
+        st: State,
+        node: cst.CSTNode | None,
+    ) -> Val:
         if info in self.interp.stack or len(self.interp.stack) >= MAX_DEPTH:
             return UNK
         key = (
@@ -112,7 +129,9 @@ class Calls(Part):
         self.interp.memo[key] = result
         return result
 
-    def module_call(self, mod: Obj, args: list, kwargs: dict, st: State, node, exprs=None) -> Val:
+    def module_call(
+        self, mod: Obj, args: list[Val], kwargs: dict[str, Val], st: State, node: cst.CSTNode, exprs: ArgExprs = None
+    ) -> Val:
         """Calling a module: its inputs must be where it is; the output is where it ends."""
         if (mod.extra or {}).get("collapsed"):
             return UNK  # a split model moved whole (MP007): its forward's devices are not known
@@ -190,18 +209,20 @@ class Calls(Part):
                     # only a tensor on another GPU is certainly wrong. The activation
                     # itself is fine, so the flow goes on with the module's output.
                     self.interp.exprs.check_operand(node, a, mod.devs, st, what=what, arg_index=i, expr=_nth(exprs, i))
-            first = args[0] if args else None
+            lead = args[0] if args else None
             return Obj(
                 "tensor",
                 mod.devs,
                 origin="output of",
                 at=node,
                 opaque=mod.opaque or mod.kind == "any",
-                lineage=first.lineage if isinstance(first, Obj) else None,
+                lineage=lead.lineage if isinstance(lead, Obj) else None,
             )
         return UNK
 
-    def loss_call(self, mod: Obj, args, kwargs, st, node, exprs=None) -> None:
+    def loss_call(
+        self, mod: Obj, args: list[Val], kwargs: dict[str, Val], st: State, node: cst.CSTNode, exprs: ArgExprs = None
+    ) -> None:
         pairs = list(zip(list(args) + list(kwargs.values()), list(exprs or []) + [None] * 99))
         pairs += [(w, None) for w in (mod.extra or {}).values()]
         first = None
@@ -227,29 +248,38 @@ class Calls(Part):
                 )
                 return
 
-    def _check_other_inputs(self, mod: Obj, fwd: FuncInfo, args: list, kwargs, st: State, node, exprs) -> list:
+    def _check_other_inputs(
+        self,
+        mod: Obj,
+        fwd: FuncInfo,
+        args: list[Val],
+        kwargs: dict[str, Val],
+        st: State,
+        node: cst.CSTNode,
+        exprs: ArgExprs,
+    ) -> list[Val]:
         """The positional arguments after the first: where the forward uses one unmoved
         on another device than the argument's, report it at the call (a fix there suits
         this call; one inside the forward would break the other instances of the class),
         and run the forward on a correctly placed copy. A CPU tensor may be meant for
         the CPU (lengths, indices, a scalar): the forward's own checks judge that."""
-        tensors = [
-            i for i, a in enumerate(args) if i > 0 and isinstance(a, Obj) and a.kind in ("tensor", "param", "buffer")
-        ]
-        if not tensors or not any(single(args[i].devs) for i in tensors):
+        tensors = {
+            i: a for i, a in enumerate(args) if i > 0 and isinstance(a, Obj) and a.kind in ("tensor", "param", "buffer")
+        }
+        if not tensors or not any(single(a.devs) for a in tensors.values()):
             return args
-        needs = self.argument_needs(mod, fwd, args, kwargs, tensors)
+        needs = self.argument_needs(mod, fwd, args, kwargs, list(tensors))
         out = list(args)
-        for i in tensors:
+        for i, a in tensors.items():
             need = needs.get(i)
             self.interp.recorder.need(node, i, need)
-            if need is None or single(args[i].devs) == "cpu" or not conflict(args[i].devs, need):
+            if need is None or single(a.devs) == "cpu" or not conflict(a.devs, need):
                 continue
             self.interp.recorder.record(
                 Mismatch(
                     node=node,
                     mode=st.mode,
-                    value=args[i],
+                    value=a,
                     target=need,
                     what=mod.label or mod.cls.name,
                     op="module",
@@ -259,21 +289,24 @@ class Calls(Part):
                 ),
                 key=i,
             )
-            out[i] = args[i].with_(devs=need)
+            out[i] = a.with_(devs=need)
         return out
 
-    def argument_needs(self, mod: Obj, fwd: FuncInfo, args: list, kwargs: dict, positions: list) -> dict:
+    def argument_needs(
+        self, mod: Obj, fwd: FuncInfo, args: list[Val], kwargs: dict[str, Val], positions: list[int]
+    ) -> dict[int, Devs]:
         """Where the forward first uses each positional argument in `positions`, unmoved
         (a probe run, reporting nothing, with those arguments marked by probe devices and
         the others as given): {position: devs}; absent where it moves it first or never uses it."""
         key = ("arg_needs", tuple(positions), tuple(value_key(a) for a in args))
         cache = mod.extra.setdefault("probes", {}) if mod.extra is not None else None
         if cache is not None and key in cache:
-            return cache[key]
+            cached: dict[int, Devs] = cache[key]
+            return cached
         probe_args = [Obj("tensor", probe_devs(i)) if i in positions else a for i, a in enumerate(args)]
         if 0 not in positions and probe_args and isinstance(probe_args[0], Obj) and probe_args[0].kind != "scalar":
             probe_args[0] = probe_args[0].with_(devs=mod.in_devs or probe_args[0].devs)
-        probe: dict = {"devs": None}
+        probe: dict[str, Any] = {"devs": None}
         self.interp.probes.append(probe)
         try:
             with self.interp.recorder.muted():
@@ -288,12 +321,12 @@ class Calls(Part):
         mod.extra.setdefault("probes", {})[key] = needs
         return needs
 
-    def input_devs(self, mod: Obj, fwd: FuncInfo):
+    def input_devs(self, mod: Obj, fwd: FuncInfo) -> Devs:
         """Where a class's forward needs its first argument: the device of the
         first module or op that uses it before any transfer (None: anywhere)."""
         if mod.in_devs is not None or (mod.extra or {}).get("in_known"):
             return mod.in_devs
-        probe = {"devs": None}
+        probe: dict[str, Any] = {"devs": None}
         self.interp.probes.append(probe)
         try:
             with self.interp.recorder.muted():  # the probe run reports nothing
@@ -342,17 +375,17 @@ class Calls(Part):
         used(*args, *kwargs.values())
         return UNK
 
-    def _note_class_use(self, obj: Obj, st: State, node) -> None:
+    def _note_class_use(self, obj: Obj, st: State, node: cst.CSTNode) -> None:
         if obj.split:
             st.scope.split_seen = True
 
-    def ev_args(self, node: cst.Call, st: State) -> tuple[list, dict]:
+    def ev_args(self, node: cst.Call, st: State) -> tuple[list[Val], dict[str, Val]]:
         """The values of a call's arguments; `self.interp.arg_nodes` then holds their
         expressions in the same order (positional, then keyword), for messages."""
-        args: list = []
-        kwargs: dict = {}
-        pos_nodes: list = []
-        kw_nodes: list = []
+        args: list[Val] = []
+        kwargs: dict[str, Val] = {}
+        pos_nodes: list[cst.BaseExpression | None] = []
+        kw_nodes: list[cst.BaseExpression | None] = []
         for a in node.args:
             v = self.interp.exprs.ev(a.value, st)
             if a.keyword is not None:
@@ -373,7 +406,9 @@ class Calls(Part):
         self.interp.arg_nodes = pos_nodes + kw_nodes
         return args, kwargs
 
-    def sequential_call(self, seq: SeqV, args, kwargs, st, node, exprs=None) -> Val:
+    def sequential_call(
+        self, seq: SeqV, args: list[Val], kwargs: dict[str, Val], st: State, node: cst.CSTNode, exprs: ArgExprs = None
+    ) -> Val:
         h = args[0] if args else UNK
         first = list(exprs or [])[:1]  # the argument's expression, for the first item only
         if seq.items is None:
@@ -396,7 +431,9 @@ class Calls(Part):
             first = []
         return h
 
-    def method_call(self, recv: Val, meth: str, args, kwargs, node: cst.Call, st) -> Val:
+    def method_call(
+        self, recv: Val, meth: str, args: list[Val], kwargs: dict[str, Val], node: cst.Call, st: State
+    ) -> Val:
         if meth in ("to", "cuda", "cpu"):
             return self.interp.moves.move(recv, meth, args, kwargs, node, st)
         if "device_map" in kwargs:
@@ -499,5 +536,5 @@ class Calls(Part):
         return UNK
 
 
-def _nth(exprs, i):
+def _nth(exprs: ArgExprs, i: int) -> cst.BaseExpression | None:
     return exprs[i] if exprs is not None and i < len(exprs) else None

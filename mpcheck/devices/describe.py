@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import libcst as cst
 
 from mpcheck.devices.values import Obj, SeqV, Val, distinct_devices, is_splitish, placements, show
 from mpcheck.finding import Fix
 
 
-def split_desc(v: Val) -> str:
+class Source(Protocol):
+    """What the wording needs of a file (the rules' FileContext): a node's text and position."""
+
+    def code(self, node: cst.CSTNode) -> str: ...
+
+    def line(self, node: cst.CSTNode) -> int: ...
+
+    def span(self, node: cst.CSTNode) -> tuple[tuple[int, int], tuple[int, int]]: ...
+
+
+def split_desc(v: Val | None) -> str:
     """'an instance of SplitNet, whose submodules sit on cuda:0 (enc) and cuda:1 (dec)'."""
     if isinstance(v, Obj) and v.split:
         by_dev: dict[str, list[str]] = {}
@@ -23,23 +35,23 @@ def split_desc(v: Val) -> str:
         if v.dispatched.startswith("device_map"):
             return f"a model dispatched over several devices with {v.dispatched}"
         return f"a model split over several devices by {v.dispatched}"
-    held = _held_split(v)
-    if held is not None:
-        return f"a {v.kind} holding {split_desc(held)}"
     if isinstance(v, SeqV):
+        held = _held_split(v)
+        if held is not None:
+            return f"a {v.kind} holding {split_desc(held)}"
         ds = distinct_devices(d for d, _ in placements(v))
         return "a module container split over " + and_list([show(d) for d in ds])
     return "a model split over several devices"
 
 
-def _held_split(v: Val) -> Val | None:
+def _held_split(v: Val | None) -> Val | None:
     """The split model a plain list or tuple holds ([model, model]), else None."""
     if isinstance(v, SeqV) and not v.module and v.items:
         return next((i for i in v.items if is_splitish(i)), None)
     return None
 
 
-def split_devices(v: Val) -> list[str]:
+def split_devices(v: Val | None) -> list[str]:
     held = _held_split(v)
     if held is not None:
         return split_devices(held)
@@ -50,7 +62,7 @@ def split_devices(v: Val) -> list[str]:
     return []
 
 
-def split_modules(v: Val) -> list[str]:
+def split_modules(v: Val | None) -> list[str]:
     held = _held_split(v)
     if held is not None:
         return split_modules(held)
@@ -59,7 +71,7 @@ def split_modules(v: Val) -> list[str]:
     return []
 
 
-def value_text(ctx, expr, v: Val, default: str = "a tensor") -> str:
+def value_text(ctx: Source, expr: cst.CSTNode | None, v: Val | None, default: str = "a tensor") -> str:
     """How to name a value in a message: its source text, else its label."""
     if expr is not None:
         return ctx.code(expr)
@@ -68,7 +80,7 @@ def value_text(ctx, expr, v: Val, default: str = "a tensor") -> str:
     return default
 
 
-def origin_text(ctx, v: Val) -> str:
+def origin_text(ctx: Source, v: Val) -> str:
     """'moved to cuda:0 at line 12'."""
     if isinstance(v, Obj) and v.origin == "output of":
         if isinstance(v.at, cst.Call):
@@ -88,7 +100,7 @@ MODE_WORDS = {
 }
 
 
-def root_name(expr) -> str | None:
+def root_name(expr: cst.BaseExpression | None) -> str | None:
     """`pred` for `pred.squeeze(-1)`, `labels` for `labels[..., 1:]`: the variable an expression reads."""
     while expr is not None:
         if isinstance(expr, cst.Name):
@@ -104,7 +116,7 @@ def root_name(expr) -> str | None:
     return None
 
 
-def move_fix(ctx, expr, target_code: str):
+def move_fix(ctx: Source, expr: cst.CSTNode | None, target_code: str) -> Fix | None:
     """A Fix that appends `.to(<target>)` to an argument that is a plain name or
     attribute: a transfer changes no value, and on the right device it is a
     no-op, so the edit is safe even where the analysis were wrong."""

@@ -8,6 +8,9 @@ are checked here (`check_operand`), and a disagreement is recorded as an
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any, cast
+
 import libcst as cst
 
 from mpcheck.devices import torchapi
@@ -21,6 +24,7 @@ from mpcheck.devices.values import (
     UNK,
     Const,
     DeviceV,
+    Devs,
     DictV,
     FuncRef,
     Obj,
@@ -45,7 +49,7 @@ from mpcheck.devices.values import (
 
 
 class Expressions(Part):
-    def qname(self, node) -> str | None:
+    def qname(self, node: cst.CSTNode | None) -> str | None:
         """The canonical dotted name an expression refers to (imports resolved)."""
         d = dotted(node) if isinstance(node, (cst.Name, cst.Attribute)) else None
         if d is None:
@@ -58,7 +62,7 @@ class Expressions(Part):
             return head
         return None
 
-    def ev(self, node, st: State) -> Val:
+    def ev(self, node: cst.CSTNode, st: State) -> Val:
         t = type(node)
         f = _EV.get(t)
         if f is None:
@@ -157,7 +161,7 @@ class Expressions(Part):
             return base.with_(label="", kind="tensor", invariant=base.invariant, worked=True)
         return UNK
 
-    def ev_const(self, node, st: State) -> Val:
+    def ev_const(self, node: Any, st: State) -> Val:  # Integer, Float, Imaginary, SimpleString...
         t = type(node)
         if t is cst.Integer:
             try:
@@ -179,7 +183,7 @@ class Expressions(Part):
         for p in node.parts:
             if isinstance(p, cst.FormattedStringText):
                 text += p.value
-            else:
+            elif isinstance(p, cst.FormattedStringExpression):  # the only other kind of part
                 v = self.ev(p.expression, st)
                 if isinstance(v, Const) and isinstance(v.value, (int, str)) and p.format_spec is None:
                     text += str(v.value)
@@ -205,8 +209,8 @@ class Expressions(Part):
             return Const(a.value + b.value)
         return UNK
 
-    def ev_seq(self, node, st: State) -> Val:
-        items = []
+    def ev_seq(self, node: cst.List | cst.Tuple | cst.Set, st: State) -> Val:
+        items: list[Val] = []
         for e in node.elements:
             if isinstance(e, cst.StarredElement):
                 v = self.ev(e.value, st)
@@ -234,12 +238,12 @@ class Expressions(Part):
                 return UNK
         return DictV(items)
 
-    def ev_comp(self, node, st: State) -> Val:
+    def ev_comp(self, node: cst.ListComp | cst.SetComp | cst.GeneratorExp | cst.DictComp, st: State) -> Val:
         # [elt for target in iter if ...]: unrolled for short known iterables.
         inner = st.copy()
         inner.returns = []
-        fors = []
-        f = node.for_in
+        fors: list[cst.CompFor] = []
+        f: cst.CompFor | None = node.for_in
         while f is not None:
             fors.append(f)
             f = f.inner_for_in
@@ -264,14 +268,14 @@ class Expressions(Part):
             self.interp.in_unknown_loop -= 1
         return self._comp_result(node, None, elem)
 
-    def _comp_elt(self, node, st):
+    def _comp_elt(self, node: cst.ListComp | cst.SetComp | cst.GeneratorExp | cst.DictComp, st: State) -> Val:
         if isinstance(node, cst.DictComp):
             self.ev(node.key, st)
             return self.ev(node.value, st)
         return self.ev(node.elt, st)
 
     @staticmethod
-    def _comp_result(node, items, elem) -> Val:
+    def _comp_result(node: cst.CSTNode, items: tuple[Val, ...] | None, elem: Val | None) -> Val:
         if isinstance(node, cst.DictComp):
             return DictV({}) if items is None else UNK
         if isinstance(node, cst.GeneratorExp):
@@ -289,13 +293,13 @@ class Expressions(Part):
         b = self.ev(node.right, st)
         return self.binop(node, a, b, st)
 
-    def binop(self, node, a: Val, b: Val, st: State) -> Val:
+    def binop(self, node: cst.CSTNode, a: Val, b: Val, st: State) -> Val:
         if failed(a) or failed(b):
             return FAILED
         used(a, b)
         if isinstance(a, SeqV) or isinstance(b, SeqV):
             return (
-                SeqV(None, elem=a.elem if isinstance(a, SeqV) else b.elem)
+                SeqV(None, elem=a.elem if isinstance(a, SeqV) else cast(SeqV, b).elem)
                 if isinstance(a, (SeqV, Const)) and isinstance(b, (SeqV, Const))
                 else UNK
             )
@@ -348,13 +352,13 @@ class Expressions(Part):
                 return UNK
         return UNK
 
-    def ev_unary(self, node, st):
+    def ev_unary(self, node: cst.UnaryOperation, st: State) -> Val:
         v = self.ev(node.expression, st)
         if isinstance(v, Obj) and v.kind != "module":
             return v.with_(label="", worked=True)
         return UNK
 
-    def ev_compare(self, node, st):
+    def ev_compare(self, node: cst.Comparison, st: State) -> Val:
         left = self.ev(node.left, st)
         if len(node.comparisons) == 1 and isinstance(left, Const):
             c = node.comparisons[0]
@@ -388,20 +392,20 @@ class Expressions(Part):
             left = right
         return UNK
 
-    def ev_boolop(self, node, st):
+    def ev_boolop(self, node: cst.BooleanOperation, st: State) -> Val:
         a = self.ev(node.left, st)
         b = self.ev(node.right, st)
         if isinstance(a, Obj) or isinstance(b, Obj):
             return join(a, b) if isinstance(a, Obj) and isinstance(b, Obj) else UNK
         return UNK
 
-    def ev_lambda(self, node, st):
+    def ev_lambda(self, node: cst.Lambda, st: State) -> Val:
         return UNK
 
-    def ev_await(self, node, st):
+    def ev_await(self, node: cst.Await, st: State) -> Val:
         return self.ev(node.expression, st)
 
-    def probe_hit(self, val: Val, devs) -> None:
+    def probe_hit(self, val: Val, devs: Devs) -> None:
         """In a probe run: the first device an input marked with a probe device (`PROBE`,
         `probe_devs(i)`) meets, unmoved, is where that input must be."""
         if not self.interp.probes or not isinstance(val, Obj) or not is_probe(val.devs):
@@ -415,7 +419,16 @@ class Expressions(Part):
         probe.setdefault("by", {}).setdefault(val.devs, devs)
 
     def check_operand(
-        self, node, val: Val, devs, st: State, what: str, arg_index: int = 0, expr=None, op: str = "module", module=None
+        self,
+        node: cst.CSTNode,
+        val: Val,
+        devs: Devs,
+        st: State,
+        what: str,
+        arg_index: int = 0,
+        expr: cst.BaseExpression | None = None,
+        op: str = "module",
+        module: Obj | None = None,
     ) -> bool:
         """Reports `val` when it is certainly not on `devs`; True when it did."""
         self.interp.recorder.need(node, arg_index, devs)
@@ -446,7 +459,7 @@ class Expressions(Part):
         return self.interp.calls.ev_call(node, st)
 
 
-_CMP_OPS = {
+_CMP_OPS: dict[type, Callable[[Any, Any], Any]] = {
     cst.Equal: lambda a, b: a == b,
     cst.NotEqual: lambda a, b: a != b,
     cst.LessThan: lambda a, b: a < b,
@@ -454,7 +467,7 @@ _CMP_OPS = {
     cst.LessThanEqual: lambda a, b: a <= b,
     cst.GreaterThanEqual: lambda a, b: a >= b,
 }
-_CONST_OPS = {
+_CONST_OPS: dict[type, Callable[[Any, Any], Any]] = {
     cst.Add: lambda a, b: a + b,
     cst.Subtract: lambda a, b: a - b,
     cst.Multiply: lambda a, b: a * b if not (isinstance(a, str) or isinstance(b, str)) else None,
@@ -469,7 +482,7 @@ def _deviceish(v: Val) -> bool:
     )
 
 
-_EV = {
+_EV: dict[type, Callable[..., Val]] = {
     cst.Name: Expressions.ev_name,
     cst.Attribute: Expressions.ev_attr,
     cst.Call: Expressions.ev_call,

@@ -23,6 +23,8 @@ What the rules need is recorded as facts (events.py) by `recorder`.
 
 from __future__ import annotations
 
+from typing import Any
+
 import libcst as cst
 
 from mpcheck.devices.calls import Calls
@@ -55,7 +57,7 @@ from mpcheck.devices.values import (
 
 
 class Interp:
-    def __init__(self, module: cst.Module, modname: str = "", project: dict | None = None):
+    def __init__(self, module: cst.Module, modname: str = "", project: dict[str, dict[str, Any]] | None = None) -> None:
         self.module = module
         self.modname = modname
         self.project = project or {}
@@ -67,17 +69,17 @@ class Interp:
         # torch.set_default_device() & co. change where factories put tensors: then say nothing about them.
         self.default_device_changed = False
         # Shared by the parts while one interpretation runs:
-        self.memo: dict = {}  # call_function's results, by callee and argument values
+        self.memo: dict[Any, Val] = {}  # call_function's results, by callee and argument values
         self.stack: list[FuncInfo] = []  # the functions being interpreted, innermost last
         self.in_unknown_loop = 0  # inside a loop (or comprehension) of unknown length
         self.second_pass = 0  # in a loop's second pass (values settle; no lineage recorded)
-        self.init_indexless: dict[int, list] = {}  # instance -> its __init__'s index-less placements
+        self.init_indexless: dict[int, list[Any]] = {}  # instance -> its __init__'s index-less placements
         self.with_devices: set[int] = set()  # `with torch.cuda.device(...)` calls (lexically scoped)
-        self.arg_nodes: list = []  # the argument expressions of the call last evaluated (Calls.ev_args)
+        self.arg_nodes: list[Any] = []  # the argument expressions of the call last evaluated (Calls.ev_args)
         self.loop_outer: list[
-            tuple[set, frozenset]
+            tuple[set[int], frozenset[str]]
         ] = []  # per enclosing loop: ids of values alive before it, names it rebinds
-        self.probes: list[dict] = []  # input probes of forward summaries (Calls.input_devs)
+        self.probes: list[dict[str, Any]] = []  # input probes of forward summaries (Calls.input_devs)
         self.branch_outputs: set[int] = set()  # lists returned by parallel_apply over one-device branches
         self._lineages = 0
         self.stmts = Statements(self)
@@ -95,7 +97,7 @@ class Interp:
         for stmt in self.module.body:
             self._scan_stmt(stmt, g)
 
-    def _scan_stmt(self, stmt, g) -> None:
+    def _scan_stmt(self, stmt: cst.CSTNode, g: dict[str, Val]) -> None:
         if isinstance(stmt, cst.SimpleStatementLine):
             for small in stmt.body:
                 if isinstance(small, (cst.Import, cst.ImportFrom)):
@@ -112,9 +114,9 @@ class Interp:
             self.classes[info.name] = info
             g[info.name] = ClassRef(info)
         elif isinstance(stmt, cst.FunctionDef):
-            info = FuncInfo(stmt, stmt.name.value, stmt.name.value)
-            self.functions[info.name] = info
-            g[info.name] = FuncRef(info)
+            fn = FuncInfo(stmt, stmt.name.value, stmt.name.value)
+            self.functions[fn.name] = fn
+            g[fn.name] = FuncRef(fn)
         elif isinstance(stmt, (cst.If, cst.Try)):
             for s in stmt.body.body:
                 self._scan_stmt(s, g)
@@ -165,7 +167,7 @@ class Interp:
         self.stmts.run_body(info, st)
         self._finish_scope(info.node, st.scope)
 
-    def _default_param(self, name: str, default) -> Val:
+    def _default_param(self, name: str, default: cst.BaseExpression | None) -> Val:
         if default is not None:
             v = self.exprs.ev(default, State.fresh(dict(self.globals), "<default>"))
             if isinstance(v, (Const, DeviceV)) and (

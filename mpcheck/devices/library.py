@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 import libcst as cst
 
@@ -238,7 +238,7 @@ def _parallel_primitive(lib: Library, c: LibCall) -> Val:
     return UNK
 
 
-def _one_device_each(v: Val) -> bool:
+def _one_device_each(v: Val | None) -> TypeGuard[SeqV]:
     """A list of modules, each living on one device (branch parallelism: what
     parallel_apply is for), not a split model nor a list holding one."""
     if not isinstance(v, SeqV) or not v.items:
@@ -263,8 +263,11 @@ def _run_branches(lib: Library, c: LibCall, modules: SeqV) -> Val:
         inp = items[i]
         args = list(inp.items) if isinstance(inp, SeqV) and inp.items is not None else [inp]
         calls = lib.interp.calls
-        call = calls.sequential_call if isinstance(mod, SeqV) else calls.module_call
-        outs.append(call(mod, args, {}, c.st, c.node))
+        if isinstance(mod, SeqV):
+            outs.append(calls.sequential_call(mod, args, {}, c.st, c.node))
+        else:
+            assert isinstance(mod, Obj)  # _one_device_each: modules and module containers only
+            outs.append(calls.module_call(mod, args, {}, c.st, c.node))
     res = SeqV(tuple(outs))
     lib.interp.branch_outputs.add(id(res))
     return res

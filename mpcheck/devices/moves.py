@@ -13,13 +13,14 @@ import libcst as cst
 from mpcheck.devices import torchapi as T
 from mpcheck.devices.events import Collapse, Crossing, IndexlessPlacement, Transfer
 from mpcheck.devices.names import dotted
-from mpcheck.devices.program import Part
+from mpcheck.devices.program import Part, State
 from mpcheck.devices.values import (
     CURRENT,
     OFF_CHAIN,
     UNK,
     Const,
     DeviceV,
+    Devs,
     DictV,
     DtypeV,
     Obj,
@@ -38,7 +39,7 @@ _DEVICE_WORDS = ("device", "dev", "gpu", "cuda", "rank")
 
 
 class Moves(Part):
-    def indexless(self, node, st) -> None:
+    def indexless(self, node: cst.CSTNode, st: State) -> None:
         """An index-less `.cuda()` / 'cuda' while set_device or `with torch.cuda.device` is in effect."""
         if st.setdev is None:
             return
@@ -50,11 +51,13 @@ class Moves(Part):
             )
         )
 
-    def note_indexless_arg(self, v: Val, node, st) -> None:
+    def note_indexless_arg(self, v: Val, node: cst.CSTNode, st: State) -> None:
         if isinstance(v, (Const, DeviceV)) and as_device(v, ints_are_cuda=False) == one(CURRENT):
             self.indexless(node, st)
 
-    def _move_target(self, meth, args, kwargs, node, st):
+    def _move_target(
+        self, meth: str, args: list[Val], kwargs: dict[str, Val], node: cst.Call, st: State
+    ) -> tuple[Devs, bool | None]:
         """(devs, is_device_move) for .to/.cuda/.cpu; is_device_move None when unclear."""
         if meth == "cpu":
             return one("cpu"), True
@@ -88,7 +91,7 @@ class Moves(Part):
             return (one(f"sym:{text}") if isinstance(a, SymV) else None), True
         return None, None
 
-    def move(self, recv: Val, meth: str, args, kwargs, node: cst.Call, st) -> Val:
+    def move(self, recv: Val, meth: str, args: list[Val], kwargs: dict[str, Val], node: cst.Call, st: State) -> Val:
         devs, is_device = self._move_target(meth, args, kwargs, node, st)
         if not is_device:
             return recv if is_device is False else (UNK if not isinstance(recv, Obj) or recv.kind != "module" else recv)
@@ -140,9 +143,9 @@ class Moves(Part):
                 if recv.items is None and isinstance(recv.elem, (Obj, SeqV))
                 else _placed_any(devs, where, node)
             )
-            res = SeqV(tuple(moved) if recv.items is not None else None, elem=elem, kind=recv.kind, module=True)
-            self.rebind(recv_expr, res, st)
-            return res
+            seq = SeqV(tuple(moved) if recv.items is not None else None, elem=elem, kind=recv.kind, module=True)
+            self.rebind(recv_expr, seq, st)
+            return seq
         if isinstance(recv, Obj) and recv.kind in ("module", "passthrough", "loss"):
             if recv.kind in ("passthrough", "loss"):
                 return recv
@@ -193,7 +196,7 @@ class Moves(Part):
             return UNK
         return Obj("any", devs, origin=f"moved to {where}", at=node)
 
-    def lineage_step(self, recv: Obj, devs, node) -> int | None:
+    def lineage_step(self, recv: Obj, devs: Devs, node: cst.CSTNode) -> int | None:
         """Records a step of an activation's lineage (events.Crossing); returns the lineage the moved value has."""
         src, dst = single(recv.devs), single(devs)
         if recv.lineage == OFF_CHAIN:
@@ -215,10 +218,10 @@ class Moves(Part):
         return lineage
 
     @staticmethod
-    def _moved_expr(node):
+    def _moved_expr(node: cst.Call | None) -> cst.BaseExpression | None:
         return node.func.value if node is not None and isinstance(node.func, cst.Attribute) else None
 
-    def _reads_unchanging_attribute(self, recv: Obj, st, node) -> bool:
+    def _reads_unchanging_attribute(self, recv: Obj, st: State, node: cst.Call) -> bool:
         """The moved expression reads an unchanging attribute of self (self.causal[:n, :n], self.table.t()),
         in a method other than __init__: the same tensor is moved on every call."""
         expr = self._moved_expr(node)
@@ -248,7 +251,7 @@ class Moves(Part):
         of the model. A helper of another class, or a method run on its own, is not."""
         return any(f.name == "forward" and f.cls is not None for f in self.interp.stack)
 
-    def _bound_outside_loop(self, recv: Obj, node) -> bool:
+    def _bound_outside_loop(self, recv: Obj, node: cst.Call) -> bool:
         """The moved name holds a value alive before an enclosing loop, not rebound in it."""
         expr = self._moved_expr(node)
         if self.interp.loop_outer and isinstance(expr, cst.Name):
@@ -257,7 +260,7 @@ class Moves(Part):
                     return True
         return False
 
-    def rebind(self, expr, val, st) -> None:
+    def rebind(self, expr: cst.BaseExpression | None, val: Val, st: State) -> None:
         # nn.Module.to()/.cuda() move the module in place: the name now holds the moved module.
         if isinstance(expr, cst.Name):
             st.env[expr.value] = val
@@ -270,11 +273,11 @@ class Moves(Part):
                     st.env[f"{id(base)}.{expr.attr.value}"] = val
 
 
-def _placed_any(devs, where, node) -> Val:
+def _placed_any(devs: Devs, where: str, node: cst.CSTNode) -> Val:
     return Obj("any", devs, origin=f"moved to {where}", at=node) if devs is not None else UNK
 
 
-def moved_instance(recv: Val, devs, origin: str, node, depth: int = 0) -> Obj | None:
+def moved_instance(recv: Val, devs: Devs, origin: str, node: cst.CSTNode, depth: int = 0) -> Obj | None:
     """An instance of a class of this file after `Module.to()`: the same class, its
     parameters, buffers and submodules on `devs`, so that calling it still runs its
     forward (which may move its input, or return values on other devices). None
@@ -293,7 +296,7 @@ def moved_instance(recv: Val, devs, origin: str, node, depth: int = 0) -> Obj | 
     )
 
 
-def _moved_part(v: Val, devs, origin: str, node, depth: int) -> Val:
+def _moved_part(v: Val, devs: Devs, origin: str, node: cst.CSTNode, depth: int) -> Val:
     """What `Module.to()` does to one attribute: parameters, buffers and submodules
     move; a plain tensor attribute is not registered, so it stays (taken as unknown)."""
     if isinstance(v, Obj):
@@ -313,7 +316,7 @@ def _moved_part(v: Val, devs, origin: str, node, depth: int) -> Val:
     return v
 
 
-def _moved_summarized(recv: Obj, devs, origin: str, node) -> Obj | None:
+def _moved_summarized(recv: Obj, devs: Devs, origin: str, node: cst.CSTNode) -> Obj | None:
     """An instance of a class of another file after `Module.to()`: where its forward needs
     its input follows the move (nowhere in particular when the forward moves it itself)."""
     if not (recv.extra or {}).get("summarized") or devs is None:

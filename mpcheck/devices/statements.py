@@ -7,7 +7,7 @@ others run twice, so that values that change per iteration settle.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import libcst as cst
 
@@ -56,7 +56,7 @@ class Statements(Part):
             states = self.exec_stmt(stmt, states)
         return states
 
-    def exec_stmt(self, stmt, states: list[State]) -> list[State]:
+    def exec_stmt(self, stmt: cst.CSTNode, states: list[State]) -> list[State]:
         if isinstance(stmt, cst.SimpleStatementLine):
             for small in stmt.body:
                 nxt = []
@@ -65,12 +65,11 @@ class Statements(Part):
                         nxt.append(st)
                 states = nxt
             return states
-        t = type(stmt)
-        if t is cst.If:
+        if isinstance(stmt, cst.If):
             return self.exec_if(stmt, states)
-        if t is cst.For:
+        if isinstance(stmt, cst.For):
             return [self.exec_for(stmt, st) for st in states]
-        if t is cst.While:
+        if isinstance(stmt, cst.While):
             out = []
             for st in states:
                 body = self.exec_block(stmt.body.body, [st.copy()])
@@ -81,9 +80,9 @@ class Statements(Part):
                     self.interp.second_pass -= 1
                 out.append(join_states([st] + body) if body else st)
             return out
-        if t is cst.With:
+        if isinstance(stmt, cst.With):
             return [s for st in states for s in self.exec_with(stmt, st)]
-        if t is cst.Try:
+        if isinstance(stmt, cst.Try):
             out = []
             for st in states:
                 body = self.exec_block(stmt.body.body, [st.copy()])
@@ -100,40 +99,39 @@ class Statements(Part):
                 else:
                     out.append(j)
             return out
-        if t is cst.FunctionDef:
+        if isinstance(stmt, cst.FunctionDef):
             for st in states:
                 st.env[stmt.name.value] = FuncRef(FuncInfo(stmt, stmt.name.value, stmt.name.value))
             return states
-        if t is cst.ClassDef:
+        if isinstance(stmt, cst.ClassDef):
             return states
         return states
 
-    def exec_small(self, s, st: State) -> bool:
+    def exec_small(self, s: cst.BaseSmallStatement, st: State) -> bool:
         """Returns False when the path ends (return/raise)."""
-        t = type(s)
-        if t is cst.Assign:
+        if isinstance(s, cst.Assign):
             v = self.interp.exprs.ev(s.value, st)
             for tgt in s.targets:
                 self.assign(tgt.target, v, st, s.value)
             return True
-        if t is cst.Expr:
+        if isinstance(s, cst.Expr):
             self.interp.exprs.ev(s.value, st)
             return True
-        if t is cst.AnnAssign:
+        if isinstance(s, cst.AnnAssign):
             if s.value is not None:
                 self.assign(s.target, self.interp.exprs.ev(s.value, st), st, s.value)
             return True
-        if t is cst.AugAssign:
+        if isinstance(s, cst.AugAssign):
             left = self.interp.exprs.ev(s.target, st)
             right = self.interp.exprs.ev(s.value, st)
             self.interp.exprs.binop(s, left, right, st)
             return True
-        if t is cst.Return:
+        if isinstance(s, cst.Return):
             st.returns.append(self.interp.exprs.ev(s.value, st) if s.value is not None else Const(None))
             return False
-        if t is cst.Raise:
+        if isinstance(s, cst.Raise):
             return False
-        if t in (cst.Import, cst.ImportFrom):
+        if isinstance(s, (cst.Import, cst.ImportFrom)):
             for local, target in import_bindings(s, self.interp.modname):
                 st.env[local] = self.interp.imported(target)
             return True
@@ -174,7 +172,7 @@ class Statements(Part):
         return out
 
     @staticmethod
-    def _with_mode(st: State, mode, taken: bool) -> State:
+    def _with_mode(st: State, mode: tuple[str, str] | None, taken: bool) -> State:
         if mode:
             st.mode = mode[0] if taken else mode[1]
         return st
@@ -256,13 +254,12 @@ class Statements(Part):
 
     # ------------------------------------------------------------ assignment
 
-    def assign(self, target, v: Val, st: State, value_node) -> None:
-        t = type(target)
-        if t is cst.Name:
+    def assign(self, target: cst.BaseExpression, v: Val, st: State, value_node: cst.BaseExpression | None) -> None:
+        if isinstance(target, cst.Name):
             if isinstance(v, Obj) and not v.label and v.kind not in ("module", "any", "loss", "passthrough"):
                 v = v.with_(label=target.value)  # a module keeps its identity (in-place .to())
             st.env[target.value] = v
-        elif t is cst.Attribute:
+        elif isinstance(target, cst.Attribute):
             base = self.interp.exprs.ev(target.value, st)
             name = target.attr.value
             if isinstance(v, Obj) and not v.label and v.kind not in ("module", "any", "loss", "passthrough"):
@@ -272,7 +269,7 @@ class Statements(Part):
                     base.attrs[name] = v
                 else:
                     st.env[f"{id(base)}.{name}"] = v
-        elif t in (cst.Tuple, cst.List):
+        elif isinstance(target, (cst.Tuple, cst.List)):
             elts = [e.value for e in target.elements]
             items = v.items if isinstance(v, SeqV) and v.items is not None and len(v.items) == len(elts) else None
             for i, e in enumerate(elts):
@@ -288,7 +285,7 @@ class Statements(Part):
                 else:
                     sub = UNK
                 self.assign(e, sub, st, None)
-        elif t is cst.Subscript:
+        elif isinstance(target, cst.Subscript):
             base = self.interp.exprs.ev(target.value, st)
             if isinstance(base, DictV) and len(target.slice) == 1 and isinstance(target.slice[0].slice, cst.Index):
                 k = self.interp.exprs.ev(target.slice[0].slice.value, st)
@@ -298,17 +295,17 @@ class Statements(Part):
     # ------------------------------------------------------------ expressions
 
 
-_ASSIGNED_CACHE: dict = {}
+_ASSIGNED_CACHE: dict[int, tuple[cst.For, frozenset[str]]] = {}
 
 
-def _assigned_names(loop: cst.For) -> frozenset:
+def _assigned_names(loop: cst.For) -> frozenset[str]:
     """Names (re)bound anywhere in a loop's body or target."""
     got = _ASSIGNED_CACHE.get(id(loop))
     if got is not None and got[0] is loop:
         return got[1]
     names: set[str] = set()
 
-    def targets(t):
+    def targets(t: cst.BaseExpression) -> None:
         if isinstance(t, cst.Name):
             names.add(t.value)
         elif isinstance(t, (cst.Tuple, cst.List)):
@@ -317,7 +314,7 @@ def _assigned_names(loop: cst.For) -> frozenset:
         elif isinstance(t, cst.StarredElement):
             targets(t.value)
 
-    def walk(stmts):
+    def walk(stmts: Sequence[cst.CSTNode]) -> None:
         for st in stmts:
             if isinstance(st, cst.SimpleStatementLine):
                 for sm in st.body:
@@ -349,7 +346,7 @@ def _assigned_names(loop: cst.For) -> frozenset:
     return out
 
 
-def _mode_test(test) -> tuple[str, str] | None:
+def _mode_test(test: cst.BaseExpression) -> tuple[str, str] | None:
     """('train','eval') for `self.training`, reversed for `not self.training`."""
     neg = False
     while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):

@@ -155,7 +155,7 @@ def call_summarized(
     return obj
 
 
-def summarized_output(mod: Obj, node) -> Val | None:
+def summarized_output(mod: Obj, node: cst.CSTNode | None) -> Val | None:
     """What calling an instance of a class of another file returns, when its summary
     knows more than one device: a tuple or list with a device per item. None otherwise."""
     extra = mod.extra or {}

@@ -16,20 +16,22 @@ package's __init__ re-exports from other modules.
 
 from __future__ import annotations
 
+from typing import Any
+
 import libcst as cst
 
 from mpcheck.devices.interp import Interp
 from mpcheck.devices.names import import_bindings
-from mpcheck.devices.program import State, params_of
+from mpcheck.devices.program import ClassInfo, FuncInfo, State, params_of
 from mpcheck.devices.summarized import constant_value
-from mpcheck.devices.values import PROBE, Const, DeviceV, Obj, SeqV, SymV, Val, single
+from mpcheck.devices.values import PROBE, Const, DeviceV, Devs, Obj, SeqV, SymV, Val, single
 
 _MAX_RETURN_ITEMS = 4
 
 
-def summarize_module(module: cst.Module, modname: str) -> dict:
+def summarize_module(module: cst.Module, modname: str) -> dict[str, Any]:
     interp = Interp(module, modname, {})
-    out: dict = {"classes": {}, "functions": {}, "reexports": {}, "constants": {}}
+    out: dict[str, Any] = {"classes": {}, "functions": {}, "reexports": {}, "constants": {}}
     st = State.fresh(interp.globals, "<summary>")
     for stmt in module.body:
         if isinstance(stmt, cst.SimpleStatementLine):
@@ -62,14 +64,14 @@ def summarize_module(module: cst.Module, modname: str) -> dict:
     return out
 
 
-def _devs(d) -> list | None:
+def _devs(d: Devs) -> list[str] | None:
     return sorted(d) if d is not None else None
 
 
-def _class_summary(interp: Interp, cinfo, inst: Obj) -> dict:
+def _class_summary(interp: Interp, cinfo: ClassInfo, inst: Obj) -> dict[str, Any]:
     init = cinfo.method("__init__")
     params = [n for n, _ in params_of(init.node)][1:] if init else []
-    s = {
+    s: dict[str, Any] = {
         "params": params,
         "split": [list(p) for p in inst.split] if inst.split else None,
         "devs": _devs(inst.devs),
@@ -90,7 +92,7 @@ def _class_summary(interp: Interp, cinfo, inst: Obj) -> dict:
     return s
 
 
-def _function_summary(interp: Interp, finfo) -> dict:
+def _function_summary(interp: Interp, finfo: FuncInfo) -> dict[str, Any]:
     params = [n for n, _ in params_of(finfo.node)]
     st = State.fresh(dict(interp.globals), "<summary>")
     with interp.recorder.muted():
@@ -107,7 +109,7 @@ def _without_probe(v: Val) -> Val:
     return v
 
 
-def _value_summary(v: Val, depth: int = 0) -> dict | None:
+def _value_summary(v: Val, depth: int = 0) -> dict[str, Any] | None:
     if isinstance(v, Obj) and v.kind in ("module", "any", "tensor", "param", "buffer"):
         return {
             "kind": "module" if v.kind in ("module",) else ("any" if v.kind == "any" else "tensor"),
@@ -120,7 +122,7 @@ def _value_summary(v: Val, depth: int = 0) -> dict | None:
     return None
 
 
-def _constant(v: Val):
+def _constant(v: Val) -> dict[str, Any] | None:
     """A JSON form of a device, a string, an int or a short list of them, else None."""
     if isinstance(v, DeviceV):
         d = single(v.devs)

@@ -4,6 +4,8 @@ Which handler a call gets is decided by library.py's table alone."""
 
 from __future__ import annotations
 
+from collections.abc import Container
+
 # Public re-exports of the same object, mapped to one canonical name (names.canonical).
 # At most one prefix matches a name: none is a prefix of another (tests/test_devices_layout.py).
 REEXPORT_PREFIXES = (
@@ -252,7 +254,7 @@ FULL_REDUCTIONS = frozenset(
 INDEX_RESULTS = frozenset({"argmax", "argmin", "bincount", "count_nonzero", "histc", "unique", "nonzero", "eq", "ne"})
 
 
-def leaves_chain(name: str, n_args: int, kwargs) -> bool:
+def leaves_chain(name: str, n_args: int, kwargs: Container[str]) -> bool:
     """`x.mean()`, `torch.sum(x)`, `logits.argmax(1)`, `torch.bincount(pred)`: a value that is no
     activation any more (n_args counts the arguments after the tensor itself)."""
     last = name.rsplit(".", 1)[-1]

@@ -11,17 +11,18 @@ yields a finding: rules only compare devices that are certainly different.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-Devs = frozenset | None
+Devs = frozenset[str] | None  # a set of device names; None: unknown
 
 CURRENT = "cuda"  # index-less CUDA device: whatever the current device is
 _MAX_SET = 4
 _SYM_INDEX = re.compile(r"^sym:(.+)\[(-?\d+)\]$")
 
 
-def one(dev: str) -> frozenset:
+def one(dev: str) -> frozenset[str]:
     return frozenset((dev,))
 
 
@@ -68,7 +69,7 @@ def conflict(a: Devs, b: Devs) -> tuple[str, str] | None:
     return None
 
 
-def distinct_devices(devs) -> list[str]:
+def distinct_devices(devs: Iterable[str | None]) -> list[str]:
     """The devices of `devs` (an iterable of names) that are pairwise distinct
     (symbolic ones only when they are entries of one list)."""
     out: list[str] = []
@@ -83,7 +84,7 @@ def distinct_devices(devs) -> list[str]:
     return out
 
 
-def is_split_devs(devs) -> bool:
+def is_split_devs(devs: Iterable[str | None]) -> bool:
     ds = distinct_devices(devs)
     return len(ds) >= 2 or any(d.startswith("sym:each:") for d in ds)
 
@@ -161,8 +162,8 @@ class Obj(Val):
     origin: str = ""  # where it got its device, for messages ("moved to cuda:1")
     at: Any = field(default=None, repr=False)  # the node where it got its device (positions resolved lazily)
     cls: Any = field(default=None, repr=False)  # ClassInfo of an instance of an analysed class
-    attrs: dict | None = field(default=None, repr=False)  # attribute -> Val, for instances
-    split: tuple | None = None  # ((attr, dev), ...) when on >= 2 devices
+    attrs: dict[str, Val] | None = field(default=None, repr=False)  # attribute -> Val, for instances
+    split: tuple[tuple[str, str], ...] | None = None  # ((attr, dev), ...) when on >= 2 devices
     dispatched: str = ""  # how a library split it ("device_map='auto'")
     invariant: bool = False  # unchanging between calls (buffer, parameter, constant)
     moved_from: Devs = None  # for MP005: the device before the last transfer
@@ -171,19 +172,19 @@ class Obj(Val):
     in_devs: Devs = None  # modules: where their input must be
     out_devs: Devs = None  # modules: where their output is
     lineage: int | None = None  # which activation this is, across transfers (events.Crossing)
-    extra: dict | None = None  # loss modules: their weight tensors
+    extra: dict[str, Any] | None = None  # loss modules: their weight tensors
     # Its type is assumed, not known: an element unpacked from a value, or the
     # output of a module whose forward the model does not read (a list, a tuple
     # or a dict would look the same). For a module: so is the type of its output.
     opaque: bool = False
 
-    def with_(self, **kw) -> Obj:
+    def with_(self, **kw: Any) -> Obj:
         return replace(self, **kw)
 
 
 @dataclass(eq=False)
 class SeqV(Val):
-    items: tuple | None  # None: unknown length
+    items: tuple[Val, ...] | None  # None: unknown length
     elem: Val = UNK  # the join of the items when the length is unknown
     kind: str = "list"
     module: bool = False  # an nn.Sequential / ModuleList
@@ -191,7 +192,7 @@ class SeqV(Val):
 
 @dataclass(eq=False)
 class DictV(Val):
-    items: dict
+    items: dict[Any, Val]
     module: bool = False
 
 
@@ -217,7 +218,7 @@ class FuncRef(Val):
 class Summarized(Val):
     """A class or function from another project file, known by its summary."""
 
-    summary: dict
+    summary: dict[str, Any]
     name: str
     kind: str  # 'class' | 'function'
 
@@ -320,7 +321,7 @@ UNPLACED = "built without a device"  # the origin of a parametered torch.nn modu
 PROBE = one("sym:__input__")  # the device of the input given to a forward to see where it must be
 
 
-def probe_devs(i: int) -> frozenset:
+def probe_devs(i: int) -> frozenset[str]:
     """The probe device of a forward's positional argument i (PROBE for the first)."""
     return PROBE if i == 0 else one(f"sym:__input__{i}")
 
@@ -374,7 +375,7 @@ class ParamsOf(Val):
 
 
 # What an op that was reported returns: a tensor of unknown device, so one bug gives one finding.
-FAILED_MARK: dict = {"failed": True}
+FAILED_MARK: dict[str, Any] = {"failed": True}
 FAILED = Obj("tensor", None, origin="", extra=FAILED_MARK)
 
 
@@ -382,7 +383,7 @@ def failed(v: Val) -> bool:
     return isinstance(v, Obj) and v.extra is FAILED_MARK
 
 
-def used(*vals, depth: int = 0) -> None:
+def used(*vals: Val, depth: int = 0) -> None:
     """Marks tensors as worked on since their last transfer (MP005 counts only idle round trips);
     also those inside a list, a tuple or a dict passed on (`module(*inputs)`)."""
     for v in vals:
@@ -401,7 +402,7 @@ def both_cuda(a: Devs, b: Devs) -> bool:
     return bool(x and y and x.startswith("cuda") and y.startswith("cuda"))
 
 
-def value_key(v: Val):
+def value_key(v: Val) -> tuple[Any, ...]:
     """A hashable key that tells apart the values a call may behave differently on (memoisation)."""
     if isinstance(v, Const):
         return ("c", repr(v.value))
@@ -460,14 +461,14 @@ def holds_split(v: Val) -> bool:
     return isinstance(v, SeqV) and v.items is not None and any(is_splitish(i) for i in v.items)
 
 
-def join_all(vals) -> Val:
-    out = None
+def join_all(vals: Iterable[Val]) -> Val:
+    out: Val | None = None
     for v in vals:
         out = v if out is None else join(out, v)
     return out if out is not None else UNK
 
 
-def iter_items(it: Val):
+def iter_items(it: Val) -> list[Val] | None:
     """The items of an iterable of known length, else None."""
     if isinstance(it, SeqV) and it.items is not None:
         return list(it.items)

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import libcst as cst
 
 from mpcheck.devices.describe import MODE_WORDS, move_fix, origin_text, value_text
 from mpcheck.devices.events import Mismatch
-from mpcheck.devices.values import device_literal, known_tensor, show, single
+from mpcheck.devices.values import Obj, device_literal, known_tensor, show, single
+from mpcheck.finding import Finding
 from mpcheck.rules.base import Rule, once_per_node
+from mpcheck.rules.context import FileContext
 from mpcheck.rules.words import FLOW_WORDS
 
 
@@ -15,7 +19,7 @@ class MissingTransfer(Rule):
     code = "MP001"
     needs = FLOW_WORDS
 
-    def check(self, ctx):
+    def check(self, ctx: FileContext) -> Iterator[Finding]:
         for ev in once_per_node(ctx.model.facts(Mismatch)):
             v = ev.value
             here, there = single(v.devs), single(ev.target)
@@ -35,31 +39,36 @@ class MissingTransfer(Rule):
             expr = ev.expr
             mod = ev.module
             if there == "cpu" and mod is not None and "never placed" in (mod.origin or ""):
+                assert here is not None  # the value's device, where the module must be placed
+                call = ev.node
+                assert isinstance(call, cst.Call)  # the module's call
                 yield self.finding(
                     ctx,
-                    ev.node,
-                    f"`{name}` is on {show(here)} ({origin_text(ctx, v)}), but `{ctx.code(ev.node.func)}` was never "
+                    call,
+                    f"`{name}` is on {show(here)} ({origin_text(ctx, v)}), but `{ctx.code(call.func)}` was never "
                     f"placed, so it is still on the CPU{MODE_WORDS.get(ev.mode, '')}: place it in __init__, e.g. "
                     f"`.to({device_literal(here)})`.",
                     devices=[here, there],
-                    modules=[ctx.code(ev.node.func)],
-                    suggestion=f"place `{ctx.code(ev.node.func)}` with `.to({device_literal(here)})` in __init__",
+                    modules=[ctx.code(call.func)],
+                    suggestion=f"place `{ctx.code(call.func)}` with `.to({device_literal(here)})` in __init__",
                 )
                 continue
+            assert there is not None  # a mismatch names the device the value meets
+            moved_tensor = _moved_tensor(expr)
             varies = ctx.model.one_target(ev) != there
             target_code = _device_of(ctx, ev) if varies else None
             if target_code is not None:
                 # Visits of this line need different devices (a loop over blocks on two GPUs):
                 # no one device fits; the device of what it meets on each visit does.
-                moved = ctx.code(expr.func.value) if _is_move(expr) else name
+                moved = ctx.code(moved_tensor) if moved_tensor is not None else name
                 fix = (
                     f"{moved}.to({target_code})"
-                    if moved.isidentifier() or _is_move(expr)
+                    if moved.isidentifier() or moved_tensor is not None
                     else f"({moved}).to({target_code})"
                 )
-            elif _is_move(expr):
+            elif moved_tensor is not None:
                 # The value was moved, to the wrong device: fix that move.
-                fix = f"{ctx.code(expr.func.value)}.to({device_literal(there)})"
+                fix = f"{ctx.code(moved_tensor)}.to({device_literal(there)})"
             elif name.isidentifier():
                 fix = f"{name} = {name}.to({device_literal(there)})"
             elif isinstance(expr, (cst.Call, cst.Attribute, cst.Subscript)):
@@ -84,7 +93,7 @@ class MissingTransfer(Rule):
             )
 
 
-def _device_of(ctx, ev: Mismatch) -> str | None:
+def _device_of(ctx: FileContext, ev: Mismatch) -> str | None:
     """Code for the device of what the value meets: `next(block.parameters()).device` for a
     module called by name, `x.device` for the other operand of an op; None when not nameable."""
     if ev.op == "module" and isinstance(ev.node, cst.Call) and isinstance(ev.node.func, (cst.Name, cst.Attribute)):
@@ -95,15 +104,18 @@ def _device_of(ctx, ev: Mismatch) -> str | None:
     return None
 
 
-def _is_move(expr) -> bool:
-    return (
+def _moved_tensor(expr: cst.BaseExpression | None) -> cst.BaseExpression | None:
+    """`t` when `expr` is a move `t.to(...)` / `t.cuda()` / `t.cpu()`, else None."""
+    if (
         isinstance(expr, cst.Call)
         and isinstance(expr.func, cst.Attribute)
         and expr.func.attr.value in ("to", "cuda", "cpu")
-    )
+    ):
+        return expr.func.value
+    return None
 
 
-def _fixable(ctx, ev: Mismatch, v, there: str) -> bool:
+def _fixable(ctx: FileContext, ev: Mismatch, v: Obj, there: str) -> bool:
     """`.to(there)` is right only on a tensor (a list has no .to()) and only where
     every visit of the site needs `there` (not a loop over blocks on two devices).
     An operand of a torch function or tensor method is a tensor whatever the model

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import libcst as cst
 
 from mpcheck.devices.describe import root_name, value_text
 from mpcheck.devices.events import Transfer
 from mpcheck.devices.values import show, single
+from mpcheck.finding import Finding
 from mpcheck.rules.base import Rule, once_per_node
+from mpcheck.rules.context import FileContext
 from mpcheck.rules.words import FLOW_WORDS
 
 
@@ -15,11 +19,12 @@ class RoundTripTransfer(Rule):
     code = "MP005"
     needs = FLOW_WORDS
 
-    def check(self, ctx):
+    def check(self, ctx: FileContext) -> Iterator[Finding]:
         for ev in once_per_node(ctx.model.facts(Transfer), _round_trip):
             v = ev.value
             home, there = single(v.moved_from), single(v.devs)  # home -> there -> home
-            recv = ev.node.func.value if isinstance(ev.node.func, cst.Attribute) else None
+            call = ev.node
+            recv = call.func.value if isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute) else None
             # The variable the round trip starts from (`de` in `de.cpu().cuda(1)`), else the moved expression.
             root = root_name(recv)
             name = f"`{root or value_text(ctx, recv, v)}`" if recv is not None or v.label else "A tensor"
