@@ -359,7 +359,7 @@ def _patch_parallel_primitives(checker: Checker) -> list[Undo]:
 
     def caller_module() -> Any:
         """The module whose method called the primitive (`self` of the user's frame), or None."""
-        frame = sys._getframe(2)
+        frame: FrameType | None = sys._getframe(2)
         while frame is not None and frame.f_globals.get("__name__", "").startswith("mpcheck."):
             frame = frame.f_back
         owner = frame.f_locals.get("self") if frame is not None else None

@@ -425,12 +425,13 @@ class Checker:
             return
         n = self._gpu_count()
         have = f"{n} GPU{'s' if n > 1 else ''} (cuda:0..cuda:{n - 1})" if n > 1 else "1 GPU (cuda:0)"
+        module = self.current_module()
         self.emit(
             "MP009",
             self.sites(),
             f"cuda:{index} does not exist: this run has {have}; CUDA fails here with 'invalid device ordinal'",
             devices=(f"cuda:{index}",),
-            modules=(self.current_module(),),
+            modules=(module,) if module else (),
             suggestion="take the device from the stage that will use the tensor (`next(stage.parameters()).device`) "
             "or from a list of the devices that exist, not from arithmetic on an index "
             "(`f'cuda:{k + 1}'`); check torch.cuda.device_count()",
@@ -599,7 +600,17 @@ class Checker:
             expected_is="the module's parameters and buffers are",
         )
 
-    def _loss_weights_mismatch(self, module, path, dev, odd, args, kwargs, *, site) -> tuple[tuple, dict]:
+    def _loss_weights_mismatch(
+        self,
+        module: Any,
+        path: str,
+        dev: str,
+        odd: list[tuple[Where, Any, str]],
+        args: Args,
+        kwargs: Kwargs,
+        *,
+        site: Site | None,
+    ) -> tuple[Args, Kwargs]:
         """A loss module (nn.CrossEntropyLoss(weight=w)) whose class weights sit on `dev` and whose
         inputs do not: MP008. The weights are small and the predictions large: move the criterion."""
         if not odd or not self.wants("MP008"):
@@ -986,6 +997,7 @@ class Checker:
         """DataParallel(stage on cuda:1) with device_ids whose first entry is another GPU (by default every
         GPU, so cuda:0): DataParallel keeps the module on device_ids[0] and its forward fails with
         "module must have its parameters and buffers on device cuda:0 (device_ids[0])"."""
+        first: str | None
         if device_ids is None:
             count = self._gpu_count()
             if not count:
@@ -1048,7 +1060,7 @@ class Checker:
     def _holds_replicas(self, module: Any) -> bool:
         """Do `module`'s weights look like one copy per device (the same shapes on each)? Then it is a
         hand-written data-parallel wrapper, and scatter / gather in its forward is what they are for."""
-        shapes: dict[str, list] = {}
+        shapes: dict[str, list[tuple[int, ...]]] = {}
         for t in (*module.parameters(), *module.buffers()):
             shapes.setdefault(self.devices.device_of(t), []).append(tuple(t.shape))
         per_device = [sorted(v) for v in shapes.values()]
