@@ -13,6 +13,7 @@ part of the step's wall time the copies took on their streams.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TextIO
 
 from mpcheck.finding import Finding
@@ -232,14 +233,39 @@ def write_outputs(
     trace: str | None = None,
     color_mode: str = "auto",
 ) -> None:
+    write_report_and_trace(
+        report=lambda: report_dict(session),
+        text=lambda color: render_text(session, color=color),
+        trace_data=lambda: chrome_trace(session),
+        output_format=output_format,
+        stream=stream,
+        trace=trace,
+        color_mode=color_mode,
+    )
+
+
+def write_report_and_trace(
+    *,
+    report: Callable[[], dict[str, Any]],
+    text: Callable[[bool], str],
+    trace_data: Callable[[], dict[str, Any]],
+    output_format: str,
+    stream: TextIO | None,
+    trace: str | None,
+    color_mode: str,
+) -> None:
+    """What both faces write: the report (`report()` as json, or `text(color)`) to `stream`,
+    the Chrome trace `trace_data()` to the file `trace`. The faces hand in their own builders
+    (the dry run adds memory and its link model to the session's)."""
     if stream is not None:
         if output_format == "json":
-            stream.write(json.dumps(report_dict(session), indent=2) + "\n")
+            stream.write(json.dumps(report(), indent=2) + "\n")
         else:
             from mpcheck.report.colour import wanted
 
-            stream.write(render_text(session, color=wanted(color_mode, stream)))
+            stream.write(text(wanted(color_mode, stream)))
         stream.flush()
     if trace is not None:
+        data = trace_data()
         with open(trace, "w", encoding="utf-8") as fh:
-            json.dump(chrome_trace(session), fh)
+            json.dump(data, fh)

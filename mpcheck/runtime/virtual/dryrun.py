@@ -53,7 +53,6 @@ Limits (each stops the program with a message naming the line, never a hang or a
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Literal, TextIO
@@ -241,21 +240,25 @@ class dryrun(Face):
         trace: str | None = None,
         color_mode: str = "auto",
     ) -> None:
-        if stream is not None:
-            if output_format == "json":
-                stream.write(json.dumps(self.report_dict(), indent=2) + "\n")
-            else:
-                from mpcheck.report.colour import wanted
+        from mpcheck.runtime.checks.report import write_report_and_trace
 
-                stream.write(self.render_text(color=wanted(color_mode, stream)))
-            stream.flush()
-        if trace is not None:
-            from mpcheck.runtime.checks.report import chrome_trace
+        write_report_and_trace(
+            report=self.report_dict,
+            text=lambda color: self.render_text(color=color),
+            trace_data=self._trace_data,
+            output_format=output_format,
+            stream=stream,
+            trace=trace,
+            color_mode=color_mode,
+        )
 
-            data = chrome_trace(self._started())
-            data["otherData"] = {
-                "note": "dry run on virtual GPUs: ts = host time the copy was made; dur = the link model's "
-                f"estimate ({self.link.name}, {self.link.gb_per_s:g} GB/s + {self.link.latency_us:g} us)"
-            }
-            with open(trace, "w", encoding="utf-8") as fh:
-                json.dump(data, fh)
+    def _trace_data(self) -> dict[str, Any]:
+        """The session's Chrome trace, its note saying the times are the link model's."""
+        from mpcheck.runtime.checks.report import chrome_trace
+
+        data = chrome_trace(self._started())
+        data["otherData"] = {
+            "note": "dry run on virtual GPUs: ts = host time the copy was made; dur = the link model's "
+            f"estimate ({self.link.name}, {self.link.gb_per_s:g} GB/s + {self.link.latency_us:g} us)"
+        }
+        return data
