@@ -238,6 +238,7 @@ def _report(
     stream: TextIO,
     checked: int,
 ) -> None:
+    from mpcheck.report import ReportContext, colour, render
     from mpcheck.report.text import all_passed
 
     human = args.output_format in ("text", "full")
@@ -246,37 +247,23 @@ def _report(
 
         stream.write(render_stats(findings, "json" if args.output_format == "json" else "text"))
     else:
-        _render_findings(args, findings, sources, fixed_count, rules, settings, stream)
+        color = human and colour.wanted(args.color, stream)
+        if color:
+            colour.enable_windows()
+        ctx = ReportContext(sources=sources, color=color, fixed=fixed_count, root=os.getcwd())
+        if args.output_format == "sarif":
+            from mpcheck import catalogue
+
+            docs = catalogue.load()
+            for code, meta in rules.items():
+                if code in settings.codes:
+                    doc = docs.get(code)
+                    ctx.rule_info[code] = (meta.name, meta.severity, meta.summary, doc.text if doc else "")
+        stream.write(render(args.output_format, findings, ctx))
     # A clean run says so (as ruff does), so that one can tell that files were checked.
     if human and checked and not findings and not fixed_count:
         stream.write(all_passed(checked))
     stream.flush()
-
-
-def _render_findings(
-    args: argparse.Namespace,
-    findings: list[Finding],
-    sources: dict[str, str],
-    fixed_count: int,
-    rules: Mapping[str, RuleMeta],
-    settings: Settings,
-    stream: TextIO,
-) -> None:
-    from mpcheck.report import ReportContext, colour, render
-
-    color = args.output_format in ("text", "full") and colour.wanted(args.color, stream)
-    if color:
-        colour.enable_windows()
-    ctx = ReportContext(sources=sources, color=color, fixed=fixed_count, root=os.getcwd())
-    if args.output_format == "sarif":
-        from mpcheck import catalogue
-
-        docs = catalogue.load()
-        for code, meta in rules.items():
-            if code in settings.codes:
-                doc = docs.get(code)
-                ctx.rule_info[code] = (meta.name, meta.severity, meta.summary, doc.text if doc else "")
-    stream.write(render(args.output_format, findings, ctx))
 
 
 def rule_main(argv: list[str]) -> int:
