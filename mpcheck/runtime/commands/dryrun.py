@@ -14,8 +14,14 @@ import argparse
 import functools
 import sys
 
-from mpcheck.runtime.commands.launch import run_program
-from mpcheck.runtime.commands.options import add_report_options, needs_torch, parse, selected_codes, write_report
+from mpcheck.runtime.commands.launch import Program, run_program
+from mpcheck.runtime.commands.options import (
+    add_report_options,
+    needs_torch,
+    run_command,
+    selected_codes,
+    write_report,
+)
 
 EXIT_STATUS = (
     "exit status: 1 when an error-level finding was reported or a virtual GPU's estimated memory does not fit "
@@ -63,11 +69,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
-    parser = build_parser()
-    parsed = parse(parser, argv)
-    if isinstance(parsed, int):
-        return parsed
-    opts, program = parsed
+    return run_command(build_parser, _run, argv)
+
+
+def _run(parser: argparse.ArgumentParser, opts: argparse.Namespace, program: Program) -> int:
     if opts.gpus < 1:
         print(f"mpcheck dryrun: --gpus must be at least 1, got {opts.gpus}", file=sys.stderr)
         return 2

@@ -1,5 +1,5 @@
 """What `mpcheck run` and `mpcheck dryrun` share on the command line: the report options,
-the parse of their own options and the program, and writing the report."""
+the parse of their own options and the program (run_command), and writing the report."""
 
 from __future__ import annotations
 
@@ -43,6 +43,21 @@ def parse(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[argparse.Na
         print(f"{parser.prog}: {e}", file=sys.stderr)
         return 2
     return opts, program
+
+
+def run_command(
+    build_parser: Callable[[], argparse.ArgumentParser],
+    body: Callable[[argparse.ArgumentParser, argparse.Namespace, Program], int],
+    argv: list[str],
+) -> int:
+    """A face's `main`: its parser's options and the program from `argv`, then
+    `body(parser, opts, program)`; a bad command line (or --help) returns its status unrun."""
+    parser = build_parser()
+    parsed = parse(parser, argv)
+    if isinstance(parsed, int):
+        return parsed
+    opts, program = parsed
+    return body(parser, opts, program)
 
 
 def selected_codes(opts: argparse.Namespace) -> list[str] | None:

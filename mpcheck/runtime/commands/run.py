@@ -14,8 +14,14 @@ import argparse
 import functools
 import sys
 
-from mpcheck.runtime.commands.launch import run_program
-from mpcheck.runtime.commands.options import add_report_options, needs_torch, parse, selected_codes, write_report
+from mpcheck.runtime.commands.launch import Program, run_program
+from mpcheck.runtime.commands.options import (
+    add_report_options,
+    needs_torch,
+    run_command,
+    selected_codes,
+    write_report,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -42,11 +48,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
-    parser = build_parser()
-    parsed = parse(parser, argv)
-    if isinstance(parsed, int):
-        return parsed
-    opts, program = parsed
+    return run_command(build_parser, _run, argv)
+
+
+def _run(parser: argparse.ArgumentParser, opts: argparse.Namespace, program: Program) -> int:
     try:
         from mpcheck.runtime.capture.session import Session
         from mpcheck.runtime.checks.report import write_outputs
