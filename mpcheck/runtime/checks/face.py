@@ -1,6 +1,6 @@
 """What `mpcheck.debug` and `mpcheck.dryrun` share: the checked options, one debug session,
 its results, and the report written on exit. Each face adds what it runs on (real GPUs or
-virtual ones) and how its report reads (`write`)."""
+virtual ones) and what its report adds (`_report_dict`, `_render_text`, `_trace_data`)."""
 
 from __future__ import annotations
 
@@ -94,4 +94,32 @@ class Face:
         trace: str | None = None,
         color_mode: str = "auto",
     ) -> None:
-        raise NotImplementedError
+        """The report to `stream` and the Chrome trace to the file `trace`."""
+        from mpcheck.runtime.checks.report import write_report_and_trace
+
+        self._started()  # no report before the run, even an empty one
+        write_report_and_trace(
+            report=self._report_dict,
+            text=lambda color: self._render_text(color=color),
+            trace_data=self._trace_data,
+            output_format=output_format,
+            stream=stream,
+            trace=trace,
+            color_mode=color_mode,
+        )
+
+    # The report's three parts, the session's own: a face that adds to them overrides these.
+    def _report_dict(self) -> dict[str, Any]:
+        from mpcheck.runtime.checks.report import report_dict
+
+        return report_dict(self._started())
+
+    def _render_text(self, *, color: bool) -> str:
+        from mpcheck.runtime.checks.report import render_text
+
+        return render_text(self._started(), color=color)
+
+    def _trace_data(self) -> dict[str, Any]:
+        from mpcheck.runtime.checks.report import chrome_trace
+
+        return chrome_trace(self._started())

@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Iterable
-from typing import Any, Literal, TextIO
+from typing import Any, Literal
 
 from mpcheck.runtime.checks.face import Face
 
@@ -74,19 +74,6 @@ class debug(Face):
         self.session.stop()
         self._write_on_exit()
         return False
-
-    def write(
-        self,
-        *,
-        output_format: str = "text",
-        stream: TextIO | None = None,
-        trace: str | None = None,
-        color_mode: str = "auto",
-    ) -> None:
-        """The report to `stream` and the Chrome trace to the file `trace`."""
-        from mpcheck.runtime.checks.report import write_outputs
-
-        write_outputs(self._started(), output_format=output_format, stream=stream, trace=trace, color_mode=color_mode)
 
     def __call__(self, fn):
         @functools.wraps(fn)

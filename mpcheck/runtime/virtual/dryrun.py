@@ -55,7 +55,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, Literal, TextIO
+from typing import TYPE_CHECKING, Any, Literal
 
 from mpcheck.runtime.checks.face import Face
 from mpcheck.runtime.virtual.links import format_bytes, parse_bytes
@@ -232,25 +232,12 @@ class dryrun(Face):
             lines.append(p("red", f"stopped: {self.stopped}"))
         return "\n".join(lines) + "\n"
 
-    def write(
-        self,
-        *,
-        output_format: str = "text",
-        stream: TextIO | None = None,
-        trace: str | None = None,
-        color_mode: str = "auto",
-    ) -> None:
-        from mpcheck.runtime.checks.report import write_report_and_trace
+    # The report's parts: the session's, with the memory, the link model and the limits added.
+    def _report_dict(self) -> dict[str, Any]:
+        return self.report_dict()
 
-        write_report_and_trace(
-            report=self.report_dict,
-            text=lambda color: self.render_text(color=color),
-            trace_data=self._trace_data,
-            output_format=output_format,
-            stream=stream,
-            trace=trace,
-            color_mode=color_mode,
-        )
+    def _render_text(self, *, color: bool) -> str:
+        return self.render_text(color=color)
 
     def _trace_data(self) -> dict[str, Any]:
         """The session's Chrome trace, its note saying the times are the link model's."""
