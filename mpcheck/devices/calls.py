@@ -234,16 +234,7 @@ class Calls(Part):
                 continue
             if conflict(a.devs, first[0].devs):
                 self.interp.recorder.record(
-                    LossMismatch(
-                        node=node,
-                        mode=st.mode,
-                        value=a,
-                        target=first[0].devs,
-                        expr=e,
-                        other=first[0],
-                        other_expr=first[1],
-                        op=mod.label or "the loss",
-                    ),
+                    LossMismatch.against_first(first, a, e, node=node, mode=st.mode, op=mod.label or "the loss"),
                     key="loss",
                 )
                 return

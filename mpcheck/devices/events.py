@@ -54,6 +54,29 @@ class LossMismatch(Fact):
     expr: cst.BaseExpression | None = None
     other_expr: cst.BaseExpression | None = None
 
+    @classmethod
+    def against_first(
+        cls,
+        first: tuple[Obj, cst.BaseExpression | None],
+        value: Obj,
+        expr: cst.BaseExpression | None,
+        *,
+        node: cst.CSTNode,
+        mode: str,
+        op: str,
+    ) -> LossMismatch:
+        """`value` (written `expr`) is not where the loss's first tensor, `first` (value, expression), is."""
+        return cls(
+            node=node,
+            mode=mode,
+            value=value,
+            target=first[0].devs,
+            expr=expr,
+            other=first[0],
+            other_expr=first[1],
+            op=op,
+        )
+
 
 @dataclass(frozen=True, eq=False, kw_only=True)
 class Transfer(Fact):

@@ -157,16 +157,7 @@ class Library(Part):
                 continue
             if conflict(a.devs, first[0].devs):
                 if loss:
-                    fact: Fact = LossMismatch(
-                        node=node,
-                        mode=st.mode,
-                        value=a,
-                        target=first[0].devs,
-                        expr=e,
-                        other=first[0],
-                        other_expr=first[1],
-                        op=q,
-                    )
+                    fact: Fact = LossMismatch.against_first(first, a, e, node=node, mode=st.mode, op=q)
                 else:
                     fact = Mismatch(
                         node=node,
