@@ -79,6 +79,11 @@ def _chains(steps: list[Crossing]) -> list[_Chain]:
                 if chain.nodes:
                     chain.nodes.pop()
             continue
+        if chain.devs and chain.devs[-1] != c.src and c.src in chain.devs:
+            # The activation is still where it was before the last crossings, so those were
+            # copies it branched off (a U-Net's skip sent ahead to the decoder's device), not
+            # moves of the activation itself: go back to where it really is.
+            _back_to(chain, c.src)
         if not chain.devs or chain.devs[-1] != c.src:
             chain.devs.append(c.src)
         if c.dst in chain.devs and chain.first_revisit is None:
@@ -86,6 +91,17 @@ def _chains(steps: list[Crossing]) -> list[_Chain]:
         chain.devs.append(c.dst)
         chain.nodes.append(c.node)
     return [ch for ch in by_lineage.values() if ch.reported]
+
+
+def _back_to(chain: _Chain, dev: str) -> None:
+    """Drop the crossings after the activation's last stay on `dev` (they were branches)."""
+    keep = len(chain.devs) - 1 - chain.devs[::-1].index(dev)
+    dropped = len(chain.devs) - 1 - keep
+    del chain.devs[keep + 1 :]
+    kept_nodes = chain.nodes[: max(len(chain.nodes) - dropped, 0)]
+    if chain.first_revisit is not None and not any(n is chain.first_revisit for n in kept_nodes):
+        chain.first_revisit = None
+    chain.nodes = kept_nodes
 
 
 def _host(dev: str) -> bool:

@@ -276,6 +276,43 @@ with torch.no_grad():
     assert report["findings"] == []
 
 
+def test_one_input_fanned_out_to_experts_on_alternating_devices_is_not_ping_pong(script, dryrun_cli):
+    # Mixture of experts dealt over two GPUs (i % 2): the same input goes to each expert and each
+    # result comes back to cuda:0. Every crossing is a branch off the input, not the activation
+    # going on from the last result (the dry run once chained them into cuda:0 -> 1 -> 0 -> 1 -> 0).
+    s = script("""
+import torch
+import torch.nn as nn
+
+
+class MoE(nn.Module):
+    def __init__(self, d=8, n_experts=4):
+        super().__init__()
+        self.gate = nn.Linear(d, n_experts).to("cuda:0")
+        self.experts = nn.ModuleList([nn.Linear(d, d).to(torch.device("cuda", i % 2)) for i in range(n_experts)])
+
+    def forward(self, x):
+        weights = torch.softmax(self.gate(x), dim=-1)
+        out = torch.zeros_like(x)
+        for i, e in enumerate(self.experts):
+            out = out + weights[:, i : i + 1] * e(x.to(e.weight.device)).to(x.device)
+        return out
+
+
+moe = MoE()
+opt = torch.optim.Adam(moe.parameters(), lr=1e-3)
+x = torch.randn(5, 8, device="cuda:0")
+for _ in range(2):
+    loss = moe(x).square().mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+""")
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 0, err
+    assert report["findings"] == []
+
+
 def test_a_torch_warning_points_at_the_users_line(script, dryrun_cli, recwarn):
     # (Not the issue's "requires_grad=True to a scalar": PyTorch shows that one once per process.)
     s = script("""

@@ -846,8 +846,12 @@ class Checker:
                 scope, key = (
                     (("module", thread), tls.forwards) if tls.stack else (("top", thread), self.ledger.step_index)
                 )
+                try:
+                    departure: _StorageRef | None = _StorageRef(src_tensor)
+                except Exception:  # a tensor without storage (a subclass): nothing to follow
+                    departure = None
                 for chain in self._pingpong.on_transfer(
-                    src_tensor, src_dev, dst_dev, scope, key, site or UNKNOWN, module_path, arrival
+                    src_tensor, src_dev, dst_dev, scope, key, site or UNKNOWN, module_path, arrival, departure
                 ):
                     self._report_ping_pong(chain)
 

@@ -25,7 +25,7 @@ _MAX_DEVS = 64  # devices remembered per chain; crossings are counted beyond
 
 
 class Chain:
-    __slots__ = ("devs", "end", "crossings", "back_site", "first_site", "modules", "last")
+    __slots__ = ("devs", "end", "crossings", "back_site", "first_site", "modules", "last", "sent")
 
     def __init__(self, src: str, site: Any) -> None:
         self.devs = [src]
@@ -35,8 +35,11 @@ class Chain:
         self.back_site: Any = None  # the first transfer back to a device the chain already left
         self.modules: list[str] = []
         self.last: Any = None  # _StorageRef of the latest arrival
+        self.sent: list[Any] = []  # _StorageRefs of the data that left a device along the chain
 
-    def add(self, dst: str, site: Any, module: str | None, last: Any) -> None:
+    def add(self, dst: str, site: Any, module: str | None, last: Any, departure: Any = None) -> None:
+        if departure is not None and len(self.sent) < _MAX_DEVS:
+            self.sent.append(departure)
         if self.back_site is None and dst in self.devs:
             self.back_site = site
         self.crossings += 1
@@ -74,6 +77,7 @@ class PingPong:
         site: Any,
         module: str | None,
         arrival: Any,
+        departure: Any = None,
     ) -> list[Chain]:
         """Follow one forward transfer; returns the ping-pong chains of a pass that just ended."""
         if src in _NOT_GPU or dst in _NOT_GPU:
@@ -87,7 +91,12 @@ class PingPong:
             self._scopes[scope] = entry
         chains = entry[1]
         chain = None
+        # The same data sent again (one input fanned out to experts or branches on other devices,
+        # each result gathered back) is a new branch, not the chain going on from its last arrival.
+        resent = any(r.same_data(src_tensor) for c in chains for r in c.sent)
         for i in range(len(chains) - 1, -1, -1):
+            if resent:
+                break
             c = chains[i]
             if c.end == src:
                 if c.last is not None and c.last.same_data(src_tensor):
@@ -99,7 +108,7 @@ class PingPong:
             if len(chains) >= _MAX_CHAINS:
                 done.extend(c for c in chains[:1] if c.is_ping_pong())
                 del chains[:1]
-        chain.add(dst, site, module, arrival)
+        chain.add(dst, site, module, arrival, departure)
         chains.append(chain)  # most recently extended last
         return done
 
