@@ -147,3 +147,11 @@ def on_face(face: str) -> tuple[Code, ...]:
 
 
 SYNTAX_ERROR = get("MP000")
+
+
+# MP011's size threshold, shared by the linter and the run-time checks: a repeated copy smaller
+# than this costs about one launch whatever its size (measured on 2x H200: rules/MP011 and the
+# README's "Transfer costs" table), so it is not worth a finding. The run time reads
+# MPCHECK_REPEAT_MIN_BYTES to change it; the linter stays silent only on copies whose size it can
+# read off the code and that are certainly below it.
+REPEAT_MIN_BYTES = 64 * 1024

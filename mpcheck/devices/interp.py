@@ -76,9 +76,9 @@ class Interp:
         self.init_indexless: dict[int, list[Any]] = {}  # instance -> its __init__'s index-less placements
         self.with_devices: set[int] = set()  # `with torch.cuda.device(...)` calls (lexically scoped)
         self.arg_nodes: list[Any] = []  # the argument expressions of the call last evaluated (Calls.ev_args)
-        self.loop_outer: list[
-            tuple[set[int], frozenset[str]]
-        ] = []  # per enclosing loop: ids of values alive before it, names it rebinds
+        # Per enclosing loop: ids of values alive before it, names it rebinds, and the depth of the
+        # function running it (len(stack)): a loop repeats a move only in its own function's body.
+        self.loop_outer: list[tuple[set[int], frozenset[str], int]] = []
         self.probes: list[dict[str, Any]] = []  # input probes of forward summaries (Calls.input_devs)
         self.branch_outputs: set[int] = set()  # lists returned by parallel_apply over one-device branches
         self._lineages = 0

@@ -252,11 +252,14 @@ class Moves(Part):
         return any(f.name == "forward" and f.cls is not None for f in self.interp.stack)
 
     def _bound_outside_loop(self, recv: Obj, node: cst.Call) -> bool:
-        """The moved name holds a value alive before an enclosing loop, not rebound in it."""
+        """The moved name holds a value alive before an enclosing loop of this same function, not
+        rebound in it. A loop in a caller does not count: a forward that moves its argument is the
+        usual input hop, and which tensor a caller passes on each iteration is the caller's business."""
         expr = self._moved_expr(node)
         if self.interp.loop_outer and isinstance(expr, cst.Name):
-            for outer, assigned in self.interp.loop_outer:
-                if id(recv) in outer and expr.value not in assigned:
+            depth = len(self.interp.stack)
+            for outer, assigned, loop_depth in self.interp.loop_outer:
+                if loop_depth == depth and id(recv) in outer and expr.value not in assigned:
                     return True
         return False
 

@@ -181,7 +181,7 @@ class Statements(Part):
         outer = {id(v) for v in st.env.values() if isinstance(v, Obj)}
         if isinstance(st.self_obj, Obj) and st.self_obj.attrs:
             outer |= {id(v) for v in st.self_obj.attrs.values()}
-        self.interp.loop_outer.append((outer, _assigned_names(stmt)))
+        self.interp.loop_outer.append((outer, _assigned_names(stmt), len(self.interp.stack)))
         try:
             return self._exec_for(stmt, st)
         finally:

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 import libcst as cst
 
+from mpcheck.codes import REPEAT_MIN_BYTES
 from mpcheck.devices.events import Transfer
 from mpcheck.devices.values import conflict, device_literal, show, single
 from mpcheck.finding import Finding
@@ -55,6 +56,46 @@ def _repeated(ev: Transfer) -> str:
         return ""
     if ev.reads_unchanging_attribute:
         return "call"  # self.buffer.to(...) in forward
-    if ev.bound_outside_loop:
+    if ev.bound_outside_loop and not _certainly_small(v.at):
         return "loop"  # a tensor made before the loop, moved again in every iteration
     return ""
+
+
+# Factories whose positional integer arguments are the shape (torch.randn(16, 10), torch.zeros((4, 8))).
+_SHAPED_FACTORIES = frozenset({"randn", "rand", "zeros", "ones", "empty", "randint"})
+
+
+def _certainly_small(made_at: object) -> bool:
+    """Was the tensor made by a factory with a literal shape and no dtype (float32: 4 bytes an
+    element; randint: int64, 8), fewer than REPEAT_MIN_BYTES in all? Then repeating its copy wastes about one launch,
+    which the run-time faces do not report either (a fixed toy batch moved in a loop). Anything
+    else (a size or dtype the code does not spell out) keeps the finding."""
+    if not isinstance(made_at, cst.Call) or not isinstance(made_at.func, (cst.Name, cst.Attribute)):
+        return False
+    name = made_at.func.value if isinstance(made_at.func, cst.Name) else made_at.func.attr.value
+    if name not in _SHAPED_FACTORIES:
+        return False
+    positional = [a for a in made_at.args if a.keyword is None]
+    itemsize = 4
+    if name == "randint":  # randint(high, size) / randint(low, high, size): int64, the shape is last
+        if not positional or not isinstance(positional[-1].value, (cst.Tuple, cst.List)):
+            return False
+        itemsize = 8
+        made_at = made_at.with_changes(args=[positional[-1], *(a for a in made_at.args if a.keyword)])
+    dims: list[cst.BaseExpression] = []
+    for arg in made_at.args:
+        if arg.keyword is not None:
+            if arg.keyword.value != "requires_grad":
+                return False  # dtype=, device=, out=, size=...: not read here
+            continue
+        if isinstance(arg.value, (cst.Tuple, cst.List)):
+            dims.extend(el.value for el in arg.value.elements)
+        else:
+            dims.append(arg.value)
+    if not dims or not all(isinstance(d, cst.Integer) for d in dims):
+        return False
+    elements = 1
+    for d in dims:
+        assert isinstance(d, cst.Integer)
+        elements *= int(d.evaluated_value)
+    return elements * itemsize < REPEAT_MIN_BYTES

@@ -57,7 +57,7 @@ _PURGE_AT = 4096
 # tensor) wastes one launch, the cost of one small kernel: not worth a warning. Above it the waste
 # grows with the size. MPCHECK_REPEAT_MIN_BYTES (or Checker(repeat_min_bytes=...)) sets another
 # threshold; 0 reports every repeat. See rules/MP011-repeated-transfer.md.
-REPEAT_MIN_BYTES = 64 * 1024
+REPEAT_MIN_BYTES = codes.REPEAT_MIN_BYTES
 REPEAT_MIN_BYTES_ENV = "MPCHECK_REPEAT_MIN_BYTES"
 
 
