@@ -24,6 +24,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from mpcheck.runtime.checks.checker import Checker
+from mpcheck.runtime.checks.provenance import CONST_FACTORIES
 from mpcheck.runtime.checks.sites import called_by_torch
 
 # The kinds of call (module-level names: the mode compares one per call).
@@ -31,8 +32,10 @@ from mpcheck.runtime.checks.torchapi import CHECK as _CHECK
 from mpcheck.runtime.checks.torchapi import COPY as _COPY
 from mpcheck.runtime.checks.torchapi import CPU as _CPU
 from mpcheck.runtime.checks.torchapi import CUDA as _CUDA
+from mpcheck.runtime.checks.torchapi import LOSS as _LOSS
 from mpcheck.runtime.checks.torchapi import PASS as _PASS
 from mpcheck.runtime.checks.torchapi import SET_DATA as _SET
+from mpcheck.runtime.checks.torchapi import VIEW as _VIEW
 from mpcheck.runtime.checks.torchapi import python_call_kind
 
 _graph_task_id = getattr(torch._C, "_current_graph_task_id", lambda: -1)
@@ -61,6 +64,12 @@ class CheckingMode(TorchFunctionMode):
         self._kinds: dict[Any, int] = {}
         self._tensor = torch.Tensor
         self._tls = checker._tls
+        # MP011's provenance (checks/provenance.py): tensors computed only from constants.
+        self._provenance = checker.provenance
+        self._marks = checker.provenance.marks
+        self._factories = frozenset(
+            f for f in (getattr(torch, n, None) for n in CONST_FACTORIES) if f is not None
+        )
         if stamp_nodes:
             from mpcheck.runtime.capture.strict import stamp_node
 
@@ -78,6 +87,14 @@ class CheckingMode(TorchFunctionMode):
         if self._tls.suspended:
             return func(*args, **kwargs)
         checker = self.checker
+        if kind == _VIEW:
+            out = func(*args, **kwargs)
+            if args and id(args[0]) in self._marks:
+                self._provenance.derive(args, kwargs, out)
+            return out
+        if kind == _LOSS:
+            checker.on_loss(args, kwargs)
+            kind = _CHECK
         if kind == _CHECK:
             if kwargs:  # a factory's device= (torch.zeros(..., device='cuda:2')): a device that exists?
                 dev = kwargs.get("device")
@@ -86,11 +103,15 @@ class CheckingMode(TorchFunctionMode):
             # One argument mixes nothing, unless it is a sequence: torch.cat([a, b]).
             if len(args) + len(kwargs) > 1 or (args and isinstance(args[0], (list, tuple))):
                 args, kwargs = checker.check_op(func, args, kwargs)
+            out = func(*args, **kwargs)
             if self.stamp_nodes:
-                out = func(*args, **kwargs)
                 self._stamp(out)
-                return out
-            return func(*args, **kwargs)
+            if args:
+                if id(args[0]) in self._marks:
+                    self._provenance.derive(args, kwargs, out)
+                elif func in self._factories and not kwargs.get("requires_grad"):
+                    self._provenance.made_by_factory(out)
+            return out
         if kind == _SET:
             out = func(*args, **kwargs)
             checker.invalidate_placement()
@@ -131,7 +152,10 @@ class CheckingMode(TorchFunctionMode):
             src = devices.device_of(src_t)
             dst = _target(kind, args, kwargs, devices, self._tensor, checker.check_device)
         if dst is None or dst == src:
-            return func(*args, **kwargs)
+            out = func(*args, **kwargs)
+            if id(src_t) in self._marks:  # a dtype cast, or a move to where it already is
+                self._provenance.derive((src_t,), {}, out)
+            return out
         nbytes = src_t.numel() * src_t.element_size()
         site = checker.sites()
         module = checker.current_module()

@@ -26,9 +26,10 @@ from mpcheck import codes
 from mpcheck.finding import Finding
 from mpcheck.runtime.checks.ledger import Ledger, TransferTiming
 from mpcheck.runtime.checks.pingpong import Chain, PingPong, describe
+from mpcheck.runtime.checks.provenance import Provenance
 from mpcheck.runtime.checks.sites import UNKNOWN, Site, user_site
 from mpcheck.runtime.checks.torchapi import CPU_INDEX_NAMES, is_loss, is_loss_module
-from mpcheck.runtime.checks.wording import tensor_words
+from mpcheck.runtime.checks.wording import size_words, tensor_words
 
 __all__ = [
     "Devices",
@@ -74,6 +75,12 @@ def repeat_min_bytes_from_env() -> int:
         raise ValueError(f"{REPEAT_MIN_BYTES_ENV} must be 0 or more, not {value}")
     return value
 
+
+# The waste findings that compare two ways of moving data (a host detour, MP005; logits moved to the
+# targets, MP008) stay silent below this size: both ways then cost about one copy's launch (~21 us on
+# NVLink up to ~0.5 MB, notes in rules/MP005-round-trip-transfer.md), so the difference is noise.
+WASTE_MIN_BYTES = codes.REPEAT_MIN_BYTES
+_NOT_GPU = frozenset({"cpu", "meta"})
 
 _MAX_MODULES = 8  # modules listed on one finding  # table size at which entries of freed storages are dropped
 
@@ -290,6 +297,11 @@ class Checker:
         self._purge_at = _PURGE_AT
         # The chains of transfers of the current forward pass, for MP006.
         self._pingpong = PingPong()
+        # Tensors computed only from buffers and constants (MP011 on fresh copies of unchanging data),
+        # and per (site, destination) how many such copies were made there.
+        self.provenance = Provenance(torch.Tensor)
+        self._placement_epoch = 0
+        self._const_copies: dict[tuple[Site, str], int] = {}
 
     # -- context kept by the hooks --------------------------------------------------
     def wants(self, code: str) -> bool:
@@ -314,6 +326,7 @@ class Checker:
     def invalidate_placement(self) -> None:
         """Parameters moved (Module.to/_apply, param.data = ...): recompute module devices."""
         self._placement.clear()
+        self._placement_epoch += 1  # and list the buffers again (provenance)
 
     # -- findings -------------------------------------------------------------------
     def emit(
@@ -826,9 +839,11 @@ class Checker:
         if phase != "forward" or src_tensor is None or by_library:
             return
         with self._lock:
-            self._check_round_trip(src_tensor, src_dev, dst_dev, site, module_path)
+            self._check_round_trip(src_tensor, src_dev, dst_dev, site, module_path, nbytes)
             if nbytes >= self.repeat_min_bytes:  # a smaller copy costs about its launch: see REPEAT_MIN_BYTES
-                self._check_repeat(src_tensor, dst_dev, site, module_path)
+                if not self._check_repeat(src_tensor, dst_dev, site, module_path):
+                    self._check_const_copy(src_tensor, src_dev, dst_dev, site, module_path)
+            self._refresh_provenance()
             arrival = None
             if out_tensor is not None:
                 try:
@@ -899,7 +914,9 @@ class Checker:
         _, _, path, children = max(found, key=lambda f: (f[0], f[1]))
         return path, children
 
-    def _check_round_trip(self, t: Any, src_dev: str, dst_dev: str, site: Site | None, module: str | None) -> None:
+    def _check_round_trip(
+        self, t: Any, src_dev: str, dst_dev: str, site: Site | None, module: str | None, nbytes: int = 0
+    ) -> None:
         try:
             storage = t.untyped_storage()
         except Exception:
@@ -911,7 +928,11 @@ class Checker:
         if ref.ref() is not storage:
             del self._arrivals[id(storage)]  # the id was reused by another storage
             return
-        if came_from != dst_dev or ref.version is None or _version_of(t) != ref.version:
+        if ref.version is None or _version_of(t) != ref.version:
+            return
+        if came_from != dst_dev:
+            if src_dev == "cpu" and came_from not in _NOT_GPU and dst_dev not in _NOT_GPU:
+                self._report_host_hop(t, came_from, dst_dev, site, module, first_site, nbytes)
             return
         self.emit(
             "MP005",
@@ -924,11 +945,32 @@ class Checker:
             extra={"first_site": str(first_site), "first_line": first_site.line, "first_path": first_site.path},
         )
 
-    def _check_repeat(self, t: Any, dst_dev: str, site: Site | None, module: str | None) -> None:
+    def _report_host_hop(
+        self, t: Any, gpu: str, dst_dev: str, site: Site | None, module: str | None, first_site: Site, nbytes: int
+    ) -> None:
+        """GPU -> host -> GPU with no work on the host: one direct device-to-device copy does the same.
+        Below WASTE_MIN_BYTES both copies cost about their launch: silent."""
+        if nbytes < max(self.repeat_min_bytes, WASTE_MIN_BYTES):
+            return
+        self.emit(
+            "MP005",
+            site,
+            f"host detour: this data ({tensor_words(t)}, {size_words(nbytes)}) was copied {gpu} -> cpu at "
+            f"{first_site} and goes on to {dst_dev} here unchanged: two copies over the host link where one "
+            f"{gpu} -> {dst_dev} copy would do",
+            devices=(gpu, "cpu", dst_dev),
+            modules=(module,) if module else (),
+            suggestion=f"move the tensor that is still on {gpu} straight to {dst_dev} with `.to('{dst_dev}')`; "
+            "drop the copy to the host",
+            extra={"first_site": str(first_site), "first_line": first_site.line, "first_path": first_site.path},
+        )
+
+    def _check_repeat(self, t: Any, dst_dev: str, site: Site | None, module: str | None) -> bool:
+        """MP011 on the same unchanged data moved again; True when reported."""
         try:
             storage = t.untyped_storage()
         except Exception:
-            return
+            return False
         key = (id(storage), t.storage_offset(), tuple(t.shape), t.stride(), dst_dev)
         entry = self._moves.get(key)
         step = self.ledger.step_index
@@ -951,10 +993,92 @@ class Checker:
                 suggestion=f"move it to {dst_dev} once and reuse the copy (e.g. keep it as a buffer on {dst_dev})",
                 extra={"first_site": str(first_site), "scope": "step" if first_step == step else "steps"},
             )
-            return
+            return True
         self._moves[key] = [_StorageRef(t), site or UNKNOWN, step]
         if len(self._moves) > self._purge_at:
             self._purge()
+        return False
+
+    def _check_const_copy(self, t: Any, src_dev: str, dst_dev: str, site: Site | None, module: str | None) -> None:
+        """MP011 on a fresh tensor computed only from buffers and constants (provenance.py), moved at
+        the same line a second time: every copy carries the same bytes. Only at the user's own line
+        (a library's code, which the user cannot change, is left alone)."""
+        if site is None or site.context or not self.provenance.is_const(t):
+            return
+        key = (site, dst_dev)
+        seen = self._const_copies.get(key, 0) + 1
+        if len(self._const_copies) < _PURGE_AT or key in self._const_copies:
+            self._const_copies[key] = seen
+        if seen < 2:
+            return
+        self.emit(
+            "MP011",
+            site,
+            f"repeated transfer: this line makes a fresh tensor ({tensor_words(t)}) computed only from buffers "
+            f"and constants, which never change, and moves it {src_dev} -> {dst_dev} on every call: the same bytes "
+            f"are copied each time",
+            devices=(src_dev, dst_dev),
+            modules=(module,) if module else (),
+            suggestion=f"compute it once on {dst_dev} and reuse it (e.g. register the result as a buffer on "
+            f"{dst_dev}, or create it there with `device='{dst_dev}'`)",
+            extra={"scope": "provenance"},
+        )
+
+    def _refresh_provenance(self) -> None:
+        """List the root models' buffers for provenance when the roots or their placement changed."""
+        namer = self.namer
+        if namer is not None:
+            self.provenance.refresh(namer.roots(), self._placement_epoch)
+
+    # -- MP008 (waste): logits moved to the targets' device ---------------------------------
+    def on_loss(self, args: Args, kwargs: Kwargs) -> None:
+        """A torch.nn.functional loss is called: were its predictions moved here from another GPU,
+        unchanged since, only to meet targets (and weights) far smaller than themselves? Moving the
+        targets the other way copies fewer bytes, in forward and again in backward."""
+        if self._tls.suspended or not self.wants("MP008"):
+            return
+        tensors = [t for _, t in _iter_tensors(args, kwargs, self._tensor)]
+        if len(tensors) < 2:
+            return
+        preds, rest = tensors[0], tensors[1:]
+        nbytes = preds.numel() * preds.element_size()
+        if nbytes < max(self.repeat_min_bytes, WASTE_MIN_BYTES):
+            return
+        small = sum(t.numel() * t.element_size() for t in rest)
+        if small * 4 > nbytes:  # the targets are not much smaller: either way costs about the same
+            return
+        try:
+            storage = preds.untyped_storage()
+        except Exception:
+            return
+        with self._lock:
+            entry = self._arrivals.get(id(storage))
+        if entry is None:
+            return
+        ref, came_from, move_site = entry
+        here = self.devices.device_of(preds)
+        if ref.ref() is not storage or ref.version is None or ref.version != _version_of(preds):
+            return
+        if came_from in _NOT_GPU or here in _NOT_GPU or came_from == here:
+            return
+        if any(self.devices.device_of(t) != here for t in rest):
+            return  # a mismatch: check_op reports it
+        loss_site = self.sites()
+        self.emit(
+            "MP008",
+            move_site,
+            f"the predictions ({tensor_words(preds)}, {size_words(nbytes)}) are moved {came_from} -> {here} here "
+            f"only to meet the targets ({size_words(small)}) at the loss at {loss_site}: moving the targets to "
+            f"{came_from} instead copies {size_words(nbytes - small)} less per forward, and as much again in "
+            "backward (the predictions' gradient crosses back)",
+            devices=(came_from, here),
+            modules=(self.current_module(),) if self.current_module() else (),
+            suggestion=f"compute the loss on {came_from}: keep the predictions there (drop this move) and move "
+            f"the targets with `.to('{came_from}')`",
+            severity="warning",
+            fatal=False,
+            extra={"loss_site": str(loss_site), "bytes_saved": nbytes - small},
+        )
 
     def _purge(self) -> None:
         """Drop entries whose storage is gone (a run that never ends a step must stay flat too)."""
@@ -1100,6 +1224,8 @@ class Checker:
             # Entries live as long as their storage: the same unchanged data moved
             # again in a later step is a repeat too (a constant moved every step).
             self._purge()
+            self.provenance.purge()
+            self._refresh_provenance()
 
     def finish(self) -> None:
         with self._lock:

@@ -25,6 +25,8 @@ COPY = 5  # Tensor.copy_: a transfer from its source tensor into the destination
 SET_DATA = 6  # `param.data = t` (torch.Tensor.data.__set__): module placements may change
 CPU_INDEX = 7  # checked, but CPU indices and values may sit next to tensors on another device
 SKIP = 8  # strict mode: not checked (copies cross devices by design)
+VIEW = 9  # a view or copy of one tensor on its own device: passed through; MP011's provenance follows it
+LOSS = 10  # a loss (torch.nn.functional's): checked, and its predictions' way to this device looked at
 
 TRANSFERS = frozenset({TO, CUDA, CPU, COPY})
 
@@ -79,13 +81,13 @@ PYTHON_CALLS: dict[str, int] = {
     "_make_subclass": PASS,
     "as_subclass": PASS,
     # a view or copy of one tensor on its own device
-    "detach": PASS,
-    "detach_": PASS,
-    "clone": PASS,
-    "contiguous": PASS,
-    "view": PASS,
-    "reshape": PASS,
-    "flatten": PASS,
+    "detach": VIEW,
+    "detach_": VIEW,
+    "clone": VIEW,
+    "contiguous": VIEW,
+    "view": VIEW,
+    "reshape": VIEW,
+    "flatten": VIEW,
     # memory placement without a device change
     "share_memory_": PASS,
     "pin_memory": PASS,
@@ -140,8 +142,10 @@ def python_call_kind(name: str, full: str | None) -> int:
         return SET_DATA if full == "torch.Tensor.data.__set__" else PASS
     if kind in TRANSFERS:
         return kind if full == f"torch.Tensor.{name}" else CHECK
-    if kind == PASS:
-        return PASS if full is None or full.startswith("torch.Tensor.") else CHECK
+    if kind in (PASS, VIEW):
+        return kind if full is None or full.startswith("torch.Tensor.") else CHECK
+    if kind == CHECK and is_loss(name) and (full or "").startswith("torch.nn.functional."):
+        return LOSS
     return CHECK  # CPU_INDEX included: checked, the checker allows the CPU indices
 
 

@@ -19,3 +19,12 @@ def tensor_words(t: Any) -> str:
         return f"a 0-dim {dtype} tensor"
     article = "an" if dtype.startswith("int") else "a"  # an int64, a uint8, a float32
     return f"{article} {dtype} tensor of shape {shape}"
+
+
+def size_words(nbytes: int) -> str:
+    """'512 bytes', '64 KiB', '16.0 MiB': a byte count for a message."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= scale:
+            value = nbytes / scale
+            return f"{value:.0f} {unit}" if value == int(value) else f"{value:.1f} {unit}"
+    return f"{nbytes} bytes"

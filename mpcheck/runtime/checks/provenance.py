@@ -1,0 +1,124 @@
+"""Provenance for MP011: which tensors were computed only from data that never changes.
+
+`self.proj[cam].repeat(B, 1, 1).float().to('cuda:0')` makes a fresh tensor in every forward, so
+the storage-based repeat check (the same unchanged data moved again) never sees it twice; yet every
+copy carries the same bytes, because its only inputs are a buffer and Python numbers. This module
+marks such tensors as they are made, so that a transfer can ask whether its source is one of them.
+
+Constant sources:
+- the buffers of the root models seen so far, while their version counter is the one they had when
+  they were listed (BatchNorm's running statistics change in every training forward, and drop out
+  at their first update);
+- the outputs of deterministic factories called without a tensor argument (`torch.ones(T, T)`,
+  `torch.arange(T)`), but not of random ones nor of `torch.tensor(data)`, whose data may be anything.
+
+Parameters are not sources: they change at every optimizer step, and a copy per step of a weight
+used on another device (tied embeddings split over two GPUs) is the price of that split, not waste.
+
+A tensor is derived from constants when a checked torch call (or a view, clone or dtype cast) took
+only constant tensors; an in-place call that mixes in anything else drops the mark. The capture
+layer calls `derive` only when a call's first tensor argument is marked (a dict lookup per call),
+and `made_by_factory` for a factory's output. Nothing here keeps a tensor alive: marks are keyed
+by id, hold a weak reference and the version counter at marking time, and are purged with their
+tensors.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Iterable
+from typing import Any
+
+# torch functions (by __name__) whose output is the same for the same arguments, when called
+# without a tensor argument.
+CONST_FACTORIES = frozenset(
+    {"zeros", "ones", "full", "arange", "range", "linspace", "logspace", "eye", "tril_indices", "triu_indices"}
+)
+_PURGE_AT = 4096
+
+
+def _version(t: Any) -> int | None:
+    try:
+        version: int = t._version
+        return version
+    except (AttributeError, RuntimeError):  # an inference tensor: no version counter
+        return None
+
+
+class Provenance:
+    def __init__(self, tensor_type: type) -> None:
+        self._tensor = tensor_type
+        # id(tensor) -> (weak ref, version when marked); the capture layer tests `id(t) in marks`.
+        self.marks: dict[int, tuple[weakref.ref[Any], int | None]] = {}
+        self._sources_key: tuple[Any, ...] | None = None
+        self._purge_at = _PURGE_AT
+
+    # -- sources -----------------------------------------------------------------------------
+    def refresh(self, roots: Iterable[Any], epoch: int) -> None:
+        """List the buffers of the root models again when the roots or their placement changed."""
+        roots = list(roots)
+        key = (epoch, *(id(r) for r in roots))
+        if key == self._sources_key:
+            return
+        self._sources_key = key
+        for root in roots:
+            for buf in root.buffers():
+                self._mark(buf)
+
+    # -- marks -------------------------------------------------------------------------------
+    def is_const(self, t: Any) -> bool:
+        """Was `t` computed only from constants, and has it not changed since?"""
+        entry = self.marks.get(id(t))
+        if entry is None:
+            return False
+        ref, version = entry
+        if ref() is not t:
+            del self.marks[id(t)]  # the id was reused by another tensor
+            return False
+        return version is not None and version == _version(t)
+
+    def made_by_factory(self, out: Any) -> None:
+        self._mark(out)
+
+    def derive(self, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
+        """A call whose first tensor argument is marked returned `out`: mark `out` when every tensor
+        argument is constant, else unmark it (an in-place call that mixed in other data)."""
+        tensor = self._tensor
+        const = True
+        seen = False  # at least one tensor argument (an id in `marks` may be a freed tensor's)
+        for a in (*args, *kwargs.values()):
+            if isinstance(a, tensor):
+                seen = True
+                const = self.is_const(a)
+            elif isinstance(a, (list, tuple)):
+                for b in a:
+                    if isinstance(b, tensor):
+                        seen = True
+                        const = const and self.is_const(b)
+            if not const:
+                break
+        const = const and seen
+        outs = out if isinstance(out, (list, tuple)) else (out,)
+        for o in outs:
+            if not isinstance(o, tensor):
+                continue
+            if const:
+                self._mark(o)
+            else:
+                self.marks.pop(id(o), None)
+
+    def _mark(self, t: Any) -> None:
+        if not isinstance(t, self._tensor):
+            return
+        try:
+            self.marks[id(t)] = (weakref.ref(t), _version(t))
+        except TypeError:  # a tensor type without weak references: left unmarked
+            return
+        if len(self.marks) > self._purge_at:
+            self.purge()
+
+    def purge(self) -> None:
+        """Drop the marks of freed tensors (at each step end, and when the table grows)."""
+        for k in [k for k, v in self.marks.items() if v[0]() is None]:
+            del self.marks[k]  # in place: the capture layer holds this dict
+        self._purge_at = max(_PURGE_AT, 2 * len(self.marks))
