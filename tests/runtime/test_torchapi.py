@@ -26,6 +26,10 @@ def test_function_mode_kinds_of_tensor_calls():
     assert kind(T.__getitem__) == api.CHECK  # checked; the checker allows its CPU indices
     assert kind(torch.add) == api.CHECK
     assert kind(T.add) == api.CHECK
+    assert kind(T.view) == api.VIEW  # passed through; MP011's provenance follows it
+    assert kind(T.clone) == api.VIEW
+    assert kind(torch.nn.functional.cross_entropy) == api.LOSS  # checked, and its predictions' way looked at
+    assert kind(torch.nn.functional.mse_loss) == api.LOSS
 
 
 def test_a_name_outside_torch_tensor_is_checked():

@@ -67,9 +67,7 @@ class CheckingMode(TorchFunctionMode):
         # MP011's provenance (checks/provenance.py): tensors computed only from constants.
         self._provenance = checker.provenance
         self._marks = checker.provenance.marks
-        self._factories = frozenset(
-            f for f in (getattr(torch, n, None) for n in CONST_FACTORIES) if f is not None
-        )
+        self._factories = frozenset(f for f in (getattr(torch, n, None) for n in CONST_FACTORIES) if f is not None)
         if stamp_nodes:
             from mpcheck.runtime.capture.strict import stamp_node
 

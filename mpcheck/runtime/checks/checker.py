@@ -876,7 +876,7 @@ class Checker:
         if ("MP006", site.path, site.line, devices) in self._by_key:  # seen in an earlier pass: count it
             self.emit("MP006", site, "", devices=devices)
             return
-        message, modules, suggestion = describe(chain, self._alternating_layers)
+        message, modules, suggestion = describe(chain, self._alternating_layers, self._grouped_layers)
         self.emit(
             "MP006",
             site,
@@ -913,6 +913,39 @@ class Checker:
             return None
         _, _, path, children = max(found, key=lambda f: (f[0], f[1]))
         return path, children
+
+    def _grouped_layers(self, chain: Chain) -> tuple[tuple[str, list[tuple[str, str]]], list[str]] | None:
+        """MP006 with no alternating layers: a list of layers (a module's children, at least two per
+        device) grouped one block per device over the chain's devices, whose number of layers off the
+        chain's first device explains its crossings (two per layer: there and back); with the modules
+        holding weights on that first device beside the list (children of the same parent)."""
+        namer = self.namer
+        if namer is None:
+            return None
+        home, wanted = chain.devs[0], set(chain.devs)
+        for root in namer.roots():
+            root_path = namer(root)
+            for sub_name, sub in root.named_modules():
+                for name, box in sub.named_children():
+                    children = [(n, self.module_device(c)) for n, c in box.named_children()]
+                    if len(children) < 4 or any(d is None or d not in wanted for _, d in children):
+                        continue
+                    devs = [d for _, d in children]
+                    changes = sum(1 for a, b in zip(devs, devs[1:]) if a != b)
+                    distinct = set(devs)
+                    if len(distinct) < 2 or changes != len(distinct) - 1 or devs[0] != home:
+                        continue
+                    away = sum(1 for d in devs if d != home)
+                    if chain.crossings < 2 * away - 1:
+                        continue
+                    prefix = f"{root_path}.{sub_name}" if sub_name else root_path
+                    beside = [
+                        f"{prefix}.{n}"
+                        for n, c in sub.named_children()
+                        if c is not box and self.module_device(c) == home and any(True for _ in c.parameters())
+                    ]
+                    return (f"{prefix}.{name}", [(n, d) for n, d in children if d is not None]), beside
+        return None
 
     def _check_round_trip(
         self, t: Any, src_dev: str, dst_dev: str, site: Site | None, module: str | None, nbytes: int = 0
@@ -1064,6 +1097,7 @@ class Checker:
         if any(self.devices.device_of(t) != here for t in rest):
             return  # a mismatch: check_op reports it
         loss_site = self.sites()
+        module = self.current_module()
         self.emit(
             "MP008",
             move_site,
@@ -1072,7 +1106,7 @@ class Checker:
             f"{came_from} instead copies {size_words(nbytes - small)} less per forward, and as much again in "
             "backward (the predictions' gradient crosses back)",
             devices=(came_from, here),
-            modules=(self.current_module(),) if self.current_module() else (),
+            modules=(module,) if module else (),
             suggestion=f"compute the loss on {came_from}: keep the predictions there (drop this move) and move "
             f"the targets with `.to('{came_from}')`",
             severity="warning",

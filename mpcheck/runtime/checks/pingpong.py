@@ -119,14 +119,24 @@ class PingPong:
         return done
 
 
+Layers = tuple[str, list[tuple[str, str]]]  # (container path, [(child name, device)])
+
+
 def describe(
-    chain: Chain, find_layers: Callable[[Chain], tuple[str, list[tuple[str, str]]] | None]
+    chain: Chain,
+    find_layers: Callable[[Chain], Layers | None],
+    find_grouped: Callable[[Chain], tuple[Layers, list[str]] | None] = lambda chain: None,
 ) -> tuple[str, tuple[str, ...], str]:
     """(message, modules, suggestion) for a ping-pong chain. find_layers gives the
-    alternating layers by name when the module tree is known: (container path, [(child, device)])."""
+    alternating layers by name when the module tree is known: (container path, [(child, device)]).
+    find_grouped, asked when no layers alternate: layers already grouped one block per device, and
+    the modules beside them on the chain's first device (a module shared by all stages)."""
     distinct = chain.distinct
     shown = " -> ".join(chain.devs[:8]) + (" -> ..." if chain.crossings + 1 > 8 else "")
     layers = find_layers(chain)
+    grouped = find_grouped(chain) if layers is None else None
+    if grouped is not None:
+        return _shared_module(chain, shown, *grouped)
     if layers is not None:
         container, children = layers
         names = [n for n, _ in children]
@@ -148,6 +158,30 @@ def describe(
         f"each stage boundary is crossed once"
     )
     return message, modules, suggestion
+
+
+def _shared_module(chain: Chain, shown: str, layers: Layers, beside: list[str]) -> tuple[str, tuple[str, ...], str]:
+    """The layers are grouped one block per device, yet the activation keeps coming back to the first
+    device: work there between the other devices' layers, i.e. a module all stages share left on it."""
+    home = chain.devs[0]
+    container, children = layers
+    devs = list(dict.fromkeys(d for _, d in children))
+    names = [n for n, _ in children]
+    away = sum(1 for _, d in children if d != home)
+    what = ", ".join(beside[:3]) if beside else "a module shared by the stages"
+    message = (
+        f"transfer per layer: the activation crosses devices {plural(chain.crossings, 'time')} per forward "
+        f"({shown}) where {plural(len(devs) - 1, 'crossing')} would do: the layers of {container} are grouped "
+        f"by device ({_grouping(container, names, devs).removeprefix(container + ' ')}), but between the "
+        f"{plural(away, 'layer')} off {home} the activation goes back to {home}: {what} on {home} is shared by "
+        f"every stage, so each layer off {home} crosses twice"
+    )
+    suggestion = (
+        "run the shared module on each stage's device: one copy per device (`copy.deepcopy(m).to(dev)`; "
+        "weights meant to stay tied then need their gradients summed), or for a module without weights one "
+        "instance per stage, so that each stage boundary is crossed once"
+    )
+    return message, (container, *beside[:3]), suggestion
 
 
 def _grouping(label: str, names: list[str], devs: list[str]) -> str:

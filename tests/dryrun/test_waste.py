@@ -1,0 +1,277 @@
+"""Issue 11's waste families on virtual GPUs, each at the line to change, and each correct variant silent:
+a GPU -> host -> GPU detour (MP005), large predictions moved to the small targets' GPU (MP008, a warning),
+a fresh copy of data computed only from a buffer or constants (MP011 by provenance), a host constant moved
+by every layer (MP011), a module shared by all stages left on the first GPU and round-robin placement
+(MP006, with the advice that fits each)."""
+
+import pytest
+from dryrun_helpers import codes_at
+
+
+def only_finding(dryrun_cli, s, code, tag):
+    """The program runs to its end on 2 virtual GPUs with one finding, `code` at the line marked `tag`."""
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 0, err  # a waste finding: the program runs on
+    assert codes_at(report) == [(code, s.line(tag))]
+    return report["findings"][0]
+
+
+def assert_silent(dryrun_cli, s):
+    """The program runs to its end on 2 virtual GPUs with no finding."""
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 0, err
+    assert report["findings"] == []
+
+
+# -- a GPU -> host -> GPU detour (MP005) --------------------------------------------------------------
+
+HOST_HOP = """
+import torch
+import torch.nn as nn
+
+a = nn.Linear(256, 256).to("cuda:0")
+b = nn.Linear(256, 256).to("cuda:1")
+opt = torch.optim.SGD([*a.parameters(), *b.parameters()], lr=0.1)
+for step in range(2):
+    h = a(torch.randn(128, 256).to("cuda:0"))
+    {hop}
+    b(h.to("cuda:1")).sum().backward()  # <- hop
+    opt.step()
+"""
+
+
+def test_a_gpu_to_gpu_copy_through_the_host_is_reported_where_it_leaves_the_host(script, dryrun_cli):
+    s = script(HOST_HOP.format(hop="h = h.cpu()  # <- down"))
+    f = only_finding(dryrun_cli, s, "MP005", "hop")
+    assert f["devices"] == ["cuda:0", "cpu", "cuda:1"]
+    assert "128 KiB" in f["message"] and f"copied cuda:0 -> cpu at {s.path}:{s.line('down')}" in f["message"]
+    assert f["suggestion"].startswith("move the tensor that is still on cuda:0 straight to cuda:1")
+
+
+@pytest.mark.parametrize(
+    "hop",
+    [
+        "pass",  # the direct copy
+        "h = h.cpu() * 2",  # work on the host: the host copy is used
+        "h = h[:8].cpu()",  # 8 KiB: both ways cost about one copy's launch
+    ],
+)
+def test_direct_copies_host_work_and_small_detours_stay_silent(script, dryrun_cli, hop):
+    s = script(HOST_HOP.format(hop=hop))
+    if "[:8]" in hop:
+        s = script(HOST_HOP.format(hop=hop).replace("b(h.to", "b(h.repeat(16, 1).to"), name="small.py")
+    assert_silent(dryrun_cli, s)
+
+
+# -- large predictions moved to the targets' GPU (MP008, a warning) ---------------------------------------
+
+LOGITS = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+s0 = nn.Linear(64, 64).to("cuda:0")
+s1 = nn.Linear(64, {vocab}).to("cuda:1")
+opt = torch.optim.SGD([*s0.parameters(), *s1.parameters()], lr=0.1)
+for step in range(2):
+    y = torch.randint(0, {vocab}, (16,)).to("cuda:0")
+    logits = s1(s0(torch.randn(16, 64).to("cuda:0")).to("cuda:1"))
+    {loss}
+    loss.backward()
+    opt.step()
+"""
+
+
+def test_logits_moved_to_the_labels_gpu_name_the_cheaper_direction_and_the_bytes_saved(script, dryrun_cli):
+    loss = "loss = F.cross_entropy(logits.to(y.device), y)  # <- move"
+    s = script(LOGITS.format(vocab=32000, loss=loss))
+    f = only_finding(dryrun_cli, s, "MP008", "move")
+    assert f["severity"] == "warning" and f["devices"] == ["cuda:1", "cuda:0"]
+    # 16 x 32000 float32 = 2 MiB of logits against 128 bytes of labels
+    assert "moved cuda:1 -> cuda:0 here only to meet the targets (128 bytes)" in f["message"]
+    assert "copies 2.0 MiB less per forward" in f["message"]
+    assert "move the targets with `.to('cuda:1')`" in f["suggestion"]
+
+
+def test_logits_moved_on_one_line_and_used_by_the_loss_on_another(script, dryrun_cli):
+    loss = "logits = logits.to('cuda:0')  # <- move\n    loss = F.cross_entropy(logits.view(-1, 32000), y)"
+    s = script(LOGITS.format(vocab=32000, loss=loss))
+    _, report, _ = dryrun_cli(s, "--gpus", "2")
+    assert codes_at(report) == [("MP008", s.line("move"))]
+
+
+@pytest.mark.parametrize(
+    ("vocab", "loss"),
+    [
+        (32000, "loss = F.cross_entropy(logits, y.to(logits.device))"),  # the targets move: right
+        (10, "loss = F.cross_entropy(logits.to(y.device), y)"),  # 640 bytes of logits: either way
+        (32000, "loss = F.mse_loss(logits.to('cuda:0'), torch.randn(16, 32000).to('cuda:0'))"),  # as large
+    ],
+)
+def test_targets_moved_small_logits_and_large_targets_stay_silent(script, dryrun_cli, vocab, loss):
+    s = script(LOGITS.format(vocab=vocab, loss=loss))
+    assert_silent(dryrun_cli, s)
+
+
+# -- a fresh copy of unchanging data (MP011 by provenance) --------------------------------------------
+
+CAMERAS = """
+import torch
+import torch.nn as nn
+
+class Cams(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("proj", torch.randn(6, 64, 64{where}))
+        self.head = nn.Linear(64, 64).to("cuda:0")
+        self.offloaded = nn.Parameter(torch.randn(64, 64))  # a weight kept on the host on purpose
+
+    def forward(self, x, cam):
+        B = x.shape[0]
+        p = {copy}  # <- copy
+        return self.head(torch.bmm(p, x.to("cuda:0")))
+
+model = Cams()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(3):
+    model(torch.randn(8, 64, 64), 2).sum().backward()
+    opt.step()
+"""
+
+
+def test_a_fresh_copy_computed_from_a_buffer_every_forward_is_a_repeated_transfer(script, dryrun_cli):
+    s = script(CAMERAS.format(where="", copy="self.proj[cam].repeat(B, 1, 1).float().to('cuda:0')"))
+    f = only_finding(dryrun_cli, s, "MP011", "copy")
+    assert "computed only from buffers and constants" in f["message"]
+    assert f["devices"] == ["cpu", "cuda:0"] and f["modules"] == ["model"]
+    assert "register the result as a buffer on cuda:0" in f["suggestion"]
+
+
+def test_a_fresh_host_constant_made_in_forward_and_moved_every_call(script, dryrun_cli):
+    s = script(CAMERAS.format(where="", copy="torch.ones(B, 64, 64).tril().to('cuda:0')"))
+    _, report, _ = dryrun_cli(s, "--gpus", "2")
+    assert codes_at(report) == [("MP011", s.line("copy"))]
+
+
+@pytest.mark.parametrize(
+    ("where", "copy"),
+    [
+        (", device='cuda:0'", "self.proj[cam].repeat(B, 1, 1).float()"),  # the buffer lives there
+        ("", "torch.randn(B, 64, 64).to('cuda:0')"),  # fresh random data each call
+        ("", "(self.proj[cam] * x[0]).repeat(B, 1, 1).to('cuda:0')"),  # depends on the input
+        (
+            "",
+            "self.proj[cam][:4, :4].repeat(B, 1, 1).to('cuda:0').mean() + torch.ones(B, 64, 64, device='cuda:0')",
+        ),  # 512 bytes
+        ("", "self.offloaded.t().repeat(B, 1, 1).to('cuda:0')"),  # a parameter changes at each step
+    ],
+)
+def test_copies_of_changing_data_small_copies_and_buffers_kept_there_stay_silent(script, dryrun_cli, where, copy):
+    s = script(CAMERAS.format(where=where, copy=copy))
+    assert_silent(dryrun_cli, s)
+
+
+# -- a host constant moved by every layer (MP011) ---------------------------------------------------------
+
+# Two training steps of the model `Net` a program defines.
+TRAIN = """
+model = Net()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(2):
+    model(torch.randn(256, 256)).sum().backward()
+    opt.step()
+"""
+
+PER_LAYER = (
+    """
+import torch
+import torch.nn as nn
+
+class Block(nn.Module):
+    def __init__(self, d, dev):
+        super().__init__()
+        self.lin = nn.Linear(d, d).to(dev)
+        self.dev = dev
+
+    def forward(self, x, mask):
+        return self.lin(x) * mask.to(self.dev)  # <- mask
+
+class Net(nn.Module):
+    def __init__(self, d=256, n=8):
+        super().__init__()
+        self.blocks = nn.ModuleList([Block(d, f"cuda:{{i * 2 // n}}") for i in range(n)])
+
+    def forward(self, x):
+        mask = {mask}
+        for b in self.blocks:
+            x = b(x.to(b.dev), mask)
+        return x
+"""
+    + TRAIN
+)
+
+
+def test_a_host_constant_moved_by_every_layer_is_reported_once_per_device(script, dryrun_cli):
+    s = script(PER_LAYER.format(mask="torch.ones(256, 256).tril()"))
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 0, err
+    assert codes_at(report) == [("MP011", s.line("mask"))] * 2
+    assert sorted(f["devices"][1] for f in report["findings"]) == ["cuda:0", "cuda:1"]
+    assert {f["extra"]["count"] for f in report["findings"]} == {7}  # 3 repeats per forward x 2 + the next
+
+
+def test_a_constant_already_on_each_layers_device_is_silent(script, dryrun_cli):
+    s = script(PER_LAYER.format(mask="{d: torch.ones(256, 256, device=d).tril() for d in ('cuda:0', 'cuda:1')}"))
+    s = script(s.path.read_text().replace("mask.to(self.dev)", "mask[self.dev]"), name="kept.py")
+    assert_silent(dryrun_cli, s)
+
+
+# -- a module shared by all stages left on the first GPU, round-robin placement (MP006) -------------------
+
+SHARED = (
+    """
+import torch
+import torch.nn as nn
+
+class Net(nn.Module):
+    def __init__(self, d=256, n=8):
+        super().__init__()
+        self.devs = [f"cuda:{{i * 2 // n}}" for i in range(n)]
+        self.blocks = nn.ModuleList([nn.Linear(d, d).to(dev) for dev in self.devs])
+        {norm}
+
+    def forward(self, x):
+        for i, (b, dev) in enumerate(zip(self.blocks, self.devs)):
+            x = b({call}.to(dev))  # <- layer
+        return x
+"""
+    + TRAIN
+)
+
+
+def test_a_module_shared_by_all_stages_on_the_first_gpu_names_the_module(script, dryrun_cli):
+    s = script(SHARED.format(norm="self.norm = nn.LayerNorm(d).to('cuda:0')", call="self.norm(x.to('cuda:0'))"))
+    f = only_finding(dryrun_cli, s, "MP006", "layer")
+    assert "the layers of model.blocks are grouped by device (0-3 on cuda:0, 4-7 on cuda:1)" in f["message"]
+    assert "model.norm on cuda:0 is shared by every stage, so each layer off cuda:0 crosses twice" in f["message"]
+    assert f["modules"] == ["model.blocks", "model.norm"]
+    assert f["suggestion"].startswith("run the shared module on each stage's device")
+
+
+def test_one_copy_of_the_shared_module_per_device_is_silent(script, dryrun_cli):
+    norm = "self.norms = nn.ModuleList([nn.LayerNorm(d).to(dev) for dev in self.devs])"
+    s = script(SHARED.format(norm=norm, call="self.norms[i](x.to(dev))"))
+    assert_silent(dryrun_cli, s)
+
+
+def test_round_robin_placement_is_reported_with_the_blocked_grouping(script, dryrun_cli):
+    s = script(SHARED.replace("i * 2 // n", "i % 2").format(norm="pass", call="x"))
+    f = only_finding(dryrun_cli, s, "MP006", "layer")
+    assert "crosses devices 7 times per forward" in f["message"]
+    assert "the layers of model.blocks alternate between cuda:0, cuda:1" in f["message"]
+    assert "(model.blocks 0-3 on cuda:0, 4-7 on cuda:1)" in f["suggestion"]
+
+
+def test_blocked_placement_is_silent(script, dryrun_cli):
+    s = script(SHARED.format(norm="pass", call="x"))
+    assert_silent(dryrun_cli, s)
