@@ -14,7 +14,14 @@ the GPUs at hand, so that the docs quote numbers instead of folklore:
   - repeated transfer: an attention-style mask moved to cuda:1 on every call
     against a copy kept there once;
   - contiguity: a transposed (non-contiguous) tensor moved as is, against
-    `.contiguous()` first (the advice mpcheck deliberately does not give).
+    `.contiguous()` first (the advice mpcheck deliberately does not give);
+  - host detour (MP005 at run time): `x.cpu().to('cuda:1')` against `x.to('cuda:1')`;
+  - logits direction (MP008 at run time): a loss step whose logits on cuda:1 are moved to the
+    labels on cuda:0, against the labels moved to cuda:1, forward and backward;
+  - constant per forward (MP011 by provenance): a causal mask built on the host and moved in every
+    forward, against one kept on the device;
+  - shared module (MP006): a LayerNorm shared by 16 blocks and left on cuda:0 while blocks 8-15 live
+    on cuda:1 (each of those crosses twice), against one copy of it per device.
 
 Each variant is timed as the median of many repetitions after warm-up, with a
 synchronize around each repetition (wall time of the whole forward/backward),
@@ -132,6 +139,93 @@ def contiguity(n: int, reps: int) -> dict:
     return {"case": f"transposed {n}x{n} fp32 to cuda:1", **t, "ratio": t["contiguous_first"] / t["as_is"]}
 
 
+def host_detour(rows: int, d: int, reps: int) -> dict:
+    x = torch.randn(rows, d, device="cuda:0")
+
+    def direct():
+        x.to("cuda:1")
+
+    def via_host():
+        x.cpu().to("cuda:1")
+
+    t = _time({"direct": direct, "via_host": via_host}, reps)
+    return {
+        "case": f"{rows}x{d} fp32 cuda:0 -> cuda:1, via the host vs direct",
+        **t,
+        "ratio": t["via_host"] / t["direct"],
+    }
+
+
+def logits_direction(rows: int, vocab: int, reps: int) -> dict:
+    head = nn.Linear(256, vocab).to("cuda:1")
+    h = torch.randn(rows, 256, device="cuda:1")
+    labels0 = torch.randint(0, vocab, (rows,), device="cuda:0")  # where the data loader put them
+
+    def labels_move():
+        nn.functional.cross_entropy(head(h), labels0.to("cuda:1")).backward()
+
+    def logits_move():
+        nn.functional.cross_entropy(head(h).to("cuda:0"), labels0).backward()
+
+    t = _time({"labels_move": labels_move, "logits_move": logits_move}, reps)
+    return {
+        "case": f"loss on {rows}x{vocab} fp32 logits (cuda:1), fwd+bwd: logits to the labels vs labels to the logits",
+        **t,
+        "ratio": t["logits_move"] / t["labels_move"],
+    }
+
+
+def constant_per_forward(seq: int, reps: int) -> dict:
+    kept = torch.ones(seq, seq).tril().to("cuda:0")
+    scores = torch.randn(8, seq, seq, device="cuda:0")
+
+    def every_forward():
+        with torch.no_grad():
+            scores.masked_fill(torch.ones(seq, seq).tril().to("cuda:0") == 0, float("-inf"))
+
+    def once():
+        with torch.no_grad():
+            scores.masked_fill(kept == 0, float("-inf"))
+
+    t = _time({"kept": once, "every_forward": every_forward}, reps)
+    return {
+        "case": f"{seq}x{seq} host mask built and moved every forward vs kept on the GPU",
+        **t,
+        "ratio": t["every_forward"] / t["kept"],
+    }
+
+
+def shared_module(d: int, rows: int, layers: int, reps: int) -> dict:
+    devs = [f"cuda:{0 if i < layers // 2 else 1}" for i in range(layers)]
+    blocks = [nn.Linear(d, d).to(dev) for dev in devs]
+    shared = nn.LayerNorm(d).to("cuda:0")
+    copies = {dev: nn.LayerNorm(d).to(dev) for dev in ("cuda:0", "cuda:1")}
+    x = torch.randn(rows, d, device="cuda:0", requires_grad=True)
+
+    def run(norm_for):
+        def step():
+            h = x
+            for blk, dev in zip(blocks, devs):
+                norm, on = norm_for(dev)
+                h = blk(norm(h.to(on)).to(dev))
+            h.sum().backward()
+
+        return step
+
+    t = _time(
+        {
+            "per_device": run(lambda dev: (copies[dev], dev)),
+            "shared_on_first": run(lambda dev: (shared, "cuda:0")),
+        },
+        reps,
+    )
+    return {
+        "case": f"{layers} blocks {rows}x{d}, fwd+bwd: a LayerNorm shared on cuda:0 vs one per device",
+        **t,
+        "ratio": t["shared_on_first"] / t["per_device"],
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", help="also write the results here")
@@ -149,6 +243,12 @@ def main(argv: list[str] | None = None) -> int:
         repeated(512, reps),
         repeated(4096, reps // 4),
         contiguity(4096, reps),
+        host_detour(32, 4096, reps),
+        host_detour(4096, 4096, reps // 4),
+        logits_direction(2048, 32000, reps // 4),
+        constant_per_forward(2048, reps // 4),
+        shared_module(768, 32, 16, reps),
+        shared_module(4096, 2048, 16, reps // 4),
     ]
     gpus = f"{torch.cuda.device_count()}x {torch.cuda.get_device_name(0)}"
     print(f"# transfer costs, {datetime.date.today()}, {gpus}, torch {torch.__version__}")
