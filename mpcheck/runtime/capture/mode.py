@@ -107,8 +107,13 @@ class CheckingMode(TorchFunctionMode):
             if args:
                 if id(args[0]) in self._marks:
                     self._provenance.derive(args, kwargs, out)
-                elif func in self._factories and not kwargs.get("requires_grad"):
-                    self._provenance.made_by_factory(out)
+                else:
+                    try:
+                        factory = func in self._factories
+                    except TypeError:  # an unhashable callable
+                        factory = False
+                    if factory and not kwargs.get("requires_grad"):
+                        self._provenance.made_by_factory(out)
             return out
         if kind == _SET:
             out = func(*args, **kwargs)
