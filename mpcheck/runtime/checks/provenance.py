@@ -7,8 +7,9 @@ marks such tensors as they are made, so that a transfer can ask whether its sour
 
 Constant sources:
 - the buffers of the root models seen so far, while their version counter is the one they had when
-  they were listed (BatchNorm's running statistics change in every training forward, and drop out
-  at their first update);
+  they were listed (a buffer changed in place drops out), except the running statistics of the
+  normalization layers that track them (BatchNorm's kernel updates them in every training forward
+  without bumping their version counter);
 - the outputs of deterministic factories called without a tensor argument (`torch.ones(T, T)`,
   `torch.arange(T)`), but not of random ones nor of `torch.tensor(data)`, whose data may be anything.
 
@@ -62,8 +63,11 @@ class Provenance:
             return
         self._sources_key = key
         for root in roots:
-            for buf in root.buffers():
-                self._mark(buf)
+            for module in root.modules():
+                if getattr(module, "track_running_stats", False):
+                    continue  # BatchNorm's statistics: updated by its kernel without a version bump
+                for buf in module.buffers(recurse=False):
+                    self._mark(buf)
 
     # -- marks -------------------------------------------------------------------------------
     def is_const(self, t: Any) -> bool:
@@ -119,6 +123,8 @@ class Provenance:
 
     def purge(self) -> None:
         """Drop the marks of freed tensors (at each step end, and when the table grows)."""
-        for k in [k for k, v in self.marks.items() if v[0]() is None]:
-            del self.marks[k]  # in place: the capture layer holds this dict
+        # list() copies the items in one C call: another thread's forward may mark a tensor meanwhile.
+        for k, (ref, _) in list(self.marks.items()):
+            if ref() is None:
+                self.marks.pop(k, None)  # in place: the capture layer holds this dict
         self._purge_at = max(_PURGE_AT, 2 * len(self.marks))

@@ -1,0 +1,92 @@
+"""The waste checks of the core alone, on labelled CPU tensors: a detour through the host (MP005), predictions
+moved to the targets' device (MP008 warning), and the provenance that lets MP011 see fresh copies of
+constant data (provenance.py)."""
+
+import torch
+
+from mpcheck.runtime.checks.checker import Checker
+from mpcheck.runtime.checks.provenance import Provenance
+from mpcheck.runtime.checks.sites import Site
+
+S1 = Site("train.py", 10, "forward")
+S2 = Site("train.py", 20, "forward")
+BIG = 128 * 256  # float32 elements: 128 KiB, above the 64 KiB threshold
+
+
+def _move(ck, labels, t, src, dst, site):
+    out = labels.label(t.clone(), dst)
+    ck.on_transfer(t, out, src, dst, site=site, module_path="model")
+    return out
+
+
+def test_host_detour_is_reported_at_the_copy_up_with_the_copy_down(labels):
+    ck = Checker(labels, on_mismatch="raise")
+    h = labels.label(torch.randn(BIG), "cuda:0")
+    down = _move(ck, labels, h, "cuda:0", "cpu", S1)
+    _move(ck, labels, down, "cpu", "cuda:1", S2)
+    (f,) = ck.findings
+    assert (f.code, f.line, f.extra["first_line"]) == ("MP005", 20, 10)
+    assert f.devices == ("cuda:0", "cpu", "cuda:1")
+
+
+def test_host_detour_after_host_work_or_below_the_threshold_is_silent(labels):
+    ck = Checker(labels, on_mismatch="raise")
+    h = labels.label(torch.randn(BIG), "cuda:0")
+    down = _move(ck, labels, h, "cuda:0", "cpu", S1)
+    down.mul_(2)  # work on the host: the copy down was needed
+    _move(ck, labels, down, "cpu", "cuda:1", S2)
+    small = labels.label(torch.randn(16), "cuda:0")
+    _move(ck, labels, _move(ck, labels, small, "cuda:0", "cpu", S1), "cpu", "cuda:1", S2)
+    assert ck.findings == []
+
+
+def test_predictions_moved_to_small_targets_name_the_move(labels):
+    ck = Checker(labels, on_mismatch="raise", sites=lambda: S2)
+    logits = labels.label(torch.randn(16, 4096), "cuda:1")  # 256 KiB
+    moved = _move(ck, labels, logits, "cuda:1", "cuda:0", S1)
+    targets = labels.label(torch.randint(0, 4096, (16,)), "cuda:0")
+    ck.on_loss((moved, targets), {})
+    (f,) = ck.findings
+    assert (f.code, f.line, f.severity) == ("MP008", 10, "warning")  # a warning, not raised
+    assert f.extra["bytes_saved"] == 16 * 4096 * 4 - 16 * 8
+    assert f.extra["loss_site"] == "train.py:20"
+
+
+def test_predictions_computed_after_the_move_or_as_large_as_the_targets_are_silent(labels):
+    ck = Checker(labels, on_mismatch="raise", sites=lambda: S2)
+    logits = labels.label(torch.randn(16, 4096), "cuda:1")
+    moved = _move(ck, labels, logits, "cuda:1", "cuda:0", S1)
+    ck.on_loss((moved, labels.label(torch.randn(16, 4096), "cuda:0")), {})  # targets as large
+    moved.mul_(2)  # changed on cuda:0 after the move: not the bare move any more
+    ck.on_loss((moved, labels.label(torch.randint(0, 4096, (16,)), "cuda:0")), {})
+    assert ck.findings == []
+
+
+def test_provenance_follows_constants_and_drops_what_mixes_in_other_data():
+    prov = Provenance(torch.Tensor)
+    buf = torch.randn(6, 8)
+    prov.made_by_factory(buf)  # a source, as a buffer would be
+    view = buf[2]
+    prov.derive((buf, 2), {}, view)
+    fresh = view.repeat(4, 1)
+    prov.derive((view, 4, 1), {}, fresh)
+    assert prov.is_const(fresh)
+    mixed = fresh * torch.randn(8)  # an input mixed in
+    prov.derive((fresh, torch.randn(8)), {}, mixed)
+    assert not prov.is_const(mixed)
+    fresh.add_(1)  # changed in place after it was marked
+    assert not prov.is_const(fresh)
+    assert not prov.is_const(torch.randn(3))
+
+
+def test_provenance_lists_a_roots_buffers_until_they_change_but_never_running_statistics():
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4))
+    model.register_buffer("table", torch.randn(4))
+    prov = Provenance(torch.Tensor)
+    prov.refresh([model], epoch=0)
+    assert prov.is_const(model.table)
+    # BatchNorm's kernel updates its running statistics in every training forward without bumping
+    # their version counter: they are never constant
+    assert not prov.is_const(model[1].running_mean)
+    model.table.add_(1)
+    assert not prov.is_const(model.table)
