@@ -82,8 +82,9 @@ for step in range(2):
 """
 
 
-def test_logits_moved_to_the_labels_gpu_name_the_cheaper_direction_and_the_bytes_saved(script, dryrun_cli):
-    loss = "loss = F.cross_entropy(logits.to(y.device), y)  # <- move"
+@pytest.mark.parametrize("criterion", ["F.cross_entropy", "nn.CrossEntropyLoss()"])
+def test_logits_moved_to_the_labels_gpu_name_the_cheaper_direction_and_the_bytes_saved(script, dryrun_cli, criterion):
+    loss = f"loss = {criterion}(logits.to(y.device), y)  # <- move"
     s = script(LOGITS.format(vocab=32000, loss=loss))
     f = only_finding(dryrun_cli, s, "MP008", "move")
     assert f["severity"] == "warning" and f["devices"] == ["cuda:1", "cuda:0"]
@@ -144,7 +145,7 @@ def test_a_fresh_copy_computed_from_a_buffer_every_forward_is_a_repeated_transfe
     f = only_finding(dryrun_cli, s, "MP011", "copy")
     assert "computed only from buffers and constants" in f["message"]
     assert f["devices"] == ["cpu", "cuda:0"] and f["modules"] == ["model"]
-    assert "register the result as a buffer on cuda:0" in f["suggestion"]
+    assert f["suggestion"].startswith("make it on cuda:0: keep its buffer there")
 
 
 def test_a_fresh_host_constant_made_in_forward_and_moved_every_call(script, dryrun_cli):

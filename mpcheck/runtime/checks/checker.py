@@ -1034,7 +1034,9 @@ class Checker:
 
     def _check_const_copy(self, t: Any, src_dev: str, dst_dev: str, site: Site | None, module: str | None) -> None:
         """MP011 on a fresh tensor computed only from buffers and constants (provenance.py), moved at
-        the same line a second time: every copy carries the same bytes. Only at the user's own line
+        the same line a second time. Its sources never change, so it can be made on the destination
+        from sources kept there (or is the same bytes each time, when the Python numbers that shaped it
+        are the same); the copy is the waste, whatever the bytes. Only at the user's own line
         (a library's code, which the user cannot change, is left alone)."""
         if site is None or site.context or not self.provenance.is_const(t):
             return
@@ -1047,13 +1049,12 @@ class Checker:
         self.emit(
             "MP011",
             site,
-            f"repeated transfer: this line makes a fresh tensor ({tensor_words(t)}) computed only from buffers "
-            f"and constants, which never change, and moves it {src_dev} -> {dst_dev} on every call: the same bytes "
-            f"are copied each time",
+            f"repeated transfer: on every call this line makes a fresh tensor ({tensor_words(t)}) computed only "
+            f"from buffers and constants, which never change, on {src_dev} and copies it to {dst_dev}",
             devices=(src_dev, dst_dev),
             modules=(module,) if module else (),
-            suggestion=f"compute it once on {dst_dev} and reuse it (e.g. register the result as a buffer on "
-            f"{dst_dev}, or create it there with `device='{dst_dev}'`)",
+            suggestion=f"make it on {dst_dev}: keep its buffer there (move the buffer once, or register the "
+            f"result as a buffer on {dst_dev}), or create the constant there with `device='{dst_dev}'`",
             extra={"scope": "provenance"},
         )
 

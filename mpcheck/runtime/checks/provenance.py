@@ -1,8 +1,9 @@
 """Provenance for MP011: which tensors were computed only from data that never changes.
 
 `self.proj[cam].repeat(B, 1, 1).float().to('cuda:0')` makes a fresh tensor in every forward, so
-the storage-based repeat check (the same unchanged data moved again) never sees it twice; yet every
-copy carries the same bytes, because its only inputs are a buffer and Python numbers. This module
+the storage-based repeat check (the same unchanged data moved again) never sees it twice; yet its
+only inputs are a buffer and Python numbers, so it could be made where it is used from a buffer kept
+there, and the copy in every forward is waste. This module
 marks such tensors as they are made, so that a transfer can ask whether its source is one of them.
 
 Constant sources:
