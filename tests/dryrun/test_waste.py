@@ -259,6 +259,37 @@ def test_a_module_shared_by_all_stages_on_the_first_gpu_names_the_module(script,
     assert f["suggestion"].startswith("run the shared module on each stage's device")
 
 
+def test_a_module_every_layer_holds_is_named_as_shared(script, dryrun_cli):
+    s = script(
+        """
+import torch
+import torch.nn as nn
+
+class Block(nn.Module):
+    def __init__(self, dev, norm):
+        super().__init__()
+        self.lin = nn.Linear(256, 256).to(dev)
+        self.norm = norm  # one LayerNorm for all blocks, on cuda:0
+
+    def forward(self, x):
+        return self.lin(self.norm(x.to("cuda:0")).to(self.lin.weight.device))  # <- layer
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        norm = nn.LayerNorm(256).to("cuda:0")
+        self.blocks = nn.Sequential(*[Block(f"cuda:{i * 2 // 8}", norm) for i in range(8)])
+
+    def forward(self, x):
+        return self.blocks(x)
+"""
+        + TRAIN
+    )
+    f = only_finding(dryrun_cli, s, "MP006", "layer")
+    assert "the layers of model.blocks are grouped by device (0-3 on cuda:0, 4-7 on cuda:1)" in f["message"]
+    assert "model.blocks.0.norm on cuda:0 is shared by every stage" in f["message"]
+
+
 def test_one_copy_of_the_shared_module_per_device_is_silent(script, dryrun_cli):
     norm = "self.norms = nn.ModuleList([nn.LayerNorm(d).to(dev) for dev in self.devs])"
     s = script(SHARED.format(norm=norm, call="self.norms[i](x.to(dev))"))

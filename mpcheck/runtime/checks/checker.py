@@ -25,7 +25,7 @@ from typing import Any, Protocol
 from mpcheck import codes
 from mpcheck.finding import Finding
 from mpcheck.runtime.checks.ledger import Ledger, TransferTiming
-from mpcheck.runtime.checks.pingpong import Chain, PingPong, describe
+from mpcheck.runtime.checks.pingpong import Chain, Layers, PingPong, describe, find_shared
 from mpcheck.runtime.checks.provenance import Provenance
 from mpcheck.runtime.checks.sites import UNKNOWN, Site, user_site
 from mpcheck.runtime.checks.torchapi import CPU_INDEX_NAMES, is_loss, is_loss_module
@@ -914,38 +914,13 @@ class Checker:
         _, _, path, children = max(found, key=lambda f: (f[0], f[1]))
         return path, children
 
-    def _grouped_layers(self, chain: Chain) -> tuple[tuple[str, list[tuple[str, str]]], list[str]] | None:
-        """MP006 with no alternating layers: a list of layers (a module's children, at least two per
-        device) grouped one block per device over the chain's devices, whose number of layers off the
-        chain's first device explains its crossings (two per layer: there and back); with the modules
-        holding weights on that first device beside the list (children of the same parent)."""
+    def _grouped_layers(self, chain: Chain) -> tuple[Layers, list[str]] | None:
+        """MP006 with no alternating layers: layers grouped one block per device and a module they share
+        on the chain's first device (pingpong.find_shared), searched in the known root models."""
         namer = self.namer
         if namer is None:
             return None
-        home, wanted = chain.devs[0], set(chain.devs)
-        for root in namer.roots():
-            root_path = namer(root)
-            for sub_name, sub in root.named_modules():
-                for name, box in sub.named_children():
-                    children = [(n, self.module_device(c)) for n, c in box.named_children()]
-                    if len(children) < 4 or any(d is None or d not in wanted for _, d in children):
-                        continue
-                    devs = [d for _, d in children]
-                    changes = sum(1 for a, b in zip(devs, devs[1:]) if a != b)
-                    distinct = set(devs)
-                    if len(distinct) < 2 or changes != len(distinct) - 1 or devs[0] != home:
-                        continue
-                    away = sum(1 for d in devs if d != home)
-                    if chain.crossings < 2 * away - 1:
-                        continue
-                    prefix = f"{root_path}.{sub_name}" if sub_name else root_path
-                    beside = [
-                        f"{prefix}.{n}"
-                        for n, c in sub.named_children()
-                        if c is not box and self.module_device(c) == home and any(True for _ in c.parameters())
-                    ]
-                    return (f"{prefix}.{name}", [(n, d) for n, d in children if d is not None]), beside
-        return None
+        return find_shared(chain, [(namer(r), r) for r in namer.roots()], self.devices.device_of)
 
     def _check_round_trip(
         self, t: Any, src_dev: str, dst_dev: str, site: Site | None, module: str | None, nbytes: int = 0

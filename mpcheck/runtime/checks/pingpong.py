@@ -160,6 +160,71 @@ def describe(
     return message, modules, suggestion
 
 
+def find_shared(
+    chain: Chain, roots: list[tuple[str, Any]], device_of: Callable[[Any], str]
+) -> tuple[Layers, list[str]] | None:
+    """A list of layers (a module's children, at least four) grouped one block per device over the
+    chain's devices, starting on the chain's first device, whose layers off that device explain the
+    chain's crossings (two each: there and back), and the modules on the first device they share:
+    one held by several layers (`block.norm = shared_norm`), or else a weighted sibling of the list
+    (called by the parent's forward between the layers). (the list, [paths of those modules]).
+    A layer's device leaves out the modules it shares with other layers. Asked once per finding."""
+    home, wanted = chain.devs[0], set(chain.devs)
+    for root_path, root in roots:
+        for sub_name, sub in root.named_modules():
+            prefix = f"{root_path}.{sub_name}" if sub_name else root_path
+            for name, box in sub.named_children():
+                kids = list(box.named_children())
+                if len(kids) < 4:
+                    continue
+                shared = _shared_by(kids)
+                devs = [_device_without(c, shared, device_of) for _, c in kids]
+                if any(d is None or d not in wanted for d in devs):
+                    continue
+                changes = sum(1 for a, b in zip(devs, devs[1:]) if a != b)
+                distinct = set(devs)
+                if len(distinct) < 2 or changes != len(distinct) - 1 or devs[0] != home:
+                    continue
+                away = sum(1 for d in devs if d != home)
+                if chain.crossings < 2 * away - 1:
+                    continue
+                held = [
+                    f"{prefix}.{name}.{path}"
+                    for path, m in box.named_modules()
+                    if id(m) in shared and _device_without(m, {}, device_of) == home
+                ]
+                beside = held or [
+                    f"{prefix}.{n}"
+                    for n, c in sub.named_children()
+                    if c is not box and _device_without(c, {}, device_of) == home and any(True for _ in c.parameters())
+                ]
+                layers = [(n, d) for (n, _), d in zip(kids, devs) if d is not None]
+                return (f"{prefix}.{name}", layers), beside
+    return None
+
+
+def _shared_by(kids: list[tuple[str, Any]]) -> dict[int, Any]:
+    """The modules reachable from more than one of `kids` (by id)."""
+    owners: dict[int, int] = {}
+    seen: dict[int, Any] = {}
+    for i, (_, kid) in enumerate(kids):
+        for m in kid.modules():
+            if owners.setdefault(id(m), i) != i:
+                seen[id(m)] = m
+    return seen
+
+
+def _device_without(module: Any, shared: dict[int, Any], device_of: Callable[[Any], str]) -> str | None:
+    """The one device of `module`'s parameters and buffers outside the `shared` modules, or None."""
+    devs: set[str] = set()
+    for m in module.modules():
+        if id(m) in shared:
+            continue
+        devs.update(device_of(p) for p in m.parameters(recurse=False))
+        devs.update(device_of(b) for b in m.buffers(recurse=False))
+    return devs.pop() if len(devs) == 1 else None
+
+
 def _shared_module(chain: Chain, shown: str, layers: Layers, beside: list[str]) -> tuple[str, tuple[str, ...], str]:
     """The layers are grouped one block per device, yet the activation keeps coming back to the first
     device: work there between the other devices' layers, i.e. a module all stages share left on it."""
