@@ -90,7 +90,7 @@ def test_logits_moved_to_the_labels_gpu_name_the_cheaper_direction_and_the_bytes
     assert f["severity"] == "warning" and f["devices"] == ["cuda:1", "cuda:0"]
     # 16 x 32000 float32 = 2 MiB of logits against 128 bytes of labels
     assert "moved cuda:1 -> cuda:0 here only to meet the targets (128 bytes)" in f["message"]
-    assert "copies 2.0 MiB less per forward" in f["message"]
+    assert "copies 2.0 MiB less per forward, and as much again in backward" in f["message"]
     assert "move the targets with `.to('cuda:1')`" in f["suggestion"]
 
 

@@ -90,3 +90,16 @@ def test_provenance_lists_a_roots_buffers_until_they_change_but_never_running_st
     assert not prov.is_const(model[1].running_mean)
     model.table.add_(1)
     assert not prov.is_const(model.table)
+
+
+def test_predictions_moved_without_grad_to_targets_and_weights_say_so(labels):
+    ck = Checker(labels, on_mismatch="raise", sites=lambda: S2)
+    logits = labels.label(torch.randn(16, 4096), "cuda:1")  # evaluation: no gradient to send back
+    moved = _move(ck, labels, logits, "cuda:1", "cuda:0", S1)
+    targets = labels.label(torch.randint(0, 4096, (16,)), "cuda:0")
+    weights = labels.label(torch.ones(4096), "cuda:0")
+    ck.on_loss((moved, targets), {"weight": weights})
+    (f,) = ck.findings
+    assert "only to meet the targets and weights (16.1 KiB)" in f.message  # 16 KiB of weights + 128 bytes
+    assert "backward" not in f.message
+    assert f.suggestion.endswith("move the targets and weights with `.to('cuda:1')`")

@@ -1074,17 +1074,20 @@ class Checker:
             return  # a mismatch: check_op reports it
         loss_site = self.sites()
         module = self.current_module()
+        others = "the targets" if len(rest) == 1 else "the targets and weights"
+        backward = (
+            ", and as much again in backward (the predictions' gradient crosses back)" if preds.requires_grad else ""
+        )
         self.emit(
             "MP008",
             move_site,
             f"the predictions ({tensor_words(preds)}, {size_words(nbytes)}) are moved {came_from} -> {here} here "
-            f"only to meet the targets ({size_words(small)}) at the loss at {loss_site}: moving the targets to "
-            f"{came_from} instead copies {size_words(nbytes - small)} less per forward, and as much again in "
-            "backward (the predictions' gradient crosses back)",
+            f"only to meet {others} ({size_words(small)}) at the loss at {loss_site}: moving {others} to "
+            f"{came_from} instead copies {size_words(nbytes - small)} less per forward{backward}",
             devices=(came_from, here),
             modules=(module,) if module else (),
             suggestion=f"compute the loss on {came_from}: keep the predictions there (drop this move) and move "
-            f"the targets with `.to('{came_from}')`",
+            f"{others} with `.to('{came_from}')`",
             severity="warning",
             fatal=False,
             extra={"loss_site": str(loss_site), "bytes_saved": nbytes - small},
