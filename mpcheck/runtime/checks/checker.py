@@ -301,6 +301,7 @@ class Checker:
         # and per (site, destination) how many such copies were made there.
         self.provenance = Provenance(torch.Tensor)
         self._placement_epoch = 0
+        self._provenance_forward = -1  # the forward pass (per thread count) of the last refresh
         self._const_copies: dict[tuple[Site, str], int] = {}
 
     # -- context kept by the hooks --------------------------------------------------
@@ -843,7 +844,9 @@ class Checker:
             if nbytes >= self.repeat_min_bytes:  # a smaller copy costs about its launch: see REPEAT_MIN_BYTES
                 if not self._check_repeat(src_tensor, dst_dev, site, module_path):
                     self._check_const_copy(src_tensor, src_dev, dst_dev, site, module_path)
-            self._refresh_provenance()
+            if self._tls.forwards != self._provenance_forward:  # once per forward pass at most
+                self._provenance_forward = self._tls.forwards
+                self._refresh_provenance()
             arrival = None
             if out_tensor is not None:
                 try:
