@@ -224,6 +224,7 @@ def cell(s: Score | None) -> str:
 def totals(cases: list[dict], scores: dict[str, Score]) -> dict[str, int]:
     t = {"cases": 0, "expected": 0, "caught": 0, "missed": 0, "false": 0, "errors": 0}
     t.update({"bug_cases_caught": 0, "bug_cases": 0, "correct_cases": 0, "correct_cases_flagged": 0})
+    t.update({"knowable_caught": 0, "knowable_expected": 0})
     for case in cases:
         s = scores.get(case["id"])
         if s is None:
@@ -236,6 +237,10 @@ def totals(cases: list[dict], scores: dict[str, Score]) -> dict[str, int]:
         t["missed"] += len(s.missed)
         t["expected"] += len(s.caught) + len(s.missed)
         t["false"] += len(s.false)
+        if case.get("lint_knowable"):
+            # Bugs whose devices one file shows (issue 10's goal for the linter).
+            t["knowable_caught"] += len(s.caught)
+            t["knowable_expected"] += len(s.caught) + len(s.missed)
         if case["kind"] == "bug":
             t["bug_cases"] += 1
             t["bug_cases_caught"] += bool(s.caught)
@@ -283,6 +288,11 @@ def main(argv: list[str] | None = None) -> int:
             f"correct cases with a false finding {t['correct_cases_flagged']}/{t['correct_cases']}, "
             f"errors {t['errors']})"
         )
+        if n == "lint":
+            print(
+                f"lint on bugs whose devices the file shows (lint_knowable): "
+                f"caught {t['knowable_caught']} of {t['knowable_expected']}"
+            )
 
     if args.show:
         for n in names:

@@ -104,6 +104,22 @@ def test_expected_lines_exist_in_the_cached_file(case):
         assert e["line"] <= len(lines) and lines[e["line"] - 1].strip(), f"{case['id']}: line {e['line']}"
 
 
+@pytest.fixture(scope="module")
+def correct_findings() -> dict[str, list[dict]]:
+    """Lint findings per correct case, one mpcheck process per source (the cases are many, the sources few)."""
+    by_root: dict[Path, list[dict]] = {}
+    for case in CORRECT:
+        path = _cached(case)
+        if path is not None:
+            by_root.setdefault(path.parents[len(Path(case["file"]).parts) - 1], []).append(case)
+    found: dict[str, list[dict]] = {}
+    for root, group in by_root.items():
+        findings = real_bugs.run_lint(root, sorted({c["file"] for c in group}))
+        for case in group:
+            found[case["id"]] = [f for f in findings if f["path"].replace("\\", "/") == case["file"]]
+    return found
+
+
 @pytest.mark.parametrize(
     "case",
     [
@@ -114,10 +130,8 @@ def test_expected_lines_exist_in_the_cached_file(case):
     ],
     ids=lambda c: c["id"],
 )
-def test_correct_real_code_has_no_lint_finding(case):
-    path = _cached(case)
-    if path is None:
+def test_correct_real_code_has_no_lint_finding(case, correct_findings):
+    if case["id"] not in correct_findings:
         pytest.skip("not fetched: run `python bench/real_bugs.py --face lint` once")
-    root = path.parents[len(Path(case["file"]).parts) - 1]
-    findings = real_bugs.run_lint(root, [case["file"]])
+    findings = correct_findings[case["id"]]
     assert findings == [], "\n".join(real_bugs.where(f) for f in findings)
