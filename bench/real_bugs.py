@@ -190,9 +190,9 @@ def run_dryrun(driver: dict, args: list[str]) -> list[dict]:
         if not out.exists():
             raise RuntimeError(f"no report (exit {proc.returncode}): {proc.stderr.strip()[-500:]}")
         report = json.loads(out.read_text())
-    if "Traceback (most recent call last)" in proc.stderr:
+    if report.get("stopped") or "Traceback (most recent call last)" in proc.stderr:
         # The driver did not run to its end: what comes after was not looked at.
-        raise RuntimeError(f"the driver crashed: {proc.stderr.strip().splitlines()[-1][:300]}")
+        raise RuntimeError(f"the driver crashed: {report.get('stopped') or proc.stderr.strip().splitlines()[-1][:300]}")
     return report["findings"]
 
 
@@ -204,7 +204,8 @@ def dryrun_face(manifest: dict, cases: list[dict], pip: list[str]) -> dict[str, 
             continue
         try:
             root = source_root(manifest, case["source"], pip, [case["file"]])
-            site = site_dir(manifest, driver["site"], pip)
+            # A driver that needs only torch has no site of its own.
+            site = site_dir(manifest, driver["site"], pip) if "site" in driver else Path()
             findings = run_dryrun(driver, driver_args(driver, site, root / case["file"]))
         except (RuntimeError, subprocess.TimeoutExpired) as exc:
             scores[case["id"]] = Score(error=str(exc))
