@@ -14,7 +14,7 @@ import sys
 import torch
 from torch import nn
 
-from _load import load_file
+from _common import load_file
 
 
 class Video(nn.Module):

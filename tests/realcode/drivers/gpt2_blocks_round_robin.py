@@ -11,7 +11,6 @@ GPT2Block, from the folder passed first.
 Run with 4 GPUs or more: the class asserts it.
 """
 
-import importlib.util
 import os
 import sys
 import tempfile
@@ -20,6 +19,7 @@ sys.path.insert(0, sys.argv[1])
 
 import torch  # noqa: E402
 import transformers  # noqa: E402
+from _common import load_file  # noqa: E402
 
 SMALL = dict(n_layer=12, n_embd=32, n_head=2, vocab_size=128, n_positions=64)
 
@@ -28,18 +28,11 @@ def offline_config(cls, name, *args, **kwargs):
     return cls(**SMALL)
 
 
-def load(path: str):
-    spec = importlib.util.spec_from_file_location("model_parallel", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def main() -> None:
     transformers.GPT2Config.from_pretrained = classmethod(offline_config)
     path = os.path.abspath(sys.argv[2])
     os.chdir(tempfile.mkdtemp())  # later versions log to ./model_parallel.log
-    model = load(path).ModelParallel("gpt2")
+    model = load_file(path, "model_parallel").ModelParallel("gpt2")
     ids = torch.randint(0, SMALL["vocab_size"], (2, 16))
     logits = model(ids)
     labels = ids.to(logits.device)

@@ -13,19 +13,7 @@ import sys
 import torch
 from torch import nn
 
-from _load import load_file
-
-
-class TwoStages(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.net1 = nn.Linear(10, 10).to("cuda:0")
-        self.relu = nn.ReLU()
-        self.net2 = nn.Linear(10, 5).to("cuda:1")
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.relu(self.net1(x.to("cuda:0")))
-        return self.net2(x.to("cuda:1"))
+from _common import TwoStages, load_file
 
 
 def main() -> None:

@@ -14,20 +14,8 @@ import sys
 sys.path.insert(0, sys.argv[1])
 
 import torch  # noqa: E402
-from torch import nn  # noqa: E402
+from _common import TwoStages  # noqa: E402
 from torchinfo import summary  # noqa: E402
-
-
-class TwoStages(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.net1 = nn.Linear(10, 10).to("cuda:0")
-        self.relu = nn.ReLU()
-        self.net2 = nn.Linear(10, 5).to("cuda:1")
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.relu(self.net1(x.to("cuda:0")))
-        return self.net2(x.to("cuda:1"))
 
 
 def main() -> None:
