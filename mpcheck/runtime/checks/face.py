@@ -37,6 +37,7 @@ class Face:
         report: str | None,
         output_format: str,
         trace: str | None,
+        html: str | None = None,
     ) -> None:
         if on_mismatch not in ON_MISMATCH:
             raise ValueError(f"on_mismatch must be one of {', '.join(ON_MISMATCH)}, not {on_mismatch!r}")
@@ -46,7 +47,9 @@ class Face:
         self.report = report
         self.output_format = output_format
         self.trace = trace
+        self.html = html
         self.session: CheckedSession | None = None
+        self._placement: Any = None  # html.placement.Placement, once the session starts
 
     # -- results ------------------------------------------------------------------------
     @property
@@ -77,14 +80,35 @@ class Face:
             strict=strict,
             select=self.select,
             devices=devices,
-            keep_trace=self.trace is not None,
+            keep_trace=self.trace is not None or self.html is not None,  # the page's timeline
         )
         self.session = session
+        from mpcheck.runtime.checks.html.placement import Placement, watch
+
+        self._placement = Placement()
+        watch(session, self._placement)  # before start(): the model given is a root from the start
         session.start()
 
     def _write_on_exit(self) -> None:
         if self.report is not None or self.trace is not None:
             self.write(output_format=self.output_format, stream=sys.stderr if self.report else None, trace=self.trace)
+        if self.html is not None:
+            self.write_html(self.html)
+
+    def write_html(self, path: str) -> None:
+        """The HTML report (one self-contained page) to the file `path`. Its timeline needs the
+        transfers kept from the start: pass `html=` (or `trace=`) when creating the face."""
+        from mpcheck.runtime.checks.html.write import write_html
+
+        write_html(
+            path,
+            session=self._started(),
+            placement=self._placement,
+            report=self._report_dict(),
+            title=self._html_title(),
+            subtitle=self._html_subtitle(),
+            capacities=self._capacities(),
+        )
 
     def write(
         self,
@@ -123,3 +147,19 @@ class Face:
         from mpcheck.runtime.checks.report import chrome_trace
 
         return chrome_trace(self._started())
+
+    def _html_title(self) -> str:
+        from mpcheck.runtime.checks.html.write import RUN_TITLE
+
+        return RUN_TITLE
+
+    def _html_subtitle(self) -> str:
+        from mpcheck.runtime.checks.html.write import RUN_SUBTITLE
+
+        return RUN_SUBTITLE
+
+    def _capacities(self) -> dict[str, int]:
+        """Each device's memory, for the page's bars (the dry run's are in its memory report)."""
+        from mpcheck.runtime.checks.html.write import cuda_capacities
+
+        return cuda_capacities()

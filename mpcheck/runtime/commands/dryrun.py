@@ -91,6 +91,7 @@ def _run(parser: argparse.ArgumentParser, opts: argparse.Namespace, program: Pro
             select=selected_codes(opts),
             report=None,
             trace=opts.trace,
+            html=opts.html,
         )
     except ValueError as e:
         print(f"mpcheck dryrun: {e}", file=sys.stderr)
@@ -98,9 +99,9 @@ def _run(parser: argparse.ArgumentParser, opts: argparse.Namespace, program: Pro
     stopped: list[BaseException] = []
     with dr:
         status = run_program(program, brief=(DryRunLimitError,), on_stop=stopped.append)
-    if stopped:
-        dr.stop_on(stopped[0])
-    # The trace was written on leaving `dr` (trace=opts.trace); the report follows here.
+        if stopped:  # said before leaving `dr`, so that the trace and the page written then say it too
+            dr.stop_on(stopped[0])
+    # The trace and the page were written on leaving `dr` (trace=, html=); the report follows here.
     if not write_report(parser.prog, opts, functools.partial(dr.write, output_format=opts.output_format)):
         return 2
     if any(f.severity == "error" for f in dr.findings):
