@@ -27,6 +27,21 @@ class CheckedSession(Protocol):
     def stop(self) -> None: ...
 
 
+def prepare(session: Any) -> Any:
+    """What both faces and `mpcheck run` add to a session before it starts: the module placement
+    for the HTML report (returned; before start(), as the model given is a root from the start),
+    and, in a process of a multi-process job, MP013 on the GPUs of other ranks."""
+    from mpcheck.runtime.checks.html.placement import Placement, watch
+    from mpcheck.runtime.checks.ranks import RankEnv, watch_owned_devices
+
+    placement = Placement()
+    watch(session, placement)
+    env = RankEnv.from_env()
+    if env is not None:
+        watch_owned_devices(session.checker, env)
+    return placement
+
+
 class Face:
     def __init__(
         self,
@@ -83,10 +98,7 @@ class Face:
             keep_trace=self.trace is not None or self.html is not None,  # the page's timeline
         )
         self.session = session
-        from mpcheck.runtime.checks.html.placement import Placement, watch
-
-        self._placement = Placement()
-        watch(session, self._placement)  # before start(): the model given is a root from the start
+        self._placement = prepare(session)
         session.start()
 
     def _write_on_exit(self) -> None:

@@ -22,6 +22,7 @@ from mpcheck.runtime.commands.options import (
     selected_codes,
     write_report,
 )
+from mpcheck.runtime.commands.ranks import finish_rank, start_rank
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -54,7 +55,7 @@ def main(argv: list[str]) -> int:
 def _run(parser: argparse.ArgumentParser, opts: argparse.Namespace, program: Program) -> int:
     try:
         from mpcheck.runtime.capture.session import Session
-        from mpcheck.runtime.checks.html.placement import Placement, watch
+        from mpcheck.runtime.checks.face import prepare
         from mpcheck.runtime.checks.report import write_outputs
         from mpcheck.runtime.real.devices import CudaDevices
     except ImportError as e:
@@ -67,6 +68,7 @@ def _run(parser: argparse.ArgumentParser, opts: argparse.Namespace, program: Pro
             file=sys.stderr,
         )
         return 2
+    rank = start_rank(opts)
     session = Session(
         on_mismatch=opts.on_mismatch,
         strict=opts.strict,
@@ -74,8 +76,7 @@ def _run(parser: argparse.ArgumentParser, opts: argparse.Namespace, program: Pro
         devices=CudaDevices(),
         keep_trace=bool(opts.trace or opts.html),  # the page's timeline needs the transfers kept
     )
-    placement = Placement()
-    watch(session, placement)
+    placement = prepare(session)
     session.start()
     try:
         status = run_program(program)
@@ -86,6 +87,10 @@ def _run(parser: argparse.ArgumentParser, opts: argparse.Namespace, program: Pro
         return 2
     if opts.html and not write_page(parser.prog, opts.html, session, placement):
         return 2
+    if rank is not None:
+        from mpcheck.runtime.checks.report import report_dict
+
+        finish_rank(report_dict(session), rank, opts)
     if status == 0 and any(f.severity == "error" for f in session.checker.findings):
         return 1
     return status
