@@ -24,8 +24,8 @@ What is emulated, and how:
   .type(T) with a tensor type, its name or a dtype converts as PyTorch does (a CUDA type: onto the
   tensor's own GPU or the current one; a CPU type: onto the CPU). Module.to/.cuda/.cpu move a module
   between virtual GPUs, its gradients too.
-- DataParallel runs its module once on device_ids[0] (no replicas); DDP runs on a one-process
-  gloo group with --backing cpu.
+- DataParallel runs its module once on device_ids[0] (no replicas); DDP runs on a gloo group with
+  --backing cpu: one process, or N of them (`mpcheck dryrun --nproc N`, or torchrun around it).
 - With --backing meta, attention (F.scaled_dot_product_attention) uses the flash kernel's meta
   function, so its activation estimate is a GPU's (log-sum-exp), not the math path's T x T matrix.
 
