@@ -134,6 +134,23 @@ def test_a_7b_sized_model_stays_a_few_hundred_kb():
     assert sum(d["module_count"] for d in data["devices"]) == len(spec) - 1  # every module but the spread root
 
 
+def test_eight_devices_each_get_a_lane_and_neighbouring_labels_do_not_stack():
+    """A pipeline over 8 GPUs: 8 lanes side by side, each hop's arc at the same height (their labels
+    do not overlap), the forward arcs above the line and the backward ones below."""
+    rows = _rows([("m", "Net", [], 0)] + [(f"m.stage{i}", "Linear", [f"cuda:{i}"], 64) for i in range(8)])
+    pairs = [
+        {"src": f"cuda:{i}", "dst": f"cuda:{i + 1}", "phase": ph, "count": 1, "bytes": 100, "time_ms": 0.1}
+        for i in range(7)
+        for ph in ("forward", "backward")
+    ]
+    data = page_data({"findings": [], "transfers": {"by_pair": pairs, "steps": 1}, "memory": {}}, rows)
+    page = render(data)
+    assert [d["name"] for d in data["devices"]] == [f"cuda:{i}" for i in range(8)]
+    assert page.count('class="lane"') == 8 and 'class="band" width="2080"' in page
+    apexes = re.findall(r'<g class="crossing fwd".*?<text x="[^"]+" y="([^"]+)"', page)
+    assert len(apexes) == 7 and len(set(apexes)) == 1
+
+
 def _modules_in(page):
     return set(re.findall(r'data-path="([^"]+)"', page))
 
