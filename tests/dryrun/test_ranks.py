@@ -84,18 +84,23 @@ def _check_merged_equals_the_ranks_summed(out, world):
     return per_rank, merged
 
 
-@pytest.mark.slow
-def test_dryrun_nproc_runs_the_ddp_tutorial_as_two_gloo_ranks(tmp_path):
-    out = tmp_path / "report.json"
-    html = tmp_path / "report.html"
-    proc = subprocess.run(
+def _dryrun_nproc(out, *options, env=()):
+    """`mpcheck dryrun --gpus 4 --nproc 2 -o out ... ddp_split.py`, json reports."""
+    return subprocess.run(
         [sys.executable, "-m", "mpcheck", "dryrun", "--gpus", "4", "--nproc", "2", "--output-format", "json"]
-        + ["-o", str(out), "--html", str(html), str(PROGRAM)],
-        env=_env(),
+        + ["-o", str(out), *options, str(PROGRAM)],
+        env={**_env(), **dict(env)},
         capture_output=True,
         text=True,
         timeout=300,
     )
+
+
+@pytest.mark.slow
+def test_dryrun_nproc_runs_the_ddp_tutorial_as_two_gloo_ranks(tmp_path):
+    out = tmp_path / "report.json"
+    html = tmp_path / "report.html"
+    proc = _dryrun_nproc(out, "--html", str(html))
     assert proc.returncode == 0, proc.stderr
     per_rank, merged = _check_merged_equals_the_ranks_summed(out, 2)
     # each rank on its own GPUs: rank r's split over cuda:2r and cuda:2r+1
@@ -111,14 +116,7 @@ def test_dryrun_nproc_runs_the_ddp_tutorial_as_two_gloo_ranks(tmp_path):
 @pytest.mark.slow
 def test_a_rank_on_another_ranks_gpu_is_mp013_on_that_rank_only(tmp_path):
     out = tmp_path / "report.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "mpcheck", "dryrun", "--gpus", "4", "--nproc", "2", "--output-format", "json"]
-        + ["-o", str(out), str(PROGRAM)],
-        env={**_env(), "FIXED_DEVICE": "1"},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = _dryrun_nproc(out, env={"FIXED_DEVICE": "1"})
     assert proc.returncode == 1, proc.stderr  # an error-level finding on rank 1
     _, merged = _check_merged_equals_the_ranks_summed(out, 2)
     stage = next(i for i, t in enumerate(PROGRAM.read_text().splitlines(), 1) if "# stage 0" in t)

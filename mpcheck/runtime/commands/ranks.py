@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from typing import Any, TextIO
 
 from mpcheck.runtime.checks.ranks import RankEnv
+from mpcheck.runtime.checks.report import fmt_bytes
 
 DIR_ENV = "MPCHECK_RANKS_DIR"
 TIMEOUT_ENV = "MPCHECK_MERGE_TIMEOUT"
@@ -145,14 +146,6 @@ def merge(reports: Mapping[int, Mapping[str, Any]], world_size: int) -> dict[str
     }
 
 
-def _bytes(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} TB"  # pragma: no cover - the loop returns
-
-
 def _ranks(ranks: list[int], world: int) -> str:
     return (
         "all ranks"
@@ -177,20 +170,20 @@ def render_merged(m: Mapping[str, Any]) -> str:
     lines.append("Transfers per rank:")
     for rank, row in t["per_rank"].items():
         ms = f", {row['time_ms']:.3f} ms" if row["time_ms"] is not None else ""
-        lines.append(f"  rank {rank:<4} {row['count']:>8} transfers {_bytes(row['bytes']):>10}{ms}")
+        lines.append(f"  rank {rank:<4} {row['count']:>8} transfers {fmt_bytes(row['bytes']):>10}{ms}")
     tot = t["total"]
-    lines.append(f"  {'all':<9} {tot['count']:>8} transfers {_bytes(tot['bytes']):>10}, {tot['time_ms']:.3f} ms")
+    lines.append(f"  {'all':<9} {tot['count']:>8} transfers {fmt_bytes(tot['bytes']):>10}, {tot['time_ms']:.3f} ms")
     lines.append("Memory per rank and device (params / grads / optimizer / activations or peak):")
     for rank, devs in m["memory"].items():
         for dev, d in devs.items():
             last = d.get("activations", d.get("peak_allocated", 0))
             lines.append(
-                f"  rank {rank:<4} {dev:<8} {_bytes(d.get('params', 0)):>10} {_bytes(d.get('grads', 0)):>10} "
-                f"{_bytes(d.get('optimizer_state', 0)):>10} {_bytes(last):>10}"
+                f"  rank {rank:<4} {dev:<8} {fmt_bytes(d.get('params', 0)):>10} {fmt_bytes(d.get('grads', 0)):>10} "
+                f"{fmt_bytes(d.get('optimizer_state', 0)):>10} {fmt_bytes(last):>10}"
             )
     mt = m["memory_total"]
     lines.append(
-        f"  {'all':<14} {_bytes(mt['params']):>10} {_bytes(mt['grads']):>10} {_bytes(mt['optimizer_state']):>10}"
+        f"  {'all':<14} {fmt_bytes(mt['params']):>10} {fmt_bytes(mt['grads']):>10} {fmt_bytes(mt['optimizer_state']):>10}"
     )
     return "\n".join(lines) + "\n"
 

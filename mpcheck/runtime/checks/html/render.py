@@ -14,6 +14,8 @@ from html import escape
 from importlib import resources
 from typing import Any
 
+from mpcheck.runtime.checks.report import fmt_bytes
+
 LANE_W = 260  # px per device lane; the crossings band above uses the same columns
 LABEL_HALF_W = 115  # about half a crossing's label (`cuda:0→cuda:1 fwd 3x 12.3 KB 63 us`) at 11 px
 PARTS = (  # memory bar parts: (key, label, svg pattern id)
@@ -22,14 +24,6 @@ PARTS = (  # memory bar parts: (key, label, svg pattern id)
     ("optimizer_state", "optimizer states", "p-opt"),
     ("activations", "activations", "p-acts"),
 )
-
-
-def fmt_bytes(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} TB"  # pragma: no cover - the loop returns
 
 
 def fmt_ms(ms: float | None) -> str:
