@@ -110,7 +110,8 @@ def test_dryrun_nproc_runs_the_ddp_tutorial_as_two_gloo_ranks(tmp_path):
     assert merged["findings"] == []
     assert "merged report of 2 ranks" in proc.stderr
     for r in (0, 1):
-        assert f"cuda:{2 * r} to cuda:{2 * r + 1}, forward" in Path(rank_path(str(html), r)).read_text()
+        page = Path(rank_path(str(html), r)).read_text()
+        assert f"cuda:{2 * r} to cuda:{2 * r + 1}, forward" in page and f"rank {r} of 2" in page
 
 
 @pytest.mark.slow

@@ -26,7 +26,12 @@ def write_html(
 ) -> None:
     """The page of `report` (the face's json report) to the file `path`; the module placement is
     `placement`'s, refreshed from the models still alive, and the timeline the ledger's kept events."""
+    from mpcheck.runtime.checks.ranks import RankEnv
+
     refresh(session, placement)
+    env = RankEnv.from_env()
+    if env is not None:  # one page per rank (its file name has the rank too)
+        title = f"{title}, rank {env.rank} of {env.world_size}"
     ledger = session.checker.ledger
     data = page_data(
         report,
