@@ -33,6 +33,18 @@ def test_rank_in_the_file_names():
     assert merged_path("/x/report.json") == "/x/report.merged.json"
 
 
+def test_a_ranks_report_on_stderr_says_whose_it_is(capsys):
+    from types import SimpleNamespace
+
+    from mpcheck.runtime.commands.ranks import announce
+
+    env = RankEnv(rank=1, world_size=2, local_rank=1, local_world_size=2)
+    announce(env, SimpleNamespace(output=None))
+    announce(env, SimpleNamespace(output="report.rank1.json"))  # its own file: nothing to say
+    announce(None, SimpleNamespace(output=None))  # one process
+    assert capsys.readouterr().err == "mpcheck: report of rank 1 of 2\n"
+
+
 def _report(findings, count, nbytes, memory):
     return {
         "findings": findings,

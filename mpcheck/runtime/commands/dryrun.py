@@ -23,7 +23,7 @@ from mpcheck.runtime.commands.options import (
     selected_codes,
     write_report,
 )
-from mpcheck.runtime.commands.ranks import finish_rank, start_rank
+from mpcheck.runtime.commands.ranks import announce, finish_rank, start_rank
 
 EXIT_STATUS = (
     "exit status: 1 when an error-level finding was reported or a virtual GPU's estimated memory does not fit "
@@ -123,6 +123,7 @@ def _run(parser: argparse.ArgumentParser, opts: argparse.Namespace, program: Pro
         if stopped:  # said before leaving `dr`, so that the trace and the page written then say it too
             dr.stop_on(stopped[0])
     # The trace and the page were written on leaving `dr` (trace=, html=); the report follows here.
+    announce(rank, opts)
     if not write_report(parser.prog, opts, functools.partial(dr.write, output_format=opts.output_format)):
         return 2
     if rank is not None:

@@ -188,6 +188,12 @@ def render_merged(m: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def announce(env: RankEnv | None, opts: Any) -> None:
+    """Before a rank's report on stderr: which rank's it is (the ranks' reports share the terminal)."""
+    if env is not None and not getattr(opts, "output", None):
+        print(f"mpcheck: report of rank {env.rank} of {env.world_size}", file=sys.stderr)
+
+
 def finish_rank(report: Mapping[str, Any], env: RankEnv, opts: Any, stream: TextIO | None = None) -> None:
     """At a rank's end: publish its report; rank 0 (unless a launcher merges) waits for the others and
     prints the merged summary (and writes it as json beside -o)."""

@@ -22,7 +22,7 @@ from mpcheck.runtime.commands.options import (
     selected_codes,
     write_report,
 )
-from mpcheck.runtime.commands.ranks import finish_rank, start_rank
+from mpcheck.runtime.commands.ranks import announce, finish_rank, start_rank
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -83,6 +83,7 @@ def _run(parser: argparse.ArgumentParser, opts: argparse.Namespace, program: Pro
     finally:
         session.stop()
     write = functools.partial(write_outputs, session, output_format=opts.output_format, trace=opts.trace)
+    announce(rank, opts)
     if not write_report(parser.prog, opts, write):
         return 2
     if opts.html and not write_page(parser.prog, opts.html, session, placement):

@@ -182,7 +182,7 @@ def _memory(dev: str, m: Mapping[str, Any], capacity: int | None) -> dict[str, A
     }
 
 
-def _lane_of_finding(f: Mapping[str, Any], rows: Mapping[str, ModuleRow], placed: Mapping[str, str]) -> str | None:
+def _lane_of_finding(f: Mapping[str, Any], placed: Mapping[str, str]) -> str | None:
     """The device whose lane shows the finding: its module's (or its nearest placed ancestor's), else
     the first device it names."""
     for module in f.get("modules") or ():
@@ -268,7 +268,7 @@ def page_data(
         names |= {r["src"], r["dst"]}
     findings = []
     for i, f in enumerate(report.get("findings") or []):
-        lane = _lane_of_finding(f, row_map, placed)
+        lane = _lane_of_finding(f, placed)
         if lane is not None:
             names.add(lane)
         modules = list(f.get("modules") or ())
