@@ -129,6 +129,14 @@ CODES: tuple[Code, ...] = (
         "on every call or iteration.",
         _EVERY_FACE,
     ),
+    # Run time only: which GPUs a process owns is known only from its launcher (RANK, LOCAL_RANK, the GPUs).
+    Code(
+        "MP013",
+        "foreign-rank-device",
+        "error",
+        "A process of a multi-process job (torchrun) places a tensor or a stage on a GPU that another local rank owns.",
+        (RUN, DRYRUN),
+    ),
 )
 
 BY_CODE: dict[str, Code] = {c.code: c for c in CODES}
