@@ -925,13 +925,22 @@ class Checker:
         raise error
 
     def _arrival(self, t: Any) -> tuple[str, Site] | None:
-        """(source device, line) of the transfer whose output `t`'s data is, if it still is."""
+        """(source device, line) of the transfer whose output `t` is, with the strides the copy gave it
+        (a later permute of a dense copy is the program's own layout, not the copy's)."""
         try:
             storage = t.untyped_storage()
         except Exception:
             return None
         entry = self._arrivals.get(id(storage))
-        if entry is None or entry[0].ref() is not storage:
+        if entry is None:
+            return None
+        ref = entry[0]
+        if (
+            ref.ref() is not storage
+            or ref.stride != t.stride()
+            or ref.shape != tuple(t.shape)
+            or ref.offset != t.storage_offset()
+        ):
             return None
         return entry[1], entry[2]
 
