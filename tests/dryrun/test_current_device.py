@@ -164,3 +164,26 @@ out = stage1(x)  # <- use
 """)
     status, report, err = dryrun_cli(s, "--gpus", "2")
     assert codes_at(report) == [("MP001", s.line("use"))]
+
+
+def test_a_helper_called_from_a_stage_forward_is_reported_in_the_helper(script, dryrun_cli):
+    s = script("""
+import torch
+import torch.nn as nn
+
+def make_noise(shape):
+    return torch.randn(shape).cuda()  # <- made
+
+class Stage1(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(16, 16).to("cuda:1")
+
+    def forward(self, x):
+        return self.lin(x) + make_noise(x.shape)
+
+stage = Stage1()
+stage(torch.randn(4, 16).to("cuda:1"))
+""")
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert codes_at(report) == [("MP004", s.line("made"))]

@@ -954,12 +954,31 @@ class Checker:
         frame = user_frame(2)
         owner = frame.f_locals.get("self") if frame is not None else None
         if not isinstance(owner, self._module_type):
-            return
+            owner = self._running_module()  # a helper function called from a module's forward
+            if owner is None:
+                return
         module_dev = self.module_device(owner)
         dev = self.devices.device_of(t)
         if module_dev is None or module_dev == dev or not module_dev.startswith("cuda") or not dev.startswith("cuda"):
             return
         self.placements.made(t, Made(self.sites(), how, dev, self.module_name(owner), module_dev))
+
+    def _running_module(self) -> Any:
+        """The module whose forward runs now (innermost), found from its path in a known root model."""
+        path, namer = self.current_module(), self.namer
+        if path is None or namer is None:
+            return None
+        for root in namer.roots():
+            name = namer(root)
+            if path == name:
+                return root
+            if path.startswith(name + "."):
+                try:
+                    module: Any = root.get_submodule(path[len(name) + 1 :])
+                except AttributeError:  # a path through a module found by its parent (`net.<Linear>`)
+                    return None
+                return module
+        return None
 
     def on_module_built(self, module: Any, site: Site) -> None:
         self.placements.built(module, site)
