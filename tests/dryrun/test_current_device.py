@@ -136,6 +136,25 @@ torch.cuda.set_device(1)  # this process's GPU
 net = Net(1)
 net(torch.randn(4, 16)).sum().backward()
 """,
+        # one process on the GPU it chose: set_device(gpu), then .cuda() and .to(device) of that same GPU
+        """
+import torch
+import torch.nn as nn
+
+class Net(nn.Module):
+    def __init__(self, device):
+        super().__init__()
+        self.enc = nn.Linear(16, 16).cuda()
+        self.dec = nn.Linear(16, 16).to(device)
+
+    def forward(self, x):
+        return self.dec(self.enc(x.cuda()))
+
+gpu = 1
+torch.cuda.set_device(gpu)
+net = Net(torch.device("cuda", gpu))
+net(torch.randn(4, 16)).sum().backward()
+""",
         # a program on one GPU that is not cuda:0: everything placed by .cuda()
         """
 import torch

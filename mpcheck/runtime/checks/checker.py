@@ -26,7 +26,15 @@ from mpcheck import codes
 from mpcheck.finding import Finding
 from mpcheck.runtime.checks.ledger import Ledger, TransferTiming
 from mpcheck.runtime.checks.pingpong import Chain, PingPong, describe
-from mpcheck.runtime.checks.placement import Cause, Made, Placements, contains, made_cause, module_cause
+from mpcheck.runtime.checks.placement import (
+    Cause,
+    Made,
+    Placements,
+    contains,
+    made_cause,
+    module_cause,
+    names_device_index,
+)
 from mpcheck.runtime.checks.sites import UNKNOWN, Site, user_frame, user_site
 from mpcheck.runtime.checks.torchapi import CPU_INDEX_NAMES, is_loss, is_loss_module
 from mpcheck.runtime.checks.wording import tensor_words
@@ -1003,7 +1011,10 @@ class Checker:
                 continue
             if mv.implicit and mv.current == dev:
                 implicit = implicit or (mover, mv)
-            elif not mv.implicit:
+            elif not mv.implicit and names_device_index(mv.site):
+                # The index written out (`.to("cuda:1")`): this stage was meant for that GPU, and the other
+                # for the one `.cuda()` meant. A device taken from a variable (`.to(device)`, the GPU this
+                # process uses) says nothing of the kind.
                 explicit = explicit or (mover, mv)
         if implicit is None or explicit is None:
             return

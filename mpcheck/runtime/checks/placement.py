@@ -14,6 +14,8 @@ The checker asks `explain()` what lies behind a module's input on the wrong devi
 
 from __future__ import annotations
 
+import linecache
+import re
 import weakref
 from dataclasses import dataclass
 from typing import Any
@@ -120,6 +122,15 @@ class Placements:
             if mover is root or contains(root, mover):
                 found.extend((mover, mv) for mv in moves)
         return sorted(found, key=lambda pair: pair[1].seq)
+
+
+# A CUDA index written out in the source: "cuda:1", .cuda(1), torch.device("cuda", 1), .to(1).
+_LITERAL_INDEX = re.compile(r"""cuda:\d|\.cuda\(\s*\d|device\(\s*['"]cuda['"]\s*,\s*\d|\.to\(\s*\d""")
+
+
+def names_device_index(site: Site) -> bool:
+    """Does the source line at `site` write a CUDA index out (rather than take a device from a variable)?"""
+    return bool(_LITERAL_INDEX.search(linecache.getline(site.path, site.line)))
 
 
 def contains(outer: Any, inner: Any) -> bool:
