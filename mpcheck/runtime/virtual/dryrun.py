@@ -26,14 +26,18 @@ What is emulated, and how:
   between virtual GPUs, its gradients too.
 - DataParallel runs its module once on device_ids[0] (no replicas); DDP runs on a gloo group with
   --backing cpu: one process, or N of them (`mpcheck dryrun --nproc N`, or torchrun around it).
+  NCCL runs as gloo (listed under "limit"); a program written for torchrun (the env://
+  rendezvous, RANK / LOCAL_RANK / WORLD_SIZE) started without it runs as its only process.
+- DataLoader (workers, pin_memory) and pinned factories: pinning means nothing without a GPU.
 - With --backing meta, attention (F.scaled_dot_product_attention) uses the flash kernel's meta
   function, so its activation estimate is a GPU's (log-sum-exp), not the math path's T x T matrix.
 
 Limits (each stops the program with a message naming the line, never a hang or an abort):
 - custom CUDA kernels and extensions (a kernel that refuses CPU/meta tensors), CUDA graphs,
   any torch.cuda function not listed above;
-- NCCL (use backend="gloo"); DataParallel's collectives called by hand (scatter/gather/...);
+- NCCL's collectives themselves; DataParallel's collectives called by hand (scatter/gather/...);
   DDP with --backing meta;
+- torch.distributed.pipelining's schedules (their stages exchange activations between processes);
 - with --backing meta, Python that needs a value: .item(), .tolist(), bool(t), int(t),
   .numpy(), f-string formatting, data-dependent shapes (nonzero, masked_select, ...):
   use --backing cpu;
