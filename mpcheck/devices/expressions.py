@@ -130,8 +130,9 @@ class Expressions(Part):
             if isinstance(idx, Const) and isinstance(idx.value, int) and base.items is not None:
                 if -len(base.items) <= idx.value < len(base.items):
                     return base.items[idx.value]
+                self.interp.gpus.check_index(base, idx.value, node)
                 return UNK
-            if isinstance(idx, Const) and isinstance(idx.value, int) and base.items is None:
+            if isinstance(idx, Const) and isinstance(idx.value, int) and idx.value >= 0 and base.items is None:
                 text = dotted(node.value)
                 if text and _deviceish(base.elem):
                     return DeviceV(one(f"sym:{text}[{idx.value}]"))
@@ -356,6 +357,10 @@ class Expressions(Part):
         v = self.ev(node.expression, st)
         if isinstance(v, Obj) and v.kind != "module":
             return v.with_(label="", worked=True)
+        if isinstance(node.operator, cst.Minus) and isinstance(v, Const) and type(v.value) is int:
+            return Const(-v.value)  # devices[-1]
+        if isinstance(node.operator, cst.Not) and isinstance(v, Const) and type(v.value) is bool:
+            return Const(not v.value)
         return UNK
 
     def ev_compare(self, node: cst.Comparison, st: State) -> Val:

@@ -21,6 +21,7 @@ from typing import Any, TypeGuard
 import libcst as cst
 
 from mpcheck.devices import torchapi as T
+from mpcheck.devices.gpucount import COUNT_FUNCTIONS
 from mpcheck.devices.events import (
     DataParallelWrap,
     DdpDeviceIds,
@@ -99,6 +100,8 @@ class Library(Part):
             if devs is None and isinstance(dv, Obj):
                 devs = dv.devs
             devs = st.resolve_current(devs)
+            if not isinstance(dv, DeviceV):  # a torch.device(...) was checked where it was made
+                self.interp.gpus.check_device(devs, node)
             self.interp.moves.note_indexless_arg(dv, node, st)
             origin = f"created by torch.{last}(device=...)"
         elif self.interp.default_device_changed:
@@ -271,8 +274,15 @@ def _set_device(lib: Library, c: LibCall) -> Val:
     return Const(None)
 
 
+def _device_count(lib: Library, c: LibCall) -> Val:
+    return lib.interp.gpus.answer()
+
+
 def _torch_device_call(lib: Library, c: LibCall) -> Val:
-    return _torch_device(c.args)
+    v = _torch_device(c.args)
+    if isinstance(v, DeviceV):
+        lib.interp.gpus.check_device(v.devs, c.node)
+    return v
 
 
 def _parameter(lib: Library, c: LibCall) -> Val:
@@ -503,6 +513,7 @@ EXACT: dict[str, Handler] = _exact(
     (T.PARALLEL_PRIMITIVES, _parallel_primitive),
     (T.SET_DEVICE, _set_device),
     ("torch.device", _torch_device_call),
+    (COUNT_FUNCTIONS, _device_count),
     (("torch.nn.Parameter", "torch.nn.parameter.Parameter"), _parameter),
     (("torch.nn.Sequential", "torch.nn.ModuleList"), _sequential),
     ("torch.nn.ModuleDict", _module_dict),
