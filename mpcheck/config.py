@@ -165,7 +165,9 @@ def gpu_counts(value: Any, origin: str) -> tuple[int, ...]:
         try:
             value = [int(p) for p in parts]
         except ValueError:
-            raise ConfigError(f"{origin}: 'gpus' must be GPU counts separated by commas, as 2,4,8 (got {value!r})") from None
+            raise ConfigError(
+                f"{origin}: 'gpus' must be GPU counts separated by commas, as 2,4,8 (got {value!r})"
+            ) from None
     if isinstance(value, int) and not isinstance(value, bool):
         value = [value]
     if (

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from mpcheck.devices.events import Fact, Recorder
-from mpcheck.devices.values import Const, Devs, SeqV, Val, as_device, single
+from mpcheck.devices.values import UNK, Const, Devs, SeqV, Val, as_device, single
 
 COUNT_FUNCTIONS = frozenset({"torch.cuda.device_count"})
 
@@ -50,8 +50,6 @@ class GpuCount:
 
     def answer(self) -> Val:
         """The value of `torch.cuda.device_count()`."""
-        from mpcheck.devices.values import UNK
-
         self.asked = True
         return Const(self.count) if self.count is not None else UNK
 
