@@ -254,7 +254,7 @@ def resolve(
     codes: set[str] = set(known)
     exclude: list[str] = list(DEFAULT_EXCLUDE)
     per_file: dict[str, set[str]] = {}
-    gpus = DEFAULT_GPUS
+    gpus: tuple[int, ...] = DEFAULT_GPUS
     for layer in layers:
         if layer.gpus is not None:
             gpus = layer.gpus

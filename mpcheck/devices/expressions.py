@@ -113,6 +113,10 @@ class Expressions(Part):
             return UNK
         if isinstance(base, SymV):
             return SymV(f"{base.name}.{name}")
+        if isinstance(base, DeviceV) and name == "index":  # x.device.index + 1: the next GPU
+            d = single(base.devs)
+            if d is not None and d.startswith("cuda:") and d[5:].isdigit():
+                return Const(int(d[5:]))
         return UNK
 
     def ev_subscript(self, node: cst.Subscript, st: State) -> Val:

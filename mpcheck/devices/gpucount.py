@@ -57,8 +57,9 @@ class GpuCount:
 
     def on_assert(self, node: cst.Assert, test: Val) -> bool:
         """An assert on the count that fails ends the path and refutes the count;
-        False when it does (the path ends)."""
-        if isinstance(test, Const) and test.value is False:
+        False when it does (the path ends). With the count unknown, evaluating the test
+        only says whether it asks the count."""
+        if self.count is not None and isinstance(test, Const) and test.value is False:
             self.refute(node)
             return False
         return True

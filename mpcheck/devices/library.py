@@ -513,8 +513,10 @@ def _names_a_map(v: Val, expr: cst.BaseExpression) -> bool:
 def _device_map(v: Val, expr: cst.BaseExpression | None = None) -> tuple[str, Devs]:
     """(dispatched text, devs) for a device_map= argument."""
     text, devs = _known_device_map(v)
-    if not text and devs is None:
-        text = _maybe_split_map(v, expr)
+    if not text and (devs is None or isinstance(v, SymV)):  # a parameter is no known device
+        maybe = _maybe_split_map(v, expr)
+        if maybe:
+            return maybe, None
     return text, devs
 
 

@@ -132,7 +132,7 @@ class Statements(Part):
             return False
         if isinstance(s, cst.Raise):
             return False
-        if isinstance(s, cst.Assert) and self.interp.gpus.count is not None and is_test_on_count(s.test):
+        if isinstance(s, cst.Assert) and is_test_on_count(s.test):
             return self.interp.gpus.on_assert(s, self.interp.exprs.ev(s.test, st))
         if isinstance(s, (cst.Import, cst.ImportFrom)):
             for local, target in import_bindings(s, self.interp.modname):
