@@ -187,3 +187,14 @@ def test_gpus_flag_overrides_and_is_validated(tmp_path):
     (tmp_path / "pyproject.toml").write_text("[tool.mpcheck]\ngpus = [0]\n")
     r = run()
     assert r.returncode == 2 and "'gpus' must be" in r.stderr
+
+
+def test_an_else_that_raises_bounds_the_count_too():
+    guard = "if n >= 4:\n    pass\nelse:\n    raise SystemExit('needs 4 GPUs')"
+    (found,) = lint(HEAD_ON_LAST.format(guard=guard))
+    assert found.message.startswith("With 4 GPUs (the fewest the code allows; likewise with 8): ")
+
+
+def test_a_one_line_if_that_raises_bounds_the_count():
+    (found,) = lint(HEAD_ON_LAST.format(guard="if n < 4: raise SystemExit('needs 4 GPUs')"))
+    assert found.message.startswith("With 4 GPUs (the fewest the code allows; likewise with 8): ")

@@ -65,13 +65,22 @@ class GpuCount:
         return True
 
     def on_decided_if(self, stmt: cst.If, taken: bool) -> None:
-        """An `if` the model decided: a taken branch that raises at its top level refutes the count."""
-        if self.count is None or not taken:
+        """An `if` the model decided: a taken branch (`if n < 2: raise`, or `else: raise`)
+        that raises at its top level refutes the count."""
+        if self.count is None:
             return
-        for s in stmt.body.body:
-            if isinstance(s, cst.SimpleStatementLine) and any(isinstance(x, cst.Raise) for x in s.body):
-                self.refute(stmt)
-                return
+        if taken:
+            block: cst.BaseSuite = stmt.body
+        elif isinstance(stmt.orelse, cst.Else):
+            block = stmt.orelse.body
+        else:
+            return
+        if isinstance(block, cst.SimpleStatementSuite):  # if n < 2: raise ...
+            small = list(block.body)
+        else:
+            small = [x for s in block.body if isinstance(s, cst.SimpleStatementLine) for x in s.body]
+        if any(isinstance(x, cst.Raise) for x in small):
+            self.refute(stmt)
 
     def refute(self, node: cst.CSTNode) -> None:
         if self.count is not None and self.refuted_at is None and self.recorder.live:
