@@ -135,13 +135,16 @@ def analyze(
     ctx = FileContext(path, source, module, modname, project)
     findings = _run_rules(ctx, rules)
     if gpus and ctx.model_built and ctx.model.asks_gpu_count:
-        from mpcheck.rules.gpucounts import CountRun, merge
+        from mpcheck.rules.gpucounts import CountRun, merge, worth_going_on
 
         runs = []
         for count in gpus:
             ctx_k = FileContext(path, source, module, modname, project, gpu_count=count)
             runs.append(CountRun(count, _run_rules(ctx_k, rules), ctx_k.model.count_refuted_at is not None))
-        findings = merge(findings, runs)
+            if not worth_going_on(findings, runs):
+                break  # an allowed count gives nothing new: no finding can hold under every count
+        else:
+            findings = merge(findings, runs)
     findings.sort(key=Finding.sort_key)
     return FileResult(findings, ctx.used_modules)
 

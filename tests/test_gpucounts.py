@@ -15,7 +15,7 @@ import pytest
 from mpcheck import analysis
 from mpcheck.devices import model as device_model
 from mpcheck.finding import Finding
-from mpcheck.rules.gpucounts import CountRun, assumption, merge
+from mpcheck.rules.gpucounts import CountRun, assumption, merge, worth_going_on
 
 REPO = Path(__file__).resolve().parent.parent
 ALL = frozenset({"MP001", "MP005", "MP006", "MP007", "MP008", "MP009", "MP011"})
@@ -48,6 +48,15 @@ def test_refused_counts_do_not_count_and_the_bound_is_said():
     (out,) = merge([], runs)
     assert out.message == "With 4 GPUs (the fewest the code allows; likewise with 8): a"
     assert merge([], [CountRun(2, [f()], True), CountRun(4, [f()], True)]) == []  # no count allowed: nothing known
+
+
+def test_worth_going_on_only_while_a_new_finding_is_common_to_the_allowed_counts():
+    base = [f(line=1)]
+    assert worth_going_on(base, [])
+    assert not worth_going_on(base, [CountRun(2, [f(line=1)], False)])  # nothing beyond the base
+    assert worth_going_on(base, [CountRun(2, [], True)])  # a refused count decides nothing
+    assert worth_going_on(base, [CountRun(2, [f(line=3)], False)])
+    assert not worth_going_on(base, [CountRun(2, [f(line=3)], False), CountRun(4, [f(line=4)], False)])
 
 
 def test_a_base_finding_is_not_repeated_and_keeps_its_message():
@@ -161,7 +170,14 @@ def test_a_file_that_never_asks_the_count_is_interpreted_once(monkeypatch):
     lint("import torch\nx = torch.zeros(2).to('cuda:1')\ny = x + torch.zeros(2).to('cuda:0')\n")
     assert built == [None]
     built.clear()
+    # Asked, but the count changes nothing: the first count run finds nothing new, the others are skipped.
     lint("import torch\nn = torch.cuda.device_count()\nx = torch.zeros(2).to('cuda:1')\n")
+    assert built == [None, 2]
+    built.clear()
+    lint(HEAD_ON_LAST.format(guard=""))  # a finding under every count: every count is run
+    assert built == [None, 2, 4, 8]
+    built.clear()
+    lint(HEAD_ON_LAST.format(guard="assert n >= 4"))  # 2 is refused: it decides nothing
     assert built == [None, 2, 4, 8]
 
 

@@ -53,6 +53,19 @@ def assumption(runs: Sequence[CountRun]) -> str:
     return f"with {_counts(allowed)} GPUs"
 
 
+def worth_going_on(base: list[Finding], runs: Sequence[CountRun]) -> bool:
+    """False once the allowed counts run so far share no finding that the base run lacks:
+    then the remaining counts cannot add one (a finding must hold under every allowed count),
+    so a file whose count changes nothing costs one run per count only until the first."""
+    common: set[tuple[str, int, int]] | None = None
+    for r in runs:
+        if r.refuted:
+            continue
+        keys = {_key(f) for f in r.findings}
+        common = keys if common is None else common & keys
+    return common is None or bool(common - {_key(f) for f in base})
+
+
 def merge(base: list[Finding], runs: Sequence[CountRun]) -> list[Finding]:
     """The base findings, plus those every allowed count gives (base ones are not repeated)."""
     allowed = [r for r in runs if not r.refuted]
