@@ -214,3 +214,8 @@ def test_an_else_that_raises_bounds_the_count_too():
 def test_a_one_line_if_that_raises_bounds_the_count():
     (found,) = lint(HEAD_ON_LAST.format(guard="if n < 4: raise SystemExit('needs 4 GPUs')"))
     assert found.message.startswith("With 4 GPUs (the fewest the code allows; likewise with 8): ")
+
+
+def test_torch_accelerator_device_count_is_the_count_too():
+    src = "import torch\nk = torch.accelerator.device_count()\nx = torch.zeros(2).to(f'cuda:{k}')\n"
+    assert [x.code for x in lint(src)] == ["MP009"]

@@ -26,7 +26,7 @@ import libcst as cst
 from mpcheck.devices.events import Fact, Recorder
 from mpcheck.devices.values import UNK, Const, Devs, SeqV, Val, as_device, single
 
-COUNT_FUNCTIONS = frozenset({"torch.cuda.device_count"})
+COUNT_FUNCTIONS = frozenset({"torch.cuda.device_count", "torch.accelerator.device_count"})
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
