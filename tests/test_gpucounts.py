@@ -219,3 +219,19 @@ def test_a_one_line_if_that_raises_bounds_the_count():
 def test_torch_accelerator_device_count_is_the_count_too():
     src = "import torch\nk = torch.accelerator.device_count()\nx = torch.zeros(2).to(f'cuda:{k}')\n"
     assert [x.code for x in lint(src)] == ["MP009"]
+
+
+def test_an_index_under_a_test_the_model_cannot_decide_is_not_reported():
+    src = """
+    import torch
+
+    def hop(x, k, ready):
+        n = torch.cuda.device_count()
+        k = n - 1
+        if ready:  # unknown: it may be what keeps k + 1 below n
+            x = x.to(f"cuda:{k + 1}")
+        y = x.to(f"cuda:{k + 1}") if ready else x
+        return x, y
+    """
+    assert lint(src) == []
+    assert [x.line for x in lint(src.replace("if ready:", "if True:"))] == [8]

@@ -19,6 +19,8 @@ What this module adds to an interpretation (`Interp.gpus`, one `GpuCount`):
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import libcst as cst
@@ -47,6 +49,17 @@ class GpuCount:
         self.count = count
         self.asked = False  # the file called torch.cuda.device_count()
         self.refuted_at: cst.CSTNode | None = None  # an assert or a raise that this count reaches
+        self._guards = 0  # inside branches of a test the model could not decide
+
+    @contextmanager
+    def guarded(self, really: bool = True) -> Iterator[None]:
+        """Branches of a test the model cannot decide: an index past the last GPU there may be
+        what the test guards against (`if k + 1 < n and ...:`), so none is recorded."""
+        self._guards += really
+        try:
+            yield
+        finally:
+            self._guards -= really
 
     def answer(self) -> Val:
         """The value of `torch.cuda.device_count()`."""
@@ -90,7 +103,7 @@ class GpuCount:
 
     def check_device(self, devs: Devs, node: cst.CSTNode) -> None:
         """A placement on cuda:k with k >= the assumed count."""
-        if self.count is None or not self.recorder.live:
+        if self.count is None or not self.recorder.live or self._guards:
             return
         d = single(devs)
         if d is None or not d.startswith("cuda:"):
@@ -104,7 +117,7 @@ class GpuCount:
 
     def check_index(self, seq: SeqV, index: int, node: cst.CSTNode) -> None:
         """`devices[k]` past the end of a list of CUDA devices as long as the count."""
-        if self.count is None or not self.recorder.live or seq.items is None:
+        if self.count is None or not self.recorder.live or seq.items is None or self._guards:
             return
         if len(seq.items) != self.count or not (index >= len(seq.items)):
             return

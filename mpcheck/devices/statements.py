@@ -157,13 +157,14 @@ class Statements(Part):
                 else:
                     out.extend(self.exec_block(stmt.orelse.body.body, [st]))
                 continue
-            then = self.exec_block(stmt.body.body, [self._with_mode(st.copy(), mode, True)])
-            if stmt.orelse is None:
-                other = [self._with_mode(st.copy(), mode, False)]
-            elif isinstance(stmt.orelse, cst.If):
-                other = self.exec_if(stmt.orelse, [self._with_mode(st.copy(), mode, False)])
-            else:
-                other = self.exec_block(stmt.orelse.body.body, [self._with_mode(st.copy(), mode, False)])
+            with self.interp.gpus.guarded(not mode):  # a test the model cannot decide may guard an index
+                then = self.exec_block(stmt.body.body, [self._with_mode(st.copy(), mode, True)])
+                if stmt.orelse is None:
+                    other = [self._with_mode(st.copy(), mode, False)]
+                elif isinstance(stmt.orelse, cst.If):
+                    other = self.exec_if(stmt.orelse, [self._with_mode(st.copy(), mode, False)])
+                else:
+                    other = self.exec_block(stmt.orelse.body.body, [self._with_mode(st.copy(), mode, False)])
             branches = then + other
             if not branches:
                 continue
