@@ -114,14 +114,15 @@ CODES: tuple[Code, ...] = (
         _EVERY_FACE,
         fatal=True,
     ),
-    # Run time only: which device indices exist is known only where the program runs (device_count(),
-    # CUDA_VISIBLE_DEVICES, --gpus). Fatal: CUDA raises "invalid device ordinal" right after.
+    # Which device indices exist is known where the program runs (device_count(), CUDA_VISIBLE_DEVICES,
+    # --gpus); the linter says it only of indices computed from torch.cuda.device_count(), under each GPU
+    # count it assumes ([tool.mpcheck] gpus). Fatal: CUDA raises "invalid device ordinal" right after.
     Code(
         "MP009",
         "nonexistent-device",
         "error",
         "A tensor or module is placed on a CUDA device index that this machine does not have (cuda:2 with 2 GPUs).",
-        (RUN, DRYRUN),
+        _EVERY_FACE,
         fatal=True,
     ),
     Code(

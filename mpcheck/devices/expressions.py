@@ -113,6 +113,10 @@ class Expressions(Part):
             return UNK
         if isinstance(base, SymV):
             return SymV(f"{base.name}.{name}")
+        if isinstance(base, DeviceV) and name == "index":  # x.device.index + 1: the next GPU
+            d = single(base.devs)
+            if d is not None and d.startswith("cuda:") and d[5:].isdigit():
+                return Const(int(d[5:]))
         return UNK
 
     def ev_subscript(self, node: cst.Subscript, st: State) -> Val:
@@ -130,8 +134,9 @@ class Expressions(Part):
             if isinstance(idx, Const) and isinstance(idx.value, int) and base.items is not None:
                 if -len(base.items) <= idx.value < len(base.items):
                     return base.items[idx.value]
+                self.interp.gpus.check_index(base, idx.value, node)
                 return UNK
-            if isinstance(idx, Const) and isinstance(idx.value, int) and base.items is None:
+            if isinstance(idx, Const) and isinstance(idx.value, int) and idx.value >= 0 and base.items is None:
                 text = dotted(node.value)
                 if text and _deviceish(base.elem):
                     return DeviceV(one(f"sym:{text}[{idx.value}]"))
@@ -251,6 +256,8 @@ class Expressions(Part):
             it = self.ev(fors[0].iter, inner)
             items = iter_items(it)
             if items is not None and len(items) <= MAX_UNROLL and not fors[0].ifs:
+                if isinstance(node, cst.DictComp):
+                    return self._dict_comp(node, fors[0], items, inner)
                 out = []
                 for item in items:
                     self.interp.stmts.assign(fors[0].target, item, inner, None)
@@ -274,6 +281,18 @@ class Expressions(Part):
             return self.ev(node.value, st)
         return self.ev(node.elt, st)
 
+    def _dict_comp(self, node: cst.DictComp, comp: cst.CompFor, items: list[Val], st: State) -> Val:
+        """{g: devices[g] for g in range(n)} over a few known items: a dict when every key is known."""
+        out: dict[Any, Val] = {}
+        for item in items:
+            self.interp.stmts.assign(comp.target, item, st, None)
+            k = self.ev(node.key, st)
+            v = self.ev(node.value, st)
+            if not isinstance(k, Const) or not isinstance(k.value, (int, str)):
+                return UNK
+            out[k.value] = v
+        return DictV(out)
+
     @staticmethod
     def _comp_result(node: cst.CSTNode, items: tuple[Val, ...] | None, elem: Val | None) -> Val:
         if isinstance(node, cst.DictComp):
@@ -286,7 +305,8 @@ class Expressions(Part):
         t = self.ev(node.test, st)
         if isinstance(t, Const) and isinstance(t.value, bool):
             return self.ev(node.body if t.value else node.orelse, st)
-        return join(self.ev(node.body, st), self.ev(node.orelse, st))
+        with self.interp.gpus.guarded():
+            return join(self.ev(node.body, st), self.ev(node.orelse, st))
 
     def ev_binop(self, node: cst.BinaryOperation, st: State) -> Val:
         a = self.ev(node.left, st)
@@ -356,6 +376,10 @@ class Expressions(Part):
         v = self.ev(node.expression, st)
         if isinstance(v, Obj) and v.kind != "module":
             return v.with_(label="", worked=True)
+        if isinstance(node.operator, cst.Minus) and isinstance(v, Const) and type(v.value) is int:
+            return Const(-v.value)  # devices[-1]
+        if isinstance(node.operator, cst.Not) and isinstance(v, Const) and type(v.value) is bool:
+            return Const(not v.value)
         return UNK
 
     def ev_compare(self, node: cst.Comparison, st: State) -> Val:
@@ -395,6 +419,8 @@ class Expressions(Part):
     def ev_boolop(self, node: cst.BooleanOperation, st: State) -> Val:
         a = self.ev(node.left, st)
         b = self.ev(node.right, st)
+        if isinstance(a, Const) and isinstance(b, Const) and type(a.value) is bool and type(b.value) is bool:
+            return Const(a.value and b.value if isinstance(node.operator, cst.And) else a.value or b.value)
         if isinstance(a, Obj) or isinstance(b, Obj):
             return join(a, b) if isinstance(a, Obj) and isinstance(b, Obj) else UNK
         return UNK

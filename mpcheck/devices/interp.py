@@ -30,6 +30,7 @@ import libcst as cst
 from mpcheck.devices.calls import Calls
 from mpcheck.devices.events import EntryPointRun, Recorder
 from mpcheck.devices.expressions import Expressions
+from mpcheck.devices.gpucount import GpuCount
 from mpcheck.devices.instances import Instances
 from mpcheck.devices.library import Library
 from mpcheck.devices.moves import Moves
@@ -57,7 +58,13 @@ from mpcheck.devices.values import (
 
 
 class Interp:
-    def __init__(self, module: cst.Module, modname: str = "", project: dict[str, dict[str, Any]] | None = None) -> None:
+    def __init__(
+        self,
+        module: cst.Module,
+        modname: str = "",
+        project: dict[str, dict[str, Any]] | None = None,
+        gpu_count: int | None = None,
+    ) -> None:
         self.module = module
         self.modname = modname
         self.project = project or {}
@@ -66,6 +73,7 @@ class Interp:
         self.classes: dict[str, ClassInfo] = {}
         self.functions: dict[str, FuncInfo] = {}
         self.recorder = Recorder()
+        self.gpus = GpuCount(self.recorder, gpu_count)  # what torch.cuda.device_count() answers (gpucount.py)
         # torch.set_default_device() & co. change where factories put tensors: then say nothing about them.
         self.default_device_changed = False
         # Shared by the parts while one interpretation runs:

@@ -29,6 +29,8 @@ from mpcheck.devices.events import (
     Mismatch,
     ParallelPrimitive,
 )
+from mpcheck.devices.gpucount import COUNT_FUNCTIONS
+from mpcheck.devices.names import dotted
 from mpcheck.devices.program import Part, State
 from mpcheck.devices.values import (
     CURRENT,
@@ -99,6 +101,8 @@ class Library(Part):
             if devs is None and isinstance(dv, Obj):
                 devs = dv.devs
             devs = st.resolve_current(devs)
+            if not isinstance(dv, DeviceV):  # a torch.device(...) was checked where it was made
+                self.interp.gpus.check_device(devs, node)
             self.interp.moves.note_indexless_arg(dv, node, st)
             origin = f"created by torch.{last}(device=...)"
         elif self.interp.default_device_changed:
@@ -113,7 +117,7 @@ class Library(Part):
         return Obj(kind, devs, origin=origin, at=node, invariant=const)
 
     def dispatched(self, q: str, args: list[Val], kwargs: dict[str, Val], node: cst.Call, st: State) -> Val:
-        text, devs = _device_map(kwargs.get("device_map", args[1] if len(args) > 1 else UNK))
+        text, devs = _device_map(kwargs.get("device_map", args[1] if len(args) > 1 else UNK), _map_expr(node))
         if text:
             obj = Obj("module", None, label="", dispatched=text, origin=f"dispatched with {text}", at=node)
             if q.rsplit(".", 1)[-1] in T.DISPATCHERS and node.args and isinstance(node.args[0].value, cst.Name):
@@ -271,8 +275,15 @@ def _set_device(lib: Library, c: LibCall) -> Val:
     return Const(None)
 
 
+def _device_count(lib: Library, c: LibCall) -> Val:
+    return lib.interp.gpus.answer()
+
+
 def _torch_device_call(lib: Library, c: LibCall) -> Val:
-    return _torch_device(c.args)
+    v = _torch_device(c.args)
+    if isinstance(v, DeviceV):
+        lib.interp.gpus.check_device(v.devs, c.node)
+    return v
 
 
 def _parameter(lib: Library, c: LibCall) -> Val:
@@ -462,8 +473,54 @@ def _builtin(lib: Library, c: LibCall) -> Val:
     return UNK
 
 
-def _device_map(v: Val) -> tuple[str, Devs]:
+def _map_expr(node: cst.Call) -> cst.BaseExpression | None:
+    """The expression given as device_map= (or dispatch_model's second argument)."""
+    for i, a in enumerate(node.args):
+        if (a.keyword is not None and a.keyword.value == "device_map") or (a.keyword is None and i == 1):
+            return a.value
+    return None
+
+
+def _maybe_split_map(v: Val, expr: cst.BaseExpression | None) -> str:
+    """'a device map (`device_map=X`)' when X is a device map whose devices are not known, so the
+    model may be split over several GPUs: a dict of several entries, a dict built by a loop, or a
+    name that says it is a map (`device_map`, `args.device_map`). '' otherwise: a single device, or
+    nothing that says a map (`device_map=device` names one device)."""
+    if expr is None or not _names_a_map(v, expr):
+        return ""
+    code = cst.Module([]).code_for_node(expr)
+    code = code if len(code) <= 40 else code[:37] + "..."
+    return f"a device map (`device_map={code}`)"
+
+
+def _names_a_map(v: Val, expr: cst.BaseExpression) -> bool:
+    if isinstance(expr, cst.Dict):
+        keys = [e.key for e in expr.elements if isinstance(e, cst.DictElement)]
+        # {"": device} (one entry) puts the whole model on one device
+        return len(keys) >= 2 and len(keys) == len(expr.elements)
+    if isinstance(expr, cst.DictComp):
+        return True
+    if isinstance(v, (Const, DeviceV)):
+        return False
+    if isinstance(expr, cst.Subscript):  # cfg["device_map"]
+        key = expr.slice[0].slice.value if isinstance(expr.slice[0].slice, cst.Index) else None
+        return isinstance(key, cst.SimpleString) and "map" in str(key.evaluated_value).lower()
+    if isinstance(expr, (cst.Name, cst.Attribute)):
+        return "map" in (dotted(expr) or "").rsplit(".", 1)[-1].lower()
+    return False
+
+
+def _device_map(v: Val, expr: cst.BaseExpression | None = None) -> tuple[str, Devs]:
     """(dispatched text, devs) for a device_map= argument."""
+    text, devs = _known_device_map(v)
+    if not text and (devs is None or isinstance(v, SymV)):  # a parameter is no known device
+        maybe = _maybe_split_map(v, expr)
+        if maybe:
+            return maybe, None
+    return text, devs
+
+
+def _known_device_map(v: Val) -> tuple[str, Devs]:
     if isinstance(v, Const) and isinstance(v.value, str):
         if v.value in T.SPLIT_DEVICE_MAPS:
             return f"device_map={v.value!r}", None
@@ -503,6 +560,7 @@ EXACT: dict[str, Handler] = _exact(
     (T.PARALLEL_PRIMITIVES, _parallel_primitive),
     (T.SET_DEVICE, _set_device),
     ("torch.device", _torch_device_call),
+    (COUNT_FUNCTIONS, _device_count),
     (("torch.nn.Parameter", "torch.nn.parameter.Parameter"), _parameter),
     (("torch.nn.Sequential", "torch.nn.ModuleList"), _sequential),
     ("torch.nn.ModuleDict", _module_dict),

@@ -93,6 +93,9 @@ class Moves(Part):
 
     def move(self, recv: Val, meth: str, args: list[Val], kwargs: dict[str, Val], node: cst.Call, st: State) -> Val:
         devs, is_device = self._move_target(meth, args, kwargs, node, st)
+        target = args[0] if args else kwargs.get("device")
+        if is_device and not isinstance(target, DeviceV):  # a torch.device(...) was checked where it was made
+            self.interp.gpus.check_device(devs, node)
         if not is_device:
             return recv if is_device is False else (UNK if not isinstance(recv, Obj) or recv.kind != "module" else recv)
         recv_expr = node.func.value if isinstance(node.func, cst.Attribute) else None

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Sequence
 import libcst as cst
 
 from mpcheck.devices import torchapi
+from mpcheck.devices.gpucount import is_test_on_count
 from mpcheck.devices.names import dotted, import_bindings
 from mpcheck.devices.program import (
     MAX_UNROLL,
@@ -131,6 +132,8 @@ class Statements(Part):
             return False
         if isinstance(s, cst.Raise):
             return False
+        if isinstance(s, cst.Assert) and is_test_on_count(s.test):
+            return self.interp.gpus.on_assert(s, self.interp.exprs.ev(s.test, st))
         if isinstance(s, (cst.Import, cst.ImportFrom)):
             for local, target in import_bindings(s, self.interp.modname):
                 st.env[local] = self.interp.imported(target)
@@ -144,6 +147,7 @@ class Statements(Part):
             t = self.interp.exprs.ev(stmt.test, st)
             if isinstance(t, Const) and isinstance(t.value, bool) and not mode:
                 # A test the model can decide (i == 4 in an unrolled loop): one path only.
+                self.interp.gpus.on_decided_if(stmt, t.value)
                 if t.value:
                     out.extend(self.exec_block(stmt.body.body, [st]))
                 elif stmt.orelse is None:
@@ -153,13 +157,14 @@ class Statements(Part):
                 else:
                     out.extend(self.exec_block(stmt.orelse.body.body, [st]))
                 continue
-            then = self.exec_block(stmt.body.body, [self._with_mode(st.copy(), mode, True)])
-            if stmt.orelse is None:
-                other = [self._with_mode(st.copy(), mode, False)]
-            elif isinstance(stmt.orelse, cst.If):
-                other = self.exec_if(stmt.orelse, [self._with_mode(st.copy(), mode, False)])
-            else:
-                other = self.exec_block(stmt.orelse.body.body, [self._with_mode(st.copy(), mode, False)])
+            with self.interp.gpus.guarded(not mode):  # a test the model cannot decide may guard an index
+                then = self.exec_block(stmt.body.body, [self._with_mode(st.copy(), mode, True)])
+                if stmt.orelse is None:
+                    other = [self._with_mode(st.copy(), mode, False)]
+                elif isinstance(stmt.orelse, cst.If):
+                    other = self.exec_if(stmt.orelse, [self._with_mode(st.copy(), mode, False)])
+                else:
+                    other = self.exec_block(stmt.orelse.body.body, [self._with_mode(st.copy(), mode, False)])
             branches = then + other
             if not branches:
                 continue
