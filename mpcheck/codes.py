@@ -83,7 +83,8 @@ CODES: tuple[Code, ...] = (
         "MP005",
         "round-trip-transfer",
         "warning",
-        "A tensor is moved to another device and straight back, with no work done there.",
+        "A tensor is moved to another device and straight back, or from one GPU through the CPU to another, "
+        "with no work done in between.",
         _EVERY_FACE,
     ),
     Code(

@@ -112,6 +112,17 @@ class DataParallelWrap(Fact):
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
+class DataParallelOffFirstId(Fact):
+    """nn.DataParallel around a module that lives on one GPU, `dev`, other than device_ids[0] (`first`;
+    cuda:0 for the default device_ids): its forward fails, DataParallel keeps the module on `first`."""
+
+    module: Val
+    dev: str
+    first: str
+    given: bool  # device_ids written in the call (else the default, every GPU)
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
 class DdpDeviceIds(Fact):
     module: Val
     args: tuple[str, ...]  # 'device_ids', 'output_device'

@@ -22,6 +22,7 @@ import libcst as cst
 
 from mpcheck.devices import torchapi as T
 from mpcheck.devices.events import (
+    DataParallelOffFirstId,
     DataParallelWrap,
     DdpDeviceIds,
     Fact,
@@ -189,7 +190,27 @@ def _data_parallel(lib: Library, c: LibCall) -> Val:
     if is_splitish(mod):
         c.st.scope.split_seen = True
         lib.interp.recorder.record(DataParallelWrap(node=c.node, mode=c.st.mode, module=mod, q=c.q))
+    elif c.last == "DataParallel" and isinstance(mod, Obj) and mod.kind == "module":
+        ids = c.kwargs.get("device_ids", c.args[1] if len(c.args) > 1 else None)
+        dev, first = single(mod.devs), _first_device_id(ids)
+        if dev is not None and dev.startswith("cuda:") and first is not None and dev != first:
+            lib.interp.recorder.record(
+                DataParallelOffFirstId(
+                    node=c.node, mode=c.st.mode, module=mod, dev=dev, first=first, given=ids is not None
+                )
+            )
     return mod
+
+
+def _first_device_id(ids: Val | None) -> str | None:
+    """The device DataParallel keeps the module on: device_ids[0] (cuda:0 for the default, every GPU);
+    None when the list is not known, or names one device (DataParallel then moves the module there)."""
+    if ids is None or (isinstance(ids, Const) and ids.value is None):
+        return "cuda:0"
+    if not isinstance(ids, SeqV) or ids.items is None or len(ids.items) < 2:
+        return None
+    first = single(as_device(ids.items[0]))
+    return first if first is not None and first.startswith("cuda:") else None
 
 
 def _ddp(lib: Library, c: LibCall) -> Val:
