@@ -209,6 +209,8 @@ class Calls(Part):
                     # only a tensor on another GPU is certainly wrong. The activation
                     # itself is fine, so the flow goes on with the module's output.
                     self.interp.exprs.check_operand(node, a, mod.devs, st, what=what, arg_index=i, expr=_nth(exprs, i))
+                elif isinstance(a, SeqV) and a.items:
+                    self._check_state_tuple(node, a, mod, st, what, i, _nth(exprs, i))
             lead = args[0] if args else None
             return Obj(
                 "tensor",
@@ -219,6 +221,36 @@ class Calls(Part):
                 lineage=lead.lineage if isinstance(lead, Obj) else None,
             )
         return UNK
+
+    def _check_state_tuple(
+        self, node: cst.CSTNode, seq: SeqV, mod: Obj, st: State, what: str, i: int, expr: cst.BaseExpression | None
+    ) -> None:
+        """A tuple of tensors given to a module after its input (an LSTM's `(h0, c0)`): each
+        must be where the module is; report the first one certainly on another GPU."""
+        elems = expr.elements if isinstance(expr, (cst.Tuple, cst.List)) else None
+        for j, item in enumerate(seq.items or ()):
+            if not (isinstance(item, Obj) and item.kind != "scalar" and conflict(item.devs, mod.devs)):
+                continue
+            if not both_cuda(item.devs, mod.devs):
+                continue
+            part = elems[j].value if elems is not None and j < len(elems) else None
+            self.interp.recorder.record(
+                Mismatch(
+                    node=node,
+                    mode=st.mode,
+                    value=item,
+                    target=mod.devs,
+                    what=what,
+                    op="module",
+                    arg_index=i,
+                    expr=expr if part is None else part,
+                    module=mod,
+                    site=i,
+                    item=j if part is None else None,
+                ),
+                key=i,
+            )
+            return
 
     def loss_call(
         self, mod: Obj, args: list[Val], kwargs: dict[str, Val], st: State, node: cst.CSTNode, exprs: ArgExprs = None

@@ -41,6 +41,7 @@ class Mismatch(Fact):
     other: Val | None = None  # the other operand
     what_expr: cst.BaseExpression | None = None  # its expression
     site: Any = 0  # which operand site of `node` (an argument index, 'op', 'binop'): see Recorder.need
+    item: int | None = None  # the value is this element of `expr`, a tuple (an LSTM's `state`, (h0, c0))
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)

@@ -54,6 +54,27 @@ class MissingTransfer(Rule):
                 )
                 continue
             assert there is not None  # a mismatch names the device the value meets
+            if ev.item is not None and expr is not None:
+                # One element of a tuple passed whole (an LSTM's `state` from init_hidden): move every element.
+                whole = ctx.code(expr)
+                advice = (
+                    f"move it first, e.g. `{whole} = tuple(t.to({device_literal(there)}) for t in {whole})` before "
+                    f"line {line}, or create it on the module's device"
+                    if isinstance(expr, cst.Name)
+                    else f"create it on the module's device (e.g. `device={device_literal(there)}`), or move each "
+                    f"element with `.to({device_literal(there)})` before line {line}"
+                )
+                whole = whole if isinstance(expr, cst.Name) else f"({whole})"
+                yield self.finding(
+                    ctx,
+                    ev.node,
+                    f"`{whole}[{ev.item}]` is on {show(here)} ({origin_text(ctx, v)}), but {meets}"
+                    f"{MODE_WORDS.get(ev.mode, '')}: {advice}.",
+                    devices=[here, there],
+                    modules=[ev.what],
+                    suggestion=advice,
+                )
+                continue
             moved_tensor = _moved_tensor(expr)
             varies = ctx.model.one_target(ev) != there
             target_code = _device_of(ctx, ev) if varies else None
