@@ -9,7 +9,7 @@ from typing import Any
 
 import libcst as cst
 
-from mpcheck.devices.events import SplitBuiltAfterSetDevice
+from mpcheck.devices.events import EntryPointRun, SplitBuiltAfterSetDevice
 from mpcheck.devices.program import MAX_DEPTH, ClassInfo, Part, Scope, State
 from mpcheck.devices.values import (
     CURRENT,
@@ -50,6 +50,8 @@ class Instances(Part):
             self.interp.stmts.run_body(init, ist)
         self._finish_instance(obj)
         self.interp.init_indexless[id(obj)] = [p.node for p in scope.placements]
+        if init is not None:
+            self._record_own_setdev(init.node, obj, scope, st.setdev if st else None)
         self._check_built_after_setdev(cinfo, obj, args, kwargs, st, node)
         return obj
 
@@ -64,6 +66,16 @@ class Instances(Part):
                 devs = base.summary.get("devs")
                 if devs and len(devs) == 1 and not base.summary.get("split"):
                     obj.attrs.setdefault(f"<{base.name}>", Obj("module", one(devs[0]), origin=f"placed by {base.name}"))
+
+    def _record_own_setdev(self, init: cst.CSTNode, obj: Obj, scope: Scope, outer: cst.CSTNode | None) -> None:
+        """An __init__ that calls set_device itself and then places a stage index-lessly is an entry
+        point of its own for MP004: its index-less placements after its own set_device, in a class
+        that ends up split (one set_device before the build is SplitBuiltAfterSetDevice's business)."""
+        own = tuple(p for p in scope.placements if p.setdev is not outer)
+        if own:
+            self.interp.recorder.record(
+                EntryPointRun(node=init, name=scope.name, builds_split=bool(obj.split), placements=own)
+            )
 
     def _check_built_after_setdev(
         self,
