@@ -68,6 +68,7 @@ class Interp:
         self.recorder = Recorder()
         # torch.set_default_device() & co. change where factories put tensors: then say nothing about them.
         self.default_device_changed = False
+        self.default_device: str | None = None  # where factories put tensors then, when known (default_device.py)
         # Shared by the parts while one interpretation runs:
         self.memo: dict[Any, Val] = {}  # call_function's results, by callee and argument values
         self.stack: list[FuncInfo] = []  # the functions being interpreted, innermost last

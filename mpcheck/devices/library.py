@@ -102,6 +102,10 @@ class Library(Part):
             devs = st.resolve_current(devs)
             self.interp.moves.note_indexless_arg(dv, node, st)
             origin = f"created by torch.{last}(device=...)"
+        elif self.interp.default_device is not None:
+            default = self.interp.default_device
+            devs = st.resolve_current(one(default))
+            origin = f"created by torch.{last}() without device=, so on the default device the file sets"
         elif self.interp.default_device_changed:
             return UNK
         else:
