@@ -44,6 +44,7 @@ from mpcheck.devices.values import (
     join_devs,
     one,
     single,
+    spans_of,
     used,
 )
 
@@ -256,6 +257,16 @@ class Expressions(Part):
                     self.interp.stmts.assign(fors[0].target, item, inner, None)
                     out.append(self._comp_elt(node, inner))
                 return self._comp_result(node, tuple(out), None)
+            spans = spans_of(it)
+            if spans is not None and not fors[0].ifs and not isinstance(node, cst.DictComp):
+                # Over the parameters of a split model (no filter that might drop a device's):
+                # the result holds an element made from a parameter on each device.
+                made = []
+                for item in spans[0]:
+                    self.interp.stmts.assign(fors[0].target, item, inner, None)
+                    made.append(self._comp_elt(node, inner))
+                kind = "gen" if isinstance(node, cst.GeneratorExp) else "list"
+                return SeqV(None, elem=join_all(made), kind=kind, spans=tuple(made), spans_by=spans[1])
         for f in fors:
             it = self.ev(f.iter, inner)
             self.interp.stmts.assign(

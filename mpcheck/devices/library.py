@@ -61,6 +61,7 @@ from mpcheck.devices.values import (
     one,
     show,
     single,
+    spans_of,
     used,
 )
 
@@ -142,6 +143,8 @@ class Library(Part):
             if isinstance(a, SeqV) and a.items is not None:
                 elts = e.elements if isinstance(e, (cst.List, cst.Tuple)) and len(e.elements) == len(a.items) else None
                 flat.extend((x, elts[j].value if elts else None) for j, x in enumerate(a.items))
+            elif isinstance(a, SeqV) and a.spans is not None:
+                flat.extend((x, e) for x in a.spans)  # a tensor from a parameter on each device of a split model
             else:
                 flat.append((a, e))
         used(*(a for a, _ in flat))
@@ -204,6 +207,26 @@ def _data_parallel(lib: Library, c: LibCall) -> Val:
                 )
             )
     return mod
+
+
+def _zip_spans(args: list[Val]) -> tuple[tuple[Val, ...], tuple[str, ...]] | None:
+    """zip(shadows, model.parameters()): when one argument spans the devices of a split model's
+    parameters and every other one is uniform (a list of unknown length whose items are all alike,
+    or the same parameters), a tuple per device: that parameter beside the others' item."""
+    spans = [spans_of(a) for a in args]
+    orders = {sp[1] for sp in spans if sp is not None}
+    if len(orders) != 1:
+        return None  # none, or parameters of models split differently: items would not pair up
+    width = len(next(iter(orders)))
+    cols: list[list[Val]] = []
+    for a, sp in zip(args, spans):
+        if sp is not None:
+            cols.append(sp[0])
+        elif isinstance(a, SeqV) and a.items is None and a.spans is None and a.elem is not UNK:
+            cols.append([a.elem] * width)
+        else:
+            return None
+    return tuple(SeqV(tuple(col[i] for col in cols), kind="tuple") for i in range(width)), next(iter(orders))
 
 
 def _first_device_id(ids: Val | None) -> str | None:
@@ -459,7 +482,13 @@ def _builtin(lib: Library, c: LibCall) -> Val:
                 a.items[:n] if isinstance(a, SeqV) and a.items is not None else (iter_elem(a, None),) * n for a in args
             ]
             return SeqV(tuple(SeqV(tuple(c[i] for c in cols), kind="tuple") for i in range(n)))
-        return SeqV(None, elem=SeqV(tuple(iter_elem(a, None) for a in args), kind="tuple"))
+        zipped = _zip_spans(args)
+        return SeqV(
+            None,
+            elem=SeqV(tuple(iter_elem(a, None) for a in args), kind="tuple"),
+            spans=zipped[0] if zipped else None,
+            spans_by=zipped[1] if zipped else (),
+        )
     if q in ("list", "tuple", "reversed", "sorted", "iter") and args:
         a = args[0]
         if isinstance(a, SeqV):

@@ -34,6 +34,7 @@ from mpcheck.devices.values import (
     iter_elem,
     iter_items,
     single,
+    spans_of,
 )
 
 
@@ -190,6 +191,10 @@ class Statements(Part):
     def _exec_for(self, stmt: cst.For, st: State) -> State:
         it = self.interp.exprs.ev(stmt.iter, st)
         items = iter_items(it)
+        spans = spans_of(it) if items is None else None
+        if spans is not None:
+            # Over the parameters of a split model: the body runs for a parameter on each device.
+            items = spans[0]
         if items is not None and len(items) <= MAX_UNROLL:
             cur = [st]
             for item in items:

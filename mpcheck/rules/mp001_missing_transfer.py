@@ -54,6 +54,27 @@ class MissingTransfer(Rule):
                 )
                 continue
             assert there is not None  # a mismatch names the device the value meets
+            if _per_parameter(v) or (isinstance(ev.other, Obj) and _per_parameter(ev.other)):
+                # Per-parameter work over a split model (grad norms stacked, shadows on one GPU).
+                same = ev.expr is not None and ev.expr is ev.what_expr
+                subject = (
+                    f"`{name}` holds items made from parameters on {show(there)} and {show(here)} ({v.origin})"
+                    if same
+                    else f"`{name}` is on {show(here)} ({origin_text(ctx, v)}), but {meets}"
+                )
+                advice = (
+                    f"the parameters of a split model span several devices: keep per-parameter state on each "
+                    f"parameter's device (e.g. `.to(p.device)`, or no `.to()` at all), or move every item to one "
+                    f"device (e.g. `.to({device_literal(there)})` on each item) before line {line}"
+                )
+                yield self.finding(
+                    ctx,
+                    ev.node,
+                    f"{subject}{MODE_WORDS.get(ev.mode, '')}: {advice}.",
+                    devices=[here, there],
+                    suggestion=advice,
+                )
+                continue
             if ev.item is not None and expr is not None:
                 # One element of a tuple passed whole (an LSTM's `state` from init_hidden): move every element.
                 whole = ctx.code(expr)
@@ -144,3 +165,9 @@ def _fixable(ctx: FileContext, ev: Mismatch, v: Obj, there: str) -> bool:
     if there.startswith("sym:") or ctx.model.one_target(ev) != there:
         return False
     return known_tensor(v) or ev.op not in ("module", "op")
+
+
+def _per_parameter(v: Obj) -> bool:
+    """Made from one parameter of a split model, in a loop or comprehension over its parameters
+    (ParamsOf.per_device)."""
+    return v.origin.startswith("a parameter of `")
