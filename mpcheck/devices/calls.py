@@ -363,6 +363,11 @@ class Calls(Part):
 
     def ev_call(self, node: cst.Call, st: State) -> Val:
         func = node.func
+        ref = _object_setattr(node)
+        if ref is not None:
+            # object.__setattr__(self, "base", base): held by reference, not registered as a child
+            self.interp.stmts.hold_reference(ref[0], self.interp.exprs.ev(ref[1], st), st)
+            return UNK
         if isinstance(func, cst.Attribute):
             recv = self.interp.exprs.ev(func.value, st)
             meth = func.attr.value
@@ -561,3 +566,21 @@ class Calls(Part):
 
 def _nth(exprs: ArgExprs, i: int) -> cst.BaseExpression | None:
     return exprs[i] if exprs is not None and i < len(exprs) else None
+
+
+def _object_setattr(node: cst.Call) -> tuple[str, cst.BaseExpression] | None:
+    """(name, value expression) for `object.__setattr__(self, "name", value)`, else None."""
+    f = node.func
+    if not (
+        isinstance(f, cst.Attribute)
+        and f.attr.value == "__setattr__"
+        and isinstance(f.value, cst.Name)
+        and f.value.value == "object"
+        and len(node.args) == 3
+        and isinstance(node.args[0].value, cst.Name)
+        and node.args[0].value.value == "self"
+        and isinstance(node.args[1].value, cst.SimpleString)
+    ):
+        return None
+    name = node.args[1].value.evaluated_value
+    return (name, node.args[2].value) if isinstance(name, str) else None

@@ -101,7 +101,10 @@ class Instances(Part):
     def _finish_instance(self, obj: Obj) -> None:
         assert obj.attrs is not None  # an instance
         placed: list[tuple[str, str, Any]] = []
+        refs = obj.cls.refs if obj.cls is not None else set()
         for attr, v in obj.attrs.items():
+            if attr in refs:
+                continue  # held by reference: another module's placement, not this one's
             for d, at in placements(v):
                 placed.append((attr, d, at))
         devs = [d for _, d, _ in placed]

@@ -75,6 +75,25 @@ class MissingTransfer(Rule):
                     suggestion=advice,
                 )
                 continue
+            held = _held_by_reference(v, ev.module)
+            if held is not None:
+                # An adapter moved whole (its own weights) while the layer it holds by reference stays.
+                mover, ref, ref_dev = held
+                how = mover.origin.partition(_HELD)[0]
+                advice = (
+                    f"the module was {how} (line {ctx.line(mover.at)}), but `{ref}`, the layer it holds by reference "
+                    f"rather than as a child, did not move and is on {ref_dev}: place the module where that layer is "
+                    f"(e.g. `.to({ref}.weight.device)`) instead"
+                )
+                yield self.finding(
+                    ctx,
+                    ev.node,
+                    f"`{name}` is on {show(here)}, but {meets}{MODE_WORDS.get(ev.mode, '')}: {advice}.",
+                    devices=[here, there],
+                    modules=[ev.what] if ev.op == "module" else [],
+                    suggestion=advice,
+                )
+                continue
             if ev.item is not None and expr is not None:
                 # One element of a tuple passed whole (an LSTM's `state` from init_hidden): move every element.
                 whole = ctx.code(expr)
@@ -171,3 +190,18 @@ def _per_parameter(v: Obj) -> bool:
     """Made from one parameter of a split model, in a loop or comprehension over its parameters
     (ParamsOf.per_device)."""
     return v.origin.startswith("a parameter of `")
+
+
+_HELD = ", while `"
+
+
+def _held_by_reference(v: Obj, module: Obj | None) -> tuple[Obj, str, str] | None:
+    """(the moved value or module, the layer it holds by reference, that layer's device) when the
+    value or the module met was moved with an instance that left that layer behind
+    (moves._left_behind wrote it into the origin)."""
+    for o in (v, module):
+        if o is not None and _HELD in o.origin and o.at is not None:
+            rest = o.origin.partition(_HELD)[2]  # "base`, which it holds by reference, stays on cuda:1"
+            ref, _, tail = rest.partition("`")
+            return o, ref, tail.rpartition(" stays on ")[2]
+    return None
