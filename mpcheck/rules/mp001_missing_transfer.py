@@ -54,64 +54,15 @@ class MissingTransfer(Rule):
                 )
                 continue
             assert there is not None  # a mismatch names the device the value meets
-            if _per_parameter(v) or (isinstance(ev.other, Obj) and _per_parameter(ev.other)):
-                # Per-parameter work over a split model (grad norms stacked, shadows on one GPU).
-                same = ev.expr is not None and ev.expr is ev.what_expr
-                subject = (
-                    f"`{name}` holds items made from parameters on {show(there)} and {show(here)} ({v.origin})"
-                    if same
-                    else f"`{name}` is on {show(here)} ({origin_text(ctx, v)}), but {meets}"
-                )
-                advice = (
-                    f"the parameters of a split model span several devices: keep per-parameter state on each "
-                    f"parameter's device (e.g. `.to(p.device)`, or no `.to()` at all), or move every item to one "
-                    f"device (e.g. `.to({device_literal(there)})` on each item) before line {line}"
-                )
+            special = _special_case(ctx, ev, name, meets)
+            if special is not None:
+                subject, advice = special
                 yield self.finding(
                     ctx,
                     ev.node,
                     f"{subject}{MODE_WORDS.get(ev.mode, '')}: {advice}.",
                     devices=[here, there],
-                    suggestion=advice,
-                )
-                continue
-            held = _held_by_reference(v, ev.module)
-            if held is not None:
-                # An adapter moved whole (its own weights) while the layer it holds by reference stays.
-                mover, ref, ref_dev = held
-                how = mover.origin.partition(_HELD)[0]
-                advice = (
-                    f"the module was {how} (line {ctx.line(mover.at)}), but `{ref}`, the layer it holds by reference "
-                    f"rather than as a child, did not move and is on {ref_dev}: place the module where that layer is "
-                    f"(e.g. `.to({ref}.weight.device)`) instead"
-                )
-                yield self.finding(
-                    ctx,
-                    ev.node,
-                    f"`{name}` is on {show(here)}, but {meets}{MODE_WORDS.get(ev.mode, '')}: {advice}.",
-                    devices=[here, there],
                     modules=[ev.what] if ev.op == "module" else [],
-                    suggestion=advice,
-                )
-                continue
-            if ev.item is not None and expr is not None:
-                # One element of a tuple passed whole (an LSTM's `state` from init_hidden): move every element.
-                whole = ctx.code(expr)
-                advice = (
-                    f"move it first, e.g. `{whole} = tuple(t.to({device_literal(there)}) for t in {whole})` before "
-                    f"line {line}, or create it on the module's device"
-                    if isinstance(expr, cst.Name)
-                    else f"create it on the module's device (e.g. `device={device_literal(there)}`), or move each "
-                    f"element with `.to({device_literal(there)})` before line {line}"
-                )
-                whole = whole if isinstance(expr, cst.Name) else f"({whole})"
-                yield self.finding(
-                    ctx,
-                    ev.node,
-                    f"`{whole}[{ev.item}]` is on {show(here)} ({origin_text(ctx, v)}), but {meets}"
-                    f"{MODE_WORDS.get(ev.mode, '')}: {advice}.",
-                    devices=[here, there],
-                    modules=[ev.what],
                     suggestion=advice,
                 )
                 continue
@@ -152,6 +103,54 @@ class MissingTransfer(Rule):
                 suggestion=advice,
                 fix=move_fix(ctx, expr, repr(there)) if _fixable(ctx, ev, v, there) else None,
             )
+
+
+def _special_case(ctx: FileContext, ev: Mismatch, name: str, meets: str) -> tuple[str, str] | None:
+    """(subject, advice) of the mismatches whose fix is not a `.to()` of the value: per-parameter
+    work over a split model, an adapter moved without the layer it holds by reference, one element
+    of a tuple passed whole; None for the others."""
+    v, expr, line = ev.value, ev.expr, ctx.line(ev.node)
+    here, there = single(v.devs), single(ev.target)
+    to_there = f".to({device_literal(there)})" if there is not None else ".to(...)"
+    if _per_parameter(v) or (isinstance(ev.other, Obj) and _per_parameter(ev.other)):
+        # Per-parameter work over a split model (grad norms stacked, shadows on one GPU).
+        same = expr is not None and expr is ev.what_expr
+        subject = (
+            f"`{name}` holds items made from parameters on {show(there)} and {show(here)} ({v.origin})"
+            if same
+            else f"`{name}` is on {show(here)} ({origin_text(ctx, v)}), but {meets}"
+        )
+        return subject, (
+            f"the parameters of a split model span several devices: keep per-parameter state on each "
+            f"parameter's device (e.g. `.to(p.device)`, or no `.to()` at all), or move every item to one "
+            f"device (e.g. `{to_there}` on each item) before line {line}"
+        )
+    held = _held_by_reference(v, ev.module)
+    if held is not None:
+        # An adapter moved whole (its own weights) while the layer it holds by reference stays.
+        mover, ref, ref_dev = held
+        how = mover.origin.partition(_HELD)[0]
+        return f"`{name}` is on {show(here)}, but {meets}", (
+            f"the module was {how} (line {ctx.line(mover.at)}), but `{ref}`, the layer it holds by reference "
+            f"rather than as a child, did not move and is on {ref_dev}: place the module where that layer is "
+            f"(e.g. `.to({ref}.weight.device)`) instead"
+        )
+    if ev.item is not None and expr is not None:
+        # One element of a tuple passed whole (an LSTM's `state` from init_hidden): move every element.
+        whole = ctx.code(expr)
+        if isinstance(expr, cst.Name):
+            advice = (
+                f"move it first, e.g. `{whole} = tuple(t{to_there} for t in {whole})` before line {line}, or "
+                f"create it on the module's device"
+            )
+        else:
+            whole = f"({whole})"
+            advice = (
+                f"create it on the module's device (e.g. `device={device_literal(there or '')}`), or move each "
+                f"element with `{to_there}` before line {line}"
+            )
+        return f"`{whole}[{ev.item}]` is on {show(here)} ({origin_text(ctx, v)}), but {meets}", advice
+    return None
 
 
 def _device_of(ctx: FileContext, ev: Mismatch) -> str | None:
