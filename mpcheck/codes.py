@@ -130,6 +130,14 @@ CODES: tuple[Code, ...] = (
         "on every call or iteration.",
         _EVERY_FACE,
     ),
+    Code(
+        "MP012",
+        "costly-transfer-direction",
+        "warning",
+        "The large side of a loss is moved to the small side's GPU (logits to the labels') where moving the "
+        "small one (the labels) would copy far less.",
+        (LINT,),
+    ),
 )
 
 BY_CODE: dict[str, Code] = {c.code: c for c in CODES}

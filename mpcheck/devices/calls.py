@@ -255,6 +255,9 @@ class Calls(Part):
     def loss_call(
         self, mod: Obj, args: list[Val], kwargs: dict[str, Val], st: State, node: cst.CSTNode, exprs: ArgExprs = None
     ) -> None:
+        kind = (mod.extra or {}).get(T.CLASS_DIM)
+        if isinstance(kind, Const):
+            self.interp.library.loss_direction(f"nn.{kind.value}", args, list(exprs or []), node, st)
         pairs = list(zip(list(args) + list(kwargs.values()), list(exprs or []) + [None] * 99))
         pairs += [(w, None) for w in (mod.extra or {}).values()]
         first = None

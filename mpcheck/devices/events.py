@@ -80,6 +80,18 @@ class LossMismatch(Fact):
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
+class PredictionsMovedToTargets(Fact):
+    """A class-dimension loss (`op`, called at `loss`) gets its predictions just moved from GPU `src` to
+    GPU `dst`, where its targets are: `node` is that transfer. Moving the targets would copy less."""
+
+    loss: cst.CSTNode
+    src: str
+    dst: str
+    op: str
+    targets_expr: cst.BaseExpression | None = None
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
 class Transfer(Fact):
     """`.to()` / `.cuda()` / `.cpu()` of a tensor: `value` (as it was) moved to `devs`."""
 

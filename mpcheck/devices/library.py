@@ -29,6 +29,7 @@ from mpcheck.devices.events import (
     LossMismatch,
     Mismatch,
     ParallelPrimitive,
+    PredictionsMovedToTargets,
 )
 from mpcheck.devices.program import Part, State
 from mpcheck.devices.values import (
@@ -129,6 +130,29 @@ class Library(Part):
             return Obj("module", devs, origin=f"loaded with device_map on {show(single(devs))}", at=node)
         return UNK
 
+    def loss_direction(self, op: str, args: list[Val], exprs: list[Any], node: cst.CSTNode, st: State) -> None:
+        """A class-dimension loss whose predictions (args[0]) were moved, idle since, from one GPU to
+        the GPU of its targets (args[1]): the large tensor crossed where the small one could have."""
+        if len(args) < 2 or not isinstance(args[0], Obj) or not isinstance(args[1], Obj):
+            return
+        pred, target = args[0], args[1]
+        src, dst, there = single(pred.moved_from), single(pred.devs), single(target.devs)
+        if pred.worked or pred.moved_at is None or src is None or dst is None or dst != there:
+            return
+        if not (src.startswith("cuda") and dst.startswith("cuda") and conflict(one(src), one(dst))):
+            return
+        self.interp.recorder.record(
+            PredictionsMovedToTargets(
+                node=pred.moved_at,
+                mode=st.mode,
+                loss=node,
+                src=src,
+                dst=dst,
+                op=op,
+                targets_expr=exprs[1] if len(exprs) > 1 else None,
+            )
+        )
+
     def tensor_op(
         self, q: str, args: list[Val], kwargs: dict[str, Val], node: cst.Call, st: State, exprs: list[Any] | None = None
     ) -> Val:
@@ -147,6 +171,8 @@ class Library(Part):
                 flat.extend((x, e) for x in a.spans)  # a tensor from a parameter on each device of a split model
             else:
                 flat.append((a, e))
+        if q.rsplit(".", 1)[-1] in T.CLASS_DIM_LOSSES:
+            self.loss_direction(q, args, nodes[:2], node, st)  # before used(): was it moved idle?
         used(*(a for a, _ in flat))
         if any(failed(a) for a, _ in flat):
             return FAILED
@@ -421,7 +447,11 @@ def _module_class(lib: Library, c: LibCall) -> Val:
             )
     if _is_nn_class(q, last):
         if last.endswith("Loss"):
-            weights = {k: v for k, v in kwargs.items() if k in ("weight", "pos_weight") and isinstance(v, Obj)}
+            weights: dict[str, Val] = {
+                k: v for k, v in kwargs.items() if k in ("weight", "pos_weight") and isinstance(v, Obj)
+            }
+            if last in T.CLASS_DIM_LOSSES:
+                weights[T.CLASS_DIM] = Const(last)  # MP012: its predictions are the larger tensor
             return Obj("loss", None, label="", extra=weights)
         if last in T.PARAMETERLESS:
             return Obj("passthrough", None)
