@@ -92,6 +92,19 @@ class PredictionsMovedToTargets(Fact):
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
+class PlacedTwice(Fact):
+    """__init__ places submodule `attr` twice (`node` is the second placement, `first` the first) while
+    the modules `unplaced` of the same instance are never placed: a copy-paste slip (`self.l2.cuda(1)`
+    written twice where the second was meant for `self.l3`)."""
+
+    attr: str
+    module: Obj
+    first: cst.CSTNode
+    first_dev: str
+    unplaced: tuple[str, ...]
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
 class Transfer(Fact):
     """`.to()` / `.cuda()` / `.cpu()` of a tensor: `value` (as it was) moved to `devs`."""
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import libcst as cst
 
-from mpcheck.devices.events import EntryPointRun, SplitBuiltAfterSetDevice
+from mpcheck.devices.events import EntryPointRun, PlacedTwice, SplitBuiltAfterSetDevice
 from mpcheck.devices.program import MAX_DEPTH, ClassInfo, Part, Scope, State
 from mpcheck.devices.values import (
     CURRENT,
@@ -77,6 +77,23 @@ class Instances(Part):
                 EntryPointRun(node=init, name=scope.name, builds_split=bool(obj.split), placements=own)
             )
 
+    def _note_placed_twice(self, obj: Obj) -> None:
+        """A submodule placed twice by __init__ while a sibling module is never placed (events.PlacedTwice)."""
+        assert obj.attrs is not None  # an instance
+        unplaced = tuple(
+            a for a, v in obj.attrs.items() if isinstance(v, Obj) and v.kind == "module" and "never placed" in v.origin
+        )
+        if not unplaced:
+            return
+        for attr, v in obj.attrs.items():
+            again = self.interp.placed_again.get(id(v))
+            if again is None or again[0] is not v:
+                continue
+            _, first, first_dev, second = again
+            self.interp.recorder.record(
+                PlacedTwice(node=second, attr=attr, module=v, first=first, first_dev=first_dev, unplaced=unplaced)
+            )
+
     def _check_built_after_setdev(
         self,
         cinfo: ClassInfo,
@@ -120,6 +137,7 @@ class Instances(Part):
                 obj.attrs[attr] = v.with_(devs=one("cpu"), origin="never placed, so on the CPU")
             elif not hand_placed and v.devs == one("cpu") and v.kind in ("module", "param", "buffer", "tensor", "any"):
                 obj.attrs[attr] = v.with_(devs=None)
+        self._note_placed_twice(obj)
         if split:
             obj.split = tuple(dict.fromkeys((attr, d) for attr, d, _ in placed))
             obj.devs = None

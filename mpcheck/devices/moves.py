@@ -153,6 +153,9 @@ class Moves(Part):
             if st.in_init and recv.cls is None and recv.attrs is None:
                 # Module.to() works in place: `for layer in self.layers: layer.to(dev)` places
                 # the items of the container too (only while __init__ builds them).
+                if recv.origin.startswith("moved to") and single(recv.devs) and single(devs):
+                    # Placed again by a statement of __init__: a copy-paste slip often hides here.
+                    self.interp.placed_again[id(recv)] = (recv, recv.at, single(recv.devs), node)
                 recv.devs, recv.origin, recv.at = devs, f"moved to {where} by .{meth}()", node
                 return recv
             res = (

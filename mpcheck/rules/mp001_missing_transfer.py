@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import libcst as cst
 
 from mpcheck.devices.describe import MODE_WORDS, move_fix, origin_text, value_text
-from mpcheck.devices.events import Mismatch
+from mpcheck.devices.events import Mismatch, PlacedTwice
 from mpcheck.devices.values import Obj, device_literal, known_tensor, show, single
 from mpcheck.finding import Finding
 from mpcheck.rules.base import Rule, once_per_node
@@ -47,7 +47,7 @@ class MissingTransfer(Rule):
                     call,
                     f"`{name}` is on {show(here)} ({origin_text(ctx, v)}), but `{ctx.code(call.func)}` was never "
                     f"placed, so it is still on the CPU{MODE_WORDS.get(ev.mode, '')}: place it in __init__, e.g. "
-                    f"`.to({device_literal(here)})`.",
+                    f"`.to({device_literal(here)})`{_unplaced_sibling_hint(ctx, call.func)}.",
                     devices=[here, there],
                     modules=[ctx.code(call.func)],
                     suggestion=f"place `{ctx.code(call.func)}` with `.to({device_literal(here)})` in __init__",
@@ -125,6 +125,15 @@ def _special_case(ctx: FileContext, ev: Mismatch, name: str, meets: str) -> tupl
             f"parameter's device (e.g. `.to(p.device)`, or no `.to()` at all), or move every item to one "
             f"device (e.g. `{to_there}` on each item) before line {line}"
         )
+    twice = next((f for f in ctx.model.facts(PlacedTwice) if f.module is ev.module), None)
+    if twice is not None and ev.op == "module":
+        # The module met was placed twice in __init__; a never-placed sibling was probably meant.
+        others = " or ".join(f"`self.{a}`" for a in twice.unplaced)
+        return f"`{name}` is on {show(here)}, but {meets}", (
+            f"__init__ places `self.{twice.attr}` twice (on {show(twice.first_dev)} at line {ctx.line(twice.first)}, "
+            f"then on {show(there)} at line {ctx.line(twice.node)}, which wins) and never places {others}: if the "
+            f"second placement was meant for {others}, fix that line"
+        )
     held = _held_by_reference(v, ev.module)
     if held is not None:
         # An adapter moved whole (its own weights) while the layer it holds by reference stays.
@@ -151,6 +160,21 @@ def _special_case(ctx: FileContext, ev: Mismatch, name: str, meets: str) -> tupl
             )
         return f"`{whole}[{ev.item}]` is on {show(here)} ({origin_text(ctx, v)}), but {meets}", advice
     return None
+
+
+def _unplaced_sibling_hint(ctx: FileContext, func: cst.BaseExpression) -> str:
+    """' (__init__ places `self.l2` twice, lines 11 and 12: ...)' when the never-placed
+    module called (`self.l3`) has a sibling placed twice (a copy-paste slip), else ''."""
+    if not (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self"):
+        return ""
+    attr = func.attr.value
+    for f in ctx.model.facts(PlacedTwice):
+        if attr in f.unplaced:
+            return (
+                f" (__init__ places `self.{f.attr}` twice, lines {ctx.line(f.first)} and {ctx.line(f.node)}: was "
+                f"one of them meant for `self.{attr}`?)"
+            )
+    return ""
 
 
 def _device_of(ctx: FileContext, ev: Mismatch) -> str | None:
