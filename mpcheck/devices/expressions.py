@@ -365,6 +365,8 @@ class Expressions(Part):
 
     def ev_unary(self, node: cst.UnaryOperation, st: State) -> Val:
         v = self.ev(node.expression, st)
+        if isinstance(node.operator, cst.Not) and isinstance(v, Const) and isinstance(v.value, bool):
+            return Const(not v.value)  # `if n_gpu > 1 and not self.model_parallel:` is decided
         if isinstance(v, Obj) and v.kind != "module":
             return v.with_(label="", worked=True)
         return UNK
@@ -406,6 +408,14 @@ class Expressions(Part):
     def ev_boolop(self, node: cst.BooleanOperation, st: State) -> Val:
         a = self.ev(node.left, st)
         b = self.ev(node.right, st)
+        # One known operand decides `and` (False) / `or` (True) whatever the other is: a guard such
+        # as `n_gpu > 1 and not split` with `split` known to be True takes one path only.
+        decides = isinstance(node.operator, cst.Or)
+        known = [v.value for v in (a, b) if isinstance(v, Const) and isinstance(v.value, bool)]
+        if decides in known:
+            return Const(decides)
+        if len(known) == 2:
+            return Const(not decides)
         if isinstance(a, Obj) or isinstance(b, Obj):
             return join(a, b) if isinstance(a, Obj) and isinstance(b, Obj) else UNK
         return UNK
