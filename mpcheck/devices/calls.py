@@ -522,6 +522,7 @@ class Calls(Part):
                         arg_index=i,
                         op=f".{meth}()",
                         expr=exprs[i] if i < len(exprs) else None,
+                        other=recv,
                     )
             inv = recv.invariant and all(isinstance(a, (Const, DtypeV)) for a in args)
             lineage = OFF_CHAIN if T.leaves_chain(meth, len(args), kwargs) else recv.lineage

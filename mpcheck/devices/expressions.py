@@ -109,6 +109,9 @@ class Expressions(Part):
                 )
             if name in ("T", "mT", "data", "real", "imag"):
                 return base.with_(label=dotted(node) or base.label)
+            if name == "grad" and base.kind in ("param", "tensor"):
+                # A gradient lives where its tensor does (optimizers, clipping, loss scalers read it).
+                return base.with_(kind="tensor", label=dotted(node) or name, invariant=False)
             if name == "module":
                 return base
             return UNK
@@ -450,8 +453,10 @@ class Expressions(Part):
         expr: cst.BaseExpression | None = None,
         op: str = "module",
         module: Obj | None = None,
+        other: Val | None = None,
     ) -> bool:
-        """Reports `val` when it is certainly not on `devs`; True when it did."""
+        """Reports `val` when it is certainly not on `devs` (where `module`, or the tensor `other`,
+        is); True when it did."""
         self.interp.recorder.need(node, arg_index, devs)
         if not isinstance(val, Obj) or val.kind in ("scalar", "module"):
             return False
@@ -469,6 +474,7 @@ class Expressions(Part):
                     expr=expr,
                     arg_index=arg_index,
                     module=module,
+                    other=other,
                     site=arg_index,
                 ),
                 key=arg_index,
