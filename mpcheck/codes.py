@@ -86,7 +86,8 @@ CODES: tuple[Code, ...] = (
         "MP005",
         "round-trip-transfer",
         "warning",
-        "A tensor is moved to another device and straight back, with no work done there.",
+        "A tensor is moved to another device and straight back, or from one GPU through the CPU to another, "
+        "with no work done in between.",
         _EVERY_FACE,
     ),
     Code(
@@ -150,6 +151,14 @@ CODES: tuple[Code, ...] = (
         "error",
         "A process of a multi-process job (torchrun) places a tensor or a stage on a GPU that another local rank owns.",
         (RUN, DRYRUN),
+    ),
+    Code(
+        "MP014",
+        "costly-transfer-direction",
+        "warning",
+        "The large side of a loss is moved to the small side's GPU (logits to the labels') where moving the "
+        "small one (the labels) would copy far less.",
+        _EVERY_FACE,
     ),
 )
 

@@ -44,6 +44,7 @@ from mpcheck.devices.values import (
     join_devs,
     one,
     single,
+    spans_of,
     used,
 )
 
@@ -108,6 +109,9 @@ class Expressions(Part):
                 )
             if name in ("T", "mT", "data", "real", "imag"):
                 return base.with_(label=dotted(node) or base.label)
+            if name == "grad" and base.kind in ("param", "tensor"):
+                # A gradient lives where its tensor does (optimizers, clipping, loss scalers read it).
+                return base.with_(kind="tensor", label=dotted(node) or name, invariant=False)
             if name == "module":
                 return base
             return UNK
@@ -263,6 +267,16 @@ class Expressions(Part):
                     self.interp.stmts.assign(fors[0].target, item, inner, None)
                     out.append(self._comp_elt(node, inner))
                 return self._comp_result(node, tuple(out), None)
+            spans = spans_of(it)
+            if spans is not None and not fors[0].ifs and not isinstance(node, cst.DictComp):
+                # Over the parameters of a split model (no filter that might drop a device's):
+                # the result holds an element made from a parameter on each device.
+                made = []
+                for item in spans[0]:
+                    self.interp.stmts.assign(fors[0].target, item, inner, None)
+                    made.append(self._comp_elt(node, inner))
+                kind = "gen" if isinstance(node, cst.GeneratorExp) else "list"
+                return SeqV(None, elem=join_all(made), kind=kind, spans=tuple(made), spans_by=spans[1])
         for f in fors:
             it = self.ev(f.iter, inner)
             self.interp.stmts.assign(
@@ -374,6 +388,8 @@ class Expressions(Part):
 
     def ev_unary(self, node: cst.UnaryOperation, st: State) -> Val:
         v = self.ev(node.expression, st)
+        if isinstance(node.operator, cst.Not) and isinstance(v, Const) and isinstance(v.value, bool):
+            return Const(not v.value)  # `if n_gpu > 1 and not self.model_parallel:` is decided
         if isinstance(v, Obj) and v.kind != "module":
             return v.with_(label="", worked=True)
         if isinstance(node.operator, cst.Minus) and isinstance(v, Const) and type(v.value) is int:
@@ -419,8 +435,14 @@ class Expressions(Part):
     def ev_boolop(self, node: cst.BooleanOperation, st: State) -> Val:
         a = self.ev(node.left, st)
         b = self.ev(node.right, st)
-        if isinstance(a, Const) and isinstance(b, Const) and type(a.value) is bool and type(b.value) is bool:
-            return Const(a.value and b.value if isinstance(node.operator, cst.And) else a.value or b.value)
+        # One known operand decides `and` (False) / `or` (True) whatever the other is: a guard such
+        # as `n_gpu > 1 and not split` with `split` known to be True takes one path only.
+        decides = isinstance(node.operator, cst.Or)
+        known = [v.value for v in (a, b) if isinstance(v, Const) and isinstance(v.value, bool)]
+        if decides in known:
+            return Const(decides)
+        if len(known) == 2:
+            return Const(not decides)
         if isinstance(a, Obj) or isinstance(b, Obj):
             return join(a, b) if isinstance(a, Obj) and isinstance(b, Obj) else UNK
         return UNK
@@ -455,8 +477,10 @@ class Expressions(Part):
         expr: cst.BaseExpression | None = None,
         op: str = "module",
         module: Obj | None = None,
+        other: Val | None = None,
     ) -> bool:
-        """Reports `val` when it is certainly not on `devs`; True when it did."""
+        """Reports `val` when it is certainly not on `devs` (where `module`, or the tensor `other`,
+        is); True when it did."""
         self.interp.recorder.need(node, arg_index, devs)
         if not isinstance(val, Obj) or val.kind in ("scalar", "module"):
             return False
@@ -474,6 +498,7 @@ class Expressions(Part):
                     expr=expr,
                     arg_index=arg_index,
                     module=module,
+                    other=other,
                     site=arg_index,
                 ),
                 key=arg_index,

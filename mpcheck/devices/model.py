@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 import libcst as cst
 
 from mpcheck.devices import torchapi
+from mpcheck.devices.default_device import module_default_device
 from mpcheck.devices.events import Fact, Mismatch
 from mpcheck.devices.interp import Interp
 from mpcheck.devices.program import ClassInfo
@@ -37,6 +38,8 @@ class DeviceModel:
         )
         # torch.set_default_device() & co. change where factories put tensors: then say nothing about them.
         interp.default_device_changed = any(w in source for w in torchapi.DEFAULT_DEVICE_CHANGERS)
+        # ...unless the file sets it once, at its top level, to a device it names: factories land there.
+        interp.default_device = module_default_device(module) if interp.default_device_changed else None
         interp.run_all()
         self._by_type: dict[type, list[Any]] = {}
         for fact in interp.recorder.facts:

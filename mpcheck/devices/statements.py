@@ -35,6 +35,7 @@ from mpcheck.devices.values import (
     iter_elem,
     iter_items,
     single,
+    spans_of,
 )
 
 
@@ -195,6 +196,10 @@ class Statements(Part):
     def _exec_for(self, stmt: cst.For, st: State) -> State:
         it = self.interp.exprs.ev(stmt.iter, st)
         items = iter_items(it)
+        spans = spans_of(it) if items is None else None
+        if spans is not None:
+            # Over the parameters of a split model: the body runs for a parameter on each device.
+            items = spans[0]
         if items is not None and len(items) <= MAX_UNROLL:
             cur = [st]
             for item in items:
@@ -290,12 +295,22 @@ class Statements(Part):
                 else:
                     sub = UNK
                 self.assign(e, sub, st, None)
+        elif isinstance(target, cst.Subscript) and (key := _dunder_dict_key(target)) is not None:
+            self.hold_reference(key, v, st)  # self.__dict__["base"] = base
         elif isinstance(target, cst.Subscript):
             base = self.interp.exprs.ev(target.value, st)
             if isinstance(base, DictV) and len(target.slice) == 1 and isinstance(target.slice[0].slice, cst.Index):
                 k = self.interp.exprs.ev(target.slice[0].slice.value, st)
                 if isinstance(k, Const):
                     base.items[k.value] = v
+
+    def hold_reference(self, name: str, v: Val, st: State) -> None:
+        """__init__ stores `v` on self without registering it as a child (an adapter that keeps
+        the layer it adapts by reference): readable as `self.<name>`, not moved with the instance."""
+        so = st.self_obj
+        if st.in_init and isinstance(so, Obj) and so.attrs is not None and so.cls is not None:
+            so.attrs[name] = v
+            so.cls.refs.add(name)
 
     # ------------------------------------------------------------ expressions
 
@@ -362,3 +377,19 @@ def _mode_test(test: cst.BaseExpression) -> tuple[str, str] | None:
     if isinstance(test, cst.Call) and dotted(test.func) in ("torch.is_grad_enabled",):
         return ("no_grad", "train") if neg else ("train", "no_grad")
     return None
+
+
+def _dunder_dict_key(target: cst.Subscript) -> str | None:
+    """ "base" for the target `self.__dict__["base"]`, else None."""
+    t = target.value
+    if not (
+        isinstance(t, cst.Attribute)
+        and t.attr.value == "__dict__"
+        and isinstance(t.value, cst.Name)
+        and t.value.value == "self"
+        and len(target.slice) == 1
+        and isinstance(target.slice[0].slice, cst.Index)
+    ):
+        return None
+    key = target.slice[0].slice.value
+    return key.evaluated_value if isinstance(key, cst.SimpleString) and isinstance(key.evaluated_value, str) else None
