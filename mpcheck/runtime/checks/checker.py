@@ -268,6 +268,12 @@ class Checker:
         self.namer = namer
         self.repeat_min_bytes = repeat_min_bytes_from_env() if repeat_min_bytes is None else repeat_min_bytes
         self.findings: list[Finding] = []
+        # Findings emitted so far, repeats included: a module call that adds none ran clean (the
+        # signature cache of capture/signatures.py skips the checks of calls like it).
+        self.emitted = 0
+        # Bumped whenever parameters may have moved (invalidate_placement): what was checked under
+        # an older placement is checked again.
+        self.placement_epoch = 0
         self._by_key: dict[tuple[str, str, int, tuple[str, ...]], int] = {}  # dedupe key -> index in findings
         self._lock = threading.RLock()
         self._tls = _ThreadState()
@@ -314,6 +320,7 @@ class Checker:
     def invalidate_placement(self) -> None:
         """Parameters moved (Module.to/_apply, param.data = ...): recompute module devices."""
         self._placement.clear()
+        self.placement_epoch += 1
 
     # -- findings -------------------------------------------------------------------
     def emit(
@@ -340,6 +347,7 @@ class Checker:
         # (a loop over blocks) lists the modules instead of repeating itself.
         key = (code, site.path, site.line, devices)
         with self._lock:
+            self.emitted += 1
             idx = self._by_key.get(key)
             if idx is not None:
                 f = self.findings[idx]
@@ -1119,6 +1127,9 @@ class _ThreadState(threading.local):
         # Module calls whose inputs were off the module's device, outermost first (enter_module).
         self.entries: list[_Entry] = []
         self.forwards = 0  # outermost module calls so far: a forward pass's number, for MP006
+        # > 0 while a module call of a signature checked clean runs with the modes stepped aside
+        # (capture/signatures.py): transfers are then recorded by capture/transfers.py instead.
+        self.unchecked = 0
 
 
 class _Entry:

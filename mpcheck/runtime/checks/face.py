@@ -37,6 +37,7 @@ class Face:
         report: str | None,
         output_format: str,
         trace: str | None,
+        recheck_every: int | None = None,
     ) -> None:
         if on_mismatch not in ON_MISMATCH:
             raise ValueError(f"on_mismatch must be one of {', '.join(ON_MISMATCH)}, not {on_mismatch!r}")
@@ -46,6 +47,7 @@ class Face:
         self.report = report
         self.output_format = output_format
         self.trace = trace
+        self.recheck_every = recheck_every
         self.session: CheckedSession | None = None
 
     # -- results ------------------------------------------------------------------------
@@ -78,6 +80,7 @@ class Face:
             select=self.select,
             devices=devices,
             keep_trace=self.trace is not None,
+            recheck_every=self.recheck_every,
         )
         self.session = session
         session.start()

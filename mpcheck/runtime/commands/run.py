@@ -18,6 +18,7 @@ from mpcheck.runtime.commands.launch import Program, run_program
 from mpcheck.runtime.commands.options import (
     add_report_options,
     needs_torch,
+    recheck_every,
     run_command,
     selected_codes,
     write_report,
@@ -66,13 +67,18 @@ def _run(parser: argparse.ArgumentParser, opts: argparse.Namespace, program: Pro
             file=sys.stderr,
         )
         return 2
-    session = Session(
-        on_mismatch=opts.on_mismatch,
-        strict=opts.strict,
-        select=selected_codes(opts),
-        devices=CudaDevices(),
-        keep_trace=bool(opts.trace),
-    )
+    try:
+        session = Session(
+            on_mismatch=opts.on_mismatch,
+            strict=opts.strict,
+            select=selected_codes(opts),
+            devices=CudaDevices(),
+            keep_trace=bool(opts.trace),
+            recheck_every=recheck_every(opts),
+        )
+    except ValueError as e:
+        print(f"{parser.prog}: {e}", file=sys.stderr)
+        return 2
     session.start()
     try:
         status = run_program(program)

@@ -34,6 +34,10 @@ class debug(Face):
         go on: one run lists every mismatch).
     strict: also check every aten op, forward and backward (slower).
     report: where the summary goes on exit: "stderr" (default), None for none.
+    recheck_every: a module call like one already checked clean (same module, devices and dtypes of
+        its tensor inputs, training flag, grad mode, autocast) runs without the per-call checks; every
+        recheck_every-th step checks everything again. 0: check every call. None: the environment's
+        MPCHECK_RECHECK_EVERY, else 100.
     """
 
     def __init__(
@@ -47,9 +51,16 @@ class debug(Face):
         output_format: str = "text",
         trace: str | None = None,
         devices: Any = None,
+        recheck_every: int | None = None,
     ) -> None:
         super().__init__(
-            model, on_mismatch=on_mismatch, select=select, report=report, output_format=output_format, trace=trace
+            model,
+            on_mismatch=on_mismatch,
+            select=select,
+            report=report,
+            output_format=output_format,
+            trace=trace,
+            recheck_every=recheck_every,
         )
         self.strict = strict
         self.devices = devices
@@ -88,6 +99,7 @@ class debug(Face):
                 output_format=self.output_format,
                 trace=self.trace,
                 devices=self.devices,
+                recheck_every=self.recheck_every,
             ):
                 return fn(*args, **kwargs)
 

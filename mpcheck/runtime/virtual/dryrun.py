@@ -83,6 +83,10 @@ class dryrun(Face):
     link: "nvlink", "pcie4", "pcie5" or a bandwidth in GB/s: the transfer time model (links.py).
     on_mismatch: "move" (default: record and go on), "warn", or "raise".
     report: "stderr" to print the report on exit, None for none.
+    recheck_every: a module call like one already checked clean (same module, devices and dtypes of
+        its tensor inputs, training flag, grad mode, autocast) runs without the per-call checks; every
+        recheck_every-th step checks everything again. 0: check every call. None: the environment's
+        MPCHECK_RECHECK_EVERY, else 100.
     """
 
     def __init__(
@@ -98,11 +102,18 @@ class dryrun(Face):
         report: str | None = "stderr",
         output_format: str = "text",
         trace: str | None = None,
+        recheck_every: int | None = None,
     ) -> None:
         from mpcheck.runtime.virtual.links import parse_link
 
         super().__init__(
-            model, on_mismatch=on_mismatch, select=select, report=report, output_format=output_format, trace=trace
+            model,
+            on_mismatch=on_mismatch,
+            select=select,
+            report=report,
+            output_format=output_format,
+            trace=trace,
+            recheck_every=recheck_every,
         )
         if output_format not in ("text", "json"):
             raise ValueError(f"output_format must be 'text' or 'json', not {output_format!r}")
