@@ -218,6 +218,8 @@ def _patch_module_call(
                 finally:
                     stack.pop()
             return unchecked_call(module, path, stack, args, kwargs)
+        if not stack:
+            cache.checked_roots += 1
         if tls.unchecked:  # a new signature inside an unchecked call: the modes come back for it
             return rechecked_call(module, path, stack, key, args, kwargs)
         before = checker.emitted
@@ -231,11 +233,16 @@ def _patch_module_call(
     def unchecked_call(module, path, stack, args, kwargs):
         """A signature checked clean: the call runs with the checking modes aside (those on top of
         their stacks; under a mode of someone else's, it is checked as before)."""
+        assert cache is not None
         n = tf_len()
         if not (n and tf_top(n - 1) is function_mode) or (
             dispatch_mode is not None and _current_dispatch_mode() is not dispatch_mode
         ):
+            if not stack:
+                cache.checked_roots += 1
             return checked(module, path, stack, args, kwargs)
+        if not stack:
+            cache.unchecked_roots += 1
         popped = tf_pop()
         if stand_in is not None:
             tf_push(stand_in)
@@ -246,7 +253,6 @@ def _patch_module_call(
         try:
             return orig_call(module, *args, **kwargs)
         except BaseException:
-            assert cache is not None
             cache.clear()  # PyTorch's own error, maybe a branch never checked: check the next call
             raise
         finally:

@@ -79,7 +79,7 @@ class Session:
             # (the mode stamps each autograd node for backward findings) and not on virtual
             # devices (the dry run's checks of what its own mode answers stay as they are).
             leaf_mode = mode if not self.strict and self.checker.plain_devices else None
-            smode = None
+            smode: Any = None
             if self.strict:
                 from mpcheck.runtime.capture.strict import StrictMode
 
@@ -104,6 +104,8 @@ class Session:
             self._undos.append(self._step_outside_mode(mode))
             self._undos.extend(self._zero_grad_outside_mode(mode))
             if smode is not None:
+                if self.cache is not None:
+                    self._undos.append(self._backward_outside_strict(smode, self.cache))
                 smode.__enter__()
                 self._modes.append(smode)
             self.active = True
@@ -163,6 +165,29 @@ class Session:
         if self.cache is None or self.checker.plain_devices:
             return None
         return transfers.TransferMode(mode)
+
+    def _backward_outside_strict(self, smode: Any, cache: SignatureCache):
+        """Strict mode: a backward whose forward ran all unchecked (every outermost module call of a
+        signature checked clean, none checked, since the last backward) runs without the dispatch
+        mode too; its graph is one the checked calls built, backward ops included."""
+        import torch.autograd as autograd
+        from torch.utils._python_dispatch import _get_current_dispatch_mode, _pop_mode, _push_mode
+
+        orig = autograd.backward
+
+        @functools.wraps(orig)
+        def backward(*args, **kwargs):
+            unchecked = cache.unchecked_roots and not cache.checked_roots
+            cache.unchecked_roots = cache.checked_roots = 0
+            if not unchecked or _get_current_dispatch_mode() is not smode:
+                return orig(*args, **kwargs)
+            popped = _pop_mode()
+            try:
+                return orig(*args, **kwargs)
+            finally:
+                _push_mode(popped)
+
+        return hooks.patch(autograd, "backward", backward)
 
     def _step_outside_mode(self, mode: CheckingMode):
         """optimizer.step() runs outside the function mode: its per-parameter bookkeeping

@@ -63,6 +63,10 @@ class SignatureCache:
         self._clean: dict[int, tuple[weakref.ref, set[tuple]]] = {}
         self._epoch = checker.placement_epoch
         self._purge_at = _PURGE_AT
+        # Outermost module calls since the last backward, checked and unchecked: strict mode's
+        # backward of a forward that ran all unchecked runs unchecked too (session.py).
+        self.checked_roots = 0
+        self.unchecked_roots = 0
         devices = checker.devices
         self._plain = checker.plain_devices
         self._device_of = devices.device_of
