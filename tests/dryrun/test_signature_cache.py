@@ -144,3 +144,49 @@ def test_repeated_transfers_are_still_found_on_unchecked_calls():
             model(torch.randn(128, 128, device="cuda:1"))
             dr.step()
     assert [f.code for f in dr.findings] == ["MP011"]
+
+
+LATE_BRANCH = """
+import torch
+import torch.nn as nn
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(8, 8).to("cuda:0")
+        self.b = nn.Linear(8, 8).to("cuda:1")
+    def forward(self, x, step):
+        h = self.a(x.to("cuda:0"))
+        out = self.b(h.to("cuda:1"))
+        if step == 2:
+            out = out + h  # <- bug
+        return out
+
+net = Net()
+opt = torch.optim.SGD(net.parameters(), lr=0.1)
+for step in range(3):
+    net(torch.randn(2, 8), step).sum().backward()
+    opt.step()  # a step ends here
+"""
+
+
+@pytest.mark.parametrize(
+    "opts, caught",
+    [((), False), (("--every-call",), True), (("--recheck-every", "2"), True), (("--recheck-every", "5"), False)],
+)
+def test_the_command_line_options(script, dryrun_cli, monkeypatch, opts, caught):
+    # By default the third call's signature was checked clean twice: it runs unchecked and its bad branch
+    # stops on the virtual GPUs' own error. Checked (every call, or a re-check after step 2), it is MP001 and
+    # the program goes on.
+    monkeypatch.delenv("MPCHECK_RECHECK_EVERY", raising=False)
+    s = script(LATE_BRANCH)
+    status, report, _ = dryrun_cli(s, "--gpus", "2", *opts)
+    assert [f["code"] for f in report["findings"]] == (["MP001"] if caught else [])
+    assert (report.get("stopped") is None) == caught
+
+
+def test_a_negative_recheck_every_is_a_usage_error(script, dryrun_cli, capsys):
+    s = script(LATE_BRANCH)
+    status, report, err = dryrun_cli(s, "--gpus", "2", "--recheck-every", "-1")
+    assert status == 2 and report is None
+    assert "--recheck-every must be 0 (every call) or more" in err
