@@ -2,7 +2,11 @@
 
 - `nn.Module.__call__`: the module-entry check (args AND kwargs vs the
   module's own parameters and buffers; a global forward pre-hook gets no
-  kwargs) and the module stack that names `model.blocks.7.attn` in findings.
+  kwargs), the module stack that names `model.blocks.7.attn` in findings, and
+  the signature cache (signatures.py): a call like one checked clean runs with
+  the checking modes aside.
+- `nn.Module.load_state_dict`: placements are read again after it (`assign=True`
+  may bring tensors on other devices).
 - `nn.Module.to` / `.cuda`: a split model collapsed onto one device (MP007),
   at the user's line; `nn.Module._apply`: the parameter moves it makes are
   mpcheck-silent and invalidate the cached module placements.
