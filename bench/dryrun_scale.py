@@ -4,6 +4,11 @@
     /tmp/venv/bin/python bench/dryrun_scale.py --quick    # smaller CPU model, fewer repeats
 
 Rows:
+- meta 7B built on the CPU then moved (`Block().to(dev)`, the usual way), the same on 4 virtual GPUs;
+  goal <= 10 s, <= 1 GiB. With meta backing the CPU tensors are shapes only too.
+- meta 70B: a Llama-2-70B-shaped decoder (80 layers, d=8192, GQA 64/8 heads, batch 1 x 256) built on
+  the CPU then moved, over 8 virtual GPUs; goal <= 60 s, <= 2 GiB, and each device's weights +
+  gradients + AdamW states within 5% of the arithmetic (both printed).
 - meta 7B: a Llama-7B-shaped decoder (d=4096, 32 layers, SwiGLU 11008, vocab 32000, 6.7B
   parameters) split by hand over cuda:0..3, built directly on the virtual devices, one
   forward + backward + AdamW step, batch 1 x 2048 tokens, meta backing. Goal: <= 10 s wall and
@@ -32,32 +37,48 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 LLAMA_7B = dict(d=4096, layers=32, ffn=11008, vocab=32000, heads=32, batch=1, seq=2048)
+# Llama-2-70B's shape: 80 layers, d=8192, grouped-query attention (64 query heads, 8 key/value heads).
+LLAMA_70B = dict(d=8192, layers=80, ffn=28672, vocab=32000, heads=64, kv_heads=8, batch=1, seq=256)
 SMALL = dict(d=256, layers=8, ffn=688, vocab=4000, heads=4, batch=4, seq=128)
 QUICK = dict(d=128, layers=4, ffn=344, vocab=2000, heads=4, batch=4, seq=64)
 
 
-def build(cfg: dict, devices: list[str]):
+def build(cfg: dict, devices: list[str], *, on_cpu: bool = False):
+    """on_cpu: each part built on the CPU, then moved (`Block().to(dev)`), the usual way of writing it."""
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
+
+    def place(dev: str) -> dict:
+        return {} if on_cpu else {"device": dev}
+
+    def moved(module: nn.Module, dev: str) -> nn.Module:
+        return module.to(dev) if on_cpu else module
 
     class Block(nn.Module):
         def __init__(self, dev: str) -> None:
             super().__init__()
             d, f = cfg["d"], cfg["ffn"]
             self.heads = cfg["heads"]
-            self.norm1 = nn.RMSNorm(d, device=dev)
-            self.qkv = nn.Linear(d, 3 * d, bias=False, device=dev)
-            self.proj = nn.Linear(d, d, bias=False, device=dev)
-            self.norm2 = nn.RMSNorm(d, device=dev)
-            self.gate = nn.Linear(d, f, bias=False, device=dev)
-            self.up = nn.Linear(d, f, bias=False, device=dev)
-            self.down = nn.Linear(f, d, bias=False, device=dev)
+            self.kv_heads = cfg.get("kv_heads", self.heads)
+            kv = d // self.heads * self.kv_heads
+            self.norm1 = nn.RMSNorm(d, **place(dev))
+            self.qkv = nn.Linear(d, d + 2 * kv, bias=False, **place(dev))
+            self.proj = nn.Linear(d, d, bias=False, **place(dev))
+            self.norm2 = nn.RMSNorm(d, **place(dev))
+            self.gate = nn.Linear(d, f, bias=False, **place(dev))
+            self.up = nn.Linear(d, f, bias=False, **place(dev))
+            self.down = nn.Linear(f, d, bias=False, **place(dev))
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             b, t, d = x.shape
-            q, k, v = self.qkv(self.norm1(x)).view(b, t, 3, self.heads, d // self.heads).unbind(2)
-            a = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True)
+            hd = d // self.heads
+            q, k, v = self.qkv(self.norm1(x)).split([d, hd * self.kv_heads, hd * self.kv_heads], dim=-1)
+            q = q.view(b, t, self.heads, hd).transpose(1, 2)
+            k = k.view(b, t, self.kv_heads, hd).transpose(1, 2)
+            v = v.view(b, t, self.kv_heads, hd).transpose(1, 2)
+            gqa = {"enable_gqa": True} if self.kv_heads != self.heads else {}
+            a = F.scaled_dot_product_attention(q, k, v, is_causal=True, **gqa)
             x = x + self.proj(a.transpose(1, 2).reshape(b, t, d))
             h = self.norm2(x)
             return x + self.down(F.silu(self.gate(h)) * self.up(h))
@@ -70,10 +91,12 @@ def build(cfg: dict, devices: list[str]):
             n = len(devices)
             per = cfg["layers"] // n
             self.devices = devices
-            self.embed = nn.Embedding(cfg["vocab"], cfg["d"], device=devices[0])
-            self.stages = nn.ModuleList(nn.ModuleList(Block(devices[s]) for _ in range(per)) for s in range(n))
-            self.norm = nn.RMSNorm(cfg["d"], device=devices[-1])
-            self.head = nn.Linear(cfg["d"], cfg["vocab"], bias=False, device=devices[-1])
+            self.embed = moved(nn.Embedding(cfg["vocab"], cfg["d"], **place(devices[0])), devices[0])
+            self.stages = nn.ModuleList(
+                nn.ModuleList(moved(Block(devices[s]), devices[s]) for _ in range(per)) for s in range(n)
+            )
+            self.norm = moved(nn.RMSNorm(cfg["d"], **place(devices[-1])), devices[-1])
+            self.head = moved(nn.Linear(cfg["d"], cfg["vocab"], bias=False, **place(devices[-1])), devices[-1])
 
         def forward(self, tokens: torch.Tensor) -> torch.Tensor:
             h = self.embed(tokens.to(self.devices[0]))
@@ -86,14 +109,16 @@ def build(cfg: dict, devices: list[str]):
     return Decoder()
 
 
-def train_steps(cfg: dict, devices: list[str], steps: int, seed: int = 0) -> tuple[list[float], list[float], int]:
+def train_steps(
+    cfg: dict, devices: list[str], steps: int, seed: int = 0, *, on_cpu: bool = False
+) -> tuple[list[float], list[float], int]:
     """(losses, CPU seconds per step, parameter count). CPU time, not wall: this machine is shared,
     and a single-threaded step's CPU time does not move with other processes' load."""
     import torch
     import torch.nn.functional as F
 
     torch.manual_seed(seed)
-    model = build(cfg, devices)
+    model = build(cfg, devices, on_cpu=on_cpu)
     n_params = sum(p.numel() for p in model.parameters())
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     gen = torch.Generator().manual_seed(seed + 1)
@@ -116,17 +141,21 @@ def peak_rss_bytes() -> int:
 
 
 # -- scenarios, each run in its own process ------------------------------------------------
-def scenario_meta7b() -> dict:
+def scenario_meta(kind: str) -> dict:
+    """meta7b: built on the devices; meta7b-cpu: built on the CPU, then moved; meta70b-cpu: 70B so, 8 GPUs."""
+    cfg, gpus = (LLAMA_70B, 8) if kind == "meta70b-cpu" else (LLAMA_7B, 4)
     t0 = time.perf_counter()
     c0 = time.process_time()
     import mpcheck
 
-    with mpcheck.dryrun(gpus=4, backing="meta", device_memory="80GiB", report=None) as dr:
+    with mpcheck.dryrun(gpus=gpus, backing="meta", device_memory="80GiB", report=None) as dr:
         t1 = time.perf_counter()
-        _, times, n_params = train_steps(LLAMA_7B, [f"cuda:{i}" for i in range(4)], steps=1)
+        devices = [f"cuda:{i}" for i in range(gpus)]
+        _, times, n_params = train_steps(cfg, devices, steps=1, on_cpu=kind.endswith("-cpu"))
         t2 = time.perf_counter()
     mem = dr.memory
     return {
+        "arithmetic": arithmetic(cfg, gpus),
         "params": n_params,
         "build_and_step_s": t2 - t1,
         "step_s": times[0],
@@ -137,6 +166,19 @@ def scenario_meta7b() -> dict:
         "memory": mem,
         "transfers": dr.ledger.total().count,
     }
+
+
+def arithmetic(cfg: dict, gpus: int) -> dict[str, int]:
+    """Per device, fp32 with AdamW: parameters x 16 bytes (weights, gradients, two optimizer states),
+    counted by hand from the shapes build() uses."""
+    d, f, v = cfg["d"], cfg["ffn"], cfg["vocab"]
+    kv = d // cfg["heads"] * cfg.get("kv_heads", cfg["heads"])
+    block = 2 * d + d * (d + 2 * kv) + d * d + 3 * d * f
+    per = cfg["layers"] // gpus
+    counts = {f"cuda:{i}": per * block for i in range(gpus)}
+    counts["cuda:0"] += v * d  # embedding
+    counts[f"cuda:{gpus - 1}"] += d + v * d  # final norm, head
+    return {dev: 16 * n for dev, n in counts.items()}
 
 
 def scenario_cpu(cfg_name: str, steps: int) -> dict:
@@ -157,6 +199,27 @@ def scenario_cpu(cfg_name: str, steps: int) -> dict:
         "dry": {"losses_hex": [x.hex() for x in dry_losses], "times": dry_times},
         "findings": len(dr.findings),
     }
+
+
+# Each meta row: (what, wall-clock goal in s, peak RSS goal in bytes).
+META_ROWS = {
+    "meta7b": ("7B decoder built on 4 virtual GPUs", 10, 2**30),
+    "meta7b-cpu": ("7B decoder built on the CPU then moved (`Block().to(dev)`), 4 virtual GPUs", 10, 2**30),
+    "meta70b-cpu": (
+        "70B-shaped decoder (80 layers, d=8192, GQA) built on the CPU then moved, 8 virtual GPUs",
+        60,
+        2 * 2**30,
+    ),
+}
+
+
+def within(meta: dict, tolerance: float) -> bool:
+    """Is each device's params + grads + optimizer estimate within `tolerance` of the arithmetic?"""
+    for dev, hand in meta["arithmetic"].items():
+        m = meta["memory"].get(dev)
+        if m is None or abs((m["params"] + m["grads"] + m["optimizer_state"]) / hand - 1) > tolerance:
+            return False
+    return True
 
 
 def run_child(*args: str) -> dict:
@@ -180,12 +243,12 @@ def main() -> int:
     opts = ap.parse_args()
     if opts.child:
         kind = opts.child[0]
-        result = scenario_meta7b() if kind == "meta7b" else scenario_cpu(opts.child[1], int(opts.child[2]))
+        result = scenario_meta(kind) if kind.startswith("meta") else scenario_cpu(opts.child[1], int(opts.child[2]))
         print(json.dumps(result))
         return 0
 
     cfg_name, steps = ("quick", 4) if opts.quick else ("small", 6)
-    meta = run_child("meta7b")
+    metas = {kind: run_child(kind) for kind in META_ROWS}
     cpu = run_child("cpu", cfg_name, str(steps))
     plain, dry = cpu["plain"], cpu["dry"]
 
@@ -193,12 +256,15 @@ def main() -> int:
     print()
     print("| scenario | parameters | step | whole process | peak RSS | goal | met |")
     print("|---|---|---|---|---|---|---|")
-    ok_meta = meta["wall_s"] <= 10 and meta["peak_rss"] <= 2**30
-    print(
-        f"| meta backing, 7B decoder on 4 virtual GPUs, 1 fwd+bwd+AdamW step | {meta['params'] / 1e9:.2f} B | "
-        f"{meta['step_s']:.2f} s CPU (build + step {meta['build_and_step_s']:.2f} s wall) | {meta['wall_s']:.2f} s wall, "
-        f"{meta['process_cpu_s']:.2f} s CPU | {gib(meta['peak_rss'])} | <= 10 s, <= 1 GiB | {'yes' if ok_meta else 'NO'} |"
-    )
+    for kind, (what, wall_goal, rss_goal) in META_ROWS.items():
+        meta = metas[kind]
+        ok = meta["wall_s"] <= wall_goal and meta["peak_rss"] <= rss_goal and within(meta, 0.05)
+        print(
+            f"| meta backing, {what}, 1 fwd+bwd+AdamW step | {meta['params'] / 1e9:.2f} B | "
+            f"{meta['step_s']:.2f} s CPU (build + step {meta['build_and_step_s']:.2f} s wall) | "
+            f"{meta['wall_s']:.2f} s wall, {meta['process_cpu_s']:.2f} s CPU | {gib(meta['peak_rss'])} | "
+            f"<= {wall_goal} s, <= {gib(rss_goal)}, weights within 5% of the arithmetic | {'yes' if ok else 'NO'} |"
+        )
     # the first step pays one-time costs (optimizer state, lazy imports): compare the rest
     p_med = statistics.median(plain["times"][1:])
     d_med = statistics.median(dry["times"][1:])
@@ -211,15 +277,20 @@ def main() -> int:
         f"{'yes' if ratio <= 1.6 and same else 'NO'} ({'bit-identical' if same else 'losses differ'}) |"
     )
     print()
-    print("meta 7B estimate per virtual GPU (params / grads / optimizer / activations / total of 80 GiB):")
-    for dev, m in meta["memory"].items():
-        print(
-            f"  {dev}: {gib(m['params'])} / {gib(m['grads'])} / {gib(m['optimizer_state'])} / "
-            f"{gib(m['activations'])} / {gib(m['total'])} {'fits' if m['fits'] else 'DOES NOT FIT'}"
-        )
-    print(
-        f"findings: meta {meta['findings']}, cpu dry run {cpu['findings']}; transfers in the 7B step: {meta['transfers']}"
-    )
+    for kind, (what, _, _) in META_ROWS.items():
+        meta = metas[kind]
+        print(f"\n{what}: estimate per virtual GPU (params / grads / optimizer / activations / total of 80 GiB), ")
+        print("and the arithmetic of params + grads + optimizer (16 bytes a parameter) against the estimate's:")
+        for dev, m in meta["memory"].items():
+            weights = m["params"] + m["grads"] + m["optimizer_state"]
+            hand = meta["arithmetic"].get(dev, 0)
+            print(
+                f"  {dev}: {gib(m['params'])} / {gib(m['grads'])} / {gib(m['optimizer_state'])} / "
+                f"{gib(m['activations'])} / {gib(m['total'])} {'fits' if m['fits'] else 'DOES NOT FIT'}; "
+                f"weights {gib(weights)} vs arithmetic {gib(hand)} (x{weights / hand:.4f})"
+            )
+        print(f"  findings: {meta['findings']}; transfers in the step: {meta['transfers']}")
+    print(f"findings: cpu dry run {cpu['findings']}")
     return 0
 
 

@@ -8,10 +8,12 @@ costs a few microseconds and mpcheck's Python dominates the difference. The
 checks see the CPU as "cuda:0" (device names as CudaDevices gives them on a
 GPU), so every op takes the same path it takes on one stage of the GPU split.
 
-Prints, for plain / debug / strict: the median step time, and the overhead per
-intercepted call in microseconds:
-  - debug: (step - plain) / (torch-function calls + module calls) per step,
-  - strict: (step - plain) / (torch-function calls + module calls + aten ops).
+Prints, for plain / debug / strict / every-call / strict-every-call (`recheck_every=0`: every call
+of every step checked): the median time of later steps (from a session's second step on, where
+signatures checked clean run unchecked), the overhead per intercepted call in microseconds:
+  - debug, every-call: (step - plain) / (torch-function calls + module calls) per step,
+  - strict: (step - plain) / (torch-function calls + module calls + aten ops),
+and the first step of a session (every call checked) against a plain step.
 Variants alternate in rounds so that load on a shared machine hits them alike;
 each variant's step time is its fastest round's median. Single-threaded torch, timed
 in process CPU time (time.process_time), which other processes on a shared
@@ -120,15 +122,21 @@ def time_steps(model, opt, x, y, n) -> list[float]:
     return out
 
 
+# (strict, recheck_every) of each variant; every-call: every call of every step checked (0.1.0's way).
+VARIANTS = {"debug": (False, None), "strict": (True, None), "every-call": (False, 0), "strict-every-call": (True, 0)}
+
+
 def run_variant(v, model, opt, x, y, n):
+    """(first step's time or None, later steps' times): a fresh session's first step checks every call."""
     if v == "plain":
-        return time_steps(model, opt, x, y, n)
-    with mpcheck.debug(model, report=None, strict=(v == "strict"), devices=ProxyDevices()) as dbg:
-        time_steps(model, opt, x, y, 1)  # the first step reads memory: not timed
+        return None, time_steps(model, opt, x, y, n)
+    strict, recheck_every = VARIANTS[v]
+    with mpcheck.debug(model, report=None, strict=strict, recheck_every=recheck_every, devices=ProxyDevices()) as dbg:
+        first = time_steps(model, opt, x, y, 1)[0]
         t = time_steps(model, opt, x, y, n)
     if dbg.findings:
         raise SystemExit(f"unexpected findings: {[f.code for f in dbg.findings]}")
-    return t
+    return first, t
 
 
 def main(argv=None) -> int:
@@ -153,27 +161,29 @@ def main(argv=None) -> int:
     counts = count_calls(model, opt, x, y)
     rounds = opts.rounds or (3 if opts.quick else 9)
     steps = opts.steps or (10 if opts.quick else 30)
-    variants = ["plain", "debug", "strict"]
+    variants = ["plain", *VARIANTS]
     per_round = {v: [] for v in variants}
+    firsts = {v: [] for v in variants}
     for _ in range(rounds):
         for v in variants:
-            per_round[v].append(statistics.median(run_variant(v, model, opt, x, y, steps)))
+            first, later = run_variant(v, model, opt, x, y, steps)
+            per_round[v].append(statistics.median(later))
+            if first is not None:
+                firsts[v].append(first)
     # The fastest round: on a shared machine other processes only ever slow a round down.
     med = {v: min(ts) for v, ts in per_round.items()}
     fn_calls = counts["torch_calls"] + counts["module_calls"]
-    per_op = {
-        "debug": (med["debug"] - med["plain"]) / fn_calls,
-        "strict": (med["strict"] - med["plain"]) / (fn_calls + counts["aten_ops"]),
-    }
+    per_op = {v: (med[v] - med["plain"]) / (fn_calls + (counts["aten_ops"] if VARIANTS[v][0] else 0)) for v in VARIANTS}
     print(
         f"CPU proxy, torch {torch.__version__}, 1 thread; per step: {counts['torch_calls']} torch calls, "
         f"{counts['module_calls']} module calls, {counts['aten_ops']} aten ops; {rounds} rounds x {steps} steps"
     )
-    print("| variant | median step ms | ratio | overhead us per intercepted call |")
-    print("|---|---|---|---|")
+    print("| variant | later steps: median ms | ratio | overhead us per intercepted call | first step: ratio |")
+    print("|---|---|---|---|---|")
     for v in variants:
         extra = "" if v == "plain" else f"{per_op[v] * 1e6:.2f}"
-        print(f"| {v} | {med[v] * 1e3:.2f} | x{med[v] / med['plain']:.3f} | {extra} |")
+        first = f"x{min(firsts[v]) / med['plain']:.3f}" if firsts[v] else ""
+        print(f"| {v} | {med[v] * 1e3:.2f} | x{med[v] / med['plain']:.3f} | {extra} | {first} |")
     return 0
 
 

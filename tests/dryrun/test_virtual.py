@@ -247,3 +247,21 @@ def test_torch_load_with_a_cuda_map_location(tmp_path):
         lin.weight.data.copy_(ckpt["w"].view(1, 4))  # copy_ across devices is allowed
         assert lin.weight.device == torch.device("cuda:0")
     assert torch.equal(torch.load(path)["w"], torch.arange(4.0))
+
+
+def test_meta_backing_builds_nothing_real_on_the_cpu():
+    from mpcheck.runtime.virtual.errors import MetaValueError
+
+    with quiet(gpus=2, backing="meta") as dr:
+        layer = nn.Linear(1024, 1024)  # built on the CPU: shapes only
+        assert layer.weight.device == torch.device("cpu")
+        assert layer.weight.untyped_storage().device.type == "meta"
+        x = torch.randn(4, 1024)
+        with pytest.raises(MetaValueError, match="needs the tensor's value"):
+            x.sum().item()
+        assert torch.tensor([1, 2, 3]).tolist() == [1, 2, 3]  # values the program hands in stay real
+        layer.to("cuda:1")
+        layer(x.to("cuda:1")).sum().backward()
+    assert layer.weight.device == torch.device("meta")  # out of the dry run, the backing shows
+    assert dr.memory["cuda:1"]["params"] == (1024 * 1024 + 1024) * 4
+    assert "cuda:0" not in dr.memory or dr.memory["cuda:0"]["params"] == 0

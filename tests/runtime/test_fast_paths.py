@@ -83,7 +83,8 @@ def test_a_forward_hook_on_a_torch_leaf_still_runs_under_the_mode():
     lin = nn.Linear(4, 4)
     seen = []
     lin.register_forward_hook(lambda mod, args, out: seen.append(torch._C._len_torch_function_stack()))
-    with mpcheck.debug(lin, report=None) as dbg:
+    # recheck_every=0: every call checked (the second call would otherwise run as a signature checked clean)
+    with mpcheck.debug(lin, report=None, recheck_every=0) as dbg:
         lin(torch.ones(2, 4)).to("meta")
         lin(torch.ones(2, 4))
     assert seen == [1, 1]  # the checking mode was on while the hook ran

@@ -2,7 +2,11 @@
 
 - `nn.Module.__call__`: the module-entry check (args AND kwargs vs the
   module's own parameters and buffers; a global forward pre-hook gets no
-  kwargs) and the module stack that names `model.blocks.7.attn` in findings.
+  kwargs), the module stack that names `model.blocks.7.attn` in findings, and
+  the signature cache (signatures.py): a call like one checked clean runs with
+  the checking modes aside.
+- `nn.Module.load_state_dict`: placements are read again after it (`assign=True`
+  may bring tensors on other devices).
 - `nn.Module.to` / `.cuda`: a split model collapsed onto one device (MP007),
   at the user's line; `nn.Module._apply`: the parameter moves it makes are
   mpcheck-silent and invalidate the cached module placements.
@@ -27,10 +31,29 @@ from typing import Any
 import torch
 from torch import nn
 
+from mpcheck.runtime.capture.signatures import SignatureCache
 from mpcheck.runtime.checks.checker import Checker
 from mpcheck.runtime.checks.sites import called_by_torch, user_frame, user_site, user_site_from
 
 Undo = Callable[[], None]
+
+
+def _current_dispatch_mode() -> Any:
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+    return _get_current_dispatch_mode()
+
+
+def _pop_dispatch_mode() -> Any:
+    from torch.utils._python_dispatch import _pop_mode
+
+    return _pop_mode()
+
+
+def _push_dispatch_mode(mode: Any) -> None:
+    from torch.utils._python_dispatch import _push_mode
+
+    _push_mode(mode)
 
 
 class ModuleNamer:
@@ -128,14 +151,18 @@ def install(
     on_step: Callable[[Any], None],
     on_compiled: Callable[[], None],
     leaf_mode: Any = None,
+    cache: SignatureCache | None = None,
+    modes: tuple[Any, Any, Any] = (None, None, None),
 ) -> list[Undo]:
     """Every patch of this module, in install order; one undo callable each.
 
     leaf_mode: the checking function mode, to be stepped out of while a torch.nn leaf
     module (nn.Linear, nn.LayerNorm, ...) whose inputs, parameters and buffers all share
-    one device runs its forward (see checked_call); None: never step out."""
+    one device runs its forward (see checked_call); None: never step out.
+    cache, modes: the signature cache and the modes it steps aside (see _patch_module_call)."""
     return [
-        _patch_module_call(checker, namer, on_compiled=on_compiled, leaf_mode=leaf_mode),
+        _patch_module_call(checker, namer, on_compiled=on_compiled, leaf_mode=leaf_mode, cache=cache, modes=modes),
+        _patch_load_state_dict(checker),
         _patch_module_apply(checker),
         *_patch_module_moves(checker),
         _patch_module_init(checker),
@@ -147,9 +174,18 @@ def install(
 
 
 def _patch_module_call(
-    checker: Checker, namer: ModuleNamer, *, on_compiled: Callable[[], None], leaf_mode: Any
+    checker: Checker,
+    namer: ModuleNamer,
+    *,
+    on_compiled: Callable[[], None],
+    leaf_mode: Any,
+    cache: SignatureCache | None = None,
+    modes: tuple[Any, Any, Any] = (None, None, None),
 ) -> Undo:
-    """nn.Module.__call__: the module stack, module naming, and the module-entry check."""
+    """nn.Module.__call__: the module stack, module naming, the module-entry check, and the
+    signature cache (cache: None checks every call; modes: the checking function mode and the
+    strict dispatch mode or None, stepped aside while a call of a signature checked clean runs,
+    and the function mode that stands in for the first meanwhile, or None)."""
     tls = checker._tls
     orig_call = nn.Module.__call__
     placement = checker._placement  # cleared in place by invalidate_placement()
@@ -181,6 +217,87 @@ def _patch_module_call(
             seen = roots_checked.get(id(module))
             if seen is None or seen() is not module:
                 checker.on_root_call(module)  # once per root model: a split collapsed by set_device (MP004)
+        if cache is None:
+            return checked(module, path, stack, args, kwargs)
+        key = cache.key(module, args, kwargs)
+        if cache.is_clean(module, key):
+            if tls.unchecked:  # inside a call already unchecked: the modes are aside
+                stack.append(path)
+                try:
+                    return orig_call(module, *args, **kwargs)
+                finally:
+                    stack.pop()
+            return unchecked_call(module, path, stack, args, kwargs)
+        if not stack:
+            cache.checked_roots += 1
+        if tls.unchecked:  # a new signature inside an unchecked call: the modes come back for it
+            return rechecked_call(module, path, stack, key, args, kwargs)
+        before = checker.emitted
+        out = checked(module, path, stack, args, kwargs)
+        if checker.emitted == before:
+            cache.add(module, key)
+        return out
+
+    function_mode, dispatch_mode, stand_in = modes
+
+    def unchecked_call(module, path, stack, args, kwargs):
+        """A signature checked clean: the call runs with the checking modes aside (those on top of
+        their stacks; under a mode of someone else's, it is checked as before)."""
+        assert cache is not None
+        n = tf_len()
+        if not (n and tf_top(n - 1) is function_mode) or (
+            dispatch_mode is not None and _current_dispatch_mode() is not dispatch_mode
+        ):
+            if not stack:
+                cache.checked_roots += 1
+            return checked(module, path, stack, args, kwargs)
+        if not stack:
+            cache.unchecked_roots += 1
+        popped = tf_pop()
+        if stand_in is not None:
+            tf_push(stand_in)
+        if dispatch_mode is not None:
+            _pop_dispatch_mode()
+        tls.unchecked = 1
+        stack.append(path)
+        try:
+            return orig_call(module, *args, **kwargs)
+        except BaseException:
+            cache.clear()  # PyTorch's own error, maybe a branch never checked: check the next call
+            raise
+        finally:
+            stack.pop()
+            tls.unchecked = 0
+            if dispatch_mode is not None:
+                _push_dispatch_mode(dispatch_mode)
+            if stand_in is not None:
+                tf_pop()
+            tf_push(popped)
+
+    def rechecked_call(module, path, stack, key, args, kwargs):
+        assert cache is not None
+        if stand_in is not None:
+            tf_pop()
+        tf_push(function_mode)
+        if dispatch_mode is not None:
+            _push_dispatch_mode(dispatch_mode)
+        tls.unchecked = 0
+        before = checker.emitted
+        try:
+            out = checked(module, path, stack, args, kwargs)
+        finally:
+            if dispatch_mode is not None:
+                _pop_dispatch_mode()
+            tf_pop()
+            if stand_in is not None:
+                tf_push(stand_in)
+            tls.unchecked = 1
+        if checker.emitted == before:
+            cache.add(module, key)
+        return out
+
+    def checked(module, path, stack, args, kwargs):
+        """The call with every check: the module-entry check, torch.nn leaves outside the mode."""
         cls = type(module)
         is_leaf = torch_leaf_types.get(cls)
         if is_leaf is None:
@@ -258,6 +375,20 @@ def _patch_module_apply(checker: Checker) -> Undo:
             checker.invalidate_placement()
 
     return patch(nn.Module, "_apply", quiet_apply)
+
+
+def _patch_load_state_dict(checker: Checker) -> Undo:
+    """load_state_dict(..., assign=True) puts the state dict's own tensors in the module, maybe on
+    other devices: placements are read again after any load."""
+    orig_load = nn.Module.load_state_dict
+
+    def load_state_dict(module, *args, **kwargs):
+        try:
+            return orig_load(module, *args, **kwargs)
+        finally:
+            checker.invalidate_placement()
+
+    return patch(nn.Module, "load_state_dict", load_state_dict)
 
 
 def _patch_module_moves(checker: Checker) -> list[Undo]:

@@ -46,6 +46,9 @@ def _classify(func: Any) -> int:
     """The kind of a call (checks/torchapi.py), from its name and the name torch resolves it to."""
     from torch.overrides import resolve_name
 
+    kind = getattr(func, "mpcheck_transfer_kind", None)  # a transfer method wrapped by transfers.py
+    if kind is not None:
+        return kind
     name = getattr(func, "__name__", "")
     full = None
     try:

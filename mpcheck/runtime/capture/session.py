@@ -16,8 +16,9 @@ from typing import Any
 
 import torch
 
-from mpcheck.runtime.capture import hooks
+from mpcheck.runtime.capture import hooks, transfers
 from mpcheck.runtime.capture.mode import CheckingMode
+from mpcheck.runtime.capture.signatures import SignatureCache, recheck_every_from_env
 from mpcheck.runtime.capture.warnings_site import redirect_warnings
 from mpcheck.runtime.checks.checker import Checker, Devices
 from mpcheck.runtime.checks.ledger import Ledger
@@ -37,15 +38,23 @@ class Session:
         devices: Devices,
         keep_trace: bool = False,
         model_name: str = "model",
+        recheck_every: int | None = None,
     ) -> None:
         """devices: where a tensor's device comes from (the real GPUs' CudaDevices, the virtual GPUs);
-        the face decides, the session does not know either."""
+        the face decides, the session does not know either.
+        recheck_every: a module call of a signature checked clean runs unchecked, but every
+        recheck_every-th step checks everything again (signatures.py); 0 checks every call; None:
+        MPCHECK_RECHECK_EVERY from the environment, else 100."""
         self.devices = devices
         self.namer = hooks.ModuleNamer()
         self.checker = Checker(
             devices, on_mismatch=on_mismatch, select=select, ledger=Ledger(keep_events=keep_trace), namer=self.namer
         )
         self.strict = strict
+        self.recheck_every = recheck_every_from_env() if recheck_every is None else recheck_every
+        if self.recheck_every < 0:
+            raise ValueError(f"recheck_every must be 0 (check every call) or more, not {self.recheck_every}")
+        self.cache = SignatureCache(self.checker, self.recheck_every) if self.recheck_every else None
         self.model = model
         self.model_name = model_name
         self.notes: list[str] = []  # things the report must say (e.g. torch.compile turned off)
@@ -70,13 +79,22 @@ class Session:
             # (the mode stamps each autograd node for backward findings) and not on virtual
             # devices (the dry run's checks of what its own mode answers stay as they are).
             leaf_mode = mode if not self.strict and self.checker.plain_devices else None
+            smode: Any = None
+            if self.strict:
+                from mpcheck.runtime.capture.strict import StrictMode
+
+                smode = StrictMode(self.checker)
             self._undos = hooks.install(
                 self.checker,
                 self.namer,
                 on_step=self._on_optimizer_step,
                 on_compiled=self._on_compiled,
                 leaf_mode=leaf_mode,
+                cache=self.cache,
+                modes=(mode, smode, self._unchecked_mode(mode)),
             )
+            if self.cache is not None and self.checker.plain_devices:
+                self._undos.extend(transfers.install(mode))
             self._undos.append(self._patch_compile())
             self._undos.append(redirect_warnings())
             if "torch._dynamo" in sys.modules:
@@ -85,10 +103,9 @@ class Session:
             self._modes.append(mode)
             self._undos.append(self._step_outside_mode(mode))
             self._undos.extend(self._zero_grad_outside_mode(mode))
-            if self.strict:
-                from mpcheck.runtime.capture.strict import StrictMode
-
-                smode = StrictMode(self.checker)
+            if smode is not None:
+                if self.cache is not None:
+                    self._undos.append(self._backward_outside_strict(smode, self.cache))
                 smode.__enter__()
                 self._modes.append(smode)
             self.active = True
@@ -128,6 +145,8 @@ class Session:
     def step(self) -> None:
         """End a training step explicitly (a step also ends at optimizer.step())."""
         self.checker.step_end()
+        if self.cache is not None:
+            self.cache.step_end()
         # Parameters, gradients and optimizer states settle after the first steps; reading
         # them every step would cost O(parameters) per step, so only the first two are read.
         if self._memory_steps < 2:
@@ -138,6 +157,37 @@ class Session:
         self._restore_mode()
         self._optimizers.add(optimizer)
         self.step()
+
+    def _unchecked_mode(self, mode: CheckingMode) -> transfers.TransferMode | None:
+        """What stands in for the checking mode while a call of a signature checked clean runs
+        (transfers.py): nothing on real GPUs (the transfer methods are wrapped), a TransferMode
+        under the dry run."""
+        if self.cache is None or self.checker.plain_devices:
+            return None
+        return transfers.TransferMode(mode)
+
+    def _backward_outside_strict(self, smode: Any, cache: SignatureCache):
+        """Strict mode: a backward whose forward ran all unchecked (every outermost module call of a
+        signature checked clean, none checked, since the last backward) runs without the dispatch
+        mode too; its graph is one the checked calls built, backward ops included."""
+        import torch.autograd as autograd
+        from torch.utils._python_dispatch import _get_current_dispatch_mode, _pop_mode, _push_mode
+
+        orig = autograd.backward
+
+        @functools.wraps(orig)
+        def backward(*args, **kwargs):
+            unchecked = cache.unchecked_roots and not cache.checked_roots
+            cache.unchecked_roots = cache.checked_roots = 0
+            if not unchecked or _get_current_dispatch_mode() is not smode:
+                return orig(*args, **kwargs)
+            popped = _pop_mode()
+            try:
+                return orig(*args, **kwargs)
+            finally:
+                _push_mode(popped)
+
+        return hooks.patch(autograd, "backward", backward)
 
     def _step_outside_mode(self, mode: CheckingMode):
         """optimizer.step() runs outside the function mode: its per-parameter bookkeeping

@@ -285,6 +285,12 @@ class Checker:
         self.namer = namer
         self.repeat_min_bytes = repeat_min_bytes_from_env() if repeat_min_bytes is None else repeat_min_bytes
         self.findings: list[Finding] = []
+        # Findings emitted so far, repeats included: a module call that adds none ran clean (the
+        # signature cache of capture/signatures.py skips the checks of calls like it).
+        self.emitted = 0
+        # Bumped whenever parameters may have moved (invalidate_placement): what was checked under
+        # an older placement is checked again.
+        self.placement_epoch = 0
         self._by_key: dict[tuple[str, str, int, tuple[str, ...]], int] = {}  # dedupe key -> index in findings
         self._lock = threading.RLock()
         self._tls = _ThreadState()
@@ -310,7 +316,6 @@ class Checker:
         # Tensors computed only from buffers and constants (MP011 on fresh copies of unchanging data),
         # and per (site, destination) how many such copies were made there.
         self.provenance = Provenance(torch.Tensor)
-        self._placement_epoch = 0
         self._provenance_forward = -1  # the forward pass (per thread count) of the last refresh
         self._const_copies: dict[tuple[Site, str], int] = {}
         # Where modules were built and placed, tensors made on the current device (placement.py).
@@ -341,7 +346,7 @@ class Checker:
     def invalidate_placement(self) -> None:
         """Parameters moved (Module.to/_apply, param.data = ...): recompute module devices."""
         self._placement.clear()
-        self._placement_epoch += 1  # and list the buffers again (provenance)
+        self.placement_epoch += 1  # signatures checked clean are stale; list the buffers again (provenance)
 
     # -- findings -------------------------------------------------------------------
     def emit(
@@ -368,6 +373,7 @@ class Checker:
         # (a loop over blocks) lists the modules instead of repeating itself.
         key = (code, site.path, site.line, devices)
         with self._lock:
+            self.emitted += 1
             idx = self._by_key.get(key)
             if idx is not None:
                 f = self.findings[idx]
@@ -1283,7 +1289,7 @@ class Checker:
         """List the root models' buffers for provenance when the roots or their placement changed."""
         namer = self.namer
         if namer is not None:
-            self.provenance.refresh(namer.roots(), self._placement_epoch)
+            self.provenance.refresh(namer.roots(), self.placement_epoch)
 
     # -- MP014 (waste): logits moved to the targets' device ---------------------------------
     def on_loss(self, args: Args, kwargs: Kwargs) -> None:
@@ -1520,6 +1526,9 @@ class _ThreadState(threading.local):
         # Module calls whose inputs were off the module's device, outermost first (enter_module).
         self.entries: list[_Entry] = []
         self.forwards = 0  # outermost module calls so far: a forward pass's number, for MP006
+        # > 0 while a module call of a signature checked clean runs with the modes stepped aside
+        # (capture/signatures.py): transfers are then recorded by capture/transfers.py instead.
+        self.unchecked = 0
 
 
 class _Entry:

@@ -53,6 +53,7 @@ class Face:
         output_format: str,
         trace: str | None,
         html: str | None = None,
+        recheck_every: int | None = None,
     ) -> None:
         if on_mismatch not in ON_MISMATCH:
             raise ValueError(f"on_mismatch must be one of {', '.join(ON_MISMATCH)}, not {on_mismatch!r}")
@@ -63,6 +64,7 @@ class Face:
         self.output_format = output_format
         self.trace = trace
         self.html = html
+        self.recheck_every = recheck_every
         self.session: CheckedSession | None = None
         self._placement: Any = None  # html.placement.Placement, once the session starts
 
@@ -96,6 +98,7 @@ class Face:
             select=self.select,
             devices=devices,
             keep_trace=self.trace is not None or self.html is not None,  # the page's timeline
+            recheck_every=self.recheck_every,
         )
         self.session = session
         self._placement = prepare(session)

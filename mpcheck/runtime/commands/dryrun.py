@@ -19,6 +19,7 @@ from mpcheck.runtime.commands.launch import Program, run_program
 from mpcheck.runtime.commands.options import (
     add_report_options,
     needs_torch,
+    recheck_every,
     run_command,
     selected_codes,
     write_report,
@@ -113,6 +114,7 @@ def _run(parser: argparse.ArgumentParser, opts: argparse.Namespace, program: Pro
             report=None,
             trace=opts.trace,
             html=opts.html,
+            recheck_every=recheck_every(opts),
         )
     except ValueError as e:
         print(f"mpcheck dryrun: {e}", file=sys.stderr)

@@ -29,6 +29,20 @@ def add_report_options(ap: argparse.ArgumentParser, *, on_mismatch: str, on_mism
     )
     ap.add_argument("--select", metavar="CODES", help="only these rule codes, comma-separated (e.g. MP001,MP011)")
     ap.add_argument("--color", choices=("auto", "always", "never"), default="auto")
+    ap.add_argument(
+        "--recheck-every",
+        type=int,
+        metavar="N",
+        default=None,
+        help="a module call like one already checked clean (same devices and dtypes of its inputs, training "
+        "flag, grad mode, autocast) runs without the per-call checks; every N-th step checks everything again "
+        "(default 100, or MPCHECK_RECHECK_EVERY; 0: every call)",
+    )
+    ap.add_argument(
+        "--every-call",
+        action="store_true",
+        help="check every call of every step (as --recheck-every 0; slower after the first step)",
+    )
     ap.add_argument("program", nargs=argparse.REMAINDER, help="script.py [args] | -m module [args] | -c code [args]")
 
 
@@ -88,3 +102,12 @@ def write_report(prog: str, opts: argparse.Namespace, write: Callable[..., None]
         print(f"{prog}: cannot write the report: {e}", file=sys.stderr)
         return False
     return True
+
+
+def recheck_every(opts: argparse.Namespace) -> int | None:
+    """--every-call / --recheck-every N as the faces take it (None: the default), or raise ValueError."""
+    if opts.every_call:
+        return 0
+    if opts.recheck_every is not None and opts.recheck_every < 0:
+        raise ValueError(f"--recheck-every must be 0 (every call) or more, not {opts.recheck_every}")
+    return opts.recheck_every

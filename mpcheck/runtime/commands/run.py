@@ -18,6 +18,7 @@ from mpcheck.runtime.commands.launch import Program, run_program
 from mpcheck.runtime.commands.options import (
     add_report_options,
     needs_torch,
+    recheck_every,
     run_command,
     selected_codes,
     write_report,
@@ -69,13 +70,18 @@ def _run(parser: argparse.ArgumentParser, opts: argparse.Namespace, program: Pro
         )
         return 2
     rank = start_rank(opts)
-    session = Session(
-        on_mismatch=opts.on_mismatch,
-        strict=opts.strict,
-        select=selected_codes(opts),
-        devices=CudaDevices(),
-        keep_trace=bool(opts.trace or opts.html),  # the page's timeline needs the transfers kept
-    )
+    try:
+        session = Session(
+            on_mismatch=opts.on_mismatch,
+            strict=opts.strict,
+            select=selected_codes(opts),
+            devices=CudaDevices(),
+            keep_trace=bool(opts.trace or opts.html),  # the page's timeline needs the transfers kept
+            recheck_every=recheck_every(opts),
+        )
+    except ValueError as e:
+        print(f"{parser.prog}: {e}", file=sys.stderr)
+        return 2
     placement = prepare(session)
     session.start()
     try:

@@ -35,6 +35,10 @@ class debug(Face):
     strict: also check every aten op, forward and backward (slower).
     report: where the summary goes on exit: "stderr" (default), None for none.
     html: a file for the HTML report, written on exit (also `write_html(path)` afterwards).
+    recheck_every: a module call like one already checked clean (same module, devices and dtypes of
+        its tensor inputs, training flag, grad mode, autocast) runs without the per-call checks; every
+        recheck_every-th step checks everything again. 0: check every call. None: the environment's
+        MPCHECK_RECHECK_EVERY, else 100.
     """
 
     def __init__(
@@ -49,6 +53,7 @@ class debug(Face):
         trace: str | None = None,
         devices: Any = None,
         html: str | None = None,
+        recheck_every: int | None = None,
     ) -> None:
         super().__init__(
             model,
@@ -58,6 +63,7 @@ class debug(Face):
             output_format=output_format,
             trace=trace,
             html=html,
+            recheck_every=recheck_every,
         )
         self.strict = strict
         self.devices = devices
@@ -97,6 +103,7 @@ class debug(Face):
                 trace=self.trace,
                 devices=self.devices,
                 html=self.html,
+                recheck_every=self.recheck_every,
             ):
                 return fn(*args, **kwargs)
 

@@ -88,6 +88,10 @@ class dryrun(Face):
     on_mismatch: "move" (default: record and go on), "warn", or "raise".
     report: "stderr" to print the report on exit, None for none.
     html: a file for the HTML report, written on exit (also `write_html(path)` afterwards).
+    recheck_every: a module call like one already checked clean (same module, devices and dtypes of
+        its tensor inputs, training flag, grad mode, autocast) runs without the per-call checks; every
+        recheck_every-th step checks everything again. 0: check every call. None: the environment's
+        MPCHECK_RECHECK_EVERY, else 100.
     """
 
     def __init__(
@@ -104,6 +108,7 @@ class dryrun(Face):
         output_format: str = "text",
         trace: str | None = None,
         html: str | None = None,
+        recheck_every: int | None = None,
     ) -> None:
         from mpcheck.runtime.virtual.links import parse_link
 
@@ -115,6 +120,7 @@ class dryrun(Face):
             output_format=output_format,
             trace=trace,
             html=html,
+            recheck_every=recheck_every,
         )
         if output_format not in ("text", "json"):
             raise ValueError(f"output_format must be 'text' or 'json', not {output_format!r}")

@@ -32,9 +32,16 @@ FACTORIES: set = set()
 MIXES_DEVICES: set = set()
 
 
+# Factories that make a tensor from a shape alone (torch.empty, torch.randn, torch.arange, ...), not from
+# values the program hands in (torch.tensor, torch.as_tensor): under meta backing, the CPU's are shapes only.
+SHAPED_FACTORIES: set = set()
+
+
 def build() -> None:
     if not FACTORIES:
         FACTORIES.update(_device_ctx._device_constructors())
+    if not SHAPED_FACTORIES:
+        SHAPED_FACTORIES.update(FACTORIES - {torch.tensor, torch.as_tensor, getattr(torch, "asarray", None)})
     if not MIXES_DEVICES:
         # torch's stub types the property Tensor.data as a plain Tensor, which has no __set__
         data_set = torch.Tensor.data.__set__  # type: ignore[attr-defined]
@@ -80,10 +87,19 @@ def generic(g: VirtualGPUs, func, args, kwargs):
         if target is not None:
             kwargs = dict(kwargs)
             kwargs["device"] = g.backing_device
+            if kwargs.get("pin_memory"):
+                kwargs["pin_memory"] = False
     if kwargs.get("pin_memory") and func in FACTORIES:
         # torch.empty(n, pin_memory=True), a staging buffer for host-to-device copies: page-locked
         # memory means nothing without a GPU, and a CPU build has no allocator for it.
         kwargs = {**kwargs, "pin_memory": False}
+    if target is None and g.backing == "meta" and func in SHAPED_FACTORIES and _on_cpu(kwargs.get("device")):
+        # A model built on the CPU, then moved (`Block().to(dev)`): its CPU tensors are shapes only too,
+        # labelled "cpu", so that building it costs no real memory or time.
+        kwargs = dict(kwargs)
+        kwargs["device"] = g.backing_device
+        kwargs.pop("pin_memory", None)
+        target = "cpu"
     dev, other = scan(g, args, kwargs)
     if other is not None and func not in MIXES_DEVICES:
         raise VirtualDeviceError(
@@ -102,6 +118,15 @@ def generic(g: VirtualGPUs, func, args, kwargs):
     if lab is not None and out is not None:
         g.label_outputs(out, lab, args[0] if args else None)
     return out
+
+
+def _on_cpu(device: Any) -> bool:
+    """Does a factory's `device=` value (None: the default device) put its tensor on the CPU?"""
+    if device is None:
+        return True
+    if isinstance(device, str):
+        return device == "cpu"
+    return isinstance(device, torch.device) and device.type == "cpu"
 
 
 def _explain(g: VirtualGPUs, func, e: BaseException, dev: str | None) -> BaseException:
