@@ -12,6 +12,8 @@ expressions.py Expressions: the value of an expression; operands that must agree
 calls.py       Calls: functions, modules and methods of the file; classes of other files by summary
 instances.py   Instances: classes built, and where their parts end up (split or not)
 moves.py       Moves: .to() / .cuda() / .cpu(), transfers, collapses, lineage steps
+shared.py      module objects held by two stages (one list of blocks, a default argument) moved twice
+unmoved.py     models provably never moved: their unplaced modules are on the CPU
 summary.py     JSON summaries of a file's classes and functions for other files
 summarized.py  using those summaries: imported names, calls of summarized classes and functions
 model.py       DeviceModel: one interpretation per file; rules ask it for facts by type

@@ -14,6 +14,7 @@ from mpcheck.devices import torchapi as T
 from mpcheck.devices.events import Collapse, Crossing, IndexlessPlacement, Transfer
 from mpcheck.devices.names import dotted
 from mpcheck.devices.program import Part, State
+from mpcheck.devices.shared import note_move
 from mpcheck.devices.values import (
     CURRENT,
     OFF_CHAIN,
@@ -112,6 +113,8 @@ class Moves(Part):
                         )
                     )
             return recv
+        if st.in_init:
+            note_move(self.interp, recv, devs, node, st)
         if is_splitish(recv):
             st.scope.split_seen = True
             if devs != one("cpu"):  # .cpu() frees the GPUs on purpose (saving, deparallelize); it crams nothing
@@ -243,8 +246,29 @@ class Moves(Part):
             and root.value.value == "self"
         ):
             attr = so.attrs.get(root.attr.value)
-            return isinstance(attr, Obj) and attr.invariant and (attr is recv or root is not expr)
+            return (
+                isinstance(attr, Obj)
+                and attr.invariant
+                and (attr is recv or root is not expr)
+                and root.attr.value not in self._rebound_attributes(so)
+            )
         return False
+
+    def _rebound_attributes(self, so: Obj) -> frozenset[str]:
+        """The attributes of self that a method other than __init__ assigns (`self.proj = ...` in a
+        setter, a cache refreshed in forward): their value may change between calls."""
+        cls = so.cls
+        if cls is None:
+            return frozenset()
+        got = self.interp.rebound.get(id(cls))
+        if got is None:
+            names: set[str] = set()
+            for c in [cls, *cls.local_bases]:
+                for m in c.methods.values():
+                    if m.name != "__init__":
+                        _self_targets(m.node, names)
+            got = self.interp.rebound[id(cls)] = frozenset(names)
+        return got
 
     def _in_forward(self) -> bool:
         """Inside a module's forward, or a method it calls: the code that runs on every call
@@ -274,6 +298,22 @@ class Moves(Part):
                     base.attrs[expr.attr.value] = val
                 else:
                     st.env[f"{id(base)}.{expr.attr.value}"] = val
+
+
+def _self_targets(node: cst.CSTNode, out: set[str]) -> None:
+    """Names `x` of the `self.x` (or `self.x[...]`) that `node` assigns, anywhere inside it."""
+    targets: list[cst.BaseExpression] = []
+    if isinstance(node, cst.Assign):
+        targets = [t.target for t in node.targets]
+    elif isinstance(node, (cst.AugAssign, cst.AnnAssign)):
+        targets = [node.target]
+    for t in targets:
+        while isinstance(t, cst.Subscript):
+            t = t.value
+        if isinstance(t, cst.Attribute) and isinstance(t.value, cst.Name) and t.value.value == "self":
+            out.add(t.attr.value)
+    for child in node.children:
+        _self_targets(child, out)
 
 
 def _placed_any(devs: Devs, where: str, node: cst.CSTNode) -> Val:
