@@ -30,6 +30,7 @@ from mpcheck.devices.values import (
     SymV,
     Val,
     as_device,
+    conflict,
     is_splitish,
     one,
     show,
@@ -179,7 +180,7 @@ class Moves(Part):
                     mode=st.mode,
                     value=recv,
                     devs=devs,
-                    reads_unchanging_attribute=self._reads_unchanging_attribute(recv, st, node),
+                    reads_unchanging_attribute=self._reads_unchanging_attribute(recv, devs, st, node),
                     bound_outside_loop=self._bound_outside_loop(recv, node),
                 )
             )
@@ -224,7 +225,7 @@ class Moves(Part):
     def _moved_expr(node: cst.Call | None) -> cst.BaseExpression | None:
         return node.func.value if node is not None and isinstance(node.func, cst.Attribute) else None
 
-    def _reads_unchanging_attribute(self, recv: Obj, st: State, node: cst.Call) -> bool:
+    def _reads_unchanging_attribute(self, recv: Obj, devs: Devs, st: State, node: cst.Call) -> bool:
         """The moved expression reads an unchanging attribute of self (self.causal[:n, :n], self.table.t()),
         in a method other than __init__: the same tensor is moved on every call."""
         expr = self._moved_expr(node)
@@ -250,7 +251,8 @@ class Moves(Part):
                 isinstance(attr, Obj)
                 and attr.invariant
                 and (attr is recv or root is not expr)
-                and root.attr.value not in self._rebound_attributes(so)
+                # (the scan of the class only where the move certainly copies: MP011's only question)
+                and (conflict(recv.devs, devs) is None or root.attr.value not in self._rebound_attributes(so))
             )
         return False
 
