@@ -360,6 +360,8 @@ class Expressions(Part):
         v = self.ev(node.expression, st)
         if isinstance(v, Obj) and v.kind != "module":
             return v.with_(label="", worked=True)
+        if isinstance(node.operator, cst.Minus) and isinstance(v, Const) and type(v.value) in (int, float):
+            return Const(-v.value)  # `devices[-1]`: the last stage's device
         return UNK
 
     def ev_compare(self, node: cst.Comparison, st: State) -> Val:
