@@ -133,8 +133,12 @@ class Calls(Part):
             st.scope,
         )
         cst_.returns = []
-        with self.interp.recorder.in_call(node if helper else None):
+        sites = self.interp.recorder.sites
+        sites.append(node if helper else None)
+        try:
             self.interp.stmts.run_body(info, cst_)
+        finally:
+            sites.pop()
         result: Val | None = None
         for r in cst_.returns:
             result = r if result is None else join(result, r)

@@ -191,7 +191,10 @@ class Recorder:
         self.crossings: list[Crossing] = []
         self._seen: set[tuple[type, int, Any]] = set()
         self._muted = 0
-        self.sites: list[cst.CSTNode | None] = []  # the helper calls being run, innermost last (in_call)
+        # The helper calls being run, innermost last: facts recorded while a helper called at a site
+        # runs name that site (Fact.via); None for a call whose facts name none (a forward, an
+        # __init__). Calls.call_function and Instances.instantiate push and pop.
+        self.sites: list[cst.CSTNode | None] = []
         # (id(node), site) -> every device set an operand there had to be on, over all
         # visits that count (loop iterations, paths, calls): a fix may move it to one
         # fixed device only when that set has one member (DeviceModel.one_target).
@@ -211,16 +214,6 @@ class Recorder:
         if self.sites and self.sites[-1] is not None and fact.via is None:
             fact = replace(fact, via=self.sites[-1])
         self.facts.append(fact)
-
-    @contextmanager
-    def in_call(self, site: cst.CSTNode | None) -> Iterator[None]:
-        """Facts recorded while a helper called at `site` runs (None: a call whose facts name no
-        call site, such as a forward) name that site (Fact.via)."""
-        self.sites.append(site)
-        try:
-            yield
-        finally:
-            self.sites.pop()
 
     def need(self, node: cst.CSTNode, site: Any, devs: Devs) -> None:
         """An operand at `node` (`site` as in its Mismatch) must be on `devs` on this visit;

@@ -403,7 +403,7 @@ class Expressions(Part):
                     return left.with_(
                         label="",
                         kind="tensor",
-                        origin=f"a mask computed from `{self.interp.module.code_for_node(node.left)}`",
+                        origin=f"a mask computed from `{dotted(node.left)}`" if dotted(node.left) else "a mask",
                         at=node,
                         invariant=False,
                         worked=True,

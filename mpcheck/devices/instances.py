@@ -48,8 +48,12 @@ class Instances(Part):
             self.interp.calls.bind(init, env, obj, args, kwargs)
             ist = State(env, cur, st.setdev if st else None, "", obj, True, scope)
             start = len(self.interp.ident_names) + 1  # after binding: a default argument is shared
-            with self.interp.recorder.in_call(None):  # __init__'s facts are the class's own
+            sites = self.interp.recorder.sites
+            sites.append(None)  # __init__'s facts are the class's own, whoever builds it (Fact.via)
+            try:
                 self.interp.stmts.run_body(init, ist)
+            finally:
+                sites.pop()
             assert obj.attrs is not None  # an instance
             self.interp.ident_ranges[id(obj.attrs)] = (start, len(self.interp.ident_names) + 1)
         self._finish_instance(obj)

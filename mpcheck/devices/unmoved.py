@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # pragma: no cover
 # What may be done to the model without moving it: call it, switch its mode, read its parameters.
 _HARMLESS_METHODS = frozenset({"eval", "train", "forward", "parameters", "named_parameters", "zero_grad"})
 _MODULE_BASES = frozenset({"nn.Module", "torch.nn.Module", "Module"})
-_SELF_MOVES = ("self.to(", "self.cuda(", "self.apply(", "self._apply(", "self.to_empty(")
+_SELF_MOVES = frozenset({"to", "cuda", "apply", "_apply", "to_empty"})  # self.<one of these>(...)
 NEVER_PLACED = "never placed, so on the CPU"
 
 
@@ -48,7 +48,7 @@ def never_placed_view(interp: Interp, mod: Obj, name: str) -> Obj | None:
     scope: cst.CSTNode = interp.stack[-1].node if interp.stack else interp.module
     key = (id(scope), name, id(cinfo))
     if key not in interp.unmoved:
-        interp.unmoved[key] = _plain_module_class(cinfo) and _only_called(scope, name, cinfo.name)
+        interp.unmoved[key] = _only_called(scope, name, cinfo.name) and _plain_module_class(cinfo)
     if not interp.unmoved[key]:
         return None
     attrs = {a: _on_cpu(v, 0) for a, v in mod.attrs.items()}
@@ -73,7 +73,7 @@ def _on_cpu(v: Val, depth: int) -> Val:
 
 def _plain_module_class(cinfo: ClassInfo, depth: int = 0) -> bool:
     """A subclass of nn.Module (through classes of this file) that never moves itself."""
-    if depth > 4 or any(m in _class_text(cinfo) for m in _SELF_MOVES):
+    if depth > 4 or _moves_itself(cinfo.node):
         return False
     local = {b.name: b for b in cinfo.local_bases}
     for b in cinfo.bases:
@@ -84,8 +84,17 @@ def _plain_module_class(cinfo: ClassInfo, depth: int = 0) -> bool:
     return bool(cinfo.bases)
 
 
-def _class_text(cinfo: ClassInfo) -> str:
-    return cst.Module(body=[cinfo.node]).code
+def _moves_itself(node: cst.CSTNode) -> bool:
+    """Does `node` contain a call `self.to(...)`, `self.cuda(...)`, `self.apply(...)`...?"""
+    if (
+        isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Attribute)
+        and isinstance(node.func.value, cst.Name)
+        and node.func.value.value == "self"
+        and node.func.attr.value in _SELF_MOVES
+    ):
+        return True
+    return any(_moves_itself(c) for c in node.children)
 
 
 def _only_called(scope: cst.CSTNode, name: str, cls_name: str) -> bool:
