@@ -97,3 +97,28 @@ def test_ping_pong_over_four_devices_says_how_many_crossings_they_need(tmp_path)
     msg = found[0]["message"]
     assert "cross devices 7 times" in msg and "4 devices need 3 crossings" in msg, msg
     assert "cuda:0, cuda:1, cuda:2 and cuda:3, in that order" in msg and "cpu" not in msg, msg
+
+
+def test_a_finding_in_a_helper_names_the_call_that_made_its_devices_known(tmp_path):
+    case = CASES / "F_helper_train_loop_bad.py"
+    found = _lint(tmp_path, case.name, case.read_text(encoding="utf-8"))
+    assert [(f["code"], f["line"]) for f in found] == [("MP008", 22)]
+    msg = found[0]["message"]
+    assert "when called by `train_one_epoch(model, loader, model.devices[0], opt)` at line 31" in msg, msg
+    assert "`y.to(logits.device)`" in msg, msg
+
+
+def test_a_module_never_placed_is_named_with_the_line_that_built_it(tmp_path):
+    case = CASES / "J_model_never_moved_bad.py"
+    found = _lint(tmp_path, case.name, case.read_text(encoding="utf-8"))
+    assert [(f["code"], f["line"]) for f in found] == [("MP001", 15)]
+    msg = found[0]["message"]
+    assert "`self.fc1` (built at line 9) was never placed, so it is still on the CPU" in msg, msg
+
+
+def test_shared_blocks_are_counted_and_the_first_placement_named(tmp_path):
+    case = CASES / "A_shared_blocks_bad.py"
+    found = _lint(tmp_path, case.name, case.read_text(encoding="utf-8"))
+    assert [(f["code"], f["line"]) for f in found] == [("MP007", 19)]
+    msg = found[0]["message"]
+    assert "also moves 4 `Block` objects that line 18 placed on cuda:0" in msg, msg

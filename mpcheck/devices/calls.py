@@ -13,9 +13,10 @@ import libcst as cst
 
 from mpcheck.devices import torchapi as T
 from mpcheck.devices.events import LossMismatch, Mismatch
-from mpcheck.devices.names import canonical
+from mpcheck.devices.names import canonical, dotted
 from mpcheck.devices.program import MAX_DEPTH, FuncInfo, Part, State, params_of
 from mpcheck.devices.summarized import call_summarized, summarized_output
+from mpcheck.devices.unmoved import never_placed_view
 from mpcheck.devices.values import (
     CURRENT,
     FAILED,
@@ -78,7 +79,15 @@ class Calls(Part):
     def default_param_value(self, name: str, default: cst.BaseExpression | None) -> Val:
         if default is None:
             return SymV(name)
+        shared = self.interp.defaults.get(id(default))
+        if shared is not None:
+            return shared
         v = self.interp.exprs.ev(default, State.fresh(dict(self.interp.globals), "<default>"))
+        if isinstance(v, Obj) and v.kind in ("module", "any") and isinstance(default, cst.Call):
+            # `act=nn.PReLU()`: Python builds a default once, so every call gets the same module.
+            name = v.cls.name if v.cls is not None else (dotted(default.func) or "module").rsplit(".", 1)[-1]
+            v = v.with_(ident=self.interp.new_ident(name))
+            self.interp.defaults[id(default)] = v
         if as_device(v, ints_are_cuda=False) == one(CURRENT):
             # `device="cuda"`: "some GPU", a placeholder for whatever the caller passes, not a
             # placement; where it ends is not known (a default naming one index is a choice).
@@ -93,19 +102,23 @@ class Calls(Part):
         kwargs: dict[str, Val],
         st: State,
         node: cst.CSTNode | None,
+        helper: bool = False,
     ) -> Val:
+        """Runs `info` with these arguments (memoised by their values). `helper`: a call of a
+        function or a method by name, whose facts then name the call `node` (Fact.via)."""
         if info in self.interp.stack or len(self.interp.stack) >= MAX_DEPTH:
             return UNK
         key = (
             id(info),
-            id(self_val),
+            _self_key(self_val),
             tuple(value_key(a) for a in args),
             tuple(sorted((k, value_key(v)) for k, v in kwargs.items())),
             st.cur,
             st.mode,
             len(self.interp.probes),
         )
-        if key in self.interp.memo:
+        if key in self.interp.memo and not st.in_init:
+            # (In an __init__ a helper runs again: each call builds modules of its own, Obj.ident.)
             return self.interp.memo[key]
         self.interp.memo[key] = UNK
         env = dict(self.interp.globals)
@@ -120,7 +133,12 @@ class Calls(Part):
             st.scope,
         )
         cst_.returns = []
-        self.interp.stmts.run_body(info, cst_)
+        sites = self.interp.recorder.sites
+        sites.append(node if helper else None)
+        try:
+            self.interp.stmts.run_body(info, cst_)
+        finally:
+            sites.pop()
         result: Val | None = None
         for r in cst_.returns:
             result = r if result is None else join(result, r)
@@ -393,10 +411,12 @@ class Calls(Part):
             self._note_class_use(obj, st, node)
             return obj
         if isinstance(callee, FuncRef):
-            return self.call_function(callee.info, callee.bound, args, kwargs, st, node)
+            return self.call_function(callee.info, callee.bound, args, kwargs, st, node, helper=True)
         if isinstance(callee, Summarized):
             used(*args, *kwargs.values())
             return call_summarized(callee, args, kwargs, st, node)
+        if isinstance(callee, Obj) and callee.cls is not None and isinstance(func, cst.Name):
+            callee = never_placed_view(self.interp, callee, func.value) or callee
         if isinstance(callee, Obj) and callee.kind in ("module", "any", "passthrough", "loss"):
             return self.module_call(callee, args, kwargs, st, node, exprs)
         if isinstance(callee, SeqV) and callee.module:
@@ -479,7 +499,7 @@ class Calls(Part):
             if recv.cls is not None and recv.attrs is not None:
                 m = recv.cls.method(meth)
                 if m is not None:
-                    return self.call_function(m, recv, args, kwargs, st, node)
+                    return self.call_function(m, recv, args, kwargs, st, node, helper=meth != "forward")
                 if meth in ("register_buffer", "register_parameter") and len(args) >= 2 and isinstance(args[0], Const):
                     v = args[1]
                     if isinstance(v, Obj):
@@ -524,7 +544,10 @@ class Calls(Part):
                         expr=exprs[i] if i < len(exprs) else None,
                         other=recv,
                     )
-            inv = recv.invariant and all(isinstance(a, (Const, DtypeV)) for a in args)
+            inv = recv.invariant and (
+                all(isinstance(a, (Const, DtypeV)) for a in args)
+                or (meth in T.LAYOUT_METHODS and not any(isinstance(a, Obj) for a in (*args, *kwargs.values())))
+            )
             lineage = OFF_CHAIN if T.leaves_chain(meth, len(args), kwargs) else recv.lineage
             return recv.with_(label="", kind="tensor", worked=True, invariant=inv, lineage=lineage)
         if isinstance(recv, SeqV):
@@ -566,6 +589,14 @@ class Calls(Part):
         if isinstance(recv, Const) and isinstance(recv.value, str) and meth == "format":
             return UNK
         return UNK
+
+
+def _self_key(v: Val | None) -> Any:
+    """What of `self` a method's run depends on: constructions of one class with the same
+    arguments share their attributes (Instances.instantiate) and so one run."""
+    if isinstance(v, Obj) and v.attrs is not None:
+        return (id(v.attrs), v.devs, v.split)
+    return id(v)
 
 
 def _nth(exprs: ArgExprs, i: int) -> cst.BaseExpression | None:

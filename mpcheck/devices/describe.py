@@ -95,6 +95,17 @@ def origin_text(ctx: Source, v: Val) -> str:
     return "where it was computed"
 
 
+def via_text(ctx: Source, via: cst.CSTNode | None) -> str:
+    """' (when called by `train_one_epoch(model, loader, model.devices[0])` at line 30)': the call whose
+    arguments made the devices of a fact inside a helper known (events.Fact.via); '' without one."""
+    if via is None:
+        return ""
+    text = ctx.code(via)
+    if len(text) > 80 and isinstance(via, cst.Call):
+        text = f"{ctx.code(via.func)}(...)"
+    return f" (when called by `{text}` at line {ctx.line(via)})"
+
+
 MODE_WORDS = {
     "eval": " (on the path taken in eval mode, when `self.training` is False)",
     "train": " (on the training path)",

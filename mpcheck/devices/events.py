@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 import libcst as cst
@@ -25,6 +25,10 @@ from mpcheck.devices.values import Devs, Obj, Val
 class Fact:
     node: cst.CSTNode
     mode: str = ""
+    # The call, in another function, that ran the helper this fact is in with the arguments
+    # that made its devices known (`train_one_epoch(model, loader, model.devices[0])`); None
+    # when the fact is in the entry point's own body or in a forward.
+    via: cst.CSTNode | None = None
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -199,6 +203,18 @@ class SplitBuiltAfterSetDevice(Fact):
     where: tuple[cst.CSTNode, ...]  # its index-less placements
 
 
+@dataclass(frozen=True, eq=False, kw_only=True)
+class SharedModuleMoved(Fact):
+    """A move (`node`, to `devs`) of a module object that another stage holds too, which `first`
+    had placed on `first_devs`: both stages end where the last move put it (shared.py)."""
+
+    name: str  # the class the shared object was built as
+    count: int  # how many objects of that class, placed by `first`, this move takes along
+    devs: Devs
+    first: cst.CSTNode
+    first_devs: Devs
+
+
 F = TypeVar("F", bound=Fact)
 
 
@@ -212,6 +228,10 @@ class Recorder:
         self.crossings: list[Crossing] = []
         self._seen: set[tuple[type, int, Any]] = set()
         self._muted = 0
+        # The helper calls being run, innermost last: facts recorded while a helper called at a site
+        # runs name that site (Fact.via); None for a call whose facts name none (a forward, an
+        # __init__). Calls.call_function and Instances.instantiate push and pop.
+        self.sites: list[cst.CSTNode | None] = []
         # (id(node), site) -> every device set an operand there had to be on, over all
         # visits that count (loop iterations, paths, calls): a fix may move it to one
         # fixed device only when that set has one member (DeviceModel.one_target).
@@ -228,6 +248,8 @@ class Recorder:
         if k in self._seen:
             return
         self._seen.add(k)
+        if self.sites and self.sites[-1] is not None and fact.via is None:
+            fact = replace(fact, via=self.sites[-1])
         self.facts.append(fact)
 
     def need(self, node: cst.CSTNode, site: Any, devs: Devs) -> None:

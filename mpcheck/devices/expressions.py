@@ -42,6 +42,7 @@ from mpcheck.devices.values import (
     join,
     join_all,
     join_devs,
+    known_tensor,
     one,
     single,
     spans_of,
@@ -94,6 +95,9 @@ class Expressions(Part):
                     return base.attrs[name]
                 if base.cls is not None:
                     m = base.cls.method(name)
+                    if m is not None and _is_property(m.node):
+                        # `self.device` returning `next(self.parameters()).device`: its value here.
+                        return self.interp.calls.call_function(m, base, [], {}, st, node)
                     if m is not None:
                         return FuncRef(m, base)
                 if name == "device" and base.devs is not None:
@@ -392,8 +396,8 @@ class Expressions(Part):
             return Const(not v.value)  # `if n_gpu > 1 and not self.model_parallel:` is decided
         if isinstance(v, Obj) and v.kind != "module":
             return v.with_(label="", worked=True)
-        if isinstance(node.operator, cst.Minus) and isinstance(v, Const) and type(v.value) is int:
-            return Const(-v.value)  # devices[-1]
+        if isinstance(node.operator, cst.Minus) and isinstance(v, Const) and type(v.value) in (int, float):
+            return Const(-v.value)  # `devices[-1]`: the last stage's device
         if isinstance(node.operator, cst.Not) and isinstance(v, Const) and type(v.value) is bool:
             return Const(not v.value)
         return UNK
@@ -429,6 +433,20 @@ class Expressions(Part):
                     out = self.binop(node, left, right, st)
                     if isinstance(out, Obj):
                         return out.with_(invariant=False, lineage=OFF_CHAIN)  # a mask or a metric
+                if known_tensor(left) and isinstance(right, Const) and isinstance(right.value, (int, float)):
+                    # `ids != pad_id`: a mask on the tensor's device, which stays there when the tensor
+                    # itself moves on to the next stage.
+                    assert isinstance(left, Obj)  # known_tensor
+                    used(left)
+                    return left.with_(
+                        label="",
+                        kind="tensor",
+                        origin=f"a mask computed from `{dotted(node.left)}`" if dotted(node.left) else "a mask",
+                        at=node,
+                        invariant=False,
+                        worked=True,
+                        lineage=OFF_CHAIN,
+                    )
             left = right
         return UNK
 
@@ -559,3 +577,11 @@ _EV: dict[type, Callable[..., Val]] = {
     cst.Lambda: Expressions.ev_lambda,
     cst.Await: Expressions.ev_await,
 }
+
+
+def _is_property(fn: cst.FunctionDef) -> bool:
+    """A method read as an attribute: `@property` or `@functools.cached_property`."""
+    return any(dotted(d.decorator) in _PROPERTY_DECORATORS for d in fn.decorators)
+
+
+_PROPERTY_DECORATORS = frozenset({"property", "cached_property", "functools.cached_property"})

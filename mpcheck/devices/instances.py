@@ -37,7 +37,7 @@ class Instances(Part):
         if key in cinfo.instances:
             obj = cinfo.instances[key]
             self._check_built_after_setdev(cinfo, obj, args, kwargs, st, node)
-            return obj
+            return self._one_object(cinfo, obj, st)
         obj = Obj("module", None, label=cinfo.name, cls=cinfo, attrs={})
         cinfo.instances[key] = obj
         self._inherit_summarized(cinfo, obj)
@@ -47,13 +47,29 @@ class Instances(Part):
             env = dict(self.interp.globals)
             self.interp.calls.bind(init, env, obj, args, kwargs)
             ist = State(env, cur, st.setdev if st else None, "", obj, True, scope)
-            self.interp.stmts.run_body(init, ist)
+            start = len(self.interp.ident_names) + 1  # after binding: a default argument is shared
+            sites = self.interp.recorder.sites
+            sites.append(None)  # __init__'s facts are the class's own, whoever builds it (Fact.via)
+            try:
+                self.interp.stmts.run_body(init, ist)
+            finally:
+                sites.pop()
+            assert obj.attrs is not None  # an instance
+            self.interp.ident_ranges[id(obj.attrs)] = (start, len(self.interp.ident_names) + 1)
         self._finish_instance(obj)
         self.interp.init_indexless[id(obj)] = [p.node for p in scope.placements]
         if init is not None:
             self._record_own_setdev(init.node, obj, scope, st.setdev if st else None)
         self._check_built_after_setdev(cinfo, obj, args, kwargs, st, node)
-        return obj
+        return self._one_object(cinfo, obj, st)
+
+    def _one_object(self, cinfo: ClassInfo, obj: Obj, st: State | None) -> Obj:
+        """The instance one construction gives. Inside an __init__ (where stages are built and
+        placed) each construction is an object of its own (Obj.ident), sharing the memoised
+        interpretation of its __init__; elsewhere the memoised instance itself."""
+        if st is None or not st.in_init:
+            return obj
+        return obj.with_(ident=self.interp.new_ident(cinfo.name))
 
     def _inherit_summarized(self, cinfo: ClassInfo, obj: Obj) -> None:
         """A base class from another checked file places its parts before our __init__ runs."""

@@ -94,6 +94,14 @@ class Interp:
         self.probes: list[dict[str, Any]] = []  # input probes of forward summaries (Calls.input_devs)
         self.branch_outputs: set[int] = set()  # lists returned by parallel_apply over one-device branches
         self._lineages = 0
+        # Module objects (Obj.ident): the type each was built as, and for an instance of a class of
+        # this file (by id of its attrs) the idents its __init__ gave out: its own parts, which every
+        # construction of the class has anew (Instances.instantiate), unlike what it was passed.
+        self.ident_names: dict[int, str] = {}
+        self.ident_ranges: dict[int, tuple[int, int]] = {}
+        self.defaults: dict[int, Val] = {}  # default arguments that are module objects, by id of their node
+        self.rebound: dict[int, frozenset[str]] = {}  # class (by id) -> attributes assigned outside __init__
+        self.unmoved: dict[tuple[int, str, int], bool] = {}  # (scope, name, class) -> provably never moved
         self.stmts = Statements(self)
         self.exprs = Expressions(self)
         self.calls = Calls(self)
@@ -136,6 +144,12 @@ class Interp:
     def imported(self, target: str) -> Val:
         """The value of an imported name (a summary of another checked file, else a library name)."""
         return resolve_import(self.project, target, self.used_modules.add)
+
+    def new_ident(self, name: str) -> int:
+        """A new module object (Obj.ident), built as `name` (a class name, for messages)."""
+        ident = len(self.ident_names) + 1
+        self.ident_names[ident] = name
+        return ident
 
     def new_lineage(self) -> int:
         self._lineages += 1

@@ -117,7 +117,11 @@ class Library(Part):
         else:
             devs = one("cpu")
             origin = f"created on the CPU by torch.{last}() without device="
-        const = all(isinstance(a, (Const, SeqV)) for a in args)
+        const = all(isinstance(a, (Const, SeqV)) for a in args) or (
+            # Host data turned into a tensor while a module is built (torch.from_numpy(table) in
+            # __init__, or in a helper it calls): made once, the same on every call.
+            st.in_init and last in T.HOST_DATA_FACTORIES and not any(isinstance(a, Obj) for a in args)
+        )
         kind = "tensor"
         if last in ("tensor", "as_tensor") and args and not isinstance(args[0], SeqV) and devs == one("cpu"):
             kind = "scalar"  # maybe a 0-d CPU tensor, which mixes with CUDA tensors
@@ -455,6 +459,7 @@ def _module_class(lib: Library, c: LibCall) -> Val:
                 devs,
                 origin=f"built with device={show(single(devs))}",
                 at=c.node,
+                ident=_ident(lib, c),
             )
     if _is_nn_class(q, last):
         if last.endswith("Loss"):
@@ -467,9 +472,15 @@ def _module_class(lib: Library, c: LibCall) -> Val:
         if last in T.PARAMETERLESS:
             return Obj("passthrough", None)
         if last in T.PARAMETERED:
-            return Obj("module", None, origin=UNPLACED)
-        return Obj("module", None)
+            return Obj("module", None, origin=UNPLACED, at=c.node, ident=_ident(lib, c))
+        return Obj("module", None, ident=_ident(lib, c))
     return UNK
+
+
+def _ident(lib: Library, c: LibCall) -> int | None:
+    """A module built in an __init__ is an object of its own (Obj.ident); elsewhere (a script, a
+    helper whose result is memoised) one value may stand for several objects: no identity."""
+    return lib.interp.new_ident(c.last) if c.st.in_init else None
 
 
 def _torch_device(args: list[Val]) -> Val:

@@ -14,10 +14,12 @@ from mpcheck.devices import torchapi as T
 from mpcheck.devices.events import Collapse, Crossing, IndexlessPlacement, Transfer
 from mpcheck.devices.names import dotted
 from mpcheck.devices.program import Part, State
+from mpcheck.devices.shared import note_move
 from mpcheck.devices.values import (
     CURRENT,
     OFF_CHAIN,
     UNK,
+    UNPLACED,
     Const,
     DeviceV,
     Devs,
@@ -98,7 +100,16 @@ class Moves(Part):
         if is_device and not isinstance(target, DeviceV):  # a torch.device(...) was checked where it was made
             self.interp.gpus.check_device(devs, node)
         if not is_device:
-            return recv if is_device is False else (UNK if not isinstance(recv, Obj) or recv.kind != "module" else recv)
+            if is_device is False:
+                return recv
+            if not isinstance(recv, Obj) or recv.kind != "module":
+                return UNK
+            if recv.origin == UNPLACED:
+                # Moved somewhere not known here (`.to(args.device)`): no longer "built without a device",
+                # so never "never placed" (unmoved.py); Module.to() works in place, hence the in-place edit.
+                recv.origin = f"moved by .{meth}() to a device not known here"
+                recv.at = node
+            return recv
         recv_expr = node.func.value if isinstance(node.func, cst.Attribute) else None
         if st.in_init and recv is st.self_obj and isinstance(recv, Obj) and recv.attrs is not None:
             # self.to(device) in __init__: everything placed so far goes there.
@@ -116,6 +127,8 @@ class Moves(Part):
                         )
                     )
             return recv
+        if st.in_init:
+            note_move(self.interp, recv, devs, node, st)
         if is_splitish(recv):
             st.scope.split_seen = True
             if devs != one("cpu"):  # .cpu() frees the GPUs on purpose (saving, deparallelize); it crams nothing
@@ -183,7 +196,7 @@ class Moves(Part):
                     mode=st.mode,
                     value=recv,
                     devs=devs,
-                    reads_unchanging_attribute=self._reads_unchanging_attribute(recv, st, node),
+                    reads_unchanging_attribute=self._reads_unchanging_attribute(recv, devs, st, node),
                     bound_outside_loop=self._bound_outside_loop(recv, node),
                 )
             )
@@ -228,7 +241,7 @@ class Moves(Part):
     def _moved_expr(node: cst.Call | None) -> cst.BaseExpression | None:
         return node.func.value if node is not None and isinstance(node.func, cst.Attribute) else None
 
-    def _reads_unchanging_attribute(self, recv: Obj, st: State, node: cst.Call) -> bool:
+    def _reads_unchanging_attribute(self, recv: Obj, devs: Devs, st: State, node: cst.Call) -> bool:
         """The moved expression reads an unchanging attribute of self (self.causal[:n, :n], self.table.t()),
         in a method other than __init__: the same tensor is moved on every call."""
         expr = self._moved_expr(node)
@@ -250,8 +263,30 @@ class Moves(Part):
             and root.value.value == "self"
         ):
             attr = so.attrs.get(root.attr.value)
-            return isinstance(attr, Obj) and attr.invariant and (attr is recv or root is not expr)
+            return (
+                isinstance(attr, Obj)
+                and attr.invariant
+                and (attr is recv or root is not expr)
+                # (the scan of the class only where the move certainly copies: MP011's only question)
+                and (conflict(recv.devs, devs) is None or root.attr.value not in self._rebound_attributes(so))
+            )
         return False
+
+    def _rebound_attributes(self, so: Obj) -> frozenset[str]:
+        """The attributes of self that a method other than __init__ assigns (`self.proj = ...` in a
+        setter, a cache refreshed in forward): their value may change between calls."""
+        cls = so.cls
+        if cls is None:
+            return frozenset()
+        got = self.interp.rebound.get(id(cls))
+        if got is None:
+            names: set[str] = set()
+            for c in [cls, *cls.local_bases]:
+                for m in c.methods.values():
+                    if m.name != "__init__":
+                        _self_targets(m.node, names)
+            got = self.interp.rebound[id(cls)] = frozenset(names)
+        return got
 
     def _in_forward(self) -> bool:
         """Inside a module's forward, or a method it calls: the code that runs on every call
@@ -281,6 +316,22 @@ class Moves(Part):
                     base.attrs[expr.attr.value] = val
                 else:
                     st.env[f"{id(base)}.{expr.attr.value}"] = val
+
+
+def _self_targets(node: cst.CSTNode, out: set[str]) -> None:
+    """Names `x` of the `self.x` (or `self.x[...]`) that `node` assigns, anywhere inside it."""
+    targets: list[cst.BaseExpression] = []
+    if isinstance(node, cst.Assign):
+        targets = [t.target for t in node.targets]
+    elif isinstance(node, (cst.AugAssign, cst.AnnAssign)):
+        targets = [node.target]
+    for t in targets:
+        while isinstance(t, cst.Subscript):
+            t = t.value
+        if isinstance(t, cst.Attribute) and isinstance(t.value, cst.Name) and t.value.value == "self":
+            out.add(t.attr.value)
+    for child in node.children:
+        _self_targets(child, out)
 
 
 def _placed_any(devs: Devs, where: str, node: cst.CSTNode) -> Val:

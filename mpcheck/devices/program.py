@@ -87,6 +87,8 @@ class Scope:
     split_seen: bool = False
     split_class: bool = False  # a method of a split class
     placements: list[IndexlessPlacement] = field(default_factory=list)
+    # module objects moved so far, by identity key (shared.note_move): (device, node, depth)
+    moved_objects: dict[Any, tuple[str, cst.CSTNode, int]] = field(default_factory=dict)
 
 
 class State:

@@ -139,6 +139,10 @@ FACTORIES = frozenset(
         "bernoulli",
     }
 )
+# Factories that make a tensor of host data (a NumPy array): a constant when made in __init__.
+# (torch.tensor(x) of an unknown x may be a 0-d scalar, too small to matter: not here.)
+HOST_DATA_FACTORIES = frozenset({"from_numpy"})
+
 LIKE_FACTORIES = frozenset(
     {"zeros_like", "ones_like", "empty_like", "full_like", "rand_like", "randn_like", "randint_like"}
 )
@@ -264,6 +268,29 @@ def leaves_chain(name: str, n_args: int, kwargs: Container[str]) -> bool:
 
 
 DTYPE_METHODS = frozenset({"half", "float", "double", "bfloat16", "long", "int", "bool", "short", "char", "byte"})
+
+# Tensor methods whose arguments are sizes, dims or a dtype, never data: the result holds the
+# receiver's data (laid out again, repeated), so an unchanging tensor stays unchanging (MP011:
+# `self.coord_map.repeat(B, 1, 1, 1).to(dev)` copies the same data, B times, on every call).
+LAYOUT_METHODS = frozenset(
+    {
+        "repeat",
+        "expand",
+        "view",
+        "reshape",
+        "unsqueeze",
+        "squeeze",
+        "permute",
+        "transpose",
+        "flatten",
+        "unflatten",
+        "contiguous",
+        "clone",
+        "detach",
+        "t",
+        "type",
+    }
+)
 
 # Torch functions that are not tensor ops (no device agreement to check).
 NOT_OPS_PREFIXES = (

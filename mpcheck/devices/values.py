@@ -177,6 +177,9 @@ class Obj(Val):
     # output of a module whose forward the model does not read (a list, a tuple
     # or a dict would look the same). For a module: so is the type of its output.
     opaque: bool = False
+    # A module object built by one evaluation (Interp.new_ident), kept by its moved copies: two
+    # values with one ident are one object, so moving one moves the other (a shared block).
+    ident: int | None = None
 
     def with_(self, **kw: Any) -> Obj:
         return replace(self, **kw)
@@ -260,6 +263,7 @@ def join(a: Val, b: Val) -> Val:
             lineage=a.lineage if a.lineage == b.lineage else None,
             extra=a.extra if a.extra is b.extra else None,
             opaque=a.opaque or b.opaque,
+            ident=a.ident if a.ident == b.ident else None,
         )
     if isinstance(a, DeviceV) and isinstance(b, DeviceV):
         return DeviceV(join_devs(a.devs, b.devs))
@@ -443,7 +447,14 @@ def value_key(v: Val) -> tuple[Any, ...]:
     if isinstance(v, DeviceV):
         return ("d", v.devs)
     if isinstance(v, Obj):
-        return ("o", v.kind, v.devs, id(v.cls) if v.cls else None, id(v.attrs) if v.attrs is not None else None)
+        return (
+            "o",
+            v.kind,
+            v.devs,
+            id(v.cls) if v.cls else None,
+            id(v.attrs) if v.attrs is not None else None,
+            v.ident,
+        )
     if isinstance(v, SymV):
         return ("s", v.name)
     if isinstance(v, SeqV):

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from mpcheck.devices.describe import MODE_WORDS, move_fix, origin_text, value_text
+from mpcheck.devices.describe import MODE_WORDS, move_fix, origin_text, value_text, via_text
 from mpcheck.devices.events import Mismatch, PlacedTwice
 from mpcheck.devices.values import Obj, device_literal, known_tensor, show, single
 from mpcheck.finding import Finding
@@ -45,9 +45,9 @@ class MissingTransfer(Rule):
                 yield self.finding(
                     ctx,
                     call,
-                    f"`{name}` is on {show(here)} ({origin_text(ctx, v)}), but `{ctx.code(call.func)}` was never "
-                    f"placed, so it is still on the CPU{MODE_WORDS.get(ev.mode, '')}: place it in __init__, e.g. "
-                    f"`.to({device_literal(here)})`{_unplaced_sibling_hint(ctx, call.func)}.",
+                    f"`{name}` is on {show(here)} ({origin_text(ctx, v)}), but `{ctx.code(call.func)}`"
+                    f"{_built_at(ctx, mod)} was never placed, so it is still on the CPU{MODE_WORDS.get(ev.mode, '')}: "
+                    f"place it in __init__, e.g. `.to({device_literal(here)})`{_unplaced_sibling_hint(ctx, call.func)}.",
                     devices=[here, there],
                     modules=[ctx.code(call.func)],
                     suggestion=f"place `{ctx.code(call.func)}` with `.to({device_literal(here)})` in __init__",
@@ -96,7 +96,7 @@ class MissingTransfer(Rule):
             yield self.finding(
                 ctx,
                 ev.node,
-                f"`{name}` is on {show(here)} ({origin_text(ctx, v)}), but {meets}{MODE_WORDS.get(ev.mode, '')}: "
+                f"`{name}` is on {show(here)} ({origin_text(ctx, v)}), but {meets}{MODE_WORDS.get(ev.mode, '')}{via_text(ctx, ev.via)}: "
                 f"{advice}.",
                 devices=[here, there],
                 modules=[ev.what] if ev.op == "module" else [],
@@ -228,3 +228,8 @@ def _held_by_reference(v: Obj, module: Obj | None) -> tuple[Obj, str, str] | Non
             ref, _, tail = rest.partition("`")
             return o, ref, tail.rpartition(" stays on ")[2]
     return None
+
+
+def _built_at(ctx: FileContext, mod: Obj) -> str:
+    """' (built at line 8)': where a module that was never placed was created, when known."""
+    return f" (built at line {ctx.line(mod.at)})" if isinstance(mod.at, cst.Call) else ""

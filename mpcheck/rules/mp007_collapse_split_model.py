@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import libcst as cst
 
 from mpcheck.devices.describe import split_desc, split_devices, split_modules
-from mpcheck.devices.events import Collapse
+from mpcheck.devices.events import Collapse, SharedModuleMoved
 from mpcheck.devices.values import Obj, show, single
 from mpcheck.finding import Finding
 from mpcheck.rules.base import Rule
@@ -56,3 +56,27 @@ class CollapseSplitModel(Rule):
                 modules=split_modules(mod),
                 suggestion=f"remove `.{meth}(...)`; the stages are already placed",
             )
+        for shared in ctx.model.facts(SharedModuleMoved):
+            yield self._shared(ctx, shared)
+
+    def _shared(self, ctx: FileContext, ev: SharedModuleMoved) -> Finding:
+        """A module object held by two stages, moved to the second stage's device."""
+        dev, first_dev = single(ev.devs), single(ev.first_devs)
+        first_line = ctx.line(ev.first)
+        return self.finding(
+            ctx,
+            ev.node,
+            f"`{ctx.code(ev.node)}` also moves {_objects(ev.count, ev.name)} that line {first_line} placed on "
+            f"{show(first_dev)}: both stages hold the same objects (one list of blocks used twice, or a default "
+            f"argument built once for every call), and `.to()` moves the object, not a copy, so the stage placed "
+            f"at line {first_line} ends on {show(dev)} too. Build separate instances for each stage (a new list per "
+            f"stage; a default of None and a new module in the body).",
+            devices=[d for d in (first_dev, dev) if d],
+            modules=[ev.name],
+            suggestion=f"give each stage its own `{ev.name}` instances",
+        )
+
+
+def _objects(n: int, name: str) -> str:
+    """'the `PReLU` object', '4 `Block` objects'."""
+    return f"the `{name}` object" if n == 1 else f"{n} `{name}` objects"

@@ -12,6 +12,7 @@ from mpcheck.devices.describe import (
     origin_text,
     root_name,
     value_text,
+    via_text,
 )
 from mpcheck.devices.events import LossMismatch
 from mpcheck.devices.values import show, single
@@ -52,7 +53,7 @@ class LossDeviceMismatch(Rule):
                 ctx,
                 ev.node,
                 f"`{loss}` gets `{a}` on {show(da)} ({origin_text(ctx, other)}) and `{b}` on {show(db)} "
-                f"({origin_text(ctx, v)}){MODE_WORDS.get(ev.mode, '')}: move the targets to the outputs' device "
+                f"({origin_text(ctx, v)}){MODE_WORDS.get(ev.mode, '')}{via_text(ctx, ev.via)}: move the targets to the outputs' device "
                 f"(the small tensor, not the logits), e.g. `{fix}` before line {line}.",
                 devices=[da, db],
                 suggestion=f"{fix} before line {line}",

@@ -34,7 +34,14 @@ class RepeatedTransfer(Rule):
             )
             what = _KIND.get(v.kind, "tensor")
             when = "on every forward call" if how == "call" else "on every iteration of the loop"
-            if how == "call":
+            grows = _grown_from(node)
+            if how == "call" and grows is not None:
+                root, meth = grows
+                fix = (
+                    f"keep `{root}` on {show(dst)} (move it there once in __init__) and call `.{meth}()` on that "
+                    f"copy: the chain copies the same data, {_GROWN[meth]}, on every call"
+                )
+            elif how == "call":
                 fix = f"create it on {show(dst)} in __init__ (or move it once after placing the model) and use it directly"
             else:
                 assert dst is not None  # a transfer repeated by a loop goes to a known device
@@ -46,6 +53,30 @@ class RepeatedTransfer(Rule):
                 devices=[src, dst],
                 suggestion=fix,
             )
+
+
+_GROWN = {"repeat": "repeated", "repeat_interleave": "repeated", "expand": "expanded"}
+
+
+def _grown_from(node: cst.CSTNode) -> tuple[str, str] | None:
+    """(`self.coord_map`, 'repeat') for a move of `self.coord_map.repeat(B, 1, 1, 1).float()`: the
+    attribute a chain starts from and the method in it that makes the copy larger; else None."""
+    if not isinstance(node, cst.Call) or not isinstance(node.func, cst.Attribute):
+        return None
+    expr: cst.BaseExpression = node.func.value
+    grown = None
+    while True:
+        if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute):
+            if expr.func.attr.value in _GROWN:
+                grown = expr.func.attr.value
+            expr = expr.func.value
+        elif isinstance(expr, cst.Subscript):
+            expr = expr.value
+        else:
+            break
+    if grown is None or not isinstance(expr, cst.Attribute) or not isinstance(expr.value, cst.Name):
+        return None
+    return f"{expr.value.value}.{expr.attr.value}", grown
 
 
 def _repeated(ev: Transfer) -> str:

@@ -87,7 +87,7 @@ net = Net()
 net(torch.randn(4, 16)).sum().backward()
 """)
     status, report, err = dryrun_cli(s, "--gpus", "2")
-    assert codes_at(report) == [("MP001", s.line("second"))]
+    assert codes_at(report) == [("MP007", s.line("second"))]
     f = report["findings"][0]
     assert "LayerNorm 'net.s0.norm' is shared" in f["message"]
     assert "'net.s0' and 'net.s1'" in f["message"]
@@ -106,7 +106,7 @@ second = nn.Sequential(*blocks[2:]).to("cuda:1")  # <- second
 out = second(first(torch.randn(4, 16).to("cuda:0")).to("cuda:1"))
 """)
     status, report, err = dryrun_cli(s, "--gpus", "2")
-    assert codes_at(report) == [("MP001", s.line("second"))]
+    assert codes_at(report) == [("MP007", s.line("second"))]
     assert "'first.2' is shared" in report["findings"][0]["message"]
 
 

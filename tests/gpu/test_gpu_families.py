@@ -160,7 +160,7 @@ def test_a_contiguous_copy_viewed_after_a_hop_is_silent():
     assert dbg.findings == []
 
 
-# MP001 at the placement: never placed, shared ------------------------------------------------------------
+# MP001 / MP007 at the placement: never placed, shared ---------------------------------------------------------
 def test_a_stage_never_placed_at_the_line_that_built_it():
     with pytest.raises(DeviceMismatchError) as err:
         with mpcheck.debug(report=None):
@@ -180,7 +180,7 @@ def test_a_module_shared_by_two_stages_at_the_second_move():
             s1 = nn.Sequential(nn.Linear(64, 64), norm).to("cuda:1")  # second
             s1(s0(torch.randn(4, 64, device="cuda:0")).to("cuda:1"))
     f = err.value.finding
-    assert (f.code, f.line) == ("MP001", _line(test_a_module_shared_by_two_stages_at_the_second_move, "# second"))
+    assert (f.code, f.line) == ("MP007", _line(test_a_module_shared_by_two_stages_at_the_second_move, "# second"))
     assert "shared" in f.message
 
 

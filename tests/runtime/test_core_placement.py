@@ -32,7 +32,7 @@ def test_a_shared_module_is_reported_at_its_second_move(labels):
     with pytest.raises(DeviceMismatchError) as err:
         ck.check_module_entry(norm, "s0.1", (labels.label(torch.randn(2, 4), "cuda:0"),), {})
     f = err.value.finding
-    assert (f.code, f.line, f.devices) == ("MP001", 11, ("cuda:1", "cuda:0"))
+    assert (f.code, f.line, f.devices) == ("MP007", 11, ("cuda:1", "cuda:0"))
     assert "is shared" in f.message and "train.py:10" in f.message
     assert f.extra["use_site"] == "train.py:20"
 

@@ -883,7 +883,7 @@ class Checker:
         made = self.placements.made_of(t)
         if made is not None and made.device == t_dev and made.module_device == module_dev:
             return made_cause(made, use, what)
-        if not self.wants("MP001") and not self.wants("MP004"):
+        if not (self.wants("MP001") or self.wants("MP004") or self.wants("MP007")):
             return None
         return module_cause(
             self.placements,

@@ -168,7 +168,8 @@ def module_cause(
     outermost_unplaced: Any,
 ) -> Cause | None:
     """Why a module on `module_dev` gets its input on `input_dev`, when the cause lies where modules were
-    placed: a module shared by two stages and moved by the second one (MP001 at that move), a module
+    placed: a module shared by two stages and moved by the second one (MP007 at that move, as the
+    linter says it: the move collapses part of the split), a module
     placed on the current device after set_device changed it (MP004 at that placement), or a module never
     placed at all (MP001 where it was built). None: the input is what is wrong (the call's own finding).
 
@@ -188,7 +189,7 @@ def module_cause(
             ):
                 first_name, second_name = name(mover), name(last_mover)
                 return Cause(
-                    "MP001",
+                    "MP007",
                     last.site,
                     f"{_kind(module)} '{path}' is shared: the same module object is inside '{first_name}' and "
                     f"'{second_name}'. This line moves it to {module_dev} after {mv.site} placed it on {input_dev} "

@@ -1,0 +1,93 @@
+"""Module objects shared by two stages: one list of blocks in two `nn.Sequential`s, or a
+default argument (`act=nn.PReLU()`) that every block holds. `Module.to()` moves the object,
+so placing the second stage moves the parts the first one holds: an
+`events.SharedModuleMoved` at that second move.
+
+Identity comes from Obj.ident (a module built in an __init__, or a default argument); the
+parts an instance's own __init__ built are its own (Interp.ident_ranges), so two
+constructions of one class share only what they were given.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import libcst as cst
+
+from mpcheck.devices.events import SharedModuleMoved
+from mpcheck.devices.values import Devs, DictV, Obj, SeqV, Val, distinct, single
+
+if TYPE_CHECKING:  # pragma: no cover
+    from mpcheck.devices.interp import Interp
+    from mpcheck.devices.program import State
+
+_MAX_DEPTH = 4
+
+# (identity key, ident, depth below the moved value)
+Held = tuple[Any, int, int]
+
+
+def parts(interp: Interp, v: Val) -> list[Held]:
+    """The module objects `v` holds (itself included), each with a key that tells objects apart."""
+    out: list[Held] = []
+    _walk(interp, v, None, 0, out)
+    return out
+
+
+def _walk(
+    interp: Interp, v: Val, owner: tuple[Any, tuple[int, int] | None] | None, depth: int, out: list[Held]
+) -> None:
+    if depth > _MAX_DEPTH:
+        return
+    if isinstance(v, Obj):
+        if v.ident is None:
+            return  # identity unknown (built outside an __init__, or passed in): nothing to say
+        key: Any = v.ident
+        if owner is not None and owner[1] is not None and owner[1][0] <= v.ident < owner[1][1]:
+            key = (owner[0], v.ident)  # built by the owner's __init__: one per construction of the owner
+        out.append((key, v.ident, depth))
+        if v.attrs is not None:
+            rng = interp.ident_ranges.get(id(v.attrs))
+            refs = v.cls.refs if v.cls is not None else ()  # held by reference, not a child: .to() leaves it
+            for name, a in v.attrs.items():
+                if name not in refs:
+                    _walk(interp, a, (key, rng), depth + 1, out)
+    elif isinstance(v, SeqV) and v.module:
+        for item in v.items if v.items is not None else (v.elem,):
+            _walk(interp, item, owner, depth + 1, out)
+    elif isinstance(v, DictV) and v.module:
+        for item in v.items.values():
+            _walk(interp, item, owner, depth + 1, out)
+
+
+def note_move(interp: Interp, recv: Val, devs: Devs, node: cst.Call, st: State) -> None:
+    """A move of a module (or a container of modules) in an __init__: if it holds an object that an
+    earlier move through another expression put on another device, and the object is a part of one
+    of the two moved values (not the value itself moved again), record the sharing."""
+    dev = single(devs)
+    if not st.in_init or dev is None or dev.startswith("sym:") or recv is st.self_obj:
+        return
+    moved = st.scope.moved_objects
+    found: list[tuple[str, str, cst.CSTNode]] = []  # (class name, first device, first move) of each shared object
+    for key, ident, depth in parts(interp, recv):
+        before = moved.get(key)
+        if before is not None and before[1] is node:
+            continue  # the items of a container this move already noted (Moves.move recurses)
+        if before is not None:
+            first_dev, first_node, first_depth = before
+            if max(depth, first_depth) >= 1 and distinct(first_dev, dev):
+                found.append((interp.ident_names.get(ident, "module"), first_dev, first_node))
+        moved[key] = (dev, node, depth)
+    if found:
+        name, first_dev, first_node = found[0]
+        interp.recorder.record(
+            SharedModuleMoved(
+                node=node,
+                mode=st.mode,
+                name=name,
+                count=sum(1 for n, d, f in found if n == name and d == first_dev and f is first_node),
+                devs=devs,
+                first=first_node,
+                first_devs=frozenset((first_dev,)),
+            )
+        )

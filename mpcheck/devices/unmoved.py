@@ -1,0 +1,158 @@
+"""Models that are provably never moved: `model = Net()` in a function (or a script) that does
+nothing else with `model` than call it (`model(x)`, `model.eval()`, `model.parameters()`).
+Then the parametered torch.nn modules that `Net.__init__` built without a device are on the
+CPU when `forward` runs, not somewhere unknown; a forward that moves its input to `cuda:k`
+before calling one of them is a mismatch (MP001, "never placed").
+
+Anything that might move the model keeps the modules unknown: the name passed to a call,
+returned, stored, rebound, used in a nested function or as a global elsewhere, `device=` at
+construction, a default device (`with torch.device(...)`, `set_default_device`), a class
+that moves itself (`self.to(`, `self.cuda(`, `self.apply(`) or has a base other than
+`nn.Module` (a library base may place itself).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import libcst as cst
+
+from mpcheck.devices.names import dotted
+from mpcheck.devices.program import ClassInfo
+from mpcheck.devices.values import UNPLACED, DictV, Obj, SeqV, Val, one
+
+if TYPE_CHECKING:  # pragma: no cover
+    from mpcheck.devices.interp import Interp
+
+# What may be done to the model without moving it: call it, switch its mode, read its parameters.
+_HARMLESS_METHODS = frozenset({"eval", "train", "forward", "parameters", "named_parameters", "zero_grad"})
+_MODULE_BASES = frozenset({"nn.Module", "torch.nn.Module", "Module"})
+_SELF_MOVES = frozenset({"to", "cuda", "apply", "_apply", "to_empty"})  # self.<one of these>(...)
+NEVER_PLACED = "never placed, so on the CPU"
+
+
+def never_placed_view(interp: Interp, mod: Obj, name: str) -> Obj | None:
+    """`mod` (called as `name(...)`) with its unplaced modules on the CPU, when the model is
+    provably never moved; None otherwise."""
+    cinfo = mod.cls
+    if (
+        cinfo is None
+        or mod.attrs is None
+        or mod.split
+        or mod.dispatched
+        or mod.devs is not None
+        or interp.default_device_changed
+        or mod not in cinfo.instances.values()  # a moved copy (moved_instance), or built elsewhere
+    ):
+        return None
+    scope: cst.CSTNode = interp.stack[-1].node if interp.stack else interp.module
+    key = (id(scope), name, id(cinfo))
+    if key not in interp.unmoved:
+        interp.unmoved[key] = _only_called(scope, name, cinfo.name) and _plain_module_class(cinfo)
+    if not interp.unmoved[key]:
+        return None
+    attrs = {a: _on_cpu(v, 0) for a, v in mod.attrs.items()}
+    if all(attrs[a] is v for a, v in mod.attrs.items()):
+        return None
+    return mod.with_(attrs=attrs)
+
+
+def _on_cpu(v: Val, depth: int) -> Val:
+    if depth > 4:
+        return v
+    if isinstance(v, Obj) and v.kind == "module" and v.devs is None and v.origin == UNPLACED:
+        return v.with_(devs=one("cpu"), origin=NEVER_PLACED)
+    if isinstance(v, SeqV) and v.module and v.items is not None:
+        items = tuple(_on_cpu(i, depth + 1) for i in v.items)
+        return v if all(a is b for a, b in zip(items, v.items)) else SeqV(items, kind=v.kind, module=True)
+    if isinstance(v, DictV) and v.module:
+        got = {k: _on_cpu(i, depth + 1) for k, i in v.items.items()}
+        return v if all(got[k] is i for k, i in v.items.items()) else DictV(got, module=True)
+    return v
+
+
+def _plain_module_class(cinfo: ClassInfo, depth: int = 0) -> bool:
+    """A subclass of nn.Module (through classes of this file) that never moves itself."""
+    if depth > 4 or _moves_itself(cinfo.node):
+        return False
+    local = {b.name: b for b in cinfo.local_bases}
+    for b in cinfo.bases:
+        if b in _MODULE_BASES:
+            continue
+        if b not in local or not _plain_module_class(local[b], depth + 1):
+            return False
+    return bool(cinfo.bases)
+
+
+def _moves_itself(node: cst.CSTNode) -> bool:
+    """Does `node` contain a call `self.to(...)`, `self.cuda(...)`, `self.apply(...)`...?"""
+    if (
+        isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Attribute)
+        and isinstance(node.func.value, cst.Name)
+        and node.func.value.value == "self"
+        and node.func.attr.value in _SELF_MOVES
+    ):
+        return True
+    return any(_moves_itself(c) for c in node.children)
+
+
+def _only_called(scope: cst.CSTNode, name: str, cls_name: str) -> bool:
+    """In `scope` (a function, or the whole file for a script's global), `name` is bound once, by
+    `name = cls_name(...)` without device=, and otherwise only called or asked a harmless method."""
+    uses = _Uses(name, cls_name)
+    uses.walk(scope)
+    return not uses.other and uses.built == 1
+
+
+class _Uses:
+    """Every occurrence of a name, sorted into the construction, harmless uses and anything else."""
+
+    def __init__(self, name: str, cls_name: str) -> None:
+        self.name = name
+        self.cls_name = cls_name
+        self.built = 0
+        self.other = False
+
+    def walk(self, node: cst.CSTNode) -> None:
+        if self.other:
+            return
+        if isinstance(node, cst.Assign) and self._construction(node):
+            self.built += 1
+            self.walk(node.value)
+            return
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == self.name:
+            for a in node.args:
+                self.walk(a)
+            return
+        if (
+            isinstance(node, cst.Call)
+            and isinstance(node.func, cst.Attribute)
+            and isinstance(node.func.value, cst.Name)
+            and node.func.value.value == self.name
+            and node.func.attr.value in _HARMLESS_METHODS
+        ):
+            for a in node.args:
+                self.walk(a)
+            return
+        if isinstance(node, cst.Name) and node.value == self.name:
+            self.other = True
+            return
+        if isinstance(node, cst.With) and any(
+            isinstance(i.item, cst.Call) and dotted(i.item.func) in ("torch.device", "device") for i in node.items
+        ):
+            self.other = True  # modules built under `with torch.device(...)` are placed there
+            return
+        for child in node.children:
+            self.walk(child)
+
+    def _construction(self, node: cst.Assign) -> bool:
+        return (
+            len(node.targets) == 1
+            and isinstance(node.targets[0].target, cst.Name)
+            and node.targets[0].target.value == self.name
+            and isinstance(node.value, cst.Call)
+            and isinstance(node.value.func, cst.Name)
+            and node.value.func.value == self.cls_name
+            and not any(a.keyword is not None and a.keyword.value == "device" for a in node.value.args)
+        )
