@@ -1087,6 +1087,10 @@ class Checker:
             timing=timing,
         )
         if phase != "forward" or src_tensor is None or by_library:
+            if phase == "backward":
+                # A backward ran: the forward pass of code outside any module (a training loop's
+                # own transfers, keyed by the step) is over; the next one starts a new chain.
+                self._tls.top_pass_over = True
             return
         with self._lock:
             self._check_round_trip(src_tensor, src_dev, dst_dev, site, module_path, nbytes)
@@ -1110,8 +1114,13 @@ class Checker:
                 # hooks), or the step for transfers made outside any module.
                 tls = self._tls
                 thread = threading.get_ident()
+                if tls.top_pass_over and not tls.stack:
+                    tls.top_pass_over = False
+                    tls.top_passes += 1
                 scope, key = (
-                    (("module", thread), tls.forwards) if tls.stack else (("top", thread), self.ledger.step_index)
+                    (("module", thread), tls.forwards)
+                    if tls.stack
+                    else (("top", thread), (self.ledger.step_index, tls.top_passes))
                 )
                 try:
                     departure: _StorageRef | None = _StorageRef(src_tensor)
@@ -1526,6 +1535,9 @@ class _ThreadState(threading.local):
         # Module calls whose inputs were off the module's device, outermost first (enter_module).
         self.entries: list[_Entry] = []
         self.forwards = 0  # outermost module calls so far: a forward pass's number, for MP006
+        # Transfers outside any module: forward passes ended by a backward (MP006 chains per pass).
+        self.top_passes = 0
+        self.top_pass_over = False
         # > 0 while a module call of a signature checked clean runs with the modes stepped aside
         # (capture/signatures.py): transfers are then recorded by capture/transfers.py instead.
         self.unchecked = 0
