@@ -77,7 +77,10 @@ CODES: tuple[Code, ...] = (
         "warning",
         "After torch.cuda.set_device / `with torch.cuda.device`, an index-less `.cuda()` or 'cuda' in "
         "split-model code lands on the current device.",
-        (LINT,),
+        # Run time: a tensor made on the current device inside a stage on another GPU, or a stage placed there,
+        # reported where it was made when the call it reaches fails (then fatal, passed per finding), and a
+        # split collapsed onto one GPU by set_device (recorded: the program runs, on one GPU).
+        _EVERY_FACE,
     ),
     Code(
         "MP005",
@@ -128,6 +131,24 @@ CODES: tuple[Code, ...] = (
         "The same unchanging tensor (buffer, parameter, constant, loop-invariant value) is copied to a device "
         "on every call or iteration.",
         _EVERY_FACE,
+    ),
+    # Run time only: whether a copy kept a tensor's strides, and a view refused them, is known only as it runs.
+    Code(
+        "MP012",
+        "view-after-transfer",
+        "error",
+        "A non-contiguous tensor (permuted, transposed) is moved to another device and `.view()`-ed there: the copy "
+        "keeps its strides and the view fails.",
+        (RUN, DRYRUN),
+        fatal=True,
+    ),
+    # Run time only: which GPUs a process owns is known only from its launcher (RANK, LOCAL_RANK, the GPUs).
+    Code(
+        "MP013",
+        "foreign-rank-device",
+        "error",
+        "A process of a multi-process job (torchrun) places a tensor or a stage on a GPU that another local rank owns.",
+        (RUN, DRYRUN),
     ),
 )
 

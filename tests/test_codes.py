@@ -67,7 +67,7 @@ def test_the_runtime_core_reads_the_table():
     from mpcheck.runtime.checks import checker as core
 
     assert core.RULE_NAMES == {c.code: c.name for c in codes.CODES if codes.RUN in c.faces}
-    assert core._FATAL == {"MP001", "MP002", "MP008", "MP009"}
+    assert core._FATAL == {"MP001", "MP002", "MP008", "MP009", "MP012"}
 
 
 def test_mp007_is_one_error_everywhere_and_never_stops_the_program():

@@ -133,15 +133,18 @@ def test_set_device_moves_a_bare_cuda_layer(script, dryrun_cli):
         STAGES
         + """
 torch.cuda.set_device(1)
-enc = nn.Linear(16, 16).cuda()        # meant for cuda:0, lands on cuda:1
+enc = nn.Linear(16, 16).cuda()        # <- placed (meant for cuda:0, lands on cuda:1)
 torch.cuda.set_device(0)
 dec = nn.Linear(16, 4).cuda()
-h = enc(torch.randn(2, 16).to("cuda:0"))  # <- bug
+h = enc(torch.randn(2, 16).to("cuda:0"))  # <- use
 """
     )
     status, report, _ = dryrun_cli(s, "--gpus", "2")
-    assert codes_at(report) == [("MP001", s.line("bug"))]
-    assert report["findings"][0]["devices"] == ["cuda:1", "cuda:0"]
+    # reported at the placement set_device redirected, not at the call that fails (MP004)
+    assert codes_at(report) == [("MP004", s.line("placed"))]
+    f = report["findings"][0]
+    assert f["devices"] == ["cuda:1", "cuda:0"]
+    assert f"train.py:{s.line('use')}" in f["message"]
 
 
 def test_cuda_on_a_split_model_collapses_it(script, dryrun_cli):

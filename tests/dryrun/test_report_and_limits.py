@@ -126,15 +126,18 @@ def test_dash_c_program_and_its_status(capsys):
     assert main(["--gpus", "1", "--output-format", "json", "-c", code]) == 0
 
 
-def test_nccl_is_a_clear_limit(script, dryrun_cli):
+def test_nccl_runs_as_gloo_and_says_so(script, dryrun_cli):
     s = script("""
 import torch.distributed as dist
 dist.init_process_group("nccl", rank=0, world_size=1)  # <- nccl
+print("backend", dist.get_backend())
 """)
     status, report, err = dryrun_cli(s, "--gpus", "2")
-    assert status == 1
-    assert f"train.py:{s.line('nccl')}: NCCL is beyond the dry run" in report["stopped"]
-    assert "gloo" in report["stopped"]
+    assert status == 0, report["stopped"]
+    assert report["stopped"] is None
+    [limit] = report["limits"]
+    assert limit["site"].endswith(f"train.py:{s.line('nccl')}")
+    assert "gloo" in limit["message"] and "NCCL" in limit["message"]
 
 
 def test_a_cuda_only_kernel_is_a_clear_limit(script, dryrun_cli):

@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from mpcheck.runtime.checks.checker import Checker
-from mpcheck.runtime.checks.sites import called_by_torch, user_frame, user_site
+from mpcheck.runtime.checks.sites import called_by_torch, user_frame, user_site, user_site_from
 
 Undo = Callable[[], None]
 
@@ -138,6 +138,7 @@ def install(
         _patch_module_call(checker, namer, on_compiled=on_compiled, leaf_mode=leaf_mode),
         _patch_module_apply(checker),
         *_patch_module_moves(checker),
+        _patch_module_init(checker),
         _patch_data_parallel(checker),
         _patch_distributed_data_parallel(checker),
         *_patch_parallel_primitives(checker),
@@ -152,6 +153,7 @@ def _patch_module_call(
     tls = checker._tls
     orig_call = nn.Module.__call__
     placement = checker._placement  # cleared in place by invalidate_placement()
+    roots_checked = checker.roots_checked
     inputs_on = checker.inputs_on
     tensor = torch.Tensor
     from torch.nn.modules import module as _module_globals
@@ -175,6 +177,10 @@ def _patch_module_call(
             if type(module).__name__ == "OptimizedModule":
                 on_compiled()
             path = namer.discover(module, stack[-1] if stack else None)
+        if not stack:
+            seen = roots_checked.get(id(module))
+            if seen is None or seen() is not module:
+                checker.on_root_call(module)  # once per root model: a split collapsed by set_device (MP004)
         cls = type(module)
         is_leaf = torch_leaf_types.get(cls)
         if is_leaf is None:
@@ -268,7 +274,8 @@ def _patch_module_moves(checker: Checker) -> list[Undo]:
                 dev = None
             if dev is not None:
                 checker.check_device(dev)
-                checker.on_module_move(module, checker.devices.normalize(dev), site=user_site())
+                implicit = dev.type == "cuda" and dev.index is None
+                checker.on_module_move(module, checker.devices.normalize(dev), site=user_site(), implicit=implicit)
         return orig_to(module, *args, **kwargs)
 
     def module_cuda(module, device=None):
@@ -276,10 +283,33 @@ def _patch_module_moves(checker: Checker) -> list[Undo]:
             if device is not None:
                 checker.check_device(device)
             target = checker.devices.normalize("cuda" if device is None else device)
-            checker.on_module_move(module, target, site=user_site())
+            implicit = device is None or device == "cuda"
+            checker.on_module_move(module, target, site=user_site(), implicit=implicit)
         return orig_cuda(module, device)
 
     return [patch(nn.Module, "to", module_to), patch(nn.Module, "cuda", module_cuda)]
+
+
+def _patch_module_init(checker: Checker) -> Undo:
+    """nn.Module.__init__: the line that built each module (named when a module was never placed)."""
+    orig_init = nn.Module.__init__
+    tls = checker._tls
+
+    def module_init(module, *args, **kwargs):
+        orig_init(module, *args, **kwargs)
+        if not tls.suspended:
+            checker.on_module_built(module, user_site_from(_constructor_caller(module)))
+
+    return patch(nn.Module, "__init__", module_init)
+
+
+def _constructor_caller(module: nn.Module) -> FrameType | None:
+    """The frame that called the module's class: above the chain of `__init__`s run on it
+    (`super().__init__()` calls from each subclass)."""
+    frame: FrameType | None = sys._getframe(2)
+    while frame is not None and frame.f_code.co_name == "__init__" and frame.f_locals.get("self") is module:
+        frame = frame.f_back
+    return frame
 
 
 def _hook_step_end(on_step: Callable[[Any], None]) -> Undo:

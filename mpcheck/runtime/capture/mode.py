@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import torch.utils._device as _device_ctx
 from torch.overrides import TorchFunctionMode
 
 from mpcheck.runtime.checks.checker import Checker
@@ -80,7 +81,10 @@ class CheckingMode(TorchFunctionMode):
         except (KeyError, TypeError):
             kind = self._classify(func)
         if kind == _PASS:
-            return func(*args, **kwargs) if kwargs else func(*args)
+            try:  # free until it raises (Python 3.11's exceptions cost nothing unraised)
+                return func(*args, **kwargs) if kwargs else func(*args)
+            except RuntimeError as e:  # `.view()` refused for its strides: mpcheck may know why (MP012)
+                return self.checker.on_op_error(func, args, kwargs or {}, e)
         if kwargs is None:
             kwargs = {}
         if self._tls.suspended:
@@ -95,14 +99,22 @@ class CheckingMode(TorchFunctionMode):
             checker.on_loss(args, kwargs)
             kind = _CHECK
         if kind == _CHECK:
-            if kwargs:  # a factory's device= (torch.zeros(..., device='cuda:2')): a device that exists?
-                dev = kwargs.get("device")
-                if dev is not None:
-                    checker.check_device(dev)
+            made_how = None  # how a factory puts its tensor on the current device, if it does (MP004)
+            dev = kwargs.get("device") if kwargs else None
+            if dev is not None:  # a factory's device= (torch.zeros(..., device='cuda:2')): a device that exists?
+                checker.check_device(dev)
+                made_how = _current_device_words(dev, "`device={!r}`")
+            elif _device_ctx.CURRENT_DEVICE is not None:
+                made_how = _default_device_words(func)
             # One argument mixes nothing, unless it is a sequence: torch.cat([a, b]).
             if len(args) + len(kwargs) > 1 or (args and isinstance(args[0], (list, tuple))):
                 args, kwargs = checker.check_op(func, args, kwargs)
-            out = func(*args, **kwargs)
+            try:
+                out = func(*args, **kwargs)
+            except RuntimeError as e:  # PyTorch's own error: mpcheck may know its cause (MP012)
+                out = checker.on_op_error(func, args, kwargs, e)
+            if made_how is not None:
+                checker.on_current_device_tensor(out, made_how)
             if self.stamp_nodes:
                 self._stamp(out)
             if args:
@@ -167,6 +179,10 @@ class CheckingMode(TorchFunctionMode):
         out = func(*args, **kwargs)
         if timing is not None:
             timing.stop()
+        if kind != _COPY and dst.startswith("cuda"):
+            made_how = _current_device_transfer_words(kind, args, kwargs)
+            if made_how is not None:
+                checker.on_current_device_tensor(out, made_how)
         # Inside a backward pass (activation checkpointing recomputes forward there), a
         # transfer is the recomputation's, not a repeat of the user's.
         phase = "forward" if _graph_task_id() == -1 else "recompute"
@@ -188,6 +204,44 @@ class CheckingMode(TorchFunctionMode):
         if self.time_backward and isinstance(out, self._tensor) and out.grad_fn is not None:
             _time_backward(checker, out.grad_fn, dst, src, nbytes, site, module)
         return out
+
+
+def _current_device_words(dev: Any, template: str) -> str | None:
+    """How a device argument names the current device ('cuda', torch.device('cuda')), in the finding's
+    words (`template` formatted with it), or None when it names a device by index or no GPU."""
+    if isinstance(dev, str):
+        return template.format(dev) if dev == "cuda" else None
+    if isinstance(dev, torch.device) and dev.type == "cuda" and dev.index is None:
+        return template.format(dev)
+    return None
+
+
+_FACTORIES: set = set()
+
+
+def _default_device_words(func: Any) -> str | None:
+    """A factory without device= under torch.set_default_device('cuda') (or `with torch.device('cuda')`):
+    it lands on the current device."""
+    default = _device_ctx.CURRENT_DEVICE
+    if default is None or default.type != "cuda" or default.index is not None:
+        return None
+    if not _FACTORIES:
+        _FACTORIES.update(_device_ctx._device_constructors())
+    if func not in _FACTORIES:
+        return None
+    return f"`{getattr(func, '__name__', 'a factory')}(...)` without device=, under torch.set_default_device('cuda'),"
+
+
+def _current_device_transfer_words(kind: int, args, kwargs) -> str | None:
+    """A move onto the current device: `.cuda()`, `.cuda('cuda')`, `.to('cuda')`, `.to(torch.device('cuda'))`."""
+    if kind == _CUDA:
+        dev = args[1] if len(args) > 1 else kwargs.get("device")
+        return "a bare `.cuda()`" if dev is None else _current_device_words(dev, "`.cuda({!r})`")
+    for a in args[1:]:
+        if isinstance(a, (str, torch.device)):
+            return _current_device_words(a, "`.to({!r})`")
+    dev = kwargs.get("device")
+    return _current_device_words(dev, "`.to(device={!r})`") if dev is not None else None
 
 
 def _target(kind: int, args, kwargs, devices, tensor_type, check_device) -> str | None:

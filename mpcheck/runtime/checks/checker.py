@@ -27,8 +27,17 @@ from mpcheck.finding import Finding
 from mpcheck.runtime.checks.collapse import Collapses
 from mpcheck.runtime.checks.ledger import Ledger, TransferTiming
 from mpcheck.runtime.checks.pingpong import Chain, Layers, PingPong, describe, find_shared
+from mpcheck.runtime.checks.placement import (
+    Cause,
+    Made,
+    Placements,
+    contains,
+    made_cause,
+    module_cause,
+    names_device_index,
+)
 from mpcheck.runtime.checks.provenance import Provenance
-from mpcheck.runtime.checks.sites import UNKNOWN, Site, user_site
+from mpcheck.runtime.checks.sites import UNKNOWN, Site, user_frame, user_site
 from mpcheck.runtime.checks.torchapi import CPU_INDEX_NAMES, is_loss, is_loss_module
 from mpcheck.runtime.checks.wording import size_words, tensor_words
 
@@ -266,6 +275,7 @@ class Checker:
         import torch  # the runtime faces are the only place torch is imported
 
         self._tensor = torch.Tensor
+        self._module_type = torch.nn.Module
         self._tf_depth = torch._C._len_torch_function_stack
         self._no_torch_function = torch._C.DisableTorchFunction
         self.devices = devices
@@ -306,6 +316,10 @@ class Checker:
         self._placement_epoch = 0
         self._provenance_forward = -1  # the forward pass (per thread count) of the last refresh
         self._const_copies: dict[tuple[Site, str], int] = {}
+        # Where modules were built and placed, tensors made on the current device (placement.py).
+        self.placements = Placements()
+        # id(root module) -> ref: roots whose first call has been checked for a collapsed split (MP004).
+        self.roots_checked: dict[int, weakref.ref[Any]] = {}
 
     # -- context kept by the hooks --------------------------------------------------
     def wants(self, code: str) -> bool:
@@ -615,6 +629,7 @@ class Checker:
             site=site,
             module=path,
             expected_is="the module's parameters and buffers are",
+            module_obj=module,
         )
 
     def _loss_weights_mismatch(
@@ -667,7 +682,12 @@ class Checker:
         site = self.sites()
         self._tls.entries.append(
             _Entry(
-                f"input of {type(module).__name__} '{path}'", path, dev, site, {id(t): (t, loc) for loc, t, _ in odd}
+                f"input of {type(module).__name__} '{path}'",
+                path,
+                dev,
+                site,
+                {id(t): (t, loc) for loc, t, _ in odd},
+                module,
             )
         )
         return True
@@ -759,9 +779,11 @@ class Checker:
         expected_is: str = "the other tensors are",
         loss: bool = False,
         first: Any = None,
+        module_obj: Any = None,
     ) -> tuple[Args, Kwargs]:
         """Report each tensor of `odd` off `expected` (the device of `first`, the call's first tensor);
-        loss: the call is a loss (predictions and targets)."""
+        loss: the call is a loss (predictions and targets); module_obj: the module whose input this is
+        (a module-entry check). Where the root cause lies before this call (placement.py), it is reported there."""
         site = site or self.sites()
         module = module or self.current_module()
         moved = {}
@@ -788,21 +810,36 @@ class Checker:
                 msg = f"{what}: {_describe(loc)} ({tensor_words(t)}) is on {d}, {expected_is} on {expected}"
                 modules = (module,) if module else ()
                 where, target, off = site, expected, d
-            code = "MP001"
-            if loss and blamed is None:  # the targets follow the predictions; no module should move for a loss
-                code = "MP008"
-                which = "the targets" if loc[0] in (1, "target") else _describe(loc)
-                sugg = f"move {which} to the predictions' device with `.to('{target}')` before the loss"
+            cause = self._root_cause(t, d, expected, first, blamed, module_obj, module, site, what)
+            if cause is not None:
+                self.emit(
+                    cause.code,
+                    cause.site,
+                    cause.message,
+                    devices=cause.devices,
+                    modules=cause.modules,
+                    suggestion=cause.suggestion,
+                    extra={"use_site": str(site)},
+                    fatal=True,
+                )
             else:
-                sugg = f"move it with `.to('{target}')` before this call (or place the producing module on {target})"
-            # A module's input off its (collapsed) device: the collapse's, counted on its MP007.
-            module_input = blamed is not None or expected_is != "the other tensors are"
-            if not (
-                code == "MP001"
-                and module_input
-                and self._collapses.explains(e.path if blamed else module, target, off, where, self.module_name)
-            ):
-                self.emit(code, where, msg, devices=(target, off), modules=modules, suggestion=sugg)
+                code = "MP001"
+                if loss and blamed is None:  # the targets follow the predictions; no module should move for a loss
+                    code = "MP008"
+                    which = "the targets" if loc[0] in (1, "target") else _describe(loc)
+                    sugg = f"move {which} to the predictions' device with `.to('{target}')` before the loss"
+                else:
+                    sugg = (
+                        f"move it with `.to('{target}')` before this call (or place the producing module on {target})"
+                    )
+                # A module's input off its (collapsed) device: the collapse's, counted on its MP007.
+                module_input = blamed is not None or module_obj is not None
+                if not (
+                    code == "MP001"
+                    and module_input
+                    and self._collapses.explains(e.path if blamed else module, target, off, where, self.module_name)
+                ):
+                    self.emit(code, where, msg, devices=(target, off), modules=modules, suggestion=sugg)
             if self.on_mismatch == "move":
                 try:
                     with self.suspend():
@@ -812,6 +849,212 @@ class Checker:
         if moved:
             return _replace(args, kwargs, moved)
         return args, kwargs
+
+    # -- root causes before the failing call: placement.py -----------------------------------
+    def _root_cause(
+        self,
+        t: Any,
+        d: str,
+        expected: str,
+        first: Any,
+        blamed: Any,
+        module_obj: Any,
+        module: str | None,
+        site: Site,
+        what: str,
+    ) -> Cause | None:
+        """The line behind a mismatch of `t` (on `d`, the call wants `expected`): a tensor made on the
+        current device inside a stage on another GPU, or the module's own placement (shared, placed on the
+        current device, never placed). None: the mismatch is reported where it happens."""
+        placements = self.placements
+        if blamed is not None:  # a module's input that reached a torch call unmoved
+            (entry, _), bt, bt_dev, module_dev = blamed
+            return self._cause_for_input(bt, bt_dev, entry.module, entry.path, module_dev, entry.site, what)
+        if module_obj is not None:
+            return self._cause_for_input(t, d, module_obj, module or "", expected, site, what)
+        made = placements.made_of(t)
+        if made is not None and made.device == d and made.module_device == expected:
+            return made_cause(made, site, what)
+        if first is not None:
+            made = placements.made_of(first)
+            if made is not None and made.device == expected and made.module_device == d:
+                return made_cause(made, site, what)
+        return None
+
+    def _cause_for_input(
+        self, t: Any, t_dev: str, module: Any, path: str, module_dev: str, use: Site, what: str
+    ) -> Cause | None:
+        made = self.placements.made_of(t)
+        if made is not None and made.device == t_dev and made.module_device == module_dev:
+            return made_cause(made, use, what)
+        if not self.wants("MP001") and not self.wants("MP004"):
+            return None
+        return module_cause(
+            self.placements,
+            module,
+            path,
+            module_dev,
+            t_dev,
+            use,
+            name=self.module_name,
+            outermost_unplaced=self._outermost_unplaced,
+        )
+
+    def _outermost_unplaced(self, module: Any) -> Any:
+        """The outermost module containing `module` (in a known root model) whose weights all sit on the CPU."""
+        namer = self.namer
+        if namer is None:
+            return module
+        for root in namer.roots():
+            if not contains(root, module):
+                continue
+            chain = [root]
+            for name, sub in root.named_modules():
+                if sub is module:
+                    parts = name.split(".") if name else []
+                    chain = [root] + [root.get_submodule(".".join(parts[: i + 1])) for i in range(len(parts))]
+                    break
+            for m in chain:
+                if set(self.model_devices(m)) <= {"cpu"}:
+                    return m
+        return module
+
+    # -- MP012: PyTorch's own error, explained ---------------------------------------------------
+    def on_op_error(self, func: Any, args: Args, kwargs: Kwargs, error: RuntimeError) -> Any:
+        """PyTorch refused a call. `.view()` of a tensor that arrived by a transfer, refused for its strides:
+        the copy kept the strides of a permuted (transposed, sliced) tensor, and the fix is `.contiguous()`
+        before the copy (MP012, at the transfer). With on_mismatch="move" the view is taken of a contiguous
+        copy and the program goes on; otherwise PyTorch's error follows (after mpcheck's with "raise")."""
+        if (
+            not self._tls.suspended
+            and getattr(func, "__name__", "") == "view"
+            and args
+            and isinstance(args[0], self._tensor)
+            and "view size is not compatible" in str(error)
+            and self.wants("MP012")
+        ):
+            hop = self._arrival(args[0])
+            if hop is not None:
+                src, hop_site = hop
+                t = args[0]
+                dst = self.devices.device_of(t)
+                module = self.current_module()
+                self.emit(
+                    "MP012",
+                    hop_site,
+                    f"this transfer {src} -> {dst} copies a non-contiguous tensor ({tensor_words(t)}, strides "
+                    f"{tuple(t.stride())}) and the copy keeps its strides; `.view()` of it at {self.sites()} fails "
+                    "with 'view size is not compatible with input tensor's size and stride'",
+                    devices=(src, dst),
+                    modules=(module,) if module else (),
+                    suggestion="make it contiguous before the copy (`x.permute(...).contiguous().to(...)`): the copy "
+                    "is then one dense block, and the view works; or use `.reshape()` after it",
+                    extra={"view_site": str(self.sites())},
+                    fatal=True,
+                )
+                if self.on_mismatch == "move":
+                    return func(t.contiguous(), *args[1:], **kwargs)
+        raise error
+
+    def _arrival(self, t: Any) -> tuple[str, Site] | None:
+        """(source device, line) of the transfer whose output `t` is, with the strides the copy gave it
+        (a later permute of a dense copy is the program's own layout, not the copy's)."""
+        try:
+            storage = t.untyped_storage()
+        except Exception:
+            return None
+        entry = self._arrivals.get(id(storage))
+        if entry is None:
+            return None
+        ref = entry[0]
+        if (
+            ref.ref() is not storage
+            or ref.stride != t.stride()
+            or ref.shape != tuple(t.shape)
+            or ref.offset != t.storage_offset()
+        ):
+            return None
+        return entry[1], entry[2]
+
+    # -- MP004: the current device -------------------------------------------------------------
+    def on_current_device_tensor(self, t: Any, how: str) -> None:
+        """`t` was just made on the current device (a bare `.cuda()`, `device='cuda'`, a factory under
+        set_default_device('cuda')). Made in a method of a module that lives on another GPU, it is
+        remembered, and reported at this line if it meets that module's tensors unmoved."""
+        if not isinstance(t, self._tensor) or not self.wants("MP004"):
+            return
+        frame = user_frame(2)
+        owner = frame.f_locals.get("self") if frame is not None else None
+        if not isinstance(owner, self._module_type):
+            owner = self._running_module()  # a helper function called from a module's forward
+            if owner is None:
+                return
+        module_dev = self.module_device(owner)
+        dev = self.devices.device_of(t)
+        if module_dev is None or module_dev == dev or not module_dev.startswith("cuda") or not dev.startswith("cuda"):
+            return
+        self.placements.made(t, Made(self.sites(), how, dev, self.module_name(owner), module_dev))
+
+    def _running_module(self) -> Any:
+        """The module whose forward runs now (innermost), found from its path in a known root model."""
+        path, namer = self.current_module(), self.namer
+        if path is None or namer is None:
+            return None
+        for root in namer.roots():
+            name = namer(root)
+            if path == name:
+                return root
+            if path.startswith(name + "."):
+                try:
+                    module: Any = root.get_submodule(path[len(name) + 1 :])
+                except AttributeError:  # a path through a module found by its parent (`net.<Linear>`)
+                    return None
+                return module
+        return None
+
+    def on_module_built(self, module: Any, site: Site) -> None:
+        self.placements.built(module, site)
+
+    def on_root_call(self, root: Any) -> None:
+        """A root model's first call: were its stages, meant for several GPUs, all put on one by set_device?
+        An index-less `.cuda()` made while set_device pointed at cuda:k (k > 0), and another stage placed on
+        cuda:k by name: the split collapsed silently (MP004, a waste: it runs, on one GPU)."""
+        self.roots_checked[id(root)] = weakref.ref(root)
+        if len(self.roots_checked) > _PURGE_AT:
+            for k in [k for k, r in self.roots_checked.items() if r() is None]:  # in place: the hooks hold it
+                del self.roots_checked[k]
+        if not self.wants("MP004") or self._gpu_count() < 2:
+            return
+        devs = [d for d in self.model_devices(root) if d != "cpu"]
+        if len(devs) != 1 or devs[0] == "cuda:0" or _distributed():
+            return
+        dev = devs[0]
+        implicit, explicit = None, None
+        for mover, mv in self.placements.moves_inside(root):
+            if mv.target != dev:
+                continue
+            if mv.implicit and mv.current == dev:
+                implicit = implicit or (mover, mv)
+            elif not mv.implicit and names_device_index(mv.site):
+                # The index written out (`.to("cuda:1")`): this stage was meant for that GPU, and the other
+                # for the one `.cuda()` meant. A device taken from a variable (`.to(device)`, the GPU this
+                # process uses) says nothing of the kind.
+                explicit = explicit or (mover, mv)
+        if implicit is None or explicit is None:
+            return
+        (i_mod, i_mv), (e_mod, e_mv) = implicit, explicit
+        self.emit(
+            "MP004",
+            i_mv.site,
+            f"this index-less placement puts '{self.module_name(i_mod)}' on the current device {dev} (set by "
+            f"torch.cuda.set_device or `with torch.cuda.device`), the GPU that '{self.module_name(e_mod)}' is "
+            f"placed on by name at {e_mv.site}: every stage of '{self.module_name(root)}' sits on {dev} and the "
+            "other GPUs stay unused (the split collapsed)",
+            devices=(dev,),
+            modules=(self.module_name(root),),
+            suggestion="name the GPU this stage is meant for (`.cuda(0)` / `.to('cuda:0')`) instead of the current "
+            "device",
+        )
 
     # -- transfers: ledger, MP005, MP006, MP011 ---------------------------------------------
     def on_transfer(
@@ -1220,10 +1463,20 @@ class Checker:
         per_device = [sorted(v) for v in shapes.values()]
         return all(v == per_device[0] for v in per_device[1:])
 
-    def on_module_move(self, module: Any, target: str | None, *, site: Site | None) -> Finding | None:
-        """Before `module.cuda()` / `module.to(dev)`: moving a split model onto one device collapses it."""
+    def on_module_move(
+        self, module: Any, target: str | None, *, site: Site | None, implicit: bool = False
+    ) -> Finding | None:
+        """Before `module.cuda()` / `module.to(dev)`: moving a split model onto one device collapses it.
+        implicit: no index given (the current device). Every move is recorded (placement.py)."""
         if target is None:
             return None
+        self.placements.moved(
+            module,
+            site or UNKNOWN,
+            target,
+            implicit=implicit,
+            current=self.devices.normalize("cuda") if implicit else None,
+        )
         devs = [d for d in self.model_devices(module) if d != "cpu"]
         if len(devs) < 2 or target == "cpu":
             return None
@@ -1262,6 +1515,13 @@ class Checker:
         self.ledger.finish()
 
 
+def _distributed() -> bool:
+    """Is a torch.distributed process group running? (Then set_device(rank) + `.cuda()` is the DDP idiom.)"""
+    import torch.distributed as dist
+
+    return bool(dist.is_available() and dist.is_initialized())
+
+
 class _ThreadState(threading.local):
     """Per-thread state (autograd runs backward on its own threads). Set in __init__, which
     runs once in each thread: a missing attribute read with getattr(tls, name, default) raises
@@ -1279,9 +1539,12 @@ class _Entry:
     """A module call that received tensors off its device: where, and which tensors (by id;
     the call's own frame keeps them alive until leave_module() drops the entry)."""
 
-    __slots__ = ("what", "path", "device", "site", "tensors")
+    __slots__ = ("what", "path", "device", "site", "tensors", "module")
 
-    def __init__(self, what: str, path: str, device: str, site: Site, tensors: dict[int, tuple[Any, Where]]) -> None:
+    def __init__(
+        self, what: str, path: str, device: str, site: Site, tensors: dict[int, tuple[Any, Where]], module: Any
+    ) -> None:
+        self.module = module
         self.what = what
         self.path = path
         self.device = device

@@ -27,6 +27,21 @@ class CheckedSession(Protocol):
     def stop(self) -> None: ...
 
 
+def prepare(session: Any) -> Any:
+    """What both faces and `mpcheck run` add to a session before it starts: the module placement
+    for the HTML report (returned; before start(), as the model given is a root from the start),
+    and, in a process of a multi-process job, MP013 on the GPUs of other ranks."""
+    from mpcheck.runtime.checks.html.placement import Placement, watch
+    from mpcheck.runtime.checks.ranks import RankEnv, watch_owned_devices
+
+    placement = Placement()
+    watch(session, placement)
+    env = RankEnv.from_env()
+    if env is not None:
+        watch_owned_devices(session.checker, env)
+    return placement
+
+
 class Face:
     def __init__(
         self,
@@ -37,6 +52,7 @@ class Face:
         report: str | None,
         output_format: str,
         trace: str | None,
+        html: str | None = None,
     ) -> None:
         if on_mismatch not in ON_MISMATCH:
             raise ValueError(f"on_mismatch must be one of {', '.join(ON_MISMATCH)}, not {on_mismatch!r}")
@@ -46,7 +62,9 @@ class Face:
         self.report = report
         self.output_format = output_format
         self.trace = trace
+        self.html = html
         self.session: CheckedSession | None = None
+        self._placement: Any = None  # html.placement.Placement, once the session starts
 
     # -- results ------------------------------------------------------------------------
     @property
@@ -77,14 +95,32 @@ class Face:
             strict=strict,
             select=self.select,
             devices=devices,
-            keep_trace=self.trace is not None,
+            keep_trace=self.trace is not None or self.html is not None,  # the page's timeline
         )
         self.session = session
+        self._placement = prepare(session)
         session.start()
 
     def _write_on_exit(self) -> None:
         if self.report is not None or self.trace is not None:
             self.write(output_format=self.output_format, stream=sys.stderr if self.report else None, trace=self.trace)
+        if self.html is not None:
+            self.write_html(self.html)
+
+    def write_html(self, path: str) -> None:
+        """The HTML report (one self-contained page) to the file `path`. Its timeline needs the
+        transfers kept from the start: pass `html=` (or `trace=`) when creating the face."""
+        from mpcheck.runtime.checks.html.write import write_html
+
+        write_html(
+            path,
+            session=self._started(),
+            placement=self._placement,
+            report=self._report_dict(),
+            title=self._html_title(),
+            subtitle=self._html_subtitle(),
+            capacities=self._capacities(),
+        )
 
     def write(
         self,
@@ -123,3 +159,19 @@ class Face:
         from mpcheck.runtime.checks.report import chrome_trace
 
         return chrome_trace(self._started())
+
+    def _html_title(self) -> str:
+        from mpcheck.runtime.checks.html.write import RUN_TITLE
+
+        return RUN_TITLE
+
+    def _html_subtitle(self) -> str:
+        from mpcheck.runtime.checks.html.write import RUN_SUBTITLE
+
+        return RUN_SUBTITLE
+
+    def _capacities(self) -> dict[str, int]:
+        """Each device's memory, for the page's bars (the dry run's are in its memory report)."""
+        from mpcheck.runtime.checks.html.write import cuda_capacities
+
+        return cuda_capacities()

@@ -33,6 +33,9 @@ def _fmt_bytes(n: float) -> str:
     return f"{n:.1f} TB"
 
 
+fmt_bytes = _fmt_bytes  # the HTML page and the merged report of a job's ranks write bytes alike
+
+
 def _fmt_ms(ms: float | None) -> str:
     if ms is None:
         return "-"

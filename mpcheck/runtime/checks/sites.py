@@ -179,6 +179,11 @@ def _user_and_library_frames(depth: int) -> tuple[FrameType | None, FrameType | 
         frame: FrameType | None = sys._getframe(depth + 1)
     except ValueError:
         return None, None
+    return _user_and_library_frames_from(frame)
+
+
+def _user_and_library_frames_from(frame: FrameType | None) -> tuple[FrameType | None, FrameType | None]:
+    """_user_and_library_frames, from `frame` outwards."""
     library = None
     while frame is not None:
         code = frame.f_code
@@ -202,3 +207,9 @@ def user_site(depth: int = 1) -> Site:
     library frame in between is named as the site's context."""
     frame, library = _user_and_library_frames(depth + 1)
     return site_of_frame(frame, library) if frame is not None else UNKNOWN
+
+
+def user_site_from(frame: FrameType | None) -> Site:
+    """user_site(), walking outwards from `frame` (a frame found by other means: the caller of a constructor)."""
+    user, library = _user_and_library_frames_from(frame)
+    return site_of_frame(user, library) if user is not None else UNKNOWN

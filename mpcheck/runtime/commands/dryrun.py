@@ -14,6 +14,7 @@ import argparse
 import functools
 import sys
 
+from mpcheck.runtime.checks.ranks import RankEnv
 from mpcheck.runtime.commands.launch import Program, run_program
 from mpcheck.runtime.commands.options import (
     add_report_options,
@@ -22,6 +23,7 @@ from mpcheck.runtime.commands.options import (
     selected_codes,
     write_report,
 )
+from mpcheck.runtime.commands.ranks import announce, finish_rank, start_rank
 
 EXIT_STATUS = (
     "exit status: 1 when an error-level finding was reported or a virtual GPU's estimated memory does not fit "
@@ -59,6 +61,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="nvlink (400 GB/s, measured on H200), pcie5 (50 GB/s), pcie4 (25 GB/s) or a bandwidth "
         "in GB/s (default nvlink)",
     )
+    ap.add_argument(
+        "--nproc",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run N processes of one job, as torchrun would (RANK, LOCAL_RANK, WORLD_SIZE; use the gloo "
+        "backend): each owns --gpus/N of the virtual GPUs (rank r: cuda:r*G/N ..) and writes its own report "
+        "(rank in the file names), then the reports are merged (default 1)",
+    )
     add_report_options(
         ap,
         on_mismatch="move",
@@ -69,13 +80,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
-    return run_command(build_parser, _run, argv)
+    return run_command(build_parser, functools.partial(_run, argv=argv), argv)
 
 
-def _run(parser: argparse.ArgumentParser, opts: argparse.Namespace, program: Program) -> int:
+def _run(parser: argparse.ArgumentParser, opts: argparse.Namespace, program: Program, *, argv: list[str]) -> int:
     if opts.gpus < 1:
         print(f"mpcheck dryrun: --gpus must be at least 1, got {opts.gpus}", file=sys.stderr)
         return 2
+    if opts.nproc < 1 or opts.nproc > opts.gpus:
+        print(f"mpcheck dryrun: --nproc must be 1 to --gpus ({opts.gpus}), got {opts.nproc}", file=sys.stderr)
+        return 2
+    if opts.nproc > 1 and RankEnv.from_env() is None:
+        from mpcheck.runtime.commands.launch import split_argv
+        from mpcheck.runtime.commands.nproc import launch
+
+        ours, program_argv = split_argv(parser, list(argv))
+        return launch(opts.nproc, ours, program_argv, opts)
+    rank = start_rank(opts)
     try:
         from mpcheck.runtime.virtual.devices import DryRunLimitError
         from mpcheck.runtime.virtual.dryrun import dryrun
@@ -91,6 +112,7 @@ def _run(parser: argparse.ArgumentParser, opts: argparse.Namespace, program: Pro
             select=selected_codes(opts),
             report=None,
             trace=opts.trace,
+            html=opts.html,
         )
     except ValueError as e:
         print(f"mpcheck dryrun: {e}", file=sys.stderr)
@@ -98,11 +120,14 @@ def _run(parser: argparse.ArgumentParser, opts: argparse.Namespace, program: Pro
     stopped: list[BaseException] = []
     with dr:
         status = run_program(program, brief=(DryRunLimitError,), on_stop=stopped.append)
-    if stopped:
-        dr.stop_on(stopped[0])
-    # The trace was written on leaving `dr` (trace=opts.trace); the report follows here.
+        if stopped:  # said before leaving `dr`, so that the trace and the page written then say it too
+            dr.stop_on(stopped[0])
+    # The trace and the page were written on leaving `dr` (trace=, html=); the report follows here.
+    announce(rank, opts)
     if not write_report(parser.prog, opts, functools.partial(dr.write, output_format=opts.output_format)):
         return 2
+    if rank is not None:
+        finish_rank(dr.report_dict(), rank, opts)
     if any(f.severity == "error" for f in dr.findings):
         return 1
     if any(not m["fits"] for m in dr.memory.values()):

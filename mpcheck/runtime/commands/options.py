@@ -11,16 +11,22 @@ from collections.abc import Callable
 from mpcheck.runtime.commands.launch import LaunchError, Program, parse_program, split_argv
 
 # The options that name a file mpcheck writes after the program ran.
-OUTPUT_PATHS = ("output", "trace")
+OUTPUT_PATHS = ("output", "trace", "html")
 
 
 def add_report_options(ap: argparse.ArgumentParser, *, on_mismatch: str, on_mismatch_help: str) -> None:
-    """--on-mismatch (default `on_mismatch`), --output-format, --output/-o, --trace, --select,
+    """--on-mismatch (default `on_mismatch`), --output-format, --output/-o, --trace, --html, --select,
     --color, then the program: add the face's own options before calling this."""
     ap.add_argument("--on-mismatch", choices=("raise", "warn", "move"), default=on_mismatch, help=on_mismatch_help)
     ap.add_argument("--output-format", choices=("text", "json"), default="text")
     ap.add_argument("--output", "-o", metavar="FILE", help="write the report to FILE instead of stderr")
     ap.add_argument("--trace", metavar="FILE", help="write a Chrome trace (open in Perfetto) of transfers and steps")
+    ap.add_argument(
+        "--html",
+        metavar="FILE",
+        help="write the report as one self-contained HTML page: devices, their modules, memory, crossings, "
+        "findings and the transfers' timeline",
+    )
     ap.add_argument("--select", metavar="CODES", help="only these rule codes, comma-separated (e.g. MP001,MP011)")
     ap.add_argument("--color", choices=("auto", "always", "never"), default="auto")
     ap.add_argument("program", nargs=argparse.REMAINDER, help="script.py [args] | -m module [args] | -c code [args]")

@@ -22,6 +22,7 @@ from mpcheck.runtime.commands.options import (
     selected_codes,
     write_report,
 )
+from mpcheck.runtime.commands.ranks import announce, finish_rank, start_rank
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -54,6 +55,7 @@ def main(argv: list[str]) -> int:
 def _run(parser: argparse.ArgumentParser, opts: argparse.Namespace, program: Program) -> int:
     try:
         from mpcheck.runtime.capture.session import Session
+        from mpcheck.runtime.checks.face import prepare
         from mpcheck.runtime.checks.report import write_outputs
         from mpcheck.runtime.real.devices import CudaDevices
     except ImportError as e:
@@ -66,24 +68,54 @@ def _run(parser: argparse.ArgumentParser, opts: argparse.Namespace, program: Pro
             file=sys.stderr,
         )
         return 2
+    rank = start_rank(opts)
     session = Session(
         on_mismatch=opts.on_mismatch,
         strict=opts.strict,
         select=selected_codes(opts),
         devices=CudaDevices(),
-        keep_trace=bool(opts.trace),
+        keep_trace=bool(opts.trace or opts.html),  # the page's timeline needs the transfers kept
     )
+    placement = prepare(session)
     session.start()
     try:
         status = run_program(program)
     finally:
         session.stop()
     write = functools.partial(write_outputs, session, output_format=opts.output_format, trace=opts.trace)
+    announce(rank, opts)
     if not write_report(parser.prog, opts, write):
         return 2
+    if opts.html and not write_page(parser.prog, opts.html, session, placement):
+        return 2
+    if rank is not None:
+        from mpcheck.runtime.checks.report import report_dict
+
+        finish_rank(report_dict(session), rank, opts)
     if status == 0 and any(f.severity == "error" for f in session.checker.findings):
         return 1
     return status
+
+
+def write_page(prog: str, path: str, session, placement) -> bool:
+    """The HTML report to `path`; False, with the reason printed, when it cannot be written."""
+    from mpcheck.runtime.checks.html.write import RUN_SUBTITLE, RUN_TITLE, cuda_capacities, write_html
+    from mpcheck.runtime.checks.report import report_dict
+
+    try:
+        write_html(
+            path,
+            session=session,
+            placement=placement,
+            report=report_dict(session),
+            title=RUN_TITLE,
+            subtitle=RUN_SUBTITLE,
+            capacities=cuda_capacities(),
+        )
+    except OSError as e:
+        print(f"{prog}: cannot write the HTML report: {e}", file=sys.stderr)
+        return False
+    return True
 
 
 def cuda_available() -> bool:

@@ -34,6 +34,7 @@ class debug(Face):
         go on: one run lists every mismatch).
     strict: also check every aten op, forward and backward (slower).
     report: where the summary goes on exit: "stderr" (default), None for none.
+    html: a file for the HTML report, written on exit (also `write_html(path)` afterwards).
     """
 
     def __init__(
@@ -47,9 +48,16 @@ class debug(Face):
         output_format: str = "text",
         trace: str | None = None,
         devices: Any = None,
+        html: str | None = None,
     ) -> None:
         super().__init__(
-            model, on_mismatch=on_mismatch, select=select, report=report, output_format=output_format, trace=trace
+            model,
+            on_mismatch=on_mismatch,
+            select=select,
+            report=report,
+            output_format=output_format,
+            trace=trace,
+            html=html,
         )
         self.strict = strict
         self.devices = devices
@@ -88,6 +96,7 @@ class debug(Face):
                 output_format=self.output_format,
                 trace=self.trace,
                 devices=self.devices,
+                html=self.html,
             ):
                 return fn(*args, **kwargs)
 

@@ -24,16 +24,20 @@ What is emulated, and how:
   .type(T) with a tensor type, its name or a dtype converts as PyTorch does (a CUDA type: onto the
   tensor's own GPU or the current one; a CPU type: onto the CPU). Module.to/.cuda/.cpu move a module
   between virtual GPUs, its gradients too.
-- DataParallel runs its module once on device_ids[0] (no replicas); DDP runs on a one-process
-  gloo group with --backing cpu.
+- DataParallel runs its module once on device_ids[0] (no replicas); DDP runs on a gloo group with
+  --backing cpu: one process, or N of them (`mpcheck dryrun --nproc N`, or torchrun around it).
+  NCCL runs as gloo (listed under "limit"); a program written for torchrun (the env://
+  rendezvous, RANK / LOCAL_RANK / WORLD_SIZE) started without it runs as its only process.
+- DataLoader (workers, pin_memory) and pinned factories: pinning means nothing without a GPU.
 - With --backing meta, attention (F.scaled_dot_product_attention) uses the flash kernel's meta
   function, so its activation estimate is a GPU's (log-sum-exp), not the math path's T x T matrix.
 
 Limits (each stops the program with a message naming the line, never a hang or an abort):
 - custom CUDA kernels and extensions (a kernel that refuses CPU/meta tensors), CUDA graphs,
   any torch.cuda function not listed above;
-- NCCL (use backend="gloo"); DataParallel's collectives called by hand (scatter/gather/...);
+- NCCL's collectives themselves; DataParallel's collectives called by hand (scatter/gather/...);
   DDP with --backing meta;
+- torch.distributed.pipelining's schedules (their stages exchange activations between processes);
 - with --backing meta, Python that needs a value: .item(), .tolist(), bool(t), int(t),
   .numpy(), f-string formatting, data-dependent shapes (nonzero, masked_select, ...):
   use --backing cpu;
@@ -83,6 +87,7 @@ class dryrun(Face):
     link: "nvlink", "pcie4", "pcie5" or a bandwidth in GB/s: the transfer time model (links.py).
     on_mismatch: "move" (default: record and go on), "warn", or "raise".
     report: "stderr" to print the report on exit, None for none.
+    html: a file for the HTML report, written on exit (also `write_html(path)` afterwards).
     """
 
     def __init__(
@@ -98,11 +103,18 @@ class dryrun(Face):
         report: str | None = "stderr",
         output_format: str = "text",
         trace: str | None = None,
+        html: str | None = None,
     ) -> None:
         from mpcheck.runtime.virtual.links import parse_link
 
         super().__init__(
-            model, on_mismatch=on_mismatch, select=select, report=report, output_format=output_format, trace=trace
+            model,
+            on_mismatch=on_mismatch,
+            select=select,
+            report=report,
+            output_format=output_format,
+            trace=trace,
+            html=html,
         )
         if output_format not in ("text", "json"):
             raise ValueError(f"output_format must be 'text' or 'json', not {output_format!r}")
@@ -238,6 +250,19 @@ class dryrun(Face):
 
     def _render_text(self, *, color: bool) -> str:
         return self.render_text(color=color)
+
+    def _html_title(self) -> str:
+        return f"mpcheck dry run: {self.n} virtual GPU{'s' if self.n > 1 else ''}"
+
+    def _html_subtitle(self) -> str:
+        link = self.link
+        return (
+            f"{self.backing} backing, {format_bytes(self.device_memory)} each; memory is the dry run's estimate, "
+            f"transfer times the link model's ({link.name}, {link.gb_per_s:g} GB/s + {link.latency_us:g} us per copy)"
+        )
+
+    def _capacities(self) -> dict[str, int]:
+        return {}  # in the memory estimate
 
     def _trace_data(self) -> dict[str, Any]:
         """The session's Chrome trace, its note saying the times are the link model's."""

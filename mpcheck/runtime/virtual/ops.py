@@ -80,8 +80,10 @@ def generic(g: VirtualGPUs, func, args, kwargs):
         if target is not None:
             kwargs = dict(kwargs)
             kwargs["device"] = g.backing_device
-            if kwargs.get("pin_memory"):
-                kwargs["pin_memory"] = False
+    if kwargs.get("pin_memory") and func in FACTORIES:
+        # torch.empty(n, pin_memory=True), a staging buffer for host-to-device copies: page-locked
+        # memory means nothing without a GPU, and a CPU build has no allocator for it.
+        kwargs = {**kwargs, "pin_memory": False}
     dev, other = scan(g, args, kwargs)
     if other is not None and func not in MIXES_DEVICES:
         raise VirtualDeviceError(

@@ -1,7 +1,7 @@
 """What the dry run patches while virtual GPUs are active, one module per thing patched:
 cuda.py (torch.cuda, torch.accelerator), grouping.py (foreach / optimizer grouping by device),
 autograd.py (backward, custom Functions, checkpoint), data.py (DataLoader pinning, torch.load),
-parallel.py (DataParallel and its collectives, torch.distributed, DDP); base.py: the undo record."""
+parallel.py (DataParallel and its collectives, torch.distributed, DDP, pipelining's schedules); base.py: the undo record."""
 
 from __future__ import annotations
 
@@ -24,3 +24,4 @@ def install(g: VirtualGPUs, p: Patches) -> None:
     data.install_load(g, p)
     parallel.install_data_parallel(g, p)
     parallel.install_distributed(g, p)
+    parallel.install_pipelining(g, p)

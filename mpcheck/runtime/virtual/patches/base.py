@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, MutableMapping
 from typing import Any
 
 
 class Patches:
     def __init__(self) -> None:
-        self._saved: list[tuple[Any, str, Any, bool]] = []
+        self._saved: list[tuple[Any, Any, Any, bool]] = []  # (object, name or undo callable, old, had)
 
     def set(self, obj: Any, name: str, value: Any) -> None:
         if isinstance(obj, type):
@@ -20,14 +21,21 @@ class Patches:
         self._saved.append((obj, name, old, had))
         setattr(obj, name, value)
 
-    def set_item(self, d: dict, key: Any, value: Any) -> None:
+    def set_item(self, d: MutableMapping, key: Any, value: Any) -> None:
+        """`d[key] = value` until restore(); `d` may be os.environ."""
         self._saved.append((d, key, d.get(key), key in d))
         d[key] = value
+
+    def on_restore(self, undo: Callable[[], None]) -> None:
+        """Call `undo` when restoring, in its place among the other undos (last set, first undone)."""
+        self._saved.append((None, undo, None, False))
 
     def restore(self) -> None:
         while self._saved:
             obj, name, old, had = self._saved.pop()
-            if isinstance(obj, dict):
+            if obj is None:
+                name()
+            elif isinstance(obj, MutableMapping):
                 if had:
                     obj[name] = old
                 else:

@@ -55,6 +55,31 @@ def install_data_parallel(g: VirtualGPUs, p: Patches) -> None:
             p.set(comm, name, comm_limit(name))
 
 
+NCCL_AS_GLOO = (
+    "NCCL needs real GPUs: the process group runs on gloo in this one process, so the placement and the DDP "
+    "wrap are checked, NCCL's collectives are not"
+)
+# What torchrun sets for each process; the env:// rendezvous needs them. The dry run is one process of
+# one: where the program was not started by torchrun, they are set for it, and restored at the end.
+_TORCHRUN_ENV = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1"}
+
+
+def _one_process_rendezvous(p: Patches) -> None:
+    """The environment of torchrun's only process, where the program was not started by torchrun."""
+    import os
+    import socket
+
+    if "MASTER_ADDR" in os.environ or "RANK" in os.environ:
+        return  # started by torchrun (or set by the user): theirs
+    env = dict(_TORCHRUN_ENV)
+    with socket.socket() as sock:  # a free port for the store of this one process
+        sock.bind(("127.0.0.1", 0))
+        env["MASTER_PORT"] = str(sock.getsockname()[1])
+    for key, value in env.items():
+        if key not in os.environ:
+            p.set_item(os.environ, key, value)
+
+
 def install_distributed(g: VirtualGPUs, p: Patches) -> None:
     try:
         import torch.distributed as dist
@@ -65,15 +90,22 @@ def install_distributed(g: VirtualGPUs, p: Patches) -> None:
         return
     orig_init = dist.init_process_group
 
-    def init_process_group(backend: Any = None, *a: Any, **k: Any) -> Any:
+    def init_process_group(backend: Any = None, init_method: Any = None, *a: Any, **k: Any) -> Any:
         b = str(backend or "").lower()
         if "nccl" in b:
-            raise g.limit(
-                "NCCL",
-                "it needs real GPUs. Use backend='gloo' for the dry run (one process is enough to check "
-                "placement and the DDP wrap)",
-            )
-        return orig_init(backend or "gloo", *a, **k)
+            # The program's own backend needs real GPUs; gloo runs the same process group on the CPU, so the
+            # placement and the DDP wrap that follow are still checked (what NCCL itself does is not).
+            g.note_limit(NCCL_AS_GLOO)
+            backend = "gloo"
+        if k.get("device_id") is not None:
+            k["device_id"] = None  # a CUDA device to bind NCCL to: nothing to bind with gloo on the CPU
+        if init_method in (None, "env://") and k.get("store") is None:
+            _one_process_rendezvous(p)
+        out = orig_init(backend or "gloo", init_method, *a, **k)
+        # A program that never destroys its process group leaves it to the process's end; the dry run
+        # may end before the process (mpcheck.dryrun in code, the tests): it goes with the virtual GPUs.
+        p.on_restore(lambda: dist.destroy_process_group() if dist.is_initialized() else None)
+        return out
 
     p.set(dist, "init_process_group", init_process_group)
     orig_ddp_init = DistributedDataParallel.__init__
@@ -93,3 +125,32 @@ def install_distributed(g: VirtualGPUs, p: Patches) -> None:
         orig_ddp_init(self, module, device_ids, output_device, *a, **k)
 
     p.set(DistributedDataParallel, "__init__", ddp_init)
+
+
+def install_pipelining(g: VirtualGPUs, p: Patches) -> None:
+    """torch.distributed.pipelining: building the stages runs (tracing, splitting, placing: the dry run
+    checks them), a schedule's step whose stages live in other processes stops with a limit instead of
+    gloo's "Pair is not connected" from a send to a rank that does not exist."""
+    try:
+        from torch.distributed.pipelining import schedules
+    except ImportError:  # pragma: no cover - a PyTorch without it
+        return
+
+    def wrap(orig: Callable) -> Callable:
+        def step(self: Any, *a: Any, **k: Any) -> Any:
+            local = getattr(self, "_stages", None) or [getattr(self, "_stage", None)]
+            if getattr(self, "_num_stages", 0) > len(local):
+                raise g.limit(
+                    f"{type(self).__name__}.step() over {self._num_stages} pipeline stages",
+                    f"this process holds {len(local)} of them; the others would run in other processes (one per "
+                    "rank under torchrun) and exchange activations by send/recv, and the dry run is one process. "
+                    "Dry-run each stage's module on its own (a forward with one microbatch on its GPU), or the "
+                    "model split by hand with .to('cuda:k') between the stages",
+                )
+            return orig(self, *a, **k)
+
+        return step
+
+    for cls in (schedules.PipelineScheduleSingle, schedules.PipelineScheduleMulti):
+        if "step" in vars(cls):
+            p.set(cls, "step", wrap(vars(cls)["step"]))

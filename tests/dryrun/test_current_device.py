@@ -1,0 +1,208 @@
+"""The current device at run time (MP004): a tensor made by a bare `.cuda()`, a factory under
+set_default_device('cuda') or an init_hidden's `.cuda()` inside a stage on cuda:1 lands on cuda:0; the finding
+is at the line that made it, not at the call that fails. A stage placed by `.cuda()` after set_device(1) next to
+one placed on cuda:1 by name: the split collapsed (a waste, at the index-less placement). Tensors moved on before
+use, the DDP idiom and single-GPU programs stay silent."""
+
+import pytest
+from dryrun_helpers import codes_at
+
+STAGE1 = """
+import torch
+import torch.nn as nn
+
+class Stage1(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(16, 16).to("cuda:1")
+
+    def forward(self, x):
+        {made}
+        return self.lin(x) + noise  # <- use
+
+stage = Stage1()
+for _ in range(2):
+    stage(torch.randn(4, 16).to("cuda:1")).sum().backward()
+torch.set_default_device(None)
+print("finished")
+"""
+
+
+@pytest.mark.parametrize(
+    "made, how",
+    [
+        ("noise = torch.randn(4, 16).cuda()  # <- made", "a bare `.cuda()`"),
+        ("noise = torch.randn(4, 16).to('cuda')  # <- made", "`.to('cuda')`"),
+        ("noise = torch.zeros(4, 16, device='cuda')  # <- made", "`device='cuda'`"),
+        (
+            "torch.set_default_device('cuda'); noise = torch.ones(4, 16)  # <- made",
+            "`ones(...)` without device=, under torch.set_default_device('cuda'),",
+        ),
+    ],
+)
+def test_a_tensor_made_on_the_current_device_inside_a_stage_on_cuda1(script, dryrun_cli, made, how):
+    s = script(STAGE1.format(made=made))
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert report["stopped"] is None, report["stopped"]
+    assert codes_at(report) == [("MP004", s.line("made"))]
+    f = report["findings"][0]
+    assert f["message"].startswith(f"{how} here puts a tensor on the current device cuda:0, inside 'stage'")
+    assert f"train.py:{s.line('use')}" in f["message"]
+    assert f["devices"] == ["cuda:1", "cuda:0"]
+    assert "to('cuda:1')" in f["suggestion"]
+    assert f["extra"]["count"] == 2
+
+
+def test_init_hidden_with_a_bare_cuda_is_reported_in_init_hidden(script, dryrun_cli):
+    s = script("""
+import torch
+import torch.nn as nn
+
+class Decoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rnn = nn.GRU(16, 16, batch_first=True).to("cuda:1")
+
+    def init_hidden(self, batch):
+        return torch.zeros(1, batch, 16).cuda()  # <- made
+
+    def forward(self, x, h):
+        return self.rnn(x, h)
+
+dec = Decoder()
+h = dec.init_hidden(4)
+out, h = dec(torch.randn(4, 3, 16).to("cuda:1"), h)  # <- use
+""")
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert codes_at(report) == [("MP004", s.line("made"))]
+    assert "input of GRU 'dec.rnn'" in report["findings"][0]["message"]
+
+
+def test_set_device_collapses_a_split_placed_with_a_bare_cuda(script, dryrun_cli):
+    s = script("""
+import torch
+import torch.nn as nn
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.enc = nn.Linear(16, 16).cuda()  # <- implicit
+        self.dec = nn.Linear(16, 16).to("cuda:1")  # <- named
+
+    def forward(self, x):
+        return self.dec(self.enc(x.to("cuda:1")))
+
+torch.cuda.set_device(1)
+net = Net()
+for _ in range(2):
+    net(torch.randn(4, 16)).sum().backward()
+""")
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert (status, report["stopped"]) == (0, None)  # it runs, on one GPU: a warning, recorded
+    assert codes_at(report) == [("MP004", s.line("implicit"))]
+    f = report["findings"][0]
+    assert f["severity"] == "warning" and f["devices"] == ["cuda:1"]
+    assert "'net.enc'" in f["message"] and "'net.dec'" in f["message"]
+    assert f"train.py:{s.line('named')}" in f["message"]
+    assert "the split collapsed" in f["message"]
+
+
+@pytest.mark.parametrize(
+    "program",
+    [
+        # made on the current device, moved to the stage's GPU before use
+        STAGE1.format(made="noise = torch.randn(4, 16).cuda().to(x.device)"),
+        STAGE1.format(made="noise = torch.zeros(4, 16, device=x.device)"),
+        # a stage on cuda:0 making its tensors on the current device cuda:0
+        STAGE1.replace('"cuda:1"', '"cuda:0"').format(made="noise = torch.randn(4, 16).cuda()"),
+        # the DDP idiom in one process: set_device(rank) then .cuda() and the rank's device by name
+        """
+import os, tempfile
+import torch
+import torch.nn as nn
+import torch.distributed as dist
+
+class Net(nn.Module):
+    def __init__(self, rank):
+        super().__init__()
+        self.enc = nn.Linear(16, 16).cuda()
+        self.dec = nn.Linear(16, 16).to(f"cuda:{rank}")
+
+    def forward(self, x):
+        return self.dec(self.enc(x.cuda()))
+
+dist.init_process_group("gloo", init_method="file://" + os.path.join(tempfile.mkdtemp(), "s"), rank=0, world_size=1)
+torch.cuda.set_device(1)  # this process's GPU
+net = Net(1)
+net(torch.randn(4, 16)).sum().backward()
+""",
+        # one process on the GPU it chose: set_device(gpu), then .cuda() and .to(device) of that same GPU
+        """
+import torch
+import torch.nn as nn
+
+class Net(nn.Module):
+    def __init__(self, device):
+        super().__init__()
+        self.enc = nn.Linear(16, 16).cuda()
+        self.dec = nn.Linear(16, 16).to(device)
+
+    def forward(self, x):
+        return self.dec(self.enc(x.cuda()))
+
+gpu = 1
+torch.cuda.set_device(gpu)
+net = Net(torch.device("cuda", gpu))
+net(torch.randn(4, 16)).sum().backward()
+""",
+        # a program on one GPU that is not cuda:0: everything placed by .cuda()
+        """
+import torch
+import torch.nn as nn
+torch.cuda.set_device(1)
+net = nn.Sequential(nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 4)).cuda()
+net(torch.randn(4, 16).cuda()).sum().backward()
+""",
+    ],
+)
+def test_current_device_uses_that_work_are_silent(script, dryrun_cli, program):
+    s = script(program)
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert (status, report["stopped"]) == (0, None), report["stopped"]
+    assert report["findings"] == []
+
+
+def test_a_batch_moved_by_a_bare_cuda_in_the_loop_is_still_mp001_at_the_call(script, dryrun_cli):
+    # Made outside any module's method: the call that gets it is where a transfer is missing.
+    s = script("""
+import torch
+import torch.nn as nn
+stage1 = nn.Linear(16, 16).to("cuda:1")
+x = torch.randn(4, 16).cuda()
+out = stage1(x)  # <- use
+""")
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert codes_at(report) == [("MP001", s.line("use"))]
+
+
+def test_a_helper_called_from_a_stage_forward_is_reported_in_the_helper(script, dryrun_cli):
+    s = script("""
+import torch
+import torch.nn as nn
+
+def make_noise(shape):
+    return torch.randn(shape).cuda()  # <- made
+
+class Stage1(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(16, 16).to("cuda:1")
+
+    def forward(self, x):
+        return self.lin(x) + make_noise(x.shape)
+
+stage = Stage1()
+stage(torch.randn(4, 16).to("cuda:1"))
+""")
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert codes_at(report) == [("MP004", s.line("made"))]
