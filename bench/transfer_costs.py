@@ -13,10 +13,13 @@ the GPUs at hand, so that the docs quote numbers instead of folklore:
     backward;
   - repeated transfer: an attention-style mask moved to cuda:1 on every call
     against a copy kept there once;
+  - host detour: an activation moved cuda:0 -> CPU -> cuda:1 (`h.cpu().to("cuda:1")`)
+    against one direct copy cuda:0 -> cuda:1 (MP005's detour form);
+  - loss direction: the logits moved to the labels' GPU against the labels
+    moved to the logits' GPU before the same cross-entropy (MP014's advice, forward only);
   - contiguity: a transposed (non-contiguous) tensor moved as is, against
     `.contiguous()` first (the advice mpcheck deliberately does not give);
-  - host detour (MP005 at run time): `x.cpu().to('cuda:1')` against `x.to('cuda:1')`;
-  - logits direction (MP008 at run time): a loss step whose logits on cuda:1 are moved to the
+  - logits direction (MP014, forward and backward): a loss step whose logits on cuda:1 are moved to the
     labels on cuda:0, against the labels moved to cuda:1, forward and backward;
   - constant per forward (MP011 by provenance): a causal mask built on the host and moved in every
     forward, against one kept on the device;
@@ -126,6 +129,44 @@ def repeated(seq: int, reps: int) -> dict:
     return {"case": f"mask {seq}x{seq} fp32 moved on every call vs kept", **t, "ratio": t["every_call"] / t["kept"]}
 
 
+def host_detour(rows: int, d: int, reps: int) -> dict:
+    x = torch.randn(rows, d, device="cuda:0")
+
+    def direct():
+        x.to("cuda:1")
+
+    def through_host():
+        x.cpu().to("cuda:1")
+
+    t = _time({"direct": direct, "through_host": through_host}, reps)
+    return {
+        "case": f"{rows}x{d} fp32 cuda:0 -> cuda:1 direct vs through the CPU",
+        **t,
+        "ratio": t["through_host"] / t["direct"],
+    }
+
+
+def loss_direction(rows: int, vocab: int, reps: int) -> dict:
+    logits = torch.randn(rows, vocab, device="cuda:1")
+    labels = torch.randint(0, vocab, (rows,), device="cuda:0")
+    loss = nn.CrossEntropyLoss()
+
+    def labels_to_logits():
+        with torch.no_grad():
+            loss(logits, labels.to(logits.device))
+
+    def logits_to_labels():
+        with torch.no_grad():
+            loss(logits.to(labels.device), labels)
+
+    t = _time({"labels_to_logits": labels_to_logits, "logits_to_labels": logits_to_labels}, reps)
+    return {
+        "case": f"cross-entropy on {rows}x{vocab} fp32 logits: labels moved vs logits moved",
+        **t,
+        "ratio": t["logits_to_labels"] / t["labels_to_logits"],
+    }
+
+
 def contiguity(n: int, reps: int) -> dict:
     x = torch.randn(n, n, device="cuda:0").t()  # a transposed view: non-contiguous
 
@@ -137,23 +178,6 @@ def contiguity(n: int, reps: int) -> dict:
 
     t = _time({"as_is": as_is, "contiguous_first": contiguous_first}, reps)
     return {"case": f"transposed {n}x{n} fp32 to cuda:1", **t, "ratio": t["contiguous_first"] / t["as_is"]}
-
-
-def host_detour(rows: int, d: int, reps: int) -> dict:
-    x = torch.randn(rows, d, device="cuda:0")
-
-    def direct():
-        x.to("cuda:1")
-
-    def via_host():
-        x.cpu().to("cuda:1")
-
-    t = _time({"direct": direct, "via_host": via_host}, reps)
-    return {
-        "case": f"{rows}x{d} fp32 cuda:0 -> cuda:1, via the host vs direct",
-        **t,
-        "ratio": t["via_host"] / t["direct"],
-    }
 
 
 def logits_direction(rows: int, vocab: int, reps: int) -> dict:
@@ -242,9 +266,11 @@ def main(argv: list[str] | None = None) -> int:
         per_layer(4096, 2048, 16, reps // 4),
         repeated(512, reps),
         repeated(4096, reps // 4),
+        host_detour(32, 1024, reps),
+        host_detour(4096, 4096, reps // 4),
+        loss_direction(8 * 512, 32000, reps // 4),
         contiguity(4096, reps),
         host_detour(32, 4096, reps),
-        host_detour(4096, 4096, reps // 4),
         logits_direction(2048, 32000, reps // 4),
         constant_per_forward(2048, reps // 4),
         shared_module(768, 32, 16, reps),

@@ -108,11 +108,17 @@ def analyze(
     codes: frozenset[str],
     modname: str,
     project: Mapping[str, dict[str, Any]],
+    gpus: tuple[int, ...] = (),
 ) -> FileResult:
     """Run the rules whose codes are in `codes` on one file. `project` maps
     dotted module names to their summaries. Never raises on bad input: a file
     that does not parse gives one MP000 finding. A rule that raises (a bug in
-    mpcheck, not in the file) raises RuleCrash naming the file and the rule."""
+    mpcheck, not in the file) raises RuleCrash naming the file and the rule.
+
+    `gpus`: the GPU counts to assume where the file asks torch.cuda.device_count().
+    The file is interpreted with the count unknown; only when that interpretation
+    asked the count, it is interpreted again under each count, and a finding of
+    those runs is kept when every count the code allows gives it (rules/gpucounts.py)."""
     import libcst as cst
 
     from mpcheck.rules import all_rules
@@ -127,14 +133,30 @@ def analyze(
     except Exception as e:  # noqa: BLE001  (ParserSyntaxError, and the parser's other failures: recursion, ...)
         return FileResult([parse_failure(path, source, e)])
     ctx = FileContext(path, source, module, modname, project)
+    findings = _run_rules(ctx, rules)
+    if gpus and ctx.model_built and ctx.model.asks_gpu_count:
+        from mpcheck.rules.gpucounts import CountRun, merge, worth_going_on
+
+        runs = []
+        for count in gpus:
+            ctx_k = FileContext(path, source, module, modname, project, gpu_count=count)
+            runs.append(CountRun(count, _run_rules(ctx_k, rules), ctx_k.model.count_refuted_at is not None))
+            if not worth_going_on(findings, runs):
+                break  # an allowed count gives nothing new: no finding can hold under every count
+        else:
+            findings = merge(findings, runs)
+    findings.sort(key=Finding.sort_key)
+    return FileResult(findings, ctx.used_modules)
+
+
+def _run_rules(ctx: Any, rules: list[Any]) -> list[Finding]:
     findings: list[Finding] = []
     for rule_cls in rules:
         try:
             findings.extend(rule_cls().check(ctx))
         except Exception as exc:  # never a silently missing finding: the file is reported as not checked
-            raise RuleCrash(path, rule_cls.code, exc) from exc
-    findings.sort(key=Finding.sort_key)
-    return FileResult(findings, ctx.used_modules)
+            raise RuleCrash(ctx.path, rule_cls.code, exc) from exc
+    return findings
 
 
 def _parse(source: str) -> cst.Module | None:

@@ -96,6 +96,11 @@ def _lint_parser() -> argparse.ArgumentParser:
         metavar="PATTERNS",
         help="patterns to skip as well as the defaults",
     )
+    p.add_argument(
+        "--gpus",
+        metavar="COUNTS",
+        help="GPU counts to assume for torch.cuda.device_count(), as 2,4,8 (replaces the config's; default 2,4,8)",
+    )
     p.add_argument("--output-format", choices=FORMATS, default="text")
     p.add_argument(
         "--statistics", action="store_true", help="print the number of findings per code instead of the findings"
@@ -122,7 +127,7 @@ def _flatten(groups: list[list[str]] | None) -> list[str] | None:
 
 
 def lint_main(argv: list[str]) -> int:
-    from mpcheck.config import Layer, project_root, resolve
+    from mpcheck.config import Layer, gpu_counts, project_root, resolve
     from mpcheck.lint import rulemeta
     from mpcheck.lint.cache import CACHE_DIR_NAME, ResultCache
     from mpcheck.lint.files import discover, missing_paths, stdin_source
@@ -147,6 +152,7 @@ def lint_main(argv: list[str]) -> int:
         ignore=_flatten(args.ignore) or [],
         exclude=_flatten(args.exclude),
         extend_exclude=_flatten(args.extend_exclude) or [],
+        gpus=gpu_counts(args.gpus, "--gpus") if args.gpus is not None else None,
     )
     settings = resolve(cli_layer, rules.keys(), start=start, use_config=not args.isolated)
 

@@ -86,7 +86,8 @@ CODES: tuple[Code, ...] = (
         "MP005",
         "round-trip-transfer",
         "warning",
-        "A tensor is moved to another device and straight back, with no work done there.",
+        "A tensor is moved to another device and straight back, or from one GPU through the CPU to another, "
+        "with no work done in between.",
         _EVERY_FACE,
     ),
     Code(
@@ -114,14 +115,15 @@ CODES: tuple[Code, ...] = (
         _EVERY_FACE,
         fatal=True,
     ),
-    # Run time only: which device indices exist is known only where the program runs (device_count(),
-    # CUDA_VISIBLE_DEVICES, --gpus). Fatal: CUDA raises "invalid device ordinal" right after.
+    # Which device indices exist is known where the program runs (device_count(), CUDA_VISIBLE_DEVICES,
+    # --gpus); the linter says it only of indices computed from torch.cuda.device_count(), under each GPU
+    # count it assumes ([tool.mpcheck] gpus). Fatal: CUDA raises "invalid device ordinal" right after.
     Code(
         "MP009",
         "nonexistent-device",
         "error",
         "A tensor or module is placed on a CUDA device index that this machine does not have (cuda:2 with 2 GPUs).",
-        (RUN, DRYRUN),
+        _EVERY_FACE,
         fatal=True,
     ),
     Code(
@@ -149,6 +151,14 @@ CODES: tuple[Code, ...] = (
         "error",
         "A process of a multi-process job (torchrun) places a tensor or a stage on a GPU that another local rank owns.",
         (RUN, DRYRUN),
+    ),
+    Code(
+        "MP014",
+        "costly-transfer-direction",
+        "warning",
+        "The large side of a loss is moved to the small side's GPU (logits to the labels') where moving the "
+        "small one (the labels) would copy far less.",
+        _EVERY_FACE,
     ),
 )
 

@@ -46,7 +46,12 @@ DEFAULT_EXCLUDE = (
     ".mpcheck_cache",
 )
 
-KNOWN_KEYS = ("select", "ignore", "extend-select", "exclude", "extend-exclude", "per-file-ignores")
+KNOWN_KEYS = ("select", "ignore", "extend-select", "exclude", "extend-exclude", "per-file-ignores", "gpus")
+
+# The GPU counts the linter assumes where code asks `torch.cuda.device_count()`: a finding
+# that depends on the count is reported only when it holds under every count the code allows.
+DEFAULT_GPUS = (2, 4, 8)
+MAX_GPUS = 16  # loops over more devices than this are not unrolled: the values would be unknown
 
 
 class ConfigError(Exception):
@@ -63,6 +68,7 @@ class Layer:
     exclude: list[str] | None = None
     extend_exclude: list[str] = field(default_factory=list)
     per_file_ignores: dict[str, list[str]] = field(default_factory=dict)
+    gpus: tuple[int, ...] | None = None
     origin: str = "command line"
 
 
@@ -74,6 +80,7 @@ class Settings:
     root: Path  # patterns are relative to this folder (the config's, else cwd)
     config_path: Path | None  # the pyproject.toml that was read, if any
     project_root: Path  # where the cache lives: beside the nearest pyproject.toml, else cwd
+    gpus: tuple[int, ...] = DEFAULT_GPUS  # the GPU counts assumed for torch.cuda.device_count()
 
     def codes_for(self, relpath: str | None) -> frozenset[str]:
         """The codes that apply to one file, after per-file-ignores."""
@@ -151,6 +158,30 @@ def _string_list(value: Any, key: str, origin: str) -> list[str]:
     return list(value)
 
 
+def gpu_counts(value: Any, origin: str) -> tuple[int, ...]:
+    """`gpus = [2, 4, 8]` (or `--gpus 2,4,8`): distinct whole numbers from 1 to MAX_GPUS, sorted."""
+    if isinstance(value, str):
+        parts = [p.strip() for p in value.split(",") if p.strip()]
+        try:
+            value = [int(p) for p in parts]
+        except ValueError:
+            raise ConfigError(
+                f"{origin}: 'gpus' must be GPU counts separated by commas, as 2,4,8 (got {value!r})"
+            ) from None
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = [value]
+    if (
+        not isinstance(value, list)
+        or not value
+        or not all(isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= MAX_GPUS for v in value)
+    ):
+        raise ConfigError(
+            f"{origin}: 'gpus' must be a non-empty list of GPU counts from 1 to {MAX_GPUS}, as [2, 4, 8] "
+            f"(got {value!r})"
+        )
+    return tuple(sorted(set(value)))
+
+
 def layer_from_table(table: dict[str, Any], origin: str) -> Layer:
     unknown = sorted(set(table) - set(KNOWN_KEYS))
     if unknown:
@@ -172,6 +203,8 @@ def layer_from_table(table: dict[str, Any], origin: str) -> Layer:
     layer.per_file_ignores = {
         pattern: _string_list(codes, f"per-file-ignores.{pattern}", origin) for pattern, codes in pfi.items()
     }
+    if "gpus" in table:
+        layer.gpus = gpu_counts(table["gpus"], origin)
     return layer
 
 
@@ -221,7 +254,10 @@ def resolve(
     codes: set[str] = set(known)
     exclude: list[str] = list(DEFAULT_EXCLUDE)
     per_file: dict[str, set[str]] = {}
+    gpus: tuple[int, ...] = DEFAULT_GPUS
     for layer in layers:
+        if layer.gpus is not None:
+            gpus = layer.gpus
         if layer.select is not None:
             codes = expand_codes(layer.select, known, layer.origin)
         codes |= expand_codes(layer.extend_select, known, layer.origin)
@@ -240,4 +276,5 @@ def resolve(
         root=root,
         config_path=config_path,
         project_root=project_root(start),
+        gpus=gpus,
     )

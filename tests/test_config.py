@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from mpcheck.config import DEFAULT_EXCLUDE, ConfigError, Layer, expand_codes, find_pyproject, resolve
+from mpcheck.config import DEFAULT_EXCLUDE, ConfigError, Layer, expand_codes, find_pyproject, gpu_counts, resolve
 
 KNOWN = ("MP000", "MP001", "MP002", "MP003", "MP101", "MP102")
 
@@ -98,3 +98,27 @@ def test_nearest_pyproject_with_table_wins(tmp_path):
 def test_isolated_ignores_the_file(tmp_path):
     s = settings_for(tmp_path, "select = ['MP1']", use_config=False)
     assert s.codes == frozenset(KNOWN) and s.config_path is None
+
+
+def test_gpus_default_config_and_command_line(tmp_path):
+    assert resolve(Layer(), KNOWN, start=tmp_path).gpus == (2, 4, 8)
+    assert settings_for(tmp_path, "gpus = [8, 2]").gpus == (2, 8)  # sorted, as a set
+    # The command line replaces the config's list.
+    assert settings_for(tmp_path, "gpus = [8, 2]", Layer(gpus=gpu_counts("4", "--gpus"))).gpus == (4,)
+
+
+@pytest.mark.parametrize("value", ["[]", "[0]", "[2, 17]", "['two']", "[true]", "2.5", "{ a = 1 }"])
+def test_bad_gpus_are_an_error_that_says_what_is_expected(tmp_path, value):
+    with pytest.raises(ConfigError) as info:
+        settings_for(tmp_path, f"gpus = {value}")
+    assert "'gpus' must be a non-empty list of GPU counts from 1 to 16" in str(info.value)
+    assert str(tmp_path / "pyproject.toml") in str(info.value)
+
+
+@pytest.mark.parametrize("arg, ok", [("2,4", (2, 4)), (" 8 ", (8,)), ("2,x", None), ("0", None), ("", None)])
+def test_gpus_on_the_command_line(arg, ok):
+    if ok is None:
+        with pytest.raises(ConfigError, match="--gpus"):
+            gpu_counts(arg, "--gpus")
+    else:
+        assert gpu_counts(arg, "--gpus") == ok

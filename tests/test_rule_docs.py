@@ -16,6 +16,7 @@ import pytest
 
 from mpcheck import codes
 from mpcheck.analysis import analyze
+from mpcheck.config import DEFAULT_GPUS
 from mpcheck.rules import rules_by_code
 
 RULES_DIR = Path(__file__).resolve().parent.parent / "rules"
@@ -38,7 +39,7 @@ def _examples():
 
 @pytest.mark.parametrize("code,kind,source", list(_examples()))
 def test_doc_example(code, kind, source):  # a crashing rule raises RuleCrash: the test fails
-    result = analyze(f"{code}_example.py", source, frozenset({code}), "example", {})
+    result = analyze(f"{code}_example.py", source, frozenset({code}), "example", {}, DEFAULT_GPUS)
     got = sorted(f.line for f in result.findings if f.code == code)
     marked = [i for i, line in enumerate(source.splitlines(), 1) if line.rstrip().endswith(f"# <- {code}")]
     if kind == "bad":

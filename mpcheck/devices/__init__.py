@@ -12,6 +12,7 @@ expressions.py Expressions: the value of an expression; operands that must agree
 calls.py       Calls: functions, modules and methods of the file; classes of other files by summary
 instances.py   Instances: classes built, and where their parts end up (split or not)
 moves.py       Moves: .to() / .cuda() / .cpu(), transfers, collapses, lineage steps
+gpucount.py    an assumed GPU count: what torch.cuda.device_count() answers, the bounds the code puts on it
 summary.py     JSON summaries of a file's classes and functions for other files
 summarized.py  using those summaries: imported names, calls of summarized classes and functions
 model.py       DeviceModel: one interpretation per file; rules ask it for facts by type

@@ -209,6 +209,8 @@ class Calls(Part):
                     # only a tensor on another GPU is certainly wrong. The activation
                     # itself is fine, so the flow goes on with the module's output.
                     self.interp.exprs.check_operand(node, a, mod.devs, st, what=what, arg_index=i, expr=_nth(exprs, i))
+                elif isinstance(a, SeqV) and a.items:
+                    self._check_state_tuple(node, a, mod, st, what, i, _nth(exprs, i))
             lead = args[0] if args else None
             return Obj(
                 "tensor",
@@ -220,9 +222,42 @@ class Calls(Part):
             )
         return UNK
 
+    def _check_state_tuple(
+        self, node: cst.CSTNode, seq: SeqV, mod: Obj, st: State, what: str, i: int, expr: cst.BaseExpression | None
+    ) -> None:
+        """A tuple of tensors given to a module after its input (an LSTM's `(h0, c0)`): each
+        must be where the module is; report the first one certainly on another GPU."""
+        elems = expr.elements if isinstance(expr, (cst.Tuple, cst.List)) else None
+        for j, item in enumerate(seq.items or ()):
+            if not (isinstance(item, Obj) and item.kind != "scalar" and conflict(item.devs, mod.devs)):
+                continue
+            if not both_cuda(item.devs, mod.devs):
+                continue
+            part = elems[j].value if elems is not None and j < len(elems) else None
+            self.interp.recorder.record(
+                Mismatch(
+                    node=node,
+                    mode=st.mode,
+                    value=item,
+                    target=mod.devs,
+                    what=what,
+                    op="module",
+                    arg_index=i,
+                    expr=expr if part is None else part,
+                    module=mod,
+                    site=i,
+                    item=j if part is None else None,
+                ),
+                key=i,
+            )
+            return
+
     def loss_call(
         self, mod: Obj, args: list[Val], kwargs: dict[str, Val], st: State, node: cst.CSTNode, exprs: ArgExprs = None
     ) -> None:
+        kind = (mod.extra or {}).get(T.CLASS_DIM)
+        if isinstance(kind, Const):
+            self.interp.library.loss_direction(f"nn.{kind.value}", args, list(exprs or []), node, st)
         pairs = list(zip(list(args) + list(kwargs.values()), list(exprs or []) + [None] * 99))
         pairs += [(w, None) for w in (mod.extra or {}).values()]
         first = None
@@ -331,6 +366,11 @@ class Calls(Part):
 
     def ev_call(self, node: cst.Call, st: State) -> Val:
         func = node.func
+        ref = _object_setattr(node)
+        if ref is not None:
+            # object.__setattr__(self, "base", base): held by reference, not registered as a child
+            self.interp.stmts.hold_reference(ref[0], self.interp.exprs.ev(ref[1], st), st)
+            return UNK
         if isinstance(func, cst.Attribute):
             recv = self.interp.exprs.ev(func.value, st)
             meth = func.attr.value
@@ -482,6 +522,7 @@ class Calls(Part):
                         arg_index=i,
                         op=f".{meth}()",
                         expr=exprs[i] if i < len(exprs) else None,
+                        other=recv,
                     )
             inv = recv.invariant and all(isinstance(a, (Const, DtypeV)) for a in args)
             lineage = OFF_CHAIN if T.leaves_chain(meth, len(args), kwargs) else recv.lineage
@@ -529,3 +570,21 @@ class Calls(Part):
 
 def _nth(exprs: ArgExprs, i: int) -> cst.BaseExpression | None:
     return exprs[i] if exprs is not None and i < len(exprs) else None
+
+
+def _object_setattr(node: cst.Call) -> tuple[str, cst.BaseExpression] | None:
+    """(name, value expression) for `object.__setattr__(self, "name", value)`, else None."""
+    f = node.func
+    if not (
+        isinstance(f, cst.Attribute)
+        and f.attr.value == "__setattr__"
+        and isinstance(f.value, cst.Name)
+        and f.value.value == "object"
+        and len(node.args) == 3
+        and isinstance(node.args[0].value, cst.Name)
+        and node.args[0].value.value == "self"
+        and isinstance(node.args[1].value, cst.SimpleString)
+    ):
+        return None
+    name = node.args[1].value.evaluated_value
+    return (name, node.args[2].value) if isinstance(name, str) else None

@@ -32,6 +32,8 @@ def split_desc(v: Val | None) -> str:
             return f"a model split over {and_list(parts)}"
         return f"{article(cls)} {cls} split over {and_list(parts)}"
     if isinstance(v, Obj) and v.dispatched:
+        if v.dispatched.startswith("a device map"):  # library._maybe_split_map
+            return f"loaded with {v.dispatched}, which may split it over several GPUs"
         if v.dispatched.startswith("device_map"):
             return f"a model dispatched over several devices with {v.dispatched}"
         return f"a model split over several devices by {v.dispatched}"

@@ -41,6 +41,7 @@ class Mismatch(Fact):
     other: Val | None = None  # the other operand
     what_expr: cst.BaseExpression | None = None  # its expression
     site: Any = 0  # which operand site of `node` (an argument index, 'op', 'binop'): see Recorder.need
+    item: int | None = None  # the value is this element of `expr`, a tuple (an LSTM's `state`, (h0, c0))
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -79,6 +80,31 @@ class LossMismatch(Fact):
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
+class PredictionsMovedToTargets(Fact):
+    """A class-dimension loss (`op`, called at `loss`) gets its predictions just moved from GPU `src` to
+    GPU `dst`, where its targets are: `node` is that transfer. Moving the targets would copy less."""
+
+    loss: cst.CSTNode
+    src: str
+    dst: str
+    op: str
+    targets_expr: cst.BaseExpression | None = None
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class PlacedTwice(Fact):
+    """__init__ places submodule `attr` twice (`node` is the second placement, `first` the first) while
+    the modules `unplaced` of the same instance are never placed: a copy-paste slip (`self.l2.cuda(1)`
+    written twice where the second was meant for `self.l3`)."""
+
+    attr: str
+    module: Obj
+    first: cst.CSTNode
+    first_dev: str
+    unplaced: tuple[str, ...]
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
 class Transfer(Fact):
     """`.to()` / `.cuda()` / `.cpu()` of a tensor: `value` (as it was) moved to `devs`."""
 
@@ -109,6 +135,17 @@ class Crossing(Fact):
 class DataParallelWrap(Fact):
     module: Val
     q: str  # the canonical name of the wrapper
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class DataParallelOffFirstId(Fact):
+    """nn.DataParallel around a module that lives on one GPU, `dev`, other than device_ids[0] (`first`;
+    cuda:0 for the default device_ids): its forward fails, DataParallel keeps the module on `first`."""
+
+    module: Val
+    dev: str
+    first: str
+    given: bool  # device_ids written in the call (else the default, every GPU)
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)

@@ -44,6 +44,7 @@ from mpcheck.devices.values import (
     join_devs,
     one,
     single,
+    spans_of,
     used,
 )
 
@@ -108,11 +109,18 @@ class Expressions(Part):
                 )
             if name in ("T", "mT", "data", "real", "imag"):
                 return base.with_(label=dotted(node) or base.label)
+            if name == "grad" and base.kind in ("param", "tensor"):
+                # A gradient lives where its tensor does (optimizers, clipping, loss scalers read it).
+                return base.with_(kind="tensor", label=dotted(node) or name, invariant=False)
             if name == "module":
                 return base
             return UNK
         if isinstance(base, SymV):
             return SymV(f"{base.name}.{name}")
+        if isinstance(base, DeviceV) and name == "index":  # x.device.index + 1: the next GPU
+            d = single(base.devs)
+            if d is not None and d.startswith("cuda:") and d[5:].isdigit():
+                return Const(int(d[5:]))
         return UNK
 
     def ev_subscript(self, node: cst.Subscript, st: State) -> Val:
@@ -130,8 +138,9 @@ class Expressions(Part):
             if isinstance(idx, Const) and isinstance(idx.value, int) and base.items is not None:
                 if -len(base.items) <= idx.value < len(base.items):
                     return base.items[idx.value]
+                self.interp.gpus.check_index(base, idx.value, node)
                 return UNK
-            if isinstance(idx, Const) and isinstance(idx.value, int) and base.items is None:
+            if isinstance(idx, Const) and isinstance(idx.value, int) and idx.value >= 0 and base.items is None:
                 text = dotted(node.value)
                 if text and _deviceish(base.elem):
                     return DeviceV(one(f"sym:{text}[{idx.value}]"))
@@ -251,11 +260,23 @@ class Expressions(Part):
             it = self.ev(fors[0].iter, inner)
             items = iter_items(it)
             if items is not None and len(items) <= MAX_UNROLL and not fors[0].ifs:
+                if isinstance(node, cst.DictComp):
+                    return self._dict_comp(node, fors[0], items, inner)
                 out = []
                 for item in items:
                     self.interp.stmts.assign(fors[0].target, item, inner, None)
                     out.append(self._comp_elt(node, inner))
                 return self._comp_result(node, tuple(out), None)
+            spans = spans_of(it)
+            if spans is not None and not fors[0].ifs and not isinstance(node, cst.DictComp):
+                # Over the parameters of a split model (no filter that might drop a device's):
+                # the result holds an element made from a parameter on each device.
+                made = []
+                for item in spans[0]:
+                    self.interp.stmts.assign(fors[0].target, item, inner, None)
+                    made.append(self._comp_elt(node, inner))
+                kind = "gen" if isinstance(node, cst.GeneratorExp) else "list"
+                return SeqV(None, elem=join_all(made), kind=kind, spans=tuple(made), spans_by=spans[1])
         for f in fors:
             it = self.ev(f.iter, inner)
             self.interp.stmts.assign(
@@ -274,6 +295,18 @@ class Expressions(Part):
             return self.ev(node.value, st)
         return self.ev(node.elt, st)
 
+    def _dict_comp(self, node: cst.DictComp, comp: cst.CompFor, items: list[Val], st: State) -> Val:
+        """{g: devices[g] for g in range(n)} over a few known items: a dict when every key is known."""
+        out: dict[Any, Val] = {}
+        for item in items:
+            self.interp.stmts.assign(comp.target, item, st, None)
+            k = self.ev(node.key, st)
+            v = self.ev(node.value, st)
+            if not isinstance(k, Const) or not isinstance(k.value, (int, str)):
+                return UNK
+            out[k.value] = v
+        return DictV(out)
+
     @staticmethod
     def _comp_result(node: cst.CSTNode, items: tuple[Val, ...] | None, elem: Val | None) -> Val:
         if isinstance(node, cst.DictComp):
@@ -286,7 +319,8 @@ class Expressions(Part):
         t = self.ev(node.test, st)
         if isinstance(t, Const) and isinstance(t.value, bool):
             return self.ev(node.body if t.value else node.orelse, st)
-        return join(self.ev(node.body, st), self.ev(node.orelse, st))
+        with self.interp.gpus.guarded():
+            return join(self.ev(node.body, st), self.ev(node.orelse, st))
 
     def ev_binop(self, node: cst.BinaryOperation, st: State) -> Val:
         a = self.ev(node.left, st)
@@ -354,8 +388,14 @@ class Expressions(Part):
 
     def ev_unary(self, node: cst.UnaryOperation, st: State) -> Val:
         v = self.ev(node.expression, st)
+        if isinstance(node.operator, cst.Not) and isinstance(v, Const) and isinstance(v.value, bool):
+            return Const(not v.value)  # `if n_gpu > 1 and not self.model_parallel:` is decided
         if isinstance(v, Obj) and v.kind != "module":
             return v.with_(label="", worked=True)
+        if isinstance(node.operator, cst.Minus) and isinstance(v, Const) and type(v.value) is int:
+            return Const(-v.value)  # devices[-1]
+        if isinstance(node.operator, cst.Not) and isinstance(v, Const) and type(v.value) is bool:
+            return Const(not v.value)
         return UNK
 
     def ev_compare(self, node: cst.Comparison, st: State) -> Val:
@@ -395,6 +435,14 @@ class Expressions(Part):
     def ev_boolop(self, node: cst.BooleanOperation, st: State) -> Val:
         a = self.ev(node.left, st)
         b = self.ev(node.right, st)
+        # One known operand decides `and` (False) / `or` (True) whatever the other is: a guard such
+        # as `n_gpu > 1 and not split` with `split` known to be True takes one path only.
+        decides = isinstance(node.operator, cst.Or)
+        known = [v.value for v in (a, b) if isinstance(v, Const) and isinstance(v.value, bool)]
+        if decides in known:
+            return Const(decides)
+        if len(known) == 2:
+            return Const(not decides)
         if isinstance(a, Obj) or isinstance(b, Obj):
             return join(a, b) if isinstance(a, Obj) and isinstance(b, Obj) else UNK
         return UNK
@@ -429,8 +477,10 @@ class Expressions(Part):
         expr: cst.BaseExpression | None = None,
         op: str = "module",
         module: Obj | None = None,
+        other: Val | None = None,
     ) -> bool:
-        """Reports `val` when it is certainly not on `devs`; True when it did."""
+        """Reports `val` when it is certainly not on `devs` (where `module`, or the tensor `other`,
+        is); True when it did."""
         self.interp.recorder.need(node, arg_index, devs)
         if not isinstance(val, Obj) or val.kind in ("scalar", "module"):
             return False
@@ -448,6 +498,7 @@ class Expressions(Part):
                     expr=expr,
                     arg_index=arg_index,
                     module=module,
+                    other=other,
                     site=arg_index,
                 ),
                 key=arg_index,

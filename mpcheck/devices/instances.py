@@ -9,7 +9,7 @@ from typing import Any
 
 import libcst as cst
 
-from mpcheck.devices.events import SplitBuiltAfterSetDevice
+from mpcheck.devices.events import EntryPointRun, PlacedTwice, SplitBuiltAfterSetDevice
 from mpcheck.devices.program import MAX_DEPTH, ClassInfo, Part, Scope, State
 from mpcheck.devices.values import (
     CURRENT,
@@ -50,6 +50,8 @@ class Instances(Part):
             self.interp.stmts.run_body(init, ist)
         self._finish_instance(obj)
         self.interp.init_indexless[id(obj)] = [p.node for p in scope.placements]
+        if init is not None:
+            self._record_own_setdev(init.node, obj, scope, st.setdev if st else None)
         self._check_built_after_setdev(cinfo, obj, args, kwargs, st, node)
         return obj
 
@@ -64,6 +66,33 @@ class Instances(Part):
                 devs = base.summary.get("devs")
                 if devs and len(devs) == 1 and not base.summary.get("split"):
                     obj.attrs.setdefault(f"<{base.name}>", Obj("module", one(devs[0]), origin=f"placed by {base.name}"))
+
+    def _record_own_setdev(self, init: cst.CSTNode, obj: Obj, scope: Scope, outer: cst.CSTNode | None) -> None:
+        """An __init__ that calls set_device itself and then places a stage index-lessly is an entry
+        point of its own for MP004: its index-less placements after its own set_device, in a class
+        that ends up split (one set_device before the build is SplitBuiltAfterSetDevice's business)."""
+        own = tuple(p for p in scope.placements if p.setdev is not outer)
+        if own:
+            self.interp.recorder.record(
+                EntryPointRun(node=init, name=scope.name, builds_split=bool(obj.split), placements=own)
+            )
+
+    def _note_placed_twice(self, obj: Obj) -> None:
+        """A submodule placed twice by __init__ while a sibling module is never placed (events.PlacedTwice)."""
+        assert obj.attrs is not None  # an instance
+        unplaced = tuple(
+            a for a, v in obj.attrs.items() if isinstance(v, Obj) and v.kind == "module" and "never placed" in v.origin
+        )
+        if not unplaced:
+            return
+        for attr, v in obj.attrs.items():
+            again = self.interp.placed_again.get(id(v))
+            if again is None or again[0] is not v:
+                continue
+            _, first, first_dev, second = again
+            self.interp.recorder.record(
+                PlacedTwice(node=second, attr=attr, module=v, first=first, first_dev=first_dev, unplaced=unplaced)
+            )
 
     def _check_built_after_setdev(
         self,
@@ -89,7 +118,10 @@ class Instances(Part):
     def _finish_instance(self, obj: Obj) -> None:
         assert obj.attrs is not None  # an instance
         placed: list[tuple[str, str, Any]] = []
+        refs = obj.cls.refs if obj.cls is not None else set()
         for attr, v in obj.attrs.items():
+            if attr in refs:
+                continue  # held by reference: another module's placement, not this one's
             for d, at in placements(v):
                 placed.append((attr, d, at))
         devs = [d for _, d, _ in placed]
@@ -105,6 +137,7 @@ class Instances(Part):
                 obj.attrs[attr] = v.with_(devs=one("cpu"), origin="never placed, so on the CPU")
             elif not hand_placed and v.devs == one("cpu") and v.kind in ("module", "param", "buffer", "tensor", "any"):
                 obj.attrs[attr] = v.with_(devs=None)
+        self._note_placed_twice(obj)
         if split:
             obj.split = tuple(dict.fromkeys((attr, d) for attr, d, _ in placed))
             obj.devs = None

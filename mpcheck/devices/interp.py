@@ -30,6 +30,7 @@ import libcst as cst
 from mpcheck.devices.calls import Calls
 from mpcheck.devices.events import EntryPointRun, Recorder
 from mpcheck.devices.expressions import Expressions
+from mpcheck.devices.gpucount import GpuCount
 from mpcheck.devices.instances import Instances
 from mpcheck.devices.library import Library
 from mpcheck.devices.moves import Moves
@@ -57,7 +58,13 @@ from mpcheck.devices.values import (
 
 
 class Interp:
-    def __init__(self, module: cst.Module, modname: str = "", project: dict[str, dict[str, Any]] | None = None) -> None:
+    def __init__(
+        self,
+        module: cst.Module,
+        modname: str = "",
+        project: dict[str, dict[str, Any]] | None = None,
+        gpu_count: int | None = None,
+    ) -> None:
         self.module = module
         self.modname = modname
         self.project = project or {}
@@ -66,14 +73,19 @@ class Interp:
         self.classes: dict[str, ClassInfo] = {}
         self.functions: dict[str, FuncInfo] = {}
         self.recorder = Recorder()
+        self.gpus = GpuCount(self.recorder, gpu_count)  # what torch.cuda.device_count() answers (gpucount.py)
         # torch.set_default_device() & co. change where factories put tensors: then say nothing about them.
         self.default_device_changed = False
+        self.default_device: str | None = None  # where factories put tensors then, when known (default_device.py)
         # Shared by the parts while one interpretation runs:
         self.memo: dict[Any, Val] = {}  # call_function's results, by callee and argument values
         self.stack: list[FuncInfo] = []  # the functions being interpreted, innermost last
         self.in_unknown_loop = 0  # inside a loop (or comprehension) of unknown length
         self.second_pass = 0  # in a loop's second pass (values settle; no lineage recorded)
         self.init_indexless: dict[int, list[Any]] = {}  # instance -> its __init__'s index-less placements
+        # a torch module placed again, in place, in an __init__: id -> (module, first placement node,
+        # its device, second placement node)
+        self.placed_again: dict[int, tuple[Any, Any, Any, Any]] = {}
         self.with_devices: set[int] = set()  # `with torch.cuda.device(...)` calls (lexically scoped)
         self.arg_nodes: list[Any] = []  # the argument expressions of the call last evaluated (Calls.ev_args)
         # Per enclosing loop: ids of values alive before it, names it rebinds, and the depth of the

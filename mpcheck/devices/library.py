@@ -22,13 +22,17 @@ import libcst as cst
 
 from mpcheck.devices import torchapi as T
 from mpcheck.devices.events import (
+    DataParallelOffFirstId,
     DataParallelWrap,
     DdpDeviceIds,
     Fact,
     LossMismatch,
     Mismatch,
     ParallelPrimitive,
+    PredictionsMovedToTargets,
 )
+from mpcheck.devices.gpucount import COUNT_FUNCTIONS
+from mpcheck.devices.names import dotted
 from mpcheck.devices.program import Part, State
 from mpcheck.devices.values import (
     CURRENT,
@@ -60,6 +64,7 @@ from mpcheck.devices.values import (
     one,
     show,
     single,
+    spans_of,
     used,
 )
 
@@ -99,8 +104,14 @@ class Library(Part):
             if devs is None and isinstance(dv, Obj):
                 devs = dv.devs
             devs = st.resolve_current(devs)
+            if not isinstance(dv, DeviceV):  # a torch.device(...) was checked where it was made
+                self.interp.gpus.check_device(devs, node)
             self.interp.moves.note_indexless_arg(dv, node, st)
             origin = f"created by torch.{last}(device=...)"
+        elif self.interp.default_device is not None:
+            default = self.interp.default_device
+            devs = st.resolve_current(one(default))
+            origin = f"created by torch.{last}() without device=, so on the default device the file sets"
         elif self.interp.default_device_changed:
             return UNK
         else:
@@ -113,7 +124,7 @@ class Library(Part):
         return Obj(kind, devs, origin=origin, at=node, invariant=const)
 
     def dispatched(self, q: str, args: list[Val], kwargs: dict[str, Val], node: cst.Call, st: State) -> Val:
-        text, devs = _device_map(kwargs.get("device_map", args[1] if len(args) > 1 else UNK))
+        text, devs = _device_map(kwargs.get("device_map", args[1] if len(args) > 1 else UNK), _map_expr(node))
         if text:
             obj = Obj("module", None, label="", dispatched=text, origin=f"dispatched with {text}", at=node)
             if q.rsplit(".", 1)[-1] in T.DISPATCHERS and node.args and isinstance(node.args[0].value, cst.Name):
@@ -122,6 +133,29 @@ class Library(Part):
         if devs is not None:
             return Obj("module", devs, origin=f"loaded with device_map on {show(single(devs))}", at=node)
         return UNK
+
+    def loss_direction(self, op: str, args: list[Val], exprs: list[Any], node: cst.CSTNode, st: State) -> None:
+        """A class-dimension loss whose predictions (args[0]) were moved, idle since, from one GPU to
+        the GPU of its targets (args[1]): the large tensor crossed where the small one could have."""
+        if len(args) < 2 or not isinstance(args[0], Obj) or not isinstance(args[1], Obj):
+            return
+        pred, target = args[0], args[1]
+        src, dst, there = single(pred.moved_from), single(pred.devs), single(target.devs)
+        if pred.worked or pred.moved_at is None or src is None or dst is None or dst != there:
+            return
+        if not (src.startswith("cuda") and dst.startswith("cuda") and conflict(one(src), one(dst))):
+            return
+        self.interp.recorder.record(
+            PredictionsMovedToTargets(
+                node=pred.moved_at,
+                mode=st.mode,
+                loss=node,
+                src=src,
+                dst=dst,
+                op=op,
+                targets_expr=exprs[1] if len(exprs) > 1 else None,
+            )
+        )
 
     def tensor_op(
         self, q: str, args: list[Val], kwargs: dict[str, Val], node: cst.Call, st: State, exprs: list[Any] | None = None
@@ -137,8 +171,12 @@ class Library(Part):
             if isinstance(a, SeqV) and a.items is not None:
                 elts = e.elements if isinstance(e, (cst.List, cst.Tuple)) and len(e.elements) == len(a.items) else None
                 flat.extend((x, elts[j].value if elts else None) for j, x in enumerate(a.items))
+            elif isinstance(a, SeqV) and a.spans is not None:
+                flat.extend((x, e) for x in a.spans)  # a tensor from a parameter on each device of a split model
             else:
                 flat.append((a, e))
+        if q.rsplit(".", 1)[-1] in T.CLASS_DIM_LOSSES:
+            self.loss_direction(q, args, nodes[:2], node, st)  # before used(): was it moved idle?
         used(*(a for a, _ in flat))
         if any(failed(a) for a, _ in flat):
             return FAILED
@@ -189,7 +227,47 @@ def _data_parallel(lib: Library, c: LibCall) -> Val:
     if is_splitish(mod):
         c.st.scope.split_seen = True
         lib.interp.recorder.record(DataParallelWrap(node=c.node, mode=c.st.mode, module=mod, q=c.q))
+    elif c.last == "DataParallel" and isinstance(mod, Obj) and mod.kind == "module":
+        ids = c.kwargs.get("device_ids", c.args[1] if len(c.args) > 1 else None)
+        dev, first = single(mod.devs), _first_device_id(ids)
+        if dev is not None and dev.startswith("cuda:") and first is not None and dev != first:
+            lib.interp.recorder.record(
+                DataParallelOffFirstId(
+                    node=c.node, mode=c.st.mode, module=mod, dev=dev, first=first, given=ids is not None
+                )
+            )
     return mod
+
+
+def _zip_spans(args: list[Val]) -> tuple[tuple[Val, ...], tuple[str, ...]] | None:
+    """zip(shadows, model.parameters()): when one argument spans the devices of a split model's
+    parameters and every other one is uniform (a list of unknown length whose items are all alike,
+    or the same parameters), a tuple per device: that parameter beside the others' item."""
+    spans = [spans_of(a) for a in args]
+    orders = {sp[1] for sp in spans if sp is not None}
+    if len(orders) != 1:
+        return None  # none, or parameters of models split differently: items would not pair up
+    width = len(next(iter(orders)))
+    cols: list[list[Val]] = []
+    for a, sp in zip(args, spans):
+        if sp is not None:
+            cols.append(sp[0])
+        elif isinstance(a, SeqV) and a.items is None and a.spans is None and a.elem is not UNK:
+            cols.append([a.elem] * width)
+        else:
+            return None
+    return tuple(SeqV(tuple(col[i] for col in cols), kind="tuple") for i in range(width)), next(iter(orders))
+
+
+def _first_device_id(ids: Val | None) -> str | None:
+    """The device DataParallel keeps the module on: device_ids[0] (cuda:0 for the default, every GPU);
+    None when the list is not known, or names one device (DataParallel then moves the module there)."""
+    if ids is None or (isinstance(ids, Const) and ids.value is None):
+        return "cuda:0"
+    if not isinstance(ids, SeqV) or ids.items is None or len(ids.items) < 2:
+        return None
+    first = single(as_device(ids.items[0]))
+    return first if first is not None and first.startswith("cuda:") else None
 
 
 def _ddp(lib: Library, c: LibCall) -> Val:
@@ -271,8 +349,15 @@ def _set_device(lib: Library, c: LibCall) -> Val:
     return Const(None)
 
 
+def _device_count(lib: Library, c: LibCall) -> Val:
+    return lib.interp.gpus.answer()
+
+
 def _torch_device_call(lib: Library, c: LibCall) -> Val:
-    return _torch_device(c.args)
+    v = _torch_device(c.args)
+    if isinstance(v, DeviceV):
+        lib.interp.gpus.check_device(v.devs, c.node)
+    return v
 
 
 def _parameter(lib: Library, c: LibCall) -> Val:
@@ -373,7 +458,11 @@ def _module_class(lib: Library, c: LibCall) -> Val:
             )
     if _is_nn_class(q, last):
         if last.endswith("Loss"):
-            weights = {k: v for k, v in kwargs.items() if k in ("weight", "pos_weight") and isinstance(v, Obj)}
+            weights: dict[str, Val] = {
+                k: v for k, v in kwargs.items() if k in ("weight", "pos_weight") and isinstance(v, Obj)
+            }
+            if last in T.CLASS_DIM_LOSSES:
+                weights[T.CLASS_DIM] = Const(last)  # MP014: its predictions are the larger tensor
             return Obj("loss", None, label="", extra=weights)
         if last in T.PARAMETERLESS:
             return Obj("passthrough", None)
@@ -434,7 +523,13 @@ def _builtin(lib: Library, c: LibCall) -> Val:
                 a.items[:n] if isinstance(a, SeqV) and a.items is not None else (iter_elem(a, None),) * n for a in args
             ]
             return SeqV(tuple(SeqV(tuple(c[i] for c in cols), kind="tuple") for i in range(n)))
-        return SeqV(None, elem=SeqV(tuple(iter_elem(a, None) for a in args), kind="tuple"))
+        zipped = _zip_spans(args)
+        return SeqV(
+            None,
+            elem=SeqV(tuple(iter_elem(a, None) for a in args), kind="tuple"),
+            spans=zipped[0] if zipped else None,
+            spans_by=zipped[1] if zipped else (),
+        )
     if q in ("list", "tuple", "reversed", "sorted", "iter") and args:
         a = args[0]
         if isinstance(a, SeqV):
@@ -462,8 +557,54 @@ def _builtin(lib: Library, c: LibCall) -> Val:
     return UNK
 
 
-def _device_map(v: Val) -> tuple[str, Devs]:
+def _map_expr(node: cst.Call) -> cst.BaseExpression | None:
+    """The expression given as device_map= (or dispatch_model's second argument)."""
+    for i, a in enumerate(node.args):
+        if (a.keyword is not None and a.keyword.value == "device_map") or (a.keyword is None and i == 1):
+            return a.value
+    return None
+
+
+def _maybe_split_map(v: Val, expr: cst.BaseExpression | None) -> str:
+    """'a device map (`device_map=X`)' when X is a device map whose devices are not known, so the
+    model may be split over several GPUs: a dict of several entries, a dict built by a loop, or a
+    name that says it is a map (`device_map`, `args.device_map`). '' otherwise: a single device, or
+    nothing that says a map (`device_map=device` names one device)."""
+    if expr is None or not _names_a_map(v, expr):
+        return ""
+    code = cst.Module([]).code_for_node(expr)
+    code = code if len(code) <= 40 else code[:37] + "..."
+    return f"a device map (`device_map={code}`)"
+
+
+def _names_a_map(v: Val, expr: cst.BaseExpression) -> bool:
+    if isinstance(expr, cst.Dict):
+        keys = [e.key for e in expr.elements if isinstance(e, cst.DictElement)]
+        # {"": device} (one entry) puts the whole model on one device
+        return len(keys) >= 2 and len(keys) == len(expr.elements)
+    if isinstance(expr, cst.DictComp):
+        return True
+    if isinstance(v, (Const, DeviceV)):
+        return False
+    if isinstance(expr, cst.Subscript):  # cfg["device_map"]
+        key = expr.slice[0].slice.value if isinstance(expr.slice[0].slice, cst.Index) else None
+        return isinstance(key, cst.SimpleString) and "map" in str(key.evaluated_value).lower()
+    if isinstance(expr, (cst.Name, cst.Attribute)):
+        return "map" in (dotted(expr) or "").rsplit(".", 1)[-1].lower()
+    return False
+
+
+def _device_map(v: Val, expr: cst.BaseExpression | None = None) -> tuple[str, Devs]:
     """(dispatched text, devs) for a device_map= argument."""
+    text, devs = _known_device_map(v)
+    if not text and (devs is None or isinstance(v, SymV)):  # a parameter is no known device
+        maybe = _maybe_split_map(v, expr)
+        if maybe:
+            return maybe, None
+    return text, devs
+
+
+def _known_device_map(v: Val) -> tuple[str, Devs]:
     if isinstance(v, Const) and isinstance(v.value, str):
         if v.value in T.SPLIT_DEVICE_MAPS:
             return f"device_map={v.value!r}", None
@@ -503,6 +644,7 @@ EXACT: dict[str, Handler] = _exact(
     (T.PARALLEL_PRIMITIVES, _parallel_primitive),
     (T.SET_DEVICE, _set_device),
     ("torch.device", _torch_device_call),
+    (COUNT_FUNCTIONS, _device_count),
     (("torch.nn.Parameter", "torch.nn.parameter.Parameter"), _parameter),
     (("torch.nn.Sequential", "torch.nn.ModuleList"), _sequential),
     ("torch.nn.ModuleDict", _module_dict),

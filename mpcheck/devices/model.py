@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 import libcst as cst
 
 from mpcheck.devices import torchapi
+from mpcheck.devices.default_device import module_default_device
 from mpcheck.devices.events import Fact, Mismatch
 from mpcheck.devices.interp import Interp
 from mpcheck.devices.program import ClassInfo
@@ -22,13 +23,23 @@ F = TypeVar("F", bound=Fact)
 
 class DeviceModel:
     def __init__(
-        self, module: cst.Module, source: str, modname: str = "", project: Mapping[str, dict[str, Any]] | None = None
+        self,
+        module: cst.Module,
+        source: str,
+        modname: str = "",
+        project: Mapping[str, dict[str, Any]] | None = None,
+        gpu_count: int | None = None,
     ) -> None:
         interp = Interp(
-            module, modname, dict(project) if project is not None and not isinstance(project, dict) else project
+            module,
+            modname,
+            dict(project) if project is not None and not isinstance(project, dict) else project,
+            gpu_count,
         )
         # torch.set_default_device() & co. change where factories put tensors: then say nothing about them.
         interp.default_device_changed = any(w in source for w in torchapi.DEFAULT_DEVICE_CHANGERS)
+        # ...unless the file sets it once, at its top level, to a device it names: factories land there.
+        interp.default_device = module_default_device(module) if interp.default_device_changed else None
         interp.run_all()
         self._by_type: dict[type, list[Any]] = {}
         for fact in interp.recorder.facts:
@@ -38,6 +49,11 @@ class DeviceModel:
         self.used_modules: list[str] = sorted(interp.used_modules)
         self.classes: dict[str, ClassInfo] = interp.classes
         self._needs: dict[tuple[int, Any], set[Devs]] = interp.recorder.needs
+        # devices/gpucount.py: whether the file asked torch.cuda.device_count() (then it is worth
+        # interpreting again per assumed count), and where the assumed count was refuted, if it was.
+        self.asks_gpu_count = interp.gpus.asked
+        self.gpu_count = gpu_count
+        self.count_refuted_at: cst.CSTNode | None = interp.gpus.refuted_at
 
     def facts(self, kind: type[F]) -> list[F]:
         """The facts of one type, in the order the interpreter saw them."""

@@ -29,6 +29,7 @@ from mpcheck.devices.values import (
     SymV,
     Val,
     as_device,
+    conflict,
     is_splitish,
     one,
     show,
@@ -93,6 +94,9 @@ class Moves(Part):
 
     def move(self, recv: Val, meth: str, args: list[Val], kwargs: dict[str, Val], node: cst.Call, st: State) -> Val:
         devs, is_device = self._move_target(meth, args, kwargs, node, st)
+        target = args[0] if args else kwargs.get("device")
+        if is_device and not isinstance(target, DeviceV):  # a torch.device(...) was checked where it was made
+            self.interp.gpus.check_device(devs, node)
         if not is_device:
             return recv if is_device is False else (UNK if not isinstance(recv, Obj) or recv.kind != "module" else recv)
         recv_expr = node.func.value if isinstance(node.func, cst.Attribute) else None
@@ -152,6 +156,9 @@ class Moves(Part):
             if st.in_init and recv.cls is None and recv.attrs is None:
                 # Module.to() works in place: `for layer in self.layers: layer.to(dev)` places
                 # the items of the container too (only while __init__ builds them).
+                if recv.origin.startswith("moved to") and single(recv.devs) and single(devs):
+                    # Placed again by a statement of __init__: a copy-paste slip often hides here.
+                    self.interp.placed_again[id(recv)] = (recv, recv.at, single(recv.devs), node)
                 recv.devs, recv.origin, recv.at = devs, f"moved to {where} by .{meth}()", node
                 return recv
             res = (
@@ -287,16 +294,33 @@ def moved_instance(recv: Val, devs: Devs, origin: str, node: cst.CSTNode, depth:
     when `recv` is not such an instance or the target is unknown."""
     if not isinstance(recv, Obj) or recv.cls is None or recv.attrs is None or devs is None or depth > 4:
         return None
+    origin += _left_behind(recv, devs)
     return recv.with_(
         devs=devs,
         split=None,
         origin=origin,
         at=node,
-        attrs={a: _moved_part(v, devs, origin, node, depth) for a, v in recv.attrs.items()},
+        attrs={
+            a: v if a in recv.cls.refs else _moved_part(v, devs, origin, node, depth) for a, v in recv.attrs.items()
+        },
         in_devs=None,
         out_devs=None,
         extra=None,
     )
+
+
+def _left_behind(recv: Obj, devs: Devs) -> str:
+    """', while `base` (held by reference) stays on cuda:1': what an adapter's move leaves where it was."""
+    assert recv.cls is not None and recv.attrs is not None  # an instance
+    for name, v in recv.attrs.items():
+        if name not in recv.cls.refs and isinstance(v, SeqV) and not v.module and v.items:
+            name, v = f"{name}[0]", v.items[0]  # self.base = [base]: a plain list hides it from Module.to()
+        elif name not in recv.cls.refs:
+            continue
+        there = single(v.devs) if isinstance(v, Obj) and v.kind in ("module", "any") else None
+        if there is not None and conflict(one(there), devs):
+            return f", while `{name}`, which it holds by reference, stays on {show(there)}"
+    return ""
 
 
 def _moved_part(v: Val, devs: Devs, origin: str, node: cst.CSTNode, depth: int) -> Val:

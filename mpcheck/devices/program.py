@@ -45,6 +45,9 @@ class ClassInfo:
     local_bases: list[ClassInfo] = field(default_factory=list)
     # the instances built so far, by what their construction depends on (Instances.instantiate)
     instances: dict[tuple[Any, ...], Obj] = field(default_factory=dict)
+    # attributes __init__ holds by reference, not as registered children (`object.__setattr__(self,
+    # "base", base)`, `self.__dict__["base"] = base`): Module.to() leaves them where they are
+    refs: set[str] = field(default_factory=set)
 
     def method(self, name: str) -> FuncInfo | None:
         seen: set[int] = set()

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Sequence
 import libcst as cst
 
 from mpcheck.devices import torchapi
+from mpcheck.devices.gpucount import is_test_on_count
 from mpcheck.devices.names import dotted, import_bindings
 from mpcheck.devices.program import (
     MAX_UNROLL,
@@ -34,6 +35,7 @@ from mpcheck.devices.values import (
     iter_elem,
     iter_items,
     single,
+    spans_of,
 )
 
 
@@ -131,6 +133,8 @@ class Statements(Part):
             return False
         if isinstance(s, cst.Raise):
             return False
+        if isinstance(s, cst.Assert) and is_test_on_count(s.test):
+            return self.interp.gpus.on_assert(s, self.interp.exprs.ev(s.test, st))
         if isinstance(s, (cst.Import, cst.ImportFrom)):
             for local, target in import_bindings(s, self.interp.modname):
                 st.env[local] = self.interp.imported(target)
@@ -144,6 +148,7 @@ class Statements(Part):
             t = self.interp.exprs.ev(stmt.test, st)
             if isinstance(t, Const) and isinstance(t.value, bool) and not mode:
                 # A test the model can decide (i == 4 in an unrolled loop): one path only.
+                self.interp.gpus.on_decided_if(stmt, t.value)
                 if t.value:
                     out.extend(self.exec_block(stmt.body.body, [st]))
                 elif stmt.orelse is None:
@@ -153,13 +158,14 @@ class Statements(Part):
                 else:
                     out.extend(self.exec_block(stmt.orelse.body.body, [st]))
                 continue
-            then = self.exec_block(stmt.body.body, [self._with_mode(st.copy(), mode, True)])
-            if stmt.orelse is None:
-                other = [self._with_mode(st.copy(), mode, False)]
-            elif isinstance(stmt.orelse, cst.If):
-                other = self.exec_if(stmt.orelse, [self._with_mode(st.copy(), mode, False)])
-            else:
-                other = self.exec_block(stmt.orelse.body.body, [self._with_mode(st.copy(), mode, False)])
+            with self.interp.gpus.guarded(not mode):  # a test the model cannot decide may guard an index
+                then = self.exec_block(stmt.body.body, [self._with_mode(st.copy(), mode, True)])
+                if stmt.orelse is None:
+                    other = [self._with_mode(st.copy(), mode, False)]
+                elif isinstance(stmt.orelse, cst.If):
+                    other = self.exec_if(stmt.orelse, [self._with_mode(st.copy(), mode, False)])
+                else:
+                    other = self.exec_block(stmt.orelse.body.body, [self._with_mode(st.copy(), mode, False)])
             branches = then + other
             if not branches:
                 continue
@@ -190,6 +196,10 @@ class Statements(Part):
     def _exec_for(self, stmt: cst.For, st: State) -> State:
         it = self.interp.exprs.ev(stmt.iter, st)
         items = iter_items(it)
+        spans = spans_of(it) if items is None else None
+        if spans is not None:
+            # Over the parameters of a split model: the body runs for a parameter on each device.
+            items = spans[0]
         if items is not None and len(items) <= MAX_UNROLL:
             cur = [st]
             for item in items:
@@ -285,12 +295,22 @@ class Statements(Part):
                 else:
                     sub = UNK
                 self.assign(e, sub, st, None)
+        elif isinstance(target, cst.Subscript) and (key := _dunder_dict_key(target)) is not None:
+            self.hold_reference(key, v, st)  # self.__dict__["base"] = base
         elif isinstance(target, cst.Subscript):
             base = self.interp.exprs.ev(target.value, st)
             if isinstance(base, DictV) and len(target.slice) == 1 and isinstance(target.slice[0].slice, cst.Index):
                 k = self.interp.exprs.ev(target.slice[0].slice.value, st)
                 if isinstance(k, Const):
                     base.items[k.value] = v
+
+    def hold_reference(self, name: str, v: Val, st: State) -> None:
+        """__init__ stores `v` on self without registering it as a child (an adapter that keeps
+        the layer it adapts by reference): readable as `self.<name>`, not moved with the instance."""
+        so = st.self_obj
+        if st.in_init and isinstance(so, Obj) and so.attrs is not None and so.cls is not None:
+            so.attrs[name] = v
+            so.cls.refs.add(name)
 
     # ------------------------------------------------------------ expressions
 
@@ -357,3 +377,19 @@ def _mode_test(test: cst.BaseExpression) -> tuple[str, str] | None:
     if isinstance(test, cst.Call) and dotted(test.func) in ("torch.is_grad_enabled",):
         return ("no_grad", "train") if neg else ("train", "no_grad")
     return None
+
+
+def _dunder_dict_key(target: cst.Subscript) -> str | None:
+    """ "base" for the target `self.__dict__["base"]`, else None."""
+    t = target.value
+    if not (
+        isinstance(t, cst.Attribute)
+        and t.attr.value == "__dict__"
+        and isinstance(t.value, cst.Name)
+        and t.value.value == "self"
+        and len(target.slice) == 1
+        and isinstance(target.slice[0].slice, cst.Index)
+    ):
+        return None
+    key = target.slice[0].slice.value
+    return key.evaluated_value if isinstance(key, cst.SimpleString) and isinstance(key.evaluated_value, str) else None

@@ -329,6 +329,10 @@ LOSS_FUNCTIONS = frozenset(
         "soft_margin_loss",
     }
 )
+# Losses whose predictions carry a class dimension the targets lack (logits [N, C] against labels
+# [N]): the predictions are the larger tensor, by a factor of C (MP014).
+CLASS_DIM_LOSSES = frozenset({"cross_entropy", "nll_loss", "multi_margin_loss", "CrossEntropyLoss", "NLLLoss"})
+CLASS_DIM = "<class_dim>"  # the key, in a loss module's `extra`, of the class-dimension loss it is
 DISPATCHERS = frozenset({"dispatch_model", "load_checkpoint_and_dispatch"})
 PIPELINE_WRAPPERS = frozenset({"Pipe", "GPipe", "tensor_parallel"})
 SPLIT_DEVICE_MAPS = frozenset({"auto", "balanced", "balanced_low_0", "sequential"})

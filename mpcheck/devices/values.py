@@ -188,6 +188,10 @@ class SeqV(Val):
     elem: Val = UNK  # the join of the items when the length is unknown
     kind: str = "list"
     module: bool = False  # an nn.Sequential / ModuleList
+    # Items of unknown number that certainly include one like each of these, on different devices:
+    # built from the parameters of a split model (ParamsOf.per_device), one value per device.
+    spans: tuple[Val, ...] | None = None
+    spans_by: tuple[str, ...] = ()  # the device of the parameter each of `spans` was made from
 
 
 @dataclass(eq=False)
@@ -372,6 +376,36 @@ class ParamsOf(Val):
                     else UNK
                 )
         return UNK
+
+    def per_device(self) -> list[Obj] | None:
+        """One parameter for each device the module's parameters certainly span (a split model:
+        its submodules and parameters placed on two or more devices), else None. Buffers and
+        plain tensor attributes do not count: they are not in parameters()."""
+        m = self.mod
+        if not m.split or m.attrs is None:
+            return None
+        reps: dict[str, Obj] = {}
+        for attr, dev in m.split:
+            v = m.attrs.get(attr)
+            holds = (isinstance(v, Obj) and v.kind in ("module", "param")) or (isinstance(v, SeqV) and v.module)
+            if holds and dev not in reps:
+                reps[dev] = Obj("param", one(dev), label="", origin=f"a parameter of `{attr}`", invariant=True)
+        devs = list(reps)
+        if len(devs) < 2 or not all(distinct(a, b) for i, a in enumerate(devs) for b in devs[i + 1 :]):
+            return None
+        return list(reps.values())
+
+
+def spans_of(it: Val) -> tuple[list[Val], tuple[str, ...]] | None:
+    """One item per device for an iterable that certainly spans devices (the parameters of a
+    split model, or a list built from them), with the device of the parameter each item was
+    made from (two such iterables pair up item by item only when those agree); else None."""
+    if isinstance(it, ParamsOf):
+        reps = it.per_device()
+        return (list(reps), tuple(single(r.devs) or "" for r in reps)) if reps is not None else None
+    if isinstance(it, SeqV) and it.items is None and it.spans is not None:
+        return list(it.spans), it.spans_by
+    return None
 
 
 # What an op that was reported returns: a tensor of unknown device, so one bug gives one finding.

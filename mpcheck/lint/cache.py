@@ -51,8 +51,9 @@ def write_json_atomic(path: Path, data: Any) -> None:
         pass
 
 
-def entry_key(digest: str, modname: str, codes: frozenset[str]) -> str:
-    return f"{digest}|{modname}|{','.join(sorted(codes))}"
+def entry_key(digest: str, modname: str, codes: frozenset[str], gpus: tuple[int, ...] = ()) -> str:
+    key = f"{digest}|{modname}|{','.join(sorted(codes))}"
+    return f"{key}|gpus={','.join(map(str, gpus))}" if gpus else key
 
 
 class ResultCache:

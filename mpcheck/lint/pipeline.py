@@ -81,12 +81,12 @@ def _decode(path: str, data: bytes) -> tuple[str | None, Finding | None]:
 
 
 def _analyze_task(task: tuple[Any, ...]) -> tuple[Any, ...]:
-    path, text, codes, modname, project = task
+    path, text, codes, modname, project, gpus = task
     from mpcheck import analysis
     from mpcheck.lint.fix import verified_fixes
 
     def findings_in(new_text: str) -> tuple[list[Finding], Any]:
-        result = analysis.analyze(path, new_text, codes, modname, project)
+        result = analysis.analyze(path, new_text, codes, modname, project, gpus)
         found = [f for f in result.findings if f.code in codes or f.code == SYNTAX_ERROR_CODE]
         return noqa.filter_findings(new_text, found), result
 
@@ -178,6 +178,7 @@ class _Project:
         for abspath, text in (overrides or {}).items():  # files as --diff would leave them
             self._text[abspath] = text
             self._hash[abspath] = content_hash(text.encode("utf-8"))
+        self.gpus = settings.gpus  # the GPU counts assumed (results depend on them: part of the cache key)
         self.extra_roots = tuple(str(p) for p in (settings.project_root, settings.project_root / "src") if p.is_dir())
 
     def preload(self, f: _File) -> None:
@@ -290,7 +291,7 @@ def lint(
             def dep_hash(modname: str, roots: tuple[str, ...] = roots) -> str | None:
                 return project.digest(modules.resolve(modname, roots))
 
-            entry = cache.get(entry_key(f.digest, f.modname, f.codes), dep_hash)
+            entry = cache.get(entry_key(f.digest, f.modname, f.codes, project.gpus), dep_hash)
         if entry is None:
             misses.append(f)
             continue
@@ -385,7 +386,7 @@ def _analyze_misses(
     for f in misses:
         used = uses[id(f)]
         proj = {name: summaries[p] for name, p in used.items() if summaries.get(p) is not None}
-        tasks.append((f.src.path, f.text, f.codes, f.modname, proj))
+        tasks.append((f.src.path, f.text, f.codes, f.modname, proj, project.gpus))
     by_path = {f.src.path: f for f in misses}
     for path, finding_dicts, used_modules, error in _run_tasks(_analyze_task, tasks, [len(t[1]) for t in tasks], jobs):
         f = by_path[path]
@@ -400,7 +401,7 @@ def _analyze_misses(
             roots = project.roots_for(f.root)
             deps = {m: project.digest(modules.resolve(m, roots)) for m in used_modules}
             stored = [{k: v for k, v in d.items() if k != "path"} for d in finding_dicts]
-            cache.put(entry_key(f.digest, f.modname, f.codes), stored, deps)
+            cache.put(entry_key(f.digest, f.modname, f.codes, project.gpus), stored, deps)
 
 
 class Relint:

@@ -25,21 +25,28 @@ class FileContext:
         module: cst.Module,
         modname: str = "",
         project: Mapping[str, dict[str, Any]] | None = None,
+        gpu_count: int | None = None,
     ) -> None:
         self.path = path
         self.source = source
         self.module = module
         self.modname = modname
         self.project = dict(project or {})
+        self.gpu_count = gpu_count  # the GPU count the device model assumes (None: unknown)
 
     @cached_property
     def model(self) -> DeviceModel:
-        return DeviceModel(self.module, self.source, self.modname, self.project)
+        return DeviceModel(self.module, self.source, self.modname, self.project, self.gpu_count)
+
+    @property
+    def model_built(self) -> bool:
+        """Whether a rule asked for the device model (it is built on first use)."""
+        return "model" in self.__dict__
 
     @property
     def used_modules(self) -> list[str]:
         """The project modules whose summaries the device model read; none when no rule asked for the model."""
-        return self.model.used_modules if "model" in self.__dict__ else []
+        return self.model.used_modules if self.model_built else []
 
     @cached_property
     def _positions(self) -> Mapping[cst.CSTNode, CodeRange]:

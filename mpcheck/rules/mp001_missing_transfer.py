@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import libcst as cst
 
 from mpcheck.devices.describe import MODE_WORDS, move_fix, origin_text, value_text
-from mpcheck.devices.events import Mismatch
+from mpcheck.devices.events import Mismatch, PlacedTwice
 from mpcheck.devices.values import Obj, device_literal, known_tensor, show, single
 from mpcheck.finding import Finding
 from mpcheck.rules.base import Rule, once_per_node
@@ -47,13 +47,25 @@ class MissingTransfer(Rule):
                     call,
                     f"`{name}` is on {show(here)} ({origin_text(ctx, v)}), but `{ctx.code(call.func)}` was never "
                     f"placed, so it is still on the CPU{MODE_WORDS.get(ev.mode, '')}: place it in __init__, e.g. "
-                    f"`.to({device_literal(here)})`.",
+                    f"`.to({device_literal(here)})`{_unplaced_sibling_hint(ctx, call.func)}.",
                     devices=[here, there],
                     modules=[ctx.code(call.func)],
                     suggestion=f"place `{ctx.code(call.func)}` with `.to({device_literal(here)})` in __init__",
                 )
                 continue
             assert there is not None  # a mismatch names the device the value meets
+            special = _special_case(ctx, ev, name, meets)
+            if special is not None:
+                subject, advice = special
+                yield self.finding(
+                    ctx,
+                    ev.node,
+                    f"{subject}{MODE_WORDS.get(ev.mode, '')}: {advice}.",
+                    devices=[here, there],
+                    modules=[ev.what] if ev.op == "module" else [],
+                    suggestion=advice,
+                )
+                continue
             moved_tensor = _moved_tensor(expr)
             varies = ctx.model.one_target(ev) != there
             target_code = _device_of(ctx, ev) if varies else None
@@ -93,6 +105,78 @@ class MissingTransfer(Rule):
             )
 
 
+def _special_case(ctx: FileContext, ev: Mismatch, name: str, meets: str) -> tuple[str, str] | None:
+    """(subject, advice) of the mismatches whose fix is not a `.to()` of the value: per-parameter
+    work over a split model, an adapter moved without the layer it holds by reference, one element
+    of a tuple passed whole; None for the others."""
+    v, expr, line = ev.value, ev.expr, ctx.line(ev.node)
+    here, there = single(v.devs), single(ev.target)
+    to_there = f".to({device_literal(there)})" if there is not None else ".to(...)"
+    if _per_parameter(v) or (isinstance(ev.other, Obj) and _per_parameter(ev.other)):
+        # Per-parameter work over a split model (grad norms stacked, shadows on one GPU).
+        same = expr is not None and expr is ev.what_expr
+        subject = (
+            f"`{name}` holds items made from parameters on {show(there)} and {show(here)} ({v.origin})"
+            if same
+            else f"`{name}` is on {show(here)} ({origin_text(ctx, v)}), but {meets}"
+        )
+        return subject, (
+            f"the parameters of a split model span several devices: keep per-parameter state on each "
+            f"parameter's device (e.g. `.to(p.device)`, or no `.to()` at all), or move every item to one "
+            f"device (e.g. `{to_there}` on each item) before line {line}"
+        )
+    twice = next((f for f in ctx.model.facts(PlacedTwice) if f.module is ev.module), None)
+    if twice is not None and ev.op == "module":
+        # The module met was placed twice in __init__; a never-placed sibling was probably meant.
+        others = " or ".join(f"`self.{a}`" for a in twice.unplaced)
+        return f"`{name}` is on {show(here)}, but {meets}", (
+            f"__init__ places `self.{twice.attr}` twice (on {show(twice.first_dev)} at line {ctx.line(twice.first)}, "
+            f"then on {show(there)} at line {ctx.line(twice.node)}, which wins) and never places {others}: if the "
+            f"second placement was meant for {others}, fix that line"
+        )
+    held = _held_by_reference(v, ev.module)
+    if held is not None:
+        # An adapter moved whole (its own weights) while the layer it holds by reference stays.
+        mover, ref, ref_dev = held
+        how = mover.origin.partition(_HELD)[0]
+        return f"`{name}` is on {show(here)}, but {meets}", (
+            f"the module was {how} (line {ctx.line(mover.at)}), but `{ref}`, the layer it holds by reference "
+            f"rather than as a child, did not move and is on {ref_dev}: place the module where that layer is "
+            f"(e.g. `.to({ref}.weight.device)`) instead"
+        )
+    if ev.item is not None and expr is not None:
+        # One element of a tuple passed whole (an LSTM's `state` from init_hidden): move every element.
+        whole = ctx.code(expr)
+        if isinstance(expr, cst.Name):
+            advice = (
+                f"move it first, e.g. `{whole} = tuple(t{to_there} for t in {whole})` before line {line}, or "
+                f"create it on the module's device"
+            )
+        else:
+            whole = f"({whole})"
+            advice = (
+                f"create it on the module's device (e.g. `device={device_literal(there or '')}`), or move each "
+                f"element with `{to_there}` before line {line}"
+            )
+        return f"`{whole}[{ev.item}]` is on {show(here)} ({origin_text(ctx, v)}), but {meets}", advice
+    return None
+
+
+def _unplaced_sibling_hint(ctx: FileContext, func: cst.BaseExpression) -> str:
+    """' (__init__ places `self.l2` twice, lines 11 and 12: ...)' when the never-placed
+    module called (`self.l3`) has a sibling placed twice (a copy-paste slip), else ''."""
+    if not (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self"):
+        return ""
+    attr = func.attr.value
+    for f in ctx.model.facts(PlacedTwice):
+        if attr in f.unplaced:
+            return (
+                f" (__init__ places `self.{f.attr}` twice, lines {ctx.line(f.first)} and {ctx.line(f.node)}: was "
+                f"one of them meant for `self.{attr}`?)"
+            )
+    return ""
+
+
 def _device_of(ctx: FileContext, ev: Mismatch) -> str | None:
     """Code for the device of what the value meets: `next(block.parameters()).device` for a
     module called by name, `x.device` for the other operand of an op; None when not nameable."""
@@ -123,3 +207,24 @@ def _fixable(ctx: FileContext, ev: Mismatch, v: Obj, there: str) -> bool:
     if there.startswith("sym:") or ctx.model.one_target(ev) != there:
         return False
     return known_tensor(v) or ev.op not in ("module", "op")
+
+
+def _per_parameter(v: Obj) -> bool:
+    """Made from one parameter of a split model, in a loop or comprehension over its parameters
+    (ParamsOf.per_device)."""
+    return v.origin.startswith("a parameter of `")
+
+
+_HELD = ", while `"
+
+
+def _held_by_reference(v: Obj, module: Obj | None) -> tuple[Obj, str, str] | None:
+    """(the moved value or module, the layer it holds by reference, that layer's device) when the
+    value or the module met was moved with an instance that left that layer behind
+    (moves._left_behind wrote it into the origin)."""
+    for o in (v, module):
+        if o is not None and _HELD in o.origin and o.at is not None:
+            rest = o.origin.partition(_HELD)[2]  # "base`, which it holds by reference, stays on cuda:1"
+            ref, _, tail = rest.partition("`")
+            return o, ref, tail.rpartition(" stays on ")[2]
+    return None

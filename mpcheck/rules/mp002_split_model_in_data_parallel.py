@@ -1,4 +1,5 @@
-"""MP002: a model split over several devices wrapped in DataParallel, or in DDP with device_ids."""
+"""MP002: a model split over several devices wrapped in DataParallel, or in DDP with device_ids; and
+DataParallel around one module on a GPU that is not its device_ids[0] (a stage on cuda:1, default ids)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from collections.abc import Iterator
 import libcst as cst
 
 from mpcheck.devices.describe import split_desc, split_devices, split_modules
-from mpcheck.devices.events import DataParallelWrap, DdpDeviceIds
+from mpcheck.devices.events import DataParallelOffFirstId, DataParallelWrap, DdpDeviceIds
 from mpcheck.finding import Finding
 from mpcheck.rules.base import Rule
 from mpcheck.rules.context import FileContext
@@ -32,6 +33,20 @@ class SplitModelInDataParallel(Rule):
                 devices=split_devices(mod),
                 modules=split_modules(mod),
                 suggestion=f"DistributedDataParallel({what}, device_ids=None, output_device=None), one process per replica",
+            )
+        for off in ctx.model.facts(DataParallelOffFirstId):
+            what = _wrapped(ctx, off.node)
+            given = "device_ids starting with " + off.first if off.given else "the default device_ids (every GPU)"
+            index = off.dev.split(":")[-1]
+            yield self.finding(
+                ctx,
+                off.node,
+                f"nn.DataParallel wraps `{what}`, which lives on {off.dev}, with {given}: DataParallel keeps the "
+                f"module on device_ids[0] ({off.first}) and its forward fails with 'module must have its parameters "
+                f"and buffers on device {off.first} (device_ids[0])'. If `{what}` is one stage of a split model, do "
+                f"not wrap it in DataParallel; otherwise pass device_ids=[{index}, ...].",
+                devices=[off.dev, off.first],
+                suggestion=f"drop DataParallel around this stage, or DataParallel({what}, device_ids=[{index}, ...])",
             )
         for ddp in ctx.model.facts(DdpDeviceIds):
             mod = ddp.module

@@ -1,4 +1,5 @@
-"""MP005: a tensor moved from device A to B and back to A with no work on B in between."""
+"""MP005: a tensor moved from device A to B and back to A with no work on B in between, or from one GPU
+through the host to another GPU (a detour where a direct copy would do)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import libcst as cst
 
 from mpcheck.devices.describe import root_name, value_text
 from mpcheck.devices.events import Transfer
-from mpcheck.devices.values import show, single
+from mpcheck.devices.values import distinct, show, single
 from mpcheck.finding import Finding
 from mpcheck.rules.base import Rule, once_per_node
 from mpcheck.rules.context import FileContext
@@ -20,7 +21,7 @@ class RoundTripTransfer(Rule):
     needs = FLOW_WORDS
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
-        for ev in once_per_node(ctx.model.facts(Transfer), _round_trip):
+        for ev in once_per_node(ctx.model.facts(Transfer), lambda ev: _round_trip(ev) or _host_detour(ev)):
             v = ev.value
             home, there = single(v.moved_from), single(v.devs)  # home -> there -> home
             call = ev.node
@@ -29,6 +30,19 @@ class RoundTripTransfer(Rule):
             root = root_name(recv)
             name = f"`{root or value_text(ctx, recv, v)}`" if recv is not None or v.label else "A tensor"
             first = ctx.line(v.moved_at)
+            if _host_detour(ev):
+                dst = single(ev.devs)
+                yield self.finding(
+                    ctx,
+                    ev.node,
+                    f"{name} is moved from {show(home)} to the CPU (line {first}) and on to {show(dst)} here, with no "
+                    f"work on the CPU in between: two copies through host memory where one direct copy "
+                    f"{show(home)} -> {show(dst)} would do (peer to peer, over NVLink where there is one). Move it "
+                    f"straight to {show(dst)} and drop the copy to the CPU.",
+                    devices=[home, dst],
+                    suggestion=f"drop the copy to the CPU at line {first} and move the tensor straight to {dst}",
+                )
+                continue
             yield self.finding(
                 ctx,
                 ev.node,
@@ -51,3 +65,24 @@ def _round_trip(ev: Transfer) -> bool:
         and back == before
         and there != back
     )
+
+
+def _host_detour(ev: Transfer) -> bool:
+    """A transfer to a GPU of a value that came idle from another GPU through the CPU
+    (`h.cpu().to("cuda:1")` for an `h` on cuda:0): the CPU copy is a detour."""
+    v = ev.value
+    dst, there, before = single(ev.devs), single(v.devs), single(v.moved_from)
+    return (
+        not v.worked
+        and v.moved_at is not None
+        and there == "cpu"
+        and dst is not None
+        and before is not None
+        and _gpu(dst)
+        and _gpu(before)
+        and distinct(dst, before)
+    )
+
+
+def _gpu(dev: str) -> bool:
+    return dev == "cuda" or dev.startswith("cuda:")

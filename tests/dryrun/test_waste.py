@@ -1,5 +1,5 @@
 """Issue 11's waste families on virtual GPUs, each at the line to change, and each correct variant silent:
-a GPU -> host -> GPU detour (MP005), large predictions moved to the small targets' GPU (MP008, a warning),
+a GPU -> host -> GPU detour (MP005), large predictions moved to the small targets' GPU (MP014, a warning),
 a fresh copy of data computed only from a buffer or constants (MP011 by provenance), a host constant moved
 by every layer (MP011), a module shared by all stages left on the first GPU and round-robin placement
 (MP006, with the advice that fits each)."""
@@ -63,7 +63,7 @@ def test_direct_copies_host_work_and_small_detours_stay_silent(script, dryrun_cl
     assert_silent(dryrun_cli, s)
 
 
-# -- large predictions moved to the targets' GPU (MP008, a warning) ---------------------------------------
+# -- large predictions moved to the targets' GPU (MP014, a warning) ---------------------------------------
 
 LOGITS = """
 import torch
@@ -86,7 +86,7 @@ for step in range(2):
 def test_logits_moved_to_the_labels_gpu_name_the_cheaper_direction_and_the_bytes_saved(script, dryrun_cli, criterion):
     loss = f"loss = {criterion}(logits.to(y.device), y)  # <- move"
     s = script(LOGITS.format(vocab=32000, loss=loss))
-    f = only_finding(dryrun_cli, s, "MP008", "move")
+    f = only_finding(dryrun_cli, s, "MP014", "move")
     assert f["severity"] == "warning" and f["devices"] == ["cuda:1", "cuda:0"]
     # 16 x 32000 float32 = 2 MiB of logits against 128 bytes of labels
     assert "moved cuda:1 -> cuda:0 here only to meet the targets (128 bytes)" in f["message"]
@@ -98,7 +98,7 @@ def test_logits_moved_on_one_line_and_used_by_the_loss_on_another(script, dryrun
     loss = "logits = logits.to('cuda:0')  # <- move\n    loss = F.cross_entropy(logits.view(-1, 32000), y)"
     s = script(LOGITS.format(vocab=32000, loss=loss))
     _, report, _ = dryrun_cli(s, "--gpus", "2")
-    assert codes_at(report) == [("MP008", s.line("move"))]
+    assert codes_at(report) == [("MP014", s.line("move"))]
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,5 @@
 """Issue 11's waste families on 2 real GPUs under the debug mode, each at the line to change, with the
-correct variant silent: a GPU -> host -> GPU detour (MP005), logits moved to the labels' GPU (MP008
+correct variant silent: a GPU -> host -> GPU detour (MP005), logits moved to the labels' GPU (MP014
 warning), a fresh copy of a buffer's data in every forward (MP011 by provenance), a host constant moved
 by every layer (MP011), a module shared by all stages on the first GPU and round-robin placement (MP006).
 The same programs run on virtual GPUs in tests/dryrun/test_waste.py.
@@ -47,7 +47,7 @@ def test_a_gpu_to_gpu_copy_through_the_host():
     assert _host_hop(False).findings == []
 
 
-# MP008 (warning): logits moved to the labels' GPU -------------------------------------------------------
+# MP014 (warning): logits moved to the labels' GPU -------------------------------------------------------
 def _logits(logits_move: bool):
     s0, s1 = nn.Linear(64, 64).to("cuda:0"), nn.Linear(64, 32000).to("cuda:1")
     with mpcheck.debug(report=None) as dbg:
@@ -64,7 +64,7 @@ def _logits(logits_move: bool):
 
 def test_logits_moved_to_the_labels_gpu():
     dbg = _logits(True)
-    assert _found(dbg) == [("MP008", _line(_logits, "# logits move"))]
+    assert _found(dbg) == [("MP014", _line(_logits, "# logits move"))]
     (f,) = dbg.findings
     assert f.severity == "warning" and "copies 2.0 MiB less per forward" in f.message
     assert _logits(False).findings == []

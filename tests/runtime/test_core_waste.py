@@ -1,5 +1,5 @@
 """The waste checks of the core alone, on labelled CPU tensors: a detour through the host (MP005), predictions
-moved to the targets' device (MP008 warning), and the provenance that lets MP011 see fresh copies of
+moved to the targets' device (MP014 warning), and the provenance that lets MP011 see fresh copies of
 constant data (provenance.py)."""
 
 import torch
@@ -47,7 +47,7 @@ def test_predictions_moved_to_small_targets_name_the_move(labels):
     targets = labels.label(torch.randint(0, 4096, (16,)), "cuda:0")
     ck.on_loss((moved, targets), {})
     (f,) = ck.findings
-    assert (f.code, f.line, f.severity) == ("MP008", 10, "warning")  # a warning, not raised
+    assert (f.code, f.line, f.severity) == ("MP014", 10, "warning")  # a warning, not raised
     assert f.extra["bytes_saved"] == 16 * 4096 * 4 - 16 * 8
     assert f.extra["loss_site"] == "train.py:20"
 

@@ -91,7 +91,10 @@ class CheckingMode(TorchFunctionMode):
             return func(*args, **kwargs)
         checker = self.checker
         if kind == _VIEW:
-            out = func(*args, **kwargs)
+            try:
+                out = func(*args, **kwargs)
+            except RuntimeError as e:  # `.view()` refused for its strides (MP012), as for a passed-through call
+                return checker.on_op_error(func, args, kwargs, e)
             if args and id(args[0]) in self._marks:
                 self._provenance.derive(args, kwargs, out)
             return out

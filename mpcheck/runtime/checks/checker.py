@@ -87,7 +87,7 @@ def repeat_min_bytes_from_env() -> int:
 
 
 # The waste findings that compare two ways of moving data (a host detour, MP005; logits moved to the
-# targets, MP008) stay silent below this size: both ways then cost about one copy's launch (~21 us on
+# targets, MP014) stay silent below this size: both ways then cost about one copy's launch (~21 us on
 # NVLink up to ~0.5 MB, notes in rules/MP005-round-trip-transfer.md), so the difference is noise.
 WASTE_MIN_BYTES = codes.REPEAT_MIN_BYTES
 _NOT_GPU = frozenset({"cpu", "meta"})
@@ -1295,12 +1295,12 @@ class Checker:
         if namer is not None:
             self.provenance.refresh(namer.roots(), self._placement_epoch)
 
-    # -- MP008 (waste): logits moved to the targets' device ---------------------------------
+    # -- MP014 (waste): logits moved to the targets' device ---------------------------------
     def on_loss(self, args: Args, kwargs: Kwargs) -> None:
         """A torch.nn.functional loss is called: were its predictions moved here from another GPU,
         unchanged since, only to meet targets (and weights) far smaller than themselves? Moving the
         targets the other way copies fewer bytes, in forward and again in backward."""
-        if self._tls.suspended or not self.wants("MP008"):
+        if self._tls.suspended or not self.wants("MP014"):
             return
         tensors = [t for _, t in _iter_tensors(args, kwargs, self._tensor)]
         if len(tensors) < 2:
@@ -1335,7 +1335,7 @@ class Checker:
             ", and as much again in backward (the predictions' gradient crosses back)" if preds.requires_grad else ""
         )
         self.emit(
-            "MP008",
+            "MP014",
             move_site,
             f"the predictions ({tensor_words(preds)}, {size_words(nbytes)}) are moved {came_from} -> {here} here "
             f"only to meet {others} ({size_words(small)}) at the loss at {loss_site}: moving {others} to "
@@ -1344,7 +1344,6 @@ class Checker:
             modules=(module,) if module else (),
             suggestion=f"compute the loss on {came_from}: keep the predictions there (drop this move) and move "
             f"{others} with `.to('{came_from}')`",
-            severity="warning",
             fatal=False,
             extra={"loss_site": str(loss_site), "bytes_saved": nbytes - small},
         )

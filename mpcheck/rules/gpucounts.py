@@ -1,0 +1,107 @@
+"""Findings under assumed GPU counts: which to keep, and how to say the assumption.
+
+analysis.py runs the rules on a file once with `torch.cuda.device_count()` unknown
+(the base run) and, when the file asks it, once per assumed count
+(devices/gpucount.py). `merge` keeps the base findings, and adds a finding of the
+count runs only when every count the code allows gives it at the same place:
+a finding true with 2 GPUs but not with 8 is no fact about the program. Its
+message then starts with the assumption ("With 2, 4 or 8 GPUs: ...", "With 4 GPUs
+or more: ..." where the code refuses fewer).
+
+A count is not allowed when its run met an `assert` that fails or an
+`if ...: raise` that is taken (the program stops there under that count).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from mpcheck.finding import Finding
+
+# Codes whose finding, when it names the same devices under every count, holds only if the
+# code also bounds the count from above: a literal `cuda:7` exists on a machine with 8 GPUs
+# or more, so without an upper bound it is no error (`devices[n]` names cuda:n, which changes).
+NEEDS_UPPER_BOUND = frozenset({"MP009"})
+
+
+@dataclass
+class CountRun:
+    count: int
+    findings: list[Finding]
+    refuted: bool  # the code refuses this count (a failing assert, a taken `if ...: raise`)
+
+
+def _key(f: Finding) -> tuple[str, int, int]:
+    return (f.code, f.line, f.column)
+
+
+def _counts(counts: Sequence[int]) -> str:
+    words = [str(c) for c in counts]
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " or " + words[-1]
+
+
+def assumption(runs: Sequence[CountRun]) -> str:
+    """'with 2, 4 or 8 GPUs', or 'with 4 GPUs or more' when the code refuses exactly the fewer counts."""
+    allowed = [r.count for r in runs if not r.refuted]
+    refused = [r.count for r in runs if r.refuted]
+    low = min(allowed)
+    if refused and all(c < low for c in refused) and len(allowed) > 1:
+        return f"with {low} GPUs or more"
+    if len(allowed) == 1:
+        return f"with {low} GPU{'s' if low != 1 else ''}"
+    return f"with {_counts(allowed)} GPUs"
+
+
+def worth_going_on(base: list[Finding], runs: Sequence[CountRun]) -> bool:
+    """False once the allowed counts run so far share no finding that the base run lacks:
+    then the remaining counts cannot add one (a finding must hold under every allowed count),
+    so a file whose count changes nothing costs one run per count only until the first."""
+    common: set[tuple[str, int, int]] | None = None
+    for r in runs:
+        if r.refuted:
+            continue
+        keys = {_key(f) for f in r.findings}
+        common = keys if common is None else common & keys
+    return common is None or bool(common - {_key(f) for f in base})
+
+
+def merge(base: list[Finding], runs: Sequence[CountRun]) -> list[Finding]:
+    """The base findings, plus those every allowed count gives (base ones are not repeated)."""
+    allowed = [r for r in runs if not r.refuted]
+    if not allowed:
+        return base  # the code refuses every assumed count: nothing is known of it
+    bounded_above = any(r.refuted and r.count > max(a.count for a in allowed) for r in runs)
+    out = list(base)
+    seen = {_key(f) for f in base}
+    later = [{_key(f): f for f in r.findings} for r in allowed[1:]]
+    said = assumption(runs)
+    for f in allowed[0].findings:
+        k = _key(f)
+        if k in seen:
+            continue
+        others = [idx.get(k) for idx in later]
+        group = [f] + [o for o in others if o is not None]
+        if len(group) < len(allowed):
+            continue  # some allowed count does not give it
+        same_devices = all(g.devices == f.devices for g in group)
+        if f.code in NEEDS_UPPER_BOUND and same_devices and not bounded_above:
+            continue
+        seen.add(k)
+        out.append(_assumed(group, [r.count for r in allowed], said))
+    return out
+
+
+def _assumed(group: list[Finding], counts: list[int], said: str) -> Finding:
+    """One finding for the group (one per allowed count), its message prefixed by the assumption;
+    a fix only when every count's fix is the same edit."""
+    first = group[0]
+    if all(g.message == first.message for g in group):
+        message = f"{said[0].upper()}{said[1:]}: {first.message}"
+    else:
+        likewise = f" (likewise with {_counts(counts[1:])})" if len(counts) > 1 else ""
+        if said.endswith("or more"):
+            likewise = f" (the fewest the code allows; likewise with {_counts(counts[1:])})"
+        message = f"With {counts[0]} GPUs{likewise}: {first.message}"
+    fix = first.fix if all(g.fix == first.fix for g in group) else None
+    return replace(first, message=message, fix=fix)
