@@ -25,6 +25,7 @@ import torch.utils._device as _device_ctx
 from torch.overrides import TorchFunctionMode
 
 from mpcheck.runtime.checks.checker import Checker
+from mpcheck.runtime.checks.hook_moves import made_by_module_hook
 from mpcheck.runtime.checks.provenance import CONST_FACTORIES
 from mpcheck.runtime.checks.sites import called_by_torch
 
@@ -191,8 +192,9 @@ class CheckingMode(TorchFunctionMode):
         # Inside a backward pass (activation checkpointing recomputes forward there), a
         # transfer is the recomputation's, not a repeat of the user's.
         phase = "forward" if _graph_task_id() == -1 else "recompute"
-        # A copy PyTorch's own code makes (GradScaler moving found_inf between devices) is
-        # counted, but no round trip or repeat is pinned on the user's line that called it.
+        # A copy PyTorch's own code makes (GradScaler moving found_inf between devices), or a
+        # module's hooks make (accelerate's dispatch_model aligning inputs), is counted, but no
+        # round trip, repeat or ping-pong is pinned on the user's line that called it.
         checker.on_transfer(
             src_t,
             out,
@@ -203,7 +205,7 @@ class CheckingMode(TorchFunctionMode):
             phase=phase,
             timing=timing,
             nbytes=nbytes,
-            by_library=phase == "forward" and called_by_torch(),
+            by_library=phase == "forward" and (called_by_torch() or made_by_module_hook()),
         )
         if self.time_backward and isinstance(out, self._tensor) and out.grad_fn is not None:
             _time_backward(checker, out.grad_fn, dst, src, nbytes, site, module)

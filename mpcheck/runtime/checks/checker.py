@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 from mpcheck import codes
 from mpcheck.finding import Finding
+from mpcheck.runtime.checks.collapse import Collapses
 from mpcheck.runtime.checks.ledger import Ledger, TransferTiming
 from mpcheck.runtime.checks.pingpong import Chain, Layers, PingPong, describe, find_shared
 from mpcheck.runtime.checks.placement import (
@@ -313,6 +314,8 @@ class Checker:
         self._purge_at = _PURGE_AT
         # The chains of transfers of the current forward pass, for MP006.
         self._pingpong = PingPong()
+        # Split models collapsed onto one device (MP007): the mismatches they cause are counted there.
+        self._collapses = Collapses()
         # Tensors computed only from buffers and constants (MP011 on fresh copies of unchanging data),
         # and per (site, destination) how many such copies were made there.
         self.provenance = Provenance(torch.Tensor)
@@ -835,7 +838,14 @@ class Checker:
                     sugg = (
                         f"move it with `.to('{target}')` before this call (or place the producing module on {target})"
                     )
-                self.emit(code, where, msg, devices=(target, off), modules=modules, suggestion=sugg)
+                # A module's input off its (collapsed) device: the collapse's, counted on its MP007.
+                module_input = blamed is not None or module_obj is not None
+                if not (
+                    code == "MP001"
+                    and module_input
+                    and self._collapses.explains(e.path if blamed else module, target, off, where, self.module_name)
+                ):
+                    self.emit(code, where, msg, devices=(target, off), modules=modules, suggestion=sugg)
             if self.on_mismatch == "move":
                 try:
                     with self.suspend():
@@ -1484,7 +1494,7 @@ class Checker:
         devs = [d for d in self.model_devices(module) if d != "cpu"]
         if len(devs) < 2 or target == "cpu":
             return None
-        return self.emit(
+        finding = self.emit(
             "MP007",
             site or self.sites(),
             f"this moves a model split over {', '.join(devs)} entirely onto {target}: the split is undone "
@@ -1493,6 +1503,8 @@ class Checker:
             modules=(self.module_name(module),),
             suggestion="remove this call: a split model's stages are placed in its __init__; move only the inputs",
         )
+        self._collapses.record(module, target, tuple(devs), finding)
+        return finding
 
     def module_name(self, module: Any) -> str:
         namer = self.namer
