@@ -86,6 +86,12 @@ print(json.dumps({f"cuda:{i}": torch.cuda.max_memory_allocated(i) for i in range
 """
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 12's goal is not met yet: on 2x H200 (2026-11-30) the fit estimate ('total') was x1.160 of the "
+    "real peak on cuda:0 and x1.015 on cuda:1 (peak_allocated x0.980 / x0.906): 'total' adds peaks that never "
+    "coexist, and backward temporaries are not seen by the virtual mode",
+)
 def test_dry_run_memory_estimate_matches_the_real_peak(tmp_path):
     script = tmp_path / "decoder_1p3b.py"
     script.write_text(SCRIPT)
