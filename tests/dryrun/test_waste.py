@@ -106,19 +106,24 @@ import torch
 import torch.nn as nn
 
 s0, s1 = nn.Linear(64, 64).to("cuda:0"), nn.Linear(64, 32000).to("cuda:1")
+criterion = nn.CrossEntropyLoss()
 for _ in range(3):  # no optimizer step: nothing ends a step
     y = torch.randint(0, 32000, (16,), device="cuda:0")
-    logits = s1(s0(torch.randn(16, 64, device="cuda:0")).to("cuda:1"))
-    loss = nn.functional.cross_entropy(logits.to(y.device), y)  # <- move
-    loss.backward()
+    with torch.set_grad_enabled(TRAIN):
+        logits = s1(s0(torch.randn(16, 64, device="cuda:0")).to("cuda:1"))
+        loss = LOSS(logits.to(y.device), y)  # <- move
+    if TRAIN:
+        loss.backward()
 """
 
 
-def test_transfers_outside_modules_are_chained_per_forward_pass_not_across_backwards(script, dryrun_cli):
-    # Each pass crosses twice (the hop, then the logits back for the loss: MP014's waste). A backward
-    # ends the pass; without that, the passes of a loop with no optimizer step read as one chain
-    # crossing 2 x N times (a false MP006).
-    s = script(LOOP_WITHOUT_OPTIMIZER)
+@pytest.mark.parametrize("train", [True, False])
+@pytest.mark.parametrize("loss", ["nn.functional.cross_entropy", "criterion"])
+def test_transfers_outside_modules_are_chained_per_forward_pass(script, dryrun_cli, train, loss):
+    # Each pass crosses twice (the hop, then the logits back for the loss: MP014's waste). The loss
+    # (and a backward) ends the pass; without that, the passes of a loop with no optimizer step (an
+    # evaluation loop, or one that never steps) read as one chain crossing 2 x N times (a false MP006).
+    s = script(LOOP_WITHOUT_OPTIMIZER.replace("TRAIN", str(train)).replace("LOSS", loss))
     status, report, err = dryrun_cli(s, "--gpus", "2")
     assert codes_at(report) == [("MP014", s.line("move"))]
 

@@ -34,6 +34,7 @@ from torch import nn
 from mpcheck.runtime.capture.signatures import SignatureCache
 from mpcheck.runtime.checks.checker import Checker
 from mpcheck.runtime.checks.sites import called_by_torch, user_frame, user_site, user_site_from
+from mpcheck.runtime.checks.torchapi import is_loss_module
 
 Undo = Callable[[], None]
 
@@ -214,6 +215,8 @@ def _patch_module_call(
                 on_compiled()
             path = namer.discover(module, stack[-1] if stack else None)
         if not stack:
+            if is_loss_module(module):
+                checker.end_top_pass()  # a criterion called by the training loop ends its forward pass
             seen = roots_checked.get(id(module))
             if seen is None or seen() is not module:
                 checker.on_root_call(module)  # once per root model: a split collapsed by set_device (MP004)

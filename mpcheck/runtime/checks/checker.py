@@ -1098,9 +1098,7 @@ class Checker:
         )
         if phase != "forward" or src_tensor is None or by_library:
             if phase == "backward":
-                # A backward ran: the forward pass of code outside any module (a training loop's
-                # own transfers, keyed by the step) is over; the next one starts a new chain.
-                self._tls.top_pass_over = True
+                self.end_top_pass()
             return
         with self._lock:
             self._check_round_trip(src_tensor, src_dev, dst_dev, site, module_path, nbytes)
@@ -1140,6 +1138,12 @@ class Checker:
                     src_tensor, src_dev, dst_dev, scope, key, site or UNKNOWN, module_path, arrival, departure
                 ):
                     self._report_ping_pong(chain)
+
+    def end_top_pass(self) -> None:
+        """A loss ran, or a backward: the forward pass of code outside any module (a training loop's
+        own transfers, chained per step for MP006) is over; the next transfer starts a new chain.
+        Without it, a loop with no optimizer step reads as one chain over all its passes."""
+        self._tls.top_pass_over = True
 
     def _report_ping_pong(self, chain: Chain) -> None:
         site = chain.back_site
@@ -1315,6 +1319,8 @@ class Checker:
         """A torch.nn.functional loss is called: were its predictions moved here from another GPU,
         unchanged since, only to meet targets (and weights) far smaller than themselves? Moving the
         targets the other way copies fewer bytes, in forward and again in backward."""
+        if not self._tls.stack:
+            self.end_top_pass()
         if self._tls.suspended or not self.wants("MP014"):
             return
         tensors = [t for _, t in _iter_tensors(args, kwargs, self._tensor)]
