@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import inspect
 import sys
+import time
 import weakref
 from collections.abc import Callable
 from types import FrameType
@@ -169,9 +170,32 @@ def install(
         _patch_module_init(checker),
         _patch_data_parallel(checker),
         _patch_distributed_data_parallel(checker),
+        *_patch_destroy_process_group(),
         *_patch_parallel_primitives(checker),
         _hook_step_end(on_step),
     ]
+
+
+def _patch_destroy_process_group() -> list[Undo]:
+    """torch.distributed.destroy_process_group: first let gloo's worker threads drop their last works.
+
+    Each work keeps the thread-local state of the call that launched it, the Python mode stack
+    included (mpcheck's modes are on it), and a worker needs the GIL to drop it. A DDP Reducer freed
+    right after (when the training function returns) joins those threads while its deallocation
+    holds the GIL: a deadlock, seen with gloo on torch 2.13 about one run in four (main thread in
+    ~ProcessGroupGloo -> std::thread::join, worker in ~AsyncWork -> gil_scoped_acquire). Releasing
+    the GIL for a moment here lets the workers finish first."""
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        return []
+    orig = dist.destroy_process_group
+
+    def destroy_process_group(*args: Any, **kwargs: Any) -> Any:
+        time.sleep(0.05)  # releases the GIL: workers waiting for it finish dropping their works
+        return orig(*args, **kwargs)
+
+    return [patch(dist, "destroy_process_group", destroy_process_group)]
 
 
 def _patch_module_call(
