@@ -215,9 +215,15 @@ class Calls(Part):
                 if failed(a):
                     continue
                 if i == 0:
-                    if self.interp.exprs.check_operand(
-                        node, a, mod.devs, st, what=what, arg_index=0, expr=_nth(exprs, 0), module=mod
+                    if (
+                        self.interp.exprs.check_operand(
+                            node, a, mod.devs, st, what=what, arg_index=0, expr=_nth(exprs, 0), module=mod
+                        )
+                        and id(mod) not in self.interp.spread_modules
                     ):
+                        # Which side the fix moves (the input or the module) is not known: what
+                        # follows is not judged. One of blocks dealt over several GPUs by a loop is
+                        # placed on purpose: the fix is a hop to it, so its output is where it is.
                         return FAILED
                     continue
                 self.interp.recorder.need(node, i, mod.devs)  # also on the visits that skip the check below

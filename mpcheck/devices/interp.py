@@ -91,6 +91,9 @@ class Interp:
         # Per enclosing loop: ids of values alive before it, names it rebinds, and the depth of the
         # function running it (len(stack)): a loop repeats a move only in its own function's body.
         self.loop_outer: list[tuple[set[int], frozenset[str], int]] = []
+        # Modules dealt over several devices that a loop being unrolled walks (ids): a deliberate
+        # split, so a mismatch at one of them is fixed by a hop to it (Calls.module_call).
+        self.spread_modules: set[int] = set()
         self.probes: list[dict[str, Any]] = []  # input probes of forward summaries (Calls.input_devs)
         self.branch_outputs: set[int] = set()  # lists returned by parallel_apply over one-device branches
         self._lineages = 0

@@ -201,19 +201,12 @@ class Statements(Part):
             # Over the parameters of a split model: the body runs for a parameter on each device.
             items = spans[0]
         if items is not None and len(items) <= MAX_UNROLL:
-            cur = [st]
-            for item in items:
-                nxt = []
-                for s in cur:
-                    self.assign(stmt.target, item, s, None)
-                    nxt.extend(self.exec_block(stmt.body.body, [s]))
-                cur = nxt if nxt else cur
-                if len(cur) > MAX_WORLDS:
-                    cur = [join_states(cur)]
-            end = join_states(cur) if len(cur) > 1 else cur[0]
-            if stmt.orelse is not None:
-                end = join_states(self.exec_block(stmt.orelse.body.body, [end]) or [end])
-            return end
+            spread = _spread_modules(items) - self.interp.spread_modules
+            self.interp.spread_modules |= spread
+            try:
+                return self._unroll(stmt, items, st)
+            finally:
+                self.interp.spread_modules -= spread
         elem = iter_elem(it, stmt.target.value if isinstance(stmt.target, cst.Name) else None)
         before = st.copy()
         body = st.copy()
@@ -235,6 +228,22 @@ class Statements(Part):
         finally:
             self.interp.in_unknown_loop -= 1
         return before
+
+    def _unroll(self, stmt: cst.For, items: Sequence[Val], st: State) -> State:
+        """Runs the body once per known item, in order."""
+        cur = [st]
+        for item in items:
+            nxt = []
+            for s in cur:
+                self.assign(stmt.target, item, s, None)
+                nxt.extend(self.exec_block(stmt.body.body, [s]))
+            cur = nxt if nxt else cur
+            if len(cur) > MAX_WORLDS:
+                cur = [join_states(cur)]
+        end = join_states(cur) if len(cur) > 1 else cur[0]
+        if stmt.orelse is not None:
+            end = join_states(self.exec_block(stmt.orelse.body.body, [end]) or [end])
+        return end
 
     def exec_with(self, stmt: cst.With, st: State) -> list[State]:
         inner = st.copy()
@@ -316,6 +325,32 @@ class Statements(Part):
 
 
 _ASSIGNED_CACHE: dict[int, tuple[cst.For, frozenset[str]]] = {}
+
+
+def _spread_modules(items: Sequence[Val]) -> set[int]:
+    """Ids of the modules a loop walks, one per item (the item, or one element of it as in
+    `enumerate(blocks)`), when each is on one known device and those devices differ (blocks dealt
+    over GPUs): the loop runs a split on purpose."""
+    mods = [_module_of(v) for v in items]
+    devs = {single(m.devs) for m in mods if m is not None}
+    if None in mods or None in devs or len(devs) < 2:
+        return set()
+    return {id(m) for m in mods if m is not None}
+
+
+_CALLABLE = ("module", "any")
+
+
+def _module_of(item: Val) -> Obj | None:
+    """The module an item of a loop is, or holds as the only module of a tuple; else None.
+    A value of unknown kind counts (a library block, `GPT2Model(cfg).h[i]`): only a call of it
+    uses the answer (Calls.module_call)."""
+    if isinstance(item, Obj):
+        return item if item.kind in _CALLABLE else None
+    if isinstance(item, SeqV) and item.items is not None:
+        found = [v for v in item.items if isinstance(v, Obj) and v.kind in _CALLABLE]
+        return found[0] if len(found) == 1 else None
+    return None
 
 
 def _assigned_names(loop: cst.For) -> frozenset[str]:
