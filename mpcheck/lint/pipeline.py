@@ -375,7 +375,8 @@ def _analyze_misses(
     todo: list[tuple[Any, ...]] = []
     keys: dict[str, str] = {}
     for path in sorted({p for used in uses.values() for p in used.values()}):
-        modname = modules.module_name(path)[0]
+        # A package's __init__ as `pkg.__init__`: its `from .split import Net` re-exports `pkg.split.Net`.
+        modname = modules.import_name(*modules.module_name(path)[::2])
         key = f"{project.digest(path)}|{modname}"
         keys[path] = key
         hit, summary = cache.get_summary(key) if cache is not None else (False, None)
