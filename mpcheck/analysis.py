@@ -89,6 +89,48 @@ def imports(source: str, modname: str) -> list[str]:
     return list(found)
 
 
+def import_targets(source: str, modname: str) -> list[tuple[str, str]]:
+    """(local name, dotted target) of every name `source` binds by an import, as
+    `names.import_bindings` gives them after a parse (`from a import b as c` ->
+    ("c", "a.b"); `import a.b as x` -> ("x", "a.b"); `import a.b` -> ("a", "a")).
+    Cheap: no libcst parse. These targets are the only names the device model
+    looks up in other files' summaries, so they decide which summaries can matter.
+    A line in a string that looks like an import may add a pair: harmless, it
+    only widens the set."""
+    if "import" not in source:
+        return []
+    package = modname[: -len(".__init__")] if modname.endswith(".__init__") else modname.rpartition(".")[0]
+    found: dict[tuple[str, str], None] = {}
+    for m in _IMPORT_RE.finditer(source):
+        for part in m.group(1).replace("\\", " ").split(","):
+            name, _, alias = (x.strip() for x in part.partition(" as "))
+            if not name or not all(p.isidentifier() for p in name.split(".")):
+                continue
+            if alias.isidentifier():
+                found[(alias, name)] = None
+            else:
+                found[(name.split(".")[0], name.split(".")[0])] = None
+    for m in _FROM_RE.finditer(source):
+        dots, base, names = m.group(1), m.group(2), m.group(3)
+        if dots:
+            parts = package.split(".") if package else []
+            up = len(dots) - 1
+            if up and up >= len(parts):
+                continue
+            parts = parts[: len(parts) - up]
+            if base:
+                parts.append(base)
+            base = ".".join(parts)
+        if not base:
+            continue
+        body = "\n".join(line.split("#", 1)[0] for line in names.strip("()").splitlines())
+        for part in body.replace("\\", " ").split(","):
+            name, _, alias = (x.strip().strip("()") for x in part.partition(" as "))
+            if name and name != "*" and name.isidentifier():
+                found[(alias if alias.isidentifier() else name, f"{base}.{name}")] = None
+    return list(found)
+
+
 def summarize(path: str, source: str, modname: str) -> dict[str, Any] | None:
     """A JSON-able summary of what other files may import from this one
     (classes and their placement, helper functions and what they return).

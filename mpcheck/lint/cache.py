@@ -5,8 +5,11 @@ One JSON file per code fingerprint (mpcheck version + its modules), so a new
 mpcheck never reads an old cache. Inside, an entry's key is the file's content
 hash, its module name and the codes checked on it (the effective config for that
 file). An entry also records the content hash of every project module whose
-summary the analysis used; it is stale as soon as one of them changed, which is
-how editing `model.py` re-checks the `train.py` that wraps its class.
+summary the analysis used, and of every module that decided which summaries were
+taken (the look-up chain of an imported name, skipped modules included); it is
+stale as soon as one of them changed, which is how editing `model.py` re-checks
+the `train.py` that wraps its class. A module off every chain is not recorded:
+editing it cannot change the result.
 
 One shortcut is keyed by file metadata instead of content: a file in which no
 selected rule could fire (the pre-filter's verdict) is remembered with its

@@ -309,43 +309,53 @@ def lint(
     return out
 
 
-def _project_modules(f: _File, project: _Project, analysis: Any) -> dict[str, str]:
-    """Imported name -> absolute path of every project module `f` uses, transitively,
-    that could matter (it passes the pre-filter).
+def _project_modules(f: _File, project: _Project, analysis: Any) -> tuple[dict[str, str], set[str]]:
+    """(imported module name -> absolute path of every project module whose summary
+    can matter to `f`, the names of every module the choice read).
 
-    A package's __init__.py that names no device is still taken, because it often
-    only re-exports (`from .split import SplitNet`) and without it the chain to the
-    module that places the model is lost. The modules it re-exports are taken but
-    not followed further: in large packages every file imports `..utils`, whose
-    __init__ reaches most of the package, and following all of that made every
-    file carry the whole project (3-4x slower on transformers and diffusers).
+    The device model looks a summary up for one thing only: a name `f` imports
+    (`from pkg.model import Net` looks `Net` up in `pkg.model`'s summary), and, when
+    that summary re-exports the name (`from .split import Net` in an __init__),
+    the same look-up one module further. So the modules worth summarising are the
+    ones on those chains, nothing else: the modules they import for their own use
+    are never looked at (linting torch's `_inductor/ir.py` summarised 479 modules
+    for the dozen its imports reach).
+
+    A module on a chain is taken when its text passes the pre-filter (it may hold
+    facts a rule needs), or when it is a package's __init__, which often names no
+    device and only re-exports. The second result lists every module the choice
+    depended on, taken or not, found or not: the cache drops `f`'s result when one
+    of them changes (a module that gains `cuda`, one that appears).
     """
     roots = project.roots_for(f.root)
     found: dict[str, str] = {}
-    todo = [
-        (f.text, modules.import_name(f.modname, f.is_init), True)
-    ]  # (text, import name, follow its imports' imports)
-    seen_paths = {f.src.abspath}
+    consulted: set[str] = set()
+    todo = [target for _, target in analysis.import_targets(f.text, modules.import_name(f.modname, f.is_init))]
+    seen: set[str] = set()
     while todo:
-        text, name, follow = todo.pop()
-        for imported in analysis.imports(text, name):
-            if imported in found:
-                continue
-            path = modules.resolve(imported, roots)
-            if path is None or path in seen_paths:
-                continue
-            seen_paths.add(path)
-            dep_text = project.text(path)
-            if dep_text is None:
-                continue
-            dep_mod, _, dep_init = modules.module_name(path)
-            worth = project.prefilter.worth_summarising(dep_text)
-            if not worth and not (dep_init and follow):
-                continue
-            found[imported] = path
-            if follow:
-                todo.append((dep_text, modules.import_name(dep_mod, dep_init), worth))
-    return found
+        target = todo.pop()
+        if target in seen:
+            continue
+        seen.add(target)
+        mod, _, name = target.rpartition(".")
+        if not mod:
+            continue
+        consulted.add(mod)
+        path = modules.resolve(mod, roots)
+        if path is None or path == f.src.abspath:
+            continue
+        text = project.text(path)
+        if text is None:
+            continue
+        dep_mod, _, dep_init = modules.module_name(path)
+        if not (dep_init or project.prefilter.worth_summarising(text)):
+            continue
+        found[mod] = path
+        # The name may be re-exported from further on: follow that import only.
+        todo.extend(
+            t for local, t in analysis.import_targets(text, modules.import_name(dep_mod, dep_init)) if local == name
+        )
+    return found, consulted
 
 
 def _analyze_misses(
@@ -357,14 +367,16 @@ def _analyze_misses(
 ) -> None:
     from mpcheck import analysis
 
-    uses = {id(f): _project_modules(f, project, analysis) for f in misses}
+    walked = {id(f): _project_modules(f, project, analysis) for f in misses}
+    uses = {k: used for k, (used, _) in walked.items()}
 
     # Summaries of every module some file uses, from the cache when its text is unchanged.
     summaries: dict[str, Any] = {}
     todo: list[tuple[Any, ...]] = []
     keys: dict[str, str] = {}
     for path in sorted({p for used in uses.values() for p in used.values()}):
-        modname = modules.module_name(path)[0]
+        # A package's __init__ as `pkg.__init__`: its `from .split import Net` re-exports `pkg.split.Net`.
+        modname = modules.import_name(*modules.module_name(path)[::2])
         key = f"{project.digest(path)}|{modname}"
         keys[path] = key
         hit, summary = cache.get_summary(key) if cache is not None else (False, None)
@@ -399,7 +411,9 @@ def _analyze_misses(
             out.sources[path] = f.text
         if cache is not None and not crashed.intersection(uses[id(f)].values()):
             roots = project.roots_for(f.root)
-            deps = {m: project.digest(modules.resolve(m, roots)) for m in used_modules}
+            # The modules whose summaries were used, and those that decided which were taken.
+            names = set(used_modules) | walked[id(f)][1]
+            deps = {m: project.digest(modules.resolve(m, roots)) for m in sorted(names)}
             stored = [{k: v for k, v in d.items() if k != "path"} for d in finding_dicts]
             cache.put(entry_key(f.digest, f.modname, f.codes, project.gpus), stored, deps)
 
