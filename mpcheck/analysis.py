@@ -58,10 +58,7 @@ def imports(source: str, modname: str) -> list[str]:
     """
     if "import" not in source:
         return []
-    if modname.endswith(".__init__"):
-        package = modname[: -len(".__init__")]
-    else:
-        package = modname.rpartition(".")[0]
+    package = _package_of(modname)
     found: dict[str, None] = {}
     for m in _IMPORT_RE.finditer(source):
         for part in m.group(1).replace("\\", " ").split(","):
@@ -69,16 +66,10 @@ def imports(source: str, modname: str) -> list[str]:
             if name and all(p.isidentifier() for p in name.split(".")):
                 found[name] = None
     for m in _FROM_RE.finditer(source):
-        dots, base, names = m.group(1), m.group(2), m.group(3)
-        if dots:
-            parts = package.split(".") if package else []
-            up = len(dots) - 1
-            if up and up >= len(parts):
-                continue  # beyond the top-level package: Python would refuse it too
-            parts = parts[: len(parts) - up]
-            if base:
-                parts.append(base)
-            base = ".".join(parts)
+        dots, names = m.group(1), m.group(3)
+        base = _from_base(package, dots, m.group(2))
+        if base is None:
+            continue
         if base:
             found[base] = None
         body = "\n".join(line.split("#", 1)[0] for line in names.strip("()").splitlines())
@@ -87,6 +78,26 @@ def imports(source: str, modname: str) -> list[str]:
             if name and name != "*" and name.isidentifier():
                 found[f"{base}.{name}" if base else name] = None
     return list(found)
+
+
+def _package_of(modname: str) -> str:
+    """The package a module's relative imports start from (a package's `__init__` is its own)."""
+    return modname[: -len(".__init__")] if modname.endswith(".__init__") else modname.rpartition(".")[0]
+
+
+def _from_base(package: str, dots: str, base: str) -> str | None:
+    """The absolute module of `from <dots><base> import ...` in `package`; None where the dots climb
+    beyond the top-level package (Python would refuse it too)."""
+    if not dots:
+        return base
+    parts = package.split(".") if package else []
+    up = len(dots) - 1
+    if up and up >= len(parts):
+        return None
+    parts = parts[: len(parts) - up]
+    if base:
+        parts.append(base)
+    return ".".join(parts)
 
 
 def import_targets(source: str, modname: str) -> list[tuple[str, str]]:
@@ -99,7 +110,7 @@ def import_targets(source: str, modname: str) -> list[tuple[str, str]]:
     only widens the set."""
     if "import" not in source:
         return []
-    package = modname[: -len(".__init__")] if modname.endswith(".__init__") else modname.rpartition(".")[0]
+    package = _package_of(modname)
     found: dict[tuple[str, str], None] = {}
     for m in _IMPORT_RE.finditer(source):
         for part in m.group(1).replace("\\", " ").split(","):
@@ -111,16 +122,8 @@ def import_targets(source: str, modname: str) -> list[tuple[str, str]]:
             else:
                 found[(name.split(".")[0], name.split(".")[0])] = None
     for m in _FROM_RE.finditer(source):
-        dots, base, names = m.group(1), m.group(2), m.group(3)
-        if dots:
-            parts = package.split(".") if package else []
-            up = len(dots) - 1
-            if up and up >= len(parts):
-                continue
-            parts = parts[: len(parts) - up]
-            if base:
-                parts.append(base)
-            base = ".".join(parts)
+        dots, names = m.group(1), m.group(3)
+        base = _from_base(package, dots, m.group(2))
         if not base:
             continue
         body = "\n".join(line.split("#", 1)[0] for line in names.strip("()").splitlines())

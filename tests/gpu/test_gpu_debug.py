@@ -3,10 +3,10 @@ right module and line, correct code clean, the report's numbers against a hand-t
 
 Skipped without 2 CUDA devices (CI has none)."""
 
-import inspect
 import statistics
 
 import pytest
+from gpu_helpers import line_of
 
 torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
@@ -18,11 +18,6 @@ pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA devices"),
 ]
-
-
-def _line(fn, marker):
-    src, start = inspect.getsourcelines(fn)
-    return next(start + i for i, t in enumerate(src) if marker in t)
 
 
 class Split(nn.Module):
@@ -50,7 +45,7 @@ def test_missing_transfer_between_stages_is_caught_at_the_stage_entry():
     f = err.value.finding
     assert (f.code, f.line, f.modules, f.devices) == (
         "MP001",
-        _line(Split.forward, "# dec entry"),
+        line_of(Split.forward, "# dec entry"),
         ("model.dec",),
         ("cuda:1", "cuda:0"),
     )
@@ -64,7 +59,7 @@ def test_cpu_batch_into_the_first_stage():
     f = err.value.finding
     # reported where the batch meets the stage: the call of `self.enc` in forward
     assert f.modules == ("model.enc",) and f.devices == ("cuda:0", "cpu")
-    assert f.line == _line(Split.forward, "h = self.enc(x)")
+    assert f.line == line_of(Split.forward, "h = self.enc(x)")
 
 
 def test_labels_on_the_first_device_at_the_loss_line():
@@ -75,7 +70,7 @@ def test_labels_on_the_first_device_at_the_loss_line():
             out = model(torch.randn(4, 64, device="cuda:0"))
             nn.functional.cross_entropy(out, labels)  # loss
     f = err.value.finding
-    assert f.line == _line(test_labels_on_the_first_device_at_the_loss_line, "# loss")
+    assert f.line == line_of(test_labels_on_the_first_device_at_the_loss_line, "# loss")
     assert set(f.devices) == {"cuda:0", "cuda:1"}
     assert f.code == "MP008"  # a loss: the fix moves the labels, not a module
     assert "`.to('cuda:1')`" in f.suggestion
@@ -97,7 +92,7 @@ def test_mismatch_inside_forward_at_the_op_line_with_module_path():
         with mpcheck.debug(model, report=None):
             model.blocks[1](torch.randn(2, 8, device="cuda:1"))
     f = err.value.finding
-    assert f.modules == ("model.blocks.1",) and f.line == _line(Attn.forward, "# op")
+    assert f.modules == ("model.blocks.1",) and f.line == line_of(Attn.forward, "# op")
 
 
 def test_move_mode_lists_every_mismatch_in_one_run():
@@ -129,7 +124,7 @@ def test_eval_path_without_the_transfer():
     with pytest.raises(DeviceMismatchError) as err:
         with mpcheck.debug(model, report=None), torch.no_grad():
             model(torch.randn(4, 64, device="cuda:0"))
-    assert err.value.finding.line == _line(Split.forward, "# dec entry")
+    assert err.value.finding.line == line_of(Split.forward, "# dec entry")
 
 
 # 2. DataParallel / DDP with device_ids on a split model ---------------------------------------
@@ -139,7 +134,7 @@ def test_data_parallel_on_a_split_model_at_the_wrap_line():
         with mpcheck.debug(report=None):
             nn.DataParallel(model)  # wrap
     f = err.value.finding
-    assert f.code == "MP002" and f.line == _line(test_data_parallel_on_a_split_model_at_the_wrap_line, "# wrap")
+    assert f.code == "MP002" and f.line == line_of(test_data_parallel_on_a_split_model_at_the_wrap_line, "# wrap")
 
 
 @pytest.fixture
@@ -157,7 +152,7 @@ def test_ddp_with_device_ids_on_a_split_model(gloo_group):
         with mpcheck.debug(report=None):
             nn.parallel.DistributedDataParallel(model, device_ids=[0])  # ddp
     f = err.value.finding
-    assert f.code == "MP002" and f.line == _line(test_ddp_with_device_ids_on_a_split_model, "# ddp")
+    assert f.code == "MP002" and f.line == line_of(test_ddp_with_device_ids_on_a_split_model, "# ddp")
 
 
 def test_ddp_with_device_ids_none_around_a_split_model_runs_clean(gloo_group):
@@ -176,7 +171,7 @@ def test_cuda_collapsing_a_split_model_at_the_line():
         model.cuda(0)  # collapse
         model.to("cuda:0")  # collapse again? no: already one device
     (f,) = dbg.findings
-    assert f.code == "MP007" and f.line == _line(test_cuda_collapsing_a_split_model_at_the_line, "# collapse")
+    assert f.code == "MP007" and f.line == line_of(test_cuda_collapsing_a_split_model_at_the_line, "# collapse")
 
 
 # 6. transfers as cost ---------------------------------------------------------------------------
@@ -188,8 +183,8 @@ def test_round_trip_with_both_lines():
     assert z.device == x.device
     (f,) = dbg.findings
     assert f.code == "MP005"
-    assert f.line == _line(test_round_trip_with_both_lines, "# back")
-    assert f.extra["first_line"] == _line(test_round_trip_with_both_lines, "# there")
+    assert f.line == line_of(test_round_trip_with_both_lines, "# back")
+    assert f.extra["first_line"] == line_of(test_round_trip_with_both_lines, "# there")
 
 
 def test_round_trip_through_the_cpu():
@@ -216,7 +211,7 @@ def test_mask_moved_by_every_layer_is_a_repeated_transfer(monkeypatch):
     with mpcheck.debug(model, report=None) as dbg:
         model(torch.randn(2, 16, device="cuda:1"))
     (f,) = dbg.findings  # one finding for the line, naming the layers that repeat it
-    assert f.code == "MP011" and f.line == _line(Layer.forward, "# per-layer")
+    assert f.code == "MP011" and f.line == line_of(Layer.forward, "# per-layer")
     assert f.extra["count"] == 3 and f.modules == ("model.1", "model.2", "model.3")
 
 
@@ -238,7 +233,7 @@ def test_layers_alternating_gpus_are_reported_once_with_the_grouping():
             model(torch.randn(8, 64, device="cuda:0")).sum().backward()
             opt.step()
     (f,) = dbg.findings  # once for the chain, counted per forward pass
-    assert f.code == "MP006" and f.line == _line(RoundRobin.forward, "# per-layer hop")
+    assert f.code == "MP006" and f.line == line_of(RoundRobin.forward, "# per-layer hop")
     assert f.devices == ("cuda:0", "cuda:1") and f.modules == ("model.layers",)
     assert f.extra["crossings"] == 7 and f.extra["count"] == 3
     assert "model.layers 0-3 on cuda:0, 4-7 on cuda:1" in f.suggestion
@@ -278,7 +273,7 @@ def test_correct_training_is_clean_bit_identical_and_its_transfers_counted():
     hop = [
         a
         for (site, s, d, ph), a in dbg.ledger.by_site().items()
-        if site.line == _line(Split.forward, "# hop") and ph == "forward"
+        if site.line == line_of(Split.forward, "# hop") and ph == "forward"
     ]
     assert [a.count for a in hop] == [4]
     assert pairs[("cuda:1", "cuda:0", "backward")].count == 4
@@ -286,7 +281,8 @@ def test_correct_training_is_clean_bit_identical_and_its_transfers_counted():
     clip = [
         k
         for k in dbg.ledger.by_site()
-        if k[0].line == _line(test_correct_training_is_clean_bit_identical_and_its_transfers_counted, "clip_grad_norm_")
+        if k[0].line
+        == line_of(test_correct_training_is_clean_bit_identical_and_its_transfers_counted, "clip_grad_norm_")
     ]
     assert clip
     assert all(a.timed == a.count for a in pairs.values())

@@ -4,11 +4,11 @@ stages (MP001 where the placement went wrong), data read with a DataLoader; the 
 
 Skipped without 2 CUDA devices (CI has none). The dry-run twins are in tests/dryrun/."""
 
-import inspect
 import os
 import tempfile
 
 import pytest
+from gpu_helpers import line_of
 
 torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
@@ -20,11 +20,6 @@ pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(torch.cuda.device_count() != 2, reason="needs exactly 2 CUDA devices"),
 ]
-
-
-def _line(fn, marker):
-    src, start = inspect.getsourcelines(fn)
-    return next(start + i for i, t in enumerate(src) if marker in t)
 
 
 @pytest.fixture(autouse=True)
@@ -54,7 +49,7 @@ def test_a_bare_cuda_inside_a_stage_on_cuda1_at_the_line_that_made_it():
         with mpcheck.debug(stage, report=None):
             stage(torch.randn(4, 64, device="cuda:1"))
     f = err.value.finding
-    want = _line(test_a_bare_cuda_inside_a_stage_on_cuda1_at_the_line_that_made_it, "# made")
+    want = line_of(test_a_bare_cuda_inside_a_stage_on_cuda1_at_the_line_that_made_it, "# made")
     assert (f.code, f.line, f.devices) == ("MP004", want, ("cuda:1", "cuda:0"))
 
 
@@ -68,7 +63,7 @@ def test_a_factory_under_set_default_device_at_the_line_that_made_it():
             torch.set_default_device("cuda")
             stage(torch.randn(4, 64, device="cuda:1"))
     f = err.value.finding
-    want = _line(test_a_factory_under_set_default_device_at_the_line_that_made_it, "# made")
+    want = line_of(test_a_factory_under_set_default_device_at_the_line_that_made_it, "# made")
     assert (f.code, f.line) == ("MP004", want)
 
 
@@ -89,7 +84,7 @@ def test_init_hidden_with_a_bare_cuda_at_init_hidden():
         with mpcheck.debug(dec, report=None):
             dec(torch.randn(4, 3, 16, device="cuda:1"), dec.init_hidden(4))
     f = err.value.finding
-    assert (f.code, f.line) == ("MP004", _line(test_init_hidden_with_a_bare_cuda_at_init_hidden, "# made"))
+    assert (f.code, f.line) == ("MP004", line_of(test_init_hidden_with_a_bare_cuda_at_init_hidden, "# made"))
 
 
 def test_set_device_collapses_a_split_placed_with_a_bare_cuda():
@@ -106,7 +101,7 @@ def test_set_device_collapses_a_split_placed_with_a_bare_cuda():
         torch.cuda.set_device(1)
         net = Net()
         net(torch.randn(4, 64)).sum().backward()
-    want = _line(test_set_device_collapses_a_split_placed_with_a_bare_cuda, "# implicit")
+    want = line_of(test_set_device_collapses_a_split_placed_with_a_bare_cuda, "# implicit")
     assert [(f.code, f.line, f.severity) for f in dbg.findings] == [("MP004", want, "warning")]
 
 
@@ -139,7 +134,7 @@ def test_ddp_with_device_ids_around_a_split_model_at_the_wrap():
     finally:
         dist.destroy_process_group()
     f = err.value.finding
-    assert (f.code, f.line) == ("MP002", _line(test_ddp_with_device_ids_around_a_split_model_at_the_wrap, "# wrap"))
+    assert (f.code, f.line) == ("MP002", line_of(test_ddp_with_device_ids_around_a_split_model_at_the_wrap, "# wrap"))
 
 
 # MP012: a view after a hop ---------------------------------------------------------------------------
@@ -150,7 +145,7 @@ def test_a_permuted_tensor_viewed_after_a_hop_at_the_hop():
             h = x.permute(0, 2, 1).to("cuda:1")  # hop
             h.view(4, -1)
     f = err.value.finding
-    assert (f.code, f.line) == ("MP012", _line(test_a_permuted_tensor_viewed_after_a_hop_at_the_hop, "# hop"))
+    assert (f.code, f.line) == ("MP012", line_of(test_a_permuted_tensor_viewed_after_a_hop_at_the_hop, "# hop"))
 
 
 def test_a_contiguous_copy_viewed_after_a_hop_is_silent():
@@ -168,7 +163,7 @@ def test_a_stage_never_placed_at_the_line_that_built_it():
             s1 = nn.Linear(64, 64).to("cuda:1")
             s1(s0(torch.randn(4, 64, device="cuda:0")).to("cuda:1"))
     f = err.value.finding
-    assert (f.code, f.line) == ("MP001", _line(test_a_stage_never_placed_at_the_line_that_built_it, "# built"))
+    assert (f.code, f.line) == ("MP001", line_of(test_a_stage_never_placed_at_the_line_that_built_it, "# built"))
     assert "never placed" in f.message
 
 
@@ -180,7 +175,7 @@ def test_a_module_shared_by_two_stages_at_the_second_move():
             s1 = nn.Sequential(nn.Linear(64, 64), norm).to("cuda:1")  # second
             s1(s0(torch.randn(4, 64, device="cuda:0")).to("cuda:1"))
     f = err.value.finding
-    assert (f.code, f.line) == ("MP007", _line(test_a_module_shared_by_two_stages_at_the_second_move, "# second"))
+    assert (f.code, f.line) == ("MP007", line_of(test_a_module_shared_by_two_stages_at_the_second_move, "# second"))
     assert "shared" in f.message
 
 

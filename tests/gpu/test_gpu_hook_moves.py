@@ -6,9 +6,8 @@ tests/dryrun/test_collapse_consequences.py.
 
 Skipped without 2 CUDA devices (CI has none)."""
 
-import inspect
-
 import pytest
+from gpu_helpers import line_of
 
 torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
@@ -21,11 +20,6 @@ pytestmark = [
 ]
 
 DEVS = ["cuda:0", "cuda:1", "cuda:0", "cuda:1", "cuda:0", "cuda:1"]
-
-
-def _line(fn, marker):
-    src, start = inspect.getsourcelines(fn)
-    return next(start + i for i, t in enumerate(src) if marker in t)
 
 
 def _align(module, args):
@@ -57,7 +51,9 @@ def _round_robin(hooks: bool):
 
 def test_inputs_moved_by_pre_hooks_are_not_the_users_ping_pong():
     assert _round_robin(hooks=True).findings == []
-    assert [(f.code, f.line) for f in _round_robin(hooks=False).findings] == [("MP006", _line(_round_robin, "# layer"))]
+    assert [(f.code, f.line) for f in _round_robin(hooks=False).findings] == [
+        ("MP006", line_of(_round_robin, "# layer"))
+    ]
 
 
 def _collapsed():
@@ -78,4 +74,4 @@ def _collapsed():
 
 def test_the_mismatch_after_a_collapse_is_counted_on_the_collapse():
     dbg = _collapsed()
-    assert [(f.code, f.line) for f in dbg.findings] == [("MP007", _line(_collapsed, "# collapse"))]
+    assert [(f.code, f.line) for f in dbg.findings] == [("MP007", line_of(_collapsed, "# collapse"))]

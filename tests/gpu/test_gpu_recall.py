@@ -4,9 +4,8 @@ DataParallel around one stage on cuda:1 (MP002); the correct uses next to them s
 
 Skipped without 2 CUDA devices (CI has none)."""
 
-import inspect
-
 import pytest
+from gpu_helpers import line_of
 
 torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
@@ -18,11 +17,6 @@ pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(torch.cuda.device_count() != 2, reason="needs exactly 2 CUDA devices"),
 ]
-
-
-def _line(fn, marker):
-    src, start = inspect.getsourcelines(fn)
-    return next(start + i for i, t in enumerate(src) if marker in t)
 
 
 class Split(nn.Module):
@@ -45,7 +39,7 @@ def test_loss_module_class_weights_on_the_first_device_at_the_loss_line():
             out = model(torch.randn(4, 64))
             criterion(out, labels)  # loss
     f = err.value.finding
-    want = _line(test_loss_module_class_weights_on_the_first_device_at_the_loss_line, "# loss")
+    want = line_of(test_loss_module_class_weights_on_the_first_device_at_the_loss_line, "# loss")
     assert (f.code, f.line) == ("MP008", want)
 
 
@@ -57,7 +51,7 @@ def test_nll_loss_with_labels_on_the_first_device():
             labels = torch.randint(0, 64, (4,)).to("cuda:0")
             nn.functional.nll_loss(out.log_softmax(-1), labels)  # loss
     f = err.value.finding
-    assert (f.code, f.line) == ("MP008", _line(test_nll_loss_with_labels_on_the_first_device, "# loss"))
+    assert (f.code, f.line) == ("MP008", line_of(test_nll_loss_with_labels_on_the_first_device, "# loss"))
     assert "`.to('cuda:1')`" in f.suggestion
 
 
@@ -83,7 +77,7 @@ def test_hop_to_k_plus_one_past_the_last_gpu():
     f = err.value.finding
     assert (f.code, f.line, f.devices) == (
         "MP009",
-        _line(test_hop_to_k_plus_one_past_the_last_gpu, "# hop"),
+        line_of(test_hop_to_k_plus_one_past_the_last_gpu, "# hop"),
         ("cuda:2",),
     )
 
@@ -93,7 +87,7 @@ def test_factory_on_a_missing_gpu_in_move_mode_still_fails_like_cuda():
         with pytest.raises(RuntimeError, match="invalid device ordinal"):
             torch.zeros(4, device=torch.device("cuda", 2))  # factory
     assert [(f.code, f.line) for f in dbg.findings] == [
-        ("MP009", _line(test_factory_on_a_missing_gpu_in_move_mode_still_fails_like_cuda, "# factory"))
+        ("MP009", line_of(test_factory_on_a_missing_gpu_in_move_mode_still_fails_like_cuda, "# factory"))
     ]
 
 
@@ -112,7 +106,7 @@ def test_replicate_of_a_split_model_at_the_call():
         with mpcheck.debug(model, report=None):
             nn.parallel.replicate(model, [0, 1])  # replicate
     f = err.value.finding
-    assert (f.code, f.line) == ("MP003", _line(test_replicate_of_a_split_model_at_the_call, "# replicate"))
+    assert (f.code, f.line) == ("MP003", line_of(test_replicate_of_a_split_model_at_the_call, "# replicate"))
 
 
 def test_data_parallel_function_on_a_split_model_at_the_call():
@@ -121,7 +115,7 @@ def test_data_parallel_function_on_a_split_model_at_the_call():
         with mpcheck.debug(model, report=None):
             nn.parallel.data_parallel(model, torch.randn(4, 64, device="cuda:0"), device_ids=[0, 1])  # dp
     f = err.value.finding
-    assert (f.code, f.line) == ("MP003", _line(test_data_parallel_function_on_a_split_model_at_the_call, "# dp"))
+    assert (f.code, f.line) == ("MP003", line_of(test_data_parallel_function_on_a_split_model_at_the_call, "# dp"))
 
 
 def test_scatter_inside_a_split_forward_is_recorded_at_the_scatter():
@@ -139,8 +133,8 @@ def test_scatter_inside_a_split_forward_is_recorded_at_the_scatter():
     with mpcheck.debug(model, report=None) as dbg:
         model(torch.randn(4, 16, device="cuda:0"))
     assert sorted((f.code, f.line) for f in dbg.findings) == [
-        ("MP003", _line(HalfNet.forward, "# scatter")),
-        ("MP003", _line(HalfNet.forward, "# gather")),
+        ("MP003", line_of(HalfNet.forward, "# scatter")),
+        ("MP003", line_of(HalfNet.forward, "# gather")),
     ]
 
 
@@ -182,7 +176,7 @@ def test_data_parallel_around_a_stage_on_cuda1_with_default_device_ids_at_the_wr
         with mpcheck.debug(model, report=None):
             nn.DataParallel(model.dec)  # wrap
     f = err.value.finding
-    want = _line(test_data_parallel_around_a_stage_on_cuda1_with_default_device_ids_at_the_wrap, "# wrap")
+    want = line_of(test_data_parallel_around_a_stage_on_cuda1_with_default_device_ids_at_the_wrap, "# wrap")
     assert (f.code, f.line, f.devices) == ("MP002", want, ("cuda:1", "cuda:0"))
 
 

@@ -6,9 +6,8 @@ The same programs run on virtual GPUs in tests/dryrun/test_waste.py.
 
 Skipped without 2 CUDA devices (CI has none)."""
 
-import inspect
-
 import pytest
+from gpu_helpers import line_of
 
 torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
@@ -19,11 +18,6 @@ pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(torch.cuda.device_count() != 2, reason="needs exactly 2 CUDA devices"),
 ]
-
-
-def _line(fn, marker):
-    src, start = inspect.getsourcelines(fn)
-    return next(start + i for i, t in enumerate(src) if marker in t)
 
 
 def _found(dbg):
@@ -43,7 +37,7 @@ def _host_hop(detour: bool):
 
 
 def test_a_gpu_to_gpu_copy_through_the_host():
-    assert _found(_host_hop(True)) == [("MP005", _line(_host_hop, "# hop"))]
+    assert _found(_host_hop(True)) == [("MP005", line_of(_host_hop, "# hop"))]
     assert _host_hop(False).findings == []
 
 
@@ -64,7 +58,7 @@ def _logits(logits_move: bool):
 
 def test_logits_moved_to_the_labels_gpu():
     dbg = _logits(True)
-    assert _found(dbg) == [("MP014", _line(_logits, "# logits move"))]
+    assert _found(dbg) == [("MP014", line_of(_logits, "# logits move"))]
     (f,) = dbg.findings
     assert f.severity == "warning" and "copies 2.0 MiB less per forward" in f.message
     assert _logits(False).findings == []
@@ -94,7 +88,7 @@ def _cams(where):
 
 def test_a_fresh_copy_of_a_buffers_data_every_forward():
     dbg = _cams("cpu")
-    assert _found(dbg) == [("MP011", _line(Cams.forward, "# fresh copy"))]
+    assert _found(dbg) == [("MP011", line_of(Cams.forward, "# fresh copy"))]
     assert "computed only from buffers and constants" in dbg.findings[0].message
     assert _cams("cuda:0").findings == []  # the buffer lives where it is used: no transfer
 
@@ -127,7 +121,7 @@ def _per_layer(on_host: bool):
 
 def test_a_host_constant_moved_by_every_layer():
     dbg = _per_layer(True)
-    assert _found(dbg) == [("MP011", _line(Block.forward, "# mask"))] * 2  # one per destination GPU
+    assert _found(dbg) == [("MP011", line_of(Block.forward, "# mask"))] * 2  # one per destination GPU
     assert _per_layer(False).findings == []
 
 
@@ -159,12 +153,12 @@ def _net(place, shared):
 
 def test_a_module_shared_by_all_stages_on_the_first_gpu():
     dbg = _net(lambda i: f"cuda:{i * 2 // 8}", shared=True)
-    assert _found(dbg) == [("MP006", _line(Net.forward, "# back to the shared norm"))]
+    assert _found(dbg) == [("MP006", line_of(Net.forward, "# back to the shared norm"))]
     assert "model.norm on cuda:0 is shared by every stage" in dbg.findings[0].message
     assert _net(lambda i: f"cuda:{i * 2 // 8}", shared=False).findings == []
 
 
 def test_round_robin_placement_gets_the_blocked_grouping():
     dbg = _net(lambda i: f"cuda:{i % 2}", shared=False)
-    assert _found(dbg) == [("MP006", _line(Net.forward, "# layer"))]
+    assert _found(dbg) == [("MP006", line_of(Net.forward, "# layer"))]
     assert "(model.blocks 0-3 on cuda:0, 4-7 on cuda:1)" in dbg.findings[0].suggestion

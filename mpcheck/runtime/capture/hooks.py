@@ -221,6 +221,7 @@ def _patch_module_call(
 
     global_hooks = (_module_globals._global_forward_pre_hooks, _module_globals._global_forward_hooks)
     torch_leaf_types: dict[type, bool] = {}
+    loss_types: dict[type, bool] = {}  # is_loss_module by class: every outermost call asks
     tf_len = torch._C._len_torch_function_stack
     tf_top = torch._C._get_function_stack_at
     tf_pop = torch._C._pop_torch_function_stack
@@ -239,7 +240,10 @@ def _patch_module_call(
                 on_compiled()
             path = namer.discover(module, stack[-1] if stack else None)
         if not stack:
-            if is_loss_module(module):
+            is_loss = loss_types.get(type(module))
+            if is_loss is None:
+                is_loss = loss_types[type(module)] = is_loss_module(module)
+            if is_loss:
                 checker.end_top_pass()  # a criterion called by the training loop ends its forward pass
             seen = roots_checked.get(id(module))
             if seen is None or seen() is not module:
