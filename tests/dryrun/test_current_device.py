@@ -53,6 +53,31 @@ def test_a_tensor_made_on_the_current_device_inside_a_stage_on_cuda1(script, dry
     assert f["extra"]["count"] == 2
 
 
+@pytest.mark.parametrize(
+    "made, derived",
+    [
+        ("pos = torch.arange(16).cuda()  # <- made", "noise = pos[None, :].float()"),
+        ("pos = torch.ones(16, device='cuda')  # <- made", "noise = (pos * 2).expand(4, 16).contiguous()"),
+    ],
+)
+def test_a_tensor_derived_from_one_made_on_the_current_device_is_reported_where_it_was_made(
+    script, dryrun_cli, made, derived
+):
+    # The made tensor is cast, indexed, multiplied: each result is a new tensor on the same (current) device,
+    # made by the same line's mistake; the finding stays at that line, not at the use.
+    s = script(STAGE1.format(made=made + "\n        " + derived))
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert codes_at(report) == [("MP004", s.line("made"))]
+    assert f"train.py:{s.line('use')}" in report["findings"][0]["message"]
+
+
+def test_a_derived_tensor_moved_to_the_stage_device_is_silent(script, dryrun_cli):
+    s = script(STAGE1.format(made="pos = torch.arange(16).cuda()\n        noise = pos.float().to(x.device)"))
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert report["stopped"] is None, report["stopped"]
+    assert (status, report["findings"]) == (0, [])
+
+
 def test_init_hidden_with_a_bare_cuda_is_reported_in_init_hidden(script, dryrun_cli):
     s = script("""
 import torch

@@ -72,6 +72,8 @@ class CheckingMode(TorchFunctionMode):
         # MP011's provenance (checks/provenance.py): tensors computed only from constants.
         self._provenance = checker.provenance
         self._marks = checker.provenance.marks
+        # MP004's records (checks/placement.py): tensors made on the current device inside a stage.
+        self._placements = checker.placements
         self._factories = frozenset(f for f in (getattr(torch, n, None) for n in CONST_FACTORIES) if f is not None)
         if stamp_nodes:
             from mpcheck.runtime.capture.strict import stamp_node
@@ -100,6 +102,8 @@ class CheckingMode(TorchFunctionMode):
                 return checker.on_op_error(func, args, kwargs, e)
             if args and id(args[0]) in self._marks:
                 self._provenance.derive(args, kwargs, out)
+            if self._placements._made:
+                self._placements.derive(args, out, checker.devices.device_of)
             return out
         if kind == _LOSS:
             checker.on_loss(args, kwargs)
@@ -121,6 +125,8 @@ class CheckingMode(TorchFunctionMode):
                 out = checker.on_op_error(func, args, kwargs, e)
             if made_how is not None:
                 checker.on_current_device_tensor(out, made_how)
+            elif self._placements._made:
+                self._placements.derive(args, out, checker.devices.device_of)
             if self.stamp_nodes:
                 self._stamp(out)
             if args:
@@ -177,6 +183,8 @@ class CheckingMode(TorchFunctionMode):
             out = func(*args, **kwargs)
             if id(src_t) in self._marks:  # a dtype cast, or a move to where it already is
                 self._provenance.derive((src_t,), {}, out)
+            if self._placements._made:
+                self._placements.derive((src_t,), out, devices.device_of)
             return out
         nbytes = src_t.numel() * src_t.element_size()
         site = checker.sites()

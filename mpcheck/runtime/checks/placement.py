@@ -89,6 +89,27 @@ class Placements:
             return None
         return entry[1]
 
+    def derive(self, args: tuple[Any, ...], out: Any, device_of: Any) -> None:
+        """`out` was computed from `args`: when one of them was made on the current device (recorded above)
+        and `out` lands on that device too (`pos.float()`, `pos[None] * 2`), `out` inherits the record, so
+        a mismatch of the derived tensor is still reported where the first one was made. Asked only while
+        some record exists (`self._made` non-empty)."""
+        made = None
+        for a in args:
+            if isinstance(a, (list, tuple)):
+                a = a[0] if a else None
+            if a is None or not hasattr(a, "untyped_storage"):
+                continue
+            made = self.made_of(a)
+            if made is not None:
+                break
+        if made is None:
+            return
+        outs = out if isinstance(out, (list, tuple)) else (out,)
+        for o in outs:
+            if hasattr(o, "untyped_storage") and device_of(o) == made.device and self.made_of(o) is None:
+                self.made(o, made)
+
     def moved(self, module: Any, site: Site, target: str, *, implicit: bool, current: str | None) -> None:
         self._seq += 1
         try:
