@@ -80,6 +80,64 @@ loss.backward()
     assert "argument 1 (an int64 tensor of shape (4,))" in loss["message"]
 
 
+# A model over two GPUs whose forward does not move its input: the CPU batch passed by the caller is the
+# missing transfer (the validation loop forgot what the training loop does), reported at the call, as the
+# linter does; a tensor already on one of the model's GPUs and not carried to the next stage is the
+# forward's hop, reported inside it.
+SPREAD = (
+    STAGES
+    + """
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.s0, self.s1 = Stage("cuda:0"), Stage("cuda:1")
+    def forward(self, x, bias):
+        h = self.s0(x)
+        return self.s1(h.to("cuda:1")) + bias  # <- bias
+net = Net()
+"""
+)
+
+
+def test_a_cpu_batch_into_a_spread_model_is_reported_at_the_call(script, dryrun_cli):
+    s = script(
+        SPREAD
+        + """
+with torch.no_grad():
+    out = net(torch.randn(4, 16), torch.zeros(16, device="cuda:1"))  # <- call
+"""
+    )
+    status, report, _ = dryrun_cli(s, "--gpus", "2")
+    assert codes_at(report) == [("MP001", s.line("call"))]
+    f = report["findings"][0]
+    assert f["message"].startswith("input of Net 'net': argument 0 (a float32 tensor of shape (4, 16)) is on cpu")
+    assert "which needs cuda:0" in f["message"] and "input of Linear 'net.s0.lin'" in f["message"]
+    assert f["suggestion"].startswith("move it with `.to('cuda:0')` before this call")
+
+
+def test_an_input_on_a_gpu_of_the_model_not_carried_to_the_next_stage_is_reported_in_forward(script, dryrun_cli):
+    s = script(
+        SPREAD
+        + """
+out = net(torch.randn(4, 16, device="cuda:0"), torch.zeros(16, device="cuda:0"))
+"""
+    )
+    status, report, _ = dryrun_cli(s, "--gpus", "2")
+    assert codes_at(report) == [("MP001", s.line("bias"))]
+
+
+def test_a_spread_model_whose_inputs_are_moved_by_the_caller_is_silent(script, dryrun_cli):
+    s = script(
+        SPREAD
+        + """
+out = net(torch.randn(4, 16).to("cuda:0"), torch.zeros(16).to("cuda:1"))
+out.sum().backward()
+"""
+    )
+    status, report, _ = dryrun_cli(s, "--gpus", "2")
+    assert (status, report["findings"], report["stopped"]) == (0, [], None)
+
+
 def test_split_model_in_data_parallel_reported_at_the_wrap(script, dryrun_cli):
     s = script(
         SPLIT_NET

@@ -377,7 +377,7 @@ def _patch_module_call(
                 dev is not None
                 and not inputs_on(dev, args, kwargs)
                 and checker.enter_module(module, path, dev, args, kwargs)
-            ):
+            ) or (dev is None and not stack and checker.enter_root(module, path, args, kwargs)):
                 stack.append(path)
                 try:
                     return orig_call(module, *args, **kwargs)

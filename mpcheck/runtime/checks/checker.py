@@ -323,6 +323,7 @@ class Checker:
         self._const_copies: dict[tuple[Site, str], int] = {}
         # Where modules were built and placed, tensors made on the current device (placement.py).
         self.placements = Placements()
+        self._root_devs: dict[int, tuple[Any, int, frozenset[str]]] = {}  # enter_root: a model's devices
         # id(root module) -> ref: roots whose first call has been checked for a collapsed split (MP004).
         self.roots_checked: dict[int, weakref.ref[Any]] = {}
 
@@ -698,6 +699,34 @@ class Checker:
         )
         return True
 
+    def enter_root(self, module: Any, path: str, args: Args, kwargs: Kwargs) -> bool:
+        """The outermost call of a model spread over several devices (or of none): no device to compare its
+        inputs with yet. Its tensor inputs are noted; one that reaches a module or torch call on another
+        device unmoved is reported at this call's line (the caller did not move it, as the linter says),
+        naming the use. A model whose forward moves its inputs never reaches that."""
+        # Only an input on none of the model's devices (CPU data for a GPU model): one already on a
+        # device of the model is the forward's to carry between stages (`h.to(dev)` but not `t`), and
+        # is reported inside it, where the hop is missing.
+        devs = self._root_devices(module)
+        device_of = self.devices.device_of
+        tensors = {id(t): (t, loc) for loc, t in _iter_tensors(args, kwargs, self._tensor) if device_of(t) not in devs}
+        if not tensors:
+            return False
+        self._tls.entries.append(
+            _Entry(f"input of {type(module).__name__} '{path}'", path, None, self.sites(), tensors, module)
+        )
+        return True
+
+    def _root_devices(self, module: Any) -> frozenset[str]:
+        cached = self._root_devs.get(id(module))
+        if cached is not None and cached[0]() is module and cached[1] == self.placement_epoch:
+            return cached[2]
+        if len(self._root_devs) > _PURGE_AT:
+            self._root_devs.clear()
+        devs = frozenset(self.model_devices(module))
+        self._root_devs[id(module)] = (weakref.ref(module), self.placement_epoch, devs)
+        return devs
+
     def leave_module(self) -> None:
         self._tls.entries.pop()
 
@@ -707,7 +736,7 @@ class Checker:
         key = id(t)
         for entry in self._tls.entries:
             hit = entry.tensors.get(key)
-            if hit is not None and hit[0] is t and entry.device == expected:
+            if hit is not None and hit[0] is t and entry.device in (expected, None):
                 return entry, hit[1]
         return None
 
@@ -809,7 +838,10 @@ class Checker:
             if blamed is not None:
                 (e, e_loc), bt, bt_dev, module_dev = blamed
                 msg = f"{e.what}: {_describe(e_loc)} ({tensor_words(bt)}) is on {bt_dev}, "
-                msg += f"the module's parameters and buffers are on {module_dev}"
+                if e.device is None:  # a model over several devices: name where the input is first needed
+                    msg += f"and is used unmoved at {site} ({what}), which needs {module_dev}"
+                else:
+                    msg += f"the module's parameters and buffers are on {module_dev}"
                 modules: tuple[str, ...] = (e.path,)
                 where, target, off = e.site, module_dev, bt_dev
             else:
@@ -875,6 +907,9 @@ class Checker:
         placements = self.placements
         if blamed is not None:  # a module's input that reached a torch call unmoved
             (entry, _), bt, bt_dev, module_dev = blamed
+            if entry.device is None:  # a spread model's input: only a tensor made on the current device says more
+                made = placements.made_of(bt)
+                return made_cause(made, site, what) if made is not None and made.device == bt_dev else None
             return self._cause_for_input(bt, bt_dev, entry.module, entry.path, module_dev, entry.site, what)
         if module_obj is not None:
             return self._cause_for_input(t, d, module_obj, module or "", expected, site, what)
@@ -1568,7 +1603,7 @@ class _Entry:
     __slots__ = ("what", "path", "device", "site", "tensors", "module")
 
     def __init__(
-        self, what: str, path: str, device: str, site: Site, tensors: dict[int, tuple[Any, Where]], module: Any
+        self, what: str, path: str, device: str | None, site: Site, tensors: dict[int, tuple[Any, Where]], module: Any
     ) -> None:
         self.module = module
         self.what = what
