@@ -103,6 +103,9 @@ def _lint_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--output-format", choices=FORMATS, default="text")
     p.add_argument(
+        "--output-file", "-o", metavar="FILE", help="write the report to FILE instead of stdout (as ruff's -o)"
+    )
+    p.add_argument(
         "--statistics", action="store_true", help="print the number of findings per code instead of the findings"
     )
     p.add_argument("--exit-zero", action="store_true", help="exit 0 even when there are findings")
@@ -226,7 +229,15 @@ def lint_main(argv: list[str]) -> int:
     stream = sys.stderr if (args.fix and stdin is not None) else sys.stdout
     # A file that crashed was not checked: a run with internal errors never says "All checks passed".
     checked = 0 if outcome.errors else len(files) + (stdin is not None)
-    _report(args, findings, outcome.sources, fixed_count, rules, settings, stream, checked)
+    if args.output_file:
+        try:
+            with open(args.output_file, "w", encoding="utf-8") as out:
+                _report(args, findings, outcome.sources, fixed_count, rules, settings, out, checked)
+        except OSError as e:
+            _err(f"cannot write the report to {args.output_file}: {e.strerror}")
+            return EXIT_ERROR
+    else:
+        _report(args, findings, outcome.sources, fixed_count, rules, settings, stream, checked)
     if outcome.errors or missing:
         return EXIT_ERROR
     if findings and not args.exit_zero:

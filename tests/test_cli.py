@@ -61,6 +61,15 @@ def test_clean_run_says_how_many_files_passed(project, capsys):
     assert "All checks" not in run_cli(capsys, "--no-cache", "--output-format", "sarif", "pkg/clean.py")[1]
 
 
+def test_output_file_takes_the_report_and_stdout_stays_empty(project, capsys, tmp_path):
+    report = tmp_path / "report.json"
+    code, out, err = run_cli(capsys, "--no-cache", "--output-format", "json", "-o", str(report))
+    assert (code, out, err) == (1, "", "")
+    assert [(f["code"], f["line"]) for f in json.loads(report.read_text())] == [("MP901", 4), ("MP902", 3)]
+    code, out, err = run_cli(capsys, "--no-cache", "--output-file", str(tmp_path / "no" / "such" / "dir.txt"))
+    assert code == 2 and out == "" and "cannot write the report to" in err
+
+
 def test_exit_zero(project, capsys):
     code, out, _ = run_cli(capsys, "--no-cache", "--exit-zero")
     assert code == 0 and "MP901" in out
