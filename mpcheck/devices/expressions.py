@@ -18,6 +18,7 @@ from mpcheck.devices.events import Mismatch
 from mpcheck.devices.names import canonical, dotted
 from mpcheck.devices.program import MAX_UNROLL, Part, State
 from mpcheck.devices.values import (
+    CURRENT,
     FAILED,
     OFF_CHAIN,
     PROBE,
@@ -346,8 +347,8 @@ class Expressions(Part):
                 return b.with_(label="", invariant=False, worked=True) if b.kind != "scalar" else a
             if b.kind == "scalar":
                 return a.with_(label="", invariant=False, worked=True)
-            self.probe_hit(a, b.devs)
-            self.probe_hit(b, a.devs)
+            self.probe_hit(a, b.devs, b)
+            self.probe_hit(b, a.devs, a)
             self.interp.recorder.need(node, "binop", a.devs)
             c = conflict(a.devs, b.devs)
             if c:
@@ -471,13 +472,15 @@ class Expressions(Part):
     def ev_await(self, node: cst.Await, st: State) -> Val:
         return self.ev(node.expression, st)
 
-    def probe_hit(self, val: Val, devs: Devs) -> None:
+    def probe_hit(self, val: Val, devs: Devs, other: Val | None = None) -> None:
         """In a probe run: the first device an input marked with a probe device (`PROBE`,
-        `probe_devs(i)`) meets, unmoved, is where that input must be."""
+        `probe_devs(i)`) meets, unmoved, is where that input must be. Not a tensor on the index-less
+        current device (`self.cache = table.cuda()` built inside forward): that is where the forward
+        put its own tensor, right only on one GPU, and says nothing of where the module's input lives."""
         if not self.interp.probes or not isinstance(val, Obj) or not is_probe(val.devs):
             return
         d = single(devs)
-        if d is None or is_probe(devs):
+        if d is None or is_probe(devs) or (d == CURRENT and other is not None):
             return
         probe = self.interp.probes[-1]
         if val.devs == PROBE and probe["devs"] is None:
@@ -502,7 +505,7 @@ class Expressions(Part):
         self.interp.recorder.need(node, arg_index, devs)
         if not isinstance(val, Obj) or val.kind in ("scalar", "module"):
             return False
-        self.probe_hit(val, devs)
+        self.probe_hit(val, devs, other)
         c = conflict(val.devs, devs)
         if c:
             self.interp.recorder.record(

@@ -188,7 +188,7 @@ class Library(Part):
         known = [a for a, _ in flat if isinstance(a, Obj) and a.kind not in ("scalar", "module") and a.devs is not None]
         for a in known:
             for b in known:
-                self.interp.exprs.probe_hit(a, b.devs)
+                self.interp.exprs.probe_hit(a, b.devs, b)
         for a, e in flat:
             if not isinstance(a, Obj) or a.kind in ("scalar", "module", "passthrough", "loss"):
                 continue
