@@ -12,6 +12,7 @@ from mpcheck.devices.values import Obj, device_literal, known_tensor, show, sing
 from mpcheck.finding import Finding
 from mpcheck.rules.base import Rule, once_per_node
 from mpcheck.rules.context import FileContext
+from mpcheck.rules.made_on_current import made_on_current
 from mpcheck.rules.words import FLOW_WORDS
 
 
@@ -21,6 +22,8 @@ class MissingTransfer(Rule):
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         for ev in once_per_node(ctx.model.facts(Mismatch)):
+            if made_on_current(ctx, ev) is not None:
+                continue  # its root cause is the line that made it on the current device: MP004 there
             v = ev.value
             here, there = single(v.devs), single(ev.target)
             name = value_text(ctx, ev.expr, v)

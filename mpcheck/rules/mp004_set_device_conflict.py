@@ -10,17 +10,19 @@ from mpcheck.devices.describe import split_desc, split_devices
 from mpcheck.devices.events import (
     EntryPointRun,
     IndexlessPlacement,
+    Mismatch,
     SplitBuiltAfterSetDevice,
 )
-from mpcheck.devices.values import show
+from mpcheck.devices.values import device_literal, show
 from mpcheck.finding import Finding
-from mpcheck.rules.base import Rule
+from mpcheck.rules.base import Rule, once_per_node
 from mpcheck.rules.context import FileContext
+from mpcheck.rules.made_on_current import made_on_current
 
 
 class SetDeviceConflict(Rule):
     code = "MP004"
-    needs = ("set_device", "cuda.device")
+    needs = ("set_device", "cuda.device", "cuda", "set_default")
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         for ev in _indexless_in_split_code(ctx.model.facts(EntryPointRun)):
@@ -37,6 +39,7 @@ class SetDeviceConflict(Rule):
                 devices=[dev] if dev else [],
                 suggestion="write the device index explicitly",
             )
+        yield from _made_on_current_device(self, ctx)
         for built in ctx.model.facts(SplitBuiltAfterSetDevice):
             setdev = built.setdev
             plain, obj = built.plain, built.obj
@@ -51,6 +54,29 @@ class SetDeviceConflict(Rule):
                 devices=split_devices(plain),
                 suggestion="write the device index of each stage explicitly",
             )
+
+
+def _made_on_current_device(rule: Rule, ctx: FileContext) -> Iterator[Finding]:
+    """A tensor made on the index-less current device inside a class (`.cuda()`, `device='cuda'`, a factory
+    under a default device of 'cuda') that meets a stage's tensors on another GPU: reported once, at the line
+    that made it, naming the first use."""
+    done: set[int] = set()
+    for ev in once_per_node(ctx.model.facts(Mismatch)):
+        m = made_on_current(ctx, ev)
+        if m is None or id(m.made) in done:
+            continue
+        done.add(id(m.made))
+        use = ev.node
+        yield rule.finding(
+            ctx,
+            m.made,
+            f"`{ctx.code(m.made)}` puts a tensor on the current device (cuda:0 unless set_device says otherwise), "
+            f"inside code that runs on {m.stage}: it meets tensors on {m.stage} at line {ctx.line(use)} "
+            f"(`{ctx.code(use)}`) and fails there. Create it on the device of what it meets (`device=x.device`, "
+            f"`.to(x.device)`, here {device_literal(m.stage)}), not on the current one.",
+            devices=[m.stage, "cuda"],
+            suggestion=f"create it on the device it is used on ({m.stage}), e.g. with `device=x.device`",
+        )
 
 
 def _indexless_in_split_code(runs: list[EntryPointRun]) -> list[IndexlessPlacement]:

@@ -231,3 +231,29 @@ stage(torch.randn(4, 16).to("cuda:1"))
 """)
     status, report, err = dryrun_cli(s, "--gpus", "2")
     assert codes_at(report) == [("MP004", s.line("made"))]
+
+
+def test_a_tensor_made_by_a_weightless_submodule_of_a_stage_on_cuda1(script, dryrun_cli):
+    # The positional table's holder has no weights of its own: the stage around it says where it runs.
+    s = script("""
+import torch
+import torch.nn as nn
+
+class Positions(nn.Module):
+    def forward(self, x):
+        return torch.arange(x.shape[1]).cuda()[None, :, None].float()  # <- made
+
+class Stage1(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.pos = Positions()
+        self.lin = nn.Linear(16, 16).to("cuda:1")
+
+    def forward(self, x):
+        return self.lin(x) + self.pos(x)  # <- use
+
+Stage1()(torch.randn(2, 5, 16).to("cuda:1")).sum().backward()
+""")
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert codes_at(report) == [("MP004", s.line("made"))]
+    assert f"train.py:{s.line('use')}" in report["findings"][0]["message"]

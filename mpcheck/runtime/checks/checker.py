@@ -1031,14 +1031,24 @@ class Checker:
             if owner is None:
                 return
         module_dev = self.module_device(owner)
+        if module_dev is None:
+            # A module without weights of its own (a rotary table's holder, shared by stages): the stage
+            # that runs it, the nearest module around it that has a device, is where its tensors must be.
+            for path in reversed(self._tls.stack):
+                around = self._running_module(path)
+                module_dev = self.module_device(around) if around is not None else None
+                if module_dev is not None:
+                    owner = around
+                    break
         dev = self.devices.device_of(t)
         if module_dev is None or module_dev == dev or not module_dev.startswith("cuda") or not dev.startswith("cuda"):
             return
         self.placements.made(t, Made(self.sites(), how, dev, self.module_name(owner), module_dev))
 
-    def _running_module(self) -> Any:
-        """The module whose forward runs now (innermost), found from its path in a known root model."""
-        path, namer = self.current_module(), self.namer
+    def _running_module(self, path: str | None = None) -> Any:
+        """The module whose forward runs now (innermost; or the one at `path` of the module stack), found
+        from its path in a known root model."""
+        path, namer = path or self.current_module(), self.namer
         if path is None or namer is None:
             return None
         for root in namer.roots():

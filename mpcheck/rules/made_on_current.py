@@ -1,0 +1,79 @@
+"""A tensor made on the index-less current device inside a class (a stage's forward, an init_hidden,
+a cached table) that meets tensors or modules on an explicit GPU: the mismatch's root cause is the line
+that made it, so MP004 reports it there (as the run-time face does) and MP001 leaves it alone."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import libcst as cst
+
+from mpcheck.devices.events import Mismatch
+from mpcheck.devices.values import CURRENT, Obj, single
+from mpcheck.rules.context import FileContext
+
+
+@dataclass(frozen=True)
+class MadeOnCurrent:
+    made: cst.CSTNode  # the `.cuda()` / `device='cuda'` / factory under a default device
+    value: Obj  # the tensor made there
+    stage: str  # the explicit GPU it meets ("cuda:1")
+
+
+def made_on_current(ctx: FileContext, ev: Mismatch) -> MadeOnCurrent | None:
+    """The tensor of `ev` (either side) made on the current device inside a class of this file, meeting
+    one on an explicit cuda:N; None for any other mismatch."""
+    for made, stage in ((ev.value, single(ev.target)), (ev.other, single(ev.value.devs))):
+        if (
+            isinstance(made, Obj)
+            and (single(made.devs) == CURRENT or (made.at is not None and _indexless(made.at)))
+            and stage is not None
+            and stage != single(made.devs)
+            and stage.startswith("cuda:")
+            and isinstance(made.at, cst.Call)
+            and _in_a_class(ctx, made.at)
+        ):
+            return MadeOnCurrent(made.at, made, stage)
+    return None
+
+
+def _indexless(node: cst.CSTNode) -> bool:
+    """`x.cuda()`, `x.to("cuda")`, `torch.zeros(n, device="cuda")`: a placement that names no index (the
+    device model may know the current device from a set_device, and call it cuda:k)."""
+    if not isinstance(node, cst.Call):
+        return False
+    func = node.func
+    if isinstance(func, cst.Attribute) and func.attr.value == "cuda":
+        return not node.args
+    texts = [a.value for a in node.args if isinstance(a.value, cst.SimpleString)]
+    if isinstance(func, cst.Attribute) and func.attr.value == "to":
+        return any(t.raw_value == "cuda" for t in texts) and len(node.args) >= 1 and node.args[0].value in texts
+    for a in node.args:
+        if a.keyword is not None and a.keyword.value == "device" and isinstance(a.value, cst.SimpleString):
+            return a.value.raw_value == "cuda"
+    return False
+
+
+def _in_a_class(ctx: FileContext, node: cst.CSTNode) -> bool:
+    """Is `node` a node of this file's tree, inside a class body (a method)?"""
+    if node not in ctx._positions:
+        return False
+    line = ctx.line(node)
+    return any(start <= line <= end for start, end in _class_lines(ctx))
+
+
+def _class_lines(ctx: FileContext) -> list[tuple[int, int]]:
+    """(first, last) line of every class of the file, computed once per file."""
+    cached: list[tuple[int, int]] | None = ctx.__dict__.get("_class_lines")
+    if cached is not None:
+        return cached
+    found: list[tuple[int, int]] = []
+
+    class Classes(cst.CSTVisitor):
+        def visit_ClassDef(self, node: cst.ClassDef) -> None:
+            (start, _), (end, _) = ctx.span(node)
+            found.append((start, end))
+
+    ctx.module.visit(Classes())
+    ctx.__dict__["_class_lines"] = found
+    return found
