@@ -530,7 +530,9 @@ class Calls(Part):
                 return UNK
             if meth in T.DTYPE_METHODS:
                 return recv
-            used(recv, *args)
+            shape_only = meth in T.SHAPE_ONLY_METHODS and not any(isinstance(a, Obj) for a in (*args, *kwargs.values()))
+            if not shape_only:
+                used(recv, *args)
             if meth.startswith("new_"):
                 devs = as_device(kwargs["device"]) if "device" in kwargs else recv.devs
                 return Obj(
@@ -555,7 +557,8 @@ class Calls(Part):
                 or (meth in T.LAYOUT_METHODS and not any(isinstance(a, Obj) for a in (*args, *kwargs.values())))
             )
             lineage = OFF_CHAIN if T.leaves_chain(meth, len(args), kwargs) else recv.lineage
-            return recv.with_(label="", kind="tensor", worked=True, invariant=inv, lineage=lineage)
+            worked = recv.worked if shape_only else True
+            return recv.with_(label="", kind="tensor", worked=worked, invariant=inv, lineage=lineage)
         if isinstance(recv, SeqV):
             if meth == "append" and args:
                 if recv.items is not None and not self.interp.in_unknown_loop:

@@ -292,6 +292,10 @@ LAYOUT_METHODS = frozenset(
     }
 )
 
+# Layout methods that compute nothing: the same data seen in another shape. A tensor moved and then
+# only reshaped (`logits.to(dev).flatten(0, 1)`) is still idle since its move (MP005, MP014).
+SHAPE_ONLY_METHODS = LAYOUT_METHODS - {"repeat", "expand", "clone", "type"}
+
 # Torch functions that are not tensor ops (no device agreement to check).
 NOT_OPS_PREFIXES = (
     "torch.cuda.",
