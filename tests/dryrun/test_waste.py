@@ -128,6 +128,43 @@ def test_transfers_outside_modules_are_chained_per_forward_pass(script, dryrun_c
     assert codes_at(report) == [("MP014", s.line("move"))]
 
 
+GENERATE = """
+import torch
+import torch.nn as nn
+
+embed, head = nn.Embedding(100, 32).to("cuda:0"), nn.Linear(32, 100).to("cuda:1")
+tok = torch.zeros(2, 1, dtype=torch.long, device="cuda:0")
+with torch.no_grad():
+    for _ in range(4):  # each step feeds the last stage's output back to the first stage
+        h = embed(tok).to("cuda:1")  # <- hop
+        tok = head(h).argmax(-1).to("cuda:0")  # <- back
+"""
+
+
+def test_a_generation_loop_feeding_the_last_stage_back_to_the_first_is_silent(script, dryrun_cli):
+    # Calling the first stage again starts the next pass: one hop and one way back per step is the
+    # split's cost, not ping-pong (it read as one chain crossing 8 times).
+    s = script(GENERATE)
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert (status, report["findings"]) == (0, [])
+
+
+def test_layers_alternating_devices_called_from_a_loop_still_cross_at_every_layer(script, dryrun_cli):
+    s = script("""
+import torch
+import torch.nn as nn
+
+layers = [nn.Linear(32, 32).to(f"cuda:{i % 2}") for i in range(6)]
+with torch.no_grad():
+    for _ in range(2):
+        h = torch.randn(4, 32, device="cuda:0")
+        for i, layer in enumerate(layers):
+            h = layer(h.to(f"cuda:{i % 2}"))  # <- hop
+""")
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert codes_at(report) == [("MP006", s.line("hop"))]
+
+
 @pytest.mark.parametrize(
     ("vocab", "loss"),
     [

@@ -1189,6 +1189,17 @@ class Checker:
         own transfers, chained per step for MP006) is over; the next transfer starts a new chain.
         Without it, a loop with no optimizer step reads as one chain over all its passes."""
         self._tls.top_pass_over = True
+        self._tls.top_called.clear()
+
+    def on_top_module_call(self, module: Any) -> None:
+        """A module called from code outside any module. Called a second time in one pass, it starts the
+        next pass: a generation loop (`for _ in range(steps): x = self.enc(tok).to(...)`) feeds the last
+        stage's output back to the first stage once per step, which is the split's cost, not ping-pong."""
+        called = self._tls.top_called
+        key = id(module)
+        if key in called:
+            self.end_top_pass()
+        called.add(key)
 
     def _report_ping_pong(self, chain: Chain) -> None:
         site = chain.back_site
@@ -1601,6 +1612,7 @@ class _ThreadState(threading.local):
         # Transfers outside any module: forward passes ended by a backward (MP006 chains per pass).
         self.top_passes = 0
         self.top_pass_over = False
+        self.top_called: set[int] = set()  # ids of the modules called outside any module in this pass
         # > 0 while a module call of a signature checked clean runs with the modes stepped aside
         # (capture/signatures.py): transfers are then recorded by capture/transfers.py instead.
         self.unchecked = 0
