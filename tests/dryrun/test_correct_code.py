@@ -1,5 +1,6 @@
 """Correct model-parallel code runs clean on virtual GPUs (no finding, the program's own status)."""
 
+import pytest
 from dryrun_helpers import codes_at
 
 PIPELINE = """
@@ -167,6 +168,27 @@ assert s0.lin.weight.grad.device == torch.device("cuda:0")
     status, report, err = dryrun_cli(s, "--gpus", "2")
     assert status == 0, err
     assert report["findings"] == []
+
+
+@pytest.mark.parametrize("backing", ["cpu", "meta"])
+def test_checkpointed_blocks_whose_ops_save_their_outputs_run_clean(script, dryrun_cli, backing):
+    # ReLU saves its result for backward, packed before the dry run labels it: checkpoint's determinism
+    # check compared an unlabelled device (the backing's) with the recomputed virtual one and stopped.
+    s = script("""
+import torch
+import torch.nn as nn
+from torch.utils.checkpoint import checkpoint
+
+blocks = [nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 8)).to(f"cuda:{i}") for i in range(2)]
+h = torch.randn(4, 8, device="cuda:0", requires_grad=True)
+for i, b in enumerate(blocks):
+    h = checkpoint(b, h.to(f"cuda:{i}"), use_reentrant=False)
+h.sum().backward()
+assert blocks[1][0].weight.grad.device == torch.device("cuda:1")
+""")
+    status, report, err = dryrun_cli(s, "--gpus", "2", "--backing", backing)
+    assert report["stopped"] is None, report["stopped"]
+    assert (status, report["findings"]) == (0, [])
 
 
 def test_data_parallel_on_a_single_device_model_runs_clean(script, dryrun_cli):

@@ -15,6 +15,22 @@ if TYPE_CHECKING:  # pragma: no cover
     from mpcheck.runtime.virtual.devices import VirtualGPUs
 
 
+class _Unlabelled:
+    """The device of a tensor saved before the dry run labelled it: equal to any device."""
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    def __hash__(self) -> int:
+        return 0
+
+    def __repr__(self) -> str:
+        return "<virtual device not labelled yet>"
+
+
+_UNLABELLED = _Unlabelled()
+
+
 def install(g: VirtualGPUs, p: Patches) -> None:
     orig_backward = torch.autograd.backward
 
@@ -41,9 +57,14 @@ def install_python(g: VirtualGPUs, p: Patches) -> None:
     checks = getattr(ckpt, "_allowed_determinism_checks_to_fns", None)
     default = getattr(ckpt, "_DEFAULT_DETERMINISM_MODE", None)
     if isinstance(checks, dict) and default in checks:
-        p.set_item(
-            checks, default, lambda x: {"shape": x.shape, "dtype": x.dtype, "device": torch.device(g.device_of(x))}
-        )
+
+        def metadata(x: torch.Tensor) -> dict[str, Any]:
+            # An op's output saved for backward (ReLU saves its result) is packed before the mode labels
+            # it: its virtual device is not known yet, and must not fail the comparison.
+            label = g.label_of(x)
+            return {"shape": x.shape, "dtype": x.dtype, "device": torch.device(label) if label else _UNLABELLED}
+
+        p.set_item(checks, default, metadata)
 
     orig_apply = Function.__dict__["apply"].__func__
 
