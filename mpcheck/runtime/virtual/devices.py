@@ -13,18 +13,21 @@ One TorchFunctionMode (mode.py: the handlers of torchapi.py, else ops.py) does t
 - answers `.device`, `.is_cuda`, `.is_cpu`, `.is_meta`, `.get_device()` with
   the virtual device;
 - labels every other op's outputs with its inputs' device, and `.grad` with
-  its parameter's (gradients are made by autograd in C++, unseen);
+  its parameter's;
 - behaves like PyTorch where PyTorch refuses (two CUDA devices in one op,
   `.numpy()` of a CUDA tensor); with meta backing, stops with a clear message
   where Python needs a value;
 - emulates `autocast("cuda")` (a no-op on CPU tensors otherwise): see autocast.py.
-Around it, `torch.cuda` queries, `set_device`, `torch.cuda.device`, streams,
+Below it, a TorchDispatchMode (allocations.py) labels each aten op's new storages as they
+are made, also those autograd makes in backward, so that the registry of live storages
+follows a real GPU allocator's. Around both, `torch.cuda` queries, `set_device`, `torch.cuda.device`, streams,
 events, memory queries, the foreach/optimizer grouping by device, DataParallel
 and DDP are patched while the virtual GPUs are active (patches/).
 
 This module: the devices themselves (labels, device strings, moves, the
-registry of live storages, limits) and entering / leaving them. The memory
-estimate (memory.py) reads the registry and keeps its own counts.
+registry of live storages, at the bytes the CUDA allocator counts: cuda_allocator.py;
+cuBLAS's workspaces, limits) and entering / leaving them. The memory estimate (memory.py)
+is told of each storage made and freed and keeps its own counts.
 
 The checker (checks/checker.py) sits *above* this mode on the mode stack and asks
 `device_of()`; it never reads `t.device` itself.
