@@ -13,18 +13,21 @@ One TorchFunctionMode (mode.py: the handlers of torchapi.py, else ops.py) does t
 - answers `.device`, `.is_cuda`, `.is_cpu`, `.is_meta`, `.get_device()` with
   the virtual device;
 - labels every other op's outputs with its inputs' device, and `.grad` with
-  its parameter's (gradients are made by autograd in C++, unseen);
+  its parameter's;
 - behaves like PyTorch where PyTorch refuses (two CUDA devices in one op,
   `.numpy()` of a CUDA tensor); with meta backing, stops with a clear message
   where Python needs a value;
 - emulates `autocast("cuda")` (a no-op on CPU tensors otherwise): see autocast.py.
-Around it, `torch.cuda` queries, `set_device`, `torch.cuda.device`, streams,
+Below it, a TorchDispatchMode (allocations.py) labels each aten op's new storages as they
+are made, also those autograd makes in backward, so that the registry of live storages
+follows a real GPU allocator's. Around both, `torch.cuda` queries, `set_device`, `torch.cuda.device`, streams,
 events, memory queries, the foreach/optimizer grouping by device, DataParallel
 and DDP are patched while the virtual GPUs are active (patches/).
 
 This module: the devices themselves (labels, device strings, moves, the
-registry of live storages, limits) and entering / leaving them. The memory
-estimate (memory.py) reads the registry and keeps its own counts.
+registry of live storages, at the bytes the CUDA allocator counts: cuda_allocator.py;
+cuBLAS's workspaces, limits) and entering / leaving them. The memory estimate (memory.py)
+is told of each storage made and freed and keeps its own counts.
 
 The checker (checks/checker.py) sits *above* this mode on the mode stack and asks
 `device_of()`; it never reads `t.device` itself.
@@ -41,6 +44,8 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from mpcheck.runtime.capture.hooks import in_outer_step
 from mpcheck.runtime.virtual.active import ACTIVE
+from mpcheck.runtime.virtual.allocations import AllocationMode, copy_gradient_back
+from mpcheck.runtime.virtual.cuda_allocator import counted_bytes
 from mpcheck.runtime.virtual.errors import DryRunLimitError, MetaValueError, VirtualDeviceError, user_line
 from mpcheck.runtime.virtual.links import Link, ModelTiming, parse_link
 from mpcheck.runtime.virtual.memory import MemoryEstimate
@@ -52,6 +57,10 @@ __all__ = ["VirtualGPUs", "DryRunLimitError", "MetaValueError", "VirtualDeviceEr
 
 LABEL = "_mpcheck_vdev"
 DEFAULT_DEVICE_MEMORY = 80 * 2**30  # an 80 GiB A100/H100; --device-memory changes it
+# What cuBLAS's workspaces take on a GPU from its first matrix multiply on: 32 MiB for cuBLAS and 1 MiB for
+# cuBLASLt on Hopper (measured on H200, PyTorch 2.x: two blocks at the first `nn.Linear`); older GPUs take
+# less (8 MiB + 1 MiB on Ampere), so this is the safe side.
+BLAS_WORKSPACES = (32 * 2**20, 1 * 2**20)
 
 
 class VirtualGPUs:
@@ -78,13 +87,17 @@ class VirtualGPUs:
         self.link = parse_link(link)
         self.current = 0
         self.devices = [f"cuda:{i}" for i in range(gpus)]
-        # Live labelled storages on the virtual GPUs: id(storage) -> (device, nbytes, weakref).
+        # Live labelled storages on the virtual GPUs: id(storage) -> (device, bytes, weakref), the bytes a
+        # real GPU's allocator counts for them (cuda_allocator.py); what torch.cuda's memory queries answer.
         self.live: dict[int, tuple[str, int, Any]] = {}
         self.allocated = {d: 0 for d in self.devices}
         self.peak = dict(self.allocated)
-        self.memory = MemoryEstimate(
-            self.devices, self.device_memory, device_of=self.device_of, live=self.live, peak=self.peak
-        )
+        self.memory = MemoryEstimate(self.devices, self.device_memory, device_of=self.device_of, live=self.live)
+        # The device the dispatch mode gives what the running aten op makes (allocations.py): None while
+        # no virtual-mode call runs (backward: its inputs' device), allocations.UNKNOWN for "leave it".
+        self.op_device: str | None = None
+        self._allocation_mode: AllocationMode | None = None
+        self.blas_workspaces: dict[str, list[torch.Tensor]] = {}
         # Limits met on the way that did not stop the run (event timing, ...): (site, text).
         self.limits: list[tuple[str, str]] = []
         self._limit_seen: set[tuple[str, str]] = set()
@@ -130,7 +143,7 @@ class VirtualGPUs:
 
     def _register(self, st: Any, dev: str) -> None:
         key = id(st)
-        nbytes = st.nbytes()
+        nbytes = counted_bytes(st.nbytes())
         live = self.live
         memory = self.memory
 
@@ -144,11 +157,21 @@ class VirtualGPUs:
             old = live.pop(key, None)
             if old is not None:
                 self.allocated[old[0]] -= old[1]
+                memory.storage_freed(key, old[0], old[1])
             live[key] = (dev, nbytes, weakref.ref(st, _freed))
             cur = self.allocated[dev] + nbytes
             self.allocated[dev] = cur
             if cur > self.peak[dev]:
                 self.peak[dev] = cur
+            memory.storage_made(key, dev, nbytes, cur)
+
+    def blas_workspace(self, dev: str) -> None:
+        """`dev`'s first matrix multiply: cuBLAS's workspaces (BLAS_WORKSPACES), held from now on."""
+        with torch._C.DisableTorchFunction():
+            held = [torch.empty(n, dtype=torch.uint8, device="meta") for n in BLAS_WORKSPACES]
+        self.blas_workspaces[dev] = held
+        for ws in held:
+            self.label(ws, dev)
 
     def label_outputs(self, out: Any, dev: str, first: Any) -> None:
         """Label an op's tensor outputs with its device (an in-place op's own output keeps its label)."""
@@ -228,9 +251,16 @@ class VirtualGPUs:
             kw["dtype"] = dtype
         if memory_format is not None:
             kw["memory_format"] = memory_format
-        with torch._C.DisableTorchFunction():
-            out = torch.Tensor.to(t, self.backing_device, **kw)
+        outer = self.op_device
+        self.op_device = dst
+        try:
+            with torch._C.DisableTorchFunction():
+                out = torch.Tensor.to(t, self.backing_device, **kw)
+        finally:
+            self.op_device = outer
         self.label(out, dst)
+        if out.requires_grad:
+            copy_gradient_back(self, out, self.device_of(t))
         return out
 
     def move(self, t: torch.Tensor, device: str) -> torch.Tensor:
@@ -263,7 +293,12 @@ class VirtualGPUs:
             self._mode = VirtualMode(self)
             self._mode.__enter__()
             self.mode_stack = [self._mode]
+            self._allocation_mode = AllocationMode(self)
+            self._allocation_mode.__enter__()
         except BaseException:
+            if self._mode is not None:
+                self._mode.__exit__(None, None, None)
+                self._mode = None
             for h in self._hooks:
                 h.remove()
             self._hooks.clear()
@@ -276,6 +311,11 @@ class VirtualGPUs:
 
     def __exit__(self, *exc: Any) -> None:
         self.active = False
+        try:
+            if self._allocation_mode is not None:
+                self._allocation_mode.__exit__(*exc)
+        finally:
+            self._allocation_mode = None
         try:
             if self._mode is not None:
                 self._mode.__exit__(*exc)

@@ -31,6 +31,9 @@ What is emulated, and how:
 - DataLoader (workers, pin_memory) and pinned factories: pinning means nothing without a GPU.
 - With --backing meta, attention (F.scaled_dot_product_attention) uses the flash kernel's meta
   function, so its activation estimate is a GPU's (log-sum-exp), not the math path's T x T matrix.
+- Memory: every storage an aten op makes on a virtual GPU is counted while it lives, backward's and
+  the optimizer's temporaries too, at the bytes the CUDA caching allocator counts (allocations.py,
+  cuda_allocator.py); the estimate is each device's peak of that sum (memory.py).
 
 Limits (each stops the program with a message naming the line, never a hang or an abort):
 - custom CUDA kernels and extensions (a kernel that refuses CPU/meta tensors), CUDA graphs,
@@ -226,7 +229,8 @@ class dryrun(Face):
             rest.rstrip("\n"),
             "",
             p("bold", "Memory per virtual GPU")
-            + " (estimate: params + grads + optimizer states + activations at the end of forward)",
+            + " (estimate: the peak of allocated memory, split into what was live then; activations"
+            " include temporaries and cuBLAS workspaces)",
             f"  {'device':<8}{'params':>12}{'grads':>12}{'optimizer':>12}{'activations':>13}{'total':>12}"
             f"{'capacity':>12}  fits",
         ]

@@ -1,18 +1,21 @@
-"""Per-virtual-device memory estimate: parameters, gradients, optimizer states, activations at peak.
+"""Per-virtual-device memory estimate: the peak of allocated memory, and what was live at that peak.
 
-The virtual GPUs keep a registry of live labelled storages (bytes per device,
-the running peak), which the estimate reads; what it learns on the way (the
-parameters and optimizers seen, their bytes, the peaks) is its own state.
-Two moments are sampled:
-- each backward call (the end of a forward, where saved activations peak):
-  live bytes that are not parameters, gradients or optimizer states count as
-  activations;
-- each optimizer step (after it): parameter, gradient and optimizer-state bytes.
-The estimate adds the four largest values seen, a slight over-estimate
-(activations and a full set of gradients rarely peak at the same instant),
-which is the safe side for "will it fit". Storages are counted once however
-many views share them. Gradients made by autograd are counted for every
-parameter that requires grad once a backward has run.
+The virtual GPUs register every storage made on them as it is made (the function mode's outputs,
+and through the dispatch mode of allocations.py the temporaries inside a call and everything
+autograd makes in backward), at the bytes a real GPU's allocator counts for it (cuda_allocator.py),
+and drop it when PyTorch frees it. The estimate is the highest sum of live bytes each device
+reached: the figure `torch.cuda.max_memory_allocated` gives on real GPUs, with the same life
+times (issue 12; measured against 2x H200 in tests/gpu/test_gpu_memory_estimate.py). It is not
+lowered by the program's own `torch.cuda.reset_peak_memory_stats()`.
+
+What was live at that peak is split into parameters, gradients, optimizer states and the rest
+("activations": saved activations, temporaries of forward, backward and the optimizer step,
+inputs, and the allocator's rounding). A storage's kind is learnt when it is seen as one (a
+parameter used by an op or moved; `.grad` of a known parameter and the optimizers' state after
+each step, before each backward and at the end), which may be after the peak: a storage made
+before the peak and still alive when it is classified was alive at the peak too, so its bytes
+move from "activations" to its kind in the peak's split. The split's kinds count the tensors'
+own bytes; the total counts the allocator's.
 """
 
 from __future__ import annotations
@@ -24,15 +27,16 @@ from typing import Any
 import torch
 
 CATEGORIES = ("params", "grads", "optimizer_state", "activations")
+_PARAMS, _GRADS, _OPT = 0, 1, 2  # indices into the per-device counts of the classified kinds
 
 
 class MemoryEstimate:
-    """What one set of virtual GPUs holds, by category, at its peaks.
+    """What one set of virtual GPUs held at each one's peak, by category.
 
     devices: the virtual devices ("cuda:0", ...); capacity: each one's memory in bytes;
     device_of: a tensor's virtual device; live: the registry of live labelled storages
-    (id(storage) -> (device, nbytes, weakref)) and peak: the running peak of allocated
-    bytes per device, both kept by the virtual GPUs and only read here."""
+    (id(storage) -> (device, counted bytes, weakref)), kept by the virtual GPUs, which also
+    report each storage made (`storage_made`) and freed (`storage_freed`)."""
 
     def __init__(
         self,
@@ -41,133 +45,113 @@ class MemoryEstimate:
         *,
         device_of: Callable[[Any], str],
         live: dict[int, tuple[str, int, Any]],
-        peak: dict[str, int],
     ) -> None:
         self.devices = devices
         self.capacity = capacity
         self._device_of = device_of
         self._live = live
-        self._peak = peak
         self._params: dict[int, weakref.ref] = {}
-        # Storages known to hold parameters: their bytes per device, now and at most.
-        self._param_keys: set[int] = set()
-        self._param_bytes = {d: 0 for d in devices}
-        self._param_peak = {d: 0 for d in devices}
         self._optimizers: dict[int, weakref.ref] = {}
-        self._backward_calls = 0
-        self._activation_peak = {d: 0 for d in devices}
-        self._static_peak: dict[str, dict[str, int]] = {}
+        self._made = 0  # storages made so far: the order of the live ones' births
+        self._born: dict[int, int] = {}  # live storage -> its number
+        self._kind: dict[int, tuple[int, int]] = {}  # classified live storage -> (kind, its tensor bytes)
+        self._kind_bytes = {d: [0, 0, 0] for d in devices}  # live bytes of each kind, now
+        self._top = {d: 0 for d in devices}  # the highest allocated bytes reached
+        # At that peak: [number of the storage that reached it, params, grads, optimizer states].
+        self._at_top: dict[str, list[int]] = {d: [0, 0, 0, 0] for d in devices}
 
     # -- what the virtual GPUs tell it -------------------------------------------------
+    def storage_made(self, key: int, dev: str, nbytes: int, allocated: int) -> None:
+        """A storage of `nbytes` (counted) was made on `dev`, which now holds `allocated` bytes."""
+        self._made += 1
+        self._born[key] = self._made
+        if allocated > self._top[dev]:
+            self._top[dev] = allocated
+            now = self._kind_bytes[dev]
+            self._at_top[dev] = [self._made, now[0], now[1], now[2]]
+
+    def storage_freed(self, key: int, dev: str, nbytes: int) -> None:
+        self._born.pop(key, None)
+        kind = self._kind.pop(key, None)
+        if kind is not None:
+            self._kind_bytes[dev][kind[0]] -= kind[1]
+
     def note_param(self, p: torch.Tensor) -> None:
         """A parameter was seen (an op's argument, a move's source)."""
         ref = self._params.get(id(p))
         if ref is None or ref() is not p:
             self._params[id(p)] = weakref.ref(p)
-        self.mark_param_storage(p)
+        self._classify(p, _PARAMS)
 
     def mark_param_storage(self, t: torch.Tensor) -> None:
-        """`t`'s storage holds a parameter: count its bytes as parameter memory."""
-        try:
-            key = id(t.untyped_storage())
-        except (RuntimeError, NotImplementedError, TypeError):
-            return
-        if key in self._param_keys:
-            return
-        entry = self._live.get(key)
-        if entry is None:
-            return
-        dev, nbytes, _ref = entry
-        self._param_keys.add(key)
-        cur = self._param_bytes[dev] + nbytes
-        self._param_bytes[dev] = cur
-        if cur > self._param_peak[dev]:
-            self._param_peak[dev] = cur
-
-    def storage_freed(self, key: int, dev: str, nbytes: int) -> None:
-        if key in self._param_keys:
-            self._param_keys.discard(key)
-            self._param_bytes[dev] -= nbytes
+        """`t`'s storage holds a parameter (a moved parameter's copy): count it as parameter memory."""
+        self._classify(t, _PARAMS)
 
     def note_optimizer(self, optimizer: Any) -> None:
         self._optimizers[id(optimizer)] = weakref.ref(optimizer)
 
     def before_backward(self) -> None:
-        """A backward is about to run: the end of a forward, where saved activations peak."""
-        self._backward_calls += 1
-        params = self._live_params()
-        for p in params:
-            self.mark_param_storage(p)
-        # Gradients are about to be made: one per parameter that requires grad, where it lives.
-        grads: dict[str, int] = {}
-        for p in params:
-            if p.requires_grad:
-                d = self._device_of(p)
-                if d.startswith("cuda"):
-                    grads[d] = grads.get(d, 0) + p.numel() * p.element_size()
-        for dev, n in grads.items():
-            slot = self._static_peak.setdefault(dev, {})
-            slot["grads"] = max(slot.get("grads", 0), n)
-        exclude: set[int] = set()
-        for t in (*params, *_grads(params), *self._optimizer_tensors()):
-            k = _storage_key(t)
-            if k is not None:
-                exclude.add(k[0])
-        act: dict[str, int] = {}
-        for key, (dev, nbytes, _ref) in list(self._live.items()):
-            if key not in exclude:
-                act[dev] = act.get(dev, 0) + nbytes
-        for dev, n in act.items():
-            if n > self._activation_peak.get(dev, 0):
-                self._activation_peak[dev] = n
+        """A backward is about to run: what is live is known as it is (gradients kept from before)."""
+        self._classify_known()
 
     def after_step(self) -> None:
-        """An optimizer step ended: parameter, gradient and optimizer-state bytes."""
-        params = self._live_params()
-        seen: set[int] = set()
-        now = {
-            "params": self._by_device(params, seen),
-            "grads": self._grads_by_param_device(params, seen),
-            "optimizer_state": self._by_device(self._optimizer_tensors(), seen),
-        }
-        for cat, per_dev in now.items():
-            for dev, n in per_dev.items():
-                slot = self._static_peak.setdefault(dev, {})
-                slot[cat] = max(slot.get(cat, 0), n)
+        """An optimizer step ended: its gradients and states are live now."""
+        self._classify_known()
 
     # -- the estimate ---------------------------------------------------------------------
     def estimate(self) -> dict[str, dict[str, Any]]:
         """device -> {params, grads, optimizer_state, activations, total, peak_allocated, capacity, fits}.
 
-        Parameters are counted from the storages seen holding them while the program ran (the
-        program's objects may be gone by now); gradients and optimizer states from the snapshots."""
-        for p in self._live_params():
-            self.mark_param_storage(p)
-        opt_now = self._by_device(self._optimizer_tensors(), set())
+        total (the figure the fit check uses) and peak_allocated are the peak; the four categories
+        split what was live then, and add up to it."""
+        self._classify_known()
         out: dict[str, dict[str, Any]] = {}
         for dev in self.devices:
-            st = self._static_peak.get(dev, {})
-            p_bytes = max(st.get("params", 0), self._param_peak.get(dev, 0))
-            grads = st.get("grads", 0)
-            opt = max(st.get("optimizer_state", 0), opt_now.get(dev, 0))
-            act = self._activation_peak.get(dev, 0)
-            if not self._backward_calls:
-                # No backward: the peak of everything live on the device, less what is static.
-                act = max(0, self._peak[dev] - p_bytes - opt)
-            total = p_bytes + grads + opt + act
+            total = self._top[dev]
+            _n, params, grads, opt = self._at_top[dev]
             out[dev] = {
-                "params": p_bytes,
+                "params": params,
                 "grads": grads,
                 "optimizer_state": opt,
-                "activations": act,
+                "activations": total - params - grads - opt,
                 "total": total,
-                "peak_allocated": self._peak[dev],
+                "peak_allocated": total,
                 "capacity": self.capacity,
                 "fits": total <= self.capacity,
             }
         return out
 
-    # -- helpers ----------------------------------------------------------------------------
+    # -- classification -----------------------------------------------------------------
+    def _classify_known(self) -> None:
+        params = self._live_params()
+        for p in params:
+            self._classify(p, _PARAMS)
+        for grad in _grads(params):
+            self._classify(grad, _GRADS)
+        for t in self._optimizer_tensors():
+            self._classify(t, _OPT)
+
+    def _classify(self, t: torch.Tensor, kind: int) -> None:
+        """`t`'s storage is of `kind`; if it was alive at its device's peak, the peak's split says so."""
+        try:
+            st = t.untyped_storage()
+        except (RuntimeError, NotImplementedError, TypeError):
+            return
+        key = id(st)
+        born = self._born.get(key)
+        if born is None or key in self._kind:
+            return  # not on a virtual GPU, or known already
+        entry = self._live.get(key)
+        if entry is None:
+            return
+        dev = entry[0]
+        nbytes = st.nbytes()
+        self._kind[key] = (kind, nbytes)
+        self._kind_bytes[dev][kind] += nbytes
+        at_top = self._at_top[dev]
+        if born <= at_top[0]:
+            at_top[kind + 1] += nbytes
+
     def _live_params(self) -> list[torch.Tensor]:
         out = []
         for key, ref in list(self._params.items()):
@@ -190,42 +174,6 @@ class MemoryEstimate:
                     if isinstance(v, torch.Tensor):
                         out.append(v)
         return out
-
-    def _by_device(self, tensors: Any, seen: set[int]) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for t in tensors:
-            if not isinstance(t, torch.Tensor):
-                continue
-            k = _storage_key(t)
-            if k is None or k[0] in seen:
-                continue
-            seen.add(k[0])
-            d = self._device_of(t)
-            if d.startswith("cuda"):
-                out[d] = out.get(d, 0) + k[1]
-        return out
-
-    def _grads_by_param_device(self, params: list[torch.Tensor], seen: set[int]) -> dict[str, int]:
-        out: dict[str, int] = {}
-        with torch._C.DisableTorchFunction():
-            pairs = [(p, p.grad) for p in params if p.grad is not None]
-        for p, grad in pairs:
-            k = _storage_key(grad)
-            if k is None or k[0] in seen:
-                continue
-            seen.add(k[0])
-            d = self._device_of(p)  # autograd made the gradient in C++: it lives where its parameter does
-            if d.startswith("cuda"):
-                out[d] = out.get(d, 0) + k[1]
-        return out
-
-
-def _storage_key(t: torch.Tensor) -> tuple[int, int] | None:
-    try:
-        st = t.untyped_storage()
-    except (RuntimeError, NotImplementedError, TypeError):
-        return None
-    return id(st), st.nbytes()
 
 
 def _grads(params: list[torch.Tensor]) -> list[torch.Tensor]:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from torch.overrides import TorchFunctionMode
 
 from mpcheck.runtime.virtual import autocast, ops, torchapi
+from mpcheck.runtime.virtual.allocations import UNKNOWN
 from mpcheck.runtime.virtual.handlers import flash_sdpa
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -29,10 +30,18 @@ class VirtualMode(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         if kwargs is None:
             kwargs = {}
-        h = _HANDLERS.get(func)
-        if h is not None:
-            return h(self.g, func, args, kwargs)
-        return _generic(self.g, func, args, kwargs)
+        g = self.g
+        outer = g.op_device
+        # The device the dispatch mode (allocations.py) gives what this call's aten ops make: the generic
+        # path says which; a handler labels its outputs itself.
+        g.op_device = UNKNOWN
+        try:
+            h = _HANDLERS.get(func)
+            if h is not None:
+                return h(g, func, args, kwargs)
+            return _generic(g, func, args, kwargs)
+        finally:
+            g.op_device = outer
 
 
 _HANDLERS = torchapi.HANDLERS  # module-level names: one lookup per torch call

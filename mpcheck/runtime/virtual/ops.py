@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.utils._device as _device_ctx
 
+from mpcheck.runtime.virtual.allocations import UNKNOWN
 from mpcheck.runtime.virtual.autocast import ANY as AUTOCAST_ANY
 from mpcheck.runtime.virtual.autocast import cast_inputs
 from mpcheck.runtime.virtual.errors import (
@@ -36,12 +37,17 @@ MIXES_DEVICES: set = set()
 # values the program hands in (torch.tensor, torch.as_tensor): under meta backing, the CPU's are shapes only.
 SHAPED_FACTORIES: set = set()
 
+# The calls that run autograd's backward: the graph's ops may span devices.
+AUTOGRAD_ENTRIES: set = set()
+
 
 def build() -> None:
     if not FACTORIES:
         FACTORIES.update(_device_ctx._device_constructors())
     if not SHAPED_FACTORIES:
         SHAPED_FACTORIES.update(FACTORIES - {torch.tensor, torch.as_tensor, getattr(torch, "asarray", None)})
+    if not AUTOGRAD_ENTRIES:
+        AUTOGRAD_ENTRIES.update({torch.Tensor.backward, torch.autograd.backward, torch.autograd.grad})
     if not MIXES_DEVICES:
         # torch's stub types the property Tensor.data as a plain Tensor, which has no __set__
         data_set = torch.Tensor.data.__set__  # type: ignore[attr-defined]
@@ -107,6 +113,10 @@ def generic(g: VirtualGPUs, func, args, kwargs):
         )
     if dev is not None and dev.startswith("cuda") and func in AUTOCAST_ANY and torch.is_autocast_enabled("cuda"):
         args, kwargs = cast_inputs(func, args, kwargs)
+    lab = target or dev
+    # What the call's aten ops make goes where its outputs go (allocations.py); a backward's ops go
+    # where their own inputs are, one node's device at a time.
+    g.op_device = None if func in AUTOGRAD_ENTRIES else (lab or UNKNOWN)
     try:
         out = func(*args, **kwargs)
     except (RuntimeError, NotImplementedError, AssertionError, TypeError) as e:
@@ -114,7 +124,6 @@ def generic(g: VirtualGPUs, func, args, kwargs):
         if clear is e:
             raise
         raise clear from e
-    lab = target or dev
     if lab is not None and out is not None:
         g.label_outputs(out, lab, args[0] if args else None)
     return out

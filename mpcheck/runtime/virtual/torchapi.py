@@ -48,7 +48,7 @@ def _table() -> dict[Any, Handler]:
         T.pin_memory: handlers.noop_self,
         T.record_stream: handlers.noop_self,
         T.is_pinned: handlers.is_pinned,
-        # the memory estimate samples activations at each backward
+        # the memory estimate learns which storages are parameters and gradients before each backward
         T.backward: handlers.backward,
         T.untyped_storage: handlers.storage,
         # a GPU's attention kernel, for a GPU's activation estimate on meta
