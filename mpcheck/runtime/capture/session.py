@@ -8,6 +8,7 @@ failure in one undo does not stop the others.
 from __future__ import annotations
 
 import functools
+import operator
 import sys
 import threading
 import weakref
@@ -275,27 +276,15 @@ class Session:
         return out
 
     def _snapshot_memory(self) -> None:
-        dev_of = self.devices.device_of
-        mem: dict[str, dict[str, int]] = {}
-
-        def add(dev: str, kind: str, n: int) -> None:
-            mem.setdefault(dev, {"params": 0, "grads": 0, "optimizer_state": 0})[kind] += n
-
-        seen: set[int] = set()
         with self.checker.suspend():
-            for root in self._roots():
-                for p in root.parameters():
-                    if id(p) in seen:
-                        continue
-                    seen.add(id(p))
-                    add(dev_of(p), "params", p.numel() * p.element_size())
-                    if p.grad is not None:
-                        add(dev_of(p.grad), "grads", p.grad.numel() * p.grad.element_size())
-            for opt in list(self._optimizers):
-                for state in opt.state.values():
-                    for v in state.values():
-                        if isinstance(v, torch.Tensor):
-                            add(dev_of(v), "optimizer_state", v.numel() * v.element_size())
+            if self.checker.plain_devices and torch._C._len_torch_function_stack():
+                # Real devices: sizes and devices are the tensors' own, read with the function
+                # modes off (through the checking mode, each `.numel()`, `.grad`, `.device`
+                # costs a __torch_function__ call: ~3 per tensor, milliseconds in a first step).
+                with torch._C.DisableTorchFunction():
+                    mem = self._tensor_bytes()
+            else:
+                mem = self._tensor_bytes()
             peak = getattr(self.devices, "peak_allocated", None)
             if peak is not None:
                 for dev in list(mem):
@@ -308,6 +297,47 @@ class Session:
                 merged = old.setdefault(dev, {})
                 for k, v in d.items():
                     merged[k] = max(merged.get(k, 0), v)
+
+    def _tensor_bytes(self) -> dict[str, dict[str, int]]:
+        """Bytes of parameters, gradients and optimizer states, per device and kind. The first steps
+        read every one of them, so the loops are tight: bytes are summed per `t.device` where the
+        devices are plain, and a device's name is read once per device, not once per tensor."""
+        params: list[Any] = []
+        seen: set[int] = set()
+        for root in self._roots():
+            for p in root.parameters():
+                if id(p) not in seen:
+                    seen.add(id(p))
+                    params.append(p)
+        grads = [g for g in (p.grad for p in params) if g is not None]
+        tensor = torch.Tensor
+        states = [
+            v
+            for opt in list(self._optimizers)
+            for state in opt.state.values()
+            for v in state.values()
+            if isinstance(v, tensor)
+        ]
+        dev_of = self.devices.device_of
+        key_of = _own_device if self.checker.plain_devices else dev_of
+        mem: dict[str, dict[str, int]] = {}
+        for kind, ts in (("params", params), ("grads", grads), ("optimizer_state", states)):
+            sums: dict[Any, int] = {}
+            firsts: dict[Any, Any] = {}
+            for t, key in zip(ts, map(key_of, ts)):
+                n = sums.get(key)
+                if n is None:
+                    firsts[key] = t
+                    sums[key] = t.nbytes
+                else:
+                    sums[key] = n + t.nbytes
+            for key, n in sums.items():
+                per = mem.setdefault(dev_of(firsts[key]), {"params": 0, "grads": 0, "optimizer_state": 0})
+                per[kind] += n
+        return mem
+
+
+_own_device = operator.attrgetter("device")
 
 
 def active() -> Session | None:
