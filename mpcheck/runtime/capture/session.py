@@ -302,42 +302,71 @@ class Session:
         """Bytes of parameters, gradients and optimizer states, per device and kind. The first steps
         read every one of them, so the loops are tight: bytes are summed per `t.device` where the
         devices are plain, and a device's name is read once per device, not once per tensor."""
-        params: list[Any] = []
-        seen: set[int] = set()
-        for root in self._roots():
-            for p in root.parameters():
-                if id(p) not in seen:
-                    seen.add(id(p))
-                    params.append(p)
+        params = _parameters_of(self._roots())
         grads = [g for g in (p.grad for p in params) if g is not None]
         tensor = torch.Tensor
-        states = [
-            v
-            for opt in list(self._optimizers)
-            for state in opt.state.values()
-            for v in state.values()
-            if isinstance(v, tensor)
-        ]
+        # Optimizer states by their name in the state (AdamW's `step` may sit on the CPU, `exp_avg` on
+        # the parameter's GPU): each list then runs on one device as the parameters do.
+        states: dict[Any, list[Any]] = {}
+        for opt in list(self._optimizers):
+            for state in opt.state.values():
+                for name, v in state.items():
+                    if isinstance(v, tensor):
+                        named = states.get(name)
+                        if named is None:
+                            states[name] = [v]
+                        else:
+                            named.append(v)
         dev_of = self.devices.device_of
         key_of = _own_device if self.checker.plain_devices else dev_of
         mem: dict[str, dict[str, int]] = {}
-        for kind, ts in (("params", params), ("grads", grads), ("optimizer_state", states)):
-            sums: dict[Any, int] = {}
-            firsts: dict[Any, Any] = {}
+        lists = [("params", params), ("grads", grads), *(("optimizer_state", ts) for ts in states.values())]
+        for kind, ts in lists:
+            # Runs of tensors on one device (the usual order: a stage's parameters, then the next
+            # stage's) are summed before a dict is touched: hashing a torch.device costs more than
+            # comparing two.
+            prev: Any = None
+            first: Any = None
+            total = 0
             for t, key in zip(ts, map(key_of, ts)):
-                n = sums.get(key)
-                if n is None:
-                    firsts[key] = t
-                    sums[key] = t.nbytes
-                else:
-                    sums[key] = n + t.nbytes
-            for key, n in sums.items():
-                per = mem.setdefault(dev_of(firsts[key]), {"params": 0, "grads": 0, "optimizer_state": 0})
-                per[kind] += n
+                if key != prev:
+                    if first is not None:
+                        _add_bytes(mem, dev_of(first), kind, total)
+                    prev, first, total = key, t, 0
+                total += t.nbytes
+            if first is not None:
+                _add_bytes(mem, dev_of(first), kind, total)
         return mem
 
 
 _own_device = operator.attrgetter("device")
+
+
+def _parameters_of(roots: list[Any]) -> list[Any]:
+    """The parameters of the root models, each once: `root.parameters()`, walked without its
+    generators (half the cost)."""
+    params: list[Any] = []
+    seen: set[int] = set()
+    visited: set[int] = set()
+    stack = list(reversed(roots))
+    while stack:
+        module = stack.pop()
+        if id(module) in visited:
+            continue
+        visited.add(id(module))
+        for p in module._parameters.values():
+            if p is not None and id(p) not in seen:
+                seen.add(id(p))
+                params.append(p)
+        stack.extend(m for m in reversed(module._modules.values()) if m is not None)
+    return params
+
+
+def _add_bytes(mem: dict[str, dict[str, int]], dev: str, kind: str, n: int) -> None:
+    per = mem.get(dev)
+    if per is None:
+        per = mem[dev] = {"params": 0, "grads": 0, "optimizer_state": 0}
+    per[kind] += n
 
 
 def active() -> Session | None:
