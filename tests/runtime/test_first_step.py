@@ -85,3 +85,44 @@ def test_module_placement_of_containers_comes_from_their_children(labels):
     ck.invalidate_placement()
     assert ck.module_device(mixed) == "cuda:1"
     assert ck.module_device(root) is None  # the root's own children still disagree (own is on cpu)
+
+
+def test_one_walk_places_every_module_reading_each_weight_once(labels):
+    # The first step asks the placement of every module, root first: one walk answers all of them,
+    # not one walk per container over its whole subtree (root, then each stage, then each block).
+    reads = []
+    device_of = labels.device_of
+    labels.device_of = lambda t: reads.append(t) or device_of(t)
+    ck = Checker(labels)
+    model = nn.Sequential(*[nn.Sequential(nn.Linear(2, 2), nn.LayerNorm(2)) for _ in range(4)])
+    weights = [*model.parameters(), *model.buffers()]
+    assert ck.module_device(model) == "cpu"
+    assert len(reads) == len(weights) == 16
+    assert all(ck.module_device(m) == "cpu" for m in model.modules())
+    assert len(reads) == len(weights)  # every other module placed by that walk
+
+
+def test_memory_snapshot_makes_no_call_through_the_checking_mode(monkeypatch):
+    # Each `.numel()` / `.grad` / `.device` read through the function mode costs a __torch_function__
+    # call: ~3 a tensor, milliseconds in a first step. The snapshot reads them with the modes off.
+    from mpcheck.runtime.capture import session as session_module
+    from mpcheck.runtime.capture.mode import CheckingMode
+
+    calls = []
+    orig = CheckingMode.__torch_function__
+
+    def counting(self, func, types, args=(), kwargs=None):
+        calls.append(func)
+        return orig(self, func, types, args, kwargs)
+
+    monkeypatch.setattr(CheckingMode, "__torch_function__", counting)
+    model = Tied()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    with mpcheck.debug(model, report=None) as dbg:
+        model(torch.randint(0, 10, (2, 5))).sum().backward()
+        opt.step()
+        assert calls, "the forward's calls go through the mode"
+        calls.clear()
+        session_module.active()._snapshot_memory()
+        assert calls == []
+    assert dbg.ledger.memory["cpu"]["optimizer_state"] > 0
