@@ -126,3 +126,26 @@ def test_memory_snapshot_makes_no_call_through_the_checking_mode(monkeypatch):
         session_module.active()._snapshot_memory()
         assert calls == []
     assert dbg.ledger.memory["cpu"]["optimizer_state"] > 0
+
+
+def test_a_root_found_at_its_first_call_is_read_without_the_checking_mode(monkeypatch):
+    # `mpcheck run` gives no model: the root is found at its first call, inside the mode, and its
+    # placement read for the HTML report then (each parameter's `.numel()`, `.element_size()`).
+    from mpcheck.runtime.capture.mode import CheckingMode
+
+    calls = []
+    orig = CheckingMode.__torch_function__
+
+    def counting(self, func, types, args=(), kwargs=None):
+        calls.append(getattr(func, "__name__", ""))
+        return orig(self, func, types, args, kwargs)
+
+    monkeypatch.setattr(CheckingMode, "__torch_function__", counting)
+    net = Tied()
+    with mpcheck.debug(report=None) as dbg:
+        net(torch.randint(0, 10, (2, 5)))
+    assert calls, "the forward's calls go through the mode"
+    assert not {"numel", "element_size"} & set(calls)
+    rows = dbg._placement.rows  # read all the same
+    assert rows["net.emb"].devices == ("cpu",) and rows["net.emb"].param_bytes == 10 * 8 * 4
+    assert rows["net.body.1"].type == "LayerNorm"
