@@ -149,3 +149,14 @@ def test_a_root_found_at_its_first_call_is_read_without_the_checking_mode(monkey
     rows = dbg._placement.rows  # read all the same
     assert rows["net.emb"].devices == ("cpu",) and rows["net.emb"].param_bytes == 10 * 8 * 4
     assert rows["net.body.1"].type == "LayerNorm"
+
+
+def test_memory_table_takes_sparse_gradients():
+    # nn.Embedding(sparse=True) gets a sparse gradient (no `.nbytes`): counted as its dense size, as before.
+    emb = nn.Embedding(10, 4, sparse=True)
+    opt = torch.optim.SGD(emb.parameters(), lr=0.1)
+    with mpcheck.debug(emb, report=None) as dbg:
+        emb(torch.tensor([1, 2])).sum().backward()
+        assert emb.weight.grad.is_sparse
+        opt.step()
+    assert dbg.ledger.memory["cpu"]["grads"] == 10 * 4 * 4

@@ -333,7 +333,7 @@ class Session:
                     if first is not None:
                         _add_bytes(mem, dev_of(first), kind, total)
                     prev, first, total = key, t, 0
-                total += t.nbytes
+                total += t.numel() * t.element_size()  # not `.nbytes`: a sparse gradient has none
             if first is not None:
                 _add_bytes(mem, dev_of(first), kind, total)
         return mem
