@@ -1,6 +1,6 @@
 """CPU proxy for bench/runtime_overhead.py: mpcheck's own Python cost per torch call, without a GPU.
 
-    python bench/runtime_overhead_cpu.py [--quick] [--profile debug|strict]
+    python bench/runtime_overhead_cpu.py [--quick] [--profile debug|strict|first]
 
 The launch-bound model of bench/runtime_overhead.py (24 blocks, MLP 4x,
 AdamW foreach, as on CUDA) made tiny (width 32, batch 2x8) so that each op
@@ -144,11 +144,24 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--rounds", type=int, default=None)
     ap.add_argument("--steps", type=int, default=None)
-    ap.add_argument("--profile", choices=["debug", "strict"], help="cProfile that variant instead of timing")
+    ap.add_argument(
+        "--profile",
+        choices=["debug", "strict", "first"],
+        help="cProfile that variant's later steps (first: the first step of fresh debug sessions) instead of timing",
+    )
     opts = ap.parse_args(argv)
     torch.set_num_threads(1)
     model, opt, x, y = make()
     time_steps(model, opt, x, y, 5)
+    if opts.profile == "first":
+        prof = cProfile.Profile()
+        for _ in range(5):
+            with mpcheck.debug(model, report=None, devices=ProxyDevices()):
+                prof.enable()
+                time_steps(model, opt, x, y, 1)
+                prof.disable()
+        pstats.Stats(prof).sort_stats("tottime").print_stats(30)
+        return 0
     if opts.profile:
         with mpcheck.debug(model, report=None, strict=opts.profile == "strict", devices=ProxyDevices()):
             time_steps(model, opt, x, y, 2)

@@ -345,3 +345,15 @@ def test_trace_and_json_report(tmp_path):
     events = json.loads(trace.read_text())["traceEvents"]
     copies = [e for e in events if e.get("ph") == "X" and "->" in e["name"]]
     assert len(copies) == 4 and all(e["dur"] > 0 for e in copies)
+
+
+def test_peak_allocated_is_torch_max_memory_allocated():
+    # Read from the nested statistics (not max_memory_allocated's flattened dict): the same number.
+    from mpcheck.runtime.real.devices import CudaDevices
+
+    keep = [torch.empty(1 << 20, device=f"cuda:{i}") for i in range(2)]
+    devices = CudaDevices()
+    for i in range(2):
+        assert devices.peak_allocated(f"cuda:{i}") == torch.cuda.max_memory_allocated(i) > 0
+    assert devices.peak_allocated("cpu") is None
+    del keep

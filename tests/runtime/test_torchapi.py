@@ -59,3 +59,19 @@ def test_the_virtual_table_hands_its_functions_to_their_handlers():
     # the value readers each get a handler of their own, with their own message
     assert vapi.HANDLERS[T.item] is not vapi.HANDLERS[T.tolist]
     assert torch.add not in vapi.HANDLERS  # the generic path
+
+
+def test_the_mode_reads_torch_names_as_resolve_name_gives_them():
+    # The checking mode reads torch.overrides' table directly (resolve_name sets up a warnings filter
+    # at each call): same names, for functions, methods, property accessors, ops and unknown callables.
+    from mpcheck.runtime.capture.mode import _classify, _resolve_name
+
+    T = torch.Tensor
+    funcs = [
+        torch.add, T.add, T.to, T.cuda, T.copy_, T.view, T.__getitem__, T.data.__set__, T.grad.__set__,
+        T.device.__get__, torch.nn.functional.mse_loss, torch.nn.functional.linear, torch.ops.aten.add.Tensor,
+        torch.ops.aten.add, torch.ops.profiler._record_function_enter_new, print, lambda: None,
+    ]  # fmt: skip
+    for f in funcs:
+        assert _resolve_name(f) == resolve_name(f), f
+        assert _classify(f) == kind(f), f

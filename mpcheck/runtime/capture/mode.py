@@ -45,18 +45,40 @@ _graph_task_id = getattr(torch._C, "_current_graph_task_id", lambda: -1)
 
 def _classify(func: Any) -> int:
     """The kind of a call (checks/torchapi.py), from its name and the name torch resolves it to."""
-    from torch.overrides import resolve_name
-
     kind = getattr(func, "mpcheck_transfer_kind", None)  # a transfer method wrapped by transfers.py
     if kind is not None:
         return kind
     name = getattr(func, "__name__", "")
     full = None
     try:
-        full = resolve_name(func)
+        full = _resolve_name(func)
     except Exception:
         pass
     return python_call_kind(name, full)
+
+
+_names: Any = None  # torch.overrides' own table, function -> name (False: not readable)
+
+
+def _resolve_name(func: Any) -> str | None:
+    """torch.overrides.resolve_name(func), read from the table it reads. resolve_name itself sets up
+    and tears down a warnings filter at each call (~25 us; a fresh session's first step classifies
+    each torch function it calls); the filter matters only while the table is built, once."""
+    global _names
+    from torch.overrides import resolve_name
+
+    if _names is None:
+        resolve_name(torch.Tensor.add)  # builds the table, its deprecation warnings filtered out
+        try:
+            table = torch.overrides._get_overridable_functions()[1]
+        except Exception:  # pragma: no cover - a PyTorch without the private table
+            table = None
+        _names = table if isinstance(table, dict) else False
+    if isinstance(func, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        return str(func)  # resolve_name's own answer for an op (`torch.ops.profiler.*` in optimizer.step)
+    if _names is False:
+        return resolve_name(func)
+    return _names.get(func)
 
 
 class CheckingMode(TorchFunctionMode):

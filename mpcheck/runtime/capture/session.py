@@ -8,6 +8,7 @@ failure in one undo does not stop the others.
 from __future__ import annotations
 
 import functools
+import operator
 import sys
 import threading
 import weakref
@@ -275,27 +276,15 @@ class Session:
         return out
 
     def _snapshot_memory(self) -> None:
-        dev_of = self.devices.device_of
-        mem: dict[str, dict[str, int]] = {}
-
-        def add(dev: str, kind: str, n: int) -> None:
-            mem.setdefault(dev, {"params": 0, "grads": 0, "optimizer_state": 0})[kind] += n
-
-        seen: set[int] = set()
         with self.checker.suspend():
-            for root in self._roots():
-                for p in root.parameters():
-                    if id(p) in seen:
-                        continue
-                    seen.add(id(p))
-                    add(dev_of(p), "params", p.numel() * p.element_size())
-                    if p.grad is not None:
-                        add(dev_of(p.grad), "grads", p.grad.numel() * p.grad.element_size())
-            for opt in list(self._optimizers):
-                for state in opt.state.values():
-                    for v in state.values():
-                        if isinstance(v, torch.Tensor):
-                            add(dev_of(v), "optimizer_state", v.numel() * v.element_size())
+            if self.checker.plain_devices and torch._C._len_torch_function_stack():
+                # Real devices: sizes and devices are the tensors' own, read with the function
+                # modes off (through the checking mode, each `.numel()`, `.grad`, `.device`
+                # costs a __torch_function__ call: ~3 per tensor, milliseconds in a first step).
+                with torch._C.DisableTorchFunction():
+                    mem = self._tensor_bytes()
+            else:
+                mem = self._tensor_bytes()
             peak = getattr(self.devices, "peak_allocated", None)
             if peak is not None:
                 for dev in list(mem):
@@ -308,6 +297,76 @@ class Session:
                 merged = old.setdefault(dev, {})
                 for k, v in d.items():
                     merged[k] = max(merged.get(k, 0), v)
+
+    def _tensor_bytes(self) -> dict[str, dict[str, int]]:
+        """Bytes of parameters, gradients and optimizer states, per device and kind. The first steps
+        read every one of them, so the loops are tight: bytes are summed per `t.device` where the
+        devices are plain, and a device's name is read once per device, not once per tensor."""
+        params = _parameters_of(self._roots())
+        grads = [g for g in (p.grad for p in params) if g is not None]
+        tensor = torch.Tensor
+        # Optimizer states by their name in the state (AdamW's `step` may sit on the CPU, `exp_avg` on
+        # the parameter's GPU): each list then runs on one device as the parameters do.
+        states: dict[Any, list[Any]] = {}
+        for opt in list(self._optimizers):
+            for state in opt.state.values():
+                for name, v in state.items():
+                    if isinstance(v, tensor):
+                        named = states.get(name)
+                        if named is None:
+                            states[name] = [v]
+                        else:
+                            named.append(v)
+        dev_of = self.devices.device_of
+        key_of = _own_device if self.checker.plain_devices else dev_of
+        mem: dict[str, dict[str, int]] = {}
+        lists = [("params", params), ("grads", grads), *(("optimizer_state", ts) for ts in states.values())]
+        for kind, ts in lists:
+            # Runs of tensors on one device (the usual order: a stage's parameters, then the next
+            # stage's) are summed before a dict is touched: hashing a torch.device costs more than
+            # comparing two.
+            prev: Any = None
+            first: Any = None
+            total = 0
+            for t, key in zip(ts, map(key_of, ts)):
+                if key != prev:
+                    if first is not None:
+                        _add_bytes(mem, dev_of(first), kind, total)
+                    prev, first, total = key, t, 0
+                total += t.numel() * t.element_size()  # not `.nbytes`: a sparse gradient has none
+            if first is not None:
+                _add_bytes(mem, dev_of(first), kind, total)
+        return mem
+
+
+_own_device = operator.attrgetter("device")
+
+
+def _parameters_of(roots: list[Any]) -> list[Any]:
+    """The parameters of the root models, each once: `root.parameters()`, walked without its
+    generators (half the cost)."""
+    params: list[Any] = []
+    seen: set[int] = set()
+    visited: set[int] = set()
+    stack = list(reversed(roots))
+    while stack:
+        module = stack.pop()
+        if id(module) in visited:
+            continue
+        visited.add(id(module))
+        for p in module._parameters.values():
+            if p is not None and id(p) not in seen:
+                seen.add(id(p))
+                params.append(p)
+        stack.extend(m for m in reversed(module._modules.values()) if m is not None)
+    return params
+
+
+def _add_bytes(mem: dict[str, dict[str, int]], dev: str, kind: str, n: int) -> None:
+    per = mem.get(dev)
+    if per is None:
+        per = mem[dev] = {"params": 0, "grads": 0, "optimizer_state": 0}
+    per[kind] += n
 
 
 def active() -> Session | None:

@@ -308,6 +308,9 @@ class Checker:
         self._moves: dict[tuple[int, int, tuple[int, ...], tuple[int, ...], str], list[Any]] = {}
         # id(module) -> the one device of its own params/buffers, or None (none / several).
         self._placement: dict[int, tuple[weakref.ref[Any], str | None]] = {}
+        # id(module) -> the devices of its params/buffers and its submodules': a container's
+        # placement is its children's, each read once (not once per enclosing container).
+        self._subtree_devices: dict[int, tuple[weakref.ref[Any], frozenset[str]]] = {}
         # A device argument -> the missing CUDA index it names, or False (MP009; bounded by the
         # distinct device values a program uses).
         self._missing: dict[Any, int | bool] = {}
@@ -350,6 +353,7 @@ class Checker:
     def invalidate_placement(self) -> None:
         """Parameters moved (Module.to/_apply, param.data = ...): recompute module devices."""
         self._placement.clear()
+        self._subtree_devices.clear()
         self.placement_epoch += 1  # signatures checked clean are stale; list the buffers again (provenance)
 
     # -- findings -------------------------------------------------------------------
@@ -778,23 +782,41 @@ class Checker:
         return self._module_device(module)
 
     def _module_device(self, module: Any) -> str | None:
-        devs = set()
-        own = False
-        for p in module.parameters(recurse=False):
-            devs.add(self.devices.device_of(p))
-            own = True
-        for b in module.buffers(recurse=False):
-            devs.add(self.devices.device_of(b))
-            own = True
-        if not own:
-            # A container without its own weights: its device is its children's, if they agree.
-            for p in module.parameters():
-                devs.add(self.devices.device_of(p))
-            for b in module.buffers():
-                devs.add(self.devices.device_of(b))
-        dev = devs.pop() if len(devs) == 1 else None
-        self._placement[id(module)] = (weakref.ref(module), dev)
-        return dev
+        self._devices_below(module)  # places `module` and every module under it
+        entry = self._placement.get(id(module))
+        if entry is not None and entry[0]() is module:
+            return entry[1]
+        self._subtree_devices.pop(id(module), None)  # remembered without its placement: walk again
+        self._devices_below(module)
+        return self._placement[id(module)][1]
+
+    def _devices_below(self, module: Any) -> frozenset[str]:
+        """The devices of `module`'s parameters and buffers and of all its submodules' (the devices
+        of `module.parameters()` and `module.buffers()`), remembered per module until placements
+        change. The walk places each module it passes too (`_placement`: the one device of its own
+        weights, or a container's children's if they agree): the first step asks the placement of
+        every module, root model first, and each would otherwise walk its own subtree again."""
+        memo = self._subtree_devices
+        key = id(module)
+        entry = memo.get(key)
+        if entry is not None and entry[0]() is module:
+            return entry[1]
+        ref = weakref.ref(module)
+        memo[key] = (ref, frozenset())  # a module that holds itself: no endless walk
+        device_of = self.devices.device_of
+        own = {device_of(p) for p in module._parameters.values() if p is not None}
+        for b in module._buffers.values():
+            if b is not None:
+                own.add(device_of(b))
+        below = set(own)
+        for child in module._modules.values():
+            if child is not None:
+                below |= self._devices_below(child)
+        found = frozenset(below)
+        memo[key] = (ref, found)
+        devs = own or found
+        self._placement[key] = (ref, next(iter(devs)) if len(devs) == 1 else None)
+        return found
 
     def model_devices(self, module: Any) -> list[str]:
         devs = {self.devices.device_of(p) for p in module.parameters()}
@@ -1076,7 +1098,12 @@ class Checker:
                 del self.roots_checked[k]
         if not self.wants("MP004") or self._gpu_count() < 2:
             return
-        devs = [d for d in self.model_devices(root) if d != "cpu"]
+        if self.plain_devices and self._tf_depth():
+            with self._no_torch_function():
+                below = self._devices_below(root)
+        else:
+            below = self._devices_below(root)
+        devs = [d for d in below if d != "cpu"]
         if len(devs) != 1 or devs[0] == "cuda:0" or _distributed():
             return
         dev = devs[0]

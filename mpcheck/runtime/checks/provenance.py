@@ -47,6 +47,11 @@ def _version(t: Any) -> int | None:
         return None
 
 
+def _class_tracks(module: Any) -> bool:
+    """`track_running_stats` of a module that does not set it itself (a class attribute, or nothing)."""
+    return bool(getattr(type(module), "track_running_stats", False))
+
+
 class Provenance:
     def __init__(self, tensor_type: type) -> None:
         self._tensor = tensor_type
@@ -65,10 +70,14 @@ class Provenance:
         self._sources_key = key
         for root in roots:
             for module in root.modules():
-                if getattr(module, "track_running_stats", False):
+                # Read from the instance's dict first: getattr on a module without the attribute goes
+                # through nn.Module.__getattr__'s AttributeError, once per module of the model.
+                own = module.__dict__
+                if own["track_running_stats"] if "track_running_stats" in own else _class_tracks(module):
                     continue  # BatchNorm's statistics: updated by its kernel without a version bump
-                for buf in module.buffers(recurse=False):
-                    self._mark(buf)
+                for buf in module._buffers.values():
+                    if buf is not None:
+                        self._mark(buf)
 
     # -- marks -------------------------------------------------------------------------------
     def is_const(self, t: Any) -> bool:

@@ -8,6 +8,7 @@ and read again when the report is built, for the roots still alive then.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -36,11 +37,23 @@ class Placement:
             if len(self.rows) >= MAX_MODULES:
                 return
             path = f"{name}.{sub_name}" if sub_name else name
-            params = list(sub.parameters(recurse=False))
-            tensors = params or list(sub.buffers(recurse=False))
+            params = [p for p in sub._parameters.values() if p is not None]
+            tensors = params or [b for b in sub._buffers.values() if b is not None]
             devices = tuple(sorted({device_of(t) for t in tensors}))
             nbytes = sum(p.numel() * p.element_size() for p in params)
             self.rows[path] = ModuleRow(path, type(sub).__name__, devices, nbytes)
+
+
+def _modes_off(checker: Any) -> Any:
+    """The torch function modes stepped aside while a placement is read on real devices: a root
+    found at its first call is read inside the checking mode, where each `.device`, `.numel()` and
+    `.element_size()` of each parameter would be a __torch_function__ call (a virtual device, by
+    contrast, is answered by a mode: read as it is)."""
+    import torch
+
+    if checker.plain_devices:
+        return torch._C.DisableTorchFunction()
+    return contextlib.nullcontext()
 
 
 def watch(session: Any, placement: Placement) -> None:
@@ -56,7 +69,7 @@ def watch(session: Any, placement: Placement) -> None:
 
     def add_root_and_record(root: Any, name: str) -> None:
         add_root(root, name)
-        with checker.suspend():
+        with checker.suspend(), _modes_off(checker):
             placement.record(root, name, checker.devices.device_of)
 
     namer.add_root = add_root_and_record
@@ -68,7 +81,7 @@ def refresh(session: Any, placement: Placement) -> None:
     if namer is None:
         return
     checker = session.checker
-    with checker.suspend():
+    with checker.suspend(), _modes_off(checker):
         for root in namer.roots():
             name = namer.known(root)
             if name is not None:
