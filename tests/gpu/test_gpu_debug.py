@@ -57,9 +57,11 @@ def test_cpu_batch_into_the_first_stage():
         with mpcheck.debug(model, report=None):
             model(torch.randn(4, 64))  # cpu batch
     f = err.value.finding
-    # reported where the batch meets the stage: the call of `self.enc` in forward
-    assert f.modules == ("model.enc",) and f.devices == ("cuda:0", "cpu")
-    assert f.line == line_of(Split.forward, "h = self.enc(x)")
+    # The model spans two GPUs and its forward never moves its input: the caller's missing `.to()` is
+    # reported at the model's call (as the linter does), naming the stage that needed the batch.
+    assert f.modules == ("model", "model.enc.0") and f.devices == ("cuda:0", "cpu")
+    assert f.line == line_of(test_cpu_batch_into_the_first_stage, "# cpu batch")
+    assert f"{line_of(Split.forward, 'h = self.enc(x)')}" in f.message
 
 
 def test_labels_on_the_first_device_at_the_loss_line():
@@ -101,7 +103,7 @@ def test_move_mode_lists_every_mismatch_in_one_run():
     with mpcheck.debug(model, on_mismatch="move", report=None) as dbg:
         out = model(torch.randn(4, 64))  # cpu batch and a missing hop
         nn.functional.mse_loss(out, labels).backward()
-    assert sorted(f.modules for f in dbg.findings if f.modules) == [("model.dec",), ("model.enc",)]
+    assert sorted(f.modules for f in dbg.findings if f.modules) == [("model", "model.enc.0"), ("model.dec",)]
     assert len(dbg.findings) == 3  # enc entry, dec entry, the loss
 
 

@@ -860,11 +860,13 @@ class Checker:
             if blamed is not None:
                 (e, e_loc), bt, bt_dev, module_dev = blamed
                 msg = f"{e.what}: {_describe(e_loc)} ({tensor_words(bt)}) is on {bt_dev}, "
+                modules: tuple[str, ...] = (e.path,)
                 if e.device is None:  # a model over several devices: name where the input is first needed
                     msg += f"and is used unmoved at {site} ({what}), which needs {module_dev}"
+                    if module and module != e.path:
+                        modules += (module,)
                 else:
                     msg += f"the module's parameters and buffers are on {module_dev}"
-                modules: tuple[str, ...] = (e.path,)
                 where, target, off = e.site, module_dev, bt_dev
             else:
                 msg = f"{what}: {_describe(loc)} ({tensor_words(t)}) is on {d}, {expected_is} on {expected}"
