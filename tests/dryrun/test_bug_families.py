@@ -326,3 +326,20 @@ with torch.no_grad():
     (f,) = report["findings"]
     assert "3 times per forward" in f["message"]
     assert "model: enc1, adapt1 on cuda:0; enc2, adapt2 on cuda:1" in f["suggestion"]
+
+
+def test_one_mismatch_line_met_by_several_gpus_is_one_finding_listing_them(script, dryrun_cli):
+    s = script("""
+import torch
+import torch.nn as nn
+
+layers = [nn.Linear(8, 8).to(f"cuda:{i}") for i in range(4)]
+mask = torch.ones(8, device="cuda:0")
+h = torch.randn(2, 8, device="cuda:0")
+for i, layer in enumerate(layers):
+    h = layer(h.to(f"cuda:{i}")) * mask  # <- use
+""")
+    status, report, _ = dryrun_cli(s, "--gpus", "4")
+    assert codes_at(report) == [("MP001", s.line("use"))]
+    f = report["findings"][0]
+    assert set(f["devices"]) == {"cuda:0", "cuda:1", "cuda:2", "cuda:3"} and f["extra"]["count"] == 3

@@ -58,6 +58,8 @@ ON_MISMATCH = ("raise", "warn", "move")
 # `on_mismatch`; the others (wasted transfers, a collapsed split) are recorded and reported.
 RULE_NAMES = {c.code: c.name for c in codes.on_face(codes.RUN)}
 _FATAL = frozenset(c.code for c in codes.on_face(codes.RUN) if c.fatal)
+# Codes reported once per line whatever the devices (emit): a mismatch there is one bug.
+_ONE_PER_LINE = frozenset({"MP001", "MP004", "MP008"})
 _PURGE_AT = 4096
 
 # MP011 reports a repeated transfer of at least this many bytes. Below it a copy costs about its
@@ -379,16 +381,21 @@ class Checker:
         modules = tuple(m for m in modules if m)
         # One finding per code, line and devices: the same line reached from several modules
         # (a loop over blocks) lists the modules instead of repeating itself.
-        key = (code, site.path, site.line, devices)
+        # A mismatch is one bug per line however many device pairs meet there (a mask on cuda:0 used by
+        # layers on cuda:1..3): its devices are listed, not repeated as findings.
+        key = (code, site.path, site.line, () if code in _ONE_PER_LINE else devices)
         with self._lock:
             self.emitted += 1
             idx = self._by_key.get(key)
             if idx is not None:
                 f = self.findings[idx]
                 new_modules = tuple(m for m in modules if m not in f.modules)
+                new_devices = tuple(d for d in devices if d not in f.devices)
                 if new_modules and len(f.modules) < _MAX_MODULES:
                     f = replace(f, modules=f.modules + new_modules)
-                    self.findings[idx] = f
+                if new_devices:
+                    f = replace(f, devices=f.devices + new_devices)
+                self.findings[idx] = f
                 f.extra["count"] = f.extra.get("count", 1) + 1
                 first = False
             else:
