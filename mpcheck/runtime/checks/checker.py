@@ -328,7 +328,6 @@ class Checker:
         self._const_copies: dict[tuple[Site, str], int] = {}
         # Where modules were built and placed, tensors made on the current device (placement.py).
         self.placements = Placements()
-        self._root_devs: dict[int, tuple[Any, int, frozenset[str]]] = {}  # enter_root: a model's devices
         # id(root module) -> ref: roots whose first call has been checked for a collapsed split (MP004).
         self.roots_checked: dict[int, weakref.ref[Any]] = {}
 
@@ -718,7 +717,9 @@ class Checker:
         # Only an input on none of the model's devices (CPU data for a GPU model): one already on a
         # device of the model is the forward's to carry between stages (`h.to(dev)` but not `t`), and
         # is reported inside it, where the hop is missing.
-        devs = self._root_devices(module)
+        self.module_device(module)  # one walk places the model and remembers the devices under each module
+        entry = self._subtree_devices.get(id(module))
+        devs = entry[1] if entry is not None and entry[0]() is module else frozenset(self.model_devices(module))
         device_of = self.devices.device_of
         tensors = {id(t): (t, loc) for loc, t in _iter_tensors(args, kwargs, self._tensor) if device_of(t) not in devs}
         if not tensors:
@@ -727,16 +728,6 @@ class Checker:
             _Entry(f"input of {type(module).__name__} '{path}'", path, None, self.sites(), tensors, module)
         )
         return True
-
-    def _root_devices(self, module: Any) -> frozenset[str]:
-        cached = self._root_devs.get(id(module))
-        if cached is not None and cached[0]() is module and cached[1] == self.placement_epoch:
-            return cached[2]
-        if len(self._root_devs) > _PURGE_AT:
-            self._root_devs.clear()
-        devs = frozenset(self.model_devices(module))
-        self._root_devs[id(module)] = (weakref.ref(module), self.placement_epoch, devs)
-        return devs
 
     def leave_module(self) -> None:
         self._tls.entries.pop()
