@@ -16,7 +16,7 @@ import libcst as cst
 from mpcheck.devices import torchapi
 from mpcheck.devices.events import Mismatch
 from mpcheck.devices.names import canonical, dotted
-from mpcheck.devices.program import MAX_UNROLL, Part, State
+from mpcheck.devices.program import MAX_UNROLL, ClassInfo, Part, State
 from mpcheck.devices.values import (
     FAILED,
     OFF_CHAIN,
@@ -100,6 +100,9 @@ class Expressions(Part):
                         return self.interp.calls.call_function(m, base, [], {}, st, node)
                     if m is not None:
                         return FuncRef(m, base)
+                    got = self._class_attr(base, base.cls, name)
+                    if got is not None:
+                        return got
                 if name == "device" and base.devs is not None:
                     return DeviceV(base.devs)
                 if name == "module":
@@ -126,6 +129,15 @@ class Expressions(Part):
             if d is not None and d.startswith("cuda:") and d[5:].isdigit():
                 return Const(int(d[5:]))
         return UNK
+
+    def _class_attr(self, obj: Obj, cls: ClassInfo, name: str) -> Val | None:
+        """A class body's constant data (`placement = {"embed": "cuda:0"}`), read as `self.placement`;
+        None for anything else (a module built in the class body is shared, not the instance's)."""
+        expr = cls.class_attr(name)
+        if expr is None or name in self.interp.moves.rebound_attributes(obj):
+            return None
+        v = self.ev(expr, State.fresh(dict(self.interp.globals), "<class>"))
+        return v if isinstance(v, (Const, DeviceV, DictV, SeqV)) and not getattr(v, "module", False) else None
 
     def ev_subscript(self, node: cst.Subscript, st: State) -> Val:
         base = self.ev(node.value, st)
@@ -263,14 +275,16 @@ class Expressions(Part):
         if len(fors) == 1:
             it = self.ev(fors[0].iter, inner)
             items = iter_items(it)
-            if items is not None and len(items) <= MAX_UNROLL and not fors[0].ifs:
-                if isinstance(node, cst.DictComp):
-                    return self._dict_comp(node, fors[0], items, inner)
-                out = []
-                for item in items:
-                    self.interp.stmts.assign(fors[0].target, item, inner, None)
-                    out.append(self._comp_elt(node, inner))
-                return self._comp_result(node, tuple(out), None)
+            if items is not None and len(items) <= MAX_UNROLL:
+                kept = self._filtered(fors[0], items, inner)
+                if kept is not None and isinstance(node, cst.DictComp):
+                    return self._dict_comp(node, fors[0], kept, inner)
+                if kept is not None:
+                    out = []
+                    for item in kept:
+                        self.interp.stmts.assign(fors[0].target, item, inner, None)
+                        out.append(self._comp_elt(node, inner))
+                    return self._comp_result(node, tuple(out), None)
             spans = spans_of(it)
             if spans is not None and not fors[0].ifs and not isinstance(node, cst.DictComp):
                 # Over the parameters of a split model (no filter that might drop a device's):
@@ -292,6 +306,21 @@ class Expressions(Part):
         finally:
             self.interp.in_unknown_loop -= 1
         return self._comp_result(node, None, elem)
+
+    def _filtered(self, comp: cst.CompFor, items: list[Val], st: State) -> list[Val] | None:
+        """The items a comprehension's `if` clauses keep (`for i in range(n) if i != 0`), or None
+        when a clause is not decided for some item: then which elements exist is not known."""
+        if not comp.ifs:
+            return items
+        kept = []
+        for item in items:
+            self.interp.stmts.assign(comp.target, item, st, None)
+            tests = [self.ev(c.test, st) for c in comp.ifs]
+            if not all(isinstance(t, Const) and isinstance(t.value, bool) for t in tests):
+                return None
+            if all(cast(Const, t).value for t in tests):
+                kept.append(item)
+        return kept
 
     def _comp_elt(self, node: cst.ListComp | cst.SetComp | cst.GeneratorExp | cst.DictComp, st: State) -> Val:
         if isinstance(node, cst.DictComp):
