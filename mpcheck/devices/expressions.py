@@ -32,6 +32,8 @@ from mpcheck.devices.values import (
     SeqV,
     SymV,
     Val,
+    affine,
+    affine_name,
     both_cuda,
     conflict,
     device_from_str,
@@ -409,6 +411,8 @@ class Expressions(Part):
             return a.with_(label="", kind="tensor" if a.kind != "scalar" else "scalar", worked=True)
         if isinstance(b, Obj) and b.kind != "module":
             return b.with_(label="", kind="tensor" if b.kind != "scalar" else "scalar", worked=True)
+        if isinstance(a, SymV) or isinstance(b, SymV):
+            return _affine_op(getattr(node, "operator", None), a, b)
         if isinstance(a, Const) and isinstance(b, Const):
             op = getattr(node, "operator", None)
             try:
@@ -565,6 +569,28 @@ _CMP_OPS: dict[type, Callable[[Any, Any], Any]] = {
     cst.LessThanEqual: lambda a, b: a <= b,
     cst.GreaterThanEqual: lambda a, b: a >= b,
 }
+
+
+def _affine_op(op: Any, a: Val, b: Val) -> Val:
+    """`rank * 2`, `2 * rank + 1`, `rank - 1`: a symbolic index computed from one run-time name and
+    integer constants (values.affine), so that `2*rank` and `2*rank+1` are known to differ."""
+    sym, num, sym_left = (a, b, True) if isinstance(a, SymV) else (b, a, False)
+    if not isinstance(sym, SymV) or not isinstance(num, Const) or type(num.value) is not int:
+        return UNK
+    got = affine(sym.name)
+    if got is None:
+        return UNK
+    name, mult, offset = got
+    k = num.value
+    if isinstance(op, cst.Add):
+        return SymV(affine_name(name, mult, offset + k))
+    if isinstance(op, cst.Subtract) and sym_left:
+        return SymV(affine_name(name, mult, offset - k))
+    if isinstance(op, cst.Multiply) and k > 0:
+        return SymV(affine_name(name, mult * k, offset * k))
+    return UNK
+
+
 _CONST_OPS: dict[type, Callable[[Any, Any], Any]] = {
     cst.Add: lambda a, b: a + b,
     cst.Subtract: lambda a, b: a - b,

@@ -602,6 +602,10 @@ def _builtin(lib: Library, c: LibCall) -> Val:
         return UNK
     if q == "len" and args and isinstance(args[0], SeqV) and args[0].items is not None:
         return Const(len(args[0].items))
+    if q == "setattr" and len(args) == 3 and isinstance(args[1], Const) and isinstance(args[1].value, str):
+        # setattr(self, f"layer{i}", block) in a loop of known length: one attribute per name
+        lib.interp.stmts.assign_attr(args[0], args[1].value, args[2], c.st, None)
+        return Const(None)
     if q == "getattr" and len(args) >= 2 and isinstance(args[1], Const) and isinstance(args[1].value, str):
         base = args[0]
         if isinstance(base, Obj) and base.attrs is not None:

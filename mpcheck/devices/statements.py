@@ -273,6 +273,16 @@ class Statements(Part):
 
     # ------------------------------------------------------------ assignment
 
+    def assign_attr(self, base: Val, name: str, v: Val, st: State, label: str | None) -> None:
+        """`base.name = v`, or `setattr(base, "name", v)` with a known name."""
+        if isinstance(v, Obj) and not v.label and v.kind not in ("module", "any", "loss", "passthrough"):
+            v = v.with_(label=(label or name))
+        if isinstance(base, Obj) and base.attrs is not None:
+            if st.in_init and base is st.self_obj:
+                base.attrs[name] = v
+            else:
+                st.env[f"{id(base)}.{name}"] = v
+
     def assign(self, target: cst.BaseExpression, v: Val, st: State, value_node: cst.BaseExpression | None) -> None:
         if isinstance(target, cst.Name):
             if isinstance(v, Obj) and not v.label and v.kind not in ("module", "any", "loss", "passthrough"):
@@ -280,14 +290,7 @@ class Statements(Part):
             st.env[target.value] = v
         elif isinstance(target, cst.Attribute):
             base = self.interp.exprs.ev(target.value, st)
-            name = target.attr.value
-            if isinstance(v, Obj) and not v.label and v.kind not in ("module", "any", "loss", "passthrough"):
-                v = v.with_(label=(dotted(target) or name))
-            if isinstance(base, Obj) and base.attrs is not None:
-                if st.in_init and base is st.self_obj:
-                    base.attrs[name] = v
-                else:
-                    st.env[f"{id(base)}.{name}"] = v
+            self.assign_attr(base, target.attr.value, v, st, dotted(target))
         elif isinstance(target, (cst.Tuple, cst.List)):
             elts = [e.value for e in target.elements]
             items = v.items if isinstance(v, SeqV) and v.items is not None and len(v.items) == len(elts) else None

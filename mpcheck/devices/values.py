@@ -20,6 +20,9 @@ Devs = frozenset[str] | None  # a set of device names; None: unknown
 CURRENT = "cuda"  # index-less CUDA device: whatever the current device is
 _MAX_SET = 4
 _SYM_INDEX = re.compile(r"^sym:(.+)\[(-?\d+)\]$")
+# An integer computed from one run-time name: `rank`, `2*rank`, `2*rank+1`, `rank-1` (a device
+# index, alone or in f"cuda:{...}"): (multiplier, name, sign, offset)
+_AFFINE = re.compile(r"^(?:cuda:\{)?(?:(-?\d+)\*)?([A-Za-z_][\w.]*)(?:([+-])(\d+))?\}?$")
 
 
 def one(dev: str) -> frozenset[str]:
@@ -57,8 +60,28 @@ def distinct(a: str, b: str) -> bool:
         ma, mb = _SYM_INDEX.match(a), _SYM_INDEX.match(b)
         # Two entries of one list of devices are taken to be different devices:
         # that is what a list of stage devices is for.
-        return bool(ma and mb and ma.group(1) == mb.group(1) and ma.group(2) != mb.group(2))
+        if ma and mb:
+            return ma.group(1) == mb.group(1) and ma.group(2) != mb.group(2)
+        # `2*rank` and `2*rank+1`: one name, one multiplier, two offsets are two indexes.
+        fa, fb = affine(a[4:]), affine(b[4:])
+        return bool(fa and fb and fa[:2] == fb[:2] and fa[2] != fb[2])
     return _concrete(a) != _concrete(b)
+
+
+def affine(name: str) -> tuple[str, int, int] | None:
+    """(name, multiplier, offset) of a symbolic index `m*name+c` (as `affine_name` writes it,
+    possibly inside f"cuda:{...}"), else None."""
+    m = _AFFINE.match(name)
+    if m is None:
+        return None
+    offset = int(m.group(4) or 0) * (-1 if m.group(3) == "-" else 1)
+    return m.group(2), int(m.group(1) or 1), offset
+
+
+def affine_name(name: str, mult: int, offset: int) -> str:
+    """How a symbolic index `mult*name+offset` is written (`2*rank+1`, `rank-1`, `rank`)."""
+    text = name if mult == 1 else f"{mult}*{name}"
+    return text if offset == 0 else f"{text}{offset:+d}"
 
 
 def conflict(a: Devs, b: Devs) -> tuple[str, str] | None:
