@@ -163,6 +163,8 @@ class Expressions(Part):
                 if text and _deviceish(base.elem):
                     return DeviceV(one(f"sym:{text}[{idx.value}]"))
                 return base.elem
+            if base.kind == "dict" and isinstance(base.elem, Obj) and not base.elem.label:
+                return base.elem.with_(label=dotted(node) or "")  # `self.shadow[k]`, for messages
             return base.elem if base.items is None else join_all(base.items)
         if isinstance(base, DictV):
             if isinstance(idx, Const) and idx.value in base.items:
@@ -288,6 +290,14 @@ class Expressions(Part):
                         out.append(self._comp_elt(node, inner))
                     return self._comp_result(node, tuple(out), None)
             spans = spans_of(it)
+            if spans is not None and not fors[0].ifs and isinstance(node, cst.DictComp):
+                # {name: p.detach().clone().to(dev) for name, p in model.state_dict().items()}: a dict
+                # whose values, one made from a parameter on each device, are read by keys not known.
+                made = []
+                for item in spans[0]:
+                    self.interp.stmts.assign(fors[0].target, item, inner, None)
+                    made.append(self._comp_elt(node, inner))
+                return SeqV(None, elem=join_all(made), kind="dict")
             if spans is not None and not fors[0].ifs and not isinstance(node, cst.DictComp):
                 # Over the parameters of a split model (no filter that might drop a device's):
                 # the result holds an element made from a parameter on each device.

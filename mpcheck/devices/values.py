@@ -379,14 +379,24 @@ class SuperV(Val):
 
 
 class ParamsOf(Val):
-    """`module.parameters()`: next() of it is the first parameter, on the first placed submodule."""
+    """`module.parameters()`: next() of it is the first parameter, on the first placed submodule.
+    `shape` says how the parameters come: 'params' (`parameters()`, `state_dict().values()`),
+    'named' ((name, parameter) pairs: `named_parameters()`, `state_dict().items()`) or 'mapping'
+    (`state_dict()` itself, whose iteration gives names)."""
 
-    __slots__ = ("mod",)
+    __slots__ = ("mod", "shape")
 
-    def __init__(self, mod: Obj) -> None:
+    def __init__(self, mod: Obj, shape: str = "params") -> None:
         self.mod = mod
+        self.shape = shape
 
     def first(self) -> Val:
+        if self.shape == "mapping":
+            return UNK
+        p = self._first()
+        return SeqV((UNK, p), kind="tuple") if self.shape == "named" else p
+
+    def _first(self) -> Val:
         m = self.mod
         if m.attrs is None:
             return Obj("param", m.devs, origin=m.origin, at=m.at, invariant=True) if m.devs is not None else UNK
@@ -428,8 +438,11 @@ def spans_of(it: Val) -> tuple[list[Val], tuple[str, ...]] | None:
     split model, or a list built from them), with the device of the parameter each item was
     made from (two such iterables pair up item by item only when those agree); else None."""
     if isinstance(it, ParamsOf):
-        reps = it.per_device()
-        return (list(reps), tuple(single(r.devs) or "" for r in reps)) if reps is not None else None
+        reps = it.per_device() if it.shape != "mapping" else None
+        if reps is None:
+            return None
+        by = tuple(single(r.devs) or "" for r in reps)
+        return ([SeqV((UNK, r), kind="tuple") for r in reps] if it.shape == "named" else list(reps)), by
     if isinstance(it, SeqV) and it.items is None and it.spans is not None:
         return list(it.spans), it.spans_by
     return None
@@ -550,6 +563,8 @@ def iter_elem(it: Val, target: str | None) -> Val:
     if isinstance(it, Obj) and it.kind in ("tensor", "any"):
         return it.with_(label="")  # rows of a tensor, items of a module's list output: same device
     if isinstance(it, SeqV):
+        if it.kind == "dict":
+            return UNK  # the keys of a dict whose values are alike (Expressions.ev_comp)
         if it.items is None:
             if isinstance(it.elem, SymV) and it.elem.name.startswith("each:"):
                 return it.elem
