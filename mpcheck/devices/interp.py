@@ -30,7 +30,7 @@ import libcst as cst
 from mpcheck.devices.calls import Calls
 from mpcheck.devices.events import EntryPointRun, IndexlessPlacement, Recorder
 from mpcheck.devices.expressions import Expressions
-from mpcheck.devices.gpucount import GpuCount
+from mpcheck.devices.gpucount import GpuCount, visible_devices
 from mpcheck.devices.instances import Instances
 from mpcheck.devices.library import Library
 from mpcheck.devices.moves import Moves
@@ -75,7 +75,9 @@ class Interp:
         self.classes: dict[str, ClassInfo] = {}
         self.functions: dict[str, FuncInfo] = {}
         self.recorder = Recorder()
-        self.gpus = GpuCount(self.recorder, gpu_count)  # what torch.cuda.device_count() answers (gpucount.py)
+        self.gpus = GpuCount(
+            self.recorder, gpu_count, visible_devices(module)
+        )  # what torch.cuda.device_count() answers (gpucount.py)
         # torch.set_default_device() & co. change where factories put tensors: then say nothing about them.
         self.default_device_changed = False
         self.default_device: str | None = None  # where factories put tensors then, when known (default_device.py)
