@@ -9,7 +9,7 @@ are checked here (`check_operand`), and a disagreement is recorded as an
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import libcst as cst
 
@@ -51,8 +51,15 @@ from mpcheck.devices.values import (
     used,
 )
 
+if TYPE_CHECKING:  # pragma: no cover
+    from mpcheck.devices.interp import Interp
+
 
 class Expressions(Part):
+    def __init__(self, interp: Interp) -> None:
+        super().__init__(interp)
+        self._outside: frozenset[str] | None = None  # _set_from_outside, once per file
+
     def qname(self, node: cst.CSTNode | None) -> str | None:
         """The canonical dotted name an expression refers to (imports resolved)."""
         d = dotted(node) if isinstance(node, (cst.Name, cst.Attribute)) else None
@@ -136,10 +143,19 @@ class Expressions(Part):
         """A class body's constant data (`placement = {"embed": "cuda:0"}`), read as `self.placement`;
         None for anything else (a module built in the class body is shared, not the instance's)."""
         expr = cls.class_attr(name)
-        if expr is None or name in self.interp.moves.rebound_attributes(obj):
+        if expr is None or name in self.interp.moves.rebound_attributes(obj) or name in self._set_from_outside():
             return None
         v = self.ev(expr, State.fresh(dict(self.interp.globals), "<class>"))
         return v if isinstance(v, (Const, DeviceV, DictV, SeqV)) and not getattr(v, "module", False) else None
+
+    def _set_from_outside(self) -> frozenset[str]:
+        """Attribute names the file assigns on something other than `self` (`cfg.head_device = ...`):
+        an object's class default may have been replaced after it was built."""
+        if self._outside is None:
+            names: set[str] = set()
+            _outside_targets(self.interp.module, names)
+            self._outside = frozenset(names)
+        return self._outside
 
     def ev_subscript(self, node: cst.Subscript, st: State) -> Val:
         base = self.ev(node.value, st)
@@ -579,6 +595,23 @@ _CMP_OPS: dict[type, Callable[[Any, Any], Any]] = {
     cst.LessThanEqual: lambda a, b: a <= b,
     cst.GreaterThanEqual: lambda a, b: a >= b,
 }
+
+
+def _outside_targets(node: cst.CSTNode, names: set[str]) -> None:
+    targets: list[cst.BaseExpression] = []
+    if isinstance(node, cst.Assign):
+        targets = [t.target for t in node.targets]
+    elif isinstance(node, (cst.AnnAssign, cst.AugAssign)):
+        targets = [node.target]
+    for t in targets:
+        if isinstance(t, cst.Attribute) and not (isinstance(t.value, cst.Name) and t.value.value == "self"):
+            names.add(t.attr.value)
+    if isinstance(node, cst.Call) and dotted(node.func) in ("setattr", "dataclasses.replace", "replace"):
+        names.update(a.keyword.value for a in node.args if a.keyword is not None)
+        if len(node.args) >= 2 and isinstance(node.args[1].value, cst.SimpleString):
+            names.add(str(node.args[1].value.evaluated_value))
+    for c in node.children:
+        _outside_targets(c, names)
 
 
 def _affine_op(op: Any, a: Val, b: Val) -> Val:

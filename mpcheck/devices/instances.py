@@ -57,6 +57,11 @@ class Instances(Part):
         self._inherit_summarized(cinfo, obj)
         init = cinfo.method("__init__")
         scope = Scope(f"{cinfo.name}.__init__")
+        if init is None and cinfo.generated_init:
+            # `Cfg(head_device="cuda:1")` of a dataclass: its fields, in order, then by name.
+            assert obj.attrs is not None  # an instance
+            obj.attrs.update(zip(cinfo.fields, args))
+            obj.attrs.update((k, v) for k, v in kwargs.items() if k in cinfo.fields)
         if init is not None and len(self.interp.stack) < MAX_DEPTH:
             env = dict(self.interp.globals)
             self.interp.calls.bind(init, env, obj, args, kwargs)

@@ -140,9 +140,12 @@ class Interp:
                     info.methods[s.name.value] = FuncInfo(s, s.name.value, f"{info.name}.{s.name.value}", info)
                 elif isinstance(s, cst.SimpleStatementLine):
                     for small in s.body:
+                        if isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name):
+                            info.fields.append(small.target.value)
                         named = _class_body_target(small)
                         if named is not None:
                             info.class_attrs[named[0]] = named[1]
+            info.generated_init = bool(stmt.decorators) or any(b.endswith("NamedTuple") for b in info.bases)
             for b in info.bases:
                 if b in self.classes:
                     info.local_bases.append(self.classes[b])

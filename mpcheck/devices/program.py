@@ -51,6 +51,10 @@ class ClassInfo:
     # plain assignments of the class body (`placement = {"embed": "cuda:0", ...}`), by name: what
     # `self.placement` reads when no method assigned it
     class_attrs: dict[str, cst.BaseExpression] = field(default_factory=dict)
+    # the annotated names of the class body, in order: a dataclass's (or NamedTuple's) fields, which
+    # its generated __init__ takes in that order (Instances.instantiate)
+    fields: list[str] = field(default_factory=list)
+    generated_init: bool = False  # decorated (`@dataclass`) or a NamedTuple: an __init__ not written out
 
     def class_attr(self, name: str) -> cst.BaseExpression | None:
         """The expression a class body (this class's or a base's of the file) assigns to `name`."""
