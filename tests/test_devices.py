@@ -468,3 +468,16 @@ def test_subclass_of_a_split_class_from_another_file_is_split():
     )
     r = analyze("tuned.py", src, ALL, "tuned", project)
     assert [(f.line, f.code) for f in r.findings] == [(8, "MP007")]
+
+
+def test_symbolic_indexes_of_one_name_with_two_offsets_differ() -> None:
+    from mpcheck.devices.values import affine, affine_name, distinct
+
+    assert affine_name("rank", 2, 1) == "2*rank+1"
+    assert affine("2*rank+1") == ("rank", 2, 1)
+    assert affine("cuda:{rank-1}") == ("rank", 1, -1)
+    assert distinct("sym:2*rank", "sym:2*rank+1")
+    assert distinct("sym:cuda:{rank}", "sym:rank+1")
+    assert not distinct("sym:rank", "sym:2*rank")  # the same when rank is 0
+    assert not distinct("sym:rank", "sym:other+1")
+    assert not distinct("sym:devices[0]", "sym:devices[0]")

@@ -182,6 +182,11 @@ class Calls(Part):
             return self.call_function(fwd, mod, args, kwargs, st, node)
         if mod.cls is None and mod.extra and mod.extra.get("summarized"):
             # A class of another file, known by its summary: input and output devices.
+            if mod.extra.get("loss") and len(args) >= 2:
+                # Its forward gives its first two arguments to a loss (summary._is_loss_of_inputs).
+                pair = Obj("loss", None, label=f"{mod.extra['summarized']}()")
+                self.loss_call(pair, list(args[:2]), {}, st, node, list(exprs or [])[:2])
+                return Obj("tensor", None, origin="loss")
             if mod.in_devs is not None and args and isinstance(args[0], Obj):
                 self.interp.exprs.check_operand(
                     node,
@@ -499,8 +504,11 @@ class Calls(Part):
             obj = Obj("module", None, dispatched="parallelize()", origin="split by .parallelize()", at=node)
             self.interp.moves.rebind(node.func.value, obj, st)
             return UNK
-        if isinstance(recv, Obj) and meth == "parameters" and recv.kind in ("module", "any"):
-            return ParamsOf(recv)
+        if isinstance(recv, Obj) and meth in _PARAMETER_VIEWS and recv.kind in ("module", "any"):
+            if recv.cls is None or recv.cls.method(meth) is None:
+                return ParamsOf(recv, _PARAMETER_VIEWS[meth])
+        if isinstance(recv, ParamsOf) and recv.shape == "mapping" and meth in ("items", "values"):
+            return ParamsOf(recv.mod, "named" if meth == "items" else "params")
         if isinstance(recv, Obj):
             if recv.cls is not None and recv.attrs is not None:
                 m = recv.cls.method(meth)
@@ -610,6 +618,10 @@ def _self_key(v: Val | None) -> Any:
 
 def _nth(exprs: ArgExprs, i: int) -> cst.BaseExpression | None:
     return exprs[i] if exprs is not None and i < len(exprs) else None
+
+
+# A module's methods that walk its parameters, and how they give them (values.ParamsOf.shape).
+_PARAMETER_VIEWS = {"parameters": "params", "named_parameters": "named", "state_dict": "mapping"}
 
 
 def _object_setattr(node: cst.Call) -> tuple[str, cst.BaseExpression] | None:

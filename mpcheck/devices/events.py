@@ -117,6 +117,9 @@ class Transfer(Fact):
     # Where the moved value comes from, for "moved every time" (MP011):
     reads_unchanging_attribute: bool = False  # an unchanging attribute of self, outside __init__
     bound_outside_loop: bool = False  # a name bound before an enclosing loop and not rebound in it
+    # made on the host in this forward call from constants only (`torch.ones(S, S)`, S known): its
+    # size in bytes; 0 otherwise
+    host_constant_bytes: int = 0
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)

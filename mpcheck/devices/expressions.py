@@ -9,14 +9,14 @@ are checked here (`check_operand`), and a disagreement is recorded as an
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import libcst as cst
 
 from mpcheck.devices import torchapi
 from mpcheck.devices.events import Mismatch
 from mpcheck.devices.names import canonical, dotted
-from mpcheck.devices.program import MAX_UNROLL, Part, State
+from mpcheck.devices.program import MAX_UNROLL, ClassInfo, Part, State
 from mpcheck.devices.values import (
     CURRENT,
     FAILED,
@@ -33,6 +33,8 @@ from mpcheck.devices.values import (
     SeqV,
     SymV,
     Val,
+    affine,
+    affine_name,
     both_cuda,
     conflict,
     device_from_str,
@@ -50,8 +52,15 @@ from mpcheck.devices.values import (
     used,
 )
 
+if TYPE_CHECKING:  # pragma: no cover
+    from mpcheck.devices.interp import Interp
+
 
 class Expressions(Part):
+    def __init__(self, interp: Interp) -> None:
+        super().__init__(interp)
+        self._outside: frozenset[str] | None = None  # _set_from_outside, once per file
+
     def qname(self, node: cst.CSTNode | None) -> str | None:
         """The canonical dotted name an expression refers to (imports resolved)."""
         d = dotted(node) if isinstance(node, (cst.Name, cst.Attribute)) else None
@@ -101,6 +110,9 @@ class Expressions(Part):
                         return self.interp.calls.call_function(m, base, [], {}, st, node)
                     if m is not None:
                         return FuncRef(m, base)
+                    got = self._class_attr(base, base.cls, name)
+                    if got is not None:
+                        return got
                 if name == "device" and base.devs is not None:
                     return DeviceV(base.devs)
                 if name == "module":
@@ -128,6 +140,24 @@ class Expressions(Part):
                 return Const(int(d[5:]))
         return UNK
 
+    def _class_attr(self, obj: Obj, cls: ClassInfo, name: str) -> Val | None:
+        """A class body's constant data (`placement = {"embed": "cuda:0"}`), read as `self.placement`;
+        None for anything else (a module built in the class body is shared, not the instance's)."""
+        expr = cls.class_attr(name)
+        if expr is None or name in self.interp.moves.rebound_attributes(obj) or name in self._set_from_outside():
+            return None
+        v = self.ev(expr, State.fresh(dict(self.interp.globals), "<class>"))
+        return v if isinstance(v, (Const, DeviceV, DictV, SeqV)) and not getattr(v, "module", False) else None
+
+    def _set_from_outside(self) -> frozenset[str]:
+        """Attribute names the file assigns on something other than `self` (`cfg.head_device = ...`):
+        an object's class default may have been replaced after it was built."""
+        if self._outside is None:
+            names: set[str] = set()
+            _outside_targets(self.interp.module, names)
+            self._outside = frozenset(names)
+        return self._outside
+
     def ev_subscript(self, node: cst.Subscript, st: State) -> Val:
         base = self.ev(node.value, st)
         if len(node.slice) != 1 or not isinstance(node.slice[0].slice, cst.Index):
@@ -150,6 +180,8 @@ class Expressions(Part):
                 if text and _deviceish(base.elem):
                     return DeviceV(one(f"sym:{text}[{idx.value}]"))
                 return base.elem
+            if base.kind == "dict" and isinstance(base.elem, Obj) and not base.elem.label:
+                return base.elem.with_(label=dotted(node) or "")  # `self.shadow[k]`, for messages
             return base.elem if base.items is None else join_all(base.items)
         if isinstance(base, DictV):
             if isinstance(idx, Const) and idx.value in base.items:
@@ -264,15 +296,25 @@ class Expressions(Part):
         if len(fors) == 1:
             it = self.ev(fors[0].iter, inner)
             items = iter_items(it)
-            if items is not None and len(items) <= MAX_UNROLL and not fors[0].ifs:
-                if isinstance(node, cst.DictComp):
-                    return self._dict_comp(node, fors[0], items, inner)
-                out = []
-                for item in items:
-                    self.interp.stmts.assign(fors[0].target, item, inner, None)
-                    out.append(self._comp_elt(node, inner))
-                return self._comp_result(node, tuple(out), None)
+            if items is not None and len(items) <= MAX_UNROLL:
+                kept = self._filtered(fors[0], items, inner)
+                if kept is not None and isinstance(node, cst.DictComp):
+                    return self._dict_comp(node, fors[0], kept, inner)
+                if kept is not None:
+                    out = []
+                    for item in kept:
+                        self.interp.stmts.assign(fors[0].target, item, inner, None)
+                        out.append(self._comp_elt(node, inner))
+                    return self._comp_result(node, tuple(out), None)
             spans = spans_of(it)
+            if spans is not None and not fors[0].ifs and isinstance(node, cst.DictComp):
+                # {name: p.detach().clone().to(dev) for name, p in model.state_dict().items()}: a dict
+                # whose values, one made from a parameter on each device, are read by keys not known.
+                made = []
+                for item in spans[0]:
+                    self.interp.stmts.assign(fors[0].target, item, inner, None)
+                    made.append(self._comp_elt(node, inner))
+                return SeqV(None, elem=join_all(made), kind="dict")
             if spans is not None and not fors[0].ifs and not isinstance(node, cst.DictComp):
                 # Over the parameters of a split model (no filter that might drop a device's):
                 # the result holds an element made from a parameter on each device.
@@ -293,6 +335,21 @@ class Expressions(Part):
         finally:
             self.interp.in_unknown_loop -= 1
         return self._comp_result(node, None, elem)
+
+    def _filtered(self, comp: cst.CompFor, items: list[Val], st: State) -> list[Val] | None:
+        """The items a comprehension's `if` clauses keep (`for i in range(n) if i != 0`), or None
+        when a clause is not decided for some item: then which elements exist is not known."""
+        if not comp.ifs:
+            return items
+        kept = []
+        for item in items:
+            self.interp.stmts.assign(comp.target, item, st, None)
+            tests = [self.ev(c.test, st) for c in comp.ifs]
+            if not all(isinstance(t, Const) and isinstance(t.value, bool) for t in tests):
+                return None
+            if all(cast(Const, t).value for t in tests):
+                kept.append(item)
+        return kept
 
     def _comp_elt(self, node: cst.ListComp | cst.SetComp | cst.GeneratorExp | cst.DictComp, st: State) -> Val:
         if isinstance(node, cst.DictComp):
@@ -381,6 +438,8 @@ class Expressions(Part):
             return a.with_(label="", kind="tensor" if a.kind != "scalar" else "scalar", worked=True)
         if isinstance(b, Obj) and b.kind != "module":
             return b.with_(label="", kind="tensor" if b.kind != "scalar" else "scalar", worked=True)
+        if isinstance(a, SymV) or isinstance(b, SymV):
+            return _affine_op(getattr(node, "operator", None), a, b)
         if isinstance(a, Const) and isinstance(b, Const):
             op = getattr(node, "operator", None)
             try:
@@ -539,6 +598,45 @@ _CMP_OPS: dict[type, Callable[[Any, Any], Any]] = {
     cst.LessThanEqual: lambda a, b: a <= b,
     cst.GreaterThanEqual: lambda a, b: a >= b,
 }
+
+
+def _outside_targets(node: cst.CSTNode, names: set[str]) -> None:
+    targets: list[cst.BaseExpression] = []
+    if isinstance(node, cst.Assign):
+        targets = [t.target for t in node.targets]
+    elif isinstance(node, (cst.AnnAssign, cst.AugAssign)):
+        targets = [node.target]
+    for t in targets:
+        if isinstance(t, cst.Attribute) and not (isinstance(t.value, cst.Name) and t.value.value == "self"):
+            names.add(t.attr.value)
+    if isinstance(node, cst.Call) and dotted(node.func) in ("setattr", "dataclasses.replace", "replace"):
+        names.update(a.keyword.value for a in node.args if a.keyword is not None)
+        if len(node.args) >= 2 and isinstance(node.args[1].value, cst.SimpleString):
+            names.add(str(node.args[1].value.evaluated_value))
+    for c in node.children:
+        _outside_targets(c, names)
+
+
+def _affine_op(op: Any, a: Val, b: Val) -> Val:
+    """`rank * 2`, `2 * rank + 1`, `rank - 1`: a symbolic index computed from one run-time name and
+    integer constants (values.affine), so that `2*rank` and `2*rank+1` are known to differ."""
+    sym, num, sym_left = (a, b, True) if isinstance(a, SymV) else (b, a, False)
+    if not isinstance(sym, SymV) or not isinstance(num, Const) or type(num.value) is not int:
+        return UNK
+    got = affine(sym.name)
+    if got is None:
+        return UNK
+    name, mult, offset = got
+    k = num.value
+    if isinstance(op, cst.Add):
+        return SymV(affine_name(name, mult, offset + k))
+    if isinstance(op, cst.Subtract) and sym_left:
+        return SymV(affine_name(name, mult, offset - k))
+    if isinstance(op, cst.Multiply) and k > 0:
+        return SymV(affine_name(name, mult * k, offset * k))
+    return UNK
+
+
 _CONST_OPS: dict[type, Callable[[Any, Any], Any]] = {
     cst.Add: lambda a, b: a + b,
     cst.Subtract: lambda a, b: a - b,

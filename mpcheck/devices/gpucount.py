@@ -38,15 +38,64 @@ class NonexistentDevice(Fact):
     dev: str
     count: int
     what: str  # 'placement' | 'index' (an entry past the end of a list of the devices)
+    # the CUDA_VISIBLE_DEVICES the file sets, which fixes the count (visible_devices), or None
+    visible: VisibleDevices | None = None
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class VisibleDevices:
+    """`os.environ["CUDA_VISIBLE_DEVICES"] = "0,2"` at the top of a file: the process sees that many
+    GPUs, renumbered from cuda:0, whatever the machine has."""
+
+    node: cst.CSTNode
+    value: str
+    count: int
+
+
+def visible_devices(module: cst.Module) -> VisibleDevices | None:
+    """The one top-level assignment of a literal to `os.environ["CUDA_VISIBLE_DEVICES"]`, else None
+    (none, several, a value not written out, or one that hides every GPU)."""
+    found = []
+    for stmt in module.body:
+        if not isinstance(stmt, cst.SimpleStatementLine):
+            continue
+        for small in stmt.body:
+            if (
+                isinstance(small, cst.Assign)
+                and len(small.targets) == 1
+                and _is_visible_key(small.targets[0].target)
+                and isinstance(small.value, cst.SimpleString)
+            ):
+                value = str(small.value.evaluated_value)
+                found.append(
+                    VisibleDevices(node=small, value=value, count=len([g for g in value.split(",") if g.strip()]))
+                )
+    return found[0] if len(found) == 1 and found[0].count > 0 else None
+
+
+def _is_visible_key(t: cst.BaseExpression) -> bool:
+    if not isinstance(t, cst.Subscript) or len(t.slice) != 1 or not isinstance(t.slice[0].slice, cst.Index):
+        return False
+    key = t.slice[0].slice.value
+    value = t.value
+    return (
+        isinstance(key, cst.SimpleString)
+        and key.evaluated_value == "CUDA_VISIBLE_DEVICES"
+        and isinstance(value, cst.Attribute)
+        and value.attr.value == "environ"
+        and isinstance(value.value, cst.Name)
+        and value.value.value == "os"
+    )
 
 
 class GpuCount:
     """The count one interpretation assumes (None: unknown, the first run), and what
     the code said about it."""
 
-    def __init__(self, recorder: Recorder, count: int | None = None) -> None:
+    def __init__(self, recorder: Recorder, count: int | None = None, visible: VisibleDevices | None = None) -> None:
         self.recorder = recorder
-        self.count = count
+        self.visible = visible  # a count the file fixes itself: it holds in every run
+        self.count = visible.count if visible is not None else count
         self.asked = False  # the file called torch.cuda.device_count()
         self.refuted_at: cst.CSTNode | None = None  # an assert or a raise that this count reaches
         self._guards = 0  # inside branches of a test the model could not decide
@@ -113,7 +162,9 @@ class GpuCount:
         except ValueError:
             return
         if k >= self.count:
-            self.recorder.record(NonexistentDevice(node=node, dev=d, count=self.count, what="placement"))
+            self.recorder.record(
+                NonexistentDevice(node=node, dev=d, count=self.count, what="placement", visible=self.visible)
+            )
 
     def check_index(self, seq: SeqV, index: int, node: cst.CSTNode) -> None:
         """`devices[k]` past the end of a list of CUDA devices as long as the count."""
@@ -123,7 +174,9 @@ class GpuCount:
             return
         devs = [single(as_device(v)) for v in seq.items]
         if all(d is not None and d.startswith("cuda:") for d in devs):
-            self.recorder.record(NonexistentDevice(node=node, dev=f"cuda:{index}", count=self.count, what="index"))
+            self.recorder.record(
+                NonexistentDevice(node=node, dev=f"cuda:{index}", count=self.count, what="index", visible=self.visible)
+            )
 
 
 def is_test_on_count(node: cst.BaseExpression) -> bool:

@@ -26,8 +26,22 @@ from mpcheck.devices.values import (
 
 
 class Instances(Part):
-    def default_instance(self, cinfo: ClassInfo) -> Obj:
-        return self.instantiate(cinfo, [], {}, None, None)
+    def default_instance(self, cinfo: ClassInfo, at_import: State | None = None) -> Obj:
+        """The instance a class's methods are checked on: built with no arguments, on the current
+        device that a top-level set_device of the file selected (`at_import`, Interp), if any. Its
+        __init__'s index-less placements then land there: in a class meant to be split (as it is
+        built without that set_device), that is MP004's entry point of its own."""
+        plain = self.instantiate(cinfo, [], {}, None, None)
+        if at_import is None:
+            return plain
+        obj = self.instantiate(cinfo, [], {}, at_import, None)
+        init = cinfo.method("__init__")
+        placed = self.interp.init_placements.get(id(obj), ())
+        if init is not None and placed and plain.split:
+            self.interp.recorder.record(
+                EntryPointRun(node=init.node, name=f"{cinfo.name}.__init__", builds_split=True, placements=placed)
+            )
+        return obj
 
     def instantiate(
         self, cinfo: ClassInfo, args: list[Val], kwargs: dict[str, Val], st: State | None, node: cst.CSTNode | None
@@ -43,6 +57,11 @@ class Instances(Part):
         self._inherit_summarized(cinfo, obj)
         init = cinfo.method("__init__")
         scope = Scope(f"{cinfo.name}.__init__")
+        if init is None and cinfo.generated_init:
+            # `Cfg(head_device="cuda:1")` of a dataclass: its fields, in order, then by name.
+            assert obj.attrs is not None  # an instance
+            obj.attrs.update(zip(cinfo.fields, args))
+            obj.attrs.update((k, v) for k, v in kwargs.items() if k in cinfo.fields)
         if init is not None and len(self.interp.stack) < MAX_DEPTH:
             env = dict(self.interp.globals)
             self.interp.calls.bind(init, env, obj, args, kwargs)
@@ -57,7 +76,7 @@ class Instances(Part):
             assert obj.attrs is not None  # an instance
             self.interp.ident_ranges[id(obj.attrs)] = (start, len(self.interp.ident_names) + 1)
         self._finish_instance(obj)
-        self.interp.init_indexless[id(obj)] = [p.node for p in scope.placements]
+        self.interp.init_placements[id(obj)] = tuple(scope.placements)
         if init is not None:
             self._record_own_setdev(init.node, obj, scope, st.setdev if st else None)
         self._check_built_after_setdev(cinfo, obj, args, kwargs, st, node)
@@ -119,7 +138,7 @@ class Instances(Part):
         st: State | None,
         node: cst.CSTNode | None,
     ) -> None:
-        where = self.interp.init_indexless.get(id(obj))
+        where = [p.node for p in self.interp.init_placements.get(id(obj), ())]
         if st is None or st.setdev is None or not where or node is None:
             return
         # Built after set_device: would it be split with the default current device?

@@ -28,9 +28,9 @@ from typing import Any
 import libcst as cst
 
 from mpcheck.devices.calls import Calls
-from mpcheck.devices.events import EntryPointRun, Recorder
+from mpcheck.devices.events import EntryPointRun, IndexlessPlacement, Recorder
 from mpcheck.devices.expressions import Expressions
-from mpcheck.devices.gpucount import GpuCount
+from mpcheck.devices.gpucount import GpuCount, visible_devices
 from mpcheck.devices.instances import Instances
 from mpcheck.devices.library import Library
 from mpcheck.devices.moves import Moves
@@ -44,6 +44,7 @@ from mpcheck.devices.program import (
 )
 from mpcheck.devices.statements import Statements
 from mpcheck.devices.summarized import resolve_import
+from mpcheck.devices.torchapi import SET_DEVICE
 from mpcheck.devices.values import (
     UNK,
     ClassRef,
@@ -54,6 +55,7 @@ from mpcheck.devices.values import (
     SymV,
     Val,
     as_device,
+    single,
 )
 
 
@@ -73,7 +75,9 @@ class Interp:
         self.classes: dict[str, ClassInfo] = {}
         self.functions: dict[str, FuncInfo] = {}
         self.recorder = Recorder()
-        self.gpus = GpuCount(self.recorder, gpu_count)  # what torch.cuda.device_count() answers (gpucount.py)
+        self.gpus = GpuCount(
+            self.recorder, gpu_count, visible_devices(module)
+        )  # what torch.cuda.device_count() answers (gpucount.py)
         # torch.set_default_device() & co. change where factories put tensors: then say nothing about them.
         self.default_device_changed = False
         self.default_device: str | None = None  # where factories put tensors then, when known (default_device.py)
@@ -82,7 +86,10 @@ class Interp:
         self.stack: list[FuncInfo] = []  # the functions being interpreted, innermost last
         self.in_unknown_loop = 0  # inside a loop (or comprehension) of unknown length
         self.second_pass = 0  # in a loop's second pass (values settle; no lineage recorded)
-        self.init_indexless: dict[int, list[Any]] = {}  # instance -> its __init__'s index-less placements
+        # instance (by id) -> the index-less placements of its __init__ after a set_device
+        # host tensors made from constants in a forward call (by id of the factory call): their bytes
+        self.host_constants: dict[int, int] = {}
+        self.init_placements: dict[int, tuple[IndexlessPlacement, ...]] = {}
         # a torch module placed again, in place, in an __init__: id -> (module, first placement node,
         # its device, second placement node)
         self.placed_again: dict[int, tuple[Any, Any, Any, Any]] = {}
@@ -131,6 +138,14 @@ class Interp:
             for s in stmt.body.body:
                 if isinstance(s, cst.FunctionDef):
                     info.methods[s.name.value] = FuncInfo(s, s.name.value, f"{info.name}.{s.name.value}", info)
+                elif isinstance(s, cst.SimpleStatementLine):
+                    for small in s.body:
+                        if isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name):
+                            info.fields.append(small.target.value)
+                        named = _class_body_target(small)
+                        if named is not None:
+                            info.class_attrs[named[0]] = named[1]
+            info.generated_init = bool(stmt.decorators) or any(b.endswith("NamedTuple") for b in info.bases)
             for b in info.bases:
                 if b in self.classes:
                     info.local_bases.append(self.classes[b])
@@ -168,10 +183,13 @@ class Interp:
         except RecursionError:
             pass
         self._finish_scope(self.module, st.scope)
+        at_import = self._import_time_device()
         for info in self.functions.values():
-            self._run_function_entry(info, None)
+            self._run_function_entry(info, None, at_import)
         for cinfo in self.classes.values():
-            inst = self.instances.default_instance(cinfo)
+            # A class the file builds itself is checked where it is built (SplitBuiltAfterSetDevice).
+            built_here = at_import is not None and _calls_any(self.module, {cinfo.name})
+            inst = self.instances.default_instance(cinfo, None if built_here else at_import)
             for m in cinfo.methods.values():
                 if m.name == "__init__":
                     continue
@@ -182,7 +200,32 @@ class Interp:
             EntryPointRun(node=node, name=scope.name, builds_split=scope.split_seen, placements=tuple(scope.placements))
         )
 
-    def _run_function_entry(self, info: FuncInfo, inst: Val | None) -> None:
+    def _import_time_device(self) -> State | None:
+        """A state whose current device is the one a top-level `torch.cuda.set_device(k)` selects
+        when the file is imported: every function and class of the file runs after it. Only for
+        one such call, with a known index, and before any top-level use of the file's own
+        functions or classes (one called earlier ran on the default device); else None."""
+        calls = [
+            (i, small.value)
+            for i, stmt in enumerate(self.module.body)
+            if isinstance(stmt, cst.SimpleStatementLine)
+            for small in stmt.body
+            if isinstance(small, cst.Expr)
+            and isinstance(small.value, cst.Call)
+            and self.exprs.qname(small.value.func) in SET_DEVICE
+        ]
+        if len(calls) != 1 or not calls[0][1].args:
+            return None
+        at, call = calls[0]
+        st = State.fresh(dict(self.globals), "<module>")
+        dev = single(as_device(self.exprs.ev(call.args[0].value, st)))
+        local = set(self.classes) | set(self.functions)
+        if dev is None or not dev.startswith("cuda:") or any(_calls_any(s, local) for s in self.module.body[:at]):
+            return None
+        st.cur, st.setdev = dev, call
+        return st
+
+    def _run_function_entry(self, info: FuncInfo, inst: Val | None, at_import: State | None = None) -> None:
         env = dict(self.globals)
         for i, (name, default) in enumerate(params_of(info.node)):
             if i == 0 and inst is not None:
@@ -190,6 +233,8 @@ class Interp:
                 continue
             env[name] = self._default_param(name, default)
         st = State.fresh(env, info.qual, inst)
+        if at_import is not None:
+            st.cur, st.setdev = at_import.cur, at_import.setdev
         if isinstance(inst, Obj) and inst.split:
             st.scope.split_seen = True
             st.scope.split_class = True
@@ -208,3 +253,19 @@ class Interp:
                 return UNK
             return v if isinstance(v, Const) else SymV(name)
         return SymV(name)
+
+
+def _class_body_target(small: cst.BaseSmallStatement) -> tuple[str, cst.BaseExpression] | None:
+    """(name, value) of `name = value` / `name: T = value` in a class body, else None."""
+    if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name):
+        return small.targets[0].target.value, small.value
+    if isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name) and small.value is not None:
+        return small.target.value, small.value
+    return None
+
+
+def _calls_any(node: cst.CSTNode, names: set[str]) -> bool:
+    """Does `node` call one of `names` (`Net()`, `build(...)`)?"""
+    if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value in names:
+        return True
+    return any(_calls_any(c, names) for c in node.children)

@@ -47,6 +47,7 @@ from mpcheck.devices.values import (
     DtypeV,
     Obj,
     ParamsOf,
+    QName,
     SeqV,
     Starred,
     SuperV,
@@ -58,10 +59,12 @@ from mpcheck.devices.values import (
     distinct_devices,
     failed,
     holds_split,
+    is_moduleish,
     is_splitish,
     iter_elem,
     join,
     one,
+    placements,
     show,
     single,
     spans_of,
@@ -122,6 +125,10 @@ class Library(Part):
             # __init__, or in a helper it calls): made once, the same on every call.
             st.in_init and last in T.HOST_DATA_FACTORIES and not any(isinstance(a, Obj) for a in args)
         )
+        if const and devs == one("cpu") and not st.in_init and self.interp.moves.in_forward():
+            size = _constant_bytes(last, args, kwargs)
+            if size:
+                self.interp.host_constants[id(node)] = size
         kind = "tensor"
         if last in ("tensor", "as_tensor") and args and not isinstance(args[0], SeqV) and devs == one("cpu"):
             kind = "scalar"  # maybe a 0-d CPU tensor, which mixes with CUDA tensors
@@ -231,9 +238,9 @@ def _data_parallel(lib: Library, c: LibCall) -> Val:
     if is_splitish(mod):
         c.st.scope.split_seen = True
         lib.interp.recorder.record(DataParallelWrap(node=c.node, mode=c.st.mode, module=mod, q=c.q))
-    elif c.last == "DataParallel" and isinstance(mod, Obj) and mod.kind == "module":
+    elif c.last == "DataParallel" and is_moduleish(mod):
         ids = c.kwargs.get("device_ids", c.args[1] if len(c.args) > 1 else None)
-        dev, first = single(mod.devs), _first_device_id(ids)
+        dev, first = _one_stage_device(mod), _first_device_id(ids)
         if dev is not None and dev.startswith("cuda:") and first is not None and dev != first:
             lib.interp.recorder.record(
                 DataParallelOffFirstId(
@@ -261,6 +268,43 @@ def _zip_spans(args: list[Val]) -> tuple[tuple[Val, ...], tuple[str, ...]] | Non
         else:
             return None
     return tuple(SeqV(tuple(col[i] for col in cols), kind="tuple") for i in range(width)), next(iter(orders))
+
+
+_SHAPED = frozenset({"ones", "zeros", "empty", "randn", "rand", "full"})
+_ITEMSIZE = {
+    "bool": 1, "uint8": 1, "int8": 1, "float16": 2, "half": 2, "bfloat16": 2, "float32": 4, "float": 4,
+    "int32": 4, "int": 4, "int64": 8, "long": 8, "float64": 8, "double": 8,
+}  # fmt: skip
+
+
+def _constant_bytes(last: str, args: list[Val], kwargs: dict[str, Val]) -> int:
+    """The size in bytes of `torch.ones(S, S)` / `torch.zeros((B, S))` / `torch.full((S, S), v)`
+    whose shape is known (constants of the file); 0 when the shape or the dtype is not known."""
+    if last not in _SHAPED or not args:
+        return 0
+    shape = args[:1] if last == "full" else args
+    if len(shape) == 1 and isinstance(shape[0], SeqV):
+        shape = list(shape[0].items or ())
+    dims = [a.value for a in shape if isinstance(a, Const) and type(a.value) is int]
+    if not dims or len(dims) != len(shape):
+        return 0
+    itemsize = 4
+    dtype = kwargs.get("dtype")
+    if dtype is not None:
+        name = dtype.q.rsplit(".", 1)[-1] if isinstance(dtype, QName) else ""
+        itemsize = _ITEMSIZE.get(name, 0)
+    elements = 1
+    for d in dims:
+        elements *= d
+    return elements * itemsize
+
+
+def _one_stage_device(mod: Val) -> str | None:
+    """The one device a module (or an `nn.Sequential` of modules) puts its weights on, else None."""
+    if isinstance(mod, Obj):
+        return single(mod.devs) if mod.kind == "module" else None
+    devs = {d for d, _ in placements(mod)}
+    return next(iter(devs)) if len(devs) == 1 else None
 
 
 def _first_device_id(ids: Val | None) -> str | None:
@@ -558,6 +602,10 @@ def _builtin(lib: Library, c: LibCall) -> Val:
         return UNK
     if q == "len" and args and isinstance(args[0], SeqV) and args[0].items is not None:
         return Const(len(args[0].items))
+    if q == "setattr" and len(args) == 3 and isinstance(args[1], Const) and isinstance(args[1].value, str):
+        # setattr(self, f"layer{i}", block) in a loop of known length: one attribute per name
+        lib.interp.stmts.assign_attr(args[0], args[1].value, args[2], c.st, None)
+        return Const(None)
     if q == "getattr" and len(args) >= 2 and isinstance(args[1], Const) and isinstance(args[1].value, str):
         base = args[0]
         if isinstance(base, Obj) and base.attrs is not None:

@@ -198,6 +198,9 @@ class Moves(Part):
                     devs=devs,
                     reads_unchanging_attribute=self._reads_unchanging_attribute(recv, devs, st, node),
                     bound_outside_loop=self._bound_outside_loop(recv, node),
+                    host_constant_bytes=self.interp.host_constants.get(id(recv.at), 0)
+                    if recv.invariant and recv.devs == one("cpu")
+                    else 0,
                 )
             )
             return recv.with_(
@@ -255,7 +258,7 @@ class Moves(Part):
             )
         if (
             not st.in_init
-            and self._in_forward()
+            and self.in_forward()
             and isinstance(so, Obj)
             and so.attrs
             and isinstance(root, cst.Attribute)
@@ -268,11 +271,11 @@ class Moves(Part):
                 and attr.invariant
                 and (attr is recv or root is not expr)
                 # (the scan of the class only where the move certainly copies: MP011's only question)
-                and (conflict(recv.devs, devs) is None or root.attr.value not in self._rebound_attributes(so))
+                and (conflict(recv.devs, devs) is None or root.attr.value not in self.rebound_attributes(so))
             )
         return False
 
-    def _rebound_attributes(self, so: Obj) -> frozenset[str]:
+    def rebound_attributes(self, so: Obj) -> frozenset[str]:
         """The attributes of self that a method other than __init__ assigns (`self.proj = ...` in a
         setter, a cache refreshed in forward): their value may change between calls."""
         cls = so.cls
@@ -288,7 +291,7 @@ class Moves(Part):
             got = self.interp.rebound[id(cls)] = frozenset(names)
         return got
 
-    def _in_forward(self) -> bool:
+    def in_forward(self) -> bool:
         """Inside a module's forward, or a method it calls: the code that runs on every call
         of the model. A helper of another class, or a method run on its own, is not."""
         return any(f.name == "forward" and f.cls is not None for f in self.interp.stack)

@@ -3,7 +3,7 @@ the state of one path through a function, and the entry point it belongs to."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -48,8 +48,23 @@ class ClassInfo:
     # attributes __init__ holds by reference, not as registered children (`object.__setattr__(self,
     # "base", base)`, `self.__dict__["base"] = base`): Module.to() leaves them where they are
     refs: set[str] = field(default_factory=set)
+    # plain assignments of the class body (`placement = {"embed": "cuda:0", ...}`), by name: what
+    # `self.placement` reads when no method assigned it
+    class_attrs: dict[str, cst.BaseExpression] = field(default_factory=dict)
+    # the annotated names of the class body, in order: a dataclass's (or NamedTuple's) fields, which
+    # its generated __init__ takes in that order (Instances.instantiate)
+    fields: list[str] = field(default_factory=list)
+    generated_init: bool = False  # decorated (`@dataclass`) or a NamedTuple: an __init__ not written out
+
+    def class_attr(self, name: str) -> cst.BaseExpression | None:
+        """The expression a class body (this class's or a base's of the file) assigns to `name`."""
+        return next((c.class_attrs[name] for c in self.lineage() if name in c.class_attrs), None)
 
     def method(self, name: str) -> FuncInfo | None:
+        return next((c.methods[name] for c in self.lineage() if name in c.methods), None)
+
+    def lineage(self) -> Iterator[ClassInfo]:
+        """This class, then its bases of the file, breadth first, each once."""
         seen: set[int] = set()
         stack = [self]
         while stack:
@@ -57,10 +72,8 @@ class ClassInfo:
             if id(c) in seen:
                 continue
             seen.add(id(c))
-            if name in c.methods:
-                return c.methods[name]
+            yield c
             stack.extend(c.local_bases)
-        return None
 
 
 def params_of(fn: cst.FunctionDef) -> list[tuple[str, Any]]:

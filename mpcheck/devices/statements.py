@@ -8,6 +8,7 @@ others run twice, so that values that change per iteration settle.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
@@ -30,6 +31,7 @@ from mpcheck.devices.values import (
     FuncRef,
     Obj,
     SeqV,
+    SymV,
     Val,
     as_device,
     iter_elem,
@@ -38,8 +40,15 @@ from mpcheck.devices.values import (
     spans_of,
 )
 
+if TYPE_CHECKING:  # pragma: no cover
+    from mpcheck.devices.interp import Interp
+
 
 class Statements(Part):
+    def __init__(self, interp: Interp) -> None:
+        super().__init__(interp)
+        self._bindings: dict[int, dict[str, int]] = {}  # scope node (by id) -> _binding_counts
+
     def run_body(self, info: FuncInfo, st: State) -> None:
         """Runs a function's body on one path, with the function on the call stack;
         a recursion too deep for Python ends the path."""
@@ -273,21 +282,36 @@ class Statements(Part):
 
     # ------------------------------------------------------------ assignment
 
+    def assign_attr(self, base: Val, name: str, v: Val, st: State, label: str | None) -> None:
+        """`base.name = v`, or `setattr(base, "name", v)` with a known name."""
+        if isinstance(v, Obj) and not v.label and v.kind not in ("module", "any", "loss", "passthrough"):
+            v = v.with_(label=(label or name))
+        if isinstance(base, Obj) and base.attrs is not None:
+            if st.in_init and base is st.self_obj:
+                base.attrs[name] = v
+            else:
+                st.env[f"{id(base)}.{name}"] = v
+
+    def _bound_once(self, name: str) -> bool:
+        """Is `name` bound exactly once in the function (or file) being interpreted?"""
+        scope: cst.CSTNode = self.interp.stack[-1].node if self.interp.stack else self.interp.module
+        counts = self._bindings.get(id(scope))
+        if counts is None:
+            counts = self._bindings[id(scope)] = _binding_counts(scope)
+        return counts.get(name, 0) == 1
+
     def assign(self, target: cst.BaseExpression, v: Val, st: State, value_node: cst.BaseExpression | None) -> None:
         if isinstance(target, cst.Name):
+            if v is UNK and _int_call(value_node) and self._bound_once(target.value):
+                # `local_rank = int(os.environ["LOCAL_RANK"])`: one fixed integer, by its name, so
+                # that `2 * local_rank` and `2 * local_rank + 1` are two GPUs (values.affine).
+                v = SymV(target.value)
             if isinstance(v, Obj) and not v.label and v.kind not in ("module", "any", "loss", "passthrough"):
                 v = v.with_(label=target.value)  # a module keeps its identity (in-place .to())
             st.env[target.value] = v
         elif isinstance(target, cst.Attribute):
             base = self.interp.exprs.ev(target.value, st)
-            name = target.attr.value
-            if isinstance(v, Obj) and not v.label and v.kind not in ("module", "any", "loss", "passthrough"):
-                v = v.with_(label=(dotted(target) or name))
-            if isinstance(base, Obj) and base.attrs is not None:
-                if st.in_init and base is st.self_obj:
-                    base.attrs[name] = v
-                else:
-                    st.env[f"{id(base)}.{name}"] = v
+            self.assign_attr(base, target.attr.value, v, st, dotted(target))
         elif isinstance(target, (cst.Tuple, cst.List)):
             elts = [e.value for e in target.elements]
             items = v.items if isinstance(v, SeqV) and v.items is not None and len(v.items) == len(elts) else None
@@ -428,3 +452,42 @@ def _dunder_dict_key(target: cst.Subscript) -> str | None:
         return None
     key = target.slice[0].slice.value
     return key.evaluated_value if isinstance(key, cst.SimpleString) and isinstance(key.evaluated_value, str) else None
+
+
+def _int_call(node: cst.BaseExpression | None) -> bool:
+    return isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == "int"
+
+
+def _binding_counts(scope: cst.CSTNode) -> dict[str, int]:
+    """How many times each plain name is bound in `scope` (assignments, loop and `with` targets,
+    parameters; nested functions and classes included, which only makes a name count as rebound)."""
+    counts: dict[str, int] = {}
+
+    def bind(t: cst.CSTNode) -> None:
+        if isinstance(t, cst.Name):
+            counts[t.value] = counts.get(t.value, 0) + 1
+        elif isinstance(t, (cst.Tuple, cst.List)):
+            for e in t.elements:
+                bind(e.value)
+        elif isinstance(t, cst.StarredElement):
+            bind(t.value)
+
+    def walk(n: cst.CSTNode) -> None:
+        if isinstance(n, cst.Assign):
+            for t in n.targets:
+                bind(t.target)
+        elif isinstance(n, (cst.AnnAssign, cst.AugAssign)):
+            bind(n.target)
+        elif isinstance(n, (cst.For, cst.CompFor)):
+            bind(n.target)
+        elif isinstance(n, cst.AsName):
+            bind(n.name)
+        elif isinstance(n, cst.Param):
+            bind(n.name)
+        elif isinstance(n, cst.NamedExpr):
+            bind(n.target)
+        for c in n.children:
+            walk(c)
+
+    walk(scope)
+    return counts

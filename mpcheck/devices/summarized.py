@@ -148,7 +148,13 @@ def call_summarized(
         split=split,
         in_devs=_subst(summ.get("in"), bound),
         out_devs=_subst(summ.get("out"), bound),
-        extra={"in_known": True, "summarized": callee.name, "returns": summ.get("returns"), "bound": bound},
+        extra={
+            "in_known": True,
+            "summarized": callee.name,
+            "returns": summ.get("returns"),
+            "bound": bound,
+            "loss": bool(summ.get("loss")),
+        },
     )
     if split:
         st.scope.split_seen = True

@@ -20,11 +20,12 @@ from typing import Any
 
 import libcst as cst
 
+from mpcheck.devices.events import LossMismatch
 from mpcheck.devices.interp import Interp
 from mpcheck.devices.names import import_bindings
 from mpcheck.devices.program import ClassInfo, FuncInfo, State, params_of
 from mpcheck.devices.summarized import constant_value
-from mpcheck.devices.values import PROBE, Const, DeviceV, Devs, Obj, SeqV, SymV, Val, single
+from mpcheck.devices.values import PROBE, Const, DeviceV, Devs, Obj, SeqV, SymV, Val, one, single
 
 _MAX_RETURN_ITEMS = 4
 
@@ -89,7 +90,31 @@ def _class_summary(interp: Interp, cinfo: ClassInfo, inst: Obj) -> dict[str, Any
         if isinstance(res, SeqV):
             # A tuple or list of outputs (features, skips): each item with its own device.
             s["returns"] = _value_summary(_without_probe(res))
+        named_loss = any(w in cinfo.name.lower() for w in ("loss", "criterion"))  # only those: probes cost
+        if named_loss and not inst.split and inst.devs is None and _is_loss_of_inputs(interp, inst, fwd):
+            s["loss"] = True
     return s
+
+
+# Two inputs certainly on two different devices, whatever they are (values.affine): a probe pair.
+_PAIR = (one("sym:__pair__"), one("sym:__pair__+1"))
+
+
+def _is_loss_of_inputs(interp: Interp, inst: Obj, fwd: FuncInfo) -> bool:
+    """Does the class's forward give its first two arguments, unmoved, to a loss (a criterion class of
+    another file, `FocalLoss()(logits, target)`)? Then a caller that passes them on two devices
+    gets MP008 at its call. Probed with two inputs on two distinct symbolic devices."""
+    if len(params_of(fwd.node)) < 3:
+        return False
+    st = State.fresh(dict(interp.globals), "<summary>", inst)
+    args: list[Val] = [Obj("tensor", d) for d in _PAIR]
+    with interp.recorder.muted():
+        interp.calls.call_function(fwd, inst, args, {}, st, None)
+        return any(
+            isinstance(f, LossMismatch)
+            and {single(f.value.devs), single(f.other.devs)} == {d for p in _PAIR for d in p}
+            for f in interp.recorder.facts
+        )
 
 
 def _function_summary(interp: Interp, finfo: FuncInfo) -> dict[str, Any]:

@@ -7,7 +7,8 @@ before calling one of them is a mismatch (MP001, "never placed").
 Anything that might move the model keeps the modules unknown: the name passed to a call,
 returned, stored, rebound, used in a nested function or as a global elsewhere, `device=` at
 construction, a default device (`with torch.device(...)`, `set_default_device`), a class
-that moves itself (`self.to(`, `self.cuda(`, `self.apply(`) or has a base other than
+that moves itself (`self.to(`, `self.cuda(`, `self.apply(`) or reaches its parts by a computed
+name or a walk (`getattr(self, name).to(dev)` over a map read from a file, `self.children()`), or has a base other than
 `nn.Module` (a library base may place itself).
 """
 
@@ -28,6 +29,7 @@ if TYPE_CHECKING:  # pragma: no cover
 _HARMLESS_METHODS = frozenset({"eval", "train", "forward", "parameters", "named_parameters", "zero_grad"})
 _MODULE_BASES = frozenset({"nn.Module", "torch.nn.Module", "Module"})
 _SELF_MOVES = frozenset({"to", "cuda", "apply", "_apply", "to_empty"})  # self.<one of these>(...)
+_SELF_WALKS = frozenset({"children", "named_children", "modules", "named_modules"})  # may move each part
 NEVER_PLACED = "never placed, so on the CPU"
 
 
@@ -85,15 +87,25 @@ def _plain_module_class(cinfo: ClassInfo, depth: int = 0) -> bool:
 
 
 def _moves_itself(node: cst.CSTNode) -> bool:
-    """Does `node` contain a call `self.to(...)`, `self.cuda(...)`, `self.apply(...)`...?"""
-    if (
-        isinstance(node, cst.Call)
-        and isinstance(node.func, cst.Attribute)
-        and isinstance(node.func.value, cst.Name)
-        and node.func.value.value == "self"
-        and node.func.attr.value in _SELF_MOVES
-    ):
-        return True
+    """Does `node` contain a call `self.to(...)`, `self.cuda(...)`, `self.apply(...)`..., or reach
+    its parts by a computed name or by walking them (`getattr(self, name)`, `setattr(self, name, ...)`,
+    `self.children()`), which may move any of them?"""
+    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+        if (
+            isinstance(node.func.value, cst.Name)
+            and node.func.value.value == "self"
+            and node.func.attr.value in _SELF_MOVES | _SELF_WALKS
+        ):
+            return True
+    if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value in ("getattr", "setattr"):
+        args = node.args
+        if (
+            len(args) >= 2
+            and isinstance(args[0].value, cst.Name)
+            and args[0].value.value == "self"
+            and not isinstance(args[1].value, cst.SimpleString)
+        ):
+            return True
     return any(_moves_itself(c) for c in node.children)
 
 

@@ -20,6 +20,9 @@ Devs = frozenset[str] | None  # a set of device names; None: unknown
 CURRENT = "cuda"  # index-less CUDA device: whatever the current device is
 _MAX_SET = 4
 _SYM_INDEX = re.compile(r"^sym:(.+)\[(-?\d+)\]$")
+# An integer computed from one run-time name: `rank`, `2*rank`, `2*rank+1`, `rank-1` (a device
+# index, alone or in f"cuda:{...}"): (multiplier, name, sign, offset)
+_AFFINE = re.compile(r"^(?:cuda:\{)?(?:(-?\d+)\*)?([A-Za-z_][\w.]*)(?:([+-])(\d+))?\}?$")
 
 
 def one(dev: str) -> frozenset[str]:
@@ -57,8 +60,28 @@ def distinct(a: str, b: str) -> bool:
         ma, mb = _SYM_INDEX.match(a), _SYM_INDEX.match(b)
         # Two entries of one list of devices are taken to be different devices:
         # that is what a list of stage devices is for.
-        return bool(ma and mb and ma.group(1) == mb.group(1) and ma.group(2) != mb.group(2))
+        if ma and mb:
+            return ma.group(1) == mb.group(1) and ma.group(2) != mb.group(2)
+        # `2*rank` and `2*rank+1`: one name, one multiplier, two offsets are two indexes.
+        fa, fb = affine(a[4:]), affine(b[4:])
+        return bool(fa and fb and fa[:2] == fb[:2] and fa[2] != fb[2])
     return _concrete(a) != _concrete(b)
+
+
+def affine(name: str) -> tuple[str, int, int] | None:
+    """(name, multiplier, offset) of a symbolic index `m*name+c` (as `affine_name` writes it,
+    possibly inside f"cuda:{...}"), else None."""
+    m = _AFFINE.match(name)
+    if m is None:
+        return None
+    offset = int(m.group(4) or 0) * (-1 if m.group(3) == "-" else 1)
+    return m.group(2), int(m.group(1) or 1), offset
+
+
+def affine_name(name: str, mult: int, offset: int) -> str:
+    """How a symbolic index `mult*name+offset` is written (`2*rank+1`, `rank-1`, `rank`)."""
+    text = name if mult == 1 else f"{mult}*{name}"
+    return text if offset == 0 else f"{text}{offset:+d}"
 
 
 def conflict(a: Devs, b: Devs) -> tuple[str, str] | None:
@@ -356,14 +379,24 @@ class SuperV(Val):
 
 
 class ParamsOf(Val):
-    """`module.parameters()`: next() of it is the first parameter, on the first placed submodule."""
+    """`module.parameters()`: next() of it is the first parameter, on the first placed submodule.
+    `shape` says how the parameters come: 'params' (`parameters()`, `state_dict().values()`),
+    'named' ((name, parameter) pairs: `named_parameters()`, `state_dict().items()`) or 'mapping'
+    (`state_dict()` itself, whose iteration gives names)."""
 
-    __slots__ = ("mod",)
+    __slots__ = ("mod", "shape")
 
-    def __init__(self, mod: Obj) -> None:
+    def __init__(self, mod: Obj, shape: str = "params") -> None:
         self.mod = mod
+        self.shape = shape
 
     def first(self) -> Val:
+        if self.shape == "mapping":
+            return UNK
+        p = self._first()
+        return SeqV((UNK, p), kind="tuple") if self.shape == "named" else p
+
+    def _first(self) -> Val:
         m = self.mod
         if m.attrs is None:
             return Obj("param", m.devs, origin=m.origin, at=m.at, invariant=True) if m.devs is not None else UNK
@@ -405,8 +438,11 @@ def spans_of(it: Val) -> tuple[list[Val], tuple[str, ...]] | None:
     split model, or a list built from them), with the device of the parameter each item was
     made from (two such iterables pair up item by item only when those agree); else None."""
     if isinstance(it, ParamsOf):
-        reps = it.per_device()
-        return (list(reps), tuple(single(r.devs) or "" for r in reps)) if reps is not None else None
+        reps = it.per_device() if it.shape != "mapping" else None
+        if reps is None:
+            return None
+        by = tuple(single(r.devs) or "" for r in reps)
+        return ([SeqV((UNK, r), kind="tuple") for r in reps] if it.shape == "named" else list(reps)), by
     if isinstance(it, SeqV) and it.items is None and it.spans is not None:
         return list(it.spans), it.spans_by
     return None
@@ -527,6 +563,8 @@ def iter_elem(it: Val, target: str | None) -> Val:
     if isinstance(it, Obj) and it.kind in ("tensor", "any"):
         return it.with_(label="")  # rows of a tensor, items of a module's list output: same device
     if isinstance(it, SeqV):
+        if it.kind == "dict":
+            return UNK  # the keys of a dict whose values are alike (Expressions.ev_comp)
         if it.items is None:
             if isinstance(it.elem, SymV) and it.elem.name.startswith("each:"):
                 return it.elem

@@ -21,7 +21,9 @@ class PreFilter:
         # placement facts of a model.py that only mentions words of other rules.
         every = [r.needs for c, r in rules.items() if c != SYNTAX_ERROR_CODE]
         self._summary_always = any(not needs for needs in every)
-        self._summary_words = sorted({w for needs in every for w in needs})
+        # "Loss": a loss class whose forward names no device still tells an importer's MP008 that it
+        # compares its two inputs (devices/summary.py, _is_loss_of_inputs).
+        self._summary_words = sorted({w for needs in every for w in needs} | {"Loss"})
 
     def signature(self, codes: frozenset[str]) -> str:
         """What the verdict for a file depends on besides its text: the words of

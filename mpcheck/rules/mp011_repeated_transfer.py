@@ -46,10 +46,18 @@ class RepeatedTransfer(Rule):
             else:
                 assert dst is not None  # a transfer repeated by a loop goes to a known device
                 fix = f"move it once before the loop: `{recv} = {recv}.to({device_literal(dst)})`"
+            if how == "call" and not ev.reads_unchanging_attribute:
+                what = f"the same {ev.host_constant_bytes // 1024} KiB, built on the CPU from constants"
+                fix = (
+                    f"build it once on {show(dst)} in __init__ (`self.register_buffer(...)`, or `device=`) "
+                    "and use it directly"
+                )
+            else:
+                what = f"an unchanging {what} on {show(src)}"
             yield self.finding(
                 ctx,
                 ev.node,
-                f"`{recv}` (an unchanging {what} on {show(src)}) is copied to {show(dst)} {when}: {fix}.",
+                f"`{recv}` ({what}) is copied to {show(dst)} {when}: {fix}.",
                 devices=[src, dst],
                 suggestion=fix,
             )
@@ -87,6 +95,8 @@ def _repeated(ev: Transfer) -> str:
         return ""
     if ev.reads_unchanging_attribute:
         return "call"  # self.buffer.to(...) in forward
+    if ev.host_constant_bytes >= REPEAT_MIN_BYTES:
+        return "call"  # torch.tril(torch.ones(S, S)).to(dev) in forward: the same data built and copied
     if ev.bound_outside_loop and not _certainly_small(v.at):
         return "loop"  # a tensor made before the loop, moved again in every iteration
     return ""
