@@ -6,6 +6,7 @@ markers, nothing missing and nothing extra, and a correct program must run to it
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -28,8 +29,16 @@ def _markers(path: Path) -> set[tuple[str, int]]:
 def test_case_findings_equal_markers(case, tmp_path, capsys):
     from mpcheck.runtime.commands.dryrun import main
 
+    # A case runs in this process: what it sets in os.environ (MASTER_ADDR for its process group) must
+    # not reach the next test.
+    env_before = dict(os.environ)
     out = tmp_path / "report.json"
-    main(["--gpus", "2", "--output-format", "json", "-o", str(out), str(case)])
+    try:
+        main(["--gpus", "2", "--output-format", "json", "-o", str(out), str(case)])
+    finally:
+        for key in set(os.environ) - set(env_before):
+            del os.environ[key]
+        os.environ.update(env_before)
     capsys.readouterr()
     report = json.loads(out.read_text())
     got = {(f["code"], f["line"]) for f in report["findings"] if Path(f["path"]).name == case.name}
