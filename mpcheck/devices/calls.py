@@ -507,6 +507,9 @@ class Calls(Part):
         if isinstance(recv, Obj) and meth in _PARAMETER_VIEWS and recv.kind in ("module", "any"):
             if recv.cls is None or recv.cls.method(meth) is None:
                 return ParamsOf(recv, _PARAMETER_VIEWS[meth])
+        if isinstance(recv, SeqV) and recv.module and recv.items and meth in _PARAMETER_VIEWS:
+            # nn.Sequential(a.to("cuda:0"), b.to("cuda:1")): its parameters are its items'.
+            return ParamsOf(_container_module(recv), _PARAMETER_VIEWS[meth])
         if isinstance(recv, ParamsOf) and recv.shape == "mapping" and meth in ("items", "values"):
             return ParamsOf(recv.mod, "named" if meth == "items" else "params")
         if isinstance(recv, Obj):
@@ -618,6 +621,19 @@ def _self_key(v: Val | None) -> Any:
 
 def _nth(exprs: ArgExprs, i: int) -> cst.BaseExpression | None:
     return exprs[i] if exprs is not None and i < len(exprs) else None
+
+
+def _container_module(seq: SeqV) -> Obj:
+    """An nn.Sequential / ModuleList of known items as one module whose attributes are its items (`0`,
+    `1`, ...), split over their devices when they sit on several: what ParamsOf needs to walk it."""
+    items = seq.items or ()
+    attrs: dict[str, Val] = {f"[{i}]": item for i, item in enumerate(items)}
+    placed = [(f"[{i}]", single(item.devs)) for i, item in enumerate(items) if isinstance(item, Obj)]
+    known = [(attr, dev) for attr, dev in placed if dev is not None]
+    devs = {dev for _, dev in known}
+    split = tuple(known) if len(devs) >= 2 else None
+    joined = next(iter(devs)) if len(devs) == 1 and len(known) == len(items) else None
+    return Obj("module", one(joined) if joined else None, attrs=attrs, split=split, origin="an nn.Sequential")
 
 
 # A module's methods that walk its parameters, and how they give them (values.ParamsOf.shape).
