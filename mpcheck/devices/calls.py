@@ -6,6 +6,7 @@ library names go to `library.Library`, moves to `moves.Moves`.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -115,7 +116,9 @@ class Calls(Part):
             tuple(sorted((k, value_key(v)) for k, v in kwargs.items())),
             st.cur,
             st.mode,
-            len(self.interp.probes),
+            # A probe run records where its marked arguments are used: a result memoised by another
+            # probe (of another module, with the same marks) would skip that, so each probe has its own.
+            self.interp.probes[-1].setdefault("serial", next(_PROBE_SERIALS)) if self.interp.probes else None,
         )
         if key in self.interp.memo and not st.in_init:
             # (In an __init__ a helper runs again: each call builds modules of its own, Obj.ident.)
@@ -353,7 +356,9 @@ class Calls(Part):
         """Where the forward first uses each positional argument in `positions`, unmoved
         (a probe run, reporting nothing, with those arguments marked by probe devices and
         the others as given): {position: devs}; absent where it moves it first or never uses it."""
-        key = ("arg_needs", tuple(positions), tuple(value_key(a) for a in args))
+        # Keyed by the module's devices too: two placements of one construction (`Block(d).to("cuda:0")`,
+        # `Block(d).to("cuda:1")`) share its `extra`, and need their arguments on different devices.
+        key = ("arg_needs", tuple(positions), tuple(value_key(a) for a in args), mod.devs, mod.split)
         cache = mod.extra.setdefault("probes", {}) if mod.extra is not None else None
         if cache is not None and key in cache:
             cached: dict[int, Devs] = cache[key]
@@ -609,6 +614,9 @@ class Calls(Part):
         if isinstance(recv, Const) and isinstance(recv.value, str) and meth == "format":
             return UNK
         return UNK
+
+
+_PROBE_SERIALS = itertools.count()  # a probe run's own memo key (ids of freed dicts come back)
 
 
 def _self_key(v: Val | None) -> Any:
