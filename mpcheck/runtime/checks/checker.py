@@ -37,6 +37,7 @@ from mpcheck.runtime.checks.placement import (
     names_device_index,
 )
 from mpcheck.runtime.checks.provenance import Provenance
+from mpcheck.runtime.checks.recurrence import Mark, recurs
 from mpcheck.runtime.checks.sites import UNKNOWN, Site, user_frame, user_site
 from mpcheck.runtime.checks.torchapi import CPU_INDEX_NAMES, is_loss, is_loss_module
 from mpcheck.runtime.checks.wording import size_words, tensor_words
@@ -303,8 +304,8 @@ class Checker:
         # id(storage) of a transfer's output -> (ref to that output's data, src device, site):
         # what arrived where, to recognise it going straight back (MP005).
         self._arrivals: dict[int, tuple[_StorageRef, str, Site]] = {}
-        # (id(storage), offset, shape, stride, dst) -> [ref, first site, last step]: what was moved
-        # where, to recognise the same unchanged data moved again (MP011).
+        # (id(storage), offset, shape, stride, dst) -> [ref, first site, last step, Mark]: what was
+        # moved where, to recognise the same unchanged data moved again (MP011; recurrence.py).
         self._moves: dict[tuple[int, int, tuple[int, ...], tuple[int, ...], str], list[Any]] = {}
         # id(module) -> the one device of its own params/buffers, or None (none / several).
         self._placement: dict[int, tuple[weakref.ref[Any], str | None]] = {}
@@ -320,7 +321,7 @@ class Checker:
         # and per (site, destination) how many such copies were made there.
         self.provenance = Provenance(torch.Tensor)
         self._provenance_forward = -1  # the forward pass (per thread count) of the last refresh
-        self._const_copies: dict[tuple[Site, str], int] = {}
+        self._const_copies: dict[tuple[Site, str], tuple[int, Mark]] = {}
         # Where modules were built and placed, tensors made on the current device (placement.py).
         self.placements = Placements()
         # id(root module) -> ref: roots whose first call has been checked for a collapsed split (MP004).
@@ -1144,6 +1145,14 @@ class Checker:
         own transfers, chained per step for MP006) is over; the next transfer starts a new chain.
         Without it, a loop with no optimizer step reads as one chain over all its passes."""
         self._tls.top_pass_over = True
+        self._tls.passes_ended += 1
+
+    def _run_mark(self) -> Mark:
+        """Where the program's run stands for MP011 (recurrence.py): None inside a forward pass."""
+        tls = self._tls
+        if tls.stack:
+            return None
+        return (threading.get_ident(), tls.forwards, tls.passes_ended, self.ledger.step_index)
 
     def _report_ping_pong(self, chain: Chain) -> None:
         site = chain.back_site
@@ -1257,14 +1266,17 @@ class Checker:
         key = (id(storage), t.storage_offset(), tuple(t.shape), t.stride(), dst_dev)
         entry = self._moves.get(key)
         step = self.ledger.step_index
+        mark = self._run_mark()
+        in_library = site is not None and site.context is not None
         if (
             entry is not None
             and entry[0].ref() is storage
             and entry[0].version is not None
             and entry[0].version == _version_of(t)
+            and recurs(entry[3], mark, in_library=in_library)  # else a copy of setup's (loading a model)
         ):
             first_site, first_step = entry[1], entry[2]
-            entry[2] = step
+            entry[2], entry[3] = step, mark
             when = "in this step" if first_step == step else "in an earlier step, and it has not changed since"
             self.emit(
                 "MP011",
@@ -1277,7 +1289,7 @@ class Checker:
                 extra={"first_site": str(first_site), "scope": "step" if first_step == step else "steps"},
             )
             return True
-        self._moves[key] = [_StorageRef(t), site or UNKNOWN, step]
+        self._moves[key] = [_StorageRef(t), site or UNKNOWN, step, mark]
         if len(self._moves) > self._purge_at:
             self._purge()
         return False
@@ -1291,10 +1303,12 @@ class Checker:
         if site is None or site.context or not self.provenance.is_const(t):
             return
         key = (site, dst_dev)
-        seen = self._const_copies.get(key, 0) + 1
+        mark = self._run_mark()
+        seen, last = self._const_copies.get(key, (0, mark))
+        seen += 1
         if len(self._const_copies) < _PURGE_AT or key in self._const_copies:
-            self._const_copies[key] = seen
-        if seen < 2:
+            self._const_copies[key] = (seen, mark)
+        if seen < 2 or not recurs(last, mark, in_library=False):  # setup, not the model's work (recurrence.py)
             return
         self.emit(
             "MP011",
@@ -1556,6 +1570,7 @@ class _ThreadState(threading.local):
         # Transfers outside any module: forward passes ended by a backward (MP006 chains per pass).
         self.top_passes = 0
         self.top_pass_over = False
+        self.passes_ended = 0  # losses and backward passes seen: the model ran (MP011, recurrence.py)
         # > 0 while a module call of a signature checked clean runs with the modes stepped aside
         # (capture/signatures.py): transfers are then recorded by capture/transfers.py instead.
         self.unchecked = 0
