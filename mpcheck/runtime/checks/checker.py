@@ -39,7 +39,7 @@ from mpcheck.runtime.checks.placement import (
 from mpcheck.runtime.checks.provenance import Provenance
 from mpcheck.runtime.checks.recurrence import Mark, recurs
 from mpcheck.runtime.checks.sites import UNKNOWN, Site, user_frame, user_site
-from mpcheck.runtime.checks.torchapi import CPU_INDEX_NAMES, is_loss, is_loss_module
+from mpcheck.runtime.checks.torchapi import CPU_INDEX_NAMES, PER_INDEX_PREFIXES, is_loss, is_loss_module
 from mpcheck.runtime.checks.wording import size_words, tensor_words
 
 __all__ = [
@@ -276,6 +276,7 @@ class Checker:
         import torch  # the runtime faces are the only place torch is imported
 
         self._tensor = torch.Tensor
+        self._grad_enabled = torch.is_grad_enabled
         self._module_type = torch.nn.Module
         self._tf_depth = torch._C._len_torch_function_stack
         self._no_torch_function = torch._C.DisableTorchFunction
@@ -581,6 +582,8 @@ class Checker:
         name: str | None,
         phase: str | None,
     ) -> tuple[Args, Kwargs]:
+        if getattr(func, "__name__", "").startswith(PER_INDEX_PREFIXES):
+            return self._check_per_index(func, args, kwargs, site=site, module=module, name=name, phase=phase)
         device_of = self.devices.device_of
         first_dev = None
         first = None
@@ -609,6 +612,44 @@ class Checker:
             what += " (in backward)"
         assert first_dev is not None  # the odd tensors are those off the first device
         return self._mismatch(what, first_dev, odd, args, kwargs, site=site, module=module, loss=loss, first=first)
+
+    def _check_per_index(
+        self,
+        func: Any,
+        args: Args,
+        kwargs: Kwargs,
+        *,
+        site: Site | None,
+        module: str | None,
+        name: str | None,
+        phase: str | None,
+    ) -> tuple[Args, Kwargs]:
+        """A call that pairs its tensor lists index by index (torchapi.PER_INDEX_PREFIXES): each index's
+        tensors, with the arguments that are single tensors, on one device (a 0-dim CPU tensor mixes)."""
+        device_of = self.devices.device_of
+        groups: dict[int | None, list[tuple[Where, Any]]] = {}
+        for loc, t in _iter_tensors(args, kwargs, self._tensor):
+            groups.setdefault(loc[1], []).append((loc, t))
+        singles = groups.pop(None, [])
+        what = name or _op_name(func)
+        if phase == "backward":
+            what += " (in backward)"
+        for _, members in sorted(groups.items()):
+            first_dev, first = None, None
+            odd: list[tuple[Where, Any, str]] = []
+            for loc, t in (*members, *singles):
+                d = device_of(t)
+                if d == first_dev or (d == "cpu" and t.dim() == 0):
+                    continue
+                if first_dev is None:
+                    first_dev, first = d, t
+                else:
+                    odd.append((loc, t, d))
+            if odd and first_dev is not None and self.wants("MP001"):
+                args, kwargs = self._mismatch(
+                    what, first_dev, odd, args, kwargs, site=site, module=module, loss=False, first=first
+                )
+        return args, kwargs
 
     def check_module_entry(
         self, module: Any, path: str, args: Args, kwargs: Kwargs, *, site: Site | None = None
@@ -1144,15 +1185,24 @@ class Checker:
         """A loss ran, or a backward: the forward pass of code outside any module (a training loop's
         own transfers, chained per step for MP006) is over; the next transfer starts a new chain.
         Without it, a loop with no optimizer step reads as one chain over all its passes."""
-        self._tls.top_pass_over = True
-        self._tls.passes_ended += 1
+        tls = self._tls
+        tls.top_pass_over = True
+        tls.passes_ended += 1
+        tls.top_calls.clear()
+
+    def on_top_call(self, module: Any) -> None:
+        """An outermost module call. A module the current pass already called starts the next pass
+        (a generation loop with no loss or step: the new token goes back to the first stage, a way
+        back that is the loop's, not a layer's ping-pong)."""
+        calls = self._tls.top_calls
+        if id(module) in calls:
+            self.end_top_pass()
+        calls.add(id(module))
 
     def _run_mark(self) -> Mark:
-        """Where the program's run stands for MP011 (recurrence.py): None inside a forward pass."""
+        """Where the program's run stands for MP011 (recurrence.py)."""
         tls = self._tls
-        if tls.stack:
-            return None
-        return (threading.get_ident(), tls.forwards, tls.passes_ended, self.ledger.step_index)
+        return (threading.get_ident(), tls.forwards, tls.passes_ended, self.ledger.step_index, bool(tls.stack))
 
     def _report_ping_pong(self, chain: Chain) -> None:
         site = chain.back_site
@@ -1273,7 +1323,7 @@ class Checker:
             and entry[0].ref() is storage
             and entry[0].version is not None
             and entry[0].version == _version_of(t)
-            and recurs(entry[3], mark, in_library=in_library)  # else a copy of setup's (loading a model)
+            and recurs(entry[3], mark, in_library=in_library, in_graph=t.requires_grad and self._grad_enabled())
         ):
             first_site, first_step = entry[1], entry[2]
             entry[2], entry[3] = step, mark
@@ -1571,6 +1621,7 @@ class _ThreadState(threading.local):
         self.top_passes = 0
         self.top_pass_over = False
         self.passes_ended = 0  # losses and backward passes seen: the model ran (MP011, recurrence.py)
+        self.top_calls: set[int] = set()  # id() of the modules the current pass called outermost
         # > 0 while a module call of a signature checked clean runs with the modes stepped aside
         # (capture/signatures.py): transfers are then recorded by capture/transfers.py instead.
         self.unchecked = 0

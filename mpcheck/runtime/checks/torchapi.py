@@ -51,6 +51,7 @@ PYTHON_CALLS: dict[str, int] = {
     "is_shared": PASS,
     "_is_view": PASS,
     "type": PASS,
+    "type_as": PASS,  # `a.type_as(b)` is `a.type(b.type())`: a conversion (CUDA types: to the current GPU)
     "__get__": PASS,  # every Tensor property getter: .device, .shape, .grad, ...
     # its value, printed or converted
     "__len__": PASS,
@@ -130,6 +131,11 @@ ATEN_OPS: dict[str, int] = {
 
 # The names the checker lets mix CPU tensors with other devices, whatever their namespace.
 CPU_INDEX_NAMES = frozenset(name for name, kind in PYTHON_CALLS.items() if kind == CPU_INDEX)
+# Calls over lists of tensors that pair their lists index by index (`torch._foreach_lerp_(ema, params, w)`,
+# the fused optimizers' kernels): the i-th tensors of the lists must share a device, but the lists may
+# span several devices (a split model's parameters; PyTorch takes its per-tensor path then).
+PER_INDEX_PREFIXES = ("_foreach_", "_fused_")
+
 # What the strict mode names an aten CPU_INDEX op for the checker: a name in CPU_INDEX_NAMES.
 ATEN_CPU_INDEX_AS = "__getitem__"
 

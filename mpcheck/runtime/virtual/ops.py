@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.utils._device as _device_ctx
 
+from mpcheck.runtime.checks.torchapi import PER_INDEX_PREFIXES
 from mpcheck.runtime.virtual.autocast import ANY as AUTOCAST_ANY
 from mpcheck.runtime.virtual.autocast import cast_inputs
 from mpcheck.runtime.virtual.errors import (
@@ -101,6 +102,10 @@ def generic(g: VirtualGPUs, func, args, kwargs):
         kwargs.pop("pin_memory", None)
         target = "cpu"
     dev, other = scan(g, args, kwargs)
+    if other is not None and getattr(func, "__name__", "").startswith(PER_INDEX_PREFIXES):
+        groups = _index_groups(g, args, kwargs)
+        if len(groups) > 1:
+            return _per_device(g, func, args, kwargs, groups)
     if other is not None and func not in MIXES_DEVICES:
         raise VirtualDeviceError(
             f"Expected all tensors to be on the same device, but found at least two devices, {dev} and {other}!"
@@ -118,6 +123,38 @@ def generic(g: VirtualGPUs, func, args, kwargs):
     if lab is not None and out is not None:
         g.label_outputs(out, lab, args[0] if args else None)
     return out
+
+
+def _index_groups(g: VirtualGPUs, args: tuple, kwargs: dict) -> list[list[int]]:
+    """The indices of a per-index call's lists, grouped by the device of the first list's tensor."""
+    firsts = next(
+        a for a in (*args, *kwargs.values()) if isinstance(a, (list, tuple)) and a and isinstance(a[0], torch.Tensor)
+    )
+    by_dev: dict[str | None, list[int]] = {}
+    for i, t in enumerate(firsts):
+        by_dev.setdefault(g.label_of(t), []).append(i)
+    return list(by_dev.values())
+
+
+def _per_device(g: VirtualGPUs, func, args: tuple, kwargs: dict, groups: list[list[int]]):
+    """A call that pairs its lists index by index (`torch._foreach_lerp_(ema, params, w)`) over lists
+    that span several virtual GPUs: PyTorch runs it tensor by tensor then; here, one call per device
+    (each checked as any call is: a pair of tensors on two devices still fails), the outputs put back
+    in order."""
+    n = sum(len(idx) for idx in groups)
+
+    def pick(a: Any, idx: list[int]) -> Any:
+        return [a[i] for i in idx] if isinstance(a, (list, tuple)) and len(a) == n else a
+
+    outs: list[Any] = [None] * n
+    returned_list = False
+    for idx in groups:
+        out = generic(g, func, tuple(pick(a, idx) for a in args), {k: pick(v, idx) for k, v in kwargs.items()})
+        if isinstance(out, (list, tuple)):
+            returned_list = True
+            for i, o in zip(idx, out):
+                outs[i] = o
+    return outs if returned_list else None
 
 
 def _on_cpu(device: Any) -> bool:

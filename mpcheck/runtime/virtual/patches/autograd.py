@@ -36,14 +36,14 @@ def install_python(g: VirtualGPUs, p: Patches) -> None:
         return orig_checkpoint(_with_modes(g, function), *args, **kwargs)
 
     p.set(ckpt, "checkpoint", checkpoint)
-    # Its determinism check compares each saved tensor's device in forward and in recompute; pack
-    # hooks run with or without the modes depending on who saves: compare virtual devices always.
+    # Its determinism check compares each saved tensor's device in forward and in recompute. Pack
+    # hooks run with or without the modes depending on who saves, and an op's output is saved before
+    # the dry run labels it with its virtual device (a Tanh's result in forward, while in recompute
+    # the same storage may be labelled already): compare the backing device, the same on both sides.
     checks = getattr(ckpt, "_allowed_determinism_checks_to_fns", None)
     default = getattr(ckpt, "_DEFAULT_DETERMINISM_MODE", None)
     if isinstance(checks, dict) and default in checks:
-        p.set_item(
-            checks, default, lambda x: {"shape": x.shape, "dtype": x.dtype, "device": torch.device(g.device_of(x))}
-        )
+        p.set_item(checks, default, _saved_metadata)
 
     orig_apply = Function.__dict__["apply"].__func__
 
@@ -73,6 +73,12 @@ def install_python(g: VirtualGPUs, p: Patches) -> None:
         return _with_modes(g, orig_bw)(self, *grads)
 
     p.set(BackwardCFunction, "apply", backward_apply)
+
+
+def _saved_metadata(x: torch.Tensor) -> dict[str, Any]:
+    """Checkpoint's metadata of a saved tensor, with its backing device (not its virtual one)."""
+    with torch._C.DisableTorchFunction():
+        return {"shape": x.shape, "dtype": x.dtype, "device": x.device}
 
 
 def _with_modes(g: VirtualGPUs, fn: Callable) -> Callable:

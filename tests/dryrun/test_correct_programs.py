@@ -1,0 +1,199 @@
+"""Correct programs that once gave a false finding or stopped the dry run, each beside the bug of its
+family that must still be reported (found by writing correct model-parallel programs in many styles and
+running them under `mpcheck dryrun --gpus 2` and `--gpus 4`)."""
+
+import pytest
+from dryrun_helpers import codes_at
+
+GPUS = ["2", "4"]
+
+# Activation checkpointing inside each stage: checkpoint's determinism check compares each saved
+# tensor's device in forward and in recompute; a Tanh's result is saved before the dry run labels it.
+CHECKPOINTED_STAGES = """
+import torch
+import torch.nn as nn
+from torch.utils.checkpoint import checkpoint, checkpoint_sequential
+
+devs = [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+
+
+class Stage(nn.Module):
+    def __init__(self, dev):
+        super().__init__()
+        self.dev = dev
+        self.layers = nn.Sequential(*[nn.Sequential(nn.Linear(64, 64), nn.Tanh()) for _ in range(3)]).to(dev)
+
+    def forward(self, x):
+        return checkpoint(self.layers, x.to(self.dev), use_reentrant=False)
+
+
+stages = nn.ModuleList([Stage(d) for d in devs])
+tail = nn.Sequential(*[nn.Linear(64, 64) for _ in range(4)]).to(devs[-1])
+opt = torch.optim.SGD([*stages.parameters(), *tail.parameters()], lr=0.01)
+for step in range(2):
+    x = torch.randn(8, 64, requires_grad=True)
+    for s in stages:
+        x = s(x)
+    checkpoint_sequential(tail, 2, x, use_reentrant=True).sum().backward()
+    opt.step()
+    opt.zero_grad()
+print("finished")
+"""
+
+
+@pytest.mark.parametrize("gpus", GPUS)
+def test_activation_checkpointing_in_every_stage_runs_clean(script, dryrun_cli, gpus):
+    status, report, err = dryrun_cli(script(CHECKPOINTED_STAGES), "--gpus", gpus)
+    assert status == 0, err
+    assert report["findings"] == []
+
+
+# An EMA of a split model's weights with one foreach call: the lists span the GPUs, pairwise on one.
+EMA = """
+import copy
+import torch
+import torch.nn as nn
+
+last = f"cuda:{torch.cuda.device_count() - 1}"
+model = nn.Sequential(nn.Linear(64, 64).to("cuda:0"), nn.Linear(64, 8).to(last))
+ema = copy.deepcopy(model).requires_grad_(False)
+shadow = SHADOW
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
+for step in range(2):
+    model[1](model[0](torch.randn(4, 64, device="cuda:0")).to(last)).sum().backward()
+    opt.step()
+    opt.zero_grad()
+    with torch.no_grad():
+        torch._foreach_lerp_(shadow, [p.detach() for p in model.parameters()], 0.01)  # <- lerp
+        norms = torch._foreach_norm(shadow)
+print("finished")
+"""
+
+
+@pytest.mark.parametrize("gpus", GPUS)
+def test_a_foreach_call_over_lists_that_span_the_gpus_runs_clean(script, dryrun_cli, gpus):
+    s = script(EMA.replace("SHADOW", "list(ema.parameters())"))
+    status, report, err = dryrun_cli(s, "--gpus", gpus)
+    assert status == 0, err
+    assert report["findings"] == []
+
+
+def test_a_foreach_call_that_pairs_tensors_on_two_gpus_is_reported(script, dryrun_cli):
+    # Every shadow weight on cuda:0: the last layer's weights pair a cuda:0 tensor with a cuda:1 one.
+    s = script(EMA.replace("SHADOW", '[p.to("cuda:0") for p in ema.parameters()]'))
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert ("MP001", s.line("lerp")) in codes_at(report)
+    (f,) = [f for f in report["findings"] if f["line"] == s.line("lerp")]
+    assert "cuda:1" in f["message"] and "cuda:0" in f["message"]
+
+
+# Fused and foreach optimizers over a split model (Adam's max_exp_avg_sqs is an empty list without
+# amsgrad: the grouping by virtual device keeps it empty, as PyTorch's C++ does).
+OPTIMIZERS = """
+import torch
+import torch.nn as nn
+
+last = f"cuda:{torch.cuda.device_count() - 1}"
+model = nn.Sequential(nn.Linear(64, 64).to("cuda:0"), nn.Linear(64, 64).to(last))
+for opt in (
+    torch.optim.Adam(model.parameters(), lr=1e-3, fused=True),
+    torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True, amsgrad=True),
+    torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9, foreach=True),
+):
+    for step in range(2):
+        model[1](model[0](torch.randn(4, 64, device="cuda:0")).to(last)).square().mean().backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=True)
+        opt.step()
+        opt.zero_grad()
+print("finished")
+"""
+
+
+@pytest.mark.parametrize("gpus", GPUS)
+def test_fused_and_foreach_optimizers_over_a_split_model_run_clean(script, dryrun_cli, gpus):
+    status, report, err = dryrun_cli(script(OPTIMIZERS), "--gpus", gpus)
+    assert status == 0, err
+    assert report["findings"] == []
+
+
+# `a.type_as(b)` is `a.type(b.type())`: a host tensor goes to the current GPU, whatever b's GPU is.
+TYPE_AS = """
+import torch
+
+last = f"cuda:{torch.cuda.device_count() - 1}"
+h = torch.randn(4, 64, device=last)
+g = torch.ones(4, 64).type_as(h)
+assert g.device == torch.device("cuda:0"), g.device
+total = (h + g.to(h.device)).sum()
+half = torch.ones(2).type_as(h.half())
+assert half.dtype == torch.float16
+print("finished")
+"""
+
+
+@pytest.mark.parametrize("gpus", GPUS)
+def test_type_as_converts_to_the_current_gpu_without_a_finding(script, dryrun_cli, gpus):
+    status, report, err = dryrun_cli(script(TYPE_AS), "--gpus", gpus)
+    assert status == 0, err
+    assert report["findings"] == []
+
+
+# Tied embeddings across two GPUs with gradient accumulation: each forward pass copies the weight for
+# its own graph, which backward frees; the weight does not change between the micro-batches, yet
+# the next pass needs a copy of its own (recurrence.py).
+TIED_ACCUMULATION = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+last = f"cuda:{torch.cuda.device_count() - 1}"
+emb = nn.Embedding(2000, 128).to("cuda:0")     # 1 MB of weights
+body = nn.Linear(128, 128).to(last)
+opt = torch.optim.AdamW([*emb.parameters(), *body.parameters()], lr=1e-3)
+for step in range(2):
+    for micro in range(4):
+        ids = torch.randint(0, 2000, (2, 16))
+        h = body(emb(ids.to("cuda:0")).to(last))
+        logits = h @ emb.weight.to(last).t()  # <- tied
+        TWICE
+        F.cross_entropy(logits.flatten(0, 1), ids.flatten().to(last)).backward()
+    opt.step()
+    opt.zero_grad()
+print("finished")
+"""
+
+
+@pytest.mark.parametrize("gpus", GPUS)
+def test_a_tied_weight_copied_once_per_forward_with_gradient_accumulation_runs_clean(script, dryrun_cli, gpus):
+    status, report, err = dryrun_cli(script(TIED_ACCUMULATION.replace("TWICE", "pass")), "--gpus", gpus)
+    assert status == 0, err
+    assert report["findings"] == []
+
+
+def test_a_tied_weight_copied_twice_in_one_forward_is_a_repeat(script, dryrun_cli):
+    s = script(TIED_ACCUMULATION.replace("TWICE", "logits = logits + h @ emb.weight.to(last).t()  # <- again"))
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 0, err
+    assert codes_at(report) == [("MP011", s.line("again"))]
+
+
+def test_a_weight_copied_in_every_step_of_an_inference_loop_is_a_repeat(script, dryrun_cli):
+    # Under no_grad the copy is no graph's: one copy kept on the last GPU would serve every step. The
+    # new token's way back to the first GPU in each step is the loop's, not a ping-pong (MP006): calling
+    # `emb` again starts the next pass.
+    s = script("""
+import torch
+import torch.nn as nn
+
+last = f"cuda:{torch.cuda.device_count() - 1}"
+emb = nn.Embedding(2000, 128).to("cuda:0")
+body = nn.Linear(128, 128).to(last)
+with torch.no_grad():
+    tok = torch.zeros(1, 1, dtype=torch.long)
+    for step in range(3):
+        h = body(emb(tok.to("cuda:0")).to(last))
+        tok = (h @ emb.weight.to(last).t()).argmax(-1)  # <- tied
+""")
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 0, err
+    assert codes_at(report) == [("MP011", s.line("tied"))]
