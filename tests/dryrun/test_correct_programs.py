@@ -197,3 +197,52 @@ with torch.no_grad():
     status, report, err = dryrun_cli(s, "--gpus", "2")
     assert status == 0, err
     assert codes_at(report) == [("MP011", s.line("tied"))]
+
+
+# A mixture of experts spread over the GPUs: each expert gets its rows of one input and its result is
+# gathered back on cuda:0. The chain cuda:0 -> cuda:1 -> cuda:0 -> cuda:1 ... is a star, not a
+# ping-pong: no result that came back went into the next expert's rows (pingpong.py asks autograd).
+MOE = """
+import torch
+import torch.nn as nn
+
+n, E, d = torch.cuda.device_count(), 4, 64
+devs = [torch.device("cuda", e * n // E) for e in range(E)]
+gate = nn.Linear(d, E).to("cuda:0")
+proj = nn.Linear(d, d).to("cuda:0")
+experts = nn.ModuleList([nn.Sequential(nn.Linear(d, d), nn.GELU()).to(dv) for dv in devs])
+opt = torch.optim.Adam([*gate.parameters(), *proj.parameters(), *experts.parameters()])
+for step in range(2):
+    x = INPUT
+    w, idx = gate(x).softmax(-1).topk(2, dim=-1)
+    out = torch.zeros_like(x)
+    for e, (dev, expert) in enumerate(zip(devs, experts)):
+        rows, slot = (idx == e).nonzero(as_tuple=True)
+        y = expert(x[rows].to(dev)).to(x.device)
+        out.index_add_(0, rows, y * w[rows, slot].unsqueeze(-1))
+    out.pow(2).mean().backward()
+    opt.step()
+    opt.zero_grad()
+print("finished")
+"""
+
+
+@pytest.mark.parametrize("gpus", GPUS)
+@pytest.mark.parametrize("data", ["torch.randn(64, d, device='cuda:0')", "proj(torch.randn(64, d, device='cuda:0'))"])
+def test_experts_fed_from_one_input_and_gathered_back_are_not_a_ping_pong(script, dryrun_cli, gpus, data):
+    status, report, err = dryrun_cli(script(MOE.replace("INPUT", data)), "--gpus", gpus)
+    assert status == 0, err
+    assert report["findings"] == []
+
+
+def test_layers_fed_by_the_previous_result_across_two_gpus_are_still_a_ping_pong(script, dryrun_cli):
+    # The same loop, each expert now fed the previous expert's gathered result: a ping-pong.
+    s = script(
+        MOE.replace("INPUT", "proj(torch.randn(64, d, device='cuda:0'))")
+        .replace("y = expert(x[rows].to(dev)).to(x.device)", "y = expert(x[rows].to(dev)).to(x.device)  # <- hop")
+        .replace("out.index_add_(0, rows, y * w[rows, slot].unsqueeze(-1))", "x = x.index_add(0, rows, y)")
+        .replace("out.pow(2)", "x.pow(2)")
+    )
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 0, err
+    assert ("MP006", s.line("hop")) in codes_at(report)

@@ -26,7 +26,7 @@ from mpcheck import codes
 from mpcheck.finding import Finding
 from mpcheck.runtime.checks.collapse import Collapses
 from mpcheck.runtime.checks.ledger import Ledger, TransferTiming
-from mpcheck.runtime.checks.pingpong import Chain, Layers, PingPong, describe, find_shared
+from mpcheck.runtime.checks.pingpong import LEAF, Chain, Layers, PingPong, describe, find_shared
 from mpcheck.runtime.checks.placement import (
     Cause,
     Made,
@@ -1176,8 +1176,13 @@ class Checker:
                     departure: _StorageRef | None = _StorageRef(src_tensor)
                 except Exception:  # a tensor without storage (a subclass): nothing to follow
                     departure = None
+                with self._no_torch_function():  # grad_fn as autograd made it (pingpong: data dependence)
+                    sent = src_tensor.grad_fn
+                    if sent is None and self._grad_enabled():
+                        sent = LEAF
+                    nodes = (sent, out_tensor.grad_fn if out_tensor is not None else None)
                 for chain in self._pingpong.on_transfer(
-                    src_tensor, src_dev, dst_dev, scope, key, site or UNKNOWN, module_path, arrival, departure
+                    src_tensor, src_dev, dst_dev, scope, key, site or UNKNOWN, module_path, arrival, departure, nodes
                 ):
                     self._report_ping_pong(chain)
 
