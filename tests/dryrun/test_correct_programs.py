@@ -246,3 +246,31 @@ def test_layers_fed_by_the_previous_result_across_two_gpus_are_still_a_ping_pong
     status, report, err = dryrun_cli(s, "--gpus", "2")
     assert status == 0, err
     assert ("MP006", s.line("hop")) in codes_at(report)
+
+
+# A LazyLinear on the last GPU, initialised by a first call: its UninitializedParameter has no storage
+# (nor size) until then, which the virtual devices and the report's module sizes must let be.
+LAZY = """
+import torch
+import torch.nn as nn
+
+last = f"cuda:{torch.cuda.device_count() - 1}"
+f = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU()).to("cuda:0")
+g = nn.Sequential(nn.Flatten(), nn.LazyLinear(10)).to(last)
+unused = nn.LazyLinear(4).to(last)  # never called: still lazy at the end
+net = nn.ModuleList([f, g, unused])
+with torch.no_grad():
+    g(f(torch.randn(1, 3, 16, 16, device="cuda:0")).to(last))
+opt = torch.optim.SGD(g.parameters(), lr=0.1)
+g(f(torch.randn(4, 3, 16, 16, device="cuda:0")).to(last)).sum().backward()
+opt.step()
+print("finished")
+"""
+
+
+@pytest.mark.parametrize("gpus", GPUS)
+def test_a_lazy_module_on_a_gpu_runs_clean(script, dryrun_cli, gpus, tmp_path):
+    s = script(LAZY)
+    status, report, err = dryrun_cli(s, "--gpus", gpus, "--html", str(tmp_path / "report.html"))
+    assert status == 0, err
+    assert report["findings"] == []

@@ -285,7 +285,7 @@ class Session:
         with self.checker.suspend():
             for root in self._roots():
                 for p in root.parameters():
-                    if id(p) in seen:
+                    if id(p) in seen or torch.nn.parameter.is_lazy(p):  # a LazyModule never called: no size
                         continue
                     seen.add(id(p))
                     add(dev_of(p), "params", p.numel() * p.element_size())

@@ -39,8 +39,15 @@ class Placement:
             params = list(sub.parameters(recurse=False))
             tensors = params or list(sub.buffers(recurse=False))
             devices = tuple(sorted({device_of(t) for t in tensors}))
-            nbytes = sum(p.numel() * p.element_size() for p in params)
+            nbytes = sum(_nbytes(p) for p in params)
             self.rows[path] = ModuleRow(path, type(sub).__name__, devices, nbytes)
+
+
+def _nbytes(t: Any) -> int:
+    try:
+        return int(t.numel() * t.element_size())
+    except ValueError:  # a LazyModule's parameter before its first call: no size yet
+        return 0
 
 
 def watch(session: Any, placement: Placement) -> None:
