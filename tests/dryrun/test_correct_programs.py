@@ -274,3 +274,22 @@ def test_a_lazy_module_on_a_gpu_runs_clean(script, dryrun_cli, gpus, tmp_path):
     status, report, err = dryrun_cli(s, "--gpus", gpus, "--html", str(tmp_path / "report.html"))
     assert status == 0, err
     assert report["findings"] == []
+
+
+def test_a_checkpoint_saved_under_meta_backing_stops_with_the_limit_message(script, dryrun_cli, tmp_path):
+    s = script(f"""
+import torch
+import torch.nn as nn
+
+model = nn.Sequential(nn.Linear(32, 32).to("cuda:0"), nn.Linear(32, 32).to("cuda:1"))
+model[1](model[0](torch.randn(2, 32, device="cuda:0")).to("cuda:1")).sum().backward()
+torch.save(model.state_dict(), {str(tmp_path / "ckpt.pt")!r})  # <- save
+""")
+    status, report, err = dryrun_cli(s, "--gpus", "2", "--backing", "meta")
+    assert status == 1
+    assert f"train.py:{s.line('save')}: torch.save() needs tensor values" in report["stopped"]
+    assert "--backing cpu" in report["stopped"]
+    assert "Traceback" not in err
+    status, report, err = dryrun_cli(s, "--gpus", "2")  # with values, the checkpoint is written
+    assert status == 0, err
+    assert (tmp_path / "ckpt.pt").exists()
