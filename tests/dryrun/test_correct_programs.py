@@ -293,3 +293,33 @@ torch.save(model.state_dict(), {str(tmp_path / "ckpt.pt")!r})  # <- save
     status, report, err = dryrun_cli(s, "--gpus", "2")  # with values, the checkpoint is written
     assert status == 0, err
     assert (tmp_path / "ckpt.pt").exists()
+
+
+# Activations offloaded to the host while the forward runs (saved-tensor hooks): the hooks run inside the
+# ops, and with pin_memory their staging buffer asked for a page-locked allocator a CPU build lacks.
+SAVE_ON_CPU = """
+import torch
+import torch.nn as nn
+
+last = f"cuda:{torch.cuda.device_count() - 1}"
+a = nn.Sequential(nn.Linear(128, 128), nn.GELU()).to("cuda:0")
+b = nn.Sequential(nn.Linear(128, 128), nn.GELU()).to(last)
+opt = torch.optim.SGD([*a.parameters(), *b.parameters()], lr=0.1)
+for step in range(2):
+    with torch.autograd.graph.save_on_cpu(pin_memory=PIN):
+        out = b(a(torch.randn(16, 128, device="cuda:0")).to(last))
+    out.square().mean().backward()
+    assert a[0].weight.grad.device == torch.device("cuda:0")
+    opt.step()
+    opt.zero_grad()
+print("finished")
+"""
+
+
+@pytest.mark.parametrize("pin", ["True", "False"])
+def test_activations_saved_on_the_host_run_clean(script, dryrun_cli, pin):
+    status, report, err = dryrun_cli(script(SAVE_ON_CPU.replace("PIN", pin)), "--gpus", "2")
+    assert status == 0, err
+    assert report["findings"] == []
+    pairs = {(p["src"], p["dst"]) for p in report["transfers"]["by_pair"]}
+    assert ("cuda:0", "cpu") in pairs and ("cuda:1", "cpu") in pairs  # the offload's copies are counted

@@ -45,6 +45,17 @@ def install_python(g: VirtualGPUs, p: Patches) -> None:
     if isinstance(checks, dict) and default in checks:
         p.set_item(checks, default, _saved_metadata)
 
+    # Saved-tensor hooks (`torch.autograd.graph.save_on_cpu`, offloading activations) run inside an op,
+    # where autograd saves its inputs, and in backward: with the modes, they see virtual devices (the
+    # device a packed tensor goes back to) and their factories lose `pin_memory`, as the program's own do.
+    hooks_cls = torch.autograd.graph.saved_tensors_hooks
+    orig_hooks_init = hooks_cls.__init__
+
+    def hooks_init(self: Any, pack_hook: Callable, unpack_hook: Callable) -> None:
+        orig_hooks_init(self, _with_modes(g, pack_hook), _with_modes(g, unpack_hook))
+
+    p.set(hooks_cls, "__init__", hooks_init)
+
     orig_apply = Function.__dict__["apply"].__func__
 
     def apply(cls: Any, *args: Any, **kwargs: Any) -> Any:
