@@ -323,3 +323,42 @@ def test_activations_saved_on_the_host_run_clean(script, dryrun_cli, pin):
     assert report["findings"] == []
     pairs = {(p["src"], p["dst"]) for p in report["transfers"]["by_pair"]}
     assert ("cuda:0", "cpu") in pairs and ("cuda:1", "cpu") in pairs  # the offload's copies are counted
+
+
+# torch.autograd.grad of a loss on the last GPU with respect to weights on every GPU (torch.func's
+# functional_call, a hand-written optimizer): autograd takes outputs and inputs from anywhere in the
+# graph, and each gradient comes back on its input's device.
+AUTOGRAD_GRAD = """
+import torch
+import torch.nn as nn
+from torch.func import functional_call
+
+last = f"cuda:{torch.cuda.device_count() - 1}"
+model = nn.ModuleDict({"a": nn.Linear(32, 32).to("cuda:0"), "b": nn.Linear(32, 1).to(last)})
+
+
+def forward(params, x):
+    h = torch.tanh(functional_call(model["a"], {k[2:]: v for k, v in params.items() if k[0] == "a"}, (x,)))
+    return functional_call(model["b"], {k[2:]: v for k, v in params.items() if k[0] == "b"}, (h.to(last),))
+
+
+params = {k: v.detach().clone().requires_grad_() for k, v in model.named_parameters()}
+for step in range(2):
+    out = forward(params, torch.randn(4, 32, device="cuda:0"))
+    grads = torch.autograd.grad(out.sum(), list(params.values()))
+    assert [g.device for g in grads] == [p.device for p in params.values()]
+    with torch.no_grad():
+        for p, g in zip(params.values(), grads):
+            p -= 0.1 * g
+out = forward(params, torch.randn(4, 32, device="cuda:0"))
+torch.autograd.backward([out.sum(), params["a.weight"].sum()])  # outputs on two GPUs
+assert params["a.weight"].grad.device == torch.device("cuda:0")
+print("finished")
+"""
+
+
+@pytest.mark.parametrize("gpus", GPUS)
+def test_autograd_grad_over_weights_on_every_gpu_runs_clean(script, dryrun_cli, gpus):
+    status, report, err = dryrun_cli(script(AUTOGRAD_GRAD), "--gpus", gpus)
+    assert status == 0, err
+    assert report["findings"] == []

@@ -56,7 +56,7 @@ def _classify(func: Any) -> int:
         full = resolve_name(func)
     except Exception:
         pass
-    return python_call_kind(name, full)
+    return python_call_kind(name, full, f"{getattr(func, '__module__', '')}.{getattr(func, '__qualname__', '')}")
 
 
 class CheckingMode(TorchFunctionMode):

@@ -140,9 +140,18 @@ PER_INDEX_PREFIXES = ("_foreach_", "_fused_")
 ATEN_CPU_INDEX_AS = "__getitem__"
 
 
-def python_call_kind(name: str, full: str | None) -> int:
+# Python-level functions passed through whatever devices their tensors are on, by module and
+# qualified name (torch.overrides.resolve_name names neither): autograd's entry points take outputs
+# and inputs from anywhere in the graph (`torch.autograd.grad(loss_on_cuda1, params_on_cuda0)`).
+PASS_FUNCTIONS = frozenset({"torch.autograd.grad", "torch.autograd.backward"})
+
+
+def python_call_kind(name: str, full: str | None, qualified: str | None = None) -> int:
     """The kind of a Python-level call: `name` its `__name__`, `full` what
-    `torch.overrides.resolve_name` gives ("torch.Tensor.to"), None when it gives nothing."""
+    `torch.overrides.resolve_name` gives ("torch.Tensor.to"), None when it gives nothing;
+    `qualified`: its `__module__` and `__qualname__` ("torch.autograd.grad")."""
+    if qualified in PASS_FUNCTIONS:
+        return PASS
     kind = PYTHON_CALLS.get(name, CHECK)
     if kind == SET_DATA:
         return SET_DATA if full == "torch.Tensor.data.__set__" else PASS

@@ -102,6 +102,8 @@ def generic(g: VirtualGPUs, func, args, kwargs):
         kwargs.pop("pin_memory", None)
         target = "cpu"
     dev, other = scan(g, args, kwargs)
+    if _autograd_entry(func):
+        return _autograd_call(g, func, args, kwargs)
     if other is not None and getattr(func, "__name__", "").startswith(PER_INDEX_PREFIXES):
         groups = _index_groups(g, args, kwargs)
         if len(groups) > 1:
@@ -155,6 +157,28 @@ def _per_device(g: VirtualGPUs, func, args: tuple, kwargs: dict, groups: list[li
             for i, o in zip(idx, out):
                 outs[i] = o
     return outs if returned_list else None
+
+
+def _autograd_entry(func: Any) -> bool:
+    """torch.autograd.grad / backward: outputs and inputs from anywhere in the graph, on any devices."""
+    return getattr(func, "__module__", None) == "torch.autograd" and getattr(func, "__name__", "") in (
+        "grad",
+        "backward",
+    )
+
+
+def _autograd_call(g: VirtualGPUs, func, args: tuple, kwargs: dict):
+    """torch.autograd.grad / backward: run as they are; each gradient `grad` returns is on its input's
+    device (not on the first device among the arguments, as a generic op's result)."""
+    out = func(*args, **kwargs)
+    if getattr(func, "__name__", "") == "grad" and isinstance(out, tuple):
+        inputs = args[1] if len(args) > 1 else kwargs.get("inputs")
+        inputs = (inputs,) if isinstance(inputs, torch.Tensor) else tuple(inputs or ())
+        for inp, grad in zip(inputs, out):
+            lab = g.label_of(inp) if isinstance(inp, torch.Tensor) else None
+            if lab is not None and isinstance(grad, torch.Tensor):
+                g.label(grad, lab)
+    return out
 
 
 def _on_cpu(device: Any) -> bool:

@@ -4,6 +4,7 @@ run's modes back, and gradients arriving unlabelled get their forward output's d
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +19,9 @@ if TYPE_CHECKING:  # pragma: no cover
 def install(g: VirtualGPUs, p: Patches) -> None:
     orig_backward = torch.autograd.backward
 
+    # torch.autograd.backward hands the function its module holds now (this one) to the modes: named as
+    # the original, so that both faces know it (checks/torchapi.PASS_FUNCTIONS, ops._autograd_entry).
+    @functools.wraps(orig_backward)
     def backward(*a: Any, **k: Any) -> Any:
         g.before_backward()
         return orig_backward(*a, **k)
