@@ -362,3 +362,40 @@ def test_autograd_grad_over_weights_on_every_gpu_runs_clean(script, dryrun_cli, 
     status, report, err = dryrun_cli(script(AUTOGRAD_GRAD), "--gpus", gpus)
     assert status == 0, err
     assert report["findings"] == []
+
+
+# A pipeline schedule written by hand: each stage's input detached, and the gradients sent back stage
+# by stage with `h.backward(grad.to(h.device))`. The backward call ends the forward pass, so the
+# gradients' way back (cuda:3 -> cuda:2 -> ...) is not read as the activation coming back.
+MANUAL_SCHEDULE = """
+import torch
+import torch.nn as nn
+
+devs = [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+stages = [nn.Sequential(nn.Linear(128, 128), nn.ReLU()).to(d) for d in devs]
+opt = torch.optim.SGD([p for s in stages for p in s.parameters()], lr=0.01)
+for step in range(2):
+    for mb in torch.randn(16, 128).chunk(2):
+        acts, h = [], mb
+        for d, s in zip(devs, stages):
+            x = h.detach().to(d).requires_grad_()
+            h = s(x)
+            acts.append((x, h))
+        grad = None
+        for x, h in reversed(acts):
+            if grad is None:
+                h.pow(2).mean().backward()
+            else:
+                h.backward(grad.to(h.device))
+            grad = x.grad
+    opt.step()
+    opt.zero_grad()
+print("finished")
+"""
+
+
+@pytest.mark.parametrize("gpus", GPUS)
+def test_a_hand_written_pipeline_schedule_runs_clean(script, dryrun_cli, gpus):
+    status, report, err = dryrun_cli(script(MANUAL_SCHEDULE), "--gpus", gpus)
+    assert status == 0, err
+    assert report["findings"] == []

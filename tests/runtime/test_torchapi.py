@@ -41,8 +41,9 @@ def test_a_name_outside_torch_tensor_is_checked():
 
 def test_autograd_entry_points_and_type_as_pass_whatever_the_devices():
     # outputs and inputs from anywhere in the graph; type_as converts (to the current GPU for a CUDA type)
-    assert api.python_call_kind("grad", None, "torch.autograd.grad") == api.PASS
-    assert api.python_call_kind("backward", None, "torch.autograd.backward") == api.PASS
+    assert api.python_call_kind("grad", None, "torch.autograd.grad") == api.BACKWARD
+    assert api.python_call_kind("backward", None, "torch.autograd.backward") == api.BACKWARD
+    assert kind(torch.Tensor.backward) == api.BACKWARD
     assert api.python_call_kind("grad", None, "mylib.grad") == api.CHECK
     assert kind(torch.Tensor.type_as) == api.PASS
     assert torch._foreach_lerp_.__name__.startswith(api.PER_INDEX_PREFIXES)

@@ -30,6 +30,7 @@ from mpcheck.runtime.checks.provenance import CONST_FACTORIES
 from mpcheck.runtime.checks.sites import called_by_torch
 
 # The kinds of call (module-level names: the mode compares one per call).
+from mpcheck.runtime.checks.torchapi import BACKWARD as _BACKWARD
 from mpcheck.runtime.checks.torchapi import CHECK as _CHECK
 from mpcheck.runtime.checks.torchapi import COPY as _COPY
 from mpcheck.runtime.checks.torchapi import CPU as _CPU
@@ -101,6 +102,10 @@ class CheckingMode(TorchFunctionMode):
             if args and id(args[0]) in self._marks:
                 self._provenance.derive(args, kwargs, out)
             return out
+        if kind == _BACKWARD:
+            if not self._tls.stack:
+                checker.end_top_pass()  # the forward pass of the code that calls it is over
+            return func(*args, **kwargs)
         if kind == _LOSS:
             checker.on_loss(args, kwargs)
             kind = _CHECK

@@ -27,6 +27,7 @@ CPU_INDEX = 7  # checked, but CPU indices and values may sit next to tensors on 
 SKIP = 8  # strict mode: not checked (copies cross devices by design)
 VIEW = 9  # a view or copy of one tensor on its own device: passed through; MP011's provenance follows it
 LOSS = 10  # a loss (torch.nn.functional's): checked, and its predictions' way to this device looked at
+BACKWARD = 11  # a backward pass begins (Tensor.backward, torch.autograd.backward / grad): passed through
 
 TRANSFERS = frozenset({TO, CUDA, CPU, COPY})
 
@@ -75,7 +76,7 @@ PYTHON_CALLS: dict[str, int] = {
     "register_hook": PASS,
     "requires_grad_": PASS,
     "retain_grad": PASS,
-    "backward": PASS,
+    "backward": BACKWARD,
     "__reduce_ex__": PASS,
     "__deepcopy__": PASS,
     "__setstate__": PASS,
@@ -140,24 +141,26 @@ PER_INDEX_PREFIXES = ("_foreach_", "_fused_")
 ATEN_CPU_INDEX_AS = "__getitem__"
 
 
-# Python-level functions passed through whatever devices their tensors are on, by module and
-# qualified name (torch.overrides.resolve_name names neither): autograd's entry points take outputs
-# and inputs from anywhere in the graph (`torch.autograd.grad(loss_on_cuda1, params_on_cuda0)`).
-PASS_FUNCTIONS = frozenset({"torch.autograd.grad", "torch.autograd.backward"})
+# Python-level functions that run a backward pass, by module and qualified name
+# (torch.overrides.resolve_name names neither): passed through whatever devices their tensors are on,
+# since autograd takes outputs and inputs from anywhere in the graph (`torch.autograd.grad(loss_on_cuda1,
+# params_on_cuda0)`); they end the forward pass of the code that calls them (a hand-written pipeline
+# schedule sends gradients back along the stages next).
+BACKWARD_FUNCTIONS = frozenset({"torch.autograd.grad", "torch.autograd.backward"})
 
 
 def python_call_kind(name: str, full: str | None, qualified: str | None = None) -> int:
     """The kind of a Python-level call: `name` its `__name__`, `full` what
     `torch.overrides.resolve_name` gives ("torch.Tensor.to"), None when it gives nothing;
     `qualified`: its `__module__` and `__qualname__` ("torch.autograd.grad")."""
-    if qualified in PASS_FUNCTIONS:
-        return PASS
+    if qualified in BACKWARD_FUNCTIONS:
+        return BACKWARD
     kind = PYTHON_CALLS.get(name, CHECK)
     if kind == SET_DATA:
         return SET_DATA if full == "torch.Tensor.data.__set__" else PASS
     if kind in TRANSFERS:
         return kind if full == f"torch.Tensor.{name}" else CHECK
-    if kind in (PASS, VIEW):
+    if kind in (PASS, VIEW, BACKWARD):
         return kind if full is None or full.startswith("torch.Tensor.") else CHECK
     if kind == CHECK and is_loss(name) and (full or "").startswith("torch.nn.functional."):
         return LOSS
