@@ -399,3 +399,38 @@ def test_a_hand_written_pipeline_schedule_runs_clean(script, dryrun_cli, gpus):
     status, report, err = dryrun_cli(script(MANUAL_SCHEDULE), "--gpus", gpus)
     assert status == 0, err
     assert report["findings"] == []
+
+
+# Packed sequences over a split model: the lengths and batch sizes live on the CPU by PyTorch's rule
+# (pack_padded_sequence refuses lengths on a GPU), next to data on the LSTM's GPU.
+PACKED = """
+import torch
+import torch.nn as nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+last = f"cuda:{torch.cuda.device_count() - 1}"
+emb = nn.Embedding(100, 32).to("cuda:0")
+lstm = nn.LSTM(32, 64, batch_first=True).to(last)
+for step in range(2):
+    x = emb(torch.randint(1, 100, (4, 12), device="cuda:0")).to(last)
+    packed = pack_padded_sequence(x, torch.tensor([12, 9, 7, 3]), batch_first=True)
+    out, (h, c) = lstm(packed, HIDDEN)  # <- lstm
+    padded, lens = pad_packed_sequence(out, batch_first=True)
+    assert lens.device == torch.device("cpu")
+    (padded.sum(1) / lens.to(last).unsqueeze(-1)).sum().backward()
+print("finished")
+"""
+
+
+@pytest.mark.parametrize("gpus", GPUS)
+def test_packed_sequences_with_their_sizes_on_the_cpu_run_clean(script, dryrun_cli, gpus):
+    s = script(PACKED.replace("HIDDEN", "None"))
+    status, report, err = dryrun_cli(s, "--gpus", gpus)
+    assert status == 0, err
+    assert report["findings"] == []
+
+
+def test_a_hidden_state_left_on_the_cpu_is_still_reported(script, dryrun_cli):
+    s = script(PACKED.replace("HIDDEN", "(torch.zeros(1, 4, 64), torch.zeros(1, 4, 64))"))
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert ("MP001", s.line("lstm")) in codes_at(report)

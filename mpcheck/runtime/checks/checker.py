@@ -39,7 +39,13 @@ from mpcheck.runtime.checks.placement import (
 from mpcheck.runtime.checks.provenance import Provenance
 from mpcheck.runtime.checks.recurrence import Mark, recurs
 from mpcheck.runtime.checks.sites import UNKNOWN, Site, user_frame, user_site
-from mpcheck.runtime.checks.torchapi import CPU_INDEX_NAMES, PER_INDEX_PREFIXES, is_loss, is_loss_module
+from mpcheck.runtime.checks.torchapi import (
+    CPU_BATCH_SIZES_NAMES,
+    CPU_INDEX_NAMES,
+    PER_INDEX_PREFIXES,
+    is_loss,
+    is_loss_module,
+)
 from mpcheck.runtime.checks.wording import size_words, tensor_words
 
 __all__ = [
@@ -277,6 +283,7 @@ class Checker:
 
         self._tensor = torch.Tensor
         self._grad_enabled = torch.is_grad_enabled
+        self._int64 = torch.int64
         self._module_type = torch.nn.Module
         self._tf_depth = torch._C._len_torch_function_stack
         self._no_torch_function = torch._C.DisableTorchFunction
@@ -603,6 +610,9 @@ class Checker:
                 cpu_index_ok = getattr(func, "__name__", "") in CPU_INDEX_NAMES
             if cpu_index_ok and d == "cpu":
                 continue
+            if d == "cpu" and loc == (1, None) and t.dtype == self._int64:
+                if getattr(func, "__name__", "") in CPU_BATCH_SIZES_NAMES:
+                    continue  # a packed sequence's batch sizes: on the CPU by PyTorch's rule
             odd.append((loc, t, d))
         loss = is_loss(getattr(func, "__name__", ""))
         if not odd or not self.wants("MP008" if loss else "MP001"):

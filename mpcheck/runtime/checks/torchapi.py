@@ -107,6 +107,10 @@ PYTHON_CALLS: dict[str, int] = {
     "index_put_": CPU_INDEX,
     "index_put": CPU_INDEX,
     "_index_put_impl_": CPU_INDEX,
+    # packed sequences: their lengths and batch sizes live on the CPU by PyTorch's rule, next to data
+    # on any device (pack_padded_sequence refuses lengths on a GPU)
+    "_pack_padded_sequence": CPU_INDEX,
+    "_pad_packed_sequence": CPU_INDEX,
 }
 
 ATEN_OPS: dict[str, int] = {
@@ -128,6 +132,8 @@ ATEN_OPS: dict[str, int] = {
     "index_put": CPU_INDEX,
     "_index_put_impl_": CPU_INDEX,
     "index_select": CPU_INDEX,
+    "_pack_padded_sequence": CPU_INDEX,
+    "_pad_packed_sequence": CPU_INDEX,
 }
 
 # The names the checker lets mix CPU tensors with other devices, whatever their namespace.
@@ -136,6 +142,10 @@ CPU_INDEX_NAMES = frozenset(name for name, kind in PYTHON_CALLS.items() if kind 
 # the fused optimizers' kernels): the i-th tensors of the lists must share a device, but the lists may
 # span several devices (a split model's parameters; PyTorch takes its per-tensor path then).
 PER_INDEX_PREFIXES = ("_foreach_", "_fused_")
+
+# The recurrent kernels (torch.lstm, torch.gru, ...): their packed-sequence overload takes the batch
+# sizes (int64, argument 1) on the CPU, as PackedSequence keeps them, next to data on any device.
+CPU_BATCH_SIZES_NAMES = frozenset({"lstm", "gru", "rnn_tanh", "rnn_relu"})
 
 # What the strict mode names an aten CPU_INDEX op for the checker: a name in CPU_INDEX_NAMES.
 ATEN_CPU_INDEX_AS = "__getitem__"

@@ -33,6 +33,14 @@ FACTORIES: set = set()
 MIXES_DEVICES: set = set()
 
 
+# Functions some of whose outputs PyTorch makes on the CPU whatever the device of the data: by name, the
+# indices of those outputs. A packed sequence's batch sizes and a padded one's lengths.
+HOST_OUTPUTS: dict[str, frozenset[int]] = {
+    "_pack_padded_sequence": frozenset({1}),
+    "_pad_packed_sequence": frozenset({1}),
+}
+
+
 # Factories that make a tensor from a shape alone (torch.empty, torch.randn, torch.arange, ...), not from
 # values the program hands in (torch.tensor, torch.as_tensor): under meta backing, the CPU's are shapes only.
 SHAPED_FACTORIES: set = set()
@@ -123,7 +131,11 @@ def generic(g: VirtualGPUs, func, args, kwargs):
         raise clear from e
     lab = target or dev
     if lab is not None and out is not None:
-        g.label_outputs(out, lab, args[0] if args else None)
+        host = HOST_OUTPUTS.get(getattr(func, "__name__", ""))
+        if host is not None and isinstance(out, tuple):  # sizes PyTorch keeps on the CPU stay there
+            g.label_outputs(tuple(o for i, o in enumerate(out) if i not in host), lab, args[0] if args else None)
+        else:
+            g.label_outputs(out, lab, args[0] if args else None)
     return out
 
 
