@@ -9,8 +9,11 @@ BEAM_REORDER = """
 import torch
 
 devices = ["cuda:0", "cuda:1", "cuda:0", "cuda:1"]
+layers = [torch.nn.Linear(16, 16, device=d) for d in devices]
 cache = [torch.randn(8, 4, 16, device=d) for d in devices]      # one layer's keys per device
 for step in range(3):                                           # generation steps
+    with torch.no_grad():
+        cache = [layer(p) for layer, p in zip(layers, cache)]   # the model's step
     beam_idx = torch.tensor([1, 0, 3, 2, 5, 4, 7, 6])           # a 64-byte index
     cache = [p.index_select(0, beam_idx.to(p.device)) for p in cache]  # <- reorder
 """
@@ -59,8 +62,10 @@ def test_a_large_constant_moved_again_is_reported(script, dryrun_cli):
 import torch
 
 table = torch.randn({REPEAT_MIN_BYTES // 4})                     # exactly the threshold in float32
+layer = torch.nn.Linear(4, 4, device="cuda:1")
 for step in range(3):
     t = table.to("cuda:1")  # <- repeat
+    layer(torch.randn(2, 4, device="cuda:1"))                   # the model's step
 """)
     _, report, _ = dryrun_cli(s, "--gpus", "2")
     assert codes_at(report) == [("MP011", s.line("repeat"))]

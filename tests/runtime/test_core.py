@@ -126,6 +126,7 @@ def test_no_round_trip_when_work_was_done_on_the_other_device(labels):
 
 def test_repeated_transfer_within_a_step_and_in_later_steps_but_not_after_a_change(labels):
     ck = Checker(labels, on_mismatch="raise", repeat_min_bytes=0)  # a tiny mask: below the default threshold
+    ck.module_stack.append("m")  # inside the model's forward (module m)
     mask = labels.label(torch.ones(8), "cuda:0")
     ck.on_transfer(mask, mask.clone(), "cuda:0", "cuda:1", site=S1, module_path="m")
     ck.on_transfer(mask, mask.clone(), "cuda:0", "cuda:1", site=S2, module_path="m")
@@ -138,6 +139,23 @@ def test_repeated_transfer_within_a_step_and_in_later_steps_but_not_after_a_chan
     ck.step_end()
     ck.on_transfer(mask, mask.clone(), "cuda:0", "cuda:1", site=S1, module_path="m")  # unchanged since last step
     assert [(f.line, f.extra["scope"]) for f in ck.findings] == [(20, "step"), (10, "steps")]
+
+
+def test_copies_with_no_model_work_between_them_are_setup_not_a_repeat(labels):
+    # Loading a checkpoint whose tied entries share one tensor copies it once per key, outside any
+    # forward pass: a one-time cost, not data copied on every step (recurrence.py).
+    ck = Checker(labels, on_mismatch="raise", repeat_min_bytes=0)
+    shared = labels.label(torch.ones(8), "cpu")
+    ck.on_transfer(shared, shared.clone(), "cpu", "cuda:0", site=S1, module_path=None)
+    ck.on_transfer(shared, shared.clone(), "cpu", "cuda:0", site=S1, module_path=None)
+    assert ck.findings == []
+    # The same copy once the model has run (a loss, a step, a forward pass) is a repeat of the loop's.
+    ck.end_top_pass()
+    ck.on_transfer(shared, shared.clone(), "cpu", "cuda:0", site=S2, module_path=None)
+    assert [(f.code, f.line) for f in ck.findings] == [("MP011", 20)]
+    ck.step_end()
+    ck.on_transfer(shared, shared.clone(), "cpu", "cuda:0", site=S2, module_path=None)
+    assert len(ck.findings) == 1 and ck.findings[0].extra["count"] == 2
 
 
 def test_freed_storage_whose_id_is_reused_is_not_a_repeat(labels):

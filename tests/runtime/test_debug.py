@@ -130,6 +130,7 @@ def test_repeated_and_round_trip_transfers_through_the_mode(monkeypatch):
     table = torch.ones(16)
     with mpcheck.debug(report=None) as dbg:
         a = table.to("meta")
+        dbg.step()  # a training step later (two copies with no model work between are setup)
         b = table.to("meta")  # again
         c = torch.randn(4)
         d = c.to("meta")

@@ -39,6 +39,16 @@ def test_a_name_outside_torch_tensor_is_checked():
     assert api.python_call_kind("dim", None) == api.PASS  # unresolvable: the name decides
 
 
+def test_autograd_entry_points_and_type_as_pass_whatever_the_devices():
+    # outputs and inputs from anywhere in the graph; type_as converts (to the current GPU for a CUDA type)
+    assert api.python_call_kind("grad", None, "torch.autograd.grad") == api.BACKWARD
+    assert api.python_call_kind("backward", None, "torch.autograd.backward") == api.BACKWARD
+    assert kind(torch.Tensor.backward) == api.BACKWARD
+    assert api.python_call_kind("grad", None, "mylib.grad") == api.CHECK
+    assert kind(torch.Tensor.type_as) == api.PASS
+    assert torch._foreach_lerp_.__name__.startswith(api.PER_INDEX_PREFIXES)
+
+
 def test_cpu_index_names_and_aten_ops():
     assert {"__getitem__", "__setitem__", "index_put_"} <= api.CPU_INDEX_NAMES
     assert api.ATEN_CPU_INDEX_AS in api.CPU_INDEX_NAMES

@@ -246,7 +246,7 @@ def _patch_module_call(
             if is_loss:
                 checker.end_top_pass()  # a criterion called by the training loop ends its forward pass
             else:
-                checker.on_top_module_call(module)
+                checker.on_top_call(module)  # a module called again: the loop's next pass (generation)
             seen = roots_checked.get(id(module))
             if seen is None or seen() is not module:
                 checker.on_root_call(module)  # once per root model: a split collapsed by set_device (MP004)

@@ -30,6 +30,7 @@ from mpcheck.runtime.checks.provenance import CONST_FACTORIES
 from mpcheck.runtime.checks.sites import called_by_torch
 
 # The kinds of call (module-level names: the mode compares one per call).
+from mpcheck.runtime.checks.torchapi import BACKWARD as _BACKWARD
 from mpcheck.runtime.checks.torchapi import CHECK as _CHECK
 from mpcheck.runtime.checks.torchapi import COPY as _COPY
 from mpcheck.runtime.checks.torchapi import CPU as _CPU
@@ -54,7 +55,7 @@ def _classify(func: Any) -> int:
         full = _resolve_name(func)
     except Exception:
         pass
-    return python_call_kind(name, full)
+    return python_call_kind(name, full, f"{getattr(func, '__module__', '')}.{getattr(func, '__qualname__', '')}")
 
 
 _names: Any = None  # torch.overrides' own table, function -> name (False: not readable)
@@ -127,6 +128,10 @@ class CheckingMode(TorchFunctionMode):
             if self._placements._made:
                 self._placements.derive(args, out, checker.devices.device_of)
             return out
+        if kind == _BACKWARD:
+            if not self._tls.stack:
+                checker.end_top_pass()  # the forward pass of the code that calls it is over
+            return func(*args, **kwargs)
         if kind == _LOSS:
             checker.on_loss(args, kwargs)
             kind = _CHECK

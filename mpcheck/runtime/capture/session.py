@@ -343,8 +343,9 @@ _own_device = operator.attrgetter("device")
 
 
 def _parameters_of(roots: list[Any]) -> list[Any]:
+    is_lazy = torch.nn.parameter.is_lazy
     """The parameters of the root models, each once: `root.parameters()`, walked without its
-    generators (half the cost)."""
+    generators (half the cost). A LazyModule's parameter not materialised yet has no size: left out."""
     params: list[Any] = []
     seen: set[int] = set()
     visited: set[int] = set()
@@ -355,7 +356,7 @@ def _parameters_of(roots: list[Any]) -> list[Any]:
             continue
         visited.add(id(module))
         for p in module._parameters.values():
-            if p is not None and id(p) not in seen:
+            if p is not None and id(p) not in seen and not is_lazy(p):
                 seen.add(id(p))
                 params.append(p)
         stack.extend(m for m in reversed(module._modules.values()) if m is not None)

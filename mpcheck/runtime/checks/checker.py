@@ -26,7 +26,7 @@ from mpcheck import codes
 from mpcheck.finding import Finding
 from mpcheck.runtime.checks.collapse import Collapses
 from mpcheck.runtime.checks.ledger import Ledger, TransferTiming
-from mpcheck.runtime.checks.pingpong import Chain, Layers, PingPong, describe, find_shared
+from mpcheck.runtime.checks.pingpong import LEAF, Chain, Layers, PingPong, describe, find_shared
 from mpcheck.runtime.checks.placement import (
     Cause,
     Made,
@@ -37,8 +37,15 @@ from mpcheck.runtime.checks.placement import (
     names_device_index,
 )
 from mpcheck.runtime.checks.provenance import Provenance
+from mpcheck.runtime.checks.recurrence import Mark, recurs
 from mpcheck.runtime.checks.sites import UNKNOWN, Site, user_frame, user_site
-from mpcheck.runtime.checks.torchapi import CPU_INDEX_NAMES, is_loss, is_loss_module
+from mpcheck.runtime.checks.torchapi import (
+    CPU_BATCH_SIZES_NAMES,
+    CPU_INDEX_NAMES,
+    PER_INDEX_PREFIXES,
+    is_loss,
+    is_loss_module,
+)
 from mpcheck.runtime.checks.wording import size_words, tensor_words
 
 __all__ = [
@@ -277,6 +284,8 @@ class Checker:
         import torch  # the runtime faces are the only place torch is imported
 
         self._tensor = torch.Tensor
+        self._grad_enabled = torch.is_grad_enabled
+        self._int64 = torch.int64
         self._module_type = torch.nn.Module
         self._tf_depth = torch._C._len_torch_function_stack
         self._no_torch_function = torch._C.DisableTorchFunction
@@ -305,8 +314,8 @@ class Checker:
         # id(storage) of a transfer's output -> (ref to that output's data, src device, site):
         # what arrived where, to recognise it going straight back (MP005).
         self._arrivals: dict[int, tuple[_StorageRef, str, Site]] = {}
-        # (id(storage), offset, shape, stride, dst) -> [ref, first site, last step]: what was moved
-        # where, to recognise the same unchanged data moved again (MP011).
+        # (id(storage), offset, shape, stride, dst) -> [ref, first site, last step, Mark]: what was
+        # moved where, to recognise the same unchanged data moved again (MP011; recurrence.py).
         self._moves: dict[tuple[int, int, tuple[int, ...], tuple[int, ...], str], list[Any]] = {}
         # id(module) -> the one device of its own params/buffers, or None (none / several).
         self._placement: dict[int, tuple[weakref.ref[Any], str | None]] = {}
@@ -325,7 +334,7 @@ class Checker:
         # and per (site, destination) how many such copies were made there.
         self.provenance = Provenance(torch.Tensor)
         self._provenance_forward = -1  # the forward pass (per thread count) of the last refresh
-        self._const_copies: dict[tuple[Site, str], int] = {}
+        self._const_copies: dict[tuple[Site, str], tuple[int, Mark]] = {}
         # Where modules were built and placed, tensors made on the current device (placement.py).
         self.placements = Placements()
         # id(root module) -> ref: roots whose first call has been checked for a collapsed split (MP004).
@@ -591,6 +600,8 @@ class Checker:
         name: str | None,
         phase: str | None,
     ) -> tuple[Args, Kwargs]:
+        if getattr(func, "__name__", "").startswith(PER_INDEX_PREFIXES):
+            return self._check_per_index(func, args, kwargs, site=site, module=module, name=name, phase=phase)
         device_of = self.devices.device_of
         first_dev = None
         first = None
@@ -610,6 +621,9 @@ class Checker:
                 cpu_index_ok = getattr(func, "__name__", "") in CPU_INDEX_NAMES
             if cpu_index_ok and d == "cpu":
                 continue
+            if d == "cpu" and loc == (1, None) and t.dtype == self._int64:
+                if getattr(func, "__name__", "") in CPU_BATCH_SIZES_NAMES:
+                    continue  # a packed sequence's batch sizes: on the CPU by PyTorch's rule
             odd.append((loc, t, d))
         loss = is_loss(getattr(func, "__name__", ""))
         if not odd or not self.wants("MP008" if loss else "MP001"):
@@ -619,6 +633,44 @@ class Checker:
             what += " (in backward)"
         assert first_dev is not None  # the odd tensors are those off the first device
         return self._mismatch(what, first_dev, odd, args, kwargs, site=site, module=module, loss=loss, first=first)
+
+    def _check_per_index(
+        self,
+        func: Any,
+        args: Args,
+        kwargs: Kwargs,
+        *,
+        site: Site | None,
+        module: str | None,
+        name: str | None,
+        phase: str | None,
+    ) -> tuple[Args, Kwargs]:
+        """A call that pairs its tensor lists index by index (torchapi.PER_INDEX_PREFIXES): each index's
+        tensors, with the arguments that are single tensors, on one device (a 0-dim CPU tensor mixes)."""
+        device_of = self.devices.device_of
+        groups: dict[int | None, list[tuple[Where, Any]]] = {}
+        for loc, t in _iter_tensors(args, kwargs, self._tensor):
+            groups.setdefault(loc[1], []).append((loc, t))
+        singles = groups.pop(None, [])
+        what = name or _op_name(func)
+        if phase == "backward":
+            what += " (in backward)"
+        for _, members in sorted(groups.items()):
+            first_dev, first = None, None
+            odd: list[tuple[Where, Any, str]] = []
+            for loc, t in (*members, *singles):
+                d = device_of(t)
+                if d == first_dev or (d == "cpu" and t.dim() == 0):
+                    continue
+                if first_dev is None:
+                    first_dev, first = d, t
+                else:
+                    odd.append((loc, t, d))
+            if odd and first_dev is not None and self.wants("MP001"):
+                args, kwargs = self._mismatch(
+                    what, first_dev, odd, args, kwargs, site=site, module=module, loss=False, first=first
+                )
+        return args, kwargs
 
     def check_module_entry(
         self, module: Any, path: str, args: Args, kwargs: Kwargs, *, site: Site | None = None
@@ -1206,8 +1258,13 @@ class Checker:
                     departure: _StorageRef | None = _StorageRef(src_tensor)
                 except Exception:  # a tensor without storage (a subclass): nothing to follow
                     departure = None
+                with self._no_torch_function():  # grad_fn as autograd made it (pingpong: data dependence)
+                    sent = src_tensor.grad_fn
+                    if sent is None and self._grad_enabled():
+                        sent = LEAF
+                    nodes = (sent, out_tensor.grad_fn if out_tensor is not None else None)
                 for chain in self._pingpong.on_transfer(
-                    src_tensor, src_dev, dst_dev, scope, key, site or UNKNOWN, module_path, arrival, departure
+                    src_tensor, src_dev, dst_dev, scope, key, site or UNKNOWN, module_path, arrival, departure, nodes
                 ):
                     self._report_ping_pong(chain)
 
@@ -1215,18 +1272,24 @@ class Checker:
         """A loss ran, or a backward: the forward pass of code outside any module (a training loop's
         own transfers, chained per step for MP006) is over; the next transfer starts a new chain.
         Without it, a loop with no optimizer step reads as one chain over all its passes."""
-        self._tls.top_pass_over = True
-        self._tls.top_called.clear()
+        tls = self._tls
+        tls.top_pass_over = True
+        tls.passes_ended += 1
+        tls.top_calls.clear()
 
-    def on_top_module_call(self, module: Any) -> None:
-        """A module called from code outside any module. Called a second time in one pass, it starts the
-        next pass: a generation loop (`for _ in range(steps): x = self.enc(tok).to(...)`) feeds the last
-        stage's output back to the first stage once per step, which is the split's cost, not ping-pong."""
-        called = self._tls.top_called
-        key = id(module)
-        if key in called:
+    def on_top_call(self, module: Any) -> None:
+        """An outermost module call. A module the current pass already called starts the next pass
+        (a generation loop with no loss or step: the new token goes back to the first stage, a way
+        back that is the loop's, not a layer's ping-pong)."""
+        calls = self._tls.top_calls
+        if id(module) in calls:
             self.end_top_pass()
-        called.add(key)
+        calls.add(id(module))
+
+    def _run_mark(self) -> Mark:
+        """Where the program's run stands for MP011 (recurrence.py)."""
+        tls = self._tls
+        return (threading.get_ident(), tls.forwards, tls.passes_ended, self.ledger.step_index, bool(tls.stack))
 
     def _report_ping_pong(self, chain: Chain) -> None:
         site = chain.back_site
@@ -1340,14 +1403,17 @@ class Checker:
         key = (id(storage), t.storage_offset(), tuple(t.shape), t.stride(), dst_dev)
         entry = self._moves.get(key)
         step = self.ledger.step_index
+        mark = self._run_mark()
+        in_library = site is not None and site.context is not None
         if (
             entry is not None
             and entry[0].ref() is storage
             and entry[0].version is not None
             and entry[0].version == _version_of(t)
+            and recurs(entry[3], mark, in_library=in_library, in_graph=t.requires_grad and self._grad_enabled())
         ):
             first_site, first_step = entry[1], entry[2]
-            entry[2] = step
+            entry[2], entry[3] = step, mark
             when = "in this step" if first_step == step else "in an earlier step, and it has not changed since"
             self.emit(
                 "MP011",
@@ -1360,7 +1426,7 @@ class Checker:
                 extra={"first_site": str(first_site), "scope": "step" if first_step == step else "steps"},
             )
             return True
-        self._moves[key] = [_StorageRef(t), site or UNKNOWN, step]
+        self._moves[key] = [_StorageRef(t), site or UNKNOWN, step, mark]
         if len(self._moves) > self._purge_at:
             self._purge()
         return False
@@ -1374,10 +1440,12 @@ class Checker:
         if site is None or site.context or not self.provenance.is_const(t):
             return
         key = (site, dst_dev)
-        seen = self._const_copies.get(key, 0) + 1
+        mark = self._run_mark()
+        seen, last = self._const_copies.get(key, (0, mark))
+        seen += 1
         if len(self._const_copies) < _PURGE_AT or key in self._const_copies:
-            self._const_copies[key] = seen
-        if seen < 2:
+            self._const_copies[key] = (seen, mark)
+        if seen < 2 or not recurs(last, mark, in_library=False):  # setup, not the model's work (recurrence.py)
             return
         self.emit(
             "MP011",
@@ -1639,7 +1707,8 @@ class _ThreadState(threading.local):
         # Transfers outside any module: forward passes ended by a backward (MP006 chains per pass).
         self.top_passes = 0
         self.top_pass_over = False
-        self.top_called: set[int] = set()  # ids of the modules called outside any module in this pass
+        self.passes_ended = 0  # losses and backward passes seen: the model ran (MP011, recurrence.py)
+        self.top_calls: set[int] = set()  # id() of the modules the current pass called outermost
         # > 0 while a module call of a signature checked clean runs with the modes stepped aside
         # (capture/signatures.py): transfers are then recorded by capture/transfers.py instead.
         self.unchecked = 0

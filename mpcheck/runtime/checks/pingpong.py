@@ -9,7 +9,15 @@ count them per thread), or, for transfers made outside any module (a loop over l
 training script), the step. A chain is judged when its forward pass is over: at the first
 transfer of a later one, at a step's end or at the session's end.
 
-Holds no tensor: the last arrival of a chain is a weak _StorageRef.
+A departure continues a chain only if its data may have been computed from the chain's last arrival.
+Where autograd recorded both (grad enabled), that is asked of the graph: the nodes made since the
+arrival, walked back from the departure (`_may_depend`). A MoE layer that sends each expert its rows
+of one input and gathers the results back, or any fan-out/fan-in, sends data that no result that came
+back went into: a star, not a ping-pong. Without a graph (no_grad, inference), every departure from
+the device a chain arrived on may continue it, as before.
+
+Holds no tensor: the last arrival of a chain is a weak _StorageRef, and its autograd node is kept by
+id and sequence number only.
 """
 
 from __future__ import annotations
@@ -22,10 +30,11 @@ from mpcheck.runtime.checks.wording import plural
 _NOT_GPU = frozenset({"cpu", "meta"})
 _MAX_CHAINS = 16  # open chains per forward pass (independent tensors moved side by side)
 _MAX_DEVS = 64  # devices remembered per chain; crossings are counted beyond
+_MAX_NODES = 4096  # autograd nodes walked per dependency question; past it, assume it depends
 
 
 class Chain:
-    __slots__ = ("devs", "end", "crossings", "back_site", "first_site", "modules", "last", "sent")
+    __slots__ = ("devs", "end", "crossings", "back_site", "first_site", "modules", "last", "sent", "last_node")
 
     def __init__(self, src: str, site: Any) -> None:
         self.devs = [src]
@@ -36,8 +45,17 @@ class Chain:
         self.modules: list[str] = []
         self.last: Any = None  # _StorageRef of the latest arrival
         self.sent: list[Any] = []  # _StorageRefs of the data that left a device along the chain
+        self.last_node: tuple[int, int] | None = None  # (id, sequence number) of the arrival's autograd node
 
-    def add(self, dst: str, site: Any, module: str | None, last: Any, departure: Any = None) -> None:
+    def add(
+        self,
+        dst: str,
+        site: Any,
+        module: str | None,
+        last: Any,
+        departure: Any = None,
+        last_node: tuple[int, int] | None = None,
+    ) -> None:
         if departure is not None and len(self.sent) < _MAX_DEVS:
             self.sent.append(departure)
         if self.back_site is None and dst in self.devs:
@@ -49,6 +67,7 @@ class Chain:
         if module and module not in self.modules and len(self.modules) < 8:
             self.modules.append(module)
         self.last = last
+        self.last_node = last_node
 
     @property
     def distinct(self) -> list[str]:
@@ -78,8 +97,10 @@ class PingPong:
         module: str | None,
         arrival: Any,
         departure: Any = None,
+        nodes: tuple[Any, Any] = (None, None),
     ) -> list[Chain]:
-        """Follow one forward transfer; returns the ping-pong chains of a pass that just ended."""
+        """Follow one forward transfer; returns the ping-pong chains of a pass that just ended.
+        nodes: the autograd nodes (grad_fn) of the data sent and of its copy that arrived, or None."""
         if src in _NOT_GPU or dst in _NOT_GPU:
             return []
         done: list[Chain] = []
@@ -101,6 +122,8 @@ class PingPong:
             if c.end == src:
                 if c.last is not None and c.last.same_data(src_tensor):
                     break  # no work on `src` since it arrived: a round trip, not a layer
+                if not _may_depend(nodes[0], c.last_node):
+                    continue  # computed without what this chain brought: another branch of a fan-out
                 chain = chains.pop(i)
                 break
         if chain is None:
@@ -108,7 +131,7 @@ class PingPong:
             if len(chains) >= _MAX_CHAINS:
                 done.extend(c for c in chains[:1] if c.is_ping_pong())
                 del chains[:1]
-        chain.add(dst, site, module, arrival, departure)
+        chain.add(dst, site, module, arrival, departure, _node_key(nodes[1]))
         chains.append(chain)  # most recently extended last
         return done
 
@@ -117,6 +140,58 @@ class PingPong:
         done = [c for _, chains in self._scopes.values() for c in chains if c.is_ping_pong()]
         self._scopes.clear()
         return done
+
+
+def _node_key(node: Any) -> tuple[int, int] | None:
+    """(id, sequence number) of an autograd node, or None."""
+    if node is None:
+        return None
+    try:
+        return id(node), node._sequence_nr()
+    except (AttributeError, RuntimeError):
+        return None
+
+
+# The node of data sent while grad is enabled that autograd did not record (an input, a parameter, data
+# indexed out of one): computed from no recorded result, so from no arrival that autograd recorded.
+LEAF = object()
+
+
+def _may_depend(departure: Any, arrival: tuple[int, int] | None) -> bool:
+    """May the data whose autograd node is `departure` have been computed from the arrival whose node is
+    `arrival`? Walks back from `departure` through the nodes made since the arrival (a node's inputs
+    are older than it: a lower sequence number). Unknown (no node, too many nodes): True."""
+    if arrival is None:
+        return True
+    if departure is LEAF:
+        return False
+    if departure is None:
+        return True
+    target, since = arrival
+    stack, seen = [departure], set()
+    while stack:
+        node = stack.pop()
+        if id(node) == target:
+            return True
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if len(seen) > _MAX_NODES:
+            return True
+        try:
+            inputs = node.next_functions
+        except (AttributeError, RuntimeError):
+            return True
+        for fn, _ in inputs:
+            if fn is None:
+                continue
+            try:
+                if fn._sequence_nr() < since:
+                    continue  # made before the arrival: its history cannot hold it
+            except (AttributeError, RuntimeError):
+                return True
+            stack.append(fn)
+    return False
 
 
 Layers = tuple[str, list[tuple[str, str]]]  # (container path, [(child name, device)])

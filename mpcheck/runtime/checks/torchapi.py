@@ -27,6 +27,7 @@ CPU_INDEX = 7  # checked, but CPU indices and values may sit next to tensors on 
 SKIP = 8  # strict mode: not checked (copies cross devices by design)
 VIEW = 9  # a view or copy of one tensor on its own device: passed through; MP011's provenance follows it
 LOSS = 10  # a loss (torch.nn.functional's): checked, and its predictions' way to this device looked at
+BACKWARD = 11  # a backward pass begins (Tensor.backward, torch.autograd.backward / grad): passed through
 
 TRANSFERS = frozenset({TO, CUDA, CPU, COPY})
 
@@ -51,6 +52,7 @@ PYTHON_CALLS: dict[str, int] = {
     "is_shared": PASS,
     "_is_view": PASS,
     "type": PASS,
+    "type_as": PASS,  # `a.type_as(b)` is `a.type(b.type())`: a conversion (CUDA types: to the current GPU)
     "__get__": PASS,  # every Tensor property getter: .device, .shape, .grad, ...
     # its value, printed or converted
     "__len__": PASS,
@@ -74,7 +76,7 @@ PYTHON_CALLS: dict[str, int] = {
     "register_hook": PASS,
     "requires_grad_": PASS,
     "retain_grad": PASS,
-    "backward": PASS,
+    "backward": BACKWARD,
     "__reduce_ex__": PASS,
     "__deepcopy__": PASS,
     "__setstate__": PASS,
@@ -105,6 +107,10 @@ PYTHON_CALLS: dict[str, int] = {
     "index_put_": CPU_INDEX,
     "index_put": CPU_INDEX,
     "_index_put_impl_": CPU_INDEX,
+    # packed sequences: their lengths and batch sizes live on the CPU by PyTorch's rule, next to data
+    # on any device (pack_padded_sequence refuses lengths on a GPU)
+    "_pack_padded_sequence": CPU_INDEX,
+    "_pad_packed_sequence": CPU_INDEX,
 }
 
 ATEN_OPS: dict[str, int] = {
@@ -126,23 +132,45 @@ ATEN_OPS: dict[str, int] = {
     "index_put": CPU_INDEX,
     "_index_put_impl_": CPU_INDEX,
     "index_select": CPU_INDEX,
+    "_pack_padded_sequence": CPU_INDEX,
+    "_pad_packed_sequence": CPU_INDEX,
 }
 
 # The names the checker lets mix CPU tensors with other devices, whatever their namespace.
 CPU_INDEX_NAMES = frozenset(name for name, kind in PYTHON_CALLS.items() if kind == CPU_INDEX)
+# Calls over lists of tensors that pair their lists index by index (`torch._foreach_lerp_(ema, params, w)`,
+# the fused optimizers' kernels): the i-th tensors of the lists must share a device, but the lists may
+# span several devices (a split model's parameters; PyTorch takes its per-tensor path then).
+PER_INDEX_PREFIXES = ("_foreach_", "_fused_")
+
+# The recurrent kernels (torch.lstm, torch.gru, ...): their packed-sequence overload takes the batch
+# sizes (int64, argument 1) on the CPU, as PackedSequence keeps them, next to data on any device.
+CPU_BATCH_SIZES_NAMES = frozenset({"lstm", "gru", "rnn_tanh", "rnn_relu"})
+
 # What the strict mode names an aten CPU_INDEX op for the checker: a name in CPU_INDEX_NAMES.
 ATEN_CPU_INDEX_AS = "__getitem__"
 
 
-def python_call_kind(name: str, full: str | None) -> int:
+# Python-level functions that run a backward pass, by module and qualified name
+# (torch.overrides.resolve_name names neither): passed through whatever devices their tensors are on,
+# since autograd takes outputs and inputs from anywhere in the graph (`torch.autograd.grad(loss_on_cuda1,
+# params_on_cuda0)`); they end the forward pass of the code that calls them (a hand-written pipeline
+# schedule sends gradients back along the stages next).
+BACKWARD_FUNCTIONS = frozenset({"torch.autograd.grad", "torch.autograd.backward"})
+
+
+def python_call_kind(name: str, full: str | None, qualified: str | None = None) -> int:
     """The kind of a Python-level call: `name` its `__name__`, `full` what
-    `torch.overrides.resolve_name` gives ("torch.Tensor.to"), None when it gives nothing."""
+    `torch.overrides.resolve_name` gives ("torch.Tensor.to"), None when it gives nothing;
+    `qualified`: its `__module__` and `__qualname__` ("torch.autograd.grad")."""
+    if qualified in BACKWARD_FUNCTIONS:
+        return BACKWARD
     kind = PYTHON_CALLS.get(name, CHECK)
     if kind == SET_DATA:
         return SET_DATA if full == "torch.Tensor.data.__set__" else PASS
     if kind in TRANSFERS:
         return kind if full == f"torch.Tensor.{name}" else CHECK
-    if kind in (PASS, VIEW):
+    if kind in (PASS, VIEW, BACKWARD):
         return kind if full is None or full.startswith("torch.Tensor.") else CHECK
     if kind == CHECK and is_loss(name) and (full or "").startswith("torch.nn.functional."):
         return LOSS

@@ -116,7 +116,8 @@ class VirtualGPUs:
     def label_of(self, t: torch.Tensor) -> str | None:
         try:
             return getattr(t.untyped_storage(), LABEL, None)
-        except (RuntimeError, NotImplementedError, TypeError):  # sparse, nested, functional wrappers
+        except (RuntimeError, NotImplementedError, TypeError, ValueError):  # sparse, nested, functional
+            # wrappers; a LazyModule's UninitializedParameter (ValueError: no storage until its first call)
             return None
 
     def device_of(self, t: torch.Tensor) -> str:
@@ -131,7 +132,7 @@ class VirtualGPUs:
         """Put `t`'s storage on the virtual device `dev` (once: a storage keeps its first label)."""
         try:
             st = t.untyped_storage()
-        except (RuntimeError, NotImplementedError, TypeError):
+        except (RuntimeError, NotImplementedError, TypeError, ValueError):
             return
         if getattr(st, LABEL, None) is not None:
             return

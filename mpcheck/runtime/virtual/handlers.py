@@ -153,6 +153,13 @@ def tensor_type(g: VirtualGPUs, func, args, kwargs):
     return to(g, torch.Tensor.to, (t, dst, dtype), rest)
 
 
+def type_as(g: VirtualGPUs, func, args, kwargs):
+    """`a.type_as(b)`: `a.type(b.type())`, so a CUDA `b` puts `a` on the current GPU (not on `b`'s)."""
+    t = args[0]
+    other = args[1] if len(args) > 1 else kwargs["other"]
+    return tensor_type(g, torch.Tensor.type, (t, tensor_type(g, torch.Tensor.type, (other,), {})), {})
+
+
 def _tensor_type_name(name: str) -> tuple[str, torch.dtype] | None:
     """('cuda' or 'cpu', dtype) of a dense tensor type's name ('torch.cuda.HalfTensor'), else None."""
     if name == "torch.Tensor":

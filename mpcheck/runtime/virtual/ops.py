@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.utils._device as _device_ctx
 
+from mpcheck.runtime.checks.torchapi import PER_INDEX_PREFIXES
 from mpcheck.runtime.virtual.allocations import UNKNOWN
 from mpcheck.runtime.virtual.autocast import ANY as AUTOCAST_ANY
 from mpcheck.runtime.virtual.autocast import cast_inputs
@@ -31,6 +32,14 @@ FACTORIES: set = set()
 # does to swap a parameter's data for its moved copy (`param.data = moved` after asking
 # `torch._has_compatible_shallow_copy_type(param, moved)`). Filled once torch is imported.
 MIXES_DEVICES: set = set()
+
+
+# Functions some of whose outputs PyTorch makes on the CPU whatever the device of the data: by name, the
+# indices of those outputs. A packed sequence's batch sizes and a padded one's lengths.
+HOST_OUTPUTS: dict[str, frozenset[int]] = {
+    "_pack_padded_sequence": frozenset({1}),
+    "_pad_packed_sequence": frozenset({1}),
+}
 
 
 # Factories that make a tensor from a shape alone (torch.empty, torch.randn, torch.arange, ...), not from
@@ -107,6 +116,12 @@ def generic(g: VirtualGPUs, func, args, kwargs):
         kwargs.pop("pin_memory", None)
         target = "cpu"
     dev, other = scan(g, args, kwargs)
+    if _autograd_entry(func):
+        return _autograd_call(g, func, args, kwargs)
+    if other is not None and getattr(func, "__name__", "").startswith(PER_INDEX_PREFIXES):
+        groups = _index_groups(g, args, kwargs)
+        if len(groups) > 1:
+            return _per_device(g, func, args, kwargs, groups)
     if other is not None and func not in MIXES_DEVICES:
         raise VirtualDeviceError(
             f"Expected all tensors to be on the same device, but found at least two devices, {dev} and {other}!"
@@ -125,7 +140,65 @@ def generic(g: VirtualGPUs, func, args, kwargs):
             raise
         raise clear from e
     if lab is not None and out is not None:
-        g.label_outputs(out, lab, args[0] if args else None)
+        host = HOST_OUTPUTS.get(getattr(func, "__name__", ""))
+        if host is not None and isinstance(out, tuple):  # sizes PyTorch keeps on the CPU stay there
+            g.label_outputs(tuple(o for i, o in enumerate(out) if i not in host), lab, args[0] if args else None)
+        else:
+            g.label_outputs(out, lab, args[0] if args else None)
+    return out
+
+
+def _index_groups(g: VirtualGPUs, args: tuple, kwargs: dict) -> list[list[int]]:
+    """The indices of a per-index call's lists, grouped by the device of the first list's tensor."""
+    firsts = next(
+        a for a in (*args, *kwargs.values()) if isinstance(a, (list, tuple)) and a and isinstance(a[0], torch.Tensor)
+    )
+    by_dev: dict[str | None, list[int]] = {}
+    for i, t in enumerate(firsts):
+        by_dev.setdefault(g.label_of(t), []).append(i)
+    return list(by_dev.values())
+
+
+def _per_device(g: VirtualGPUs, func, args: tuple, kwargs: dict, groups: list[list[int]]):
+    """A call that pairs its lists index by index (`torch._foreach_lerp_(ema, params, w)`) over lists
+    that span several virtual GPUs: PyTorch runs it tensor by tensor then; here, one call per device
+    (each checked as any call is: a pair of tensors on two devices still fails), the outputs put back
+    in order."""
+    n = sum(len(idx) for idx in groups)
+
+    def pick(a: Any, idx: list[int]) -> Any:
+        return [a[i] for i in idx] if isinstance(a, (list, tuple)) and len(a) == n else a
+
+    outs: list[Any] = [None] * n
+    returned_list = False
+    for idx in groups:
+        out = generic(g, func, tuple(pick(a, idx) for a in args), {k: pick(v, idx) for k, v in kwargs.items()})
+        if isinstance(out, (list, tuple)):
+            returned_list = True
+            for i, o in zip(idx, out):
+                outs[i] = o
+    return outs if returned_list else None
+
+
+def _autograd_entry(func: Any) -> bool:
+    """torch.autograd.grad / backward: outputs and inputs from anywhere in the graph, on any devices."""
+    return getattr(func, "__module__", None) == "torch.autograd" and getattr(func, "__name__", "") in (
+        "grad",
+        "backward",
+    )
+
+
+def _autograd_call(g: VirtualGPUs, func, args: tuple, kwargs: dict):
+    """torch.autograd.grad / backward: run as they are; each gradient `grad` returns is on its input's
+    device (not on the first device among the arguments, as a generic op's result)."""
+    out = func(*args, **kwargs)
+    if getattr(func, "__name__", "") == "grad" and isinstance(out, tuple):
+        inputs = args[1] if len(args) > 1 else kwargs.get("inputs")
+        inputs = (inputs,) if isinstance(inputs, torch.Tensor) else tuple(inputs or ())
+        for inp, grad in zip(inputs, out):
+            lab = g.label_of(inp) if isinstance(inp, torch.Tensor) else None
+            if lab is not None and isinstance(grad, torch.Tensor):
+                g.label(grad, lab)
     return out
 
 

@@ -33,6 +33,7 @@ def _table() -> dict[Any, Handler]:
         T.cuda: handlers.cuda,
         T.cpu: handlers.cpu,
         T.type: handlers.tensor_type,
+        T.type_as: handlers.type_as,
         # integer devices are CUDA's indices, as on real GPUs
         torch.device: handlers.device_new,
         torch._C._nn._parse_to: handlers.parse_to,

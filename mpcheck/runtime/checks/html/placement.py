@@ -40,7 +40,7 @@ class Placement:
             params = [p for p in sub._parameters.values() if p is not None]
             tensors = params or [b for b in sub._buffers.values() if b is not None]
             devices = tuple(sorted({device_of(t) for t in tensors}))
-            nbytes = sum(p.numel() * p.element_size() for p in params)
+            nbytes = sum(_nbytes(p) for p in params)
             self.rows[path] = ModuleRow(path, type(sub).__name__, devices, nbytes)
 
 
@@ -54,6 +54,13 @@ def _modes_off(checker: Any) -> Any:
     if checker.plain_devices:
         return torch._C.DisableTorchFunction()
     return contextlib.nullcontext()
+
+
+def _nbytes(t: Any) -> int:
+    try:
+        return int(t.numel() * t.element_size())
+    except ValueError:  # a LazyModule's parameter before its first call: no size yet
+        return 0
 
 
 def watch(session: Any, placement: Placement) -> None:

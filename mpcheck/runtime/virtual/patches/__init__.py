@@ -1,6 +1,6 @@
 """What the dry run patches while virtual GPUs are active, one module per thing patched:
 cuda.py (torch.cuda, torch.accelerator), grouping.py (foreach / optimizer grouping by device),
-autograd.py (backward, custom Functions, checkpoint), data.py (DataLoader pinning, torch.load),
+autograd.py (backward, custom Functions, checkpoint), data.py (DataLoader pinning, torch.load, torch.save),
 parallel.py (DataParallel and its collectives, torch.distributed, DDP, pipelining's schedules); base.py: the undo record."""
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ def install(g: VirtualGPUs, p: Patches) -> None:
     data.install_pinning(g, p)
     autograd.install_python(g, p)
     data.install_load(g, p)
+    data.install_save(g, p)
     parallel.install_data_parallel(g, p)
     parallel.install_distributed(g, p)
     parallel.install_pipelining(g, p)

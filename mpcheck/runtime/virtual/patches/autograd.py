@@ -4,6 +4,7 @@ run's modes back, and gradients arriving unlabelled get their forward output's d
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -15,25 +16,12 @@ if TYPE_CHECKING:  # pragma: no cover
     from mpcheck.runtime.virtual.devices import VirtualGPUs
 
 
-class _Unlabelled:
-    """The device of a tensor saved before the dry run labelled it: equal to any device."""
-
-    def __eq__(self, other: object) -> bool:
-        return True
-
-    def __hash__(self) -> int:
-        return 0
-
-    def __repr__(self) -> str:
-        return "<virtual device not labelled yet>"
-
-
-_UNLABELLED = _Unlabelled()
-
-
 def install(g: VirtualGPUs, p: Patches) -> None:
     orig_backward = torch.autograd.backward
 
+    # torch.autograd.backward hands the function its module holds now (this one) to the modes: named as
+    # the original, so that both faces know it (checks/torchapi.PASS_FUNCTIONS, ops._autograd_entry).
+    @functools.wraps(orig_backward)
     def backward(*a: Any, **k: Any) -> Any:
         g.before_backward()
         return orig_backward(*a, **k)
@@ -52,19 +40,25 @@ def install_python(g: VirtualGPUs, p: Patches) -> None:
         return orig_checkpoint(_with_modes(g, function), *args, **kwargs)
 
     p.set(ckpt, "checkpoint", checkpoint)
-    # Its determinism check compares each saved tensor's device in forward and in recompute; pack
-    # hooks run with or without the modes depending on who saves: compare virtual devices always.
+    # Its determinism check compares each saved tensor's device in forward and in recompute. Pack
+    # hooks run with or without the modes depending on who saves, and an op's output is saved before
+    # the dry run labels it with its virtual device (a Tanh's result in forward, while in recompute
+    # the same storage may be labelled already): compare the backing device, the same on both sides.
     checks = getattr(ckpt, "_allowed_determinism_checks_to_fns", None)
     default = getattr(ckpt, "_DEFAULT_DETERMINISM_MODE", None)
     if isinstance(checks, dict) and default in checks:
+        p.set_item(checks, default, _saved_metadata)
 
-        def metadata(x: torch.Tensor) -> dict[str, Any]:
-            # An op's output saved for backward (ReLU saves its result) is packed before the mode labels
-            # it: its virtual device is not known yet, and must not fail the comparison.
-            label = g.label_of(x)
-            return {"shape": x.shape, "dtype": x.dtype, "device": torch.device(label) if label else _UNLABELLED}
+    # Saved-tensor hooks (`torch.autograd.graph.save_on_cpu`, offloading activations) run inside an op,
+    # where autograd saves its inputs, and in backward: with the modes, they see virtual devices (the
+    # device a packed tensor goes back to) and their factories lose `pin_memory`, as the program's own do.
+    hooks_cls = torch.autograd.graph.saved_tensors_hooks
+    orig_hooks_init = hooks_cls.__init__
 
-        p.set_item(checks, default, metadata)
+    def hooks_init(self: Any, pack_hook: Callable, unpack_hook: Callable) -> None:
+        orig_hooks_init(self, _with_modes(g, pack_hook), _with_modes(g, unpack_hook))
+
+    p.set(hooks_cls, "__init__", hooks_init)
 
     orig_apply = Function.__dict__["apply"].__func__
 
@@ -94,6 +88,12 @@ def install_python(g: VirtualGPUs, p: Patches) -> None:
         return _with_modes(g, orig_bw)(self, *grads)
 
     p.set(BackwardCFunction, "apply", backward_apply)
+
+
+def _saved_metadata(x: torch.Tensor) -> dict[str, Any]:
+    """Checkpoint's metadata of a saved tensor, with its backing device (not its virtual one)."""
+    with torch._C.DisableTorchFunction():
+        return {"shape": x.shape, "dtype": x.dtype, "device": x.device}
 
 
 def _with_modes(g: VirtualGPUs, fn: Callable) -> Callable:

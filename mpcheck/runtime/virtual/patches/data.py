@@ -1,4 +1,5 @@
-"""Data on its way in: DataLoader's pinning thread, and torch.load onto a virtual device."""
+"""Data on its way in and out: DataLoader's pinning thread, torch.load onto a virtual device, and
+torch.save, which needs values that meta backing does not have."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from mpcheck.runtime.virtual.errors import MetaValueError, user_line
 from mpcheck.runtime.virtual.patches.base import Patches
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -44,3 +46,26 @@ def install_load(g: VirtualGPUs, p: Patches) -> None:
         return move(obj)
 
     p.set(torch, "load", load)
+
+
+def install_save(g: VirtualGPUs, p: Patches) -> None:
+    """torch.save under --backing meta: a checkpoint holds tensor values, which meta tensors do not;
+    stop with the dry run's message at the user's line rather than PyTorch's "Cannot copy out of meta
+    tensor" from inside the serializer."""
+    if g.backing != "meta":
+        return
+    orig_save = torch.save
+
+    def save(obj: Any, f: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return orig_save(obj, f, *args, **kwargs)
+        except NotImplementedError as e:
+            if "meta tensor" not in str(e):
+                raise
+            raise MetaValueError(
+                f"{user_line()}: torch.save() needs tensor values (a checkpoint holds them), but with --backing "
+                f"meta tensors hold shapes only. Run with --backing cpu (real values, small models) to go past "
+                f"this line, or skip the save in a dry run."
+            ) from e
+
+    p.set(torch, "save", save)

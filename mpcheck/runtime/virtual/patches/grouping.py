@@ -28,7 +28,8 @@ def _group(g: VirtualGPUs, tensorlistlist: list, with_indices: bool) -> dict:
             entry = out[key] = ([[] for _ in range(n_lists)], [] if with_indices else None)
         lists, indices = entry
         for j in range(n_lists):
-            lists[j].append(tensorlistlist[j][i] if len(tensorlistlist[j]) > i else None)
+            if tensorlistlist[j]:  # an empty list (Adam's max_exp_avg_sqs without amsgrad) stays empty, as in C++
+                lists[j].append(tensorlistlist[j][i])
         if indices is not None:  # with_indices
             indices.append(i)
     return out

@@ -1,0 +1,43 @@
+"""When a repeated copy is per-step waste (MP011) and when it is one-time setup.
+
+MP011 is about data copied on every forward or every step: the same unchanged data moved to the same
+device again while the model runs. Loading and building a model copy data too, and sometimes the same
+data twice: `from_pretrained(..., device_map=...)` copies a checkpoint tensor once per key, and the two
+keys of tied embeddings share one tensor, so it is copied twice (accelerate's
+`set_module_tensor_to_device`, then `tie_weights()` drops one copy); a loader loop of the user's own over
+a state dict does the same. That costs once, at load time: there is no per-step copy to keep.
+
+What tells them apart is the model's work around the two copies. A `Mark` says where the program
+stands when a copy is made: the thread, its counts of forward passes, ended passes (a loss, a backward)
+and optimizer steps, and whether a module's forward is running. A repeat is the
+model's repeated work, and reported, when either copy was made inside a forward pass, or the model ran
+between the two copies (a constant moved in every iteration of a training loop is caught at the second
+iteration). Two copies with no model work between them are setup, and not reported, when the model has
+not run yet (loading and placing it before training) or when both were made inside a library's routine
+that one line of the user's called (`from_pretrained` loading a model in the middle of a run). The
+user's own code copying the same data twice between two calls of the model (a beam index moved to one
+device twice per generation step) is reported. The earlier copy is then forgotten for the newer one, so
+a setup copy followed by the same copy in the loop is caught too.
+
+A copy that autograd records (of a tensor that requires grad, with grad enabled: a tied weight used on
+a second GPU) belongs to its forward pass's graph, which backward frees: the next pass needs a copy of
+its own even when the weight has not changed (gradient accumulation runs several passes between two
+optimizer steps). Such copies repeat only within one forward pass.
+"""
+
+from __future__ import annotations
+
+# (thread id, forward passes, passes ended, optimizer steps, inside a forward pass)
+Mark = tuple[int, int, int, int, bool]
+
+
+def recurs(earlier: Mark, now: Mark, *, in_library: bool, in_graph: bool = False) -> bool:
+    """Do two copies of the same data belong to the model's repeated work rather than to setup?
+    in_library: the later copy was made inside a library's code (the site has a library context);
+    in_graph: autograd records the copy (its source requires grad, grad enabled)."""
+    if in_graph:
+        return earlier[:3] == now[:3]  # one forward pass (same thread, pass, ended passes): reusable
+    if earlier[4] or now[4] or earlier[:4] != now[:4]:
+        return True
+    model_ran = any(now[1:4])
+    return model_ran and not in_library

@@ -1,0 +1,436 @@
+"""Correct programs that once gave a false finding or stopped the dry run, each beside the bug of its
+family that must still be reported (found by writing correct model-parallel programs in many styles and
+running them under `mpcheck dryrun --gpus 2` and `--gpus 4`)."""
+
+import pytest
+from dryrun_helpers import codes_at
+
+GPUS = ["2", "4"]
+
+# Activation checkpointing inside each stage: checkpoint's determinism check compares each saved
+# tensor's device in forward and in recompute; a Tanh's result is saved before the dry run labels it.
+CHECKPOINTED_STAGES = """
+import torch
+import torch.nn as nn
+from torch.utils.checkpoint import checkpoint, checkpoint_sequential
+
+devs = [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+
+
+class Stage(nn.Module):
+    def __init__(self, dev):
+        super().__init__()
+        self.dev = dev
+        self.layers = nn.Sequential(*[nn.Sequential(nn.Linear(64, 64), nn.Tanh()) for _ in range(3)]).to(dev)
+
+    def forward(self, x):
+        return checkpoint(self.layers, x.to(self.dev), use_reentrant=False)
+
+
+stages = nn.ModuleList([Stage(d) for d in devs])
+tail = nn.Sequential(*[nn.Linear(64, 64) for _ in range(4)]).to(devs[-1])
+opt = torch.optim.SGD([*stages.parameters(), *tail.parameters()], lr=0.01)
+for step in range(2):
+    x = torch.randn(8, 64, requires_grad=True)
+    for s in stages:
+        x = s(x)
+    checkpoint_sequential(tail, 2, x, use_reentrant=True).sum().backward()
+    opt.step()
+    opt.zero_grad()
+print("finished")
+"""
+
+
+@pytest.mark.parametrize("gpus", GPUS)
+def test_activation_checkpointing_in_every_stage_runs_clean(script, dryrun_cli, gpus):
+    status, report, err = dryrun_cli(script(CHECKPOINTED_STAGES), "--gpus", gpus)
+    assert status == 0, err
+    assert report["findings"] == []
+
+
+# An EMA of a split model's weights with one foreach call: the lists span the GPUs, pairwise on one.
+EMA = """
+import copy
+import torch
+import torch.nn as nn
+
+last = f"cuda:{torch.cuda.device_count() - 1}"
+model = nn.Sequential(nn.Linear(64, 64).to("cuda:0"), nn.Linear(64, 8).to(last))
+ema = copy.deepcopy(model).requires_grad_(False)
+shadow = SHADOW
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
+for step in range(2):
+    model[1](model[0](torch.randn(4, 64, device="cuda:0")).to(last)).sum().backward()
+    opt.step()
+    opt.zero_grad()
+    with torch.no_grad():
+        torch._foreach_lerp_(shadow, [p.detach() for p in model.parameters()], 0.01)  # <- lerp
+        norms = torch._foreach_norm(shadow)
+print("finished")
+"""
+
+
+@pytest.mark.parametrize("gpus", GPUS)
+def test_a_foreach_call_over_lists_that_span_the_gpus_runs_clean(script, dryrun_cli, gpus):
+    s = script(EMA.replace("SHADOW", "list(ema.parameters())"))
+    status, report, err = dryrun_cli(s, "--gpus", gpus)
+    assert status == 0, err
+    assert report["findings"] == []
+
+
+def test_a_foreach_call_that_pairs_tensors_on_two_gpus_is_reported(script, dryrun_cli):
+    # Every shadow weight on cuda:0: the last layer's weights pair a cuda:0 tensor with a cuda:1 one.
+    s = script(EMA.replace("SHADOW", '[p.to("cuda:0") for p in ema.parameters()]'))
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert ("MP001", s.line("lerp")) in codes_at(report)
+    (f,) = [f for f in report["findings"] if f["line"] == s.line("lerp")]
+    assert "cuda:1" in f["message"] and "cuda:0" in f["message"]
+
+
+# Fused and foreach optimizers over a split model (Adam's max_exp_avg_sqs is an empty list without
+# amsgrad: the grouping by virtual device keeps it empty, as PyTorch's C++ does).
+OPTIMIZERS = """
+import torch
+import torch.nn as nn
+
+last = f"cuda:{torch.cuda.device_count() - 1}"
+model = nn.Sequential(nn.Linear(64, 64).to("cuda:0"), nn.Linear(64, 64).to(last))
+for opt in (
+    torch.optim.Adam(model.parameters(), lr=1e-3, fused=True),
+    torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True, amsgrad=True),
+    torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9, foreach=True),
+):
+    for step in range(2):
+        model[1](model[0](torch.randn(4, 64, device="cuda:0")).to(last)).square().mean().backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=True)
+        opt.step()
+        opt.zero_grad()
+print("finished")
+"""
+
+
+@pytest.mark.parametrize("gpus", GPUS)
+def test_fused_and_foreach_optimizers_over_a_split_model_run_clean(script, dryrun_cli, gpus):
+    status, report, err = dryrun_cli(script(OPTIMIZERS), "--gpus", gpus)
+    assert status == 0, err
+    assert report["findings"] == []
+
+
+# `a.type_as(b)` is `a.type(b.type())`: a host tensor goes to the current GPU, whatever b's GPU is.
+TYPE_AS = """
+import torch
+
+last = f"cuda:{torch.cuda.device_count() - 1}"
+h = torch.randn(4, 64, device=last)
+g = torch.ones(4, 64).type_as(h)
+assert g.device == torch.device("cuda:0"), g.device
+total = (h + g.to(h.device)).sum()
+half = torch.ones(2).type_as(h.half())
+assert half.dtype == torch.float16
+print("finished")
+"""
+
+
+@pytest.mark.parametrize("gpus", GPUS)
+def test_type_as_converts_to_the_current_gpu_without_a_finding(script, dryrun_cli, gpus):
+    status, report, err = dryrun_cli(script(TYPE_AS), "--gpus", gpus)
+    assert status == 0, err
+    assert report["findings"] == []
+
+
+# Tied embeddings across two GPUs with gradient accumulation: each forward pass copies the weight for
+# its own graph, which backward frees; the weight does not change between the micro-batches, yet
+# the next pass needs a copy of its own (recurrence.py).
+TIED_ACCUMULATION = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+last = f"cuda:{torch.cuda.device_count() - 1}"
+emb = nn.Embedding(2000, 128).to("cuda:0")     # 1 MB of weights
+body = nn.Linear(128, 128).to(last)
+opt = torch.optim.AdamW([*emb.parameters(), *body.parameters()], lr=1e-3)
+for step in range(2):
+    for micro in range(4):
+        ids = torch.randint(0, 2000, (2, 16))
+        h = body(emb(ids.to("cuda:0")).to(last))
+        logits = h @ emb.weight.to(last).t()  # <- tied
+        TWICE
+        F.cross_entropy(logits.flatten(0, 1), ids.flatten().to(last)).backward()
+    opt.step()
+    opt.zero_grad()
+print("finished")
+"""
+
+
+@pytest.mark.parametrize("gpus", GPUS)
+def test_a_tied_weight_copied_once_per_forward_with_gradient_accumulation_runs_clean(script, dryrun_cli, gpus):
+    status, report, err = dryrun_cli(script(TIED_ACCUMULATION.replace("TWICE", "pass")), "--gpus", gpus)
+    assert status == 0, err
+    assert report["findings"] == []
+
+
+def test_a_tied_weight_copied_twice_in_one_forward_is_a_repeat(script, dryrun_cli):
+    s = script(TIED_ACCUMULATION.replace("TWICE", "logits = logits + h @ emb.weight.to(last).t()  # <- again"))
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 0, err
+    assert codes_at(report) == [("MP011", s.line("again"))]
+
+
+def test_a_weight_copied_in_every_step_of_an_inference_loop_is_a_repeat(script, dryrun_cli):
+    # Under no_grad the copy is no graph's: one copy kept on the last GPU would serve every step. The
+    # new token's way back to the first GPU in each step is the loop's, not a ping-pong (MP006): calling
+    # `emb` again starts the next pass.
+    s = script("""
+import torch
+import torch.nn as nn
+
+last = f"cuda:{torch.cuda.device_count() - 1}"
+emb = nn.Embedding(2000, 128).to("cuda:0")
+body = nn.Linear(128, 128).to(last)
+with torch.no_grad():
+    tok = torch.zeros(1, 1, dtype=torch.long)
+    for step in range(3):
+        h = body(emb(tok.to("cuda:0")).to(last))
+        tok = (h @ emb.weight.to(last).t()).argmax(-1)  # <- tied
+""")
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 0, err
+    assert codes_at(report) == [("MP011", s.line("tied"))]
+
+
+# A mixture of experts spread over the GPUs: each expert gets its rows of one input and its result is
+# gathered back on cuda:0. The chain cuda:0 -> cuda:1 -> cuda:0 -> cuda:1 ... is a star, not a
+# ping-pong: no result that came back went into the next expert's rows (pingpong.py asks autograd).
+MOE = """
+import torch
+import torch.nn as nn
+
+n, E, d = torch.cuda.device_count(), 4, 64
+devs = [torch.device("cuda", e * n // E) for e in range(E)]
+gate = nn.Linear(d, E).to("cuda:0")
+proj = nn.Linear(d, d).to("cuda:0")
+experts = nn.ModuleList([nn.Sequential(nn.Linear(d, d), nn.GELU()).to(dv) for dv in devs])
+opt = torch.optim.Adam([*gate.parameters(), *proj.parameters(), *experts.parameters()])
+for step in range(2):
+    x = INPUT
+    w, idx = gate(x).softmax(-1).topk(2, dim=-1)
+    out = torch.zeros_like(x)
+    for e, (dev, expert) in enumerate(zip(devs, experts)):
+        rows, slot = (idx == e).nonzero(as_tuple=True)
+        y = expert(x[rows].to(dev)).to(x.device)
+        out.index_add_(0, rows, y * w[rows, slot].unsqueeze(-1))
+    out.pow(2).mean().backward()
+    opt.step()
+    opt.zero_grad()
+print("finished")
+"""
+
+
+@pytest.mark.parametrize("gpus", GPUS)
+@pytest.mark.parametrize("data", ["torch.randn(64, d, device='cuda:0')", "proj(torch.randn(64, d, device='cuda:0'))"])
+def test_experts_fed_from_one_input_and_gathered_back_are_not_a_ping_pong(script, dryrun_cli, gpus, data):
+    status, report, err = dryrun_cli(script(MOE.replace("INPUT", data)), "--gpus", gpus)
+    assert status == 0, err
+    assert report["findings"] == []
+
+
+def test_layers_fed_by_the_previous_result_across_two_gpus_are_still_a_ping_pong(script, dryrun_cli):
+    # The same loop, each expert now fed the previous expert's gathered result: a ping-pong.
+    s = script(
+        MOE.replace("INPUT", "proj(torch.randn(64, d, device='cuda:0'))")
+        .replace("y = expert(x[rows].to(dev)).to(x.device)", "y = expert(x[rows].to(dev)).to(x.device)  # <- hop")
+        .replace("out.index_add_(0, rows, y * w[rows, slot].unsqueeze(-1))", "x = x.index_add(0, rows, y)")
+        .replace("out.pow(2)", "x.pow(2)")
+    )
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 0, err
+    assert ("MP006", s.line("hop")) in codes_at(report)
+
+
+# A LazyLinear on the last GPU, initialised by a first call: its UninitializedParameter has no storage
+# (nor size) until then, which the virtual devices and the report's module sizes must let be.
+LAZY = """
+import torch
+import torch.nn as nn
+
+last = f"cuda:{torch.cuda.device_count() - 1}"
+f = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU()).to("cuda:0")
+g = nn.Sequential(nn.Flatten(), nn.LazyLinear(10)).to(last)
+unused = nn.LazyLinear(4).to(last)  # never called: still lazy at the end
+net = nn.ModuleList([f, g, unused])
+with torch.no_grad():
+    g(f(torch.randn(1, 3, 16, 16, device="cuda:0")).to(last))
+opt = torch.optim.SGD(g.parameters(), lr=0.1)
+g(f(torch.randn(4, 3, 16, 16, device="cuda:0")).to(last)).sum().backward()
+opt.step()
+print("finished")
+"""
+
+
+@pytest.mark.parametrize("gpus", GPUS)
+def test_a_lazy_module_on_a_gpu_runs_clean(script, dryrun_cli, gpus, tmp_path):
+    s = script(LAZY)
+    status, report, err = dryrun_cli(s, "--gpus", gpus, "--html", str(tmp_path / "report.html"))
+    assert status == 0, err
+    assert report["findings"] == []
+
+
+def test_a_checkpoint_saved_under_meta_backing_stops_with_the_limit_message(script, dryrun_cli, tmp_path):
+    s = script(f"""
+import torch
+import torch.nn as nn
+
+model = nn.Sequential(nn.Linear(32, 32).to("cuda:0"), nn.Linear(32, 32).to("cuda:1"))
+model[1](model[0](torch.randn(2, 32, device="cuda:0")).to("cuda:1")).sum().backward()
+torch.save(model.state_dict(), {str(tmp_path / "ckpt.pt")!r})  # <- save
+""")
+    status, report, err = dryrun_cli(s, "--gpus", "2", "--backing", "meta")
+    assert status == 1
+    assert f"train.py:{s.line('save')}: torch.save() needs tensor values" in report["stopped"]
+    assert "--backing cpu" in report["stopped"]
+    assert "Traceback" not in err
+    status, report, err = dryrun_cli(s, "--gpus", "2")  # with values, the checkpoint is written
+    assert status == 0, err
+    assert (tmp_path / "ckpt.pt").exists()
+
+
+# Activations offloaded to the host while the forward runs (saved-tensor hooks): the hooks run inside the
+# ops, and with pin_memory their staging buffer asked for a page-locked allocator a CPU build lacks.
+SAVE_ON_CPU = """
+import torch
+import torch.nn as nn
+
+last = f"cuda:{torch.cuda.device_count() - 1}"
+a = nn.Sequential(nn.Linear(128, 128), nn.GELU()).to("cuda:0")
+b = nn.Sequential(nn.Linear(128, 128), nn.GELU()).to(last)
+opt = torch.optim.SGD([*a.parameters(), *b.parameters()], lr=0.1)
+for step in range(2):
+    with torch.autograd.graph.save_on_cpu(pin_memory=PIN):
+        out = b(a(torch.randn(16, 128, device="cuda:0")).to(last))
+    out.square().mean().backward()
+    assert a[0].weight.grad.device == torch.device("cuda:0")
+    opt.step()
+    opt.zero_grad()
+print("finished")
+"""
+
+
+@pytest.mark.parametrize("pin", ["True", "False"])
+def test_activations_saved_on_the_host_run_clean(script, dryrun_cli, pin):
+    status, report, err = dryrun_cli(script(SAVE_ON_CPU.replace("PIN", pin)), "--gpus", "2")
+    assert status == 0, err
+    assert report["findings"] == []
+    pairs = {(p["src"], p["dst"]) for p in report["transfers"]["by_pair"]}
+    assert ("cuda:0", "cpu") in pairs and ("cuda:1", "cpu") in pairs  # the offload's copies are counted
+
+
+# torch.autograd.grad of a loss on the last GPU with respect to weights on every GPU (torch.func's
+# functional_call, a hand-written optimizer): autograd takes outputs and inputs from anywhere in the
+# graph, and each gradient comes back on its input's device.
+AUTOGRAD_GRAD = """
+import torch
+import torch.nn as nn
+from torch.func import functional_call
+
+last = f"cuda:{torch.cuda.device_count() - 1}"
+model = nn.ModuleDict({"a": nn.Linear(32, 32).to("cuda:0"), "b": nn.Linear(32, 1).to(last)})
+
+
+def forward(params, x):
+    h = torch.tanh(functional_call(model["a"], {k[2:]: v for k, v in params.items() if k[0] == "a"}, (x,)))
+    return functional_call(model["b"], {k[2:]: v for k, v in params.items() if k[0] == "b"}, (h.to(last),))
+
+
+params = {k: v.detach().clone().requires_grad_() for k, v in model.named_parameters()}
+for step in range(2):
+    out = forward(params, torch.randn(4, 32, device="cuda:0"))
+    grads = torch.autograd.grad(out.sum(), list(params.values()))
+    assert [g.device for g in grads] == [p.device for p in params.values()]
+    with torch.no_grad():
+        for p, g in zip(params.values(), grads):
+            p -= 0.1 * g
+out = forward(params, torch.randn(4, 32, device="cuda:0"))
+torch.autograd.backward([out.sum(), params["a.weight"].sum()])  # outputs on two GPUs
+assert params["a.weight"].grad.device == torch.device("cuda:0")
+print("finished")
+"""
+
+
+@pytest.mark.parametrize("gpus", GPUS)
+def test_autograd_grad_over_weights_on_every_gpu_runs_clean(script, dryrun_cli, gpus):
+    status, report, err = dryrun_cli(script(AUTOGRAD_GRAD), "--gpus", gpus)
+    assert status == 0, err
+    assert report["findings"] == []
+
+
+# A pipeline schedule written by hand: each stage's input detached, and the gradients sent back stage
+# by stage with `h.backward(grad.to(h.device))`. The backward call ends the forward pass, so the
+# gradients' way back (cuda:3 -> cuda:2 -> ...) is not read as the activation coming back.
+MANUAL_SCHEDULE = """
+import torch
+import torch.nn as nn
+
+devs = [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+stages = [nn.Sequential(nn.Linear(128, 128), nn.ReLU()).to(d) for d in devs]
+opt = torch.optim.SGD([p for s in stages for p in s.parameters()], lr=0.01)
+for step in range(2):
+    for mb in torch.randn(16, 128).chunk(2):
+        acts, h = [], mb
+        for d, s in zip(devs, stages):
+            x = h.detach().to(d).requires_grad_()
+            h = s(x)
+            acts.append((x, h))
+        grad = None
+        for x, h in reversed(acts):
+            if grad is None:
+                h.pow(2).mean().backward()
+            else:
+                h.backward(grad.to(h.device))
+            grad = x.grad
+    opt.step()
+    opt.zero_grad()
+print("finished")
+"""
+
+
+@pytest.mark.parametrize("gpus", GPUS)
+def test_a_hand_written_pipeline_schedule_runs_clean(script, dryrun_cli, gpus):
+    status, report, err = dryrun_cli(script(MANUAL_SCHEDULE), "--gpus", gpus)
+    assert status == 0, err
+    assert report["findings"] == []
+
+
+# Packed sequences over a split model: the lengths and batch sizes live on the CPU by PyTorch's rule
+# (pack_padded_sequence refuses lengths on a GPU), next to data on the LSTM's GPU.
+PACKED = """
+import torch
+import torch.nn as nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+last = f"cuda:{torch.cuda.device_count() - 1}"
+emb = nn.Embedding(100, 32).to("cuda:0")
+lstm = nn.LSTM(32, 64, batch_first=True).to(last)
+for step in range(2):
+    x = emb(torch.randint(1, 100, (4, 12), device="cuda:0")).to(last)
+    packed = pack_padded_sequence(x, torch.tensor([12, 9, 7, 3]), batch_first=True)
+    out, (h, c) = lstm(packed, HIDDEN)  # <- lstm
+    padded, lens = pad_packed_sequence(out, batch_first=True)
+    assert lens.device == torch.device("cpu")
+    (padded.sum(1) / lens.to(last).unsqueeze(-1)).sum().backward()
+print("finished")
+"""
+
+
+@pytest.mark.parametrize("gpus", GPUS)
+def test_packed_sequences_with_their_sizes_on_the_cpu_run_clean(script, dryrun_cli, gpus):
+    s = script(PACKED.replace("HIDDEN", "None"))
+    status, report, err = dryrun_cli(s, "--gpus", gpus)
+    assert status == 0, err
+    assert report["findings"] == []
+
+
+def test_a_hidden_state_left_on_the_cpu_is_still_reported(script, dryrun_cli):
+    s = script(PACKED.replace("HIDDEN", "(torch.zeros(1, 4, 64), torch.zeros(1, 4, 64))"))
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert ("MP001", s.line("lstm")) in codes_at(report)
