@@ -31,6 +31,14 @@ if TYPE_CHECKING:  # pragma: no cover
     from mpcheck.runtime.virtual.devices import VirtualGPUs
 
 UNKNOWN = "?"  # op_device: a handler labels its outputs itself
+
+# Functions some of whose outputs PyTorch makes on the CPU whatever the device of the data: by name (the
+# torch function's, the aten op's), the indices of those outputs. A packed sequence's batch sizes and a
+# padded one's lengths: never labelled with the call's device.
+HOST_OUTPUTS: dict[str, frozenset[int]] = {
+    "_pack_padded_sequence": frozenset({1}),
+    "_pad_packed_sequence": frozenset({1}),
+}
 _current_autograd_node = torch._C._current_autograd_node
 _no_function_modes = torch._C.DisableTorchFunction
 _aten = torch.ops.aten
@@ -71,8 +79,9 @@ class AllocationMode(TorchDispatchMode):
         if isinstance(out, torch.Tensor):
             label(out, dev)
         elif isinstance(out, (tuple, list)):
-            for o in out:
-                if isinstance(o, torch.Tensor):
+            host = HOST_OUTPUTS.get(func.__name__.partition(".")[0], ())
+            for i, o in enumerate(out):
+                if isinstance(o, torch.Tensor) and i not in host:
                     label(o, dev)
         if func in BLAS_OPS and dev not in g.blas_workspaces and dev != "cpu":
             g.blas_workspace(dev)

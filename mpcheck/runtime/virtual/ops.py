@@ -10,7 +10,7 @@ import torch
 import torch.utils._device as _device_ctx
 
 from mpcheck.runtime.checks.torchapi import PER_INDEX_PREFIXES
-from mpcheck.runtime.virtual.allocations import UNKNOWN
+from mpcheck.runtime.virtual.allocations import HOST_OUTPUTS, UNKNOWN
 from mpcheck.runtime.virtual.autocast import ANY as AUTOCAST_ANY
 from mpcheck.runtime.virtual.autocast import cast_inputs
 from mpcheck.runtime.virtual.errors import (
@@ -32,14 +32,6 @@ FACTORIES: set = set()
 # does to swap a parameter's data for its moved copy (`param.data = moved` after asking
 # `torch._has_compatible_shallow_copy_type(param, moved)`). Filled once torch is imported.
 MIXES_DEVICES: set = set()
-
-
-# Functions some of whose outputs PyTorch makes on the CPU whatever the device of the data: by name, the
-# indices of those outputs. A packed sequence's batch sizes and a padded one's lengths.
-HOST_OUTPUTS: dict[str, frozenset[int]] = {
-    "_pack_padded_sequence": frozenset({1}),
-    "_pad_packed_sequence": frozenset({1}),
-}
 
 
 # Factories that make a tensor from a shape alone (torch.empty, torch.randn, torch.arange, ...), not from
@@ -131,7 +123,10 @@ def generic(g: VirtualGPUs, func, args, kwargs):
     lab = target or dev
     # What the call's aten ops make goes where its outputs go (allocations.py); a backward's ops go
     # where their own inputs are, one node's device at a time.
-    g.op_device = None if func in AUTOGRAD_ENTRIES else (lab or UNKNOWN)
+    # A call some of whose outputs stay on the CPU labels its outputs itself (below): its aten ops would
+    # otherwise give them all the call's device, and a storage keeps its first label.
+    host = HOST_OUTPUTS.get(getattr(func, "__name__", ""))
+    g.op_device = None if func in AUTOGRAD_ENTRIES else (UNKNOWN if host is not None else (lab or UNKNOWN))
     try:
         out = func(*args, **kwargs)
     except (RuntimeError, NotImplementedError, AssertionError, TypeError) as e:
@@ -140,7 +135,6 @@ def generic(g: VirtualGPUs, func, args, kwargs):
             raise
         raise clear from e
     if lab is not None and out is not None:
-        host = HOST_OUTPUTS.get(getattr(func, "__name__", ""))
         if host is not None and isinstance(out, tuple):  # sizes PyTorch keeps on the CPU stay there
             g.label_outputs(tuple(o for i, o in enumerate(out) if i not in host), lab, args[0] if args else None)
         else:
