@@ -113,15 +113,22 @@ class ResultCache:
             self.irrelevant[abspath] = [stat[0], stat[1], signature]
             self.dirty = True
 
-    def get_summary(self, key: str) -> tuple[bool, Any]:
+    def get_summary(self, key: str, names: set[str]) -> tuple[bool, Any]:
+        """(found, summary) of a module (`key`: its content and name) that covers `names`."""
         entry = self.summaries.get(key)
-        if entry is not None:
+        if entry is not None and names.issubset(entry["n"]):
             self._touch(entry)
             return True, entry["s"]
         return False, None
 
-    def put_summary(self, key: str, summary: Any) -> None:
-        self.summaries[key] = {"s": summary, "t": self._now}
+    def summary_names(self, key: str) -> set[str]:
+        """The names the stored summary of `key` covers (none stored: empty)."""
+        entry = self.summaries.get(key)
+        return set(entry["n"]) if entry is not None else set()
+
+    def put_summary(self, key: str, summary: Any, names: list[str]) -> None:
+        """A summary made for `names` (it holds what a look-up of any of them finds, maybe more)."""
+        self.summaries[key] = {"s": summary, "n": names, "t": self._now}
         self.dirty = True
 
     def save(self) -> None:
