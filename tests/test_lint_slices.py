@@ -184,3 +184,32 @@ def test_the_stored_summary_grows_to_cover_every_importer(project, capsys):
     (root / "train.py").write_text(TRAIN + "\n")  # re-checked: the stored summary covers its name
     assert run(capsys, "train.py") == [("train.py", 4, "MP002")]
     assert len(sources) == 2
+
+
+def _corpus():
+    from pathlib import Path
+
+    here = Path(__file__).parent
+    files = sorted((here / "fixtures").rglob("*.py")) + sorted((here.parent / "examples").rglob("*.py"))
+    return [f for f in files if "cuda" in f.read_text(encoding="utf-8")]
+
+
+@pytest.mark.parametrize("path", _corpus(), ids=lambda p: p.name)
+def test_every_names_summary_from_its_cut_is_the_whole_modules(path):
+    # The device model's whole test corpus: a summary reading more than the module-level
+    # statements its name's code mentions (a new scan of the module) would show here.
+    import ast
+
+    text = path.read_text(encoding="utf-8")
+    whole = analysis.summarize(str(path), text, "pkg.m")
+    if whole is None:
+        return
+    top = [s for s in ast.parse(text).body if isinstance(s, (ast.ClassDef, ast.FunctionDef, ast.Assign))]
+    names = {s.name for s in top if not isinstance(s, ast.Assign)} | {
+        t.id for s in top if isinstance(s, ast.Assign) for t in s.targets if isinstance(t, ast.Name)
+    }
+    for name in sorted(names):
+        cut = analysis.summarize(str(path), summary_source(text, [name]), "pkg.m")
+        assert cut is not None
+        for section in ("classes", "functions", "constants", "reexports"):
+            assert cut[section].get(name) == whole[section].get(name), (name, section)
