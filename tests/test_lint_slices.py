@@ -85,6 +85,57 @@ def test_a_name_bound_nowhere_keeps_only_what_is_always_kept():
     assert needed_source(MODULE, ["config"]) == "from __future__ import annotations\nfrom .base import *\n"
 
 
+CLASS = textwrap.dedent(
+    """\
+    import torch.nn as nn
+
+    def helper():
+        return 1
+
+    def only_for_report():
+        return 2
+
+    class Net(nn.Module):
+        scale = 2
+
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(4, 4).to("cuda:0")
+
+        @property
+        def width(self):
+            return helper()
+
+        def forward(self, x):
+            return self.a(x) * self.width
+
+        def report(self):
+            self.calls = only_for_report()
+            self.seen[0] += 1
+
+        def move(self):
+            self.to("cuda:1")
+
+        def __len__(self):
+            return 1
+    """
+)
+
+
+def test_a_kept_class_keeps_the_methods_its_code_can_reach_and_stubs_the_others():
+    cut = needed_source(CLASS, ["Net"])
+    assert cut is not None
+    # forward and __init__ always; `width` is read by forward; `move` moves the instance itself
+    # (a whole-class fact); a dunder may run without its name written.
+    for kept in ("def __init__", "def width", "def forward", 'self.to("cuda:1")', "def __len__", "scale = 2"):
+        assert kept in cut, kept
+    assert "def helper" in cut  # called by a kept method
+    # `report` is reached by nothing: a stub assigning the same attributes, in its place.
+    assert "    def report(self): self.calls = self.seen = None\n" in cut
+    assert "only_for_report" not in cut
+    assert cut.index("def forward") < cut.index("def report") < cut.index("def move")
+
+
 def test_statements_sharing_a_line_come_out_once():
     assert needed_source("a = 1; b = 2\nc = 3\nd = a\n", ["d"]) == "a = 1; b = 2\nd = a\n"
 
@@ -97,15 +148,20 @@ def test_no_cut_when_it_cannot_help_or_cannot_be_made():
     assert summary_source(text, ["Net"]) == text
 
 
-@pytest.mark.parametrize("names", [["Net"], ["place", "FIRST"], ["Half", "SECOND"], ["LATE", "Other"]])
-def test_the_summary_of_the_cut_is_the_whole_modules_for_those_names(names):
-    whole = analysis.summarize("m.py", MODULE, "pkg.m")
-    cut = analysis.summarize("m.py", summary_source(MODULE, names), "pkg.m")
+@pytest.mark.parametrize(
+    "text, names",
+    [(MODULE, ["Net"]), (MODULE, ["place", "FIRST"]), (MODULE, ["Half", "SECOND"]), (MODULE, ["LATE", "Other"])]
+    + [(CLASS, ["Net"])],
+)
+def test_the_summary_of_the_cut_is_the_whole_modules_for_those_names(text, names):
+    whole = analysis.summarize("m.py", text, "pkg.m")
+    cut = analysis.summarize("m.py", summary_source(text, names), "pkg.m")
     assert whole is not None and cut is not None
     for name in names:
         for section in ("classes", "functions", "constants", "reexports"):
             assert cut[section].get(name) == whole[section].get(name), (name, section)
-    assert whole["classes"]["Net"]["split"] == [["a", "cuda:0"], ["b", "cuda:1"]]  # a real summary, not an empty one
+    if text is MODULE:
+        assert whole["classes"]["Net"]["split"] == [["a", "cuda:0"], ["b", "cuda:1"]]  # a real summary
 
 
 SPLIT = textwrap.dedent(

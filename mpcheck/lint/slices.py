@@ -18,6 +18,18 @@ function bodies included, and "binds" every name it may bind at module level
 summary needs, never less. `from m import *` is always kept (it may bind
 anything), as is `from __future__ import ...` (it may change the grammar).
 
+A kept class is cut too: a class summary runs `__init__` and `forward`, and a
+method runs only when code calls or reads it by name (`self.encode(x)`,
+`self.device` of a property, `super().setup()`). So a method is kept when its
+name is mentioned by kept code (an attribute, a name or a string of it), and
+always when it is `forward` or a dunder (called without its name written).
+The device model also reads two facts off a whole class: whether a method
+moves the instance itself (`self.to(...)`, devices/unmoved.py: such a method
+is kept) and which attributes methods other than `__init__` assign
+(devices/moves.py): a method left out is replaced by a one-line stub that
+assigns those same `self.` attributes, so both facts, and the methods' names
+and order, stay those of the whole class.
+
 Only `ast` is used (about 7x faster than a libcst parse). None where the cut
 would be unsafe or useless: the text does not parse (the caller parses it
 whole and fails the same way), or everything is needed anyway.
@@ -46,53 +58,151 @@ def summary_source(text: str, names: Iterable[str]) -> str:
 
 def needed_source(text: str, names: Iterable[str]) -> str | None:
     """The top-level statements of `text` that the summaries of `names` can depend on,
-    in their order, each whole; None when `text` is better summarised whole."""
+    in their order (a class with only the methods they can reach, the others stubbed);
+    None when `text` is better summarised whole."""
     try:
         tree = ast.parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
-    body = tree.body
-    has_global = "global" in text  # else no function can bind a module name (a cheap pre-check)
-    binders: dict[str, list[int]] = {}
-    for i, stmt in enumerate(body):
-        for name in _binds(stmt, has_global):
-            binders.setdefault(name, []).append(i)
-    keep: set[int] = set()
-    needed: set[str] = set()
-    todo: list[str] = []
-
-    def take(i: int) -> None:
-        keep.add(i)
-        new = _mentions(body[i]) - needed
-        needed.update(new)
-        todo.extend(new)
-
-    for i, stmt in enumerate(body):
+    cut = _Cut(tree.body, "global" in text)
+    for i, stmt in enumerate(tree.body):
         if isinstance(stmt, ast.ImportFrom) and (stmt.module == "__future__" or any(a.name == "*" for a in stmt.names)):
-            take(i)
-    new = set(names) - needed
-    needed.update(new)
-    todo.extend(new)
-    while todo:
-        for i in binders.get(todo.pop(), ()):
-            if i not in keep:
-                take(i)
-    if len(keep) == len(body):
+            cut.take(i)
+    cut.need(set(names))
+    cut.run()
+    if len(cut.keep) == len(tree.body) and not any(cut.dropped.values()):
         return None
-    lines = _LINE.findall(text)
-    # Two statements on one line (`a = 1; b = 2`) both kept: the line once.
-    out: list[str] = []
-    last_first = -1
-    for i in sorted(keep):
-        stmt = body[i]
-        first = min([stmt.lineno] + [d.lineno for d in getattr(stmt, "decorator_list", ())])
-        last = stmt.end_lineno or stmt.lineno
-        if first <= last_first:
-            first = last_first + 1
-        out.extend(lines[first - 1 : last])
-        last_first = max(last_first, last)
-    text_out = "".join(out)
-    return text_out if text_out.endswith(("\n", "\r")) or not text_out else text_out + "\n"
+    return cut.source(text)
+
+
+class _Cut:
+    """The statements kept so far, and the names and identifiers they mention."""
+
+    def __init__(self, body: list[ast.stmt], has_global: bool) -> None:
+        self.body = body
+        self.binders: dict[str, list[int]] = {}
+        for i, stmt in enumerate(body):
+            # (`has_global`: else no function can bind a module name, a cheap pre-check)
+            for name in _binds(stmt, has_global):
+                self.binders.setdefault(name, []).append(i)
+        self.keep: set[int] = set()
+        self.needed: set[str] = set()  # module-level names kept code reads
+        self.idents: set[str] = set()  # every identifier kept code writes: a method may be reached by it
+        self.pending: dict[str, list[tuple[int, ast.stmt]]] = {}  # method name -> (class, method) not kept yet
+        self.dropped: dict[int, set[int]] = {}  # class -> ids of its methods not kept (so far)
+        self._names: list[str] = []
+        self._nodes: list[ast.AST] = []
+
+    def need(self, names: set[str]) -> None:
+        new = names - self.needed
+        self.needed |= new
+        self._names.extend(new)
+
+    def take(self, i: int) -> None:
+        self.keep.add(i)
+        stmt = self.body[i]
+        if not _cuttable(stmt):
+            self._nodes.append(stmt)
+            return
+        assert isinstance(stmt, ast.ClassDef)
+        self._nodes.extend([*stmt.decorator_list, *stmt.bases, *stmt.keywords])
+        self.dropped[i] = set()
+        for s in stmt.body:
+            if not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                self._nodes.append(s)
+            elif s.name == "forward" or (s.name.startswith("__") and s.name.endswith("__")) or _moves_itself(s):
+                self._nodes.append(s)
+            elif s.name in self.idents:
+                self._nodes.append(s)
+            else:
+                self.dropped[i].add(id(s))
+                self.pending.setdefault(s.name, []).append((i, s))
+
+    def run(self) -> None:
+        while self._names or self._nodes:
+            if self._nodes:
+                names, idents = _mentions(self._nodes.pop())
+                self.need(names)
+                for ident in idents - self.idents:
+                    self.idents.add(ident)
+                    for i, method in self.pending.pop(ident, ()):
+                        self.dropped[i].discard(id(method))
+                        self._nodes.append(method)
+                continue
+            for i in self.binders.get(self._names.pop(), ()):
+                if i not in self.keep:
+                    self.take(i)
+
+    def source(self, text: str) -> str:
+        lines = _LINE.findall(text)
+        out: list[str] = []
+        done = 0  # lines 1..done are out (two statements on one line, `a = 1; b = 2`: the line once)
+
+        def emit(first: int, last: int) -> None:
+            nonlocal done
+            out.extend(lines[max(first, done + 1) - 1 : last])
+            done = max(done, last)
+
+        for i in sorted(self.keep):
+            stmt = self.body[i]
+            if not self.dropped.get(i):
+                emit(_first_line(stmt), stmt.end_lineno or stmt.lineno)
+                continue
+            assert isinstance(stmt, ast.ClassDef)
+            emit(_first_line(stmt), _first_line(stmt.body[0]) - 1)
+            for s in stmt.body:
+                if id(s) not in self.dropped[i]:
+                    emit(_first_line(s), s.end_lineno or s.lineno)
+                    continue
+                first = _first_line(s)
+                indent = lines[first - 1][: len(lines[first - 1]) - len(lines[first - 1].lstrip())]
+                assert isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))
+                out.append(f"{indent}def {s.name}(self): {_stub_body(s)}\n")
+                done = max(done, s.end_lineno or s.lineno)
+        text_out = "".join(out)
+        return text_out if text_out.endswith(("\n", "\r")) or not text_out else text_out + "\n"
+
+
+def _first_line(stmt: ast.stmt) -> int:
+    decorators: list[ast.expr] = getattr(stmt, "decorator_list", [])
+    return min([stmt.lineno] + [d.lineno for d in decorators])
+
+
+def _cuttable(stmt: ast.stmt) -> bool:
+    """A class whose methods can be cut: its body starts on a line of its own."""
+    return isinstance(stmt, ast.ClassDef) and _first_line(stmt.body[0]) > stmt.lineno
+
+
+def _moves_itself(method: ast.AST) -> bool:
+    """Whether the method calls `self.to(...)`, `self.cuda(...)`... (devices/unmoved.py's question)."""
+    from mpcheck.devices.unmoved import _SELF_MOVES as SELF_MOVES
+
+    return any(
+        isinstance(n, ast.Call)
+        and isinstance(n.func, ast.Attribute)
+        and isinstance(n.func.value, ast.Name)
+        and n.func.value.id == "self"
+        and n.func.attr in SELF_MOVES
+        for n in ast.walk(method)
+    )
+
+
+def _stub_body(method: ast.AST) -> str:
+    """A body assigning the `self.x` (or `self.x[...]`) that `method` assigns, as devices/moves.py
+    reads them off every method but `__init__`: a target that is such an attribute, not unpacked."""
+    attrs: list[str] = []
+    for n in ast.walk(method):
+        targets: list[ast.expr] = []
+        if isinstance(n, ast.Assign):
+            targets = n.targets
+        elif isinstance(n, (ast.AugAssign, ast.AnnAssign)):
+            targets = [n.target]
+        for t in targets:
+            while isinstance(t, ast.Subscript):
+                t = t.value
+            if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
+                attrs.append(t.attr)
+    return " = ".join(f"self.{a}" for a in dict.fromkeys(attrs)) + " = None" if attrs else "pass"
 
 
 def _binds(stmt: ast.stmt, has_global: bool) -> set[str]:
@@ -125,16 +235,23 @@ def _binds(stmt: ast.stmt, has_global: bool) -> set[str]:
     return out
 
 
-def _mentions(stmt: ast.stmt) -> set[str]:
-    """Every identifier in `stmt`, nested scopes included (a method's body reads module names)."""
-    out: set[str] = set()
-    for node in ast.walk(stmt):
-        if isinstance(node, ast.Name):
-            out.add(node.id)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            out.add(node.name)
-        elif isinstance(node, (ast.Global, ast.Nonlocal)):
-            out.update(node.names)
-        elif isinstance(node, ast.alias):
-            out.add(node.asname or node.name.split(".")[0])
-    return out
+def _mentions(node: ast.AST) -> tuple[set[str], set[str]]:
+    """(every name `node` reads or writes, nested scopes included: a method's body reads module
+    names; every identifier it spells: attributes and identifier-like strings too, by which a
+    method may be reached)."""
+    names: set[str] = set()
+    idents: set[str] = set()
+    for n in ast.walk(node):
+        if isinstance(n, ast.Name):
+            names.add(n.id)
+        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(n.name)
+        elif isinstance(n, (ast.Global, ast.Nonlocal)):
+            names.update(n.names)
+        elif isinstance(n, ast.alias):
+            names.add(n.asname or n.name.split(".")[0])
+        elif isinstance(n, ast.Attribute):
+            idents.add(n.attr)
+        elif isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.isidentifier():
+            idents.add(n.value)
+    return names, idents | names
