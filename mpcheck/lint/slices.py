@@ -40,6 +40,7 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Iterable
+from functools import lru_cache
 
 from mpcheck.devices.torchapi import DEFAULT_DEVICE_CHANGERS
 
@@ -64,7 +65,7 @@ def needed_source(text: str, names: Iterable[str]) -> str | None:
         tree = ast.parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
-    cut = _Cut(tree.body, "global" in text)
+    cut = _Cut(tree.body, text)
     for i, stmt in enumerate(tree.body):
         if isinstance(stmt, ast.ImportFrom) and (stmt.module == "__future__" or any(a.name == "*" for a in stmt.names)):
             cut.take(i)
@@ -72,18 +73,23 @@ def needed_source(text: str, names: Iterable[str]) -> str | None:
     cut.run()
     if len(cut.keep) == len(tree.body) and not any(cut.dropped.values()):
         return None
-    return cut.source(text)
+    return cut.source()
 
 
 class _Cut:
     """The statements kept so far, and the names and identifiers they mention."""
 
-    def __init__(self, body: list[ast.stmt], has_global: bool) -> None:
+    def __init__(self, body: list[ast.stmt], text: str) -> None:
         self.body = body
+        self.text = text
+        self.lines = _LINE.findall(text)
+        self.starts = [0]  # offset of each line's start, and of the end
+        for line in self.lines:
+            self.starts.append(self.starts[-1] + len(line))
         self.binders: dict[str, list[int]] = {}
         for i, stmt in enumerate(body):
-            # (`has_global`: else no function can bind a module name, a cheap pre-check)
-            for name in _binds(stmt, has_global):
+            # (Walking every function for a `global` statement is most of the cost: only where one is written.)
+            for name in _binds(stmt, "global" in self.segment(stmt)):
                 self.binders.setdefault(name, []).append(i)
         self.keep: set[int] = set()
         self.needed: set[str] = set()  # module-level names kept code reads
@@ -110,7 +116,7 @@ class _Cut:
         for s in stmt.body:
             if not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 self._nodes.append(s)
-            elif s.name == "forward" or (s.name.startswith("__") and s.name.endswith("__")) or _moves_itself(s):
+            elif s.name == "forward" or (s.name.startswith("__") and s.name.endswith("__")) or self._moves_itself(s):
                 self._nodes.append(s)
             elif s.name in self.idents:
                 self._nodes.append(s)
@@ -133,8 +139,16 @@ class _Cut:
                 if i not in self.keep:
                     self.take(i)
 
-    def source(self, text: str) -> str:
-        lines = _LINE.findall(text)
+    def segment(self, stmt: ast.stmt) -> str:
+        """The text of the lines `stmt` spans (its decorators included)."""
+        return self.text[self.starts[_first_line(stmt) - 1] : self.starts[stmt.end_lineno or stmt.lineno]]
+
+    def _moves_itself(self, method: ast.stmt) -> bool:
+        seg = self.segment(method)
+        return "self" in seg and _move_words().search(seg) is not None and _moves_itself(method)
+
+    def source(self) -> str:
+        lines = self.lines
         out: list[str] = []
         done = 0  # lines 1..done are out (two statements on one line, `a = 1; b = 2`: the line once)
 
@@ -157,7 +171,8 @@ class _Cut:
                 first = _first_line(s)
                 indent = lines[first - 1][: len(lines[first - 1]) - len(lines[first - 1].lstrip())]
                 assert isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))
-                out.append(f"{indent}def {s.name}(self): {_stub_body(s)}\n")
+                body = _stub_body(s) if "self" in self.segment(s) else "pass"
+                out.append(f"{indent}def {s.name}(self): {body}\n")
                 done = max(done, s.end_lineno or s.lineno)
         text_out = "".join(out)
         return text_out if text_out.endswith(("\n", "\r")) or not text_out else text_out + "\n"
@@ -171,6 +186,14 @@ def _first_line(stmt: ast.stmt) -> int:
 def _cuttable(stmt: ast.stmt) -> bool:
     """A class whose methods can be cut: its body starts on a line of its own."""
     return isinstance(stmt, ast.ClassDef) and _first_line(stmt.body[0]) > stmt.lineno
+
+
+@lru_cache(maxsize=1)
+def _move_words() -> re.Pattern[str]:
+    """A cheap pre-check for _moves_itself: one of the method names, as a word."""
+    from mpcheck.devices.unmoved import _SELF_MOVES as SELF_MOVES
+
+    return re.compile(r"\b(?:" + "|".join(map(re.escape, sorted(SELF_MOVES))) + r")\b")
 
 
 def _moves_itself(method: ast.AST) -> bool:
