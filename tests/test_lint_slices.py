@@ -81,6 +81,13 @@ def test_a_name_bound_by_global_in_a_function_keeps_that_function():
     assert cut is not None and "def set_later" in cut and "class Net" not in cut
 
 
+def test_names_bound_in_blocks_by_targets_and_by_walrus_keep_their_statement():
+    text = "if (W := 1):\n    pass\ntry:\n    import a.b\nexcept E as err:\n    pass\nfor i, (j, k) in x:\n    pass\nz = 2\n"
+    for name, kept in [("W", "W := 1"), ("a", "import a.b"), ("err", "as err"), ("k", "for i")]:
+        cut = needed_source(text, [name])
+        assert cut is not None and kept in cut and "z = 2" not in cut, name
+
+
 def test_a_name_bound_nowhere_keeps_only_what_is_always_kept():
     assert needed_source(MODULE, ["config"]) == "from __future__ import annotations\nfrom .base import *\n"
 

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from functools import lru_cache
 
 from mpcheck.devices.torchapi import DEFAULT_DEVICE_CHANGERS
@@ -88,8 +88,7 @@ class _Cut:
             self.starts.append(self.starts[-1] + len(line))
         self.binders: dict[str, list[int]] = {}
         for i, stmt in enumerate(body):
-            # (Walking every function for a `global` statement is most of the cost: only where one is written.)
-            for name in _binds(stmt, "global" in self.segment(stmt)):
+            for name in _binds(stmt, self.segment(stmt)):
                 self.binders.setdefault(name, []).append(i)
         self.keep: set[int] = set()
         self.needed: set[str] = set()  # module-level names kept code reads
@@ -214,7 +213,7 @@ def _stub_body(method: ast.AST) -> str:
     """A body assigning the `self.x` (or `self.x[...]`) that `method` assigns, as devices/moves.py
     reads them off every method but `__init__`: a target that is such an attribute, not unpacked."""
     attrs: list[str] = []
-    for n in ast.walk(method):
+    for n in _statements(method):
         targets: list[ast.expr] = []
         if isinstance(n, ast.Assign):
             targets = n.targets
@@ -228,34 +227,67 @@ def _stub_body(method: ast.AST) -> str:
     return " = ".join(f"self.{a}" for a in dict.fromkeys(attrs)) + " = None" if attrs else "pass"
 
 
-def _binds(stmt: ast.stmt, has_global: bool) -> set[str]:
-    """Every name `stmt` may bind in the module's namespace (`has_global`: whether a
-    function may declare a name `global`)."""
-    out: set[str] = set()
-    todo: list[ast.AST] = [stmt]
+def _statements(node: ast.AST) -> Iterator[ast.AST]:
+    """`node` and every statement inside it, nested functions and classes included (an
+    assignment is a statement: no need to walk the expressions, most of the nodes)."""
+    todo = [node]
     while todo:
-        node = todo.pop()
+        n = todo.pop()
+        yield n
+        for name in ("body", "orelse", "finalbody", "handlers", "cases"):
+            children = getattr(n, name, None)
+            if isinstance(children, list):
+                todo.extend(
+                    reversed([c for c in children if isinstance(c, (ast.stmt, ast.excepthandler, ast.match_case))])
+                )
+
+
+def _binds(stmt: ast.stmt, segment: str) -> set[str]:
+    """Every name `stmt` (whose text is `segment`) may bind in the module's namespace.
+    Names are bound by statements, and by `:=` anywhere: only the statements and their
+    targets are walked, the expressions (most of the nodes) only where `:=` is written."""
+    out: set[str] = set()
+    for node in _module_level(stmt):
+        targets: list[ast.expr] = []
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             out.add(node.name)
             # `global X` in a function (or a method) binds X here when it runs.
-            if has_global:
-                out.update(n for g in ast.walk(node) if isinstance(g, ast.Global) for n in g.names)
-            todo.extend(getattr(node, "decorator_list", ()))
-            continue
-        if isinstance(node, ast.Lambda):
-            continue
-        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
-            out.add(node.id)
-        elif isinstance(node, ast.alias):
-            out.add(node.asname or node.name.split(".")[0])
+            if "global" in segment:
+                out.update(n for g in _statements(node) if isinstance(g, ast.Global) for n in g.names)
+        elif isinstance(node, (ast.Assign, ast.Delete)):
+            targets = node.targets
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.For, ast.AsyncFor)):
+            targets = [node.target]
+        elif isinstance(node, (ast.With, ast.AsyncWith)):
+            targets = [i.optional_vars for i in node.items if i.optional_vars is not None]
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            out.update(a.asname or a.name.split(".")[0] for a in node.names)
         elif isinstance(node, ast.ExceptHandler) and node.name:
             out.add(node.name)
-        elif isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name:
-            out.add(node.name)
-        elif isinstance(node, ast.MatchMapping) and node.rest:
-            out.add(node.rest)
-        todo.extend(ast.iter_child_nodes(node))
+        elif isinstance(node, ast.match_case):
+            for p in ast.walk(node.pattern):
+                if isinstance(p, (ast.MatchAs, ast.MatchStar)) and p.name:
+                    out.add(p.name)
+                elif isinstance(p, ast.MatchMapping) and p.rest:
+                    out.add(p.rest)
+        out.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+    if ":=" in segment:
+        out.update(n.target.id for n in ast.walk(stmt) if isinstance(n, ast.NamedExpr))
     return out
+
+
+def _module_level(stmt: ast.stmt) -> Iterator[ast.AST]:
+    """`stmt` and the statements inside it that run at module level (not in a function or class body)."""
+    todo: list[ast.AST] = [stmt]
+    while todo:
+        n = todo.pop()
+        yield n
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        for name in ("body", "orelse", "finalbody", "handlers", "cases"):
+            children = getattr(n, name, None)
+            if isinstance(children, list):
+                todo.extend(c for c in children if isinstance(c, (ast.stmt, ast.excepthandler, ast.match_case)))
 
 
 def _mentions(node: ast.AST) -> tuple[set[str], set[str]]:
