@@ -4,7 +4,8 @@
           --file-level noqa, per-file-ignores, pre-filter--> the codes each file needs
           --cache--> stored results of unchanged files (and unchanged dependencies)
           --imports()--> the project modules the remaining files use (transitively)
-          --summarize()--> their summaries (cached by content)
+          --summarize()--> their summaries (cached by content), each made from the statements
+                           that the names looked up in it need (lint/slices.py)
           --analyze()--> findings, in worker processes when there is enough work
           --noqa--> what the user sees, sorted by path, line, column
           --fix.verified_fixes--> a finding keeps its fix only when the file, re-analysed
