@@ -143,6 +143,14 @@ def test_a_kept_class_keeps_the_methods_its_code_can_reach_and_stubs_the_others(
     assert cut.index("def forward") < cut.index("def report") < cut.index("def move")
 
 
+def test_the_cut_warns_about_nothing_in_the_users_code():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert needed_source('import re\nPAT = re.compile("\\d+")\nOTHER = 1\n', ["PAT"]) is not None
+
+
 def test_statements_sharing_a_line_come_out_once():
     assert needed_source("a = 1; b = 2\nc = 3\nd = a\n", ["d"]) == "a = 1; b = 2\nd = a\n"
 

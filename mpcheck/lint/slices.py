@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import ast
 import re
+import warnings
 from collections.abc import Iterable, Iterator
 from functools import lru_cache
 
@@ -62,7 +63,9 @@ def needed_source(text: str, names: Iterable[str]) -> str | None:
     in their order (a class with only the methods they can reach, the others stubbed);
     None when `text` is better summarised whole."""
     try:
-        tree = ast.parse(text)
+        with warnings.catch_warnings():  # `"\d"` and the like: the user's file is not ours to warn about
+            warnings.simplefilter("ignore")
+            tree = ast.parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
     cut = _Cut(tree.body, text)
