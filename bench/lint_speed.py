@@ -100,6 +100,13 @@ def main() -> None:
     paths = [os.path.abspath(x) for x in shown]
 
     files = python_files(paths)
+    from mpcheck.config import project_root
+
+    home = project_root(Path(paths[0]))
+    if (home / "pyproject.toml").is_file():
+        # mpcheck keeps its cache beside the corpus's pyproject.toml, not in the temporary
+        # folder: the "cold" runs would be served by a cache an earlier run left there.
+        print(f"warning: {home} holds a pyproject.toml: cold runs may use its .mpcheck_cache/; copy the corpus out")
     lines = 0
     for f in files:
         with open(f, "rb") as fh:

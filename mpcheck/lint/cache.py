@@ -11,6 +11,11 @@ stale as soon as one of them changed, which is how editing `model.py` re-checks
 the `train.py` that wraps its class. A module off every chain is not recorded:
 editing it cannot change the result.
 
+A module's summary is keyed by its content hash and module name, and covers
+the names other files looked up in it (only the statements those need were
+summarised, lint/slices.py): it serves a later run whose files look up no
+other name, and is made again, for the old names and the new, when one does.
+
 One shortcut is keyed by file metadata instead of content: a file in which no
 selected rule could fire (the pre-filter's verdict) is remembered with its
 mtime and size, and is not even read again until one of them changes.
@@ -113,15 +118,22 @@ class ResultCache:
             self.irrelevant[abspath] = [stat[0], stat[1], signature]
             self.dirty = True
 
-    def get_summary(self, key: str) -> tuple[bool, Any]:
+    def get_summary(self, key: str, names: set[str]) -> tuple[bool, Any]:
+        """(found, summary) of a module (`key`: its content and name) that covers `names`."""
         entry = self.summaries.get(key)
-        if entry is not None:
+        if entry is not None and names.issubset(entry.get("n", ())):
             self._touch(entry)
             return True, entry["s"]
         return False, None
 
-    def put_summary(self, key: str, summary: Any) -> None:
-        self.summaries[key] = {"s": summary, "t": self._now}
+    def summary_names(self, key: str) -> set[str]:
+        """The names the stored summary of `key` covers (none stored: empty)."""
+        entry = self.summaries.get(key)
+        return set(entry.get("n", ())) if entry is not None else set()
+
+    def put_summary(self, key: str, summary: Any, names: list[str]) -> None:
+        """A summary made for `names` (it holds what a look-up of any of them finds, maybe more)."""
+        self.summaries[key] = {"s": summary, "n": names, "t": self._now}
         self.dirty = True
 
     def save(self) -> None:

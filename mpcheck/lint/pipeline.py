@@ -4,7 +4,8 @@
           --file-level noqa, per-file-ignores, pre-filter--> the codes each file needs
           --cache--> stored results of unchanged files (and unchanged dependencies)
           --imports()--> the project modules the remaining files use (transitively)
-          --summarize()--> their summaries (cached by content)
+          --summarize()--> their summaries (cached by content), each made from the statements
+                           that the names looked up in it need (lint/slices.py)
           --analyze()--> findings, in worker processes when there is enough work
           --noqa--> what the user sees, sorted by path, line, column
           --fix.verified_fixes--> a finding keeps its fix only when the file, re-analysed
@@ -23,7 +24,7 @@ from typing import Any
 
 from mpcheck.config import Settings
 from mpcheck.finding import Finding
-from mpcheck.lint import modules, noqa
+from mpcheck.lint import modules, noqa, slices
 from mpcheck.lint.cache import ResultCache, content_hash, entry_key
 from mpcheck.lint.files import SourceFile
 from mpcheck.lint.prefilter import PreFilter
@@ -102,11 +103,11 @@ def _analyze_task(task: tuple[Any, ...]) -> tuple[Any, ...]:
 
 
 def _summarize_task(task: tuple[Any, ...]) -> tuple[Any, ...]:
-    abspath, text, modname = task
+    abspath, text, modname, names = task
     from mpcheck import analysis
 
     try:
-        return abspath, analysis.summarize(abspath, text, modname), None
+        return abspath, analysis.summarize(abspath, slices.summary_source(text, names), modname), None
     except Exception as exc:
         where = os.path.relpath(abspath)
         return abspath, None, _describe(f"internal error while summarising {where}: {_name(exc)}", exc)
@@ -309,9 +310,12 @@ def lint(
     return out
 
 
-def _project_modules(f: _File, project: _Project, analysis: Any) -> tuple[dict[str, str], set[str]]:
+def _project_modules(
+    f: _File, project: _Project, analysis: Any
+) -> tuple[dict[str, str], set[str], dict[str, set[str]]]:
     """(imported module name -> absolute path of every project module whose summary
-    can matter to `f`, the names of every module the choice read).
+    can matter to `f`, the names of every module the choice read, absolute path ->
+    the names looked up in that module: all its summary has to cover).
 
     The device model looks a summary up for one thing only: a name `f` imports
     (`from pkg.model import Net` looks `Net` up in `pkg.model`'s summary), and, when
@@ -330,6 +334,7 @@ def _project_modules(f: _File, project: _Project, analysis: Any) -> tuple[dict[s
     roots = project.roots_for(f.root)
     found: dict[str, str] = {}
     consulted: set[str] = set()
+    wanted: dict[str, set[str]] = {}
     todo = [target for _, target in analysis.import_targets(f.text, modules.import_name(f.modname, f.is_init))]
     seen: set[str] = set()
     while todo:
@@ -351,11 +356,12 @@ def _project_modules(f: _File, project: _Project, analysis: Any) -> tuple[dict[s
         if not (dep_init or project.prefilter.worth_summarising(text)):
             continue
         found[mod] = path
+        wanted.setdefault(path, set()).add(name)
         # The name may be re-exported from further on: follow that import only.
         todo.extend(
             t for local, t in analysis.import_targets(text, modules.import_name(dep_mod, dep_init)) if local == name
         )
-    return found, consulted
+    return found, consulted, wanted
 
 
 def _analyze_misses(
@@ -368,23 +374,33 @@ def _analyze_misses(
     from mpcheck import analysis
 
     walked = {id(f): _project_modules(f, project, analysis) for f in misses}
-    uses = {k: used for k, (used, _) in walked.items()}
+    uses = {k: used for k, (used, _, _) in walked.items()}
+    wanted: dict[str, set[str]] = {}
+    for _, _, names_by_path in walked.values():
+        for path, names in names_by_path.items():
+            wanted.setdefault(path, set()).update(names)
 
-    # Summaries of every module some file uses, from the cache when its text is unchanged.
+    # Summaries of every module some file uses (of the names looked up in it: analysis.summarize
+    # reads only the statements those need), from the cache when its text is unchanged and the
+    # stored summary covers those names.
     summaries: dict[str, Any] = {}
     todo: list[tuple[Any, ...]] = []
     keys: dict[str, str] = {}
-    for path in sorted({p for used in uses.values() for p in used.values()}):
+    for path in sorted(wanted):
         # A package's __init__ as `pkg.__init__`: its `from .split import Net` re-exports `pkg.split.Net`.
         modname = modules.import_name(*modules.module_name(path)[::2])
         key = f"{project.digest(path)}|{modname}"
         keys[path] = key
-        hit, summary = cache.get_summary(key) if cache is not None else (False, None)
+        names = wanted[path]
+        hit, summary = cache.get_summary(key, names) if cache is not None else (False, None)
         if hit:
             summaries[path] = summary
         else:
-            todo.append((path, project.text(path), modname))
+            # Grown, not replaced: the names an earlier run needed stay covered for its files.
+            names = names | (cache.summary_names(key) if cache is not None else set())
+            todo.append((path, project.text(path), modname, sorted(names)))
     crashed: set[str] = set()  # modules whose summary raised: their users' results are incomplete
+    covers = {t[0]: t[3] for t in todo}
     for path, summary, error in _run_tasks(_summarize_task, todo, [len(t[1]) for t in todo], jobs):
         if error is not None:
             out.errors.append(error)
@@ -392,7 +408,7 @@ def _analyze_misses(
             continue
         summaries[path] = summary
         if cache is not None:
-            cache.put_summary(keys[path], summary)
+            cache.put_summary(keys[path], summary, covers[path])
 
     tasks = []
     for f in misses:

@@ -1,0 +1,315 @@
+"""The part of a module that the summaries of some of its names need.
+
+A file that imports two names from a 400 kB module needs the summaries of those
+two names only (the device model looks a summary up for nothing else), and a
+summary of a class or function reads only the module-level names its code
+mentions: the classes, functions, imports and constants they are bound to. So
+the module is cut, before libcst ever sees it, down to the top-level
+statements that bind a wanted name, then those binding a name that a kept
+statement mentions, and so on; the rest (usually most of the module) is
+neither parsed by libcst nor interpreted. Linting torch's `_inductor/ir.py`
+summarised 2.6 MB of imported modules to use a few dozen of their names.
+
+A statement is kept whole and in its place among the others (the order of
+definitions matters: a base class before its subclasses, a constant before
+the next one that uses it). "Mentions" is every identifier in the statement,
+function bodies included, and "binds" every name it may bind at module level
+(in an `if` or `try` too, and through `global` in a function): more than the
+summary needs, never less. `from m import *` is always kept (it may bind
+anything), as is `from __future__ import ...` (it may change the grammar).
+
+A kept class is cut too: a class summary runs `__init__` and `forward`, and a
+method runs only when code calls or reads it by name (`self.encode(x)`,
+`self.device` of a property, `super().setup()`). So a method is kept when its
+name is mentioned by kept code (an attribute, a name or a string of it), and
+always when it is `forward` or a dunder (called without its name written).
+The device model also reads two facts off a whole class: whether a method
+moves the instance itself (`self.to(...)`, devices/unmoved.py: such a method
+is kept) and which attributes methods other than `__init__` assign
+(devices/moves.py): a method left out is replaced by a one-line stub that
+assigns those same `self.` attributes, so both facts, and the methods' names
+and order, stay those of the whole class.
+
+Only `ast` is used (about 7x faster than a libcst parse). None where the cut
+would be unsafe or useless: the text does not parse (the caller parses it
+whole and fails the same way), or everything is needed anyway.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import warnings
+from collections.abc import Iterable, Iterator
+from functools import lru_cache
+
+from mpcheck.devices.torchapi import DEFAULT_DEVICE_CHANGERS
+
+_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
+
+
+def summary_source(text: str, names: Iterable[str]) -> str:
+    """What to summarise of a module's `text` when other files look up only `names` in it."""
+    # A default-device change met while summarising one name changes the summaries of the
+    # names after it (Interp.default_device_changed): such a module is summarised whole.
+    if any(w in text for w in DEFAULT_DEVICE_CHANGERS):
+        return text
+    sliced = needed_source(text, names)
+    return text if sliced is None else sliced
+
+
+def needed_source(text: str, names: Iterable[str]) -> str | None:
+    """The top-level statements of `text` that the summaries of `names` can depend on,
+    in their order (a class with only the methods they can reach, the others stubbed);
+    None when `text` is better summarised whole."""
+    try:
+        with warnings.catch_warnings():  # `"\d"` and the like: the user's file is not ours to warn about
+            warnings.simplefilter("ignore")
+            tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    cut = _Cut(tree.body, text)
+    for i, stmt in enumerate(tree.body):
+        if isinstance(stmt, ast.ImportFrom) and (stmt.module == "__future__" or any(a.name == "*" for a in stmt.names)):
+            cut.take(i)
+    cut.need(set(names))
+    cut.run()
+    if len(cut.keep) == len(tree.body) and not any(cut.dropped.values()):
+        return None
+    return cut.source()
+
+
+class _Cut:
+    """The statements kept so far, and the names and identifiers they mention."""
+
+    def __init__(self, body: list[ast.stmt], text: str) -> None:
+        self.body = body
+        self.text = text
+        self.lines = _LINE.findall(text)
+        self.starts = [0]  # offset of each line's start, and of the end
+        for line in self.lines:
+            self.starts.append(self.starts[-1] + len(line))
+        self.binders: dict[str, list[int]] = {}
+        for i, stmt in enumerate(body):
+            for name in _binds(stmt, self.segment(stmt)):
+                self.binders.setdefault(name, []).append(i)
+        self.keep: set[int] = set()
+        self.needed: set[str] = set()  # module-level names kept code reads
+        self.idents: set[str] = set()  # every identifier kept code writes: a method may be reached by it
+        self.pending: dict[str, list[tuple[int, ast.stmt]]] = {}  # method name -> (class, method) not kept yet
+        self.dropped: dict[int, set[int]] = {}  # class -> ids of its methods not kept (so far)
+        self._names: list[str] = []
+        self._nodes: list[ast.AST] = []
+
+    def need(self, names: set[str]) -> None:
+        new = names - self.needed
+        self.needed |= new
+        self._names.extend(new)
+
+    def take(self, i: int) -> None:
+        self.keep.add(i)
+        stmt = self.body[i]
+        if not _cuttable(stmt):
+            self._nodes.append(stmt)
+            return
+        assert isinstance(stmt, ast.ClassDef)
+        self._nodes.extend([*stmt.decorator_list, *stmt.bases, *stmt.keywords])
+        self.dropped[i] = set()
+        for s in stmt.body:
+            if not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                self._nodes.append(s)
+            elif s.name == "forward" or (s.name.startswith("__") and s.name.endswith("__")) or self._moves_itself(s):
+                self._nodes.append(s)
+            elif s.name in self.idents:
+                self._nodes.append(s)
+            else:
+                self.dropped[i].add(id(s))
+                self.pending.setdefault(s.name, []).append((i, s))
+
+    def run(self) -> None:
+        while self._names or self._nodes:
+            if self._nodes:
+                names, idents = _mentions(self._nodes.pop())
+                self.need(names)
+                for ident in idents - self.idents:
+                    self.idents.add(ident)
+                    for i, method in self.pending.pop(ident, ()):
+                        self.dropped[i].discard(id(method))
+                        self._nodes.append(method)
+                continue
+            for i in self.binders.get(self._names.pop(), ()):
+                if i not in self.keep:
+                    self.take(i)
+
+    def segment(self, stmt: ast.stmt) -> str:
+        """The text of the lines `stmt` spans (its decorators included)."""
+        return self.text[self.starts[_first_line(stmt) - 1] : self.starts[stmt.end_lineno or stmt.lineno]]
+
+    def _moves_itself(self, method: ast.stmt) -> bool:
+        seg = self.segment(method)
+        return "self" in seg and _move_words().search(seg) is not None and _moves_itself(method)
+
+    def source(self) -> str:
+        lines = self.lines
+        out: list[str] = []
+        done = 0  # lines 1..done are out (two statements on one line, `a = 1; b = 2`: the line once)
+
+        def emit(first: int, last: int) -> None:
+            nonlocal done
+            out.extend(lines[max(first, done + 1) - 1 : last])
+            done = max(done, last)
+
+        for i in sorted(self.keep):
+            stmt = self.body[i]
+            if not self.dropped.get(i):
+                emit(_first_line(stmt), stmt.end_lineno or stmt.lineno)
+                continue
+            assert isinstance(stmt, ast.ClassDef)
+            emit(_first_line(stmt), _first_line(stmt.body[0]) - 1)
+            for s in stmt.body:
+                if id(s) not in self.dropped[i]:
+                    emit(_first_line(s), s.end_lineno or s.lineno)
+                    continue
+                first = _first_line(s)
+                indent = lines[first - 1][: len(lines[first - 1]) - len(lines[first - 1].lstrip())]
+                assert isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))
+                body = _stub_body(s) if "self" in self.segment(s) else "pass"
+                out.append(f"{indent}def {s.name}(self): {body}\n")
+                done = max(done, s.end_lineno or s.lineno)
+        text_out = "".join(out)
+        return text_out if text_out.endswith(("\n", "\r")) or not text_out else text_out + "\n"
+
+
+def _first_line(stmt: ast.stmt) -> int:
+    decorators: list[ast.expr] = getattr(stmt, "decorator_list", [])
+    return min([stmt.lineno] + [d.lineno for d in decorators])
+
+
+def _cuttable(stmt: ast.stmt) -> bool:
+    """A class whose methods can be cut: its body starts on a line of its own."""
+    return isinstance(stmt, ast.ClassDef) and _first_line(stmt.body[0]) > stmt.lineno
+
+
+@lru_cache(maxsize=1)
+def _move_words() -> re.Pattern[str]:
+    """A cheap pre-check for _moves_itself: one of the method names, as a word."""
+    from mpcheck.devices.unmoved import _SELF_MOVES as SELF_MOVES
+
+    return re.compile(r"\b(?:" + "|".join(map(re.escape, sorted(SELF_MOVES))) + r")\b")
+
+
+def _moves_itself(method: ast.AST) -> bool:
+    """Whether the method calls `self.to(...)`, `self.cuda(...)`... (devices/unmoved.py's question)."""
+    from mpcheck.devices.unmoved import _SELF_MOVES as SELF_MOVES
+
+    return any(
+        isinstance(n, ast.Call)
+        and isinstance(n.func, ast.Attribute)
+        and isinstance(n.func.value, ast.Name)
+        and n.func.value.id == "self"
+        and n.func.attr in SELF_MOVES
+        for n in ast.walk(method)
+    )
+
+
+def _stub_body(method: ast.AST) -> str:
+    """A body assigning the `self.x` (or `self.x[...]`) that `method` assigns, as devices/moves.py
+    reads them off every method but `__init__`: a target that is such an attribute, not unpacked."""
+    attrs: list[str] = []
+    for n in _statements(method):
+        targets: list[ast.expr] = []
+        if isinstance(n, ast.Assign):
+            targets = n.targets
+        elif isinstance(n, (ast.AugAssign, ast.AnnAssign)):
+            targets = [n.target]
+        for t in targets:
+            while isinstance(t, ast.Subscript):
+                t = t.value
+            if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
+                attrs.append(t.attr)
+    return " = ".join(f"self.{a}" for a in dict.fromkeys(attrs)) + " = None" if attrs else "pass"
+
+
+def _statements(node: ast.AST) -> Iterator[ast.AST]:
+    """`node` and every statement inside it, nested functions and classes included (an
+    assignment is a statement: no need to walk the expressions, most of the nodes)."""
+    todo = [node]
+    while todo:
+        n = todo.pop()
+        yield n
+        for name in ("body", "orelse", "finalbody", "handlers", "cases"):
+            children = getattr(n, name, None)
+            if isinstance(children, list):
+                todo.extend(
+                    reversed([c for c in children if isinstance(c, (ast.stmt, ast.excepthandler, ast.match_case))])
+                )
+
+
+def _binds(stmt: ast.stmt, segment: str) -> set[str]:
+    """Every name `stmt` (whose text is `segment`) may bind in the module's namespace.
+    Names are bound by statements, and by `:=` anywhere: only the statements and their
+    targets are walked, the expressions (most of the nodes) only where `:=` is written."""
+    out: set[str] = set()
+    for node in _module_level(stmt):
+        targets: list[ast.expr] = []
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.add(node.name)
+            # `global X` in a function (or a method) binds X here when it runs.
+            if "global" in segment:
+                out.update(n for g in _statements(node) if isinstance(g, ast.Global) for n in g.names)
+        elif isinstance(node, (ast.Assign, ast.Delete)):
+            targets = node.targets
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.For, ast.AsyncFor)):
+            targets = [node.target]
+        elif isinstance(node, (ast.With, ast.AsyncWith)):
+            targets = [i.optional_vars for i in node.items if i.optional_vars is not None]
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            out.update(a.asname or a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            out.add(node.name)
+        elif isinstance(node, ast.match_case):
+            for p in ast.walk(node.pattern):
+                if isinstance(p, (ast.MatchAs, ast.MatchStar)) and p.name:
+                    out.add(p.name)
+                elif isinstance(p, ast.MatchMapping) and p.rest:
+                    out.add(p.rest)
+        out.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+    if ":=" in segment:
+        out.update(n.target.id for n in ast.walk(stmt) if isinstance(n, ast.NamedExpr))
+    return out
+
+
+def _module_level(stmt: ast.stmt) -> Iterator[ast.AST]:
+    """`stmt` and the statements inside it that run at module level (not in a function or class body)."""
+    todo: list[ast.AST] = [stmt]
+    while todo:
+        n = todo.pop()
+        yield n
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        for name in ("body", "orelse", "finalbody", "handlers", "cases"):
+            children = getattr(n, name, None)
+            if isinstance(children, list):
+                todo.extend(c for c in children if isinstance(c, (ast.stmt, ast.excepthandler, ast.match_case)))
+
+
+def _mentions(node: ast.AST) -> tuple[set[str], set[str]]:
+    """(every name `node` reads or writes, nested scopes included: a method's body reads module
+    names; every identifier it spells: attributes and identifier-like strings too, by which a
+    method may be reached)."""
+    names: set[str] = set()
+    idents: set[str] = set()
+    for n in ast.walk(node):
+        if isinstance(n, ast.Name):
+            names.add(n.id)
+        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(n.name)
+        elif isinstance(n, (ast.Global, ast.Nonlocal)):
+            names.update(n.names)
+        elif isinstance(n, ast.alias):
+            names.add(n.asname or n.name.split(".")[0])
+        elif isinstance(n, ast.Attribute):
+            idents.add(n.attr)
+        elif isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.isidentifier():
+            idents.add(n.value)
+    return names, idents | names
