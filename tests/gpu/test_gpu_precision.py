@@ -48,10 +48,10 @@ def test_foreach_over_a_split_models_weights_and_autograd_grad_run_clean():
                 torch._foreach_add_(list(model.parameters()), [g * -0.1 for g in grads])
                 torch._foreach_lerp_(shadow, [p.detach() for p in model.parameters()], 0.01)
             dbg.step()
-        g = torch.ones(4, 8).type_as(out)  # onto the current GPU, cuda:0
+        g = torch.ones(4, 8).type_as(out)  # onto out's GPU, cuda:1 (a.to(out.options()))
     assert dbg.findings == []
     assert [s.device for s in shadow] == [p.device for p in model.parameters()]
-    assert g.device == torch.device("cuda:0")
+    assert g.device == torch.device("cuda:1")
 
 
 def test_experts_fed_from_one_input_and_gathered_back_are_not_a_ping_pong():

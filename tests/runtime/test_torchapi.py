@@ -40,7 +40,7 @@ def test_a_name_outside_torch_tensor_is_checked():
 
 
 def test_autograd_entry_points_and_type_as_pass_whatever_the_devices():
-    # outputs and inputs from anywhere in the graph; type_as converts (to the current GPU for a CUDA type)
+    # outputs and inputs from anywhere in the graph; type_as converts (to the other tensor's device and dtype)
     assert api.python_call_kind("grad", None, "torch.autograd.grad") == api.BACKWARD
     assert api.python_call_kind("backward", None, "torch.autograd.backward") == api.BACKWARD
     assert kind(torch.Tensor.backward) == api.BACKWARD

@@ -17,7 +17,7 @@ back went into: a star, not a ping-pong. Without a graph (no_grad, inference), e
 the device a chain arrived on may continue it, as before.
 
 Holds no tensor: the last arrival of a chain is a weak _StorageRef, and its autograd node is kept by
-id and sequence number only.
+sequence number and type only.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ class Chain:
         self.modules: list[str] = []
         self.last: Any = None  # _StorageRef of the latest arrival
         self.sent: list[Any] = []  # _StorageRefs of the data that left a device along the chain
-        self.last_node: tuple[int, int] | None = None  # (id, sequence number) of the arrival's autograd node
+        self.last_node: tuple[int, str] | None = None  # (sequence number, type) of the arrival's autograd node
 
     def add(
         self,
@@ -54,7 +54,7 @@ class Chain:
         module: str | None,
         last: Any,
         departure: Any = None,
-        last_node: tuple[int, int] | None = None,
+        last_node: tuple[int, str] | None = None,
     ) -> None:
         if departure is not None and len(self.sent) < _MAX_DEVS:
             self.sent.append(departure)
@@ -142,12 +142,13 @@ class PingPong:
         return done
 
 
-def _node_key(node: Any) -> tuple[int, int] | None:
-    """(id, sequence number) of an autograd node, or None."""
+def _node_key(node: Any) -> tuple[int, str] | None:
+    """(sequence number, type name) of an autograd node, or None. Not id(): the Python object of a
+    node is made when asked for and freed with the last reference, so a later one may have another id."""
     if node is None:
         return None
     try:
-        return id(node), node._sequence_nr()
+        return node._sequence_nr(), type(node).__name__
     except (AttributeError, RuntimeError):
         return None
 
@@ -157,7 +158,7 @@ def _node_key(node: Any) -> tuple[int, int] | None:
 LEAF = object()
 
 
-def _may_depend(departure: Any, arrival: tuple[int, int] | None) -> bool:
+def _may_depend(departure: Any, arrival: tuple[int, str] | None) -> bool:
     """May the data whose autograd node is `departure` have been computed from the arrival whose node is
     `arrival`? Walks back from `departure` through the nodes made since the arrival (a node's inputs
     are older than it: a lower sequence number). Unknown (no node, too many nodes): True."""
@@ -167,15 +168,18 @@ def _may_depend(departure: Any, arrival: tuple[int, int] | None) -> bool:
         return False
     if departure is None:
         return True
-    target, since = arrival
+    since = arrival[0]
     stack, seen = [departure], set()
     while stack:
         node = stack.pop()
-        if id(node) == target:
+        key = _node_key(node)
+        if key is None:
             return True
-        if id(node) in seen:
+        if key == arrival:
+            return True
+        if key in seen:
             continue
-        seen.add(id(node))
+        seen.add(key)
         if len(seen) > _MAX_NODES:
             return True
         try:

@@ -52,7 +52,7 @@ PYTHON_CALLS: dict[str, int] = {
     "is_shared": PASS,
     "_is_view": PASS,
     "type": PASS,
-    "type_as": PASS,  # `a.type_as(b)` is `a.type(b.type())`: a conversion (CUDA types: to the current GPU)
+    "type_as": PASS,  # `a.type_as(b)` is `a.to(b.options())`: a conversion to b's device and dtype
     "__get__": PASS,  # every Tensor property getter: .device, .shape, .grad, ...
     # its value, printed or converted
     "__len__": PASS,

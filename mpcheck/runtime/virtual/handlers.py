@@ -154,10 +154,11 @@ def tensor_type(g: VirtualGPUs, func, args, kwargs):
 
 
 def type_as(g: VirtualGPUs, func, args, kwargs):
-    """`a.type_as(b)`: `a.type(b.type())`, so a CUDA `b` puts `a` on the current GPU (not on `b`'s)."""
+    """`a.type_as(b)`: `a.to(b.options())` in PyTorch, so `a` goes to `b`'s device (and dtype), measured on
+    2x H200 (tests/gpu/test_gpu_precision.py): a conversion, not an op that mixes devices."""
     t = args[0]
     other = args[1] if len(args) > 1 else kwargs["other"]
-    return tensor_type(g, torch.Tensor.type, (t, tensor_type(g, torch.Tensor.type, (other,), {})), {})
+    return to(g, torch.Tensor.to, (t, g.device_of(other), other.dtype), {})
 
 
 def _tensor_type_name(name: str) -> tuple[str, torch.dtype] | None:
