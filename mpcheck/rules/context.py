@@ -62,6 +62,24 @@ class FileContext:
     def line(self, node: cst.CSTNode) -> int:
         return self.span(node)[0][0]
 
+    def owns(self, node: cst.CSTNode) -> bool:
+        """Is `node` of this file's tree (not of an imported module's summary)?"""
+        return node in self._positions
+
+    @cached_property
+    def class_lines(self) -> list[tuple[int, int]]:
+        """(first, last) line of every class of the file, nested ones included."""
+        found: list[tuple[int, int]] = []
+        span = self.span
+
+        class Classes(cst.CSTVisitor):
+            def visit_ClassDef(self, node: cst.ClassDef) -> None:
+                (start, _), (end, _) = span(node)
+                found.append((start, end))
+
+        self.module.visit(Classes())
+        return found
+
     def code(self, node: cst.CSTNode) -> str:
         """The source text of an expression (one line, for messages)."""
         text = self.module.code_for_node(node).strip()

@@ -45,9 +45,9 @@ def _indexless(node: cst.CSTNode) -> bool:
     func = node.func
     if isinstance(func, cst.Attribute) and func.attr.value == "cuda":
         return not node.args
-    texts = [a.value for a in node.args if isinstance(a.value, cst.SimpleString)]
     if isinstance(func, cst.Attribute) and func.attr.value == "to":
-        return any(t.raw_value == "cuda" for t in texts) and len(node.args) >= 1 and node.args[0].value in texts
+        first = node.args[0].value if node.args else None
+        return isinstance(first, cst.SimpleString) and first.raw_value == "cuda"
     for a in node.args:
         if a.keyword is not None and a.keyword.value == "device" and isinstance(a.value, cst.SimpleString):
             return a.value.raw_value == "cuda"
@@ -56,24 +56,7 @@ def _indexless(node: cst.CSTNode) -> bool:
 
 def _in_a_class(ctx: FileContext, node: cst.CSTNode) -> bool:
     """Is `node` a node of this file's tree, inside a class body (a method)?"""
-    if node not in ctx._positions:
+    if not ctx.owns(node):
         return False
     line = ctx.line(node)
-    return any(start <= line <= end for start, end in _class_lines(ctx))
-
-
-def _class_lines(ctx: FileContext) -> list[tuple[int, int]]:
-    """(first, last) line of every class of the file, computed once per file."""
-    cached: list[tuple[int, int]] | None = ctx.__dict__.get("_class_lines")
-    if cached is not None:
-        return cached
-    found: list[tuple[int, int]] = []
-
-    class Classes(cst.CSTVisitor):
-        def visit_ClassDef(self, node: cst.ClassDef) -> None:
-            (start, _), (end, _) = ctx.span(node)
-            found.append((start, end))
-
-    ctx.module.visit(Classes())
-    ctx.__dict__["_class_lines"] = found
-    return found
+    return any(start <= line <= end for start, end in ctx.class_lines)
