@@ -28,7 +28,13 @@ KNOWN_FALSE: dict[str, str] = {}
 
 
 def _finding_ok(entry: dict) -> bool:
-    return set(entry) == {"code", "line"} and entry["code"] in codes.BY_CODE and entry["line"] >= 1
+    if "only_with_gpus" in entry:
+        # A finding that exists with one GPU count only says which, and why not with the others.
+        if set(entry) != {"code", "line", "only_with_gpus", "why"} or entry["only_with_gpus"] < 1 or not entry["why"]:
+            return False
+    elif set(entry) != {"code", "line"}:
+        return False
+    return entry["code"] in codes.BY_CODE and entry["line"] >= 1
 
 
 def test_manifest_is_well_formed():
@@ -77,6 +83,22 @@ def test_score_counts_only_the_expected_rule_on_the_expected_line():
         ("MP008", 10, "b.py"),
     ]
     assert real_bugs.score(expected, [], "pkg/models/a.py").missed == [("MP008", 10)]
+
+
+def test_knowable_total_counts_a_finding_of_one_gpu_count_apart():
+    case = {
+        "id": "c",
+        "kind": "bug",
+        "lint_knowable": True,
+        "expected": [{"code": "MP001", "line": 5}, {"code": "MP006", "line": 9, "only_with_gpus": 4, "why": "w"}],
+    }
+    missed_both = real_bugs.Score(missed=[("MP001", 5), ("MP006", 9)])
+    t = real_bugs.totals([case], {"c": missed_both})
+    assert (t["knowable_caught"], t["knowable_expected"], t["count_dependent"]) == (0, 1, 1)
+    assert t["missed"] == 2  # the plain totals still count it
+    caught_one = real_bugs.Score(caught=[("MP001", 5)], missed=[("MP006", 9)])
+    t = real_bugs.totals([case], {"c": caught_one})
+    assert (t["knowable_caught"], t["knowable_expected"]) == (1, 1)
 
 
 def _cached(case: dict) -> Path | None:

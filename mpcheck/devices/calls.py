@@ -156,6 +156,8 @@ class Calls(Part):
         """Calling a module: its inputs must be where it is; the output is where it ends."""
         if (mod.extra or {}).get("collapsed"):
             return UNK  # a split model moved whole (MP007): its forward's devices are not known
+        if args:
+            args = [self.interp.moves.stage_call(mod, args[0], node), *args[1:]]
         if mod.cls is not None and mod.attrs is not None:
             st.scope.split_seen = st.scope.split_seen or bool(mod.split)
             fwd = mod.cls.method("forward")

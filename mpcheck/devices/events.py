@@ -128,7 +128,10 @@ class Crossing(Fact):
 
     `lineage` names the activation (it is kept through ops); `opens` marks its
     first crossing, `reported` whether that first crossing was in a run whose
-    facts count; `undoes` marks an idle move straight back (a round trip)."""
+    facts count; `undoes` marks an idle move straight back (a round trip).
+    A step with `stage` set is no transfer but a call of that module object
+    (Obj.ident, or where it was placed) on the activation (src and dst empty): a module called again
+    starts a new pass (a generation loop), so MP006 counts crossings per pass."""
 
     lineage: int
     src: str
@@ -136,6 +139,7 @@ class Crossing(Fact):
     opens: bool = False
     reported: bool = False
     undoes: bool = False
+    stage: Any = None
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)

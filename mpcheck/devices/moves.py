@@ -240,6 +240,33 @@ class Moves(Part):
             recorder.cross(Crossing(node=node, lineage=lineage, src=src, dst=dst))
         return lineage
 
+    def stage_call(self, mod: Obj, lead: Val, node: cst.CSTNode) -> Val:
+        """Records a call of module object `mod` on the activation `lead` (a Crossing with `stage`);
+        returns `lead` with the lineage it has from now on (a new one when it had none)."""
+        # Only calls made outside any forward are stages (as at run time): inside one, the parts of
+        # instances built by one memoised __init__ share their idents and would end passes early.
+        # Outside an __init__ a module may have no Obj.ident; its attributes (an instance of a class of
+        # the file) or where it was placed stand in for it. A key that merges two modules only ends a
+        # pass early, which can hide an MP006, never make one.
+        key: object = mod.ident
+        if key is None:
+            key = id(mod.attrs) if mod.attrs is not None else (id(mod.at), mod.devs) if mod.at is not None else None
+        if key is None or not isinstance(lead, Obj) or lead.kind == "module" or self.interp.second_pass:
+            return lead
+        if self.in_forward():
+            return lead
+        if lead.lineage == OFF_CHAIN:
+            return lead
+        recorder = self.interp.recorder
+        if lead.lineage is None:
+            lineage = self.interp.new_lineage()
+            recorder.cross(
+                Crossing(node=node, lineage=lineage, src="", dst="", stage=key, opens=True, reported=recorder.live)
+            )
+            return lead.with_(lineage=lineage)
+        recorder.cross(Crossing(node=node, lineage=lead.lineage, src="", dst="", stage=key))
+        return lead
+
     @staticmethod
     def _moved_expr(node: cst.Call | None) -> cst.BaseExpression | None:
         return node.func.value if node is not None and isinstance(node.func, cst.Attribute) else None

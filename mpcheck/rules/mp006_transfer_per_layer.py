@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import libcst as cst
 
@@ -53,21 +54,31 @@ def _grouping(distinct: list[str]) -> str:
 
 @dataclass
 class _Chain:
-    """The devices an activation visits, in order, and the transfer that first went back to one."""
+    """The devices an activation visits in one pass, in order, and the transfer that first went back to one."""
 
     devs: list[str]
     reported: bool
     first_revisit: cst.CSTNode | None = None
     nodes: list[cst.CSTNode] = field(default_factory=list)
+    called: set[Any] = field(default_factory=set)  # the modules called in this pass (Crossing.stage)
 
 
 def _chains(steps: list[Crossing]) -> list[_Chain]:
     """The lineages of activations, built from their crossings in order (those opened in runs that count)."""
     by_lineage: dict[int, _Chain] = {}
+    passes: list[_Chain] = []
     for c in steps:
         chain = by_lineage.get(c.lineage)
         if chain is None and c.opens:
             chain = by_lineage[c.lineage] = _Chain([], c.reported)
+        if chain is not None and c.stage is not None:
+            if c.stage in chain.called:
+                # A module object called again on the same activation: a new pass (a generation or
+                # recurrent loop feeding its output back), whose way back is the split's own cost.
+                passes.append(chain)
+                chain = by_lineage[c.lineage] = _Chain(chain.devs[-1:], chain.reported)
+            chain.called.add(c.stage)
+            continue
         if chain is None or _host(c.src) or _host(c.dst):
             # A copy to the host leaves the chain (a metric, a log line, a saved tensor); one
             # from the host is the input coming in: neither is a crossing between layers.
@@ -90,7 +101,7 @@ def _chains(steps: list[Crossing]) -> list[_Chain]:
             chain.first_revisit = c.node
         chain.devs.append(c.dst)
         chain.nodes.append(c.node)
-    return [ch for ch in by_lineage.values() if ch.reported]
+    return [ch for ch in [*passes, *by_lineage.values()] if ch.reported]
 
 
 def _back_to(chain: _Chain, dev: str) -> None:
