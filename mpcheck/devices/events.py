@@ -131,7 +131,12 @@ class Crossing(Fact):
     facts count; `undoes` marks an idle move straight back (a round trip).
     A step with `stage` set is no transfer but a call of that module object
     (Obj.ident, or where it was placed) on the activation (src and dst empty): a module called again
-    starts a new pass (a generation loop), so MP006 counts crossings per pass."""
+    starts a new pass (a generation loop), so MP006 counts crossings per pass.
+    `hop` numbers a transfer within its lineage; a step with `merge` set is no
+    transfer but two values of the lineage meeting on one device (src), the
+    older made at hop `merge`: the crossings after it were a branch that came
+    back (an expert's output summed into the input's device), not moves of the
+    activation."""
 
     lineage: int
     src: str
@@ -140,6 +145,8 @@ class Crossing(Fact):
     reported: bool = False
     undoes: bool = False
     stage: Any = None
+    hop: int = 0
+    merge: int | None = None
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)

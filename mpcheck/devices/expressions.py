@@ -426,6 +426,7 @@ class Expressions(Part):
                     key="binop",
                 )
                 return FAILED
+            self.interp.moves.merge(a, b, node)
             return Obj(
                 "tensor",
                 join_devs(a.devs, b.devs),
@@ -433,6 +434,7 @@ class Expressions(Part):
                 at=a.at or b.at,
                 invariant=a.invariant and b.invariant,
                 lineage=a.lineage or b.lineage,
+                hop=max(a.hop, b.hop),
             )
         if isinstance(a, Obj) and a.kind != "module":
             return a.with_(label="", kind="tensor" if a.kind != "scalar" else "scalar", worked=True)

@@ -104,6 +104,7 @@ class Interp:
         self.probes: list[dict[str, Any]] = []  # input probes of forward summaries (Calls.input_devs)
         self.branch_outputs: set[int] = set()  # lists returned by parallel_apply over one-device branches
         self._lineages = 0
+        self._hops: dict[int, int] = {}
         # Module objects (Obj.ident): the type each was built as, and for an instance of a class of
         # this file (by id of its attrs) the idents its __init__ gave out: its own parts, which every
         # construction of the class has anew (Instances.instantiate), unlike what it was passed.
@@ -172,6 +173,11 @@ class Interp:
     def new_lineage(self) -> int:
         self._lineages += 1
         return self._lineages
+
+    def next_hop(self, lineage: int) -> int:
+        """The number of the next crossing of `lineage` (Crossing.hop, Obj.hop)."""
+        self._hops[lineage] = self._hops.get(lineage, 0) + 1
+        return self._hops[lineage]
 
     # ------------------------------------------------------------ entry points
 

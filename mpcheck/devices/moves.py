@@ -189,7 +189,7 @@ class Moves(Part):
             self.rebind(recv_expr, res, st)
             return res
         if isinstance(recv, Obj):
-            lineage = self.lineage_step(recv, devs, node)
+            lineage, hop = self.lineage_step(recv, devs, node)
             self.interp.recorder.record(
                 Transfer(
                     node=node,
@@ -214,31 +214,47 @@ class Moves(Part):
                 moved_at=node,
                 worked=False,
                 lineage=lineage,
+                hop=hop,
             )
         if devs is None:
             return UNK
         return Obj("any", devs, origin=f"moved to {where}", at=node)
 
-    def lineage_step(self, recv: Obj, devs: Devs, node: cst.CSTNode) -> int | None:
-        """Records a step of an activation's lineage (events.Crossing); returns the lineage the moved value has."""
+    def lineage_step(self, recv: Obj, devs: Devs, node: cst.CSTNode) -> tuple[int | None, int]:
+        """Records a step of an activation's lineage (events.Crossing); returns the lineage and hop the moved value has."""
         src, dst = single(recv.devs), single(devs)
         if recv.lineage == OFF_CHAIN:
-            return OFF_CHAIN  # a loss or a metric moved (to be summed, logged): no crossing of the activations
+            return OFF_CHAIN, 0  # a loss or a metric moved (to be summed, logged): no crossing of the activations
         if src is None or dst is None or src == dst or src.startswith("sym:__") or self.interp.second_pass:
-            return recv.lineage
+            return recv.lineage, recv.hop
         lineage = recv.lineage
         recorder = self.interp.recorder
         if not recv.worked and recv.moved_from is not None and single(recv.moved_from) == dst:
             # Straight back where it came from, idle: MP005's business, not a stage crossing.
             if lineage is not None:
                 recorder.cross(Crossing(node=node, lineage=lineage, src=src, dst=dst, undoes=True))
-            return lineage
-        if lineage is None:  # its first crossing opens the lineage
+            return lineage, recv.hop
+        opens = lineage is None  # its first crossing opens the lineage
+        if lineage is None:
             lineage = self.interp.new_lineage()
-            recorder.cross(Crossing(node=node, lineage=lineage, src=src, dst=dst, opens=True, reported=recorder.live))
-        else:
-            recorder.cross(Crossing(node=node, lineage=lineage, src=src, dst=dst))
-        return lineage
+        hop = self.interp.next_hop(lineage)
+        recorder.cross(
+            Crossing(
+                node=node, lineage=lineage, src=src, dst=dst, hop=hop, opens=opens, reported=opens and recorder.live
+            )
+        )
+        return lineage, hop
+
+    def merge(self, a: Obj, b: Obj, node: cst.CSTNode) -> None:
+        """Two values of one lineage meet on one device, one made before the other's last crossings:
+        those crossings were a branch that came back (Crossing.merge)."""
+        dev = single(a.devs)
+        if a.lineage in (None, OFF_CHAIN) or a.lineage != b.lineage or a.hop == b.hop or self.interp.second_pass:
+            return
+        if dev is None or dev != single(b.devs):
+            return
+        assert a.lineage is not None
+        self.interp.recorder.cross(Crossing(node=node, lineage=a.lineage, src=dev, dst=dev, merge=min(a.hop, b.hop)))
 
     def stage_call(self, mod: Obj, lead: Val, node: cst.CSTNode) -> Val:
         """Records a call of module object `mod` on the activation `lead` (a Crossing with `stage`);

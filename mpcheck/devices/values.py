@@ -195,6 +195,7 @@ class Obj(Val):
     in_devs: Devs = None  # modules: where their input must be
     out_devs: Devs = None  # modules: where their output is
     lineage: int | None = None  # which activation this is, across transfers (events.Crossing)
+    hop: int = 0  # how many crossings its lineage had made when this value got where it is (Crossing.hop)
     extra: dict[str, Any] | None = None  # loss modules: their weight tensors
     # Its type is assumed, not known: an element unpacked from a value, or the
     # output of a module whose forward the model does not read (a list, a tuple
@@ -284,6 +285,7 @@ def join(a: Val, b: Val) -> Val:
             in_devs=a.in_devs if a.in_devs == b.in_devs else None,
             out_devs=a.out_devs if a.out_devs == b.out_devs else None,
             lineage=a.lineage if a.lineage == b.lineage else None,
+            hop=max(a.hop, b.hop),
             extra=a.extra if a.extra is b.extra else None,
             opaque=a.opaque or b.opaque,
             ident=a.ident if a.ident == b.ident else None,

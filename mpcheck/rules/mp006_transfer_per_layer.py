@@ -60,6 +60,9 @@ class _Chain:
     reported: bool
     first_revisit: cst.CSTNode | None = None
     nodes: list[cst.CSTNode] = field(default_factory=list)
+    # Per crossing in `nodes`: its Crossing.hop, and the length of `devs` before it was added.
+    hops: list[int] = field(default_factory=list)
+    marks: list[int] = field(default_factory=list)
     called: set[Any] = field(default_factory=set)  # the modules called in this pass (Crossing.stage)
 
 
@@ -79,6 +82,9 @@ def _chains(steps: list[Crossing]) -> list[_Chain]:
                 chain = by_lineage[c.lineage] = _Chain(chain.devs[-1:], chain.reported)
             chain.called.add(c.stage)
             continue
+        if chain is not None and c.merge is not None:
+            _merge(chain, c)
+            continue
         if chain is None or _host(c.src) or _host(c.dst):
             # A copy to the host leaves the chain (a metric, a log line, a saved tensor); one
             # from the host is the input coming in: neither is a crossing between layers.
@@ -88,19 +94,21 @@ def _chains(steps: list[Crossing]) -> list[_Chain]:
             if chain is not None and len(chain.devs) >= 2 and chain.devs[-1] == c.src:
                 chain.devs.pop()
                 if chain.nodes:
-                    chain.nodes.pop()
+                    _drop_last(chain, 1)
             continue
         if chain.devs and chain.devs[-1] != c.src and c.src in chain.devs:
             # The activation is still where it was before the last crossings, so those were
             # copies it branched off (a U-Net's skip sent ahead to the decoder's device), not
             # moves of the activation itself: go back to where it really is.
             _back_to(chain, c.src)
+        chain.marks.append(len(chain.devs))
         if not chain.devs or chain.devs[-1] != c.src:
             chain.devs.append(c.src)
         if c.dst in chain.devs and chain.first_revisit is None:
             chain.first_revisit = c.node
         chain.devs.append(c.dst)
         chain.nodes.append(c.node)
+        chain.hops.append(c.hop)
     return [ch for ch in [*passes, *by_lineage.values()] if ch.reported]
 
 
@@ -109,10 +117,34 @@ def _back_to(chain: _Chain, dev: str) -> None:
     keep = len(chain.devs) - 1 - chain.devs[::-1].index(dev)
     dropped = len(chain.devs) - 1 - keep
     del chain.devs[keep + 1 :]
-    kept_nodes = chain.nodes[: max(len(chain.nodes) - dropped, 0)]
-    if chain.first_revisit is not None and not any(n is chain.first_revisit for n in kept_nodes):
+    _drop_last(chain, min(dropped, len(chain.nodes)))
+
+
+def _merge(chain: _Chain, c: Crossing) -> None:
+    """A value made at hop `c.merge` meets, on its own device, one that crossed since: the
+    crossings after that hop took a branch away and back (an expert on another GPU whose
+    output is added to the input's device), while the activation stayed. Drop them."""
+    later = sum(1 for h in chain.hops if h > (c.merge or 0))
+    if not later or chain.hops[-later:] != [h for h in chain.hops if h > (c.merge or 0)]:
+        return  # the later crossings are not the chain's last ones: leave the chain as it is
+    mark = chain.marks[-later]
+    if mark < 1 or chain.devs[mark - 1] != c.src:
+        return  # the activation was not on this device before the branch
+    away = chain.devs[mark:-1]
+    if c.src in away or len(set(away)) != len(away):
+        return  # the branch itself goes back and forth (a tower dealt round robin): its crossings count
+    del chain.devs[mark:]
+    _drop_last(chain, later)
+
+
+def _drop_last(chain: _Chain, n: int) -> None:
+    """Forget the last `n` crossings (and the first transfer back, if it was one of them)."""
+    if n <= 0:
+        return
+    dropped = chain.nodes[-n:]
+    del chain.nodes[-n:], chain.hops[-n:], chain.marks[-n:]
+    if chain.first_revisit is not None and any(d is chain.first_revisit for d in dropped):
         chain.first_revisit = None
-    chain.nodes = kept_nodes
 
 
 def _host(dev: str) -> bool:
