@@ -235,6 +235,38 @@ def test_experts_fed_from_one_input_and_gathered_back_are_not_a_ping_pong(script
     assert report["findings"] == []
 
 
+# Layers of experts, each layer's output added to its input on cuda:0 where the tokens stay: every layer
+# sends the tokens out to the experts on cuda:1 and sums what comes back, by design. The next layer's
+# input depends on the tokens that stayed, not only on what came back: each out-and-back is a branch.
+MOE_STACK = """
+import torch
+import torch.nn as nn
+
+d = 64
+embed = nn.Linear(d, d).to("cuda:0")
+layers = []
+for _ in range(4):
+    gate = nn.Linear(d, 2).to("cuda:0")
+    experts = [nn.Linear(d, d).to("cuda:0"), nn.Linear(d, d).to("cuda:1")]
+    layers.append((gate, experts))
+x = embed(torch.randn(8, d, device="cuda:0"))
+for gate, experts in layers:
+    w = gate(x).softmax(-1)
+    out = torch.zeros_like(x)
+    for e, expert in enumerate(experts):
+        out = out + w[:, e : e + 1] * expert(x.to(expert.weight.device)).to(x.device)
+    x = x + out
+x.pow(2).mean().backward()
+print("finished")
+"""
+
+
+def test_layers_of_experts_summed_back_where_the_tokens_stay_are_not_a_ping_pong(script, dryrun_cli):
+    status, report, err = dryrun_cli(script(MOE_STACK), "--gpus", "2")
+    assert status == 0, err
+    assert report["findings"] == []
+
+
 def test_layers_fed_by_the_previous_result_across_two_gpus_are_still_a_ping_pong(script, dryrun_cli):
     # The same loop, each expert now fed the previous expert's gathered result: a ping-pong.
     s = script(

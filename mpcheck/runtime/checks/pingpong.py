@@ -16,6 +16,13 @@ of one input and gathers the results back, or any fan-out/fan-in, sends data tha
 back went into: a star, not a ping-pong. Without a graph (no_grad, inference), every departure from
 the device a chain arrived on may continue it, as before.
 
+An excursion out and straight back (D -> E -> D) is dropped from its chain when it was a branch: the
+data that left D stayed there and meets what came back (experts on another GPU whose outputs are
+summed where the tokens are; the next layer's input mixes both). Asked of the graph at the next
+departure from D: does that data depend on what left, by a path that does not go through what came
+back? Without a graph (no_grad), or when what left has no autograd node (an input that needs no
+gradient), the excursion counts: a stack of such layers may then still read as a ping-pong.
+
 Holds no tensor: the last arrival of a chain is a weak _StorageRef, and its autograd node is kept by
 sequence number and type only.
 """
@@ -34,7 +41,19 @@ _MAX_NODES = 4096  # autograd nodes walked per dependency question; past it, ass
 
 
 class Chain:
-    __slots__ = ("devs", "end", "crossings", "back_site", "first_site", "modules", "last", "sent", "last_node")
+    __slots__ = (
+        "devs",
+        "end",
+        "crossings",
+        "back_site",
+        "back_at",
+        "first_site",
+        "modules",
+        "last",
+        "sent",
+        "last_node",
+        "steps",
+    )
 
     def __init__(self, src: str, site: Any) -> None:
         self.devs = [src]
@@ -42,10 +61,13 @@ class Chain:
         self.crossings = 0
         self.first_site = site
         self.back_site: Any = None  # the first transfer back to a device the chain already left
+        self.back_at = 0  # the crossing count when back_site was set
         self.modules: list[str] = []
         self.last: Any = None  # _StorageRef of the latest arrival
         self.sent: list[Any] = []  # _StorageRefs of the data that left a device along the chain
         self.last_node: tuple[int, str] | None = None  # (sequence number, type) of the arrival's autograd node
+        # The node keys of the data that left on the last two crossings (drop_branch).
+        self.steps: list[tuple[int, str] | None] = []
 
     def add(
         self,
@@ -55,11 +77,13 @@ class Chain:
         last: Any,
         departure: Any = None,
         last_node: tuple[int, str] | None = None,
+        sent_key: tuple[int, str] | None = None,
     ) -> None:
         if departure is not None and len(self.sent) < _MAX_DEVS:
             self.sent.append(departure)
         if self.back_site is None and dst in self.devs:
-            self.back_site = site
+            self.back_site, self.back_at = site, self.crossings + 1
+        self.steps = [*self.steps[-1:], sent_key]
         self.crossings += 1
         self.end = dst
         if len(self.devs) < _MAX_DEVS:
@@ -68,6 +92,23 @@ class Chain:
             self.modules.append(module)
         self.last = last
         self.last_node = last_node
+
+    def drop_branch(self, departure_node: Any) -> None:
+        """Before leaving `end` again: forget the last excursion out and back to it if it was a branch."""
+        if len(self.steps) < 2 or len(self.devs) < 3 or self.devs[-3] != self.end or self.crossings < 2:
+            return
+        if len(self.devs) >= _MAX_DEVS:
+            return  # the devices past the cap are not remembered: leave the count alone
+        left_key = self.steps[0]
+        if departure_node is None or departure_node is LEAF or left_key is None or self.last_node is None:
+            return  # no graph to ask: the excursion counts
+        if not _reaches(departure_node, left_key, avoid=self.last_node):
+            return
+        del self.devs[-2:]
+        self.crossings -= 2
+        self.steps = []
+        if self.back_site is not None and self.back_at > self.crossings:
+            self.back_site = None
 
     @property
     def distinct(self) -> list[str]:
@@ -125,13 +166,14 @@ class PingPong:
                 if not _may_depend(nodes[0], c.last_node):
                     continue  # computed without what this chain brought: another branch of a fan-out
                 chain = chains.pop(i)
+                chain.drop_branch(nodes[0])
                 break
         if chain is None:
             chain = Chain(src, site)
             if len(chains) >= _MAX_CHAINS:
                 done.extend(c for c in chains[:1] if c.is_ping_pong())
                 del chains[:1]
-        chain.add(dst, site, module, arrival, departure, _node_key(nodes[1]))
+        chain.add(dst, site, module, arrival, departure, _node_key(nodes[1]), _node_key(nodes[0]))
         chains.append(chain)  # most recently extended last
         return done
 
@@ -156,6 +198,37 @@ def _node_key(node: Any) -> tuple[int, str] | None:
 # The node of data sent while grad is enabled that autograd did not record (an input, a parameter, data
 # indexed out of one): computed from no recorded result, so from no arrival that autograd recorded.
 LEAF = object()
+
+
+def _reaches(start: Any, target: tuple[int, str], avoid: tuple[int, str]) -> bool:
+    """Is the node `target` among the inputs of `start`, by a path that does not go through `avoid`?
+    Unknown (a node without a key, too many nodes): False, so nothing is dropped on a guess."""
+    stack: list[Any] = [start]
+    seen: set[tuple[int, str]] = set()
+    while stack:
+        node = stack.pop()
+        key = _node_key(node)
+        if key is None or len(seen) > _MAX_NODES:
+            return False
+        if key == target:
+            return True
+        if key == avoid or key in seen:
+            continue
+        seen.add(key)
+        try:
+            inputs = node.next_functions
+        except (AttributeError, RuntimeError):
+            return False
+        for fn, _ in inputs:
+            if fn is None:
+                continue
+            try:
+                if fn._sequence_nr() < target[0]:
+                    continue  # made before the target: its history cannot hold it
+            except (AttributeError, RuntimeError):
+                return False
+            stack.append(fn)
+    return False
 
 
 def _may_depend(departure: Any, arrival: tuple[int, str] | None) -> bool:
