@@ -203,13 +203,32 @@ LEAF = object()
 def _reaches(start: Any, target: tuple[int, str], avoid: tuple[int, str]) -> bool:
     """Is the node `target` among the inputs of `start`, by a path that does not go through `avoid`?
     Unknown (a node without a key, too many nodes): False, so nothing is dropped on a guess."""
+    return _search(start, target, avoid, unknown=False)
+
+
+def _may_depend(departure: Any, arrival: tuple[int, str] | None) -> bool:
+    """May the data whose autograd node is `departure` have been computed from the arrival whose node is
+    `arrival`? Unknown (no node, too many nodes): True."""
+    if arrival is None:
+        return True
+    if departure is LEAF:
+        return False
+    if departure is None:
+        return True
+    return _search(departure, arrival, None, unknown=True)
+
+
+def _search(start: Any, target: tuple[int, str], avoid: tuple[int, str] | None, unknown: bool) -> bool:
+    """Walks back from `start` through the nodes made since `target` (a node's inputs are older than
+    it: a lower sequence number), not through `avoid`, looking for `target`. Where the graph cannot be
+    read (a node without a key, more than _MAX_NODES nodes), the answer is `unknown`."""
     stack: list[Any] = [start]
     seen: set[tuple[int, str]] = set()
     while stack:
         node = stack.pop()
         key = _node_key(node)
         if key is None or len(seen) > _MAX_NODES:
-            return False
+            return unknown
         if key == target:
             return True
         if key == avoid or key in seen:
@@ -218,7 +237,7 @@ def _reaches(start: Any, target: tuple[int, str], avoid: tuple[int, str]) -> boo
         try:
             inputs = node.next_functions
         except (AttributeError, RuntimeError):
-            return False
+            return unknown
         for fn, _ in inputs:
             if fn is None:
                 continue
@@ -226,47 +245,7 @@ def _reaches(start: Any, target: tuple[int, str], avoid: tuple[int, str]) -> boo
                 if fn._sequence_nr() < target[0]:
                     continue  # made before the target: its history cannot hold it
             except (AttributeError, RuntimeError):
-                return False
-            stack.append(fn)
-    return False
-
-
-def _may_depend(departure: Any, arrival: tuple[int, str] | None) -> bool:
-    """May the data whose autograd node is `departure` have been computed from the arrival whose node is
-    `arrival`? Walks back from `departure` through the nodes made since the arrival (a node's inputs
-    are older than it: a lower sequence number). Unknown (no node, too many nodes): True."""
-    if arrival is None:
-        return True
-    if departure is LEAF:
-        return False
-    if departure is None:
-        return True
-    since = arrival[0]
-    stack, seen = [departure], set()
-    while stack:
-        node = stack.pop()
-        key = _node_key(node)
-        if key is None:
-            return True
-        if key == arrival:
-            return True
-        if key in seen:
-            continue
-        seen.add(key)
-        if len(seen) > _MAX_NODES:
-            return True
-        try:
-            inputs = node.next_functions
-        except (AttributeError, RuntimeError):
-            return True
-        for fn, _ in inputs:
-            if fn is None:
-                continue
-            try:
-                if fn._sequence_nr() < since:
-                    continue  # made before the arrival: its history cannot hold it
-            except (AttributeError, RuntimeError):
-                return True
+                return unknown
             stack.append(fn)
     return False
 
