@@ -253,6 +253,7 @@ class Calls(Part):
                 at=node,
                 opaque=mod.opaque or mod.kind == "any",
                 lineage=lead.lineage if isinstance(lead, Obj) else None,
+                hop=lead.hop if isinstance(lead, Obj) else 0,
             )
         return UNK
 
@@ -576,7 +577,12 @@ class Calls(Part):
             )
             lineage = OFF_CHAIN if T.leaves_chain(meth, len(args), kwargs) else recv.lineage
             worked = recv.worked if shape_only else True
-            return recv.with_(label="", kind="tensor", worked=worked, invariant=inv, lineage=lineage)
+            hop = recv.hop
+            for a in (*args, *kwargs.values()):
+                if isinstance(a, Obj) and a.kind != "module":
+                    self.interp.moves.merge(recv, a, node)  # `out.index_add_(0, rows, y)`
+                    hop = max(hop, a.hop) if a.lineage == recv.lineage else hop
+            return recv.with_(label="", kind="tensor", worked=worked, invariant=inv, lineage=lineage, hop=hop)
         if isinstance(recv, SeqV):
             if meth == "append" and args:
                 if recv.items is not None and not self.interp.in_unknown_loop:

@@ -227,7 +227,13 @@ class Library(Part):
         inv = all(isinstance(a, Obj) and a.invariant or isinstance(a, (Const, DtypeV)) for a, _ in flat)
         f = first[0]
         off = T.leaves_chain(q, max(len(args) - 1, 0), kwargs)
-        return Obj("tensor", f.devs, origin=f.origin, at=f.at, invariant=inv, lineage=OFF_CHAIN if off else f.lineage)
+        hop = f.hop
+        for a, _ in flat:
+            if isinstance(a, Obj) and a is not f:
+                self.interp.moves.merge(f, a, node)  # `torch.cat([x, y_back])`, `torch.add(x, y_back)`
+                hop = max(hop, a.hop) if a.lineage == f.lineage else hop
+        lineage = OFF_CHAIN if off else f.lineage
+        return Obj("tensor", f.devs, origin=f.origin, at=f.at, invariant=inv, lineage=lineage, hop=hop)
 
 
 # ---------------------------------------------------------------- handlers

@@ -60,7 +60,7 @@ class _Chain:
     reported: bool
     first_revisit: cst.CSTNode | None = None
     nodes: list[cst.CSTNode] = field(default_factory=list)
-    # Per crossing in `nodes`: its Crossing.hop, and the length of `devs` before it was added.
+    # Per crossing in `nodes`: its Crossing.hop, and the index in `devs` of its destination.
     hops: list[int] = field(default_factory=list)
     marks: list[int] = field(default_factory=list)
     called: set[Any] = field(default_factory=set)  # the modules called in this pass (Crossing.stage)
@@ -101,9 +101,9 @@ def _chains(steps: list[Crossing]) -> list[_Chain]:
             # copies it branched off (a U-Net's skip sent ahead to the decoder's device), not
             # moves of the activation itself: go back to where it really is.
             _back_to(chain, c.src)
-        chain.marks.append(len(chain.devs))
         if not chain.devs or chain.devs[-1] != c.src:
             chain.devs.append(c.src)
+        chain.marks.append(len(chain.devs))
         if c.dst in chain.devs and chain.first_revisit is None:
             chain.first_revisit = c.node
         chain.devs.append(c.dst)
