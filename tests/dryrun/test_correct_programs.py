@@ -261,18 +261,29 @@ print("finished")
 """
 
 
-def test_layers_of_experts_summed_back_where_the_tokens_stay_are_not_a_ping_pong(script, dryrun_cli):
-    status, report, err = dryrun_cli(script(MOE_STACK), "--gpus", "2")
+ROUTED = "rows = (w.argmax(-1) == e).nonzero(as_tuple=True)[0]\n        out = out.index_add(0, rows, expert(x[rows].to(expert.weight.device)).to(x.device))"
+
+
+@pytest.mark.parametrize("routing", ["all tokens", "top-1 rows"])
+def test_layers_of_experts_summed_back_where_the_tokens_stay_are_not_a_ping_pong(script, dryrun_cli, routing):
+    stack = MOE_STACK
+    if routing != "all tokens":  # each expert gets its rows only (x[rows] is what leaves), as in Mixtral
+        stack = stack.replace("out = out + w[:, e : e + 1] * expert(x.to(expert.weight.device)).to(x.device)", ROUTED)
+        assert ROUTED.split("\n")[0] in stack
+    status, report, err = dryrun_cli(script(stack), "--gpus", "2")
     assert status == 0, err
     assert report["findings"] == []
 
 
 def test_layers_fed_by_the_previous_result_across_two_gpus_are_still_a_ping_pong(script, dryrun_cli):
-    # The same loop, each expert now fed the previous expert's gathered result: a ping-pong.
+    # The same loop, each expert now fed only the previous expert's gathered result (nothing of the
+    # tokens that stayed on cuda:0 goes on): a ping-pong.
     s = script(
         MOE.replace("INPUT", "proj(torch.randn(64, d, device='cuda:0'))")
         .replace("y = expert(x[rows].to(dev)).to(x.device)", "y = expert(x[rows].to(dev)).to(x.device)  # <- hop")
-        .replace("out.index_add_(0, rows, y * w[rows, slot].unsqueeze(-1))", "x = x.index_add(0, rows, y)")
+        .replace(
+            "out.index_add_(0, rows, y * w[rows, slot].unsqueeze(-1))", "x = torch.zeros_like(x).index_add(0, rows, y)"
+        )
         .replace("out.pow(2)", "x.pow(2)")
     )
     status, report, err = dryrun_cli(s, "--gpus", "2")

@@ -19,8 +19,8 @@ the device a chain arrived on may continue it, as before.
 An excursion out and straight back (D -> E -> D) is dropped from its chain when it was a branch: the
 data that left D stayed there and meets what came back (experts on another GPU whose outputs are
 summed where the tokens are; the next layer's input mixes both). Asked of the graph at the next
-departure from D: does that data depend on what left, by a path that does not go through what came
-back? Without a graph (no_grad), or when what left has no autograd node (an input that needs no
+departure from D: does that data depend on what left (or on what it was taken from: x for x[rows]),
+by a path that does not go through what came back? Without a graph (no_grad), or when what left has no autograd node (an input that needs no
 gradient), the excursion counts: a stack of such layers may then still read as a ping-pong.
 
 Holds no tensor: the last arrival of a chain is a weak _StorageRef, and its autograd node is kept by
@@ -66,8 +66,9 @@ class Chain:
         self.last: Any = None  # _StorageRef of the latest arrival
         self.sent: list[Any] = []  # _StorageRefs of the data that left a device along the chain
         self.last_node: tuple[int, str] | None = None  # (sequence number, type) of the arrival's autograd node
-        # The node keys of the data that left on the last two crossings (drop_branch).
-        self.steps: list[tuple[int, str] | None] = []
+        # For the last two crossings, the node keys of the data that left and of what it was taken
+        # from on its device (`x[rows]`: x's node), for drop_branch.
+        self.steps: list[frozenset[tuple[int, str]]] = []
 
     def add(
         self,
@@ -77,13 +78,13 @@ class Chain:
         last: Any,
         departure: Any = None,
         last_node: tuple[int, str] | None = None,
-        sent_key: tuple[int, str] | None = None,
+        sent_keys: frozenset[tuple[int, str]] = frozenset(),
     ) -> None:
         if departure is not None and len(self.sent) < _MAX_DEVS:
             self.sent.append(departure)
         if self.back_site is None and dst in self.devs:
             self.back_site, self.back_at = site, self.crossings + 1
-        self.steps = [*self.steps[-1:], sent_key]
+        self.steps = [*self.steps[-1:], sent_keys]
         self.crossings += 1
         self.end = dst
         if len(self.devs) < _MAX_DEVS:
@@ -99,10 +100,10 @@ class Chain:
             return
         if len(self.devs) >= _MAX_DEVS:
             return  # the devices past the cap are not remembered: leave the count alone
-        left_key = self.steps[0]
-        if departure_node is None or departure_node is LEAF or left_key is None or self.last_node is None:
+        left = self.steps[0]
+        if departure_node is None or departure_node is LEAF or not left or self.last_node is None:
             return  # no graph to ask: the excursion counts
-        if not _reaches(departure_node, left_key, avoid=self.last_node):
+        if not _reaches(departure_node, left, avoid=self.last_node):
             return
         del self.devs[-2:]
         self.crossings -= 2
@@ -173,7 +174,7 @@ class PingPong:
             if len(chains) >= _MAX_CHAINS:
                 done.extend(c for c in chains[:1] if c.is_ping_pong())
                 del chains[:1]
-        chain.add(dst, site, module, arrival, departure, _node_key(nodes[1]), _node_key(nodes[0]))
+        chain.add(dst, site, module, arrival, departure, _node_key(nodes[1]), sent_keys(nodes[0]))
         chains.append(chain)  # most recently extended last
         return done
 
@@ -200,10 +201,27 @@ def _node_key(node: Any) -> tuple[int, str] | None:
 LEAF = object()
 
 
-def _reaches(start: Any, target: tuple[int, str], avoid: tuple[int, str]) -> bool:
-    """Is the node `target` among the inputs of `start`, by a path that does not go through `avoid`?
-    Unknown (a node without a key, too many nodes): False, so nothing is dropped on a guess."""
-    return _search(start, target, avoid, unknown=False)
+def _reaches(start: Any, targets: frozenset[tuple[int, str]], avoid: tuple[int, str]) -> bool:
+    """Is one of the nodes `targets` among the inputs of `start`, by a path that does not go through
+    `avoid`? Unknown (a node without a key, too many nodes): False, so nothing is dropped on a guess."""
+    return _search(start, targets, avoid, unknown=False)
+
+
+def sent_keys(node: Any) -> frozenset[tuple[int, str]]:
+    """The keys of the autograd node of data sent and of the nodes it was directly computed from
+    (`x[rows]` is taken from x), leaving out parameters (AccumulateGrad: a weight every call shares)."""
+    key = _node_key(node) if node is not None and node is not LEAF else None
+    if key is None:
+        return frozenset()
+    keys = {key}
+    try:
+        for fn, _ in node.next_functions:
+            k = _node_key(fn) if fn is not None and type(fn).__name__ != "AccumulateGrad" else None
+            if k is not None:
+                keys.add(k)
+    except (AttributeError, RuntimeError):
+        pass
+    return frozenset(keys)
 
 
 def _may_depend(departure: Any, arrival: tuple[int, str] | None) -> bool:
@@ -215,13 +233,14 @@ def _may_depend(departure: Any, arrival: tuple[int, str] | None) -> bool:
         return False
     if departure is None:
         return True
-    return _search(departure, arrival, None, unknown=True)
+    return _search(departure, frozenset({arrival}), None, unknown=True)
 
 
-def _search(start: Any, target: tuple[int, str], avoid: tuple[int, str] | None, unknown: bool) -> bool:
-    """Walks back from `start` through the nodes made since `target` (a node's inputs are older than
-    it: a lower sequence number), not through `avoid`, looking for `target`. Where the graph cannot be
-    read (a node without a key, more than _MAX_NODES nodes), the answer is `unknown`."""
+def _search(start: Any, targets: frozenset[tuple[int, str]], avoid: tuple[int, str] | None, unknown: bool) -> bool:
+    """Walks back from `start` through the nodes made since the oldest of `targets` (a node's inputs
+    are older than it: a lower sequence number), not through `avoid`, looking for one of `targets`.
+    Where the graph cannot be read (a node without a key, more than _MAX_NODES nodes): `unknown`."""
+    since = min(t[0] for t in targets)
     stack: list[Any] = [start]
     seen: set[tuple[int, str]] = set()
     while stack:
@@ -229,7 +248,7 @@ def _search(start: Any, target: tuple[int, str], avoid: tuple[int, str] | None, 
         key = _node_key(node)
         if key is None or len(seen) > _MAX_NODES:
             return unknown
-        if key == target:
+        if key in targets:
             return True
         if key == avoid or key in seen:
             continue
@@ -242,8 +261,8 @@ def _search(start: Any, target: tuple[int, str], avoid: tuple[int, str] | None, 
             if fn is None:
                 continue
             try:
-                if fn._sequence_nr() < target[0]:
-                    continue  # made before the target: its history cannot hold it
+                if fn._sequence_nr() < since:
+                    continue  # made before the targets: its history cannot hold them
             except (AttributeError, RuntimeError):
                 return unknown
             stack.append(fn)
