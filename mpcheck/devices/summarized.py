@@ -40,7 +40,7 @@ def resolve_import(project: dict[str, Any], target: str, used: Callable[[str], N
             return Summarized(summ["classes"][name], name, "class")
         if name in summ.get("functions", {}):
             used(mod)
-            return Summarized(summ["functions"][name], name, "function")
+            return Summarized(summ["functions"][name], name, "function", mod)
         if name in summ.get("constants", {}):
             used(mod)
             return constant_value(summ["constants"][name])

@@ -1,0 +1,114 @@
+"""Values across files: a helper of one linted file run with the devices another linted
+file calls it with (devices/callers.py, lint/callers.py), through the real rules and CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from mpcheck import cli
+
+# The split model of the fixture case (its forward returns the logits on devices[1]).
+MODEL = (Path(__file__).parent / "fixtures" / "cases" / "F_helper_module_train_pkg_bad" / "model.py").read_text()
+
+UTILS = """import torch.nn.functional as F
+
+
+def train_one_epoch(model, loader, device, optimizer):
+    for inputs, targets in loader:
+        inputs, targets = inputs.to(device), targets.to(device)
+        outputs = model(inputs)
+        loss = F.nll_loss(outputs.log_softmax(-1), targets)
+        loss.backward()
+"""
+
+MAIN = """import torch
+
+import utils
+from model import ShardedMLP
+
+
+def main(loader):
+    devices = [torch.device("cuda:0"), torch.device("cuda:1")]
+    model = ShardedMLP(devices)
+    opt = torch.optim.Adam(model.parameters())
+    utils.train_one_epoch(model, loader, {device}, opt)
+"""
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
+    (tmp_path / "model.py").write_text(MODEL)
+    (tmp_path / "utils.py").write_text(UTILS)
+    (tmp_path / "main.py").write_text(MAIN.format(device="devices[0]"))
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def lint(capsys: pytest.CaptureFixture[str], *args: str) -> list[tuple[str, int, str, str]]:
+    cli.main(["--jobs", "1", "--output-format", "json", *args])
+    out = json.loads(capsys.readouterr().out)
+    return [(d["path"].replace("\\", "/"), d["line"], d["code"], d["message"]) for d in out]
+
+
+def test_helper_in_another_file_reports_at_its_loss_line_naming_the_call(project, capsys):
+    found = lint(capsys, "--no-cache", ".")
+    assert [(p, line, code) for p, line, code, _ in found] == [("utils.py", 8, "MP008")]
+    message = found[0][3]
+    assert "cuda:1" in message and "cuda:0" in message
+    assert "(when called by `utils.train_one_epoch(model, loader, devices[0], opt)` at main.py:11)" in message
+
+
+def test_a_file_linted_alone_has_no_callers(project, capsys):
+    assert lint(capsys, "--no-cache", "utils.py") == []
+    assert lint(capsys, "--no-cache", "utils.py", "model.py") == []
+
+
+def test_the_call_that_proves_nothing_reports_nothing(project, capsys):
+    (project / "main.py").write_text(MAIN.format(device="devices[-1]"))
+    assert lint(capsys, "--no-cache", ".") == []
+
+
+def test_symbolic_devices_do_not_cross_files(project, capsys):
+    # `devices` is main's parameter: its entries are told apart in main.py, but the names mean nothing in utils.py.
+    (project / "main.py").write_text(
+        MAIN.format(device="devices[0]").replace(
+            'def main(loader):\n    devices = [torch.device("cuda:0"), torch.device("cuda:1")]\n',
+            "def main(loader, devices):\n",
+        )
+    )
+    assert lint(capsys, "--no-cache", ".") == []
+
+
+def test_editing_the_caller_changes_the_callee_findings_on_a_cached_run(project, capsys):
+    assert [f[:3] for f in lint(capsys, ".")] == [("utils.py", 8, "MP008")]
+    assert [f[:3] for f in lint(capsys, ".")] == [("utils.py", 8, "MP008")]  # every file from the cache
+    (project / "main.py").write_text(MAIN.format(device="devices[-1]"))
+    assert lint(capsys, ".") == []  # utils.py unchanged, its caller's context changed
+    (project / "main.py").write_text("\n" + MAIN.format(device="devices[0]"))
+    found = lint(capsys, ".")
+    assert [f[:3] for f in found] == [("utils.py", 8, "MP008")]
+    assert "at main.py:12)" in found[0][3]  # the call moved down a line: the message follows it
+
+
+def test_each_call_reports_what_it_proves_naming_itself(project, capsys):
+    (project / "evaluate.py").write_text(
+        "import torch.nn as nn\n\nimport utils\n\n\ndef main(loader, opt):\n"
+        '    head = nn.Linear(256, 10).to("cuda:1")\n'
+        '    utils.train_one_epoch(head, loader, "cuda:1", opt)\n'
+    )
+    found = lint(capsys, "--no-cache", ".")
+    assert [f[:3] for f in found] == [("utils.py", 8, "MP008")]
+    assert "at main.py:11)" in found[0][3] and "evaluate.py" not in found[0][3]
+
+
+def test_a_callee_the_pre_filter_keeps_is_reported_once(project, capsys):
+    # utils.py names `cuda` now: it is analysed on its own first (no finding), then with its caller.
+    (project / "utils.py").write_text("# the batch goes to cuda\n" + UTILS)
+    for _ in range(2):  # cold, then from the cache
+        found = lint(capsys, ".")
+        assert [f[:3] for f in found] == [("utils.py", 9, "MP008")]
+        assert "at main.py:11)" in found[0][3]
