@@ -112,3 +112,13 @@ def test_a_callee_the_pre_filter_keeps_is_reported_once(project, capsys):
         found = lint(capsys, ".")
         assert [f[:3] for f in found] == [("utils.py", 9, "MP008")]
         assert "at main.py:11)" in found[0][3]
+
+
+def test_a_helper_imported_by_name_from_a_summarised_module(project, capsys):
+    # `cuda` in utils.py makes it a summarised module: `train_one_epoch` is then its summary, not a bare name.
+    (project / "utils.py").write_text("# the batch goes to cuda\n" + UTILS)
+    main = MAIN.format(device="devices[0]").replace("import utils\n", "from utils import train_one_epoch\n")
+    (project / "main.py").write_text(main.replace("utils.train_one_epoch(", "train_one_epoch("))
+    found = lint(capsys, "--no-cache", ".")
+    assert [f[:3] for f in found] == [("utils.py", 9, "MP008")]
+    assert "(when called by `train_one_epoch(model, loader, devices[0], opt)` at main.py:11)" in found[0][3]
