@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from mpcheck import cli
+from mpcheck.lint import callers
 
 # The split model of the fixture case (its forward returns the logits on devices[1]).
 MODEL = (Path(__file__).parent / "fixtures" / "cases" / "F_helper_module_train_pkg_bad" / "model.py").read_text()
@@ -122,3 +123,29 @@ def test_a_helper_imported_by_name_from_a_summarised_module(project, capsys):
     found = lint(capsys, "--no-cache", ".")
     assert [f[:3] for f in found] == [("utils.py", 9, "MP008")]
     assert "(when called by `train_one_epoch(model, loader, devices[0], opt)` at main.py:11)" in found[0][3]
+
+
+def _call(line: int, device: str, func: str = "fit") -> dict:
+    return {"module": "helpers", "func": func, "args": [{"device": [device]}], "kwargs": {}, "line": line, "code": "c"}
+
+
+def test_contexts_keep_each_distinct_call_once_naming_the_first():
+    files = {"helpers": "/p/helpers.py"}
+    calls = [
+        ("b.py", [_call(3, "cuda:0")], files.get),
+        ("a.py", [_call(9, "cuda:0"), _call(4, "cuda:1")], files.get),
+    ]
+    got = callers.contexts(calls, {"/p/helpers.py", "/p/a.py", "/p/b.py"}, {"a.py": "/p/a.py", "b.py": "/p/b.py"})
+    vias = sorted((c["args"][0]["device"][0], c["via"]["path"], c["via"]["line"]) for c in got["/p/helpers.py"])
+    assert vias == [("cuda:0", "a.py", 9), ("cuda:1", "a.py", 4)]
+
+
+def test_contexts_only_for_other_files_of_the_run_and_at_most_a_few_per_function():
+    files = {"helpers": "/p/helpers.py"}
+    many = [_call(i, f"cuda:{i}") for i in range(callers.MAX_CONTEXTS + 3)] + [_call(99, "cuda:0", "other")]
+    got = callers.contexts([("a.py", many, files.get)], {"/p/helpers.py"}, {"a.py": "/p/a.py"})
+    funcs = [c["func"] for c in got["/p/helpers.py"]]
+    assert funcs.count("fit") == callers.MAX_CONTEXTS and funcs.count("other") == 1
+    assert callers.contexts([("a.py", many, files.get)], set(), {"a.py": "/p/a.py"}) == {}  # helpers.py not linted
+    own = callers.contexts([("helpers.py", many, files.get)], {"/p/helpers.py"}, {"helpers.py": "/p/helpers.py"})
+    assert own == {}  # a file's calls of its own functions are the same-file analysis's

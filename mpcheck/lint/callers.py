@@ -27,6 +27,10 @@ from typing import Any
 
 from mpcheck.lint.cache import content_hash
 
+# A function called from more places than this with known devices is run for the first ones only
+# (in path and line order): each context is a whole run of the function.
+MAX_CONTEXTS = 8
+
 # (display path of the calling file, the calls its analysis returned, module name -> absolute path)
 Caller = tuple[str, list[dict[str, Any]], Callable[[str], str | None]]
 
@@ -43,9 +47,10 @@ def contexts(callers: Iterable[Caller], linted: set[str], own: dict[str, str]) -
                 continue
             ctx = {"func": call["func"], "args": call.get("args", []), "kwargs": call.get("kwargs", {})}
             key = json.dumps(ctx, sort_keys=True)
-            found.setdefault(target, {}).setdefault(
-                key, {**ctx, "via": {"path": path, "line": call.get("line", 0), "code": call.get("code", "")}}
-            )
+            mine = found.setdefault(target, {})
+            if key in mine or sum(c["func"] == ctx["func"] for c in mine.values()) >= MAX_CONTEXTS:
+                continue
+            mine[key] = {**ctx, "via": {"path": path, "line": call.get("line", 0), "code": call.get("code", "")}}
     return {target: [by_key[k] for k in sorted(by_key)] for target, by_key in found.items()}
 
 
