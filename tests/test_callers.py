@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mpcheck import cli
+from mpcheck import analysis, cli
 from mpcheck.lint import callers
 
 # The split model of the fixture case (its forward returns the logits on devices[1]).
@@ -149,3 +149,25 @@ def test_contexts_only_for_other_files_of_the_run_and_at_most_a_few_per_function
     assert callers.contexts([("a.py", many, files.get)], set(), {"a.py": "/p/a.py"}) == {}  # helpers.py not linted
     own = callers.contexts([("helpers.py", many, files.get)], {"/p/helpers.py"}, {"helpers.py": "/p/helpers.py"})
     assert own == {}  # a file's calls of its own functions are the same-file analysis's
+
+
+def test_the_devices_a_model_of_another_file_keeps_are_read_at_the_call(project, capsys):
+    # `model.devices[0]`: the list ShardedMLP's __init__ keeps, as main.py built it (summary attrs).
+    (project / "main.py").write_text(MAIN.format(device="model.devices[0]"))
+    found = lint(capsys, "--no-cache", ".")
+    assert [f[:3] for f in found] == [("utils.py", 8, "MP008")]
+    assert "`utils.train_one_epoch(model, loader, model.devices[0], opt)` at main.py:11)" in found[0][3]
+    (project / "main.py").write_text(MAIN.format(device="model.devices[-1]"))
+    assert lint(capsys, "--no-cache", ".") == []
+
+
+def test_a_summary_keeps_only_device_attributes_no_other_method_assigns():
+    source = (
+        "import torch.nn as nn\n\n\nclass Net(nn.Module):\n"
+        "    def __init__(self, devices, width=8):\n"
+        '        super().__init__()\n        self.devices = devices\n        self.head = "cuda:1"\n'
+        '        self.width = width\n        self.spare = ["cuda:0", "cuda:1"]\n\n'
+        "    def reset(self):\n        self.spare = None\n"
+    )
+    attrs = analysis.summarize("m.py", source, "m")["classes"]["Net"]["attrs"]
+    assert attrs == {"devices": {"param": "devices"}, "head": {"const": "cuda:1"}}
