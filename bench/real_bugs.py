@@ -161,7 +161,8 @@ def lint_face(manifest: dict, cases: list[dict], pip: list[str]) -> dict[str, Sc
         by_source.setdefault(case["source"], []).append(case)
     scores: dict[str, Score] = {}
     for source, group in by_source.items():
-        files = sorted({c["file"] for c in group})
+        # A case's `with` files are linted with its file: the callers of its helpers (lint/callers.py).
+        files = sorted({c["file"] for c in group} | {w for c in group for w in c.get("with", [])})
         try:
             root = source_root(manifest, source, pip, files)
             findings = run_lint(root, files)

@@ -10,7 +10,7 @@ in any process.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +37,10 @@ class FileResult:
     # Dotted names of the project modules whose summaries this result used:
     # the cache must drop this file's result when any of them changes.
     used_modules: list[str] = field(default_factory=list)
+    # Calls of other modules' functions with arguments of known devices (devices/callers.py):
+    # {"module", "func", "args", "kwargs", "line", "code"}, for the pipeline to hand to the
+    # callee's analysis when that module is linted too (lint/callers.py).
+    calls: list[dict[str, Any]] = field(default_factory=list)
 
 
 _IMPORT_RE = re.compile(r"^[ \t]*import[ \t]+([^\n#;]+)", re.M)
@@ -154,6 +158,7 @@ def analyze(
     modname: str,
     project: Mapping[str, dict[str, Any]],
     gpus: tuple[int, ...] = (),
+    callers: Sequence[Mapping[str, Any]] = (),
 ) -> FileResult:
     """Run the rules whose codes are in `codes` on one file. `project` maps
     dotted module names to their summaries. Never raises on bad input: a file
@@ -163,35 +168,57 @@ def analyze(
     `gpus`: the GPU counts to assume where the file asks torch.cuda.device_count().
     The file is interpreted with the count unknown; only when that interpretation
     asked the count, it is interpreted again under each count, and a finding of
-    those runs is kept when every count the code allows gives it (rules/gpucounts.py)."""
+    those runs is kept when every count the code allows gives it (rules/gpucounts.py).
+
+    `callers`: calls of this file's functions in other linted files, with their arguments
+    (devices/callers.py): each function is also run with those, its facts naming the call.
+    Their devices come from the callers, so every rule in `codes` runs, whatever words the
+    file holds."""
     import libcst as cst
 
     from mpcheck.rules import all_rules
     from mpcheck.rules.context import FileContext
 
     # The same pre-filter as the pipeline's: a file no selected rule could fire on is not parsed.
-    rules = [r for r in all_rules() if r.code in codes and (not r.needs or any(w in source for w in r.needs))]
+    rules = [
+        r for r in all_rules() if r.code in codes and (callers or not r.needs or any(w in source for w in r.needs))
+    ]
     if not rules and SYNTAX_ERROR_CODE not in codes:
         return FileResult([])
     try:
         module = cst.parse_module(source)
     except Exception as e:  # noqa: BLE001  (ParserSyntaxError, and the parser's other failures: recursion, ...)
         return FileResult([parse_failure(path, source, e)])
-    ctx = FileContext(path, source, module, modname, project)
+    ctx = FileContext(path, source, module, modname, project, callers=callers)
     findings = _run_rules(ctx, rules)
     if gpus and ctx.model_built and ctx.model.asks_gpu_count:
         from mpcheck.rules.gpucounts import CountRun, merge, worth_going_on
 
         runs = []
         for count in gpus:
-            ctx_k = FileContext(path, source, module, modname, project, gpu_count=count)
+            ctx_k = FileContext(path, source, module, modname, project, gpu_count=count, callers=callers)
             runs.append(CountRun(count, _run_rules(ctx_k, rules), ctx_k.model.count_refuted_at is not None))
             if not worth_going_on(findings, runs):
                 break  # an allowed count gives nothing new: no finding can hold under every count
         else:
             findings = merge(findings, runs)
     findings.sort(key=Finding.sort_key)
-    return FileResult(findings, ctx.used_modules)
+    return FileResult(findings, ctx.used_modules, _outgoing_calls(ctx))
+
+
+def _outgoing_calls(ctx: Any) -> list[dict[str, Any]]:
+    """The calls the device model kept for other files (devices/callers.py), placed: line and text."""
+    import libcst as cst
+
+    if not ctx.model_built:
+        return []
+    out = []
+    for node, call in ctx.model.outgoing:
+        text = ctx.code(node)
+        if text.endswith("...") and isinstance(node, cst.Call):  # cut (FileContext.code): name it by its callee
+            text = f"{ctx.code(node.func)}(...)"
+        out.append({**call, "line": ctx.line(node), "code": text})
+    return out
 
 
 def _run_rules(ctx: Any, rules: list[Any]) -> list[Finding]:

@@ -48,6 +48,7 @@ def test_manifest_is_well_formed():
         assert case["evidence"] and all(isinstance(e, str) for e in case["evidence"]), case["id"]
         assert case["upstream"].startswith("https://github.com/"), case["id"]
         assert all(_finding_ok(e) for e in case["expected"]), case["id"]
+        assert all(isinstance(w, str) and w != case["file"] for w in case.get("with", [])), case["id"]
         # A bug case says where the bug is; a correct case expects silence.
         assert bool(case["expected"]) == (case["kind"] == "bug"), case["id"]
         if case["kind"] == "bug":

@@ -13,6 +13,7 @@ from typing import Any
 import libcst as cst
 
 from mpcheck.devices import torchapi as T
+from mpcheck.devices.callers import note_call
 from mpcheck.devices.events import LossMismatch, Mismatch
 from mpcheck.devices.names import canonical, dotted
 from mpcheck.devices.program import MAX_DEPTH, FuncInfo, Part, State, params_of
@@ -433,6 +434,8 @@ class Calls(Part):
             return self.call_function(callee.info, callee.bound, args, kwargs, st, node, helper=True)
         if isinstance(callee, Summarized):
             used(*args, *kwargs.values())
+            if callee.kind == "function":
+                note_call(self.interp, callee.module, callee.name, args, kwargs, node)  # callers.py
             return call_summarized(callee, args, kwargs, st, node)
         if isinstance(callee, Obj) and callee.cls is not None and isinstance(func, cst.Name):
             callee = never_placed_view(self.interp, callee, func.value) or callee

@@ -6,6 +6,7 @@ from typing import Protocol
 
 import libcst as cst
 
+from mpcheck.devices.events import CallSite
 from mpcheck.devices.values import Obj, SeqV, Val, distinct_devices, is_splitish, placements, show
 from mpcheck.finding import Fix
 
@@ -95,11 +96,14 @@ def origin_text(ctx: Source, v: Val) -> str:
     return "where it was computed"
 
 
-def via_text(ctx: Source, via: cst.CSTNode | None) -> str:
+def via_text(ctx: Source, via: cst.CSTNode | CallSite | None) -> str:
     """' (when called by `train_one_epoch(model, loader, model.devices[0])` at line 30)': the call whose
-    arguments made the devices of a fact inside a helper known (events.Fact.via); '' without one."""
+    arguments made the devices of a fact inside a helper known (events.Fact.via); '' without one.
+    A call in another file is named by its path too: '... at main.py:11)'."""
     if via is None:
         return ""
+    if isinstance(via, CallSite):
+        return f" (when called by `{via.code}` at {via.path}:{via.line})"
     text = ctx.code(via)
     if len(text) > 80 and isinstance(via, cst.Call):
         text = f"{ctx.code(via.func)}(...)"

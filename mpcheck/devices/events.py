@@ -21,14 +21,25 @@ import libcst as cst
 from mpcheck.devices.values import Devs, Obj, Val
 
 
+@dataclass(frozen=True)
+class CallSite:
+    """A call in another file that ran a helper of this one (devices/callers.py): where it
+    is (the path as the run shows it, the line) and its text."""
+
+    path: str
+    line: int
+    code: str
+
+
 @dataclass(frozen=True, eq=False, kw_only=True)
 class Fact:
     node: cst.CSTNode
     mode: str = ""
     # The call, in another function, that ran the helper this fact is in with the arguments
     # that made its devices known (`train_one_epoch(model, loader, model.devices[0])`); None
-    # when the fact is in the entry point's own body or in a forward.
-    via: cst.CSTNode | None = None
+    # when the fact is in the entry point's own body or in a forward. A CallSite when the
+    # call is in another file.
+    via: cst.CSTNode | CallSite | None = None
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -245,7 +256,7 @@ class Recorder:
         # The helper calls being run, innermost last: facts recorded while a helper called at a site
         # runs name that site (Fact.via); None for a call whose facts name none (a forward, an
         # __init__). Calls.call_function and Instances.instantiate push and pop.
-        self.sites: list[cst.CSTNode | None] = []
+        self.sites: list[cst.CSTNode | CallSite | None] = []
         # (id(node), site) -> every device set an operand there had to be on, over all
         # visits that count (loop iterations, paths, calls): a fix may move it to one
         # fixed device only when that set has one member (DeviceModel.one_target).

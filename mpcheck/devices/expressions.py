@@ -17,6 +17,7 @@ from mpcheck.devices import torchapi
 from mpcheck.devices.events import Mismatch
 from mpcheck.devices.names import canonical, dotted
 from mpcheck.devices.program import MAX_UNROLL, ClassInfo, Part, State
+from mpcheck.devices.summarized import summarized_attr
 from mpcheck.devices.values import (
     CURRENT,
     FAILED,
@@ -118,6 +119,9 @@ class Expressions(Part):
                 if name == "module":
                     return base
                 return UNK
+            got = summarized_attr(base, name)  # `model.devices` of a class of another file
+            if got is not None:
+                return got
             if name == "device":
                 return DeviceV(base.devs) if base.devs is not None else SymV(f"{dotted(node) or 'value.device'}")
             if name in ("weight", "bias") and base.kind in ("module", "any"):

@@ -23,10 +23,12 @@ What the rules need is recorded as facts (events.py) by `recorder`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import libcst as cst
 
+from mpcheck.devices.callers import run_callers
 from mpcheck.devices.calls import Calls
 from mpcheck.devices.events import EntryPointRun, IndexlessPlacement, Recorder
 from mpcheck.devices.expressions import Expressions
@@ -66,8 +68,14 @@ class Interp:
         modname: str = "",
         project: dict[str, dict[str, Any]] | None = None,
         gpu_count: int | None = None,
+        callers: Sequence[Mapping[str, Any]] = (),
     ) -> None:
         self.module = module
+        # Calls of this file's functions in other linted files, with their arguments (callers.py),
+        # and the calls of other files' functions made here (node, encoded call), for the pipeline.
+        self.callers = callers
+        self.outgoing: list[tuple[cst.CSTNode, dict[str, Any]]] = []
+        self.outgoing_seen: set[tuple[int, str]] = set()
         self.modname = modname
         self.project = project or {}
         self.used_modules: set[str] = set()
@@ -200,6 +208,8 @@ class Interp:
                 if m.name == "__init__":
                     continue
                 self._run_function_entry(m, inst)
+        if self.callers:
+            run_callers(self, self.callers)
 
     def _finish_scope(self, node: cst.CSTNode, scope: Scope) -> None:
         self.recorder.record(

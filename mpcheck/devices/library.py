@@ -21,6 +21,7 @@ from typing import Any, TypeGuard
 import libcst as cst
 
 from mpcheck.devices import torchapi as T
+from mpcheck.devices.callers import note_call
 from mpcheck.devices.events import (
     DataParallelOffFirstId,
     DataParallelWrap,
@@ -97,7 +98,11 @@ class Library(Part):
         args, kwargs = self.interp.calls.ev_args(node, st)
         c = LibCall(q, node, st, args, kwargs, self.interp.arg_nodes)
         handler = handler_for(q, c.last, kwargs)
-        return handler(self, c) if handler is not None else UNK
+        if handler is None:
+            # Maybe a function of another project file (`utils.train_one_epoch(...)`): callers.py
+            note_call(self.interp, q.rpartition(".")[0], c.last, args, kwargs, node)
+            return UNK
+        return handler(self, c)
 
     def factory(self, q: str, args: list[Val], kwargs: dict[str, Val], node: cst.Call, st: State) -> Val:
         last = q.rsplit(".", 1)[-1]

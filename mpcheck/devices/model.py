@@ -6,7 +6,7 @@ they never reach into the interpreter.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 import libcst as cst
@@ -29,12 +29,14 @@ class DeviceModel:
         modname: str = "",
         project: Mapping[str, dict[str, Any]] | None = None,
         gpu_count: int | None = None,
+        callers: Sequence[Mapping[str, Any]] = (),
     ) -> None:
         interp = Interp(
             module,
             modname,
             dict(project) if project is not None and not isinstance(project, dict) else project,
             gpu_count,
+            callers,
         )
         # torch.set_default_device() & co. change where factories put tensors: then say nothing about them.
         interp.default_device_changed = any(w in source for w in torchapi.DEFAULT_DEVICE_CHANGERS)
@@ -47,6 +49,8 @@ class DeviceModel:
         for step in interp.recorder.crossings:
             self._by_type.setdefault(type(step), []).append(step)
         self.used_modules: list[str] = sorted(interp.used_modules)
+        # Calls of other files' functions with arguments of known devices (devices/callers.py).
+        self.outgoing: list[tuple[cst.CSTNode, dict[str, Any]]] = interp.outgoing
         self.classes: dict[str, ClassInfo] = interp.classes
         self._needs: dict[tuple[int, Any], set[Devs]] = interp.recorder.needs
         # devices/gpucount.py: whether the file asked torch.cuda.device_count() (then it is worth

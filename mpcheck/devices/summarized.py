@@ -40,7 +40,7 @@ def resolve_import(project: dict[str, Any], target: str, used: Callable[[str], N
             return Summarized(summ["classes"][name], name, "class")
         if name in summ.get("functions", {}):
             used(mod)
-            return Summarized(summ["functions"][name], name, "function")
+            return Summarized(summ["functions"][name], name, "function", mod)
         if name in summ.get("constants", {}):
             used(mod)
             return constant_value(summ["constants"][name])
@@ -154,11 +154,25 @@ def call_summarized(
             "returns": summ.get("returns"),
             "bound": bound,
             "loss": bool(summ.get("loss")),
+            "attrs": summ.get("attrs"),
         },
     )
     if split:
         st.scope.split_seen = True
     return obj
+
+
+def summarized_attr(mod: Obj, name: str) -> Val | None:
+    """`model.devices` of an instance of a class of another file: the devices its __init__ left
+    there (summary._device_attrs), the caller's argument for one it was given; None if unknown."""
+    extra = mod.extra or {}
+    c = (extra.get("attrs") or {}).get(name)
+    if c is None:
+        return None
+    if "param" in c:
+        v = (extra.get("bound") or {}).get(c["param"])
+        return v if isinstance(v, (DeviceV, SeqV)) or (isinstance(v, Const) and as_device(v) is not None) else None
+    return constant_value(c)
 
 
 def summarized_output(mod: Obj, node: cst.CSTNode | None) -> Val | None:

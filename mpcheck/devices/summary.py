@@ -16,6 +16,7 @@ package's __init__ re-exports from other modules.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import libcst as cst
@@ -79,6 +80,9 @@ def _class_summary(interp: Interp, cinfo: ClassInfo, inst: Obj) -> dict[str, Any
         "in": None,
         "out": None,
     }
+    attrs = _device_attrs(interp, inst, params)
+    if attrs:
+        s["attrs"] = attrs
     fwd = cinfo.method("forward")
     if fwd is not None:
         s["in"] = _devs(interp.calls.input_devs(inst, fwd))
@@ -94,6 +98,35 @@ def _class_summary(interp: Interp, cinfo: ClassInfo, inst: Obj) -> dict[str, Any
         if named_loss and not inst.split and inst.devs is None and _is_loss_of_inputs(interp, inst, fwd):
             s["loss"] = True
     return s
+
+
+def _device_attrs(interp: Interp, inst: Obj, params: list[str]) -> dict[str, Any]:
+    """The attributes __init__ leaves holding devices (`self.devices = devices`, `self.head_device =
+    "cuda:1"`) and no other method assigns: what `model.devices[0]` reads in an importing file
+    (summarized.summarized_attr). A constructor parameter is named, for the caller's argument."""
+    out: dict[str, Any] = {}
+    rebound = interp.moves.rebound_attributes(inst)
+    for name, v in (inst.attrs or {}).items():
+        if name in rebound:
+            continue
+        if isinstance(v, SymV) and v.name in params:
+            out[name] = {"param": v.name}
+            continue
+        c = _constant(v)
+        if c is not None and _names_devices(c):
+            out[name] = c
+    return out
+
+
+def _names_devices(c: dict[str, Any]) -> bool:
+    """Is a constant (summary._constant's form) a device, or a list of devices only?"""
+    if "device" in c:
+        return True
+    if "const" in c:  # "cuda:1"
+        return isinstance(c["const"], str) and re.fullmatch(r"cpu|cuda:\d+", c["const"]) is not None
+    if "list" in c:
+        return bool(c["list"]) and all(_names_devices(i) for i in c["list"])
+    return False
 
 
 # Two inputs certainly on two different devices, whatever they are (values.affine): a probe pair.

@@ -252,6 +252,7 @@ class Summarized(Val):
     summary: dict[str, Any]
     name: str
     kind: str  # 'class' | 'function'
+    module: str = ""  # the dotted name of the module it is defined in
 
 
 @dataclass(eq=False)

@@ -11,6 +11,12 @@ stale as soon as one of them changed, which is how editing `model.py` re-checks
 the `train.py` that wraps its class. A module off every chain is not recorded:
 editing it cannot change the result.
 
+A file whose functions other files of the run call with known devices is analysed
+with those calls' arguments too (lint/callers.py): that result's key also holds a
+hash of those caller contexts, so editing the caller re-checks the callee. An entry
+stores the calls its file makes to other files' functions, so a run served by the
+cache still knows every file's callers.
+
 A module's summary is keyed by its content hash and module name, and covers
 the names other files looked up in it (only the statements those need were
 summarised, lint/slices.py): it serves a later run whose files look up no
@@ -103,8 +109,17 @@ class ResultCache:
             entry["t"] = self._now
             self.dirty = True
 
-    def put(self, key: str, findings: list[dict[str, Any]], deps: dict[str, str | None]) -> None:
+    def put(
+        self,
+        key: str,
+        findings: list[dict[str, Any]],
+        deps: dict[str, str | None],
+        calls: list[dict[str, Any]] | None = None,
+    ) -> None:
+        """`calls`: the calls of other files' functions the analysis kept (lint/callers.py)."""
         self.results[key] = {"findings": findings, "deps": deps, "t": self._now}
+        if calls:
+            self.results[key]["calls"] = calls
         self.dirty = True
 
     def known_irrelevant(self, abspath: str, stat: tuple[int, int], signature: str) -> bool:

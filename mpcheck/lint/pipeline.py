@@ -7,6 +7,8 @@
           --summarize()--> their summaries (cached by content), each made from the statements
                            that the names looked up in it need (lint/slices.py)
           --analyze()--> findings, in worker processes when there is enough work
+          --callers--> a file whose functions other files of the run call with known devices
+                       is analysed again with those calls' arguments (lint/callers.py)
           --noqa--> what the user sees, sorted by path, line, column
           --fix.verified_fixes--> a finding keeps its fix only when the file, re-analysed
                                   with it applied, no longer has that finding and has no new one
@@ -24,7 +26,7 @@ from typing import Any
 
 from mpcheck.config import Settings
 from mpcheck.finding import Finding
-from mpcheck.lint import modules, noqa, slices
+from mpcheck.lint import callers, modules, noqa, slices
 from mpcheck.lint.cache import ResultCache, content_hash, entry_key
 from mpcheck.lint.files import SourceFile
 from mpcheck.lint.prefilter import PreFilter
@@ -57,6 +59,13 @@ class _File:
     is_init: bool
     codes: frozenset[str]
     digest: str = ""
+    # Calls of its functions in other files of the run, with their arguments (lint/callers.py).
+    callers: list[dict[str, Any]] = field(default_factory=list)
+
+    def key(self, gpus: tuple[int, ...]) -> str:
+        """Its cache key: content, module name, codes, GPU counts, and its callers' contexts."""
+        key = entry_key(self.digest, self.modname, self.codes, gpus)
+        return f"{key}|callers={callers.digest(self.callers)}" if self.callers else key
 
 
 def _decode(path: str, data: bytes) -> tuple[str | None, Finding | None]:
@@ -82,12 +91,12 @@ def _decode(path: str, data: bytes) -> tuple[str | None, Finding | None]:
 
 
 def _analyze_task(task: tuple[Any, ...]) -> tuple[Any, ...]:
-    path, text, codes, modname, project, gpus = task
+    path, text, codes, modname, project, gpus, contexts = task
     from mpcheck import analysis
     from mpcheck.lint.fix import verified_fixes
 
     def findings_in(new_text: str) -> tuple[list[Finding], Any]:
-        result = analysis.analyze(path, new_text, codes, modname, project, gpus)
+        result = analysis.analyze(path, new_text, codes, modname, project, gpus, contexts)
         found = [f for f in result.findings if f.code in codes or f.code == SYNTAX_ERROR_CODE]
         return noqa.filter_findings(new_text, found), result
 
@@ -95,11 +104,11 @@ def _analyze_task(task: tuple[Any, ...]) -> tuple[Any, ...]:
         findings, result = findings_in(text)
         # A fix is offered only when it works: applied, its finding is gone and none is new.
         findings = verified_fixes(path, text, findings, lambda _, new_text: findings_in(new_text)[0])
-        return path, [f.to_dict() for f in findings], list(result.used_modules), None
+        return path, [f.to_dict() for f in findings], list(result.used_modules), result.calls, None
     except analysis.RuleCrash as exc:  # its message names the file and the rule; the rule's exception is the cause
-        return path, [], [], _describe(str(exc), exc.__cause__ or exc)
+        return path, [], [], [], _describe(str(exc), exc.__cause__ or exc)
     except Exception as exc:
-        return path, [], [], _describe(f"internal error while checking {path}: {_name(exc)}", exc)
+        return path, [], [], [], _describe(f"internal error while checking {path}: {_name(exc)}", exc)
 
 
 def _summarize_task(task: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -230,6 +239,7 @@ def lint(
     prefilter = PreFilter(rules, settings.codes)
     project = _Project(settings, prefilter, overrides)
     candidates: list[_File] = []
+    selected: dict[str, tuple[SourceFile, frozenset[str]]] = {}  # every file of the run: its codes (callers)
 
     inputs: list[tuple[SourceFile, bytes | None]] = [(f, None) for f in files]
     if stdin is not None:
@@ -237,6 +247,8 @@ def lint(
     for src, data in inputs:
         out.abspaths[src.path] = src.abspath
         codes = settings.codes_for(src.relpath)
+        if stdin is None or src is not stdin[0]:
+            selected[src.abspath] = (src, codes)
         signature = prefilter.signature(codes)
         stat = None
         if src.abspath in overrides:
@@ -284,30 +296,92 @@ def lint(
 
     # Stored results of unchanged files whose dependencies did not change either.
     misses: list[_File] = []
+    calls: dict[str, list[dict[str, Any]]] = {}  # display path -> the calls its analysis kept (lint/callers.py)
     for f in candidates:
-        entry = None
-        if cache is not None:
-            roots = project.roots_for(f.root)
-
-            def dep_hash(modname: str, roots: tuple[str, ...] = roots) -> str | None:
-                return project.digest(modules.resolve(modname, roots))
-
-            entry = cache.get(entry_key(f.digest, f.modname, f.codes, project.gpus), dep_hash)
+        entry = _cached(f, project, cache)
         if entry is None:
             misses.append(f)
             continue
-        for d in entry["findings"]:
-            out.findings.append(Finding.from_dict({**d, "path": f.src.path}))
-        if entry["findings"]:
-            out.sources[f.src.path] = f.text
+        _take(out, f, [Finding.from_dict({**d, "path": f.src.path}) for d in entry["findings"]])
+        calls[f.src.path] = entry.get("calls", [])
 
     if misses:
-        _analyze_misses(misses, project, cache, jobs, out)
+        calls.update(_analyze_misses(misses, project, cache, jobs, out))
+    _analyze_called(candidates, calls, selected, project, cache, jobs, out)
     if cache is not None:
         cache.save()
 
     out.findings.sort(key=Finding.sort_key)
     return out
+
+
+def _cached(f: _File, project: _Project, cache: ResultCache | None) -> dict[str, Any] | None:
+    """The stored result of `f`, when neither it nor a module it depends on changed."""
+    if cache is None:
+        return None
+    roots = project.roots_for(f.root)
+
+    def dep_hash(modname: str) -> str | None:
+        return project.digest(modules.resolve(modname, roots))
+
+    return cache.get(f.key(project.gpus), dep_hash)
+
+
+def _take(out: LintOutcome, f: _File, findings: list[Finding]) -> None:
+    out.findings.extend(findings)
+    if findings:
+        out.sources[f.src.path] = f.text
+
+
+def _analyze_called(
+    done: list[_File],
+    calls: dict[str, list[dict[str, Any]]],
+    selected: dict[str, tuple[SourceFile, frozenset[str]]],
+    project: _Project,
+    cache: ResultCache | None,
+    jobs: int,
+    out: LintOutcome,
+) -> None:
+    """Analyse again, with their callers' contexts, the files whose functions other files of the
+    run call with known devices (lint/callers.py); their new results replace the first ones."""
+    if not any(calls.values()):
+        return
+
+    def resolver(f: _File) -> Callable[[str], str | None]:
+        roots = project.roots_for(f.root)
+        return lambda mod: modules.resolve(mod, roots) if mod else None
+
+    by_callee = callers.contexts(
+        ((f.src.path, calls[f.src.path], resolver(f)) for f in done if calls.get(f.src.path)),
+        set(selected),
+        {f.src.path: f.src.abspath for f in done},
+    )
+    again: list[_File] = []
+    redone = LintOutcome()
+    replaced: set[str] = set()  # display paths of the files analysed again
+    for abspath, contexts in sorted(by_callee.items()):
+        src, codes = selected[abspath]
+        text = project.text(abspath)
+        whole = noqa.file_noqa(text) if text is not None else "ALL"
+        if text is None or isinstance(whole, str):
+            continue
+        codes = codes - (whole or frozenset())
+        if not codes - {SYNTAX_ERROR_CODE}:
+            continue
+        modname, root, is_init = modules.module_name(abspath)
+        f = _File(src, text, modname, root, is_init, codes, project.digest(abspath) or "", contexts)
+        entry = _cached(f, project, cache)
+        if entry is None:
+            again.append(f)
+        else:
+            _take(redone, f, [Finding.from_dict({**d, "path": src.path}) for d in entry["findings"]])
+            replaced.add(src.path)
+    if again:
+        replaced.update(_analyze_misses(again, project, cache, jobs, redone))
+    out.findings[:] = [x for x in out.findings if x.path not in replaced]
+    out.findings.extend(redone.findings)
+    out.sources.update(redone.sources)
+    out.errors.extend(redone.errors)
 
 
 def _project_modules(
@@ -370,7 +444,9 @@ def _analyze_misses(
     cache: ResultCache | None,
     jobs: int,
     out: LintOutcome,
-) -> None:
+) -> dict[str, list[dict[str, Any]]]:
+    """Analyse `misses` into `out` (and the cache); the calls each file's analysis kept for
+    other files (lint/callers.py), by display path, for the files analysed without error."""
     from mpcheck import analysis
 
     walked = {id(f): _project_modules(f, project, analysis) for f in misses}
@@ -414,24 +490,25 @@ def _analyze_misses(
     for f in misses:
         used = uses[id(f)]
         proj = {name: summaries[p] for name, p in used.items() if summaries.get(p) is not None}
-        tasks.append((f.src.path, f.text, f.codes, f.modname, proj, project.gpus))
+        tasks.append((f.src.path, f.text, f.codes, f.modname, proj, project.gpus, f.callers))
     by_path = {f.src.path: f for f in misses}
-    for path, finding_dicts, used_modules, error in _run_tasks(_analyze_task, tasks, [len(t[1]) for t in tasks], jobs):
+    calls: dict[str, list[dict[str, Any]]] = {}
+    results = _run_tasks(_analyze_task, tasks, [len(t[1]) for t in tasks], jobs)
+    for path, finding_dicts, used_modules, made_calls, error in results:
         f = by_path[path]
         if error is not None:
             out.errors.append(error)
             continue  # nothing cached: the next run checks the file again and says so again
-        findings = [Finding.from_dict(d) for d in finding_dicts]
-        out.findings.extend(findings)
-        if findings:
-            out.sources[path] = f.text
+        calls[path] = made_calls
+        _take(out, f, [Finding.from_dict(d) for d in finding_dicts])
         if cache is not None and not crashed.intersection(uses[id(f)].values()):
             roots = project.roots_for(f.root)
             # The modules whose summaries were used, and those that decided which were taken.
             names = set(used_modules) | walked[id(f)][1]
             deps = {m: project.digest(modules.resolve(m, roots)) for m in sorted(names)}
             stored = [{k: v for k, v in d.items() if k != "path"} for d in finding_dicts]
-            cache.put(entry_key(f.digest, f.modname, f.codes, project.gpus), stored, deps)
+            cache.put(f.key(project.gpus), stored, deps, made_calls)
+    return calls
 
 
 class Relint:

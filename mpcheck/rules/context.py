@@ -7,7 +7,7 @@ the device model only when a rule asks for it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from functools import cached_property
 from typing import Any
 
@@ -26,8 +26,10 @@ class FileContext:
         modname: str = "",
         project: Mapping[str, dict[str, Any]] | None = None,
         gpu_count: int | None = None,
+        callers: Sequence[Mapping[str, Any]] = (),
     ) -> None:
         self.path = path
+        self.callers = callers  # calls of this file's functions in other linted files (devices/callers.py)
         self.source = source
         self.module = module
         self.modname = modname
@@ -36,7 +38,7 @@ class FileContext:
 
     @cached_property
     def model(self) -> DeviceModel:
-        return DeviceModel(self.module, self.source, self.modname, self.project, self.gpu_count)
+        return DeviceModel(self.module, self.source, self.modname, self.project, self.gpu_count, self.callers)
 
     @property
     def model_built(self) -> bool:

@@ -1,0 +1,206 @@
+"""Values across files: a helper of one project file run with the arguments another file calls it with.
+
+Within a file, a helper is interpreted at each call with the caller's argument values
+(Calls.call_function). Across files the same question spans two analyses: `main.py`
+calls `utils.train_one_epoch(model, loader, devices[0], opt)` with a model split over
+cuda:0 and cuda:1, and the loss line that mixes them is in `utils.py`. So:
+
+- while `main.py` is interpreted, `note_call` keeps each call of a function of another
+  module (a summarised one, or a dotted name the model does not know) with arguments
+  whose devices are known, in a JSON form (`encode`): only concrete devices (`cpu`,
+  `cuda:N`) cross, never symbolic ones, whose names mean nothing in the other file;
+- the lint pipeline (lint/callers.py) gives each such call whose module is a linted
+  file to that file's analysis as a caller context;
+- `run_callers` runs the function once per distinct context, the arguments decoded
+  (`decode`; an argument with no known device is what an entry-point run gives it),
+  and the facts of that run name the call (events.CallSite), as a same-file helper's
+  facts name theirs.
+
+Precision: an argument whose device is not known stays unknown in the callee, and
+each context runs on its own: a helper called from two places with different devices
+reports only what one call proves, naming that call.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import libcst as cst
+
+from mpcheck.devices.events import CallSite
+from mpcheck.devices.program import State, params_of
+from mpcheck.devices.values import (
+    PROBE,
+    Const,
+    DeviceV,
+    Devs,
+    Obj,
+    SeqV,
+    Starred,
+    SymV,
+    Val,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from mpcheck.devices.interp import Interp
+
+_CONCRETE = re.compile(r"^(?:cpu|cuda:\d+)$")
+_MAX_ITEMS = 8  # lists of arguments (devices, stages) longer than this cross as unknown
+# Dotted names of libraries, never a project file: their calls are not worth encoding.
+_LIBRARIES = frozenset(("torch", "numpy", "np", "math", "os", "sys", "builtins", "logging", "time", "copy"))
+
+
+def _concrete(devs: Devs) -> list[str] | None:
+    """The devices, sorted, when all are concrete (`cpu`, `cuda:N`); else None."""
+    if not devs or not all(_CONCRETE.match(d) for d in devs):
+        return None
+    return sorted(devs)
+
+
+def _split(obj: Obj) -> list[list[str]] | None:
+    if not obj.split or not all(_CONCRETE.match(d) for _, d in obj.split):
+        return None
+    return [[a, d] for a, d in obj.split]
+
+
+def encode(interp: Interp, v: Val, depth: int = 0) -> Any:
+    """A JSON form of `v` keeping what the callee needs of it: its devices, or for a
+    module where its input must be and where its output ends; None when nothing is known."""
+    if isinstance(v, DeviceV):
+        devs = _concrete(v.devs)
+        return {"device": devs} if devs else None
+    if isinstance(v, Const) and (v.value is None or isinstance(v.value, (str, int, float, bool))):
+        return {"const": v.value}
+    if isinstance(v, Obj):
+        if v.kind in ("tensor", "param", "buffer"):
+            devs = _concrete(v.devs)
+            return {"tensor": devs} if devs else None
+        if v.kind in ("module", "any"):
+            return _module(interp, v)
+        return None
+    if isinstance(v, SeqV) and v.items is not None and len(v.items) <= _MAX_ITEMS and depth < 2:
+        items = [encode(interp, i, depth + 1) for i in v.items]
+        return {"list": items, "kind": v.kind} if any(known(i) for i in items) else None
+    return None
+
+
+def _module(interp: Interp, m: Obj) -> dict[str, Any] | None:
+    if (m.extra or {}).get("collapsed") or m.dispatched:
+        return None  # moved whole after a split, or split by a library: where its parts are is not known
+    label = m.label or (m.cls.name if m.cls is not None else "")
+    if m.cls is not None and m.attrs is not None:
+        in_devs, out_devs = _forward_devices(interp, m)
+    elif (m.extra or {}).get("summarized"):
+        in_devs, out_devs = m.in_devs, m.out_devs
+    else:
+        devs = _concrete(m.devs)
+        return {"module": label, "devs": devs} if devs and m.kind == "module" else None
+    enc = {"module": label, "in": _concrete(in_devs), "out": _concrete(out_devs), "split": _split(m)}
+    return enc if enc["in"] or enc["out"] else None
+
+
+def _forward_devices(interp: Interp, m: Obj) -> tuple[Devs, Devs]:
+    """(where the forward of an instance of a class of this file needs its input, where its
+    output ends), as a summary says it of a class of another file (devices/summary.py)."""
+    assert m.cls is not None
+    fwd = m.cls.method("forward")
+    if fwd is None:
+        return None, None
+    in_devs = interp.calls.input_devs(m, fwd)
+    st = State.fresh(dict(interp.globals), "<caller>", m)
+    with interp.recorder.muted():
+        res = interp.calls.call_function(fwd, m, [Obj("tensor", PROBE)], {}, st, None)
+    out = res.devs if isinstance(res, Obj) and res.devs != PROBE else None
+    return in_devs, out
+
+
+def known(enc: Any) -> bool:
+    """Does an encoded value carry a device (a constant alone, but for a device's name like
+    "cuda:1", does not make a call worth running)?"""
+    if not isinstance(enc, dict):
+        return False
+    if "const" in enc:
+        return isinstance(enc["const"], str) and _CONCRETE.match(enc["const"]) is not None
+    if "list" in enc:
+        return any(known(i) for i in enc["list"])
+    return True
+
+
+def decode(enc: Any, name: str) -> Val:
+    """The value an encoded argument stands for in the callee; `name`, the parameter's,
+    for one with nothing known (as an entry-point run binds it: a symbolic value)."""
+    if not isinstance(enc, dict):
+        return SymV(name)
+    if "device" in enc:
+        return DeviceV(frozenset(enc["device"]))
+    if "const" in enc:
+        return Const(enc["const"])
+    if "tensor" in enc:
+        return Obj("tensor", frozenset(enc["tensor"]), origin="as the caller passed it")
+    if "list" in enc:
+        return SeqV(tuple(decode(i, f"{name}[{k}]") for k, i in enumerate(enc["list"])), kind=enc.get("kind", "list"))
+    if "devs" in enc:
+        return Obj("module", frozenset(enc["devs"]), label=enc.get("module", ""))
+    split = tuple((a, d) for a, d in enc["split"]) if enc.get("split") else None
+    label = enc.get("module", "") or "the model"
+    return Obj(
+        "module",
+        None,
+        label=label,
+        split=split,
+        in_devs=frozenset(enc["in"]) if enc.get("in") else None,
+        out_devs=frozenset(enc["out"]) if enc.get("out") else None,
+        extra={"in_known": True, "summarized": label},
+    )
+
+
+def note_call(
+    interp: Interp, module: str, func: str, args: list[Val], kwargs: dict[str, Val], node: cst.CSTNode
+) -> None:
+    """Keep a call of `module`.`func` (maybe another project file's) for the pipeline, when
+    one of its arguments has a known device (Interp.outgoing, read by analysis.analyze)."""
+    if not module or module.split(".")[0] in _LIBRARIES or not interp.recorder.live or interp.probes:
+        return
+    if not isinstance(node, cst.Call) or any(a.star for a in node.args):
+        return  # `*args` / `**kwargs`: which parameter gets what is not known
+    if any(isinstance(a, Starred) for a in args) or not any(_may_know(a) for a in (*args, *kwargs.values())):
+        return
+    enc_args = [encode(interp, a) for a in args]
+    enc_kwargs = {k: encode(interp, v) for k, v in sorted(kwargs.items())}
+    if not any(known(e) for e in (*enc_args, *enc_kwargs.values())):
+        return
+    call = {"module": module, "func": func, "args": enc_args, "kwargs": enc_kwargs}
+    key = (id(node), repr(call))
+    if key not in interp.outgoing_seen:
+        interp.outgoing_seen.add(key)
+        interp.outgoing.append((node, call))
+
+
+def _may_know(v: Val) -> bool:
+    """A cheap test before encoding: could `v` carry a device?"""
+    return isinstance(v, (DeviceV, Obj)) or (isinstance(v, SeqV) and v.items is not None)
+
+
+def run_callers(interp: Interp, callers: Sequence[Mapping[str, Any]]) -> None:
+    """Run each function of this file that another file calls, with the arguments of each of
+    its calls there (lint/callers.py gathers them); facts then name that call."""
+    for ctx in callers:
+        info = interp.functions.get(ctx.get("func", ""))
+        if info is None:
+            continue
+        params = [n for n, _ in params_of(info.node)]
+        args = [decode(e, params[i] if i < len(params) else "_") for i, e in enumerate(ctx.get("args", ()))]
+        kwargs = {k: decode(e, k) for k, e in ctx.get("kwargs", {}).items()}
+        env = dict(interp.globals)
+        interp.calls.bind(info, env, None, args, kwargs)
+        st = State.fresh(env, info.qual)
+        st.scope.split_seen = any(isinstance(a, Obj) and a.split for a in (*args, *kwargs.values()))
+        via = ctx.get("via", {})
+        sites = interp.recorder.sites
+        sites.append(CallSite(str(via.get("path", "")), int(via.get("line", 0)), str(via.get("code", ""))))
+        try:
+            interp.stmts.run_body(info, st)
+        finally:
+            sites.pop()
