@@ -176,6 +176,8 @@ class _Project:
         self.prefilter = prefilter
         self._text: dict[str, str | None] = {}
         self._hash: dict[str, str | None] = {}
+        self._imports: dict[str, list[tuple[str, str]]] = {}
+        self._worth: dict[str, bool] = {}
         for abspath, text in (overrides or {}).items():  # files as --diff would leave them
             self._text[abspath] = text
             self._hash[abspath] = content_hash(text.encode("utf-8"))
@@ -199,6 +201,23 @@ class _Project:
             except (OSError, UnicodeDecodeError):
                 self._text[abspath] = None
         return self._text[abspath]
+
+    def imports(self, abspath: str, analysis: Any) -> list[tuple[str, str]]:
+        """analysis.import_targets of a project module, scanned once however many files import it
+        (linting torch's 592 files scanned the same modules 80,000 times)."""
+        got = self._imports.get(abspath)
+        if got is None:
+            text = self.text(abspath) or ""
+            dep_mod, _, dep_init = modules.module_name(abspath)
+            got = self._imports[abspath] = analysis.import_targets(text, modules.import_name(dep_mod, dep_init))
+        return got
+
+    def worth_summarising(self, abspath: str) -> bool:
+        """The pre-filter's verdict on an imported module's text, taken once per module."""
+        got = self._worth.get(abspath)
+        if got is None:
+            got = self._worth[abspath] = self.prefilter.worth_summarising(self.text(abspath) or "")
+        return got
 
     def digest(self, abspath: str | None) -> str | None:
         if abspath is None:
@@ -349,18 +368,14 @@ def _project_modules(
         path = modules.resolve(mod, roots)
         if path is None or path == f.src.abspath:
             continue
-        text = project.text(path)
-        if text is None:
+        if project.text(path) is None:
             continue
-        dep_mod, _, dep_init = modules.module_name(path)
-        if not (dep_init or project.prefilter.worth_summarising(text)):
+        if not (modules.module_name(path)[2] or project.worth_summarising(path)):
             continue
         found[mod] = path
         wanted.setdefault(path, set()).add(name)
         # The name may be re-exported from further on: follow that import only.
-        todo.extend(
-            t for local, t in analysis.import_targets(text, modules.import_name(dep_mod, dep_init)) if local == name
-        )
+        todo.extend(t for local, t in project.imports(path, analysis) if local == name)
     return found, consulted, wanted
 
 
