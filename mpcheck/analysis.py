@@ -141,7 +141,7 @@ def summarize(path: str, source: str, modname: str) -> dict[str, Any] | None:
     propagates: it is a bug in mpcheck, which the pipeline reports (exit 2)."""
     from mpcheck.devices.summary import summarize_module
 
-    module = _parse(source)
+    module = parse_or_none(source)
     if module is None:
         return None
     return summarize_module(module, modname)
@@ -154,6 +154,7 @@ def analyze(
     modname: str,
     project: Mapping[str, dict[str, Any]],
     gpus: tuple[int, ...] = (),
+    parsed: cst.Module | None = None,
 ) -> FileResult:
     """Run the rules whose codes are in `codes` on one file. `project` maps
     dotted module names to their summaries. Never raises on bad input: a file
@@ -163,7 +164,9 @@ def analyze(
     `gpus`: the GPU counts to assume where the file asks torch.cuda.device_count().
     The file is interpreted with the count unknown; only when that interpretation
     asked the count, it is interpreted again under each count, and a finding of
-    those runs is kept when every count the code allows gives it (rules/gpucounts.py)."""
+    those runs is kept when every count the code allows gives it (rules/gpucounts.py).
+
+    `parsed`: the libcst tree of `source` when the caller parsed it already."""
     import libcst as cst
 
     from mpcheck.rules import all_rules
@@ -174,7 +177,7 @@ def analyze(
     if not rules and SYNTAX_ERROR_CODE not in codes:
         return FileResult([])
     try:
-        module = cst.parse_module(source)
+        module = parsed if parsed is not None else cst.parse_module(source)
     except Exception as e:  # noqa: BLE001  (ParserSyntaxError, and the parser's other failures: recursion, ...)
         return FileResult([parse_failure(path, source, e)])
     ctx = FileContext(path, source, module, modname, project)
@@ -204,7 +207,8 @@ def _run_rules(ctx: Any, rules: list[Any]) -> list[Finding]:
     return findings
 
 
-def _parse(source: str) -> cst.Module | None:
+def parse_or_none(source: str) -> cst.Module | None:
+    """The libcst tree of `source`, None when it does not parse."""
     import libcst as cst
 
     try:
