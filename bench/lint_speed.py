@@ -16,6 +16,8 @@ the bare libcst parse and cached <= 0.25x; transformers 5.24.0 `models/` plus
 torchvision's: cold <= 10 s, cached <= 2 s. Issue 12: `--case torch-ir` (one file
 that imports 100+ project modules) cold <= 2 s; `--case torch` cold <= 30 s,
 cached <= 1 s; `--case torchvision` stays cold <= 1.0x the bare libcst parse.
+Measured 2026-12-01 on 2 cores (README, "Lint speed"): torch-ir cold 2.0 s idle
+(4.7 s before), torch cold 45.8 s / cached 0.40 s (89 s before).
 """
 
 from __future__ import annotations

@@ -145,7 +145,7 @@ def summarize(path: str, source: str, modname: str) -> dict[str, Any] | None:
     propagates: it is a bug in mpcheck, which the pipeline reports (exit 2)."""
     from mpcheck.devices.summary import summarize_module
 
-    module = _parse(source)
+    module = parse_or_none(source)
     if module is None:
         return None
     return summarize_module(module, modname)
@@ -159,6 +159,7 @@ def analyze(
     project: Mapping[str, dict[str, Any]],
     gpus: tuple[int, ...] = (),
     callers: Sequence[Mapping[str, Any]] = (),
+    parsed: cst.Module | None = None,
 ) -> FileResult:
     """Run the rules whose codes are in `codes` on one file. `project` maps
     dotted module names to their summaries. Never raises on bad input: a file
@@ -173,7 +174,9 @@ def analyze(
     `callers`: calls of this file's functions in other linted files, with their arguments
     (devices/callers.py): each function is also run with those, its facts naming the call.
     Their devices come from the callers, so every rule in `codes` runs, whatever words the
-    file holds."""
+    file holds.
+
+    `parsed`: the libcst tree of `source` when the caller parsed it already."""
     import libcst as cst
 
     from mpcheck.rules import all_rules
@@ -186,7 +189,7 @@ def analyze(
     if not rules and SYNTAX_ERROR_CODE not in codes:
         return FileResult([])
     try:
-        module = cst.parse_module(source)
+        module = parsed if parsed is not None else cst.parse_module(source)
     except Exception as e:  # noqa: BLE001  (ParserSyntaxError, and the parser's other failures: recursion, ...)
         return FileResult([parse_failure(path, source, e)])
     ctx = FileContext(path, source, module, modname, project, callers=callers)
@@ -231,7 +234,8 @@ def _run_rules(ctx: Any, rules: list[Any]) -> list[Finding]:
     return findings
 
 
-def _parse(source: str) -> cst.Module | None:
+def parse_or_none(source: str) -> cst.Module | None:
+    """The libcst tree of `source`, None when it does not parse."""
     import libcst as cst
 
     try:

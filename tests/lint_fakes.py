@@ -32,7 +32,7 @@ def fake_summarize(path, source, modname):
     return {"split": re.findall(r"^class (\w+)\(.*\):  # split", source, re.M)}
 
 
-def fake_analyze(path, source, codes, modname, project, gpus=(), callers=()):
+def fake_analyze(path, source, codes, modname, project, gpus=(), callers=(), parsed=None):
     CALLS["analyze"].append(path)
     try:
         ast.parse(source)

@@ -208,10 +208,10 @@ def test_internal_error_exit_2_no_traceback_others_reported(project, capsys, mon
 
     real = analysis.analyze
 
-    def explode(path, source, *a):
+    def explode(path, source, *a, **k):
         if path.endswith("train.py"):
             raise ValueError("boom")
-        return real(path, source, *a)
+        return real(path, source, *a, **k)
 
     monkeypatch.setattr(analysis, "analyze", explode)
     code, out, err = run_cli(capsys, "--no-cache", "--jobs", "1")

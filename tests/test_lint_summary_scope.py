@@ -91,3 +91,22 @@ def test_a_skipped_module_that_starts_to_matter_invalidates(calls, capsys, tmp_p
     (tmp_path / "tools.py").write_text("import torch\n\ndef log(x):\n    return x.cuda()\n")
     run(capsys, calls)
     assert calls["analyze"] == ["train.py"]  # tools.py changed and was consulted: not served stale
+
+
+def test_one_file_is_parsed_while_workers_summarise_its_imports(calls, capsys, monkeypatch):
+    # With several cores and one file to check, the file's libcst parse runs in this process while
+    # worker processes make the summaries: the finding that needs them is the same.
+    from mpcheck.lint import pipeline
+
+    monkeypatch.setattr(pipeline, "PARALLEL_MIN_CHARS", 0)  # these files are small
+    given: list[bool] = []
+    analyze = analysis.analyze
+
+    def noting_analyze(path, *a, **k):
+        given.append(k.get("parsed") is not None)
+        return analyze(path, *a, **k)
+
+    monkeypatch.setattr(analysis, "analyze", noting_analyze)
+    cli.main(["--jobs", "2", "--no-cache", "--select", "MP002", "--output-format", "json", "train.py"])
+    assert [(d["line"], d["code"]) for d in json.loads(capsys.readouterr().out)] == [(5, "MP002")]
+    assert given == [True]

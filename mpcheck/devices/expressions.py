@@ -52,6 +52,7 @@ from mpcheck.devices.values import (
     spans_of,
     used,
 )
+from mpcheck.devices.walk import assigned, walk
 
 if TYPE_CHECKING:  # pragma: no cover
     from mpcheck.devices.interp import Interp
@@ -606,21 +607,15 @@ _CMP_OPS: dict[type, Callable[[Any, Any], Any]] = {
 }
 
 
-def _outside_targets(node: cst.CSTNode, names: set[str]) -> None:
-    targets: list[cst.BaseExpression] = []
-    if isinstance(node, cst.Assign):
-        targets = [t.target for t in node.targets]
-    elif isinstance(node, (cst.AnnAssign, cst.AugAssign)):
-        targets = [node.target]
-    for t in targets:
-        if isinstance(t, cst.Attribute) and not (isinstance(t.value, cst.Name) and t.value.value == "self"):
-            names.add(t.attr.value)
-    if isinstance(node, cst.Call) and dotted(node.func) in ("setattr", "dataclasses.replace", "replace"):
-        names.update(a.keyword.value for a in node.args if a.keyword is not None)
-        if len(node.args) >= 2 and isinstance(node.args[1].value, cst.SimpleString):
-            names.add(str(node.args[1].value.evaluated_value))
-    for c in node.children:
-        _outside_targets(c, names)
+def _outside_targets(root: cst.CSTNode, names: set[str]) -> None:
+    for node in walk(root):
+        for t in assigned(node):
+            if isinstance(t, cst.Attribute) and not (isinstance(t.value, cst.Name) and t.value.value == "self"):
+                names.add(t.attr.value)
+        if isinstance(node, cst.Call) and dotted(node.func) in ("setattr", "dataclasses.replace", "replace"):
+            names.update(a.keyword.value for a in node.args if a.keyword is not None)
+            if len(node.args) >= 2 and isinstance(node.args[1].value, cst.SimpleString):
+                names.add(str(node.args[1].value.evaluated_value))
 
 
 def _affine_op(op: Any, a: Val, b: Val) -> Val:

@@ -59,6 +59,7 @@ from mpcheck.devices.values import (
     as_device,
     single,
 )
+from mpcheck.devices.walk import children
 
 
 class Interp:
@@ -284,4 +285,4 @@ def _calls_any(node: cst.CSTNode, names: set[str]) -> bool:
     """Does `node` call one of `names` (`Net()`, `build(...)`)?"""
     if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value in names:
         return True
-    return any(_calls_any(c, names) for c in node.children)
+    return any(_calls_any(c, names) for c in children(node))

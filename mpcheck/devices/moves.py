@@ -8,12 +8,14 @@ entry point's scope (`events.IndexlessPlacement`).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import libcst as cst
 
 from mpcheck.devices import torchapi as T
 from mpcheck.devices.events import Collapse, Crossing, IndexlessPlacement, Transfer
 from mpcheck.devices.names import dotted
-from mpcheck.devices.program import Part, State
+from mpcheck.devices.program import ClassInfo, Part, State
 from mpcheck.devices.shared import note_move
 from mpcheck.devices.values import (
     CURRENT,
@@ -37,11 +39,19 @@ from mpcheck.devices.values import (
     show,
     single,
 )
+from mpcheck.devices.walk import assigned, walk
 
 _DEVICE_WORDS = ("device", "dev", "gpu", "cuda", "rank")
 
+if TYPE_CHECKING:  # pragma: no cover
+    from mpcheck.devices.interp import Interp
+
 
 class Moves(Part):
+    def __init__(self, interp: Interp) -> None:
+        super().__init__(interp)
+        self._rebound_by_class: dict[int, set[str]] = {}  # class (by id) -> what its own methods assign on self
+
     def indexless(self, node: cst.CSTNode, st: State) -> None:
         """An index-less `.cuda()` / 'cuda' while set_device or `with torch.cuda.device` is in effect."""
         if st.setdev is None:
@@ -328,10 +338,19 @@ class Moves(Part):
         if got is None:
             names: set[str] = set()
             for c in [cls, *cls.local_bases]:
-                for m in c.methods.values():
-                    if m.name != "__init__":
-                        _self_targets(m.node, names)
+                names |= self._own_rebound(c)
             got = self.interp.rebound[id(cls)] = frozenset(names)
+        return got
+
+    def _own_rebound(self, cls: ClassInfo) -> set[str]:
+        """What the methods of `cls` itself, bar __init__, assign on self (walked once per class:
+        a class deep in a hierarchy is asked about by each subclass)."""
+        got = self._rebound_by_class.get(id(cls))
+        if got is None:
+            got = self._rebound_by_class[id(cls)] = set()
+            for m in cls.methods.values():
+                if m.name != "__init__":
+                    _self_targets(m.node, got)
         return got
 
     def in_forward(self) -> bool:
@@ -366,18 +385,12 @@ class Moves(Part):
 
 def _self_targets(node: cst.CSTNode, out: set[str]) -> None:
     """Names `x` of the `self.x` (or `self.x[...]`) that `node` assigns, anywhere inside it."""
-    targets: list[cst.BaseExpression] = []
-    if isinstance(node, cst.Assign):
-        targets = [t.target for t in node.targets]
-    elif isinstance(node, (cst.AugAssign, cst.AnnAssign)):
-        targets = [node.target]
-    for t in targets:
-        while isinstance(t, cst.Subscript):
-            t = t.value
-        if isinstance(t, cst.Attribute) and isinstance(t.value, cst.Name) and t.value.value == "self":
-            out.add(t.attr.value)
-    for child in node.children:
-        _self_targets(child, out)
+    for n in walk(node):
+        for t in assigned(n):
+            while isinstance(t, cst.Subscript):
+                t = t.value
+            if isinstance(t, cst.Attribute) and isinstance(t.value, cst.Name) and t.value.value == "self":
+                out.add(t.attr.value)
 
 
 def _placed_any(devs: Devs, where: str, node: cst.CSTNode) -> Val:

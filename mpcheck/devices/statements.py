@@ -39,6 +39,7 @@ from mpcheck.devices.values import (
     single,
     spans_of,
 )
+from mpcheck.devices.walk import children
 
 if TYPE_CHECKING:  # pragma: no cover
     from mpcheck.devices.interp import Interp
@@ -486,7 +487,7 @@ def _binding_counts(scope: cst.CSTNode) -> dict[str, int]:
             bind(n.name)
         elif isinstance(n, cst.NamedExpr):
             bind(n.target)
-        for c in n.children:
+        for c in children(n):
             walk(c)
 
     walk(scope)

@@ -21,6 +21,7 @@ import libcst as cst
 from mpcheck.devices.names import dotted
 from mpcheck.devices.program import ClassInfo
 from mpcheck.devices.values import UNPLACED, DictV, Obj, SeqV, Val, one
+from mpcheck.devices.walk import children
 
 if TYPE_CHECKING:  # pragma: no cover
     from mpcheck.devices.interp import Interp
@@ -106,7 +107,7 @@ def _moves_itself(node: cst.CSTNode) -> bool:
             and not isinstance(args[1].value, cst.SimpleString)
         ):
             return True
-    return any(_moves_itself(c) for c in node.children)
+    return any(_moves_itself(c) for c in children(node))
 
 
 def _only_called(scope: cst.CSTNode, name: str, cls_name: str) -> bool:
@@ -155,7 +156,7 @@ class _Uses:
         ):
             self.other = True  # modules built under `with torch.device(...)` are placed there
             return
-        for child in node.children:
+        for child in children(node):
             self.walk(child)
 
     def _construction(self, node: cst.Assign) -> bool:
