@@ -256,6 +256,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer steps (a smoke run)")
     ap.add_argument("--json", help="write the results here too")
+    ap.add_argument("--only", choices=["compute", "launch"], help="measure one model (and skip the copy check)")
+    ap.add_argument("--rounds", type=int, help="rounds per model (default: 3 / 9 with --quick, 5 / 21 without)")
     opts = ap.parse_args(argv)
     if torch.cuda.device_count() < 2:
         print("needs 2 CUDA devices", file=sys.stderr)
@@ -263,37 +265,40 @@ def main(argv=None) -> int:
     q = opts.quick
     gpus = f"2x {torch.cuda.get_device_name(0)}"
     rows = []
-    rows += measure(
-        "compute-bound: 16 blocks d=4096 MLP4x, batch 4x512, fp32",
-        4096,
-        16,
-        4,
-        512,
-        ["debug", "every-call"],
-        rounds=3 if q else 5,
-        steps=2 if q else 5,
-        warmup=2,
-    )
-    rows += measure(
-        "launch-bound: 24 blocks d=256 MLP4x, batch 8x128, fp32",
-        256,
-        24,
-        8,
-        128,
-        ["debug", "strict", "every-call", "strict-every-call"],
-        rounds=9 if q else 21,
-        steps=10 if q else 40,
-        warmup=5,
-    )
-    copy = gbps_check()
+    if opts.only != "launch":
+        rows += measure(
+            "compute-bound: 16 blocks d=4096 MLP4x, batch 4x512, fp32",
+            4096,
+            16,
+            4,
+            512,
+            ["debug", "every-call"],
+            rounds=opts.rounds or (3 if q else 5),
+            steps=2 if q else 5,
+            warmup=2,
+        )
+    if opts.only != "compute":
+        rows += measure(
+            "launch-bound: 24 blocks d=256 MLP4x, batch 8x128, fp32",
+            256,
+            24,
+            8,
+            128,
+            ["debug", "strict", "every-call", "strict-every-call"],
+            rounds=opts.rounds or (9 if q else 21),
+            steps=10 if q else 40,
+            warmup=5,
+        )
+    copy = gbps_check() if opts.only is None else None
     date = datetime.date.today().isoformat()
     print(f"\nmpcheck runtime overhead, {date}, {gpus}, torch {torch.__version__}\n")
     print_table(rows)
-    print(
-        f"\n64 MiB cuda:0 -> cuda:1: plain copy {copy['plain_event_gbps']:.1f} GB/s (events), "
-        f"{copy['plain_wall_gbps']:.1f} GB/s (wall, back to back); mpcheck reports "
-        f"{copy['reported_gbps']:.1f} GB/s (x{copy['reported_vs_plain']:.3f} of the plain copy)"
-    )
+    if copy is not None:
+        print(
+            f"\n64 MiB cuda:0 -> cuda:1: plain copy {copy['plain_event_gbps']:.1f} GB/s (events), "
+            f"{copy['plain_wall_gbps']:.1f} GB/s (wall, back to back); mpcheck reports "
+            f"{copy['reported_gbps']:.1f} GB/s (x{copy['reported_vs_plain']:.3f} of the plain copy)"
+        )
     if opts.json:
         with open(opts.json, "w") as fh:
             json.dump(
