@@ -14,6 +14,9 @@ what decides which devices its forward touches, as far as mpcheck can see from o
 A call whose signature was checked CLEAN_AFTER times before, with no finding emitted while those
 ran, runs with the checking function mode (and the strict dispatch mode) stepped aside; only the module hooks and
 the transfer ledger stay (see transfers.py: `Tensor.to/.cuda/.cpu/.copy_` are still recorded).
+Inside such a call, a module call whose signature is ready (checked clean CLEAN_AFTER times under
+the current placements: `ready`) costs one lookup, its key and the module stack's push (hooks.py);
+the first call of a new signature there brings the modes back for that call.
 Every `recheck_every`-th step starts from an empty cache, so a branch taken only later in
 training is checked within that many steps; `recheck_every=0` checks every call (0.1.0's way).
 
