@@ -133,3 +133,22 @@ def test_a_placement_change_inside_an_unchecked_call_checks_the_calls_after_it(e
         model(x)  # the outer call runs unchecked; `near.float()` inside it changes placements
         assert len(entry_checks) == 2  # so `near` and `far` after it are checked
     assert dbg.findings == []
+
+
+def test_a_module_call_wrapper_installed_before_the_session_still_runs_on_the_fast_path(monkeypatch):
+    # The fast path calls Module._call_impl itself only where Module.__call__ is PyTorch's own.
+    calls = []
+    theirs = nn.Module.__call__
+
+    def wrapper(module, *args, **kwargs):
+        calls.append(type(module).__name__)
+        return theirs(module, *args, **kwargs)
+
+    monkeypatch.setattr(nn.Module, "__call__", wrapper)
+    model, x = Split(), torch.ones(2, 4)
+    with mpcheck.debug(model, report=None) as dbg:
+        _settle(model, dbg, x)
+        calls.clear()
+        model(x)
+        assert calls == ["Split", "Scale", "Scale"]
+        assert model.far.seen[-1] == "model.far"

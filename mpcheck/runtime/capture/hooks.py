@@ -233,6 +233,9 @@ def _patch_module_call(
     grad_enabled = torch.is_grad_enabled
     autocast: Any = getattr(torch._C, "_is_any_autocast_enabled", None)
     fast = cache is not None and checker.plain_devices and autocast is not None
+    # PyTorch's own Module.__call__ (not a wrapper someone installed before the session): the fast
+    # path may call its _call_impl itself, as it would (~0.2 us a call less).
+    direct = orig_call is getattr(nn.Module, "_wrapped_call_impl", None)
 
     def checked_call(module, *args, **kwargs):
         if tls.unchecked:
@@ -250,6 +253,8 @@ def _patch_module_call(
                     stack = tls.stack
                     stack.append(rec[2])
                     try:
+                        if direct and module._compiled_call_impl is None:
+                            return module._call_impl(*args, **kwargs)  # what orig_call does, a frame less
                         return orig_call(module, *args, **kwargs)
                     finally:
                         stack.pop()
