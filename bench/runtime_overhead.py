@@ -8,7 +8,10 @@ Measures, in one run, the median step time (forward, backward, AdamW step) of
 plainly, under `mpcheck.debug()` and (launch-bound) under strict mode, each also with every call
 checked (`recheck_every=0`, "every-call"). The first step of each session (every call checked: no
 signature is known yet) and the later steps are reported apart.
-Variants alternate in rounds so that clock drift hits them alike.
+Step times on a shared GPU host drift by tens of percent between runs, so nothing is compared across
+rounds: each round runs plain, the variants, then plain again, and a variant's ratio is taken within
+its round; the table gives the median ratio over rounds and its range, and a noise line per model
+gives the same for the second plain block against the first (see `measure`).
 Goals (later steps): <= 1.01x (compute-bound), <= 1.05x (launch-bound), strict <= 2.0x;
 first step, launch-bound debug: <= 1.30x.
 It also moves a 64 MiB tensor cuda:0 -> cuda:1 under the debug mode and compares
@@ -92,45 +95,76 @@ def time_steps(model, opt, x, y, n):
 VARIANTS = {"debug": (False, None), "strict": (True, None), "every-call": (False, 0), "strict-every-call": (True, 0)}
 
 
+def run_block(v, model, opt, x, y, steps):
+    """One variant's block of a round: (first step or None, later steps, finding codes). A debug variant
+    starts a fresh session, whose first step checks every call (no signature is known yet)."""
+    if v in ("plain", "plain-again"):
+        return None, time_steps(model, opt, x, y, steps), []
+    strict, recheck_every = VARIANTS[v]
+    with mpcheck.debug(model, report=None, strict=strict, recheck_every=recheck_every) as dbg:
+        first = time_steps(model, opt, x, y, 1)[0]
+        later = time_steps(model, opt, x, y, steps)
+    return first, later, [f.code for f in dbg.findings]
+
+
 def measure(name, d, blocks, batch, seq, variants, rounds, steps, warmup):
-    """Per variant: the median of later steps (from the second step of a session on; a signature runs
-    unchecked after CLEAN_AFTER = 3 clean calls, so steps 2-3 are checked too, which a median over
-    `steps` steps does not see) and of first steps (one per session: each round starts a fresh
-    session, whose first step checks every call)."""
+    """Per variant, the ratio to plain measured per round and summarised over rounds.
+
+    A round runs plain, every variant, then plain again ("plain-again"), each a block of `steps`
+    steps (odd rounds in the reverse order, so that drift within a round hits the variants alike).
+    A variant's ratio in a round is its median step over the mean of that round's two plain medians;
+    the figure reported is the median of those ratios over rounds, with their range. The noise is the
+    same ratio for plain-again against plain (the two plain blocks of a round): a difference smaller
+    than its range is not a difference. Later steps are the steps after a session's first (a
+    signature runs unchecked after CLEAN_AFTER = 3 clean calls, so steps 2-3 are checked too, which a
+    median over `steps` steps does not see); the first step is each fresh session's first."""
     model, opt, x, y = make(d, blocks, batch, seq)
-    times = {v: [] for v in variants}
-    first = {v: [] for v in variants}
-    findings = {}
+    order = ["plain", *variants, "plain-again"]
+    later = {v: [] for v in order}  # per round: the block's median step
+    first = {v: [] for v in order}  # per round: the session's first step
+    findings: dict[str, list[str]] = {}
     time_steps(model, opt, x, y, warmup)
-    for _ in range(rounds):
-        for v in variants:
-            if v == "plain":
-                times[v] += time_steps(model, opt, x, y, steps)
-                continue
-            strict, recheck_every = VARIANTS[v]
-            with mpcheck.debug(model, report=None, strict=strict, recheck_every=recheck_every) as dbg:
-                first[v] += time_steps(model, opt, x, y, 1)
-                times[v] += time_steps(model, opt, x, y, steps)
-            findings[v] = [f.code for f in dbg.findings]
-    med = {v: statistics.median(t) for v, t in times.items()}
+    for r in range(rounds):
+        for v in order if r % 2 == 0 else order[::-1]:
+            f, t, codes = run_block(v, model, opt, x, y, steps)
+            later[v].append(statistics.median(t))
+            if f is not None:
+                first[v].append(f)
+                findings[v] = codes
+    plain_ref = [(a + b) / 2 for a, b in zip(later["plain"], later["plain-again"])]
+    noise = _summary([b / a for a, b in zip(later["plain"], later["plain-again"])])
     rows = []
-    for v in variants:
-        first_ms = statistics.median(first[v]) * 1e3 if first[v] else None
-        rows.append(
-            {
-                "model": name,
-                "variant": v,
-                "median_ms": med[v] * 1e3,
-                "ratio": med[v] / med["plain"],
-                "first_step_ms": first_ms,
-                "first_step_ratio": None if first_ms is None else first_ms / (med["plain"] * 1e3),
-                "steps": len(times[v]),
-                "findings": findings.get(v, []),
-            }
-        )
+    for v in ["plain", *variants]:
+        row = {
+            "model": name,
+            "variant": v,
+            "median_ms": statistics.median(later[v]) * 1e3,
+            "round_ms": [t * 1e3 for t in later[v]],
+            "rounds": rounds,
+            "steps_per_round": steps,
+            "findings": findings.get(v, []),
+            "noise": noise,
+        }
+        if v == "plain":
+            row.update(ratio=None, first_step_ms=None, first_step_ratio=None)
+        else:
+            row.update(_summary([t / p for t, p in zip(later[v], plain_ref)]))
+            fr = _summary([t / p for t, p in zip(first[v], plain_ref)])
+            row.update(
+                first_step_ms=statistics.median(first[v]) * 1e3,
+                first_step_ratio=fr["ratio"],
+                first_step_ratio_min=fr["ratio_min"],
+                first_step_ratio_max=fr["ratio_max"],
+                first_step_ratios=fr["ratios"],
+            )
+        rows.append(row)
     del model, opt, x, y
     torch.cuda.empty_cache()
     return rows
+
+
+def _summary(ratios):
+    return {"ratio": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios), "ratios": ratios}
 
 
 # Goals (issue 12): later steps, and (debug, launch-bound) the first step of a session.
@@ -139,20 +173,38 @@ FIRST_STEP_GOALS = {("launch", "debug"): 1.30}
 
 
 def print_table(rows):
-    """The rows as a Markdown table, each with its goals (set on the row too, for --json)."""
-    print("| model | variant | later steps: median ms | ratio | goal | first step: ms | ratio | goal |")
-    print("|---|---|---|---|---|---|---|---|")
+    """The rows as a Markdown table, each with its goals (set on the row too, for --json), then each
+    model's noise. A goal is judged on the median ratio over rounds; the range says how far to trust it."""
+    print(
+        "| model | variant | later steps: median ms | ratio (median of rounds) | range over rounds | goal "
+        "| first step: ms | ratio | range | goal |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         kind = (r["model"].split("-")[0], r["variant"])
         goal, first_goal = GOALS.get(kind), FIRST_STEP_GOALS.get(kind)
         r["goal"], r["first_step_goal"] = goal, first_goal
         r["meets_goal"] = None if goal is None else r["ratio"] <= goal
         r["first_step_meets_goal"] = None if first_goal is None else r["first_step_ratio"] <= first_goal
-        first = "| |" if r["first_step_ms"] is None else f"| {r['first_step_ms']:.2f} | x{r['first_step_ratio']:.3f}"
+        if r["ratio"] is None:
+            print(f"| {r['model']} | {r['variant']} | {r['median_ms']:.2f} | | | | | | | |")
+            continue
         print(
             f"| {r['model']} | {r['variant']} | {r['median_ms']:.2f} | x{r['ratio']:.3f} | "
-            f"{_goal(goal, r['meets_goal'])} {first} | {_goal(first_goal, r['first_step_meets_goal'])} |"
+            f"x{r['ratio_min']:.3f}-x{r['ratio_max']:.3f} | {_goal(goal, r['meets_goal'])} | "
+            f"{r['first_step_ms']:.2f} | x{r['first_step_ratio']:.3f} | "
+            f"x{r['first_step_ratio_min']:.3f}-x{r['first_step_ratio_max']:.3f} | "
+            f"{_goal(first_goal, r['first_step_meets_goal'])} |"
         )
+    print()
+    for r in rows:
+        if r["variant"] == "plain":
+            n, ms = r["noise"], r["round_ms"]
+            print(
+                f"noise, {r['model']}: plain step {min(ms):.2f}-{max(ms):.2f} ms over {r['rounds']} rounds of "
+                f"{r['steps_per_round']} steps; plain-again / plain x{n['ratio']:.3f} "
+                f"(x{n['ratio_min']:.3f}-x{n['ratio_max']:.3f})"
+            )
 
 
 def _goal(goal, met):
@@ -204,6 +256,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer steps (a smoke run)")
     ap.add_argument("--json", help="write the results here too")
+    ap.add_argument("--only", choices=["compute", "launch"], help="measure one model (and skip the copy check)")
+    ap.add_argument("--rounds", type=int, help="rounds per model (default: 3 / 9 with --quick, 5 / 21 without)")
     opts = ap.parse_args(argv)
     if torch.cuda.device_count() < 2:
         print("needs 2 CUDA devices", file=sys.stderr)
@@ -211,37 +265,40 @@ def main(argv=None) -> int:
     q = opts.quick
     gpus = f"2x {torch.cuda.get_device_name(0)}"
     rows = []
-    rows += measure(
-        "compute-bound: 16 blocks d=4096 MLP4x, batch 4x512, fp32",
-        4096,
-        16,
-        4,
-        512,
-        ["plain", "debug", "every-call"],
-        rounds=2 if q else 4,
-        steps=2 if q else 5,
-        warmup=2,
-    )
-    rows += measure(
-        "launch-bound: 24 blocks d=256 MLP4x, batch 8x128, fp32",
-        256,
-        24,
-        8,
-        128,
-        ["plain", "debug", "strict", "every-call", "strict-every-call"],
-        rounds=2 if q else 5,
-        steps=10 if q else 40,
-        warmup=5,
-    )
-    copy = gbps_check()
+    if opts.only != "launch":
+        rows += measure(
+            "compute-bound: 16 blocks d=4096 MLP4x, batch 4x512, fp32",
+            4096,
+            16,
+            4,
+            512,
+            ["debug", "every-call"],
+            rounds=opts.rounds or (3 if q else 5),
+            steps=2 if q else 5,
+            warmup=2,
+        )
+    if opts.only != "compute":
+        rows += measure(
+            "launch-bound: 24 blocks d=256 MLP4x, batch 8x128, fp32",
+            256,
+            24,
+            8,
+            128,
+            ["debug", "strict", "every-call", "strict-every-call"],
+            rounds=opts.rounds or (9 if q else 21),
+            steps=10 if q else 40,
+            warmup=5,
+        )
+    copy = gbps_check() if opts.only is None else None
     date = datetime.date.today().isoformat()
     print(f"\nmpcheck runtime overhead, {date}, {gpus}, torch {torch.__version__}\n")
     print_table(rows)
-    print(
-        f"\n64 MiB cuda:0 -> cuda:1: plain copy {copy['plain_event_gbps']:.1f} GB/s (events), "
-        f"{copy['plain_wall_gbps']:.1f} GB/s (wall, back to back); mpcheck reports "
-        f"{copy['reported_gbps']:.1f} GB/s (x{copy['reported_vs_plain']:.3f} of the plain copy)"
-    )
+    if copy is not None:
+        print(
+            f"\n64 MiB cuda:0 -> cuda:1: plain copy {copy['plain_event_gbps']:.1f} GB/s (events), "
+            f"{copy['plain_wall_gbps']:.1f} GB/s (wall, back to back); mpcheck reports "
+            f"{copy['reported_gbps']:.1f} GB/s (x{copy['reported_vs_plain']:.3f} of the plain copy)"
+        )
     if opts.json:
         with open(opts.json, "w") as fh:
             json.dump(

@@ -14,6 +14,9 @@ what decides which devices its forward touches, as far as mpcheck can see from o
 A call whose signature was checked CLEAN_AFTER times before, with no finding emitted while those
 ran, runs with the checking function mode (and the strict dispatch mode) stepped aside; only the module hooks and
 the transfer ledger stay (see transfers.py: `Tensor.to/.cuda/.cpu/.copy_` are still recorded).
+Inside such a call, a module call whose signature is ready (checked clean CLEAN_AFTER times under
+the current placements: `ready`) costs one lookup, its key and the module stack's push (hooks.py);
+the first call of a new signature there brings the modes back for that call.
 Every `recheck_every`-th step starts from an empty cache, so a branch taken only later in
 training is checked within that many steps; `recheck_every=0` checks every call (0.1.0's way).
 
@@ -65,6 +68,10 @@ class SignatureCache:
         self.recheck_every = recheck_every
         self.steps = 0
         self._clean: dict[int, tuple[weakref.ref, dict[tuple, int]]] = {}
+        # id(module) -> (ref, its signatures checked CLEAN_AFTER times, its path, the placement epoch
+        # they were checked under): what a call inside an unchecked call reads first (hooks.py's fast
+        # path: one lookup instead of the namer's and this cache's). Emptied in place, never rebound.
+        self.ready: dict[int, tuple[weakref.ref, set[tuple], str, int]] = {}
         self._epoch = checker.placement_epoch
         self._purge_at = _PURGE_AT
         # Outermost module calls since the last backward, checked and unchecked: strict mode's
@@ -91,6 +98,7 @@ class SignatureCache:
 
     def clear(self) -> None:
         self._clean.clear()
+        self.ready.clear()
 
     # -- lookups ---------------------------------------------------------------------------------
     def _make_key(self) -> Any:
@@ -144,21 +152,37 @@ class SignatureCache:
         """Was a call of `module` with this signature checked clean under the current placements?"""
         if self._epoch != self.checker.placement_epoch:
             self._epoch = self.checker.placement_epoch
-            self._clean.clear()
+            self.clear()
             return False
         entry = self._clean.get(id(module))
         return entry is not None and entry[0]() is module and entry[1].get(key, 0) >= CLEAN_AFTER
 
-    def add(self, module: Any, key: tuple) -> None:
-        if self._epoch != self.checker.placement_epoch:
+    def add(self, module: Any, key: tuple, path: str) -> None:
+        """A call of `module` (named `path`) with this signature ran checked and clean."""
+        epoch = self.checker.placement_epoch
+        if self._epoch != epoch:
             return  # placements changed while the call ran: not checked under the current ones
         entry = self._clean.get(id(module))
         if entry is None or entry[0]() is not module:
             if len(self._clean) > self._purge_at:  # modules built per step must not pile up
-                self._clean = {k: v for k, v in self._clean.items() if v[0]() is not None}
-                self._purge_at = max(_PURGE_AT, 2 * len(self._clean))
+                self._purge()
             entry = self._clean[id(module)] = (weakref.ref(module), {})
-        entry[1][key] = entry[1].get(key, 0) + 1
+        count = entry[1][key] = entry[1].get(key, 0) + 1
+        if count >= CLEAN_AFTER:
+            ready = self.ready.get(id(module))
+            if ready is None or ready[0] is not entry[0] or ready[3] != epoch:
+                ready = self.ready[id(module)] = (entry[0], set(), path, epoch)
+            ready[1].add(key)
+
+    def _purge(self) -> None:
+        """Drop the entries of modules gone; both dicts are emptied and refilled in place (the
+        fast path holds them)."""
+        live = {k: v for k, v in self._clean.items() if v[0]() is not None}
+        ready = {k: v for k, v in self.ready.items() if v[0]() is not None}
+        self.clear()
+        self._clean.update(live)
+        self.ready.update(ready)
+        self._purge_at = max(_PURGE_AT, 2 * len(self._clean))
 
 
 def _autocast_state() -> tuple[bool, bool]:  # pragma: no cover - a PyTorch without _is_any_autocast_enabled

@@ -1,0 +1,154 @@
+"""The signature cache's fast path on real devices (cpu and meta as a "split" on CPU, CudaDevices):
+inside a call running unchecked, a module call of a signature checked clean runs after one lookup;
+a new signature, a placement change and an exception still bring the checks back, and the module
+stack still names each module (transfers and findings are named by it)."""
+
+import pytest
+import torch
+from torch import nn
+
+import mpcheck
+from mpcheck.runtime.capture import session as sessions
+from mpcheck.runtime.capture.signatures import CLEAN_AFTER
+from mpcheck.runtime.checks.checker import Checker
+
+
+class Scale(nn.Module):
+    """A user module with a buffer (so it has a device), recording the module stack's top."""
+
+    def __init__(self, device):
+        super().__init__()
+        self.register_buffer("scale", torch.full((4,), 2.0, device=device))
+        self.seen = []
+        self.fail = False  # raise from forward: state the signature does not see
+
+    def forward(self, x):
+        self.seen.append(sessions.active().checker.current_module())
+        if self.fail:
+            raise ValueError("failed on purpose")
+        return x * self.scale.to(x.dtype)
+
+
+class Split(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.near = Scale("cpu")
+        self.far = Scale("meta")
+        self.wide = False  # a branch the signature of the outer call does not see
+        self.replace = False  # move `near`'s buffer inside forward (a placement change mid-call)
+
+    def forward(self, x):
+        if self.replace:
+            self.near.float()
+        h = self.near(x.double() if self.wide else x)
+        return self.far(h.to("meta"))
+
+
+@pytest.fixture
+def entry_checks(monkeypatch):
+    """The dtype of the first argument of each module-entry check (one per checked call of a module
+    with a device)."""
+    seen = []
+    orig = Checker.inputs_on
+
+    def spy(self, dev, args, kwargs):
+        seen.append(args[0].dtype if args else None)
+        return orig(self, dev, args, kwargs)
+
+    monkeypatch.setattr(Checker, "inputs_on", spy)
+    return seen
+
+
+def _settle(model, dbg, x):
+    for _ in range(CLEAN_AFTER + 1):
+        model(x)
+        dbg.step()
+
+
+def test_a_ready_signature_runs_without_checks_named_on_the_module_stack(entry_checks):
+    model, x = Split(), torch.ones(2, 4)
+    with mpcheck.debug(model, report=None) as dbg:
+        _settle(model, dbg, x)
+        entry_checks.clear()
+        out = model(x)
+        assert entry_checks == []  # nothing checked: the outer call and both inner calls ran unchecked
+        assert model.near.seen[-1] == "model.near" and model.far.seen[-1] == "model.far"
+        assert sessions.active().checker.module_stack == []
+    assert out.device.type == "meta" and dbg.findings == []
+    assert dbg.ledger.total().count == CLEAN_AFTER + 2  # every forward's transfer, unchecked ones too
+
+
+def test_a_new_signature_inside_an_unchecked_call_is_checked_then_runs_unchecked(entry_checks):
+    model, x = Split(), torch.ones(2, 4)
+    with mpcheck.debug(model, report=None) as dbg:
+        _settle(model, dbg, x)
+        model.wide = True
+        entry_checks.clear()
+        model(x)
+        assert torch.float64 in entry_checks  # `near` called with a new dtype: checked
+        for _ in range(CLEAN_AFTER):
+            model(x)
+        entry_checks.clear()
+        model(x)
+        assert entry_checks == []
+    assert dbg.findings == []
+
+
+def test_a_placement_change_and_a_re_check_step_check_everything_again(entry_checks):
+    model, x = Split(), torch.ones(2, 4)
+    with mpcheck.debug(model, report=None, recheck_every=CLEAN_AFTER + 2) as dbg:
+        _settle(model, dbg, x)
+        model.near.to(torch.float32)  # Module._apply: placements are read again
+        entry_checks.clear()
+        model(x)
+        assert len(entry_checks) == 2
+        model(x)
+        dbg.step()  # the session's 5th step: a re-check step (recheck_every=5)
+        entry_checks.clear()
+        model(x)
+        assert len(entry_checks) == 2
+
+
+def test_an_exception_in_a_fast_call_checks_the_next_calls_again(entry_checks):
+    model, x = Split(), torch.ones(2, 4)
+    with mpcheck.debug(model, report=None) as dbg:
+        _settle(model, dbg, x)
+        model.near.fail = True
+        entry_checks.clear()
+        with pytest.raises(ValueError):
+            model(x)  # the outer call unchecked, `near` on the fast path: it raises
+        assert entry_checks == []
+        assert sessions.active().checker.module_stack == []
+        model.near.fail = False
+        model(x)
+        assert len(entry_checks) == 2  # the exception emptied the cache: checked again
+
+
+def test_a_placement_change_inside_an_unchecked_call_checks_the_calls_after_it(entry_checks):
+    model, x = Split(), torch.ones(2, 4)
+    with mpcheck.debug(model, report=None) as dbg:
+        _settle(model, dbg, x)
+        model.replace = True
+        entry_checks.clear()
+        model(x)  # the outer call runs unchecked; `near.float()` inside it changes placements
+        assert len(entry_checks) == 2  # so `near` and `far` after it are checked
+    assert dbg.findings == []
+
+
+def test_a_module_call_wrapper_installed_before_the_session_still_runs_on_the_fast_path(monkeypatch):
+    # The fast path calls Module._call_impl itself only where Module.__call__ is PyTorch's own.
+    calls = []
+    theirs = nn.Module.__call__
+
+    def wrapper(module, *args, **kwargs):
+        calls.append(type(module).__name__)
+        return theirs(module, *args, **kwargs)
+
+    monkeypatch.setattr(nn.Module, "__call__", wrapper)
+    model, x = Split(), torch.ones(2, 4)
+    with mpcheck.debug(model, report=None) as dbg:
+        _settle(model, dbg, x)
+        calls.clear()
+        model(x)
+        assert calls == ["Split", "Scale", "Scale"]
+        assert model.far.seen[-1] == "model.far"
