@@ -11,14 +11,16 @@ statements.py  Statements: blocks, branches, loops, with, assignment
 expressions.py Expressions: the value of an expression; operands that must agree
 calls.py       Calls: functions, modules and methods of the file; classes of other files by summary
 instances.py   Instances: classes built, and where their parts end up (split or not)
-moves.py       Moves: .to() / .cuda() / .cpu(), transfers, collapses, lineage steps
+moves.py       Moves: .to() / .cuda() / .cpu(), transfers, collapses, lineage steps, stage calls and merges (MP006)
 gpucount.py    an assumed GPU count: what torch.cuda.device_count() answers, the bounds the code puts on it
 shared.py      module objects held by two stages (one list of blocks, a default argument) moved twice
 unmoved.py     models provably never moved: their unplaced modules are on the CPU
 summary.py     JSON summaries of a file's classes and functions for other files
 summarized.py  using those summaries: imported names, calls of summarized classes and functions
+callers.py     calls of this file's functions made in other linted files: their arguments, run per call
 model.py       DeviceModel: one interpretation per file; rules ask it for facts by type
 describe.py    wording shared by the rules' messages
+walk.py        a fast walk of a libcst tree's non-layout nodes (what .children gives, without rebuilding)
 
 devices imports no rule; rules read facts (model.facts(Type)), never the interpreter.
 """

@@ -124,8 +124,9 @@ def _merge(chain: _Chain, c: Crossing) -> None:
     """A value made at hop `c.merge` meets, on its own device, one that crossed since: the
     crossings after that hop took a branch away and back (an expert on another GPU whose
     output is added to the input's device), while the activation stayed. Drop them."""
-    later = sum(1 for h in chain.hops if h > (c.merge or 0))
-    if not later or chain.hops[-later:] != [h for h in chain.hops if h > (c.merge or 0)]:
+    since = c.merge or 0
+    later = len(chain.hops) - next((i for i, h in enumerate(chain.hops) if h > since), len(chain.hops))
+    if not later or any(h <= since for h in chain.hops[-later:]):
         return  # the later crossings are not the chain's last ones: leave the chain as it is
     mark = chain.marks[-later]
     if mark < 1 or chain.devs[mark - 1] != c.src:
