@@ -138,9 +138,10 @@ def import_targets(source: str, modname: str) -> list[tuple[str, str]]:
     return list(found)
 
 
-def summarize(path: str, source: str, modname: str) -> dict[str, Any] | None:
+def summarize(path: str, source: str, modname: str, gpus: tuple[int, ...] = ()) -> dict[str, Any] | None:
     """A JSON-able summary of what other files may import from this one
-    (classes and their placement, helper functions and what they return).
+    (classes and their placement, helper functions and what they return);
+    with `gpus`, what of it changes under each of those GPU counts.
     None when the file does not parse. An exception of the device model
     propagates: it is a bug in mpcheck, which the pipeline reports (exit 2)."""
     from mpcheck.devices.summary import summarize_module
@@ -148,7 +149,7 @@ def summarize(path: str, source: str, modname: str) -> dict[str, Any] | None:
     module = parse_or_none(source)
     if module is None:
         return None
-    return summarize_module(module, modname)
+    return summarize_module(module, modname, gpus)
 
 
 def analyze(
@@ -192,21 +193,33 @@ def analyze(
         module = parsed if parsed is not None else cst.parse_module(source)
     except Exception as e:  # noqa: BLE001  (ParserSyntaxError, and the parser's other failures: recursion, ...)
         return FileResult([parse_failure(path, source, e)])
-    ctx = FileContext(path, source, module, modname, project, callers=callers)
+    from mpcheck.rules.gpucounts import counted_calls, for_count
+
+    ctx = FileContext(path, source, module, modname, project, callers=for_count(callers, None))
     findings = _run_rules(ctx, rules)
-    if gpus and ctx.model_built and ctx.model.asks_gpu_count:
-        from mpcheck.rules.gpucounts import CountRun, merge, worth_going_on
+    calls = _outgoing_calls(ctx)
+    counted = [c for c in callers if "gpus" in c]  # contexts of a caller's runs under a count
+    if gpus and ctx.model_built and (ctx.model.asks_gpu_count or counted):
+        from mpcheck.rules.gpucounts import CountRun, merge, refused_by_callers, worth_going_on
 
         runs = []
+        calls_by_count: dict[int, list[dict[str, Any]]] = {}
         for count in gpus:
-            ctx_k = FileContext(path, source, module, modname, project, gpu_count=count, callers=callers)
-            runs.append(CountRun(count, _run_rules(ctx_k, rules), ctx_k.model.count_refuted_at is not None))
-            if not worth_going_on(findings, runs):
+            ctx_k = FileContext(
+                path, source, module, modname, project, gpu_count=count, callers=for_count(callers, count)
+            )
+            refuted = ctx_k.model.count_refuted_at is not None
+            if not ctx.model.asks_gpu_count and refused_by_callers(counted, count):
+                refuted = True  # every caller that passes count-dependent devices refuses this count
+            runs.append(CountRun(count, _run_rules(ctx_k, rules), refuted))
+            calls_by_count[count] = _outgoing_calls(ctx_k)
+            if not worth_going_on(findings, runs) and not counted_calls(calls, calls_by_count, runs):
                 break  # an allowed count gives nothing new: no finding can hold under every count
         else:
             findings = merge(findings, runs)
+            calls += counted_calls(calls, calls_by_count, runs)
     findings.sort(key=Finding.sort_key)
-    return FileResult(findings, ctx.used_modules, _outgoing_calls(ctx))
+    return FileResult(findings, ctx.used_modules, calls)
 
 
 def _outgoing_calls(ctx: Any) -> list[dict[str, Any]]:

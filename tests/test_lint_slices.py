@@ -206,9 +206,9 @@ def project(tmp_path, monkeypatch):
     sources: list[str] = []
     summarize = analysis.summarize
 
-    def recording_summarize(path, source, modname):
+    def recording_summarize(path, source, modname, gpus=()):
         sources.append(source)
-        return summarize(path, source, modname)
+        return summarize(path, source, modname, gpus)
 
     monkeypatch.setattr(analysis, "summarize", recording_summarize)
     return tmp_path, sources

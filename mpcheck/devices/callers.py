@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import libcst as cst
 
+from mpcheck.devices import torchapi as T
 from mpcheck.devices.events import CallSite
 from mpcheck.devices.program import State, params_of
 from mpcheck.devices.values import (
@@ -79,6 +80,8 @@ def encode(interp: Interp, v: Val, depth: int = 0) -> Any:
             return {"tensor": devs} if devs else None
         if v.kind in ("module", "any"):
             return _module(interp, v)
+        if v.kind == "loss":
+            return _loss(v)
         return None
     if isinstance(v, SeqV) and v.items is not None and len(v.items) <= _MAX_ITEMS and depth < 2:
         items = [encode(interp, i, depth + 1) for i in v.items]
@@ -99,6 +102,20 @@ def _module(interp: Interp, m: Obj) -> dict[str, Any] | None:
         return {"module": label, "devs": devs} if devs and m.kind == "module" else None
     enc = {"module": label, "in": _concrete(in_devs), "out": _concrete(out_devs), "split": _split(m)}
     return enc if enc["in"] or enc["out"] else None
+
+
+def _loss(m: Obj) -> dict[str, Any]:
+    """A loss module (`nn.CrossEntropyLoss()`, passed as `criterion`): the callee's loss line compares
+    its inputs only when it knows the callee is a loss. Its class-dimension kind (MP014) and the
+    weights whose devices are concrete cross; a weight of unknown device is left out (never checked)."""
+    extra = m.extra or {}
+    kind = extra.get(T.CLASS_DIM)
+    weights = {}
+    for k, w in extra.items():
+        devs = _concrete(w.devs) if isinstance(w, Obj) and k != T.CLASS_DIM else None
+        if devs:
+            weights[k] = devs
+    return {"loss": {"class_dim": kind.value if isinstance(kind, Const) else None, "weights": weights}}
 
 
 def _forward_devices(interp: Interp, m: Obj) -> tuple[Devs, Devs]:
@@ -125,6 +142,8 @@ def known(enc: Any) -> bool:
         return isinstance(enc["const"], str) and _CONCRETE.match(enc["const"]) is not None
     if "list" in enc:
         return any(known(i) for i in enc["list"])
+    if "loss" in enc:  # a loss tells where nothing is
+        return bool(enc["loss"]["weights"])
     return True
 
 
@@ -139,6 +158,13 @@ def decode(enc: Any, name: str) -> Val:
         return Const(enc["const"])
     if "tensor" in enc:
         return Obj("tensor", frozenset(enc["tensor"]), origin="as the caller passed it")
+    if "loss" in enc:
+        extra: dict[str, Val] = {
+            k: Obj("tensor", frozenset(d), origin="as the caller passed it") for k, d in enc["loss"]["weights"].items()
+        }
+        if enc["loss"].get("class_dim"):
+            extra[T.CLASS_DIM] = Const(enc["loss"]["class_dim"])
+        return Obj("loss", None, label="", extra=extra)
     if "list" in enc:
         return SeqV(tuple(decode(i, f"{name}[{k}]") for k, i in enumerate(enc["list"])), kind=enc.get("kind", "list"))
     if "devs" in enc:

@@ -17,7 +17,7 @@ from mpcheck.devices.callers import note_call
 from mpcheck.devices.events import LossMismatch, Mismatch
 from mpcheck.devices.names import canonical, dotted
 from mpcheck.devices.program import MAX_DEPTH, FuncInfo, Part, State, params_of
-from mpcheck.devices.summarized import call_summarized, summarized_output
+from mpcheck.devices.summarized import call_summarized, refused, summarized_output
 from mpcheck.devices.unmoved import never_placed_view
 from mpcheck.devices.values import (
     CURRENT,
@@ -433,6 +433,9 @@ class Calls(Part):
         if isinstance(callee, FuncRef):
             return self.call_function(callee.info, callee.bound, args, kwargs, st, node, helper=True)
         if isinstance(callee, Summarized):
+            if refused(callee):  # its code refuses the assumed GPU count: the program stops here
+                self.interp.gpus.refute(node)
+                return UNK
             used(*args, *kwargs.values())
             if callee.kind == "function":
                 note_call(self.interp, callee.module, callee.name, args, kwargs, node)  # callers.py

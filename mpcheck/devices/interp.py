@@ -171,7 +171,7 @@ class Interp:
 
     def imported(self, target: str) -> Val:
         """The value of an imported name (a summary of another checked file, else a library name)."""
-        return resolve_import(self.project, target, self.used_modules.add)
+        return resolve_import(self.project, target, self.used_modules.add, self.gpus)
 
     def new_ident(self, name: str) -> int:
         """A new module object (Obj.ident), built as `name` (a class name, for messages)."""

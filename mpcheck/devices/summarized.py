@@ -26,29 +26,55 @@ from mpcheck.devices.values import (
 )
 
 if TYPE_CHECKING:  # pragma: no cover
+    from mpcheck.devices.gpucount import GpuCount
     from mpcheck.devices.program import State
 
 
-def resolve_import(project: dict[str, Any], target: str, used: Callable[[str], None], hops: int = 0) -> Val:
+def resolve_import(
+    project: dict[str, Any], target: str, used: Callable[[str], None], gpus: GpuCount | None = None, hops: int = 0
+) -> Val:
     """The value an imported dotted name has: a summary of another checked file
-    (`used(module)` is told which), else a library name (QName)."""
+    (`used(module)` is told which), else a library name (QName). `gpus`: the importer's
+    assumed GPU count, which picks the summary made under that count (_under_count)."""
     mod, _, name = target.rpartition(".")
     summ = project.get(mod)
     if summ is not None and hops < 4:
         if name in summ.get("classes", {}):
             used(mod)
-            return Summarized(summ["classes"][name], name, "class")
+            return Summarized(_under_count(summ, "classes", name, gpus), name, "class")
         if name in summ.get("functions", {}):
             used(mod)
-            return Summarized(summ["functions"][name], name, "function", mod)
+            return Summarized(_under_count(summ, "functions", name, gpus), name, "function", mod)
         if name in summ.get("constants", {}):
             used(mod)
-            return constant_value(summ["constants"][name])
+            return constant_value(_under_count(summ, "constants", name, gpus))
         again = summ.get("reexports", {}).get(name)
         if again and again != target:
             used(mod)
-            return resolve_import(project, again, used, hops + 1)
+            return resolve_import(project, again, used, gpus, hops + 1)
     return QName(canonical(target))
+
+
+def _under_count(summ: dict[str, Any], kind: str, name: str, gpus: GpuCount | None) -> Any:
+    """The summary of `name` under the importer's assumed GPU count (summary._by_count made one
+    per count where it differs from the base one, made with the count unknown). A name whose
+    summary depends on the count makes the importer one that asks the count (it is interpreted
+    again per count, analysis.analyze); with the count unknown, or one no summary was made for,
+    the base summary is the answer (what is unknown there stays unknown)."""
+    base = summ[kind][name]
+    counts = summ.get("counts")
+    if not counts or gpus is None or not any(name in c.get(kind, {}) for c in counts.values()):
+        return base
+    gpus.asked = True
+    if gpus.count is None:
+        return base
+    return counts.get(str(gpus.count), {}).get(kind, {}).get(name, base)
+
+
+def refused(callee: Summarized) -> bool:
+    """Does building (calling) it stop the program under the assumed count: its `assert n >= 4`
+    fails there (summary._definitions)? Then the importer's count is refuted at the call."""
+    return bool(callee.summary.get("refused"))
 
 
 def constant_value(c: dict[str, Any]) -> Val:

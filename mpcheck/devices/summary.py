@@ -31,38 +31,83 @@ from mpcheck.devices.values import PROBE, Const, DeviceV, Devs, Obj, SeqV, SymV,
 _MAX_RETURN_ITEMS = 4
 
 
-def summarize_module(module: cst.Module, modname: str) -> dict[str, Any]:
+def summarize_module(module: cst.Module, modname: str, gpus: tuple[int, ...] = ()) -> dict[str, Any]:
+    """The summary of a module; with `gpus`, also what changes of it under each assumed GPU count
+    when its code asks `torch.cuda.device_count()` (`counts`, see _by_count)."""
     interp = Interp(module, modname, {})
     out: dict[str, Any] = {"classes": {}, "functions": {}, "reexports": {}, "constants": {}}
+    _top_level(interp, module, out)
+    _definitions(interp, out)
+    if gpus and interp.gpus.asked and interp.gpus.visible is None:
+        counts = _by_count(module, modname, gpus, out)
+        if counts:
+            out["counts"] = counts
+    return out
+
+
+def _top_level(interp: Interp, module: cst.Module, out: dict[str, Any]) -> None:
+    """Re-exports and module-level device constants (DEVICES = ["cuda:0", "cuda:1"]) that other files import."""
     st = State.fresh(interp.globals, "<summary>")
     for stmt in module.body:
-        if isinstance(stmt, cst.SimpleStatementLine):
-            for small in stmt.body:
-                if isinstance(small, cst.ImportFrom):
-                    for local, target in import_bindings(small, modname):
-                        out["reexports"][local] = target
-                elif (
-                    isinstance(small, cst.Assign)
-                    and len(small.targets) == 1
-                    and isinstance(small.targets[0].target, cst.Name)
-                ):
-                    # Module-level device constants (DEVICES = ["cuda:0", "cuda:1"]) that other files import.
-                    name = small.targets[0].target.value
-                    value = _constant(interp.exprs.ev(small.value, st))
-                    if value is not None:
-                        out["constants"][name] = value
-                        interp.globals[name] = constant_value(value)
+        if not isinstance(stmt, cst.SimpleStatementLine):
+            continue
+        for small in stmt.body:
+            if isinstance(small, cst.ImportFrom) and "reexports" in out:
+                for local, target in import_bindings(small, interp.modname):
+                    out["reexports"][local] = target
+            elif (
+                isinstance(small, cst.Assign)
+                and len(small.targets) == 1
+                and isinstance(small.targets[0].target, cst.Name)
+            ):
+                name = small.targets[0].target.value
+                value = _constant(interp.exprs.ev(small.value, st))
+                if value is not None:
+                    out["constants"][name] = value
+                    interp.globals[name] = constant_value(value)
+
+
+def _definitions(interp: Interp, out: dict[str, Any]) -> None:
+    """The summaries of the module's classes and functions. Under an assumed GPU count, one whose
+    interpretation meets a failing `assert n >= 4` (or a taken `if n < 2: raise`) is `refused`:
+    building or calling it stops the program under that count (summarized.refused)."""
     for name, cinfo in interp.classes.items():
+        interp.gpus.refuted_at = None
         try:
             inst = interp.instances.default_instance(cinfo)
             out["classes"][name] = _class_summary(interp, cinfo, inst)
         except RecursionError:
             continue
+        if interp.gpus.refuted_at is not None and interp.gpus.visible is None:
+            out["classes"][name] = {"refused": True}
     for name, finfo in interp.functions.items():
+        interp.gpus.refuted_at = None
         try:
             out["functions"][name] = _function_summary(interp, finfo)
         except RecursionError:
             continue
+        if interp.gpus.refuted_at is not None and interp.gpus.visible is None:
+            out["functions"][name] = {"refused": True}
+
+
+def _by_count(module: cst.Module, modname: str, gpus: tuple[int, ...], base: dict[str, Any]) -> dict[str, Any]:
+    """{"4": {"classes": {...}, "functions": {...}, "constants": {...}}, ...}: for each assumed count,
+    the summaries that differ from the base ones (made with the count unknown), the module
+    interpreted again with `torch.cuda.device_count()` answering that count. `self.devices =
+    [torch.device(f"cuda:{i}") for i in range(n)]` is unknown in the base summary and a list of
+    n devices here. Empty when no summary depends on the count."""
+    out: dict[str, Any] = {}
+    for count in gpus:
+        interp = Interp(module, modname, {}, gpu_count=count)
+        got: dict[str, Any] = {"classes": {}, "functions": {}, "constants": {}}
+        _top_level(interp, module, got)
+        _definitions(interp, got)
+        changed = {
+            kind: {name: s for name, s in got[kind].items() if base[kind].get(name) != s}
+            for kind in ("classes", "functions", "constants")
+        }
+        if any(changed.values()):
+            out[str(count)] = {kind: by_name for kind, by_name in changed.items() if by_name}
     return out
 
 

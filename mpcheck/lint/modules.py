@@ -3,7 +3,9 @@
 A file's module name follows its package chain (folders with `__init__.py`):
 `src/pkg/sub/model.py` is `pkg.sub.model`, its import root is `src/`. An
 imported name is looked up under the importing file's root, then the project
-root and its `src/`, which is where `import pkg` would find it too.
+root and its `src/`, which is where `import pkg` would find it too, then the
+working folder: a script run as `python -m training.train` from a repository,
+or one that appends the repository to `sys.path`, imports from there.
 """
 
 from __future__ import annotations

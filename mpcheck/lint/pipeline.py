@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from mpcheck.config import Settings
@@ -114,11 +115,11 @@ def _analyze_task(task: tuple[Any, ...], parsed: Any = None) -> tuple[Any, ...]:
 
 
 def _summarize_task(task: tuple[Any, ...]) -> tuple[Any, ...]:
-    abspath, text, modname, names = task
+    abspath, text, modname, names, gpus = task
     from mpcheck import analysis
 
     try:
-        return abspath, analysis.summarize(abspath, slices.summary_source(text, names), modname), None
+        return abspath, analysis.summarize(abspath, slices.summary_source(text, names), modname, gpus), None
     except Exception as exc:
         where = os.path.relpath(abspath)
         return abspath, None, _describe(f"internal error while summarising {where}: {_name(exc)}", exc)
@@ -205,7 +206,9 @@ class _Project:
             self._text[abspath] = text
             self._hash[abspath] = content_hash(text.encode("utf-8"))
         self.gpus = settings.gpus  # the GPU counts assumed (results depend on them: part of the cache key)
-        self.extra_roots = tuple(str(p) for p in (settings.project_root, settings.project_root / "src") if p.is_dir())
+        # Import roots besides a file's own (lint/modules.py): the project's, its src/, and the working folder.
+        extra = (settings.project_root, settings.project_root / "src", Path.cwd())
+        self.extra_roots = tuple(dict.fromkeys(str(p) for p in extra if p.is_dir()))
 
     def preload(self, f: _File) -> None:
         self._text[f.src.abspath] = f.text
@@ -494,7 +497,7 @@ def _analyze_misses(
     for path in sorted(wanted):
         # A package's __init__ as `pkg.__init__`: its `from .split import Net` re-exports `pkg.split.Net`.
         modname = modules.import_name(*modules.module_name(path)[::2])
-        key = f"{project.digest(path)}|{modname}"
+        key = f"{project.digest(path)}|{modname}|gpus={','.join(map(str, project.gpus))}"
         keys[path] = key
         names = wanted[path]
         hit, summary = cache.get_summary(key, names) if cache is not None else (False, None)
@@ -503,7 +506,7 @@ def _analyze_misses(
         else:
             # Grown, not replaced: the names an earlier run needed stay covered for its files.
             names = names | (cache.summary_names(key) if cache is not None else set())
-            todo.append((path, project.text(path), modname, sorted(names)))
+            todo.append((path, project.text(path), modname, sorted(names), project.gpus))
     crashed: set[str] = set()  # modules whose summary raised: their users' results are incomplete
     covers = {t[0]: t[3] for t in todo}
     # One file to check (an editor's run, torch's _inductor/ir.py alone): its libcst parse, most of

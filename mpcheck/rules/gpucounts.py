@@ -14,8 +14,10 @@ A count is not allowed when its run met an `assert` that fails or an
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from mpcheck.finding import Finding
 
@@ -105,3 +107,43 @@ def _assumed(group: list[Finding], counts: list[int], said: str) -> Finding:
         message = f"With {counts[0]} GPUs{likewise}: {first.message}"
     fix = first.fix if all(g.fix == first.fix for g in group) else None
     return replace(first, message=message, fix=fix)
+
+
+# ------------------------------------------------------------ across files (lint/callers.py)
+
+
+def counted_calls(
+    base: list[dict[str, Any]], by_count: dict[int, list[dict[str, Any]]], runs: Sequence[CountRun]
+) -> list[dict[str, Any]]:
+    """The calls of other files' functions that a caller's runs under assumed counts made with
+    other arguments than its run with the count unknown (`model.devices[0]` of a class whose
+    devices come from `torch.cuda.device_count()`), each tagged with its count (`gpus`) and the
+    counts the caller allows (`allowed`): the callee runs each under that count only (for_count),
+    and keeps a finding only when every allowed count gives it (analysis.analyze, merge)."""
+    allowed = [r.count for r in runs if not r.refuted]
+    if not allowed:
+        return []
+    seen = {_call_key(c) for c in base}
+    out = []
+    for count in allowed:
+        for call in by_count.get(count, []):
+            if _call_key(call) not in seen:
+                out.append({**call, "gpus": count, "allowed": allowed})
+    return out
+
+
+def _call_key(call: dict[str, Any]) -> str:
+    return json.dumps([call.get("line"), call.get("module"), call.get("func"), call.get("args"), call.get("kwargs")])
+
+
+def for_count(callers: Sequence[Mapping[str, Any]], count: int | None) -> list[Mapping[str, Any]]:
+    """The caller contexts a callee's run under `count` takes: those made with the count unknown,
+    and those of the callers' runs under that same count."""
+    return [c for c in callers if "gpus" not in c or (count is not None and c["gpus"] == count)]
+
+
+def refused_by_callers(counted: Sequence[Mapping[str, Any]], count: int) -> bool:
+    """Whether no caller that passes count-dependent devices allows `count` (each refuses it with
+    an `assert n >= 4` or a class of a file that does): then the callee's run under it is no run
+    the program makes. Used only for a callee that does not ask the count itself."""
+    return bool(counted) and all(count not in c.get("allowed", ()) for c in counted)
