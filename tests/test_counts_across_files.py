@@ -6,12 +6,12 @@ the calls it makes under a count reach the callee's run under that count only
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
+from test_callers import lint
 
-from mpcheck import analysis, cli
+from mpcheck import analysis
 from mpcheck.lint import callers
 
 CASE = Path(__file__).parent / "fixtures" / "cases" / "F_helper_module_count_pkg_bad"
@@ -28,12 +28,6 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (tmp_path / "main.py").write_text(MAIN)
     monkeypatch.chdir(tmp_path)
     return tmp_path
-
-
-def lint(capsys: pytest.CaptureFixture[str], *args: str) -> list[tuple[str, int, str, str]]:
-    cli.main(["--jobs", "1", "--output-format", "json", *args])
-    out = json.loads(capsys.readouterr().out)
-    return [(d["path"].replace("\\", "/"), d["line"], d["code"], d["message"]) for d in out]
 
 
 def where(found: list[tuple[str, int, str, str]]) -> list[tuple[str, int, str]]:
