@@ -12,6 +12,10 @@ package's __init__ re-exports from other modules.
      "functions": {"make_stage": {"params": ["dim", "device"],
                                   "returns": {"kind": "module", "devs": ["sym:device"]}}},
      "reexports": {"SplitNet": "models.split.SplitNet"}}
+
+A module whose summaries ask `torch.cuda.device_count()` also has `counts`: per assumed GPU
+count, the summaries that differ under it (`{"4": {"classes": {"ChainNet": {..., "out":
+["cuda:3"]}}}}`), `{"refused": true}` for one whose own `assert n >= 4` fails there.
 """
 
 from __future__ import annotations
