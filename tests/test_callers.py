@@ -6,9 +6,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import libcst as cst
 import pytest
 
 from mpcheck import analysis, cli
+from mpcheck.devices import callers as devices_callers
+from mpcheck.devices import torchapi as T
+from mpcheck.devices.interp import Interp
+from mpcheck.devices.values import Const, Obj
 from mpcheck.lint import callers
 
 # The split model of the fixture case (its forward returns the logits on devices[1]).
@@ -171,3 +176,45 @@ def test_a_summary_keeps_only_device_attributes_no_other_method_assigns():
     )
     attrs = analysis.summarize("m.py", source, "m")["classes"]["Net"]["attrs"]
     assert attrs == {"devices": {"param": "devices"}, "head": {"const": "cuda:1"}}
+
+
+# A method of a class of another file: the instance rebuilt, in the callee, from the arguments the
+# caller built it with (devices/callers.py, _callee).
+TRAINER_CASE = Path(__file__).parent / "fixtures" / "cases" / "F_trainer_method_module_pkg_bad"
+
+
+@pytest.fixture
+def trainer_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
+    for name in ("model.py", "trainer.py", "main.py"):
+        (tmp_path / name).write_text((TRAINER_CASE / name).read_text())
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_a_method_of_another_files_class_runs_with_the_instances_arguments(trainer_project, capsys):
+    found = lint(capsys, "--no-cache", ".")
+    assert [f[:3] for f in found] == [("trainer.py", 16, "MP008")]
+    assert "`self.criterion` gets `logits` on cuda:1" in found[0][3] and "`labels` on cuda:0" in found[0][3]
+    assert "(when called by `trainer.train_epoch(...)` at main.py:11)" in found[0][3]
+    assert lint(capsys, "--no-cache", "trainer.py") == []  # linted alone: no caller
+
+
+def test_an_instance_changed_after_it_was_built_gives_its_methods_no_context(trainer_project, capsys):
+    main = (trainer_project / "main.py").read_text()
+    changed = main.replace("    trainer.train_epoch(", '    trainer.device = "cuda:1"\n    trainer.train_epoch(')
+    (trainer_project / "main.py").write_text(changed)
+    assert lint(capsys, "--no-cache", ".") == []
+
+
+def test_a_loss_module_crosses_as_a_loss_and_alone_makes_no_context():
+    interp = Interp(cst.parse_module(""))
+    loss = Obj("loss", None, extra={T.CLASS_DIM: Const("CrossEntropyLoss")})
+    enc = devices_callers.encode(interp, loss)
+    assert enc == {"loss": {"class_dim": "CrossEntropyLoss", "weights": {}}}
+    assert not devices_callers.known(enc)  # where nothing is: no call is worth running for it alone
+    back = devices_callers.decode(enc, "criterion")
+    assert isinstance(back, Obj) and back.kind == "loss"
+    assert list(back.extra) == [T.CLASS_DIM] and back.extra[T.CLASS_DIM].value == "CrossEntropyLoss"
+    weighted = Obj("loss", None, extra={"weight": Obj("tensor", frozenset({"cuda:1"}))})
+    assert devices_callers.known(devices_callers.encode(interp, weighted))

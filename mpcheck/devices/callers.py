@@ -16,6 +16,12 @@ cuda:0 and cuda:1, and the loss line that mixes them is in `utils.py`. So:
   and the facts of that run name the call (events.CallSite), as a same-file helper's
   facts name theirs.
 
+A method of another file's class (`trainer.train_epoch(loader)` on `trainer =
+Trainer(model, "cuda:0")`) is kept the same way, as `Trainer.train_epoch`, with the
+arguments the instance was built with (`init`); the callee runs it on an instance built
+from those (`_callee`). An instance the caller changed after building it
+(`trainer.device = ...`, Statements.assign_attr) is not followed.
+
 Precision: an argument whose device is not known stays unknown in the callee, and
 each context runs on its own: a helper called from two places with different devices
 reports only what one call proves, naming that call.
@@ -31,7 +37,7 @@ import libcst as cst
 
 from mpcheck.devices import torchapi as T
 from mpcheck.devices.events import CallSite
-from mpcheck.devices.program import State, params_of
+from mpcheck.devices.program import FuncInfo, State, params_of
 from mpcheck.devices.values import (
     PROBE,
     Const,
@@ -183,21 +189,32 @@ def decode(enc: Any, name: str) -> Val:
 
 
 def note_call(
-    interp: Interp, module: str, func: str, args: list[Val], kwargs: dict[str, Val], node: cst.CSTNode
+    interp: Interp,
+    module: str,
+    func: str,
+    args: list[Val],
+    kwargs: dict[str, Val],
+    node: cst.CSTNode,
+    init: dict[str, Val] | None = None,
 ) -> None:
     """Keep a call of `module`.`func` (maybe another project file's) for the pipeline, when
-    one of its arguments has a known device (Interp.outgoing, read by analysis.analyze)."""
+    one of its arguments has a known device (Interp.outgoing, read by analysis.analyze).
+    `init`: for a method (`Class.method`), the arguments the instance was built with, by name."""
     if not module or module.split(".")[0] in _LIBRARIES or not interp.recorder.live or interp.probes:
         return
     if not isinstance(node, cst.Call) or any(a.star for a in node.args):
         return  # `*args` / `**kwargs`: which parameter gets what is not known
-    if any(isinstance(a, Starred) for a in args) or not any(_may_know(a) for a in (*args, *kwargs.values())):
+    given = (*args, *kwargs.values(), *(init or {}).values())
+    if any(isinstance(a, Starred) for a in args) or not any(_may_know(a) for a in given):
         return
     enc_args = [encode(interp, a) for a in args]
     enc_kwargs = {k: encode(interp, v) for k, v in sorted(kwargs.items())}
-    if not any(known(e) for e in (*enc_args, *enc_kwargs.values())):
+    enc_init = {k: encode(interp, v) for k, v in sorted((init or {}).items())}
+    if not any(known(e) for e in (*enc_args, *enc_kwargs.values(), *enc_init.values())):
         return
     call = {"module": module, "func": func, "args": enc_args, "kwargs": enc_kwargs}
+    if init is not None:
+        call["init"] = enc_init
     key = (id(node), repr(call))
     if key not in interp.outgoing_seen:
         interp.outgoing_seen.add(key)
@@ -209,20 +226,38 @@ def _may_know(v: Val) -> bool:
     return isinstance(v, (DeviceV, Obj)) or (isinstance(v, SeqV) and v.items is not None)
 
 
+def _callee(interp: Interp, func: str, init: Mapping[str, Any]) -> tuple[FuncInfo | None, Obj | None]:
+    """The function `func` names, or for `Class.method` the method and the instance it runs on:
+    built, its facts muted, with the arguments the caller built it with (`init`, by name: one
+    with no known device is unknown, one not passed takes its default, as in Python).
+    None for a name this file does not define, a dunder, or a decorated method (a property,
+    a static or class method)."""
+    cls, _, meth = func.rpartition(".")
+    if not cls:
+        return interp.functions.get(func), None
+    cinfo = interp.classes.get(cls)
+    info = cinfo.method(meth) if cinfo is not None else None
+    if cinfo is None or info is None or meth.startswith("__") or info.node.decorators:
+        return None, None
+    with interp.recorder.muted():
+        inst = interp.instances.instantiate(cinfo, [], {k: decode(e, k) for k, e in init.items()}, None, None)
+    return info, inst
+
+
 def run_callers(interp: Interp, callers: Sequence[Mapping[str, Any]]) -> None:
     """Run each function of this file that another file calls, with the arguments of each of
     its calls there (lint/callers.py gathers them); facts then name that call."""
     for ctx in callers:
-        info = interp.functions.get(ctx.get("func", ""))
+        info, inst = _callee(interp, str(ctx.get("func", "")), ctx.get("init") or {})
         if info is None:
             continue
-        params = [n for n, _ in params_of(info.node)]
+        params = [n for n, _ in params_of(info.node)][1 if inst is not None else 0 :]
         args = [decode(e, params[i] if i < len(params) else "_") for i, e in enumerate(ctx.get("args", ()))]
         kwargs = {k: decode(e, k) for k, e in ctx.get("kwargs", {}).items()}
         env = dict(interp.globals)
-        interp.calls.bind(info, env, None, args, kwargs)
-        st = State.fresh(env, info.qual)
-        st.scope.split_seen = any(isinstance(a, Obj) and a.split for a in (*args, *kwargs.values()))
+        interp.calls.bind(info, env, inst, args, kwargs)
+        st = State.fresh(env, info.qual, inst)
+        st.scope.split_seen = any(isinstance(a, Obj) and a.split for a in (inst, *args, *kwargs.values()))
         via = ctx.get("via", {})
         sites = interp.recorder.sites
         sites.append(CallSite(str(via.get("path", "")), int(via.get("line", 0)), str(via.get("code", ""))))

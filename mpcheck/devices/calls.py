@@ -545,6 +545,17 @@ class Calls(Part):
                 if meth in T.DTYPE_METHODS:
                     return recv
                 return UNK
+            extra = recv.extra or {}
+            if (
+                recv.cls is None
+                and extra.get("summarized")
+                and extra.get("module")
+                and meth != "forward"
+                and not any(k.startswith(f"{id(recv)}.") for k in st.env)  # not changed since it was built
+            ):
+                # A method of a class of another file (`trainer.train_epoch(loader, devices[0])`): callers.py
+                func = f"{extra['summarized']}.{meth}"
+                note_call(self.interp, extra["module"], func, args, kwargs, node, extra.get("bound") or {})
             if recv.kind in ("module",):
                 if meth == "forward":
                     return self.module_call(recv, args, kwargs, st, node)

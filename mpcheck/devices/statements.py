@@ -292,6 +292,10 @@ class Statements(Part):
                 base.attrs[name] = v
             else:
                 st.env[f"{id(base)}.{name}"] = v
+        elif isinstance(base, Obj) and (base.extra or {}).get("summarized"):
+            # An instance of a class of another file changed after it was built: its methods' runs with
+            # the arguments it was built with (callers.py) would not be its state; Calls.method_call asks.
+            st.env[f"{id(base)}.{name}"] = v
 
     def _bound_once(self, name: str) -> bool:
         """Is `name` bound exactly once in the function (or file) being interpreted?"""

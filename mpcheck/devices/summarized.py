@@ -41,7 +41,7 @@ def resolve_import(
     if summ is not None and hops < 4:
         if name in summ.get("classes", {}):
             used(mod)
-            return Summarized(_under_count(summ, "classes", name, gpus), name, "class")
+            return Summarized(_under_count(summ, "classes", name, gpus), name, "class", mod)
         if name in summ.get("functions", {}):
             used(mod)
             return Summarized(_under_count(summ, "functions", name, gpus), name, "function", mod)
@@ -181,6 +181,7 @@ def call_summarized(
             "bound": bound,
             "loss": bool(summ.get("loss")),
             "attrs": summ.get("attrs"),
+            "module": callee.module,  # where the class is defined: its methods' calls go there (callers.py)
         },
     )
     if split:

@@ -46,6 +46,8 @@ def contexts(callers: Iterable[Caller], linted: set[str], own: dict[str, str]) -
             if target is None or target not in linted or target == own.get(path):
                 continue
             ctx = {"func": call["func"], "args": call.get("args", []), "kwargs": call.get("kwargs", {})}
+            if "init" in call:  # a method: what the caller built its instance with (devices/callers.py)
+                ctx["init"] = call["init"]
             if "gpus" in call:  # made under an assumed GPU count (rules/gpucounts.counted_calls)
                 ctx.update(gpus=call["gpus"], allowed=call["allowed"])
             key = json.dumps(ctx, sort_keys=True)
