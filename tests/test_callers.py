@@ -218,3 +218,19 @@ def test_a_loss_module_crosses_as_a_loss_and_alone_makes_no_context():
     assert list(back.extra) == [T.CLASS_DIM] and back.extra[T.CLASS_DIM].value == "CrossEntropyLoss"
     weighted = Obj("loss", None, extra={"weight": Obj("tensor", frozenset({"cuda:1"}))})
     assert devices_callers.known(devices_callers.encode(interp, weighted))
+
+
+def test_an_instance_moved_after_it_was_built_gives_its_methods_no_context(tmp_path, monkeypatch, capsys):
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
+    (tmp_path / "model.py").write_text(
+        "import torch.nn as nn\n\n\nclass Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        '        self.enc = nn.Linear(4, 4).to("cuda:0")\n\n    def encode(self, x):\n        return self.enc(x)\n'
+    )
+    call = '    return net.encode(torch.randn(2, 4, device="cuda:1"))\n'
+    main = "import torch\n\nfrom model import Net\n\n\ndef main():\n    net = Net()\n{moved}" + call
+    (tmp_path / "main.py").write_text(main.format(moved=""))
+    monkeypatch.chdir(tmp_path)
+    found = lint(capsys, "--no-cache", ".")
+    assert [f[:3] for f in found] == [("model.py", 10, "MP001")] and "main.py:8" in found[0][3]
+    (tmp_path / "main.py").write_text(main.format(moved='    net = net.to("cuda:1")\n'))
+    assert lint(capsys, "--no-cache", ".") == []  # built on cuda:0, then moved whole: encode meets x there

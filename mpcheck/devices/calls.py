@@ -551,6 +551,7 @@ class Calls(Part):
                 and extra.get("summarized")
                 and extra.get("module")
                 and meth != "forward"
+                and not extra.get("moved")
                 and not any(k.startswith(f"{id(recv)}.") for k in st.env)  # not changed since it was built
             ):
                 # A method of a class of another file (`trainer.train_epoch(loader, devices[0])`): callers.py

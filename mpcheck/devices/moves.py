@@ -465,4 +465,6 @@ def _moved_summarized(recv: Obj, devs: Devs, origin: str, node: cst.CSTNode) -> 
         at=node,
         in_devs=devs if recv.in_devs is not None else None,
         out_devs=devs if recv.out_devs is not None and recv.out_devs == recv.devs else None,
+        # no longer as it was built: its methods' runs in its file (callers.py) would not see the move
+        extra={**(recv.extra or {}), "moved": True},
     )
