@@ -234,3 +234,15 @@ def test_an_instance_moved_after_it_was_built_gives_its_methods_no_context(tmp_p
     assert [f[:3] for f in found] == [("model.py", 10, "MP001")] and "main.py:8" in found[0][3]
     (tmp_path / "main.py").write_text(main.format(moved='    net = net.to("cuda:1")\n'))
     assert lint(capsys, "--no-cache", ".") == []  # built on cuda:0, then moved whole: encode meets x there
+
+
+def test_a_class_whose_methods_change_its_state_gives_them_no_context(trainer_project, capsys):
+    trainer = (trainer_project / "trainer.py").read_text()
+    setter = "    def use(self, device):\n        self.device = device\n\n    def train_epoch("
+    (trainer_project / "trainer.py").write_text(trainer.replace("    def train_epoch(", setter))
+    assert lint(capsys, "--no-cache", ".") == []  # main.py may have called use() first
+    mover = (
+        "    def place(self):\n        self.model.to(self.device)\n        self.to(self.device)\n\n    def train_epoch("
+    )
+    (trainer_project / "trainer.py").write_text(trainer.replace("    def train_epoch(", mover))
+    assert lint(capsys, "--no-cache", ".") == []

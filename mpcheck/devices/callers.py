@@ -38,6 +38,7 @@ import libcst as cst
 from mpcheck.devices import torchapi as T
 from mpcheck.devices.events import CallSite
 from mpcheck.devices.program import FuncInfo, State, params_of
+from mpcheck.devices.unmoved import moved_by_a_method
 from mpcheck.devices.values import (
     PROBE,
     Const,
@@ -230,17 +231,20 @@ def _callee(interp: Interp, func: str, init: Mapping[str, Any]) -> tuple[FuncInf
     """The function `func` names, or for `Class.method` the method and the instance it runs on:
     built, its facts muted, with the arguments the caller built it with (`init`, by name: one
     with no known device is unknown, one not passed takes its default, as in Python).
-    None for a name this file does not define, a dunder, or a decorated method (a property,
-    a static or class method)."""
+    None for a name this file does not define, a dunder, a decorated method (a property, a static
+    or class method), or a method of a class whose other methods change its attributes or move it:
+    the state the call meets may not be what __init__ left."""
     cls, _, meth = func.rpartition(".")
     if not cls:
         return interp.functions.get(func), None
     cinfo = interp.classes.get(cls)
     info = cinfo.method(meth) if cinfo is not None else None
-    if cinfo is None or info is None or meth.startswith("__") or info.node.decorators:
+    if cinfo is None or info is None or meth.startswith("__") or info.node.decorators or moved_by_a_method(cinfo):
         return None, None
     with interp.recorder.muted():
         inst = interp.instances.instantiate(cinfo, [], {k: decode(e, k) for k, e in init.items()}, None, None)
+    if interp.moves.rebound_attributes(inst):
+        return None, None  # another method may have changed what __init__ left, before this call
     return info, inst
 
 

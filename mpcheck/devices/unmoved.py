@@ -87,6 +87,13 @@ def _plain_module_class(cinfo: ClassInfo, depth: int = 0) -> bool:
     return bool(cinfo.bases)
 
 
+def moved_by_a_method(cinfo: ClassInfo) -> bool:
+    """Does a method of the class other than __init__ (of its lineage in this file) move the instance
+    or reach its parts by a computed name (`self.to(dev)` in a `place()`)? Then its placement after
+    __init__ is not what its methods meet once the caller has called that one."""
+    return any(_moves_itself(m.node) for c in cinfo.lineage() for n, m in c.methods.items() if n != "__init__")
+
+
 def _moves_itself(node: cst.CSTNode) -> bool:
     """Does `node` contain a call `self.to(...)`, `self.cuda(...)`, `self.apply(...)`..., or reach
     its parts by a computed name or by walking them (`getattr(self, name)`, `setattr(self, name, ...)`,
