@@ -14,6 +14,12 @@ project (or `main.py utils.py`) runs `utils.train_one_epoch` with what `main.py`
 passes it. One level: the contexts of a file come from the first analyses of
 its callers, not from runs that contexts of their own started.
 
+A call that the caller's run under an assumed GPU count made with other arguments than its
+run with the count unknown carries that count and the counts the caller allows (`gpus`,
+`allowed`: rules/gpucounts.counted_calls); the callee takes it in its run under that count
+only. A method of another file's class carries the arguments its instance was built with
+(`init`).
+
 The cached result of a file with contexts is keyed by them too (`digest`): editing
 the caller so that it passes other devices changes the key, and the callee is
 analysed again; the caller's own entry is keyed by its content as always.
