@@ -121,3 +121,22 @@ def test_contexts_keep_the_count_of_the_run_that_made_the_call():
         (4, [4, 8], [{"device": ["cuda:3"]}]),
         (8, [4, 8], [{"device": ["cuda:7"]}]),
     ]
+
+
+def test_a_module_constant_built_from_the_count_is_known_under_each_count(tmp_path, monkeypatch, capsys):
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
+    (tmp_path / "devs.py").write_text(
+        'import torch\n\nDEVICES = [torch.device(f"cuda:{i}") for i in range(torch.cuda.device_count())]\n'
+    )
+    main = (
+        "import torch\nimport torch.nn as nn\n\nfrom devs import DEVICES\n\n\ndef main():\n"
+        "    head = nn.Linear(4, 4).to(DEVICES[-1])\n    x = torch.randn(2, 4, device=DEVICES[{k}])\n    return head(x)\n"
+    )
+    (tmp_path / "main.py").write_text(main.format(k=0))
+    monkeypatch.chdir(tmp_path)
+    summary = analysis.summarize("devs.py", (tmp_path / "devs.py").read_text(), "devs", (2, 4, 8))
+    assert "DEVICES" not in summary["constants"] and len(summary["counts"]["4"]["constants"]["DEVICES"]["list"]) == 4
+    found = lint(capsys, "--no-cache", ".")
+    assert where(found) == [("main.py", 10, "MP001")] and found[0][3].startswith("With 2 GPUs (likewise with 4 or 8)")
+    (tmp_path / "main.py").write_text(main.format(k=-1))
+    assert lint(capsys, "--no-cache", ".") == []

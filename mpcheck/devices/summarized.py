@@ -45,9 +45,13 @@ def resolve_import(
         if name in summ.get("functions", {}):
             used(mod)
             return Summarized(_under_count(summ, "functions", name, gpus), name, "function", mod)
-        if name in summ.get("constants", {}):
+        if name in summ.get("constants", {}) or any(
+            name in c.get("constants", {}) for c in summ.get("counts", {}).values()
+        ):
+            # A constant built from the count (`DEVICES = [... for i in range(device_count())]`) is one only under a count.
             used(mod)
-            return constant_value(_under_count(summ, "constants", name, gpus))
+            c = _under_count(summ, "constants", name, gpus)
+            return constant_value(c) if c is not None else UNK
         again = summ.get("reexports", {}).get(name)
         if again and again != target:
             used(mod)
@@ -61,7 +65,7 @@ def _under_count(summ: dict[str, Any], kind: str, name: str, gpus: GpuCount | No
     summary depends on the count makes the importer one that asks the count (it is interpreted
     again per count, analysis.analyze); with the count unknown, or one no summary was made for,
     the base summary is the answer (what is unknown there stays unknown)."""
-    base = summ[kind][name]
+    base = summ[kind].get(name)
     counts = summ.get("counts")
     if not counts or gpus is None or not any(name in c.get(kind, {}) for c in counts.values()):
         return base

@@ -21,6 +21,8 @@ count, the summaries that differ under it (`{"4": {"classes": {"ChainNet": {...,
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import libcst as cst
@@ -41,9 +43,10 @@ def summarize_module(module: cst.Module, modname: str, gpus: tuple[int, ...] = (
     interp = Interp(module, modname, {})
     out: dict[str, Any] = {"classes": {}, "functions": {}, "reexports": {}, "constants": {}}
     _top_level(interp, module, out)
-    _definitions(interp, out)
-    if gpus and interp.gpus.asked and interp.gpus.visible is None:
-        counts = _by_count(module, modname, gpus, out)
+    top_asked = interp.gpus.asked  # a module-level constant built from the count
+    asked = _definitions(interp, out)
+    if gpus and (asked or top_asked) and interp.gpus.visible is None:
+        counts = _by_count(module, modname, gpus, out, asked)
         if counts:
             out["counts"] = counts
     return out
@@ -71,41 +74,53 @@ def _top_level(interp: Interp, module: cst.Module, out: dict[str, Any]) -> None:
                     interp.globals[name] = constant_value(value)
 
 
-def _definitions(interp: Interp, out: dict[str, Any]) -> None:
-    """The summaries of the module's classes and functions. Under an assumed GPU count, one whose
-    interpretation meets a failing `assert n >= 4` (or a taken `if n < 2: raise`) is `refused`:
-    building or calling it stops the program under that count (summarized.refused)."""
-    for name, cinfo in interp.classes.items():
+def _definitions(interp: Interp, out: dict[str, Any], only: set[tuple[str, str]] | None = None) -> set[tuple[str, str]]:
+    """The summaries of the module's classes and functions (of `only`, ("classes" | "functions",
+    name) pairs, when given); returns the pairs whose interpretation asked the GPU count. Under an
+    assumed count, one whose interpretation meets a failing `assert n >= 4` (or a taken
+    `if n < 2: raise`) is `refused`: building or calling it stops the program under that count
+    (summarized.refused)."""
+    asked: set[tuple[str, str]] = set()
+    defs: list[tuple[str, str, Callable[[], dict[str, Any]]]] = [
+        ("classes", name, partial(_class_summary_of, interp, cinfo)) for name, cinfo in interp.classes.items()
+    ]
+    defs += [("functions", name, partial(_function_summary, interp, finfo)) for name, finfo in interp.functions.items()]
+    for kind, name, summarize in defs:
+        if only is not None and (kind, name) not in only:
+            continue
         interp.gpus.refuted_at = None
+        interp.gpus.asked = False
         try:
-            inst = interp.instances.default_instance(cinfo)
-            out["classes"][name] = _class_summary(interp, cinfo, inst)
+            out[kind][name] = summarize()
         except RecursionError:
             continue
+        finally:
+            if interp.gpus.asked:
+                asked.add((kind, name))
         if interp.gpus.refuted_at is not None and interp.gpus.visible is None:
-            out["classes"][name] = {"refused": True}
-    for name, finfo in interp.functions.items():
-        interp.gpus.refuted_at = None
-        try:
-            out["functions"][name] = _function_summary(interp, finfo)
-        except RecursionError:
-            continue
-        if interp.gpus.refuted_at is not None and interp.gpus.visible is None:
-            out["functions"][name] = {"refused": True}
+            out[kind][name] = {"refused": True}
+    return asked
 
 
-def _by_count(module: cst.Module, modname: str, gpus: tuple[int, ...], base: dict[str, Any]) -> dict[str, Any]:
+def _class_summary_of(interp: Interp, cinfo: ClassInfo) -> dict[str, Any]:
+    return _class_summary(interp, cinfo, interp.instances.default_instance(cinfo))
+
+
+def _by_count(
+    module: cst.Module, modname: str, gpus: tuple[int, ...], base: dict[str, Any], asked: set[tuple[str, str]]
+) -> dict[str, Any]:
     """{"4": {"classes": {...}, "functions": {...}, "constants": {...}}, ...}: for each assumed count,
     the summaries that differ from the base ones (made with the count unknown), the module
     interpreted again with `torch.cuda.device_count()` answering that count. `self.devices =
     [torch.device(f"cuda:{i}") for i in range(n)]` is unknown in the base summary and a list of
-    n devices here. Empty when no summary depends on the count."""
+    n devices here. Only the definitions whose base summary asked the count (`asked`) are made
+    again. Empty when no summary depends on the count."""
     out: dict[str, Any] = {}
     for count in gpus:
         interp = Interp(module, modname, {}, gpu_count=count)
         got: dict[str, Any] = {"classes": {}, "functions": {}, "constants": {}}
         _top_level(interp, module, got)
-        _definitions(interp, got)
+        _definitions(interp, got, asked)
         changed = {
             kind: {name: s for name, s in got[kind].items() if base[kind].get(name) != s}
             for kind in ("classes", "functions", "constants")
