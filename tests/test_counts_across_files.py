@@ -140,3 +140,21 @@ def test_a_module_constant_built_from_the_count_is_known_under_each_count(tmp_pa
     assert where(found) == [("main.py", 10, "MP001")] and found[0][3].startswith("With 2 GPUs (likewise with 4 or 8)")
     (tmp_path / "main.py").write_text(main.format(k=-1))
     assert lint(capsys, "--no-cache", ".") == []
+
+
+def test_imports_resolve_from_the_working_folder_below_another_project(tmp_path, monkeypatch, capsys):
+    # A repository of scripts without packages, inside a folder whose pyproject.toml is another
+    # project's: `from parallel.model import ChainNet` resolves from where mpcheck runs.
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'outer'\n")
+    repo = tmp_path / "repo"
+    for rel, text in {
+        "parallel/model.py": MODEL,
+        "training/utils.py": UTILS,
+        "training/scripts/main.py": MAIN.replace("from model import", "from parallel.model import").replace(
+            "from utils import", "from training.utils import"
+        ),
+    }.items():
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_text(text)
+    monkeypatch.chdir(repo)
+    assert where(lint(capsys, "--no-cache", "--isolated", ".")) == [("training/utils.py", 10, "MP008")]
