@@ -152,7 +152,8 @@ class Session:
         # them every step would cost O(parameters) per step, so only the first two are read, and
         # the first step (the one a user waits for) reads only the gradients: they are the ones a
         # training loop may drop before the session ends (`zero_grad()` after the step), while the
-        # parameters and optimizer states read at the second step and at the end are still there.
+        # parameters, optimizer states and the allocator's peak read at the second step and at the
+        # end are still there.
         if self._memory_steps < 2:
             self._memory_steps += 1
             self._snapshot_memory(grads_only=self._memory_steps == 1)
@@ -288,7 +289,9 @@ class Session:
                     mem = self._tensor_bytes(grads_only)
             else:
                 mem = self._tensor_bytes(grads_only)
-            peak = getattr(self.devices, "peak_allocated", None)
+            # The allocator's peak only grows: the second step's reading and the end's cover the first
+            # step's (on real GPUs one statistics call per device, left out of the step a user waits for).
+            peak = None if grads_only else getattr(self.devices, "peak_allocated", None)
             if peak is not None:
                 for dev in list(mem):
                     value = peak(dev)
