@@ -149,6 +149,9 @@ def measure(name, d, blocks, batch, seq, variants, rounds, steps, warmup):
             row.update(ratio=None, first_step_ms=None, first_step_ratio=None)
         else:
             row.update(_summary([t / p for t, p in zip(later[v], plain_ref)]))
+            # Another host's load only ever slows a block down: the fastest block of the variant against
+            # the fastest plain block is a second estimate, less moved by a few disturbed rounds.
+            row["ratio_fastest"] = min(later[v]) / min(later["plain"] + later["plain-again"])
             fr = _summary([t / p for t, p in zip(first[v], plain_ref)])
             row.update(
                 first_step_ms=statistics.median(first[v]) * 1e3,
@@ -174,12 +177,14 @@ FIRST_STEP_GOALS = {("launch", "debug"): 1.30}
 
 def print_table(rows):
     """The rows as a Markdown table, each with its goals (set on the row too, for --json), then each
-    model's noise. A goal is judged on the median ratio over rounds; the range says how far to trust it."""
+    model's noise. A goal is judged on the median ratio over rounds; the range says how far to trust it,
+    and "fastest blocks" (the variant's fastest block over the fastest plain block) gives a second
+    estimate that load from other processes moves less."""
     print(
         "| model | variant | later steps: median ms | ratio (median of rounds) | range over rounds | goal "
-        "| first step: ms | ratio | range | goal |"
+        "| fastest blocks | first step: ms | ratio | range | goal |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         kind = (r["model"].split("-")[0], r["variant"])
         goal, first_goal = GOALS.get(kind), FIRST_STEP_GOALS.get(kind)
@@ -187,12 +192,12 @@ def print_table(rows):
         r["meets_goal"] = None if goal is None else r["ratio"] <= goal
         r["first_step_meets_goal"] = None if first_goal is None else r["first_step_ratio"] <= first_goal
         if r["ratio"] is None:
-            print(f"| {r['model']} | {r['variant']} | {r['median_ms']:.2f} | | | | | | | |")
+            print(f"| {r['model']} | {r['variant']} | {r['median_ms']:.2f} | | | | | | | | |")
             continue
         print(
             f"| {r['model']} | {r['variant']} | {r['median_ms']:.2f} | x{r['ratio']:.3f} | "
             f"x{r['ratio_min']:.3f}-x{r['ratio_max']:.3f} | {_goal(goal, r['meets_goal'])} | "
-            f"{r['first_step_ms']:.2f} | x{r['first_step_ratio']:.3f} | "
+            f"x{r['ratio_fastest']:.3f} | {r['first_step_ms']:.2f} | x{r['first_step_ratio']:.3f} | "
             f"x{r['first_step_ratio_min']:.3f}-x{r['first_step_ratio_max']:.3f} | "
             f"{_goal(first_goal, r['first_step_meets_goal'])} |"
         )

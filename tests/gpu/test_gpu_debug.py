@@ -316,6 +316,36 @@ def test_reported_time_matches_a_hand_timed_copy():
     assert per_copy == pytest.approx(statistics.median(hand), rel=0.15)
 
 
+def test_transfer_timings_reuse_their_events_and_follow_the_current_stream(monkeypatch):
+    # real/devices.py's EventTimer: a timing's two events go back to their device's pool once read at
+    # a step end, so ten steps of one copy make two events; a copy on a side stream is timed there.
+    made = []
+    event = torch.cuda.Event
+
+    class Counted(event):
+        def __new__(cls, **kwargs):
+            made.append(kwargs)
+            return super().__new__(cls, **kwargs)
+
+    monkeypatch.setattr(torch.cuda, "Event", Counted)
+    src = torch.randn(1 << 20, device="cuda:0")
+    side = torch.cuda.Stream(0)
+    with mpcheck.debug(report=None) as dbg:
+        for _ in range(10):
+            src.to("cuda:1")
+            torch.cuda.synchronize(0)  # the GPU has passed both events: read at this step's end
+            dbg.step()
+        assert len(made) == 2
+        with torch.cuda.stream(side):
+            src.to("cuda:1")
+        side.synchronize()
+        dbg.step()
+        streams = dbg.session.devices._timer._streams
+        assert any(key[0] == side.stream_id and key[1] == 0 for key in streams)
+    agg = dbg.ledger.by_pair()[("cuda:0", "cuda:1", "forward")]
+    assert agg.count == agg.timed == 11 and agg.time_ms > 0
+
+
 def test_strict_mode_catches_a_backward_gradient_on_the_wrong_device():
     other = torch.ones(8, device="cuda:1")
 

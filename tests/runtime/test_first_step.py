@@ -160,3 +160,20 @@ def test_memory_table_takes_sparse_gradients():
         assert emb.weight.grad.is_sparse
         opt.step()
     assert dbg.ledger.memory["cpu"]["grads"] == 10 * 4 * 4
+
+
+def test_gradients_dropped_after_the_only_step_are_still_in_the_memory_table():
+    # The first step's snapshot reads the gradients (the second step's and the session end's read
+    # everything): a loop that clears them right after its step still shows them.
+    torch.manual_seed(0)
+    model = Tied()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    with mpcheck.debug(model, report=None) as dbg:
+        model(torch.randint(0, 10, (2, 5))).sum().backward()
+        opt.step()
+        grads = _bytes(p.grad for p in model.parameters())
+        opt.zero_grad(set_to_none=True)
+    mem = dbg.ledger.memory["cpu"]
+    assert mem["grads"] == grads > 0
+    assert mem["params"] == _bytes(model.parameters())
+    assert mem["optimizer_state"] == _bytes(v for s in opt.state.values() for v in s.values())

@@ -152,3 +152,39 @@ def test_a_module_call_wrapper_installed_before_the_session_still_runs_on_the_fa
         model(x)
         assert calls == ["Split", "Scale", "Scale"]
         assert model.far.seen[-1] == "model.far"
+
+
+class OwnCallImpl(Scale):
+    """A module class with its own _call_impl (as some libraries have): the fast path must call it."""
+
+    def _call_impl(self, *args, **kwargs):
+        self.seen.append("own _call_impl")
+        return super()._call_impl(*args, **kwargs)
+
+
+def test_hooks_added_after_a_signature_is_ready_still_run_on_the_fast_path():
+    # The fast path calls a hook-free module's forward itself, as Module._call_impl would; any hook,
+    # on the module or global, and a class's own _call_impl send the call through _call_impl again.
+    model, x = Split(), torch.ones(2, 4)
+    fired = []
+    with mpcheck.debug(model, report=None) as dbg:
+        _settle(model, dbg, x)
+        handle = model.near.register_forward_hook(lambda m, a, out: fired.append("near post"))
+        model(x)
+        handle.remove()
+        pre = model.far.register_forward_pre_hook(lambda m, a: fired.append("far pre"))
+        model(x)
+        pre.remove()
+        glob = torch.nn.modules.module.register_module_forward_hook(lambda m, a, out: fired.append(type(m).__name__))
+        try:
+            model(x)
+        finally:
+            glob.remove()
+        model(x)
+        assert fired == ["near post", "far pre", "Scale", "Scale", "Split"]
+        model.near = OwnCallImpl("cpu")
+        _settle(model, dbg, x)
+        model.near.seen.clear()
+        model(x)
+        assert model.near.seen == ["own _call_impl", "model.<OwnCallImpl>"]  # set after the session began
+    assert dbg.findings == []

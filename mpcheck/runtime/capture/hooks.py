@@ -234,8 +234,15 @@ def _patch_module_call(
     autocast: Any = getattr(torch._C, "_is_any_autocast_enabled", None)
     fast = cache is not None and checker.plain_devices and autocast is not None
     # PyTorch's own Module.__call__ (not a wrapper someone installed before the session): the fast
-    # path may call its _call_impl itself, as it would (~0.2 us a call less).
+    # path may call its _call_impl itself, as it would (~0.2 us a call less), and where the module
+    # has no hooks, its forward, as _call_impl would (one frame and one repacking of the arguments
+    # less on every module call of an unchecked step).
     direct = orig_call is getattr(nn.Module, "_wrapped_call_impl", None)
+    call_impl = nn.Module._call_impl
+    hook_dicts = _global_hook_dicts(call_impl) if direct else None
+    bare = hook_dicts is not None
+    gbp, gb, gf, gfp = hook_dicts if hook_dicts is not None else ({}, {}, {}, {})
+    tracing = torch._C._get_tracing_state
 
     def checked_call(module, *args, **kwargs):
         if tls.unchecked:
@@ -254,6 +261,22 @@ def _patch_module_call(
                     stack.append(rec[2])
                     try:
                         if direct and module._compiled_call_impl is None:
+                            if (
+                                bare  # _call_impl's own test for calling the forward at once, inlined
+                                and not (
+                                    module._backward_hooks
+                                    or module._backward_pre_hooks
+                                    or module._forward_hooks
+                                    or module._forward_pre_hooks
+                                    or gbp
+                                    or gb
+                                    or gf
+                                    or gfp
+                                    or tracing()
+                                )
+                                and type(module)._call_impl is call_impl
+                            ):
+                                return module.forward(*args, **kwargs)  # what _call_impl does, a frame less
                             return module._call_impl(*args, **kwargs)  # what orig_call does, a frame less
                         return orig_call(module, *args, **kwargs)
                     finally:
@@ -423,6 +446,25 @@ def _patch_module_call(
             stack.pop()
 
     return patch(nn.Module, "__call__", checked_call)
+
+
+def _global_hook_dicts(call_impl: Any) -> tuple[Any, Any, Any, Any] | None:
+    """The dicts of global module hooks that Module._call_impl reads before it calls the forward at
+    once (backward pre, backward, forward, forward pre), or None when `call_impl` is not PyTorch's own
+    function (someone replaced it): then the fast path calls it, never the forward itself. PyTorch
+    mutates these dicts in place (register_module_forward_hook and the like), so they are held once."""
+    from torch.nn.modules import module as m
+
+    if getattr(call_impl, "__module__", None) != m.__name__ or getattr(call_impl, "__qualname__", None) != (
+        "Module._call_impl"
+    ):
+        return None
+    return (
+        m._global_backward_pre_hooks,
+        m._global_backward_hooks,
+        m._global_forward_hooks,
+        m._global_forward_pre_hooks,
+    )
 
 
 def _patch_module_apply(checker: Checker) -> Undo:

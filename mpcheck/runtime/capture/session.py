@@ -149,10 +149,14 @@ class Session:
         if self.cache is not None:
             self.cache.step_end()
         # Parameters, gradients and optimizer states settle after the first steps; reading
-        # them every step would cost O(parameters) per step, so only the first two are read.
+        # them every step would cost O(parameters) per step, so only the first two are read, and
+        # the first step (the one a user waits for) reads only the gradients: they are the ones a
+        # training loop may drop before the session ends (`zero_grad()` after the step), while the
+        # parameters, optimizer states and the allocator's peak read at the second step and at the
+        # end are still there.
         if self._memory_steps < 2:
             self._memory_steps += 1
-            self._snapshot_memory()
+            self._snapshot_memory(grads_only=self._memory_steps == 1)
 
     def _on_optimizer_step(self, optimizer: Any) -> None:
         self._restore_mode()
@@ -275,17 +279,19 @@ class Session:
                 out.append(r)
         return out
 
-    def _snapshot_memory(self) -> None:
+    def _snapshot_memory(self, *, grads_only: bool = False) -> None:
         with self.checker.suspend():
             if self.checker.plain_devices and torch._C._len_torch_function_stack():
                 # Real devices: sizes and devices are the tensors' own, read with the function
                 # modes off (through the checking mode, each `.numel()`, `.grad`, `.device`
                 # costs a __torch_function__ call: ~3 per tensor, milliseconds in a first step).
                 with torch._C.DisableTorchFunction():
-                    mem = self._tensor_bytes()
+                    mem = self._tensor_bytes(grads_only)
             else:
-                mem = self._tensor_bytes()
-            peak = getattr(self.devices, "peak_allocated", None)
+                mem = self._tensor_bytes(grads_only)
+            # The allocator's peak only grows: the second step's reading and the end's cover the first
+            # step's (on real GPUs one statistics call per device, left out of the step a user waits for).
+            peak = None if grads_only else getattr(self.devices, "peak_allocated", None)
             if peak is not None:
                 for dev in list(mem):
                     value = peak(dev)
@@ -298,17 +304,18 @@ class Session:
                 for k, v in d.items():
                     merged[k] = max(merged.get(k, 0), v)
 
-    def _tensor_bytes(self) -> dict[str, dict[str, int]]:
-        """Bytes of parameters, gradients and optimizer states, per device and kind. The first steps
-        read every one of them, so the loops are tight: bytes are summed per `t.device` where the
-        devices are plain, and a device's name is read once per device, not once per tensor."""
+    def _tensor_bytes(self, grads_only: bool = False) -> dict[str, dict[str, int]]:
+        """Bytes of parameters, gradients and optimizer states (grads_only: gradients alone), per device
+        and kind. The first steps read every one of them, so the loops are tight: bytes are summed per
+        `t.device` where the devices are plain, and a device's name is read once per device, not once
+        per tensor."""
         params = _parameters_of(self._roots())
         grads = [g for g in (p.grad for p in params) if g is not None]
         tensor = torch.Tensor
         # Optimizer states by their name in the state (AdamW's `step` may sit on the CPU, `exp_avg` on
         # the parameter's GPU): each list then runs on one device as the parameters do.
         states: dict[Any, list[Any]] = {}
-        for opt in list(self._optimizers):
+        for opt in [] if grads_only else list(self._optimizers):
             for state in opt.state.values():
                 for name, v in state.items():
                     if isinstance(v, tensor):
@@ -320,7 +327,8 @@ class Session:
         dev_of = self.devices.device_of
         key_of = _own_device if self.checker.plain_devices else dev_of
         mem: dict[str, dict[str, int]] = {}
-        lists = [("params", params), ("grads", grads), *(("optimizer_state", ts) for ts in states.values())]
+        lists = [("params", [] if grads_only else params), ("grads", grads)]
+        lists.extend(("optimizer_state", ts) for ts in states.values())
         for kind, ts in lists:
             # Runs of tensors on one device (the usual order: a stage's parameters, then the next
             # stage's) are summed before a dict is touched: hashing a torch.device costs more than

@@ -14,30 +14,76 @@ from typing import Any
 import torch
 
 
-class CudaTiming:
-    __slots__ = ("device", "start", "end")
+class EventTimer:
+    """Where CudaTiming gets its streams and events (one per CudaDevices, so one per session): both cost more to make
+    than to reuse. `torch.cuda.current_stream(i)` builds a Stream object at each call (~3 us, twice per
+    timed copy, forward and backward); here the current stream is asked of PyTorch by its id (one C
+    call) and its Stream object is made once. A timing's events go back to a pool of their device
+    once read, so a step of copies creates (and later destroys) no CUDA event after the first steps."""
 
-    def __init__(self, device: torch.device) -> None:
-        self.device = device
-        stream = torch.cuda.current_stream(device)
-        self.start = torch.cuda.Event(enable_timing=True)
-        self.end = torch.cuda.Event(enable_timing=True)
-        self.start.record(stream)
+    _POOL_MAX = 64  # events kept per device: two per copy still awaiting its reading at a step end
+
+    def __init__(self) -> None:
+        self._streams: dict[Any, Any] = {}
+        self._pools: dict[int, list[Any]] = {}
+        self._current = getattr(torch._C, "_cuda_getCurrentStream", None)
+
+    def stream(self, index: int) -> Any:
+        """The current stream of device `index` on this thread (autograd's backward threads set their own)."""
+        if self._current is None:  # pragma: no cover - a PyTorch without the private call
+            return torch.cuda.current_stream(index)
+        key = self._current(index)  # (stream id, device index, device type)
+        stream = self._streams.get(key)
+        if stream is None:
+            stream = self._streams[key] = torch.cuda.current_stream(index)
+        return stream
+
+    def event(self, index: int) -> Any:
+        pool = self._pools.get(index)
+        if pool:
+            try:
+                return pool.pop()
+            except IndexError:  # emptied by another thread (backward) in between
+                pass
+        return torch.cuda.Event(enable_timing=True)
+
+    def give_back(self, index: int, *events: Any) -> None:
+        """Events whose readings were taken: recorded again by a later timing on the same device."""
+        pool = self._pools.setdefault(index, [])
+        if len(pool) < self._POOL_MAX:
+            pool.extend(events)
+
+
+class CudaTiming:
+    __slots__ = ("index", "start", "end", "timer", "ms")
+
+    def __init__(self, timer: EventTimer, index: int) -> None:
+        self.timer = timer
+        self.ms: float | None = None
+        self.index = index
+        self.start = timer.event(index)
+        self.end = timer.event(index)
+        self.start.record(timer.stream(index))
 
     def stop(self) -> None:
         # The current stream of the start event's device; record() without a stream
         # would use the current device's stream, which may be another GPU.
-        self.end.record(torch.cuda.current_stream(self.device))
+        self.end.record(self.timer.stream(self.index))
 
     def ready(self) -> bool:
         return self.end.query()
 
     def elapsed_ms(self) -> float | None:
+        if self.ms is not None:  # read before: its events went back to the pool
+            return self.ms
         try:
             self.end.synchronize()
-            return self.start.elapsed_time(self.end)
+            ms: float = self.start.elapsed_time(self.end)
         except RuntimeError:  # an event never recorded (the copy raised)
             return None
+        self.ms = ms
+        self.timer.give_back(self.index, self.start, self.end)  # read: both may be recorded again
+        return ms
 
 
 class CudaDevices:
@@ -50,6 +96,8 @@ class CudaDevices:
         self.time_transfers = time_transfers and torch.cuda.is_available()
         self._names: dict[torch.device, str] = {}
         self._gpu_count: int | None = None  # read once: CUDA_VISIBLE_DEVICES is fixed for the process
+        self._timer = EventTimer()
+        self._index: dict[str, int] = {}  # "cuda:1" -> 1, for the timings
 
     def device_of(self, t: Any) -> str:
         dev = t.device
@@ -81,9 +129,15 @@ class CudaDevices:
         if not self.time_transfers:
             return None
         on = src if src.startswith("cuda") else dst
-        if not on.startswith("cuda"):
-            return None
-        return CudaTiming(torch.device(on))
+        index = self._index.get(on)
+        if index is None:
+            if not on.startswith("cuda"):
+                return None
+            index = torch.device(on).index
+            if index is None:  # "cuda": the current device, which may change
+                return CudaTiming(self._timer, torch.cuda.current_device())
+            self._index[on] = index
+        return CudaTiming(self._timer, index)
 
     def peak_allocated(self, device: str) -> int | None:
         if device.startswith("cuda") and torch.cuda.is_available():
