@@ -291,6 +291,62 @@ def test_layers_fed_by_the_previous_result_across_two_gpus_are_still_a_ping_pong
     assert ("MP006", s.line("hop")) in codes_at(report)
 
 
+# The same design in inference, under torch.no_grad(): every block sends the tokens to its expert on
+# cuda:1 and adds what comes back to the tokens that stayed on cuda:0. No graph to ask: the tokens that
+# left are still alive when the result comes back (the residual needs them), so each out-and-back may be
+# a branch and is not counted (pingpong.py, Chain.stayed).
+NO_GRAD_STACK = """
+import torch
+import torch.nn as nn
+
+
+class Block(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.mix = nn.Linear(d, d).to("cuda:0")
+        self.expert = nn.Sequential(nn.Linear(d, 2 * d), nn.ReLU(), nn.Linear(2 * d, d)).to("cuda:1")
+
+    def forward(self, x):
+        x = x + self.mix(x)
+        return x + self.expert(x.to("cuda:1")).to("cuda:0")
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList(Block(8) for _ in range(5))
+
+    def forward(self, x):
+        for b in self.blocks:
+            x = b(x)
+        return x
+
+
+net = Net()
+with torch.no_grad():
+    for _ in range(2):
+        print(net(torch.randn(2, 8, device="cuda:0")).sum().item())
+"""
+
+
+@pytest.mark.parametrize("gpus", GPUS)
+def test_expert_blocks_summed_back_under_no_grad_are_not_a_ping_pong(script, dryrun_cli, gpus):
+    status, report, err = dryrun_cli(script(NO_GRAD_STACK), "--gpus", gpus)
+    assert status == 0, err
+    assert report["findings"] == []
+
+
+def test_blocks_fed_only_by_what_came_back_under_no_grad_are_still_a_ping_pong(script, dryrun_cli):
+    # Each block's output is the expert's result alone: what left cuda:0 was a temporary, gone when the
+    # result came back, and the next block goes on from that result.
+    line = 'return x + self.expert(x.to("cuda:1")).to("cuda:0")'
+    assert line in NO_GRAD_STACK
+    s = script(NO_GRAD_STACK.replace(line, 'return self.expert(self.mix(x).to("cuda:1")).to("cuda:0")  # <- hop'))
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 0, err
+    assert codes_at(report) == [("MP006", s.line("hop"))]
+
+
 # A LazyLinear on the last GPU, initialised by a first call: its UninitializedParameter has no storage
 # (nor size) until then, which the virtual devices and the report's module sizes must let be.
 LAZY = """

@@ -244,6 +244,10 @@ class _StorageRef:
         self.stride = t.stride()
         self.version = _version_of(t)
 
+    def alive(self) -> bool:
+        """Is the storage still in use (by this tensor, a view of it or the tensor it was viewed from)?"""
+        return self.ref() is not None
+
     def same_data(self, t: Any) -> bool:
         s = self.ref()
         return (

@@ -20,8 +20,11 @@ An excursion out and straight back (D -> E -> D) is dropped from its chain when 
 data that left D stayed there and meets what came back (experts on another GPU whose outputs are
 summed where the tokens are; the next layer's input mixes both). Asked of the graph at the next
 departure from D: does that data depend on what left (or on what it was taken from: x for x[rows]),
-by a path that does not go through what came back? Without a graph (no_grad), or when what left has no autograd node (an input that needs no
-gradient), the excursion counts: a stack of such layers may then still read as a ping-pong.
+by a path that does not go through what came back? When what left has no autograd node (an input that needs
+no gradient), the excursion counts. Without a graph (no_grad), the excursion is dropped when the data that
+left D was still alive when the result came back to D (Chain.stayed): it stayed to meet the result, as the
+tokens of an expert stack do; layers fed only by the previous result free what left before it comes back.
+A temporary sent out (`x[rows]`, gone at once) still counts: a limit.
 
 Holds no tensor: the last arrival of a chain is a weak _StorageRef, and its autograd node is kept by
 sequence number and type only.
@@ -53,6 +56,8 @@ class Chain:
         "sent",
         "last_node",
         "steps",
+        "last_sent",
+        "stayed",
     )
 
     def __init__(self, src: str, site: Any) -> None:
@@ -69,6 +74,10 @@ class Chain:
         # For the last two crossings, the node keys of the data that left and of what it was taken
         # from on its device (`x[rows]`: x's node), for drop_branch.
         self.steps: list[frozenset[tuple[int, str]]] = []
+        self.last_sent: Any = None  # _StorageRef of the data the latest crossing took away
+        # Without a graph: was the data that left a device still alive when the chain came straight
+        # back to it (an excursion out and back)? It stayed where the result lands and may meet it.
+        self.stayed = False
 
     def add(
         self,
@@ -82,6 +91,9 @@ class Chain:
     ) -> None:
         if departure is not None and len(self.sent) < _MAX_DEVS:
             self.sent.append(departure)
+        back = len(self.devs) >= 2 and self.devs[-2] == dst
+        self.stayed = back and self.last_sent is not None and self.last_sent.alive()
+        self.last_sent = departure
         if self.back_site is None and dst in self.devs:
             self.back_site, self.back_at = site, self.crossings + 1
         self.steps = [*self.steps[-1:], sent_keys]
@@ -101,9 +113,12 @@ class Chain:
         if len(self.devs) >= _MAX_DEVS:
             return  # the devices past the cap are not remembered: leave the count alone
         left = self.steps[0]
-        if departure_node is None or departure_node is LEAF or not left or self.last_node is None:
-            return  # no graph to ask: the excursion counts
-        if not _reaches(departure_node, left, avoid=self.last_node):
+        if departure_node is None:  # grad disabled: no graph to ask
+            if not self.stayed:
+                return  # what left was gone when the result came back: the chain went on, the excursion counts
+        elif departure_node is LEAF or not left or self.last_node is None:
+            return  # what left had no node to look for: the excursion counts
+        elif not _reaches(departure_node, left, avoid=self.last_node):
             return
         del self.devs[-2:]
         self.crossings -= 2
