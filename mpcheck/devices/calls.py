@@ -523,7 +523,11 @@ class Calls(Part):
                 return ParamsOf(recv, _PARAMETER_VIEWS[meth])
         if isinstance(recv, SeqV) and recv.module and recv.items and meth in _PARAMETER_VIEWS:
             # nn.Sequential(a.to("cuda:0"), b.to("cuda:1")): its parameters are its items'.
-            return ParamsOf(_container_module(recv), _PARAMETER_VIEWS[meth])
+            return ParamsOf(_container_module(recv.items), _PARAMETER_VIEWS[meth])
+        if isinstance(recv, DictV) and recv.module and recv.items and meth in _PARAMETER_VIEWS:
+            # nn.ModuleDict({"enc": a.to("cuda:0"), "dec": b.to("cuda:1")}): its values', by key.
+            names = [f"[{k!r}]" for k in recv.items]
+            return ParamsOf(_container_module(tuple(recv.items.values()), names), _PARAMETER_VIEWS[meth])
         if isinstance(recv, ParamsOf) and recv.shape == "mapping" and meth in ("items", "values"):
             return ParamsOf(recv.mod, "named" if meth == "items" else "params")
         if isinstance(recv, Obj):
@@ -657,12 +661,13 @@ def _nth(exprs: ArgExprs, i: int) -> cst.BaseExpression | None:
     return exprs[i] if exprs is not None and i < len(exprs) else None
 
 
-def _container_module(seq: SeqV) -> Obj:
-    """An nn.Sequential / ModuleList of known items as one module whose attributes are its items (`0`,
-    `1`, ...), split over their devices when they sit on several: what ParamsOf needs to walk it."""
-    items = seq.items or ()
-    attrs: dict[str, Val] = {f"[{i}]": item for i, item in enumerate(items)}
-    placed = [(f"[{i}]", single(item.devs)) for i, item in enumerate(items) if isinstance(item, Obj)]
+def _container_module(items: tuple[Val, ...], names: list[str] | None = None) -> Obj:
+    """An nn.Sequential / ModuleList / ModuleDict of known items as one module whose attributes are its
+    items (`[0]`, `[1]`, ... or `['enc']`), split over their devices when they sit on several: what
+    ParamsOf needs to walk it."""
+    keys = names if names is not None else [f"[{i}]" for i in range(len(items))]
+    attrs: dict[str, Val] = dict(zip(keys, items))
+    placed = [(key, single(item.devs)) for key, item in zip(keys, items) if isinstance(item, Obj)]
     known = [(attr, dev) for attr, dev in placed if dev is not None]
     devs = {dev for _, dev in known}
     split = tuple(known) if len(devs) >= 2 else None

@@ -163,14 +163,16 @@ class Instances(Part):
         split = bool(placed) and is_split_devs(devs)
         # A class that places parts on a given GPU by hand is not moved as a whole later:
         # what it leaves unplaced stays on the CPU. Any other class may be moved whole
-        # (model.cuda()), so its CPU tensors and unplaced modules are of unknown device.
+        # (model.cuda()), so its CPU parameters, buffers and unplaced modules are of unknown
+        # device; a plain tensor attribute (`self.table = torch.zeros(...)`, kind "tensor") is
+        # not: Module.to() and .cuda() move parameters and buffers only.
         hand_placed = split or any(d.startswith("cuda:") and d != "cuda:0" for d in devs)
         for attr, v in list(obj.attrs.items()):
             if not isinstance(v, Obj):
                 continue
             if hand_placed and v.kind == "module" and v.devs is None and v.origin == UNPLACED:
                 obj.attrs[attr] = v.with_(devs=one("cpu"), origin="never placed, so on the CPU")
-            elif not hand_placed and v.devs == one("cpu") and v.kind in ("module", "param", "buffer", "tensor", "any"):
+            elif not hand_placed and v.devs == one("cpu") and v.kind in ("module", "param", "buffer", "any"):
                 obj.attrs[attr] = v.with_(devs=None)
         self._note_placed_twice(obj)
         if split:

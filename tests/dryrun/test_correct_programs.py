@@ -291,6 +291,80 @@ def test_layers_fed_by_the_previous_result_across_two_gpus_are_still_a_ping_pong
     assert ("MP006", s.line("hop")) in codes_at(report)
 
 
+# The same design in inference, under torch.no_grad(): every block sends the tokens to its expert on
+# cuda:1 and adds what comes back to the tokens that stayed on cuda:0. No graph to ask: the tokens that
+# left are still alive when the result comes back (the residual needs them), or the block still holds them,
+# so each out-and-back may be a branch and is not counted (pingpong.py, Chain.stayed).
+NO_GRAD_STACK = """
+import torch
+import torch.nn as nn
+
+
+class Block(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.mix = nn.Linear(d, d).to("cuda:0")
+        self.expert = nn.Sequential(nn.Linear(d, 2 * d), nn.ReLU(), nn.Linear(2 * d, d)).to("cuda:1")
+
+    def forward(self, x):
+        x = x + self.mix(x)
+        return x + self.expert(x.to("cuda:1")).to("cuda:0")
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList(Block(8) for _ in range(5))
+
+    def forward(self, x):
+        for b in self.blocks:
+            x = b(x)
+        return x
+
+
+net = Net()
+with torch.no_grad():
+    for _ in range(2):
+        print(net(torch.randn(2, 8, device="cuda:0")).sum().item())
+"""
+
+
+# Each expert given only its routed rows: `x[rows]` is a copy, gone before the result comes back, but the
+# block still holds the tokens on cuda:0 (x, y) to write the result into.
+NO_GRAD_ROUTED = (
+    "top = (x.sum(-1) > 0)\n        y = torch.zeros_like(x)\n"
+    '        y[top] = self.expert(x[top].to("cuda:1")).to("cuda:0")\n        return x + y'
+)
+
+
+@pytest.mark.parametrize("gpus", GPUS)
+@pytest.mark.parametrize("routing", ["all tokens", "routed rows"])
+def test_expert_blocks_summed_back_under_no_grad_are_not_a_ping_pong(script, dryrun_cli, gpus, routing):
+    program = NO_GRAD_STACK
+    if routing == "routed rows":
+        line = 'return x + self.expert(x.to("cuda:1")).to("cuda:0")'
+        assert line in program
+        program = program.replace(line, NO_GRAD_ROUTED)
+    status, report, err = dryrun_cli(script(program), "--gpus", gpus)
+    assert status == 0, err
+    assert report["findings"] == []
+
+
+def test_blocks_fed_only_by_what_came_back_under_no_grad_are_still_a_ping_pong(script, dryrun_cli):
+    # Each block's output is the expert's result alone, left on cuda:1; the next block brings it back to
+    # cuda:0, where nothing stayed: what left is gone, and the block holds nothing else there.
+    first, line = "x = x + self.mix(x)", 'return x + self.expert(x.to("cuda:1")).to("cuda:0")'
+    assert first in NO_GRAD_STACK and line in NO_GRAD_STACK
+    s = script(
+        NO_GRAD_STACK.replace(first, 'x = self.mix(x.to("cuda:0"))  # <- back').replace(
+            line, 'return self.expert(x.to("cuda:1"))'
+        )
+    )
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 0, err
+    assert codes_at(report) == [("MP006", s.line("back"))]
+
+
 # A LazyLinear on the last GPU, initialised by a first call: its UninitializedParameter has no storage
 # (nor size) until then, which the virtual devices and the report's module sizes must let be.
 LAZY = """

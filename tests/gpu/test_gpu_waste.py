@@ -162,3 +162,36 @@ def test_round_robin_placement_gets_the_blocked_grouping():
     dbg = _net(lambda i: f"cuda:{i % 2}", shared=False)
     assert _found(dbg) == [("MP006", line_of(Net.forward, "# layer"))]
     assert "(model.blocks 0-3 on cuda:0, 4-7 on cuda:1)" in dbg.findings[0].suggestion
+
+
+# MP006 under torch.no_grad(): expert blocks summed back where the tokens stay, against blocks fed only by
+# the previous result (no autograd graph to ask: pingpong.py's Chain.stayed) ------------------------------
+class _ExpertBlock(nn.Module):
+    def __init__(self, residual: bool):
+        super().__init__()
+        self.residual = residual
+        self.mix = nn.Linear(64, 64).to("cuda:0")
+        self.expert = nn.Linear(64, 64).to("cuda:1")
+
+    def forward(self, x):
+        if self.residual:
+            x = x + self.mix(x)
+            top = x.sum(-1) > 0
+            y = torch.zeros_like(x)
+            y[top] = self.expert(x[top].to("cuda:1")).to("cuda:0")
+            return x + y
+        x = self.mix(x.to("cuda:0"))  # back
+        return self.expert(x.to("cuda:1"))
+
+
+def _expert_stack(residual: bool):
+    blocks = nn.Sequential(*[_ExpertBlock(residual) for _ in range(5)])
+    with mpcheck.debug(report=None) as dbg, torch.no_grad():
+        for _ in range(2):
+            blocks(torch.randn(32, 64, device="cuda:0"))
+    return dbg
+
+
+def test_expert_blocks_under_no_grad_are_not_a_ping_pong_but_a_chain_of_results_is():
+    assert _expert_stack(True).findings == []
+    assert _found(_expert_stack(False)) == [("MP006", line_of(_ExpertBlock.forward, "# back"))]

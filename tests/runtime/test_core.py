@@ -320,6 +320,37 @@ def test_one_crossing_per_stage_boundary_is_not_ping_pong(labels, devs):
     assert ck.findings == []
 
 
+def _expert_layers(ck, labels, residual):
+    """Four layers under no_grad: the tokens leave cuda:0 for an expert on cuda:1 and the result comes back;
+    with `residual` the tokens that left are kept and summed with it, else the result alone goes on."""
+
+    def gone(t):  # the labels hold storages: let a temporary go as the program would
+        labels.labels.pop(id(t.untyped_storage()))
+
+    tokens = [labels.label(torch.randn(4), "cuda:0")]  # the one reference to the current tokens
+    for _ in range(4):
+        x = tokens.pop()
+        y = labels.label(x.clone(), "cuda:1")
+        ck.on_transfer(x, y, "cuda:0", "cuda:1", site=S1, module_path="model")
+        kept = x if residual else gone(x)
+        del x
+        r = labels.label(y * 2, "cuda:1")
+        back = labels.label(r.clone(), "cuda:0")
+        ck.on_transfer(r, back, "cuda:1", "cuda:0", site=S2, module_path="model")
+        gone(r)
+        tokens.append(labels.label(back + kept if kept is not None else back * 2, "cuda:0"))
+        del kept, back, r, y
+
+
+@pytest.mark.parametrize("residual", [True, False])
+def test_without_a_graph_an_out_and_back_counts_only_when_what_left_is_gone(labels, residual):
+    ck = Checker(labels, on_mismatch="raise", select=["MP006"])
+    with torch.no_grad():
+        _expert_layers(ck, labels, residual)
+    ck.finish()
+    assert [f.code for f in ck.findings] == ([] if residual else ["MP006"])
+
+
 def test_hops_without_work_in_between_are_round_trips_not_ping_pong(labels):
     ck = Checker(labels, on_mismatch="raise")
     _hops(ck, labels, ["cuda:0", "cuda:1", "cuda:0", "cuda:1", "cuda:0"], [S1, S2, S1, S2], work=False)

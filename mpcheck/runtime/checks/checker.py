@@ -14,6 +14,7 @@ bounded by the number of distinct source lines or cleared at each step end.
 
 from __future__ import annotations
 
+import inspect
 import os
 import threading
 import warnings
@@ -244,6 +245,10 @@ class _StorageRef:
         self.stride = t.stride()
         self.version = _version_of(t)
 
+    def alive(self) -> bool:
+        """Is the storage still in use (by this tensor, a view of it or the tensor it was viewed from)?"""
+        return self.ref() is not None
+
     def same_data(self, t: Any) -> bool:
         s = self.ref()
         return (
@@ -284,6 +289,7 @@ class Checker:
         import torch  # the runtime faces are the only place torch is imported
 
         self._tensor = torch.Tensor
+        self._parameter = torch.nn.Parameter
         self._grad_enabled = torch.is_grad_enabled
         self._int64 = torch.int64
         self._module_type = torch.nn.Module
@@ -1263,10 +1269,51 @@ class Checker:
                     if sent is None and self._grad_enabled():
                         sent = LEAF
                     nodes = (sent, out_tensor.grad_fn if out_tensor is not None else None)
+                held = self._holder(out_tensor) if sent is None else None  # no graph: what stayed, by other means
                 for chain in self._pingpong.on_transfer(
-                    src_tensor, src_dev, dst_dev, scope, key, site or UNKNOWN, module_path, arrival, departure, nodes
+                    src_tensor,
+                    src_dev,
+                    dst_dev,
+                    scope,
+                    key,
+                    site or UNKNOWN,
+                    module_path,
+                    arrival,
+                    departure,
+                    nodes,
+                    held,
                 ):
                     self._report_ping_pong(chain)
+
+    def _holder(self, arrived: Any) -> Callable[[str], bool]:
+        """held() for PingPong.on_transfer: does the user's code making the current transfer hold a tensor
+        on a device in its local variables, other than the copy arriving (MP006 without a graph: the tokens
+        that stayed on that device while an expert ran elsewhere)?"""
+        return lambda dev: self._holds_on_device(dev, arrived)
+
+    def _holds_on_device(self, dev: str, arrived: Any) -> bool:
+        frame = user_frame(3)
+        if frame is None:
+            return False
+        try:
+            local = frame.f_locals
+            values = list(local.values())
+        except Exception:  # a frame whose locals cannot be read: nothing known to stay
+            return False
+        if isinstance(local, dict) and frame.f_code.co_flags & inspect.CO_OPTIMIZED:
+            # Python < 3.13 caches this snapshot on a function's frame, holding its tensors until the
+            # frame ends: drop it (locals() and tracers rebuild it first), so memory and the liveness
+            # Chain.stayed asks of later transfers stay the program's. (Module and class bodies: the
+            # namespace itself, left alone; 3.13's f_locals is a view, not a dict.)
+            local.clear()
+        for v in values:
+            if isinstance(v, self._tensor) and not isinstance(v, self._parameter) and v is not arrived:
+                try:
+                    if self.devices.device_of(v) == dev:
+                        return True
+                except Exception:  # a tensor without a device the checks know
+                    continue
+        return False
 
     def end_top_pass(self) -> None:
         """A loss ran, or a backward: the forward pass of code outside any module (a training loop's

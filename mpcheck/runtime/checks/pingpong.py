@@ -20,8 +20,12 @@ An excursion out and straight back (D -> E -> D) is dropped from its chain when 
 data that left D stayed there and meets what came back (experts on another GPU whose outputs are
 summed where the tokens are; the next layer's input mixes both). Asked of the graph at the next
 departure from D: does that data depend on what left (or on what it was taken from: x for x[rows]),
-by a path that does not go through what came back? Without a graph (no_grad), or when what left has no autograd node (an input that needs no
-gradient), the excursion counts: a stack of such layers may then still read as a ping-pong.
+by a path that does not go through what came back? When what left has no autograd node (an input that needs
+no gradient), the excursion counts. Without a graph (no_grad), the excursion is dropped when something on D
+stayed to meet the result (Chain.stayed): the data that left D was still alive when the result came back,
+or the code that brings it back still holds a tensor on D in its local variables (the tokens of an expert
+stack, `y[rows] = expert(h[rows].to(e)).to(h.device)`). Layers fed only by the previous result
+(`x = layer(x.to(dev))`) hold nothing else on D: what left is gone before the result comes back.
 
 Holds no tensor: the last arrival of a chain is a weak _StorageRef, and its autograd node is kept by
 sequence number and type only.
@@ -53,6 +57,8 @@ class Chain:
         "sent",
         "last_node",
         "steps",
+        "last_sent",
+        "stayed",
     )
 
     def __init__(self, src: str, site: Any) -> None:
@@ -69,6 +75,10 @@ class Chain:
         # For the last two crossings, the node keys of the data that left and of what it was taken
         # from on its device (`x[rows]`: x's node), for drop_branch.
         self.steps: list[frozenset[tuple[int, str]]] = []
+        self.last_sent: Any = None  # _StorageRef of the data the latest crossing took away
+        # Without a graph: when the chain came straight back to a device (an excursion out and back), did
+        # data stay there to meet the result (what left, still alive, or a tensor the code still holds)?
+        self.stayed = False
 
     def add(
         self,
@@ -79,9 +89,15 @@ class Chain:
         departure: Any = None,
         last_node: tuple[int, str] | None = None,
         sent_keys: frozenset[tuple[int, str]] = frozenset(),
+        held: Callable[[str], bool] | None = None,
     ) -> None:
         if departure is not None and len(self.sent) < _MAX_DEVS:
             self.sent.append(departure)
+        back = len(self.devs) >= 2 and self.devs[-2] == dst
+        self.stayed = back and (
+            (self.last_sent is not None and self.last_sent.alive()) or (held is not None and held(dst))
+        )
+        self.last_sent = departure
         if self.back_site is None and dst in self.devs:
             self.back_site, self.back_at = site, self.crossings + 1
         self.steps = [*self.steps[-1:], sent_keys]
@@ -101,9 +117,12 @@ class Chain:
         if len(self.devs) >= _MAX_DEVS:
             return  # the devices past the cap are not remembered: leave the count alone
         left = self.steps[0]
-        if departure_node is None or departure_node is LEAF or not left or self.last_node is None:
-            return  # no graph to ask: the excursion counts
-        if not _reaches(departure_node, left, avoid=self.last_node):
+        if departure_node is None:  # grad disabled: no graph to ask
+            if not self.stayed:
+                return  # what left was gone when the result came back: the chain went on, the excursion counts
+        elif departure_node is LEAF or not left or self.last_node is None:
+            return  # what left had no node to look for: the excursion counts
+        elif not _reaches(departure_node, left, avoid=self.last_node):
             return
         del self.devs[-2:]
         self.crossings -= 2
@@ -140,9 +159,12 @@ class PingPong:
         arrival: Any,
         departure: Any = None,
         nodes: tuple[Any, Any] = (None, None),
+        held: Callable[[str], bool] | None = None,
     ) -> list[Chain]:
         """Follow one forward transfer; returns the ping-pong chains of a pass that just ended.
-        nodes: the autograd nodes (grad_fn) of the data sent and of its copy that arrived, or None."""
+        nodes: the autograd nodes (grad_fn) of the data sent and of its copy that arrived, or None.
+        held: without a graph, does the code making this transfer still hold other data on a device
+        (asked only when the chain comes straight back to it: Chain.stayed)."""
         if src in _NOT_GPU or dst in _NOT_GPU:
             return []
         done: list[Chain] = []
@@ -174,7 +196,7 @@ class PingPong:
             if len(chains) >= _MAX_CHAINS:
                 done.extend(c for c in chains[:1] if c.is_ping_pong())
                 del chains[:1]
-        chain.add(dst, site, module, arrival, departure, _node_key(nodes[1]), sent_keys(nodes[0]))
+        chain.add(dst, site, module, arrival, departure, _node_key(nodes[1]), sent_keys(nodes[0]), held)
         chains.append(chain)  # most recently extended last
         return done
 
