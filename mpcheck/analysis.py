@@ -138,14 +138,15 @@ def import_targets(source: str, modname: str) -> list[tuple[str, str]]:
     return list(found)
 
 
-def summarize(path: str, source: str, modname: str) -> dict[str, Any] | None:
+def summarize(path: str, source: str, modname: str, parsed: cst.Module | None = None) -> dict[str, Any] | None:
     """A JSON-able summary of what other files may import from this one
     (classes and their placement, helper functions and what they return).
     None when the file does not parse. An exception of the device model
-    propagates: it is a bug in mpcheck, which the pipeline reports (exit 2)."""
+    propagates: it is a bug in mpcheck, which the pipeline reports (exit 2).
+    `parsed`: the libcst tree to summarise, made already (`source` is not parsed then)."""
     from mpcheck.devices.summary import summarize_module
 
-    module = parse_or_none(source)
+    module = parsed if parsed is not None else parse_or_none(source)
     if module is None:
         return None
     return summarize_module(module, modname)
@@ -177,8 +178,6 @@ def analyze(
     file holds.
 
     `parsed`: the libcst tree of `source` when the caller parsed it already."""
-    import libcst as cst
-
     from mpcheck.rules import all_rules
     from mpcheck.rules.context import FileContext
 

@@ -27,7 +27,7 @@ FAKE_RULES = [
 CALLS = {"analyze": [], "summarize": []}
 
 
-def fake_summarize(path, source, modname):
+def fake_summarize(path, source, modname, parsed=None):
     CALLS["summarize"].append(modname)
     return {"split": re.findall(r"^class (\w+)\(.*\):  # split", source, re.M)}
 
