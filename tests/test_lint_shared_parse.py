@@ -138,12 +138,29 @@ def test_an_import_cycle_of_linted_files_keeps_both_findings(cycle, capsys, monk
 
 
 def test_a_linted_file_that_is_imported_is_parsed_once(tmp_path, monkeypatch, capsys, cycle):
-    # c.py imports nothing from a or b that names a class: b.py is summarised for a.py only. No
-    # cycle left when a.py is linted with b.py alone importing from it... so lint a, b and a user
-    # of b: b's summary and b's lint come from one parse when b needs no summary first.
+    # b.py no longer imports a.py: no cycle. a.py's finding needs b.py's summary, and b.py is linted
+    # too: one parse of b.py gives both (its cut text is never parsed).
     (tmp_path / "b.py").write_text(SPLIT_B.replace("from a import NetA", "").replace("NetA()", "nn.Linear(2, 2)"))
     cli.main(["--jobs", "1", "--no-cache", "--select", "MP002", "--output-format", "json", "a.py", "b.py"])
     found = sorted((d["path"], d["line"], d["code"]) for d in json.loads(capsys.readouterr().out))
     assert found == [("a.py", 12, "MP002")]
     b_text = (tmp_path / "b.py").read_text()
     assert cycle.count(b_text) == 1 and not any(t != b_text and "class NetB" in t for t in cycle)
+
+
+def test_without_processes_the_schedule_runs_in_this_process(cycle, capsys, monkeypatch):
+    import concurrent.futures
+
+    class NoProcesses(concurrent.futures.ThreadPoolExecutor):
+        def __init__(self, max_workers=None, mp_context=None):
+            super().__init__(max_workers)
+
+        def submit(self, *a, **k):
+            raise OSError("no processes here")
+
+    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", NoProcesses)
+    monkeypatch.setattr(pipeline, "PARALLEL_MIN_CHARS", 0)
+    monkeypatch.setattr(pipeline, "PARALLEL_MIN_FILES", 1)
+    cli.main(["--jobs", "2", "--no-cache", "--select", "MP002", "--output-format", "json", "a.py", "b.py"])
+    found = sorted((d["path"], d["line"], d["code"]) for d in json.loads(capsys.readouterr().out))
+    assert found == [("a.py", 12, "MP002"), ("b.py", 12, "MP002")]

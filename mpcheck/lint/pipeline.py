@@ -6,7 +6,9 @@
           --imports()--> the project modules the remaining files use (transitively)
           --summarize()--> their summaries (cached by content), each made from the statements
                            that the names looked up in it need (lint/slices.py)
-          --analyze()--> findings, in worker processes when there is enough work
+          --analyze()--> findings, in worker processes when there is enough work; a linted file
+                         that others import is summarised from the tree its lint parsed, in the
+                         same task, once the summaries it uses are made (lint/schedule.py)
           --callers--> a file whose functions other files of the run call with known devices
                        is analysed again with those calls' arguments (lint/callers.py)
           --noqa--> what the user sees, sorted by path, line, column

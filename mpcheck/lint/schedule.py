@@ -105,11 +105,7 @@ def run(
     jobs > 1 (`prepare` runs in this process when the step starts: it sees every summary made
     by then); `done(result)` takes each result in this process and names the summaries it made."""
     if jobs > 1:
-        try:
-            _in_pool(schedule, prepare, func, done, jobs)
-            return
-        except (OSError, ImportError):
-            pass  # no processes here (a sandbox, a frozen app): the rest in this one
+        _in_pool(schedule, prepare, func, done, jobs)  # does nothing where there can be no processes
     for step in _steps(schedule):
         for path in done(func(prepare(step))):
             schedule.made(path)
@@ -137,6 +133,10 @@ def _in_pool(
     ctx = multiprocessing.get_context(method)
     running: set[Future[Any]] = set()
     with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+        try:
+            pool.submit(int).result()  # processes can start (not in a sandbox or a frozen app)
+        except (OSError, ImportError, RuntimeError):
+            return  # no step is started: run() does them all in this process
         while schedule or running:
             # One task per worker: what runs next is chosen when a worker is free, knowing more.
             while len(running) < jobs:
