@@ -16,7 +16,7 @@ import pytest
 from lint_fakes import make_project, write
 
 from mpcheck import cli
-from mpcheck.lint import pipeline
+from mpcheck.lint import pipeline, schedule
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -289,6 +289,9 @@ def test_parallel_output_identical_to_serial(project, capsys, monkeypatch):
     used = []
     real_pool = pipeline._pool_map
     monkeypatch.setattr(pipeline, "_pool_map", lambda *a: used.append(1) or real_pool(*a))
+    # pkg/model.py is linted and imported: its summary and its lint share a parse (lint/schedule.py).
+    real_scheduled = schedule._in_pool
+    monkeypatch.setattr(schedule, "_in_pool", lambda *a: used.append(1) or real_scheduled(*a))
     monkeypatch.setattr(pipeline, "PARALLEL_MIN_CHARS", 0)
     _, serial, _ = run_cli(capsys, "--no-cache", "--jobs", "1", "--output-format", "json")
     assert not used

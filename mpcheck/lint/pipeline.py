@@ -6,7 +6,9 @@
           --imports()--> the project modules the remaining files use (transitively)
           --summarize()--> their summaries (cached by content), each made from the statements
                            that the names looked up in it need (lint/slices.py)
-          --analyze()--> findings, in worker processes when there is enough work
+          --analyze()--> findings, in worker processes when there is enough work; a linted file
+                         that others import is summarised from the tree its lint parsed, in the
+                         same task, once the summaries it uses are made (lint/schedule.py)
           --callers--> a file whose functions other files of the run call with known devices
                        is analysed again with those calls' arguments (lint/callers.py)
           --noqa--> what the user sees, sorted by path, line, column
@@ -27,7 +29,7 @@ from typing import Any
 
 from mpcheck.config import Settings
 from mpcheck.finding import Finding
-from mpcheck.lint import callers, modules, noqa, slices
+from mpcheck.lint import callers, modules, noqa, schedule, slices
 from mpcheck.lint.cache import ResultCache, content_hash, entry_key
 from mpcheck.lint.files import SourceFile
 from mpcheck.lint.prefilter import PreFilter
@@ -114,15 +116,31 @@ def _analyze_task(task: tuple[Any, ...], parsed: Any = None) -> tuple[Any, ...]:
         return path, [], [], [], _describe(f"internal error while checking {path}: {_name(exc)}", exc)
 
 
-def _summarize_task(task: tuple[Any, ...]) -> tuple[Any, ...]:
+def _summarize_task(task: tuple[Any, ...], whole: Any = None) -> tuple[Any, ...]:
+    """`whole`: the libcst tree of the module's whole text, when it was parsed already."""
     abspath, text, modname, names, gpus = task
     from mpcheck import analysis
 
     try:
+        cut = slices.summary_tree(whole, text, names) if whole is not None else None
+        if cut is not None:
+            return abspath, analysis.summarize(abspath, text, modname, gpus, parsed=cut), None
         return abspath, analysis.summarize(abspath, slices.summary_source(text, names), modname, gpus), None
     except Exception as exc:
         where = os.path.relpath(abspath)
         return abspath, None, _describe(f"internal error while summarising {where}: {_name(exc)}", exc)
+
+
+def _summarize_and_analyze_task(work: tuple[Any, ...]) -> tuple[Any, ...]:
+    """(summary task or None, analysis task or None) -> (_summarize_task's result or None,
+    _analyze_task's or None): a file linted and also imported is parsed once for both."""
+    summary, lint = work
+    if lint is None:
+        return _summarize_task(summary), None
+    from mpcheck import analysis
+
+    tree = analysis.parse_or_none(lint[1])  # a file that does not parse: each task fails its own way
+    return (_summarize_task(summary, tree) if summary is not None else None), _analyze_task(lint, tree)
 
 
 def _name(exc: BaseException) -> str:
@@ -509,31 +527,73 @@ def _analyze_misses(
             todo.append((path, project.text(path), modname, sorted(names), project.gpus))
     crashed: set[str] = set()  # modules whose summary raised: their users' results are incomplete
     covers = {t[0]: t[3] for t in todo}
-    # One file to check (an editor's run, torch's _inductor/ir.py alone): its libcst parse, most of
-    # its cost, needs no summary, so it runs in this process while workers summarise its imports.
-    parsed: dict[str, Any] = {}
-    only = misses[0] if len(misses) == 1 else None
-    beside = (lambda: parsed.update({only.src.path: analysis.parse_or_none(only.text)})) if only else None
-    for path, summary, error in _run_tasks(_summarize_task, todo, [len(t[1]) for t in todo], jobs, beside):
+
+    def summary_made(path: str, summary: Any, error: str | None) -> None:
         if error is not None:
             out.errors.append(error)
             crashed.add(path)
-            continue
+            return
         summaries[path] = summary
         if cache is not None:
             cache.put_summary(keys[path], summary, covers[path])
 
-    tasks = []
-    for f in misses:
+    def task(f: _File) -> tuple[Any, ...]:
         used = uses[id(f)]
         proj = {name: summaries[p] for name, p in used.items() if summaries.get(p) is not None}
-        tasks.append((f.src.path, f.text, f.codes, f.modname, proj, project.gpus, f.callers))
+        return (f.src.path, f.text, f.codes, f.modname, proj, project.gpus, f.callers)
+
     by_path = {f.src.path: f for f in misses}
     calls: dict[str, list[dict[str, Any]]] = {}
-    if parsed:
-        results = [_analyze_task(tasks[0], parsed[tasks[0][0]])]
+    shared = {f.src.abspath for f in misses} & set(covers)
+    results: list[tuple[Any, ...]] = []
+    if shared and len(misses) > 1:
+        # Linted files that others import: one parse for both (lint/schedule.py).
+        specs = {t[0]: t for t in todo}
+        lints = [
+            schedule.Lint(
+                f,
+                {p for p in uses[id(f)].values() if p in specs},
+                f.src.abspath if f.src.abspath in shared else None,
+                len(f.text),
+            )
+            for f in misses
+        ]
+        plan = schedule.Schedule([p for p in sorted(specs) if p not in shared], lints)
+
+        def prepare(step: schedule.Step) -> tuple[Any, ...]:
+            if step.summary is not None:
+                return (specs[step.summary], None)
+            assert step.lint is not None
+            gives = step.lint.gives
+            return (specs[gives] if gives else None, task(step.lint.key))
+
+        def done(result: tuple[Any, ...]) -> list[str]:
+            made, analysed = result
+            if analysed is not None:
+                results.append(analysed)
+            if made is None:
+                return []
+            summary_made(*made)
+            return [made[0]]
+
+        big = (
+            len(misses) + len(specs) >= PARALLEL_MIN_FILES
+            and sum(len(t[1]) for t in specs.values()) + sum(len(f.text) for f in misses) >= PARALLEL_MIN_CHARS
+        )
+        schedule.run(plan, prepare, _summarize_and_analyze_task, done, jobs if big else 1)
     else:
-        results = _run_tasks(_analyze_task, tasks, [len(t[1]) for t in tasks], jobs)
+        # One file to check (an editor's run, torch's _inductor/ir.py alone): its libcst parse, most of
+        # its cost, needs no summary, so it runs in this process while workers summarise its imports.
+        parsed: dict[str, Any] = {}
+        only = misses[0] if len(misses) == 1 else None
+        beside = (lambda: parsed.update({only.src.path: analysis.parse_or_none(only.text)})) if only else None
+        for made in _run_tasks(_summarize_task, todo, [len(t[1]) for t in todo], jobs, beside):
+            summary_made(*made)
+        tasks = [task(f) for f in misses]
+        if parsed:
+            results = [_analyze_task(tasks[0], parsed[tasks[0][0]])]
+        else:
+            results = _run_tasks(_analyze_task, tasks, [len(t[1]) for t in tasks], jobs)
     for path, finding_dicts, used_modules, made_calls, error in results:
         f = by_path[path]
         if error is not None:

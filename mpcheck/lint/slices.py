@@ -40,8 +40,9 @@ from __future__ import annotations
 import ast
 import re
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from functools import lru_cache
+from typing import Any
 
 from mpcheck.devices.torchapi import DEFAULT_DEVICE_CHANGERS
 
@@ -62,6 +63,75 @@ def needed_source(text: str, names: Iterable[str]) -> str | None:
     """The top-level statements of `text` that the summaries of `names` can depend on,
     in their order (a class with only the methods they can reach, the others stubbed);
     None when `text` is better summarised whole."""
+    cut = _cut(text, names)
+    return None if cut is None else cut.source()
+
+
+def summary_tree(module: Any, text: str, names: Iterable[str]) -> Any:
+    """What `parse(summary_source(text, names))` gives, made from `module` (the libcst
+    tree of the whole `text`, parsed already to lint it) instead of parsing the cut
+    text: the kept statements are the tree's own nodes, a dropped method is replaced
+    by the same one-line stub. None when the tree cannot be cut the same way (the
+    caller parses the cut text then). A file that is linted and also imported by
+    others was parsed twice, once whole and once cut (382 of the 495 modules
+    summarised when linting torch's site-packages)."""
+    import libcst as cst
+
+    if any(w in text for w in DEFAULT_DEVICE_CHANGERS):
+        return module
+    cut = _cut(text, names)
+    if cut is None:
+        return module
+    body = _aligned(module.body, cut.body)
+    if body is None:
+        return None
+    kept: list[Any] = []
+    for node, stmts in body:
+        if not any(j in cut.keep for j in stmts):
+            continue
+        dropped = cut.dropped.get(stmts[0]) if len(stmts) == 1 else None
+        if not dropped:
+            kept.append(node)
+            continue
+        cls = cut.body[stmts[0]]
+        assert isinstance(cls, ast.ClassDef)
+        inner = _aligned(node.body.body, cls.body)
+        if inner is None or not isinstance(node.body, cst.IndentedBlock):
+            return None
+        members: list[Any] = []
+        for member, js in inner:
+            s = cls.body[js[0]]
+            if len(js) > 1 or id(s) not in dropped:  # `a = 1; b = 2`: never a method
+                members.append(member)
+                continue
+            assert isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))
+            stub = _stub_body(s) if "self" in cut.segment(s) else "pass"
+            members.append(cst.parse_statement(f"def {s.name}(self): {stub}\n"))
+        kept.append(node.with_changes(body=node.body.with_changes(body=members)))
+    return module.with_changes(body=kept)
+
+
+def _aligned(nodes: Sequence[Any], stmts: list[ast.stmt]) -> list[tuple[Any, tuple[int, ...]]] | None:
+    """Each libcst statement of a block with the indices of its `ast` statements (`a = 1; b = 2`
+    is one libcst line, two `ast` statements); None where they do not line up, or where a line
+    of several statements spans several lines (the cut text may keep only part of it)."""
+    import libcst as cst
+
+    out: list[tuple[Any, tuple[int, ...]]] = []
+    at = 0
+    for node in nodes:
+        count = len(node.body) if isinstance(node, cst.SimpleStatementLine) else 1
+        if at + count > len(stmts):
+            return None
+        if count > 1 and len({n for s in stmts[at : at + count] for n in (s.lineno, s.end_lineno)}) != 1:
+            return None
+        out.append((node, tuple(range(at, at + count))))
+        at += count
+    return out if at == len(stmts) else None
+
+
+def _cut(text: str, names: Iterable[str]) -> _Cut | None:
+    """The cut of `text` for `names`; None when `text` is better summarised whole."""
     try:
         with warnings.catch_warnings():  # `"\d"` and the like: the user's file is not ours to warn about
             warnings.simplefilter("ignore")
@@ -76,7 +146,7 @@ def needed_source(text: str, names: Iterable[str]) -> str | None:
     cut.run()
     if len(cut.keep) == len(tree.body) and not any(cut.dropped.values()):
         return None
-    return cut.source()
+    return cut
 
 
 class _Cut:
