@@ -22,6 +22,14 @@ arguments the instance was built with (`init`); the callee runs it on an instanc
 from those (`_callee`). An instance the caller changed after building it
 (`trainer.device = ...`, Statements.assign_attr) is not followed.
 
+Several files deep: a call of a function of another file made inside such a run
+(`engine.train`, run with main.py's arguments, calls `utils.step(model, batch, dev)`) is
+kept too, with the calls that led there (`chain`, outermost first); the pipeline gives it
+to `utils.py` as a context of its own, and its facts name the whole chain. A context is at
+most MAX_DEPTH files away from the call that made its devices known; deeper calls are not
+kept. Only encoded devices cross each hop, so a value unknown at one level stays unknown
+below it.
+
 Precision: an argument whose device is not known stays unknown in the callee, and
 each context runs on its own: a helper called from two places with different devices
 reports only what one call proves, naming that call.
@@ -50,6 +58,7 @@ from mpcheck.devices.values import (
     SymV,
     Val,
 )
+from mpcheck.lint.callers import MAX_DEPTH
 
 if TYPE_CHECKING:  # pragma: no cover
     from mpcheck.devices.interp import Interp
@@ -106,6 +115,8 @@ def _module(interp: Interp, m: Obj) -> dict[str, Any] | None:
         in_devs, out_devs = m.in_devs, m.out_devs
     else:
         devs = _concrete(m.devs)
+        if devs and m.kind == "any":  # `labels.to(device)` of a value of unknown kind: where it is, all that crosses
+            return {"any": devs}
         return {"module": label, "devs": devs} if devs and m.kind == "module" else None
     enc = {"module": label, "in": _concrete(in_devs), "out": _concrete(out_devs), "split": _split(m)}
     return enc if enc["in"] or enc["out"] else None
@@ -165,6 +176,8 @@ def decode(enc: Any, name: str) -> Val:
         return Const(enc["const"])
     if "tensor" in enc:
         return Obj("tensor", frozenset(enc["tensor"]), origin="as the caller passed it")
+    if "any" in enc:
+        return Obj("any", frozenset(enc["any"]), origin="as the caller passed it")
     if "loss" in enc:
         extra: dict[str, Val] = {
             k: Obj("tensor", frozenset(d), origin="as the caller passed it") for k, d in enc["loss"]["weights"].items()
@@ -213,13 +226,32 @@ def note_call(
     enc_init = {k: encode(interp, v) for k, v in sorted((init or {}).items())}
     if not any(known(e) for e in (*enc_args, *enc_kwargs.values(), *enc_init.values())):
         return
-    call = {"module": module, "func": func, "args": enc_args, "kwargs": enc_kwargs}
+    call: dict[str, Any] = {"module": module, "func": func, "args": enc_args, "kwargs": enc_kwargs}
     if init is not None:
         call["init"] = enc_init
+    outer = _outer_site(interp)
+    if outer is not None:  # made in a run a caller of another file started: the calls that led here
+        if len(outer.chain) + 2 > MAX_DEPTH:
+            return
+        call["chain"] = [_site_dict(c) for c in (*outer.chain, outer)]
     key = (id(node), repr(call))
     if key not in interp.outgoing_seen:
         interp.outgoing_seen.add(key)
         interp.outgoing.append((node, call))
+
+
+def _outer_site(interp: Interp) -> CallSite | None:
+    """The call of another file whose context run is under way (run_callers puts it first), if any."""
+    sites = interp.recorder.sites
+    return sites[0] if sites and isinstance(sites[0], CallSite) else None
+
+
+def _site_dict(c: CallSite) -> dict[str, Any]:
+    return {"path": c.path, "line": c.line, "code": c.code}
+
+
+def _site(d: Mapping[str, Any], chain: tuple[CallSite, ...] = ()) -> CallSite:
+    return CallSite(str(d.get("path", "")), int(d.get("line", 0)), str(d.get("code", "")), chain)
 
 
 def _may_know(v: Val) -> bool:
@@ -262,9 +294,9 @@ def run_callers(interp: Interp, callers: Sequence[Mapping[str, Any]]) -> None:
         interp.calls.bind(info, env, inst, args, kwargs)
         st = State.fresh(env, info.qual, inst)
         st.scope.split_seen = any(isinstance(a, Obj) and a.split for a in (inst, *args, *kwargs.values()))
-        via = ctx.get("via", {})
+        chain = tuple(_site(c) for c in ctx.get("chain", ()))
         sites = interp.recorder.sites
-        sites.append(CallSite(str(via.get("path", "")), int(via.get("line", 0)), str(via.get("code", ""))))
+        sites.append(_site(ctx.get("via", {}), chain))
         try:
             interp.stmts.run_body(info, st)
         finally:
