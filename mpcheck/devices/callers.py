@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 import libcst as cst
 
 from mpcheck.devices import torchapi as T
+from mpcheck.devices.as_built import as_built
 from mpcheck.devices.events import CallSite
 from mpcheck.devices.program import FuncInfo, State, params_of
 from mpcheck.devices.unmoved import moved_by_a_method
@@ -209,15 +210,22 @@ def note_call(
     args: list[Val],
     kwargs: dict[str, Val],
     node: cst.CSTNode,
-    init: dict[str, Val] | None = None,
+    instance: Obj | None = None,
 ) -> None:
     """Keep a call of `module`.`func` (maybe another project file's) for the pipeline, when
     one of its arguments has a known device (Interp.outgoing, read by analysis.analyze).
-    `init`: for a method (`Class.method`), the arguments the instance was built with, by name."""
+    `instance`: for a method (`Class.method`), the instance of another file's class it is
+    called on; the arguments it was built with go along (`init`, by name), when nothing in
+    the calling function may have changed it since (devices/as_built.py)."""
     if not module or module.split(".")[0] in _LIBRARIES or not interp.recorder.live or interp.probes:
         return
     if not isinstance(node, cst.Call) or any(a.star for a in node.args):
         return  # `*args` / `**kwargs`: which parameter gets what is not known
+    init = None
+    if instance is not None:
+        init = (instance.extra or {}).get("bound") or {}
+        if not _left_as_built(interp, node, instance, init):
+            return
     given = (*args, *kwargs.values(), *(init or {}).values())
     if any(isinstance(a, Starred) for a in args) or not any(_may_know(a) for a in given):
         return
@@ -238,6 +246,28 @@ def note_call(
     if key not in interp.outgoing_seen:
         interp.outgoing_seen.add(key)
         interp.outgoing.append((node, call))
+
+
+def _left_as_built(interp: Interp, node: cst.Call, instance: Obj, init: Mapping[str, Val]) -> bool:
+    """Is the instance a method is called on (`trainer` of `trainer.fit(...)`), and each module or
+    list it was built with (`Trainer(model, ...)`), as they were built, for all the calling function
+    (or file) may do (devices/as_built.py)? Only names bound there can tell: anything else is not."""
+    scope: cst.CSTNode = interp.stack[-1].node if interp.stack else interp.module
+    recv = node.func.value if isinstance(node.func, cst.Attribute) else None
+    build = (instance.extra or {}).get("built")
+    if not isinstance(recv, cst.Name) or not isinstance(build, cst.Call) or not as_built(scope, recv.value):
+        return False
+    values = list(init.values())
+    for i, arg in enumerate(build.args):
+        v = init.get(arg.keyword.value) if arg.keyword is not None else (values[i] if i < len(values) else None)
+        if not (isinstance(v, SeqV) or (isinstance(v, Obj) and v.kind != "loss")):
+            continue  # a device, a number, a string: nothing to change in place
+        if isinstance(arg.value, cst.Name):
+            if not as_built(scope, arg.value.value, build, strict=True):
+                return False
+        elif not isinstance(arg.value, cst.Call):  # `Trainer(self.model, ...)`: held elsewhere too
+            return False
+    return True
 
 
 def _outer_site(interp: Interp) -> CallSite | None:
