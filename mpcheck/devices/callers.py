@@ -59,7 +59,7 @@ from mpcheck.devices.values import (
     SymV,
     Val,
 )
-from mpcheck.lint.callers import MAX_DEPTH
+from mpcheck.lint import callers as contexts
 
 if TYPE_CHECKING:  # pragma: no cover
     from mpcheck.devices.interp import Interp
@@ -239,7 +239,7 @@ def note_call(
         call["init"] = enc_init
     outer = _outer_site(interp)
     if outer is not None:  # made in a run a caller of another file started: the calls that led here
-        if len(outer.chain) + 2 > MAX_DEPTH:
+        if len(outer.chain) + 2 > contexts.MAX_DEPTH:
             return
         call["chain"] = [_site_dict(c) for c in (*outer.chain, outer)]
     key = (id(node), repr(call))
