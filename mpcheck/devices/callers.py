@@ -19,8 +19,10 @@ cuda:0 and cuda:1, and the loss line that mixes them is in `utils.py`. So:
 A method of another file's class (`trainer.train_epoch(loader)` on `trainer =
 Trainer(model, "cuda:0")`) is kept the same way, as `Trainer.train_epoch`, with the
 arguments the instance was built with (`init`); the callee runs it on an instance built
-from those (`_callee`). An instance the caller changed after building it
-(`trainer.device = ...`, Statements.assign_attr) is not followed.
+from those (`_callee`). It is followed only when the calling function leaves the instance,
+and the modules it was built with, as built (devices/as_built.py: never passed to another
+function, stored, moved or given an attribute, in any order); an instance the caller changed
+(`trainer.device = ...`, Statements.assign_attr) or moved is not followed either.
 
 Several files deep: a call of a function of another file made inside such a run
 (`engine.train`, run with main.py's arguments, calls `utils.step(model, batch, dev)`) is
