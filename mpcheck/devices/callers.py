@@ -61,11 +61,14 @@ from mpcheck.devices.values import (
     SymV,
     Val,
 )
-from mpcheck.lint import callers as contexts
 
 if TYPE_CHECKING:  # pragma: no cover
     from mpcheck.devices.interp import Interp
 
+# Calls between the one that made the devices known and the helper run with them: main.py calls
+# engine.train, which calls utils.step, which calls losses.masked_loss is 3. Each level is one more
+# analysis of the files it reaches (lint/callers.py runs as many rounds).
+MAX_DEPTH = 3
 _CONCRETE = re.compile(r"^(?:cpu|cuda:\d+)$")
 _MAX_ITEMS = 8  # lists of arguments (devices, stages) longer than this cross as unknown
 # Dotted names of libraries, never a project file: their calls are not worth encoding.
@@ -241,7 +244,7 @@ def note_call(
         call["init"] = enc_init
     outer = _outer_site(interp)
     if outer is not None:  # made in a run a caller of another file started: the calls that led here
-        if len(outer.chain) + 2 > contexts.MAX_DEPTH:
+        if len(outer.chain) + 2 > MAX_DEPTH:
             return
         call["chain"] = [_site_dict(c) for c in (*outer.chain, outer)]
     key = (id(node), repr(call))

@@ -44,9 +44,9 @@ from mpcheck.lint.cache import content_hash
 # (in path and line order): each context is a whole run of the function.
 MAX_CONTEXTS = 8
 
-# Calls between the one that made the devices known and the helper run with them: main.py calls
-# engine.train, which calls utils.step, which calls losses.masked_loss is 3. Each level is one more
-# analysis of the files it reaches (devices/callers.note_call keeps no deeper call).
+# Rounds of analyses with contexts: devices/callers.MAX_DEPTH, the calls a context run keeps at
+# most (main.py -> engine.py -> utils.py -> losses.py is 3), which is not imported here: this
+# module is loaded by runs the cache serves whole, without libcst (tests/test_callers_deep.py).
 MAX_DEPTH = 3
 
 # (display path of the calling file, the calls its analysis returned, module name -> absolute path)
