@@ -12,7 +12,7 @@ import libcst as cst
 import pytest
 
 from mpcheck.devices import callers as devices_callers
-from mpcheck.devices.as_built import as_built
+from mpcheck.devices.as_built import Uses
 from mpcheck.lint import callers
 from tests.test_callers import lint
 
@@ -153,7 +153,7 @@ def _judge(source: str, name: str, strict: bool = False) -> bool:
     module = cst.parse_module(source)
     func = module.body[0]
     assert isinstance(func, cst.FunctionDef)
-    return as_built(func, name, strict=strict)
+    return Uses(func).as_built(name, strict=strict)
 
 
 def test_as_built_judges_each_use():

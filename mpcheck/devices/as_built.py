@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import libcst as cst
 
+from mpcheck.devices.walk import children
+
 # Methods whose call moves a module (or a tensor's storage) in place.
 _MOVERS = frozenset(("to", "cuda", "cpu", "xpu", "apply", "_apply", "to_empty", "load_state_dict", "share_memory"))
 # Methods of a module that leave where its parts are alone.
@@ -46,77 +48,62 @@ _READS = frozenset(
 )
 
 
-class _Uses(cst.CSTVisitor):
-    """Judges every use of `name` in a scope (see the module's docstring)."""
+class Uses:
+    """The names of a scope and what holds each node, made once per scope and asked per name."""
 
-    def __init__(self, name: str, build: cst.Call | None, strict: bool) -> None:
-        self.name = name
-        self.build = build  # the constructor call: `name` as one of its arguments is the use that built it
-        self.strict = strict  # an argument of the constructor: its method calls must be reads
-        self.stack: list[cst.CSTNode] = []
-        self.kept = True
-        self.assigned = False
+    def __init__(self, scope: cst.CSTNode) -> None:
+        self.parent: dict[int, cst.CSTNode] = {}
+        self.names: dict[str, list[cst.Name]] = {}
+        todo = [scope.body if isinstance(scope, cst.FunctionDef) else scope]
+        while todo:
+            node = todo.pop()
+            if isinstance(node, cst.Name):
+                self.names.setdefault(node.value, []).append(node)
+            for child in children(node):
+                self.parent[id(child)] = node
+                todo.append(child)
 
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        if self.kept and isinstance(node, cst.Name) and node.value == self.name:
-            self._judge(node)
-        self.stack.append(node)
-        return self.kept
+    def as_built(self, name: str, build: cst.Call | None = None, strict: bool = False) -> bool:
+        """Is `name` bound in the scope and never used there in a way that may change it (see the
+        module's docstring)? `build`: the constructor call it is an argument of, `strict` then (a
+        module the instance holds)."""
+        assigned = False
+        for node in self.names.get(name, ()):
+            verdict = self._judge(node, build, strict)
+            if verdict is False:
+                return False
+            assigned = assigned or verdict == "bound"
+        return assigned
 
-    def on_leave(self, original_node: cst.CSTNode) -> None:
-        self.stack.pop()
-
-    def _judge(self, node: cst.Name) -> None:
-        parent = self.stack[-1] if self.stack else None
+    def _judge(self, node: cst.Name, build: cst.Call | None, strict: bool) -> bool | str:
+        parent = self.parent.get(id(node))
         if (isinstance(parent, cst.Attribute) and parent.attr is node) or (
             isinstance(parent, cst.Arg) and parent.keyword is node
         ):
-            return  # `x.name`, `f(name=...)`: another name
+            return True  # `x.name`, `f(name=...)`: another name
         if isinstance(parent, cst.Param):
-            return  # a parameter of a nested function: another variable (its uses are judged as ours)
+            return True  # a parameter of a nested function: another variable (its uses are judged as ours)
         if isinstance(parent, cst.AssignTarget) and parent.target is node:
-            self.assigned = True
-            return
-        if isinstance(parent, cst.Arg) and len(self.stack) >= 2 and self.stack[-2] is self.build:
-            return  # what the instance was built with
-        top, attrs, i = self._chain(node)
-        above = self.stack[i] if i >= 0 else None
+            return "bound"
+        if isinstance(parent, cst.Arg) and build is not None and self.parent.get(id(parent)) is build:
+            return True  # what the instance was built with
+        top: cst.CSTNode = node
+        attrs: list[str] = []
+        above = parent
+        while above is not None:  # the outermost `node.a[k].b` around `node`
+            if isinstance(above, cst.Attribute) and above.value is top:
+                attrs.append(above.attr.value)
+            elif not (isinstance(above, cst.Subscript) and above.value is top):
+                break
+            top, above = above, self.parent.get(id(above))
         if any(a in _MOVERS for a in attrs):
-            self.kept = False
-        elif top is not node and (
+            return False
+        if top is not node and (
             (isinstance(above, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign)) and above.target is top)
             or isinstance(above, cst.Del)
         ):
-            self.kept = False  # `trainer.device = ...`, `model.stage2 = ...`
-        elif isinstance(above, cst.Call) and above.func is top:
-            if self.strict and top is not node and attrs[-1] not in _READS:
-                self.kept = False  # `model.parallelize()`: may place its parts anew
-        elif top is node:
-            self.kept = False  # passed, stored, returned, aliased
-        # else: an attribute read (`model.devices[0]`)
-
-    def _chain(self, node: cst.Name) -> tuple[cst.CSTNode, list[str], int]:
-        """The outermost `node.a[k].b` expression around `node`, its attribute names, and the index
-        in the stack of what holds it."""
-        top: cst.CSTNode = node
-        attrs: list[str] = []
-        i = len(self.stack) - 1
-        while i >= 0:
-            p = self.stack[i]
-            if isinstance(p, cst.Attribute) and p.value is top:
-                attrs.append(p.attr.value)
-            elif not (isinstance(p, cst.Subscript) and p.value is top):
-                break
-            top = p
-            i -= 1
-        return top, attrs, i
-
-
-def as_built(scope: cst.CSTNode, name: str, build: cst.Call | None = None, strict: bool = False) -> bool:
-    """Is `name` bound in `scope` (a function, or a module) and never used there in a way that
-    may change it (see the module's docstring)? `build`: the constructor call it is an argument
-    of, `strict` then (a module the instance holds)."""
-    uses = _Uses(name, build, strict)
-    body = scope.body if isinstance(scope, cst.FunctionDef) else scope
-    body.visit(uses)
-    return uses.kept and uses.assigned
+            return False  # `trainer.device = ...`, `model.stage2 = ...`
+        if isinstance(above, cst.Call) and above.func is top:
+            # `model.parallelize()` may place its parts anew; the receiver's own methods are judged in its class
+            return not (strict and top is not node and attrs[-1] not in _READS)
+        return top is not node  # an attribute read (`model.devices[0]`); a bare name passed, stored, returned

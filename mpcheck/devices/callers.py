@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 import libcst as cst
 
 from mpcheck.devices import torchapi as T
-from mpcheck.devices.as_built import as_built
+from mpcheck.devices.as_built import Uses
 from mpcheck.devices.events import CallSite
 from mpcheck.devices.program import FuncInfo, State, params_of
 from mpcheck.devices.unmoved import moved_by_a_method
@@ -226,11 +226,7 @@ def note_call(
         return
     if not isinstance(node, cst.Call) or any(a.star for a in node.args):
         return  # `*args` / `**kwargs`: which parameter gets what is not known
-    init = None
-    if instance is not None:
-        init = (instance.extra or {}).get("bound") or {}
-        if not _left_as_built(interp, node, instance, init):
-            return
+    init = None if instance is None else ((instance.extra or {}).get("bound") or {})
     given = (*args, *kwargs.values(), *(init or {}).values())
     if any(isinstance(a, Starred) for a in args) or not any(_may_know(a) for a in given):
         return
@@ -238,6 +234,8 @@ def note_call(
     enc_kwargs = {k: encode(interp, v) for k, v in sorted(kwargs.items())}
     enc_init = {k: encode(interp, v) for k, v in sorted((init or {}).items())}
     if not any(known(e) for e in (*enc_args, *enc_kwargs.values(), *enc_init.values())):
+        return
+    if instance is not None and init is not None and not _left_as_built(interp, node, instance, init):
         return
     call: dict[str, Any] = {"module": module, "func": func, "args": enc_args, "kwargs": enc_kwargs}
     if init is not None:
@@ -258,9 +256,12 @@ def _left_as_built(interp: Interp, node: cst.Call, instance: Obj, init: Mapping[
     list it was built with (`Trainer(model, ...)`), as they were built, for all the calling function
     (or file) may do (devices/as_built.py)? Only names bound there can tell: anything else is not."""
     scope: cst.CSTNode = interp.stack[-1].node if interp.stack else interp.module
+    uses = interp.uses.get(id(scope))
+    if uses is None:
+        uses = interp.uses[id(scope)] = Uses(scope)
     recv = node.func.value if isinstance(node.func, cst.Attribute) else None
     build = (instance.extra or {}).get("built")
-    if not isinstance(recv, cst.Name) or not isinstance(build, cst.Call) or not as_built(scope, recv.value):
+    if not isinstance(recv, cst.Name) or not isinstance(build, cst.Call) or not uses.as_built(recv.value):
         return False
     values = list(init.values())
     for i, arg in enumerate(build.args):
@@ -268,7 +269,7 @@ def _left_as_built(interp: Interp, node: cst.Call, instance: Obj, init: Mapping[
         if not (isinstance(v, SeqV) or (isinstance(v, Obj) and v.kind != "loss")):
             continue  # a device, a number, a string: nothing to change in place
         if isinstance(arg.value, cst.Name):
-            if not as_built(scope, arg.value.value, build, strict=True):
+            if not uses.as_built(arg.value.value, build, strict=True):
                 return False
         elif not isinstance(arg.value, cst.Call):  # `Trainer(self.model, ...)`: held elsewhere too
             return False
