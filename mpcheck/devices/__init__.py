@@ -18,6 +18,7 @@ unmoved.py     models provably never moved: their unplaced modules are on the CP
 summary.py     JSON summaries of a file's classes and functions for other files
 summarized.py  using those summaries: imported names, calls of summarized classes and functions
 callers.py     calls of this file's functions made in other linted files: their arguments, run per call
+as_built.py    is an instance of another file's class (and what it was built with) left as built where its method is called
 model.py       DeviceModel: one interpretation per file; rules ask it for facts by type
 describe.py    wording shared by the rules' messages
 walk.py        a fast walk of a libcst tree's non-layout nodes (what .children gives, without rebuilding)

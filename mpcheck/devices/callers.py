@@ -19,8 +19,18 @@ cuda:0 and cuda:1, and the loss line that mixes them is in `utils.py`. So:
 A method of another file's class (`trainer.train_epoch(loader)` on `trainer =
 Trainer(model, "cuda:0")`) is kept the same way, as `Trainer.train_epoch`, with the
 arguments the instance was built with (`init`); the callee runs it on an instance built
-from those (`_callee`). An instance the caller changed after building it
-(`trainer.device = ...`, Statements.assign_attr) is not followed.
+from those (`_callee`). It is followed only when the calling function leaves the instance,
+and the modules it was built with, as built (devices/as_built.py: never passed to another
+function, stored, moved or given an attribute, in any order); an instance the caller changed
+(`trainer.device = ...`, Statements.assign_attr) or moved is not followed either.
+
+Several files deep: a call of a function of another file made inside such a run
+(`engine.train`, run with main.py's arguments, calls `utils.step(model, batch, dev)`) is
+kept too, with the calls that led there (`chain`, outermost first); the pipeline gives it
+to `utils.py` as a context of its own, and its facts name the whole chain. A context is at
+most MAX_DEPTH files away from the call that made its devices known; deeper calls are not
+kept. Only encoded devices cross each hop, so a value unknown at one level stays unknown
+below it.
 
 Precision: an argument whose device is not known stays unknown in the callee, and
 each context runs on its own: a helper called from two places with different devices
@@ -36,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 import libcst as cst
 
 from mpcheck.devices import torchapi as T
+from mpcheck.devices.as_built import Uses
 from mpcheck.devices.events import CallSite
 from mpcheck.devices.program import FuncInfo, State, params_of
 from mpcheck.devices.unmoved import moved_by_a_method
@@ -54,6 +65,10 @@ from mpcheck.devices.values import (
 if TYPE_CHECKING:  # pragma: no cover
     from mpcheck.devices.interp import Interp
 
+# Calls between the one that made the devices known and the helper run with them: main.py calls
+# engine.train, which calls utils.step, which calls losses.masked_loss is 3. Each level is one more
+# analysis of the files it reaches (lint/callers.py runs as many rounds).
+MAX_DEPTH = 3
 _CONCRETE = re.compile(r"^(?:cpu|cuda:\d+)$")
 _MAX_ITEMS = 8  # lists of arguments (devices, stages) longer than this cross as unknown
 # Dotted names of libraries, never a project file: their calls are not worth encoding.
@@ -106,6 +121,8 @@ def _module(interp: Interp, m: Obj) -> dict[str, Any] | None:
         in_devs, out_devs = m.in_devs, m.out_devs
     else:
         devs = _concrete(m.devs)
+        if devs and m.kind == "any":  # `labels.to(device)` of a value of unknown kind: where it is, all that crosses
+            return {"any": devs}
         return {"module": label, "devs": devs} if devs and m.kind == "module" else None
     enc = {"module": label, "in": _concrete(in_devs), "out": _concrete(out_devs), "split": _split(m)}
     return enc if enc["in"] or enc["out"] else None
@@ -165,6 +182,8 @@ def decode(enc: Any, name: str) -> Val:
         return Const(enc["const"])
     if "tensor" in enc:
         return Obj("tensor", frozenset(enc["tensor"]), origin="as the caller passed it")
+    if "any" in enc:
+        return Obj("any", frozenset(enc["any"]), origin="as the caller passed it")
     if "loss" in enc:
         extra: dict[str, Val] = {
             k: Obj("tensor", frozenset(d), origin="as the caller passed it") for k, d in enc["loss"]["weights"].items()
@@ -196,15 +215,18 @@ def note_call(
     args: list[Val],
     kwargs: dict[str, Val],
     node: cst.CSTNode,
-    init: dict[str, Val] | None = None,
+    instance: Obj | None = None,
 ) -> None:
     """Keep a call of `module`.`func` (maybe another project file's) for the pipeline, when
     one of its arguments has a known device (Interp.outgoing, read by analysis.analyze).
-    `init`: for a method (`Class.method`), the arguments the instance was built with, by name."""
+    `instance`: for a method (`Class.method`), the instance of another file's class it is
+    called on; the arguments it was built with go along (`init`, by name), when nothing in
+    the calling function may have changed it since (devices/as_built.py)."""
     if not module or module.split(".")[0] in _LIBRARIES or not interp.recorder.live or interp.probes:
         return
     if not isinstance(node, cst.Call) or any(a.star for a in node.args):
         return  # `*args` / `**kwargs`: which parameter gets what is not known
+    init = None if instance is None else ((instance.extra or {}).get("bound") or {})
     given = (*args, *kwargs.values(), *(init or {}).values())
     if any(isinstance(a, Starred) for a in args) or not any(_may_know(a) for a in given):
         return
@@ -213,13 +235,59 @@ def note_call(
     enc_init = {k: encode(interp, v) for k, v in sorted((init or {}).items())}
     if not any(known(e) for e in (*enc_args, *enc_kwargs.values(), *enc_init.values())):
         return
-    call = {"module": module, "func": func, "args": enc_args, "kwargs": enc_kwargs}
+    if instance is not None and init is not None and not _left_as_built(interp, node, instance, init):
+        return
+    call: dict[str, Any] = {"module": module, "func": func, "args": enc_args, "kwargs": enc_kwargs}
     if init is not None:
         call["init"] = enc_init
+    outer = _outer_site(interp)
+    if outer is not None:  # made in a run a caller of another file started: the calls that led here
+        if len(outer.chain) + 2 > MAX_DEPTH:
+            return
+        call["chain"] = [_site_dict(c) for c in (*outer.chain, outer)]
     key = (id(node), repr(call))
     if key not in interp.outgoing_seen:
         interp.outgoing_seen.add(key)
         interp.outgoing.append((node, call))
+
+
+def _left_as_built(interp: Interp, node: cst.Call, instance: Obj, init: Mapping[str, Val]) -> bool:
+    """Is the instance a method is called on (`trainer` of `trainer.fit(...)`), and each module or
+    list it was built with (`Trainer(model, ...)`), as they were built, for all the calling function
+    (or file) may do (devices/as_built.py)? Only names bound there can tell: anything else is not."""
+    scope: cst.CSTNode = interp.stack[-1].node if interp.stack else interp.module
+    uses = interp.uses.get(id(scope))
+    if uses is None:
+        uses = interp.uses[id(scope)] = Uses(scope)
+    recv = node.func.value if isinstance(node.func, cst.Attribute) else None
+    build = (instance.extra or {}).get("built")
+    if not isinstance(recv, cst.Name) or not isinstance(build, cst.Call) or not uses.as_built(recv.value):
+        return False
+    values = list(init.values())
+    for i, arg in enumerate(build.args):
+        v = init.get(arg.keyword.value) if arg.keyword is not None else (values[i] if i < len(values) else None)
+        if not (isinstance(v, SeqV) or (isinstance(v, Obj) and v.kind != "loss")):
+            continue  # a device, a number, a string: nothing to change in place
+        if isinstance(arg.value, cst.Name):
+            if not uses.as_built(arg.value.value, build, strict=True):
+                return False
+        elif not isinstance(arg.value, cst.Call):  # `Trainer(self.model, ...)`: held elsewhere too
+            return False
+    return True
+
+
+def _outer_site(interp: Interp) -> CallSite | None:
+    """The call of another file whose context run is under way (run_callers puts it first), if any."""
+    sites = interp.recorder.sites
+    return sites[0] if sites and isinstance(sites[0], CallSite) else None
+
+
+def _site_dict(c: CallSite) -> dict[str, Any]:
+    return {"path": c.path, "line": c.line, "code": c.code}
+
+
+def _site(d: Mapping[str, Any], chain: tuple[CallSite, ...] = ()) -> CallSite:
+    return CallSite(str(d.get("path", "")), int(d.get("line", 0)), str(d.get("code", "")), chain)
 
 
 def _may_know(v: Val) -> bool:
@@ -262,9 +330,9 @@ def run_callers(interp: Interp, callers: Sequence[Mapping[str, Any]]) -> None:
         interp.calls.bind(info, env, inst, args, kwargs)
         st = State.fresh(env, info.qual, inst)
         st.scope.split_seen = any(isinstance(a, Obj) and a.split for a in (inst, *args, *kwargs.values()))
-        via = ctx.get("via", {})
+        chain = tuple(_site(c) for c in ctx.get("chain", ()))
         sites = interp.recorder.sites
-        sites.append(CallSite(str(via.get("path", "")), int(via.get("line", 0)), str(via.get("code", ""))))
+        sites.append(_site(ctx.get("via", {}), chain))
         try:
             interp.stmts.run_body(info, st)
         finally:

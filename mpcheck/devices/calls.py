@@ -560,7 +560,7 @@ class Calls(Part):
             ):
                 # A method of a class of another file (`trainer.train_epoch(loader, devices[0])`): callers.py
                 func = f"{extra['summarized']}.{meth}"
-                note_call(self.interp, extra["module"], func, args, kwargs, node, extra.get("bound") or {})
+                note_call(self.interp, extra["module"], func, args, kwargs, node, recv)
             if recv.kind in ("module",):
                 if meth == "forward":
                     return self.module_call(recv, args, kwargs, st, node)

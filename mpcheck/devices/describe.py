@@ -99,15 +99,26 @@ def origin_text(ctx: Source, v: Val) -> str:
 def via_text(ctx: Source, via: cst.CSTNode | CallSite | None) -> str:
     """' (when called by `train_one_epoch(model, loader, model.devices[0])` at line 30)': the call whose
     arguments made the devices of a fact inside a helper known (events.Fact.via); '' without one.
-    A call in another file is named by its path too: '... at main.py:11)'."""
+    A call in another file is named by its path too: '... at main.py:11)'; one reached through
+    calls in other files names each, outermost first: ' (when called through `engine.train(...)` at
+    main.py:11 -> `utils.step(model, batch, dev)` at engine.py:7)'."""
     if via is None:
         return ""
     if isinstance(via, CallSite):
-        return f" (when called by `{via.code}` at {via.path}:{via.line})"
+        if not via.chain:
+            return f" (when called by `{via.code}` at {via.path}:{via.line})"
+        links = [f"`{_short_call(c.code)}` at {c.path}:{c.line}" for c in via.chain]
+        return f" (when called through {' -> '.join([*links, f'`{via.code}` at {via.path}:{via.line}'])})"
     text = ctx.code(via)
     if len(text) > 80 and isinstance(via, cst.Call):
         text = f"{ctx.code(via.func)}(...)"
     return f" (when called by `{text}` at line {ctx.line(via)})"
+
+
+def _short_call(code: str) -> str:
+    """`engine.train(...)` for a long call's text: the outer links of a chain name their callee only."""
+    head, paren, _ = code.partition("(")
+    return f"{head}(...)" if paren and len(code) > 40 else code
 
 
 MODE_WORDS = {

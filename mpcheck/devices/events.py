@@ -24,11 +24,15 @@ from mpcheck.devices.values import Devs, Obj, Val
 @dataclass(frozen=True)
 class CallSite:
     """A call in another file that ran a helper of this one (devices/callers.py): where it
-    is (the path as the run shows it, the line) and its text."""
+    is (the path as the run shows it, the line) and its text. `chain`: for a call made in a
+    helper that itself ran under a caller of a third file, those outer calls, outermost first
+    (`engine.train(model, loader, dev)` at main.py:11 for `utils.step(model, batch, dev)` at
+    engine.py:7)."""
 
     path: str
     line: int
     code: str
+    chain: tuple[CallSite, ...] = ()
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)

@@ -77,6 +77,7 @@ class Interp:
         self.callers = callers
         self.outgoing: list[tuple[cst.CSTNode, dict[str, Any]]] = []
         self.outgoing_seen: set[tuple[int, str]] = set()
+        self.uses: dict[int, Any] = {}  # id of a scope -> its as_built.Uses (callers.py asks)
         self.modname = modname
         self.project = project or {}
         self.used_modules: set[str] = set()

@@ -186,6 +186,7 @@ def call_summarized(
             "loss": bool(summ.get("loss")),
             "attrs": summ.get("attrs"),
             "module": callee.module,  # where the class is defined: its methods' calls go there (callers.py)
+            "built": node,  # the constructor call: what callers.note_call asks devices/as_built.py about
         },
     )
     if split:

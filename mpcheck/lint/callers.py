@@ -11,8 +11,15 @@ prove inside its functions) and that result replaces the one without.
 Callers are looked up only among the files of the run, as ruff sees a run's
 files: linting `utils.py` alone knows of no caller and invents none; linting the
 project (or `main.py utils.py`) runs `utils.train_one_epoch` with what `main.py`
-passes it. One level: the contexts of a file come from the first analyses of
-its callers, not from runs that contexts of their own started.
+passes it.
+
+Several levels (devices/callers.MAX_DEPTH): the analysis of a file run with contexts
+returns the calls its context runs made in turn (`engine.train`, run with main.py's
+model and device, calls `utils.step(model, batch, dev)`), each with the chain of
+calls that led there; those are contexts of the next level, and the files they reach
+are analysed again with all their contexts (`add`). A context adds nothing when one with
+the same function and arguments is there already (whatever the chain): the work is
+bounded by MAX_CONTEXTS per function and MAX_DEPTH levels.
 
 A call that the caller's run under an assumed GPU count made with other arguments than its
 run with the count unknown carries that count and the counts the caller allows (`gpus`,
@@ -37,6 +44,11 @@ from mpcheck.lint.cache import content_hash
 # (in path and line order): each context is a whole run of the function.
 MAX_CONTEXTS = 8
 
+# Rounds of analyses with contexts: devices/callers.MAX_DEPTH, the calls a context run keeps at
+# most (main.py -> engine.py -> utils.py -> losses.py is 3), which is not imported here: this
+# module is loaded by runs the cache serves whole, without libcst (tests/test_callers_deep.py).
+MAX_DEPTH = 3
+
 # (display path of the calling file, the calls its analysis returned, module name -> absolute path)
 Caller = tuple[str, list[dict[str, Any]], Callable[[str], str | None]]
 
@@ -46,6 +58,21 @@ def contexts(callers: Iterable[Caller], linted: set[str], own: dict[str, str]) -
     linted files, each once (the first call in path and line order names it), in a stable order.
     `own`: display path of a caller -> its absolute path (a call of its own module is not one)."""
     found: dict[str, dict[str, dict[str, Any]]] = {}
+    add(found, callers, linted, own)
+    return ordered(found)
+
+
+def ordered(found: dict[str, dict[str, dict[str, Any]]]) -> dict[str, list[dict[str, Any]]]:
+    """The contexts `add` gathered, per file in a stable order (their keys')."""
+    return {target: [by_key[k] for k in sorted(by_key)] for target, by_key in found.items()}
+
+
+def add(
+    found: dict[str, dict[str, dict[str, Any]]], callers: Iterable[Caller], linted: set[str], own: dict[str, str]
+) -> set[str]:
+    """Add to `found` (absolute path -> context key -> context) the contexts these calls make;
+    returns the paths that got a new one. A context already there keeps the call that named it."""
+    grown: set[str] = set()
     for path, calls, resolve in sorted(callers, key=lambda c: c[0]):
         for call in sorted(calls, key=lambda c: (c.get("line", 0), c.get("code", ""))):
             target = resolve(call.get("module", ""))
@@ -61,7 +88,10 @@ def contexts(callers: Iterable[Caller], linted: set[str], own: dict[str, str]) -
             if key in mine or sum(c["func"] == ctx["func"] for c in mine.values()) >= MAX_CONTEXTS:
                 continue
             mine[key] = {**ctx, "via": {"path": path, "line": call.get("line", 0), "code": call.get("code", "")}}
-    return {target: [by_key[k] for k in sorted(by_key)] for target, by_key in found.items()}
+            if call.get("chain"):  # made in a context run of the caller: the calls that led to it
+                mine[key]["chain"] = call["chain"]
+            grown.add(target)
+    return grown
 
 
 def digest(ctxs: list[dict[str, Any]]) -> str:

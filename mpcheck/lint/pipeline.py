@@ -397,7 +397,9 @@ def _analyze_called(
     out: LintOutcome,
 ) -> None:
     """Analyse again, with their callers' contexts, the files whose functions other files of the
-    run call with known devices (lint/callers.py); their new results replace the first ones."""
+    run call with known devices (lint/callers.py); their new results replace the first ones.
+    The calls those context runs make in turn are contexts of the next level, up to
+    MAX_DEPTH files from the call that made the devices known (lint/callers.py)."""
     if not any(calls.values()):
         return
 
@@ -405,15 +407,36 @@ def _analyze_called(
         roots = project.roots_for(f.root)
         return lambda mod: modules.resolve(mod, roots) if mod else None
 
-    by_callee = callers.contexts(
-        ((f.src.path, calls[f.src.path], resolver(f)) for f in done if calls.get(f.src.path)),
-        set(selected),
-        {f.src.path: f.src.abspath for f in done},
+    own = {f.src.path: f.src.abspath for f in done}
+    found: dict[str, dict[str, dict[str, Any]]] = {}
+    grown = callers.add(
+        found, ((f.src.path, calls[f.src.path], resolver(f)) for f in done if calls.get(f.src.path)), set(selected), own
     )
+    for _ in range(callers.MAX_DEPTH):
+        if not grown:
+            break
+        deeper = _analyze_with_contexts(sorted(grown), callers.ordered(found), selected, project, cache, jobs, out)
+        own.update({f.src.path: f.src.abspath for f, _ in deeper})
+        grown = callers.add(found, ((f.src.path, c, resolver(f)) for f, c in deeper if c), set(selected), own)
+
+
+def _analyze_with_contexts(
+    paths: list[str],
+    by_callee: dict[str, list[dict[str, Any]]],
+    selected: dict[str, tuple[SourceFile, frozenset[str]]],
+    project: _Project,
+    cache: ResultCache | None,
+    jobs: int,
+    out: LintOutcome,
+) -> list[tuple[_File, list[dict[str, Any]]]]:
+    """Analyse the files at `paths` with their contexts; their results replace those in `out`.
+    Returns each file with the calls its context runs made (those with a `chain`)."""
     again: list[_File] = []
     redone = LintOutcome()
     replaced: set[str] = set()  # display paths of the files analysed again
-    for abspath, contexts in sorted(by_callee.items()):
+    made: list[tuple[_File, list[dict[str, Any]]]] = []
+    for abspath in paths:
+        contexts = by_callee[abspath]
         src, codes = selected[abspath]
         text = project.text(abspath)
         whole = noqa.file_noqa(text) if text is not None else "ALL"
@@ -430,12 +453,16 @@ def _analyze_called(
         else:
             _take(redone, f, [Finding.from_dict({**d, "path": src.path}) for d in entry["findings"]])
             replaced.add(src.path)
+            made.append((f, [c for c in entry.get("calls", []) if "chain" in c]))
     if again:
-        replaced.update(_analyze_misses(again, project, cache, jobs, redone))
+        got = _analyze_misses(again, project, cache, jobs, redone)
+        replaced.update(got)
+        made += [(f, [c for c in got[f.src.path] if "chain" in c]) for f in again if f.src.path in got]
     out.findings[:] = [x for x in out.findings if x.path not in replaced]
     out.findings.extend(redone.findings)
     out.sources.update(redone.sources)
     out.errors.extend(redone.errors)
+    return made
 
 
 def _project_modules(

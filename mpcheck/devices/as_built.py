@@ -1,0 +1,109 @@
+"""Is an instance of another file's class still as it was built when its method is called?
+
+A method of another file's class runs, in that file, on an instance rebuilt from the
+arguments the caller built it with (devices/callers.py). That is its state at the call
+only when nothing between changed it: `configure(trainer)` may set `trainer.device`,
+`prepare(model)` may move the model the trainer holds, a loop may change an attribute
+after the call on its first pass. The interpreter follows values in the order it runs
+them; this asks the question of the source instead, over the whole function (or file)
+that makes the call, whatever the order and the paths:
+
+- the receiver (`trainer` of `trainer.fit(...)`) is a name bound in that scope by plain
+  assignment only, and every other use of it is a read, a method call or an attribute read
+  (its class's own methods are judged where they are defined: callers._callee); never
+  passed to a call, stored, returned, aliased, given an attribute, or moved (`.to()`);
+- each module or list the constructor got (`Trainer(model, ...)`) is, likewise, a name
+  bound in the scope whose other uses are its forward (`model(x)`), attribute reads and
+  methods that read it (`model.parameters()`), or an expression built at the call.
+
+Anything else is "may have changed": the method is not followed (no context, no finding).
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from mpcheck.devices.walk import children
+
+# Methods whose call moves a module (or a tensor's storage) in place.
+_MOVERS = frozenset(("to", "cuda", "cpu", "xpu", "apply", "_apply", "to_empty", "load_state_dict", "share_memory"))
+# Methods of a module that leave where its parts are alone.
+_READS = frozenset(
+    (
+        "parameters",
+        "named_parameters",
+        "buffers",
+        "named_buffers",
+        "modules",
+        "named_modules",
+        "children",
+        "named_children",
+        "state_dict",
+        "eval",
+        "train",
+        "zero_grad",
+        "forward",
+        "requires_grad_",
+    )
+)
+
+
+class Uses:
+    """The names of a scope and what holds each node, made once per scope and asked per name."""
+
+    def __init__(self, scope: cst.CSTNode) -> None:
+        self.parent: dict[int, cst.CSTNode] = {}
+        self.names: dict[str, list[cst.Name]] = {}
+        todo = [scope.body if isinstance(scope, cst.FunctionDef) else scope]
+        while todo:
+            node = todo.pop()
+            if isinstance(node, cst.Name):
+                self.names.setdefault(node.value, []).append(node)
+            for child in children(node):
+                self.parent[id(child)] = node
+                todo.append(child)
+
+    def as_built(self, name: str, build: cst.Call | None = None, strict: bool = False) -> bool:
+        """Is `name` bound in the scope and never used there in a way that may change it (see the
+        module's docstring)? `build`: the constructor call it is an argument of, `strict` then (a
+        module the instance holds)."""
+        assigned = False
+        for node in self.names.get(name, ()):
+            verdict = self._judge(node, build, strict)
+            if verdict is False:
+                return False
+            assigned = assigned or verdict == "bound"
+        return assigned
+
+    def _judge(self, node: cst.Name, build: cst.Call | None, strict: bool) -> bool | str:
+        parent = self.parent.get(id(node))
+        if (isinstance(parent, cst.Attribute) and parent.attr is node) or (
+            isinstance(parent, cst.Arg) and parent.keyword is node
+        ):
+            return True  # `x.name`, `f(name=...)`: another name
+        if isinstance(parent, cst.Param):
+            return True  # a parameter of a nested function: another variable (its uses are judged as ours)
+        if isinstance(parent, cst.AssignTarget) and parent.target is node:
+            return "bound"
+        if isinstance(parent, cst.Arg) and build is not None and self.parent.get(id(parent)) is build:
+            return True  # what the instance was built with
+        top: cst.CSTNode = node
+        attrs: list[str] = []
+        above = parent
+        while above is not None:  # the outermost `node.a[k].b` around `node`
+            if isinstance(above, cst.Attribute) and above.value is top:
+                attrs.append(above.attr.value)
+            elif not (isinstance(above, cst.Subscript) and above.value is top):
+                break
+            top, above = above, self.parent.get(id(above))
+        if any(a in _MOVERS for a in attrs):
+            return False
+        if top is not node and (
+            (isinstance(above, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign)) and above.target is top)
+            or isinstance(above, cst.Del)
+        ):
+            return False  # `trainer.device = ...`, `model.stage2 = ...`
+        if isinstance(above, cst.Call) and above.func is top:
+            # `model.parallelize()` may place its parts anew; the receiver's own methods are judged in its class
+            return not (strict and top is not node and attrs[-1] not in _READS)
+        return top is not node  # an attribute read (`model.devices[0]`); a bare name passed, stored, returned
