@@ -477,3 +477,28 @@ def test_a_hidden_state_left_on_the_cpu_is_still_reported(script, dryrun_cli):
     s = script(PACKED.replace("HIDDEN", "(torch.zeros(1, 4, 64), torch.zeros(1, 4, 64))"))
     status, report, err = dryrun_cli(s, "--gpus", "2")
     assert ("MP001", s.line("lstm")) in codes_at(report)
+
+
+# Advanced indexing with a slice between two index tensors (`x[rows, :, cols]`): its backward's
+# index_put takes the indices as a list holding None for the slice, which autograd's C++ calls
+# outside any Python-level op (a Longformer classification head's backward does this).
+INDEX_WITH_SLICE_BETWEEN = """
+import torch
+import torch.nn as nn
+
+last = f"cuda:{torch.cuda.device_count() - 1}"
+lin = nn.Linear(8, 8).to(last)
+x = lin(torch.randn(2, 4, 8, device=last))
+rows = torch.tensor([0, 1], device=last)
+cols = torch.tensor([2, 3], device=last)
+x[rows, :, cols].sum().backward()
+print("finished")
+"""
+
+
+@pytest.mark.parametrize("gpus", GPUS)
+def test_backward_of_indexing_with_a_slice_between_index_tensors_runs_clean(script, dryrun_cli, gpus):
+    status, report, err = dryrun_cli(script(INDEX_WITH_SLICE_BETWEEN), "--gpus", gpus)
+    assert status == 0, err
+    assert report["findings"] == []
+    assert not report.get("stopped")
