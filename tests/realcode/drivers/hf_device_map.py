@@ -111,7 +111,9 @@ CONFIGS = {
     "ViT": ("ViTConfig", dict(VISION)),
     "DeiT": ("DeiTConfig", dict(VISION)),
 }
-PAD = 0  # token ids are drawn above it, so no sequence is padded
+# Special tokens, the same for every family; the other ids are drawn above them (no sequence is padded).
+SPECIAL = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2)
+PAD = SPECIAL["pad_token_id"]
 
 # The loss variants of the classification heads: the config they need and their labels.
 VARIANTS = {
@@ -131,7 +133,7 @@ def family(class_name: str) -> str:
 def build(class_name: str, variant: str) -> torch.nn.Module:
     config_name, kwargs = CONFIGS[family(class_name)]
     extra = VARIANTS.get(variant, {})
-    config = getattr(transformers, config_name)(tie_word_embeddings=False, pad_token_id=PAD, **kwargs, **extra)
+    config = getattr(transformers, config_name)(tie_word_embeddings=False, **SPECIAL, **kwargs, **extra)
     torch.manual_seed(0)
     return getattr(transformers, class_name)(config)
 
@@ -139,18 +141,30 @@ def build(class_name: str, variant: str) -> torch.nn.Module:
 def split(model: torch.nn.Module) -> torch.nn.Module:
     total = compute_module_sizes(model)[""]
     cap = {0: int(total * 0.55), 1: int(total * 2)}
-    no_split = model._no_split_modules or []
+    # A class without `_no_split_modules` refuses `device_map="auto"`; its users call accelerate
+    # themselves and name the blocks to keep whole, as later versions of the class do.
+    no_split = model._no_split_modules
+    if no_split is None:
+        no_split = [f"{family(type(model).__name__)}{part}Layer" for part in ("Encoder", "Decoder")]
     device_map = infer_auto_device_map(model, max_memory=cap, no_split_module_classes=no_split)
     return dispatch_model(model, device_map=device_map)
 
 
-def batch(class_name: str, variant: str, vocab: int) -> dict:
+def batch(class_name: str, variant: str, config) -> dict:
     """Random inputs and labels for the head, on cuda:0."""
     on0 = dict(device="cuda:0")
-    tokens = torch.randint(PAD + 4, vocab, (BATCH, SEQ), **on0) if vocab else None  # vision models have none
+    vocab = getattr(config, "vocab_size", 0)  # vision models have none
+    tokens = torch.randint(PAD + 4, vocab, (BATCH, SEQ), **on0) if vocab else None
+    if tokens is not None and getattr(config, "eos_token_id", None) is not None:
+        tokens[:, -1] = config.eos_token_id  # each sentence ends as a tokenizer ends it (BART-like heads pool there)
     if class_name.endswith("ForMultipleChoice"):
         choices = torch.randint(PAD + 4, vocab, (BATCH, CHOICES, SEQ), **on0)
-        return dict(input_ids=choices, labels=torch.randint(0, CHOICES, (BATCH,), **on0))
+        out = dict(input_ids=choices, labels=torch.randint(0, CHOICES, (BATCH,), **on0))
+        if class_name.startswith("Longformer"):
+            # Else it looks for a question's separator tokens in each choice: global attention on the first token.
+            out["global_attention_mask"] = torch.zeros_like(choices)
+            out["global_attention_mask"][..., 0] = 1
+        return out
     if class_name.endswith("ForTokenClassification"):
         out = dict(input_ids=tokens, labels=torch.randint(0, 2, (BATCH, SEQ), **on0))
         if variant == "masked":
@@ -171,7 +185,7 @@ def batch(class_name: str, variant: str, vocab: int) -> dict:
 def step(head: str) -> None:
     class_name, _, variant = head.partition(":")
     model = split(build(class_name, variant))
-    out = model(**batch(class_name, variant, getattr(model.config, "vocab_size", 0)))
+    out = model(**batch(class_name, variant, model.config))
     out.loss.backward()
 
 
