@@ -23,22 +23,15 @@ sys.path.insert(0, sys.argv[1])
 
 import torch  # noqa: E402
 import transformers  # noqa: E402
-from _common import load_file  # noqa: E402
-
-SMALL = dict(n_layer=12, n_embd=32, n_head=2, vocab_size=128, n_positions=64)
-
-
-def offline_config(cls, name, *args, **kwargs):
-    return cls(**SMALL)
-
+from _common import GPT2_SMALL, load_file, offline_gpt2_config  # noqa: E402
 
 def random_batches():
-    ids = [torch.randint(0, SMALL["vocab_size"], (2, 16)) for _ in range(2)]
+    ids = [torch.randint(0, GPT2_SMALL["vocab_size"], (2, 16)) for _ in range(2)]
     return [(i, torch.ones_like(i)) for i in ids]
 
 
 def main() -> None:
-    transformers.GPT2Config.from_pretrained = classmethod(offline_config)
+    transformers.GPT2Config.from_pretrained = classmethod(offline_gpt2_config)
     dataset = types.ModuleType("data.dataset")
     dataset.get_dataloader = random_batches  # type: ignore[attr-defined]
     sys.modules["data"] = types.ModuleType("data")
