@@ -74,6 +74,19 @@ def _is_definition(node: ast.stmt) -> bool:
 GPT2_SMALL = dict(n_layer=12, n_embd=32, n_head=2, vocab_size=128, n_positions=64)
 
 
+# T5 at a test's size: two blocks a stack.
+T5_SMALL = dict(
+    num_layers=2,
+    num_decoder_layers=2,
+    d_model=32,
+    d_kv=16,
+    d_ff=64,
+    num_heads=2,
+    vocab_size=128,
+    decoder_start_token_id=0,
+)
+
+
 def offline_gpt2_config(cls, name, *args, **kwargs):
     """Stands for `GPT2Config.from_pretrained(name)` (a download): the small config instead."""
     return cls(**GPT2_SMALL)

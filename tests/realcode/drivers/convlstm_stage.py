@@ -12,9 +12,8 @@ import inspect
 import sys
 
 import torch
-from torch import nn
-
 from _common import load_file
+from torch import nn
 
 
 class Video(nn.Module):

@@ -21,6 +21,7 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 from _common import GPT2_SMALL, load_file, offline_gpt2_config  # noqa: E402
 
+
 def main() -> None:
     transformers.GPT2Config.from_pretrained = classmethod(offline_gpt2_config)
     path = os.path.abspath(sys.argv[2])

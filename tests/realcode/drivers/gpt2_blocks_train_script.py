@@ -25,6 +25,7 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 from _common import GPT2_SMALL, load_file, offline_gpt2_config  # noqa: E402
 
+
 def random_batches():
     ids = [torch.randint(0, GPT2_SMALL["vocab_size"], (2, 16)) for _ in range(2)]
     return [(i, torch.ones_like(i)) for i in ids]

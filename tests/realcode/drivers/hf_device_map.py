@@ -25,6 +25,7 @@ sys.path.insert(0, sys.argv[1])
 
 import torch  # noqa: E402
 import transformers  # noqa: E402
+from _common import T5_SMALL  # noqa: E402
 from accelerate import dispatch_model, infer_auto_device_map  # noqa: E402
 from accelerate.utils import compute_module_sizes  # noqa: E402
 
@@ -88,19 +89,7 @@ CONFIGS = {
     ),
     "GPTJ": ("GPTJConfig", dict(n_layer=4, n_embd=32, n_head=2, rotary_dim=8, vocab_size=VOCAB, n_positions=64)),
     "Bloom": ("BloomConfig", dict(n_layer=4, hidden_size=32, n_head=2, vocab_size=VOCAB)),
-    "T5": (
-        "T5Config",
-        dict(
-            num_layers=2,
-            num_decoder_layers=2,
-            d_model=32,
-            d_kv=16,
-            d_ff=64,
-            num_heads=2,
-            vocab_size=VOCAB,
-            decoder_start_token_id=0,
-        ),
-    ),
+    "T5": ("T5Config", dict(T5_SMALL)),
     "Bart": ("BartConfig", dict(ENCODER_DECODER)),
     "MBart": ("MBartConfig", dict(ENCODER_DECODER)),
     "Marian": ("MarianConfig", dict(ENCODER_DECODER, decoder_start_token_id=0)),

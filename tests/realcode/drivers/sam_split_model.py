@@ -11,9 +11,8 @@ a second forward/backward, second_step.
 import sys
 
 import torch
-from torch import nn
-
 from _common import TwoStages, load_file
+from torch import nn
 
 
 def main() -> None:
