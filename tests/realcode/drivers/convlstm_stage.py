@@ -12,8 +12,9 @@ import inspect
 import sys
 
 import torch
-from _common import load_file
 from torch import nn
+
+from _common import load_file
 
 
 class Video(nn.Module):

@@ -11,8 +11,9 @@ a second forward/backward, second_step.
 import sys
 
 import torch
-from _common import TwoStages, load_file
 from torch import nn
+
+from _common import TwoStages, load_file
 
 
 def main() -> None:
