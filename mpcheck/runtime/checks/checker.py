@@ -1244,7 +1244,8 @@ class Checker:
                     self._arrivals[sid] = (arrival, src_dev, site or UNKNOWN)
                     self.arrived_objects[id(out_tensor)] = sid
                     self._read_arrivals.discard(sid)
-                    if len(self._arrivals) > self._purge_at:
+                    # Arrived tensors never read (and their views) stay in arrived_objects: bounded here too.
+                    if len(self._arrivals) > self._purge_at or len(self.arrived_objects) > self._purge_at:
                         self._purge()
                 except Exception:  # a tensor without storage (a subclass): nothing to follow
                     pass
@@ -1557,7 +1558,7 @@ class Checker:
         live = self._arrivals
         self.arrived_objects = {k: sid for k, sid in self.arrived_objects.items() if sid in live}
         self._read_arrivals &= live.keys()
-        self._purge_at = max(_PURGE_AT, 2 * max(len(self._moves), len(self._arrivals)))
+        self._purge_at = max(_PURGE_AT, 2 * max(len(self._moves), len(live), len(self.arrived_objects)))
 
     # -- MP002 / MP007: wrapping and collapsing a split model ------------------------------
     def on_wrap(
