@@ -76,7 +76,7 @@ def score(expected: set[Key], findings: list[dict], file: str) -> Score:
     found: set[Key] = set()
     for f in findings:
         key = (f["code"], f["line"])
-        on_file = f.get("path", "").replace("\\", "/").endswith("/" + file) or f.get("path") == file
+        on_file = in_file(f, file)
         if on_file and key in expected:
             found.add(key)
         else:
@@ -84,6 +84,12 @@ def score(expected: set[Key], findings: list[dict], file: str) -> Score:
     s.caught = sorted(found)
     s.missed = sorted(expected - found)
     return s
+
+
+def in_file(finding: dict, file: str) -> bool:
+    """Whether the finding is in `file` (a path inside the case's source: a suffix of the finding's path)."""
+    path = finding.get("path", "").replace("\\", "/")
+    return path.endswith("/" + file) or path == file
 
 
 def split_spec(spec: str) -> tuple[str, str]:
@@ -204,13 +210,16 @@ def dryrun_face(manifest: dict, cases: list[dict], pip: list[str]) -> dict[str, 
         if not driver:
             continue
         try:
-            root = source_root(manifest, case["source"], pip, [case["file"]])
+            root = source_root(manifest, case["source"], pip, [case["file"], *case.get("with", [])])
             # A driver that needs only torch has no site of its own.
             site = site_dir(manifest, driver["site"], pip) if "site" in driver else Path()
             findings = run_dryrun(driver, driver_args(driver, site, root / case["file"]))
         except (RuntimeError, subprocess.TimeoutExpired) as exc:
             scores[case["id"]] = Score(error=str(exc))
             continue
+        # As in the lint face, only the case's file is scored: its `with` files (the callers it runs
+        # under) are other files of the project, whose findings other cases score.
+        findings = [f for f in findings if not any(in_file(f, w) for w in case.get("with", []))]
         scores[case["id"]] = score(expected_keys(driver["expected"]), findings, case["file"])
     return scores
 

@@ -371,3 +371,53 @@ def test_round_robin_placement_is_reported_with_the_blocked_grouping(script, dry
 def test_blocked_placement_is_silent(script, dryrun_cli):
     s = script(SHARED.format(norm="pass", call="x"))
     assert_silent(dryrun_cli, s)
+
+
+# -- a group of tensors moved stage to stage, read where it arrives (MP005) ----------------------------
+
+# A pipeline helper moves (activation, mask) together after each stage, the last stage's back to the
+# first GPU (ParlAI's PipelineHelper.chunk_to). The mask comes back unchanged, but the layers on
+# cuda:1 read it: it was needed there, so the move is no round trip. Read by a module (whose
+# repeated calls run unchecked, by the signature cache) or by a torch op at the call site.
+GROUP_MOVES = """
+import torch
+import torch.nn as nn
+
+
+class Layer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(64, 64)
+
+    def forward(self, x, mask=None):
+        x = torch.relu(self.lin(x))
+        return x if mask is None else x.masked_fill(~mask, 0.0)
+
+
+def move(group, dev):
+    return tuple(t.to(dev) for t in group)  # <- move
+
+
+stages = [nn.ModuleList([Layer(), Layer()]).to(f"cuda:{{i}}") for i in range(2)]
+head = nn.Linear(64, 1).to("cuda:0")
+for step in range(3):
+    group = (torch.randn(8, 64, device="cuda:0"), torch.rand(8, 64, device="cuda:0") > 0.5)
+    for i, stage in enumerate(stages):
+        h, m = group
+        for layer in stage:
+            h = {call}
+        group = move((h, m), f"cuda:{{(i + 1) % 2}}")
+    head(group[0] * group[1]).sum().backward()
+print("finished")
+"""
+
+
+@pytest.mark.parametrize("call", ["layer(h, m)", "layer(h).masked_fill(~m, 0.0)"])
+def test_a_tensor_read_where_it_was_moved_is_no_round_trip(script, dryrun_cli, call):
+    assert_silent(dryrun_cli, script(GROUP_MOVES.format(call=call)))
+
+
+def test_a_tensor_no_layer_reads_where_it_was_moved_is_a_round_trip(script, dryrun_cli):
+    s = script(GROUP_MOVES.format(call="layer(h, m) if i == 0 else layer(h)"))
+    f = only_finding(dryrun_cli, s, "MP005", "move")
+    assert f["devices"] == ["cuda:0", "cuda:1"]

@@ -245,6 +245,8 @@ def _patch_module_call(
     tracing = torch._C._get_tracing_state
 
     def checked_call(module, *args, **kwargs):
+        if checker.arrived_objects:  # a moved tensor given to a module is used where it arrived (MP005);
+            checker.note_reads(args, kwargs)  # the module's own ops may run unchecked (signature cache)
         if tls.unchecked:
             # Inside a call already running unchecked (the modes aside; never an outermost call):
             # a module whose signature was checked clean under the current placements runs at

@@ -127,6 +127,8 @@ class CheckingMode(TorchFunctionMode):
                 self._provenance.derive(args, kwargs, out)
             if self._placements._made:
                 self._placements.derive(args, out, checker.devices.device_of)
+            if args and id(args[0]) in checker.arrived_objects:
+                checker.note_view(args[0], out)
             return out
         if kind == _BACKWARD:
             if not self._tls.stack:
@@ -143,6 +145,8 @@ class CheckingMode(TorchFunctionMode):
                 made_how = _current_device_words(dev, "`device={!r}`")
             elif _device_ctx.CURRENT_DEVICE is not None:
                 made_how = _default_device_words(func)
+            if checker.arrived_objects:  # a moved tensor used where it arrived is no round trip (MP005)
+                checker.note_reads(args, kwargs)
             # One argument mixes nothing, unless it is a sequence: torch.cat([a, b]).
             if len(args) + len(kwargs) > 1 or (args and isinstance(args[0], (list, tuple))):
                 args, kwargs = checker.check_op(func, args, kwargs)

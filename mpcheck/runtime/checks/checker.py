@@ -320,6 +320,10 @@ class Checker:
         # id(storage) of a transfer's output -> (ref to that output's data, src device, site):
         # what arrived where, to recognise it going straight back (MP005).
         self._arrivals: dict[int, tuple[_StorageRef, str, Site]] = {}
+        # id(tensor) of each arrived tensor (and of its views) -> id(its storage), until an op reads it;
+        # the storages read where they arrived: their move back is no round trip (MP005: work was done there).
+        self.arrived_objects: dict[int, int] = {}
+        self._read_arrivals: set[int] = set()
         # (id(storage), offset, shape, stride, dst) -> [ref, first site, last step, Mark]: what was
         # moved where, to recognise the same unchanged data moved again (MP011; recurrence.py).
         self._moves: dict[tuple[int, int, tuple[int, ...], tuple[int, ...], str], list[Any]] = {}
@@ -1242,8 +1246,12 @@ class Checker:
             if out_tensor is not None:
                 try:
                     arrival = _StorageRef(out_tensor)
-                    self._arrivals[id(out_tensor.untyped_storage())] = (arrival, src_dev, site or UNKNOWN)
-                    if len(self._arrivals) > self._purge_at:
+                    sid = id(out_tensor.untyped_storage())
+                    self._arrivals[sid] = (arrival, src_dev, site or UNKNOWN)
+                    self.arrived_objects[id(out_tensor)] = sid
+                    self._read_arrivals.discard(sid)
+                    # Arrived tensors never read (and their views) stay in arrived_objects: bounded here too.
+                    if len(self._arrivals) > self._purge_at or len(self.arrived_objects) > self._purge_at:
                         self._purge()
                 except Exception:  # a tensor without storage (a subclass): nothing to follow
                     pass
@@ -1406,6 +1414,8 @@ class Checker:
             return
         if ref.version is None or _version_of(t) != ref.version:
             return
+        if id(storage) in self._read_arrivals and came_from == dst_dev:
+            return  # read where it arrived (a mask the layers there used): the first move was needed
         if came_from != dst_dev:
             if src_dev == "cpu" and came_from not in _NOT_GPU and dst_dev not in _NOT_GPU:
                 self._report_host_hop(t, came_from, dst_dev, site, module, first_site, nbytes)
@@ -1567,13 +1577,35 @@ class Checker:
             extra={"loss_site": str(loss_site), "bytes_saved": nbytes - small},
         )
 
+    def note_reads(self, args: Args, kwargs: Kwargs) -> None:
+        """An op reads these arguments: an arrived tensor among them was used on the device it arrived on."""
+        objects = self.arrived_objects
+        for a in (*args, *kwargs.values()) if kwargs else args:
+            sid = objects.pop(id(a), None)
+            if sid is not None:
+                self._read_arrivals.add(sid)
+            elif type(a) in (list, tuple):  # torch.cat([a, b])
+                for b in a:
+                    sid = objects.pop(id(b), None)
+                    if sid is not None:
+                        self._read_arrivals.add(sid)
+
+    def note_view(self, base: Any, view: Any) -> None:
+        """`view` shares an arrived tensor's storage: reading it reads the arrived data."""
+        sid = self.arrived_objects.get(id(base))
+        if sid is not None:
+            self.arrived_objects[id(view)] = sid
+
     def _purge(self) -> None:
         """Drop entries whose storage is gone (a run that never ends a step must stay flat too)."""
         tables: tuple[dict[Any, Any], ...] = (self._moves, self._arrivals)
         for table in tables:
             for k in [k for k, v in table.items() if v[0].ref() is None]:
                 del table[k]
-        self._purge_at = max(_PURGE_AT, 2 * max(len(self._moves), len(self._arrivals)))
+        live = self._arrivals
+        self.arrived_objects = {k: sid for k, sid in self.arrived_objects.items() if sid in live}
+        self._read_arrivals &= live.keys()
+        self._purge_at = max(_PURGE_AT, 2 * max(len(self._moves), len(live), len(self.arrived_objects)))
 
     # -- MP002 / MP007: wrapping and collapsing a split model ------------------------------
     def on_wrap(

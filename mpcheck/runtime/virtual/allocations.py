@@ -100,7 +100,8 @@ def _inputs_device(g: VirtualGPUs, args: tuple) -> str | None:
         else:
             continue
         for t in items:
-            lab = label_of(t)
+            # A list of optional tensors (index_put's indices in `x[rows, :, cols]`'s backward) holds None.
+            lab = label_of(t) if isinstance(t, torch.Tensor) else None
             if lab is None or lab == found:
                 continue
             if lab == "cpu":

@@ -19,21 +19,15 @@ sys.path.insert(0, sys.argv[1])
 
 import torch  # noqa: E402
 import transformers  # noqa: E402
-from _common import load_file  # noqa: E402
-
-SMALL = dict(n_layer=12, n_embd=32, n_head=2, vocab_size=128, n_positions=64)
-
-
-def offline_config(cls, name, *args, **kwargs):
-    return cls(**SMALL)
+from _common import GPT2_SMALL, load_file, offline_gpt2_config  # noqa: E402
 
 
 def main() -> None:
-    transformers.GPT2Config.from_pretrained = classmethod(offline_config)
+    transformers.GPT2Config.from_pretrained = classmethod(offline_gpt2_config)
     path = os.path.abspath(sys.argv[2])
     os.chdir(tempfile.mkdtemp())  # later versions log to ./model_parallel.log
     model = load_file(path, "model_parallel").ModelParallel("gpt2")
-    ids = torch.randint(0, SMALL["vocab_size"], (2, 16))
+    ids = torch.randint(0, GPT2_SMALL["vocab_size"], (2, 16))
     logits = model(ids)
     labels = ids.to(logits.device)
     loss = torch.nn.functional.cross_entropy(logits.view(-1, logits.size(-1)), labels.view(-1))
