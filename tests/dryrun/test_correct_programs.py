@@ -580,10 +580,9 @@ def test_backward_of_indexing_with_a_slice_between_index_tensors_runs_clean(scri
 
 # Micro-batches pipelined over two stages without autograd (inference, ParlAI's PipelineHelper under
 # generation): each chunk goes cuda:0 -> cuda:1 and back to cuda:0, where the tied output head is. The
-# chunks are independent, but without a graph pingpong.py lets chunk B's departure from cuda:0
-# continue chunk A's chain that arrived there, and reads the micro-batches as one activation crossing
-# at every layer (MP006). Found by the ParlAI driver of bench/real_bugs.py; MP006's precision is the
-# s6redteam branch's work (runtime/checks/pingpong.py): strict, so the fix flips this test.
+# chunks are independent: chunk A, back on cuda:0, waits unread for the final torch.cat while chunk B
+# leaves cuda:0, so B's departure cannot continue A's chain (pingpong.py: without a graph, a chain goes on
+# only from an arrival an op read). Found by the ParlAI driver of bench/real_bugs.py, where it was MP006.
 MICRO_BATCHES_NO_GRAD = """
 import torch
 import torch.nn as nn
@@ -618,8 +617,63 @@ print("finished")
 """
 
 
-@pytest.mark.xfail(strict=True, reason="MP006 without a graph joins independent micro-batches into one chain")
 def test_micro_batches_pipelined_without_autograd_run_clean(script, dryrun_cli):
     status, report, err = dryrun_cli(script(MICRO_BATCHES_NO_GRAD), "--gpus", "2")
     assert status == 0, err
     assert report["findings"] == []
+
+
+# The bad twins under no_grad: each micro-batch's own layers alternate between the GPUs (stages
+# cuda:0, cuda:1, cuda:0, cuda:1), or one batch runs layers chained across the GPUs with
+# `x = layer(x.to(dev))`. Each arrival is read by the next layer: one activation crossing per layer.
+# (The chunks come in split already: a batch of token ids still held on cuda:0 by the forward would be data
+# that stayed to meet each chunk coming back, a possible branch: pingpong.py's Chain.stayed.)
+def _alternating(program: str) -> str:
+    edits = [
+        ('"cuda:0" if i < 2 else "cuda:1"', 'f"cuda:{i % 2}"'),
+        (
+            'groups = [("cuda:0", [0, 1]), ("cuda:1", [2, 3])]',
+            'groups = [("cuda:0", [0]), ("cuda:1", [1]), ("cuda:0", [2]), ("cuda:1", [3])]',
+        ),
+        (
+            "def forward(self, ids):\n        chunks = list(torch.split(self.embeddings(ids), 2))",
+            "def forward(self, chunks):",
+        ),
+        (
+            'enc(torch.randint(0, 64, (8, 5), device="cuda:0"))',
+            'enc(list(enc.embeddings(torch.randint(0, 64, (8, 5), device="cuda:0")).split(2)))',
+        ),
+        (
+            "chunks[c] = s.to(groups[(g + 1) % len(groups)][0])",
+            "chunks[c] = s.to(groups[(g + 1) % len(groups)][0])  # <- hop",
+        ),
+    ]
+    for old, new in edits:
+        assert old in program, old
+        program = program.replace(old, new)
+    return program
+
+
+MICRO_BATCHES_ALTERNATING = _alternating(MICRO_BATCHES_NO_GRAD)
+
+LAYERS_CHAINED_NO_GRAD = """
+import torch
+import torch.nn as nn
+
+layers = nn.ModuleList(nn.Linear(16, 16).to(f"cuda:{i % 2}") for i in range(6))
+with torch.no_grad():
+    for step in range(2):
+        x = torch.randn(4, 16, device="cuda:0")
+        for i, layer in enumerate(layers):
+            x = torch.relu(layer(x.to(f"cuda:{i % 2}")))  # <- hop
+        print(x.sum().item())
+"""
+
+
+@pytest.mark.parametrize("program", [MICRO_BATCHES_ALTERNATING, LAYERS_CHAINED_NO_GRAD], ids=["micro", "chained"])
+def test_layers_alternating_gpus_under_no_grad_are_a_ping_pong(script, dryrun_cli, program):
+    assert "# <- hop" in program
+    s = script(program)
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 0, err
+    assert ("MP006", s.line("hop")) in codes_at(report)

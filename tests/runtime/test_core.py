@@ -334,10 +334,12 @@ def _expert_layers(ck, labels, residual):
         ck.on_transfer(x, y, "cuda:0", "cuda:1", site=S1, module_path="model")
         kept = x if residual else gone(x)
         del x
+        ck.note_reads((y,), {})  # the expert reads what arrived (the capture mode tells the checker so)
         r = labels.label(y * 2, "cuda:1")
         back = labels.label(r.clone(), "cuda:0")
         ck.on_transfer(r, back, "cuda:1", "cuda:0", site=S2, module_path="model")
         gone(r)
+        ck.note_reads((back,), {})
         tokens.append(labels.label(back + kept if kept is not None else back * 2, "cuda:0"))
         del kept, back, r, y
 

@@ -234,9 +234,10 @@ def _version_of(t: Any) -> int | None:
 class _StorageRef:
     """Identify a tensor's data without keeping it alive: a weak reference to its
     storage (PyTorch keeps one Python storage object per storage), plus the
-    view's offset/shape/stride and the version counter at the time."""
+    view's offset/shape/stride and the version counter at the time. For an arrival: `read`, has an
+    op read it (or a view of it) where it arrived since (Checker.note_reads)?"""
 
-    __slots__ = ("ref", "offset", "shape", "stride", "version")
+    __slots__ = ("ref", "offset", "shape", "stride", "version", "read")
 
     def __init__(self, t: Any) -> None:
         self.ref = weakref.ref(t.untyped_storage())
@@ -244,6 +245,7 @@ class _StorageRef:
         self.shape = tuple(t.shape)
         self.stride = t.stride()
         self.version = _version_of(t)
+        self.read = False
 
     def alive(self) -> bool:
         """Is the storage still in use (by this tensor, a view of it or the tensor it was viewed from)?"""
@@ -1583,12 +1585,18 @@ class Checker:
         for a in (*args, *kwargs.values()) if kwargs else args:
             sid = objects.pop(id(a), None)
             if sid is not None:
-                self._read_arrivals.add(sid)
+                self._note_read(sid)
             elif type(a) in (list, tuple):  # torch.cat([a, b])
                 for b in a:
                     sid = objects.pop(id(b), None)
                     if sid is not None:
-                        self._read_arrivals.add(sid)
+                        self._note_read(sid)
+
+    def _note_read(self, sid: int) -> None:
+        self._read_arrivals.add(sid)
+        entry = self._arrivals.get(sid)
+        if entry is not None:  # on the arrival's own record too, which MP006's chain keeps past the storage
+            entry[0].read = True
 
     def note_view(self, base: Any, view: Any) -> None:
         """`view` shares an arrived tensor's storage: reading it reads the arrived data."""

@@ -13,8 +13,12 @@ A departure continues a chain only if its data may have been computed from the c
 Where autograd recorded both (grad enabled), that is asked of the graph: the nodes made since the
 arrival, walked back from the departure (`_may_depend`). A MoE layer that sends each expert its rows
 of one input and gathers the results back, or any fan-out/fan-in, sends data that no result that came
-back went into: a star, not a ping-pong. Without a graph (no_grad, inference), every departure from
-the device a chain arrived on may continue it, as before.
+back went into: a star, not a ping-pong. Without a graph (no_grad, inference), a departure may continue
+a chain only if an op read the chain's last arrival where it arrived (the checker marks the arrival's
+_StorageRef `read`): data nothing has read cannot have gone into what leaves. A pipeline that splits
+a batch into micro-batches sends chunk 2 from cuda:0 while chunk 1, back on cuda:0 from cuda:1, waits
+unread for the final concatenation: two chains, not one activation crossing at every layer. A
+departure that cannot be matched to a read arrival starts a chain of its own (unknown: silent).
 
 An excursion out and straight back (D -> E -> D) is dropped from its chain when it was a branch: the
 data that left D stayed there and meets what came back (experts on another GPU whose outputs are
@@ -188,6 +192,8 @@ class PingPong:
                     break  # no work on `src` since it arrived: a round trip, not a layer
                 if not _may_depend(nodes[0], c.last_node):
                     continue  # computed without what this chain brought: another branch of a fan-out
+                if nodes[0] is None and not (c.last is not None and c.last.read):
+                    continue  # no graph, and nothing read what arrived: not computed from it (a micro-batch)
                 chain = chains.pop(i)
                 chain.drop_branch(nodes[0])
                 break
