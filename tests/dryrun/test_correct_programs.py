@@ -677,3 +677,32 @@ def test_layers_alternating_gpus_under_no_grad_are_a_ping_pong(script, dryrun_cl
     status, report, err = dryrun_cli(s, "--gpus", "2")
     assert status == 0, err
     assert ("MP006", s.line("hop")) in codes_at(report)
+
+
+# A CUDA build of torch (PyPI's default, on machines with no GPU too) says a tensor labelled cuda:k
+# suits cuDNN, and nn.LSTM's flatten_parameters (run by .to()) calls the CUDA-only
+# torch._cudnn_rnn_flatten_weight: the dry run stopped on any recurrent model there.
+RNN_ON_A_CUDA_BUILD = """
+import torch
+import torch.nn as nn
+
+lstm = nn.LSTM(16, 32, batch_first=True).to("cuda:1")
+gru = nn.GRU(16, 32).to("cuda:0")
+x = torch.randn(4, 7, 16, device="cuda:1")
+out, _ = lstm(x)
+y, _ = gru(torch.randn(7, 4, 16, device="cuda:0"))
+(out.sum() + y.sum().to("cuda:1")).backward()
+print("finished")
+"""
+
+
+def test_recurrent_layers_run_on_virtual_gpus_under_a_cuda_build_of_torch(script, dryrun_cli, monkeypatch):
+    import torch
+
+    acceptable = lambda tensor: tensor.is_cuda  # noqa: E731  (what a CUDA build with cuDNN answers)
+    monkeypatch.setattr(torch.backends.cudnn, "is_acceptable", acceptable)
+    monkeypatch.setattr(torch, "_use_cudnn_rnn_flatten_weight", lambda: True)
+    status, report, err = dryrun_cli(script(RNN_ON_A_CUDA_BUILD), "--gpus", "2")
+    assert status == 0, err
+    assert report["findings"] == []
+    assert torch.backends.cudnn.is_acceptable is acceptable  # the dry run's answer is undone on exit

@@ -14,7 +14,8 @@ What is emulated, and how:
   synchronize, memory_allocated / max_memory_allocated / mem_get_info / memory_stats
   (from the live tensors on each virtual GPU), get_device_properties (total_memory =
   --device-memory), streams and events (always complete), seeds and RNG state (the CPU's);
-  torch.accelerator likewise.
+  torch.accelerator likewise. torch.backends.cudnn.is_acceptable says no (cuDNN never runs here; a CUDA
+  build of torch, even on a machine without a GPU, would send nn.LSTM/GRU.to('cuda:k') to a CUDA-only op).
 - autocast("cuda"): on a CPU build its flag is set but CPU and meta tensors never reach the
   CUDA autocast kernels, so the dry run casts inputs itself, at the Python call, following
   CUDA autocast's lists: matmul-like ops (linear, matmul, bmm, conv, SDPA, ...) in the

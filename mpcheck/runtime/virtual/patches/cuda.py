@@ -28,6 +28,10 @@ def install(g: VirtualGPUs, p: Patches) -> None:
         p.set(cuda, name, distinct(value))
     for name in ("range_push", "range_pop", "mark", "range_start", "range_end"):
         p.set(cuda.nvtx, name, distinct(a.none))
+    # cuDNN never runs here: the tensors on virtual GPUs are CPU or meta tensors. A CUDA build of
+    # torch (PyPI's default, also on machines without a GPU) would otherwise answer that they suit
+    # cuDNN, and nn.LSTM/GRU/RNN.to("cuda:k") would call the CUDA-only `_cudnn_rnn_flatten_weight`.
+    p.set(torch.backends.cudnn, "is_acceptable", distinct(lambda tensor: False))
     acc = getattr(torch, "accelerator", None)
     if acc is not None:
         for name, value in _accelerator_table(a).items():
