@@ -246,6 +246,8 @@ class Library(Part):
 
 def _data_parallel(lib: Library, c: LibCall) -> Val:
     mod: Val = c.args[0] if c.args else c.kwargs.get("module", UNK)
+    if lib.interp.placement_guards:
+        return mod  # under `if <the model is not split>:` (statements.inspects_placement)
     if is_splitish(mod):
         c.st.scope.split_seen = True
         lib.interp.recorder.record(DataParallelWrap(node=c.node, mode=c.st.mode, module=mod, q=c.q))
@@ -332,7 +334,7 @@ def _first_device_id(ids: Val | None) -> str | None:
 def _ddp(lib: Library, c: LibCall) -> Val:
     args, kwargs = c.args, c.kwargs
     mod: Val = args[0] if args else kwargs.get("module", UNK)
-    if is_splitish(mod):
+    if is_splitish(mod) and not lib.interp.placement_guards:
         c.st.scope.split_seen = True
         bad = []
         for i, name in ((1, "device_ids"), (2, "output_device")):

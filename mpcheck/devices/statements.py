@@ -39,7 +39,7 @@ from mpcheck.devices.values import (
     single,
     spans_of,
 )
-from mpcheck.devices.walk import children
+from mpcheck.devices.walk import children, walk
 
 if TYPE_CHECKING:  # pragma: no cover
     from mpcheck.devices.interp import Interp
@@ -125,6 +125,8 @@ class Statements(Part):
             v = self.interp.exprs.ev(s.value, st)
             for tgt in s.targets:
                 self.assign(tgt.target, v, st, s.value)
+                if isinstance(tgt.target, cst.Name):
+                    st.scope.bound_to[tgt.target.value] = s.value
             return True
         if isinstance(s, cst.Expr):
             self.interp.exprs.ev(s.value, st)
@@ -168,14 +170,19 @@ class Statements(Part):
                 else:
                     out.extend(self.exec_block(stmt.orelse.body.body, [st]))
                 continue
-            with self.interp.gpus.guarded(not mode):  # a test the model cannot decide may guard an index
-                then = self.exec_block(stmt.body.body, [self._with_mode(st.copy(), mode, True)])
-                if stmt.orelse is None:
-                    other = [self._with_mode(st.copy(), mode, False)]
-                elif isinstance(stmt.orelse, cst.If):
-                    other = self.exec_if(stmt.orelse, [self._with_mode(st.copy(), mode, False)])
-                else:
-                    other = self.exec_block(stmt.orelse.body.body, [self._with_mode(st.copy(), mode, False)])
+            guard = inspects_placement(stmt.test, st.scope.bound_to)
+            self.interp.placement_guards += guard
+            try:
+                with self.interp.gpus.guarded(not mode):  # a test the model cannot decide may guard an index
+                    then = self.exec_block(stmt.body.body, [self._with_mode(st.copy(), mode, True)])
+                    if stmt.orelse is None:
+                        other = [self._with_mode(st.copy(), mode, False)]
+                    elif isinstance(stmt.orelse, cst.If):
+                        other = self.exec_if(stmt.orelse, [self._with_mode(st.copy(), mode, False)])
+                    else:
+                        other = self.exec_block(stmt.orelse.body.body, [self._with_mode(st.copy(), mode, False)])
+            finally:
+                self.interp.placement_guards -= guard
             branches = then + other
             if not branches:
                 continue
@@ -441,6 +448,35 @@ def _mode_test(test: cst.BaseExpression) -> tuple[str, str] | None:
     if isinstance(test, cst.Call) and dotted(test.func) in ("torch.is_grad_enabled",):
         return ("no_grad", "train") if neg else ("train", "no_grad")
     return None
+
+
+# What a test reads when it asks where a model lives: `len({p.device for p in model.parameters()}) == 1`,
+# `hasattr(model, "hf_device_map")`, `getattr(model, "is_parallelizable", False)`. Not `x.device` alone:
+# `if args.device == "cuda": model.to(args.device)` asks about a setting, not about where the model is.
+_PLACEMENT_CALLS = frozenset({"parameters", "named_parameters", "buffers", "named_buffers"})
+_PLACEMENT_WORDS = ("device_map", "model_parallel", "parallelizable", "is_parallel")
+
+
+def inspects_placement(test: cst.BaseExpression, bound_to: dict[str, cst.BaseExpression] | None = None) -> bool:
+    """Does an `if` test read where a model's parameters are? Then its branches are the program's own
+    answer to "is this model split?" (wrap it in DataParallel only if not, move it whole only if not),
+    and a test the device model cannot decide must not be read as always taking both. A GPU count
+    alone (`if n_gpu > 1:`) asks nothing about the model, nor does a flag that asks for data
+    parallelism (`if args.data_parallel:`), so neither is such a test. A name in the test counts by
+    what it was bound to (`bound_to`, one level: `if len(devs) == 1:` after `devs = {p.device ...}`)."""
+    for node in walk(test):
+        if isinstance(node, cst.Name) and bound_to and node.value in bound_to:
+            if inspects_placement(bound_to[node.value]):
+                return True
+        if isinstance(node, cst.Attribute):
+            name = node.attr.value
+            if name in _PLACEMENT_CALLS or any(w in name for w in _PLACEMENT_WORDS):
+                return True
+        elif isinstance(node, cst.Name) and any(w in node.value for w in _PLACEMENT_WORDS):
+            return True
+        elif isinstance(node, cst.SimpleString) and any(w in node.value for w in _PLACEMENT_WORDS):
+            return True  # hasattr(model, "hf_device_map"), getattr(model, "model_parallel", False)
+    return False
 
 
 def _dunder_dict_key(target: cst.Subscript) -> str | None:

@@ -104,31 +104,47 @@ def _repeated(ev: Transfer) -> str:
 
 # Factories whose positional integer arguments are the shape (torch.randn(16, 10), torch.zeros((4, 8))).
 _SHAPED_FACTORIES = frozenset({"randn", "rand", "zeros", "ones", "empty", "randint"})
+# Bytes an element, by the dtype's name (torch.float16, torch.long, ...); a dtype not listed counts as
+# the widest, complex128, so that "certainly small" stays certain.
+_ITEMSIZE = {
+    "bool": 1, "uint8": 1, "int8": 1, "float16": 2, "half": 2, "bfloat16": 2, "int16": 2, "short": 2,
+    "float32": 4, "float": 4, "int32": 4, "int": 4, "float64": 8, "double": 8, "int64": 8, "long": 8,
+    "complex64": 8, "complex128": 16,
+}  # fmt: skip
+_WIDEST = 16
+# Keywords that do not change how many bytes the tensor has.
+_SIZELESS_KEYWORDS = frozenset({"requires_grad", "device", "pin_memory"})
 
 
 def _certainly_small(made_at: object) -> bool:
-    """Was the tensor made by a factory with a literal shape and no dtype (float32: 4 bytes an
-    element; randint: int64, 8), fewer than REPEAT_MIN_BYTES in all? Then repeating its copy wastes about one launch,
-    which the run-time faces do not report either (a fixed toy batch moved in a loop). Anything
-    else (a size or dtype the code does not spell out) keeps the finding."""
+    """Was the tensor made with a size the code spells out, fewer than REPEAT_MIN_BYTES in all: a factory
+    with a literal shape (float32: 4 bytes an element; randint: int64, 8; a `dtype=` by its width), or
+    `torch.tensor(<one number>)` (a loss scale, a flag)? Then repeating its copy wastes about
+    one launch, which the run-time faces do not report either (a fixed toy batch moved in a loop).
+    Anything else (a size or dtype the code does not spell out) keeps the finding."""
     if not isinstance(made_at, cst.Call) or not isinstance(made_at.func, (cst.Name, cst.Attribute)):
         return False
     name = made_at.func.value if isinstance(made_at.func, cst.Name) else made_at.func.attr.value
+    itemsize = _dtype_size(made_at)
+    if itemsize is None:
+        return False
+    if name == "tensor":
+        # One number (a loss scale, a flag): the smallest copy there is. A literal list stays reported:
+        # class weights and tables grow with the problem (the number of classes), which a literal in the
+        # code understates.
+        data = [a.value for a in made_at.args if a.keyword is None]
+        return len(data) == 1 and _is_number(data[0])
     if name not in _SHAPED_FACTORIES:
         return False
     positional = [a for a in made_at.args if a.keyword is None]
-    itemsize = 4
+    default = 4
     if name == "randint":  # randint(high, size) / randint(low, high, size): int64, the shape is last
         if not positional or not isinstance(positional[-1].value, (cst.Tuple, cst.List)):
             return False
-        itemsize = 8
-        made_at = made_at.with_changes(args=[positional[-1], *(a for a in made_at.args if a.keyword)])
+        default = 8
+        positional = positional[-1:]
     dims: list[cst.BaseExpression] = []
-    for arg in made_at.args:
-        if arg.keyword is not None:
-            if arg.keyword.value != "requires_grad":
-                return False  # dtype=, device=, out=, size=...: not read here
-            continue
+    for arg in positional:
         if isinstance(arg.value, (cst.Tuple, cst.List)):
             dims.extend(el.value for el in arg.value.elements)
         else:
@@ -139,4 +155,28 @@ def _certainly_small(made_at: object) -> bool:
     for d in dims:
         assert isinstance(d, cst.Integer)
         elements *= int(d.evaluated_value)
-    return elements * itemsize < REPEAT_MIN_BYTES
+    return elements * (itemsize or default) < REPEAT_MIN_BYTES
+
+
+def _dtype_size(call: cst.Call) -> int | None:
+    """Bytes an element the call's `dtype=` asks for: 0 when it gives none (the factory's default), None
+    when a keyword the size may depend on (`size=`, `out=`) makes the size unknown here."""
+    size = 0
+    for arg in call.args:
+        if arg.keyword is None or arg.keyword.value in _SIZELESS_KEYWORDS:
+            continue
+        if arg.keyword.value != "dtype":
+            return None
+        dtype = arg.value
+        name = dtype.attr.value if isinstance(dtype, cst.Attribute) else ""
+        size = _ITEMSIZE.get(name, _WIDEST)
+    return size
+
+
+def _is_number(data: cst.BaseExpression) -> bool:
+    """Is `data` a number literal: `1024.0`, `-1`, `True`?"""
+    if isinstance(data, cst.UnaryOperation):
+        data = data.expression
+    return isinstance(data, (cst.Integer, cst.Float)) or (
+        isinstance(data, cst.Name) and data.value in ("True", "False")
+    )
