@@ -186,3 +186,10 @@ SYNTAX_ERROR = get("MP000")
 # MPCHECK_REPEAT_MIN_BYTES to change it; the linter stays silent only on copies whose size it can
 # read off the code and that are certainly below it.
 REPEAT_MIN_BYTES = 64 * 1024
+
+
+# How many files away from the call that made its devices known a helper is still analysed with
+# those devices (main.py -> engine.train -> utils.step -> losses.ce is 3). The device model
+# (devices/callers.py) stops there and the lint pipeline (lint/callers.py) runs as many rounds; it
+# lives here because the pipeline must not import the device model (a cached run loads no libcst).
+CALLER_DEPTH = 3

@@ -11,9 +11,8 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-from mpcheck.devices import callers as devices_callers
+from mpcheck import codes
 from mpcheck.devices.as_built import Uses
-from mpcheck.lint import callers
 from tests.test_callers import lint
 
 CASES = Path(__file__).parent / "fixtures" / "cases"
@@ -81,13 +80,11 @@ def test_no_context_deeper_than_the_limit(deep, capsys, monkeypatch):
     (deep / "losses.py").write_text(
         "import torch.nn.functional as F\n\n\ndef ce(outputs, targets):\n    return F.cross_entropy(outputs, targets)\n"
     )
-    assert callers.MAX_DEPTH == devices_callers.MAX_DEPTH == 3
+    assert codes.CALLER_DEPTH == 3
     assert lint(capsys, "--no-cache", ".") == []
-    for module in (callers, devices_callers):  # the limit is what stops it
-        monkeypatch.setattr(module, "MAX_DEPTH", 4)
+    monkeypatch.setattr(codes, "CALLER_DEPTH", 4)  # the limit is what stops it
     assert [f[:3] for f in lint(capsys, "--no-cache", ".")] == [("losses.py", 5, "MP008")]
-    for module in (callers, devices_callers):
-        monkeypatch.setattr(module, "MAX_DEPTH", 3)
+    monkeypatch.setattr(codes, "CALLER_DEPTH", 3)
     # One level shorter (main -> engine -> utils -> steps), the same loss is found in steps.py.
     (deep / "steps.py").write_text(
         "import torch.nn.functional as F\n\n\ndef inner(model, batch, device):\n    inputs, targets = batch\n"

@@ -28,7 +28,7 @@ Several files deep: a call of a function of another file made inside such a run
 (`engine.train`, run with main.py's arguments, calls `utils.step(model, batch, dev)`) is
 kept too, with the calls that led there (`chain`, outermost first); the pipeline gives it
 to `utils.py` as a context of its own, and its facts name the whole chain. A context is at
-most MAX_DEPTH files away from the call that made its devices known; deeper calls are not
+most codes.CALLER_DEPTH files away from the call that made its devices known; deeper calls are not
 kept. Only encoded devices cross each hop, so a value unknown at one level stays unknown
 below it.
 
@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 import libcst as cst
 
+from mpcheck import codes
 from mpcheck.devices import torchapi as T
 from mpcheck.devices.as_built import Uses
 from mpcheck.devices.events import CallSite
@@ -65,10 +66,6 @@ from mpcheck.devices.values import (
 if TYPE_CHECKING:  # pragma: no cover
     from mpcheck.devices.interp import Interp
 
-# Calls between the one that made the devices known and the helper run with them: main.py calls
-# engine.train, which calls utils.step, which calls losses.masked_loss is 3. Each level is one more
-# analysis of the files it reaches (lint/callers.py runs as many rounds).
-MAX_DEPTH = 3
 _CONCRETE = re.compile(r"^(?:cpu|cuda:\d+)$")
 _MAX_ITEMS = 8  # lists of arguments (devices, stages) longer than this cross as unknown
 # Dotted names of libraries, never a project file: their calls are not worth encoding.
@@ -242,7 +239,7 @@ def note_call(
         call["init"] = enc_init
     outer = _outer_site(interp)
     if outer is not None:  # made in a run a caller of another file started: the calls that led here
-        if len(outer.chain) + 2 > MAX_DEPTH:
+        if len(outer.chain) + 2 > codes.CALLER_DEPTH:
             return
         call["chain"] = [_site_dict(c) for c in (*outer.chain, outer)]
     key = (id(node), repr(call))

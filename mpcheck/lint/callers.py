@@ -13,13 +13,13 @@ files: linting `utils.py` alone knows of no caller and invents none; linting the
 project (or `main.py utils.py`) runs `utils.train_one_epoch` with what `main.py`
 passes it.
 
-Several levels (devices/callers.MAX_DEPTH): the analysis of a file run with contexts
+Several levels (codes.CALLER_DEPTH): the analysis of a file run with contexts
 returns the calls its context runs made in turn (`engine.train`, run with main.py's
 model and device, calls `utils.step(model, batch, dev)`), each with the chain of
 calls that led there; those are contexts of the next level, and the files they reach
 are analysed again with all their contexts (`add`). A context adds nothing when one with
 the same function and arguments is there already (whatever the chain): the work is
-bounded by MAX_CONTEXTS per function and MAX_DEPTH levels.
+bounded by MAX_CONTEXTS per function and codes.CALLER_DEPTH levels.
 
 A call that the caller's run under an assumed GPU count made with other arguments than its
 run with the count unknown carries that count and the counts the caller allows (`gpus`,
@@ -44,10 +44,6 @@ from mpcheck.lint.cache import content_hash
 # (in path and line order): each context is a whole run of the function.
 MAX_CONTEXTS = 8
 
-# Rounds of analyses with contexts: devices/callers.MAX_DEPTH, the calls a context run keeps at
-# most (main.py -> engine.py -> utils.py -> losses.py is 3), which is not imported here: this
-# module is loaded by runs the cache serves whole, without libcst (tests/test_callers_deep.py).
-MAX_DEPTH = 3
 
 # (display path of the calling file, the calls its analysis returned, module name -> absolute path)
 Caller = tuple[str, list[dict[str, Any]], Callable[[str], str | None]]

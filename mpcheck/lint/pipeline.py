@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import mpcheck.codes
 from mpcheck.config import Settings
 from mpcheck.finding import Finding
 from mpcheck.lint import callers, modules, noqa, schedule, slices
@@ -399,7 +400,7 @@ def _analyze_called(
     """Analyse again, with their callers' contexts, the files whose functions other files of the
     run call with known devices (lint/callers.py); their new results replace the first ones.
     The calls those context runs make in turn are contexts of the next level, up to
-    MAX_DEPTH files from the call that made the devices known (lint/callers.py)."""
+    mpcheck.codes.CALLER_DEPTH files from the call that made the devices known (lint/callers.py)."""
     if not any(calls.values()):
         return
 
@@ -412,7 +413,7 @@ def _analyze_called(
     grown = callers.add(
         found, ((f.src.path, calls[f.src.path], resolver(f)) for f in done if calls.get(f.src.path)), set(selected), own
     )
-    for _ in range(callers.MAX_DEPTH):
+    for _ in range(mpcheck.codes.CALLER_DEPTH):
         if not grown:
             break
         deeper = _analyze_with_contexts(sorted(grown), callers.ordered(found), selected, project, cache, jobs, out)
