@@ -249,7 +249,7 @@ class _Cut:
             # classes taken later): that word is given as the walk would, not a reason to walk.
             own = {node.name} if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) else set()
             words = set(_WORD.findall(text)) - own
-            if words.isdisjoint(self.binders.keys() - self.needed) and words.isdisjoint(self.methods - self.idents):
+            if (words & self.binders.keys()) <= self.needed and (words & self.methods) <= self.idents:
                 return own, set(own)
         return _mentions(node)
 
