@@ -6,6 +6,7 @@ the same .py files, as ratios.
     python bench/lint_speed.py --case torch-ir      # torch's _inductor/ir.py alone
     python bench/lint_speed.py --case torch         # torch's whole package (2,285 files)
     python bench/lint_speed.py --case torchvision   # torchvision's models/
+    python bench/lint_speed.py --case torch-ir --against /path/to/other/checkout  # alternated
 
 Each mpcheck run is a fresh process (start-up included, as a user sees it),
 run in a temporary folder so that its `.mpcheck_cache/` starts empty for the
@@ -82,14 +83,27 @@ def time_parse(files: list[str], parse) -> float:
     return time.perf_counter() - start
 
 
-def run_mpcheck(paths: list[str], cwd: str, extra: list[str]) -> tuple[float, int, str]:
+def run_mpcheck(paths: list[str], cwd: str, extra: list[str], code: str | None = None) -> tuple[float, float, str]:
+    """(wall seconds, CPU seconds of the command and its workers, --statistics output); `code`:
+    the checkout of mpcheck to run (PYTHONPATH), this one when None."""
+    import resource
+
     cmd = [sys.executable, "-m", "mpcheck", *extra, "--statistics", *paths]
+    env = dict(os.environ, PYTHONPATH=code or str(Path(__file__).resolve().parent.parent))
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    r = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
+    r = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, env=env)
     elapsed = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if r.returncode not in (0, 1):
         raise SystemExit(f"mpcheck failed ({r.returncode}):\n{r.stderr}")
-    return elapsed, r.returncode, r.stdout
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return elapsed, cpu, r.stdout
+
+
+def load() -> str:
+    """The 1-minute load average: on a shared machine wall times mean little without it."""
+    return f"{os.getloadavg()[0]:.1f}" if hasattr(os, "getloadavg") else "?"
 
 
 def main() -> None:
@@ -98,6 +112,12 @@ def main() -> None:
     p.add_argument("--case", choices=("torch-ir", "torch", "torchvision"), help="a named case instead of PATHs")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--jobs", type=int, default=None, help="passed to mpcheck --jobs")
+    p.add_argument(
+        "--against",
+        metavar="CHECKOUT",
+        help="another checkout of mpcheck (a folder holding mpcheck/) run alternately with this one, "
+        "in the same minutes: on a shared machine the only fair before/after",
+    )
     args = p.parse_args()
     if bool(args.case) == bool(args.paths):
         p.error("give PATHs or --case, not both")
@@ -124,32 +144,44 @@ def main() -> None:
     t_cst = statistics.median(time_parse(files, libcst.parse_module) for _ in range(max(1, args.repeat - 1)))
 
     extra = ["--jobs", str(args.jobs)] if args.jobs else []
-    cold, cached = [], []
+    here = str(Path(__file__).resolve().parent.parent)
+    codes = [(args.against, "before (--against)"), (here, "this checkout")] if args.against else [(here, "")]
+    runs: dict[str, dict[str, list[tuple[float, float]]]] = {c: {"cold": [], "cached": []} for c, _ in codes}
     stats = ""
+    loads = [load()]
     for _ in range(args.repeat):
-        work = tempfile.mkdtemp(prefix="mpcheck-bench-")
-        try:
-            t, _, stats = run_mpcheck(paths, work, extra)
-            cold.append(t)
-            for _ in range(2):
-                t, _, _ = run_mpcheck(paths, work, extra)
-                cached.append(t)
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
-    t_cold, t_cached = statistics.median(cold), statistics.median(cached)
+        for code, _ in codes:  # alternated: each repeat runs every checkout once, in turn
+            work = tempfile.mkdtemp(prefix="mpcheck-bench-")
+            try:
+                wall, cpu, stats = run_mpcheck(paths, work, extra, code)
+                runs[code]["cold"].append((wall, cpu))
+                for _ in range(2):
+                    wall, cpu, _ = run_mpcheck(paths, work, extra, code)
+                    runs[code]["cached"].append((wall, cpu))
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
+        loads.append(load())
 
     print(
-        f"{len(files)} files, {lines:,} lines ({', '.join(shown)}); {available_cpus()} cores; median of {args.repeat}"
+        f"{len(files)} files, {lines:,} lines ({', '.join(shown)}); {available_cpus()} cores; median of {args.repeat}; "
+        f"load average {' -> '.join(loads)}"
     )
-    print(f"{'':34} {'seconds':>8} {'x libcst parse':>15}")
-    rows = [
-        ("ast.parse, 1 process", t_ast),
-        ("libcst.parse_module, 1 process", t_cst),
-        ("mpcheck, cold (empty cache)", t_cold),
-        ("mpcheck, cached", t_cached),
+    print(f"{'':48} {'seconds':>8} {'x libcst parse':>15} {'CPU s':>7}")
+    rows: list[tuple[str, float, float | None]] = [
+        ("ast.parse, 1 process", t_ast, None),
+        ("libcst.parse_module, 1 process", t_cst, None),
     ]
-    for name, t in rows:
-        print(f"{name:34} {t:8.2f} {t / t_cst:14.2f}x")
+    each: list[str] = []
+    for code, label in codes:
+        for kind, name in (("cold", "mpcheck, cold (empty cache)"), ("cached", "mpcheck, cached")):
+            got = runs[code][kind]
+            wall, cpu = statistics.median(w for w, _ in got), statistics.median(c for _, c in got)
+            rows.append((f"{name} {label}".rstrip(), wall, cpu))
+            each.append(f"  {name} {label}: " + ", ".join(f"{w:.2f} s ({c:.2f} CPU s)" for w, c in got))
+    for name, t, cpu_s in rows:
+        print(f"{name:48} {t:8.2f} {t / t_cst:14.2f}x {'' if cpu_s is None else f'{cpu_s:7.2f}'}")
+    print("every run, wall (CPU: user+sys of mpcheck and its workers):")
+    print("\n".join(each))
     if stats.strip():
         print("findings by code (mpcheck --statistics):")
         print("".join("  " + line + "\n" for line in stats.splitlines()), end="")

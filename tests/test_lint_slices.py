@@ -284,3 +284,112 @@ def test_every_names_summary_from_its_cut_is_the_whole_modules(path):
         assert cut is not None
         for section in ("classes", "functions", "constants", "reexports"):
             assert cut[section].get(name) == whole[section].get(name), (name, section)
+
+
+def test_a_walrus_binds_the_module_name_only_outside_function_and_class_bodies():
+    text = textwrap.dedent(
+        """\
+        def local():
+            if (ctx := 1):
+                return ctx
+
+        class Holder:
+            def get(self):
+                return [y for x in [1] if (y := x)]
+
+        def with_default(a=(ctx := 2)):
+            return a
+
+        ctx_user = ctx
+        """
+    )
+    cut = needed_source(text, ["ctx_user"])
+    # `ctx := 2` in a default runs at module level; the other two bind names of their own scopes.
+    assert cut is not None and "def with_default" in cut and "def local" not in cut and "class Holder" not in cut
+
+
+REACHED = textwrap.dedent(
+    """\
+    import torch.nn as nn
+
+    class Net(nn.Module):
+        def forward(self, x):
+            return getattr(self, {spelled})(x)
+
+        def encode(self, x):
+            self.seen = x
+            return x
+
+        def report(self):
+            self.calls = 1
+    """
+)
+
+
+@pytest.mark.parametrize(
+    "spelled",
+    [
+        '"encode"',
+        '"\\x65ncode"',
+        '"\\145ncode"',
+        '"enc" "ode"',
+        "'enc''ode'",
+        '"enc" \\\n "ode"',
+        '"\\N{LATIN SMALL LETTER E}ncode"',
+    ],
+)
+def test_a_method_reached_by_a_string_is_kept_however_the_string_is_spelled(spelled):
+    # The cut walks a node only when its text names something not reached yet; a string whose
+    # value is not spelled as it reads (an escape, literals joined) is always walked.
+    cut = needed_source(REACHED.format(spelled=spelled), ["Net"])
+    assert cut is not None
+    assert "return x" in cut  # encode kept whole
+    assert "    def report(self): self.calls = None\n" in cut  # report reached by nothing: a stub
+
+
+def test_a_word_only_in_a_comment_or_docstring_reaches_nothing():
+    text = REACHED.format(spelled='"encode"').replace(
+        "def forward(self, x):\n", 'def forward(self, x):\n        """Calls report."""  # report too\n'
+    )
+    cut = needed_source(text, ["Net"])
+    assert cut is not None and "    def report(self): self.calls = None\n" in cut
+
+
+@pytest.mark.parametrize(
+    "call",
+    ["self.to('cuda:1')", "(self).cuda(1)", "self . to ('cuda:1')", "self.\\\n            to_empty(device='cuda:1')"],
+)
+def test_a_method_that_moves_the_instance_is_kept_however_the_call_is_spelled(call):
+    text = CLASS.replace('self.to("cuda:1")', call)
+    cut = needed_source(text, ["Net"])
+    assert cut is not None and call in cut
+
+
+def test_a_method_that_only_says_self_and_to_is_not_taken_for_a_move():
+    text = CLASS.replace('self.to("cuda:1")', 'print("self", "to")\n        self.moved = 1')
+    cut = needed_source(text, ["Net"])
+    assert cut is not None and "    def move(self): self.moved = None\n" in cut
+
+
+@pytest.mark.parametrize("path", _corpus(), ids=lambda p: p.name)
+def test_skipping_the_walk_of_nodes_that_name_nothing_new_changes_no_cut(path, monkeypatch):
+    from mpcheck.lint import slices
+
+    text = path.read_text(encoding="utf-8")
+    names = _top_names(text)
+    fast = [needed_source(text, [name]) for name in names]
+    monkeypatch.setattr(slices._Cut, "_mentions", lambda self, node: slices._mentions(node))
+    assert fast == [needed_source(text, [name]) for name in names]
+
+
+def _top_names(text: str) -> list[str]:
+    import ast
+
+    try:
+        body = ast.parse(text).body
+    except SyntaxError:
+        return []
+    return sorted(
+        {s.name for s in body if isinstance(s, (ast.ClassDef, ast.FunctionDef))}
+        | {t.id for s in body if isinstance(s, ast.Assign) for t in s.targets if isinstance(t, ast.Name)}
+    )

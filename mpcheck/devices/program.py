@@ -150,11 +150,18 @@ class State:
 
 def join_states(states: list[State]) -> State:
     base = states[0].copy()
+    env = base.env
     for other in states[1:]:
-        keys = set(base.env) | set(other.env)
-        for k in keys:
-            a, b = base.env.get(k), other.env.get(k)
-            base.env[k] = UNK if a is None or b is None else join(a, b)
+        # A name bound on one path only is unknown after the join, the others joined. The
+        # environments hold the module's globals too (hundreds of names, most the same object
+        # on both paths): join(a, a) is a, so those are skipped without a call.
+        for k, b in other.env.items():
+            a = env.get(k)
+            if a is not b or a is None:
+                env[k] = UNK if a is None or b is None else join(a, b)
+        if len(env) != len(other.env):
+            for k in env.keys() - other.env.keys():
+                env[k] = UNK
         if base.cur != other.cur:
             base.cur = None
         if base.setdev is None:

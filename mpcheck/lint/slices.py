@@ -163,6 +163,14 @@ class _Cut:
         for i, stmt in enumerate(body):
             for name in _binds(stmt, self.segment(stmt)):
                 self.binders.setdefault(name, []).append(i)
+        # The names of every method of a top-level class: an identifier reaches one (take).
+        self.methods = {
+            s.name
+            for stmt in body
+            if isinstance(stmt, ast.ClassDef)
+            for s in stmt.body
+            if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))
+        }
         self.keep: set[int] = set()
         self.needed: set[str] = set()  # module-level names kept code reads
         self.idents: set[str] = set()  # every identifier kept code writes: a method may be reached by it
@@ -199,7 +207,7 @@ class _Cut:
     def run(self) -> None:
         while self._names or self._nodes:
             if self._nodes:
-                names, idents = _mentions(self._nodes.pop())
+                names, idents = self._mentions(self._nodes.pop())
                 self.need(names)
                 for ident in idents - self.idents:
                     self.idents.add(ident)
@@ -215,9 +223,43 @@ class _Cut:
         """The text of the lines `stmt` spans (its decorators included)."""
         return self.text[self.starts[_first_line(stmt) - 1] : self.starts[stmt.end_lineno or stmt.lineno]]
 
+    def lines_of(self, node: ast.AST) -> str:
+        """The text of the whole lines `node` spans (more than `node` where a line holds more)."""
+        first = _first_line(node) if isinstance(node, ast.stmt) else node.lineno  # type: ignore[attr-defined]
+        last = getattr(node, "end_lineno", None) or node.lineno  # type: ignore[attr-defined]
+        return self.text[self.starts[first - 1] : self.starts[last]]
+
+    def _mentions(self, node: ast.AST) -> tuple[set[str], set[str]]:
+        """_mentions(node), or nothing when nothing it mentions can change the cut.
+
+        Walking the node's `ast` was most of the cut's time after the parse (ir.py's 28
+        modules), and what a node mentions changes the cut only through two kinds of word:
+        a name some statement binds and that is not needed yet, or the name of a method of
+        some class not yet reached. Every name and identifier `_mentions` finds is a word of
+        the node's lines (_WORD), but for a string whose value is not its text (an escape
+        that makes letters, `"\\x65ncode"`, or literals joined, `"enc" "ode"`) and for
+        non-ASCII text (an identifier is read NFKC-normalised). So when those lines hold
+        no such word (most nodes: their words are needed already, or bound nowhere), the
+        node is not walked. The words only choose whether to walk: the cut is the same,
+        where keeping every word's binder would have kept half as much text again (words
+        of docstrings and of generated code in strings)."""
+        text = self.lines_of(node)
+        if text.isascii() and not _NOT_AS_SPELLED.search(text):
+            # A definition mentions its own name (a method's reaches the same-named methods of
+            # classes taken later): that word is given as the walk would, not a reason to walk.
+            own = {node.name} if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) else set()
+            words = set(_WORD.findall(text)) - own
+            if (words & self.binders.keys()) <= self.needed and (words & self.methods) <= self.idents:
+                return own, set(own)
+        return _mentions(node)
+
     def _moves_itself(self, method: ast.stmt) -> bool:
         seg = self.segment(method)
-        return "self" in seg and _move_words().search(seg) is not None and _moves_itself(method)
+        if not seg.isascii():
+            return "self" in seg and _move_words().search(seg) is not None and _moves_itself(method)
+        # `self.to(...)` is spelled `self`, maybe `)`, `.`, the name (spaces, line breaks and comments
+        # aside): a method whose text has no such run cannot call it (most methods: no walk).
+        return _self_move_calls().search(seg) is not None and _moves_itself(method)
 
     def source(self) -> str:
         lines = self.lines
@@ -258,6 +300,26 @@ def _first_line(stmt: ast.stmt) -> int:
 def _cuttable(stmt: ast.stmt) -> bool:
     """A class whose methods can be cut: its body starts on a line of its own."""
     return isinstance(stmt, ast.ClassDef) and _first_line(stmt.body[0]) > stmt.lineno
+
+
+# A word as `ast` reads an ASCII identifier.
+_WORD = re.compile(r"[^\W\d]\w*")
+# Where a string's value may differ from its text in a way that makes a new identifier: an escape
+# that gives a letter or a digit (`\x65`, `\u0065`, `\N{...}`, `\145`) or a line break inside the
+# string, and two adjacent literals of word characters, joined (`"enc" "ode"`, `'a''b'`).
+_NOT_AS_SPELLED = re.compile(r"""\\[\r\nxuUN0-7]|["']\w*["'](?:\s|\\\r?\n|\\\r|#[^\r\n]*)*[rRbBuUfF]{0,2}["']\w*["']""")
+# Between `self` and `.`: closing brackets; around the `.`: spaces, line breaks, continuations, comments.
+_GAP = r"(?:[\s()\\]|#[^\r\n]*)*"
+
+
+@lru_cache(maxsize=1)
+def _self_move_calls() -> re.Pattern[str]:
+    """What the text of `self.to(...)`, `(self).cuda(...)`... must contain: a cheap pre-check for
+    _moves_itself that the words `self` and `to` (in most methods' text) do not pass."""
+    from mpcheck.devices.unmoved import _SELF_MOVES as SELF_MOVES
+
+    words = "|".join(map(re.escape, sorted(SELF_MOVES)))
+    return re.compile(rf"\bself\b{_GAP}\.{_GAP}(?:{words})\b")
 
 
 @lru_cache(maxsize=1)
@@ -345,7 +407,26 @@ def _binds(stmt: ast.stmt, segment: str) -> set[str]:
                     out.add(p.rest)
         out.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
     if ":=" in segment:
-        out.update(n.target.id for n in ast.walk(stmt) if isinstance(n, ast.NamedExpr))
+        out.update(_walrus_targets(stmt))
+    return out
+
+
+def _walrus_targets(stmt: ast.stmt) -> set[str]:
+    """The targets of the `:=` in `stmt` that bind at module level: not those in the body of a
+    function, a lambda or a class (their own scopes: a class's methods were most of the walk),
+    whose defaults, decorators and bases are walked (they run at module level)."""
+    out: set[str] = set()
+    todo: list[ast.AST] = [stmt]
+    while todo:
+        n = todo.pop()
+        if isinstance(n, ast.NamedExpr) and isinstance(n.target, ast.Name):
+            out.add(n.target.id)
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            for name, value in ast.iter_fields(n):
+                if name != "body":
+                    todo.extend(v for v in (value if isinstance(value, list) else [value]) if isinstance(v, ast.AST))
+        else:
+            todo.extend(ast.iter_child_nodes(n))
     return out
 
 
