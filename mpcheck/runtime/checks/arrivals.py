@@ -6,6 +6,7 @@ so moving it back is no round trip (MP005) and continues a chain (MP006). `_arri
 
 from __future__ import annotations
 
+import weakref
 from typing import TYPE_CHECKING, Any
 
 from mpcheck.runtime.checks.arguments import Args, Kwargs
@@ -37,17 +38,20 @@ def _arrival(self: Checker, t: Any) -> tuple[str, Site] | None:
 
 
 def note_reads(self: Checker, args: Args, kwargs: Kwargs) -> None:
-    """An op reads these arguments: an arrived tensor among them was used on the device it arrived on."""
+    """An op reads these arguments: an arrived tensor among them was used on the device it arrived on.
+    An entry is the arrived tensor's only if its weak reference still gives that very object: a freed
+    tensor's id goes to the next object of its size, and reading that one reads nothing that arrived."""
     objects = self.arrived_objects
     for a in (*args, *kwargs.values()) if kwargs else args:
-        sid = objects.pop(id(a), None)
-        if sid is not None:
-            self._note_read(sid)
+        hit = objects.pop(id(a), None)
+        if hit is not None:
+            if hit[0]() is a:
+                self._note_read(hit[1])
         elif type(a) in (list, tuple):  # torch.cat([a, b])
             for b in a:
-                sid = objects.pop(id(b), None)
-                if sid is not None:
-                    self._note_read(sid)
+                hit = objects.pop(id(b), None)
+                if hit is not None and hit[0]() is b:
+                    self._note_read(hit[1])
 
 
 def _note_read(self: Checker, sid: int) -> None:
@@ -57,8 +61,14 @@ def _note_read(self: Checker, sid: int) -> None:
         entry[0].read = True
 
 
+def note_arrived(self: Checker, t: Any, sid: int) -> None:
+    """`t` (a transfer's output, or a view of one) holds the arrived data of storage `sid`: reading it
+    reads that data. Weakly: a tensor the program frees leaves an entry that no later object matches."""
+    self.arrived_objects[id(t)] = (weakref.ref(t), sid)
+
+
 def note_view(self: Checker, base: Any, view: Any) -> None:
     """`view` shares an arrived tensor's storage: reading it reads the arrived data."""
-    sid = self.arrived_objects.get(id(base))
-    if sid is not None:
-        self.arrived_objects[id(view)] = sid
+    hit = self.arrived_objects.get(id(base))
+    if hit is not None and hit[0]() is base:
+        self.note_arrived(view, hit[1])

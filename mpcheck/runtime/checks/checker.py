@@ -137,9 +137,10 @@ class Checker:
         # id(storage) of a transfer's output -> (ref to that output's data, src device, site):
         # what arrived where, to recognise it going straight back (MP005).
         self._arrivals: dict[int, tuple[StorageRef, str, Site]] = {}
-        # id(tensor) of each arrived tensor (and of its views) -> id(its storage), until an op reads it;
-        # the storages read where they arrived: their move back is no round trip (MP005: work was done there).
-        self.arrived_objects: dict[int, int] = {}
+        # id(tensor) of each arrived tensor (and of its views) -> (weak ref to it, id(its storage)), until
+        # an op reads it (arrivals.py); the storages read where they arrived: their move back is no round
+        # trip (MP005: work was done there).
+        self.arrived_objects: dict[int, tuple[weakref.ref[Any], int]] = {}
         self._read_arrivals: set[int] = set()
         # (id(storage), offset, shape, stride, dst) -> [ref, first site, last step, Mark]: what was
         # moved where, to recognise the same unchanged data moved again (MP011; recurrence.py).
@@ -252,6 +253,7 @@ class Checker:
     _arrival = arrivals._arrival
     note_reads = arrivals.note_reads
     _note_read = arrivals._note_read
+    note_arrived = arrivals.note_arrived
     note_view = arrivals.note_view
     _purge = purge._purge
 

@@ -22,6 +22,6 @@ def _purge(self: Checker) -> None:
         for k in [k for k, v in table.items() if v[0].ref() is None]:
             del table[k]
     live = self._arrivals
-    self.arrived_objects = {k: sid for k, sid in self.arrived_objects.items() if sid in live}
+    self.arrived_objects = {k: e for k, e in self.arrived_objects.items() if e[1] in live and e[0]() is not None}
     self._read_arrivals &= live.keys()
     self._purge_at = max(PURGE_AT, 2 * max(len(self._moves), len(live), len(self.arrived_objects)))

@@ -68,7 +68,7 @@ def on_transfer(
                 arrival = StorageRef(out_tensor)
                 sid = id(out_tensor.untyped_storage())
                 self._arrivals[sid] = (arrival, src_dev, site or UNKNOWN)
-                self.arrived_objects[id(out_tensor)] = sid
+                self.note_arrived(out_tensor, sid)
                 self._read_arrivals.discard(sid)
                 # Arrived tensors never read (and their views) stay in arrived_objects: bounded here too.
                 if len(self._arrivals) > self._purge_at or len(self.arrived_objects) > self._purge_at:
