@@ -7,6 +7,7 @@ share) found in the known root models.
 from __future__ import annotations
 
 import inspect
+import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +16,16 @@ from mpcheck.runtime.checks.sites import user_frame
 
 if TYPE_CHECKING:
     from mpcheck.runtime.checks.checker import Checker
+
+
+def _snapshot_refs() -> int:
+    """The references to a frame's f_locals snapshot that no one else holds, as _holds_on_device counts
+    them: the frame's own, the name it is read into and sys.getrefcount's argument."""
+    local = sys._getframe().f_locals
+    return sys.getrefcount(local)
+
+
+_UNSHARED_SNAPSHOT_REFS = _snapshot_refs()
 
 
 def _holder(self: Checker, arrived: Any) -> Callable[[str], bool]:
@@ -33,11 +44,17 @@ def _holds_on_device(self: Checker, dev: str, arrived: Any) -> bool:
         values = list(local.values())
     except Exception:  # a frame whose locals cannot be read: nothing known to stay
         return False
-    if isinstance(local, dict) and frame.f_code.co_flags & inspect.CO_OPTIMIZED:
+    if (
+        isinstance(local, dict)
+        and frame.f_code.co_flags & inspect.CO_OPTIMIZED
+        and sys.getrefcount(local) <= _UNSHARED_SNAPSHOT_REFS
+    ):
         # Python < 3.13 caches this snapshot on a function's frame, holding its tensors until the
         # frame ends: drop it (locals() and tracers rebuild it first), so memory and the liveness
-        # Chain.stayed asks of later transfers stay the program's. (Module and class bodies: the
-        # namespace itself, left alone; 3.13's f_locals is a view, not a dict.)
+        # Chain.stayed asks of later transfers stay the program's. Not when anyone else holds it: the
+        # program's `saved = locals()` or a debugger's view of the frame is the same dict, theirs to keep.
+        # (Module and class bodies: the namespace itself, left alone; 3.13's f_locals is a view, not a
+        # dict.) Reading the fast locals without the snapshot takes a C API that 3.11 and 3.12 do not have.
         local.clear()
     for v in values:
         if isinstance(v, self._tensor) and not isinstance(v, self._parameter) and v is not arrived:
