@@ -1,5 +1,6 @@
 """Recording a finding, the one way every check reports: `emit` (a Checker method), and what a
-fatal finding does under `on_mismatch` (raise DeviceMismatchError, warn, or move and go on).
+finding does under `on_mismatch`: a fatal one raises DeviceMismatchError under "raise", a new one
+warns under "warn" (under "move" the check that found it moves the tensors, mismatch.py).
 
 Kept apart from the checks so that every finding is counted in one place: a module call that
 emits nothing ran clean, which is what the signature cache (capture/signatures.py) trusts.
