@@ -20,7 +20,7 @@ def __getattr__(name: str) -> object:
 
         return dryrun
     if name == "DeviceMismatchError":  # what `mpcheck.debug(on_mismatch="raise")` raises
-        from mpcheck.runtime.checks.checker import DeviceMismatchError
+        from mpcheck.runtime.checks.findings import DeviceMismatchError
 
         return DeviceMismatchError
     raise AttributeError(f"module 'mpcheck' has no attribute {name!r}")

@@ -64,7 +64,7 @@ def _line_of(text: str) -> int:
 
 def test_the_runtime_core_reads_the_table():
     pytest.importorskip("torch")
-    from mpcheck.runtime.checks import checker as core
+    from mpcheck.runtime.checks import findings as core
 
     assert core.RULE_NAMES == {c.code: c.name for c in codes.CODES if codes.RUN in c.faces}
     assert core._FATAL == {"MP001", "MP002", "MP008", "MP009", "MP012"}

@@ -6,7 +6,7 @@ still works after runtime/ was split into sub-packages.
 
 import warnings
 
-from mpcheck.runtime.checks.checker import DeviceMismatchError
+from mpcheck.runtime.checks.findings import DeviceMismatchError
 
 __all__ = ["DeviceMismatchError"]
 

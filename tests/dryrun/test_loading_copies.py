@@ -10,7 +10,7 @@ installed). The real repeat, a constant moved in every forward, is still reporte
 
 from dryrun_helpers import codes_at
 
-from mpcheck.runtime.checks.checker import REPEAT_MIN_BYTES
+from mpcheck.runtime.checks.thresholds import REPEAT_MIN_BYTES
 
 # The stand-in of transformers + accelerate: save a tied model, build an empty one on the meta device,
 # and set each parameter from the checkpoint onto its device in the map.

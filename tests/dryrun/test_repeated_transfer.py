@@ -3,7 +3,7 @@ repeat to cost more than a copy's launch (REPEAT_MIN_BYTES, rules/MP011-repeated
 
 from dryrun_helpers import codes_at
 
-from mpcheck.runtime.checks.checker import REPEAT_MIN_BYTES
+from mpcheck.runtime.checks.thresholds import REPEAT_MIN_BYTES
 
 BEAM_REORDER = """
 import torch

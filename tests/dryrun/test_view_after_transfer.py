@@ -33,7 +33,7 @@ def test_with_raise_the_view_raises_mpchecks_error_naming_the_hop():
     import mpcheck
 
     torch = pytest.importorskip("torch")
-    from mpcheck.runtime.checks.checker import DeviceMismatchError
+    from mpcheck.runtime.checks.findings import DeviceMismatchError
 
     with pytest.raises(DeviceMismatchError) as err:
         with mpcheck.dryrun(gpus=2, on_mismatch="raise", report=None):

@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
 import mpcheck  # noqa: E402
-from mpcheck.runtime.checks.checker import DeviceMismatchError  # noqa: E402
+from mpcheck.runtime.checks.findings import DeviceMismatchError  # noqa: E402
 
 pytestmark = [
     pytest.mark.gpu,

@@ -6,7 +6,8 @@ import pytest
 import torch
 from torch import nn
 
-from mpcheck.runtime.checks.checker import Checker, DeviceMismatchError, MpcheckRuntimeWarning
+from mpcheck.runtime.checks.checker import Checker
+from mpcheck.runtime.checks.findings import DeviceMismatchError, MpcheckRuntimeWarning
 from mpcheck.runtime.checks.sites import Site
 
 S1 = Site("train.py", 10, "forward")
@@ -260,7 +261,7 @@ def test_bad_on_mismatch_is_a_clear_error(labels):
 def test_rule_names_match_the_linter_registry():
     from mpcheck import codes
     from mpcheck.rules import rules_by_code
-    from mpcheck.runtime.checks.checker import RULE_NAMES
+    from mpcheck.runtime.checks.findings import RULE_NAMES
 
     registry = rules_by_code()
     for code, name in RULE_NAMES.items():

@@ -6,7 +6,8 @@ import pytest
 import torch
 from torch import nn
 
-from mpcheck.runtime.checks.checker import Checker, DeviceMismatchError
+from mpcheck.runtime.checks.checker import Checker
+from mpcheck.runtime.checks.findings import DeviceMismatchError
 from mpcheck.runtime.checks.placement import Made
 from mpcheck.runtime.checks.sites import Site
 

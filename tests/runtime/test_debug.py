@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 import mpcheck
-from mpcheck.runtime.checks.checker import DeviceMismatchError, MpcheckRuntimeWarning
+from mpcheck.runtime.checks.findings import DeviceMismatchError, MpcheckRuntimeWarning
 from mpcheck.runtime.checks.sites import shown_path
 
 

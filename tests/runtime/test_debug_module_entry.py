@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 import mpcheck
-from mpcheck.runtime.checks.checker import DeviceMismatchError
+from mpcheck.runtime.checks.findings import DeviceMismatchError
 
 
 class Blocks(nn.Module):

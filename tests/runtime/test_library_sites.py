@@ -11,7 +11,7 @@ import torch
 
 import mpcheck
 from mpcheck.runtime.checks import sites
-from mpcheck.runtime.checks.checker import DeviceMismatchError
+from mpcheck.runtime.checks.findings import DeviceMismatchError
 
 LIBRARY = """
 import torch

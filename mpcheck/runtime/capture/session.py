@@ -21,8 +21,9 @@ from mpcheck.runtime.capture import hooks, transfers
 from mpcheck.runtime.capture.mode import CheckingMode
 from mpcheck.runtime.capture.signatures import SignatureCache, recheck_every_from_env
 from mpcheck.runtime.capture.warnings_site import redirect_warnings
-from mpcheck.runtime.checks.checker import Checker, Devices
+from mpcheck.runtime.checks.checker import Checker
 from mpcheck.runtime.checks.ledger import Ledger
+from mpcheck.runtime.checks.protocols import Devices
 
 _active_lock = threading.Lock()
 _active: Session | None = None

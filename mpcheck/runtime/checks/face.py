@@ -9,7 +9,8 @@ from collections.abc import Iterable
 from typing import Any, Protocol, TextIO
 
 from mpcheck.finding import Finding
-from mpcheck.runtime.checks.checker import ON_MISMATCH, Checker
+from mpcheck.runtime.checks.checker import Checker
+from mpcheck.runtime.checks.findings import ON_MISMATCH
 from mpcheck.runtime.checks.ledger import Ledger
 
 

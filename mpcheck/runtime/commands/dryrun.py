@@ -99,11 +99,13 @@ def _run(parser: argparse.ArgumentParser, opts: argparse.Namespace, program: Pro
         return launch(opts.nproc, ours, program_argv, opts)
     rank = start_rank(opts)
     try:
+        from mpcheck.runtime.checks.thresholds import repeat_min_bytes_from_env
         from mpcheck.runtime.virtual.devices import DryRunLimitError
         from mpcheck.runtime.virtual.dryrun import dryrun
     except ImportError as e:
         return needs_torch(parser.prog, e)
     try:
+        repeat_min_bytes_from_env()  # a bad MPCHECK_REPEAT_MIN_BYTES, said before the run as recheck_every() does
         dr = dryrun(
             opts.gpus,
             backing=opts.backing,

@@ -105,9 +105,15 @@ def write_report(prog: str, opts: argparse.Namespace, write: Callable[..., None]
 
 
 def recheck_every(opts: argparse.Namespace) -> int | None:
-    """--every-call / --recheck-every N as the faces take it (None: the default), or raise ValueError."""
+    """--every-call / --recheck-every N as the faces take it, else MPCHECK_RECHECK_EVERY or the default;
+    raise ValueError for a bad option or setting (read here, so that the command says it before it runs
+    anything, not as a traceback from inside the run)."""
     if opts.every_call:
         return 0
     if opts.recheck_every is not None and opts.recheck_every < 0:
         raise ValueError(f"--recheck-every must be 0 (every call) or more, not {opts.recheck_every}")
+    if opts.recheck_every is None:
+        from mpcheck.runtime.capture.signatures import recheck_every_from_env
+
+        return recheck_every_from_env()
     return opts.recheck_every

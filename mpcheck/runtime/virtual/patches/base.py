@@ -15,6 +15,12 @@ class Patches:
             # The raw descriptor from the class dict: getattr would give a bound classmethod.
             had = name in vars(obj)
             old = vars(obj).get(name)
+        elif hasattr(obj, "__dict__"):
+            # The object's own attribute, if it has one: an attribute it only reaches through its class or a
+            # `__getattr__` (torch.backends.cudnn delegates to the module it wraps) is deleted on restore,
+            # not copied onto the object.
+            had = name in vars(obj)
+            old = vars(obj).get(name)
         else:
             had = hasattr(obj, name)
             old = getattr(obj, name, None)

@@ -1,0 +1,74 @@
+"""What arrived where by a transfer, and whether an op read it there. A transfer's output is recorded
+by its storage (transfer_events.py); the capture layer tells the checker which arrived tensors an op
+or a module call reads (`note_reads`, `note_view`): data read where it arrived was worked on there,
+so moving it back is no round trip (MP005) and continues a chain (MP006). `_arrival` answers MP012.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import TYPE_CHECKING, Any
+
+from mpcheck.runtime.checks.arguments import Args, Kwargs
+from mpcheck.runtime.checks.sites import Site
+
+if TYPE_CHECKING:
+    from mpcheck.runtime.checks.checker import Checker
+
+
+def _arrival(self: Checker, t: Any) -> tuple[str, Site] | None:
+    """(source device, line) of the transfer whose output `t` is, with the strides the copy gave it
+    (a later permute of a dense copy is the program's own layout, not the copy's)."""
+    try:
+        storage = t.untyped_storage()
+    except Exception:
+        return None
+    entry = self._arrivals.get(id(storage))
+    if entry is None:
+        return None
+    ref = entry[0]
+    if (
+        ref.ref() is not storage
+        or ref.stride != t.stride()
+        or ref.shape != tuple(t.shape)
+        or ref.offset != t.storage_offset()
+    ):
+        return None
+    return entry[1], entry[2]
+
+
+def note_reads(self: Checker, args: Args, kwargs: Kwargs) -> None:
+    """An op reads these arguments: an arrived tensor among them was used on the device it arrived on.
+    An entry is the arrived tensor's only if its weak reference still gives that very object: a freed
+    tensor's id goes to the next object of its size, and reading that one reads nothing that arrived."""
+    objects = self.arrived_objects
+    for a in (*args, *kwargs.values()) if kwargs else args:
+        hit = objects.pop(id(a), None)
+        if hit is not None:
+            if hit[0]() is a:
+                self._note_read(hit[1])
+        elif type(a) in (list, tuple):  # torch.cat([a, b])
+            for b in a:
+                hit = objects.pop(id(b), None)
+                if hit is not None and hit[0]() is b:
+                    self._note_read(hit[1])
+
+
+def _note_read(self: Checker, sid: int) -> None:
+    self._read_arrivals.add(sid)
+    entry = self._arrivals.get(sid)
+    if entry is not None:  # on the arrival's own record too, which MP006's chain keeps past the storage
+        entry[0].read = True
+
+
+def note_arrived(self: Checker, t: Any, sid: int) -> None:
+    """`t` (a transfer's output, or a view of one) holds the arrived data of storage `sid`: reading it
+    reads that data. Weakly: a tensor the program frees leaves an entry that no later object matches."""
+    self.arrived_objects[id(t)] = (weakref.ref(t), sid)
+
+
+def note_view(self: Checker, base: Any, view: Any) -> None:
+    """`view` shares an arrived tensor's storage: reading it reads the arrived data."""
+    hit = self.arrived_objects.get(id(base))
+    if hit is not None and hit[0]() is base:
+        self.note_arrived(view, hit[1])

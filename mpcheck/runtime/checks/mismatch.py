@@ -1,0 +1,185 @@
+"""A device mismatch found by op_check.py or module_entry.py, reported where its bug is: at the module
+call that let the tensor in unmoved, at its root cause before the call (placement.py: a tensor made
+on the current device, a module never placed or placed on the current device), or at the call itself;
+a module's input off a collapsed split's device is counted on that collapse's MP007 instead. With
+on_mismatch="move" the odd tensors are moved and the call goes on.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from mpcheck.runtime.checks.arguments import Args, Kwargs, Where, describe_where, replace_tensors
+from mpcheck.runtime.checks.placement import (
+    Cause,
+    contains,
+    made_cause,
+    module_cause,
+)
+from mpcheck.runtime.checks.sites import Site
+from mpcheck.runtime.checks.wording import tensor_words
+
+if TYPE_CHECKING:
+    from mpcheck.runtime.checks.checker import Checker
+
+
+def _mismatch(
+    self: Checker,
+    what: str,
+    expected: str,
+    odd: list[tuple[Where, Any, str]],
+    args: Args,
+    kwargs: Kwargs,
+    *,
+    site: Site | None,
+    module: str | None,
+    expected_is: str = "the other tensors are",
+    loss: bool = False,
+    first: Any = None,
+    module_obj: Any = None,
+) -> tuple[Args, Kwargs]:
+    """Report each tensor of `odd` off `expected` (the device of `first`, the call's first tensor);
+    loss: the call is a loss (predictions and targets); module_obj: the module whose input this is
+    (a module-entry check). Where the root cause lies before this call (placement.py), it is reported there."""
+    site = site or self.sites()
+    module = module or self.current_module()
+    moved = {}
+    for loc, t, d in odd:
+        # A tensor that reached this call unmoved from a module's input, off that module's device:
+        # blame the module call. Either the odd tensor (`self.lin(h) + mask`) or the first one
+        # (`mask + self.lin(h)`: the mask is the one off the module's device).
+        blamed = None
+        if self._tls.entries:
+            entry = self._entry_of(t, expected)
+            if entry is not None:
+                blamed = (entry, t, d, expected)
+            elif first is not None:
+                entry = self._entry_of(first, d)
+                if entry is not None:
+                    blamed = (entry, first, expected, d)
+        if blamed is not None:
+            (e, e_loc), bt, bt_dev, module_dev = blamed
+            msg = f"{e.what}: {describe_where(e_loc)} ({tensor_words(bt)}) is on {bt_dev}, "
+            modules: tuple[str, ...] = (e.path,)
+            if e.device is None:  # a model over several devices: name where the input is first needed
+                msg += f"and is used unmoved at {site} ({what}), which needs {module_dev}"
+                if module and module != e.path:
+                    modules += (module,)
+            else:
+                msg += f"the module's parameters and buffers are on {module_dev}"
+            where, target, off = e.site, module_dev, bt_dev
+        else:
+            msg = f"{what}: {describe_where(loc)} ({tensor_words(t)}) is on {d}, {expected_is} on {expected}"
+            modules = (module,) if module else ()
+            where, target, off = site, expected, d
+        cause = self._root_cause(t, d, expected, first, blamed, module_obj, module, site, what)
+        if cause is not None:
+            self.emit(
+                cause.code,
+                cause.site,
+                cause.message,
+                devices=cause.devices,
+                modules=cause.modules,
+                suggestion=cause.suggestion,
+                extra={"use_site": str(site)},
+                fatal=True,
+            )
+        else:
+            code = "MP001"
+            if loss and blamed is None:  # the targets follow the predictions; no module should move for a loss
+                code = "MP008"
+                which = "the targets" if loc[0] in (1, "target") else describe_where(loc)
+                sugg = f"move {which} to the predictions' device with `.to('{target}')` before the loss"
+            else:
+                sugg = f"move it with `.to('{target}')` before this call (or place the producing module on {target})"
+            # A module's input off its (collapsed) device: the collapse's, counted on its MP007.
+            module_input = blamed is not None or module_obj is not None
+            if not (
+                code == "MP001"
+                and module_input
+                and self._collapses.explains(e.path if blamed else module, target, off, where, self.module_name)
+            ):
+                self.emit(code, where, msg, devices=(target, off), modules=modules, suggestion=sugg)
+        if self.on_mismatch == "move":
+            try:
+                with self.suspend():
+                    moved[loc] = self.devices.move(t, expected)
+            except Exception:  # e.g. out of a meta tensor: leave it, PyTorch decides
+                pass
+    if moved:
+        return replace_tensors(args, kwargs, moved)
+    return args, kwargs
+
+
+def _root_cause(
+    self: Checker,
+    t: Any,
+    d: str,
+    expected: str,
+    first: Any,
+    blamed: Any,
+    module_obj: Any,
+    module: str | None,
+    site: Site,
+    what: str,
+) -> Cause | None:
+    """The line behind a mismatch of `t` (on `d`, the call wants `expected`): a tensor made on the
+    current device inside a stage on another GPU, or the module's own placement (shared, placed on the
+    current device, never placed). None: the mismatch is reported where it happens."""
+    placements = self.placements
+    if blamed is not None:  # a module's input that reached a torch call unmoved
+        (entry, _), bt, bt_dev, module_dev = blamed
+        if entry.device is None:  # a spread model's input: only a tensor made on the current device says more
+            made = placements.made_of(bt)
+            return made_cause(made, site, what) if made is not None and made.device == bt_dev else None
+        return self._cause_for_input(bt, bt_dev, entry.module, entry.path, module_dev, entry.site, what)
+    if module_obj is not None:
+        return self._cause_for_input(t, d, module_obj, module or "", expected, site, what)
+    made = placements.made_of(t)
+    if made is not None and made.device == d and made.module_device == expected:
+        return made_cause(made, site, what)
+    if first is not None:
+        made = placements.made_of(first)
+        if made is not None and made.device == expected and made.module_device == d:
+            return made_cause(made, site, what)
+    return None
+
+
+def _cause_for_input(
+    self: Checker, t: Any, t_dev: str, module: Any, path: str, module_dev: str, use: Site, what: str
+) -> Cause | None:
+    made = self.placements.made_of(t)
+    if made is not None and made.device == t_dev and made.module_device == module_dev:
+        return made_cause(made, use, what)
+    if not (self.wants("MP001") or self.wants("MP004") or self.wants("MP007")):
+        return None
+    return module_cause(
+        self.placements,
+        module,
+        path,
+        module_dev,
+        t_dev,
+        use,
+        name=self.module_name,
+        outermost_unplaced=self._outermost_unplaced,
+    )
+
+
+def _outermost_unplaced(self: Checker, module: Any) -> Any:
+    """The outermost module containing `module` (in a known root model) whose weights all sit on the CPU."""
+    namer = self.namer
+    if namer is None:
+        return module
+    for root in namer.roots():
+        if not contains(root, module):
+            continue
+        chain = [root]
+        for name, sub in root.named_modules():
+            if sub is module:
+                parts = name.split(".") if name else []
+                chain = [root] + [root.get_submodule(".".join(parts[: i + 1])) for i in range(len(parts))]
+                break
+        for m in chain:
+            if set(self.model_devices(m)) <= {"cpu"}:
+                return m
+    return module

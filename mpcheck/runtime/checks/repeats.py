@@ -1,0 +1,92 @@
+"""MP011: the same unchanged data moved to the same device again (`_check_repeat`, by storage, view
+and version), or a fresh tensor computed only from buffers and constants copied again at the same
+line (`_check_const_copy`, provenance.py); reported only where it recurs in the model's work
+(recurrence.py) and from REPEAT_MIN_BYTES.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from mpcheck.runtime.checks.purge import PURGE_AT
+from mpcheck.runtime.checks.recurrence import recurs
+from mpcheck.runtime.checks.sites import UNKNOWN, Site
+from mpcheck.runtime.checks.storage_ref import StorageRef, version_of
+from mpcheck.runtime.checks.wording import tensor_words
+
+if TYPE_CHECKING:
+    from mpcheck.runtime.checks.checker import Checker
+
+
+def _check_repeat(self: Checker, t: Any, dst_dev: str, site: Site | None, module: str | None) -> bool:
+    """MP011 on the same unchanged data moved again; True when reported."""
+    try:
+        storage = t.untyped_storage()
+    except Exception:
+        return False
+    key = (id(storage), t.storage_offset(), tuple(t.shape), t.stride(), dst_dev)
+    entry = self._moves.get(key)
+    step = self.ledger.step_index
+    mark = self._run_mark()
+    in_library = site is not None and site.context is not None
+    if (
+        entry is not None
+        and entry[0].ref() is storage
+        and entry[0].version is not None
+        and entry[0].version == version_of(t)
+        and recurs(entry[3], mark, in_library=in_library, in_graph=t.requires_grad and self._grad_enabled())
+    ):
+        first_site, first_step = entry[1], entry[2]
+        entry[2], entry[3] = step, mark
+        when = "in this step" if first_step == step else "in an earlier step, and it has not changed since"
+        self.emit(
+            "MP011",
+            site,
+            f"repeated transfer: the same unchanged data ({tensor_words(t)}) was already moved to {dst_dev} "
+            f"{when} (at {first_site})",
+            devices=(self.devices.device_of(t), dst_dev),
+            modules=(module,) if module else (),
+            suggestion=f"move it to {dst_dev} once and reuse the copy (e.g. keep it as a buffer on {dst_dev})",
+            extra={"first_site": str(first_site), "scope": "step" if first_step == step else "steps"},
+        )
+        return True
+    self._moves[key] = [StorageRef(t), site or UNKNOWN, step, mark]
+    if len(self._moves) > self._purge_at:
+        self._purge()
+    return False
+
+
+def _check_const_copy(self: Checker, t: Any, src_dev: str, dst_dev: str, site: Site | None, module: str | None) -> None:
+    """MP011 on a fresh tensor computed only from buffers and constants (provenance.py), moved at
+    the same line a second time. Its sources never change, so it can be made on the destination
+    from sources kept there (or is the same bytes each time, when the Python numbers that shaped it
+    are the same); the copy is the waste, whatever the bytes. Only at the user's own line
+    (a library's code, which the user cannot change, is left alone)."""
+    if site is None or site.context or not self.provenance.is_const(t):
+        return
+    key = (site, dst_dev)
+    mark = self._run_mark()
+    seen, last = self._const_copies.get(key, (0, mark))
+    seen += 1
+    if len(self._const_copies) < PURGE_AT or key in self._const_copies:
+        self._const_copies[key] = (seen, mark)
+    if seen < 2 or not recurs(last, mark, in_library=False):  # setup, not the model's work (recurrence.py)
+        return
+    self.emit(
+        "MP011",
+        site,
+        f"repeated transfer: on every call this line makes a fresh tensor ({tensor_words(t)}) computed only "
+        f"from buffers and constants, which never change, on {src_dev} and copies it to {dst_dev}",
+        devices=(src_dev, dst_dev),
+        modules=(module,) if module else (),
+        suggestion=f"make it on {dst_dev}: keep its buffer there (move the buffer once, or register the "
+        f"result as a buffer on {dst_dev}), or create the constant there with `device='{dst_dev}'`",
+        extra={"scope": "provenance"},
+    )
+
+
+def _refresh_provenance(self: Checker) -> None:
+    """List the root models' buffers for provenance when the roots or their placement changed."""
+    namer = self.namer
+    if namer is not None:
+        self.provenance.refresh(namer.roots(), self.placement_epoch)

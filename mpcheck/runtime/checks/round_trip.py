@@ -1,0 +1,71 @@
+"""MP005: a transfer whose data arrived by a transfer from its destination and was not changed nor read
+since (a round trip), or reached the host from one GPU and goes on to another unchanged (a host
+detour, reported from WASTE_MIN_BYTES).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from mpcheck.runtime.checks.sites import Site
+from mpcheck.runtime.checks.storage_ref import version_of
+from mpcheck.runtime.checks.thresholds import NOT_GPU, WASTE_MIN_BYTES
+from mpcheck.runtime.checks.wording import size_words, tensor_words
+
+if TYPE_CHECKING:
+    from mpcheck.runtime.checks.checker import Checker
+
+
+def _check_round_trip(
+    self: Checker, t: Any, src_dev: str, dst_dev: str, site: Site | None, module: str | None, nbytes: int = 0
+) -> None:
+    try:
+        storage = t.untyped_storage()
+    except Exception:
+        return
+    entry = self._arrivals.get(id(storage))
+    if entry is None:
+        return
+    ref, came_from, first_site = entry
+    if ref.ref() is not storage:
+        del self._arrivals[id(storage)]  # the id was reused by another storage
+        return
+    if ref.version is None or version_of(t) != ref.version:
+        return
+    if id(storage) in self._read_arrivals and came_from == dst_dev:
+        return  # read where it arrived (a mask the layers there used): the first move was needed
+    if came_from != dst_dev:
+        if src_dev == "cpu" and came_from not in NOT_GPU and dst_dev not in NOT_GPU:
+            self._report_host_hop(t, came_from, dst_dev, site, module, first_site, nbytes)
+        return
+    self.emit(
+        "MP005",
+        site,
+        f"round trip: this data was moved {dst_dev} -> {src_dev} at {first_site} and is moved back to "
+        f"{dst_dev} here unchanged (no work was done on {src_dev})",
+        devices=(dst_dev, src_dev),
+        modules=(module,) if module else (),
+        suggestion=f"keep using the tensor that is still on {dst_dev}; drop both transfers",
+        extra={"first_site": str(first_site), "first_line": first_site.line, "first_path": first_site.path},
+    )
+
+
+def _report_host_hop(
+    self: Checker, t: Any, gpu: str, dst_dev: str, site: Site | None, module: str | None, first_site: Site, nbytes: int
+) -> None:
+    """GPU -> host -> GPU with no work on the host: one direct device-to-device copy does the same.
+    Below WASTE_MIN_BYTES both copies cost about their launch: silent."""
+    if nbytes < max(self.repeat_min_bytes, WASTE_MIN_BYTES):
+        return
+    self.emit(
+        "MP005",
+        site,
+        f"host detour: this data ({tensor_words(t)}, {size_words(nbytes)}) was copied {gpu} -> cpu at "
+        f"{first_site} and goes on to {dst_dev} here unchanged: two copies over the host link where one "
+        f"{gpu} -> {dst_dev} copy would do",
+        devices=(gpu, "cpu", dst_dev),
+        modules=(module,) if module else (),
+        suggestion=f"move the tensor that is still on {gpu} straight to {dst_dev} with `.to('{dst_dev}')`; "
+        "drop the copy to the host",
+        extra={"first_site": str(first_site), "first_line": first_site.line, "first_path": first_site.path},
+    )

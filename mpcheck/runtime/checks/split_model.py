@@ -1,0 +1,153 @@
+"""What is done to a model split over devices as a whole: wrapped in DataParallel / DDP with
+device_ids (MP002), handed to DataParallel's internals (MP003), or moved entirely onto one device
+(MP007, every move recorded in placement.py).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from mpcheck.finding import Finding
+from mpcheck.runtime.checks.sites import UNKNOWN, Site
+
+if TYPE_CHECKING:
+    from mpcheck.runtime.checks.checker import Checker
+
+
+def on_wrap(
+    self: Checker, kind: str, module: Any, *, device_ids: Any, output_device: Any, site: Site | None
+) -> Finding | None:
+    """Before DataParallel(...) / DistributedDataParallel(...) wraps `module`. Returns the
+    finding when the wrap would fail (or, with move, the caller skips the wrap)."""
+    devs = [d for d in self.model_devices(module) if d != "cpu"]
+    if len(devs) == 1 and kind == "DataParallel":
+        return self._stage_off_first_device_id(module, devs[0], device_ids, site)
+    if len(devs) < 2:
+        return None
+    if kind == "DataParallel":
+        why = "DataParallel replicates a single-device module and refuses parameters on several devices"
+        sugg = (
+            "do not wrap a model split by hand in DataParallel; for data parallelism on top of it use "
+            "DistributedDataParallel(model, device_ids=None, output_device=None), one process per split"
+        )
+    elif device_ids is not None or output_device is not None:
+        why = "DistributedDataParallel accepts a multi-device module only with device_ids=None and output_device=None"
+        sugg = "pass device_ids=None and output_device=None (or leave them out)"
+    else:
+        return None
+    return self.emit(
+        "MP002",
+        site or self.sites(),
+        f"{kind} wraps a model split over {', '.join(devs)}: {why}",
+        devices=tuple(devs),
+        modules=(self.module_name(module),),
+        suggestion=sugg,
+    )
+
+
+def _stage_off_first_device_id(
+    self: Checker, module: Any, dev: str, device_ids: Any, site: Site | None
+) -> Finding | None:
+    """DataParallel(stage on cuda:1) with device_ids whose first entry is another GPU (by default every
+    GPU, so cuda:0): DataParallel keeps the module on device_ids[0] and its forward fails with
+    "module must have its parameters and buffers on device cuda:0 (device_ids[0])"."""
+    first: str | None
+    if device_ids is None:
+        count = self._gpu_count()
+        if not count:
+            return None
+        first = "cuda:0"  # DataParallel's default: every visible GPU, from cuda:0
+    else:
+        try:
+            ids = list(device_ids)
+            first = self.devices.normalize(ids[0]) if ids else None
+        except Exception:  # an id that names no device: PyTorch's own error follows
+            return None
+        if first is None or len(ids) == 1:
+            return None  # one device id: DataParallel moves the module there itself
+    if first == dev:
+        return None
+    given = "the default device_ids (every GPU)" if device_ids is None else f"device_ids={list(device_ids)!r}"
+    return self.emit(
+        "MP002",
+        site or self.sites(),
+        f"DataParallel wraps a module that lives on {dev} with {given}: DataParallel keeps the module "
+        f"on device_ids[0] ({first}) and its forward fails with 'module must have its parameters and "
+        f"buffers on device {first} (device_ids[0])'",
+        devices=(dev, first),
+        modules=(self.module_name(module),),
+        suggestion=f"pass device_ids starting with {dev} (e.g. device_ids=[{dev.split(':')[-1]}, ...]); "
+        "if this is one stage of a split model, do not wrap it in DataParallel",
+    )
+
+
+def on_parallel_primitive(self: Checker, name: str, module: Any, *, inside: bool, site: Site | None) -> Finding | None:
+    """Before DataParallel's internals (torch.nn.parallel.replicate / data_parallel called on `module`,
+    or scatter / gather called inside the forward of `module`, inside=True) run on a model split
+    over several devices: MP003. A single-device module, or a call outside any split module's
+    method (a hand-written data-parallel loop), is what these functions are for: silent."""
+    devs = [d for d in self.model_devices(module) if d != "cpu"]
+    if len(devs) < 2 or (inside and self._holds_replicas(module)):
+        return None
+    split = f"a model split over {', '.join(devs)}"
+    if inside:
+        what = f"torch.nn.parallel.{name} inside the forward of {split}"
+        why = (
+            "scatter cuts one batch into pieces for replicas and gather concatenates the replicas' pieces; "
+            "the stages of a split model each need the whole batch in turn"
+        )
+    else:
+        what = f"torch.nn.parallel.{name} on {split}"
+        why = "it copies a single-device module onto each GPU and requires every parameter on device_ids[0]"
+    return self.emit(
+        "MP003",
+        site or self.sites(),
+        f"{what}: {why}",
+        devices=tuple(devs),
+        modules=(self.module_name(module),),
+        suggestion="move the activations between the stages with `.to('cuda:k')`; for data parallelism "
+        "over a split model use DistributedDataParallel(model, device_ids=None), one process per replica",
+        # replicate / data_parallel on a split model raise in PyTorch right after; a scatter or gather
+        # inside a split forward runs (on the wrong data): recorded, the program goes on.
+        fatal=not inside,
+    )
+
+
+def _holds_replicas(self: Checker, module: Any) -> bool:
+    """Do `module`'s weights look like one copy per device (the same shapes on each)? Then it is a
+    hand-written data-parallel wrapper, and scatter / gather in its forward is what they are for."""
+    shapes: dict[str, list[tuple[int, ...]]] = {}
+    for t in (*module.parameters(), *module.buffers()):
+        shapes.setdefault(self.devices.device_of(t), []).append(tuple(t.shape))
+    per_device = [sorted(v) for v in shapes.values()]
+    return all(v == per_device[0] for v in per_device[1:])
+
+
+def on_module_move(
+    self: Checker, module: Any, target: str | None, *, site: Site | None, implicit: bool = False
+) -> Finding | None:
+    """Before `module.cuda()` / `module.to(dev)`: moving a split model onto one device collapses it.
+    implicit: no index given (the current device). Every move is recorded (placement.py)."""
+    if target is None:
+        return None
+    self.placements.moved(
+        module,
+        site or UNKNOWN,
+        target,
+        implicit=implicit,
+        current=self.devices.normalize("cuda") if implicit else None,
+    )
+    devs = [d for d in self.model_devices(module) if d != "cpu"]
+    if len(devs) < 2 or target == "cpu":
+        return None
+    finding = self.emit(
+        "MP007",
+        site or self.sites(),
+        f"this moves a model split over {', '.join(devs)} entirely onto {target}: the split is undone "
+        f"and {target} must hold every parameter",
+        devices=tuple(devs),
+        modules=(self.module_name(module),),
+        suggestion="remove this call: a split model's stages are placed in its __init__; move only the inputs",
+    )
+    self._collapses.record(module, target, tuple(devs), finding)
+    return finding

@@ -1,0 +1,63 @@
+"""The checks' per-thread state (autograd runs backward on its own threads): the module stack,
+the module calls whose inputs were off their device, the forward pass counters MP006 and MP011
+read, and the suspension while mpcheck itself moves tensors.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from mpcheck.runtime.checks.arguments import Where
+from mpcheck.runtime.checks.sites import Site
+
+
+class ThreadState(threading.local):
+    """Per-thread state (autograd runs backward on its own threads). Set in __init__, which
+    runs once in each thread: a missing attribute read with getattr(tls, name, default) raises
+    and swallows an AttributeError, ~0.6 us on every op and module call."""
+
+    def __init__(self) -> None:
+        self.suspended = 0
+        self.stack: list[str] = []
+        # Module calls whose inputs were off the module's device, outermost first (enter_module).
+        self.entries: list[Entry] = []
+        self.forwards = 0  # outermost module calls so far: a forward pass's number, for MP006
+        # Transfers outside any module: forward passes ended by a backward (MP006 chains per pass).
+        self.top_passes = 0
+        self.top_pass_over = False
+        self.passes_ended = 0  # losses and backward passes seen: the model ran (MP011, recurrence.py)
+        self.top_calls: set[int] = set()  # id() of the modules the current pass called outermost
+        # > 0 while a module call of a signature checked clean runs with the modes stepped aside
+        # (capture/signatures.py): transfers are then recorded by capture/transfers.py instead.
+        self.unchecked = 0
+
+
+class Entry:
+    """A module call that received tensors off its device: where, and which tensors (by id;
+    the call's own frame keeps them alive until leave_module() drops the entry)."""
+
+    __slots__ = ("what", "path", "device", "site", "tensors", "module")
+
+    def __init__(
+        self, what: str, path: str, device: str | None, site: Site, tensors: dict[int, tuple[Any, Where]], module: Any
+    ) -> None:
+        self.module = module
+        self.what = what
+        self.path = path
+        self.device = device
+        self.site = site
+        self.tensors = tensors
+
+
+class Suspend:
+    __slots__ = ("tls",)
+
+    def __init__(self, tls: ThreadState) -> None:
+        self.tls = tls
+
+    def __enter__(self) -> None:
+        self.tls.suspended += 1
+
+    def __exit__(self, *exc: Any) -> None:
+        self.tls.suspended -= 1

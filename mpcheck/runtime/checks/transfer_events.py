@@ -1,0 +1,114 @@
+"""A transfer, as the capture layer reports it: recorded in the ledger, then checked for a round trip
+(MP005, round_trip.py), a repeat (MP011, repeats.py), its output recorded as an arrival
+(arrivals.py), and its chain followed for per-layer ping-pong (MP006, pingpong.py).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any
+
+from mpcheck.runtime.checks.ledger import TransferTiming
+from mpcheck.runtime.checks.pingpong import LEAF
+from mpcheck.runtime.checks.sites import UNKNOWN, Site
+from mpcheck.runtime.checks.storage_ref import StorageRef
+
+if TYPE_CHECKING:
+    from mpcheck.runtime.checks.checker import Checker
+
+
+def on_transfer(
+    self: Checker,
+    src_tensor: Any,
+    out_tensor: Any,
+    src_dev: str,
+    dst_dev: str,
+    *,
+    site: Site | None,
+    module_path: str | None,
+    phase: str = "forward",
+    timing: TransferTiming | None = None,
+    nbytes: int | None = None,
+    contiguous: bool | None = None,
+    by_library: bool = False,
+) -> None:
+    """Record a transfer; check it for a round trip (MP005), a repeat (MP011) and follow its
+    chain (MP006) unless
+    `by_library`: a copy made by PyTorch's own code, which the user cannot change (it
+    is neither checked nor remembered, so no later user copy is blamed on it)."""
+    if nbytes is None:
+        nbytes = src_tensor.numel() * src_tensor.element_size()
+    if contiguous is None:
+        contiguous = src_tensor.is_contiguous() if src_tensor is not None else True
+    self.ledger.record(
+        src_dev,
+        dst_dev,
+        nbytes,
+        site=site,
+        module_path=module_path,
+        phase=phase,
+        contiguous=contiguous,
+        timing=timing,
+    )
+    if phase != "forward" or src_tensor is None or by_library:
+        if phase == "backward":
+            self.end_top_pass()
+        return
+    with self._lock:
+        self._check_round_trip(src_tensor, src_dev, dst_dev, site, module_path, nbytes)
+        if nbytes >= self.repeat_min_bytes:  # a smaller copy costs about its launch: see REPEAT_MIN_BYTES
+            if not self._check_repeat(src_tensor, dst_dev, site, module_path):
+                self._check_const_copy(src_tensor, src_dev, dst_dev, site, module_path)
+        if self._tls.forwards != self._provenance_forward:  # once per forward pass at most
+            self._provenance_forward = self._tls.forwards
+            self._refresh_provenance()
+        arrival = None
+        if out_tensor is not None:
+            try:
+                arrival = StorageRef(out_tensor)
+                sid = id(out_tensor.untyped_storage())
+                self._arrivals[sid] = (arrival, src_dev, site or UNKNOWN)
+                self.note_arrived(out_tensor, sid)
+                self._read_arrivals.discard(sid)
+                # Arrived tensors never read (and their views) stay in arrived_objects: bounded here too.
+                if len(self._arrivals) > self._purge_at or len(self.arrived_objects) > self._purge_at:
+                    self._purge()
+            except Exception:  # a tensor without storage (a subclass): nothing to follow
+                pass
+        if self.wants("MP006"):
+            # A forward pass: the outermost module call running now (counted per thread by the
+            # hooks), or the step for transfers made outside any module.
+            tls = self._tls
+            thread = threading.get_ident()
+            if tls.top_pass_over and not tls.stack:
+                tls.top_pass_over = False
+                tls.top_passes += 1
+            scope, key = (
+                (("module", thread), tls.forwards)
+                if tls.stack
+                else (("top", thread), (self.ledger.step_index, tls.top_passes))
+            )
+            try:
+                departure: StorageRef | None = StorageRef(src_tensor)
+            except Exception:  # a tensor without storage (a subclass): nothing to follow
+                departure = None
+            with self._no_torch_function():  # grad_fn as autograd made it (pingpong: data dependence)
+                sent = src_tensor.grad_fn
+                if sent is None and self._grad_enabled():
+                    sent = LEAF
+                nodes = (sent, out_tensor.grad_fn if out_tensor is not None else None)
+            held = self._holder(out_tensor) if sent is None else None  # no graph: what stayed, by other means
+            for chain in self._pingpong.on_transfer(
+                src_tensor,
+                src_dev,
+                dst_dev,
+                scope,
+                key,
+                site or UNKNOWN,
+                module_path,
+                arrival,
+                departure,
+                nodes,
+                held,
+            ):
+                self._report_ping_pong(chain)
