@@ -48,6 +48,7 @@ from mpcheck.devices.values import (
     DtypeV,
     Obj,
     ParamsOf,
+    PartialV,
     QName,
     SeqV,
     Starred,
@@ -94,9 +95,16 @@ Handler = Callable[["Library", LibCall], Val]
 
 
 class Library(Part):
-    def library_call(self, q: str, node: cst.Call, st: State) -> Val:
+    def library_call(self, q: str, node: cst.Call, st: State, bound: PartialV | None = None) -> Val:
+        """`bound`: the partial whose function this is, its arguments put before (and its keywords
+        after) the call's own."""
         args, kwargs = self.interp.calls.ev_args(node, st)
-        c = LibCall(q, node, st, args, kwargs, self.interp.arg_nodes)
+        exprs = list(self.interp.arg_nodes)
+        if bound is not None:
+            extra = {k: v for k, v in bound.kwargs.items() if k not in kwargs}
+            exprs = [None] * len(bound.args) + exprs + [None] * len(extra)
+            args, kwargs = [*bound.args, *args], {**kwargs, **extra}
+        c = LibCall(q, node, st, args, kwargs, exprs)
         handler = handler_for(q, c.last, kwargs)
         if handler is None:
             # Maybe a function of another project file (`utils.train_one_epoch(...)`): callers.py
@@ -627,6 +635,13 @@ def _builtin(lib: Library, c: LibCall) -> Val:
     return UNK
 
 
+def _partial(lib: Library, c: LibCall) -> Val:
+    """functools.partial(f, ...): called later as f with these arguments first (Calls.ev_call)."""
+    if not c.args or any(isinstance(a, Starred) for a in c.args):
+        return UNK
+    return PartialV(c.args[0], tuple(c.args[1:]), dict(c.kwargs))
+
+
 def _map_expr(node: cst.Call) -> cst.BaseExpression | None:
     """The expression given as device_map= (or dispatch_model's second argument)."""
     for i, a in enumerate(node.args):
@@ -714,6 +729,7 @@ EXACT: dict[str, Handler] = _exact(
     (T.PARALLEL_PRIMITIVES, _parallel_primitive),
     (T.SET_DEVICE, _set_device),
     ("torch.device", _torch_device_call),
+    ("functools.partial", _partial),
     (COUNT_FUNCTIONS, _device_count),
     (("torch.nn.Parameter", "torch.nn.parameter.Parameter"), _parameter),
     (("torch.nn.Sequential", "torch.nn.ModuleList"), _sequential),

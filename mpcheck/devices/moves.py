@@ -34,6 +34,7 @@ from mpcheck.devices.values import (
     Val,
     as_device,
     conflict,
+    failed,
     is_splitish,
     one,
     show,
@@ -225,6 +226,9 @@ class Moves(Part):
                 worked=False,
                 lineage=lineage,
                 hop=hop,
+                # A reported value moved to a known device is there whatever the fix of that report:
+                # what it meets next is judged again (`self.b(h.cuda(1))` after a mismatch at `self.a`).
+                extra=None if failed(recv) and devs is not None else recv.extra,
             )
         if devs is None:
             return UNK
