@@ -612,6 +612,15 @@ def _builtin(lib: Library, c: LibCall) -> Val:
                 items = tuple(reversed(items))
             return SeqV(items, elem=a.elem, kind="list", module=a.module)
         return UNK
+    if q == "dict":
+        return _dict_call(lib, c)
+    if q in _NUMERIC and args and not c.kwargs:
+        # min(i // per, n - 1), max(per, 1): stage indices computed from the GPU count
+        nums = args[0].items if len(args) == 1 and isinstance(args[0], SeqV) and q in ("min", "max") else args
+        values = [a.value for a in nums or () if isinstance(a, Const)]
+        if nums and len(values) == len(nums) and all(type(v) in (int, float) for v in values):
+            return Const(_NUMERIC[q](*values) if q in ("min", "max") else _NUMERIC[q](values[0]))
+        return UNK
     if q == "next" and args:
         a = args[0]
         if isinstance(a, SeqV):
@@ -633,6 +642,31 @@ def _builtin(lib: Library, c: LibCall) -> Val:
     if q == "super":
         return SuperV()
     return UNK
+
+
+_NUMERIC: dict[str, Callable[..., Any]] = {"min": min, "max": max, "abs": abs, "int": int}
+
+
+def _dict_call(lib: Library, c: LibCall) -> Val:
+    """dict(...) / OrderedDict(...) of known keys: pairs `[("fc1", layer), ...]`, another dict, or
+    keywords; what `nn.Sequential(OrderedDict(...))` and `nn.ModuleDict(dict(...))` are built from."""
+    items: dict[Any, Val] = {}
+    if c.args:
+        src = c.args[0]
+        if isinstance(src, DictV):
+            items.update(src.items)
+        elif isinstance(src, SeqV) and src.items is not None:
+            for pair in src.items:
+                if not (isinstance(pair, SeqV) and pair.items is not None and len(pair.items) == 2):
+                    return UNK
+                key = pair.items[0]
+                if not isinstance(key, Const):
+                    return UNK
+                items[key.value] = pair.items[1]
+        else:
+            return UNK
+    items.update(c.kwargs)
+    return DictV(items)
 
 
 def _partial(lib: Library, c: LibCall) -> Val:
@@ -730,6 +764,7 @@ EXACT: dict[str, Handler] = _exact(
     (T.SET_DEVICE, _set_device),
     ("torch.device", _torch_device_call),
     ("functools.partial", _partial),
+    ("collections.OrderedDict", _dict_call),
     (COUNT_FUNCTIONS, _device_count),
     (("torch.nn.Parameter", "torch.nn.parameter.Parameter"), _parameter),
     (("torch.nn.Sequential", "torch.nn.ModuleList"), _sequential),

@@ -201,18 +201,24 @@ class Moves(Part):
             return res
         if isinstance(recv, Obj):
             lineage, hop = self.lineage_step(recv, devs, node)
+            reads_attribute = self._reads_unchanging_attribute(recv, devs, st, node)
             self.interp.recorder.record(
                 Transfer(
                     node=node,
                     mode=st.mode,
                     value=recv,
                     devs=devs,
-                    reads_unchanging_attribute=self._reads_unchanging_attribute(recv, devs, st, node),
+                    reads_unchanging_attribute=reads_attribute,
                     bound_outside_loop=self._bound_outside_loop(recv, node),
                     host_constant_bytes=self.interp.host_constants.get(id(recv.at), 0)
                     if recv.invariant and recv.devs == one("cpu")
                     else 0,
-                )
+                ),
+                # A table of self moved to its input's device (`self.pe.to(x.device)`): the method's own
+                # run (x unknown) comes first and must not hide the run a caller makes with x on a known
+                # GPU, so one fact per pair of ends. Other moves keep the first run's (an activation
+                # fanned out to experts in a loop is judged as its own forward sees it).
+                key=(recv.devs, devs) if reads_attribute else None,
             )
             return recv.with_(
                 kind="tensor"

@@ -114,6 +114,12 @@ def _certainly_small(made_at: object) -> bool:
     if not isinstance(made_at, cst.Call) or not isinstance(made_at.func, (cst.Name, cst.Attribute)):
         return False
     name = made_at.func.value if isinstance(made_at.func, cst.Name) else made_at.func.attr.value
+    if name in ("tensor", "scalar_tensor") and made_at.args and made_at.args[0].keyword is None:
+        # torch.tensor(1024.0, device=...): one number, a 0-dim tensor of at most 16 bytes
+        first = made_at.args[0].value
+        if isinstance(first, cst.UnaryOperation):
+            first = first.expression
+        return isinstance(first, (cst.Integer, cst.Float))
     if name not in _SHAPED_FACTORIES:
         return False
     positional = [a for a in made_at.args if a.keyword is None]
