@@ -72,6 +72,7 @@ from mpcheck.devices.values import (
     spans_of,
     used,
 )
+from mpcheck.devices.walk import walk
 
 
 class LibCall:
@@ -252,8 +253,36 @@ class Library(Part):
 # ---------------------------------------------------------------- handlers
 
 
+# Words of a test that asks whether the model is split (`if n_gpu > 1 and not is_model_parallel:`,
+# `getattr(model, "hf_device_map", None)`, `model.is_parallelizable`): a wrap under it is guarded.
+# (Not "parallel" alone: `if args.data_parallel:` asks for the wrap, it guards nothing.)
+_SPLIT_TEST_WORDS = ("model_parallel", "parallelizable", "device_map", "is_parallel", "is_split")
+
+
+def _guarded_against_split(lib: Library) -> bool:
+    """Is the call inside an undecided `if` whose test asks whether the model is split? Then the
+    author keeps split models out of the wrapper (as transformers' Trainer does), even where the
+    linter cannot tell which branch a split model takes."""
+    for test in lib.interp.stmts.open_tests:
+        for n in walk(test):
+            word = (
+                n.value
+                if isinstance(n, cst.Name)
+                else n.attr.value
+                if isinstance(n, cst.Attribute)
+                else n.evaluated_value
+                if isinstance(n, cst.SimpleString)
+                else None
+            )
+            if isinstance(word, str) and any(w in word.lower() for w in _SPLIT_TEST_WORDS):
+                return True
+    return False
+
+
 def _data_parallel(lib: Library, c: LibCall) -> Val:
     mod: Val = c.args[0] if c.args else c.kwargs.get("module", UNK)
+    if is_splitish(mod) and _guarded_against_split(lib):
+        return mod
     if is_splitish(mod):
         c.st.scope.split_seen = True
         lib.interp.recorder.record(DataParallelWrap(node=c.node, mode=c.st.mode, module=mod, q=c.q))
@@ -340,7 +369,7 @@ def _first_device_id(ids: Val | None) -> str | None:
 def _ddp(lib: Library, c: LibCall) -> Val:
     args, kwargs = c.args, c.kwargs
     mod: Val = args[0] if args else kwargs.get("module", UNK)
-    if is_splitish(mod):
+    if is_splitish(mod) and not _guarded_against_split(lib):
         c.st.scope.split_seen = True
         bad = []
         for i, name in ((1, "device_ids"), (2, "output_device")):

@@ -49,6 +49,7 @@ class Statements(Part):
     def __init__(self, interp: Interp) -> None:
         super().__init__(interp)
         self._bindings: dict[int, dict[str, int]] = {}  # scope node (by id) -> _binding_counts
+        self.open_tests: list[cst.BaseExpression] = []  # the undecided `if` tests around the statement run now
 
     def run_body(self, info: FuncInfo, st: State) -> None:
         """Runs a function's body on one path, with the function on the call stack;
@@ -168,14 +169,18 @@ class Statements(Part):
                 else:
                     out.extend(self.exec_block(stmt.orelse.body.body, [st]))
                 continue
-            with self.interp.gpus.guarded(not mode):  # a test the model cannot decide may guard an index
-                then = self.exec_block(stmt.body.body, [self._with_mode(st.copy(), mode, True)])
-                if stmt.orelse is None:
-                    other = [self._with_mode(st.copy(), mode, False)]
-                elif isinstance(stmt.orelse, cst.If):
-                    other = self.exec_if(stmt.orelse, [self._with_mode(st.copy(), mode, False)])
-                else:
-                    other = self.exec_block(stmt.orelse.body.body, [self._with_mode(st.copy(), mode, False)])
+            self.open_tests.append(stmt.test)
+            try:
+                with self.interp.gpus.guarded(not mode):  # a test the model cannot decide may guard an index
+                    then = self.exec_block(stmt.body.body, [self._with_mode(st.copy(), mode, True)])
+                    if stmt.orelse is None:
+                        other = [self._with_mode(st.copy(), mode, False)]
+                    elif isinstance(stmt.orelse, cst.If):
+                        other = self.exec_if(stmt.orelse, [self._with_mode(st.copy(), mode, False)])
+                    else:
+                        other = self.exec_block(stmt.orelse.body.body, [self._with_mode(st.copy(), mode, False)])
+            finally:
+                self.open_tests.pop()
             branches = then + other
             if not branches:
                 continue
