@@ -63,10 +63,17 @@ class Statements(Part):
             self.interp.stack.pop()
 
     def exec_block(self, stmts: Iterable[cst.CSTNode], states: list[State]) -> list[State]:
-        for stmt in stmts:
-            if not states:
-                break
-            states = self.exec_stmt(stmt, states)
+        opened = len(self.open_tests)
+        try:
+            for stmt in stmts:
+                if not states:
+                    break
+                states = self.exec_stmt(stmt, states)
+                if isinstance(stmt, cst.If) and stmt.orelse is None and _leaves(stmt.body.body):
+                    # `if model_parallel: return DDP(model)`: what follows runs where the test was false
+                    self.open_tests.append(stmt.test)
+        finally:
+            del self.open_tests[opened:]
         return states
 
     def exec_stmt(self, stmt: cst.CSTNode, states: list[State]) -> list[State]:
@@ -501,3 +508,15 @@ def _binding_counts(scope: cst.CSTNode) -> dict[str, int]:
 
     walk(scope)
     return counts
+
+
+_LEAVING = (cst.Return, cst.Raise, cst.Continue, cst.Break)
+
+
+def _leaves(body: Sequence[cst.BaseStatement] | Sequence[cst.BaseSmallStatement]) -> bool:
+    """Does the block end by leaving (return, raise, continue, break)? (`if x: return y` on one line
+    is a block of small statements.)"""
+    last = body[-1] if body else None
+    if isinstance(last, cst.SimpleStatementLine):
+        last = last.body[-1]
+    return isinstance(last, _LEAVING)
