@@ -481,3 +481,55 @@ def test_symbolic_indexes_of_one_name_with_two_offsets_differ() -> None:
     assert not distinct("sym:rank", "sym:2*rank")  # the same when rank is 0
     assert not distinct("sym:rank", "sym:other+1")
     assert not distinct("sym:devices[0]", "sym:devices[0]")
+
+
+# ---------------------------------------------------------------- functools.partial
+
+
+def test_partial_factory_makes_what_its_function_makes():
+    src = """
+    import functools
+    import torch
+    import torch.nn as nn
+
+    on_first = functools.partial(torch.zeros, device="cuda:0")
+    plain = functools.partial(torch.zeros, dtype=torch.float32)
+
+    class Two(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(8, 8).to("cuda:0")
+            self.b = nn.Linear(8, 8).to("cuda:1")
+
+        def forward(self, x):
+            h = self.b(self.a(x.to("cuda:0")).to("cuda:1"))
+            ok = h + plain(2, 8, device=h.device)
+            return ok + on_first(2, 8)
+    """
+    assert codes_lines(src) == [(18, "MP001")]
+
+
+def test_partial_class_binds_its_arguments_first():
+    src = """
+    from functools import partial
+    import torch.nn as nn
+
+    class Block(nn.Module):
+        def __init__(self, dim, device=None):
+            super().__init__()
+            self.fc = nn.Linear(dim, dim).to(device)
+
+        def forward(self, x):
+            return self.fc(x)
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            late = partial(Block, device="cuda:1")
+            self.first = Block(8, "cuda:0")
+            self.second = late(8)
+
+        def forward(self, x):
+            return self.second(self.first(x.to("cuda:0")))
+    """
+    assert codes_lines(src) == [(21, "MP001")]

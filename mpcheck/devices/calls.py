@@ -16,9 +16,10 @@ from mpcheck.devices import torchapi as T
 from mpcheck.devices.callers import note_call
 from mpcheck.devices.events import LossMismatch, Mismatch
 from mpcheck.devices.names import canonical, dotted
+from mpcheck.devices.placing import placed_view, places_parts
 from mpcheck.devices.program import MAX_DEPTH, FuncInfo, Part, State, params_of
 from mpcheck.devices.summarized import call_summarized, refused, summarized_output
-from mpcheck.devices.unmoved import never_placed_view
+from mpcheck.devices.unmoved import built_here, never_placed_view
 from mpcheck.devices.values import (
     CURRENT,
     FAILED,
@@ -33,6 +34,7 @@ from mpcheck.devices.values import (
     FuncRef,
     Obj,
     ParamsOf,
+    PartialV,
     QName,
     SeqV,
     Starred,
@@ -424,8 +426,15 @@ class Calls(Part):
             callee = self.interp.exprs.ev(func, st)
         if isinstance(callee, QName):
             return self.interp.library.library_call(callee.q, node, st)
+        if isinstance(callee, PartialV) and isinstance(callee.func, QName):
+            return self.interp.library.library_call(callee.func.q, node, st, bound=callee)
         args, kwargs = self.ev_args(node, st)
         exprs = self.interp.arg_nodes
+        if isinstance(callee, PartialV) and isinstance(callee.func, (ClassRef, FuncRef)):
+            # functools.partial(Block, width) / partial(helper, device=d): its arguments go first.
+            extra = {k: v for k, v in callee.kwargs.items() if k not in kwargs}
+            exprs = [None] * len(callee.args) + list(exprs) + [None] * len(extra)
+            args, kwargs, callee = [*callee.args, *args], {**kwargs, **extra}, callee.func
         if isinstance(callee, ClassRef):
             obj = self.interp.instances.instantiate(callee.info, args, kwargs, st, node)
             self._note_class_use(obj, st, node)
@@ -442,6 +451,9 @@ class Calls(Part):
             return call_summarized(callee, args, kwargs, st, node)
         if isinstance(callee, Obj) and callee.cls is not None and isinstance(func, cst.Name):
             callee = never_placed_view(self.interp, callee, func.value) or callee
+        elif isinstance(callee, Obj) and callee.cls is not None and isinstance(func, cst.Call):
+            if built_here(func, callee.cls.name):  # Net()(x): a temporary, never moved
+                callee = never_placed_view(self.interp, callee, None) or callee
         if isinstance(callee, Obj) and callee.kind in ("module", "any", "passthrough", "loss"):
             return self.module_call(callee, args, kwargs, st, node, exprs)
         if isinstance(callee, SeqV) and callee.module:
@@ -533,6 +545,13 @@ class Calls(Part):
         if isinstance(recv, Obj):
             if recv.cls is not None and recv.attrs is not None:
                 m = recv.cls.method(meth)
+                if m is not None and not st.in_init and places_parts(m):
+                    # model.place(...): the parts placed as its body says, on a copy (placing.py)
+                    placed, returns_self = placed_view(self.interp, recv, m, args, kwargs, st)
+                    self.interp.moves.rebind(
+                        node.func.value if isinstance(node.func, cst.Attribute) else None, placed, st
+                    )
+                    return placed if returns_self else Const(None)
                 if m is not None:
                     return self.call_function(m, recv, args, kwargs, st, node, helper=meth != "forward")
                 if meth in ("register_buffer", "register_parameter") and len(args) >= 2 and isinstance(args[0], Const):

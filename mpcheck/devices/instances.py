@@ -11,10 +11,13 @@ import libcst as cst
 
 from mpcheck.devices.events import EntryPointRun, PlacedTwice, SplitBuiltAfterSetDevice
 from mpcheck.devices.program import MAX_DEPTH, ClassInfo, Part, Scope, State
+from mpcheck.devices.unmoved import on_cpu, reaches_parts_by_name
 from mpcheck.devices.values import (
     CURRENT,
     UNPLACED,
+    DictV,
     Obj,
+    SeqV,
     Summarized,
     Val,
     is_moduleish,
@@ -150,6 +153,10 @@ class Instances(Part):
                 )
             )
 
+    def finish_placed(self, obj: Obj) -> None:
+        """Where the parts of a copy of an instance are once a method placed them (placing.py)."""
+        self._finish_instance(obj)
+
     def _finish_instance(self, obj: Obj) -> None:
         assert obj.attrs is not None  # an instance
         placed: list[tuple[str, str, Any]] = []
@@ -167,11 +174,15 @@ class Instances(Part):
         # device; a plain tensor attribute (`self.table = torch.zeros(...)`, kind "tensor") is
         # not: Module.to() and .cuda() move parameters and buffers only.
         hand_placed = split or any(d.startswith("cuda:") and d != "cuda:0" for d in devs)
+        if hand_placed and obj.cls is not None and reaches_parts_by_name(obj.cls):
+            hand_placed = False  # a getattr loop over a map not known here may have placed the rest
         for attr, v in list(obj.attrs.items()):
+            if hand_placed and isinstance(v, (SeqV, DictV)):
+                obj.attrs[attr] = on_cpu(v)  # the unplaced layers of a stage `nn.Sequential(...)`
             if not isinstance(v, Obj):
                 continue
             if hand_placed and v.kind == "module" and v.devs is None and v.origin == UNPLACED:
-                obj.attrs[attr] = v.with_(devs=one("cpu"), origin="never placed, so on the CPU")
+                obj.attrs[attr] = on_cpu(v)
             elif not hand_placed and v.devs == one("cpu") and v.kind in ("module", "param", "buffer", "any"):
                 obj.attrs[attr] = v.with_(devs=None)
         self._note_placed_twice(obj)

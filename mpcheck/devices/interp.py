@@ -104,9 +104,6 @@ class Interp:
         # its device, second placement node)
         self.placed_again: dict[int, tuple[Any, Any, Any, Any]] = {}
         self.with_devices: set[int] = set()  # `with torch.cuda.device(...)` calls (lexically scoped)
-        # Inside branches of an undecided test that reads where a model's parameters are (statements.py
-        # `inspects_placement`): wrapping or moving the model there is what the test decides, so none is reported.
-        self.placement_guards = 0
         self.arg_nodes: list[Any] = []  # the argument expressions of the call last evaluated (Calls.ev_args)
         # Per enclosing loop: ids of values alive before it, names it rebinds, and the depth of the
         # function running it (len(stack)): a loop repeats a move only in its own function's body.

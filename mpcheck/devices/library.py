@@ -48,6 +48,7 @@ from mpcheck.devices.values import (
     DtypeV,
     Obj,
     ParamsOf,
+    PartialV,
     QName,
     SeqV,
     Starred,
@@ -94,9 +95,16 @@ Handler = Callable[["Library", LibCall], Val]
 
 
 class Library(Part):
-    def library_call(self, q: str, node: cst.Call, st: State) -> Val:
+    def library_call(self, q: str, node: cst.Call, st: State, bound: PartialV | None = None) -> Val:
+        """`bound`: the partial whose function this is, its arguments put before (and its keywords
+        after) the call's own."""
         args, kwargs = self.interp.calls.ev_args(node, st)
-        c = LibCall(q, node, st, args, kwargs, self.interp.arg_nodes)
+        exprs = list(self.interp.arg_nodes)
+        if bound is not None:
+            extra = {k: v for k, v in bound.kwargs.items() if k not in kwargs}
+            exprs = [None] * len(bound.args) + exprs + [None] * len(extra)
+            args, kwargs = [*bound.args, *args], {**kwargs, **extra}
+        c = LibCall(q, node, st, args, kwargs, exprs)
         handler = handler_for(q, c.last, kwargs)
         if handler is None:
             # Maybe a function of another project file (`utils.train_one_epoch(...)`): callers.py
@@ -246,8 +254,8 @@ class Library(Part):
 
 def _data_parallel(lib: Library, c: LibCall) -> Val:
     mod: Val = c.args[0] if c.args else c.kwargs.get("module", UNK)
-    if lib.interp.placement_guards:
-        return mod  # under `if <the model is not split>:` (statements.inspects_placement)
+    if is_splitish(mod) and lib.interp.stmts.under_split_test(c.st):
+        return mod
     if is_splitish(mod):
         c.st.scope.split_seen = True
         lib.interp.recorder.record(DataParallelWrap(node=c.node, mode=c.st.mode, module=mod, q=c.q))
@@ -334,7 +342,7 @@ def _first_device_id(ids: Val | None) -> str | None:
 def _ddp(lib: Library, c: LibCall) -> Val:
     args, kwargs = c.args, c.kwargs
     mod: Val = args[0] if args else kwargs.get("module", UNK)
-    if is_splitish(mod) and not lib.interp.placement_guards:
+    if is_splitish(mod) and not lib.interp.stmts.under_split_test(c.st):
         c.st.scope.split_seen = True
         bad = []
         for i, name in ((1, "device_ids"), (2, "output_device")):
@@ -606,6 +614,15 @@ def _builtin(lib: Library, c: LibCall) -> Val:
                 items = tuple(reversed(items))
             return SeqV(items, elem=a.elem, kind="list", module=a.module)
         return UNK
+    if q == "dict":
+        return _dict_call(lib, c)
+    if q in _NUMERIC and args and not c.kwargs:
+        # min(i // per, n - 1), max(per, 1): stage indices computed from the GPU count
+        nums = args[0].items if len(args) == 1 and isinstance(args[0], SeqV) and q in ("min", "max") else args
+        values = [a.value for a in nums or () if isinstance(a, Const)]
+        if nums and len(values) == len(nums) and all(type(v) in (int, float) for v in values):
+            return Const(_NUMERIC[q](*values) if q in ("min", "max") else _NUMERIC[q](values[0]))
+        return UNK
     if q == "next" and args:
         a = args[0]
         if isinstance(a, SeqV):
@@ -627,6 +644,38 @@ def _builtin(lib: Library, c: LibCall) -> Val:
     if q == "super":
         return SuperV()
     return UNK
+
+
+_NUMERIC: dict[str, Callable[..., Any]] = {"min": min, "max": max, "abs": abs, "int": int}
+
+
+def _dict_call(lib: Library, c: LibCall) -> Val:
+    """dict(...) / OrderedDict(...) of known keys: pairs `[("fc1", layer), ...]`, another dict, or
+    keywords; what `nn.Sequential(OrderedDict(...))` and `nn.ModuleDict(dict(...))` are built from."""
+    items: dict[Any, Val] = {}
+    if c.args:
+        src = c.args[0]
+        if isinstance(src, DictV):
+            items.update(src.items)
+        elif isinstance(src, SeqV) and src.items is not None:
+            for pair in src.items:
+                if not (isinstance(pair, SeqV) and pair.items is not None and len(pair.items) == 2):
+                    return UNK
+                key = pair.items[0]
+                if not isinstance(key, Const):
+                    return UNK
+                items[key.value] = pair.items[1]
+        else:
+            return UNK
+    items.update(c.kwargs)
+    return DictV(items)
+
+
+def _partial(lib: Library, c: LibCall) -> Val:
+    """functools.partial(f, ...): called later as f with these arguments first (Calls.ev_call)."""
+    if not c.args or any(isinstance(a, Starred) for a in c.args):
+        return UNK
+    return PartialV(c.args[0], tuple(c.args[1:]), dict(c.kwargs))
 
 
 def _map_expr(node: cst.Call) -> cst.BaseExpression | None:
@@ -716,6 +765,8 @@ EXACT: dict[str, Handler] = _exact(
     (T.PARALLEL_PRIMITIVES, _parallel_primitive),
     (T.SET_DEVICE, _set_device),
     ("torch.device", _torch_device_call),
+    ("functools.partial", _partial),
+    ("collections.OrderedDict", _dict_call),
     (COUNT_FUNCTIONS, _device_count),
     (("torch.nn.Parameter", "torch.nn.parameter.Parameter"), _parameter),
     (("torch.nn.Sequential", "torch.nn.ModuleList"), _sequential),

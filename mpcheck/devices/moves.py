@@ -34,6 +34,7 @@ from mpcheck.devices.values import (
     Val,
     as_device,
     conflict,
+    failed,
     is_splitish,
     one,
     show,
@@ -142,8 +143,8 @@ class Moves(Part):
         if is_splitish(recv):
             st.scope.split_seen = True
             # .cpu() frees the GPUs on purpose (saving, deparallelize); it crams nothing. Under a test of
-            # where the model lives (statements.inspects_placement) the move is what the test decided.
-            if devs != one("cpu") and not self.interp.placement_guards:
+            # whether the model is split (Statements.under_split_test) the move is what the test decided.
+            if devs != one("cpu") and not self.interp.stmts.under_split_test(st):
                 self.interp.recorder.record(Collapse(node=node, mode=st.mode, module=recv, devs=devs, meth=meth))
             # What its forward does now (it may still move activations to the devices the
             # split had) is not known: calling it checks nothing and gives an unknown value.
@@ -202,18 +203,24 @@ class Moves(Part):
             return res
         if isinstance(recv, Obj):
             lineage, hop = self.lineage_step(recv, devs, node)
+            reads_attribute = self._reads_unchanging_attribute(recv, devs, st, node)
             self.interp.recorder.record(
                 Transfer(
                     node=node,
                     mode=st.mode,
                     value=recv,
                     devs=devs,
-                    reads_unchanging_attribute=self._reads_unchanging_attribute(recv, devs, st, node),
+                    reads_unchanging_attribute=reads_attribute,
                     bound_outside_loop=self._bound_outside_loop(recv, node),
                     host_constant_bytes=self.interp.host_constants.get(id(recv.at), 0)
                     if recv.invariant and recv.devs == one("cpu")
                     else 0,
-                )
+                ),
+                # A table of self moved to its input's device (`self.pe.to(x.device)`): the method's own
+                # run (x unknown) comes first and must not hide the run a caller makes with x on a known
+                # GPU, so one fact per pair of ends. Other moves keep the first run's (an activation
+                # fanned out to experts in a loop is judged as its own forward sees it).
+                key=(recv.devs, devs) if reads_attribute else None,
             )
             return recv.with_(
                 kind="tensor"
@@ -227,6 +234,9 @@ class Moves(Part):
                 worked=False,
                 lineage=lineage,
                 hop=hop,
+                # A reported value moved to a known device is there whatever the fix of that report:
+                # what it meets next is judged again (`self.b(h.cuda(1))` after a mismatch at `self.a`).
+                extra=None if failed(recv) and devs is not None else recv.extra,
             )
         if devs is None:
             return UNK

@@ -103,7 +103,7 @@ class Scope:
     # module objects moved so far, by identity key (shared.note_move): (device, node, depth)
     moved_objects: dict[Any, tuple[str, cst.CSTNode, int]] = field(default_factory=dict)
     # the expression a plain name was last bound to (`devs = {p.device for p in model.parameters()}`),
-    # for the tests that read it (statements.inspects_placement)
+    # for the tests that read it (statements.asks_if_split)
     bound_to: dict[str, cst.BaseExpression] = field(default_factory=dict)
 
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import libcst as cst
 
 from mpcheck.devices.events import SharedModuleMoved
+from mpcheck.devices.names import dotted
 from mpcheck.devices.values import Devs, DictV, Obj, SeqV, Val, distinct, single
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -60,6 +61,14 @@ def _walk(
             _walk(interp, item, owner, depth + 1, out)
 
 
+def _stored_name(move: cst.CSTNode) -> str | None:
+    """`self.part1` for `self.part1.cuda(0)`: the name the moved module is reached by, when the
+    receiver is a stored reference rather than a value built right there (`nn.Sequential(*blocks)`)."""
+    if isinstance(move, cst.Call) and isinstance(move.func, cst.Attribute):
+        return dotted(move.func.value)
+    return None
+
+
 def note_move(interp: Interp, recv: Val, devs: Devs, node: cst.Call, st: State) -> None:
     """A move of a module (or a container of modules) in an __init__: if it holds an object that an
     earlier move through another expression put on another device, and the object is a part of one
@@ -69,13 +78,16 @@ def note_move(interp: Interp, recv: Val, devs: Devs, node: cst.Call, st: State) 
         return
     moved = st.scope.moved_objects
     found: list[tuple[str, str, cst.CSTNode]] = []  # (class name, first device, first move) of each shared object
+    held_by = _stored_name(node)
     for key, ident, depth in parts(interp, recv):
         before = moved.get(key)
         if before is not None and before[1] is node:
             continue  # the items of a container this move already noted (Moves.move recurses)
         if before is not None:
             first_dev, first_node, first_depth = before
-            if max(depth, first_depth) >= 1 and distinct(first_dev, dev):
+            if held_by is not None and _stored_name(first_node) == held_by:
+                pass  # one stage placed twice (`self.part1.cuda(0)`, `self.part1.cuda(1)`): events.PlacedTwice's
+            elif max(depth, first_depth) >= 1 and distinct(first_dev, dev):
                 found.append((interp.ident_names.get(ident, "module"), first_dev, first_node))
         moved[key] = (dev, node, depth)
     if found:

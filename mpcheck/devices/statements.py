@@ -49,6 +49,14 @@ class Statements(Part):
     def __init__(self, interp: Interp) -> None:
         super().__init__(interp)
         self._bindings: dict[int, dict[str, int]] = {}  # scope node (by id) -> _binding_counts
+        self.open_tests: list[cst.BaseExpression] = []  # the undecided `if` tests around the statement run now
+
+    def under_split_test(self, st: State) -> bool:
+        """Does the statement run now sit under an undecided `if` that asks whether the model is split
+        (or after one whose body returns)? Then the author keeps split models out of a wrapper or a
+        whole-model move (as transformers' Trainer does), even where the linter cannot tell which branch
+        a split model takes: MP002 and MP007 say nothing there."""
+        return any(asks_if_split(test, st.scope.bound_to) for test in self.open_tests)
 
     def run_body(self, info: FuncInfo, st: State) -> None:
         """Runs a function's body on one path, with the function on the call stack;
@@ -62,10 +70,17 @@ class Statements(Part):
             self.interp.stack.pop()
 
     def exec_block(self, stmts: Iterable[cst.CSTNode], states: list[State]) -> list[State]:
-        for stmt in stmts:
-            if not states:
-                break
-            states = self.exec_stmt(stmt, states)
+        opened = len(self.open_tests)
+        try:
+            for stmt in stmts:
+                if not states:
+                    break
+                states = self.exec_stmt(stmt, states)
+                if isinstance(stmt, cst.If) and stmt.orelse is None and _leaves(stmt.body.body):
+                    # `if model_parallel: return DDP(model)`: what follows runs where the test was false
+                    self.open_tests.append(stmt.test)
+        finally:
+            del self.open_tests[opened:]
         return states
 
     def exec_stmt(self, stmt: cst.CSTNode, states: list[State]) -> list[State]:
@@ -170,8 +185,7 @@ class Statements(Part):
                 else:
                     out.extend(self.exec_block(stmt.orelse.body.body, [st]))
                 continue
-            guard = inspects_placement(stmt.test, st.scope.bound_to)
-            self.interp.placement_guards += guard
+            self.open_tests.append(stmt.test)
             try:
                 with self.interp.gpus.guarded(not mode):  # a test the model cannot decide may guard an index
                     then = self.exec_block(stmt.body.body, [self._with_mode(st.copy(), mode, True)])
@@ -182,7 +196,7 @@ class Statements(Part):
                     else:
                         other = self.exec_block(stmt.orelse.body.body, [self._with_mode(st.copy(), mode, False)])
             finally:
-                self.interp.placement_guards -= guard
+                self.open_tests.pop()
             branches = then + other
             if not branches:
                 continue
@@ -450,32 +464,37 @@ def _mode_test(test: cst.BaseExpression) -> tuple[str, str] | None:
     return None
 
 
-# What a test reads when it asks where a model lives: `len({p.device for p in model.parameters()}) == 1`,
-# `hasattr(model, "hf_device_map")`, `getattr(model, "is_parallelizable", False)`. Not `x.device` alone:
-# `if args.device == "cuda": model.to(args.device)` asks about a setting, not about where the model is.
+# Words of a test that asks whether the model is split (`if n_gpu > 1 and not is_model_parallel:`,
+# `getattr(model, "hf_device_map", None)`, `model.is_parallelizable`), and the calls of one that looks
+# where its parameters are (`len({p.device for p in model.parameters()}) == 1`). Not "parallel" alone:
+# `if args.data_parallel:` asks for the wrap, it guards nothing; nor `x.device` alone: `if args.device ==
+# "cuda": model.to(args.device)` asks about a setting, not about where the model is.
+_SPLIT_TEST_WORDS = ("model_parallel", "parallelizable", "device_map", "is_parallel", "is_split")
 _PLACEMENT_CALLS = frozenset({"parameters", "named_parameters", "buffers", "named_buffers"})
-_PLACEMENT_WORDS = ("device_map", "model_parallel", "parallelizable", "is_parallel")
 
 
-def inspects_placement(test: cst.BaseExpression, bound_to: dict[str, cst.BaseExpression] | None = None) -> bool:
-    """Does an `if` test read where a model's parameters are? Then its branches are the program's own
-    answer to "is this model split?" (wrap it in DataParallel only if not, move it whole only if not),
-    and a test the device model cannot decide must not be read as always taking both. A GPU count
-    alone (`if n_gpu > 1:`) asks nothing about the model, nor does a flag that asks for data
-    parallelism (`if args.data_parallel:`), so neither is such a test. A name in the test counts by
-    what it was bound to (`bound_to`, one level: `if len(devs) == 1:` after `devs = {p.device ...}`)."""
-    for node in walk(test):
-        if isinstance(node, cst.Name) and bound_to and node.value in bound_to:
-            if inspects_placement(bound_to[node.value]):
-                return True
-        if isinstance(node, cst.Attribute):
-            name = node.attr.value
-            if name in _PLACEMENT_CALLS or any(w in name for w in _PLACEMENT_WORDS):
-                return True
-        elif isinstance(node, cst.Name) and any(w in node.value for w in _PLACEMENT_WORDS):
+def asks_if_split(test: cst.BaseExpression, bound_to: dict[str, cst.BaseExpression] | None = None) -> bool:
+    """Does an `if` test ask whether a model is split? Then its branches are the program's own answer
+    (wrap it in DataParallel only if not, move it whole only if not), and a test the device model
+    cannot decide must not be read as taking both. A GPU count alone (`if n_gpu > 1:`) asks nothing
+    about the model. A name in the test counts by what it was bound to (`bound_to`, one level:
+    `if len(devs) == 1:` after `devs = {p.device for p in model.parameters()}`)."""
+    for n in walk(test):
+        if isinstance(n, cst.Name) and bound_to and n.value in bound_to and asks_if_split(bound_to[n.value]):
             return True
-        elif isinstance(node, cst.SimpleString) and any(w in node.value for w in _PLACEMENT_WORDS):
-            return True  # hasattr(model, "hf_device_map"), getattr(model, "model_parallel", False)
+        if isinstance(n, cst.Attribute) and n.attr.value in _PLACEMENT_CALLS:
+            return True
+        word = (
+            n.value
+            if isinstance(n, cst.Name)
+            else n.attr.value
+            if isinstance(n, cst.Attribute)
+            else n.evaluated_value
+            if isinstance(n, cst.SimpleString)
+            else None
+        )
+        if isinstance(word, str) and any(w in word.lower() for w in _SPLIT_TEST_WORDS):
+            return True
     return False
 
 
@@ -532,3 +551,15 @@ def _binding_counts(scope: cst.CSTNode) -> dict[str, int]:
 
     walk(scope)
     return counts
+
+
+_LEAVING = (cst.Return, cst.Raise, cst.Continue, cst.Break)
+
+
+def _leaves(body: Sequence[cst.BaseStatement] | Sequence[cst.BaseSmallStatement]) -> bool:
+    """Does the block end by leaving (return, raise, continue, break)? (`if x: return y` on one line
+    is a block of small statements.)"""
+    last = body[-1] if body else None
+    if isinstance(last, cst.SimpleStatementLine):
+        last = last.body[-1]
+    return isinstance(last, _LEAVING)

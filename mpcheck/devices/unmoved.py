@@ -34,9 +34,10 @@ _SELF_WALKS = frozenset({"children", "named_children", "modules", "named_modules
 NEVER_PLACED = "never placed, so on the CPU"
 
 
-def never_placed_view(interp: Interp, mod: Obj, name: str) -> Obj | None:
-    """`mod` (called as `name(...)`) with its unplaced modules on the CPU, when the model is
-    provably never moved; None otherwise."""
+def never_placed_view(interp: Interp, mod: Obj, name: str | None) -> Obj | None:
+    """`mod` (called as `name(...)`, or built and called at once, `Net()(x)`, when `name` is None)
+    with its unplaced modules on the CPU, when the model is provably never moved; None otherwise.
+    A temporary is never moved: nothing else can reach it."""
     cinfo = mod.cls
     if (
         cinfo is None
@@ -49,29 +50,40 @@ def never_placed_view(interp: Interp, mod: Obj, name: str) -> Obj | None:
     ):
         return None
     scope: cst.CSTNode = interp.stack[-1].node if interp.stack else interp.module
-    key = (id(scope), name, id(cinfo))
+    key = (id(scope), name or "", id(cinfo))
     if key not in interp.unmoved:
-        interp.unmoved[key] = _only_called(scope, name, cinfo.name) and _plain_module_class(cinfo)
+        only_called = name is None or _only_called(scope, name, cinfo.name)
+        interp.unmoved[key] = only_called and _plain_module_class(cinfo)
     if not interp.unmoved[key]:
         return None
-    attrs = {a: _on_cpu(v, 0) for a, v in mod.attrs.items()}
+    attrs = {a: on_cpu(v, 0) for a, v in mod.attrs.items()}
     if all(attrs[a] is v for a, v in mod.attrs.items()):
         return None
     return mod.with_(attrs=attrs)
 
 
-def _on_cpu(v: Val, depth: int) -> Val:
+def on_cpu(v: Val, depth: int = 0) -> Val:
+    """`v` with the parametered torch.nn modules built without a device in it (itself, the items of
+    an `nn.Sequential` / `ModuleList` / `ModuleDict`) on the CPU, "never placed"."""
     if depth > 4:
         return v
     if isinstance(v, Obj) and v.kind == "module" and v.devs is None and v.origin == UNPLACED:
         return v.with_(devs=one("cpu"), origin=NEVER_PLACED)
     if isinstance(v, SeqV) and v.module and v.items is not None:
-        items = tuple(_on_cpu(i, depth + 1) for i in v.items)
+        items = tuple(on_cpu(i, depth + 1) for i in v.items)
         return v if all(a is b for a, b in zip(items, v.items)) else SeqV(items, kind=v.kind, module=True)
     if isinstance(v, DictV) and v.module:
-        got = {k: _on_cpu(i, depth + 1) for k, i in v.items.items()}
+        got = {k: on_cpu(i, depth + 1) for k, i in v.items.items()}
         return v if all(got[k] is i for k, i in v.items.items()) else DictV(got, module=True)
     return v
+
+
+def built_here(call: cst.Call, cls_name: str) -> bool:
+    """`call` builds the class `cls_name` without device= (`Net()`, `models.Net(depth=2)`)."""
+    name = dotted(call.func) or ""
+    return name.rsplit(".", 1)[-1] == cls_name and not any(
+        a.keyword is not None and a.keyword.value == "device" for a in call.args
+    )
 
 
 def _plain_module_class(cinfo: ClassInfo, depth: int = 0) -> bool:
@@ -105,16 +117,35 @@ def _moves_itself(node: cst.CSTNode) -> bool:
             and node.func.attr.value in _SELF_MOVES | _SELF_WALKS
         ):
             return True
-    if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value in ("getattr", "setattr"):
-        args = node.args
-        if (
-            len(args) >= 2
-            and isinstance(args[0].value, cst.Name)
-            and args[0].value.value == "self"
-            and not isinstance(args[1].value, cst.SimpleString)
-        ):
-            return True
+    if _by_computed_name(node):
+        return True
     return any(_moves_itself(c) for c in children(node))
+
+
+def reaches_parts_by_name(cinfo: ClassInfo) -> bool:
+    """Does a method of the class (of its lineage in this file, __init__ included) reach its parts by
+    a computed name (`getattr(self, name).to(dev)` over a map)? Where the map is not known, which
+    parts that places is not known either: none of them is provably left on the CPU."""
+    return any(_has_computed_name(m.node) for c in cinfo.lineage() for m in c.methods.values())
+
+
+def _has_computed_name(node: cst.CSTNode) -> bool:
+    return _by_computed_name(node) or any(_has_computed_name(c) for c in children(node))
+
+
+def _by_computed_name(node: cst.CSTNode) -> bool:
+    """`getattr(self, name)` / `setattr(self, name, ...)` with a name that is not a literal."""
+    if not (
+        isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value in ("getattr", "setattr")
+    ):
+        return False
+    args = node.args
+    return (
+        len(args) >= 2
+        and isinstance(args[0].value, cst.Name)
+        and args[0].value.value == "self"
+        and not isinstance(args[1].value, cst.SimpleString)
+    )
 
 
 def _only_called(scope: cst.CSTNode, name: str, cls_name: str) -> bool:

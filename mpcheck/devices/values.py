@@ -246,6 +246,15 @@ class FuncRef(Val):
 
 
 @dataclass(eq=False)
+class PartialV(Val):
+    """`functools.partial(func, *args, **kwargs)`: calling it calls `func` with these first."""
+
+    func: Val
+    args: tuple[Val, ...]
+    kwargs: dict[str, Val]
+
+
+@dataclass(eq=False)
 class Summarized(Val):
     """A class or function from another project file, known by its summary."""
 
@@ -498,7 +507,7 @@ def value_key(v: Val) -> tuple[Any, ...]:
         return ("s", v.name)
     if isinstance(v, SeqV):
         return ("l", tuple(value_key(i) for i in v.items) if v.items is not None and len(v.items) < 8 else None)
-    return (type(v).__name__, id(v) if isinstance(v, (ClassRef, FuncRef, Summarized)) else None)
+    return (type(v).__name__, id(v) if isinstance(v, (ClassRef, FuncRef, Summarized, PartialV)) else None)
 
 
 def is_moduleish(v: Val) -> bool:

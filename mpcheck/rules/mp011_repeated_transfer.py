@@ -128,7 +128,7 @@ def _certainly_small(made_at: object) -> bool:
     itemsize = _dtype_size(made_at)
     if itemsize is None:
         return False
-    if name == "tensor":
+    if name in ("tensor", "scalar_tensor"):
         # One number (a loss scale, a flag): the smallest copy there is. A literal list stays reported:
         # class weights and tables grow with the problem (the number of classes), which a literal in the
         # code understates.
