@@ -65,6 +65,7 @@ class Chain:
         "last_sent",
         "stayed",
         "used",
+        "undo",
     )
 
     def __init__(self, src: str, site: Any) -> None:
@@ -88,6 +89,10 @@ class Chain:
         # A layer on `end` computed from the last arrival (asked of the graph, for chains that crossed
         # twice or more): the arrival was needed there, so passing it on unchanged is a fan-out.
         self.used = False
+        # The chain as it was before its latest crossing, when that crossing only passed on what had
+        # arrived and no layer had yet been seen to need it there (Chain.snapshot): a later departure
+        # from that device computed from the same arrival shows it was needed there after all.
+        self.undo: tuple[Any, ...] | None = None
 
     def add(
         self,
@@ -100,6 +105,7 @@ class Chain:
         sent_keys: frozenset[tuple[int, str]] = frozenset(),
         held: Callable[[str], bool] | None = None,
     ) -> None:
+        self.undo = None
         if departure is not None and len(self.sent) < _MAX_DEVS:
             self.sent.append(departure)
         back = len(self.devs) >= 2 and self.devs[-2] == dst
@@ -119,6 +125,29 @@ class Chain:
         self.last = last
         self.last_node = last_node
         self.used = False
+
+    def snapshot(self) -> tuple[Any, ...]:
+        return (
+            list(self.devs),
+            self.end,
+            self.crossings,
+            self.back_site,
+            self.back_at,
+            list(self.modules),
+            self.last,
+            len(self.sent),
+            self.last_node,
+            list(self.steps),
+            self.last_sent,
+            self.stayed,
+        )
+
+    def restore(self, snap: tuple[Any, ...]) -> None:
+        """Back to a snapshot: the crossing since was a copy of data the device kept using, not the chain."""
+        (self.devs, self.end, self.crossings, self.back_site, self.back_at, self.modules, self.last, sent) = snap[:8]
+        (self.last_node, self.steps, self.last_sent, self.stayed) = snap[8:]
+        del self.sent[sent:]
+        self.undo = None
 
     def drop_branch(self, departure_node: Any) -> None:
         """Before leaving `end` again: forget the last excursion out and back to it if it was a branch."""
@@ -193,7 +222,9 @@ class PingPong:
         # The same data sent again (one input fanned out to experts or branches on other devices,
         # each result gathered back) is a new branch, not the chain going on from its last arrival.
         resent = any(r.same_data(src_tensor) for c in chains for r in c.sent)
+        _undo_passed(chains, src, nodes[0], arrived)
         _mark_used(chains, src, nodes[0], arrived)
+        undo = None
         for i in range(len(chains) - 1, -1, -1):
             if resent:
                 break
@@ -210,6 +241,8 @@ class PingPong:
                     break  # another activation, born here, that read what arrived (a decoder's cross-attention)
                 if kind == "passed" and c.used:
                     break  # what arrived, needed by a layer here and passed on unchanged by one: a fan-out
+                if kind == "passed" and c.crossings >= 2:
+                    undo = c.snapshot()  # a fan-out if a layer here turns out to need what arrived
                 chain = chains.pop(i)
                 chain.drop_branch(nodes[0])
                 break
@@ -222,6 +255,7 @@ class PingPong:
         if arrival_key is not None and len(arrived) < _MAX_NODES:
             arrived.add(arrival_key)
         chain.add(dst, site, module, arrival, departure, arrival_key, sent_keys(nodes[0]), held)
+        chain.undo = undo
         chains.append(chain)  # most recently extended last
         return done
 
@@ -278,6 +312,20 @@ _LAYER_OP = re.compile(
     r"^(?:Mm|Addmm|Bmm|Baddbmm|Addmv|Mv|Linear|Convolution|Embedding(?:Bag)?|Native(?:Layer|Batch|Group)Norm"
     r"|\w*(?:Attention|Rnn|Lstm|Gru)\w*)Backward"
 )
+
+
+def _undo_passed(chains: list[Chain], src: str, departure: Any, arrived: set[tuple[int, str]]) -> None:
+    """A chain whose latest crossing only passed on what had arrived on `src` (Chain.undo), and data now
+    leaving `src` that a layer there computed from that same arrival: the arrival was needed on `src`, so
+    that crossing was a copy sent to both devices (the encoder output sent on before the decoder's state
+    that read it: `m, x = m.to(dev), x.to(dev)`), not the chain going on. Take it back."""
+    if departure is None or departure is LEAF:
+        return
+    for c in chains:
+        snap = c.undo
+        if snap is not None and snap[1] == src and _path_kind(departure, snap[8], arrived) in ("layer", "born"):
+            c.restore(snap)
+            c.used = True
 
 
 def _mark_used(chains: list[Chain], src: str, departure: Any, arrived: set[tuple[int, str]]) -> None:
