@@ -20,6 +20,16 @@ a batch into micro-batches sends chunk 2 from cuda:0 while chunk 1, back on cuda
 unread for the final concatenation: two chains, not one activation crossing at every layer. A
 departure that cannot be matched to a read arrival starts a chain of its own (unknown: silent).
 
+With a graph, how the departure was computed from the arrival also decides (_path_kind). Data computed by
+a layer's work from an activation born on the device since the arrival (a decoder's state from its own
+embeddings, over data that crossed nothing in the pass) is that new activation, which only read the arrival
+(cross-attention): it starts a chain of its own. Data only joined, split or scaled since it arrived is
+passed on: when a layer there also computed from that arrival (Chain.used), the arrival was needed on both
+devices (the encoder output of an encoder and a decoder each split over the GPUs): a fan-out, not a crossing
+of the chain; when that is learnt only after the copy left (the encoder output sent before the decoder's
+state), the crossing is taken back (Chain.undo). Passed-on data that no layer there needed continues the
+chain (each expert fed the previous expert's gathered result).
+
 An excursion out and straight back (D -> E -> D) is dropped from its chain when it was a branch: the
 data that left D stayed there and meets what came back (experts on another GPU whose outputs are
 summed where the tokens are; the next layer's input mixes both). Asked of the graph at the next
