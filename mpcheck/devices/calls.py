@@ -622,7 +622,12 @@ class Calls(Part):
             for a in (*args, *kwargs.values()):
                 if isinstance(a, Obj) and a.kind != "module":
                     self.interp.moves.merge(recv, a, node)  # `out.index_add_(0, rows, y)`
-                    hop = max(hop, a.hop) if a.lineage == recv.lineage else hop
+                    if lineage is None and a.lineage not in (None, OFF_CHAIN):
+                        # A buffer of no lineage (`out = torch.zeros_like(x)`) gathering an activation's
+                        # rows carries that activation on, as `out + y` does: the residual `x + out` after
+                        # experts on other GPUs then meets what came back (a branch, Moves.merge).
+                        lineage, hop = a.lineage, a.hop
+                    hop = max(hop, a.hop) if a.lineage == lineage else hop
             return recv.with_(label="", kind="tensor", worked=worked, invariant=inv, lineage=lineage, hop=hop)
         if isinstance(recv, SeqV):
             if meth == "append" and args:

@@ -706,3 +706,82 @@ def test_recurrent_layers_run_on_virtual_gpus_under_a_cuda_build_of_torch(script
     assert status == 0, err
     assert report["findings"] == []
     assert torch.backends.cudnn.is_acceptable is acceptable  # the dry run's answer is undone on exit
+
+
+# An encoder and a decoder each split over the two GPUs (ParlAI's PipelineHelper, transformers' T5
+# parallelize): micro-batches through the encoder come back to cuda:0 and are joined; the decoder's
+# state, made from its own embeddings, crosses once per boundary, and the encoder output that its
+# cross-attention reads is needed on both GPUs, so its chunks cross again with the state. Neither is an
+# activation crossing at every layer (a false MP006 once: the decoder's state was read as the encoder's
+# activation going on, and the encoder output, only joined and split on cuda:0, as a third crossing).
+ENCODER_DECODER = """
+import torch
+import torch.nn as nn
+
+d = 32
+
+
+class Cross(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.q, self.kv, self.o = nn.Linear(d, d), nn.Linear(d, 2 * d), nn.Linear(d, d)
+
+    def forward(self, x, mem):
+        k, v = self.kv(mem).chunk(2, dim=-1)
+        return x + self.o(torch.softmax(self.q(x) @ k.transpose(1, 2), dim=-1) @ v)
+
+
+class EncDec(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(50, d).to("cuda:0")
+        self.devs = ENCODER_DEVICES
+        self.enc = nn.ModuleList([nn.Linear(d, d).to(dev) for dev in self.devs])
+        self.dec = nn.ModuleList([Cross().to("cuda:0"), Cross().to("cuda:1")])
+
+    def forward(self, src, tgt):
+        chunks = []
+        for c in self.embed(src).split(2):
+            for layer, dev in zip(self.enc, self.devs):
+                c = torch.relu(layer(c.to(dev)))  # <- layer
+            chunks.append(c.to("cuda:0"))
+        mem = torch.cat(chunks) * 2.0
+        outs = []
+        for x, m in zip(self.embed(tgt).split(2), mem.split(2)):
+            for layer, dev in zip(self.dec, ["cuda:0", "cuda:1"]):
+                x, m = x.to(dev), m.to(dev)
+                x = layer(x, m)
+            outs.append(x.to("cuda:0"))
+        return torch.cat(outs)
+
+
+model = EncDec()
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for step in range(2):
+    src = torch.randint(0, 50, (4, 6), device="cuda:0")
+    tgt = torch.randint(0, 50, (4, 5), device="cuda:0")
+    model(src, tgt).pow(2).mean().backward()
+    opt.step()
+    opt.zero_grad()
+print("finished")
+"""
+
+
+@pytest.mark.parametrize("gpus", GPUS)
+@pytest.mark.parametrize(
+    "order", ["x, m = x.to(dev), m.to(dev)", "m, x = m.to(dev), x.to(dev)"], ids=["state", "memory"]
+)
+def test_an_encoder_and_a_decoder_each_split_over_the_gpus_are_not_a_ping_pong(script, dryrun_cli, gpus, order):
+    # Either copy may be made first: the encoder output sent before the state that read it is a fan-out too.
+    program = ENCODER_DECODER.replace("ENCODER_DEVICES", '["cuda:0", "cuda:1"]')
+    status, report, err = dryrun_cli(script(program.replace("x, m = x.to(dev), m.to(dev)", order)), "--gpus", gpus)
+    assert status == 0, err
+    assert report["findings"] == []
+
+
+def test_encoder_layers_alternating_gpus_before_a_split_decoder_are_a_ping_pong(script, dryrun_cli):
+    # The decoder's state read the encoder output that arrived; the encoder's own chain still alternates.
+    s = script(ENCODER_DECODER.replace("ENCODER_DEVICES", '["cuda:0", "cuda:1"] * 2'))
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 0, err
+    assert ("MP006", s.line("layer")) in codes_at(report)

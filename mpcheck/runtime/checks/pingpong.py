@@ -20,6 +20,16 @@ a batch into micro-batches sends chunk 2 from cuda:0 while chunk 1, back on cuda
 unread for the final concatenation: two chains, not one activation crossing at every layer. A
 departure that cannot be matched to a read arrival starts a chain of its own (unknown: silent).
 
+With a graph, how the departure was computed from the arrival also decides (_path_kind). Data computed by
+a layer's work from an activation born on the device since the arrival (a decoder's state from its own
+embeddings, over data that crossed nothing in the pass) is that new activation, which only read the arrival
+(cross-attention): it starts a chain of its own. Data only joined, split or scaled since it arrived is
+passed on: when a layer there also computed from that arrival (Chain.used), the arrival was needed on both
+devices (the encoder output of an encoder and a decoder each split over the GPUs): a fan-out, not a crossing
+of the chain; when that is learnt only after the copy left (the encoder output sent before the decoder's
+state), the crossing is taken back (Chain.undo). Passed-on data that no layer there needed continues the
+chain (each expert fed the previous expert's gathered result).
+
 An excursion out and straight back (D -> E -> D) is dropped from its chain when it was a branch: the
 data that left D stayed there and meets what came back (experts on another GPU whose outputs are
 summed where the tokens are; the next layer's input mixes both). Asked of the graph at the next
@@ -37,6 +47,7 @@ sequence number and type only.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -63,6 +74,8 @@ class Chain:
         "steps",
         "last_sent",
         "stayed",
+        "used",
+        "undo",
     )
 
     def __init__(self, src: str, site: Any) -> None:
@@ -83,6 +96,13 @@ class Chain:
         # Without a graph: when the chain came straight back to a device (an excursion out and back), did
         # data stay there to meet the result (what left, still alive, or a tensor the code still holds)?
         self.stayed = False
+        # A layer on `end` computed from the last arrival (asked of the graph, for chains that crossed
+        # twice or more): the arrival was needed there, so passing it on unchanged is a fan-out.
+        self.used = False
+        # The chain as it was before its latest crossing, when that crossing only passed on what had
+        # arrived and no layer had yet been seen to need it there (Chain.snapshot): a later departure
+        # from that device computed from the same arrival shows it was needed there after all.
+        self.undo: tuple[Any, ...] | None = None
 
     def add(
         self,
@@ -95,6 +115,7 @@ class Chain:
         sent_keys: frozenset[tuple[int, str]] = frozenset(),
         held: Callable[[str], bool] | None = None,
     ) -> None:
+        self.undo = None
         if departure is not None and len(self.sent) < _MAX_DEVS:
             self.sent.append(departure)
         back = len(self.devs) >= 2 and self.devs[-2] == dst
@@ -113,6 +134,30 @@ class Chain:
             self.modules.append(module)
         self.last = last
         self.last_node = last_node
+        self.used = False
+
+    def snapshot(self) -> tuple[Any, ...]:
+        return (
+            list(self.devs),
+            self.end,
+            self.crossings,
+            self.back_site,
+            self.back_at,
+            list(self.modules),
+            self.last,
+            len(self.sent),
+            self.last_node,
+            list(self.steps),
+            self.last_sent,
+            self.stayed,
+        )
+
+    def restore(self, snap: tuple[Any, ...]) -> None:
+        """Back to a snapshot: the crossing since was a copy of data the device kept using, not the chain."""
+        (self.devs, self.end, self.crossings, self.back_site, self.back_at, self.modules, self.last, sent) = snap[:8]
+        (self.last_node, self.steps, self.last_sent, self.stayed) = snap[8:]
+        del self.sent[sent:]
+        self.undo = None
 
     def drop_branch(self, departure_node: Any) -> None:
         """Before leaving `end` again: forget the last excursion out and back to it if it was a branch."""
@@ -150,6 +195,8 @@ class PingPong:
 
     def __init__(self) -> None:
         self._scopes: dict[tuple[str, int], tuple[Any, list[Chain]]] = {}
+        # Per scope, the autograd node keys of this pass's arrivals (any chain's): data that crossed.
+        self._arrived: dict[tuple[str, int], set[tuple[int, str]]] = {}
 
     def on_transfer(
         self,
@@ -178,11 +225,16 @@ class PingPong:
                 done = [c for c in entry[1] if c.is_ping_pong()]
             entry = (key, [])
             self._scopes[scope] = entry
+            self._arrived[scope] = set()
         chains = entry[1]
+        arrived = self._arrived.setdefault(scope, set())
         chain = None
         # The same data sent again (one input fanned out to experts or branches on other devices,
         # each result gathered back) is a new branch, not the chain going on from its last arrival.
         resent = any(r.same_data(src_tensor) for c in chains for r in c.sent)
+        _undo_passed(chains, src, nodes[0], arrived)
+        _mark_used(chains, src, nodes[0], arrived)
+        undo = None
         for i in range(len(chains) - 1, -1, -1):
             if resent:
                 break
@@ -194,6 +246,13 @@ class PingPong:
                     continue  # computed without what this chain brought: another branch of a fan-out
                 if nodes[0] is None and not (c.last is not None and c.last.read):
                     continue  # no graph, and nothing read what arrived: not computed from it (a micro-batch)
+                kind = _path_kind(nodes[0], c.last_node, arrived)
+                if kind == "born":
+                    break  # another activation, born here, that read what arrived (a decoder's cross-attention)
+                if kind == "passed" and c.used:
+                    break  # what arrived, needed by a layer here and passed on unchanged by one: a fan-out
+                if kind == "passed" and c.crossings >= 2:
+                    undo = c.snapshot()  # a fan-out if a layer here turns out to need what arrived
                 chain = chains.pop(i)
                 chain.drop_branch(nodes[0])
                 break
@@ -202,7 +261,11 @@ class PingPong:
             if len(chains) >= _MAX_CHAINS:
                 done.extend(c for c in chains[:1] if c.is_ping_pong())
                 del chains[:1]
-        chain.add(dst, site, module, arrival, departure, _node_key(nodes[1]), sent_keys(nodes[0]), held)
+        arrival_key = _node_key(nodes[1])
+        if arrival_key is not None and len(arrived) < _MAX_NODES:
+            arrived.add(arrival_key)
+        chain.add(dst, site, module, arrival, departure, arrival_key, sent_keys(nodes[0]), held)
+        chain.undo = undo
         chains.append(chain)  # most recently extended last
         return done
 
@@ -210,6 +273,7 @@ class PingPong:
         """The pass is over (step end, session end): its ping-pong chains."""
         done = [c for _, chains in self._scopes.values() for c in chains if c.is_ping_pong()]
         self._scopes.clear()
+        self._arrived.clear()
         return done
 
 
@@ -250,6 +314,103 @@ def sent_keys(node: Any) -> frozenset[tuple[int, str]]:
     except (AttributeError, RuntimeError):
         pass
     return frozenset(keys)
+
+
+# Autograd nodes of work a layer does (besides any op that takes a parameter): a matrix product, a
+# convolution, an embedding lookup, a normalisation. Named so that frozen weights (no AccumulateGrad) count.
+_LAYER_OP = re.compile(
+    r"^(?:Mm|Addmm|Bmm|Baddbmm|Addmv|Mv|Linear|Convolution|Embedding(?:Bag)?|Native(?:Layer|Batch|Group)Norm"
+    r"|\w*(?:Attention|Rnn|Lstm|Gru)\w*)Backward"
+)
+
+
+def _undo_passed(chains: list[Chain], src: str, departure: Any, arrived: set[tuple[int, str]]) -> None:
+    """A chain whose latest crossing only passed on what had arrived on `src` (Chain.undo), and data now
+    leaving `src` that a layer there computed from that same arrival: the arrival was needed on `src`, so
+    that crossing was a copy sent to both devices (the encoder output sent on before the decoder's state
+    that read it: `m, x = m.to(dev), x.to(dev)`), not the chain going on. Take it back."""
+    if departure is None or departure is LEAF:
+        return
+    for c in chains:
+        snap = c.undo
+        if snap is not None and snap[1] == src and _path_kind(departure, snap[8], arrived) in ("layer", "born"):
+            c.restore(snap)
+            c.used = True
+
+
+def _mark_used(chains: list[Chain], src: str, departure: Any, arrived: set[tuple[int, str]]) -> None:
+    """Data leaves `src` computed by a layer there from a chain's last arrival: that arrival was needed on
+    `src` (Chain.used). Asked only of chains that crossed twice or more, the ones a third crossing could
+    make a ping-pong."""
+    if departure is None or departure is LEAF:
+        return
+    for c in chains:
+        if c.end == src and not c.used and c.crossings >= 2:
+            c.used = _path_kind(departure, c.last_node, arrived) in ("layer", "born")
+
+
+def _path_kind(departure: Any, arrival: tuple[int, str] | None, arrived: set[tuple[int, str]]) -> str | None:
+    """How the data whose autograd node is `departure` was computed from the arrival whose node key is
+    `arrival` (walking back through the nodes made since it):
+    - "born": it also comes from another activation born on this device since, by a layer's work
+      (_LAYER_OP) over data that crossed no device (none of `arrived`, the pass's arrivals): a decoder's state, made from its own embeddings, that read the
+      encoder output which arrived (cross-attention). That activation is the one going on, not the chain;
+    - "layer": a path back to the arrival passes through a layer's node (a layer here computed it);
+    - "passed": every path is only joined, split, reshaped or scaled (the encoder output that came back,
+      `torch.cat` of its chunks, split again for the decoder's layers on the other GPU);
+    - None: not computed from it, or unknown (no graph, a node without a key, too many nodes)."""
+    if departure is None or departure is LEAF or arrival is None:
+        return None
+    since = arrival[0]
+    # Iterative post-order (autograd's graph has no cycles: a node's inputs are done before it is):
+    # reach[k], the arrival is among its inputs, directly or not; layered[k], some such path passes a
+    # layer's node; crossed[k], some arrival of the pass is among its inputs, or data older than the
+    # arrival (not walked: it may have crossed).
+    reach: dict[tuple[int, str], bool] = {}
+    layered: dict[tuple[int, str], bool] = {}
+    crossed: dict[tuple[int, str], bool] = {}
+    born = False
+    stack: list[tuple[Any, bool]] = [(departure, False)]
+    while stack:
+        node, expanded = stack.pop()
+        key = _node_key(node)
+        if key is None or len(reach) > _MAX_NODES:
+            return None
+        if key == arrival:
+            reach[key], layered[key], crossed[key] = True, False, True
+            continue
+        if key in reach and not expanded:
+            continue
+        try:
+            inputs = [fn for fn, _ in node.next_functions if fn is not None]
+            params = any(type(fn).__name__ == "AccumulateGrad" for fn in inputs)
+            data = [fn for fn in inputs if type(fn).__name__ != "AccumulateGrad"]
+            kids = [fn for fn in data if fn._sequence_nr() >= since]
+            older = len(kids) < len(data)  # reads data made before the arrival: whether that crossed is not known
+        except (AttributeError, RuntimeError):
+            return None
+        if not expanded:
+            reach[key] = False  # seen; set for good once its inputs are done
+            stack.append((node, True))
+            stack.extend((fn, False) for fn in kids)
+            continue
+        keys = [_node_key(fn) for fn in kids]
+        done = [k for k in keys if k is not None]
+        if len(done) != len(keys):
+            return None
+        layer_op = bool(_LAYER_OP.search(type(node).__name__))
+        reach[key] = any(reach.get(k, False) for k in done)
+        layered[key] = reach[key] and (params or layer_op or any(layered.get(k, False) for k in done))
+        crossed[key] = key in arrived or older or any(crossed.get(k, False) for k in done)
+        # A layer's work on data that crossed nothing (an embedding lookup, a projection of an input);
+        # not a parameter's own view (`weight.t()`), which takes a parameter but does no layer's work.
+        born = born or (layer_op and not crossed[key])
+    dep = _node_key(departure)
+    if dep is None or not reach.get(dep, False):
+        return None
+    if born:
+        return "born"
+    return "layer" if layered.get(dep, False) else "passed"
 
 
 def _may_depend(departure: Any, arrival: tuple[int, str] | None) -> bool:
