@@ -64,7 +64,11 @@ def test_an_automatic_device_map_fills_the_virtual_gpus(script, dryrun_cli, memo
     pytest.importorskip("accelerate", reason="accelerate is not installed (the pure-torch case covers the queries)")
     s = script(AUTO_MAP.replace("{devices}", devices))
     status, report, err = dryrun_cli(s, "--gpus", "2", "--device-memory", memory)
-    assert status == 0, err  # the program's own assert on the map's devices passed
+    # The program's own assert on the map's devices passed (no stop). Exit 1 only if a device is over: from a GPU's
+    # first matrix multiply the estimate holds cuBLAS's 33 MiB workspaces, more than these tiny devices have.
+    assert report.get("stopped") is None and status == (
+        0 if all(m["fits"] for m in report["memory"].values()) else 1
+    ), err
     assert codes_at(report) == []
 
 
@@ -76,7 +80,10 @@ import transformers
 config = transformers.GPT2Config(n_layer=4, n_embd=256, n_head=2, vocab_size=128, n_positions=64)
 with tempfile.TemporaryDirectory() as folder:
     transformers.GPT2LMHeadModel(config).save_pretrained(folder)
-    model = transformers.GPT2LMHeadModel.from_pretrained(folder, device_map="auto")
+    # transformers 5's loading warm-up keeps 1.2 GiB of a GPU's total free (a smaller real GPU fails there
+    # too): the virtual GPUs are 2 GiB and the map's budget small enough to need both.
+    budget = {0: "6MiB", 1: "6MiB", "cpu": "1GiB"}
+    model = transformers.GPT2LMHeadModel.from_pretrained(folder, device_map="auto", max_memory=budget)
 placed = sorted(set(model.hf_device_map.values()), key=str)
 assert placed[:2] == [0, 1], placed
 ids = torch.randint(0, 128, (2, 16), device="cuda:0")
@@ -89,7 +96,7 @@ def test_from_pretrained_device_map_auto_places_onto_the_virtual_gpus(script, dr
     pytest.importorskip("accelerate", reason="accelerate is not installed")
     pytest.importorskip("transformers", reason="transformers is not installed")
     s = script(FROM_PRETRAINED)
-    status, report, err = dryrun_cli(s, "--gpus", "2", "--device-memory", "6MiB")
+    status, report, err = dryrun_cli(s, "--gpus", "2", "--device-memory", "2GiB")
     assert status == 0, err  # the program's own assert on the map's devices passed
     # GPT-2's tied embeddings: the one checkpoint tensor is copied once per key at the load (setup, not
     # a repeated transfer; tests/dryrun/test_loading_copies.py has the stand-in that runs everywhere).

@@ -165,3 +165,21 @@ for step in range(2):
     status, report, err = dryrun_cli(s, "--gpus", "2")
     assert status == 0, err
     assert codes_at(report) == [("MP011", s.line("repeat"))]
+
+
+def test_transformers_loads_in_the_programs_thread_and_the_switch_is_undone(script, dryrun_cli, monkeypatch):
+    """transformers 5 moves a checkpoint's tensors to their devices in worker threads, where the dry run's
+    per-thread torch modes are absent (the move reached real CUDA and stopped the run on a CUDA build): its
+    own switch, HF_DEACTIVATE_ASYNC_LOAD, is on while virtual GPUs are, and as the user had it after."""
+    import os
+
+    monkeypatch.delenv("HF_DEACTIVATE_ASYNC_LOAD", raising=False)
+    s = script("""
+import os
+import torch
+assert os.environ.get("HF_DEACTIVATE_ASYNC_LOAD") == "1"
+x = torch.ones(2, device="cuda:1")
+""")
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 0 and report.get("stopped") is None, err
+    assert "HF_DEACTIVATE_ASYNC_LOAD" not in os.environ

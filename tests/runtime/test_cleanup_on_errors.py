@@ -70,6 +70,9 @@ _MISSING = object()
 def unchanged():
     """Asserts, at the test's end, that torch is as it was at its start."""
     _state()  # the imports it makes happen before the first snapshot
+    if torch.cuda.is_available():  # torch's own lazy CUDA set-up (generators, the device count) happens once
+        torch.cuda.init()
+        torch.cuda.device_count()
     before = _state()
     yield
     assert _changed(before, _state()) == []

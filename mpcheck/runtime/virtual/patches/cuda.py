@@ -111,6 +111,17 @@ class _Answers:
     def graph_limit(self, *a: Any, **k: Any) -> None:
         raise self.g.limit("CUDA graphs", "they capture real CUDA kernels")
 
+    def graph_class(self, cls: type) -> type:
+        """`cls` (torch.cuda.CUDAGraph, torch.cuda.graph) as a class that stops at the limit when made: still a
+        class, so that code importing under the dry run can name it (`graph: torch.cuda.CUDAGraph | None`
+        in a signature, `isinstance(x, torch.cuda.graph)`)."""
+        limit = self.graph_limit
+
+        def __new__(klass: type, *a: Any, **k: Any) -> Any:
+            return limit()
+
+        return type(cls.__name__, (cls,), {"__new__": __new__, "__module__": cls.__module__})
+
     @staticmethod
     def none(*a: Any, **k: Any) -> None:
         return None
@@ -170,8 +181,8 @@ def _cuda_table(a: _Answers) -> dict[str, Any]:
         "default_stream": a.current_stream,
         "set_stream": a.none,
         "is_current_stream_capturing": lambda: False,
-        "CUDAGraph": a.graph_limit,
-        "graph": a.graph_limit,
+        "CUDAGraph": a.graph_class(torch.cuda.CUDAGraph),
+        "graph": a.graph_class(torch.cuda.graph),
         "make_graphed_callables": a.graph_limit,
     }
 
