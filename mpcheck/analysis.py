@@ -184,10 +184,9 @@ def analyze(
     from mpcheck.rules import all_rules
     from mpcheck.rules.context import FileContext
 
-    # The same pre-filter as the pipeline's: a file no selected rule could fire on is not parsed.
-    rules = [
-        r for r in all_rules() if r.code in codes and (callers or not r.needs or any(w in source for w in r.needs))
-    ]
+    # `codes` went through the pipeline's pre-filter (lint/prefilter.py): the file's words, those of the
+    # constants it imports (a device defined in another file), or all of them for a run with callers.
+    rules = [r for r in all_rules() if r.code in codes]
     if not rules and SYNTAX_ERROR_CODE not in codes:
         return FileResult([])
     try:

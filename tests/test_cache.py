@@ -201,3 +201,36 @@ def test_real_rules_dependant_invalidated_across_files(tmp_path):
     (tmp_path / "model.py").write_text(model.replace("cuda:1", "cuda:0"))
     third = run()
     assert (third.returncode, third.stdout) == (0, "All checks passed (2 files).\n"), third.stdout + third.stderr
+
+
+def test_placements_imported_by_name_reach_a_file_without_rule_words_and_its_cached_verdict(tmp_path):
+    """With the real rules: model.py names no GPU itself and imports its placements from config.py. It is
+    linted for config.py's constants; while config.py placed nothing on a GPU, the cache remembered model.py
+    as a file no rule can fire on, and editing config.py alone must undo that verdict."""
+    model = (
+        "import torch.nn as nn\n\nfrom config import first, second\n\n\nclass Net(nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n        self.a = nn.Linear(4, 4).to(first)\n"
+        "        self.b = nn.Linear(4, 4).to(second)\n\n    def forward(self, x):\n        return self.b(self.a(x))\n"
+    )
+    write(
+        tmp_path,
+        {
+            "pyproject.toml": "[project]\nname='p'\n",
+            "config.py": 'first = "cpu"\nsecond = "cpu"\n',
+            "model.py": model,
+        },
+    )
+
+    def run():
+        return subprocess.run(
+            [sys.executable, "-m", "mpcheck", "."], cwd=tmp_path, capture_output=True, text=True, timeout=120
+        )
+
+    first = run()
+    assert (first.returncode, first.stdout) == (0, "All checks passed (2 files).\n"), first.stdout + first.stderr
+    stored = json.loads(next((tmp_path / ".mpcheck_cache").glob("results-*.json")).read_text())
+    assert str(tmp_path / "model.py") in stored["irrelevant"]
+    (tmp_path / "config.py").write_text('import torch\n\nfirst = torch.device("cuda:0")\nsecond = "cuda:1"\n')
+    second = run()
+    assert second.returncode == 1 and second.stdout.startswith("model.py:13:"), second.stdout + second.stderr
+    assert run().stdout == second.stdout  # from the cache

@@ -123,14 +123,28 @@ class ResultCache:
         self.dirty = True
 
     def known_irrelevant(self, abspath: str, stat: tuple[int, int], signature: str) -> bool:
+        """Was no rule able to fire on this file when it was last seen, and are it and the project modules it
+        imports names from (whose constants the pre-filter read as its words) unchanged since?"""
         if signature == "*":
             return False
         seen = self.irrelevant.get(abspath)
-        return seen is not None and seen[0] == stat[0] and seen[1] == stat[1] and seen[2] == signature
+        if seen is None or seen[0] != stat[0] or seen[1] != stat[1] or seen[2] != signature:
+            return False
+        for dep, mtime, size in seen[3] if len(seen) > 3 else ():
+            try:
+                st = os.stat(dep)
+            except OSError:
+                return False
+            if st.st_mtime_ns != mtime or st.st_size != size:
+                return False
+        return True
 
-    def mark_irrelevant(self, abspath: str, stat: tuple[int, int], signature: str) -> None:
+    def mark_irrelevant(
+        self, abspath: str, stat: tuple[int, int], signature: str, deps: list[list[Any]] | None = None
+    ) -> None:
+        """`deps`: [path, mtime, size] of the project modules the file imports names from."""
         if signature != "*":
-            self.irrelevant[abspath] = [stat[0], stat[1], signature]
+            self.irrelevant[abspath] = [stat[0], stat[1], signature, deps or []]
             self.dirty = True
 
     def get_summary(self, key: str, names: set[str]) -> tuple[bool, Any]:

@@ -1,7 +1,8 @@
 """The text pre-filter: a rule runs on a file only if the file contains one of
 the words the rule `needs` (a rule that declares none always runs). A file left
 with no rule is never parsed, which is what keeps a run over a big code base
-that rarely mentions `cuda` cheap."""
+that rarely mentions `cuda` cheap. The pipeline also counts, as a file's words, the
+constants it imports by name that name a device (pipeline._Project.borrowed)."""
 
 from __future__ import annotations
 
