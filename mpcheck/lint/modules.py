@@ -59,36 +59,8 @@ def resolve(modname: str, roots: tuple[str, ...]) -> str | None:
     return None
 
 
-# `from .config import device0, device1 as d1` (also parenthesised over several lines); comments dropped.
-_FROM_IMPORT = re.compile(r"^[ \t]*from[ \t]+(\.*)([\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n]*)", re.M)
 # A module-level binding on one line: `device0 = torch.device("cuda:0")`, `STAGES: list[str] = [...]`.
 _TOP_BINDING = re.compile(r"^([A-Za-z_]\w*)[ \t]*(?::[^=\n]*)?=(?!=)([^\n]*)$", re.M)
-
-
-def from_imports(source: str, modname: str, is_init: bool) -> list[tuple[str, str]]:
-    """(module, name) of every `from module import name` in `source`, relative imports made absolute
-    against `modname` (a package's `__init__` when `is_init`). Text only, no parse: a line inside a
-    string that looks like an import adds a pair, which only widens what is looked at."""
-    if "import" not in source:
-        return []
-    package = modname.split(".") if is_init else modname.split(".")[:-1]
-    found: dict[tuple[str, str], None] = {}
-    for m in _FROM_IMPORT.finditer(source):
-        dots, module, names = m.group(1), m.group(2), m.group(3)
-        if dots:
-            up = len(dots) - 1
-            if up > len(package):
-                continue
-            base = package[: len(package) - up]
-            module = ".".join([*base, module] if module else base)
-        if not module:
-            continue
-        body = "\n".join(line.split("#", 1)[0] for line in names.strip("()").splitlines())
-        for part in body.replace("\\", " ").split(","):
-            name = part.partition(" as ")[0].strip().strip("()")
-            if name.isidentifier():
-                found[(module, name)] = None
-    return list(found)
 
 
 def top_bindings(source: str) -> dict[str, str]:

@@ -279,12 +279,15 @@ class _Project:
         `device0 = torch.device("cuda:0")` in config.py: its devices are defined there), and every
         project module it imports names from, with its (mtime, size): a verdict that no rule can fire
         holds only while those are unchanged (ResultCache.known_irrelevant)."""
+        from mpcheck import analysis  # its import scan is text only: no libcst
+
         modname, root, is_init = modules.module_name(src.abspath)
         roots = self.roots_for(root)
         sides: list[str] = []
         deps: dict[str, tuple[int, int] | None] = {}
-        for module, name in modules.from_imports(text, modname, is_init):
-            path = modules.resolve(module, roots)
+        for _, target in analysis.import_targets(text, modules.import_name(modname, is_init)):
+            module, _, name = target.rpartition(".")  # `from module import name`
+            path = modules.resolve(module, roots) if module else None
             if path is None or path == src.abspath:
                 continue
             if path not in deps:
