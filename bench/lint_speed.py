@@ -17,11 +17,8 @@ the bare libcst parse and cached <= 0.25x; transformers 5.24.0 `models/` plus
 torchvision's: cold <= 10 s, cached <= 2 s. Issue 12: `--case torch-ir` (one file
 that imports 100+ project modules) cold <= 2 s; `--case torch` cold <= 30 s,
 cached <= 1 s; `--case torchvision` stays cold <= 1.0x the bare libcst parse.
-Measured 2026-12-01 on 2 cores (README, "Lint speed"): torch-ir cold 2.0 s idle
-(4.7 s before), torch cold 45.8 s / cached 0.40 s (89 s before). Later that night
-(shared machine, load 1 to 5, so compare CPU seconds, `/usr/bin/time` user+sys,
-with the code before run in the same minutes): torch cold 88.6 s of CPU against
-123 s, torch-ir 3.0 s against 3.5 s.
+Where each goal stands: the README's "Lint speed" table; every run, with its load and
+the code it was alternated with: docs/measurements.md.
 """
 
 from __future__ import annotations

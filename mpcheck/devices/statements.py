@@ -149,6 +149,8 @@ class Statements(Part):
         if isinstance(s, cst.AnnAssign):
             if s.value is not None:
                 self.assign(s.target, self.interp.exprs.ev(s.value, st), st, s.value)
+                if isinstance(s.target, cst.Name):
+                    st.scope.bound_to[s.target.value] = s.value
             return True
         if isinstance(s, cst.AugAssign):
             left = self.interp.exprs.ev(s.target, st)
