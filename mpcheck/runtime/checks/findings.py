@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from mpcheck import codes
 from mpcheck.finding import Finding
-from mpcheck.runtime.checks.sites import UNKNOWN, Site
+from mpcheck.runtime.checks.sites import UNKNOWN, Site, column_now
 
 if TYPE_CHECKING:
     from mpcheck.runtime.checks.checker import Checker
@@ -103,7 +103,7 @@ def emit(
                 name=RULE_NAMES.get(code, code.lower()),
                 path=site.path,
                 line=site.line,
-                column=1,
+                column=column_now(site) if site is not UNKNOWN else 1,
                 message=message,
                 severity=severity or codes.get(code).severity,
                 devices=devices,

@@ -29,6 +29,9 @@ class Site:
     # The library line the user's line called into, "transformers/models/t5/modeling_t5.py:123"; not part
     # of the site's identity (one user line is one site in the ledger and in findings).
     context: str | None = field(default=None, compare=False)
+    # The 1-based column of the expression the line was running when first seen (Python >= 3.11 keeps
+    # each instruction's position; 1 before that). Not part of the identity either: one line, one site.
+    column: int = field(default=1, compare=False)
 
     def __str__(self) -> str:
         return f"{self.path}:{self.line}"
@@ -167,9 +170,23 @@ def site_of_frame(frame: FrameType, library: FrameType | None = None) -> Site:
     if site is None:
         code = frame.f_code
         context = None if library is None else f"{_library_path(library.f_code)}:{library.f_lineno}"
-        site = Site(shown_path(code.co_filename), frame.f_lineno, code.co_name, context)
+        site = Site(shown_path(code.co_filename), frame.f_lineno, code.co_name, context, _column(frame))
         _cache[key] = site
     return site
+
+
+def _column(frame: FrameType) -> int:
+    """The 1-based start column of the instruction `frame` is running (the call or operator on the user's
+    line that reached torch), from the code object's position table; 1 where there is none. Paid once per
+    site (sites are cached), never per event."""
+    positions = getattr(frame.f_code, "co_positions", None)
+    if positions is None or frame.f_lasti < 0:  # Python 3.10; a frame not started
+        return 1
+    # One position per 2-byte code unit (CACHE entries included), so the running instruction is f_lasti // 2.
+    for i, (line, _end_line, col, _end_col) in enumerate(positions()):
+        if i == frame.f_lasti // 2:
+            return col + 1 if col is not None and line == frame.f_lineno else 1
+    return 1
 
 
 def _user_and_library_frames(depth: int) -> tuple[FrameType | None, FrameType | None]:
@@ -200,6 +217,16 @@ def user_frame(depth: int = 1) -> FrameType | None:
     """The innermost frame outside torch, mpcheck and installed libraries, starting `depth` frames up
     (the innermost library frame when every frame is a library's)."""
     return _user_and_library_frames(depth + 1)[0]
+
+
+def column_now(site: Site) -> int:
+    """`site`'s column as the user's frame now running that line says it (the operator or call that is
+    reporting, where the cached site keeps the first one seen on the line); the cached one otherwise
+    (a finding reported later than its line ran: at a pass's or a step's end)."""
+    frame, _library = _user_and_library_frames(1)
+    if frame is not None and frame.f_lineno == site.line and shown_path(frame.f_code.co_filename) == site.path:
+        return _column(frame)
+    return site.column
 
 
 def user_site(depth: int = 1) -> Site:
