@@ -172,18 +172,18 @@ dist.destroy_process_group()
     assert codes_at(report) == [("MP002", s.line("wrap"))]
 
 
-def test_parallel_primitives_stop_with_a_clear_message(script, dryrun_cli):
+def test_parallel_primitives_outside_a_split_model_run_as_their_copies(script, dryrun_cli):
+    """A batch cut for replicas by hand is DataParallel's own use, not a bug: it runs (it used to stop
+    the dry run, its collectives being CUDA kernels) and lands where CUDA would put it."""
     s = script("""
 import torch
 from torch.nn.parallel import scatter
 x = torch.randn(8, 4).to("cuda:0")
-parts = scatter(x, [0, 1])  # <- misuse
+parts = scatter(x, [0, 1])
+assert [str(p.device) for p in parts] == ["cuda:0", "cuda:1"]
 """)
     status, report, err = dryrun_cli(s, "--gpus", "2")
-    assert status == 1
-    assert f"train.py:{s.line('misuse')}" in report["stopped"]
-    assert "tensor.to('cuda:k')" in report["stopped"]
-    assert "Traceback" not in err
+    assert status == 0 and report["findings"] == [] and not report["stopped"], err
 
 
 def test_set_device_moves_a_bare_cuda_layer(script, dryrun_cli):

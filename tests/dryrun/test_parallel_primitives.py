@@ -126,3 +126,58 @@ def test_the_primitives_are_restored_after_the_debug_mode():
     with mpcheck.debug(report=None):
         assert torch.nn.parallel.replicate is not before[0]  # patched while it runs
     assert all(getattr(o, n) is b for (o, n), b in zip(homes, before))
+
+
+def test_a_hand_written_data_parallel_step_on_a_single_device_model_runs_to_its_end(script, dryrun_cli):
+    """DataParallel's collectives (torch.nn.parallel.comm) are CUDA kernels; on virtual GPUs each is the
+    copies it makes, so a step fed by hand runs to its end, its pieces land where CUDA puts them, and the
+    ledger counts their copies."""
+    s = script(
+        """
+import torch
+import torch.nn as nn
+import torch.nn.parallel as P
+import torch.nn.parallel.comm as comm
+
+model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2)).to("cuda:0")
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+x, y = torch.arange(64.0).reshape(8, 8).to("cuda:0"), torch.randn(8, 2, device="cuda:0")
+replicas = P.replicate(model, [0, 1])
+pieces = P.scatter(x, [0, 1])
+assert [str(p.device) for p in pieces] == ["cuda:0", "cuda:1"] and [p.shape[0] for p in pieces] == [4, 4]
+assert [str(r[0].weight.device) for r in replicas] == ["cuda:0", "cuda:1"]
+out = P.gather([r(p) for r, p in zip(replicas, pieces)], 0)
+assert str(out.device) == "cuda:0" and out.shape == (8, 2)
+nn.functional.mse_loss(out, y).backward()
+opt.step()
+copies = comm.broadcast(torch.ones(3, device="cuda:0"), [0, 1])
+total = comm.reduce_add([c * (i + 1) for i, c in enumerate(copies)], 1)
+assert str(total.device) == "cuda:1" and total.tolist() == [3.0, 3.0, 3.0]
+uneven = comm.scatter(x, [0, 1], chunk_sizes=[2, 6])
+assert [p.shape[0] for p in uneven] == [2, 6] and torch.equal(comm.gather(uneven, 0, -1), x.cpu())
+print("finished")
+"""
+    )
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 0 and report["findings"] == [], err
+    assert not report.get("stopped"), report.get("stopped")
+    moved = (
+        {(r["src"], r["dst"]) for r in report["transfers"]["by_site"]}
+        if "by_site" in report.get("transfers", {})
+        else None
+    )
+    assert moved is None or ("cuda:0", "cuda:1") in moved
+
+
+def test_a_parallel_primitive_to_a_gpu_that_does_not_exist_is_mp009_at_the_call(script, dryrun_cli):
+    s = script(
+        """
+import torch
+from torch.nn.parallel import gather, scatter
+
+parts = scatter(torch.randn(8, 4, device="cuda:0"), [0, 1])
+out = gather([p * 2 for p in parts], 2)  # <- gather
+"""
+    )
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert ("MP009", s.line("gather")) in codes_at(report), err

@@ -229,8 +229,9 @@ class CheckingMode(TorchFunctionMode):
             if made_how is not None:
                 checker.on_current_device_tensor(out, made_how)
         # Inside a backward pass (activation checkpointing recomputes forward there), a
-        # transfer is the recomputation's, not a repeat of the user's.
-        phase = "forward" if _graph_task_id() == -1 else "recompute"
+        # transfer is the recomputation's, not a repeat of the user's; one PyTorch's own code makes
+        # there (a scatter's backward gathering the gradient, on virtual GPUs) is the backward's.
+        phase = "forward" if _graph_task_id() == -1 else "backward" if called_by_torch() else "recompute"
         # A copy PyTorch's own code makes (GradScaler moving found_inf between devices), or a
         # module's hooks make (accelerate's dispatch_model aligning inputs), is counted, but no
         # round trip, repeat or ping-pong is pinned on the user's line that called it.

@@ -25,6 +25,9 @@ What is emulated, and how:
   .type(T) with a tensor type, its name or a dtype converts as PyTorch does (a CUDA type: onto the
   tensor's own GPU or the current one; a CPU type: onto the CPU). Module.to/.cuda/.cpu move a module
   between virtual GPUs, its gradients too.
+- torch.nn.parallel.comm (scatter, gather, broadcast, reduce_add and their coalesced forms, DataParallel's
+  CUDA collectives, under replicate / scatter / gather called by hand) is the copies it makes (Tensor.to),
+  seen by the checks and the ledger. torch.accelerator.device_index makes a virtual GPU current.
 - DataParallel runs its module once on device_ids[0] (no replicas); DDP runs on a gloo group with
   --backing cpu: one process, or N of them (`mpcheck dryrun --nproc N`, or torchrun around it).
   NCCL runs as gloo (listed under "limit"); a program written for torchrun (the env://
@@ -39,8 +42,7 @@ What is emulated, and how:
 Limits (each stops the program with a message naming the line, never a hang or an abort):
 - custom CUDA kernels and extensions (a kernel that refuses CPU/meta tensors), CUDA graphs,
   any torch.cuda function not listed above;
-- NCCL's collectives themselves; DataParallel's collectives called by hand (scatter/gather/...);
-  DDP with --backing meta;
+- NCCL's collectives themselves; DDP with --backing meta;
 - torch.distributed.pipelining's schedules (their stages exchange activations between processes);
 - with --backing meta, Python that needs a value: .item(), .tolist(), bool(t), int(t),
   .numpy(), f-string formatting, data-dependent shapes (nonzero, masked_select, ...):

@@ -122,6 +122,25 @@ class _Answers:
 
         return type(cls.__name__, (cls,), {"__new__": __new__, "__module__": cls.__module__})
 
+    def device_index(self) -> type:
+        """torch.accelerator.device_index: the context manager that makes a device current for its block
+        (DataParallel's parallel_apply enters one per replica). PyTorch's exchanges the device in C."""
+        exchange = self.exchange
+
+        class device_index:
+            def __init__(self, device: int | None, /) -> None:
+                self.idx, self.prev_idx = device, -1
+
+            def __enter__(self) -> None:
+                if self.idx is not None:
+                    self.prev_idx = exchange(self.idx)
+
+            def __exit__(self, *exc: Any) -> None:
+                if self.idx is not None:
+                    exchange(self.prev_idx)
+
+        return device_index
+
     @staticmethod
     def none(*a: Any, **k: Any) -> None:
         return None
@@ -196,6 +215,7 @@ def _accelerator_table(a: _Answers) -> dict[str, Any]:
         "current_device_idx": lambda: a.g.current,
         "set_device_index": a.set_device,
         "set_device_idx": a.set_device,
+        "device_index": a.device_index(),
         "synchronize": a.none,
         "current_stream": a.current_stream,
         "set_stream": a.none,

@@ -14,8 +14,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def install_data_parallel(g: VirtualGPUs, p: Patches) -> None:
-    """DataParallel cannot replicate onto virtual GPUs (scatter and broadcast are CUDA kernels): it runs its
-    module once on device_ids[0], after the checking core has reported a split model at the wrap."""
+    """DataParallel runs its module once on device_ids[0], after the checking core has reported a split model
+    at the wrap: replicas would repeat the same checks on every GPU at N times the cost."""
     from torch.nn.parallel import DataParallel
 
     def dp_forward(self: Any, *inputs: Any, **kwargs: Any) -> Any:
@@ -36,23 +36,83 @@ def install_data_parallel(g: VirtualGPUs, p: Patches) -> None:
 
     p.set(DataParallel, "forward", dp_forward)
 
-    # DataParallel's internals are CUDA collectives (torch._C._scatter, _broadcast, ...), absent from a CPU
-    # build; calling them by hand around a manual split is a misuse anyway (MP003 in the linter).
+    install_comm(g, p)
+
+
+def install_comm(g: VirtualGPUs, p: Patches) -> None:
+    """torch.nn.parallel.comm on virtual GPUs: scatter, gather, broadcast and reduce_add are CUDA kernels
+    (torch._C._scatter, ...), absent from a CPU build. Each is what it computes, written as the copies it
+    makes (`Tensor.to`), so the checks and the transfer ledger see every piece moved, and a program that
+    feeds replicas by hand (`scatter` / `replicate` / `parallel_apply` / `gather`, the functional
+    `data_parallel`) runs to its end. A call that hands them a split model is reported by the checks
+    (MP003) before it gets here."""
     import torch.nn.parallel.comm as comm
 
-    def comm_limit(name: str) -> Callable:
-        def limited(*a: Any, **k: Any) -> Any:
-            raise g.limit(
-                f"torch.nn.parallel {name}",
-                "DataParallel's scatter/gather/broadcast are CUDA collectives. To move a tensor to the next "
-                "stage of a model split by hand, use tensor.to('cuda:k')",
-            )
+    def dev(d: Any, what: str) -> str:
+        # Not checked against the virtual GPUs here: the copy to it (`Tensor.to`) goes through the checks,
+        # which report a device that does not exist (MP009) at the user's line before CUDA's error.
+        if isinstance(d, int) and not isinstance(d, bool):
+            return "cpu" if d == -1 else f"cuda:{d}"
+        try:
+            parsed = d if isinstance(d, torch.device) else torch.device(d)
+        except (RuntimeError, TypeError):
+            raise ValueError(f"torch.nn.parallel.comm.{what}: expected a device, got {d!r}") from None
+        if parsed.type == "cuda":
+            return f"cuda:{g.current if parsed.index is None else parsed.index}"
+        return str(parsed)
 
-        return limited
+    def devs(devices: Any, what: str) -> list[str]:
+        if devices is None:
+            raise TypeError(f"torch.nn.parallel.comm.{what}: devices must be given")
+        return [dev(d, what) for d in devices]
 
-    for name in ("scatter", "gather", "broadcast", "broadcast_coalesced", "reduce_add", "reduce_add_coalesced"):
+    def into(outs: list[torch.Tensor], out: Any) -> Any:
+        if out is None:
+            return outs
+        for dst, src in zip(out, outs):
+            dst.copy_(src)
+        return out
+
+    def scatter(tensor, devices=None, chunk_sizes=None, dim=0, streams=None, *, out=None):  # noqa: ANN001,ANN202
+        targets = devs(devices, "scatter") if out is None else [str(o.device) for o in out]
+        sizes = chunk_sizes if chunk_sizes is not None else ([o.shape[dim] for o in out] if out is not None else None)
+        pieces = tensor.split(list(sizes), dim) if sizes is not None else tensor.chunk(len(targets), dim)
+        moved = [piece.contiguous().to(d) for piece, d in zip(pieces, targets)]
+        return tuple(into(moved, out))
+
+    def gather(tensors, dim=0, destination=None, *, out=None):  # noqa: ANN001,ANN202
+        if out is not None:
+            return out.copy_(torch.cat([t.to(out.device) for t in tensors], dim))
+        dst = dev(destination, "gather") if destination is not None else f"cuda:{g.current}"
+        return torch.cat([t.to(dst) for t in tensors], dim)
+
+    def broadcast(tensor, devices=None, *, out=None):  # noqa: ANN001,ANN202
+        targets = devs(devices, "broadcast") if out is None else [str(o.device) for o in out]
+        return tuple(into([tensor.to(d) for d in targets], out))
+
+    def broadcast_coalesced(tensors, devices, buffer_size=10485760):  # noqa: ANN001,ANN202
+        return tuple(tuple(t.to(d) for t in tensors) for d in devs(devices, "broadcast_coalesced"))
+
+    def reduce_add(inputs, destination=None):  # noqa: ANN001,ANN202
+        dst = dev(destination, "reduce_add") if destination is not None else f"cuda:{g.current}"
+        total = inputs[0].to(dst)
+        for t in inputs[1:]:
+            total = total + t.to(dst)
+        return total
+
+    def reduce_add_coalesced(inputs, destination=None, buffer_size=10485760):  # noqa: ANN001,ANN202
+        return [reduce_add(list(same), destination) for same in zip(*inputs)]
+
+    for name, fn in (
+        ("scatter", scatter),
+        ("gather", gather),
+        ("broadcast", broadcast),
+        ("broadcast_coalesced", broadcast_coalesced),
+        ("reduce_add", reduce_add),
+        ("reduce_add_coalesced", reduce_add_coalesced),
+    ):
         if hasattr(comm, name):
-            p.set(comm, name, comm_limit(name))
+            p.set(comm, name, fn)
 
 
 NCCL_AS_GLOO = (
