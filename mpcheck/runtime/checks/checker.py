@@ -16,7 +16,8 @@ the class body: no extra call or lookup on the hot path):
     op_check.py         MP001/MP008 at a torch call (the per-op fast path)
     module_entry.py     MP001/MP008 at a module call's inputs
     module_devices.py   where a module's parameters and buffers live
-    mismatch.py         a mismatch reported where its bug is (placement.py's root causes), or moved
+    mismatch.py         a mismatch reported where its bug is (placement.py's root causes), or moved;
+                        tied.py names a tied weight's partner placed elsewhere
     missing_device.py   MP009
     current_device.py   MP004
     split_model.py      MP002, MP003, MP007

@@ -17,6 +17,7 @@ from mpcheck.runtime.checks.placement import (
     module_cause,
 )
 from mpcheck.runtime.checks.sites import Site
+from mpcheck.runtime.checks.tied import tied_partner
 from mpcheck.runtime.checks.wording import tensor_words
 
 if TYPE_CHECKING:
@@ -68,10 +69,21 @@ def _mismatch(
             else:
                 msg += f"the module's parameters and buffers are on {module_dev}"
             where, target, off = e.site, module_dev, bt_dev
+            holder = e.module if e.device is not None else None
         else:
             msg = f"{what}: {describe_where(loc)} ({tensor_words(t)}) is on {d}, {expected_is} on {expected}"
             modules = (module,) if module else ()
             where, target, off = site, expected, d
+            holder = module_obj
+        tied = (
+            None
+            if holder is None
+            else tied_partner(
+                holder, target, self.namer.roots() if self.namer else (), self.module_name, self.devices.device_of
+            )
+        )
+        if tied is not None:
+            msg += f"; its `{tied[0]}` is also `{tied[1]}` (tied weights: one Parameter, on one device)"
         cause = self._root_cause(t, d, expected, first, blamed, module_obj, module, site, what)
         if cause is not None:
             self.emit(
@@ -90,6 +102,11 @@ def _mismatch(
                 code = "MP008"
                 which = "the targets" if loc[0] in (1, "target") else describe_where(loc)
                 sugg = f"move {which} to the predictions' device with `.to('{target}')` before the loss"
+            elif tied is not None:
+                sugg = (
+                    f"place the modules that share `{tied[1]}` on one device (a device map must keep tied weights "
+                    "together), or untie them"
+                )
             else:
                 sugg = f"move it with `.to('{target}')` before this call (or place the producing module on {target})"
             # A module's input off its (collapsed) device: the collapse's, counted on its MP007.
