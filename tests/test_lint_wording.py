@@ -122,3 +122,22 @@ def test_shared_blocks_are_counted_and_the_first_placement_named(tmp_path):
     assert [(f["code"], f["line"]) for f in found] == [("MP007", 19)]
     msg = found[0]["message"]
     assert "also moves 4 `Block` objects that line 18 placed on cuda:0" in msg, msg
+
+
+def test_an_augmented_assignment_names_both_operands(tmp_path):
+    """`total += loss.detach()`: the value off the target's device is named by its source text, as in
+    `total = total + loss.detach()`, not as "a tensor"."""
+    src = tmp_path / "accumulate.py"
+    src.write_text(
+        "import torch\nfrom torch import nn\n"
+        "head = nn.Linear(8, 1).to('cuda:1')\n"
+        "total = torch.zeros((), device='cuda:0')\n"
+        "loss = head(torch.randn(4, 8, device='cuda:1')).mean()\n"
+        "total += loss.detach()\n"
+    )
+    proc = subprocess.run(
+        [*_CLI, "--output-format", "json", "--no-cache", "--isolated", str(src)], capture_output=True, text=True
+    )
+    (finding,) = json.loads(proc.stdout)
+    assert finding["code"] == "MP001" and finding["line"] == 6
+    assert finding["message"].startswith("`loss.detach()` is on cuda:1") and "meets `total`" in finding["message"]

@@ -424,8 +424,9 @@ class Expressions(Part):
                         op="op",
                         other=a,
                         arg_index=1,
-                        expr=getattr(node, "right", None),
-                        what_expr=getattr(node, "left", None),
+                        # `a + b` (BinaryOperation) or `a += b` (AugAssign: target and value)
+                        expr=getattr(node, "right", None) or getattr(node, "value", None),
+                        what_expr=getattr(node, "left", None) or getattr(node, "target", None),
                         site="binop",
                     ),
                     key="binop",
