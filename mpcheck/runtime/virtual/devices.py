@@ -35,6 +35,7 @@ The checker (checks/checker.py) sits *above* this mode on the mode stack and ask
 
 from __future__ import annotations
 
+import os
 import threading
 import weakref
 from typing import Any
@@ -52,6 +53,7 @@ from mpcheck.runtime.virtual.memory import MemoryEstimate
 from mpcheck.runtime.virtual.mode import VirtualMode, build_tables
 from mpcheck.runtime.virtual.patches import install as install_patches
 from mpcheck.runtime.virtual.patches.base import Patches
+from mpcheck.runtime.virtual.visible import visible_count
 
 __all__ = ["VirtualGPUs", "DryRunLimitError", "MetaValueError", "VirtualDeviceError", "LABEL", "DEFAULT_DEVICE_MEMORY"]
 
@@ -80,7 +82,12 @@ class VirtualGPUs:
             raise ValueError(f"gpus must be a positive integer, got {gpus!r}")
         if backing not in ("cpu", "meta"):
             raise ValueError(f"backing must be 'cpu' or 'meta', got {backing!r}")
-        self.n = gpus
+        self.machine_gpus = gpus  # --gpus: the machine's; `n`, the process's, may be fewer (visible.py)
+        self._n: int | None = None  # read from CUDA_VISIBLE_DEVICES when first asked for (the property n)
+        self.visible_note: str | None = None
+        # The value mpcheck was started with describes the real machine (a shared GPU server's `0,1`), not the
+        # --gpus asked for: only a value the program itself sets counts (visible.py).
+        self._inherited_visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         self.backing = backing
         self.backing_device = torch.device(backing)
         self.device_memory = int(device_memory)
@@ -111,6 +118,29 @@ class VirtualGPUs:
         # Function's backward, activation checkpointing's recompute): this mode, and the checking
         # mode above it once the dry run has started its session.
         self.mode_stack: list[Any] = []
+
+    @property
+    def n(self) -> int:
+        """How many GPUs the program has: --gpus, or fewer where the program set CUDA_VISIBLE_DEVICES to hide some,
+        read when it first asks for a GPU (a device string, torch.cuda's queries), as CUDA reads it at its start."""
+        if self._n is None:
+            self._n = self.machine_gpus
+            spec = os.environ.get("CUDA_VISIBLE_DEVICES")
+            set_by_program = spec is not None and spec != self._inherited_visible
+            count = visible_count(spec, self.machine_gpus) if set_by_program and spec is not None else None
+            if count is not None and 1 <= count < self.machine_gpus:
+                self._n = count
+                del self.devices[count:]  # the memory estimate's list too: it is this one
+                self.visible_note = (
+                    f"CUDA_VISIBLE_DEVICES={spec!r}: the program sees {count} of the {self.machine_gpus} virtual GPUs, "
+                    f"as cuda:0..cuda:{count - 1}"
+                )
+            elif count == 0:
+                self.visible_note = (
+                    f"CUDA_VISIBLE_DEVICES={spec!r} hides every GPU; the dry run does not emulate a machine without "
+                    f"one and gives the program all {self.machine_gpus} virtual GPUs"
+                )
+        return self._n
 
     # -- labels -----------------------------------------------------------------
     def label_of(self, t: torch.Tensor) -> str | None:

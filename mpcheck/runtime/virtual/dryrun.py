@@ -14,7 +14,8 @@ What is emulated, and how:
   synchronize, memory_allocated / max_memory_allocated / mem_get_info / memory_stats
   (from the live tensors on each virtual GPU), get_device_properties (total_memory =
   --device-memory), streams and events (always complete), seeds and RNG state (the CPU's);
-  torch.accelerator likewise. torch.backends.cudnn.is_acceptable says no (cuDNN never runs here; a CUDA
+  torch.accelerator likewise. CUDA_VISIBLE_DEVICES set by the program hides GPUs and renumbers the rest
+  (visible.py). torch.backends.cudnn.is_acceptable says no (cuDNN never runs here; a CUDA
   build of torch, even on a machine without a GPU, would send nn.LSTM/GRU.to('cuda:k') to a CUDA-only op).
 - autocast("cuda"): on a CPU build its flag is set but CPU and meta tensors never reach the
   CUDA autocast kernels, so the dry run casts inputs itself, at the Python call, following
@@ -168,6 +169,8 @@ class dryrun(Face):
         finally:
             gpus.__exit__(exc_type, exc, tb)
         self.memory = gpus.memory.estimate()
+        if gpus.visible_note is not None and gpus.visible_note not in session.notes:
+            session.notes.append(gpus.visible_note)
         session.checker.ledger.memory = {}  # the estimate replaces the debug mode's plain counts
         if exc is not None and not isinstance(exc, (SystemExit, GeneratorExit)):
             self.stop_on(exc)
