@@ -226,15 +226,16 @@ def test_a_crash_on_something_only_real_cuda_has_is_listed_as_a_limit(script, dr
     s = script("""
 import torch
 x = torch.ones(2, device="cuda:0")
-buf = torch.cuda.FloatTensor(2)  # <- legacy
+buf = torch.cuda.FloatStorage(2)  # <- legacy
 """)
     status, report, _ = dryrun_cli(s, "--gpus", "2")
     site = f"{s.path}:{s.line('legacy')}"
-    # A CPU build of torch raises TypeError on the legacy type; a CUDA build (PyPI's default, also on a
-    # machine with no GPU) reaches CUDA itself, which the dry run stops as beyond it. Either way, at that line.
+    # A CPU build of torch refuses a legacy CUDA storage ("not compiled with CUDA"); a CUDA build (PyPI's
+    # default, also on a machine with no GPU) reaches CUDA itself, which the dry run stops as beyond it.
+    # Either way, at that line.
     assert status == 1 and report["stopped"].startswith(f"{site}: ")
     if "is beyond the dry run" in report["stopped"]:  # the stop says it is the dry run's limit
         return
-    assert "TypeError: type torch.cuda.FloatTensor" in report["stopped"]
+    assert "Torch not compiled with CUDA enabled" in report["stopped"]
     (limit,) = report["limits"]
     assert limit["site"] == site and "not necessarily a bug in the program" in limit["message"]

@@ -18,6 +18,7 @@ output node times the matching backward copy. The dispatch-level strict mode
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from typing import Any
 
 import torch
@@ -143,6 +144,8 @@ class CheckingMode(TorchFunctionMode):
             if dev is not None:  # a factory's device= (torch.zeros(..., device='cuda:2')): a device that exists?
                 checker.check_device(dev)
                 made_how = _current_device_words(dev, "`device={!r}`")
+                if made_how is not None:
+                    made_how = MADE_AS.get() or made_how
             elif _device_ctx.CURRENT_DEVICE is not None:
                 made_how = _default_device_words(func)
             if checker.arrived_objects:  # a moved tensor used where it arrived is no round trip (MP005)
@@ -261,6 +264,10 @@ def _current_device_words(dev: Any, template: str) -> str | None:
         return template.format(dev)
     return None
 
+
+# What the user wrote, where a call the program made is carried out by a torch factory with device='cuda'
+# (the dry run's legacy `torch.cuda.IntTensor([0])`): the MP004 finding names it instead of `device='cuda'`.
+MADE_AS: ContextVar[str | None] = ContextVar("mpcheck_made_as", default=None)
 
 _FACTORIES: set = set()
 

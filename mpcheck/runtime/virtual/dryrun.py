@@ -14,7 +14,8 @@ What is emulated, and how:
   synchronize, memory_allocated / max_memory_allocated / mem_get_info / memory_stats
   (from the live tensors on each virtual GPU), get_device_properties (total_memory =
   --device-memory), streams and events (always complete), seeds and RNG state (the CPU's);
-  torch.accelerator likewise. CUDA_VISIBLE_DEVICES set by the program hides GPUs and renumbers the rest
+  torch.accelerator likewise; the legacy torch.cuda.FloatTensor(...) constructors make their tensors on the
+  current GPU. CUDA_VISIBLE_DEVICES set by the program hides GPUs and renumbers the rest
   (visible.py). torch.backends.cudnn.is_acceptable says no (cuDNN never runs here; a CUDA
   build of torch, even on a machine without a GPU, would send nn.LSTM/GRU.to('cuda:k') to a CUDA-only op).
 - autocast("cuda"): on a CPU build its flag is set but CPU and meta tensors never reach the
@@ -54,7 +55,7 @@ Limits (each stops the program with a message naming the line, never a hang or a
   checkpoint recomputation (e.g. tensor hooks); torch.Generator(device="cuda").
 - sparse tensor types (Tensor.type('torch.cuda.sparse.FloatTensor')) on virtual GPUs;
 - a crash on anything else only real CUDA has (a CUDA binding a CPU build lacks, the legacy
-  torch.cuda.FloatTensor(...) constructors): the traceback is the program's, and the report
+  torch.cuda.FloatStorage(...) storages): the traceback is the program's, and the report
   lists it as a limit at its line;
 - torch.load(map_location="cuda:k" | torch.device | int) loads on the CPU and moves the
   tensors to the virtual device; other map_locations are PyTorch's.

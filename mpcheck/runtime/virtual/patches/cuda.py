@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from mpcheck.runtime.capture.mode import MADE_AS
 from mpcheck.runtime.virtual.errors import VirtualDeviceError
 from mpcheck.runtime.virtual.patches.base import Patches, distinct
 from mpcheck.runtime.virtual.streams import StreamContext, VirtualEvent, VirtualStream
@@ -32,11 +33,54 @@ def install(g: VirtualGPUs, p: Patches) -> None:
     # torch (PyPI's default, also on machines without a GPU) would otherwise answer that they suit
     # cuDNN, and nn.LSTM/GRU/RNN.to("cuda:k") would call the CUDA-only `_cudnn_rnn_flatten_weight`.
     p.set(torch.backends.cudnn, "is_acceptable", distinct(lambda tensor: False))
+    for name, dtype in _LEGACY_TYPES.items():
+        if hasattr(cuda, name):
+            p.set(cuda, name, _legacy_type(name, dtype))
     acc = getattr(torch, "accelerator", None)
     if acc is not None:
         for name, value in _accelerator_table(a).items():
             if hasattr(acc, name):
                 p.set(acc, name, distinct(value))
+
+
+# The legacy typed constructors (`torch.cuda.IntTensor([0])`, `torch.cuda.FloatTensor(2, 3)`): PyTorch's are
+# CUDA-only (a CPU build refuses them). Each makes a tensor of its dtype on the current device.
+_LEGACY_TYPES = {
+    "FloatTensor": torch.float32,
+    "DoubleTensor": torch.float64,
+    "HalfTensor": torch.float16,
+    "BFloat16Tensor": torch.bfloat16,
+    "ByteTensor": torch.uint8,
+    "CharTensor": torch.int8,
+    "ShortTensor": torch.int16,
+    "IntTensor": torch.int32,
+    "LongTensor": torch.int64,
+    "BoolTensor": torch.bool,
+}
+
+
+def _legacy_type(name: str, dtype: torch.dtype) -> type:
+    """`torch.cuda.<name>` on virtual GPUs: called, a tensor of `dtype` on the current GPU (from data, or of a
+    shape), made by `torch.tensor` / `torch.empty` with `device="cuda"`, so the checks see a tensor made on the
+    current device (MP004) at the user's line; `isinstance(t, torch.cuda.<name>)` asks the tensor's dtype and
+    device; `t.type(torch.cuda.<name>)` converts, as the type's name says."""
+
+    class LegacyTensorType(type):
+        def __instancecheck__(cls, obj: Any) -> bool:
+            return isinstance(obj, torch.Tensor) and obj.dtype == dtype and obj.is_cuda
+
+    def __new__(cls: type, *args: Any, device: Any = None) -> torch.Tensor:
+        where = "cuda" if device is None else device
+        token = MADE_AS.set(f"`torch.cuda.{name}(...)`")
+        try:
+            if len(args) == 1 and not isinstance(args[0], (int, torch.Size)):
+                return torch.tensor(args[0], dtype=dtype, device=where)  # from data: a list, a tensor, an array
+            shape = tuple(args[0]) if len(args) == 1 and isinstance(args[0], torch.Size) else args
+            return torch.empty(shape if shape else (0,), dtype=dtype, device=where)
+        finally:
+            MADE_AS.reset(token)
+
+    return LegacyTensorType(name, (), {"__new__": __new__, "__module__": "torch.cuda"})
 
 
 class _Answers:
