@@ -131,6 +131,9 @@ class Expressions(Part):
                 )
             if name in ("T", "mT", "data", "real", "imag"):
                 return base.with_(label=dotted(node) or base.label)
+            if name in ("values", "indices") and base.kind == "tensor" and not base.opaque:
+                # torch's (values, indices) results (topk, sort, max(dim), kthvalue, ...): both where the input is.
+                return base.with_(label=dotted(node) or "", invariant=False)
             if name == "grad" and base.kind in ("param", "tensor"):
                 # A gradient lives where its tensor does (optimizers, clipping, loss scalers read it).
                 return base.with_(kind="tensor", label=dotted(node) or name, invariant=False)
@@ -208,7 +211,15 @@ class Expressions(Part):
             used(base)
             if isinstance(idx, Obj) and both_cuda(idx.devs, base.devs):
                 # CPU index tensors may index a CUDA tensor; one on another GPU may not.
-                self.check_operand(node, idx, base.devs, st, what=base.label or "the tensor", op="index")
+                self.check_operand(
+                    node,
+                    idx,
+                    base.devs,
+                    st,
+                    what=base.label or "the tensor",
+                    op="index",
+                    expr=node.slice[0].slice.value,
+                )
             return base.with_(label="", kind="tensor", invariant=base.invariant, worked=True)
         return UNK
 
