@@ -25,6 +25,21 @@ def syntax_finding(path: str, message: str, line: int = 1, column: int = 1) -> F
     )
 
 
+def compile_failure(path: str, source: str) -> Finding | None:
+    """The MP000 finding for `source` when Python's compiler refuses it, else None."""
+    import warnings
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # SyntaxWarnings (invalid escapes) are not ours to print
+            compile(source, path, "exec", flags=0x400, dont_inherit=True)  # ast.PyCF_ONLY_AST: no bytecode
+    except SyntaxError as exc:  # IndentationError and TabError included
+        return syntax_finding(path, f"could not parse: {exc.msg}", max(exc.lineno or 1, 1), max(exc.offset or 1, 1))
+    except (ValueError, MemoryError, RecursionError) as exc:  # null bytes, nesting too deep
+        return syntax_finding(path, f"could not parse: {exc}")
+    return None
+
+
 def parse_failure(path: str, source: str, error: Exception) -> Finding:
     """The MP000 finding for a file libcst could not parse. Python's own
     SyntaxError gives the position and wording the user knows (libcst's often

@@ -203,6 +203,22 @@ def test_bad_input_is_mp000_and_other_files_still_checked(project, capsys):
     assert any("MP902" in line for line in lines)
 
 
+def test_a_named_file_that_does_not_parse_is_mp000_even_with_no_rule_word(project, capsys):
+    """The pre-filter never parses a file with no rule word; one named on the command line (as pre-commit
+    names each changed file) is still compiled, so a syntax error there is reported, cache or not. A walk
+    over a folder keeps skipping it (rules/MP000-syntax-error.md, "When it stays silent")."""
+    write(project, {"pkg/plain.py": "x = 1\ndef f(:\n    pass\n", "pkg/fine.py": "x = 1\n"})
+    named = os.path.join("pkg", "plain.py")
+    for _ in range(2):  # the second run has a cache: a named file's check is not skipped by it
+        code, out, err = run_cli(capsys, named, os.path.join("pkg", "fine.py"))
+        assert code == 1 and out.splitlines()[0] == f"{named}:2:7: MP000 could not parse: invalid syntax", out
+    code, out, err = run_cli(capsys, "--no-cache", "pkg")
+    assert "plain.py" not in out
+    (project / "pkg" / "plain.py").write_text("# mpcheck: noqa: MP000\ndef f(:\n    pass\n")
+    code, out, err = run_cli(capsys, "--no-cache", named)
+    assert code == 0 and "MP000" not in out
+
+
 def test_internal_error_exit_2_no_traceback_others_reported(project, capsys, monkeypatch):
     from mpcheck import analysis
 

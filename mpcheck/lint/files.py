@@ -31,6 +31,9 @@ class SourceFile:
     path: str  # as shown in findings: the argument joined with the path below it
     abspath: str
     relpath: str | None  # posix path relative to the config root (for patterns), None outside it
+    # Named on the command line (as pre-commit names each changed file) or read from stdin, not found by a
+    # walk: such a file is always checked for MP000, even when no rule's word occurs in it (pipeline.py).
+    named: bool = False
 
 
 def _rel(abspath: str, root: str) -> str | None:
@@ -192,7 +195,7 @@ def stdin_source(filename: str | None, settings: Settings) -> SourceFile:
     """The file read from stdin: named by --stdin-filename (so that patterns and
     per-file-ignores apply to it), else shown as `-`."""
     abspath = os.path.abspath(filename or "stdin.py")
-    return SourceFile(filename or "-", abspath, _rel(abspath, str(settings.root)))
+    return SourceFile(filename or "-", abspath, _rel(abspath, str(settings.root)), named=True)
 
 
 def missing_paths(args: list[str]) -> list[str]:
@@ -210,7 +213,7 @@ def discover(args: list[str], settings: Settings) -> list[SourceFile]:
             _walk(os.path.abspath(arg), arg, patterns, out)
         elif arg.endswith(PY_SUFFIXES) and os.path.exists(arg):
             abspath = os.path.abspath(arg)
-            out.append(SourceFile(_display(arg), abspath, _rel(abspath, patterns.root)))
+            out.append(SourceFile(_display(arg), abspath, _rel(abspath, patterns.root), named=True))
     seen: set[str] = set()
     unique = []
     for f in out:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import mpcheck.codes
+from mpcheck import syntax
 from mpcheck.config import Settings
 from mpcheck.finding import Finding
 from mpcheck.lint import callers, modules, noqa, schedule, slices
@@ -361,8 +362,14 @@ def lint(
             except OSError:
                 pass
             # A file that had none of the rules' words when it was last seen, and
-            # has not changed since (same mtime and size), is not even read.
-            if cache is not None and stat is not None and cache.known_irrelevant(src.abspath, stat, signature):
+            # has not changed since (same mtime and size), is not even read (one named on the command
+            # line is: its MP000 check below is not cached).
+            if (
+                cache is not None
+                and stat is not None
+                and not src.named
+                and cache.known_irrelevant(src.abspath, stat, signature)
+            ):
                 continue
             try:
                 with open(src.abspath, "rb") as fh:
@@ -385,6 +392,15 @@ def lint(
             if borrowed:
                 run_codes = prefilter.codes_for(text + "\n" + borrowed, codes)
         if not run_codes:
+            if src.named and SYNTAX_ERROR_CODE in codes:
+                # Named on the command line: a file that does not parse is reported even with no rule word in it
+                # (Python's own compile, ~10x cheaper than libcst's parse; a walk over a tree skips this).
+                whole = noqa.file_noqa(text)
+                silenced = isinstance(whole, str) or (whole is not None and SYNTAX_ERROR_CODE in whole)  # str: ALL
+                broken = None if silenced else syntax.compile_failure(src.path, text)
+                if broken is not None:
+                    out.findings.append(broken)
+                    continue
             if cache is not None and stat is not None:
                 cache.mark_irrelevant(src.abspath, stat, signature, deps)
             continue  # no rule could fire: never parsed
