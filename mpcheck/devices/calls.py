@@ -125,8 +125,9 @@ class Calls(Part):
         )
         if key in self.interp.memo and not st.in_init:
             # (In an __init__ a helper runs again: each call builds modules of its own, Obj.ident.)
-            return self.interp.memo[key]
+            return _relinked(self.interp.memo[key], self.interp.memo_lineages.get(key, ()), args)
         self.interp.memo[key] = UNK
+        self.interp.memo_lineages[key] = tuple(a.lineage if isinstance(a, Obj) else None for a in args)
         env = dict(self.interp.globals)
         self.bind(info, env, self_val, args, kwargs)
         cst_ = State(
@@ -369,7 +370,9 @@ class Calls(Part):
         if cache is not None and key in cache:
             cached: dict[int, Devs] = cache[key]
             return cached
-        probe_args = [Obj("tensor", probe_devs(i)) if i in positions else a for i, a in enumerate(args)]
+        # The forward runs for real right after: the arguments' lineages take no step in the probe
+        # (MP006 would count the activation's crossings twice).
+        probe_args = [Obj("tensor", probe_devs(i)) if i in positions else _unlinked(a) for i, a in enumerate(args)]
         if 0 not in positions and probe_args and isinstance(probe_args[0], Obj) and probe_args[0].kind != "scalar":
             probe_args[0] = probe_args[0].with_(devs=mod.in_devs or probe_args[0].devs)
         probe: dict[str, Any] = {"devs": None}
@@ -377,7 +380,7 @@ class Calls(Part):
         try:
             with self.interp.recorder.muted():
                 pst = State.fresh(dict(self.interp.globals), "<probe>", mod)
-                self.call_function(fwd, mod, probe_args, dict(kwargs), pst, None)
+                self.call_function(fwd, mod, probe_args, {k: _unlinked(v) for k, v in kwargs.items()}, pst, None)
         finally:
             self.interp.probes.pop()
         by = probe.get("by", {})
@@ -719,3 +722,24 @@ def _object_setattr(node: cst.Call) -> tuple[str, cst.BaseExpression] | None:
         return None
     name = node.args[1].value.evaluated_value
     return (name, node.args[2].value) if isinstance(name, str) else None
+
+
+def _unlinked(v: Val) -> Val:
+    """`v` without its lineage (Obj.lineage), for a probe run: its crossings there open lineages that are not reported."""
+    if isinstance(v, Obj) and v.lineage not in (None, OFF_CHAIN):
+        return v.with_(lineage=None, hop=0)
+    return v
+
+
+def _relinked(result: Val, lineages: tuple[int | None, ...], args: list[Val]) -> Val:
+    """A memoised result given to a later call with arguments of the same devices: the lineage it
+    carries (Obj.lineage) is the one of the first call's argument it came from; it now continues
+    the same argument of this call, or none (MP006 must not chain two activations)."""
+    if not isinstance(result, Obj) or result.lineage in (None, OFF_CHAIN):
+        return result
+    for old, a in zip(lineages, args):
+        if old == result.lineage and isinstance(a, Obj):
+            if a.lineage == result.lineage:
+                return result.with_(hop=max(result.hop, a.hop))
+            return result.with_(lineage=a.lineage if a.lineage != OFF_CHAIN else None, hop=a.hop)
+    return result.with_(lineage=None, hop=0)
