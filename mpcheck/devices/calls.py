@@ -417,11 +417,18 @@ class Calls(Part):
         if isinstance(func, cst.Attribute):
             recv = self.interp.exprs.ev(func.value, st)
             meth = func.attr.value
-            if isinstance(recv, QName):
+            if isinstance(recv, QName) and recv.q in self.interp.project:
+                # `models.Net(...)` of a project module imported whole (`import models`): its summary.
+                callee = self.interp.imported(f"{recv.q}.{meth}")
+            elif isinstance(recv, QName):
                 return self.interp.library.library_call(canonical(f"{recv.q}.{meth}"), node, st)
-            overlay = f"{id(recv)}.{meth}"
-            if isinstance(recv, Obj) and recv.attrs is not None and (meth in recv.attrs or overlay in st.env):
-                callee = st.env.get(overlay) or recv.attrs[meth]  # self.stage(x): a submodule, not a method
+            elif (
+                isinstance(recv, Obj)
+                and recv.attrs is not None
+                and (meth in recv.attrs or f"{id(recv)}.{meth}" in st.env)
+            ):
+                # self.stage(x): a submodule, not a method
+                callee = st.env.get(f"{id(recv)}.{meth}") or recv.attrs[meth]
             else:
                 args, kwargs = self.ev_args(node, st)
                 return self.method_call(recv, meth, args, kwargs, node, st)

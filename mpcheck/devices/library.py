@@ -671,6 +671,13 @@ def _dict_call(lib: Library, c: LibCall) -> Val:
     return DictV(items)
 
 
+def _namespace(lib: Library, c: LibCall) -> Val:
+    """types.SimpleNamespace(device="cuda:1", ...): its attributes, read as `ns.device` (Expressions._constant_attr)."""
+    if c.args:
+        return UNK
+    return DictV(dict(c.kwargs), namespace=True)
+
+
 def _partial(lib: Library, c: LibCall) -> Val:
     """functools.partial(f, ...): called later as f with these arguments first (Calls.ev_call)."""
     if not c.args or any(isinstance(a, Starred) for a in c.args):
@@ -766,6 +773,7 @@ EXACT: dict[str, Handler] = _exact(
     (T.SET_DEVICE, _set_device),
     ("torch.device", _torch_device_call),
     ("functools.partial", _partial),
+    (("types.SimpleNamespace", "argparse.Namespace"), _namespace),
     ("collections.OrderedDict", _dict_call),
     (COUNT_FUNCTIONS, _device_count),
     (("torch.nn.Parameter", "torch.nn.parameter.Parameter"), _parameter),
