@@ -554,3 +554,26 @@ def test_partial_class_binds_its_arguments_first():
     """
     assert codes_lines(src) == [(21, "MP001")]
 
+
+def test_an_indexless_placement_after_set_device_is_reported_once():
+    """`.cuda()` after set_device(1), meeting a stage on cuda:0: one MP004 at it, not a second one that
+    says the same of the tensor made on the current device."""
+    src = """
+        import torch
+        import torch.nn as nn
+
+        class Stages(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.s0 = nn.Linear(256, 256).to("cuda:0")
+                self.s1 = nn.Linear(256, 256).to("cuda:1")
+
+            def forward(self, x):
+                x = torch.relu(self.s0(x.cuda()))
+                return self.s1(x.cuda(1))
+
+        torch.cuda.set_device(1)
+        y = Stages()(torch.randn(8, 256))
+    """
+    assert codes_lines(src) == [(12, "MP004")]
+    assert codes_lines(src.replace("x.cuda())", "x.cuda(0))")) == []

@@ -94,6 +94,7 @@ class Interp:
         # Shared by the parts while one interpretation runs:
         self.memo: dict[Any, Val] = {}  # call_function's results, by callee and argument values
         self.memo_lineages: dict[Any, tuple[int | None, ...]] = {}  # the lineages of those arguments
+        self.moved_outside: frozenset[str] | None = None  # unmoved.parts_moved_from_outside, once per file
         self.stack: list[FuncInfo] = []  # the functions being interpreted, innermost last
         self.in_unknown_loop = 0  # inside a loop (or comprehension) of unknown length
         self.second_pass = 0  # in a loop's second pass (values settle; no lineage recorded)
