@@ -34,7 +34,7 @@ from mpcheck.devices.events import (
 )
 from mpcheck.devices.gpucount import COUNT_FUNCTIONS
 from mpcheck.devices.names import dotted
-from mpcheck.devices.program import Part, State
+from mpcheck.devices.program import MAX_UNROLL, Part, State
 from mpcheck.devices.values import (
     CURRENT,
     FAILED,
@@ -572,7 +572,7 @@ def _builtin(lib: Library, c: LibCall) -> Val:
             len(args) == 1
             and isinstance(args[0], Const)
             and isinstance(args[0].value, int)
-            and 0 <= args[0].value <= 16
+            and 0 <= args[0].value <= MAX_UNROLL
         ):
             return SeqV(tuple(Const(i) for i in range(args[0].value)))
         lo, hi = args if len(args) == 2 else (None, None)
@@ -581,7 +581,7 @@ def _builtin(lib: Library, c: LibCall) -> Val:
             and isinstance(hi, Const)
             and isinstance(lo.value, int)
             and isinstance(hi.value, int)
-            and 0 <= hi.value - lo.value <= 16
+            and 0 <= hi.value - lo.value <= MAX_UNROLL
         ):
             return SeqV(tuple(Const(i) for i in range(lo.value, hi.value)))
         return SeqV(None, elem=UNK)
