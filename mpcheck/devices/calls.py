@@ -123,11 +123,12 @@ class Calls(Part):
             # probe (of another module, with the same marks) would skip that, so each probe has its own.
             self.interp.probes[-1].setdefault("serial", next(_PROBE_SERIALS)) if self.interp.probes else None,
         )
-        if key in self.interp.memo and not st.in_init:
+        if key in self.interp.memo and not st.in_init and not self._replays(key, args):
             # (In an __init__ a helper runs again: each call builds modules of its own, Obj.ident.)
-            return _relinked(self.interp.memo[key], self.interp.memo_lineages.get(key, ()), args)
+            return _relinked(self.interp.memo[key], self.interp.memo_lineages.get(key, ((), True)), args)
         self.interp.memo[key] = UNK
-        self.interp.memo_lineages[key] = tuple(a.lineage if isinstance(a, Obj) else None for a in args)
+        lineages = tuple(a.lineage if isinstance(a, Obj) else None for a in args)
+        steps_before = len(self.interp.recorder.crossings)
         env = dict(self.interp.globals)
         self.bind(info, env, self_val, args, kwargs)
         cst_ = State(
@@ -152,7 +153,19 @@ class Calls(Part):
         if result is None:
             result = Const(None)
         self.interp.memo[key] = result
+        # Whether the body took steps of its arguments' lineages (crossings, merges): a later call that
+        # reuses the result does not replay them for its own arguments (_relinked).
+        stepped = any(c.lineage in lineages for c in self.interp.recorder.crossings[steps_before:])
+        self.interp.memo_lineages[key] = (lineages, stepped)
         return result
+
+    def _replays(self, key: Any, args: list[Val]) -> bool:
+        """Run the body again, memoised or not: its first run took steps of its arguments' lineages
+        (crossings, a merge: MP006's evidence) and an argument now carries another activation's."""
+        first = self.interp.memo_lineages.get(key)
+        if first is None or not first[1] or self.interp.second_pass:
+            return False
+        return any(isinstance(a, Obj) and a.lineage not in (None, OFF_CHAIN, *first[0]) for a in args)
 
     def module_call(
         self, mod: Obj, args: list[Val], kwargs: dict[str, Val], st: State, node: cst.CSTNode, exprs: ArgExprs = None
@@ -738,15 +751,21 @@ def _unlinked(v: Val) -> Val:
     return v
 
 
-def _relinked(result: Val, lineages: tuple[int | None, ...], args: list[Val]) -> Val:
+def _relinked(result: Val, first: tuple[tuple[int | None, ...], bool], args: list[Val]) -> Val:
     """A memoised result given to a later call with arguments of the same devices: the lineage it
     carries (Obj.lineage) is the one of the first call's argument it came from; it now continues
-    the same argument of this call, or none (MP006 must not chain two activations)."""
+    the same argument of this call, or none (MP006 must not chain two activations). `first`: the
+    first call's arguments' lineages, and whether its body took steps of them (crossings, a merge
+    with the encoder's memory): those are not replayed here, so then the result starts afresh."""
+    lineages, stepped = first
     if not isinstance(result, Obj) or result.lineage in (None, OFF_CHAIN):
         return result
-    for old, a in zip(lineages, args):
-        if old == result.lineage and isinstance(a, Obj):
-            if a.lineage == result.lineage:
-                return result.with_(hop=max(result.hop, a.hop))
-            return result.with_(lineage=a.lineage if a.lineage != OFF_CHAIN else None, hop=a.hop)
+    lead = args[0] if args else None
+    if lineages[:1] == (result.lineage,) and isinstance(lead, Obj):
+        # It came from the first argument, the activation (another argument's, a cross-attention
+        # block's memory, may have met it inside: then it is no longer known whose it goes on with).
+        if lead.lineage == result.lineage:
+            return result.with_(hop=max(result.hop, lead.hop))
+        if not stepped and lead.lineage != OFF_CHAIN:
+            return result.with_(lineage=lead.lineage, hop=lead.hop)
     return result.with_(lineage=None, hop=0)
