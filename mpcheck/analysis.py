@@ -10,7 +10,7 @@ in any process.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -135,6 +135,31 @@ def import_targets(source: str, modname: str) -> list[tuple[str, str]]:
             name, _, alias = (x.strip().strip("()") for x in part.partition(" as "))
             if name and name != "*" and name.isidentifier():
                 found[(alias if alias.isidentifier() else name, f"{base}.{name}")] = None
+    return list(found)
+
+
+def module_attribute_targets(source: str, keep: Callable[[str], bool] | None = None) -> list[str]:
+    """`config.first` for `import config` and a use of `config.first` (`layer.to(config.first)`,
+    `cfg.C.device`, `settings.Placement()`): the dotted targets of the names a file reads off
+    modules it imports whole (`import pkg.config as cfg` -> `pkg.config.first` for `cfg.first`).
+    Text only, like import_targets. `keep`: which imported modules to look at (the text is scanned
+    once, for those only). The pipeline takes those of them that name a device where they are bound."""
+    if "import" not in source:
+        return []
+    modules: dict[str, str] = {}  # the local name -> the module
+    for m in _IMPORT_RE.finditer(source):
+        for part in m.group(1).replace("\\", " ").split(","):
+            name, _, alias = (x.strip() for x in part.partition(" as "))
+            if not name or not all(p.isidentifier() for p in name.split(".")):
+                continue
+            if keep is None or keep(name):
+                modules[alias if alias.isidentifier() else name] = name
+    if not modules:
+        return []
+    locals_ = "|".join(re.escape(local) for local in sorted(modules, key=len, reverse=True))
+    found: dict[str, None] = {}
+    for use in re.finditer(rf"(?<![\w.])({locals_})\.(\w+)\b", source):
+        found[f"{modules[use.group(1)]}.{use.group(2)}"] = None
     return list(found)
 
 

@@ -234,3 +234,43 @@ def test_placements_imported_by_name_reach_a_file_without_rule_words_and_its_cac
     second = run()
     assert second.returncode == 1 and second.stdout.startswith("model.py:13:"), second.stdout + second.stderr
     assert run().stdout == second.stdout  # from the cache
+
+
+def test_placements_read_off_a_module_imported_whole_reach_a_file_without_rule_words_and_its_cached_verdict(
+    tmp_path,
+):
+    """As above, with config.py imported whole (`import config`, `config.first`) and a settings class
+    (`from settings import S`, `S.second`): while config.py and settings.py place nothing on a GPU,
+    model.py is remembered as a file no rule can fire on; editing them alone must undo that verdict."""
+    model = (
+        "import torch.nn as nn\n\nimport config\nfrom settings import S\n\n\nclass Net(nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n        self.a = nn.Linear(4, 4).to(config.first)\n"
+        "        self.b = nn.Linear(4, 4).to(S.second)\n\n    def forward(self, x):\n        return self.b(self.a(x))\n"
+    )
+    write(
+        tmp_path,
+        {
+            "pyproject.toml": "[project]\nname='p'\n",
+            "config.py": 'first = "cpu"\n',
+            "settings.py": 'class S:\n    second = "cpu"\n',
+            "model.py": model,
+        },
+    )
+
+    def run():
+        return subprocess.run(
+            [sys.executable, "-m", "mpcheck", "."], cwd=tmp_path, capture_output=True, text=True, timeout=120
+        )
+
+    first = run()
+    assert (first.returncode, first.stdout) == (0, "All checks passed (3 files).\n"), first.stdout + first.stderr
+    stored = json.loads(next((tmp_path / ".mpcheck_cache").glob("results-*.json")).read_text())
+    deps = {dep for dep, *_ in stored["irrelevant"][str(tmp_path / "model.py")][3]}
+    assert deps == {str(tmp_path / "config.py"), str(tmp_path / "settings.py")}
+    (tmp_path / "settings.py").write_text('class S:\n    second = "cuda:1"\n')
+    second = run()
+    assert (second.returncode, second.stdout) == (0, "All checks passed (3 files).\n"), second.stdout + second.stderr
+    (tmp_path / "config.py").write_text('import torch\n\nfirst = torch.device("cuda:0")\n')
+    third = run()
+    assert third.returncode == 1 and third.stdout.startswith("model.py:14:"), third.stdout + third.stderr
+    assert run().stdout == third.stdout  # from the cache

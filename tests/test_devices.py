@@ -94,6 +94,26 @@ def test_import_bindings(stmt, expected):
     assert import_bindings(node, "pkg.train") == expected
 
 
+def test_module_attribute_targets_name_what_is_read_off_modules_imported_whole():
+    from mpcheck.analysis import module_attribute_targets
+
+    src = (
+        "import config\nimport pkg.settings as cfg\nimport pkg.sub\n"
+        "a = x.to(config.first)\nb = cfg.C.device\nc = pkg.sub.DEV\nconfig.Placement()\nnot_config.other\n"
+    )
+    assert module_attribute_targets(src) == ["config.first", "pkg.settings.C", "pkg.sub.DEV", "config.Placement"]
+    assert module_attribute_targets(src, lambda module: module.startswith("pkg.")) == ["pkg.settings.C", "pkg.sub.DEV"]
+
+
+def test_top_bindings_give_classes_their_bodies():
+    from mpcheck.lint.modules import top_bindings
+
+    src = 'class C:\n    device = "cuda:1"\n\n    hidden = 4\n\n    def f(self):\n        x = "cuda:0"\nfirst = "cuda:0"\n'
+    got = top_bindings(src)
+    assert got["first"] == ' "cuda:0"'
+    assert got["C"] == 'device = "cuda:1"\nhidden = 4'  # its own constants, not its methods' code
+
+
 def test_canonical_names_merge_reexports():
     assert canonical("torch.nn.DataParallel") == "torch.nn.parallel.DataParallel"
     assert canonical("torch.nn.parallel.data_parallel.DataParallel") == "torch.nn.parallel.DataParallel"
@@ -533,3 +553,27 @@ def test_partial_class_binds_its_arguments_first():
             return self.second(self.first(x.to("cuda:0")))
     """
     assert codes_lines(src) == [(21, "MP001")]
+
+
+def test_an_indexless_placement_after_set_device_is_reported_once():
+    """`.cuda()` after set_device(1), meeting a stage on cuda:0: one MP004 at it, not a second one that
+    says the same of the tensor made on the current device."""
+    src = """
+        import torch
+        import torch.nn as nn
+
+        class Stages(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.s0 = nn.Linear(256, 256).to("cuda:0")
+                self.s1 = nn.Linear(256, 256).to("cuda:1")
+
+            def forward(self, x):
+                x = torch.relu(self.s0(x.cuda()))
+                return self.s1(x.cuda(1))
+
+        torch.cuda.set_device(1)
+        y = Stages()(torch.randn(8, 256))
+    """
+    assert codes_lines(src) == [(12, "MP004")]
+    assert codes_lines(src.replace("x.cuda())", "x.cuda(0))")) == []

@@ -123,10 +123,12 @@ class Calls(Part):
             # probe (of another module, with the same marks) would skip that, so each probe has its own.
             self.interp.probes[-1].setdefault("serial", next(_PROBE_SERIALS)) if self.interp.probes else None,
         )
-        if key in self.interp.memo and not st.in_init:
+        if key in self.interp.memo and not st.in_init and not self._replays(key, args):
             # (In an __init__ a helper runs again: each call builds modules of its own, Obj.ident.)
-            return self.interp.memo[key]
+            return _relinked(self.interp.memo[key], self.interp.memo_lineages.get(key, ((), True)), args)
         self.interp.memo[key] = UNK
+        lineages = tuple(a.lineage if isinstance(a, Obj) else None for a in args)
+        steps_before = len(self.interp.recorder.crossings)
         env = dict(self.interp.globals)
         self.bind(info, env, self_val, args, kwargs)
         cst_ = State(
@@ -151,7 +153,19 @@ class Calls(Part):
         if result is None:
             result = Const(None)
         self.interp.memo[key] = result
+        # Whether the body took steps of its arguments' lineages (crossings, merges): a later call that
+        # reuses the result does not replay them for its own arguments (_relinked).
+        stepped = any(c.lineage in lineages for c in self.interp.recorder.crossings[steps_before:])
+        self.interp.memo_lineages[key] = (lineages, stepped)
         return result
+
+    def _replays(self, key: Any, args: list[Val]) -> bool:
+        """Run the body again, memoised or not: its first run took steps of its arguments' lineages
+        (crossings, a merge: MP006's evidence) and an argument now carries another activation's."""
+        first = self.interp.memo_lineages.get(key)
+        if first is None or not first[1] or self.interp.second_pass:
+            return False
+        return any(isinstance(a, Obj) and a.lineage not in (None, OFF_CHAIN, *first[0]) for a in args)
 
     def module_call(
         self, mod: Obj, args: list[Val], kwargs: dict[str, Val], st: State, node: cst.CSTNode, exprs: ArgExprs = None
@@ -369,7 +383,9 @@ class Calls(Part):
         if cache is not None and key in cache:
             cached: dict[int, Devs] = cache[key]
             return cached
-        probe_args = [Obj("tensor", probe_devs(i)) if i in positions else a for i, a in enumerate(args)]
+        # The forward runs for real right after: the arguments' lineages take no step in the probe
+        # (MP006 would count the activation's crossings twice).
+        probe_args = [Obj("tensor", probe_devs(i)) if i in positions else _unlinked(a) for i, a in enumerate(args)]
         if 0 not in positions and probe_args and isinstance(probe_args[0], Obj) and probe_args[0].kind != "scalar":
             probe_args[0] = probe_args[0].with_(devs=mod.in_devs or probe_args[0].devs)
         probe: dict[str, Any] = {"devs": None}
@@ -377,7 +393,7 @@ class Calls(Part):
         try:
             with self.interp.recorder.muted():
                 pst = State.fresh(dict(self.interp.globals), "<probe>", mod)
-                self.call_function(fwd, mod, probe_args, dict(kwargs), pst, None)
+                self.call_function(fwd, mod, probe_args, {k: _unlinked(v) for k, v in kwargs.items()}, pst, None)
         finally:
             self.interp.probes.pop()
         by = probe.get("by", {})
@@ -414,11 +430,18 @@ class Calls(Part):
         if isinstance(func, cst.Attribute):
             recv = self.interp.exprs.ev(func.value, st)
             meth = func.attr.value
-            if isinstance(recv, QName):
+            if isinstance(recv, QName) and recv.q in self.interp.project:
+                # `models.Net(...)` of a project module imported whole (`import models`): its summary.
+                callee = self.interp.imported(f"{recv.q}.{meth}")
+            elif isinstance(recv, QName):
                 return self.interp.library.library_call(canonical(f"{recv.q}.{meth}"), node, st)
-            overlay = f"{id(recv)}.{meth}"
-            if isinstance(recv, Obj) and recv.attrs is not None and (meth in recv.attrs or overlay in st.env):
-                callee = st.env.get(overlay) or recv.attrs[meth]  # self.stage(x): a submodule, not a method
+            elif (
+                isinstance(recv, Obj)
+                and recv.attrs is not None
+                and (meth in recv.attrs or f"{id(recv)}.{meth}" in st.env)
+            ):
+                # self.stage(x): a submodule, not a method
+                callee = st.env.get(f"{id(recv)}.{meth}") or recv.attrs[meth]
             else:
                 args, kwargs = self.ev_args(node, st)
                 return self.method_call(recv, meth, args, kwargs, node, st)
@@ -719,3 +742,30 @@ def _object_setattr(node: cst.Call) -> tuple[str, cst.BaseExpression] | None:
         return None
     name = node.args[1].value.evaluated_value
     return (name, node.args[2].value) if isinstance(name, str) else None
+
+
+def _unlinked(v: Val) -> Val:
+    """`v` without its lineage (Obj.lineage), for a probe run: its crossings there open lineages that are not reported."""
+    if isinstance(v, Obj) and v.lineage not in (None, OFF_CHAIN):
+        return v.with_(lineage=None, hop=0)
+    return v
+
+
+def _relinked(result: Val, first: tuple[tuple[int | None, ...], bool], args: list[Val]) -> Val:
+    """A memoised result given to a later call with arguments of the same devices: the lineage it
+    carries (Obj.lineage) is the one of the first call's argument it came from; it now continues
+    the same argument of this call, or none (MP006 must not chain two activations). `first`: the
+    first call's arguments' lineages, and whether its body took steps of them (crossings, a merge
+    with the encoder's memory): those are not replayed here, so then the result starts afresh."""
+    lineages, stepped = first
+    if not isinstance(result, Obj) or result.lineage in (None, OFF_CHAIN):
+        return result
+    lead = args[0] if args else None
+    if lineages[:1] == (result.lineage,) and isinstance(lead, Obj):
+        # It came from the first argument, the activation (another argument's, a cross-attention
+        # block's memory, may have met it inside: then it is no longer known whose it goes on with).
+        if lead.lineage == result.lineage:
+            return result.with_(hop=max(result.hop, lead.hop))
+        if not stepped and lead.lineage != OFF_CHAIN:
+            return result.with_(lineage=lead.lineage, hop=lead.hop)
+    return result.with_(lineage=None, hop=0)

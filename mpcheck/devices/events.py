@@ -151,7 +151,10 @@ class Crossing(Fact):
     transfer but two values of the lineage meeting on one device (src), the
     older made at hop `merge`: the crossings after it were a branch that came
     back (an expert's output summed into the input's device), not moves of the
-    activation."""
+    activation. `made_at`: the hop at which the moved value was made (its Obj.hop); one
+    older than the lineage's last crossings leaves from data that stayed behind while
+    they went out and back (tokens fanned out to experts one after the other), so those
+    crossings were a branch, not the activation's way."""
 
     lineage: int
     src: str
@@ -162,6 +165,7 @@ class Crossing(Fact):
     stage: Any = None
     hop: int = 0
     merge: int | None = None
+    made_at: int = 0
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)

@@ -17,13 +17,14 @@ from mpcheck.devices import torchapi
 from mpcheck.devices.events import Mismatch
 from mpcheck.devices.names import canonical, dotted
 from mpcheck.devices.program import MAX_UNROLL, ClassInfo, Part, State
-from mpcheck.devices.summarized import summarized_attr
+from mpcheck.devices.summarized import constant_value, summarized_attr
 from mpcheck.devices.values import (
     CURRENT,
     FAILED,
     OFF_CHAIN,
     PROBE,
     UNK,
+    ClassRef,
     Const,
     DeviceV,
     Devs,
@@ -32,6 +33,7 @@ from mpcheck.devices.values import (
     Obj,
     QName,
     SeqV,
+    Summarized,
     SymV,
     Val,
     affine,
@@ -61,7 +63,7 @@ if TYPE_CHECKING:  # pragma: no cover
 class Expressions(Part):
     def __init__(self, interp: Interp) -> None:
         super().__init__(interp)
-        self._outside: frozenset[str] | None = None  # _set_from_outside, once per file
+        self._outside: frozenset[str] | None = None  # set_from_outside, once per file
 
     def qname(self, node: cst.CSTNode | None) -> str | None:
         """The canonical dotted name an expression refers to (imports resolved)."""
@@ -97,7 +99,14 @@ class Expressions(Part):
         base = self.ev(node.value, st)
         name = node.attr.value
         if isinstance(base, QName):
+            if base.q in self.interp.project:
+                # `config.first` of a project module imported whole (`import config`): its summary.
+                return self.interp.imported(f"{base.q}.{name}")
             return QName(canonical(f"{base.q}.{name}"))
+        if isinstance(base, (ClassRef, Summarized, DictV)):
+            got = self._constant_attr(base, name)
+            if got is not None:
+                return got
         if isinstance(base, Obj):
             if base.attrs is not None:
                 key = f"{id(base)}.{name}"
@@ -120,7 +129,8 @@ class Expressions(Part):
                 if name == "module":
                     return base
                 return UNK
-            got = summarized_attr(base, name)  # `model.devices` of a class of another file
+            # `model.devices` of a class of another file; a class constant unless this file assigns it
+            got = summarized_attr(base, name, constants=name not in self.set_from_outside())
             if got is not None:
                 return got
             if name == "device":
@@ -148,16 +158,37 @@ class Expressions(Part):
                 return Const(int(d[5:]))
         return UNK
 
+    def _constant_attr(self, base: ClassRef | Summarized | DictV, name: str) -> Val | None:
+        """A constant read off a class (`C.device`, C a class of this file or another one, with
+        `device = "cuda:1"` in its body) or off a namespace (`ns.device`, `ns = SimpleNamespace(device=...)`);
+        None where this file assigns that attribute on some object (`C.device = args.device`)."""
+        if name in self.set_from_outside():
+            return None
+        if isinstance(base, DictV):
+            got = base.items.get(name) if base.namespace else None
+            return got if isinstance(got, (Const, DeviceV)) else None
+        if isinstance(base, Summarized):
+            c = (base.summary.get("consts") or {}).get(name) if base.kind == "class" else None
+            if c is None:
+                return None
+            self.interp.used_modules.add(base.module)
+            return constant_value(c)
+        expr = base.info.class_attr(name)
+        if expr is None:
+            return None
+        v = self.ev(expr, State.fresh(dict(self.interp.globals), "<class>"))
+        return v if isinstance(v, (Const, DeviceV)) else None
+
     def _class_attr(self, obj: Obj, cls: ClassInfo, name: str) -> Val | None:
         """A class body's constant data (`placement = {"embed": "cuda:0"}`), read as `self.placement`;
         None for anything else (a module built in the class body is shared, not the instance's)."""
         expr = cls.class_attr(name)
-        if expr is None or name in self.interp.moves.rebound_attributes(obj) or name in self._set_from_outside():
+        if expr is None or name in self.interp.moves.rebound_attributes(obj) or name in self.set_from_outside():
             return None
         v = self.ev(expr, State.fresh(dict(self.interp.globals), "<class>"))
         return v if isinstance(v, (Const, DeviceV, DictV, SeqV)) and not getattr(v, "module", False) else None
 
-    def _set_from_outside(self) -> frozenset[str]:
+    def set_from_outside(self) -> frozenset[str]:
         """Attribute names the file assigns on something other than `self` (`cfg.head_device = ...`):
         an object's class default may have been replaced after it was built."""
         if self._outside is None:

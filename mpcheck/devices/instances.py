@@ -11,7 +11,7 @@ import libcst as cst
 
 from mpcheck.devices.events import EntryPointRun, PlacedTwice, SplitBuiltAfterSetDevice
 from mpcheck.devices.program import MAX_DEPTH, ClassInfo, Part, Scope, State
-from mpcheck.devices.unmoved import on_cpu, reaches_parts_by_name
+from mpcheck.devices.unmoved import on_cpu, parts_moved_from_outside, reaches_parts_by_name
 from mpcheck.devices.values import (
     CURRENT,
     UNPLACED,
@@ -176,13 +176,17 @@ class Instances(Part):
         hand_placed = split or any(d.startswith("cuda:") and d != "cuda:0" for d in devs)
         if hand_placed and obj.cls is not None and reaches_parts_by_name(obj.cls):
             hand_placed = False  # a getattr loop over a map not known here may have placed the rest
+        # A part that the file moves from outside its class (`block.norm.to("cuda:0")` in a script,
+        # `self.block.norm.cuda(1)` in another class) may be placed after all: Module.to() works in place.
+        moved_outside = parts_moved_from_outside(self.interp) if hand_placed else frozenset()
         for attr, v in list(obj.attrs.items()):
-            if hand_placed and isinstance(v, (SeqV, DictV)):
+            if hand_placed and isinstance(v, (SeqV, DictV)) and attr not in moved_outside:
                 obj.attrs[attr] = on_cpu(v)  # the unplaced layers of a stage `nn.Sequential(...)`
             if not isinstance(v, Obj):
                 continue
             if hand_placed and v.kind == "module" and v.devs is None and v.origin == UNPLACED:
-                obj.attrs[attr] = on_cpu(v)
+                if attr not in moved_outside:
+                    obj.attrs[attr] = on_cpu(v)
             elif not hand_placed and v.devs == one("cpu") and v.kind in ("module", "param", "buffer", "any"):
                 obj.attrs[attr] = v.with_(devs=None)
         self._note_placed_twice(obj)

@@ -93,6 +93,9 @@ class Interp:
         self.default_device: str | None = None  # where factories put tensors then, when known (default_device.py)
         # Shared by the parts while one interpretation runs:
         self.memo: dict[Any, Val] = {}  # call_function's results, by callee and argument values
+        # The lineages of those arguments, and whether the body took steps of them (calls._relinked).
+        self.memo_lineages: dict[Any, tuple[tuple[int | None, ...], bool]] = {}
+        self.moved_outside: frozenset[str] | None = None  # unmoved.parts_moved_from_outside, once per file
         self.stack: list[FuncInfo] = []  # the functions being interpreted, innermost last
         self.in_unknown_loop = 0  # inside a loop (or comprehension) of unknown length
         self.second_pass = 0  # in a loop's second pass (values settle; no lineage recorded)

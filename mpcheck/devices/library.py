@@ -34,7 +34,7 @@ from mpcheck.devices.events import (
 )
 from mpcheck.devices.gpucount import COUNT_FUNCTIONS
 from mpcheck.devices.names import dotted
-from mpcheck.devices.program import Part, State
+from mpcheck.devices.program import MAX_UNROLL, Part, State
 from mpcheck.devices.values import (
     CURRENT,
     FAILED,
@@ -572,7 +572,7 @@ def _builtin(lib: Library, c: LibCall) -> Val:
             len(args) == 1
             and isinstance(args[0], Const)
             and isinstance(args[0].value, int)
-            and 0 <= args[0].value <= 16
+            and 0 <= args[0].value <= MAX_UNROLL
         ):
             return SeqV(tuple(Const(i) for i in range(args[0].value)))
         lo, hi = args if len(args) == 2 else (None, None)
@@ -581,7 +581,7 @@ def _builtin(lib: Library, c: LibCall) -> Val:
             and isinstance(hi, Const)
             and isinstance(lo.value, int)
             and isinstance(hi.value, int)
-            and 0 <= hi.value - lo.value <= 16
+            and 0 <= hi.value - lo.value <= MAX_UNROLL
         ):
             return SeqV(tuple(Const(i) for i in range(lo.value, hi.value)))
         return SeqV(None, elem=UNK)
@@ -669,6 +669,13 @@ def _dict_call(lib: Library, c: LibCall) -> Val:
             return UNK
     items.update(c.kwargs)
     return DictV(items)
+
+
+def _namespace(lib: Library, c: LibCall) -> Val:
+    """types.SimpleNamespace(device="cuda:1", ...): its attributes, read as `ns.device` (Expressions._constant_attr)."""
+    if c.args:
+        return UNK
+    return DictV(dict(c.kwargs), namespace=True)
 
 
 def _partial(lib: Library, c: LibCall) -> Val:
@@ -766,6 +773,7 @@ EXACT: dict[str, Handler] = _exact(
     (T.SET_DEVICE, _set_device),
     ("torch.device", _torch_device_call),
     ("functools.partial", _partial),
+    (("types.SimpleNamespace", "argparse.Namespace"), _namespace),
     ("collections.OrderedDict", _dict_call),
     (COUNT_FUNCTIONS, _device_count),
     (("torch.nn.Parameter", "torch.nn.parameter.Parameter"), _parameter),

@@ -262,7 +262,14 @@ class Moves(Part):
         hop = self.interp.next_hop(lineage)
         recorder.cross(
             Crossing(
-                node=node, lineage=lineage, src=src, dst=dst, hop=hop, opens=opens, reported=opens and recorder.live
+                node=node,
+                lineage=lineage,
+                src=src,
+                dst=dst,
+                hop=hop,
+                opens=opens,
+                reported=opens and recorder.live,
+                made_at=recv.hop if not opens else 0,
             )
         )
         return lineage, hop

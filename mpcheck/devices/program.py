@@ -17,7 +17,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 MAX_DEPTH = 4  # calls interpreted inside one another
 MAX_WORLDS = 4  # paths kept apart (eval / train) before they are joined
-MAX_UNROLL = 16  # loops over known items longer than this run as loops of unknown length
+MAX_UNROLL = 32  # loops over known items longer than this run as loops of unknown length
 
 
 class Part:

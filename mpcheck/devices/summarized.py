@@ -15,6 +15,7 @@ from mpcheck.devices.values import (
     Const,
     DeviceV,
     Devs,
+    DictV,
     Obj,
     QName,
     SeqV,
@@ -86,6 +87,8 @@ def constant_value(c: dict[str, Any]) -> Val:
         return DeviceV(one(c["device"]))
     if "const" in c:
         return Const(c["const"])
+    if "ns" in c:
+        return DictV({k: constant_value(v) for k, v in c["ns"].items()}, namespace=True)
     return SeqV(tuple(constant_value(i) for i in c["list"]))
 
 
@@ -185,6 +188,10 @@ def call_summarized(
             "bound": bound,
             "loss": bool(summ.get("loss")),
             "attrs": summ.get("attrs"),
+            "consts": summ.get("consts"),
+            "fields": summ.get("fields"),
+            # What the construction set of the fields of a generated __init__ (a dataclass's).
+            "given": {**dict(zip(summ.get("fields") or (), args)), **kwargs},
             "module": callee.module,  # where the class is defined: its methods' calls go there (callers.py)
             "built": node,  # the constructor call: what callers.note_call asks devices/as_built.py about
         },
@@ -194,16 +201,31 @@ def call_summarized(
     return obj
 
 
-def summarized_attr(mod: Obj, name: str) -> Val | None:
+def summarized_attr(mod: Obj, name: str, constants: bool = True) -> Val | None:
     """`model.devices` of an instance of a class of another file: the devices its __init__ left
-    there (summary._device_attrs), the caller's argument for one it was given; None if unknown."""
+    there (summary._device_attrs), the caller's argument for one it was given; None if unknown.
+    `constants`: else a constant of the class body (`cfg.device`, see _class_constant)."""
     extra = mod.extra or {}
     c = (extra.get("attrs") or {}).get(name)
     if c is None:
-        return None
+        return _class_constant(extra, name) if constants else None
     if "param" in c:
         v = (extra.get("bound") or {}).get(c["param"])
         return v if isinstance(v, (DeviceV, SeqV)) or (isinstance(v, Const) and as_device(v) is not None) else None
+    return constant_value(c)
+
+
+def _class_constant(extra: dict[str, Any], name: str) -> Val | None:
+    """`cfg.device` of an instance of a class of another file whose body gives it a constant
+    (`device: str = "cuda:1"` of a dataclass): that constant, unless the construction passed the
+    field (then its argument, when it is a device) or the class has no summary of it."""
+    c = (extra.get("consts") or {}).get(name)
+    if c is None:
+        return None
+    given = extra.get("given") or {}
+    if name in given:
+        v = given[name]
+        return v if isinstance(v, DeviceV) or (isinstance(v, Const) and as_device(v) is not None) else None
     return constant_value(c)
 
 

@@ -32,7 +32,8 @@ from mpcheck.devices.interp import Interp
 from mpcheck.devices.names import import_bindings
 from mpcheck.devices.program import ClassInfo, FuncInfo, State, params_of
 from mpcheck.devices.summarized import constant_value
-from mpcheck.devices.values import PROBE, Const, DeviceV, Devs, Obj, SeqV, SymV, Val, one, single
+from mpcheck.devices.values import PROBE, Const, DeviceV, Devs, DictV, Obj, SeqV, SymV, Val, one, single
+from mpcheck.devices.walk import assigned, walk
 
 _MAX_RETURN_ITEMS = 4
 
@@ -147,6 +148,11 @@ def _class_summary(interp: Interp, cinfo: ClassInfo, inst: Obj) -> dict[str, Any
     attrs = _device_attrs(interp, inst, params)
     if attrs:
         s["attrs"] = attrs
+    consts = _class_constants(interp, cinfo, inst)
+    if consts:
+        s["consts"] = consts
+        if init is None and cinfo.generated_init:
+            s["fields"] = list(cinfo.fields)
     fwd = cinfo.method("forward")
     if fwd is not None:
         s["in"] = _devs(interp.calls.input_devs(inst, fwd))
@@ -180,6 +186,38 @@ def _device_attrs(interp: Interp, inst: Obj, params: list[str]) -> dict[str, Any
         if c is not None and _names_devices(c):
             out[name] = c
     return out
+
+
+def _class_constants(interp: Interp, cinfo: ClassInfo, inst: Obj) -> dict[str, Any]:
+    """The class body's constants that name devices (`device = "cuda:1"`, a dataclass's
+    `device: str = "cuda:1"`): what `C.device`, or `cfg.device` of an instance, reads in an
+    importing file (Expressions._constant_attr, summarized._class_constant). Not one that a method
+    assigns on the instance, or that this module assigns on the class (`C.device = ...`; what it
+    assigns on an instance of its own, `cfg.device = ...`, is that object's, not the importer's)."""
+    out: dict[str, Any] = {}
+    rebound = interp.moves.rebound_attributes(inst) | _assigned_on_class(interp.module, cinfo.name)
+    st = State.fresh(dict(interp.globals), "<class>")
+    for c in reversed(list(cinfo.lineage())):
+        for name, expr in c.class_attrs.items():
+            if name in rebound or name in (inst.attrs or {}):
+                out.pop(name, None)
+                continue
+            v = _constant(interp.exprs.ev(expr, st))
+            if v is not None and _names_devices(v):
+                out[name] = v
+            else:
+                out.pop(name, None)
+    return out
+
+
+def _assigned_on_class(module: cst.Module, name: str) -> frozenset[str]:
+    """The attributes `module` assigns on the class `name` itself (`C.device = ...`)."""
+    out: set[str] = set()
+    for node in walk(module):
+        for t in assigned(node):
+            if isinstance(t, cst.Attribute) and isinstance(t.value, cst.Name) and t.value.value == name:
+                out.add(t.attr.value)
+    return frozenset(out)
 
 
 def _names_devices(c: dict[str, Any]) -> bool:
@@ -254,4 +292,8 @@ def _constant(v: Val) -> dict[str, Any] | None:
     if isinstance(v, SeqV) and v.items is not None and len(v.items) <= 16:
         items = [_constant(i) for i in v.items]
         return {"list": items} if all(i is not None for i in items) else None
+    if isinstance(v, DictV) and v.namespace:
+        # types.SimpleNamespace(device="cuda:1", ...): its constant attributes.
+        ns = {k: c for k, c in ((k, _constant(i)) for k, i in v.items.items()) if c is not None}
+        return {"ns": ns} if ns else None
     return None

@@ -21,7 +21,7 @@ import libcst as cst
 from mpcheck.devices.names import dotted
 from mpcheck.devices.program import ClassInfo
 from mpcheck.devices.values import UNPLACED, DictV, Obj, SeqV, Val, one
-from mpcheck.devices.walk import children
+from mpcheck.devices.walk import children, walk
 
 if TYPE_CHECKING:  # pragma: no cover
     from mpcheck.devices.interp import Interp
@@ -31,6 +31,7 @@ _HARMLESS_METHODS = frozenset({"eval", "train", "forward", "parameters", "named_
 _MODULE_BASES = frozenset({"nn.Module", "torch.nn.Module", "Module"})
 _SELF_MOVES = frozenset({"to", "cuda", "apply", "_apply", "to_empty"})  # self.<one of these>(...)
 _SELF_WALKS = frozenset({"children", "named_children", "modules", "named_modules"})  # may move each part
+_PART_MOVES = frozenset({"to", "cuda", "cpu", "to_empty"})
 NEVER_PLACED = "never placed, so on the CPU"
 
 
@@ -76,6 +77,24 @@ def on_cpu(v: Val, depth: int = 0) -> Val:
         got = {k: on_cpu(i, depth + 1) for k, i in v.items.items()}
         return v if all(got[k] is i for k, i in v.items.items()) else DictV(got, module=True)
     return v
+
+
+def parts_moved_from_outside(interp: Interp) -> frozenset[str]:
+    """The attribute names X of `<owner>.X.to(...)` / `.cuda(...)` / `.cpu()` anywhere in the file,
+    where the owner is not plain `self` (`block.norm.to(dev)`, `self.block.norm.cuda(1)`): a part
+    placed from outside its class, after its __init__ left it unplaced."""
+    if interp.moved_outside is None:
+        names: set[str] = set()
+        for node in walk(interp.module):
+            if not (isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)):
+                continue
+            if node.func.attr.value not in _PART_MOVES or not isinstance(node.func.value, cst.Attribute):
+                continue
+            owner = node.func.value.value
+            if not (isinstance(owner, cst.Name) and owner.value == "self"):
+                names.add(node.func.value.attr.value)
+        interp.moved_outside = frozenset(names)
+    return interp.moved_outside
 
 
 def built_here(call: cst.Call, cls_name: str) -> bool:

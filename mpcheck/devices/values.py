@@ -225,6 +225,8 @@ class SeqV(Val):
 class DictV(Val):
     items: dict[Any, Val]
     module: bool = False
+    # A namespace of attributes (`types.SimpleNamespace(device="cuda:1")`), read as `ns.device`.
+    namespace: bool = False
 
 
 @dataclass(eq=False)

@@ -63,6 +63,25 @@ def resolve(modname: str, roots: tuple[str, ...]) -> str | None:
 _TOP_BINDING = re.compile(r"^([A-Za-z_]\w*)[ \t]*(?::[^=\n]*)?=(?!=)([^\n]*)$", re.M)
 
 
+# A module-level class and its indented body: `class C:` then `    device = "cuda:1"`.
+_TOP_CLASS = re.compile(r"^class[ \t]+([A-Za-z_]\w*)[^\n]*\n((?:[ \t]+[^\n]*\n|[ \t]*\n)*)", re.M)
+
+
+# A one-line assignment in a class body: `    device = "cuda:1"`, `    device: str = "cuda:1"` (its indent, the line).
+_CLASS_BINDING = re.compile(r"^([ \t]+)([A-Za-z_]\w*[ \t]*(?::[^=\n]*)?=(?!=)[^\n]*)$", re.M)
+
+
 def top_bindings(source: str) -> dict[str, str]:
-    """name -> the right-hand side of its module-level one-line assignments (the last one wins)."""
-    return {m.group(1): m.group(2) for m in _TOP_BINDING.finditer(source)}
+    """name -> the right-hand side of its module-level one-line assignments (the last one wins), or,
+    for a module-level class, the one-line assignments of its body's own level (the constants an
+    importer reads as `C.device`; not its methods' code)."""
+    out = {m.group(1): _class_constants(m.group(2)) for m in _TOP_CLASS.finditer(source)}
+    out.update((m.group(1), m.group(2)) for m in _TOP_BINDING.finditer(source))
+    return out
+
+
+def _class_constants(body: str) -> str:
+    lines = [(m.group(1), m.group(2)) for m in _CLASS_BINDING.finditer(body)]
+    first = next((line for line in body.splitlines() if line.strip()), "")
+    indent = first[: len(first) - len(first.lstrip())]
+    return "\n".join(text for ind, text in lines if ind == indent)

@@ -220,6 +220,18 @@ def _pool_map(
 _NAMES_A_DEVICE = re.compile(r"""[\"']cuda|\bdevice\(""")
 
 
+def _attribute_targets(text: str, modname: str, is_init: bool) -> list[str]:
+    """analysis.module_attribute_targets of a file, of modules of its own top-level package (any, for a
+    file in no package: a script beside its config.py): `torch.float32` read in a package's file is no
+    constant of that project."""
+    from mpcheck import analysis  # its import scan is text only: no libcst
+
+    if not is_init and "." not in modname:
+        return analysis.module_attribute_targets(text)
+    top = modname.split(".")[0]
+    return analysis.module_attribute_targets(text, lambda module: module.split(".")[0] == top)
+
+
 def _stat(path: str) -> tuple[int, int] | None:
     try:
         st = os.stat(path)
@@ -286,17 +298,23 @@ class _Project:
         roots = self.roots_for(root)
         sides: list[str] = []
         deps: dict[str, tuple[int, int] | None] = {}
-        for _, target in analysis.import_targets(text, modules.import_name(modname, is_init)):
+        targets = [t for _, t in analysis.import_targets(text, modules.import_name(modname, is_init))]
+        whole = set(_attribute_targets(text, modname, is_init))  # `config.first` after `import config`
+        for target in [*targets, *sorted(whole)]:
             module, _, name = target.rpartition(".")  # `from module import name`
             path = modules.resolve(module, roots) if module else None
-            if path is None or path == src.abspath:
+            if path is None or path == src.abspath or (target in whole and modules.module_name(path)[2]):
                 continue
             if path not in deps:
                 deps[path] = _stat(path)
-            side = self._bindings(path).get(name)
-            if side is not None and _NAMES_A_DEVICE.search(side):
-                sides.append(side)
+            if self.names_a_device(path, name):
+                sides.append(self._bindings(path)[name])
         return "\n".join(sides), [[path, *st] for path, st in deps.items() if st is not None]
+
+    def names_a_device(self, abspath: str, name: str) -> bool:
+        """Does the module bind `name` at its top level by a one-line assignment, or a class, whose text names a device?"""
+        side = self._bindings(abspath).get(name)
+        return side is not None and _NAMES_A_DEVICE.search(side) is not None
 
     def _bindings(self, abspath: str) -> dict[str, str]:
         got = self._top.get(abspath)
@@ -561,6 +579,19 @@ def _project_modules(
     consulted: set[str] = set()
     wanted: dict[str, set[str]] = {}
     todo = [target for _, target in analysis.import_targets(f.text, modules.import_name(f.modname, f.is_init))]
+    # Constants read off a project module imported whole (`import config` ... `config.first`, `config.C`):
+    # taken where that module is a file of its own (not a package's __init__) that binds the name at its
+    # top level by a one-line assignment that names a device, or by a class (`project.borrowed` reads the
+    # same), so that `torch.float32` after `import torch`, or `F.gelu` passed as a value, summarise nothing.
+    for target in _attribute_targets(f.text, f.modname, f.is_init):
+        mod, _, name = target.rpartition(".")
+        consulted.add(mod)
+        path = modules.resolve(mod, roots)
+        if path is None or path == f.src.abspath or modules.module_name(path)[2]:
+            continue
+        if project.names_a_device(path, name) and project.worth_summarising(path):
+            found[mod] = path
+            wanted.setdefault(path, set()).add(name)
     seen: set[str] = set()
     while todo:
         target = todo.pop()

@@ -25,7 +25,9 @@ class SetDeviceConflict(Rule):
     needs = ("set_device", "cuda.device", "cuda", "set_default")
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
+        reported: set[int] = set()
         for ev in _indexless_in_split_code(ctx.model.facts(EntryPointRun)):
+            reported.add(id(ev.node))
             setdev = ev.setdev
             dev = ev.dev
             lands = show(dev) if dev and dev != "cuda" else "whatever device it selects"
@@ -39,7 +41,7 @@ class SetDeviceConflict(Rule):
                 devices=[dev] if dev else [],
                 suggestion="write the device index explicitly",
             )
-        yield from _made_on_current_device(self, ctx)
+        yield from _made_on_current_device(self, ctx, reported)
         for built in ctx.model.facts(SplitBuiltAfterSetDevice):
             setdev = built.setdev
             plain, obj = built.plain, built.obj
@@ -56,11 +58,12 @@ class SetDeviceConflict(Rule):
             )
 
 
-def _made_on_current_device(rule: Rule, ctx: FileContext) -> Iterator[Finding]:
+def _made_on_current_device(rule: Rule, ctx: FileContext, reported: set[int]) -> Iterator[Finding]:
     """A tensor made on the index-less current device inside a class (`.cuda()`, `device='cuda'`, a factory
     under a default device of 'cuda') that meets a stage's tensors on another GPU: reported once, at the line
-    that made it, naming the first use."""
-    done: set[int] = set()
+    that made it, naming the first use; not again where it was reported as placed after a set_device
+    (`reported`: those nodes)."""
+    done: set[int] = set(reported)
     for ev in once_per_node(ctx.model.facts(Mismatch)):
         m = made_on_current(ctx, ev)
         if m is None or id(m.made) in done:

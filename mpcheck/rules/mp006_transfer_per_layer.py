@@ -96,6 +96,12 @@ def _chains(steps: list[Crossing]) -> list[_Chain]:
                 if chain.nodes:
                     _drop_last(chain, 1)
             continue
+        if chain.hops and c.made_at < chain.hops[-1] and chain.devs and chain.devs[-1] == c.src:
+            # What leaves was made before the last crossings, which went out and came back here
+            # (tokens sent to one expert after another, each result gathered where the tokens
+            # stayed): the next crossing does not go on from what came back, so those crossings
+            # were a branch off the activation, as a merge shows for a result summed back.
+            _drop_branch(chain, c.made_at, c.src)
         if chain.devs and chain.devs[-1] != c.src and c.src in chain.devs:
             # The activation is still where it was before the last crossings, so those were
             # copies it branched off (a U-Net's skip sent ahead to the decoder's device), not
@@ -124,15 +130,20 @@ def _merge(chain: _Chain, c: Crossing) -> None:
     """A value made at hop `c.merge` meets, on its own device, one that crossed since: the
     crossings after that hop took a branch away and back (an expert on another GPU whose
     output is added to the input's device), while the activation stayed. Drop them."""
-    since = c.merge or 0
+    _drop_branch(chain, c.merge or 0, c.src)
+
+
+def _drop_branch(chain: _Chain, since: int, dev: str) -> None:
+    """The crossings after hop `since` went from `dev` and came back to it while data made
+    before them stayed there: drop them, unless they alternate among themselves."""
     later = len(chain.hops) - next((i for i, h in enumerate(chain.hops) if h > since), len(chain.hops))
     if not later or any(h <= since for h in chain.hops[-later:]):
         return  # the later crossings are not the chain's last ones: leave the chain as it is
     mark = chain.marks[-later]
-    if mark < 1 or chain.devs[mark - 1] != c.src:
+    if mark < 1 or chain.devs[mark - 1] != dev:
         return  # the activation was not on this device before the branch
     away = chain.devs[mark:-1]
-    if c.src in away or len(set(away)) != len(away):
+    if dev in away or len(set(away)) != len(away):
         return  # the branch itself goes back and forth (a tower dealt round robin): its crossings count
     del chain.devs[mark:]
     _drop_last(chain, later)
