@@ -22,6 +22,7 @@ def end_top_pass(self: Checker) -> None:
     tls.top_pass_over = True
     tls.passes_ended += 1
     tls.top_calls.clear()
+    self.model_runs += 1
 
 
 def on_top_call(self: Checker, module: Any) -> None:
@@ -37,4 +38,11 @@ def on_top_call(self: Checker, module: Any) -> None:
 def _run_mark(self: Checker) -> Mark:
     """Where the program's run stands for MP011 (recurrence.py)."""
     tls = self._tls
-    return (threading.get_ident(), tls.forwards, tls.passes_ended, self.ledger.step_index, bool(tls.stack))
+    return (
+        threading.get_ident(),
+        tls.forwards,
+        tls.passes_ended,
+        self.ledger.step_index,
+        bool(tls.stack),
+        self.model_runs,
+    )

@@ -44,6 +44,7 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from mpcheck.runtime.capture.hooks import in_outer_step
+from mpcheck.runtime.capture.threads import retire
 from mpcheck.runtime.virtual.active import ACTIVE
 from mpcheck.runtime.virtual.allocations import AllocationMode, copy_gradient_back
 from mpcheck.runtime.virtual.cuda_allocator import counted_bytes
@@ -63,6 +64,14 @@ DEFAULT_DEVICE_MEMORY = 80 * 2**30  # an 80 GiB A100/H100; --device-memory chang
 # cuBLASLt on Hopper (measured on H200, PyTorch 2.x: two blocks at the first `nn.Linear`); older GPUs take
 # less (8 MiB + 1 MiB on Ampere), so this is the safe side.
 BLAS_WORKSPACES = (32 * 2**20, 1 * 2**20)
+
+
+class PerThread(threading.local):
+    """What each thread has of its own on the virtual GPUs (set in __init__, which runs once per thread)."""
+
+    def __init__(self) -> None:
+        self.current = 0
+        self.op_device: str | None = None
 
 
 class VirtualGPUs:
@@ -92,7 +101,11 @@ class VirtualGPUs:
         self.backing_device = torch.device(backing)
         self.device_memory = int(device_memory)
         self.link = parse_link(link)
-        self.current = 0
+        # Per thread, as on real GPUs (a CUDA device is current per host thread; one thread's op is not
+        # another's): the current device, and the device the dispatch mode gives what the running aten op
+        # makes (allocations.py): None while no virtual-mode call runs (backward: its inputs' device),
+        # allocations.UNKNOWN for "leave it".
+        self.tls = PerThread()
         self.devices = [f"cuda:{i}" for i in range(gpus)]
         # Live labelled storages on the virtual GPUs: id(storage) -> (device, bytes, weakref), the bytes a
         # real GPU's allocator counts for them (cuda_allocator.py); what torch.cuda's memory queries answer.
@@ -100,15 +113,13 @@ class VirtualGPUs:
         self.allocated = {d: 0 for d in self.devices}
         self.peak = dict(self.allocated)
         self.memory = MemoryEstimate(self.devices, self.device_memory, device_of=self.device_of, live=self.live)
-        # The device the dispatch mode gives what the running aten op makes (allocations.py): None while
-        # no virtual-mode call runs (backward: its inputs' device), allocations.UNKNOWN for "leave it".
-        self.op_device: str | None = None
         self._allocation_mode: AllocationMode | None = None
         self.blas_workspaces: dict[str, list[torch.Tensor]] = {}
         # Limits met on the way that did not stop the run (event timing, ...): (site, text).
         self.limits: list[tuple[str, str]] = []
         self._limit_seen: set[tuple[str, str]] = set()
-        self._lock = threading.Lock()
+        # Reentrant: a storage freed by the garbage collector inside _register runs _freed in the same thread.
+        self._lock = threading.RLock()
         self._parse_cache: dict[Any, str | None] = {}
         self._mode: VirtualMode | None = None
         self._patches: Patches | None = None
@@ -141,6 +152,15 @@ class VirtualGPUs:
                     f"one and gives the program all {self.machine_gpus} virtual GPUs"
                 )
         return self._n
+
+    @property
+    def current(self) -> int:
+        """This thread's current virtual GPU (torch.cuda.set_device); a new thread starts on cuda:0, as CUDA's do."""
+        return self.tls.current
+
+    @current.setter
+    def current(self, index: int) -> None:
+        self.tls.current = index
 
     # -- labels -----------------------------------------------------------------
     def label_of(self, t: torch.Tensor) -> str | None:
@@ -179,10 +199,11 @@ class VirtualGPUs:
         memory = self.memory
 
         def _freed(_ref: Any, key: int = key) -> None:
-            entry = live.pop(key, None)
-            if entry is not None:
-                self.allocated[entry[0]] -= entry[1]
-                memory.storage_freed(key, entry[0], entry[1])
+            with self._lock:  # in any thread (the program's threads too): as _register's counts
+                entry = live.pop(key, None)
+                if entry is not None:
+                    self.allocated[entry[0]] -= entry[1]
+                    memory.storage_freed(key, entry[0], entry[1])
 
         with self._lock:
             old = live.pop(key, None)
@@ -282,13 +303,14 @@ class VirtualGPUs:
             kw["dtype"] = dtype
         if memory_format is not None:
             kw["memory_format"] = memory_format
-        outer = self.op_device
-        self.op_device = dst
+        tls = self.tls
+        outer = tls.op_device
+        tls.op_device = dst
         try:
             with torch._C.DisableTorchFunction():
                 out = torch.Tensor.to(t, self.backing_device, **kw)
         finally:
-            self.op_device = outer
+            tls.op_device = outer
         self.label(out, dst)
         if out.requires_grad:
             copy_gradient_back(self, out, self.device_of(t))
@@ -346,11 +368,13 @@ class VirtualGPUs:
             if self._allocation_mode is not None:
                 self._allocation_mode.__exit__(*exc)
         finally:
+            retire(self._allocation_mode)  # in the program's threads still running (capture/threads.py)
             self._allocation_mode = None
         try:
             if self._mode is not None:
                 self._mode.__exit__(*exc)
         finally:
+            retire(self._mode)
             self._mode = None
             self.mode_stack = []
             for h in self._hooks:

@@ -157,6 +157,10 @@ class dryrun(Face):
             from torch.overrides import _get_current_function_mode_stack
 
             gpus.mode_stack = list(_get_current_function_mode_stack())
+            threads = self._started().threads
+            if threads is not None:
+                threads.on_error = self._thread_stopped
+                gpus.memory.threads = threads
         except BaseException:
             gpus.__exit__(*sys.exc_info())
             raise
@@ -200,6 +204,21 @@ class dryrun(Face):
             # Not the program's bug, as far as the dry run can tell: a CPU build lacks what it asked for.
             # (A VirtualDeviceError is what PyTorch would raise on real GPUs: the program's bug.)
             self.gpus.note_limit(NEEDS_CUDA_LIMIT, site=crash_site(exc) or "<unknown line>")
+
+    def _thread_stopped(self, exc: BaseException) -> None:
+        """An exception ended a thread of the program (or a thread pool's task). The program goes on, as under
+        python (a thread's traceback is printed, a task's exception waits in its future); a dry-run limit, or
+        something only real CUDA has, is listed as a limit at its line, as it would be in the main thread."""
+        from mpcheck.runtime.virtual.errors import DryRunLimitError, VirtualDeviceError, crash_site, needs_real_cuda
+
+        if self.gpus is None:
+            return
+        site = crash_site(exc) or "<unknown line>"
+        if isinstance(exc, DryRunLimitError):
+            text = str(exc)  # "path:line: what is beyond the dry run: why"
+            self.gpus.note_limit("in a thread: " + text.removeprefix(site + ": "), site=site)
+        elif needs_real_cuda(exc) and not isinstance(exc, VirtualDeviceError):
+            self.gpus.note_limit(NEEDS_CUDA_LIMIT, site=site)
 
     # -- the report ---------------------------------------------------------------------------
     def header(self) -> dict[str, Any]:

@@ -59,6 +59,9 @@ class MemoryEstimate:
         self._top = {d: 0 for d in devices}  # the highest allocated bytes reached
         # At that peak: [number of the storage that reached it, params, grads, optimizer states].
         self._at_top: dict[str, list[int]] = {d: [0, 0, 0, 0] for d in devices}
+        # The session's threads (capture/threads.py), set by the dry run: gradients are read only while no
+        # other thread's backward writes them.
+        self.threads: Any = None
 
     # -- what the virtual GPUs tell it -------------------------------------------------
     def storage_made(self, key: int, dev: str, nbytes: int, allocated: int) -> None:
@@ -123,10 +126,15 @@ class MemoryEstimate:
 
     # -- classification -----------------------------------------------------------------
     def _classify_known(self) -> None:
+        from mpcheck.runtime.capture.threads import grad_reads
+
         params = self._live_params()
         for p in params:
             self._classify(p, _PARAMS)
-        for grad in _grads(params):
+        with grad_reads(self.threads) as readable:
+            # Else at the next classification (the next step, backward, or the end), if still alive.
+            grads = _grads(params) if readable else []
+        for grad in grads:
             self._classify(grad, _GRADS)
         for t in self._optimizer_tensors():
             self._classify(t, _OPT)
@@ -169,8 +177,8 @@ class MemoryEstimate:
             if opt is None:
                 del self._optimizers[key]
                 continue
-            for state in opt.state.values():
-                for v in state.values():
+            for state in list(opt.state.values()):  # lists: another thread's step may add to them
+                for v in list(state.values()):
                     if isinstance(v, torch.Tensor):
                         out.append(v)
         return out

@@ -1,9 +1,8 @@
-"""Data on its way in and out: DataLoader's pinning thread, torch.load onto a virtual device (transformers 5's
-loading threads turned off), and torch.save, which needs values that meta backing does not have."""
+"""Data on its way in and out: DataLoader's pinning thread, torch.load onto a virtual device, and torch.save,
+which needs values that meta backing does not have."""
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -47,10 +46,6 @@ def install_load(g: VirtualGPUs, p: Patches) -> None:
         return move(obj)
 
     p.set(torch, "load", load)
-    # transformers 5 materialises a checkpoint's tensors onto their devices in worker threads, and the dry
-    # run's torch modes are per thread (PyTorch keeps mode stacks per thread): a tensor moved to "cuda:k"
-    # there would reach real CUDA. Its own switch makes it load in the program's thread.
-    p.set_item(os.environ, "HF_DEACTIVATE_ASYNC_LOAD", "1")
 
 
 def install_save(g: VirtualGPUs, p: Patches) -> None:
