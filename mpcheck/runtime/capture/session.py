@@ -1,8 +1,10 @@
 """One debug-mode session: installs the mode, the hooks and the patches, and removes them all.
 
 Install order: module patches, then the function mode (then the strict
-dispatch mode). Removal runs in reverse, always (exceptions included), and a
-failure in one undo does not stop the others.
+dispatch mode), then the patches that enter them in the threads the program
+starts (threads.py). Removal runs in reverse, always (exceptions included), and a
+failure in one undo does not stop the others; the modes a thread still running
+holds are retired (they pass every call through until it ends).
 """
 
 from __future__ import annotations

@@ -13,9 +13,10 @@ there reaches real CUDA. While a session is active:
 
 The modes are mpcheck's own only (a mode the program entered itself is per thread in PyTorch, and stays
 so). A thread started before the session and still running has no modes (not covered). A thread still
-running when the session ends (`busy()`: the session's report says so) keeps the mode objects on its stack until its `run()` ends, but each owner
+running when the session ends keeps the mode objects on its stack until its `run()` ends, but each owner
 retires its modes on leaving (`retire`): a retired mode passes every call through, so the thread goes on
-as it would without mpcheck, and the finished session records nothing more.
+as it would without mpcheck, and the finished session records nothing more (`busy()`: the report says
+how many such threads, daemon threads left aside, and tasks there were).
 
 Threads PyTorch starts in C++ (autograd's device threads, gloo's workers) are not Python threads and are
 left alone: the autograd engine hands its threads the dispatch modes of the thread that called
@@ -94,11 +95,13 @@ class ThreadModes:
         while _tf_len() > n_tf:
             _tf_pop()
 
-    def wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+    def wrap(self, fn: Callable[..., Any], *, counted: bool = True) -> Callable[..., Any]:
         """`fn`, run under the modes when called in a thread without them; called where the thread is
         started (or the task submitted), whose user's line names what the thread does when its own frames
-        are all a library's (a loader's thread pool: sites.set_origin)."""
+        are all a library's (a loader's thread pool: sites.set_origin). counted: in busy() while it runs
+        (a daemon thread, which the program does not wait for either, is not)."""
         origin = origin_site()
+        counted_now = 1 if counted else 0
 
         @functools.wraps(fn)
         def run(*args: Any, **kwargs: Any) -> Any:
@@ -106,7 +109,7 @@ class ThreadModes:
             if before is None:
                 return fn(*args, **kwargs)
             with self._lock:
-                self._busy += 1
+                self._busy += counted_now
             outer = set_origin(origin)
             try:
                 return fn(*args, **kwargs)
@@ -118,12 +121,13 @@ class ThreadModes:
                 set_origin(outer)
                 self.exit(before)
                 with self._lock:
-                    self._busy -= 1
+                    self._busy -= counted_now
 
         return run
 
     def busy(self) -> int:
-        """How many threads' runs (and thread pool tasks) entered under the session are still under way."""
+        """How many runs of threads (not daemon threads) and thread pool tasks entered under the session are
+        still under way."""
         return self._busy
 
     def grads_readable(self) -> bool:
@@ -148,7 +152,7 @@ class ThreadModes:
             # A thread pool's worker waits for tasks until its pool shuts down, perhaps long after the session:
             # its tasks are entered one by one instead (submit).
             if modes.active and "run" not in vars(thread) and getattr(thread, "_target", None) is not pool_worker:
-                run = modes.wrap(thread.run)
+                run = modes.wrap(thread.run, counted=not thread.daemon)
 
                 def run_then_forget() -> None:
                     try:

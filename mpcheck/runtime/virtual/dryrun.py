@@ -35,6 +35,8 @@ What is emulated, and how:
   NCCL runs as gloo (listed under "limit"); a program written for torchrun (the env://
   rendezvous, RANK / LOCAL_RANK / WORLD_SIZE) started without it runs as its only process.
 - DataLoader (workers, pin_memory) and pinned factories: pinning means nothing without a GPU.
+- Threads the program starts (threading.Thread, ThreadPoolExecutor tasks: transformers' loading workers)
+  run under the same modes (capture/threads.py); each thread has its own current device, as on CUDA.
 - With --backing meta, attention (F.scaled_dot_product_attention) uses the flash kernel's meta
   function, so its activation estimate is a GPU's (log-sum-exp), not the math path's T x T matrix.
 - Memory: every storage an aten op makes on a virtual GPU is counted while it lives, backward's and
@@ -52,7 +54,9 @@ Limits (each stops the program with a message naming the line, never a hang or a
 - event timing (Event.elapsed_time returns 0.0 and is listed under "limit" in the report):
   streams do not overlap, nothing is timed;
 - not seen: Python code autograd runs in backward other than custom Function backward and
-  checkpoint recomputation (e.g. tensor hooks); torch.Generator(device="cuda").
+  checkpoint recomputation (e.g. tensor hooks); torch.Generator(device="cuda"); a thread started before
+  the dry run began (threads started during it, and thread pool tasks submitted during it, run on the
+  virtual GPUs: capture/threads.py).
 - sparse tensor types (Tensor.type('torch.cuda.sparse.FloatTensor')) on virtual GPUs;
 - a crash on anything else only real CUDA has (a CUDA binding a CPU build lacks, the legacy
   torch.cuda.FloatStorage(...) storages): the traceback is the program's, and the report

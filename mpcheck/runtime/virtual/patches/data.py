@@ -15,8 +15,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def install_pinning(g: VirtualGPUs, p: Patches) -> None:
-    # DataLoader(pin_memory=True) pins batches in a thread of its own, where no function mode runs:
-    # page-locked memory means nothing without a GPU, so pinning returns the batch as it is.
+    # DataLoader(pin_memory=True) pins batches in a thread of its own (under the dry run's modes when
+    # started during it: capture/threads.py), and pinning needs CUDA's host allocator: page-locked memory
+    # means nothing without a GPU, so pinning returns the batch as it is.
     import torch.utils.data._utils.pin_memory as pin
 
     p.set(pin, "pin_memory", lambda data, device=None: data)
