@@ -237,3 +237,21 @@ def test_threads_started_before_the_session_are_not_entered():
         go.set()
         t.join(30)
     assert seen["stacks"] == (0, 0)
+
+
+def test_parallel_apply_runs_its_replicas_on_their_virtual_gpus(script, dryrun_cli):
+    """torch.nn.parallel.parallel_apply runs each module in a thread of its own, all frames PyTorch's:
+    a finding there names the user's line that called it."""
+    s = script("""
+import torch
+from torch import nn
+from torch.nn.parallel import parallel_apply
+
+mods = [nn.Linear(8, 8).to("cuda:0"), nn.Linear(8, 8).to("cuda:1")]
+ins = [torch.randn(2, 8, device="cuda:0"), torch.randn(2, 8, device="cuda:0")]  # the second on the wrong GPU
+outs = parallel_apply(mods, ins, devices=[0, 1])  # <- apply
+assert [str(o.device) for o in outs] == ["cuda:0", "cuda:1"], [o.device for o in outs]
+""")
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert report["stopped"] is None, err
+    assert codes_at(report) == [("MP001", s.line("apply"))]

@@ -235,10 +235,11 @@ def column_now(site: Site) -> int:
 def user_site(depth: int = 1) -> Site:
     """The user's source line calling into torch, or UNKNOWN (e.g. on an autograd thread); a
     library frame in between is named as the site's context. In a thread the program started (or a
-    thread pool's task) whose frames are all a library's, the user's line that started it (set_origin)."""
+    thread pool's task) whose frames are all a library's or torch's (parallel_apply's replicas), the
+    user's line that started it (set_origin)."""
     frame, library = _user_and_library_frames(depth + 1)
     if frame is None:
-        return UNKNOWN
+        return getattr(_thread_origin, "site", None) or UNKNOWN
     if library is None and _library_path(frame.f_code):
         origin = getattr(_thread_origin, "site", None)
         if origin is not None:
@@ -254,9 +255,7 @@ _origin_cache: dict[tuple[Site, int, CodeType, int], Site] = {}
 def origin_site() -> Site | None:
     """The user's line running now in this thread, to name in the threads it starts (set_origin)."""
     frame, library = _user_and_library_frames(1)
-    if frame is None:
-        return None
-    if library is None and _library_path(frame.f_code):
+    if frame is None or (library is None and _library_path(frame.f_code)):
         return getattr(_thread_origin, "site", None)  # a thread started by a library in a thread of its own
     return site_of_frame(frame)
 
@@ -275,7 +274,7 @@ def _from_origin(origin: Site, library: FrameType) -> Site:
     site = _origin_cache.get(key)
     if site is None:
         context = f"{_library_path(code)}:{library.f_lineno}"
-        site = _origin_cache[key] = Site(origin.path, origin.line, origin.function, context)
+        site = _origin_cache[key] = Site(origin.path, origin.line, origin.function, context, origin.column)
     return site
 
 
