@@ -57,6 +57,8 @@ class ThreadModes:
         self.dispatch_modes = tuple(dispatch_modes)
         # Called with an exception that ends a thread's run() (or a task) while the session is active.
         self.on_error: Callable[[BaseException], None] | None = None
+        # Called once, in the starting thread, before the first thread (or task) is started or submitted.
+        self.before_first: list[Callable[[], None]] = []
         self.active = False
         self._lock = threading.Lock()
         self._busy = 0  # runs and tasks under way under the modes
@@ -100,6 +102,8 @@ class ThreadModes:
         started (or the task submitted), whose user's line names what the thread does when its own frames
         are all a library's (a loader's thread pool: sites.set_origin). counted: in busy() while it runs
         (a daemon thread, which the program does not wait for either, is not)."""
+        while self.before_first:
+            self.before_first.pop(0)()
         origin = origin_site()
         counted_now = 1 if counted else 0
 

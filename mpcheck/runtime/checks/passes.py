@@ -5,7 +5,6 @@ transfers per pass, and MP011 asks whether a repeat recurs in the model's work (
 
 from __future__ import annotations
 
-import threading
 from typing import TYPE_CHECKING, Any
 
 from mpcheck.runtime.checks.recurrence import Mark
@@ -39,7 +38,7 @@ def _run_mark(self: Checker) -> Mark:
     """Where the program's run stands for MP011 (recurrence.py)."""
     tls = self._tls
     return (
-        threading.get_ident(),
+        tls.serial,
         tls.forwards,
         tls.passes_ended,
         self.ledger.step_index,

@@ -29,7 +29,7 @@ optimizer steps). Such copies repeat only within one forward pass.
 
 from __future__ import annotations
 
-# (thread id, forward passes, passes ended, optimizer steps, inside a forward pass; forward passes begun and
+# (thread's serial number, forward passes, passes ended, optimizer steps, inside a forward pass; forward passes begun and
 # ended in all threads)
 Mark = tuple[int, int, int, int, bool, int]
 

@@ -66,8 +66,19 @@ DEFAULT_DEVICE_MEMORY = 80 * 2**30  # an 80 GiB A100/H100; --device-memory chang
 BLAS_WORKSPACES = (32 * 2**20, 1 * 2**20)
 
 
+class OneThread:
+    """What each thread has of its own on the virtual GPUs, while only one thread runs on them: a plain
+    object (a threading.local's attribute costs ~75 ns a read, five of them in each of the ~1,400 torch calls of
+    a pipeline's step)."""
+
+    def __init__(self) -> None:
+        self.current = 0
+        self.op_device: str | None = None
+
+
 class PerThread(threading.local):
-    """What each thread has of its own on the virtual GPUs (set in __init__, which runs once per thread)."""
+    """The same, one per thread, once the program starts a thread under the dry run (VirtualGPUs.per_thread;
+    __init__ runs once in each thread)."""
 
     def __init__(self) -> None:
         self.current = 0
@@ -104,8 +115,8 @@ class VirtualGPUs:
         # Per thread, as on real GPUs (a CUDA device is current per host thread; one thread's op is not
         # another's): the current device, and the device the dispatch mode gives what the running aten op
         # makes (allocations.py): None while no virtual-mode call runs (backward: its inputs' device),
-        # allocations.UNKNOWN for "leave it".
-        self.tls = PerThread()
+        # allocations.UNKNOWN for "leave it". One plain object until the program starts a thread (per_thread).
+        self.tls: OneThread | PerThread = OneThread()
         self.devices = [f"cuda:{i}" for i in range(gpus)]
         # Live labelled storages on the virtual GPUs: id(storage) -> (device, bytes, weakref), the bytes a
         # real GPU's allocator counts for them (cuda_allocator.py); what torch.cuda's memory queries answer.
@@ -152,6 +163,18 @@ class VirtualGPUs:
                     f"one and gives the program all {self.machine_gpus} virtual GPUs"
                 )
         return self._n
+
+    def per_thread(self) -> None:
+        """The program is about to start a thread that runs on the virtual GPUs (capture/threads.py): from now
+        on each thread has its own current device and op device; the thread starting it keeps its own."""
+        if isinstance(self.tls, PerThread):
+            return
+        old, new = self.tls, PerThread()
+        new.current, new.op_device = old.current, old.op_device
+        self.tls = new
+        for mode in (self._mode, self._allocation_mode):
+            if mode is not None:
+                mode.tls = new
 
     @property
     def current(self) -> int:

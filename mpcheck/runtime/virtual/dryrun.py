@@ -164,6 +164,7 @@ class dryrun(Face):
             threads = self._started().threads
             if threads is not None:
                 threads.on_error = self._thread_stopped
+                threads.before_first.append(gpus.per_thread)
                 gpus.memory.threads = threads
         except BaseException:
             gpus.__exit__(*sys.exc_info())
