@@ -66,6 +66,10 @@ class ThreadModes:
         # counted: see grads_readable().
         self.backward_lock = threading.RLock()
         self._in_backward: dict[int, int] = {}
+        # Threads running work under the modes (daemon threads left aside), get_ident() -> depth; and the
+        # thread that started the session, the one thread that reads every parameter's gradient.
+        self._running: dict[int, int] = {}
+        self.home = threading.get_ident()
 
     # -- one thread ---------------------------------------------------------------------------
     def enter(self) -> tuple[int, int] | None:
@@ -112,8 +116,11 @@ class ThreadModes:
             before = self.enter()
             if before is None:
                 return fn(*args, **kwargs)
+            me = threading.get_ident()
             with self._lock:
                 self._busy += counted_now
+                if counted:
+                    self._running[me] = self._running.get(me, 0) + 1
             outer = set_origin(origin)
             try:
                 return fn(*args, **kwargs)
@@ -126,6 +133,10 @@ class ThreadModes:
                 self.exit(before)
                 with self._lock:
                     self._busy -= counted_now
+                    if counted:
+                        depth = self._running.pop(me) - 1
+                        if depth:
+                            self._running[me] = depth
 
         return run
 
@@ -135,12 +146,15 @@ class ThreadModes:
         return self._busy
 
     def grads_readable(self) -> bool:
-        """May this thread read `.grad` of tensors it does not own (the memory figures read every
-        parameter's)? Not while another thread's backward runs: autograd's engine sets a leaf's `.grad`
-        without the GIL, and a read at that moment may see a half-written pointer (a crash). Call with
-        `backward_lock` held: no backward starts until it is released."""
+        """May this thread read `.grad` of every parameter (the memory figures do)? Only the thread that
+        started the session, while no other thread runs work under it or a backward: autograd's engine
+        sets a leaf's `.grad` without the GIL, and another thread's `zero_grad()` resets it while PyTorch
+        may hand the GIL over; a read at that moment met a half-destroyed tensor (a crash, seen with two
+        threads training at once). Call with `backward_lock` held: no backward starts until it is released."""
         me = threading.get_ident()
-        return all(t == me for t in self._in_backward)
+        if me != self.home:
+            return False
+        return all(t == me for t in self._in_backward) and all(t == me for t in self._running)
 
     # -- the patches ------------------------------------------------------------------------------
     def install(self) -> list[Undo]:

@@ -35,6 +35,7 @@ The checker (checks/checker.py) sits *above* this mode on the mode stack and ask
 
 from __future__ import annotations
 
+import collections
 import os
 import threading
 import weakref
@@ -64,6 +65,17 @@ DEFAULT_DEVICE_MEMORY = 80 * 2**30  # an 80 GiB A100/H100; --device-memory chang
 # cuBLASLt on Hopper (measured on H200, PyTorch 2.x: two blocks at the first `nn.Linear`); older GPUs take
 # less (8 MiB + 1 MiB on Ampere), so this is the safe side.
 BLAS_WORKSPACES = (32 * 2**20, 1 * 2**20)
+
+
+class _StorageGone(weakref.ref):
+    """A weak reference to a registered storage; when PyTorch frees the storage, the reference itself is
+    appended to VirtualGPUs._gone, a C function: no Python code runs inside PyTorch's destructor. (A Python
+    callback there may hand the GIL to another thread while the owner's pointer, `param.grad` being reset
+    in `zero_grad`, still points at the tensor being destroyed: a thread reading `.grad` then crashed.)
+    The frees are counted before the next registration and before any reading (drain)."""
+
+    __slots__ = ("key",)
+    key: int
 
 
 class OneThread:
@@ -121,16 +133,19 @@ class VirtualGPUs:
         # Live labelled storages on the virtual GPUs: id(storage) -> (device, bytes, weakref), the bytes a
         # real GPU's allocator counts for them (cuda_allocator.py); what torch.cuda's memory queries answer.
         self.live: dict[int, tuple[str, int, Any]] = {}
-        self.allocated = {d: 0 for d in self.devices}
-        self.peak = dict(self.allocated)
+        self._allocated = {d: 0 for d in self.devices}
+        self.peak = dict(self._allocated)
+        # Weak references to registered storages that PyTorch has freed, not yet counted as freed (drain()).
+        self._gone: collections.deque[_StorageGone] = collections.deque()
         self.memory = MemoryEstimate(self.devices, self.device_memory, device_of=self.device_of, live=self.live)
+        self.memory.drain = self.drain
         self._allocation_mode: AllocationMode | None = None
         self.blas_workspaces: dict[str, list[torch.Tensor]] = {}
         # Limits met on the way that did not stop the run (event timing, ...): (site, text).
         self.limits: list[tuple[str, str]] = []
         self._limit_seen: set[tuple[str, str]] = set()
-        # Reentrant: a storage freed by the garbage collector inside _register runs _freed in the same thread.
-        self._lock = threading.RLock()
+        # The registry and its counts change under it: the program's threads register storages too.
+        self._lock = threading.Lock()
         self._parse_cache: dict[Any, str | None] = {}
         self._mode: VirtualMode | None = None
         self._patches: Patches | None = None
@@ -219,26 +234,42 @@ class VirtualGPUs:
         key = id(st)
         nbytes = counted_bytes(st.nbytes())
         live = self.live
-        memory = self.memory
-
-        def _freed(_ref: Any, key: int = key) -> None:
-            with self._lock:  # in any thread (the program's threads too): as _register's counts
-                entry = live.pop(key, None)
-                if entry is not None:
-                    self.allocated[entry[0]] -= entry[1]
-                    memory.storage_freed(key, entry[0], entry[1])
-
         with self._lock:
+            self._drain_locked()  # an id freed and reused: its free first, as PyTorch's allocator saw them
             old = live.pop(key, None)
             if old is not None:
-                self.allocated[old[0]] -= old[1]
-                memory.storage_freed(key, old[0], old[1])
-            live[key] = (dev, nbytes, weakref.ref(st, _freed))
-            cur = self.allocated[dev] + nbytes
-            self.allocated[dev] = cur
+                self._allocated[old[0]] -= old[1]
+                self.memory.storage_freed(key, old[0], old[1])
+            ref = _StorageGone(st, self._gone.append)
+            ref.key = key
+            live[key] = (dev, nbytes, ref)
+            cur = self._allocated[dev] + nbytes
+            self._allocated[dev] = cur
             if cur > self.peak[dev]:
                 self.peak[dev] = cur
-            memory.storage_made(key, dev, nbytes, cur)
+            self.memory.storage_made(key, dev, nbytes, cur)
+
+    def drain(self) -> None:
+        """Count the storages freed since the last registration as freed (see _StorageGone)."""
+        if self._gone:
+            with self._lock:
+                self._drain_locked()
+
+    def _drain_locked(self) -> None:
+        gone, live = self._gone, self.live
+        while gone:
+            ref = gone.popleft()
+            entry = live.get(ref.key)
+            if entry is not None and entry[2] is ref:  # else relabelled, or its id taken by a newer storage
+                del live[ref.key]
+                self._allocated[entry[0]] -= entry[1]
+                self.memory.storage_freed(ref.key, entry[0], entry[1])
+
+    @property
+    def allocated(self) -> dict[str, int]:
+        """Bytes held on each virtual GPU now (torch.cuda.memory_allocated)."""
+        self.drain()
+        return self._allocated
 
     def blas_workspace(self, dev: str) -> None:
         """`dev`'s first matrix multiply: cuBLAS's workspaces (BLAS_WORKSPACES), held from now on."""
@@ -417,4 +448,4 @@ class VirtualGPUs:
     def _after_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self.memory.note_optimizer(optimizer)
         if not in_outer_step():  # a step inside a step (super().step()): the outer one reads memory
-            self.memory.after_step()
+            self.memory.after_step(optimizer)
