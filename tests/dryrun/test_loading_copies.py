@@ -79,11 +79,11 @@ with tempfile.TemporaryDirectory() as folder:
 """
 
 
-def _install_hub(tmp_path):
+def _install_hub(tmp_path, name="fakehub", text=HUB):
     site = tmp_path / "venv" / "lib" / "python3.11" / "site-packages"
-    (site / "fakehub").mkdir(parents=True)
-    (site / "fakehub" / "__init__.py").write_text("")
-    (site / "fakehub" / "modeling.py").write_text(HUB)
+    (site / name).mkdir(parents=True)
+    (site / name / "__init__.py").write_text("")
+    (site / name / "modeling.py").write_text(text)
     return str(site)
 
 
@@ -167,19 +167,41 @@ for step in range(2):
     assert codes_at(report) == [("MP011", s.line("repeat"))]
 
 
-def test_transformers_loads_in_the_programs_thread_and_the_switch_is_undone(script, dryrun_cli, monkeypatch):
-    """transformers 5 moves a checkpoint's tensors to their devices in worker threads, where the dry run's
-    per-thread torch modes are absent (the move reached real CUDA and stopped the run on a CUDA build): its
-    own switch, HF_DEACTIVATE_ASYNC_LOAD, is on while virtual GPUs are, and as the user had it after."""
-    import os
+# transformers 5's loader: each checkpoint tensor is moved to its device in a thread pool's task.
+THREADED_HUB = HUB.replace(
+    """    for name, value in state.items():
+        set_module_tensor_to_device(model, name, device_map[name.split(".")[0]], value)
+""",
+    """    from concurrent.futures import ThreadPoolExecutor
 
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        jobs = [
+            pool.submit(set_module_tensor_to_device, model, name, device_map[name.split(".")[0]], value)
+            for name, value in state.items()
+        ]
+        for job in jobs:
+            job.result()
+""",
+)
+
+
+def test_a_library_loading_in_a_thread_pool_places_onto_the_virtual_gpus(script, dryrun_cli, tmp_path, monkeypatch):
+    """The loader's threads move the tensors onto the virtual GPUs (before, on a CPU build, the move reached
+    real CUDA: transformers 5 was told to load in the program's thread with its own switch,
+    HF_DEACTIVATE_ASYNC_LOAD, which the dry run no longer sets); the tied tensor copied once per key, in two
+    threads, is still setup, not a repeat."""
     monkeypatch.delenv("HF_DEACTIVATE_ASYNC_LOAD", raising=False)
-    s = script("""
-import os
-import torch
-assert os.environ.get("HF_DEACTIVATE_ASYNC_LOAD") == "1"
-x = torch.ones(2, device="cuda:1")
-""")
+    site = _install_hub(tmp_path, "fakehub_threads", THREADED_HUB)  # a name of its own: fakehub may be imported
+    tail = """
+    assert "HF_DEACTIVATE_ASYNC_LOAD" not in __import__("os").environ
+    assert [str(p.device) for p in model.parameters()] == ["cuda:0", "cuda:1", "cuda:1"], list(model.parameters())
+"""
+    s = script(USER.format(site=site, tail=tail).replace("from fakehub.", "from fakehub_threads."))
     status, report, err = dryrun_cli(s, "--gpus", "2")
-    assert status == 0 and report.get("stopped") is None, err
-    assert "HF_DEACTIVATE_ASYNC_LOAD" not in os.environ
+    assert status == 0 and report["stopped"] is None, err
+    assert report["findings"] == []
+    # The copies made in the pool's threads are named at the user's line that loaded (the library's own
+    # line in the thread as its context), as the same copies made in the program's thread are.
+    at_load = f"{s.path.name}:{s.line('load')}"
+    loads = [t for t in report["transfers"]["by_site"] if t["site"].endswith(at_load) and t["dst"] == "cuda:0"]
+    assert sum(t["bytes"] for t in loads) == 2 * 256 * 128 * 4

@@ -7,7 +7,9 @@ afterwards no function or dispatch mode is left on the stack, no hook in torch's
 attribute of torch that the debug mode or the virtual GPUs replace is the original again.
 """
 
+import threading
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
@@ -32,6 +34,8 @@ _NAMESPACES = {
     "torch.nn.parallel.DistributedDataParallel": nn.parallel.DistributedDataParallel,
     "torch.utils.data.DataLoader": torch.utils.data.DataLoader,
     "torch.backends.cudnn": torch.backends.cudnn,
+    "threading.Thread": threading.Thread,
+    "ThreadPoolExecutor": ThreadPoolExecutor,
 }
 
 
@@ -206,3 +210,59 @@ def test_mpcheck_dryrun_with_a_bad_setting_installs_nothing(monkeypatch, unchang
     monkeypatch.setenv("MPCHECK_RECHECK_EVERY", "often")
     assert dryrun_command.main(["-c", "pass"]) == 2
     assert "MPCHECK_RECHECK_EVERY" in capsys.readouterr().err
+
+
+# -- threads the program starts ----------------------------------------------------------------
+def _stacks():
+    return torch._C._len_torch_function_stack(), torch._C._len_torch_dispatch_stack()
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+@pytest.mark.parametrize("face", ["debug", "debug strict", "dryrun"])
+def test_threads_that_raise_leave_no_mode_behind(monkeypatch, unchanged, face):
+    """A thread and a thread pool task the program starts under the session (capture/threads.py), each
+    stopped by its own error: the modes entered for them are gone from their threads when they end."""
+    device = "cuda:1" if face == "dryrun" else "cpu"
+    in_excepthook = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: in_excepthook.append(_stacks()))
+    entered = []
+
+    def fail():
+        entered.append(_stacks())
+        torch.ones(2).to(device)
+        raise ValueError("the thread's own error")
+
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(_stacks).result()  # its worker thread exists before the session
+        if face == "dryrun":
+            session = mpcheck.dryrun(2, report=None)
+        else:
+            session = mpcheck.debug(report=None, strict=face == "debug strict")
+        with session:
+            t = threading.Thread(target=fail)
+            t.start()
+            t.join()
+            with pytest.raises(ValueError, match="own error"):
+                pool.submit(fail).result()
+        assert pool.submit(_stacks).result() == (0, 0)
+    assert entered[0] == entered[1] and entered[0][0] >= 1 and (entered[0][1] >= 1) == (face != "debug")
+    assert in_excepthook == [(0, 0)]  # python reports the thread's exception after its run() has ended
+
+
+def test_a_thread_running_past_the_dry_run_leaves_nothing_when_it_ends(unchanged):
+    moved, go = threading.Event(), threading.Event()
+    after = []
+
+    def work():
+        torch.ones(2).to("cuda:1")
+        moved.set()
+        go.wait(30)
+        after.append(str((torch.ones(2) * 2).device))
+
+    with mpcheck.dryrun(2, report=None):
+        t = threading.Thread(target=work)
+        t.start()
+        assert moved.wait(30)
+    go.set()
+    t.join(30)
+    assert after == ["cpu"]

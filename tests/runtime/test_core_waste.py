@@ -103,3 +103,36 @@ def test_predictions_moved_without_grad_to_targets_and_weights_say_so(labels):
     assert "only to meet the targets and weights (16.1 KiB)" in f.message  # 16 KiB of weights + 128 bytes
     assert "backward" not in f.message
     assert f.suggestion.endswith("move the targets and weights with `.to('cuda:1')`")
+
+
+def _move_in_threads(ck, labels, t, dst, site, threads):
+    """The same copy made in `threads` threads alive at once (a loader's thread pool): each one's own counts
+    start at zero."""
+    import threading
+
+    ready = threading.Barrier(threads)
+
+    def copy():
+        _move(ck, labels, t, "cpu", dst, site)
+        ready.wait(30)  # no thread ends before all have copied (a thread's id may be reused after it ends)
+
+    running = [threading.Thread(target=copy) for _ in range(threads)]
+    for thread in running:
+        thread.start()
+    for thread in running:
+        thread.join()
+
+
+def test_the_same_data_copied_in_two_threads_at_setup_is_not_a_repeat_but_after_the_model_ran_it_is(labels):
+    """MP011's setup rule across threads (recurrence.py): two threads' own counts say nothing of each other's
+    work; the model's work in all threads does. Copied in two threads before the model ran: setup. Copied in
+    a thread again after a forward pass in the main thread: a repeat."""
+    ck = Checker(labels, on_mismatch="raise")
+    shared = torch.randn(BIG)
+    _move_in_threads(ck, labels, shared, "cuda:0", S1, threads=2)
+    assert ck.findings == []
+    ck._tls.forwards += 1  # an outermost module call in this thread, as the module hooks count it
+    ck.model_runs += 1
+    _move_in_threads(ck, labels, shared, "cuda:0", S2, threads=1)
+    (f,) = ck.findings
+    assert (f.code, f.line) == ("MP011", 20)

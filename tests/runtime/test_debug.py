@@ -435,3 +435,25 @@ def test_a_step_that_calls_another_step_counts_once():
         assert len(dbg.ledger.steps) == steps_after_broken + 1
     # The rest of the outer step still runs outside the mode after the inner step ended.
     assert depth_after_inner == [0, 0, 0, 0]
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_threads_the_program_starts_are_checked_as_its_own(strict):
+    """The debug mode's modes are entered in a thread the program starts and in a thread pool's task
+    (capture/threads.py): a mismatch there is found at the user's line, a transfer there is recorded."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    broken, split = Split(hop=False), Split(hop=True)
+    with mpcheck.debug(broken, on_mismatch="move", report=None, strict=strict) as dbg:
+        t = threading.Thread(target=lambda: broken(torch.randn(2, 8)))
+        t.start()
+        t.join()
+        with ThreadPoolExecutor(1) as pool:
+            pool.submit(broken, torch.randn(2, 8)).result()
+            pool.submit(split, torch.randn(4, 8)).result()
+    (f,) = [f for f in dbg.findings if f.code == "MP001"]
+    assert f.extra["count"] == 2 and f.modules == ("model.second",)
+    assert f.path == shown_path(__file__) and f.line == _line(Split.forward, "# entry")
+    hops = [key for key in dbg.ledger.by_site() if key[0].line == _line(Split.forward, "# hop")]
+    assert [key[1:] for key in hops] == [("cpu", "meta", "forward")]

@@ -288,6 +288,7 @@ def _patch_module_call(
         stack = tls.stack
         if not stack:
             tls.forwards += 1  # a new forward pass begins (MP006 follows transfers within one)
+            checker.model_runs += 1  # in any thread (recurrence.py compares two threads' copies by it)
         entry = namer._names.get(id(module))  # namer.known(), inlined: every module call pays it
         path = entry[1] if entry is not None and entry[0]() is module else None
         if path is None:

@@ -1,8 +1,10 @@
 """One debug-mode session: installs the mode, the hooks and the patches, and removes them all.
 
 Install order: module patches, then the function mode (then the strict
-dispatch mode). Removal runs in reverse, always (exceptions included), and a
-failure in one undo does not stop the others.
+dispatch mode), then the patches that enter them in the threads the program
+starts (threads.py). Removal runs in reverse, always (exceptions included), and a
+failure in one undo does not stop the others; the modes a thread still running
+holds are retired (they pass every call through until it ends).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 
 import torch
 
-from mpcheck.runtime.capture import hooks, transfers
+from mpcheck.runtime.capture import hooks, threads, transfers
 from mpcheck.runtime.capture.mode import CheckingMode
 from mpcheck.runtime.capture.signatures import SignatureCache, recheck_every_from_env
 from mpcheck.runtime.capture.warnings_site import redirect_warnings
@@ -64,6 +66,11 @@ class Session:
         self._modes: list = []
         self._optimizers: weakref.WeakSet = weakref.WeakSet()
         self._memory_steps = 0
+        # The checking mode an optimizer step stepped out of, per thread (_step_outside_mode).
+        self._popped_tls = threading.local()
+        # The session's modes, entered in the threads the program starts (threads.py); set by start().
+        self.threads: threads.ThreadModes | None = None
+        self._retire: list[Any] = []  # the modes to retire at the end (threads.retire)
         self.active = False
 
     # -- lifetime ----------------------------------------------------------------------
@@ -82,10 +89,13 @@ class Session:
             # devices (the dry run's checks of what its own mode answers stay as they are).
             leaf_mode = mode if not self.strict and self.checker.plain_devices else None
             smode: Any = None
+            stand_in = self._unchecked_mode(mode)
+            self._retire = [mode, stand_in]
             if self.strict:
                 from mpcheck.runtime.capture.strict import StrictMode
 
                 smode = StrictMode(self.checker)
+                self._retire.append(smode)
             self._undos = hooks.install(
                 self.checker,
                 self.namer,
@@ -93,7 +103,7 @@ class Session:
                 on_compiled=self._on_compiled,
                 leaf_mode=leaf_mode,
                 cache=self.cache,
-                modes=(mode, smode, self._unchecked_mode(mode)),
+                modes=(mode, smode, stand_in),
             )
             if self.cache is not None and self.checker.plain_devices:
                 self._undos.extend(transfers.install(mode))
@@ -110,6 +120,7 @@ class Session:
                     self._undos.append(self._backward_outside_strict(smode, self.cache))
                 smode.__enter__()
                 self._modes.append(smode)
+            self._undos.extend(self._enter_in_threads())
             self.active = True
         except BaseException:
             self.stop()
@@ -133,6 +144,16 @@ class Session:
                 undo()
             except Exception as e:  # pragma: no cover
                 errors.append(e)
+        # Threads still running keep the modes on their stacks until they end: from now on those pass
+        # every call through (threads.py).
+        busy = self.threads.busy() if self.threads is not None else 0
+        if busy and self.active:
+            self.notes.append(
+                f"{busy} of the program's threads (or thread pool tasks) still ran when the run ended: what "
+                f"{'they' if busy > 1 else 'it'} did after that is not covered"
+            )
+        for m in self._retire:
+            threads.retire(m)
         with _active_lock:
             if _active is self:
                 _active = None
@@ -142,6 +163,18 @@ class Session:
             self.checker.finish()
         if errors:
             raise RuntimeError(f"mpcheck: could not remove every patch: {errors}")
+
+    def _enter_in_threads(self) -> list:
+        """Threads the program starts from now on run under mpcheck's modes, as this thread holds them
+        now (the dry run's virtual-device modes below the checking ones): threads.py."""
+        from torch.overrides import _get_current_function_mode_stack
+        from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+        self.threads = threads.ThreadModes(
+            [m for m in _get_current_function_mode_stack() if threads.ours(m)],
+            [m for m in _get_current_dispatch_mode_stack() if threads.ours(m)],
+        )
+        return self.threads.install()
 
     # -- steps and memory ------------------------------------------------------------------
     def step(self) -> None:
@@ -202,7 +235,7 @@ class Session:
         from torch.optim.optimizer import register_optimizer_step_pre_hook
 
         stack_len = torch._C._len_torch_function_stack
-        self._popped = None
+        tls = self._popped_tls
 
         def pre(opt, args, kwargs):
             if hooks.in_outer_step():
@@ -210,7 +243,7 @@ class Session:
             self._restore_mode()
             n = stack_len()
             if n and torch._C._get_function_stack_at(n - 1) is mode:
-                self._popped = torch._C._pop_torch_function_stack()
+                tls.popped = torch._C._pop_torch_function_stack()
 
         handle = register_optimizer_step_pre_hook(pre)
         return handle.remove
@@ -244,7 +277,10 @@ class Session:
         ]
 
     def _restore_mode(self) -> None:
-        popped, self._popped = getattr(self, "_popped", None), None
+        """The checking mode back on this thread's stack, if an optimizer step of this thread took it off."""
+        tls = self._popped_tls
+        popped = getattr(tls, "popped", None)
+        tls.popped = None
         if popped is not None:
             torch._C._push_on_torch_function_stack(popped)
 
@@ -311,14 +347,16 @@ class Session:
         `t.device` where the devices are plain, and a device's name is read once per device, not once
         per tensor."""
         params = _parameters_of(self._roots())
-        grads = [g for g in (p.grad for p in params) if g is not None]
+        with threads.grad_reads(self.threads) as readable:
+            # While another thread's backward writes gradients, they wait for a later reading (the end's).
+            grads = [g for g in (p.grad for p in params) if g is not None] if readable else []
         tensor = torch.Tensor
         # Optimizer states by their name in the state (AdamW's `step` may sit on the CPU, `exp_avg` on
         # the parameter's GPU): each list then runs on one device as the parameters do.
         states: dict[Any, list[Any]] = {}
         for opt in [] if grads_only else list(self._optimizers):
-            for state in opt.state.values():
-                for name, v in state.items():
+            for state in list(opt.state.values()):  # lists: another thread's step may add to them
+                for name, v in list(state.items()):
                     if isinstance(v, tensor):
                         named = states.get(name)
                         if named is None:

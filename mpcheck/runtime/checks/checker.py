@@ -130,6 +130,8 @@ class Checker:
         self._by_key: dict[tuple[str, str, int, tuple[str, ...]], int] = {}  # dedupe key -> index in findings
         self._lock = threading.RLock()
         self._tls = ThreadState()
+        # Forward passes begun and ended so far in all threads (ThreadState counts each thread's own).
+        self.model_runs = 0
         # Devices whose device_of reads only the tensor's own C++ device (CudaDevices): those
         # reads may skip the function modes. Outside a mode's own __torch_function__ (module
         # hooks, the strict dispatch mode) each `t.device` would otherwise go through the

@@ -20,6 +20,7 @@ class CheckedSession(Protocol):
     checker: Checker
     notes: list[str]
     active: bool
+    threads: Any  # the modes entered in the program's threads (capture/threads.py's ThreadModes), once started
 
     def start(self) -> object: ...
 

@@ -5,7 +5,6 @@ transfers per pass, and MP011 asks whether a repeat recurs in the model's work (
 
 from __future__ import annotations
 
-import threading
 from typing import TYPE_CHECKING, Any
 
 from mpcheck.runtime.checks.recurrence import Mark
@@ -22,6 +21,7 @@ def end_top_pass(self: Checker) -> None:
     tls.top_pass_over = True
     tls.passes_ended += 1
     tls.top_calls.clear()
+    self.model_runs += 1
 
 
 def on_top_call(self: Checker, module: Any) -> None:
@@ -37,4 +37,11 @@ def on_top_call(self: Checker, module: Any) -> None:
 def _run_mark(self: Checker) -> Mark:
     """Where the program's run stands for MP011 (recurrence.py)."""
     tls = self._tls
-    return (threading.get_ident(), tls.forwards, tls.passes_ended, self.ledger.step_index, bool(tls.stack))
+    return (
+        tls.serial,
+        tls.forwards,
+        tls.passes_ended,
+        self.ledger.step_index,
+        bool(tls.stack),
+        self.model_runs,
+    )

@@ -9,7 +9,9 @@ a state dict does the same. That costs once, at load time: there is no per-step 
 
 What tells them apart is the model's work around the two copies. A `Mark` says where the program
 stands when a copy is made: the thread, its counts of forward passes, ended passes (a loss, a backward)
-and optimizer steps, and whether a module's forward is running. A repeat is the
+and optimizer steps, whether a module's forward is running, and the forward passes begun and ended in
+all threads. Two copies made in two threads (a loader's thread pool) are compared by the last: one
+thread's counts say nothing of another's work. A repeat is the
 model's repeated work, and reported, when either copy was made inside a forward pass, or the model ran
 between the two copies (a constant moved in every iteration of a training loop is caught at the second
 iteration). Two copies with no model work between them are setup, and not reported, when the model has
@@ -27,8 +29,9 @@ optimizer steps). Such copies repeat only within one forward pass.
 
 from __future__ import annotations
 
-# (thread id, forward passes, passes ended, optimizer steps, inside a forward pass)
-Mark = tuple[int, int, int, int, bool]
+# (thread's serial number, forward passes, passes ended, optimizer steps, inside a forward pass; forward passes begun and
+# ended in all threads)
+Mark = tuple[int, int, int, int, bool, int]
 
 
 def recurs(earlier: Mark, now: Mark, *, in_library: bool, in_graph: bool = False) -> bool:
@@ -37,7 +40,14 @@ def recurs(earlier: Mark, now: Mark, *, in_library: bool, in_graph: bool = False
     in_graph: autograd records the copy (its source requires grad, grad enabled)."""
     if in_graph:
         return earlier[:3] == now[:3]  # one forward pass (same thread, pass, ended passes): reusable
-    if earlier[4] or now[4] or earlier[:4] != now[:4]:
+    if earlier[4] or now[4]:
         return True
-    model_ran = any(now[1:4])
+    if earlier[0] != now[0]:  # two threads: the model's work anywhere between them, or before
+        if earlier[3] != now[3] or earlier[5] != now[5]:
+            return True
+        model_ran = now[3] > 0 or now[5] > 0
+    else:
+        if earlier[:4] != now[:4]:
+            return True
+        model_ran = any(now[1:4])
     return model_ran and not in_library

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import sys
 import sysconfig
+import threading
 from dataclasses import dataclass, field
 from types import CodeType, FrameType
 
@@ -161,14 +162,16 @@ def shown_path(filename: str, base: str = _LAUNCH_DIR) -> str:
 
 def site_of_frame(frame: FrameType, library: FrameType | None = None) -> Site:
     """The site of `frame`; `library`: the library frame it called into, named as the context."""
+    # A code object compares equal to another of the same code in another file (its filename is not part of
+    # its equality): keyed by identity, the code kept alive by the key so that its id is not reused.
+    code = frame.f_code
     key = (
-        (frame.f_code, frame.f_lineno)
+        (id(code), code, frame.f_lineno)
         if library is None
-        else (frame.f_code, frame.f_lineno, library.f_code, library.f_lineno)
+        else (id(code), code, frame.f_lineno, id(library.f_code), library.f_code, library.f_lineno)
     )
     site = _cache.get(key)
     if site is None:
-        code = frame.f_code
         context = None if library is None else f"{_library_path(library.f_code)}:{library.f_lineno}"
         site = Site(shown_path(code.co_filename), frame.f_lineno, code.co_name, context, _column(frame))
         _cache[key] = site
@@ -231,9 +234,48 @@ def column_now(site: Site) -> int:
 
 def user_site(depth: int = 1) -> Site:
     """The user's source line calling into torch, or UNKNOWN (e.g. on an autograd thread); a
-    library frame in between is named as the site's context."""
+    library frame in between is named as the site's context. In a thread the program started (or a
+    thread pool's task) whose frames are all a library's or torch's (parallel_apply's replicas), the
+    user's line that started it (set_origin)."""
     frame, library = _user_and_library_frames(depth + 1)
-    return site_of_frame(frame, library) if frame is not None else UNKNOWN
+    if frame is None:
+        return getattr(_thread_origin, "site", None) or UNKNOWN
+    if library is None and _library_path(frame.f_code):
+        origin = getattr(_thread_origin, "site", None)
+        if origin is not None:
+            return _from_origin(origin, frame)
+    return site_of_frame(frame, library)
+
+
+# The user's line that started the running thread, or submitted its running task (capture/threads.py).
+_thread_origin = threading.local()
+_origin_cache: dict[tuple[Site, int, CodeType, int], Site] = {}
+
+
+def origin_site() -> Site | None:
+    """The user's line running now in this thread, to name in the threads it starts (set_origin)."""
+    frame, library = _user_and_library_frames(1)
+    if frame is None or (library is None and _library_path(frame.f_code)):
+        return getattr(_thread_origin, "site", None)  # a thread started by a library in a thread of its own
+    return site_of_frame(frame)
+
+
+def set_origin(site: Site | None) -> Site | None:
+    """This thread's work is for the user's line `site` (None: none); the previous one is returned."""
+    old = getattr(_thread_origin, "site", None)
+    _thread_origin.site = site
+    return old
+
+
+def _from_origin(origin: Site, library: FrameType) -> Site:
+    """`origin`, with the library line running in this thread as its context."""
+    code = library.f_code
+    key = (origin, id(code), code, library.f_lineno)
+    site = _origin_cache.get(key)
+    if site is None:
+        context = f"{_library_path(code)}:{library.f_lineno}"
+        site = _origin_cache[key] = Site(origin.path, origin.line, origin.function, context, origin.column)
+    return site
 
 
 def user_site_from(frame: FrameType | None) -> Site:

@@ -5,11 +5,14 @@ read, and the suspension while mpcheck itself moves tensors.
 
 from __future__ import annotations
 
+import itertools
 import threading
 from typing import Any
 
 from mpcheck.runtime.checks.arguments import Where
 from mpcheck.runtime.checks.sites import Site
+
+_serials = itertools.count(1)
 
 
 class ThreadState(threading.local):
@@ -18,6 +21,8 @@ class ThreadState(threading.local):
     and swallows an AttributeError, ~0.6 us on every op and module call."""
 
     def __init__(self) -> None:
+        # This thread's number (get_ident() is reused by a thread started after another one ended).
+        self.serial = next(_serials)
         self.suspended = 0
         self.stack: list[str] = []
         # Module calls whose inputs were off the module's device, outermost first (enter_module).

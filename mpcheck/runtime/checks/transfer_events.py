@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-import threading
 from typing import TYPE_CHECKING, Any
 
 from mpcheck.runtime.checks.ledger import TransferTiming
@@ -79,7 +78,7 @@ def on_transfer(
             # A forward pass: the outermost module call running now (counted per thread by the
             # hooks), or the step for transfers made outside any module.
             tls = self._tls
-            thread = threading.get_ident()
+            thread = tls.serial
             if tls.top_pass_over and not tls.stack:
                 tls.top_pass_over = False
                 tls.top_passes += 1

@@ -7,7 +7,7 @@ during backward (gradients of activations and parameters, the backward of the lo
 logits). Without them the memory estimate misses the peak, which on a training step is usually
 in backward (issue 12). This mode labels each aten op's new storages, so the registry of live
 storages (devices.py) follows a real allocator's life times:
-- inside a virtual-mode call, with the device that call's outputs get (`VirtualGPUs.op_device`);
+- inside a virtual-mode call, with the device that call's outputs get (`VirtualGPUs.tls.op_device`, per thread);
   a handler that decides its outputs' device itself leaves them to it (`UNKNOWN`);
 - in autograd's backward, outside any such call, with the device of the op's labelled inputs (none
   when they are on two GPUs). Other code that runs outside the function mode (C++ that a library's
@@ -57,10 +57,11 @@ class AllocationMode(TorchDispatchMode):
     def __init__(self, gpus: VirtualGPUs) -> None:
         super().__init__()
         self.g = gpus
+        self.tls = gpus.tls
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         g = self.g
-        dev = g.op_device
+        dev = self.tls.op_device
         if dev is None:
             # Not inside a virtual-mode call, whose modes stand aside while it runs: calling the aten op
             # from here would go through the function modes, which never saw C++'s own ops before.

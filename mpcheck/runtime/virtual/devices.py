@@ -35,6 +35,7 @@ The checker (checks/checker.py) sits *above* this mode on the mode stack and ask
 
 from __future__ import annotations
 
+import collections
 import os
 import threading
 import weakref
@@ -44,6 +45,7 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from mpcheck.runtime.capture.hooks import in_outer_step
+from mpcheck.runtime.capture.threads import retire
 from mpcheck.runtime.virtual.active import ACTIVE
 from mpcheck.runtime.virtual.allocations import AllocationMode, copy_gradient_back
 from mpcheck.runtime.virtual.cuda_allocator import counted_bytes
@@ -63,6 +65,36 @@ DEFAULT_DEVICE_MEMORY = 80 * 2**30  # an 80 GiB A100/H100; --device-memory chang
 # cuBLASLt on Hopper (measured on H200, PyTorch 2.x: two blocks at the first `nn.Linear`); older GPUs take
 # less (8 MiB + 1 MiB on Ampere), so this is the safe side.
 BLAS_WORKSPACES = (32 * 2**20, 1 * 2**20)
+
+
+class _StorageGone(weakref.ref):
+    """A weak reference to a registered storage; when PyTorch frees the storage, the reference itself is
+    appended to VirtualGPUs._gone, a C function: no Python code runs inside PyTorch's destructor. (A Python
+    callback there may hand the GIL to another thread while the owner's pointer, `param.grad` being reset
+    in `zero_grad`, still points at the tensor being destroyed: a thread reading `.grad` then crashed.)
+    The frees are counted before the next registration and before any reading (drain)."""
+
+    __slots__ = ("key",)
+    key: int
+
+
+class OneThread:
+    """What each thread has of its own on the virtual GPUs, while only one thread runs on them: a plain
+    object (a threading.local's attribute costs ~75 ns a read, five of them in each of the ~1,400 torch calls of
+    a pipeline's step)."""
+
+    def __init__(self) -> None:
+        self.current = 0
+        self.op_device: str | None = None
+
+
+class PerThread(threading.local):
+    """The same, one per thread, once the program starts a thread under the dry run (VirtualGPUs.per_thread;
+    __init__ runs once in each thread)."""
+
+    def __init__(self) -> None:
+        self.current = 0
+        self.op_device: str | None = None
 
 
 class VirtualGPUs:
@@ -92,22 +124,27 @@ class VirtualGPUs:
         self.backing_device = torch.device(backing)
         self.device_memory = int(device_memory)
         self.link = parse_link(link)
-        self.current = 0
+        # Per thread, as on real GPUs (a CUDA device is current per host thread; one thread's op is not
+        # another's): the current device, and the device the dispatch mode gives what the running aten op
+        # makes (allocations.py): None while no virtual-mode call runs (backward: its inputs' device),
+        # allocations.UNKNOWN for "leave it". One plain object until the program starts a thread (per_thread).
+        self.tls: OneThread | PerThread = OneThread()
         self.devices = [f"cuda:{i}" for i in range(gpus)]
         # Live labelled storages on the virtual GPUs: id(storage) -> (device, bytes, weakref), the bytes a
         # real GPU's allocator counts for them (cuda_allocator.py); what torch.cuda's memory queries answer.
         self.live: dict[int, tuple[str, int, Any]] = {}
-        self.allocated = {d: 0 for d in self.devices}
-        self.peak = dict(self.allocated)
+        self._allocated = {d: 0 for d in self.devices}
+        self.peak = dict(self._allocated)
+        # Weak references to registered storages that PyTorch has freed, not yet counted as freed (drain()).
+        self._gone: collections.deque[_StorageGone] = collections.deque()
         self.memory = MemoryEstimate(self.devices, self.device_memory, device_of=self.device_of, live=self.live)
-        # The device the dispatch mode gives what the running aten op makes (allocations.py): None while
-        # no virtual-mode call runs (backward: its inputs' device), allocations.UNKNOWN for "leave it".
-        self.op_device: str | None = None
+        self.memory.drain = self.drain
         self._allocation_mode: AllocationMode | None = None
         self.blas_workspaces: dict[str, list[torch.Tensor]] = {}
         # Limits met on the way that did not stop the run (event timing, ...): (site, text).
         self.limits: list[tuple[str, str]] = []
         self._limit_seen: set[tuple[str, str]] = set()
+        # The registry and its counts change under it: the program's threads register storages too.
         self._lock = threading.Lock()
         self._parse_cache: dict[Any, str | None] = {}
         self._mode: VirtualMode | None = None
@@ -141,6 +178,27 @@ class VirtualGPUs:
                     f"one and gives the program all {self.machine_gpus} virtual GPUs"
                 )
         return self._n
+
+    def per_thread(self) -> None:
+        """The program is about to start a thread that runs on the virtual GPUs (capture/threads.py): from now
+        on each thread has its own current device and op device; the thread starting it keeps its own."""
+        if isinstance(self.tls, PerThread):
+            return
+        old, new = self.tls, PerThread()
+        new.current, new.op_device = old.current, old.op_device
+        self.tls = new
+        for mode in (self._mode, self._allocation_mode):
+            if mode is not None:
+                mode.tls = new
+
+    @property
+    def current(self) -> int:
+        """This thread's current virtual GPU (torch.cuda.set_device); a new thread starts on cuda:0, as CUDA's do."""
+        return self.tls.current
+
+    @current.setter
+    def current(self, index: int) -> None:
+        self.tls.current = index
 
     # -- labels -----------------------------------------------------------------
     def label_of(self, t: torch.Tensor) -> str | None:
@@ -176,25 +234,42 @@ class VirtualGPUs:
         key = id(st)
         nbytes = counted_bytes(st.nbytes())
         live = self.live
-        memory = self.memory
-
-        def _freed(_ref: Any, key: int = key) -> None:
-            entry = live.pop(key, None)
-            if entry is not None:
-                self.allocated[entry[0]] -= entry[1]
-                memory.storage_freed(key, entry[0], entry[1])
-
         with self._lock:
+            self._drain_locked()  # an id freed and reused: its free first, as PyTorch's allocator saw them
             old = live.pop(key, None)
             if old is not None:
-                self.allocated[old[0]] -= old[1]
-                memory.storage_freed(key, old[0], old[1])
-            live[key] = (dev, nbytes, weakref.ref(st, _freed))
-            cur = self.allocated[dev] + nbytes
-            self.allocated[dev] = cur
+                self._allocated[old[0]] -= old[1]
+                self.memory.storage_freed(key, old[0], old[1])
+            ref = _StorageGone(st, self._gone.append)
+            ref.key = key
+            live[key] = (dev, nbytes, ref)
+            cur = self._allocated[dev] + nbytes
+            self._allocated[dev] = cur
             if cur > self.peak[dev]:
                 self.peak[dev] = cur
-            memory.storage_made(key, dev, nbytes, cur)
+            self.memory.storage_made(key, dev, nbytes, cur)
+
+    def drain(self) -> None:
+        """Count the storages freed since the last registration as freed (see _StorageGone)."""
+        if self._gone:
+            with self._lock:
+                self._drain_locked()
+
+    def _drain_locked(self) -> None:
+        gone, live = self._gone, self.live
+        while gone:
+            ref = gone.popleft()
+            entry = live.get(ref.key)
+            if entry is not None and entry[2] is ref:  # else relabelled, or its id taken by a newer storage
+                del live[ref.key]
+                self._allocated[entry[0]] -= entry[1]
+                self.memory.storage_freed(ref.key, entry[0], entry[1])
+
+    @property
+    def allocated(self) -> dict[str, int]:
+        """Bytes held on each virtual GPU now (torch.cuda.memory_allocated)."""
+        self.drain()
+        return self._allocated
 
     def blas_workspace(self, dev: str) -> None:
         """`dev`'s first matrix multiply: cuBLAS's workspaces (BLAS_WORKSPACES), held from now on."""
@@ -282,13 +357,14 @@ class VirtualGPUs:
             kw["dtype"] = dtype
         if memory_format is not None:
             kw["memory_format"] = memory_format
-        outer = self.op_device
-        self.op_device = dst
+        tls = self.tls
+        outer = tls.op_device
+        tls.op_device = dst
         try:
             with torch._C.DisableTorchFunction():
                 out = torch.Tensor.to(t, self.backing_device, **kw)
         finally:
-            self.op_device = outer
+            tls.op_device = outer
         self.label(out, dst)
         if out.requires_grad:
             copy_gradient_back(self, out, self.device_of(t))
@@ -346,11 +422,13 @@ class VirtualGPUs:
             if self._allocation_mode is not None:
                 self._allocation_mode.__exit__(*exc)
         finally:
+            retire(self._allocation_mode)  # in the program's threads still running (capture/threads.py)
             self._allocation_mode = None
         try:
             if self._mode is not None:
                 self._mode.__exit__(*exc)
         finally:
+            retire(self._mode)
             self._mode = None
             self.mode_stack = []
             for h in self._hooks:
@@ -370,4 +448,4 @@ class VirtualGPUs:
     def _after_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self.memory.note_optimizer(optimizer)
         if not in_outer_step():  # a step inside a step (super().step()): the outer one reads memory
-            self.memory.after_step()
+            self.memory.after_step(optimizer)

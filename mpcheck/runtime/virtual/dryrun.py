@@ -35,6 +35,8 @@ What is emulated, and how:
   NCCL runs as gloo (listed under "limit"); a program written for torchrun (the env://
   rendezvous, RANK / LOCAL_RANK / WORLD_SIZE) started without it runs as its only process.
 - DataLoader (workers, pin_memory) and pinned factories: pinning means nothing without a GPU.
+- Threads the program starts (threading.Thread, ThreadPoolExecutor tasks: transformers' loading workers)
+  run under the same modes (capture/threads.py); each thread has its own current device, as on CUDA.
 - With --backing meta, attention (F.scaled_dot_product_attention) uses the flash kernel's meta
   function, so its activation estimate is a GPU's (log-sum-exp), not the math path's T x T matrix.
 - Memory: every storage an aten op makes on a virtual GPU is counted while it lives, backward's and
@@ -52,7 +54,9 @@ Limits (each stops the program with a message naming the line, never a hang or a
 - event timing (Event.elapsed_time returns 0.0 and is listed under "limit" in the report):
   streams do not overlap, nothing is timed;
 - not seen: Python code autograd runs in backward other than custom Function backward and
-  checkpoint recomputation (e.g. tensor hooks); torch.Generator(device="cuda").
+  checkpoint recomputation (e.g. tensor hooks); torch.Generator(device="cuda"); a thread started before
+  the dry run began (threads started during it, and thread pool tasks submitted during it, run on the
+  virtual GPUs: capture/threads.py).
 - sparse tensor types (Tensor.type('torch.cuda.sparse.FloatTensor')) on virtual GPUs;
 - a crash on anything else only real CUDA has (a CUDA binding a CPU build lacks, the legacy
   torch.cuda.FloatStorage(...) storages): the traceback is the program's, and the report
@@ -157,6 +161,11 @@ class dryrun(Face):
             from torch.overrides import _get_current_function_mode_stack
 
             gpus.mode_stack = list(_get_current_function_mode_stack())
+            threads = self._started().threads
+            if threads is not None:
+                threads.on_error = self._thread_stopped
+                threads.before_first.append(gpus.per_thread)
+                gpus.memory.threads = threads
         except BaseException:
             gpus.__exit__(*sys.exc_info())
             raise
@@ -200,6 +209,21 @@ class dryrun(Face):
             # Not the program's bug, as far as the dry run can tell: a CPU build lacks what it asked for.
             # (A VirtualDeviceError is what PyTorch would raise on real GPUs: the program's bug.)
             self.gpus.note_limit(NEEDS_CUDA_LIMIT, site=crash_site(exc) or "<unknown line>")
+
+    def _thread_stopped(self, exc: BaseException) -> None:
+        """An exception ended a thread of the program (or a thread pool's task). The program goes on, as under
+        python (a thread's traceback is printed, a task's exception waits in its future); a dry-run limit, or
+        something only real CUDA has, is listed as a limit at its line, as it would be in the main thread."""
+        from mpcheck.runtime.virtual.errors import DryRunLimitError, VirtualDeviceError, crash_site, needs_real_cuda
+
+        if self.gpus is None:
+            return
+        site = crash_site(exc) or "<unknown line>"
+        if isinstance(exc, DryRunLimitError):
+            text = str(exc)  # "path:line: what is beyond the dry run: why"
+            self.gpus.note_limit("in a thread: " + text.removeprefix(site + ": "), site=site)
+        elif needs_real_cuda(exc) and not isinstance(exc, VirtualDeviceError):
+            self.gpus.note_limit(NEEDS_CUDA_LIMIT, site=site)
 
     # -- the report ---------------------------------------------------------------------------
     def header(self) -> dict[str, Any]:

@@ -59,6 +59,11 @@ class MemoryEstimate:
         self._top = {d: 0 for d in devices}  # the highest allocated bytes reached
         # At that peak: [number of the storage that reached it, params, grads, optimizer states].
         self._at_top: dict[str, list[int]] = {d: [0, 0, 0, 0] for d in devices}
+        # The session's threads (capture/threads.py), set by the dry run: gradients are read only while no
+        # other thread's backward writes them.
+        self.threads: Any = None
+        # Counts the storages freed since the last registration (VirtualGPUs.drain): before any reading.
+        self.drain: Callable[[], None] = lambda: None
 
     # -- what the virtual GPUs tell it -------------------------------------------------
     def storage_made(self, key: int, dev: str, nbytes: int, allocated: int) -> None:
@@ -94,9 +99,9 @@ class MemoryEstimate:
         """A backward is about to run: what is live is known as it is (gradients kept from before)."""
         self._classify_known()
 
-    def after_step(self) -> None:
+    def after_step(self, optimizer: Any = None) -> None:
         """An optimizer step ended: its gradients and states are live now."""
-        self._classify_known()
+        self._classify_known(optimizer)
 
     # -- the estimate ---------------------------------------------------------------------
     def estimate(self) -> dict[str, dict[str, Any]]:
@@ -104,6 +109,7 @@ class MemoryEstimate:
 
         total (the figure the fit check uses) and peak_allocated are the peak; the four categories
         split what was live then, and add up to it."""
+        self.drain()
         self._classify_known()
         out: dict[str, dict[str, Any]] = {}
         for dev in self.devices:
@@ -122,17 +128,31 @@ class MemoryEstimate:
         return out
 
     # -- classification -----------------------------------------------------------------
-    def _classify_known(self) -> None:
+    def _classify_known(self, optimizer: Any = None) -> None:
+        """Classify what is known: parameters, their gradients, the optimizers' states. While the program's
+        threads run (capture/threads.py), only the thread that started the run reads every parameter's
+        gradient, and only when no other thread runs; a thread's optimizer step reads its own parameters'
+        (each is classified at its own step, or at the end)."""
+        from mpcheck.runtime.capture.threads import grad_reads
+
         params = self._live_params()
         for p in params:
             self._classify(p, _PARAMS)
-        for grad in _grads(params):
+        with grad_reads(self.threads) as readable:
+            if readable:
+                grads = _grads(params)
+            elif optimizer is not None:
+                grads = _grads([p for group in optimizer.param_groups for p in group["params"]])
+            else:
+                grads = []
+        for grad in grads:
             self._classify(grad, _GRADS)
         for t in self._optimizer_tensors():
             self._classify(t, _OPT)
 
     def _classify(self, t: torch.Tensor, kind: int) -> None:
         """`t`'s storage is of `kind`; if it was alive at its device's peak, the peak's split says so."""
+        self.drain()
         try:
             st = t.untyped_storage()
         except (RuntimeError, NotImplementedError, TypeError):
@@ -169,8 +189,8 @@ class MemoryEstimate:
             if opt is None:
                 del self._optimizers[key]
                 continue
-            for state in opt.state.values():
-                for v in state.values():
+            for state in list(opt.state.values()):  # lists: another thread's step may add to them
+                for v in list(state.values()):
                     if isinstance(v, torch.Tensor):
                         out.append(v)
         return out

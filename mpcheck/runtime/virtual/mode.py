@@ -26,22 +26,24 @@ class VirtualMode(TorchFunctionMode):
     def __init__(self, gpus: VirtualGPUs) -> None:
         super().__init__()
         self.g = gpus
+        self.tls = gpus.tls
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         if kwargs is None:
             kwargs = {}
         g = self.g
-        outer = g.op_device
+        tls = self.tls  # this thread's (devices.PerThread)
+        outer = tls.op_device
         # The device the dispatch mode (allocations.py) gives what this call's aten ops make: the generic
         # path says which; a handler labels its outputs itself.
-        g.op_device = UNKNOWN
+        tls.op_device = UNKNOWN
         try:
             h = _HANDLERS.get(func)
             if h is not None:
                 return h(g, func, args, kwargs)
             return _generic(g, func, args, kwargs)
         finally:
-            g.op_device = outer
+            tls.op_device = outer
 
 
 _HANDLERS = torchapi.HANDLERS  # module-level names: one lookup per torch call

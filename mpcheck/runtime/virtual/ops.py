@@ -126,7 +126,7 @@ def generic(g: VirtualGPUs, func, args, kwargs):
     # A call some of whose outputs stay on the CPU labels its outputs itself (below): its aten ops would
     # otherwise give them all the call's device, and a storage keeps its first label.
     host = HOST_OUTPUTS.get(getattr(func, "__name__", ""))
-    g.op_device = None if func in AUTOGRAD_ENTRIES else (UNKNOWN if host is not None else (lab or UNKNOWN))
+    g.tls.op_device = None if func in AUTOGRAD_ENTRIES else (UNKNOWN if host is not None else (lab or UNKNOWN))
     try:
         out = func(*args, **kwargs)
     except (RuntimeError, NotImplementedError, AssertionError, TypeError) as e:

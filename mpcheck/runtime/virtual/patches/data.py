@@ -1,9 +1,8 @@
-"""Data on its way in and out: DataLoader's pinning thread, torch.load onto a virtual device (transformers 5's
-loading threads turned off), and torch.save, which needs values that meta backing does not have."""
+"""Data on its way in and out: DataLoader's pinning thread, torch.load onto a virtual device, and torch.save,
+which needs values that meta backing does not have."""
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -16,8 +15,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def install_pinning(g: VirtualGPUs, p: Patches) -> None:
-    # DataLoader(pin_memory=True) pins batches in a thread of its own, where no function mode runs:
-    # page-locked memory means nothing without a GPU, so pinning returns the batch as it is.
+    # DataLoader(pin_memory=True) pins batches in a thread of its own (under the dry run's modes when
+    # started during it: capture/threads.py), and pinning needs CUDA's host allocator: page-locked memory
+    # means nothing without a GPU, so pinning returns the batch as it is.
     import torch.utils.data._utils.pin_memory as pin
 
     p.set(pin, "pin_memory", lambda data, device=None: data)
@@ -47,10 +47,6 @@ def install_load(g: VirtualGPUs, p: Patches) -> None:
         return move(obj)
 
     p.set(torch, "load", load)
-    # transformers 5 materialises a checkpoint's tensors onto their devices in worker threads, and the dry
-    # run's torch modes are per thread (PyTorch keeps mode stacks per thread): a tensor moved to "cuda:k"
-    # there would reach real CUDA. Its own switch makes it load in the program's thread.
-    p.set_item(os.environ, "HF_DEACTIVATE_ASYNC_LOAD", "1")
 
 
 def install_save(g: VirtualGPUs, p: Patches) -> None:
