@@ -103,6 +103,18 @@ def install_comm(g: VirtualGPUs, p: Patches) -> None:
     def reduce_add_coalesced(inputs, destination=None, buffer_size=10485760):  # noqa: ANN001,ANN202
         return [reduce_add(list(same), destination) for same in zip(*inputs)]
 
+    # Scatter of a CPU batch copies on a side stream per GPU (torch.Stream(index): the accelerator's, which a
+    # CPU build lacks); on virtual GPUs a stream orders nothing.
+    import torch.nn.parallel._functions as functions
+
+    if hasattr(functions, "_get_stream"):
+        from mpcheck.runtime.virtual.streams import VirtualStream
+
+        def get_stream(device: Any) -> Any:
+            return None if torch.device(device).type == "cpu" else VirtualStream(device)
+
+        p.set(functions, "_get_stream", get_stream)
+
     for name, fn in (
         ("scatter", scatter),
         ("gather", gather),
