@@ -110,3 +110,65 @@ def test_accelerate_dispatch_model_moves_are_silent_and_the_users_loss_checked(s
     lines = {line for _, line in codes_at(report)}
     # dispatch_model returns the output on the input's device (cuda:0): the labels belong there
     assert lines == (set() if labels == '"cuda:0"' else {s.line("loss")})
+
+
+OFFLOADED = """
+import functools
+import torch
+import torch.nn as nn
+
+def offload(module, device):
+    # accelerate's cpu offload, as add_hook_to_module and AlignDevicesHook do it: the weights stay on the CPU,
+    # a wrapper put in place of `module.forward` brings them to the GPU before each call
+    store = {{n: p.detach().cpu() for n, p in module.named_parameters()}}
+    old = module.forward
+    def new_forward(module, *args):
+        for n, v in store.items():
+            module._parameters[n] = nn.Parameter(v.to(device), requires_grad=False)  # <- load
+        return old(*args)
+    module.forward = functools.partial(new_forward, module)
+
+class Loader(nn.Module):  # the same load written as model code
+    def __init__(self, inner, device):
+        super().__init__()
+        self.inner, self.device = inner, device
+        self.store = {{n: p.detach().cpu() for n, p in inner.named_parameters()}}
+    def forward(self, x):
+        for n, v in self.store.items():
+            self.inner._parameters[n] = nn.Parameter(v.to(self.device), requires_grad=False)  # <- own
+        return self.inner(x)
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.c = nn.Linear(256, 256), nn.Linear(256, 256), nn.Linear(256, 256)
+    def forward(self, x):
+        return self.c(torch.relu(self.b(torch.relu(self.a(x)))))
+
+model = Net()
+model.a.to("cuda:0"); model.c.to("cuda:0")
+{place_b}
+head = nn.Linear(256, 1).to("cuda:0")
+opt = torch.optim.SGD(head.parameters(), lr=0.1)
+for step in range(3):
+    x = torch.randn(4, 256, device="cuda:0")
+    with torch.no_grad():
+        for t in range(4):  # a generate loop: the model runs again and again
+            x = model(x)
+    head(x).sum().backward()
+    opt.step()
+"""
+
+
+def test_offloaded_weights_brought_in_by_a_forward_wrapper_are_not_a_repeated_transfer(script, dryrun_cli):
+    """From the second call on a module call runs by mpcheck's fast path, which calls `forward` itself: the
+    wrapper's loads are still the placement's (accelerate's offload gave MP011 on every generate() before)."""
+    s = script(OFFLOADED.format(place_b='offload(model.b, "cuda:0")'))
+    status, report, err = dryrun_cli(s, "--gpus", "1")
+    assert report["findings"] == [] and not report["stopped"], err
+
+
+def test_the_same_loads_written_in_forward_are_a_repeated_transfer(script, dryrun_cli):
+    s = script(OFFLOADED.format(place_b='model.b = Loader(model.b, "cuda:0")'))
+    status, report, err = dryrun_cli(s, "--gpus", "1")
+    assert ("MP011", s.line("own")) in codes_at(report), err

@@ -34,6 +34,7 @@ from torch import nn
 
 from mpcheck.runtime.capture.signatures import SignatureCache
 from mpcheck.runtime.checks.checker import Checker
+from mpcheck.runtime.checks.hook_moves import mark_module_call
 from mpcheck.runtime.checks.sites import called_by_torch, user_frame, user_site, user_site_from
 from mpcheck.runtime.checks.torchapi import is_loss_module
 
@@ -448,6 +449,7 @@ def _patch_module_call(
         finally:
             stack.pop()
 
+    mark_module_call(checked_call.__code__)  # its direct `forward` call stands for _call_impl's (hook_moves.py)
     return patch(nn.Module, "__call__", checked_call)
 
 

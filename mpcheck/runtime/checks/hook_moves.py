@@ -11,7 +11,10 @@ user's own around the model included, are checked as before.
 The test walks the frames above the transfer once, with each code object classified once: the
 transfer is a hook's when a module call's machinery (`Module._call_impl` and its inner function) is
 reached before any frame of a function named `forward` (a module's forward, nested or wrapped, or an
-autograd Function's: any of them makes the copy model code). Only transfers pay for it.
+autograd Function's: any of them makes the copy model code). mpcheck's own `nn.Module.__call__` counts as
+that machinery (mark_module_call): from a signature's second call on it calls `forward` itself, and a
+wrapper in its place (accelerate's offload bringing weights in) would otherwise look like model code.
+Only transfers pay for it.
 """
 
 from __future__ import annotations
@@ -46,6 +49,12 @@ def _classify(code: CodeType) -> int:
             kind = _OTHER
         _kind[code] = kind
     return kind
+
+
+def mark_module_call(code: CodeType) -> None:
+    """`code` runs a module call as `Module._call_impl` would: the capture layer's `nn.Module.__call__`, whose
+    fast path calls a module's `forward` itself (capture/hooks.py), so no `_call_impl` frame is left to find."""
+    _kind[code] = _CALL
 
 
 def made_by_module_hook(depth: int = 1) -> bool:
