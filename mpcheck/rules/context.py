@@ -1,8 +1,9 @@
 """FileContext: what a rule sees of one file.
 
 One parse per file. Positions are computed only when a rule reports something
-(libcst's PositionProvider over the same tree, so node identity is kept), and
-the device model only when a rule asks for it.
+(libcst's PositionProvider over the same tree, so node identity is kept), or,
+for the few nodes `place` names, alone (rules/spans.py), and the device model
+only when a rule asks for it.
 """
 
 from __future__ import annotations
