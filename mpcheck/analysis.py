@@ -254,6 +254,7 @@ def _outgoing_calls(ctx: Any) -> list[dict[str, Any]]:
     if not ctx.model_built:
         return []
     out = []
+    ctx.place([node for node, _ in ctx.model.outgoing])
     for node, call in ctx.model.outgoing:
         text = ctx.code(node)
         if text.endswith("...") and isinstance(node, cst.Call):  # cut (FileContext.code): name it by its callee

@@ -1,8 +1,9 @@
 """FileContext: what a rule sees of one file.
 
 One parse per file. Positions are computed only when a rule reports something
-(libcst's PositionProvider over the same tree, so node identity is kept), and
-the device model only when a rule asks for it.
+(libcst's PositionProvider over the same tree, so node identity is kept), or,
+for the few nodes `place` names, alone (rules/spans.py), and the device model
+only when a rule asks for it.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import libcst as cst
 from libcst.metadata import CodeRange, PositionProvider
 
 from mpcheck.devices.model import DeviceModel
+from mpcheck.rules.spans import positions_of
 
 
 def positions(module: cst.Module) -> Mapping[cst.CSTNode, CodeRange]:
@@ -47,6 +49,9 @@ class FileContext:
         self.modname = modname
         self.project = dict(project or {})
         self.gpu_count = gpu_count  # the GPU count the device model assumes (None: unknown)
+        # Positions of the nodes `place` was asked for (None: not of this tree), while the whole
+        # file's are not computed: a file without findings needs only its outgoing calls' lines.
+        self._placed: dict[cst.CSTNode, CodeRange | None] = {}
 
     @cached_property
     def model(self) -> DeviceModel:
@@ -66,9 +71,19 @@ class FileContext:
     def _positions(self) -> Mapping[cst.CSTNode, CodeRange]:
         return positions(self.module)
 
+    def place(self, nodes: Sequence[cst.CSTNode]) -> None:
+        """Compute the positions of `nodes` for `span` and `line` in one pass, without those of the
+        whole file (rules/spans.py: a fifth of the cost) when they are not computed already."""
+        if "_positions" in self.__dict__:
+            return
+        todo = [n for n in dict.fromkeys(nodes) if n not in self._placed]
+        if todo:
+            found = positions_of(self.module, todo)
+            self._placed.update({n: found.get(n) for n in todo})
+
     def span(self, node: cst.CSTNode) -> tuple[tuple[int, int], tuple[int, int]]:
         """((line, col), (end_line, end_col)), 1-based lines and columns."""
-        r = self._positions.get(node)
+        r = self._placed[node] if node in self._placed else self._positions.get(node)
         if r is None:
             return (1, 1), (1, 1)
         return (r.start.line, r.start.column + 1), (r.end.line, r.end.column + 1)
