@@ -54,7 +54,7 @@ from mpcheck.devices.values import (
     spans_of,
     used,
 )
-from mpcheck.devices.walk import assigned, walk
+from mpcheck.devices.walk import attribute_assignments
 
 if TYPE_CHECKING:  # pragma: no cover
     from mpcheck.devices.interp import Interp
@@ -129,8 +129,10 @@ class Expressions(Part):
                 if name == "module":
                     return base
                 return UNK
-            # `model.devices` of a class of another file; a class constant unless this file assigns it
-            got = summarized_attr(base, name, constants=name not in self.set_from_outside())
+            # `model.devices` of a class of another file; a class constant unless this file assigns it (the
+            # file's walk for that is made only where a summary has such a constant: most attributes are a tensor's)
+            consts = (base.extra or {}).get("consts") if base.extra else None
+            got = summarized_attr(base, name, constants=bool(consts) and name not in self.set_from_outside())
             if got is not None:
                 return got
             if name == "device":
@@ -162,19 +164,18 @@ class Expressions(Part):
         """A constant read off a class (`C.device`, C a class of this file or another one, with
         `device = "cuda:1"` in its body) or off a namespace (`ns.device`, `ns = SimpleNamespace(device=...)`);
         None where this file assigns that attribute on some object (`C.device = args.device`)."""
-        if name in self.set_from_outside():
-            return None
+        # Each candidate is found first: the file's walk (set_from_outside) only where there is one.
         if isinstance(base, DictV):
             got = base.items.get(name) if base.namespace else None
-            return got if isinstance(got, (Const, DeviceV)) else None
+            return got if isinstance(got, (Const, DeviceV)) and name not in self.set_from_outside() else None
         if isinstance(base, Summarized):
             c = (base.summary.get("consts") or {}).get(name) if base.kind == "class" else None
-            if c is None:
+            if c is None or name in self.set_from_outside():
                 return None
             self.interp.used_modules.add(base.module)
             return constant_value(c)
         expr = base.info.class_attr(name)
-        if expr is None:
+        if expr is None or name in self.set_from_outside():
             return None
         v = self.ev(expr, State.fresh(dict(self.interp.globals), "<class>"))
         return v if isinstance(v, (Const, DeviceV)) else None
@@ -192,9 +193,7 @@ class Expressions(Part):
         """Attribute names the file assigns on something other than `self` (`cfg.head_device = ...`):
         an object's class default may have been replaced after it was built."""
         if self._outside is None:
-            names: set[str] = set()
-            _outside_targets(self.interp.module, names)
-            self._outside = frozenset(names)
+            self._outside = attribute_assignments(self.interp.module).outside
         return self._outside
 
     def ev_subscript(self, node: cst.Subscript, st: State) -> Val:
@@ -648,17 +647,6 @@ _CMP_OPS: dict[type, Callable[[Any, Any], Any]] = {
     cst.LessThanEqual: lambda a, b: a <= b,
     cst.GreaterThanEqual: lambda a, b: a >= b,
 }
-
-
-def _outside_targets(root: cst.CSTNode, names: set[str]) -> None:
-    for node in walk(root):
-        for t in assigned(node):
-            if isinstance(t, cst.Attribute) and not (isinstance(t.value, cst.Name) and t.value.value == "self"):
-                names.add(t.attr.value)
-        if isinstance(node, cst.Call) and dotted(node.func) in ("setattr", "dataclasses.replace", "replace"):
-            names.update(a.keyword.value for a in node.args if a.keyword is not None)
-            if len(node.args) >= 2 and isinstance(node.args[1].value, cst.SimpleString):
-                names.add(str(node.args[1].value.evaluated_value))
 
 
 def _affine_op(op: Any, a: Val, b: Val) -> Val:

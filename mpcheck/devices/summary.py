@@ -33,7 +33,7 @@ from mpcheck.devices.names import import_bindings
 from mpcheck.devices.program import ClassInfo, FuncInfo, State, params_of
 from mpcheck.devices.summarized import constant_value
 from mpcheck.devices.values import PROBE, Const, DeviceV, Devs, DictV, Obj, SeqV, SymV, Val, one, single
-from mpcheck.devices.walk import assigned, walk
+from mpcheck.devices.walk import attribute_assignments
 
 _MAX_RETURN_ITEMS = 4
 
@@ -195,9 +195,13 @@ def _class_constants(interp: Interp, cinfo: ClassInfo, inst: Obj) -> dict[str, A
     assigns on the instance, or that this module assigns on the class (`C.device = ...`; what it
     assigns on an instance of its own, `cfg.device = ...`, is that object's, not the importer's)."""
     out: dict[str, Any] = {}
-    rebound = interp.moves.rebound_attributes(inst) | _assigned_on_class(interp.module, cinfo.name)
+    lineage = list(cinfo.lineage())
+    if not any(c.class_attrs for c in lineage):
+        return out  # no class-body constant anywhere: nothing to read, no walk of the module
+    on_class = attribute_assignments(interp.module).on_name.get(cinfo.name, frozenset())
+    rebound = interp.moves.rebound_attributes(inst) | on_class
     st = State.fresh(dict(interp.globals), "<class>")
-    for c in reversed(list(cinfo.lineage())):
+    for c in reversed(lineage):
         for name, expr in c.class_attrs.items():
             if name in rebound or name in (inst.attrs or {}):
                 out.pop(name, None)
@@ -208,16 +212,6 @@ def _class_constants(interp: Interp, cinfo: ClassInfo, inst: Obj) -> dict[str, A
             else:
                 out.pop(name, None)
     return out
-
-
-def _assigned_on_class(module: cst.Module, name: str) -> frozenset[str]:
-    """The attributes `module` assigns on the class `name` itself (`C.device = ...`)."""
-    out: set[str] = set()
-    for node in walk(module):
-        for t in assigned(node):
-            if isinstance(t, cst.Attribute) and isinstance(t.value, cst.Name) and t.value.value == name:
-                out.add(t.attr.value)
-    return frozenset(out)
 
 
 def _names_devices(c: dict[str, Any]) -> bool:

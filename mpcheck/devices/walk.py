@@ -82,6 +82,59 @@ def assigned(node: cst.CSTNode) -> list[cst.BaseExpression]:
     return []
 
 
+@dataclasses.dataclass(frozen=True)
+class AttributeAssignments:
+    """What a module assigns as attributes, from one walk of it (attribute_assignments)."""
+
+    on_name: dict[str, frozenset[str]]  # `C.device = ...`: "C" -> {"device"}
+    outside: frozenset[str]  # every attribute assigned on something other than `self`, setattr'd or replace()d
+
+
+_ATTRIBUTE_ASSIGNMENTS: dict[int, tuple[cst.CSTNode, AttributeAssignments]] = {}
+
+
+def attribute_assignments(module: cst.CSTNode) -> AttributeAssignments:
+    """The attributes `module` assigns, walked once per module object and shared by every question about
+    it (the device model asks per class and per interpreter; the walk of a big file costs more than its
+    whole interpretation)."""
+    got = _ATTRIBUTE_ASSIGNMENTS.get(id(module))
+    if got is not None and got[0] is module:
+        return got[1]
+    on_name: dict[str, set[str]] = {}
+    outside: set[str] = set()
+    for node in walk(module):
+        for t in assigned(node):
+            if isinstance(t, cst.Attribute):
+                if isinstance(t.value, cst.Name):
+                    on_name.setdefault(t.value.value, set()).add(t.attr.value)
+                    if t.value.value == "self":
+                        continue
+                outside.add(t.attr.value)
+        if isinstance(node, cst.Call):
+            func = node.func
+            called = (
+                func.value
+                if isinstance(func, cst.Name)
+                else "replace"
+                if isinstance(func, cst.Attribute)
+                and isinstance(func.value, cst.Name)
+                and func.value.value == "dataclasses"
+                and func.attr.value == "replace"
+                else ""
+            )
+            if called in ("setattr", "replace"):  # setattr(obj, "name", v); dataclasses.replace(obj, name=v)
+                outside.update(a.keyword.value for a in node.args if a.keyword is not None)
+                if called == "setattr" and len(node.args) >= 2 and isinstance(node.args[1].value, cst.SimpleString):
+                    value = node.args[1].value.evaluated_value
+                    if isinstance(value, str):
+                        outside.add(value)
+    out = AttributeAssignments({k: frozenset(v) for k, v in on_name.items()}, frozenset(outside))
+    if len(_ATTRIBUTE_ASSIGNMENTS) > 8:  # a few modules at a time: a file, its summaries, its callers' runs
+        _ATTRIBUTE_ASSIGNMENTS.clear()
+    _ATTRIBUTE_ASSIGNMENTS[id(module)] = (module, out)
+    return out
+
+
 def code_fields(node_type: type) -> tuple[str, ...]:
     """The fields of a libcst node type that may hold a node other than layout."""
     fields = dataclasses.fields(node_type)
