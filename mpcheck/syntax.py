@@ -25,16 +25,25 @@ def syntax_finding(path: str, message: str, line: int = 1, column: int = 1) -> F
     )
 
 
-def compile_failure(path: str, source: str) -> Finding | None:
-    """The MP000 finding for `source` when Python's compiler refuses it, else None."""
+def _compile(path: str, source: str) -> None:
+    """Python's own compile of `source` (what `python -m py_compile` checks); raises what it raises."""
     import warnings
 
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # SyntaxWarnings (invalid escapes) are not ours to print
+        compile(source, path, "exec", dont_inherit=True)
+
+
+def _from_syntax_error(path: str, exc: SyntaxError) -> Finding:
+    return syntax_finding(path, f"could not parse: {exc.msg}", max(exc.lineno or 1, 1), max(exc.offset or 1, 1))
+
+
+def compile_failure(path: str, source: str) -> Finding | None:
+    """The MP000 finding for `source` when Python's compiler refuses it, else None."""
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # SyntaxWarnings (invalid escapes) are not ours to print
-            compile(source, path, "exec", flags=0x400, dont_inherit=True)  # ast.PyCF_ONLY_AST: no bytecode
+        _compile(path, source)
     except SyntaxError as exc:  # IndentationError and TabError included
-        return syntax_finding(path, f"could not parse: {exc.msg}", max(exc.lineno or 1, 1), max(exc.offset or 1, 1))
+        return _from_syntax_error(path, exc)
     except (ValueError, MemoryError, RecursionError) as exc:  # null bytes, nesting too deep
         return syntax_finding(path, f"could not parse: {exc}")
     return None
@@ -45,14 +54,10 @@ def parse_failure(path: str, source: str, error: Exception) -> Finding:
     SyntaxError gives the position and wording the user knows (libcst's often
     points at the line after, or at 1:1, and lists the tokens it expected);
     libcst's is used only when Python compiles the file."""
-    import warnings
-
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # SyntaxWarnings (invalid escapes) are not ours to print
-            compile(source, path, "exec", dont_inherit=True)
+        _compile(path, source)
     except SyntaxError as exc:  # IndentationError and TabError included
-        return syntax_finding(path, f"could not parse: {exc.msg}", max(exc.lineno or 1, 1), max(exc.offset or 1, 1))
+        return _from_syntax_error(path, exc)
     except (ValueError, MemoryError, RecursionError):  # null bytes, too deep: fall back to libcst's
         pass
     line = getattr(error, "editor_line", 1)
