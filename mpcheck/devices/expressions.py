@@ -63,7 +63,6 @@ if TYPE_CHECKING:  # pragma: no cover
 class Expressions(Part):
     def __init__(self, interp: Interp) -> None:
         super().__init__(interp)
-        self._outside: frozenset[str] | None = None  # set_from_outside, once per file
 
     def qname(self, node: cst.CSTNode | None) -> str | None:
         """The canonical dotted name an expression refers to (imports resolved)."""
@@ -131,7 +130,7 @@ class Expressions(Part):
                 return UNK
             # `model.devices` of a class of another file; a class constant unless this file assigns it (the
             # file's walk for that is made only where a summary has such a constant: most attributes are a tensor's)
-            consts = (base.extra or {}).get("consts") if base.extra else None
+            consts = (base.extra or {}).get("consts")
             got = summarized_attr(base, name, constants=bool(consts) and name not in self.set_from_outside())
             if got is not None:
                 return got
@@ -191,10 +190,8 @@ class Expressions(Part):
 
     def set_from_outside(self) -> frozenset[str]:
         """Attribute names the file assigns on something other than `self` (`cfg.head_device = ...`):
-        an object's class default may have been replaced after it was built."""
-        if self._outside is None:
-            self._outside = attribute_assignments(self.interp.module).outside
-        return self._outside
+        an object's class default may have been replaced after it was built (one walk per module: walk.py)."""
+        return attribute_assignments(self.interp.module).outside
 
     def ev_subscript(self, node: cst.Subscript, st: State) -> Val:
         base = self.ev(node.value, st)

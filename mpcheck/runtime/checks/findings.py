@@ -103,7 +103,7 @@ def emit(
                 name=RULE_NAMES.get(code, code.lower()),
                 path=site.path,
                 line=site.line,
-                column=column_now(site) if site is not UNKNOWN else 1,
+                column=column_now(site),
                 message=message,
                 severity=severity or codes.get(code).severity,
                 devices=devices,
