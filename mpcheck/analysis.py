@@ -172,12 +172,16 @@ def summarize(
     None when the file does not parse. An exception of the device model
     propagates: it is a bug in mpcheck, which the pipeline reports (exit 2).
     `parsed`: the libcst tree to summarise, made already (`source` is not parsed then)."""
+    from mpcheck.devices.memo import forget_trees
     from mpcheck.devices.summary import summarize_module
 
     module = parsed if parsed is not None else parse_or_none(source)
     if module is None:
         return None
-    return summarize_module(module, modname, gpus)
+    try:
+        return summarize_module(module, modname, gpus)
+    finally:
+        forget_trees()  # the tree is done with: keep none of it alive (devices/memo.py)
 
 
 def analyze(
@@ -207,7 +211,6 @@ def analyze(
 
     `parsed`: the libcst tree of `source` when the caller parsed it already."""
     from mpcheck.rules import all_rules
-    from mpcheck.rules.context import FileContext
 
     # `codes` went through the pipeline's pre-filter (lint/prefilter.py): the file's words, those of the
     # constants it imports (a device defined in another file), or all of them for a run with callers.
@@ -218,6 +221,25 @@ def analyze(
         module = parsed if parsed is not None else parse(source)
     except Exception as e:  # noqa: BLE001  (ParserSyntaxError, and the parser's other failures: recursion, ...)
         return FileResult([parse_failure(path, source, e)])
+    from mpcheck.devices.memo import forget_trees
+
+    try:
+        return _analyze_tree(path, source, module, rules, modname, project, gpus, callers)
+    finally:
+        forget_trees()  # the tree is done with: keep none of it alive (devices/memo.py)
+
+
+def _analyze_tree(
+    path: str,
+    source: str,
+    module: cst.Module,
+    rules: list[Any],
+    modname: str,
+    project: Mapping[str, dict[str, Any]],
+    gpus: tuple[int, ...],
+    callers: Sequence[Mapping[str, Any]],
+) -> FileResult:
+    from mpcheck.rules.context import FileContext
     from mpcheck.rules.gpucounts import counted_calls, for_count
 
     ctx = FileContext(path, source, module, modname, project, callers=for_count(callers, None))

@@ -55,3 +55,44 @@ def test_layout_fields_are_skipped_and_code_fields_kept() -> None:
     # An `import a as b`: the alias's name is code (a binding), not layout.
     assert "name" in code_fields(cst.AsName)
     assert not any(issubclass(t, LAYOUT) for t in (cst.Name, cst.AsName, cst.Param, cst.Arg))
+
+
+def test_a_file_analysed_leaves_its_tree_to_reference_counting():
+    """The analysis keeps nothing of a file's tree once its findings are made: no memo table holds a node
+    (devices/memo.py), and the interpreter's helper cycle is emptied (Interp.close), so the tree goes at
+    once, not when the garbage collector would next scan it whole."""
+    import gc
+
+    import libcst as cst
+
+    from mpcheck import analysis
+    from mpcheck.devices import memo
+    from mpcheck.rules import all_rules
+
+    source = (
+        "import torch.nn as nn\n"
+        "class Net(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.a = nn.Linear(4, 4).to('cuda:0')\n"
+        "        self.b = nn.Linear(4, 4).to('cuda:1')\n"
+        "    def place(self):\n"
+        "        for m in [self.a, self.b]:\n"
+        "            m.to('cuda:0')\n"
+        "    def forward(self, x):\n"
+        "        return self.b(self.a(x))\n"
+        "y = Net()(torch.randn(2, 4).to('cuda:0'))\n"
+    )
+    tree = analysis.parse(source)
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        result = analysis.analyze("m.py", source, frozenset(r.code for r in all_rules()), "m", {}, parsed=tree)
+        summary = analysis.summarize("m.py", source, "m", parsed=tree)
+        assert result.findings and summary is not None and summary["classes"]["Net"]["split"]
+        assert all(not table for table in memo._TABLES)
+        del tree, result
+        assert not [o for o in gc.get_objects() if isinstance(o, cst.Module)]
+    finally:
+        if was:
+            gc.enable()

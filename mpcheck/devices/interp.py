@@ -134,6 +134,22 @@ class Interp:
         self.moves = Moves(self)
         self._scan_module()
 
+    def __enter__(self) -> Interp:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Drop everything this interpreter holds, once its results are taken (`with Interp(...) as interp:`
+        does it on leaving). Its helpers (stmts, exprs,
+        calls, ...) point back at it: a cycle that only the garbage collector could free, and the
+        collector would first scan the whole tree the cycle keeps alive (linting torch, a tenth of the
+        CPU). Emptied, the cycle holds nothing, and the tree goes as soon as the file's findings do."""
+        for helper in (self.stmts, self.exprs, self.calls, self.instances, self.library, self.moves):
+            helper.__dict__.clear()
+        self.__dict__.clear()
+
     # ------------------------------------------------------------ setup
 
     def _scan_module(self) -> None:

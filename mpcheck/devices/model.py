@@ -31,33 +31,33 @@ class DeviceModel:
         gpu_count: int | None = None,
         callers: Sequence[Mapping[str, Any]] = (),
     ) -> None:
-        interp = Interp(
+        with Interp(
             module,
             modname,
             dict(project) if project is not None and not isinstance(project, dict) else project,
             gpu_count,
             callers,
-        )
-        # torch.set_default_device() & co. change where factories put tensors: then say nothing about them.
-        interp.default_device_changed = any(w in source for w in torchapi.DEFAULT_DEVICE_CHANGERS)
-        # ...unless the file sets it once, at its top level, to a device it names: factories land there.
-        interp.default_device = module_default_device(module) if interp.default_device_changed else None
-        interp.run_all()
-        self._by_type: dict[type, list[Any]] = {}
-        for fact in interp.recorder.facts:
-            self._by_type.setdefault(type(fact), []).append(fact)
-        for step in interp.recorder.crossings:
-            self._by_type.setdefault(type(step), []).append(step)
-        self.used_modules: list[str] = sorted(interp.used_modules)
-        # Calls of other files' functions with arguments of known devices (devices/callers.py).
-        self.outgoing: list[tuple[cst.CSTNode, dict[str, Any]]] = interp.outgoing
-        self.classes: dict[str, ClassInfo] = interp.classes
-        self._needs: dict[tuple[int, Any], set[Devs]] = interp.recorder.needs
-        # devices/gpucount.py: whether the file asked torch.cuda.device_count() (then it is worth
-        # interpreting again per assumed count), and where the assumed count was refuted, if it was.
-        self.asks_gpu_count = interp.gpus.asked
-        self.gpu_count = gpu_count
-        self.count_refuted_at: cst.CSTNode | None = interp.gpus.refuted_at
+        ) as interp:
+            # torch.set_default_device() & co. change where factories put tensors: then say nothing about them.
+            interp.default_device_changed = any(w in source for w in torchapi.DEFAULT_DEVICE_CHANGERS)
+            # ...unless the file sets it once, at its top level, to a device it names: factories land there.
+            interp.default_device = module_default_device(module) if interp.default_device_changed else None
+            interp.run_all()
+            self._by_type: dict[type, list[Any]] = {}
+            for fact in interp.recorder.facts:
+                self._by_type.setdefault(type(fact), []).append(fact)
+            for step in interp.recorder.crossings:
+                self._by_type.setdefault(type(step), []).append(step)
+            self.used_modules: list[str] = sorted(interp.used_modules)
+            # Calls of other files' functions with arguments of known devices (devices/callers.py).
+            self.outgoing: list[tuple[cst.CSTNode, dict[str, Any]]] = interp.outgoing
+            self.classes: dict[str, ClassInfo] = interp.classes
+            self._needs: dict[tuple[int, Any], set[Devs]] = interp.recorder.needs
+            # devices/gpucount.py: whether the file asked torch.cuda.device_count() (then it is worth
+            # interpreting again per assumed count), and where the assumed count was refuted, if it was.
+            self.asks_gpu_count = interp.gpus.asked
+            self.gpu_count = gpu_count
+            self.count_refuted_at: cst.CSTNode | None = interp.gpus.refuted_at
 
     def facts(self, kind: type[F]) -> list[F]:
         """The facts of one type, in the order the interpreter saw them."""

@@ -12,11 +12,11 @@ or its own result (`fit`, `train_step`) is work, not placement, and keeps runnin
 
 from __future__ import annotations
 
-from functools import lru_cache
 from typing import TYPE_CHECKING
 
 import libcst as cst
 
+from mpcheck.devices import memo
 from mpcheck.devices.program import FuncInfo, Scope, State
 from mpcheck.devices.values import DictV, Obj, SeqV, Val
 from mpcheck.devices.walk import walk
@@ -30,14 +30,19 @@ _MOVES = frozenset({"to", "cuda"})
 _MAX_DEPTH = 4
 
 
-@lru_cache(maxsize=1024)
+_PLACES_PARTS = memo.node_table()
+
+
 def places_parts(info: FuncInfo) -> bool:
     """Does the method move parts of `self`, and nothing else (see the module's docstring)?"""
     if info.name.startswith("__") or info.name == "forward":
         return False
-    loop_vars = set(_loop_vars_over_self(info.node))
-    moves = [n for n in walk(info.node) if _is_move(n)]
-    return bool(moves) and all(_of_a_part(m, loop_vars) for m in moves)
+    got: bool | None = memo.recall(_PLACES_PARTS, info.node)
+    if got is None:
+        loop_vars = set(_loop_vars_over_self(info.node))
+        moves = [n for n in walk(info.node) if _is_move(n)]
+        got = memo.keep(_PLACES_PARTS, info.node, bool(moves) and all(_of_a_part(m, loop_vars) for m in moves))
+    return got
 
 
 def _is_move(n: cst.CSTNode) -> bool:

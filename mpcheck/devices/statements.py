@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from mpcheck.devices import torchapi
+from mpcheck.devices import memo, torchapi
 from mpcheck.devices.gpucount import is_test_on_count
 from mpcheck.devices.names import dotted, import_bindings
 from mpcheck.devices.program import (
@@ -376,7 +376,7 @@ class Statements(Part):
     # ------------------------------------------------------------ expressions
 
 
-_ASSIGNED_CACHE: dict[int, tuple[cst.For, frozenset[str]]] = {}
+_ASSIGNED_NAMES = memo.node_table()
 
 
 def _spread_modules(items: Sequence[Val]) -> set[int]:
@@ -407,9 +407,9 @@ def _module_of(item: Val) -> Obj | None:
 
 def _assigned_names(loop: cst.For) -> frozenset[str]:
     """Names (re)bound anywhere in a loop's body or target."""
-    got = _ASSIGNED_CACHE.get(id(loop))
-    if got is not None and got[0] is loop:
-        return got[1]
+    got: frozenset[str] | None = memo.recall(_ASSIGNED_NAMES, loop)
+    if got is not None:
+        return got
     names: set[str] = set()
 
     def targets(t: cst.BaseExpression) -> None:
@@ -448,9 +448,7 @@ def _assigned_names(loop: cst.For) -> frozenset[str]:
 
     targets(loop.target)
     walk(loop.body.body)
-    out = frozenset(names)
-    _ASSIGNED_CACHE[id(loop)] = (loop, out)
-    return out
+    return memo.keep(_ASSIGNED_NAMES, loop, frozenset(names))
 
 
 def _mode_test(test: cst.BaseExpression) -> tuple[str, str] | None:

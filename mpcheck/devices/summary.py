@@ -41,12 +41,13 @@ _MAX_RETURN_ITEMS = 4
 def summarize_module(module: cst.Module, modname: str, gpus: tuple[int, ...] = ()) -> dict[str, Any]:
     """The summary of a module; with `gpus`, also what changes of it under each assumed GPU count
     when its code asks `torch.cuda.device_count()` (`counts`, see _by_count)."""
-    interp = Interp(module, modname, {})
     out: dict[str, Any] = {"classes": {}, "functions": {}, "reexports": {}, "constants": {}}
-    _top_level(interp, module, out)
-    top_asked = interp.gpus.asked  # a module-level constant built from the count
-    asked = _definitions(interp, out)
-    if gpus and (asked or top_asked) and interp.gpus.visible is None:
+    with Interp(module, modname, {}) as interp:
+        _top_level(interp, module, out)
+        top_asked = interp.gpus.asked  # a module-level constant built from the count
+        asked = _definitions(interp, out)
+        by_count = gpus and (asked or top_asked) and interp.gpus.visible is None
+    if by_count:
         counts = _by_count(module, modname, gpus, out, asked)
         if counts:
             out["counts"] = counts
@@ -118,10 +119,10 @@ def _by_count(
     again. Empty when no summary depends on the count."""
     out: dict[str, Any] = {}
     for count in gpus:
-        interp = Interp(module, modname, {}, gpu_count=count)
         got: dict[str, Any] = {"classes": {}, "functions": {}, "constants": {}}
-        _top_level(interp, module, got)
-        _definitions(interp, got, asked)
+        with Interp(module, modname, {}, gpu_count=count) as interp:
+            _top_level(interp, module, got)
+            _definitions(interp, got, asked)
         changed = {
             kind: {name: s for name, s in got[kind].items() if base[kind].get(name) != s}
             for kind in ("classes", "functions", "constants")

@@ -20,6 +20,8 @@ from collections.abc import Iterator
 
 import libcst as cst
 
+from mpcheck.devices import memo
+
 # Nodes that hold layout only: none of them has a name, an expression or a statement inside.
 LAYOUT: tuple[type[cst.CSTNode], ...] = (
     cst.BaseParenthesizableWhitespace,
@@ -90,16 +92,16 @@ class AttributeAssignments:
     outside: frozenset[str]  # every attribute assigned on something other than `self`, setattr'd or replace()d
 
 
-_ATTRIBUTE_ASSIGNMENTS: dict[int, tuple[cst.CSTNode, AttributeAssignments]] = {}
+_ATTRIBUTE_ASSIGNMENTS = memo.node_table()
 
 
 def attribute_assignments(module: cst.CSTNode) -> AttributeAssignments:
     """The attributes `module` assigns, walked once per module object and shared by every question about
     it (the device model asks per class and per interpreter; the walk of a big file costs more than its
     whole interpretation)."""
-    got = _ATTRIBUTE_ASSIGNMENTS.get(id(module))
-    if got is not None and got[0] is module:
-        return got[1]
+    got: AttributeAssignments | None = memo.recall(_ATTRIBUTE_ASSIGNMENTS, module)
+    if got is not None:
+        return got
     on_name: dict[str, set[str]] = {}
     outside: set[str] = set()
     for node in walk(module):
@@ -129,10 +131,7 @@ def attribute_assignments(module: cst.CSTNode) -> AttributeAssignments:
                     if isinstance(value, str):
                         outside.add(value)
     out = AttributeAssignments({k: frozenset(v) for k, v in on_name.items()}, frozenset(outside))
-    if len(_ATTRIBUTE_ASSIGNMENTS) > 8:  # a few modules at a time: a file, its summaries, its callers' runs
-        _ATTRIBUTE_ASSIGNMENTS.clear()
-    _ATTRIBUTE_ASSIGNMENTS[id(module)] = (module, out)
-    return out
+    return memo.keep(_ATTRIBUTE_ASSIGNMENTS, module, out)
 
 
 def code_fields(node_type: type) -> tuple[str, ...]:

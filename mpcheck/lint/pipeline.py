@@ -137,6 +137,17 @@ def _summarize_task(task: tuple[Any, ...], whole: Any = None) -> tuple[Any, ...]
 def _summarize_and_analyze_task(work: tuple[Any, ...]) -> tuple[Any, ...]:
     """(summary task or None, analysis task or None) -> (_summarize_task's result or None,
     _analyze_task's or None): a file linted and also imported is parsed once for both."""
+    import gc
+
+    gc.disable()
+    try:
+        return _one_task(work)
+    finally:
+        gc.enable()
+        gc.collect(1)
+
+
+def _one_task(work: tuple[Any, ...]) -> tuple[Any, ...]:
     summary, lint = work
     if lint is None:
         return _summarize_task(summary), None
