@@ -1,5 +1,6 @@
 """The text pre-filter: a rule runs on a file only if the file contains one of
-the words the rule `needs` (a rule that declares none always runs). A file left
+the words the rule `needs` where it counts (in code, not in a comment or prose:
+lint/livetext.py); a rule that declares none always runs. A file left
 with no rule is never parsed, which is what keeps a run over a big code base
 that rarely mentions `cuda` cheap. The pipeline also counts, as a file's words, the
 constants it imports by name that name a device (pipeline._Project.borrowed)."""
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from mpcheck.lint.livetext import LiveText
 from mpcheck.lint.rulemeta import RuleMeta
 from mpcheck.syntax import SYNTAX_ERROR_CODE
 
@@ -48,15 +50,24 @@ class PreFilter:
         # file that says `cuda` is not searched for the other flow words (a cached run over
         # torch's 2,285 files spends most of its time here).
         seen: dict[str, bool] = {}
+        text: LiveText | None = None
 
         def has(word: str) -> bool:
+            nonlocal text
             found = seen.get(word)
             if found is None:
-                found = seen[word] = word in source
+                found = word in source
+                if found:  # ... and where it counts: in code, not in a comment or prose (lint/livetext.py)
+                    text = text or LiveText(source)
+                    found = text.has(word)
+                seen[word] = found
             return found
 
         return frozenset(c for c in codes if c in self.needs and (not self.needs[c] or any(map(has, self.needs[c]))))
 
     def worth_summarising(self, source: str) -> bool:
         """Whether an imported module could hold facts any rule needs."""
-        return self._summary_always or any(w in source for w in self._summary_words)
+        if self._summary_always:
+            return True
+        text = LiveText(source)
+        return any(w in source and text.has(w) for w in self._summary_words)
