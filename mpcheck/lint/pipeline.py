@@ -136,7 +136,12 @@ def _summarize_task(task: tuple[Any, ...], whole: Any = None) -> tuple[Any, ...]
 
 def _summarize_and_analyze_task(work: tuple[Any, ...]) -> tuple[Any, ...]:
     """(summary task or None, analysis task or None) -> (_summarize_task's result or None,
-    _analyze_task's or None): a file linted and also imported is parsed once for both."""
+    _analyze_task's or None): a file linted and also imported is parsed once for both.
+
+    The garbage collector is off while a task runs and collects once after it: during the task
+    a collection could only rescan the file's tree, which is all alive (hundreds of thousands
+    of objects); once the task is done, the tree has gone by reference counting and what the
+    collection scans is the little the task left (torch's 2,285 files: 79 -> 72 CPU s)."""
     import gc
 
     gc.disable()
