@@ -73,7 +73,7 @@ def test_a_module_that_changes_the_default_device_is_summarised_whole():
     assert summary_tree(tree, text, ["g"]) is tree
 
 
-def test_the_schedule_runs_summaries_first_and_breaks_a_cycle_by_parsing_one_file_twice():
+def test_the_schedule_runs_summaries_first_and_breaks_a_cycle_at_its_smallest_file():
     a = schedule.Lint("a", {"b.py"}, "a.py", 10)
     b = schedule.Lint("b", {"a.py"}, "b.py", 20)
     c = schedule.Lint("c", {"lib.py", "b.py"}, None, 5)
@@ -86,8 +86,9 @@ def test_the_schedule_runs_summaries_first_and_breaks_a_cycle_by_parsing_one_fil
         made = [step.summary] if step.summary else ([step.lint.gives] if step.lint.gives else [])
         for path in made:
             plan.made(path)
-    # b's summary is waited for by two files: b gives it away (summary alone), a then makes its own.
-    assert order == ["lib.py", "b.py", ("a", "a.py"), ("b", None), ("c", None)]
+    # a and b wait for each other: the smaller, a, gives its summary away (summary alone) before anything
+    # runs; b then makes its own, which c waits for with lib's.
+    assert order == ["a.py", "lib.py", ("b", "b.py"), ("a", None), ("c", None)]
     assert plan.split == 1
 
 
@@ -164,3 +165,54 @@ def test_without_processes_the_schedule_runs_in_this_process(cycle, capsys, monk
     cli.main(["--jobs", "2", "--no-cache", "--select", "MP002", "--output-format", "json", "a.py", "b.py"])
     found = sorted((d["path"], d["line"], d["code"]) for d in json.loads(capsys.readouterr().out))
     assert found == [("a.py", 12, "MP002"), ("b.py", 12, "MP002")]
+
+
+def test_a_free_worker_splits_only_a_file_no_bigger_than_what_is_running():
+    """While other tasks run, parsing a big file twice costs more than waiting for the summary it needs."""
+    big = schedule.Lint("big", {"small.py"}, "big.py", 500_000)
+    small = schedule.Lint("small", {"big.py"}, "small.py", 1_000)
+    other = schedule.Lint("other", {"big.py"}, None, 10)
+    plan = schedule.Schedule([], [big, small, other])
+    assert plan.next(idle=True, budget=20_000).summary == "small.py"  # the cheap side of the cycle
+    plan = schedule.Schedule([], [schedule.Lint("b", {"x.py"}, "b.py", 500_000), schedule.Lint("c", {"b.py"}, None, 5)])
+    assert plan.next(idle=True, budget=20_000) is None and plan.split == 0  # wait for the running task
+    assert plan.next(idle=True).summary == "b.py" and plan.split == 1  # nothing runs: split it
+    assert plan.size(schedule.Step(lint=big)) == 500_000
+    sized = schedule.Schedule(["m.py"], [], {"m.py": 42})
+    assert sized.size(sized.next(idle=True)) == 42
+
+
+def test_the_longest_chain_of_work_starts_first():
+    """The summary the biggest file waits for, then that file: a big file left to the end runs alone."""
+    huge = schedule.Lint("huge", {"dep.py"}, "huge.py", 1_000_000)
+    user = schedule.Lint("user", {"huge.py"}, None, 10)
+    small = [schedule.Lint(f"s{i}", {f"lib{i}.py"}, None, 100) for i in range(3)]
+    ready = schedule.Lint("ready", set(), None, 5_000)
+    plan = schedule.Schedule(["lib0.py", "dep.py", "lib1.py", "lib2.py"], [huge, user, ready, *small])
+    first = plan.next(idle=True)
+    assert first.summary == "dep.py"
+    plan.made("dep.py")
+    for _ in range(3):
+        plan.made(plan.next(idle=True).summary)
+    assert plan.next(idle=True).lint is huge  # before the bigger-than-the-small files that are ready
+
+
+def test_every_import_cycle_is_broken_before_the_run_and_only_once_per_cycle():
+    # x -> y -> z -> x (one cycle) and p <-> q (another); r waits for x, outside any cycle.
+    x = schedule.Lint("x", {"y.py"}, "x.py", 300)
+    y = schedule.Lint("y", {"z.py"}, "y.py", 200)
+    z = schedule.Lint("z", {"x.py"}, "z.py", 100)
+    p = schedule.Lint("p", {"q.py"}, "p.py", 5)
+    q = schedule.Lint("q", {"p.py"}, "q.py", 50)
+    r = schedule.Lint("r", {"x.py"}, "r.py", 1)
+    plan = schedule.Schedule([], [x, y, z, p, q, r])
+    assert plan.split == 2 and z.gives is None and p.gives is None and x.gives == "x.py" and r.gives == "r.py"
+    done = 0
+    while plan:
+        step = plan.next(idle=False)  # never idle: a cycle left would stop the run here
+        assert step is not None
+        done += 1
+        made = [step.summary] if step.summary else ([step.lint.gives] if step.lint.gives else [])
+        for path in made:
+            plan.made(path)
+    assert done == 8 and plan.split == 2

@@ -702,7 +702,9 @@ def _analyze_misses(
             )
             for f in misses
         ]
-        plan = schedule.Schedule([p for p in sorted(specs) if p not in shared], lints)
+        plan = schedule.Schedule(
+            [p for p in sorted(specs) if p not in shared], lints, {p: len(t[1]) for p, t in specs.items()}
+        )
 
         def prepare(step: schedule.Step) -> tuple[Any, ...]:
             if step.summary is not None:
