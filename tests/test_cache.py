@@ -274,3 +274,42 @@ def test_placements_read_off_a_module_imported_whole_reach_a_file_without_rule_w
     third = run()
     assert third.returncode == 1 and third.stdout.startswith("model.py:14:"), third.stdout + third.stderr
     assert run().stdout == third.stdout  # from the cache
+
+
+@pytest.mark.parametrize(
+    ("model", "train"),
+    [
+        (  # a class that places its parts, imported by name
+            "import torch.nn as nn\n\n\nclass Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+            "        self.a = nn.Linear(4, 4).to('cuda:0')\n        self.b = nn.Linear(4, 4).cuda(1)\n\n"
+            "    def forward(self, x):\n        return self.b(self.a(x.to('cuda:0')).to('cuda:1'))\n",
+            "import torch\n\nfrom model import Net\n\ny = Net()(torch.randn(2, 4))\nloss = (y - torch.randn(2, 4)).sum()\n",
+        ),
+        (  # a function that returns a tensor on a named GPU, imported by name
+            "import torch\n\n\ndef features(n):\n    # on the second GPU\n    return torch.zeros(n, 4, device='cuda:1')\n",
+            "import torch\n\nfrom model import features\n\nloss = (features(2) - torch.randn(2, 4)).sum()\n",
+        ),
+    ],
+    ids=["class", "function"],
+)
+def test_devices_of_an_imported_class_or_function_reach_a_file_without_rule_words(tmp_path, model, train):
+    """train.py names no device: its devices come from what it imports by name. Its verdict follows model.py:
+    once model.py places nothing on a GPU (a comment or a docstring saying `cuda` does not count), train.py
+    is a file no rule can fire on again, from the cache too."""
+    write(tmp_path, {"pyproject.toml": "[project]\nname='p'\n", "model.py": model, "train.py": train})
+
+    def run():
+        return subprocess.run(
+            [sys.executable, "-m", "mpcheck", "."], cwd=tmp_path, capture_output=True, text=True, timeout=120
+        )
+
+    first = run()
+    assert first.returncode == 1 and first.stdout.startswith("train.py:"), first.stdout + first.stderr
+    assert "MP001" in first.stdout and "cuda:1" in first.stdout
+    assert run().stdout == first.stdout  # from the cache
+    cpu_only = model.replace("'cuda:0'", "'cpu'").replace(".cuda(1)", ".cpu()  # .cuda(1) later")
+    (tmp_path / "model.py").write_text(cpu_only.replace("'cuda:1'", "'cpu'"))
+    second = run()
+    assert (second.returncode, second.stdout) == (0, "All checks passed (2 files).\n"), second.stdout + second.stderr
+    stored = json.loads(next((tmp_path / ".mpcheck_cache").glob("results-*.json")).read_text())
+    assert str(tmp_path / "train.py") in stored["irrelevant"]

@@ -111,7 +111,10 @@ def test_top_bindings_give_classes_their_bodies():
     src = 'class C:\n    device = "cuda:1"\n\n    hidden = 4\n\n    def f(self):\n        x = "cuda:0"\nfirst = "cuda:0"\n'
     got = top_bindings(src)
     assert got["first"] == ' "cuda:0"'
-    assert got["C"] == 'device = "cuda:1"\nhidden = 4'  # its own constants, not its methods' code
+    # its own constants, then the lines of its methods that place something on a named device
+    assert got["C"] == 'device = "cuda:1"\nhidden = 4\nx = "cuda:0"'
+    src = 'def f(m):\n    """Moves it with .cuda(1)."""\n    n = 1  # .cuda(1)\n    return m.to(1)\ndef g():\n    return 1\n'
+    assert top_bindings(src) == {"f": "return m.to(1)"}  # a function's placing lines; prose and comments are not
 
 
 def test_canonical_names_merge_reexports():

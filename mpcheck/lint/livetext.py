@@ -53,6 +53,10 @@ class LiveText:
             at = self.source.find(word, end)
         return False
 
+    def in_code(self, start: int, stop: int) -> bool:
+        """Is source[start:stop] outside every comment and prose string?"""
+        return self._inert_end(start, stop) is None
+
     def inert_spans(self) -> list[tuple[int, int]]:
         """(start, end) of every comment and prose string of the file, in order (scans it all)."""
         self._inert_end(len(self.source), len(self.source))

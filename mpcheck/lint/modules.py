@@ -67,17 +67,55 @@ _TOP_BINDING = re.compile(r"^([A-Za-z_]\w*)[ \t]*(?::[^=\n]*)?=(?!=)([^\n]*)$", 
 _TOP_CLASS = re.compile(r"^class[ \t]+([A-Za-z_]\w*)[^\n]*\n((?:[ \t]+[^\n]*\n|[ \t]*\n)*)", re.M)
 
 
+# A module-level function and its indented body (its signature's continuation lines too).
+_TOP_DEF = re.compile(r"^(?:async[ \t]+)?def[ \t]+([A-Za-z_]\w*)[^\n]*\n((?:[ \t]+[^\n]*\n|[ \t]*\n)*)", re.M)
+
+
+# A line of code that places something on a named device: `.to("cuda...`, `.cuda(`, a "cuda:..." string
+# (`f"cuda:{i}"` too), `device="cuda..."`, `torch.device("cuda...`, `.to(1)`. Not every "cuda" string:
+# `device.type == "cuda"` places nothing, and torch's 127 importers of such functions would all be linted.
+PLACING = r"""\.to\(\s*["']cuda|\.cuda\(|["']cuda:|device\s*=\s*["']cuda|device\(\s*["']cuda|\.to\(\s*\d"""
+_PLACING_LINE = re.compile(rf"^[^\n]*?({PLACING})[^\n]*$", re.M)
+
+
 # A one-line assignment in a class body: `    device = "cuda:1"`, `    device: str = "cuda:1"` (its indent, the line).
 _CLASS_BINDING = re.compile(r"^([ \t]+)([A-Za-z_]\w*[ \t]*(?::[^=\n]*)?=(?!=)[^\n]*)$", re.M)
 
 
 def top_bindings(source: str) -> dict[str, str]:
-    """name -> the right-hand side of its module-level one-line assignments (the last one wins), or,
-    for a module-level class, the one-line assignments of its body's own level (the constants an
-    importer reads as `C.device`; not its methods' code)."""
-    out = {m.group(1): _class_constants(m.group(2)) for m in _TOP_CLASS.finditer(source)}
+    """name -> the right-hand side of its module-level one-line assignments (the last one wins); for a
+    module-level class, the one-line assignments of its body's own level (the constants an importer
+    reads as `C.device`) and the lines of its methods that place something on a named device; for a
+    module-level function, those lines of its body. An importer of a class that places its parts
+    (`self.b = nn.Linear(4, 4).to("cuda:1")`) gets devices from it without naming one itself:
+    `Net()(torch.randn(2, 4))` is an input left on the CPU."""
+    out = {
+        m.group(1): _joined(_class_constants(m.group(2)), _placing_lines(m.group(2)))
+        for m in _TOP_CLASS.finditer(source)
+    }
+    for m in _TOP_DEF.finditer(source):
+        placing = _placing_lines(m.group(2))
+        if placing:
+            out[m.group(1)] = placing
     out.update((m.group(1), m.group(2)) for m in _TOP_BINDING.finditer(source))
     return out
+
+
+def _placing_lines(body: str) -> str:
+    """The lines of `body` that place something on a named device, where that is code (lint/livetext.py)."""
+    if "cuda" not in body and "device(" not in body:
+        return ""
+    from mpcheck.lint.livetext import LiveText
+
+    text = LiveText(body)
+    return "\n".join(m.group(0).strip() for m in _PLACING_LINE.finditer(body) if text.in_code(m.start(1), m.end(1)))
+
+
+def _joined(constants: str, placing: str) -> str:
+    """A class's constants, then those of its placing lines that are not among them."""
+    lines = constants.splitlines() if constants else []
+    own = set(lines)
+    return "\n".join(lines + [line for line in placing.splitlines() if line not in own])
 
 
 def _class_constants(body: str) -> str:

@@ -230,10 +230,11 @@ def _pool_map(
 # ----------------------------------------------------------------- the run
 
 
-# A constant that names a device: a "cuda..." string (`"cuda:1"`, `f"cuda:{i}"`, `"cuda" if ... else "cpu"`)
-# or `torch.device(...)`. Not any line with a rule's word: `HAS_CUDA = torch.cuda.is_available()` places
+# A constant that names a device: a "cuda..." string (`"cuda:1"`, `f"cuda:{i}"`, `"cuda" if ... else "cpu"`),
+# `torch.device(...)` or a placement (`Net().cuda()`); for a class or a function, one of its lines that places
+# something on a named device (modules.top_bindings). Not any line with a rule's word: `HAS_CUDA = torch.cuda.is_available()` places
 # nothing, and letting its importers through cost torch's 2,285 files a tenth more CPU for no finding.
-_NAMES_A_DEVICE = re.compile(r"""[\"']cuda|\bdevice\(""")
+_NAMES_A_DEVICE = re.compile(rf"""[\"']cuda|\bdevice\(|{modules.PLACING}""")
 
 
 def _attribute_targets(text: str, modname: str, is_init: bool) -> list[str]:
@@ -305,7 +306,8 @@ class _Project:
     def borrowed(self, src: SourceFile, text: str) -> tuple[str, list[list[Any]]]:
         """What the pre-filter reads besides a file's text: the right-hand sides of the module-level
         constants it imports by name from project modules (`from config import device0`, with
-        `device0 = torch.device("cuda:0")` in config.py: its devices are defined there), and every
+        `device0 = torch.device("cuda:0")` in config.py: its devices are defined there), the lines of
+        the classes and functions it imports by name that place something on a named device, and every
         project module it imports names from, with its (mtime, size): a verdict that no rule can fire
         holds only while those are unchanged (ResultCache.known_irrelevant)."""
         from mpcheck import analysis  # its import scan is text only: no libcst
