@@ -620,6 +620,8 @@ def _builtin(lib: Library, c: LibCall) -> Val:
         # min(i // per, n - 1), max(per, 1): stage indices computed from the GPU count
         nums = args[0].items if len(args) == 1 and isinstance(args[0], SeqV) and q in ("min", "max") else args
         values = [a.value for a in nums or () if isinstance(a, Const)]
+        if q in ("min", "max") and len(values) < 2 and nums is args:
+            return UNK  # `max(size)` of a number: Python raises there, on a path the program does not take
         if nums and len(values) == len(nums) and all(type(v) in (int, float) for v in values):
             return Const(_NUMERIC[q](*values) if q in ("min", "max") else _NUMERIC[q](values[0]))
         return UNK
