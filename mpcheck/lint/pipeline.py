@@ -237,16 +237,29 @@ def _pool_map(
 _NAMES_A_DEVICE = re.compile(rf"""[\"']cuda|\bdevice\(|{modules.PLACING}""")
 
 
-def _attribute_targets(text: str, modname: str, is_init: bool) -> list[str]:
+def _attribute_targets(
+    text: str, modname: str, is_init: bool, roots: tuple[str, ...], inits: set[str] | None = None
+) -> list[str]:
     """analysis.module_attribute_targets of a file, of modules of its own top-level package (any, for a
     file in no package: a script beside its config.py): `torch.float32` read in a package's file is no
-    constant of that project."""
+    constant of that project. Not of a module that is a package's __init__ under `roots`: what a file
+    reads off one is not taken (both callers skip it), so its uses are not even looked for (in torch,
+    every `torch.` of every file); `inits` gets those modules' names (what the choice depended on)."""
     from mpcheck import analysis  # its import scan is text only: no libcst
 
-    if not is_init and "." not in modname:
-        return analysis.module_attribute_targets(text)
-    top = modname.split(".")[0]
-    return analysis.module_attribute_targets(text, lambda module: module.split(".")[0] == top)
+    top = modname.split(".")[0] if is_init or "." in modname else None
+
+    def keep(module: str) -> bool:
+        if top is not None and module.split(".")[0] != top:
+            return False
+        path = modules.resolve(module, roots)
+        if path is not None and modules.module_name(path)[2]:
+            if inits is not None:
+                inits.add(module)
+            return False
+        return True
+
+    return analysis.module_attribute_targets(text, keep)
 
 
 def _stat(path: str) -> tuple[int, int] | None:
@@ -317,7 +330,7 @@ class _Project:
         sides: list[str] = []
         deps: dict[str, tuple[int, int] | None] = {}
         targets = [t for _, t in analysis.import_targets(text, modules.import_name(modname, is_init))]
-        whole = set(_attribute_targets(text, modname, is_init))  # `config.first` after `import config`
+        whole = set(_attribute_targets(text, modname, is_init, roots))  # `config.first` after `import config`
         for target in [*targets, *sorted(whole)]:
             module, _, name = target.rpartition(".")  # `from module import name`
             path = modules.resolve(module, roots) if module else None
@@ -601,7 +614,8 @@ def _project_modules(
     # taken where that module is a file of its own (not a package's __init__) that binds the name at its
     # top level by a one-line assignment that names a device, or by a class (`project.borrowed` reads the
     # same), so that `torch.float32` after `import torch`, or `F.gelu` passed as a value, summarise nothing.
-    for target in _attribute_targets(f.text, f.modname, f.is_init):
+    inits: set[str] = set()
+    for target in _attribute_targets(f.text, f.modname, f.is_init, roots, inits):
         mod, _, name = target.rpartition(".")
         consulted.add(mod)
         path = modules.resolve(mod, roots)
@@ -610,6 +624,7 @@ def _project_modules(
         if project.names_a_device(path, name) and project.worth_summarising(path):
             found[mod] = path
             wanted.setdefault(path, set()).add(name)
+    consulted |= inits
     seen: set[str] = set()
     while todo:
         target = todo.pop()
