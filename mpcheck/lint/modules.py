@@ -75,6 +75,7 @@ _TOP_DEF = re.compile(r"^(?:async[ \t]+)?def[ \t]+([A-Za-z_]\w*)[^\n]*\n((?:[ \t
 # (`f"cuda:{i}"` too), `device="cuda..."`, `torch.device("cuda...`, `.to(1)`. Not every "cuda" string:
 # `device.type == "cuda"` places nothing, and torch's 127 importers of such functions would all be linted.
 PLACING = r"""\.to\(\s*["']cuda|\.cuda\(|["']cuda:|device\s*=\s*["']cuda|device\(\s*["']cuda|\.to\(\s*\d"""
+_PLACING = re.compile(PLACING)
 _PLACING_LINE = re.compile(rf"^[^\n]*?({PLACING})[^\n]*$", re.M)
 
 
@@ -89,11 +90,12 @@ def top_bindings(source: str) -> dict[str, str]:
     module-level function, those lines of its body. An importer of a class that places its parts
     (`self.b = nn.Linear(4, 4).to("cuda:1")`) gets devices from it without naming one itself:
     `Net()(torch.randn(2, 4))` is an input left on the CPU."""
+    places = _may_place(source)  # most modules place nothing: their functions are not read
     out = {
-        m.group(1): _joined(_class_constants(m.group(2)), _placing_lines(m.group(2)))
+        m.group(1): _joined(_class_constants(m.group(2)), _placing_lines(m.group(2)) if places else "")
         for m in _TOP_CLASS.finditer(source)
     }
-    for m in _TOP_DEF.finditer(source):
+    for m in _TOP_DEF.finditer(source) if places else ():
         placing = _placing_lines(m.group(2))
         if placing:
             out[m.group(1)] = placing
@@ -103,12 +105,17 @@ def top_bindings(source: str) -> dict[str, str]:
 
 def _placing_lines(body: str) -> str:
     """The lines of `body` that place something on a named device, where that is code (lint/livetext.py)."""
-    if "cuda" not in body and "device(" not in body:
+    if not _may_place(body):
         return ""
     from mpcheck.lint.livetext import LiveText
 
     text = LiveText(body)
     return "\n".join(m.group(0).strip() for m in _PLACING_LINE.finditer(body) if text.in_code(m.start(1), m.end(1)))
+
+
+def _may_place(text: str) -> bool:
+    # Two substring tests first: every placing pattern holds one of them, and most texts hold neither.
+    return ("cuda" in text or ".to(" in text) and _PLACING.search(text) is not None
 
 
 def _joined(constants: str, placing: str) -> str:
