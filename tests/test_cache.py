@@ -289,8 +289,12 @@ def test_placements_read_off_a_module_imported_whole_reach_a_file_without_rule_w
             "import torch\n\n\ndef features(n):\n    # on the second GPU\n    return torch.zeros(n, 4, device='cuda:1')\n",
             "import torch\n\nfrom model import features\n\nloss = (features(2) - torch.randn(2, 4)).sum()\n",
         ),
+        (  # a function that returns a model it placed, read off the module imported whole
+            "import torch.nn as nn\n\n\ndef build():\n    return nn.Linear(4, 4).to('cuda:1')\n",
+            "import torch\n\nimport model as m\n\nnet = m.build()\nout = net(torch.randn(2, 4))\n",
+        ),
     ],
-    ids=["class", "function"],
+    ids=["class", "function", "module-attribute"],
 )
 def test_devices_of_an_imported_class_or_function_reach_a_file_without_rule_words(tmp_path, model, train):
     """train.py names no device: its devices come from what it imports by name. Its verdict follows model.py:
