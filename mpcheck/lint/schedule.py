@@ -77,7 +77,7 @@ class Schedule:
         for x in lints:
             if x.gives is not None:
                 x.waiters = len(self._by_summary.get(x.gives, ()))
-        self._after = _chains(lints, self._by_summary)  # lint tasks that gave their summary away (a file parsed twice)
+        self._after = _chains(lints, self._by_summary)  # module path -> the longest work waiting for its summary
 
     def __bool__(self) -> bool:
         return bool(self._summaries or self._waiting or self._ready)
