@@ -5,8 +5,8 @@ them: in code, or in a string that could be a device or a name (`"cuda:1"`, `"cu
 `f"cuda:{i}"`, `"CUDA_VISIBLE_DEVICES"`). They do not count in a comment, nor in a
 string with white space in it: prose (a docstring, an error message, `help=` text) is
 never a device, a module attribute or an environment variable's name. An f-string
-always counts (its fields are code). torch says `cuda` in the comments and docstrings
-of 107 of the 534 files that contain it; those files are no longer parsed.
+always counts (its fields are code). Of torch's 2,285 files, 598 hold a rule's word and
+494 hold one in code: the other 104 are no longer parsed.
 
 A regular expression finds the comments and string literals, left to right, as
 Python's tokenizer does, and only as far as the first occurrence that counts.
