@@ -8,7 +8,9 @@ are checked here (`check_operand`), and a disagreement is recorded as an
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Callable
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any, cast
 
 import libcst as cst
@@ -260,10 +262,8 @@ class Expressions(Part):
         if t is cst.Float:
             return Const(0.5)
         if t is cst.SimpleString:
-            try:
-                return Const(node.evaluated_value)
-            except Exception:
-                return UNK
+            value = _string_value(node.value)
+            return UNK if value is _NOT_A_VALUE else Const(value)
         return UNK
 
     def ev_fstring(self, node: cst.FormattedString, st: State) -> Val:
@@ -715,3 +715,16 @@ def _is_property(fn: cst.FunctionDef) -> bool:
 
 
 _PROPERTY_DECORATORS = frozenset({"property", "cached_property", "functools.cached_property"})
+
+
+_NOT_A_VALUE = object()
+
+
+@lru_cache(maxsize=4096)
+def _string_value(raw: str) -> object:
+    """A string literal's value, as libcst's `SimpleString.evaluated_value` gives it (`ast.literal_eval` of its
+    text), once per distinct text: each evaluation compiles the text, and a file repeats its strings."""
+    try:
+        return ast.literal_eval(raw)
+    except Exception:  # noqa: BLE001  (whatever literal_eval raises: the value is unknown)
+        return _NOT_A_VALUE
