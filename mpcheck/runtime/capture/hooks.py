@@ -248,19 +248,20 @@ def _patch_module_call(
     def checked_call(module, *args, **kwargs):
         if checker.arrived_objects:  # a moved tensor given to a module is used where it arrived (MP005);
             checker.note_reads(args, kwargs)  # the module's own ops may run unchecked (signature cache)
-        if tls.unchecked:
+        stack = tls.unchecked_stack  # tls.stack while tls.unchecked is set, else None
+        if stack is not None:
             # Inside a call already running unchecked (the modes aside; never an outermost call):
             # a module whose signature was checked clean under the current placements runs at
-            # once, with one lookup (signatures.py's `ready`). Anything else takes the full path.
+            # once, with one lookup (signatures.py's `ready`: a live module's entry, emptied at
+            # each placement change). Anything else takes the full path.
             rec = ready.get(id(module))
-            if rec is not None and rec[0]() is module and rec[3] == checker.placement_epoch:
+            if rec is not None:
                 if fast and not kwargs and len(args) == 1 and isinstance(args[0], tensor) and not tf_len():
                     a = args[0]  # SignatureCache.key's common case, inlined: every module call pays it
                     key = (module.training, grad_enabled(), autocast(), a.device, a.dtype)
                 else:
                     key = key_of(module, args, kwargs)
                 if key in rec[1]:
-                    stack = tls.stack
                     stack.append(rec[2])
                     try:
                         if direct and module._compiled_call_impl is None:
@@ -349,6 +350,7 @@ def _patch_module_call(
         if dispatch_mode is not None:
             _pop_dispatch_mode()
         tls.unchecked = 1
+        tls.unchecked_stack = stack
         stack.append(path)
         try:
             return orig_call(module, *args, **kwargs)
@@ -358,6 +360,7 @@ def _patch_module_call(
         finally:
             stack.pop()
             tls.unchecked = 0
+            tls.unchecked_stack = None
             if dispatch_mode is not None:
                 _push_dispatch_mode(dispatch_mode)
             if stand_in is not None:
@@ -372,6 +375,7 @@ def _patch_module_call(
         if dispatch_mode is not None:
             _push_dispatch_mode(dispatch_mode)
         tls.unchecked = 0
+        tls.unchecked_stack = None
         before = checker.emitted
         try:
             out = checked(module, path, stack, args, kwargs)
@@ -382,6 +386,7 @@ def _patch_module_call(
             if stand_in is not None:
                 tf_push(stand_in)
             tls.unchecked = 1
+            tls.unchecked_stack = stack
         if checker.emitted == before:
             cache.add(module, key, path)
         return out

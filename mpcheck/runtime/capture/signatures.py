@@ -71,7 +71,11 @@ class SignatureCache:
         # id(module) -> (ref, its signatures checked CLEAN_AFTER times, its path, the placement epoch
         # they were checked under): what a call inside an unchecked call reads first (hooks.py's fast
         # path: one lookup instead of the namer's and this cache's). Emptied in place, never rebound.
+        # Each entry is a live module's under the current placements, so that the fast path reads it
+        # without a weak reference's call or an epoch's comparison: a module's entries go when it does
+        # (the callback of _ref), and the whole table at each placement change (on_invalidate).
         self.ready: dict[int, tuple[weakref.ref, set[tuple], str, int]] = {}
+        checker.on_invalidate.append(self.ready.clear)
         self._epoch = checker.placement_epoch
         self._purge_at = _PURGE_AT
         # Outermost module calls since the last backward, checked and unchecked: strict mode's
@@ -166,13 +170,30 @@ class SignatureCache:
         if entry is None or entry[0]() is not module:
             if len(self._clean) > self._purge_at:  # modules built per step must not pile up
                 self._purge()
-            entry = self._clean[id(module)] = (weakref.ref(module), {})
+            entry = self._clean[id(module)] = (self._ref(module), {})
         count = entry[1][key] = entry[1].get(key, 0) + 1
         if count >= CLEAN_AFTER:
             ready = self.ready.get(id(module))
             if ready is None or ready[0] is not entry[0] or ready[3] != epoch:
                 ready = self.ready[id(module)] = (entry[0], set(), path, epoch)
             ready[1].add(key)
+            if self.checker.placement_epoch != epoch:  # placements changed meanwhile (another thread)
+                self.ready.pop(id(module), None)
+
+    def _ref(self, module: Any) -> weakref.ref:
+        """A weak reference to `module` whose callback drops the module's entries once it is gone (its id
+        may then be another module's)."""
+        key, clean, ready = id(module), self._clean, self.ready
+
+        def gone(ref: weakref.ref) -> None:
+            entry = clean.get(key)
+            if entry is not None and entry[0] is ref:
+                clean.pop(key, None)
+            rec = ready.get(key)
+            if rec is not None and rec[0] is ref:
+                ready.pop(key, None)
+
+        return weakref.ref(module, gone)
 
     def _purge(self) -> None:
         """Drop the entries of modules gone; both dicts are emptied and refilled in place (the

@@ -36,6 +36,9 @@ class ThreadState(threading.local):
         # > 0 while a module call of a signature checked clean runs with the modes stepped aside
         # (capture/signatures.py): transfers are then recorded by capture/transfers.py instead.
         self.unchecked = 0
+        # `stack` while `unchecked` is set, else None: what the module-call fast path reads first
+        # (capture/hooks.py), one thread-local read where two would be (`unchecked`, then `stack`).
+        self.unchecked_stack: list[str] | None = None
 
 
 class Entry:
