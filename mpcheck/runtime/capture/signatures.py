@@ -69,12 +69,14 @@ class SignatureCache:
         self.steps = 0
         self._clean: dict[int, tuple[weakref.ref, dict[tuple, int]]] = {}
         # id(module) -> (ref, its signatures checked CLEAN_AFTER times, its path, the placement epoch
-        # they were checked under): what a call inside an unchecked call reads first (hooks.py's fast
-        # path: one lookup instead of the namer's and this cache's). Emptied in place, never rebound.
+        # they were checked under, and for a torch.nn leaf run without the mode, its input's device or
+        # None): what a call inside an unchecked call reads first (hooks.py's fast path: one lookup
+        # instead of the namer's and this cache's; a leaf's call on that device needs no key).
+        # Emptied in place, never rebound.
         # Each entry is a live module's under the current placements, so that the fast path reads it
         # without a weak reference's call or an epoch's comparison: a module's entries go when it does
         # (the callback of _ref), and the whole table at each placement change (on_invalidate).
-        self.ready: dict[int, tuple[weakref.ref, set[tuple], str, int]] = {}
+        self.ready: dict[int, tuple[weakref.ref, set[tuple], str, int, Any]] = {}
         checker.on_invalidate.append(self.ready.clear)
         self._epoch = checker.placement_epoch
         self._purge_at = _PURGE_AT
@@ -161,8 +163,9 @@ class SignatureCache:
         entry = self._clean.get(id(module))
         return entry is not None and entry[0]() is module and entry[1].get(key, 0) >= CLEAN_AFTER
 
-    def add(self, module: Any, key: tuple, path: str) -> None:
-        """A call of `module` (named `path`) with this signature ran checked and clean."""
+    def add(self, module: Any, key: tuple, path: str, leaf: Any = None) -> None:
+        """A call of `module` (named `path`) with this signature ran checked and clean. leaf: the device
+        of its one tensor input where it ran as a torch.nn leaf without the mode (hooks.py), else None."""
         epoch = self.checker.placement_epoch
         if self._epoch != epoch:
             return  # placements changed while the call ran: not checked under the current ones
@@ -175,7 +178,9 @@ class SignatureCache:
         if count >= CLEAN_AFTER:
             ready = self.ready.get(id(module))
             if ready is None or ready[0] is not entry[0] or ready[3] != epoch:
-                ready = self.ready[id(module)] = (entry[0], set(), path, epoch)
+                ready = self.ready[id(module)] = (entry[0], set(), path, epoch, leaf)
+            elif leaf is not None and ready[4] is None:
+                ready = self.ready[id(module)] = (*ready[:4], leaf)
             ready[1].add(key)
             if self.checker.placement_epoch != epoch:  # placements changed meanwhile (another thread)
                 self.ready.pop(id(module), None)
