@@ -351,10 +351,9 @@ def _patch_module_call(
         """The device of the input of a call that checked() ran as a torch.nn leaf's, without the mode
         (its one tensor input on the module's own device, no hook), or None: with the key's layout of
         one tensor argument (training, grad, autocast, device, dtype), the device is key[3]."""
-        if tls.leaf_bypass is not module or len(key) != 5:
-            return None
+        bypassed = tls.leaf_bypass  # an id, not the module: the thread's state keeps no module alive
         tls.leaf_bypass = None
-        return key[3]
+        return key[3] if bypassed == id(module) and len(key) == 5 else None
 
     function_mode, dispatch_mode, stand_in = modes
 
@@ -450,7 +449,7 @@ def _patch_module_call(
                     # non-tensor argument (LSTM's (h, c) tuple): no.
                     n = tf_len()
                     if n and tf_top(n - 1) is leaf_mode:
-                        tls.leaf_bypass = module  # the signature cache may skip this call's key (leaf_device)
+                        tls.leaf_bypass = id(module)  # the signature cache may skip this call's key (leaf_device)
                         popped = tf_pop()
                         stack.append(path)
                         try:
