@@ -15,7 +15,9 @@ A call whose signature was checked CLEAN_AFTER times before, with no finding emi
 ran, runs with the checking function mode (and the strict dispatch mode) stepped aside; only the module hooks and
 the transfer ledger stay (see transfers.py: `Tensor.to/.cuda/.cpu/.copy_` are still recorded).
 Inside such a call, a module call whose signature is ready (checked clean CLEAN_AFTER times under
-the current placements: `ready`) costs one lookup, its key and the module stack's push (hooks.py);
+the current placements: `ready`) costs one lookup, its key and the module stack's push (hooks.py; a
+torch.nn leaf that the checks ran without the mode, its input on its own device, needs no key there:
+its input's device is compared instead, since nothing else of the key changes how it is checked);
 the first call of a new signature there brings the modes back for that call.
 Every `recheck_every`-th step starts from an empty cache, so a branch taken only later in
 training is checked within that many steps; `recheck_every=0` checks every call (0.1.0's way).
