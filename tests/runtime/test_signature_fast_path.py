@@ -188,3 +188,69 @@ def test_hooks_added_after_a_signature_is_ready_still_run_on_the_fast_path():
         model(x)
         assert model.near.seen == ["own _call_impl", "model.<OwnCallImpl>"]  # set after the session began
     assert dbg.findings == []
+
+
+class LeafInside(nn.Module):
+    """A torch.nn leaf (nn.Linear on the CPU) called inside a user module's forward."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.far = False  # give the leaf its input on another device
+
+    def forward(self, x):
+        return self.lin(x.to("meta") if self.far else x)
+
+
+def test_a_torch_leaf_on_its_device_runs_without_a_key_even_when_its_signature_is_new(entry_checks):
+    # checked() runs a hook-free torch.nn leaf whose input is on its own device without the mode and
+    # without any check: a new training flag (or dtype, grad or autocast mode) changes nothing there,
+    # so inside an unchecked call such a call runs at once, with the same result.
+    model, x = LeafInside(), torch.ones(2, 4)
+    with mpcheck.debug(model, report=None) as dbg:
+        _settle(model, dbg, x)
+        model.lin.eval()  # the leaf's signature changes, not the outer call's
+        entry_checks.clear()
+        out = model(x)
+        assert entry_checks == []
+    assert torch.equal(out, model.lin(x)) and dbg.findings == []
+
+
+def test_a_torch_leaf_given_another_device_or_a_hook_or_its_own_forward_takes_the_full_path(entry_checks):
+    model, x = LeafInside(), torch.ones(2, 4)
+    fired = []
+    with mpcheck.debug(model, report=None, on_mismatch="warn") as dbg:
+        _settle(model, dbg, x)
+        handle = model.lin.register_forward_hook(lambda m, a, out: fired.append("post"))
+        model(x)
+        handle.remove()
+        assert fired == ["post"]
+        model.lin.eval()
+        orig = model.lin.forward
+        model.lin.forward = lambda t: fired.append("own forward") or orig(t)  # as accelerate's hooks do
+        entry_checks.clear()
+        model(x)
+        assert fired == ["post", "own forward"] and entry_checks  # a new signature, checked
+        del model.lin.forward
+        model.far = True
+        with pytest.warns(Warning, match="MP001"), pytest.raises(RuntimeError):
+            model(x)  # PyTorch's own error after mpcheck's finding
+    assert [f.code for f in dbg.findings] == ["MP001"]
+
+
+def test_the_fast_path_table_drops_a_module_gone_and_empties_at_a_placement_change():
+    import gc
+
+    model, x = Split(), torch.ones(2, 4)
+    with mpcheck.debug(model, report=None) as dbg:
+        _settle(model, dbg, x)
+        ready = sessions.active().cache.ready
+        key = id(model.near)
+        assert key in ready
+        model.near = Scale("cpu")
+        gc.collect()
+        assert key not in ready  # gone with its module: its id may be another module's
+        _settle(model, dbg, x)
+        assert ready
+        sessions.active().checker.invalidate_placement()
+        assert not ready  # at once, not at the next outermost call

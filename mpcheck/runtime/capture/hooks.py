@@ -248,38 +248,56 @@ def _patch_module_call(
     def checked_call(module, *args, **kwargs):
         if checker.arrived_objects:  # a moved tensor given to a module is used where it arrived (MP005);
             checker.note_reads(args, kwargs)  # the module's own ops may run unchecked (signature cache)
-        if tls.unchecked:
+        stack = tls.unchecked_stack  # tls.stack while tls.unchecked is set, else None
+        if stack is not None:
             # Inside a call already running unchecked (the modes aside; never an outermost call):
             # a module whose signature was checked clean under the current placements runs at
-            # once, with one lookup (signatures.py's `ready`). Anything else takes the full path.
+            # once, with one lookup (signatures.py's `ready`: a live module's entry, emptied at
+            # each placement change). Anything else takes the full path.
             rec = ready.get(id(module))
-            if rec is not None and rec[0]() is module and rec[3] == checker.placement_epoch:
+            if rec is not None:
+                plain = (  # what orig_call would do is to call the forward at once: _call_impl's own test, inlined
+                    direct
+                    and module._compiled_call_impl is None
+                    and bare
+                    and not (
+                        module._backward_hooks
+                        or module._backward_pre_hooks
+                        or module._forward_hooks
+                        or module._forward_pre_hooks
+                        or gbp
+                        or gb
+                        or gf
+                        or gfp
+                        or tracing()
+                    )
+                    and type(module)._call_impl is call_impl
+                )
                 if fast and not kwargs and len(args) == 1 and isinstance(args[0], tensor) and not tf_len():
-                    a = args[0]  # SignatureCache.key's common case, inlined: every module call pays it
-                    key = (module.training, grad_enabled(), autocast(), a.device, a.dtype)
+                    a = args[0]
+                    leaf = rec[4]
+                    if (
+                        leaf is not None
+                        and plain
+                        and a.device == leaf
+                        and not module._modules
+                        and "forward" not in module.__dict__
+                    ):
+                        # A torch.nn leaf checked clean on this device, as checked() runs it: without
+                        # the mode, its input on its own device, no hook, PyTorch's own forward. A
+                        # new dtype, grad or autocast mode or training flag changes nothing there
+                        # that checked() would look at: no key to build.
+                        hit = True
+                    else:  # SignatureCache.key's common case, inlined: every module call pays it
+                        hit = (module.training, grad_enabled(), autocast(), a.device, a.dtype) in rec[1]
                 else:
-                    key = key_of(module, args, kwargs)
-                if key in rec[1]:
-                    stack = tls.stack
+                    hit = key_of(module, args, kwargs) in rec[1]
+                if hit:
                     stack.append(rec[2])
                     try:
+                        if plain:
+                            return module.forward(*args, **kwargs)  # what _call_impl does, a frame less
                         if direct and module._compiled_call_impl is None:
-                            if (
-                                bare  # _call_impl's own test for calling the forward at once, inlined
-                                and not (
-                                    module._backward_hooks
-                                    or module._backward_pre_hooks
-                                    or module._forward_hooks
-                                    or module._forward_pre_hooks
-                                    or gbp
-                                    or gb
-                                    or gf
-                                    or gfp
-                                    or tracing()
-                                )
-                                and type(module)._call_impl is call_impl
-                            ):
-                                return module.forward(*args, **kwargs)  # what _call_impl does, a frame less
                             return module._call_impl(*args, **kwargs)  # what orig_call does, a frame less
                         return orig_call(module, *args, **kwargs)
                     finally:
@@ -323,10 +341,19 @@ def _patch_module_call(
         if tls.unchecked:  # a new signature inside an unchecked call: the modes come back for it
             return rechecked_call(module, path, stack, key, args, kwargs)
         before = checker.emitted
+        tls.leaf_bypass = None
         out = checked(module, path, stack, args, kwargs)
         if checker.emitted == before:
-            cache.add(module, key, path)
+            cache.add(module, key, path, leaf_device(module, key))
         return out
+
+    def leaf_device(module, key):
+        """The device of the input of a call that checked() ran as a torch.nn leaf's, without the mode
+        (its one tensor input on the module's own device, no hook), or None: with the key's layout of
+        one tensor argument (training, grad, autocast, device, dtype), the device is key[3]."""
+        bypassed = tls.leaf_bypass  # an id, not the module: the thread's state keeps no module alive
+        tls.leaf_bypass = None
+        return key[3] if bypassed == id(module) and len(key) == 5 else None
 
     function_mode, dispatch_mode, stand_in = modes
 
@@ -349,6 +376,7 @@ def _patch_module_call(
         if dispatch_mode is not None:
             _pop_dispatch_mode()
         tls.unchecked = 1
+        tls.unchecked_stack = stack
         stack.append(path)
         try:
             return orig_call(module, *args, **kwargs)
@@ -358,6 +386,7 @@ def _patch_module_call(
         finally:
             stack.pop()
             tls.unchecked = 0
+            tls.unchecked_stack = None
             if dispatch_mode is not None:
                 _push_dispatch_mode(dispatch_mode)
             if stand_in is not None:
@@ -372,7 +401,9 @@ def _patch_module_call(
         if dispatch_mode is not None:
             _push_dispatch_mode(dispatch_mode)
         tls.unchecked = 0
+        tls.unchecked_stack = None
         before = checker.emitted
+        tls.leaf_bypass = None
         try:
             out = checked(module, path, stack, args, kwargs)
         finally:
@@ -382,8 +413,9 @@ def _patch_module_call(
             if stand_in is not None:
                 tf_push(stand_in)
             tls.unchecked = 1
+            tls.unchecked_stack = stack
         if checker.emitted == before:
-            cache.add(module, key, path)
+            cache.add(module, key, path, leaf_device(module, key))
         return out
 
     def checked(module, path, stack, args, kwargs):
@@ -417,6 +449,7 @@ def _patch_module_call(
                     # non-tensor argument (LSTM's (h, c) tuple): no.
                     n = tf_len()
                     if n and tf_top(n - 1) is leaf_mode:
+                        tls.leaf_bypass = id(module)  # the signature cache may skip this call's key (leaf_device)
                         popped = tf_pop()
                         stack.append(path)
                         try:

@@ -15,7 +15,9 @@ A call whose signature was checked CLEAN_AFTER times before, with no finding emi
 ran, runs with the checking function mode (and the strict dispatch mode) stepped aside; only the module hooks and
 the transfer ledger stay (see transfers.py: `Tensor.to/.cuda/.cpu/.copy_` are still recorded).
 Inside such a call, a module call whose signature is ready (checked clean CLEAN_AFTER times under
-the current placements: `ready`) costs one lookup, its key and the module stack's push (hooks.py);
+the current placements: `ready`) costs one lookup, its key and the module stack's push (hooks.py; a
+torch.nn leaf that the checks ran without the mode, its input on its own device, needs no key there:
+its input's device is compared instead, since nothing else of the key changes how it is checked);
 the first call of a new signature there brings the modes back for that call.
 Every `recheck_every`-th step starts from an empty cache, so a branch taken only later in
 training is checked within that many steps; `recheck_every=0` checks every call (0.1.0's way).
@@ -69,9 +71,15 @@ class SignatureCache:
         self.steps = 0
         self._clean: dict[int, tuple[weakref.ref, dict[tuple, int]]] = {}
         # id(module) -> (ref, its signatures checked CLEAN_AFTER times, its path, the placement epoch
-        # they were checked under): what a call inside an unchecked call reads first (hooks.py's fast
-        # path: one lookup instead of the namer's and this cache's). Emptied in place, never rebound.
-        self.ready: dict[int, tuple[weakref.ref, set[tuple], str, int]] = {}
+        # they were checked under, and for a torch.nn leaf run without the mode, its input's device or
+        # None): what a call inside an unchecked call reads first (hooks.py's fast path: one lookup
+        # instead of the namer's and this cache's; a leaf's call on that device needs no key).
+        # Emptied in place, never rebound.
+        # Each entry is a live module's under the current placements, so that the fast path reads it
+        # without a weak reference's call or an epoch's comparison: a module's entries go when it does
+        # (the callback of _ref), and the whole table at each placement change (on_invalidate).
+        self.ready: dict[int, tuple[weakref.ref, set[tuple], str, int, Any]] = {}
+        checker.on_invalidate.append(self.ready.clear)
         self._epoch = checker.placement_epoch
         self._purge_at = _PURGE_AT
         # Outermost module calls since the last backward, checked and unchecked: strict mode's
@@ -157,8 +165,9 @@ class SignatureCache:
         entry = self._clean.get(id(module))
         return entry is not None and entry[0]() is module and entry[1].get(key, 0) >= CLEAN_AFTER
 
-    def add(self, module: Any, key: tuple, path: str) -> None:
-        """A call of `module` (named `path`) with this signature ran checked and clean."""
+    def add(self, module: Any, key: tuple, path: str, leaf: Any = None) -> None:
+        """A call of `module` (named `path`) with this signature ran checked and clean. leaf: the device
+        of its one tensor input where it ran as a torch.nn leaf without the mode (hooks.py), else None."""
         epoch = self.checker.placement_epoch
         if self._epoch != epoch:
             return  # placements changed while the call ran: not checked under the current ones
@@ -166,13 +175,32 @@ class SignatureCache:
         if entry is None or entry[0]() is not module:
             if len(self._clean) > self._purge_at:  # modules built per step must not pile up
                 self._purge()
-            entry = self._clean[id(module)] = (weakref.ref(module), {})
+            entry = self._clean[id(module)] = (self._ref(module), {})
         count = entry[1][key] = entry[1].get(key, 0) + 1
         if count >= CLEAN_AFTER:
             ready = self.ready.get(id(module))
             if ready is None or ready[0] is not entry[0] or ready[3] != epoch:
-                ready = self.ready[id(module)] = (entry[0], set(), path, epoch)
+                ready = self.ready[id(module)] = (entry[0], set(), path, epoch, leaf)
+            elif leaf is not None and ready[4] is None:
+                ready = self.ready[id(module)] = (*ready[:4], leaf)
             ready[1].add(key)
+            if self.checker.placement_epoch != epoch:  # placements changed meanwhile (another thread)
+                self.ready.pop(id(module), None)
+
+    def _ref(self, module: Any) -> weakref.ref:
+        """A weak reference to `module` whose callback drops the module's entries once it is gone (its id
+        may then be another module's)."""
+        key, clean, ready = id(module), self._clean, self.ready
+
+        def gone(ref: weakref.ref) -> None:
+            entry = clean.get(key)
+            if entry is not None and entry[0] is ref:
+                clean.pop(key, None)
+            rec = ready.get(key)
+            if rec is not None and rec[0] is ref:
+                ready.pop(key, None)
+
+        return weakref.ref(module, gone)
 
     def _purge(self) -> None:
         """Drop the entries of modules gone; both dicts are emptied and refilled in place (the

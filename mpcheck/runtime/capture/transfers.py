@@ -44,11 +44,14 @@ def _wrap(orig: Any, kind: int, mode: Any, tls: Any) -> Any:
         unchecked = tls.unchecked
         if not unchecked or tls.suspended:
             return orig(*args, **kwargs)
+        stack = tls.unchecked_stack
         tls.unchecked = 0  # the calls made inside are not the user's
+        tls.unchecked_stack = None
         try:
             return transfer(kind, orig, args, kwargs)
         finally:
             tls.unchecked = unchecked
+            tls.unchecked_stack = stack
 
     setattr(method, KIND_ATTR, kind)
     return method

@@ -127,6 +127,9 @@ class Checker:
         # Bumped whenever parameters may have moved (invalidate_placement): what was checked under
         # an older placement is checked again.
         self.placement_epoch = 0
+        # Called, with no argument, by each invalidate_placement() (the signature cache empties the
+        # table its fast path reads at once, so that the path need not compare epochs on every call).
+        self.on_invalidate: list[Callable[[], None]] = []
         self._by_key: dict[tuple[str, str, int, tuple[str, ...]], int] = {}  # dedupe key -> index in findings
         self._lock = threading.RLock()
         self._tls = ThreadState()
@@ -196,6 +199,8 @@ class Checker:
         self._placement.clear()
         self._subtree_devices.clear()
         self.placement_epoch += 1  # signatures checked clean are stale; list the buffers again (provenance)
+        for listener in self.on_invalidate:
+            listener()
 
     def module_name(self, module: Any) -> str:
         namer = self.namer

@@ -36,6 +36,12 @@ class ThreadState(threading.local):
         # > 0 while a module call of a signature checked clean runs with the modes stepped aside
         # (capture/signatures.py): transfers are then recorded by capture/transfers.py instead.
         self.unchecked = 0
+        # `stack` while `unchecked` is set, else None: what the module-call fast path reads first
+        # (capture/hooks.py), one thread-local read where two would be (`unchecked`, then `stack`).
+        self.unchecked_stack: list[str] | None = None
+        # id() of the torch.nn leaf module that the last checked call ran without the mode (capture/hooks.py):
+        # the signature cache's fast path then skips the key of its calls on the same device.
+        self.leaf_bypass: int | None = None
 
 
 class Entry:
