@@ -317,3 +317,27 @@ def test_devices_of_an_imported_class_or_function_reach_a_file_without_rule_word
     assert (second.returncode, second.stdout) == (0, "All checks passed (2 files).\n"), second.stdout + second.stderr
     stored = json.loads(next((tmp_path / ".mpcheck_cache").glob("results-*.json")).read_text())
     assert str(tmp_path / "train.py") in stored["irrelevant"]
+
+
+def test_a_relevant_files_prefilter_verdict_is_kept_while_it_and_its_deps_are_unchanged(tmp_path):
+    from mpcheck.lint.cache import ResultCache
+
+    dep = tmp_path / "config.py"
+    dep.write_text("first = 'cuda:1'\n")
+    st = dep.stat()
+    train = str(tmp_path / "train.py")
+    (tmp_path / "train.py").write_text("x = 1\n")
+    cache = ResultCache(tmp_path / "c", "fp")
+    codes = frozenset({"MP001", "MP005"})
+    deps = [[str(dep), st.st_mtime_ns, st.st_size]]
+    cache.mark_codes(train, (1, 2), "sig", deps, codes, frozenset({"MP001"}))
+    cache.save()
+    again = ResultCache(tmp_path / "c", "fp")
+    assert again.known_codes(train, (1, 2), "sig", codes) == {"MP001"}
+    assert again.known_codes(train, (1, 3), "sig", codes) is None  # the file changed
+    assert again.known_codes(train, (1, 2), "other", codes) is None  # other rule words
+    assert again.known_codes(train, (1, 2), "sig", frozenset({"MP001"})) is None  # other rules asked
+    dep.write_text("first = 'cuda:0'  # changed\n")
+    assert again.known_codes(train, (1, 2), "sig", codes) is None  # a module it imports changed
+    cache.mark_codes("/x/all.py", (1, 2), "*", [], codes, codes)
+    assert cache.known_codes("/x/all.py", (1, 2), "*", codes) is None  # a rule without words: never stored

@@ -79,6 +79,8 @@ class ResultCache:
         self.summaries: dict[str, Any] = {}
         # abspath -> [mtime_ns, size, pre-filter signature] of files no selected rule could fire on
         self.irrelevant: dict[str, list[Any]] = {}
+        # abspath -> [mtime_ns, size, pre-filter signature, deps, codes asked, codes let through] of the others
+        self.relevant: dict[str, list[Any]] = {}
         self.dirty = False
         self._now = int(time.time())
         try:
@@ -88,6 +90,7 @@ class ResultCache:
                 self.results = data.get("results", {}) or {}
                 self.summaries = data.get("summaries", {}) or {}
                 self.irrelevant = data.get("irrelevant", {}) or {}
+                self.relevant = data.get("relevant", {}) or {}
         except (OSError, ValueError):
             pass
 
@@ -125,19 +128,31 @@ class ResultCache:
     def known_irrelevant(self, abspath: str, stat: tuple[int, int], signature: str) -> bool:
         """Was no rule able to fire on this file when it was last seen, and are it and the project modules it
         imports names from (whose constants the pre-filter read as its words) unchanged since?"""
-        if signature == "*":
-            return False
-        seen = self.irrelevant.get(abspath)
-        if seen is None or seen[0] != stat[0] or seen[1] != stat[1] or seen[2] != signature:
-            return False
-        for dep, mtime, size in seen[3] if len(seen) > 3 else ():
-            try:
-                st = os.stat(dep)
-            except OSError:
-                return False
-            if st.st_mtime_ns != mtime or st.st_size != size:
-                return False
-        return True
+        return signature != "*" and _unchanged(self.irrelevant.get(abspath), stat, signature)
+
+    def known_codes(
+        self, abspath: str, stat: tuple[int, int], signature: str, codes: frozenset[str]
+    ) -> frozenset[str] | None:
+        """The rules among `codes` the pre-filter let through for this file when it was last seen, if it and
+        the project modules it imports names from are unchanged since; None when not known. A cached run
+        then reads the file for its content hash only (the pre-filter was a third of torch's cached run)."""
+        seen = self.relevant.get(abspath)
+        if signature == "*" or seen is None or seen[4] != sorted(codes) or not _unchanged(seen, stat, signature):
+            return None
+        return frozenset(seen[5])
+
+    def mark_codes(
+        self,
+        abspath: str,
+        stat: tuple[int, int],
+        signature: str,
+        deps: list[list[Any]],
+        codes: frozenset[str],
+        let_through: frozenset[str],
+    ) -> None:
+        if signature != "*":
+            self.relevant[abspath] = [stat[0], stat[1], signature, deps, sorted(codes), sorted(let_through)]
+            self.dirty = True
 
     def mark_irrelevant(
         self, abspath: str, stat: tuple[int, int], signature: str, deps: list[list[Any]] | None = None
@@ -173,6 +188,22 @@ class ResultCache:
             "results": {k: v for k, v in self.results.items() if v.get("t", 0) >= cutoff},
             "summaries": {k: v for k, v in self.summaries.items() if v.get("t", 0) >= cutoff},
             "irrelevant": {k: v for k, v in self.irrelevant.items() if os.path.exists(k)},
+            "relevant": {k: v for k, v in self.relevant.items() if os.path.exists(k)},
         }
         write_json_atomic(self.path, data)
         self.dirty = False
+
+
+def _unchanged(seen: list[Any] | None, stat: tuple[int, int], signature: str) -> bool:
+    """Is a file's stored pre-filter verdict (`seen`: mtime, size, signature, deps, ...) still good: the file,
+    the rules' words and the project modules it imports names from (their [path, mtime, size]) unchanged?"""
+    if seen is None or seen[0] != stat[0] or seen[1] != stat[1] or seen[2] != signature:
+        return False
+    for dep, mtime, size in seen[3] if len(seen) > 3 else ():
+        try:
+            st = os.stat(dep)
+        except OSError:
+            return False
+        if st.st_mtime_ns != mtime or st.st_size != size:
+            return False
+    return True

@@ -432,14 +432,20 @@ def lint(
             if SYNTAX_ERROR_CODE in codes and bad is not None:
                 out.findings.append(bad)
             continue
-        run_codes = prefilter.codes_for(text, codes)
+        known = cache.known_codes(src.abspath, stat, signature, codes) if cache and stat else None
         deps: list[list[Any]] = []
-        if not run_codes:
-            # Devices may be defined in another file and imported by name (`from config import device0`):
-            # their definitions count as this file's words.
-            borrowed, deps = project.borrowed(src, text)
-            if borrowed:
-                run_codes = prefilter.codes_for(text + "\n" + borrowed, codes)
+        if known is not None:
+            run_codes = known
+        else:
+            run_codes = prefilter.codes_for(text, codes)
+            if not run_codes:
+                # Devices may be defined in another file and imported by name (`from config import device0`):
+                # their definitions count as this file's words.
+                borrowed, deps = project.borrowed(src, text)
+                if borrowed:
+                    run_codes = prefilter.codes_for(text + "\n" + borrowed, codes)
+            if run_codes and cache is not None and stat is not None:
+                cache.mark_codes(src.abspath, stat, signature, deps, codes, run_codes)
         if not run_codes:
             if src.named and SYNTAX_ERROR_CODE in codes:
                 # Named on the command line: a file that does not parse is reported even with no rule word in it
