@@ -19,6 +19,7 @@ class PreFilter:
         self.needs = {c: rules[c].needs for c in codes if c in rules and c != SYNTAX_ERROR_CODE}
         self.words = sorted({w for needs in self.needs.values() for w in needs})
         self._signatures: dict[frozenset[str], str] = {}
+        self._lexed: dict[int, LiveText] = {}  # id(text) -> its LiveText (which holds the text: ids stay unique)
         # A module imported by a checked file is summarised when *any* rule could
         # care about it, selected or not: a selected rule in train.py may need the
         # placement facts of a model.py that only mentions words of other rules.
@@ -50,24 +51,31 @@ class PreFilter:
         # file that says `cuda` is not searched for the other flow words (a cached run over
         # torch's 2,285 files spends most of its time here).
         seen: dict[str, bool] = {}
-        text: LiveText | None = None
 
         def has(word: str) -> bool:
-            nonlocal text
             found = seen.get(word)
             if found is None:
-                found = word in source
-                if found:  # ... and where it counts: in code, not in a comment or prose (lint/livetext.py)
-                    text = text or LiveText(source)
-                    found = text.has(word)
-                seen[word] = found
+                # ... and where it counts: in code, not in a comment or prose (lint/livetext.py)
+                found = seen[word] = word in source and self._live(source).has(word)
             return found
 
-        return frozenset(c for c in codes if c in self.needs and (not self.needs[c] or any(map(has, self.needs[c]))))
+        let_through = frozenset(
+            c for c in codes if c in self.needs and (not self.needs[c] or any(map(has, self.needs[c])))
+        )
+        if not let_through:
+            self._lexed.pop(id(source), None)  # a file no rule runs on is not read again: keep none of it
+        return let_through
 
     def worth_summarising(self, source: str) -> bool:
         """Whether an imported module could hold facts any rule needs."""
         if self._summary_always:
             return True
-        text = LiveText(source)
-        return any(w in source and text.has(w) for w in self._summary_words)
+        return any(w in source and self._live(source).has(w) for w in self._summary_words)
+
+    def _live(self, source: str) -> LiveText:
+        """One LiveText per text, kept while the text is: a file both linted and imported is lexed once, as
+        far as the first question needs, then on from there (its text is the project's, read once)."""
+        got = self._lexed.get(id(source))
+        if got is None or got.source is not source:
+            got = self._lexed[id(source)] = LiveText(source)
+        return got
