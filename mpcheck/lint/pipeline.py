@@ -350,7 +350,10 @@ class _Project:
     def _bindings(self, abspath: str) -> dict[str, str]:
         got = self._top.get(abspath)
         if got is None:
-            got = self._top[abspath] = modules.top_bindings(self.text(abspath) or "")
+            text = self.text(abspath) or ""
+            # Every _NAMES_A_DEVICE pattern holds one of these: a module without them names no device anywhere.
+            names = "cuda" in text or "device(" in text or ".to(" in text
+            got = self._top[abspath] = modules.top_bindings(text) if names else {}
         return got
 
     def worth_summarising(self, abspath: str) -> bool:
