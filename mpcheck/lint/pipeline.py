@@ -231,9 +231,10 @@ def _pool_map(
 
 
 # A constant that names a device: a "cuda..." string (`"cuda:1"`, `f"cuda:{i}"`, `"cuda" if ... else "cpu"`),
-# `torch.device(...)` or a placement (`Net().cuda()`); for a class or a function, one of its lines that places
-# something on a named device (modules.top_bindings). Not any line with a rule's word: `HAS_CUDA = torch.cuda.is_available()` places
-# nothing, and letting its importers through cost torch's 2,285 files a tenth more CPU for no finding.
+# `torch.device(...)` or a placement (`Net().cuda()`); for a class or a function, one of its lines that
+# places something on a named device (modules.top_bindings). Not any line with a rule's word:
+# `HAS_CUDA = torch.cuda.is_available()` places nothing, and letting its importers through cost torch's
+# 2,285 files a tenth more CPU for no finding.
 _NAMES_A_DEVICE = re.compile(rf"""[\"']cuda|\bdevice\(|{modules.PLACING}""")
 
 
