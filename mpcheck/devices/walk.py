@@ -50,6 +50,18 @@ LAYOUT: tuple[type[cst.CSTNode], ...] = (
 
 _FIELDS: dict[type, tuple[str, ...]] = {}
 
+# type -> is it a libcst node? libcst's node classes are ABCs: `isinstance(v, cst.CSTNode)` runs
+# ABCMeta.__instancecheck__, a Python frame per test (3% of linting torch, most of it here).
+_IS_NODE: dict[type, bool] = {}
+
+
+def _is_node(value: object) -> bool:
+    t = type(value)
+    got = _IS_NODE.get(t)
+    if got is None:
+        got = _IS_NODE[t] = issubclass(t, cst.CSTNode)
+    return got
+
 
 def children(node: cst.CSTNode) -> list[cst.CSTNode]:
     """`node.children` without the layout nodes (the same nodes, not copies), in no set order."""
@@ -59,10 +71,10 @@ def children(node: cst.CSTNode) -> list[cst.CSTNode]:
     out: list[cst.CSTNode] = []
     for name in names:
         value = getattr(node, name)
-        if isinstance(value, cst.CSTNode):
+        if _is_node(value):
             out.append(value)
-        elif isinstance(value, (list, tuple)):
-            out.extend(v for v in value if isinstance(v, cst.CSTNode))
+        elif type(value) in (list, tuple):
+            out.extend(v for v in value if _is_node(v))
     return out
 
 
@@ -77,10 +89,11 @@ def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
 
 def assigned(node: cst.CSTNode) -> list[cst.BaseExpression]:
     """The targets `node` assigns when it is an assignment (`=`, `+=`, `x: T = ...`), else none."""
-    if isinstance(node, cst.Assign):
-        return [t.target for t in node.targets]
-    if isinstance(node, (cst.AnnAssign, cst.AugAssign)):
-        return [node.target]
+    kind = type(node)  # the parser's exact node types: no ABC instance check (see _IS_NODE)
+    if kind is cst.Assign:
+        return [t.target for t in typing.cast(cst.Assign, node).targets]
+    if kind is cst.AnnAssign or kind is cst.AugAssign:
+        return [typing.cast("cst.AnnAssign | cst.AugAssign", node).target]
     return []
 
 
