@@ -221,8 +221,9 @@ def analyze(
     `parsed`: the libcst tree of `source` when the caller parsed it already."""
     from mpcheck.rules import all_rules
 
-    # `codes` went through the pipeline's pre-filter (lint/prefilter.py): the file's words, those of the
-    # constants it imports (a device defined in another file), or all of them for a run with callers.
+    # `codes` went through the pipeline's pre-filter (lint/prefilter.py): the file's words in code (not in its
+    # comments or prose), those of the constants, classes and functions it imports (a device defined in another
+    # file), or all of them for a run with callers.
     rules = [r for r in all_rules() if r.code in codes]
     if not rules and SYNTAX_ERROR_CODE not in codes:
         return FileResult([])

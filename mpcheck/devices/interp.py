@@ -40,6 +40,7 @@ from mpcheck.devices.names import dotted, import_bindings
 from mpcheck.devices.program import (
     ClassInfo,
     FuncInfo,
+    Part,
     Scope,
     State,
     params_of,
@@ -141,13 +142,14 @@ class Interp:
         self.close()
 
     def close(self) -> None:
-        """Drop everything this interpreter holds, once its results are taken (`with Interp(...) as interp:`
-        does it on leaving). Its helpers (stmts, exprs,
-        calls, ...) point back at it: a cycle that only the garbage collector could free, and the
-        collector would first scan the whole tree the cycle keeps alive (linting torch, a tenth of the
-        CPU). Emptied, the cycle holds nothing, and the tree goes as soon as the file's findings do."""
-        for helper in (self.stmts, self.exprs, self.calls, self.instances, self.library, self.moves):
-            helper.__dict__.clear()
+        """Drop everything this interpreter holds, once its results are taken (`with Interp(...) as
+        interp:` does it on leaving). Its parts (stmts, exprs, calls, ...: every `Part` it holds) point
+        back at it: a cycle that only the garbage collector could free, and the collector would first
+        scan the whole tree the cycle keeps alive (linting torch, a tenth of the CPU). Emptied, the cycle
+        holds nothing, and the tree goes as soon as the file's findings do."""
+        for value in self.__dict__.values():
+            if isinstance(value, Part):
+                value.__dict__.clear()
         self.__dict__.clear()
 
     # ------------------------------------------------------------ setup

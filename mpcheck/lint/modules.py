@@ -14,6 +14,8 @@ import os
 import re
 from functools import lru_cache
 
+from mpcheck.lint.livetext import LiveText
+
 
 @lru_cache(maxsize=4096)
 def _is_package(folder: str) -> bool:
@@ -107,8 +109,6 @@ def _placing_lines(body: str) -> str:
     """The lines of `body` that place something on a named device, where that is code (lint/livetext.py)."""
     if not _may_place(body):
         return ""
-    from mpcheck.lint.livetext import LiveText
-
     text = LiveText(body)
     return "\n".join(m.group(0).strip() for m in _PLACING_LINE.finditer(body) if text.in_code(m.start(1), m.end(1)))
 
