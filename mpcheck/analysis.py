@@ -202,6 +202,7 @@ def analyze(
     gpus: tuple[int, ...] = (),
     callers: Sequence[Mapping[str, Any]] = (),
     parsed: cst.Module | None = None,
+    keeps_call: Callable[[str], bool] | None = None,
 ) -> FileResult:
     """Run the rules whose codes are in `codes` on one file. `project` maps
     dotted module names to their summaries. Never raises on bad input: a file
@@ -218,7 +219,11 @@ def analyze(
     Their devices come from the callers, so every rule in `codes` runs, whatever words the
     file holds.
 
-    `parsed`: the libcst tree of `source` when the caller parsed it already."""
+    `parsed`: the libcst tree of `source` when the caller parsed it already.
+
+    `keeps_call`: which modules' calls are worth placing and returning (those of a module linted in the
+    same run; the pipeline drops the others anyway). Placing a call costs a code generation of the whole
+    file, which for torch's files went mostly to calls of `itertools` or `random`."""
     from mpcheck.rules import all_rules
 
     # `codes` went through the pipeline's pre-filter (lint/prefilter.py): the file's words in code (not in its
@@ -234,7 +239,7 @@ def analyze(
     from mpcheck.devices.memo import forget_trees
 
     try:
-        return _analyze_tree(path, source, module, rules, modname, project, gpus, callers)
+        return _analyze_tree(path, source, module, rules, modname, project, gpus, callers, keeps_call)
     finally:
         forget_trees()  # the tree is done with: keep none of it alive (devices/memo.py)
 
@@ -248,15 +253,18 @@ def _analyze_tree(
     project: Mapping[str, dict[str, Any]],
     gpus: tuple[int, ...],
     callers: Sequence[Mapping[str, Any]],
+    keeps_call: Callable[[str], bool] | None = None,
 ) -> FileResult:
     from mpcheck.rules.context import FileContext
     from mpcheck.rules.gpucounts import counted_calls, for_count
 
     ctx = FileContext(path, source, module, modname, project, callers=for_count(callers, None))
     findings = _run_rules(ctx, rules)
-    calls = _outgoing_calls(ctx)
     counted = [c for c in callers if "gpus" in c]  # contexts of a caller's runs under a count
-    if gpus and ctx.model_built and (ctx.model.asks_gpu_count or counted):
+    by_count = bool(gpus and ctx.model_built and (ctx.model.asks_gpu_count or counted))
+    # Under counts, every call takes part in deciding which runs are worth going on (counted_calls): all kept.
+    calls = _outgoing_calls(ctx, None if by_count else keeps_call)
+    if by_count:
         from mpcheck.rules.gpucounts import CountRun, merge, refused_by_callers, worth_going_on
 
         runs = []
@@ -279,15 +287,17 @@ def _analyze_tree(
     return FileResult(findings, ctx.used_modules, calls)
 
 
-def _outgoing_calls(ctx: Any) -> list[dict[str, Any]]:
-    """The calls the device model kept for other files (devices/callers.py), placed: line and text."""
+def _outgoing_calls(ctx: Any, keeps_call: Callable[[str], bool] | None = None) -> list[dict[str, Any]]:
+    """The calls the device model kept for other files (devices/callers.py), placed: line and text;
+    with `keeps_call`, those of the modules it keeps only."""
     import libcst as cst
 
     if not ctx.model_built:
         return []
     out = []
-    ctx.place([node for node, _ in ctx.model.outgoing])
-    for node, call in ctx.model.outgoing:
+    kept = [(n, c) for n, c in ctx.model.outgoing if keeps_call is None or keeps_call(c.get("module", ""))]
+    ctx.place([node for node, _ in kept])
+    for node, call in kept:
         text = ctx.code(node)
         if text.endswith("...") and isinstance(node, cst.Call):  # cut (FileContext.code): name it by its callee
             text = f"{ctx.code(node.func)}(...)"

@@ -32,7 +32,7 @@ def fake_summarize(path, source, modname, gpus=(), parsed=None):
     return {"split": re.findall(r"^class (\w+)\(.*\):  # split", source, re.M)}
 
 
-def fake_analyze(path, source, codes, modname, project, gpus=(), callers=(), parsed=None):
+def fake_analyze(path, source, codes, modname, project, gpus=(), callers=(), parsed=None, keeps_call=None):
     CALLS["analyze"].append(path)
     try:
         ast.parse(source)

@@ -14,7 +14,7 @@ from mpcheck.devices import callers as devices_callers
 from mpcheck.devices import torchapi as T
 from mpcheck.devices.interp import Interp
 from mpcheck.devices.values import Const, Obj
-from mpcheck.lint import callers
+from mpcheck.lint import callers, modules
 
 # The split model of the fixture case (its forward returns the logits on devices[1]).
 MODEL = (Path(__file__).parent / "fixtures" / "cases" / "F_helper_module_train_pkg_bad" / "model.py").read_text()
@@ -246,3 +246,24 @@ def test_a_class_whose_methods_change_its_state_gives_them_no_context(trainer_pr
     )
     (trainer_project / "trainer.py").write_text(trainer.replace("    def train_epoch(", mover))
     assert lint(capsys, "--no-cache", ".") == []
+
+
+def test_a_helper_module_that_appears_later_gets_the_calls_made_before(tmp_path, monkeypatch, capsys):
+    # pkg/main.py calls `utils.train_one_epoch`, a module outside its package (so not among the modules
+    # its own imports consult) that does not exist yet: its calls are not placed nor kept, but the cached
+    # result depends on `utils`, so the run after utils.py appears analyses main.py again and hands it on.
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "model.py").write_text(MODEL)
+    (tmp_path / "pkg" / "main.py").write_text(
+        MAIN.format(device="devices[0]").replace("from model import", "from pkg.model import")
+    )
+    monkeypatch.chdir(tmp_path)
+    assert lint(capsys, ".") == []
+    (tmp_path / "utils.py").write_text(UTILS)
+    modules.resolve_in.cache_clear()  # a new run is a new process: nothing remembers that utils.py was missing
+    found = lint(capsys, ".")
+    assert [(p, line, code) for p, line, code, _ in found] == [("utils.py", 8, "MP008")]
+    assert "at pkg/main.py:11" in found[0][3]
+    assert lint(capsys, "--no-cache", ".") == found

@@ -1,7 +1,8 @@
 """One lint run: read -> pre-filter -> cache -> imports -> summaries -> analyze -> noqa.
 
     files --read--> text (unreadable / not UTF-8: an MP000 finding, the run goes on)
-          --file-level noqa, per-file-ignores, pre-filter--> the codes each file needs
+          --file-level noqa, per-file-ignores, pre-filter--> the codes each file needs (on a big run,
+                           worked out by this process and forked workers together: lint/forked.py)
           --cache--> stored results of unchanged files (and unchanged dependencies)
           --imports()--> the project modules the remaining files use (transitively)
           --summarize()--> their summaries (cached by content), each made from the statements
@@ -32,7 +33,7 @@ import mpcheck.codes
 from mpcheck import syntax
 from mpcheck.config import Settings
 from mpcheck.finding import Finding
-from mpcheck.lint import callers, modules, noqa, schedule, slices
+from mpcheck.lint import callers, forked, modules, noqa, schedule, slices
 from mpcheck.lint.cache import ResultCache, content_hash, entry_key
 from mpcheck.lint.files import SourceFile
 from mpcheck.lint.prefilter import PreFilter
@@ -46,6 +47,8 @@ from mpcheck.syntax import SYNTAX_ERROR_CODE, syntax_finding
 # vs 0.70 s; 16 files / 192k chars 0.83 s vs 0.59 s.
 PARALLEL_MIN_CHARS = 150_000
 PARALLEL_MIN_FILES = 6
+# The pre-filter's verdicts on this much text are shared out with forked workers (lint/forked.py).
+PARALLEL_JUDGE_MIN_CHARS = 2_000_000
 
 
 @dataclass
@@ -67,11 +70,30 @@ class _File:
     digest: str = ""
     # Calls of its functions in other files of the run, with their arguments (lint/callers.py).
     callers: list[dict[str, Any]] = field(default_factory=list)
+    # _project_modules of the file, when it was worked out with its pre-filter verdict (_judge).
+    walked: tuple[dict[str, str], set[str], dict[str, set[str]]] | None = None
 
     def key(self, gpus: tuple[int, ...]) -> str:
         """Its cache key: content, module name, codes, GPU counts, and its callers' contexts."""
         key = entry_key(self.digest, self.modname, self.codes, gpus)
         return f"{key}|callers={callers.digest(self.callers)}" if self.callers else key
+
+
+@dataclass
+class _Read:
+    """A file read for the run, with the pre-filter's verdict on it: `run_codes`, the codes that could fire
+    (cached, or worked out by _judge: `judged`), `deps` the modules it borrows words from (prefilter.py)."""
+
+    src: SourceFile
+    codes: frozenset[str]
+    signature: str
+    stat: tuple[int, int] | None
+    text: str
+    data: bytes
+    run_codes: frozenset[str] | None = None
+    judged: bool = False
+    deps: list[list[Any]] = field(default_factory=list)
+    walked: tuple[dict[str, str], set[str], dict[str, set[str]]] | None = None
 
 
 def _decode(path: str, data: bytes) -> tuple[str | None, Finding | None]:
@@ -98,13 +120,27 @@ def _decode(path: str, data: bytes) -> tuple[str | None, Finding | None]:
 
 def _analyze_task(task: tuple[Any, ...], parsed: Any = None) -> tuple[Any, ...]:
     """`parsed`: the libcst tree of the task's text, when it was parsed already."""
-    path, text, codes, modname, project, gpus, contexts = task
+    path, abspath, roots, text, codes, modname, project, gpus, contexts = task
     from mpcheck import analysis
     from mpcheck.lint.fix import verified_fixes
 
+    # A call is handed on only to a module of the project that is not this file (lint/callers.py drops the
+    # others): the rest are not even placed. The modules it names are dependencies of the result all the
+    # same: one that appears later may be linted, and this result holds none of its calls.
+    unresolved: set[str] = set()
+
+    def keeps_call(module: str) -> bool:
+        target = modules.resolve(module, roots) if module else None
+        if target is None or target == abspath:
+            unresolved.add(module)
+            return False
+        return True
+
     def findings_in(new_text: str) -> tuple[list[Finding], Any]:
         tree = parsed if new_text is text else None
-        result = analysis.analyze(path, new_text, codes, modname, project, gpus, contexts, parsed=tree)
+        result = analysis.analyze(
+            path, new_text, codes, modname, project, gpus, contexts, parsed=tree, keeps_call=keeps_call
+        )
         found = [f for f in result.findings if f.code in codes or f.code == SYNTAX_ERROR_CODE]
         return noqa.filter_findings(new_text, found), result
 
@@ -112,7 +148,8 @@ def _analyze_task(task: tuple[Any, ...], parsed: Any = None) -> tuple[Any, ...]:
         findings, result = findings_in(text)
         # A fix is offered only when it works: applied, its finding is gone and none is new.
         findings = verified_fixes(path, text, findings, lambda _, new_text: findings_in(new_text)[0])
-        return path, [f.to_dict() for f in findings], list(result.used_modules), result.calls, None
+        used = list(result.used_modules) + sorted(m for m in unresolved if m and m not in result.used_modules)
+        return path, [f.to_dict() for f in findings], used, result.calls, None
     except analysis.RuleCrash as exc:  # its message names the file and the rule; the rule's exception is the cause
         return path, [], [], [], _describe(str(exc), exc.__cause__ or exc)
     except Exception as exc:
@@ -158,7 +195,7 @@ def _one_task(work: tuple[Any, ...]) -> tuple[Any, ...]:
         return _summarize_task(summary), None
     from mpcheck import analysis
 
-    tree = analysis.parse_or_none(lint[1])  # a file that does not parse: each task fails its own way
+    tree = analysis.parse_or_none(lint[3])  # a file that does not parse: each task fails its own way
     return (_summarize_task(summary, tree) if summary is not None else None), _analyze_task(lint, tree)
 
 
@@ -289,6 +326,10 @@ class _Project:
         extra = (settings.project_root, settings.project_root / "src", Path.cwd())
         self.extra_roots = tuple(dict.fromkeys(str(p) for p in extra if p.is_dir()))
 
+    def preload_text(self, abspath: str, text: str) -> None:
+        self._text[abspath] = text
+        self._hash[abspath] = content_hash(text.encode("utf-8"))
+
     def preload(self, f: _File) -> None:
         self._text[f.src.abspath] = f.text
         self._hash[f.src.abspath] = f.digest or None
@@ -399,6 +440,7 @@ def lint(
     inputs: list[tuple[SourceFile, bytes | None]] = [(f, None) for f in files]
     if stdin is not None:
         inputs.append(stdin)
+    read: list[_Read] = []
     for src, data in inputs:
         out.abspaths[src.path] = src.abspath
         codes = settings.codes_for(src.relpath)
@@ -437,19 +479,16 @@ def lint(
                 out.findings.append(bad)
             continue
         known = cache.known_codes(src.abspath, stat, signature, codes) if cache and stat else None
-        deps: list[list[Any]] = []
-        if known is not None:
-            run_codes = known
-        else:
-            run_codes = prefilter.codes_for(text, codes)
-            if not run_codes:
-                # Devices may be defined in another file and imported by name (`from config import device0`):
-                # their definitions count as this file's words.
-                borrowed, deps = project.borrowed(src, text)
-                if borrowed:
-                    run_codes = prefilter.codes_for(text + "\n" + borrowed, codes)
-            if run_codes and cache is not None and stat is not None:
-                cache.mark_codes(src.abspath, stat, signature, deps, codes, run_codes)
+        read.append(_Read(src, codes, signature, stat, text, data, known))
+        if stdin is not None and src is stdin[0]:
+            project.preload_text(src.abspath, text)  # what its importers read of it, in any process
+
+    _judge(read, prefilter, project, jobs)
+    for r in read:
+        src, codes, stat, text, run_codes = r.src, r.codes, r.stat, r.text, r.run_codes
+        assert run_codes is not None
+        if r.judged and cache is not None and stat is not None:
+            cache.mark_codes(src.abspath, stat, r.signature, r.deps, codes, run_codes)
         if not run_codes:
             if src.named and SYNTAX_ERROR_CODE in codes:
                 # Named on the command line: a file that does not parse is reported even with no rule word in it
@@ -461,7 +500,7 @@ def lint(
                     out.findings.append(broken)
                     continue
             if cache is not None and stat is not None:
-                cache.mark_irrelevant(src.abspath, stat, signature, deps)
+                cache.mark_irrelevant(src.abspath, stat, r.signature, r.deps)
             continue  # no rule could fire: never parsed
         whole = noqa.file_noqa(text)
         if isinstance(whole, str):  # ALL: every code suppressed
@@ -473,7 +512,7 @@ def lint(
         if SYNTAX_ERROR_CODE in codes and not (whole and SYNTAX_ERROR_CODE in whole):
             run_codes |= {SYNTAX_ERROR_CODE}
         modname, root, is_init = modules.module_name(src.abspath)
-        f = _File(src, text, modname, root, is_init, run_codes, content_hash(data))
+        f = _File(src, text, modname, root, is_init, run_codes, content_hash(r.data), walked=r.walked)
         project.preload(f)
         candidates.append(f)
 
@@ -496,6 +535,37 @@ def lint(
 
     out.findings.sort(key=Finding.sort_key)
     return out
+
+
+def _judge(read: list[_Read], prefilter: PreFilter, project: _Project, jobs: int) -> None:
+    """The pre-filter's verdict on each file of `read` that has none cached: the rules that could fire on it
+    (its own words, then those it borrows from the project modules it imports names from); with many files,
+    also the project modules a file let through needs (_project_modules), which read the same modules.
+    Shared out with forked workers when there is enough of it (lint/forked.py)."""
+    from mpcheck import analysis  # its import scan is text only: no libcst
+
+    todo = [r for r in read if r.run_codes is None]
+    sizes = [len(r.text) for r in todo]
+    many = jobs > 1 and sum(sizes) >= PARALLEL_JUDGE_MIN_CHARS
+
+    def verdict(i: int) -> tuple[frozenset[str], list[list[Any]], Any]:
+        r = todo[i]
+        run_codes = prefilter.codes_for(r.text, r.codes)
+        deps: list[list[Any]] = []
+        if not run_codes:
+            # Devices may be defined in another file and imported by name (`from config import device0`):
+            # their definitions count as this file's words.
+            borrowed, deps = project.borrowed(r.src, r.text)
+            if borrowed:
+                run_codes = prefilter.codes_for(r.text + "\n" + borrowed, r.codes)
+        walked = None
+        if run_codes and many:  # worked out here, where the modules it reads are read already
+            modname, root, is_init = modules.module_name(r.src.abspath)
+            walked = _project_modules(_File(r.src, r.text, modname, root, is_init, run_codes), project, analysis)
+        return run_codes, deps, walked
+
+    for r, (run_codes, deps, walked) in zip(todo, forked.share_out(verdict, sizes, jobs if many else 1)):
+        r.run_codes, r.deps, r.walked, r.judged = run_codes, deps, walked, True
 
 
 def _cached(f: _File, project: _Project, cache: ResultCache | None) -> dict[str, Any] | None:
@@ -670,7 +740,7 @@ def _analyze_misses(
     other files (lint/callers.py), by display path, for the files analysed without error."""
     from mpcheck import analysis
 
-    walked = {id(f): _project_modules(f, project, analysis) for f in misses}
+    walked = {id(f): f.walked or _project_modules(f, project, analysis) for f in misses}
     uses = {k: used for k, (used, _, _) in walked.items()}
     wanted: dict[str, set[str]] = {}
     for _, _, names_by_path in walked.values():
@@ -711,7 +781,8 @@ def _analyze_misses(
     def task(f: _File) -> tuple[Any, ...]:
         used = uses[id(f)]
         proj = {name: summaries[p] for name, p in used.items() if summaries.get(p) is not None}
-        return (f.src.path, f.text, f.codes, f.modname, proj, project.gpus, f.callers)
+        roots = project.roots_for(f.root)
+        return (f.src.path, f.src.abspath, roots, f.text, f.codes, f.modname, proj, project.gpus, f.callers)
 
     by_path = {f.src.path: f for f in misses}
     calls: dict[str, list[dict[str, Any]]] = {}
@@ -766,7 +837,7 @@ def _analyze_misses(
         if parsed:
             results = [_analyze_task(tasks[0], parsed[tasks[0][0]])]
         else:
-            results = _run_tasks(_analyze_task, tasks, [len(t[1]) for t in tasks], jobs)
+            results = _run_tasks(_analyze_task, tasks, [len(t[3]) for t in tasks], jobs)
     for path, finding_dicts, used_modules, made_calls, error in results:
         f = by_path[path]
         if error is not None:

