@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import libcst as cst
 
+from mpcheck.devices import memo
 from mpcheck.devices.events import IndexlessPlacement
 from mpcheck.devices.values import CURRENT, UNK, Devs, Obj, Val, join
 
@@ -55,6 +56,15 @@ class ClassInfo:
     # its generated __init__ takes in that order (Instances.instantiate)
     fields: list[str] = field(default_factory=list)
     generated_init: bool = False  # decorated (`@dataclass`) or a NamedTuple: an __init__ not written out
+
+    def __post_init__(self) -> None:
+        memo.made(self)  # its methods point back at it: a cycle over the file's nodes, broken once it is done
+
+    def release(self) -> None:
+        self.methods.clear()
+        self.local_bases.clear()
+        self.instances.clear()
+        self.class_attrs.clear()
 
     def class_attr(self, name: str) -> cst.BaseExpression | None:
         """The expression a class body (this class's or a base's of the file) assigns to `name`."""

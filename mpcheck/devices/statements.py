@@ -8,7 +8,7 @@ others run twice, so that values that change per iteration settle.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import libcst as cst
 
@@ -518,34 +518,35 @@ def _int_call(node: cst.BaseExpression | None) -> bool:
     return isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == "int"
 
 
+_BINDS_TARGET = frozenset({cst.AnnAssign, cst.AugAssign, cst.For, cst.CompFor, cst.NamedExpr})  # `.target`
+
+
 def _binding_counts(scope: cst.CSTNode) -> dict[str, int]:
     """How many times each plain name is bound in `scope` (assignments, loop and `with` targets,
     parameters; nested functions and classes included, which only makes a name count as rebound)."""
     counts: dict[str, int] = {}
 
-    def bind(t: cst.CSTNode) -> None:
-        if isinstance(t, cst.Name):
+    # Node tests by exact type, as the parser makes them (an isinstance test against libcst's ABCs runs a
+    # Python frame, and this walk meets every node of the scope: devices/walk.py).
+    def bind(t: Any) -> None:
+        kind = type(t)
+        if kind is cst.Name:
             counts[t.value] = counts.get(t.value, 0) + 1
-        elif isinstance(t, (cst.Tuple, cst.List)):
+        elif kind is cst.Tuple or kind is cst.List:
             for e in t.elements:
                 bind(e.value)
-        elif isinstance(t, cst.StarredElement):
+        elif kind is cst.StarredElement:
             bind(t.value)
 
-    def walk(n: cst.CSTNode) -> None:
-        if isinstance(n, cst.Assign):
+    def walk(n: Any) -> None:
+        kind = type(n)
+        if kind is cst.Assign:
             for t in n.targets:
                 bind(t.target)
-        elif isinstance(n, (cst.AnnAssign, cst.AugAssign)):
+        elif kind in _BINDS_TARGET:
             bind(n.target)
-        elif isinstance(n, (cst.For, cst.CompFor)):
-            bind(n.target)
-        elif isinstance(n, cst.AsName):
+        elif kind is cst.AsName or kind is cst.Param:
             bind(n.name)
-        elif isinstance(n, cst.Param):
-            bind(n.name)
-        elif isinstance(n, cst.NamedExpr):
-            bind(n.target)
         for c in children(n):
             walk(c)
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import typing
 from collections.abc import Iterator
+from typing import Any
 
 import libcst as cst
 
@@ -117,26 +118,17 @@ def attribute_assignments(module: cst.CSTNode) -> AttributeAssignments:
         return got
     on_name: dict[str, set[str]] = {}
     outside: set[str] = set()
+    # Node tests by exact type (see _IS_NODE): this walk meets every node of the module.
     for node in walk(module):
         for t in assigned(node):
-            if isinstance(t, cst.Attribute):
-                if isinstance(t.value, cst.Name):
+            if type(t) is cst.Attribute:
+                if type(t.value) is cst.Name:
                     on_name.setdefault(t.value.value, set()).add(t.attr.value)
                     if t.value.value == "self":
                         continue
                 outside.add(t.attr.value)
-        if isinstance(node, cst.Call):
-            func = node.func
-            called = (
-                func.value
-                if isinstance(func, cst.Name)
-                else "replace"
-                if isinstance(func, cst.Attribute)
-                and isinstance(func.value, cst.Name)
-                and func.value.value == "dataclasses"
-                and func.attr.value == "replace"
-                else ""
-            )
+        if type(node) is cst.Call:
+            called = _called_name(node.func)
             if called in ("setattr", "replace"):  # setattr(obj, "name", v); dataclasses.replace(obj, name=v)
                 outside.update(a.keyword.value for a in node.args if a.keyword is not None)
                 if called == "setattr" and len(node.args) >= 2 and isinstance(node.args[1].value, cst.SimpleString):
@@ -145,6 +137,15 @@ def attribute_assignments(module: cst.CSTNode) -> AttributeAssignments:
                         outside.add(value)
     out = AttributeAssignments({k: frozenset(v) for k, v in on_name.items()}, frozenset(outside))
     return memo.keep(_ATTRIBUTE_ASSIGNMENTS, module, out)
+
+
+def _called_name(func: Any) -> str:
+    """`setattr` for `setattr(...)`, "replace" for `dataclasses.replace(...)`, a plain name's name, else ""."""
+    if type(func) is cst.Name:
+        return str(func.value)
+    if type(func) is cst.Attribute and type(func.value) is cst.Name and func.value.value == "dataclasses":
+        return "replace" if func.attr.value == "replace" else ""
+    return ""
 
 
 def code_fields(node_type: type) -> tuple[str, ...]:
