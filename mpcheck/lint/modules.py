@@ -126,7 +126,9 @@ def _joined(constants: str, placing: str) -> str:
 
 
 def _class_constants(body: str) -> str:
-    lines = [(m.group(1), m.group(2)) for m in _CLASS_BINDING.finditer(body)]
-    first = next((line for line in body.splitlines() if line.strip()), "")
-    indent = first[: len(first) - len(first.lstrip())]
-    return "\n".join(text for ind, text in lines if ind == indent)
+    first = _FIRST_CODE_LINE.search(body)  # the body's own level: the indent of its first line that is not blank
+    indent = first.group(1) if first else ""
+    return "\n".join(m.group(2) for m in _CLASS_BINDING.finditer(body) if m.group(1) == indent)
+
+
+_FIRST_CODE_LINE = re.compile(r"^([ \t]*)\S", re.M)
