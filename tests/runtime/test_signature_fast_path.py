@@ -9,8 +9,7 @@ from torch import nn
 
 import mpcheck
 from mpcheck.runtime.capture import session as sessions
-from mpcheck.runtime.capture.signatures import CLEAN_AFTER
-from mpcheck.runtime.checks.checker import Checker
+from mpcheck.runtime.capture.signatures import CLEAN_AFTER, SignatureCache
 
 
 class Scale(nn.Module):
@@ -46,16 +45,18 @@ class Split(nn.Module):
 
 @pytest.fixture
 def entry_checks(monkeypatch):
-    """The dtype of the first argument of each module-entry check (one per checked call of a module
-    with a device)."""
+    """The dtype of the first argument of each checked call of a module with a device, as the signature
+    cache records it (a checked call that ran clean: hooks.py compares the call's inputs with the
+    module's device inline where the call has one tensor argument, without Checker.inputs_on)."""
     seen = []
-    orig = Checker.inputs_on
+    orig = SignatureCache.add
 
-    def spy(self, dev, args, kwargs):
-        seen.append(args[0].dtype if args else None)
-        return orig(self, dev, args, kwargs)
+    def spy(self, module, key, path, leaf=None):
+        if self.checker.module_device(module) is not None:
+            seen.append(key[4] if len(key) == 5 else key)
+        return orig(self, module, key, path, leaf)
 
-    monkeypatch.setattr(Checker, "inputs_on", spy)
+    monkeypatch.setattr(SignatureCache, "add", spy)
     return seen
 
 
