@@ -255,3 +255,37 @@ def test_the_fast_path_table_drops_a_module_gone_and_empties_at_a_placement_chan
         assert ready
         sessions.active().checker.invalidate_placement()
         assert not ready  # at once, not at the next outermost call
+
+
+class CountedLinear(nn.Linear):
+    """A torch.nn leaf of a class with its own _call_impl (torch.nn's module, as Linear subclasses in libraries)."""
+
+    __module__ = "torch.nn.modules.linear"
+    calls = 0
+
+    def _call_impl(self, *args, **kwargs):
+        CountedLinear.calls += 1
+        return super()._call_impl(*args, **kwargs)
+
+
+def test_a_checked_torch_leaf_on_its_device_still_runs_its_backward_hooks_and_its_own_call_impl():
+    # A checked call of a torch.nn leaf on its device runs without the mode, and calls its forward itself
+    # only where Module._call_impl would: a backward hook (the module's or a global one) or a class's own
+    # _call_impl sends it through _call_impl.
+    fired = []
+    lin = nn.Linear(4, 4)
+    outer = nn.Sequential(lin)
+    with mpcheck.debug(outer, report=None, recheck_every=0) as dbg:
+        handle = lin.register_full_backward_hook(lambda m, gi, go: fired.append("module"))
+        outer(torch.ones(2, 4, requires_grad=True)).sum().backward()
+        handle.remove()
+        glob = torch.nn.modules.module.register_module_full_backward_hook(lambda m, gi, go: fired.append("global"))
+        try:
+            outer(torch.ones(2, 4, requires_grad=True)).sum().backward()
+        finally:
+            glob.remove()
+        outer(torch.ones(2, 4, requires_grad=True)).sum().backward()
+        outer[0] = CountedLinear(4, 4)
+        outer(torch.ones(2, 4))
+    assert fired == ["module", "global", "global"]  # the global hook fires for the Sequential and the leaf
+    assert CountedLinear.calls == 1 and dbg.findings == []

@@ -476,6 +476,13 @@ def _patch_module_call(
                         popped = tf_pop()
                         stack.append(path)
                         try:
+                            if (  # the rest of _call_impl's own test (no forward hook was found above), inlined
+                                bare
+                                and module._compiled_call_impl is None
+                                and not (module._backward_hooks or module._backward_pre_hooks or gbp or gb or tracing())
+                                and type(module)._call_impl is call_impl
+                            ):
+                                return module.forward(*args)  # what orig_call would do, two frames less
                             return orig_call(module, *args, **kwargs)
                         finally:
                             stack.pop()
@@ -506,6 +513,7 @@ def _patch_module_call(
             stack.pop()
 
     mark_module_call(checked_call.__code__)  # its direct `forward` call stands for _call_impl's (hook_moves.py)
+    mark_module_call(checked.__code__)  # so does the torch.nn leaf's in checked()
     return patch(nn.Module, "__call__", checked_call)
 
 
