@@ -18,6 +18,20 @@ Variants alternate in rounds so that load on a shared machine hits them alike;
 each variant's step time is its fastest round's median. Single-threaded torch, timed
 in process CPU time (time.process_time), which other processes on a shared
 machine disturb less than wall-clock time.
+
+    python bench/runtime_overhead_cpu.py --first N [--steps S]
+
+The first step of N fresh debug sessions (every call checked, every one-time cost paid), each
+against the median of S plain steps timed just before it (3 unless given): the median ratio,
+and the second and later steps' alike. Steadier than the table's first-step column (one first
+step per round) for comparing two versions of mpcheck: alternate them, several runs each.
+
+    python bench/runtime_overhead_cpu.py --opcodes
+
+Python bytecodes executed in one step (plain; a fresh debug session's first, second and a later
+step), mpcheck's own and the rest, and Python function calls: counted with sys.settrace, so
+the same on a loaded machine as on an idle one. A count, not a time: C work (torch, dict and
+set operations) weighs in only through the bytecodes that call it.
 """
 
 from __future__ import annotations
@@ -139,6 +153,57 @@ def run_variant(v, model, opt, x, y, n):
     return first, t
 
 
+def first_steps(model, opt, x, y, n, plain_steps) -> dict[str, float]:
+    """Median over n fresh debug sessions of (first, second, later step) / the plain steps before it."""
+    ratios: dict[str, list[float]] = {"first": [], "second": [], "later": []}
+    for _ in range(n):
+        plain = statistics.median(time_steps(model, opt, x, y, plain_steps))
+        with mpcheck.debug(model, report=None, devices=ProxyDevices()) as dbg:
+            first, second = time_steps(model, opt, x, y, 2)
+            time_steps(model, opt, x, y, 2)
+            later = statistics.median(time_steps(model, opt, x, y, plain_steps))
+        if dbg.findings:
+            raise SystemExit(f"unexpected findings: {[f.code for f in dbg.findings]}")
+        for k, v in (("first", first), ("second", second), ("later", later)):
+            ratios[k].append(v / plain)
+    return {k: statistics.median(v) for k, v in ratios.items()}
+
+
+def count_opcodes(model, opt, x, y) -> dict[str, tuple[int, int, int, int]]:
+    """(mpcheck's bytecodes, the rest's, mpcheck's function calls, the rest's) in one step: plain, then
+    a fresh session's first, second and a later step."""
+    import mpcheck as pkg
+
+    ours = pkg.__file__.rsplit("/", 1)[0] + "/"
+    counts = [0, 0, 0, 0]
+
+    def tracer(frame, event, arg):
+        mine = frame.f_code.co_filename.startswith(ours)
+        if event == "opcode":
+            counts[0 if mine else 1] += 1
+        elif event == "call":
+            frame.f_trace_opcodes = True
+            counts[2 if mine else 3] += 1
+        return tracer
+
+    def traced() -> tuple[int, int, int, int]:
+        counts[:] = [0, 0, 0, 0]
+        sys.settrace(tracer)
+        try:
+            step(model, opt, x, y)
+        finally:
+            sys.settrace(None)
+        return (counts[0], counts[1], counts[2], counts[3])
+
+    out = {"plain": traced()}
+    with mpcheck.debug(model, report=None, devices=ProxyDevices()):
+        out["first"] = traced()
+        out["second"] = traced()
+        time_steps(model, opt, x, y, 3)
+        out["later"] = traced()
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
@@ -149,10 +214,25 @@ def main(argv=None) -> int:
         choices=["debug", "strict", "first"],
         help="cProfile that variant's later steps (first: the first step of fresh debug sessions) instead of timing",
     )
+    ap.add_argument("--first", type=int, metavar="N", help="the first step of N fresh sessions (see above)")
+    ap.add_argument("--opcodes", action="store_true", help="count Python bytecodes per step (see above)")
     opts = ap.parse_args(argv)
     torch.set_num_threads(1)
     model, opt, x, y = make()
     time_steps(model, opt, x, y, 5)
+    if opts.opcodes:
+        print("| step | mpcheck bytecodes | other bytecodes | mpcheck calls | other calls |")
+        print("|---|---|---|---|---|")
+        for k, (a, b, c, d) in count_opcodes(model, opt, x, y).items():
+            print(f"| {k} | {a} | {b} | {c} | {d} |")
+        return 0
+    if opts.first:
+        r = first_steps(model, opt, x, y, opts.first, opts.steps or 3)
+        print(
+            f"{opts.first} fresh sessions, torch {torch.__version__}: median step / plain step: "
+            f"first x{r['first']:.3f}, second x{r['second']:.3f}, later x{r['later']:.3f}"
+        )
+        return 0
     if opts.profile == "first":
         prof = cProfile.Profile()
         for _ in range(5):

@@ -92,6 +92,23 @@ def test_provenance_lists_a_roots_buffers_until_they_change_but_never_running_st
     assert not prov.is_const(model.table)
 
 
+def test_provenance_reads_track_running_stats_of_each_module_its_class_or_its_own():
+    # The class's answer is read once per class; a module's own attribute still overrides it.
+    class Stats(torch.nn.Module):
+        track_running_stats = True
+
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("mean", torch.zeros(2))
+
+    a, b, c = Stats(), Stats(), Stats()
+    c.track_running_stats = False  # this one's buffer is a plain constant
+    prov = Provenance(torch.Tensor)
+    prov.refresh([torch.nn.Sequential(a, b, c)], epoch=0)
+    assert not prov.is_const(a.mean) and not prov.is_const(b.mean)
+    assert prov.is_const(c.mean)
+
+
 def test_predictions_moved_without_grad_to_targets_and_weights_say_so(labels):
     ck = Checker(labels, on_mismatch="raise", sites=lambda: S2)
     logits = labels.label(torch.randn(16, 4096), "cuda:1")  # evaluation: no gradient to send back

@@ -177,3 +177,19 @@ def test_gradients_dropped_after_the_only_step_are_still_in_the_memory_table():
     assert mem["grads"] == grads > 0
     assert mem["params"] == _bytes(model.parameters())
     assert mem["optimizer_state"] == _bytes(v for s in opt.state.values() for v in s.values())
+
+
+def test_the_walk_over_the_roots_modules_gives_root_modules_order_each_module_once():
+    # modules_of stands for `root.modules()` (the memory table's parameters, provenance's buffers):
+    # same modules, same order, a module shared by two roots or held twice listed once, no None child.
+    from mpcheck.runtime.checks.module_devices import modules_of
+
+    shared = nn.Linear(2, 2)
+    a = nn.Sequential(nn.Linear(2, 2), shared, nn.Sequential(shared, nn.ReLU()))
+    a.register_module("missing", None)
+    b = nn.ModuleDict({"x": nn.LayerNorm(2), "s": shared, "a": a})
+    assert modules_of([a]) == list(a.modules())
+    assert modules_of([b]) == list(b.modules())
+    both = modules_of([a, b])
+    assert both == [*a.modules(), *(m for m in b.modules() if all(m is not n for n in a.modules()))]
+    assert len({id(m) for m in both}) == len(both)

@@ -9,8 +9,7 @@ from torch import nn
 
 import mpcheck
 from mpcheck.runtime.capture import session as sessions
-from mpcheck.runtime.capture.signatures import CLEAN_AFTER
-from mpcheck.runtime.checks.checker import Checker
+from mpcheck.runtime.capture.signatures import CLEAN_AFTER, SignatureCache
 
 
 class Scale(nn.Module):
@@ -46,16 +45,18 @@ class Split(nn.Module):
 
 @pytest.fixture
 def entry_checks(monkeypatch):
-    """The dtype of the first argument of each module-entry check (one per checked call of a module
-    with a device)."""
+    """The dtype of the first argument of each checked call of a module with a device, as the signature
+    cache records it (a checked call that ran clean: hooks.py compares the call's inputs with the
+    module's device inline where the call has one tensor argument, without Checker.inputs_on)."""
     seen = []
-    orig = Checker.inputs_on
+    orig = SignatureCache.add
 
-    def spy(self, dev, args, kwargs):
-        seen.append(args[0].dtype if args else None)
-        return orig(self, dev, args, kwargs)
+    def spy(self, module, key, path, leaf=None):
+        if self.checker.module_device(module) is not None:
+            seen.append(key[4] if len(key) == 5 else key)
+        return orig(self, module, key, path, leaf)
 
-    monkeypatch.setattr(Checker, "inputs_on", spy)
+    monkeypatch.setattr(SignatureCache, "add", spy)
     return seen
 
 
@@ -254,3 +255,37 @@ def test_the_fast_path_table_drops_a_module_gone_and_empties_at_a_placement_chan
         assert ready
         sessions.active().checker.invalidate_placement()
         assert not ready  # at once, not at the next outermost call
+
+
+class CountedLinear(nn.Linear):
+    """A torch.nn leaf of a class with its own _call_impl (torch.nn's module, as Linear subclasses in libraries)."""
+
+    __module__ = "torch.nn.modules.linear"
+    calls = 0
+
+    def _call_impl(self, *args, **kwargs):
+        CountedLinear.calls += 1
+        return super()._call_impl(*args, **kwargs)
+
+
+def test_a_checked_torch_leaf_on_its_device_still_runs_its_backward_hooks_and_its_own_call_impl():
+    # A checked call of a torch.nn leaf on its device runs without the mode, and calls its forward itself
+    # only where Module._call_impl would: a backward hook (the module's or a global one) or a class's own
+    # _call_impl sends it through _call_impl.
+    fired = []
+    lin = nn.Linear(4, 4)
+    outer = nn.Sequential(lin)
+    with mpcheck.debug(outer, report=None, recheck_every=0) as dbg:
+        handle = lin.register_full_backward_hook(lambda m, gi, go: fired.append("module"))
+        outer(torch.ones(2, 4, requires_grad=True)).sum().backward()
+        handle.remove()
+        glob = torch.nn.modules.module.register_module_full_backward_hook(lambda m, gi, go: fired.append("global"))
+        try:
+            outer(torch.ones(2, 4, requires_grad=True)).sum().backward()
+        finally:
+            glob.remove()
+        outer(torch.ones(2, 4, requires_grad=True)).sum().backward()
+        outer[0] = CountedLinear(4, 4)
+        outer(torch.ones(2, 4))
+    assert fired == ["module", "global", "global"]  # the global hook fires for the Sequential and the leaf
+    assert CountedLinear.calls == 1 and dbg.findings == []

@@ -85,3 +85,28 @@ def test_the_mode_reads_torch_names_as_resolve_name_gives_them():
     for f in funcs:
         assert _resolve_name(f) == resolve_name(f), f
         assert _classify(f) == kind(f), f
+
+
+def test_a_name_whose_kind_needs_no_full_name_gets_it_whatever_its_full_name():
+    # The checking mode resolves a function's full name only where the kind depends on it
+    # (needs_full_name): everywhere else the name alone must decide, whatever the full name is.
+    fulls = [None, "torch.Tensor.{}", "torch.{}", "torch.nn.functional.{}", "torch.Tensor.data.__set__", "x.{}"]
+    names = [*api.PYTHON_CALLS, "add", "linear", "mse_loss", "cross_entropy", "kl_div", "gelu", "grad", ""]
+    for name in names:
+        kinds = {api.python_call_kind(name, f if f is None else f.format(name)) for f in fulls}
+        if not api.needs_full_name(name):
+            assert kinds == {api.CHECK}, name
+    assert api.needs_full_name("to") and api.needs_full_name("dim") and api.needs_full_name("__set__")
+    assert api.needs_full_name("mse_loss") and api.needs_full_name("cross_entropy")
+    assert not api.needs_full_name("add") and not api.needs_full_name("__getitem__")
+
+
+def test_the_mode_classifies_every_torch_function_as_resolve_name_names_it():
+    # Every function of torch's override table (Tensor methods, torch.*, torch.nn.functional.*, ...):
+    # the mode's kind, which skips the name lookup where it cannot matter, is the full lookup's.
+    from mpcheck.runtime.capture.mode import _classify
+
+    funcs = [f for fs in torch.overrides.get_overridable_functions().values() for f in fs]
+    assert len(funcs) > 1000
+    for f in funcs:
+        assert _classify(f) == kind(f), f

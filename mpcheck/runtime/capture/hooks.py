@@ -244,6 +244,8 @@ def _patch_module_call(
     bare = hook_dicts is not None
     gbp, gb, gf, gfp = hook_dicts if hook_dicts is not None else ({}, {}, {}, {})
     tracing = torch._C._get_tracing_state
+    no_torch_function = torch._C.DisableTorchFunction
+    device_of = checker.devices.device_of
 
     def checked_call(module, *args, **kwargs):
         if checker.arrived_objects:  # a moved tensor given to a module is used where it arrived (MP005);
@@ -327,7 +329,21 @@ def _patch_module_call(
                 checker.on_root_call(module)  # once per root model: a split collapsed by set_device (MP004)
         if cache is None:
             return checked(module, path, stack, args, kwargs)
-        key = cache.key(module, args, kwargs)
+        one = None  # the device of the call's one tensor argument, where that is all it takes
+        if fast and not kwargs and len(args) == 1 and isinstance(args[0], tensor):
+            # SignatureCache.key's common case, inlined (two frames less on every checked call), and the
+            # device the module-entry check compares (checked()'s inputs_on: three frames less), read with
+            # the function modes off as they read them: `a.device` through the mode is a call of it.
+            a = args[0]
+            if tf_len():
+                with no_torch_function():
+                    key = (module.training, grad_enabled(), autocast(), a.device, a.dtype)
+                    one = device_of(a)
+            else:
+                key = (module.training, grad_enabled(), autocast(), a.device, a.dtype)
+                one = device_of(a)
+        else:
+            key = key_of(module, args, kwargs)
         if cache.is_clean(module, key):
             if tls.unchecked:  # inside a call already unchecked: the modes are aside
                 stack.append(path)
@@ -342,9 +358,11 @@ def _patch_module_call(
             return rechecked_call(module, path, stack, key, args, kwargs)
         before = checker.emitted
         tls.leaf_bypass = None
-        out = checked(module, path, stack, args, kwargs)
+        out = checked(module, path, stack, args, kwargs, one)
         if checker.emitted == before:
-            cache.add(module, key, path, leaf_device(module, key))
+            bypassed = tls.leaf_bypass  # leaf_device(module, key), inlined
+            tls.leaf_bypass = None
+            cache.add(module, key, path, key[3] if bypassed == id(module) and len(key) == 5 else None)
         return out
 
     def leaf_device(module, key):
@@ -418,8 +436,10 @@ def _patch_module_call(
             cache.add(module, key, path, leaf_device(module, key))
         return out
 
-    def checked(module, path, stack, args, kwargs):
-        """The call with every check: the module-entry check, torch.nn leaves outside the mode."""
+    def checked(module, path, stack, args, kwargs, one=None):
+        """The call with every check: the module-entry check, torch.nn leaves outside the mode.
+        one: the device of the call's only argument, a tensor (no keyword argument), if the caller read
+        it (then `one == dev` is inputs_on(dev, args, kwargs)), else None."""
         cls = type(module)
         is_leaf = torch_leaf_types.get(cls)
         if is_leaf is None:
@@ -432,7 +452,7 @@ def _patch_module_call(
             placed = placement.get(id(module))
             dev = placed[1] if placed is not None and placed[0]() is module else checker.module_device(module)
             if dev is not None:
-                if not inputs_on(dev, args, kwargs):
+                if not (one == dev if one is not None else inputs_on(dev, args, kwargs)):
                     args, kwargs = checker.check_module_entry(module, path, args, kwargs)
                 elif (
                     leaf_mode is not None
@@ -440,7 +460,10 @@ def _patch_module_call(
                     and not module._modules
                     and not module._forward_hooks
                     and not global_hooks[1]
-                    and all(isinstance(a, tensor) for a in args)
+                    and (
+                        (len(args) == 1 and isinstance(args[0], tensor))  # the common call, without a generator
+                        or all(isinstance(a, tensor) for a in args)
+                    )
                 ):
                     # A torch.nn leaf whose tensor inputs and own weights all sit on `dev`: its
                     # forward is PyTorch's code on those tensors alone, so no op inside can mix
@@ -453,6 +476,13 @@ def _patch_module_call(
                         popped = tf_pop()
                         stack.append(path)
                         try:
+                            if (  # the rest of _call_impl's own test (no forward hook was found above), inlined
+                                bare
+                                and module._compiled_call_impl is None
+                                and not (module._backward_hooks or module._backward_pre_hooks or gbp or gb or tracing())
+                                and type(module)._call_impl is call_impl
+                            ):
+                                return module.forward(*args)  # what orig_call would do, two frames less
                             return orig_call(module, *args, **kwargs)
                         finally:
                             stack.pop()
@@ -467,7 +497,7 @@ def _patch_module_call(
             dev = placed[1] if placed is not None and placed[0]() is module else checker.module_device(module)
             if (
                 dev is not None
-                and not inputs_on(dev, args, kwargs)
+                and not (one == dev if one is not None else inputs_on(dev, args, kwargs))
                 and checker.enter_module(module, path, dev, args, kwargs)
             ) or (dev is None and not stack and checker.enter_root(module, path, args, kwargs)):
                 stack.append(path)
@@ -483,6 +513,7 @@ def _patch_module_call(
             stack.pop()
 
     mark_module_call(checked_call.__code__)  # its direct `forward` call stands for _call_impl's (hook_moves.py)
+    mark_module_call(checked.__code__)  # so does the torch.nn leaf's in checked()
     return patch(nn.Module, "__call__", checked_call)
 
 

@@ -40,7 +40,7 @@ from mpcheck.runtime.checks.torchapi import LOSS as _LOSS
 from mpcheck.runtime.checks.torchapi import PASS as _PASS
 from mpcheck.runtime.checks.torchapi import SET_DATA as _SET
 from mpcheck.runtime.checks.torchapi import VIEW as _VIEW
-from mpcheck.runtime.checks.torchapi import python_call_kind
+from mpcheck.runtime.checks.torchapi import needs_full_name, python_call_kind
 
 _graph_task_id = getattr(torch._C, "_current_graph_task_id", lambda: -1)
 
@@ -52,10 +52,11 @@ def _classify(func: Any) -> int:
         return kind
     name = getattr(func, "__name__", "")
     full = None
-    try:
-        full = _resolve_name(func)
-    except Exception:
-        pass
+    if needs_full_name(name):  # most calls' kind does not depend on it: no lookup, no str(op)
+        try:
+            full = _resolve_name(func)
+        except Exception:
+            pass
     return python_call_kind(name, full, f"{getattr(func, '__module__', '')}.{getattr(func, '__qualname__', '')}")
 
 

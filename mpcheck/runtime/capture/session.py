@@ -25,6 +25,7 @@ from mpcheck.runtime.capture.signatures import SignatureCache, recheck_every_fro
 from mpcheck.runtime.capture.warnings_site import redirect_warnings
 from mpcheck.runtime.checks.checker import Checker
 from mpcheck.runtime.checks.ledger import Ledger
+from mpcheck.runtime.checks.module_devices import modules_of
 from mpcheck.runtime.checks.protocols import Devices
 
 _active_lock = threading.Lock()
@@ -393,23 +394,17 @@ _own_device = operator.attrgetter("device")
 
 
 def _parameters_of(roots: list[Any]) -> list[Any]:
-    is_lazy = torch.nn.parameter.is_lazy
     """The parameters of the root models, each once: `root.parameters()`, walked without its
-    generators (half the cost). A LazyModule's parameter not materialised yet has no size: left out."""
+    generators (half the cost). A LazyModule's parameter not materialised yet has no size: left out
+    (torch.nn.parameter.is_lazy's test, inlined: one call less per parameter)."""
+    lazy = torch.nn.parameter.UninitializedTensorMixin  # type: ignore[attr-defined]  # not in torch's stub
     params: list[Any] = []
     seen: set[int] = set()
-    visited: set[int] = set()
-    stack = list(reversed(roots))
-    while stack:
-        module = stack.pop()
-        if id(module) in visited:
-            continue
-        visited.add(id(module))
+    for module in modules_of(roots):
         for p in module._parameters.values():
-            if p is not None and id(p) not in seen and not is_lazy(p):
+            if p is not None and id(p) not in seen and not isinstance(p, lazy):
                 seen.add(id(p))
                 params.append(p)
-        stack.extend(m for m in reversed(module._modules.values()) if m is not None)
     return params
 
 

@@ -81,6 +81,7 @@ class SignatureCache:
         self.ready: dict[int, tuple[weakref.ref, set[tuple], str, int, Any]] = {}
         checker.on_invalidate.append(self.ready.clear)
         self._epoch = checker.placement_epoch
+        self._gone = _dropper(self._clean, self.ready)
         self._purge_at = _PURGE_AT
         # Outermost module calls since the last backward, checked and unchecked: strict mode's
         # backward of a forward that ran all unchecked runs unchecked too (session.py).
@@ -189,18 +190,12 @@ class SignatureCache:
 
     def _ref(self, module: Any) -> weakref.ref:
         """A weak reference to `module` whose callback drops the module's entries once it is gone (its id
-        may then be another module's)."""
-        key, clean, ready = id(module), self._clean, self.ready
-
-        def gone(ref: weakref.ref) -> None:
-            entry = clean.get(key)
-            if entry is not None and entry[0] is ref:
-                clean.pop(key, None)
-            rec = ready.get(key)
-            if rec is not None and rec[0] is ref:
-                ready.pop(key, None)
-
-        return weakref.ref(module, gone)
+        may then be another module's). One callback for all (the reference carries the id as its key): a
+        fresh session's first step makes one per module, and a closure each would cost a function and
+        three cells more per module (allocations that bring the garbage collector round sooner)."""
+        ref = _KeyedRef(module, self._gone)
+        ref.key = id(module)
+        return ref
 
     def _purge(self) -> None:
         """Drop the entries of modules gone; both dicts are emptied and refilled in place (the
@@ -211,6 +206,30 @@ class SignatureCache:
         self._clean.update(live)
         self.ready.update(ready)
         self._purge_at = max(_PURGE_AT, 2 * len(self._clean))
+
+
+class _KeyedRef(weakref.ref):
+    """A weak reference that carries its module's id (weakref.KeyedRef without its Python-level
+    __new__ and __init__: a third of the cost)."""
+
+    __slots__ = ("key",)
+    key: int
+
+
+def _dropper(clean: dict, ready: dict) -> Any:
+    """The callback of the cache's weak references (a _KeyedRef, keyed by the module's id): drops
+    the entries of the module gone, if they are still its own. Holds the two tables, not the cache."""
+
+    def gone(ref: Any) -> None:
+        key = ref.key
+        entry = clean.get(key)
+        if entry is not None and entry[0] is ref:
+            clean.pop(key, None)
+        rec = ready.get(key)
+        if rec is not None and rec[0] is ref:
+            ready.pop(key, None)
+
+    return gone
 
 
 def _autocast_state() -> tuple[bool, bool]:  # pragma: no cover - a PyTorch without _is_any_autocast_enabled

@@ -156,6 +156,8 @@ class Checker:
         # id(module) -> the devices of its params/buffers and its submodules': a container's
         # placement is its children's, each read once (not once per enclosing container).
         self._subtree_devices: dict[int, tuple[weakref.ref[Any], frozenset[str]]] = {}
+        # Each distinct set of devices found there, kept once (bounded by the device sets a model has).
+        self._device_sets: dict[frozenset[str], frozenset[str]] = {}
         # A device argument -> the missing CUDA index it names, or False (MP009; bounded by the
         # distinct device values a program uses).
         self._missing: dict[Any, int | bool] = {}

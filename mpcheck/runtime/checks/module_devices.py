@@ -6,6 +6,7 @@ and the devices of its whole subtree, each module read once and remembered until
 from __future__ import annotations
 
 import weakref
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -37,28 +38,62 @@ def _devices_below(self: Checker, module: Any) -> frozenset[str]:
     of `module.parameters()` and `module.buffers()`), remembered per module until placements
     change. The walk places each module it passes too (`_placement`: the one device of its own
     weights, or a container's children's if they agree): the first step asks the placement of
-    every module, root model first, and each would otherwise walk its own subtree again."""
+    every module, root model first, and each would otherwise walk its own subtree again.
+    Each distinct set of devices is kept once (`_device_sets`): a model's modules share a few."""
     memo = self._subtree_devices
     key = id(module)
     entry = memo.get(key)
     if entry is not None and entry[0]() is module:
         return entry[1]
     ref = weakref.ref(module)
-    memo[key] = (ref, frozenset())  # a module that holds itself: no endless walk
+    memo[key] = (ref, _NONE)  # a module that holds itself: no endless walk
     device_of = self.devices.device_of
-    own = {device_of(p) for p in module._parameters.values() if p is not None}
-    for b in module._buffers.values():
-        if b is not None:
-            own.add(device_of(b))
-    below = set(own)
-    for child in module._modules.values():
-        if child is not None:
-            below |= self._devices_below(child)
+    own: set[str] = set()
+    for p in module._parameters.values():
+        if p is not None:
+            own.add(device_of(p))
+    buffers = module._buffers
+    if buffers:
+        for b in buffers.values():
+            if b is not None:
+                own.add(device_of(b))
+    below = own
+    children = module._modules
+    if children:
+        below = set(own)
+        walk = self._devices_below
+        for child in children.values():
+            if child is not None:
+                below |= walk(child)
     found = frozenset(below)
+    found = self._device_sets.setdefault(found, found)
     memo[key] = (ref, found)
     devs = own or found
     self._placement[key] = (ref, next(iter(devs)) if len(devs) == 1 else None)
     return found
+
+
+_NONE: frozenset[str] = frozenset()
+
+
+def modules_of(roots: Iterable[Any]) -> list[Any]:
+    """The modules of the root models, each once, in the order of `root.modules()` (pre-order): walked
+    through `_modules` without its generators and names (once per session, over every module, in the
+    first step's memory table and provenance listing)."""
+    out: list[Any] = []
+    seen: set[int] = set()
+    stack = list(roots)
+    stack.reverse()
+    while stack:
+        module = stack.pop()
+        if module is None or id(module) in seen:
+            continue
+        seen.add(id(module))
+        out.append(module)
+        children = module._modules
+        if children:
+            stack.extend(reversed(children.values()))
+    return out
 
 
 def model_devices(self: Checker, module: Any) -> list[str]:

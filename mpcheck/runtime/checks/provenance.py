@@ -31,6 +31,8 @@ import weakref
 from collections.abc import Iterable
 from typing import Any
 
+from mpcheck.runtime.checks.module_devices import modules_of
+
 # torch functions (by __name__) whose output is the same for the same arguments, when called
 # without a tensor argument.
 CONST_FACTORIES = frozenset(
@@ -59,6 +61,7 @@ class Provenance:
         self.marks: dict[int, tuple[weakref.ref[Any], int | None]] = {}
         self._sources_key: tuple[Any, ...] | None = None
         self._purge_at = _PURGE_AT
+        self._tracks: dict[type, bool] = {}  # a module class -> its track_running_stats (_class_tracks)
 
     # -- sources -----------------------------------------------------------------------------
     def refresh(self, roots: Iterable[Any], epoch: int) -> None:
@@ -68,16 +71,26 @@ class Provenance:
         if key == self._sources_key:
             return
         self._sources_key = key
-        for root in roots:
-            for module in root.modules():
-                # Read from the instance's dict first: getattr on a module without the attribute goes
-                # through nn.Module.__getattr__'s AttributeError, once per module of the model.
-                own = module.__dict__
-                if own["track_running_stats"] if "track_running_stats" in own else _class_tracks(module):
-                    continue  # BatchNorm's statistics: updated by its kernel without a version bump
-                for buf in module._buffers.values():
-                    if buf is not None:
-                        self._mark(buf)
+        tracks = self._tracks
+        for module in modules_of(roots):  # root.modules() of each root, without its generators
+            buffers = module._buffers
+            if not buffers:
+                continue
+            # Read from the instance's dict first: getattr on a module without the attribute goes
+            # through nn.Module.__getattr__'s AttributeError; the class's answer once per class.
+            own = module.__dict__
+            if "track_running_stats" in own:
+                skip = own["track_running_stats"]
+            else:
+                cls = type(module)
+                skip = tracks.get(cls)
+                if skip is None:
+                    skip = tracks[cls] = _class_tracks(module)
+            if skip:
+                continue  # BatchNorm's statistics: updated by its kernel without a version bump
+            for buf in buffers.values():
+                if buf is not None:
+                    self._mark(buf)
 
     # -- marks -------------------------------------------------------------------------------
     def is_const(self, t: Any) -> bool:

@@ -177,6 +177,16 @@ def python_call_kind(name: str, full: str | None, qualified: str | None = None) 
     return CHECK  # CPU_INDEX included: checked, the checker allows the CPU indices
 
 
+def needs_full_name(name: str) -> bool:
+    """Does python_call_kind's answer for a function of this `__name__` depend on its `full` name? Not for
+    a name outside the table (nor a CPU_INDEX one) that is no loss's: those are CHECK whatever `full` is,
+    so the capture layer need not resolve it (torch.overrides' table costs ~7 ms to build)."""
+    kind = PYTHON_CALLS.get(name, CHECK)
+    if kind == CHECK:
+        return is_loss(name)
+    return kind != CPU_INDEX
+
+
 def aten_op_kind(packet_name: str) -> int:
     """The kind of an aten op by its overload packet's name: SKIP, CPU_INDEX or CHECK."""
     return ATEN_OPS.get(packet_name, CHECK)
