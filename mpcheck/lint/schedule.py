@@ -263,8 +263,10 @@ def _in_pool(
         except (OSError, ImportError, RuntimeError):
             return  # no step is started: run() does them all in this process
         while schedule or running:
-            # One task per worker: what runs next is chosen when a worker is free, knowing more.
-            while len(running) < jobs:
+            # One task per worker and one queued ahead: a worker that is done takes the queued task at
+            # once instead of waiting for this process to hear of it and choose (~2 ms a task: torch's
+            # 790 tasks left each worker idle 0.7 s in all); the rest is chosen later, knowing more.
+            while len(running) < jobs + 1:
                 step = schedule.next(idle=True, budget=min(running.values()) if running else None)
                 if step is None:
                     break
