@@ -267,7 +267,9 @@ def _in_pool(
             # once instead of waiting for this process to hear of it and choose (~2 ms a task: torch's
             # 790 tasks left each worker idle 0.7 s in all); the rest is chosen later, knowing more.
             while len(running) < jobs + 1:
-                step = schedule.next(idle=True, budget=min(running.values()) if running else None)
+                # Only for a worker that would stay idle may a file give its summary away (be parsed twice).
+                idle = len(running) < jobs
+                step = schedule.next(idle=idle, budget=min(running.values()) if running else None)
                 if step is None:
                     break
                 running[pool.submit(func, prepare(step))] = schedule.size(step)
