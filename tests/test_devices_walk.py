@@ -93,6 +93,39 @@ def test_a_file_analysed_leaves_its_tree_to_reference_counting():
         assert all(not table for table in memo._TABLES)
         del tree, result
         assert not [o for o in gc.get_objects() if isinstance(o, cst.Module)]
+        # Nor a method's subtree: a class and its methods point at each other (released: memo.made).
+        assert not [o for o in gc.get_objects() if isinstance(o, cst.FunctionDef)]
     finally:
         if was:
             gc.enable()
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "'cuda:1'",
+        '"cuda"',
+        "''",
+        '""',
+        "''''''",
+        '"""a\r\nb"""',
+        "'''it's'''",
+        '"\'"',
+        "r'cuda:0'",
+        "R'\\d'",
+        "u'caf\u00e9'",
+        "b'cuda'",
+        "rb'x'",
+        "'a\\tb'",
+        "'\\x41'",
+        '"""\nmulti\nline\n"""',
+    ],
+)
+def test_a_string_literal_value_is_what_literal_eval_gives(raw):
+    import ast
+
+    from mpcheck.devices.expressions import _string_value
+
+    _string_value.cache_clear()
+    assert _string_value(raw) == ast.literal_eval(raw)
+    assert type(_string_value(raw)) is type(ast.literal_eval(raw))
