@@ -51,6 +51,11 @@ PARALLEL_MIN_FILES = 6
 PARALLEL_JUDGE_MIN_CHARS = 2_000_000
 
 
+# _project_modules of a file: imported module -> path of the summaries it uses, the modules the choice read,
+# path -> the names looked up there.
+_Walked = tuple[dict[str, str], set[str], dict[str, set[str]]]
+
+
 @dataclass
 class LintOutcome:
     findings: list[Finding] = field(default_factory=list)
@@ -71,7 +76,7 @@ class _File:
     # Calls of its functions in other files of the run, with their arguments (lint/callers.py).
     callers: list[dict[str, Any]] = field(default_factory=list)
     # _project_modules of the file, when it was worked out with its pre-filter verdict (_judge).
-    walked: tuple[dict[str, str], set[str], dict[str, set[str]]] | None = None
+    walked: _Walked | None = None
 
     def key(self, gpus: tuple[int, ...]) -> str:
         """Its cache key: content, module name, codes, GPU counts, and its callers' contexts."""
@@ -93,7 +98,7 @@ class _Read:
     run_codes: frozenset[str] | None = None
     judged: bool = False
     deps: list[list[Any]] = field(default_factory=list)
-    walked: tuple[dict[str, str], set[str], dict[str, set[str]]] | None = None
+    walked: _Walked | None = None
 
 
 def _decode(path: str, data: bytes) -> tuple[str | None, Finding | None]:
@@ -326,13 +331,10 @@ class _Project:
         extra = (settings.project_root, settings.project_root / "src", Path.cwd())
         self.extra_roots = tuple(dict.fromkeys(str(p) for p in extra if p.is_dir()))
 
-    def preload_text(self, abspath: str, text: str) -> None:
+    def preload(self, abspath: str, text: str, digest: str) -> None:
+        """A file's text as this run reads it (stdin, an override), and the digest of its bytes."""
         self._text[abspath] = text
-        self._hash[abspath] = content_hash(text.encode("utf-8"))
-
-    def preload(self, f: _File) -> None:
-        self._text[f.src.abspath] = f.text
-        self._hash[f.src.abspath] = f.digest or None
+        self._hash[abspath] = digest or None
 
     def roots_for(self, f_root: str) -> tuple[str, ...]:
         return (f_root,) + tuple(r for r in self.extra_roots if r != f_root)
@@ -482,7 +484,7 @@ def lint(
         # Its digest, not its bytes: every file's bytes and text kept at once were 90 MB more over torch.
         read.append(_Read(src, codes, signature, stat, text, content_hash(data), known))
         if stdin is not None and src is stdin[0]:
-            project.preload_text(src.abspath, text)  # what its importers read of it, in any process
+            project.preload(src.abspath, text, read[-1].digest)  # what its importers read of it, in any process
 
     _judge(read, prefilter, project, jobs)
     for r in read:
@@ -514,7 +516,7 @@ def lint(
             run_codes |= {SYNTAX_ERROR_CODE}
         modname, root, is_init = modules.module_name(src.abspath)
         f = _File(src, text, modname, root, is_init, run_codes, r.digest, walked=r.walked)
-        project.preload(f)
+        project.preload(f.src.abspath, f.text, f.digest)
         candidates.append(f)
     read.clear()  # the texts of the files no rule runs on go now, not at the end of the run
 
@@ -666,9 +668,7 @@ def _analyze_with_contexts(
     return made
 
 
-def _project_modules(
-    f: _File, project: _Project, analysis: Any
-) -> tuple[dict[str, str], set[str], dict[str, set[str]]]:
+def _project_modules(f: _File, project: _Project, analysis: Any) -> _Walked:
     """(imported module name -> absolute path of every project module whose summary
     can matter to `f`, the names of every module the choice read, absolute path ->
     the names looked up in that module: all its summary has to cover).
