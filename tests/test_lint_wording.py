@@ -141,3 +141,22 @@ def test_an_augmented_assignment_names_both_operands(tmp_path):
     (finding,) = json.loads(proc.stdout)
     assert finding["code"] == "MP001" and finding["line"] == 6
     assert finding["message"].startswith("`loss.detach()` is on cuda:1") and "meets `total`" in finding["message"]
+
+
+def test_a_target_made_by_a_module_function_is_not_named_by_its_module(tmp_path):
+    # `torch.zeros(...)` reads no variable: the suggestion moves the expression, not `torch`.
+    found = _lint(
+        tmp_path,
+        "train.py",
+        "import torch\n"
+        "import torch.nn.functional as F\n\n"
+        'head = torch.nn.Linear(16, 4).to("cuda:1")\n'
+        'out = head(torch.randn(8, 16, device="cuda:1"))\n'
+        'loss = F.mse_loss(out, torch.zeros(8, 4, device="cuda:0"))\n'
+        'back = torch.randn(4, device="cuda:0").cpu().cuda(0)\n',
+    )
+    assert [(f["code"], f["line"]) for f in found] == [("MP008", 6), ("MP005", 7)], found
+    loss, trip = (f["message"] for f in found)
+    assert '`(torch.zeros(8, 4, device="cuda:0")).to(out.device)`' in loss, loss
+    assert "torch = torch" not in loss, loss
+    assert trip.startswith('`torch.randn(4, device="cuda:0").cpu()` is moved'), trip

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Container
 from typing import Protocol
 
 import libcst as cst
@@ -128,11 +129,12 @@ MODE_WORDS = {
 }
 
 
-def root_name(expr: cst.BaseExpression | None) -> str | None:
-    """`pred` for `pred.squeeze(-1)`, `labels` for `labels[..., 1:]`: the variable an expression reads."""
+def root_name(expr: cst.BaseExpression | None, modules: Container[str] = ()) -> str | None:
+    """`pred` for `pred.squeeze(-1)`, `labels` for `labels[..., 1:]`: the variable an expression reads.
+    None for a name in `modules` (those the file's imports bind): `torch.zeros(8)` reads no variable."""
     while expr is not None:
         if isinstance(expr, cst.Name):
-            return expr.value
+            return expr.value if expr.value not in modules else None
         if isinstance(expr, cst.Call):
             expr = expr.func.value if isinstance(expr.func, cst.Attribute) else None
         elif isinstance(expr, cst.Subscript):

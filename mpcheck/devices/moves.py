@@ -475,15 +475,16 @@ def _moved_part(v: Val, devs: Devs, origin: str, node: cst.CSTNode, depth: int) 
 def _moved_summarized(recv: Obj, devs: Devs, origin: str, node: cst.CSTNode) -> Obj | None:
     """An instance of a class of another file after `Module.to()`: where its forward needs
     its input follows the move (nowhere in particular when the forward moves it itself)."""
-    if not (recv.extra or {}).get("summarized") or devs is None:
+    extra = recv.extra or {}
+    if not extra.get("summarized") or devs is None:
         return None
     return recv.with_(
         devs=devs,
         split=None,
         origin=origin,
         at=node,
-        in_devs=devs if recv.in_devs is not None else None,
-        out_devs=devs if recv.out_devs is not None and recv.out_devs == recv.devs else None,
+        in_devs=devs if recv.in_devs is not None or extra.get("in_moved") else None,
+        out_devs=devs if (recv.out_devs is not None and recv.out_devs == recv.devs) or extra.get("out_moved") else None,
         # no longer as it was built: its methods' runs in its file (callers.py) would not see the move
         extra={**(recv.extra or {}), "moved": True},
     )

@@ -187,6 +187,8 @@ def call_summarized(
             "returns": summ.get("returns"),
             "bound": bound,
             "loss": bool(summ.get("loss")),
+            "in_moved": bool(summ.get("in_moved")),  # moved whole, its forward needs its input there
+            "out_moved": bool(summ.get("out_moved")),
             "attrs": summ.get("attrs"),
             "consts": summ.get("consts"),
             "fields": summ.get("fields"),

@@ -13,6 +13,10 @@ package's __init__ re-exports from other modules.
                                   "returns": {"kind": "module", "devs": ["sym:device"]}}},
      "reexports": {"SplitNet": "models.split.SplitNet"}}
 
+A class whose parts are on no known device (built on the default one) has "in": null; with
+`"in_moved": true` its forward, once the importer moves the instance whole (`Net().to("cuda:1")`),
+needs its input where the instance went, and with `"out_moved": true` its output ends there.
+
 A module whose summaries ask `torch.cuda.device_count()` also has `counts`: per assumed GPU
 count, the summaries that differ under it (`{"4": {"classes": {"ChainNet": {..., "out":
 ["cuda:3"]}}}}`), `{"refused": true}` for one whose own `assert n >= 4` fails there.
@@ -29,6 +33,7 @@ import libcst as cst
 
 from mpcheck.devices.events import LossMismatch
 from mpcheck.devices.interp import Interp
+from mpcheck.devices.moves import moved_instance
 from mpcheck.devices.names import import_bindings
 from mpcheck.devices.program import ClassInfo, FuncInfo, State, params_of
 from mpcheck.devices.summarized import constant_value
@@ -157,6 +162,8 @@ def _class_summary(interp: Interp, cinfo: ClassInfo, inst: Obj) -> dict[str, Any
     fwd = cinfo.method("forward")
     if fwd is not None:
         s["in"] = _devs(interp.calls.input_devs(inst, fwd))
+        if s["in"] is None:  # placed parts say where a moved instance needs its input (moves._moved_summarized)
+            s.update(_after_move(interp, inst, fwd))
         st = State.fresh(dict(interp.globals), "<summary>", inst)
         with interp.recorder.muted():
             res = interp.calls.call_function(fwd, inst, [Obj("tensor", PROBE)], {}, st, None)
@@ -169,6 +176,30 @@ def _class_summary(interp: Interp, cinfo: ClassInfo, inst: Obj) -> dict[str, Any
         if named_loss and not inst.split and inst.devs is None and _is_loss_of_inputs(interp, inst, fwd):
             s["loss"] = True
     return s
+
+
+# Where an importer's `.to(d)` puts a whole instance, for the probe of what its forward then needs.
+_MOVED = one("sym:__moved__")
+
+
+def _after_move(interp: Interp, inst: Obj, fwd: FuncInfo) -> dict[str, bool]:
+    """What the forward of an instance moved whole (`Net().to("cuda:1")` in the importing file)
+    needs and gives: {"in_moved": True} when it then needs its input where the instance went,
+    {"out_moved": True} when its output ends there. An instance built on the default device has
+    no known "in" (its parts are on no device the model knows), yet once moved its forward needs
+    its input on the target like any module of the importer's own file (moves.moved_instance)."""
+    moved = moved_instance(inst, _MOVED, "moved", fwd.node)
+    if moved is None:
+        return {}
+    out: dict[str, bool] = {}
+    if interp.calls.input_devs(moved, fwd) == _MOVED:
+        out["in_moved"] = True
+    st = State.fresh(dict(interp.globals), "<summary>", moved)
+    with interp.recorder.muted():
+        res = interp.calls.call_function(fwd, moved, [Obj("tensor", _MOVED)], {}, st, None)
+    if isinstance(res, Obj) and res.devs == _MOVED:
+        out["out_moved"] = True
+    return out
 
 
 def _device_attrs(interp: Interp, inst: Obj, params: list[str]) -> dict[str, Any]:

@@ -26,8 +26,11 @@ class PreFilter:
         every = [r.needs for c, r in rules.items() if c != SYNTAX_ERROR_CODE]
         self._summary_always = any(not needs for needs in every)
         # "Loss": a loss class whose forward names no device still tells an importer's MP008 that it
-        # compares its two inputs (devices/summary.py, _is_loss_of_inputs).
-        self._summary_words = sorted({w for needs in every for w in needs} | {"Loss"})
+        # compares its two inputs (devices/summary.py, _is_loss_of_inputs). "def forward": a module
+        # class that names no device still tells an importer that moves it whole where its forward
+        # then needs its input, or that it moves its input itself (summary._after_move); unsummarised,
+        # the importer would take any module for one that needs its input where it was moved.
+        self._summary_words = sorted({w for needs in every for w in needs} | {"Loss", "def forward"})
 
     def signature(self, codes: frozenset[str]) -> str:
         """What the verdict for a file depends on besides its text: the words of

@@ -16,6 +16,7 @@ import libcst as cst
 from libcst.metadata import CodeRange, PositionProvider
 
 from mpcheck.devices.model import DeviceModel
+from mpcheck.devices.names import import_bindings
 from mpcheck.rules.spans import positions_of
 
 
@@ -56,6 +57,19 @@ class FileContext:
     @cached_property
     def model(self) -> DeviceModel:
         return DeviceModel(self.module, self.source, self.modname, self.project, self.gpu_count, self.callers)
+
+    @cached_property
+    def imported_names(self) -> frozenset[str]:
+        """The names the module's top-level imports bind (`torch`, `F`, `Net`): what is a module
+        or a class, not a variable, at the root of an expression (`torch.zeros(8)`)."""
+        return frozenset(
+            local
+            for stmt in self.module.body
+            if isinstance(stmt, cst.SimpleStatementLine)
+            for small in stmt.body
+            if isinstance(small, (cst.Import, cst.ImportFrom))
+            for local, _ in import_bindings(small, self.modname)
+        )
 
     @property
     def model_built(self) -> bool:

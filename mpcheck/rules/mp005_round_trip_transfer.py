@@ -27,7 +27,7 @@ class RoundTripTransfer(Rule):
             call = ev.node
             recv = call.func.value if isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute) else None
             # The variable the round trip starts from (`de` in `de.cpu().cuda(1)`), else the moved expression.
-            root = root_name(recv)
+            root = root_name(recv, ctx.imported_names)
             name = f"`{root or value_text(ctx, recv, v)}`" if recv is not None or v.label else "A tensor"
             first = ctx.line(v.moved_at)
             if _host_detour(ev):

@@ -36,9 +36,9 @@ class LossDeviceMismatch(Rule):
             loss = ctx.code(ev.node.func) if isinstance(ev.node, cst.Call) else "the loss"
             line = ctx.line(ev.node)
             # Move the small tensor (targets, weights) to the large one (the logits), not the reverse.
-            out = root_name(a_expr) or (a if a.isidentifier() else None)
+            out = root_name(a_expr, ctx.imported_names) or (a if a.isidentifier() else None)
             dev = f"{out}.device" if out else repr(da)
-            tgt = root_name(b_expr) or (b if b.isidentifier() else None)
+            tgt = root_name(b_expr, ctx.imported_names) or (b if b.isidentifier() else None)
             if (
                 isinstance(b_expr, cst.Call)
                 and isinstance(b_expr.func, cst.Attribute)
