@@ -580,3 +580,45 @@ def test_an_indexless_placement_after_set_device_is_reported_once():
     """
     assert codes_lines(src) == [(12, "MP004")]
     assert codes_lines(src.replace("x.cuda())", "x.cuda(0))")) == []
+
+
+_TWO_STAGE_WITH_MASK = """
+import torch
+import torch.nn as nn
+
+class Two(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(8, 8).to("cuda:0")
+        self.b = nn.Linear(8, 8).to("cuda:1")
+
+    def forward(self, input_ids, attention_mask):
+        h = self.a(input_ids)
+        return self.b(h.to("cuda:1")) * attention_mask
+
+model = Two()
+ids = torch.randn(4, 8, device="cuda:0")
+mask = torch.ones(4, 8, device="cuda:0")
+"""
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        'model(**{"input_ids": ids, "attention_mask": mask})',  # keys known: bound by name
+        "model(ids, **{k: v.to('cuda:0') for k, v in batch.items()})",  # keys not known, values alike
+    ],
+)
+def test_a_double_star_mapping_binds_the_forwards_parameters(call):
+    src = _TWO_STAGE_WITH_MASK + "\ndef step(batch):\n    return " + call + "\n"
+    found = [(f.code, f.line) for f in analyze("t.py", src, ALL, "t", {}).findings]
+    assert found == [("MP001", 13)], found
+
+
+def test_a_double_star_mapping_of_unknown_keys_leaves_a_parameter_with_a_default_open():
+    # `attention_mask=None`: the mapping may or may not hold it; nothing is claimed either way.
+    src = _TWO_STAGE_WITH_MASK.replace("attention_mask):", "attention_mask=None):").replace(
+        "* attention_mask", "* (attention_mask if attention_mask is not None else 1)"
+    )
+    src += "\ndef step(batch):\n    return model(ids, **{k: v.to('cuda:0') for k, v in batch.items()})\n"
+    assert [f.code for f in analyze("t.py", src, ALL, "t", {}).findings] == []

@@ -157,6 +157,14 @@ def test_a_target_made_by_a_module_function_is_not_named_by_its_module(tmp_path)
     )
     assert [(f["code"], f["line"]) for f in found] == [("MP008", 6), ("MP005", 7)], found
     loss, trip = (f["message"] for f in found)
-    assert '`(torch.zeros(8, 4, device="cuda:0")).to(out.device)`' in loss, loss
+    assert '`torch.zeros(8, 4, device="cuda:0").to(out.device)`' in loss, loss
     assert "torch = torch" not in loss, loss
     assert trip.startswith('`torch.randn(4, device="cuda:0").cpu()` is moved'), trip
+
+
+def test_a_target_read_from_a_mapping_moves_the_entry_not_the_mapping(tmp_path):
+    case = CASES / "F_dict_batch_comprehension_bad.py"
+    found = _lint(tmp_path, case.name, case.read_text(encoding="utf-8"))
+    assert [(f["code"], f["line"]) for f in found] == [("MP008", 28)], found
+    msg = found[0]["message"]
+    assert '`batch["labels"].to(logits.device)`' in msg and "batch = batch" not in msg, msg

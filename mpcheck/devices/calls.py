@@ -21,6 +21,7 @@ from mpcheck.devices.program import MAX_DEPTH, FuncInfo, Part, State, params_of
 from mpcheck.devices.summarized import call_summarized, refused, summarized_output
 from mpcheck.devices.unmoved import built_here, never_placed_view
 from mpcheck.devices.values import (
+    ANY_KEYWORD,
     CURRENT,
     FAILED,
     OFF_CHAIN,
@@ -72,6 +73,11 @@ class Calls(Part):
                 env[name] = pos.pop(0)
             elif name in kwargs:
                 env[name] = kwargs[name]
+            elif ANY_KEYWORD in kwargs:
+                # From a `**dict` of unknown keys: certainly, when the parameter has no default
+                # (the call would fail without it); else it or the default.
+                given = kwargs[ANY_KEYWORD]
+                env[name] = given if default is None else join(given, self.default_param_value(name, default))
             else:
                 env[name] = self.default_param_value(name, default)
         star = info.node.params.star_arg
@@ -510,7 +516,17 @@ class Calls(Part):
                     args.append(Starred(v.elem if isinstance(v, SeqV) else UNK))
                     pos_nodes.append(None)
             elif a.star == "**":
-                pass
+                # `model(**{"input_ids": ids, "mask": m})`: a dict of known keys binds them by name.
+                if isinstance(v, DictV) and not v.module and all(isinstance(k, str) for k in v.items):
+                    for k, item in v.items.items():
+                        if k not in kwargs:  # else Python raises TypeError: what runs is not this
+                            kwargs[k] = item
+                            kw_nodes.append(None)
+                elif isinstance(v, SeqV) and v.kind == "dict" and v.items is None and v.elem is not UNK:
+                    # `model(**batch)` of `batch = {k: t.to(dev) for k, t in batch.items()}`: keys not known,
+                    # values alike; each parameter the call leaves unbound may get one (Calls.bind).
+                    kwargs[ANY_KEYWORD] = v.elem
+                    kw_nodes.append(None)
             else:
                 args.append(v)
                 pos_nodes.append(a.value)
@@ -588,7 +604,7 @@ class Calls(Part):
                     if st.in_init and recv is st.self_obj:
                         recv.attrs[str(args[0].value)] = v
                     return Const(None)
-                if meth in T.DTYPE_METHODS:
+                if meth in T.DTYPE_METHODS or meth in T.MODULE_SELF_METHODS:
                     return recv
                 return UNK
             extra = recv.extra or {}
@@ -606,9 +622,11 @@ class Calls(Part):
             if recv.kind in ("module",):
                 if meth == "forward":
                     return self.module_call(recv, args, kwargs, st, node)
-                if meth in T.DTYPE_METHODS:
+                if meth in T.DTYPE_METHODS or meth in T.MODULE_SELF_METHODS:
                     return recv
                 return UNK
+            if recv.kind == "any" and meth in T.MODULE_SELF_METHODS:
+                return recv  # a module of unknown class, as it was
             if meth in T.NON_TENSOR_METHODS:
                 return UNK
             if meth in T.DTYPE_METHODS:
@@ -668,8 +686,12 @@ class Calls(Part):
                 return Const(None)
             if meth in ("to", "cuda"):
                 return self.interp.moves.move(recv, meth, args, kwargs, node, st)
+            if recv.module and meth in T.MODULE_SELF_METHODS:
+                return recv  # nn.Sequential(...).eval()
             return UNK
         if isinstance(recv, DictV):
+            if recv.module and meth in T.MODULE_SELF_METHODS:
+                return recv  # nn.ModuleDict(...).eval()
             if meth == "values":
                 return SeqV(tuple(recv.items.values()))
             if meth == "items":

@@ -138,12 +138,18 @@ def root_name(expr: cst.BaseExpression | None, modules: Container[str] = ()) -> 
         if isinstance(expr, cst.Call):
             expr = expr.func.value if isinstance(expr.func, cst.Attribute) else None
         elif isinstance(expr, cst.Subscript):
+            if _string_key(expr):
+                return None  # `batch["labels"]`: an entry of a mapping, not the mapping, is what moves
             expr = expr.value
         elif isinstance(expr, cst.Attribute):
             return None if not isinstance(expr.value, cst.Name) or expr.value.value != "self" else None
         else:
             return None
     return None
+
+
+def _string_key(sub: cst.Subscript) -> bool:
+    return len(sub.slice) == 1 and isinstance(getattr(sub.slice[0].slice, "value", None), cst.SimpleString)
 
 
 def move_fix(ctx: Source, expr: cst.CSTNode | None, target_code: str) -> Fix | None:

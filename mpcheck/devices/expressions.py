@@ -415,7 +415,9 @@ class Expressions(Part):
     @staticmethod
     def _comp_result(node: cst.CSTNode, items: tuple[Val, ...] | None, elem: Val | None) -> Val:
         if isinstance(node, cst.DictComp):
-            return DictV({}) if items is None else UNK
+            # Keys not known (`{k: v.to(dev) for k, v in batch.items()}`): a dict whose values are alike,
+            # read by any key (`batch["labels"]`), as over a split model's state dict above.
+            return SeqV(None, elem=elem if elem is not None else UNK, kind="dict") if items is None else UNK
         if isinstance(node, cst.GeneratorExp):
             return SeqV(items, elem=elem if elem is not None else UNK, kind="gen")
         return SeqV(items, elem=elem if elem is not None else UNK, kind="list")

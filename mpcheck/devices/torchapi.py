@@ -268,6 +268,9 @@ def leaves_chain(name: str, n_args: int, kwargs: Container[str]) -> bool:
 
 
 DTYPE_METHODS = frozenset({"half", "float", "double", "bfloat16", "long", "int", "bool", "short", "char", "byte"})
+# nn.Module methods that return the module itself, where it is (`model = Net().eval()`). Not `apply`:
+# its function may move the parts; not `to_empty`: it places them.
+MODULE_SELF_METHODS = frozenset({"train", "eval", "requires_grad_", "share_memory"})
 
 # Tensor methods whose arguments are sizes, dims or a dtype, never data: the result holds the
 # receiver's data (laid out again, repeated), so an unchanging tensor stays unchanging (MP011:

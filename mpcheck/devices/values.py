@@ -589,3 +589,8 @@ def iter_elem(it: Val, target: str | None) -> Val:
 
 def _each(target: str | None) -> Val:
     return SymV(f"each:{target}") if target is not None else UNK
+
+
+# The keyword under which a call's `**mapping` of unknown keys gives its (alike) values: a
+# parameter that no other argument binds may come from it (Calls.bind).
+ANY_KEYWORD = "**"

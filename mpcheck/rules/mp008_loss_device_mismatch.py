@@ -47,6 +47,8 @@ class LossDeviceMismatch(Rule):
                 fix = f"{ctx.code(b_expr.func.value)}.to({dev})"
             elif tgt:
                 fix = f"{tgt} = {tgt}.to({dev})"
+            elif isinstance(b_expr, (cst.Name, cst.Attribute, cst.Subscript, cst.Call)):
+                fix = f"{b}.to({dev})"  # binds tighter than any operator: no parentheses needed
             else:
                 fix = f"({b}).to({dev})"
             yield self.finding(
