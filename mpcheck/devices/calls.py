@@ -238,9 +238,13 @@ class Calls(Part):
             if args and failed(args[0]):
                 return FAILED
             used(*args, *kwargs.values())
+            exact = T.SAME_DEVICE_ARGUMENTS.get(mod.nn_class, {})
+            names = list(kwargs)
             for i, a in enumerate(list(args) + list(kwargs.values())):
                 if failed(a):
                     continue
+                # torch.nn's modules whose argument here must be where they are (an RNN's state)
+                must = i in exact if i < len(args) else names[i - len(args)] in exact.values()
                 if i == 0:
                     if (
                         self.interp.exprs.check_operand(
@@ -255,13 +259,14 @@ class Calls(Part):
                     continue
                 self.interp.recorder.need(node, i, mod.devs)  # also on the visits that skip the check below
                 self.interp.exprs.probe_hit(a, mod.devs)
-                if isinstance(a, Obj) and both_cuda(a.devs, mod.devs):
+                if isinstance(a, Obj) and (must or both_cuda(a.devs, mod.devs)):
                     # Other arguments may legitimately live on the CPU (lengths, indices):
-                    # only a tensor on another GPU is certainly wrong. The activation
-                    # itself is fine, so the flow goes on with the module's output.
+                    # only a tensor on another GPU is certainly wrong, unless torch.nn's module
+                    # needs it where it is (`must`). The activation itself is fine, so the flow
+                    # goes on with the module's output.
                     self.interp.exprs.check_operand(node, a, mod.devs, st, what=what, arg_index=i, expr=_nth(exprs, i))
                 elif isinstance(a, SeqV) and a.items:
-                    self._check_state_tuple(node, a, mod, st, what, i, _nth(exprs, i))
+                    self._check_state_tuple(node, a, mod, st, what, i, _nth(exprs, i), must)
             lead = args[0] if args else None
             return Obj(
                 "tensor",
@@ -275,15 +280,24 @@ class Calls(Part):
         return UNK
 
     def _check_state_tuple(
-        self, node: cst.CSTNode, seq: SeqV, mod: Obj, st: State, what: str, i: int, expr: cst.BaseExpression | None
+        self,
+        node: cst.CSTNode,
+        seq: SeqV,
+        mod: Obj,
+        st: State,
+        what: str,
+        i: int,
+        expr: cst.BaseExpression | None,
+        must: bool = False,
     ) -> None:
         """A tuple of tensors given to a module after its input (an LSTM's `(h0, c0)`): each
-        must be where the module is; report the first one certainly on another GPU."""
+        must be where the module is; report the first one certainly on another GPU (on another
+        device at all when the module needs it there: `must`)."""
         elems = expr.elements if isinstance(expr, (cst.Tuple, cst.List)) else None
         for j, item in enumerate(seq.items or ()):
             if not (isinstance(item, Obj) and item.kind != "scalar" and conflict(item.devs, mod.devs)):
                 continue
-            if not both_cuda(item.devs, mod.devs):
+            if not (must or both_cuda(item.devs, mod.devs)):
                 continue
             part = elems[j].value if elems is not None and j < len(elems) else None
             self.interp.recorder.record(
