@@ -183,7 +183,7 @@ class Calls(Part):
             if args and isinstance(args[0], Obj) and args[0].kind != "scalar":
                 need = self.input_devs(mod, fwd)
                 self.interp.recorder.need(node, 0, need)
-                if need is not None and conflict(args[0].devs, need):
+                if need is not None and conflict(args[0].devs, need) and not _left_on_host(mod, need):
                     self.interp.recorder.record(
                         Mismatch(
                             node=node,
@@ -716,6 +716,14 @@ def _self_key(v: Val | None) -> Any:
     if isinstance(v, Obj) and v.attrs is not None:
         return (id(v.attrs), v.devs, v.split)
     return id(v)
+
+
+def _left_on_host(mod: Obj, need: Devs) -> bool:
+    """The first thing a module's forward meets its input with is on the CPU, while the module is on
+    a GPU (moved there whole): a plain tensor attribute that `Module.to()` left behind. The fault is
+    that tensor, not the input: the forward runs on the input as it is and reports where they meet."""
+    there = single(mod.devs)
+    return single(need) == "cpu" and there is not None and there != "cpu"
 
 
 def _nth(exprs: ArgExprs, i: int) -> cst.BaseExpression | None:
