@@ -545,6 +545,9 @@ class Calls(Part):
                 and seq.elem.cls is None
             ):
                 return self.module_call(seq.elem, [h], {}, st, node, first)
+            if isinstance(seq.elem, SeqV) and _leaves_on_one_device(seq.elem):
+                # blocks of unknown number, each an nn.Sequential of torch.nn layers on one device
+                return self.sequential_call(seq.elem, [h], {}, st, node, first)
             return UNK
         for item in seq.items:
             if isinstance(item, Obj):
@@ -716,6 +719,27 @@ def _self_key(v: Val | None) -> Any:
     if isinstance(v, Obj) and v.attrs is not None:
         return (id(v.attrs), v.devs, v.split)
     return id(v)
+
+
+def _leaves_on_one_device(seq: SeqV) -> bool:
+    """An nn.Sequential of known items, each a torch.nn layer (or one such nn.Sequential), whose layers
+    with weights all sit on one known device."""
+    devs: set[str] = set()
+
+    def leaves(v: Val, d: int) -> bool:
+        if isinstance(v, SeqV):
+            return v.module and v.items is not None and d <= 3 and all(leaves(i, d + 1) for i in v.items)
+        if not isinstance(v, Obj) or v.cls is not None or v.attrs is not None:
+            return False
+        if v.kind == "passthrough":
+            return True
+        there = single(v.devs) if v.kind in ("module", "any") and not v.split else None
+        if there is None:
+            return False
+        devs.add(there)
+        return True
+
+    return leaves(seq, 0) and len(devs) == 1
 
 
 def _left_on_host(mod: Obj, need: Devs) -> bool:
