@@ -239,6 +239,8 @@ class Calls(Part):
                 return FAILED
             used(*args, *kwargs.values())
             exact = T.SAME_DEVICE_ARGUMENTS.get(mod.nn_class, {})
+            if any(isinstance(a, Starred) for a in args):
+                exact = {}  # `*xs` of unknown length: which position an argument takes is not known
             names = list(kwargs)
             for i, a in enumerate(list(args) + list(kwargs.values())):
                 if failed(a):
@@ -743,11 +745,13 @@ def _leaves_on_one_device(seq: SeqV) -> bool:
 
 
 def _left_on_host(mod: Obj, need: Devs) -> bool:
-    """The first thing a module's forward meets its input with is on the CPU, while the module is on
-    a GPU (moved there whole): a plain tensor attribute that `Module.to()` left behind. The fault is
-    that tensor, not the input: the forward runs on the input as it is and reports where they meet."""
+    """The first thing a module's forward meets its input with is on the CPU, while the module was
+    moved whole to a GPU (moves.moved_instance): a plain tensor attribute that `Module.to()` left
+    behind. The fault is that tensor, not the input: the forward runs on the input as it is and
+    reports where they meet."""
     there = single(mod.devs)
-    return single(need) == "cpu" and there is not None and there != "cpu"
+    moved = bool((mod.extra or {}).get("moved_whole"))
+    return moved and single(need) == "cpu" and there is not None and there != "cpu"
 
 
 def _nth(exprs: ArgExprs, i: int) -> cst.BaseExpression | None:

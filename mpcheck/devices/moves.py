@@ -439,7 +439,7 @@ def moved_instance(recv: Val, devs: Devs, origin: str, node: cst.CSTNode, depth:
         },
         in_devs=None,
         out_devs=None,
-        extra=None,
+        extra={"moved_whole": True},  # what its forward needs is found again (Calls.input_devs)
     )
 
 
