@@ -622,3 +622,81 @@ def test_a_double_star_mapping_of_unknown_keys_leaves_a_parameter_with_a_default
     )
     src += "\ndef step(batch):\n    return model(ids, **{k: v.to('cuda:0') for k, v in batch.items()})\n"
     assert [f.code for f in analyze("t.py", src, ALL, "t", {}).findings] == []
+
+
+# ---------------------------------------------------------------- torch.nn arguments after the input
+
+_RNN_STAGE = """
+import torch
+import torch.nn as nn
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rnn = nn.GRU(8, 8, batch_first=True).to("cuda:1")
+        self.lin = nn.Linear(8, 8).to("cuda:1")
+
+    def forward(self, x, lengths, xs):
+        x = x.to("cuda:1")
+        h0 = torch.zeros(1, x.size(0), 8)
+        {call}
+"""
+
+
+@pytest.mark.parametrize(
+    "call, expected",
+    [
+        ("return self.rnn(x, h0)", [(14, "MP001")]),  # an RNN's hidden state must be where it is
+        ("return self.rnn(x, hx=h0)", [(14, "MP001")]),
+        ("return self.rnn(x, h0.to('cuda:1'))", []),
+        ("return self.rnn(x, None)", []),
+        ("return self.rnn(*xs, h0)", []),  # which position h0 takes is not known
+        ("return self.lin(x, lengths.cpu())", []),  # any other module's extra argument may be on the CPU
+    ],
+)
+def test_rnn_state_on_the_host_is_reported_only_where_torch_raises(call, expected):
+    assert codes_lines(_RNN_STAGE.replace("{call}", call)) == expected
+
+
+_PLAIN = """
+import torch
+import torch.nn as nn
+
+class PE(nn.Module):
+    def __init__(self):
+        super().__init__()
+        {init}
+    {extra}
+    def forward(self, x):
+        return x + self.pe
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.pe = PE().to("cuda:0")
+
+    def forward(self, x):
+        return self.pe(x.to("cuda:0"))
+"""
+
+
+@pytest.mark.parametrize(
+    "init, extra, expected",
+    [
+        ("self.pe = torch.zeros(4)", "", [(11, "MP001")]),  # Module.to() leaves a plain attribute
+        ("self.register_buffer('pe', torch.zeros(4))", "", []),
+        ("self.register_buffer('pe', None); self.pe = torch.zeros(4)", "", []),  # assigns the buffer
+        ("self.pe = torch.zeros(4); self.register_buffer(name, None)", "name = 'pe'", []),
+        ("self.pe = torch.zeros(4)", "def _apply(self, fn, recurse=True):\n        return super()._apply(fn)", []),
+        ("self.pe = torch.zeros(4)", "def to(self, *a, **k):\n        return super().to(*a, **k)", []),
+        ("self.pe = torch.tensor(2.0)", "", []),  # a 0-dim host tensor may meet a GPU tensor
+    ],
+)
+def test_plain_tensor_attribute_stays_where_it_was_after_the_module_moves(init, extra, expected):
+    src = _PLAIN.replace("{init}", init).replace("{extra}", extra)
+    assert codes_lines(src) == expected
+
+
+def test_plain_tensor_attribute_of_a_class_with_a_base_of_another_file_is_unknown():
+    src = _PLAIN.replace("class PE(nn.Module):", "from base import Base\n\nclass PE(Base):")
+    assert codes_lines(src.replace("{init}", "self.pe = torch.zeros(4)").replace("{extra}", "")) == []

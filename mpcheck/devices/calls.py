@@ -189,7 +189,7 @@ class Calls(Part):
             if args and isinstance(args[0], Obj) and args[0].kind != "scalar":
                 need = self.input_devs(mod, fwd)
                 self.interp.recorder.need(node, 0, need)
-                if need is not None and conflict(args[0].devs, need):
+                if need is not None and conflict(args[0].devs, need) and not _left_on_host(mod, need):
                     self.interp.recorder.record(
                         Mismatch(
                             node=node,
@@ -244,9 +244,15 @@ class Calls(Part):
             if args and failed(args[0]):
                 return FAILED
             used(*args, *kwargs.values())
+            exact = T.SAME_DEVICE_ARGUMENTS.get(mod.nn_class, {})
+            if any(isinstance(a, Starred) for a in args):
+                exact = {}  # `*xs` of unknown length: which position an argument takes is not known
+            names = list(kwargs)
             for i, a in enumerate(list(args) + list(kwargs.values())):
                 if failed(a):
                     continue
+                # torch.nn's modules whose argument here must be where they are (an RNN's state)
+                must = i in exact if i < len(args) else names[i - len(args)] in exact.values()
                 if i == 0:
                     if (
                         self.interp.exprs.check_operand(
@@ -261,13 +267,14 @@ class Calls(Part):
                     continue
                 self.interp.recorder.need(node, i, mod.devs)  # also on the visits that skip the check below
                 self.interp.exprs.probe_hit(a, mod.devs)
-                if isinstance(a, Obj) and both_cuda(a.devs, mod.devs):
+                if isinstance(a, Obj) and (must or both_cuda(a.devs, mod.devs)):
                     # Other arguments may legitimately live on the CPU (lengths, indices):
-                    # only a tensor on another GPU is certainly wrong. The activation
-                    # itself is fine, so the flow goes on with the module's output.
+                    # only a tensor on another GPU is certainly wrong, unless torch.nn's module
+                    # needs it where it is (`must`). The activation itself is fine, so the flow
+                    # goes on with the module's output.
                     self.interp.exprs.check_operand(node, a, mod.devs, st, what=what, arg_index=i, expr=_nth(exprs, i))
                 elif isinstance(a, SeqV) and a.items:
-                    self._check_state_tuple(node, a, mod, st, what, i, _nth(exprs, i))
+                    self._check_state_tuple(node, a, mod, st, what, i, _nth(exprs, i), must)
             lead = args[0] if args else None
             return Obj(
                 "tensor",
@@ -281,15 +288,24 @@ class Calls(Part):
         return UNK
 
     def _check_state_tuple(
-        self, node: cst.CSTNode, seq: SeqV, mod: Obj, st: State, what: str, i: int, expr: cst.BaseExpression | None
+        self,
+        node: cst.CSTNode,
+        seq: SeqV,
+        mod: Obj,
+        st: State,
+        what: str,
+        i: int,
+        expr: cst.BaseExpression | None,
+        must: bool = False,
     ) -> None:
         """A tuple of tensors given to a module after its input (an LSTM's `(h0, c0)`): each
-        must be where the module is; report the first one certainly on another GPU."""
+        must be where the module is; report the first one certainly on another GPU (on another
+        device at all when the module needs it there: `must`)."""
         elems = expr.elements if isinstance(expr, (cst.Tuple, cst.List)) else None
         for j, item in enumerate(seq.items or ()):
             if not (isinstance(item, Obj) and item.kind != "scalar" and conflict(item.devs, mod.devs)):
                 continue
-            if not both_cuda(item.devs, mod.devs):
+            if not (must or both_cuda(item.devs, mod.devs)):
                 continue
             part = elems[j].value if elems is not None and j < len(elems) else None
             self.interp.recorder.record(
@@ -547,6 +563,9 @@ class Calls(Part):
                 and seq.elem.cls is None
             ):
                 return self.module_call(seq.elem, [h], {}, st, node, first)
+            if isinstance(seq.elem, SeqV) and _leaves_on_one_device(seq.elem):
+                # blocks of unknown number, each an nn.Sequential of torch.nn layers on one device
+                return self.sequential_call(seq.elem, [h], {}, st, node, first)
             return UNK
         for item in seq.items:
             if isinstance(item, Obj):
@@ -724,6 +743,37 @@ def _self_key(v: Val | None) -> Any:
     if isinstance(v, Obj) and v.attrs is not None:
         return (id(v.attrs), v.devs, v.split)
     return id(v)
+
+
+def _leaves_on_one_device(seq: SeqV) -> bool:
+    """An nn.Sequential of known items, each a torch.nn layer (or one such nn.Sequential), whose layers
+    with weights all sit on one known device."""
+    devs: set[str] = set()
+
+    def leaves(v: Val, d: int) -> bool:
+        if isinstance(v, SeqV):
+            return v.module and v.items is not None and d <= 3 and all(leaves(i, d + 1) for i in v.items)
+        if not isinstance(v, Obj) or v.cls is not None or v.attrs is not None:
+            return False
+        if v.kind == "passthrough":
+            return True
+        there = single(v.devs) if v.kind in ("module", "any") and not v.split else None
+        if there is None:
+            return False
+        devs.add(there)
+        return True
+
+    return leaves(seq, 0) and len(devs) == 1
+
+
+def _left_on_host(mod: Obj, need: Devs) -> bool:
+    """The first thing a module's forward meets its input with is on the CPU, while the module was
+    moved whole to a GPU (moves.moved_instance): a plain tensor attribute that `Module.to()` left
+    behind. The fault is that tensor, not the input: the forward runs on the input as it is and
+    reports where they meet."""
+    there = single(mod.devs)
+    moved = bool((mod.extra or {}).get("moved_whole"))
+    return moved and single(need) == "cpu" and there is not None and there != "cpu"
 
 
 def _nth(exprs: ArgExprs, i: int) -> cst.BaseExpression | None:

@@ -525,6 +525,7 @@ def _module_class(lib: Library, c: LibCall) -> Val:
                 origin=f"built with device={show(single(devs))}",
                 at=c.node,
                 ident=_ident(lib, c),
+                nn_class=last if _is_nn_class(q, last) else "",
             )
     if _is_nn_class(q, last):
         if last.endswith("Loss"):
@@ -537,8 +538,8 @@ def _module_class(lib: Library, c: LibCall) -> Val:
         if last in T.PARAMETERLESS:
             return Obj("passthrough", None)
         if last in T.PARAMETERED:
-            return Obj("module", None, origin=UNPLACED, at=c.node, ident=_ident(lib, c))
-        return Obj("module", None, ident=_ident(lib, c))
+            return Obj("module", None, origin=UNPLACED, at=c.node, ident=_ident(lib, c), nn_class=last)
+        return Obj("module", None, ident=_ident(lib, c), nn_class=last)
     return UNK
 
 

@@ -17,6 +17,7 @@ from mpcheck.devices.events import Collapse, Crossing, IndexlessPlacement, Trans
 from mpcheck.devices.names import dotted
 from mpcheck.devices.program import ClassInfo, Part, State
 from mpcheck.devices.shared import note_move
+from mpcheck.devices.unmoved import MODULE_BASES
 from mpcheck.devices.values import (
     CURRENT,
     OFF_CHAIN,
@@ -424,17 +425,21 @@ def moved_instance(recv: Val, devs: Devs, origin: str, node: cst.CSTNode, depth:
     if not isinstance(recv, Obj) or recv.cls is None or recv.attrs is None or devs is None or depth > 4:
         return None
     origin += _left_behind(recv, devs)
+    registered = _registered_names(recv.cls)
     return recv.with_(
         devs=devs,
         split=None,
         origin=origin,
         at=node,
         attrs={
-            a: v if a in recv.cls.refs else _moved_part(v, devs, origin, node, depth) for a, v in recv.attrs.items()
+            a: v
+            if a in recv.cls.refs
+            else _moved_part(v, devs, origin, node, depth, registered is not None and a not in registered)
+            for a, v in recv.attrs.items()
         },
         in_devs=None,
         out_devs=None,
-        extra=None,
+        extra={"moved_whole": True},  # what its forward needs is found again (Calls.input_devs)
     )
 
 
@@ -452,9 +457,10 @@ def _left_behind(recv: Obj, devs: Devs) -> str:
     return ""
 
 
-def _moved_part(v: Val, devs: Devs, origin: str, node: cst.CSTNode, depth: int) -> Val:
+def _moved_part(v: Val, devs: Devs, origin: str, node: cst.CSTNode, depth: int, stays: bool = False) -> Val:
     """What `Module.to()` does to one attribute: parameters, buffers and submodules
-    move; a plain tensor attribute is not registered, so it stays (taken as unknown)."""
+    move; a plain tensor attribute is not registered, so it stays where it was when it
+    certainly is one (`stays`: _registered_names), else it is taken as unknown."""
     if isinstance(v, Obj):
         inner = moved_instance(v, devs, origin, node, depth + 1)
         if inner is not None:
@@ -462,7 +468,7 @@ def _moved_part(v: Val, devs: Devs, origin: str, node: cst.CSTNode, depth: int) 
         if v.kind in ("module", "any", "param", "buffer"):
             return v.with_(devs=devs, split=None, origin=origin, at=node)
         if v.kind == "tensor":
-            return v.with_(devs=None)
+            return v if stays and not v.opaque else v.with_(devs=None)
         return v
     if isinstance(v, SeqV) and v.module:
         items = tuple(_moved_part(i, devs, origin, node, depth) for i in v.items) if v.items is not None else None
@@ -470,6 +476,39 @@ def _moved_part(v: Val, devs: Devs, origin: str, node: cst.CSTNode, depth: int) 
     if isinstance(v, DictV) and v.module:
         return DictV({k: _moved_part(i, devs, origin, node, depth) for k, i in v.items.items()}, module=True)
     return v
+
+
+# Methods through which Module.to() reaches an instance's own tensors: a class (or a base of the
+# file) that defines one may move its plain tensor attributes too.
+_APPLY_HOOKS = frozenset({"_apply", "to", "cuda", "cpu", "__setattr__", "__getattr__"})
+
+
+def _registered_names(cls: ClassInfo) -> frozenset[str] | None:
+    """The names an instance of `cls` registers as buffers or parameters (`register_buffer("pe",
+    None)`: then `self.pe = pe` assigns the buffer, which Module.to() moves); every other attribute
+    holding a tensor is plain, and Module.to() leaves it where it is. None where that is not certain:
+    a name registered by a computed name (`register_buffer(name, t)`) or reached through
+    `_buffers`/`_parameters`, a method Module.to() goes through overridden (`_apply`), or a base of
+    another file (whose methods are not read) in the class's lineage."""
+    registered: set[str] = set()
+    for c in cls.lineage():
+        local = {b.name for b in c.local_bases}
+        if not c.bases or any(b not in MODULE_BASES and b not in local for b in c.bases):
+            return None
+        if _APPLY_HOOKS & set(c.methods):
+            return None
+        for n in walk(c.node):
+            if isinstance(n, cst.Attribute) and n.attr.value in ("_buffers", "_parameters"):
+                return None
+            if not (isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute)):
+                continue
+            if n.func.attr.value in ("register_buffer", "register_parameter"):
+                first = n.args[0].value if n.args else None
+                name = first.evaluated_value if isinstance(first, cst.SimpleString) else None
+                if not isinstance(name, str):
+                    return None
+                registered.add(name)
+    return frozenset(registered)
 
 
 def _moved_summarized(recv: Obj, devs: Devs, origin: str, node: cst.CSTNode) -> Obj | None:

@@ -486,5 +486,24 @@ PARAMETERED = frozenset(
     }
 )
 
+# torch.nn modules whose arguments after the input must be on the module's device, by position and
+# by keyword, or the call raises (each seen raising for a CPU tensor with the module on a GPU, torch
+# 2.11, in train and eval mode, with and without grad): an RNN's hidden state (`hx`, an LSTM's
+# `(h0, c0)`), attention's key, value and key padding mask, the decoder's memory, the second input
+# of a bilinear layer, a bag's offsets. Attention masks are not here: a CPU mask passes where the
+# module takes it for causal and drops it (TransformerDecoder's `tgt_mask`, TransformerEncoder's
+# `mask` in eval), so it is not certain.
+SAME_DEVICE_ARGUMENTS: dict[str, dict[int, str]] = {
+    **{rnn: {1: "hx"} for rnn in ("RNN", "LSTM", "GRU", "RNNCell", "LSTMCell", "GRUCell")},
+    "MultiheadAttention": {1: "key", 2: "value", 3: "key_padding_mask"},
+    "TransformerEncoderLayer": {2: "src_key_padding_mask"},
+    "TransformerEncoder": {2: "src_key_padding_mask"},
+    "TransformerDecoderLayer": {1: "memory"},
+    "TransformerDecoder": {1: "memory"},
+    "Transformer": {1: "tgt"},
+    "Bilinear": {1: "input2"},
+    "EmbeddingBag": {1: "offsets"},
+}
+
 # Functions of other libraries that attach device-moving hooks to a module.
 DEVICE_HOOK_WORDS = ("offload", "hook", "dispatch")

@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 # What may be done to the model without moving it: call it, switch its mode, read its parameters.
 _HARMLESS_METHODS = frozenset({"eval", "train", "forward", "parameters", "named_parameters", "zero_grad"})
-_MODULE_BASES = frozenset({"nn.Module", "torch.nn.Module", "Module"})
+MODULE_BASES = frozenset({"nn.Module", "torch.nn.Module", "Module"})
 _SELF_MOVES = frozenset({"to", "cuda", "apply", "_apply", "to_empty"})  # self.<one of these>(...)
 _SELF_WALKS = frozenset({"children", "named_children", "modules", "named_modules"})  # may move each part
 _PART_MOVES = frozenset({"to", "cuda", "cpu", "to_empty"})
@@ -111,7 +111,7 @@ def _plain_module_class(cinfo: ClassInfo, depth: int = 0) -> bool:
         return False
     local = {b.name: b for b in cinfo.local_bases}
     for b in cinfo.bases:
-        if b in _MODULE_BASES:
+        if b in MODULE_BASES:
             continue
         if b not in local or not _plain_module_class(local[b], depth + 1):
             return False

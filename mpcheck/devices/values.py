@@ -204,6 +204,9 @@ class Obj(Val):
     # A module object built by one evaluation (Interp.new_ident), kept by its moved copies: two
     # values with one ident are one object, so moving one moves the other (a shared block).
     ident: int | None = None
+    # A torch.nn module: its class's name ("LSTM"), for the arguments besides its input that must be
+    # where it is (torchapi.SAME_DEVICE_ARGUMENTS).
+    nn_class: str = ""
 
     def with_(self, **kw: Any) -> Obj:
         return replace(self, **kw)
