@@ -18,7 +18,7 @@ from mpcheck.devices.events import LossMismatch, Mismatch
 from mpcheck.devices.names import canonical, dotted
 from mpcheck.devices.placing import placed_view, places_parts
 from mpcheck.devices.program import MAX_DEPTH, FuncInfo, Part, State, params_of
-from mpcheck.devices.summarized import call_summarized, refused, summarized_output
+from mpcheck.devices.summarized import call_inlined, call_summarized, refused, summarized_output
 from mpcheck.devices.unmoved import built_here, never_placed_view
 from mpcheck.devices.values import (
     CURRENT,
@@ -471,6 +471,9 @@ class Calls(Part):
             used(*args, *kwargs.values())
             if callee.kind == "function":
                 note_call(self.interp, callee.module, callee.name, args, kwargs, node)  # callers.py
+                inlined = call_inlined(self.interp, callee, args, kwargs, st, node)
+                if inlined is not None:
+                    return inlined
             return call_summarized(callee, args, kwargs, st, node)
         if isinstance(callee, Obj) and callee.cls is not None and isinstance(func, cst.Name):
             callee = never_placed_view(self.interp, callee, func.value) or callee

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import libcst as cst
 
 from mpcheck.devices.names import canonical
+from mpcheck.devices.program import FuncInfo, State
 from mpcheck.devices.values import (
     UNK,
     Const,
@@ -23,12 +24,13 @@ from mpcheck.devices.values import (
     SymV,
     Val,
     as_device,
+    join,
     one,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
     from mpcheck.devices.gpucount import GpuCount
-    from mpcheck.devices.program import State
+    from mpcheck.devices.interp import Interp
 
 
 def resolve_import(
@@ -247,4 +249,78 @@ def _opaque(v: Val) -> Val:
         return v.with_(origin="output of", opaque=True)
     if isinstance(v, SeqV) and v.items is not None:
         return SeqV(tuple(_opaque(i) for i in v.items), kind=v.kind)
+    return v
+
+
+def call_inlined(
+    interp: Interp, callee: Summarized, args: list[Val], kwargs: dict[str, Val], st: State, node: cst.CSTNode | None
+) -> Val | None:
+    """A call of a short function of another file whose summary carries its text (summary._inlined):
+    its body run here with the caller's arguments, its free names read as its module reads them
+    (an import, that module's summarised definition or constant; unknown else). Facts of the run
+    are dropped (they would name lines of the other file), and so is a result whose run moved an
+    activation (MP006's steps would name them too): None then, and for a summary without a text."""
+    source = callee.summary.get("source")
+    if not source or len(interp.stack) >= 8:
+        return None
+    info = interp.inlined.get(source)
+    if info is None:
+        try:
+            fn = cst.parse_module(source).body[0]
+        except Exception:  # noqa: BLE001  (the parser's failures: a text that no longer parses is unknown)
+            return None
+        if not isinstance(fn, cst.FunctionDef):
+            return None
+        info = interp.inlined[source] = FuncInfo(fn, fn.name.value, f"{callee.module}.{fn.name.value}")
+    if info in interp.stack:
+        return None
+    env: dict[str, Val] = {}
+    for name, target in (callee.summary.get("free") or {}).items():
+        v = interp.imported(target) if target else UNK
+        if isinstance(v, QName) and target.rpartition(".")[0] == callee.module:
+            v = UNK  # a module-level name of that file its summary does not know
+        env[name] = v
+    interp.calls.bind(info, env, None, args, kwargs)
+    run = State(env, st.cur, st.setdev, st.mode, None, False, st.scope)
+    run.returns = []
+    steps = len(interp.recorder.crossings)
+    with interp.recorder.muted():
+        interp.stmts.run_body(info, run)
+    if len(interp.recorder.crossings) != steps:
+        del interp.recorder.crossings[steps:]
+        return None
+    result: Val | None = None
+    for r in run.returns:
+        result = r if result is None else join(result, r)
+    return _placed_at(result, node, callee.name) if result is not None else Const(None)
+
+
+def _placed_at(v: Val, node: cst.CSTNode | None, name: str, depth: int = 0) -> Val:
+    """`v`, made by a run of another file's code, with the nodes it names replaced by the call's
+    (`node`): the other file's nodes have no place in this one."""
+    if depth > 3:
+        return UNK
+    if isinstance(v, Obj):
+        extra = v.extra
+        if extra and "built" in extra:
+            extra = {**extra, "built": None}  # not built by a call of this file (callers.note_call)
+        return v.with_(
+            at=node,
+            moved_at=node if v.moved_at is not None else None,
+            origin=f"from `{name}`" if v.kind != "module" else v.origin,
+            extra=extra,
+        )
+    if isinstance(v, SeqV):
+        return SeqV(
+            tuple(_placed_at(i, node, name, depth + 1) for i in v.items) if v.items is not None else None,
+            _placed_at(v.elem, node, name, depth + 1),
+            kind=v.kind,
+            module=v.module,
+        )
+    if isinstance(v, DictV):
+        return DictV(
+            {k: _placed_at(i, node, name, depth + 1) for k, i in v.items.items()},
+            module=v.module,
+            namespace=v.namespace,
+        )
     return v

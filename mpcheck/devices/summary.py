@@ -24,6 +24,8 @@ count, the summaries that differ under it (`{"4": {"classes": {"ChainNet": {...,
 
 from __future__ import annotations
 
+import ast
+import builtins
 import re
 from collections.abc import Callable
 from functools import partial
@@ -283,7 +285,72 @@ def _function_summary(interp: Interp, finfo: FuncInfo) -> dict[str, Any]:
     st = State.fresh(dict(interp.globals), "<summary>")
     with interp.recorder.muted():
         res = interp.calls.call_function(finfo, None, [SymV(p) for p in params], {}, st, None)
-    return {"params": params, "returns": _value_summary(res)}
+    out: dict[str, Any] = {"params": params, "returns": _value_summary(res)}
+    if out["returns"] is None:
+        inlined = _inlined(interp, finfo)
+        if inlined is not None:
+            out.update(inlined)
+    return out
+
+
+_MAX_INLINED = 600  # characters of a function's text that its summary may carry (summarized.call_inlined)
+_BUILTINS = frozenset(dir(builtins))
+
+
+def _inlined(interp: Interp, finfo: FuncInfo) -> dict[str, Any] | None:
+    """{"source": the function's text, "free": its free name -> the dotted name it reads (an import,
+    else this module's name for it: a definition or constant its summary has, unknown otherwise)}, for a short,
+    undecorated function whose result the summary does not know: `layer_device(i)` returning
+    f"cuda:{i % 2}", `move(batch, device)` returning `[t.to(device) for t in batch]` depend on the
+    caller's arguments in ways no symbolic summary says. The importer runs it with its arguments
+    (summarized.call_inlined). Not one whose defaults read names (evaluated in the importer, they
+    would read its own), nor one that defines functions or classes inside."""
+    node = finfo.node
+    if node.decorators or node.asynchronous is not None:
+        return None
+    source = interp.module.code_for_node(node).strip("\n")
+    if len(source) > _MAX_INLINED:
+        return None
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    fn = tree.body[0]
+    if not isinstance(fn, ast.FunctionDef):
+        return None
+    loads: set[str] = set()
+    bound: set[str] = set()
+    for n in ast.walk(fn):
+        if n is not fn and isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            return None
+        if isinstance(n, ast.Name):
+            (loads if isinstance(n.ctx, ast.Load) else bound).add(n.id)
+        elif isinstance(n, ast.arg):
+            bound.add(n.arg)
+        elif isinstance(n, (ast.Global, ast.Nonlocal, ast.Yield, ast.YieldFrom, ast.Await)):
+            return None
+    defaults = [*fn.args.defaults, *(d for d in fn.args.kw_defaults if d is not None)]
+    if any(isinstance(n, ast.Name) for d in defaults for n in ast.walk(d)):
+        return None
+    imports = _module_imports(interp)
+    free: dict[str, str] = {}
+    for name in sorted(loads - bound):
+        if name in imports:
+            free[name] = imports[name]
+        elif name not in _BUILTINS or name in interp.globals:
+            free[name] = f"{interp.modname}.{name}"  # a definition or constant of the module, if its summary has it
+    return {"source": source, "free": free}
+
+
+def _module_imports(interp: Interp) -> dict[str, str]:
+    """The module-level imports of the module: local name -> dotted target."""
+    out: dict[str, str] = {}
+    for stmt in interp.module.body:
+        if isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                if isinstance(small, (cst.Import, cst.ImportFrom)):
+                    out.update(import_bindings(small, interp.modname))
+    return out
 
 
 def _without_probe(v: Val) -> Val:
