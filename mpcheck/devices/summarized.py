@@ -24,6 +24,7 @@ from mpcheck.devices.values import (
     SymV,
     Val,
     as_device,
+    is_split_devs,
     join,
     one,
 )
@@ -176,6 +177,9 @@ def call_summarized(
                 break
             subst.append((a, next(iter(got))))
         split = tuple(subst) if subst else None
+    elif not split and summ.get("parts") and bound:
+        # Parts placed on devices the constructor's arguments name (ToyMP(dev0, dev1)): split when they differ.
+        split = _parts_split(summ["parts"], bound)
     obj = Obj(
         "module",
         _subst(summ.get("devs"), bound) if not split else None,
@@ -203,6 +207,16 @@ def call_summarized(
     if split:
         st.scope.split_seen = True
     return obj
+
+
+def _parts_split(parts: list[list[str]], bound: dict[str, Val]) -> tuple[tuple[str, str], ...] | None:
+    placed: list[tuple[str, str]] = []
+    for a, d in parts:
+        got = _subst([d], bound)
+        if got is None or len(got) != 1:
+            return None
+        placed.append((a, next(iter(got))))
+    return tuple(placed) if is_split_devs(d for _, d in placed) else None
 
 
 def summarized_attr(mod: Obj, name: str, constants: bool = True) -> Val | None:

@@ -37,9 +37,9 @@ from mpcheck.devices.events import LossMismatch
 from mpcheck.devices.interp import Interp
 from mpcheck.devices.moves import moved_instance
 from mpcheck.devices.names import import_bindings
-from mpcheck.devices.program import ClassInfo, FuncInfo, State, params_of
+from mpcheck.devices.program import ClassInfo, FuncInfo, State, body_of, params_of
 from mpcheck.devices.summarized import constant_value
-from mpcheck.devices.values import PROBE, Const, DeviceV, Devs, DictV, Obj, SeqV, SymV, Val, one, single
+from mpcheck.devices.values import PROBE, Const, DeviceV, Devs, DictV, Obj, SeqV, SymV, Val, one, placements, single
 from mpcheck.devices.walk import attribute_assignments
 
 _MAX_RETURN_ITEMS = 4
@@ -153,7 +153,12 @@ def _class_summary(interp: Interp, cinfo: ClassInfo, inst: Obj) -> dict[str, Any
         "in": None,
         "out": None,
     }
+    if not inst.split and inst.attrs and params:
+        parts = _parts_by_params(cinfo, inst, params)
+        if parts:
+            s["parts"] = parts
     attrs = _device_attrs(interp, inst, params)
+    attrs.update(_device_properties(interp, cinfo, inst, attrs))
     if attrs:
         s["attrs"] = attrs
     consts = _class_constants(interp, cinfo, inst)
@@ -178,6 +183,24 @@ def _class_summary(interp: Interp, cinfo: ClassInfo, inst: Obj) -> dict[str, Any
         if named_loss and not inst.split and inst.devs is None and _is_loss_of_inputs(interp, inst, fwd):
             s["loss"] = True
     return s
+
+
+def _parts_by_params(cinfo: ClassInfo, inst: Obj, params: list[str]) -> list[list[str]] | None:
+    """[[attr, device], ...] of the parts __init__ places on devices its parameters name
+    (`self.a = nn.Linear(4, 4).to(dev0)`, `self.b = ... .to(dev1)`), at least two devices and at
+    least one such parameter: not a split here (two parameters may name one device), one in an
+    importer whose arguments name two (summarized.call_summarized). None otherwise."""
+    placed: list[list[str]] = []
+    for attr, v in inst.attrs.items() if inst.attrs else ():
+        if attr in cinfo.refs:
+            continue
+        for d, _ in placements(v):
+            if d.startswith("sym:") and d[4:].partition("[")[0] not in params:
+                return None  # a device of something else the summary cannot name
+            if [attr, d] not in placed:
+                placed.append([attr, d])
+    devs = {d for _, d in placed}
+    return placed if len(devs) >= 2 and any(d.startswith("sym:") for d in devs) else None
 
 
 # Where an importer's `.to(d)` puts a whole instance, for the probe of what its forward then needs.
@@ -219,6 +242,24 @@ def _device_attrs(interp: Interp, inst: Obj, params: list[str]) -> dict[str, Any
         c = _constant(v)
         if c is not None and _names_devices(c):
             out[name] = c
+    return out
+
+
+def _device_properties(interp: Interp, cinfo: ClassInfo, inst: Obj, attrs: dict[str, Any]) -> dict[str, Any]:
+    """The short `@property` methods of the class (not its bases') that give a device (`device`
+    returning `next(self.parameters()).device`, the first parameter's): what `model.device` reads
+    in an importing file, as an attribute __init__ left (summarized.summarized_attr)."""
+    out: dict[str, Any] = {}
+    for name, info in cinfo.methods.items():
+        if name in attrs or len(body_of(info.node)) > 3 or len(params_of(info.node)) != 1:
+            continue
+        if not any(isinstance(d.decorator, cst.Name) and d.decorator.value == "property" for d in info.node.decorators):
+            continue
+        st = State.fresh(dict(interp.globals), "<summary>", inst)
+        with interp.recorder.muted():
+            got = _constant(interp.calls.call_function(info, inst, [], {}, st, None))
+        if got is not None and _names_devices(got):
+            out[name] = got
     return out
 
 

@@ -198,7 +198,7 @@ class _Cut:
                 self._nodes.append(s)
             elif s.name == "forward" or (s.name.startswith("__") and s.name.endswith("__")) or self._moves_itself(s):
                 self._nodes.append(s)
-            elif s.name in self.idents:
+            elif s.name in self.idents or _short_property(s):
                 self._nodes.append(s)
             else:
                 self.dropped[i].add(id(s))
@@ -342,6 +342,12 @@ def _moves_itself(method: ast.AST) -> bool:
         and n.func.attr in SELF_MOVES
         for n in ast.walk(method)
     )
+
+
+def _short_property(method: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """A `@property` of three statements at most: the class summary asks it where the device it gives
+    is (devices/summary.py, _device_properties), for `model.device` in an importer."""
+    return len(method.body) <= 3 and any(isinstance(d, ast.Name) and d.id == "property" for d in method.decorator_list)
 
 
 def _stub_body(method: ast.AST) -> str:
