@@ -57,6 +57,7 @@ from mpcheck.devices.values import (
     DeviceV,
     Devs,
     Obj,
+    ParamsOf,
     SeqV,
     Starred,
     SymV,
@@ -122,6 +123,11 @@ def _module(interp: Interp, m: Obj) -> dict[str, Any] | None:
             return {"any": devs}
         return {"module": label, "devs": devs} if devs and m.kind == "module" else None
     enc = {"module": label, "in": _concrete(in_devs), "out": _concrete(out_devs), "split": _split(m)}
+    if enc["split"]:  # where `next(model.parameters())` is, for the callee's `.device` of it
+        first = ParamsOf(m).first()
+        devs = _concrete(first.devs) if isinstance(first, Obj) else None
+        if devs and len(devs) == 1:
+            enc["first"] = devs[0]
     return enc if enc["in"] or enc["out"] else None
 
 
@@ -201,7 +207,7 @@ def decode(enc: Any, name: str) -> Val:
         split=split,
         in_devs=frozenset(enc["in"]) if enc.get("in") else None,
         out_devs=frozenset(enc["out"]) if enc.get("out") else None,
-        extra={"in_known": True, "summarized": label},
+        extra={"in_known": True, "summarized": label, "first": enc.get("first") if split else None},
     )
 
 
@@ -317,6 +323,9 @@ def run_callers(interp: Interp, callers: Sequence[Mapping[str, Any]]) -> None:
     """Run each function of this file that another file calls, with the arguments of each of
     its calls there (lint/callers.py gathers them); facts then name that call."""
     for ctx in callers:
+        if str(ctx.get("func", "")).endswith(".__init__"):
+            _run_init(interp, ctx)
+            continue
         info, inst = _callee(interp, str(ctx.get("func", "")), ctx.get("init") or {})
         if info is None:
             continue
@@ -334,3 +343,24 @@ def run_callers(interp: Interp, callers: Sequence[Mapping[str, Any]]) -> None:
             interp.stmts.run_body(info, st)
         finally:
             sites.pop()
+
+
+def _run_init(interp: Interp, ctx: Mapping[str, Any]) -> None:
+    """Build the class `ctx` names (`Engine.__init__`) with the arguments another file built it with
+    (a split model, calls.py notes no other): what its __init__ does to them (`self.model =
+    model.cuda()`, MP007) is reported here, naming that construction."""
+    cinfo = interp.classes.get(str(ctx.get("func", "")).rpartition(".")[0])
+    init = cinfo.method("__init__") if cinfo is not None else None
+    if cinfo is None or init is None or init.cls is not cinfo:
+        return
+    params = [n for n, _ in params_of(init.node)][1:]
+    args = [decode(e, params[i] if i < len(params) else "_") for i, e in enumerate(ctx.get("args", ()))]
+    kwargs = {k: decode(e, k) for k, e in ctx.get("kwargs", {}).items()}
+    st = State.fresh(dict(interp.globals), init.qual)
+    st.scope.split_seen = True
+    sites = interp.recorder.sites
+    sites.append(_site(ctx.get("via", {}), tuple(_site(c) for c in ctx.get("chain", ()))))
+    try:
+        interp.instances.instantiate(cinfo, args, kwargs, st, None)
+    finally:
+        sites.pop()

@@ -46,6 +46,7 @@ from mpcheck.devices.values import (
     both_cuda,
     conflict,
     failed,
+    is_splitish,
     join,
     one,
     probe_devs,
@@ -474,6 +475,9 @@ class Calls(Part):
                 inlined = call_inlined(self.interp, callee, args, kwargs, st, node)
                 if inlined is not None:
                     return inlined
+            elif any(is_splitish(a) for a in (*args, *kwargs.values())):
+                # A split model given to another file's class: its __init__ may move it whole (callers.py).
+                note_call(self.interp, callee.module, f"{callee.name}.__init__", args, kwargs, node)
             return call_summarized(callee, args, kwargs, st, node)
         if isinstance(callee, Obj) and callee.cls is not None and isinstance(func, cst.Name):
             callee = never_placed_view(self.interp, callee, func.value) or callee

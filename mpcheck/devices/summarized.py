@@ -190,6 +190,7 @@ def call_summarized(
         extra={
             "in_known": True,
             "summarized": callee.name,
+            "first": summ.get("first") if split else None,  # the device of its first parameter
             "returns": summ.get("returns"),
             "bound": bound,
             "loss": bool(summ.get("loss")),

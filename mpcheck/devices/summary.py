@@ -39,7 +39,21 @@ from mpcheck.devices.moves import moved_instance
 from mpcheck.devices.names import import_bindings
 from mpcheck.devices.program import ClassInfo, FuncInfo, State, body_of, params_of
 from mpcheck.devices.summarized import constant_value
-from mpcheck.devices.values import PROBE, Const, DeviceV, Devs, DictV, Obj, SeqV, SymV, Val, one, placements, single
+from mpcheck.devices.values import (
+    PROBE,
+    Const,
+    DeviceV,
+    Devs,
+    DictV,
+    Obj,
+    ParamsOf,
+    SeqV,
+    SymV,
+    Val,
+    one,
+    placements,
+    single,
+)
 from mpcheck.devices.walk import attribute_assignments
 
 _MAX_RETURN_ITEMS = 4
@@ -153,6 +167,11 @@ def _class_summary(interp: Interp, cinfo: ClassInfo, inst: Obj) -> dict[str, Any
         "in": None,
         "out": None,
     }
+    if inst.split:
+        first = ParamsOf(inst).first()  # `next(model.parameters()).device` in a user of an instance
+        first_dev = single(first.devs) if isinstance(first, Obj) else None
+        if first_dev is not None and not first_dev.startswith("sym:"):
+            s["first"] = first_dev
     if not inst.split and inst.attrs and params:
         parts = _parts_by_params(cinfo, inst, params)
         if parts:

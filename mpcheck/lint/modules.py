@@ -113,12 +113,18 @@ _SHORT_DEF = 600
 
 def moves_by_argument(source: str, name: str) -> bool:
     """Is `name` a module-level function of `source`, short, whose body moves something (`.to(`, `.cuda(`)
-    or names a device? Its summary carries its text, for the importer to run with its arguments."""
+    or names a device (its summary carries its text, for the importer to run with its arguments), or a
+    module-level class whose body does?"""
     if ".to(" not in source and ".cuda(" not in source and "device" not in source:
         return False
     for m in _TOP_DEF.finditer(source):
         if m.group(1) == name:
             return len(m.group(0)) <= _SHORT_DEF and _MOVES.search(m.group(2)) is not None
+    # A class that acts on what it is built with (`self.model = model.cuda()`, `next(model.parameters()).device`):
+    # the importer that builds it with a split model has its __init__ and methods run with it (devices/callers.py).
+    for m in _TOP_CLASS.finditer(source):
+        if m.group(1) == name:
+            return _MOVES.search(m.group(2)) is not None
     return False
 
 
