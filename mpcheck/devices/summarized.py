@@ -317,8 +317,10 @@ def _placed_at(v: Val, node: cst.CSTNode | None, name: str, depth: int = 0) -> V
         return UNK
     if isinstance(v, Obj):
         extra = v.extra
-        if extra and "built" in extra:
-            extra = {**extra, "built": None}  # not built by a call of this file (callers.note_call)
+        if extra:  # a loss's weights; "built": not by a call of this file (callers.note_call)
+            extra = {k: _placed_at(x, node, name, depth + 1) if isinstance(x, Obj) else x for k, x in extra.items()}
+            if "built" in extra:
+                extra["built"] = None
         return v.with_(
             at=node,
             moved_at=node if v.moved_at is not None else None,
