@@ -273,8 +273,8 @@ def call_inlined(
     """A call of a short function of another file whose summary carries its text (summary._inlined):
     its body run here with the caller's arguments, its free names read as its module reads them
     (an import, that module's summarised definition or constant; unknown else). Facts of the run
-    are dropped (they would name lines of the other file), and so is a result whose run moved an
-    activation (MP006's steps would name them too): None then, and for a summary without a text."""
+    are dropped (they would name lines of the other file), and so are the steps of an activation
+    it moved (MP006's, which would name them too). None for a summary without a text."""
     source = callee.summary.get("source")
     if not source or len(interp.stack) >= 8:
         return None
@@ -301,24 +301,27 @@ def call_inlined(
     steps = len(interp.recorder.crossings)
     with interp.recorder.muted():
         interp.stmts.run_body(info, run)
-    if len(interp.recorder.crossings) != steps:
-        del interp.recorder.crossings[steps:]
-        return None
+    moved = len(interp.recorder.crossings) != steps
+    del interp.recorder.crossings[steps:]
     result: Val | None = None
     for r in run.returns:
         result = r if result is None else join(result, r)
-    return _placed_at(result, node, callee.name) if result is not None else Const(None)
+    return _placed_at(result, node, callee.name, moved) if result is not None else Const(None)
 
 
-def _placed_at(v: Val, node: cst.CSTNode | None, name: str, depth: int = 0) -> Val:
+def _placed_at(v: Val, node: cst.CSTNode | None, name: str, moved: bool, depth: int = 0) -> Val:
     """`v`, made by a run of another file's code, with the nodes it names replaced by the call's
-    (`node`): the other file's nodes have no place in this one."""
+    (`node`): the other file's nodes have no place in this one. `moved`: the run moved an activation
+    (its steps, which would name the other file's lines, are dropped): the result leaves its lineage
+    (MP006 follows no chain through it)."""
     if depth > 3:
         return UNK
     if isinstance(v, Obj):
         extra = v.extra
         if extra:  # a loss's weights; "built": not by a call of this file (callers.note_call)
-            extra = {k: _placed_at(x, node, name, depth + 1) if isinstance(x, Obj) else x for k, x in extra.items()}
+            extra = {
+                k: _placed_at(x, node, name, moved, depth + 1) if isinstance(x, Obj) else x for k, x in extra.items()
+            }
             if "built" in extra:
                 extra["built"] = None
         return v.with_(
@@ -326,17 +329,19 @@ def _placed_at(v: Val, node: cst.CSTNode | None, name: str, depth: int = 0) -> V
             moved_at=node if v.moved_at is not None else None,
             origin=f"from `{name}`" if v.kind != "module" else v.origin,
             extra=extra,
+            lineage=None if moved else v.lineage,
+            hop=0 if moved else v.hop,
         )
     if isinstance(v, SeqV):
         return SeqV(
-            tuple(_placed_at(i, node, name, depth + 1) for i in v.items) if v.items is not None else None,
-            _placed_at(v.elem, node, name, depth + 1),
+            tuple(_placed_at(i, node, name, moved, depth + 1) for i in v.items) if v.items is not None else None,
+            _placed_at(v.elem, node, name, moved, depth + 1),
             kind=v.kind,
             module=v.module,
         )
     if isinstance(v, DictV):
         return DictV(
-            {k: _placed_at(i, node, name, depth + 1) for k, i in v.items.items()},
+            {k: _placed_at(i, node, name, moved, depth + 1) for k, i in v.items.items()},
             module=v.module,
             namespace=v.namespace,
         )

@@ -265,12 +265,13 @@ def _device_attrs(interp: Interp, inst: Obj, params: list[str]) -> dict[str, Any
 
 
 def _device_properties(interp: Interp, cinfo: ClassInfo, inst: Obj, attrs: dict[str, Any]) -> dict[str, Any]:
-    """The short `@property` methods of the class (not its bases') that give a device (`device`
-    returning `next(self.parameters()).device`, the first parameter's): what `model.device` reads
-    in an importing file, as an attribute __init__ left (summarized.summarized_attr)."""
+    """The short `@property` methods of the class (not its bases') named for a device that give one
+    (`device` returning `next(self.parameters()).device`, the first parameter's): what `model.device`
+    reads in an importing file, as an attribute __init__ left (summarized.summarized_attr). The
+    summary's cut keeps those (lint/slices.py, _short_property)."""
     out: dict[str, Any] = {}
     for name, info in cinfo.methods.items():
-        if name in attrs or len(body_of(info.node)) > 3 or len(params_of(info.node)) != 1:
+        if "device" not in name or name in attrs or len(body_of(info.node)) > 3 or len(params_of(info.node)) != 1:
             continue
         if not any(isinstance(d.decorator, cst.Name) and d.decorator.value == "property" for d in info.node.decorators):
             continue
@@ -346,11 +347,20 @@ def _function_summary(interp: Interp, finfo: FuncInfo) -> dict[str, Any]:
     with interp.recorder.muted():
         res = interp.calls.call_function(finfo, None, [SymV(p) for p in params], {}, st, None)
     out: dict[str, Any] = {"params": params, "returns": _value_summary(res)}
-    if out["returns"] is None:
+    if not _tells_devices(out["returns"]):
         inlined = _inlined(interp, finfo)
         if inlined is not None:
             out.update(inlined)
     return out
+
+
+def _tells_devices(r: dict[str, Any] | None) -> bool:
+    """Does a `returns` summary say where anything is (a tuple of unknown items does not)?"""
+    if r is None:
+        return False
+    if r.get("kind") == "seq":
+        return any(_tells_devices(i) for i in r["items"])
+    return bool(r.get("devs") or r.get("split") or r.get("dispatched"))
 
 
 _MAX_INLINED = 600  # characters of a function's text that its summary may carry (summarized.call_inlined)

@@ -345,9 +345,14 @@ def _moves_itself(method: ast.AST) -> bool:
 
 
 def _short_property(method: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
-    """A `@property` of three statements at most: the class summary asks it where the device it gives
-    is (devices/summary.py, _device_properties), for `model.device` in an importer."""
-    return len(method.body) <= 3 and any(isinstance(d, ast.Name) and d.id == "property" for d in method.decorator_list)
+    """A `@property` named for a device (`device`, `first_device`), of three statements at most: the
+    class summary asks it which device it gives (devices/summary.py, _device_properties), for
+    `model.device` in an importer."""
+    return (
+        "device" in method.name
+        and len(method.body) <= 3
+        and any(isinstance(d, ast.Name) and d.id == "property" for d in method.decorator_list)
+    )
 
 
 def _stub_body(method: ast.AST) -> str:
