@@ -49,6 +49,7 @@ from mpcheck import codes
 from mpcheck.devices import torchapi as T
 from mpcheck.devices.as_built import Uses
 from mpcheck.devices.events import CallSite
+from mpcheck.devices.names import dotted
 from mpcheck.devices.program import FuncInfo, State, params_of
 from mpcheck.devices.unmoved import moved_by_a_method
 from mpcheck.devices.values import (
@@ -310,13 +311,27 @@ def _callee(interp: Interp, func: str, init: Mapping[str, Any]) -> tuple[FuncInf
         return interp.functions.get(func), None
     cinfo = interp.classes.get(cls)
     info = cinfo.method(meth) if cinfo is not None else None
-    if cinfo is None or info is None or meth.startswith("__") or info.node.decorators or moved_by_a_method(cinfo):
+    if cinfo is None or info is None or meth.startswith("__") or not _plain(info) or moved_by_a_method(cinfo):
         return None, None
     with interp.recorder.muted():
         inst = interp.instances.instantiate(cinfo, [], {k: decode(e, k) for k, e in init.items()}, None, None)
     if interp.moves.rebound_attributes(inst):
         return None, None  # another method may have changed what __init__ left, before this call
     return info, inst
+
+
+# Decorators that leave a method a method called with its instance: grad modes only.
+_GRAD_MODES = frozenset(("torch.no_grad", "torch.inference_mode", "torch.enable_grad", "no_grad", "inference_mode"))
+
+
+def _plain(info: FuncInfo) -> bool:
+    """Is the method undecorated, or decorated by a grad mode only (`@torch.no_grad()` on an
+    `evaluate`)? A property, a static or class method, or any other wrapper is not followed."""
+    for d in info.node.decorators:
+        expr = d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator
+        if dotted(expr) not in _GRAD_MODES:
+            return False
+    return True
 
 
 def run_callers(interp: Interp, callers: Sequence[Mapping[str, Any]]) -> None:
