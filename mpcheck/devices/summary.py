@@ -17,6 +17,13 @@ A class whose parts are on no known device (built on the default one) has "in": 
 `"in_moved": true` its forward, once the importer moves the instance whole (`Net().to("cuda:1")`),
 needs its input where the instance went, and with `"out_moved": true` its output ends there.
 
+A function whose result the summary does not know, short and undecorated, also carries
+`"source"` (its text) and `"free"` (its free names -> the dotted names they read): the importer
+runs it with its arguments (summarized.call_inlined). A class whose parts go on devices its
+constructor's parameters name has `"parts"` ([[attr, "sym:dev0"], ...]: a split where the
+importer's arguments differ); a split one has `"first"`, the device of its first parameter; a
+device-named `@property` that gives a device is one of its `"attrs"`.
+
 A module whose summaries ask `torch.cuda.device_count()` also has `counts`: per assumed GPU
 count, the summaries that differ under it (`{"4": {"classes": {"ChainNet": {..., "out":
 ["cuda:3"]}}}}`), `{"refused": true}` for one whose own `assert n >= 4` fails there.
