@@ -220,6 +220,7 @@ def note_call(
     kwargs: dict[str, Val],
     node: cst.CSTNode,
     instance: Obj | None = None,
+    within: Obj | None = None,
 ) -> None:
     """Keep a call of `module`.`func` (maybe another project file's) for the pipeline, when
     one of its arguments has a known device (Interp.outgoing, read by analysis.analyze).
@@ -232,18 +233,26 @@ def note_call(
         return  # `*args` / `**kwargs`: which parameter gets what is not known
     init = None if instance is None else ((instance.extra or {}).get("bound") or {})
     given = (*args, *kwargs.values(), *(init or {}).values())
-    if any(isinstance(a, Starred) for a in args) or not any(_may_know(a) for a in given):
+    if any(isinstance(a, Starred) for a in args) or not (within is not None or any(_may_know(a) for a in given)):
         return
     enc_args = [encode(interp, a) for a in args]
     enc_kwargs = {k: encode(interp, v) for k, v in sorted(kwargs.items())}
     enc_init = {k: encode(interp, v) for k, v in sorted((init or {}).items())}
-    if not any(known(e) for e in (*enc_args, *enc_kwargs.values(), *enc_init.values())):
+    split = _split(within) if within is not None else None
+    enc_within = (
+        {"module": within.label or (within.cls.name if within.cls else ""), "split": split}
+        if within and split
+        else None
+    )
+    if not (enc_within or any(known(e) for e in (*enc_args, *enc_kwargs.values(), *enc_init.values()))):
         return
     if instance is not None and init is not None and not _left_as_built(interp, node, instance, init):
         return
     call: dict[str, Any] = {"module": module, "func": func, "args": enc_args, "kwargs": enc_kwargs}
     if init is not None:
         call["init"] = enc_init
+    if enc_within:  # called by a method of a split class: the helper works inside it (MP003's question)
+        call["within"] = enc_within
     outer = _outer_site(interp)
     if outer is not None:  # made in a run a caller of another file started: the calls that led here
         if len(outer.chain) + 2 > codes.CALLER_DEPTH:
@@ -349,8 +358,12 @@ def run_callers(interp: Interp, callers: Sequence[Mapping[str, Any]]) -> None:
         kwargs = {k: decode(e, k) for k, e in ctx.get("kwargs", {}).items()}
         env = dict(interp.globals)
         interp.calls.bind(info, env, inst, args, kwargs)
-        st = State.fresh(env, info.qual, inst)
+        within = decode(ctx["within"], "_") if inst is None and ctx.get("within") else None
+        st = State.fresh(env, info.qual, inst if within is None else within)
         st.scope.split_seen = any(isinstance(a, Obj) and a.split for a in (inst, *args, *kwargs.values()))
+        if isinstance(within, Obj) and within.split:
+            # A helper a split class's method calls: it works inside that class (library._parallel_primitive).
+            st.scope.split_seen = st.scope.split_class = True
         chain = tuple(_site(c) for c in ctx.get("chain", ()))
         sites = interp.recorder.sites
         sites.append(_site(ctx.get("via", {}), chain))

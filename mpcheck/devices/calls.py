@@ -471,7 +471,8 @@ class Calls(Part):
                 return UNK
             used(*args, *kwargs.values())
             if callee.kind == "function":
-                note_call(self.interp, callee.module, callee.name, args, kwargs, node)  # callers.py
+                within = st.self_obj if st.scope.split_class and isinstance(st.self_obj, Obj) else None
+                note_call(self.interp, callee.module, callee.name, args, kwargs, node, within=within)  # callers.py
                 inlined = call_inlined(self.interp, callee, args, kwargs, st, node)
                 if inlined is not None:
                     return inlined
