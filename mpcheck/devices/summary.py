@@ -370,6 +370,7 @@ def _tells_devices(r: dict[str, Any] | None) -> bool:
     return bool(r.get("devs") or r.get("split") or r.get("dispatched"))
 
 
+_MAX_INLINED_STATEMENTS = 6
 _MAX_INLINED = 600  # characters of a function's text that its summary may carry (summarized.call_inlined)
 _BUILTINS = frozenset(dir(builtins))
 
@@ -383,8 +384,8 @@ def _inlined(interp: Interp, finfo: FuncInfo) -> dict[str, Any] | None:
     (summarized.call_inlined). Not one whose defaults read names (evaluated in the importer, they
     would read its own), nor one that defines functions or classes inside."""
     node = finfo.node
-    if node.decorators or node.asynchronous is not None:
-        return None
+    if node.decorators or node.asynchronous is not None or len(body_of(node)) > _MAX_INLINED_STATEMENTS:
+        return None  # (a long body is not written out as text only to be found too long)
     source = interp.module.code_for_node(node).strip("\n")
     if len(source) > _MAX_INLINED:
         return None
