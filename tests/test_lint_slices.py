@@ -393,3 +393,49 @@ def _top_names(text: str) -> list[str]:
         {s.name for s in body if isinstance(s, (ast.ClassDef, ast.FunctionDef))}
         | {t.id for s in body if isinstance(s, ast.Assign) for t in s.targets if isinstance(t, ast.Name)}
     )
+
+
+def test_a_short_property_named_for_a_device_is_kept_for_the_summary_to_ask():
+    text = textwrap.dedent(
+        """\
+        import torch.nn as nn
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.a = nn.Linear(2, 2).to("cuda:0")
+                self.b = nn.Linear(2, 2).to("cuda:1")
+            @property
+            def device(self):
+                return next(self.parameters()).device
+            @property
+            def width(self):
+                return 2
+            def forward(self, x):
+                return self.b(self.a(x).to("cuda:1"))
+        """
+    )
+    cut = summary_source(text, ["Net"])
+    assert "return next(self.parameters()).device" in cut
+    assert "return 2" not in cut
+
+
+def test_a_short_helper_or_a_class_that_moves_what_it_is_given_is_worth_summarising():
+    from mpcheck.lint.modules import moves_by_argument
+
+    text = textwrap.dedent(
+        """\
+        def move(batch, device):
+            return [t.to(device) for t in batch]
+        def width(n):
+            return 2 * n
+        class Runner:
+            def __init__(self, model):
+                self.model = model.cuda()
+        class Plain:
+            def __init__(self, n):
+                self.n = n
+        """
+    )
+    assert moves_by_argument(text, "move") and moves_by_argument(text, "Runner")
+    assert not moves_by_argument(text, "width") and not moves_by_argument(text, "Plain")
+    assert not moves_by_argument(text, "missing")

@@ -49,6 +49,7 @@ from mpcheck import codes
 from mpcheck.devices import torchapi as T
 from mpcheck.devices.as_built import Uses
 from mpcheck.devices.events import CallSite
+from mpcheck.devices.names import dotted
 from mpcheck.devices.program import FuncInfo, State, params_of
 from mpcheck.devices.unmoved import moved_by_a_method
 from mpcheck.devices.values import (
@@ -57,6 +58,7 @@ from mpcheck.devices.values import (
     DeviceV,
     Devs,
     Obj,
+    ParamsOf,
     SeqV,
     Starred,
     SymV,
@@ -122,6 +124,11 @@ def _module(interp: Interp, m: Obj) -> dict[str, Any] | None:
             return {"any": devs}
         return {"module": label, "devs": devs} if devs and m.kind == "module" else None
     enc = {"module": label, "in": _concrete(in_devs), "out": _concrete(out_devs), "split": _split(m)}
+    if enc["split"]:  # where `next(model.parameters())` is, for the callee's `.device` of it
+        first = ParamsOf(m).first()
+        devs = _concrete(first.devs) if isinstance(first, Obj) else None
+        if devs and len(devs) == 1:
+            enc["first"] = devs[0]
     return enc if enc["in"] or enc["out"] else None
 
 
@@ -201,7 +208,7 @@ def decode(enc: Any, name: str) -> Val:
         split=split,
         in_devs=frozenset(enc["in"]) if enc.get("in") else None,
         out_devs=frozenset(enc["out"]) if enc.get("out") else None,
-        extra={"in_known": True, "summarized": label},
+        extra={"in_known": True, "summarized": label, "first": enc.get("first") if split else None},
     )
 
 
@@ -213,6 +220,7 @@ def note_call(
     kwargs: dict[str, Val],
     node: cst.CSTNode,
     instance: Obj | None = None,
+    within: Obj | None = None,
 ) -> None:
     """Keep a call of `module`.`func` (maybe another project file's) for the pipeline, when
     one of its arguments has a known device (Interp.outgoing, read by analysis.analyze).
@@ -225,18 +233,26 @@ def note_call(
         return  # `*args` / `**kwargs`: which parameter gets what is not known
     init = None if instance is None else ((instance.extra or {}).get("bound") or {})
     given = (*args, *kwargs.values(), *(init or {}).values())
-    if any(isinstance(a, Starred) for a in args) or not any(_may_know(a) for a in given):
+    if any(isinstance(a, Starred) for a in args) or not (within is not None or any(_may_know(a) for a in given)):
         return
     enc_args = [encode(interp, a) for a in args]
     enc_kwargs = {k: encode(interp, v) for k, v in sorted(kwargs.items())}
     enc_init = {k: encode(interp, v) for k, v in sorted((init or {}).items())}
-    if not any(known(e) for e in (*enc_args, *enc_kwargs.values(), *enc_init.values())):
+    split = _split(within) if within is not None else None
+    enc_within = (
+        {"module": within.label or (within.cls.name if within.cls else ""), "split": split}
+        if within and split
+        else None
+    )
+    if not (enc_within or any(known(e) for e in (*enc_args, *enc_kwargs.values(), *enc_init.values()))):
         return
     if instance is not None and init is not None and not _left_as_built(interp, node, instance, init):
         return
     call: dict[str, Any] = {"module": module, "func": func, "args": enc_args, "kwargs": enc_kwargs}
     if init is not None:
         call["init"] = enc_init
+    if enc_within:  # called by a method of a split class: the helper works inside it (MP003's question)
+        call["within"] = enc_within
     outer = _outer_site(interp)
     if outer is not None:  # made in a run a caller of another file started: the calls that led here
         if len(outer.chain) + 2 > codes.CALLER_DEPTH:
@@ -304,7 +320,7 @@ def _callee(interp: Interp, func: str, init: Mapping[str, Any]) -> tuple[FuncInf
         return interp.functions.get(func), None
     cinfo = interp.classes.get(cls)
     info = cinfo.method(meth) if cinfo is not None else None
-    if cinfo is None or info is None or meth.startswith("__") or info.node.decorators or moved_by_a_method(cinfo):
+    if cinfo is None or info is None or meth.startswith("__") or not _plain(info) or moved_by_a_method(cinfo):
         return None, None
     with interp.recorder.muted():
         inst = interp.instances.instantiate(cinfo, [], {k: decode(e, k) for k, e in init.items()}, None, None)
@@ -313,10 +329,27 @@ def _callee(interp: Interp, func: str, init: Mapping[str, Any]) -> tuple[FuncInf
     return info, inst
 
 
+# Decorators that leave a method a method called with its instance: grad modes only.
+_GRAD_MODES = frozenset(("torch.no_grad", "torch.inference_mode", "torch.enable_grad", "no_grad", "inference_mode"))
+
+
+def _plain(info: FuncInfo) -> bool:
+    """Is the method undecorated, or decorated by a grad mode only (`@torch.no_grad()` on an
+    `evaluate`)? A property, a static or class method, or any other wrapper is not followed."""
+    for d in info.node.decorators:
+        expr = d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator
+        if dotted(expr) not in _GRAD_MODES:
+            return False
+    return True
+
+
 def run_callers(interp: Interp, callers: Sequence[Mapping[str, Any]]) -> None:
     """Run each function of this file that another file calls, with the arguments of each of
     its calls there (lint/callers.py gathers them); facts then name that call."""
     for ctx in callers:
+        if str(ctx.get("func", "")).endswith(".__init__"):
+            _run_init(interp, ctx)
+            continue
         info, inst = _callee(interp, str(ctx.get("func", "")), ctx.get("init") or {})
         if info is None:
             continue
@@ -325,8 +358,12 @@ def run_callers(interp: Interp, callers: Sequence[Mapping[str, Any]]) -> None:
         kwargs = {k: decode(e, k) for k, e in ctx.get("kwargs", {}).items()}
         env = dict(interp.globals)
         interp.calls.bind(info, env, inst, args, kwargs)
-        st = State.fresh(env, info.qual, inst)
+        within = decode(ctx["within"], "_") if inst is None and ctx.get("within") else None
+        st = State.fresh(env, info.qual, inst if within is None else within)
         st.scope.split_seen = any(isinstance(a, Obj) and a.split for a in (inst, *args, *kwargs.values()))
+        if isinstance(within, Obj) and within.split:
+            # A helper a split class's method calls: it works inside that class (library._parallel_primitive).
+            st.scope.split_seen = st.scope.split_class = True
         chain = tuple(_site(c) for c in ctx.get("chain", ()))
         sites = interp.recorder.sites
         sites.append(_site(ctx.get("via", {}), chain))
@@ -334,3 +371,24 @@ def run_callers(interp: Interp, callers: Sequence[Mapping[str, Any]]) -> None:
             interp.stmts.run_body(info, st)
         finally:
             sites.pop()
+
+
+def _run_init(interp: Interp, ctx: Mapping[str, Any]) -> None:
+    """Build the class `ctx` names (`Engine.__init__`) with the arguments another file built it with
+    (a split model, calls.py notes no other): what its __init__ does to them (`self.model =
+    model.cuda()`, MP007) is reported here, naming that construction."""
+    cinfo = interp.classes.get(str(ctx.get("func", "")).rpartition(".")[0])
+    init = cinfo.method("__init__") if cinfo is not None else None
+    if cinfo is None or init is None or init.cls is not cinfo:
+        return
+    params = [n for n, _ in params_of(init.node)][1:]
+    args = [decode(e, params[i] if i < len(params) else "_") for i, e in enumerate(ctx.get("args", ()))]
+    kwargs = {k: decode(e, k) for k, e in ctx.get("kwargs", {}).items()}
+    st = State.fresh(dict(interp.globals), init.qual)
+    st.scope.split_seen = True
+    sites = interp.recorder.sites
+    sites.append(_site(ctx.get("via", {}), tuple(_site(c) for c in ctx.get("chain", ()))))
+    try:
+        interp.instances.instantiate(cinfo, args, kwargs, st, None)
+    finally:
+        sites.pop()

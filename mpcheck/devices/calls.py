@@ -18,7 +18,7 @@ from mpcheck.devices.events import LossMismatch, Mismatch
 from mpcheck.devices.names import canonical, dotted
 from mpcheck.devices.placing import placed_view, places_parts
 from mpcheck.devices.program import MAX_DEPTH, FuncInfo, Part, State, params_of
-from mpcheck.devices.summarized import call_summarized, refused, summarized_output
+from mpcheck.devices.summarized import call_inlined, call_summarized, refused, summarized_output
 from mpcheck.devices.unmoved import built_here, never_placed_view
 from mpcheck.devices.values import (
     ANY_KEYWORD,
@@ -47,6 +47,7 @@ from mpcheck.devices.values import (
     both_cuda,
     conflict,
     failed,
+    is_splitish,
     join,
     one,
     probe_devs,
@@ -492,7 +493,14 @@ class Calls(Part):
                 return UNK
             used(*args, *kwargs.values())
             if callee.kind == "function":
-                note_call(self.interp, callee.module, callee.name, args, kwargs, node)  # callers.py
+                within = st.self_obj if st.scope.split_class and isinstance(st.self_obj, Obj) else None
+                note_call(self.interp, callee.module, callee.name, args, kwargs, node, within=within)  # callers.py
+                inlined = call_inlined(self.interp, callee, args, kwargs, st, node)
+                if inlined is not None:
+                    return inlined
+            elif any(is_splitish(a) for a in (*args, *kwargs.values())):
+                # A split model given to another file's class: its __init__ may move it whole (callers.py).
+                note_call(self.interp, callee.module, f"{callee.name}.__init__", args, kwargs, node)
             return call_summarized(callee, args, kwargs, st, node)
         if isinstance(callee, Obj) and callee.cls is not None and isinstance(func, cst.Name):
             callee = never_placed_view(self.interp, callee, func.value) or callee

@@ -82,6 +82,9 @@ class Interp:
         self.modname = modname
         self.project = project or {}
         self.used_modules: set[str] = set()
+        self.inlined: dict[
+            str, FuncInfo
+        ] = {}  # another file's function run here, by its text (summarized.call_inlined)
         self.globals: dict[str, Val] = {}
         self.classes: dict[str, ClassInfo] = {}
         self.functions: dict[str, FuncInfo] = {}

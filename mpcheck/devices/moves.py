@@ -178,6 +178,14 @@ class Moves(Part):
             self.rebind(recv_expr, seq, st)
             return seq
         if isinstance(recv, Obj) and recv.kind in ("module", "passthrough", "loss"):
+            if recv.kind == "loss" and recv.extra:
+                # `nn.CrossEntropyLoss(weight=w).to(d)`: its weight is a buffer, moved with it.
+                origin = f"moved to {where} with its loss by .{meth}()"
+                moved_w = {
+                    k: w.with_(devs=devs, origin=origin, at=node) if isinstance(w, Obj) else w
+                    for k, w in recv.extra.items()
+                }
+                return recv.with_(extra=moved_w)
             if recv.kind in ("passthrough", "loss"):
                 return recv
             if st.in_init and recv.cls is None and recv.attrs is None:

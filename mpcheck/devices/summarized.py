@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import libcst as cst
 
 from mpcheck.devices.names import canonical
+from mpcheck.devices.program import FuncInfo, State
 from mpcheck.devices.values import (
     UNK,
     Const,
@@ -23,12 +24,14 @@ from mpcheck.devices.values import (
     SymV,
     Val,
     as_device,
+    is_split_devs,
+    join,
     one,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
     from mpcheck.devices.gpucount import GpuCount
-    from mpcheck.devices.program import State
+    from mpcheck.devices.interp import Interp
 
 
 def resolve_import(
@@ -174,6 +177,9 @@ def call_summarized(
                 break
             subst.append((a, next(iter(got))))
         split = tuple(subst) if subst else None
+    elif not split and summ.get("parts") and bound:
+        # Parts placed on devices the constructor's arguments name (ToyMP(dev0, dev1)): split when they differ.
+        split = _parts_split(summ["parts"], bound)
     obj = Obj(
         "module",
         _subst(summ.get("devs"), bound) if not split else None,
@@ -184,6 +190,7 @@ def call_summarized(
         extra={
             "in_known": True,
             "summarized": callee.name,
+            "first": summ.get("first") if split else None,  # the device of its first parameter
             "returns": summ.get("returns"),
             "bound": bound,
             "loss": bool(summ.get("loss")),
@@ -201,6 +208,16 @@ def call_summarized(
     if split:
         st.scope.split_seen = True
     return obj
+
+
+def _parts_split(parts: list[list[str]], bound: dict[str, Val]) -> tuple[tuple[str, str], ...] | None:
+    placed: list[tuple[str, str]] = []
+    for a, d in parts:
+        got = _subst([d], bound)
+        if got is None or len(got) != 1:
+            return None
+        placed.append((a, next(iter(got))))
+    return tuple(placed) if is_split_devs(d for _, d in placed) else None
 
 
 def summarized_attr(mod: Obj, name: str, constants: bool = True) -> Val | None:
@@ -247,4 +264,85 @@ def _opaque(v: Val) -> Val:
         return v.with_(origin="output of", opaque=True)
     if isinstance(v, SeqV) and v.items is not None:
         return SeqV(tuple(_opaque(i) for i in v.items), kind=v.kind)
+    return v
+
+
+def call_inlined(
+    interp: Interp, callee: Summarized, args: list[Val], kwargs: dict[str, Val], st: State, node: cst.CSTNode | None
+) -> Val | None:
+    """A call of a short function of another file whose summary carries its text (summary._inlined):
+    its body run here with the caller's arguments, its free names read as its module reads them
+    (an import, that module's summarised definition or constant; unknown else). Facts of the run
+    are dropped (they would name lines of the other file), and so are the steps of an activation
+    it moved (MP006's, which would name them too). None for a summary without a text."""
+    source = callee.summary.get("source")
+    if not source or len(interp.stack) >= 8:
+        return None
+    info = interp.inlined.get(source)
+    if info is None:
+        try:
+            fn = cst.parse_module(source).body[0]
+        except Exception:  # noqa: BLE001  (the parser's failures: a text that no longer parses is unknown)
+            return None
+        if not isinstance(fn, cst.FunctionDef):
+            return None
+        info = interp.inlined[source] = FuncInfo(fn, fn.name.value, f"{callee.module}.{fn.name.value}")
+    if info in interp.stack:
+        return None
+    env: dict[str, Val] = {}
+    for name, target in (callee.summary.get("free") or {}).items():
+        v = interp.imported(target) if target else UNK
+        if isinstance(v, QName) and target.rpartition(".")[0] == callee.module:
+            v = UNK  # a module-level name of that file its summary does not know
+        env[name] = v
+    interp.calls.bind(info, env, None, args, kwargs)
+    run = State(env, st.cur, st.setdev, st.mode, None, False, st.scope)
+    run.returns = []
+    steps = len(interp.recorder.crossings)
+    with interp.recorder.muted():
+        interp.stmts.run_body(info, run)
+    moved = len(interp.recorder.crossings) != steps
+    del interp.recorder.crossings[steps:]
+    result: Val | None = None
+    for r in run.returns:
+        result = r if result is None else join(result, r)
+    return _placed_at(result, node, callee.name, moved) if result is not None else Const(None)
+
+
+def _placed_at(v: Val, node: cst.CSTNode | None, name: str, moved: bool, depth: int = 0) -> Val:
+    """`v`, made by a run of another file's code, with the nodes it names replaced by the call's
+    (`node`): the other file's nodes have no place in this one. `moved`: the run moved an activation
+    (its steps, which would name the other file's lines, are dropped): the result leaves its lineage
+    (MP006 follows no chain through it)."""
+    if depth > 3:
+        return UNK
+    if isinstance(v, Obj):
+        extra = v.extra
+        if extra:  # a loss's weights; "built": not by a call of this file (callers.note_call)
+            extra = {
+                k: _placed_at(x, node, name, moved, depth + 1) if isinstance(x, Obj) else x for k, x in extra.items()
+            }
+            if "built" in extra:
+                extra["built"] = None
+        return v.with_(
+            at=node,
+            moved_at=node if v.moved_at is not None else None,
+            origin=f"from `{name}`" if v.kind != "module" else v.origin,
+            extra=extra,
+            lineage=None if moved else v.lineage,
+            hop=0 if moved else v.hop,
+        )
+    if isinstance(v, SeqV):
+        return SeqV(
+            tuple(_placed_at(i, node, name, moved, depth + 1) for i in v.items) if v.items is not None else None,
+            _placed_at(v.elem, node, name, moved, depth + 1),
+            kind=v.kind,
+            module=v.module,
+        )
+    if isinstance(v, DictV):
+        return DictV(
+            {k: _placed_at(i, node, name, moved, depth + 1) for k, i in v.items.items()},
+            module=v.module,
+            namespace=v.namespace,
+        )
     return v

@@ -17,6 +17,13 @@ A class whose parts are on no known device (built on the default one) has "in": 
 `"in_moved": true` its forward, once the importer moves the instance whole (`Net().to("cuda:1")`),
 needs its input where the instance went, and with `"out_moved": true` its output ends there.
 
+A function whose result the summary does not know, short and undecorated, also carries
+`"source"` (its text) and `"free"` (its free names -> the dotted names they read): the importer
+runs it with its arguments (summarized.call_inlined). A class whose parts go on devices its
+constructor's parameters name has `"parts"` ([[attr, "sym:dev0"], ...]: a split where the
+importer's arguments differ); a split one has `"first"`, the device of its first parameter; a
+device-named `@property` that gives a device is one of its `"attrs"`.
+
 A module whose summaries ask `torch.cuda.device_count()` also has `counts`: per assumed GPU
 count, the summaries that differ under it (`{"4": {"classes": {"ChainNet": {..., "out":
 ["cuda:3"]}}}}`), `{"refused": true}` for one whose own `assert n >= 4` fails there.
@@ -24,6 +31,8 @@ count, the summaries that differ under it (`{"4": {"classes": {"ChainNet": {...,
 
 from __future__ import annotations
 
+import ast
+import builtins
 import re
 from collections.abc import Callable
 from functools import partial
@@ -35,9 +44,23 @@ from mpcheck.devices.events import LossMismatch
 from mpcheck.devices.interp import Interp
 from mpcheck.devices.moves import moved_instance
 from mpcheck.devices.names import import_bindings
-from mpcheck.devices.program import ClassInfo, FuncInfo, State, params_of
+from mpcheck.devices.program import ClassInfo, FuncInfo, State, body_of, params_of
 from mpcheck.devices.summarized import constant_value
-from mpcheck.devices.values import PROBE, Const, DeviceV, Devs, DictV, Obj, SeqV, SymV, Val, one, single
+from mpcheck.devices.values import (
+    PROBE,
+    Const,
+    DeviceV,
+    Devs,
+    DictV,
+    Obj,
+    ParamsOf,
+    SeqV,
+    SymV,
+    Val,
+    one,
+    placements,
+    single,
+)
 from mpcheck.devices.walk import attribute_assignments
 
 _MAX_RETURN_ITEMS = 4
@@ -151,7 +174,17 @@ def _class_summary(interp: Interp, cinfo: ClassInfo, inst: Obj) -> dict[str, Any
         "in": None,
         "out": None,
     }
+    if inst.split:
+        first = ParamsOf(inst).first()  # `next(model.parameters()).device` in a user of an instance
+        first_dev = single(first.devs) if isinstance(first, Obj) else None
+        if first_dev is not None and not first_dev.startswith("sym:"):
+            s["first"] = first_dev
+    if not inst.split and inst.attrs and params:
+        parts = _parts_by_params(cinfo, inst, params)
+        if parts:
+            s["parts"] = parts
     attrs = _device_attrs(interp, inst, params)
+    attrs.update(_device_properties(interp, cinfo, inst, attrs))
     if attrs:
         s["attrs"] = attrs
     consts = _class_constants(interp, cinfo, inst)
@@ -176,6 +209,24 @@ def _class_summary(interp: Interp, cinfo: ClassInfo, inst: Obj) -> dict[str, Any
         if named_loss and not inst.split and inst.devs is None and _is_loss_of_inputs(interp, inst, fwd):
             s["loss"] = True
     return s
+
+
+def _parts_by_params(cinfo: ClassInfo, inst: Obj, params: list[str]) -> list[list[str]] | None:
+    """[[attr, device], ...] of the parts __init__ places on devices its parameters name
+    (`self.a = nn.Linear(4, 4).to(dev0)`, `self.b = ... .to(dev1)`), at least two devices and at
+    least one such parameter: not a split here (two parameters may name one device), one in an
+    importer whose arguments name two (summarized.call_summarized). None otherwise."""
+    placed: list[list[str]] = []
+    for attr, v in inst.attrs.items() if inst.attrs else ():
+        if attr in cinfo.refs:
+            continue
+        for d, _ in placements(v):
+            if d.startswith("sym:") and d[4:].partition("[")[0] not in params:
+                return None  # a device of something else the summary cannot name
+            if [attr, d] not in placed:
+                placed.append([attr, d])
+    devs = {d for _, d in placed}
+    return placed if len(devs) >= 2 and any(d.startswith("sym:") for d in devs) else None
 
 
 # Where an importer's `.to(d)` puts a whole instance, for the probe of what its forward then needs.
@@ -217,6 +268,25 @@ def _device_attrs(interp: Interp, inst: Obj, params: list[str]) -> dict[str, Any
         c = _constant(v)
         if c is not None and _names_devices(c):
             out[name] = c
+    return out
+
+
+def _device_properties(interp: Interp, cinfo: ClassInfo, inst: Obj, attrs: dict[str, Any]) -> dict[str, Any]:
+    """The short `@property` methods of the class (not its bases') named for a device that give one
+    (`device` returning `next(self.parameters()).device`, the first parameter's): what `model.device`
+    reads in an importing file, as an attribute __init__ left (summarized.summarized_attr). The
+    summary's cut keeps those (lint/slices.py, _short_property)."""
+    out: dict[str, Any] = {}
+    for name, info in cinfo.methods.items():
+        if "device" not in name or name in attrs or len(body_of(info.node)) > 3 or len(params_of(info.node)) != 1:
+            continue
+        if not any(isinstance(d.decorator, cst.Name) and d.decorator.value == "property" for d in info.node.decorators):
+            continue
+        st = State.fresh(dict(interp.globals), "<summary>", inst)
+        with interp.recorder.muted():
+            got = _constant(interp.calls.call_function(info, inst, [], {}, st, None))
+        if got is not None and _names_devices(got):
+            out[name] = got
     return out
 
 
@@ -283,7 +353,82 @@ def _function_summary(interp: Interp, finfo: FuncInfo) -> dict[str, Any]:
     st = State.fresh(dict(interp.globals), "<summary>")
     with interp.recorder.muted():
         res = interp.calls.call_function(finfo, None, [SymV(p) for p in params], {}, st, None)
-    return {"params": params, "returns": _value_summary(res)}
+    out: dict[str, Any] = {"params": params, "returns": _value_summary(res)}
+    if not _tells_devices(out["returns"]):
+        inlined = _inlined(interp, finfo)
+        if inlined is not None:
+            out.update(inlined)
+    return out
+
+
+def _tells_devices(r: dict[str, Any] | None) -> bool:
+    """Does a `returns` summary say where anything is (a tuple of unknown items does not)?"""
+    if r is None:
+        return False
+    if r.get("kind") == "seq":
+        return any(_tells_devices(i) for i in r["items"])
+    return bool(r.get("devs") or r.get("split") or r.get("dispatched"))
+
+
+_MAX_INLINED_STATEMENTS = 6
+_MAX_INLINED = 600  # characters of a function's text that its summary may carry (summarized.call_inlined)
+_BUILTINS = frozenset(dir(builtins))
+
+
+def _inlined(interp: Interp, finfo: FuncInfo) -> dict[str, Any] | None:
+    """{"source": the function's text, "free": its free name -> the dotted name it reads (an import,
+    else this module's name for it: a definition or constant its summary has, unknown otherwise)}, for a short,
+    undecorated function whose result the summary does not know: `layer_device(i)` returning
+    f"cuda:{i % 2}", `move(batch, device)` returning `[t.to(device) for t in batch]` depend on the
+    caller's arguments in ways no symbolic summary says. The importer runs it with its arguments
+    (summarized.call_inlined). Not one whose defaults read names (evaluated in the importer, they
+    would read its own), nor one that defines functions or classes inside."""
+    node = finfo.node
+    if node.decorators or node.asynchronous is not None or len(body_of(node)) > _MAX_INLINED_STATEMENTS:
+        return None  # (a long body is not written out as text only to be found too long)
+    source = interp.module.code_for_node(node).strip("\n")
+    if len(source) > _MAX_INLINED:
+        return None
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    fn = tree.body[0]
+    if not isinstance(fn, ast.FunctionDef):
+        return None
+    loads: set[str] = set()
+    bound: set[str] = set()
+    for n in ast.walk(fn):
+        if n is not fn and isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            return None
+        if isinstance(n, ast.Name):
+            (loads if isinstance(n.ctx, ast.Load) else bound).add(n.id)
+        elif isinstance(n, ast.arg):
+            bound.add(n.arg)
+        elif isinstance(n, (ast.Global, ast.Nonlocal, ast.Yield, ast.YieldFrom, ast.Await)):
+            return None
+    defaults = [*fn.args.defaults, *(d for d in fn.args.kw_defaults if d is not None)]
+    if any(isinstance(n, ast.Name) for d in defaults for n in ast.walk(d)):
+        return None
+    imports = _module_imports(interp)
+    free: dict[str, str] = {}
+    for name in sorted(loads - bound):
+        if name in imports:
+            free[name] = imports[name]
+        elif name not in _BUILTINS or name in interp.globals:
+            free[name] = f"{interp.modname}.{name}"  # a definition or constant of the module, if its summary has it
+    return {"source": source, "free": free}
+
+
+def _module_imports(interp: Interp) -> dict[str, str]:
+    """The module-level imports of the module: local name -> dotted target."""
+    out: dict[str, str] = {}
+    for stmt in interp.module.body:
+        if isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                if isinstance(small, (cst.Import, cst.ImportFrom)):
+                    out.update(import_bindings(small, interp.modname))
+    return out
 
 
 def _without_probe(v: Val) -> Val:

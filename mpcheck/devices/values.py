@@ -416,6 +416,9 @@ class ParamsOf(Val):
     def _first(self) -> Val:
         m = self.mod
         if m.attrs is None:
+            first = (m.extra or {}).get("first")  # a split instance of another file's class: its summary's
+            if m.devs is None and isinstance(first, str):
+                return Obj("param", one(first), origin="the first parameter", at=m.at, invariant=True)
             return Obj("param", m.devs, origin=m.origin, at=m.at, invariant=True) if m.devs is not None else UNK
         for v in m.attrs.values():
             if isinstance(v, Obj) and v.kind in ("module", "any", "param", "buffer"):

@@ -77,6 +77,8 @@ def add(
             ctx = {"func": call["func"], "args": call.get("args", []), "kwargs": call.get("kwargs", {})}
             if "init" in call:  # a method: what the caller built its instance with (devices/callers.py)
                 ctx["init"] = call["init"]
+            if "within" in call:  # called by a method of a split class of the caller's file
+                ctx["within"] = call["within"]
             if "gpus" in call:  # made under an assumed GPU count (rules/gpucounts.counted_calls)
                 ctx.update(gpus=call["gpus"], allowed=call["allowed"])
             key = json.dumps(ctx, sort_keys=True)

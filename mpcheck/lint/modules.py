@@ -105,6 +105,29 @@ def top_bindings(source: str) -> dict[str, str]:
     return out
 
 
+# A short helper that moves what it is given (`return [t.to(device) for t in batch]`): the device its
+# result is on comes from its caller's arguments (devices/summary.py, _inlined; at most its text's size).
+_MOVES = re.compile(r"\.to\(|\.cuda\(|device")
+_SHORT_DEF = 600
+
+
+def moves_by_argument(source: str, name: str) -> bool:
+    """Is `name` a module-level function of `source`, short, whose body moves something (`.to(`, `.cuda(`)
+    or names a device (its summary carries its text, for the importer to run with its arguments), or a
+    module-level class whose body does?"""
+    if ".to(" not in source and ".cuda(" not in source and "device" not in source:
+        return False
+    for m in _TOP_DEF.finditer(source):
+        if m.group(1) == name:
+            return len(m.group(0)) <= _SHORT_DEF and _MOVES.search(m.group(2)) is not None
+    # A class that acts on what it is built with (`self.model = model.cuda()`, `next(model.parameters()).device`):
+    # the importer that builds it with a split model has its __init__ and methods run with it (devices/callers.py).
+    for m in _TOP_CLASS.finditer(source):
+        if m.group(1) == name:
+            return _MOVES.search(m.group(2)) is not None
+    return False
+
+
 def _placing_lines(body: str) -> str:
     """The lines of `body` that place something on a named device, where that is code (lint/livetext.py)."""
     if not _may_place(body):

@@ -722,7 +722,11 @@ def _project_modules(f: _File, project: _Project, analysis: Any) -> _Walked:
             continue
         if project.text(path) is None:
             continue
-        if not (modules.module_name(path)[2] or project.worth_summarising(path)):
+        if not (
+            modules.module_name(path)[2]
+            or project.worth_summarising(path)
+            or modules.moves_by_argument(project.text(path) or "", name)  # summary.py's _inlined
+        ):
             continue
         found[mod] = path
         wanted.setdefault(path, set()).add(name)

@@ -198,7 +198,7 @@ class _Cut:
                 self._nodes.append(s)
             elif s.name == "forward" or (s.name.startswith("__") and s.name.endswith("__")) or self._moves_itself(s):
                 self._nodes.append(s)
-            elif s.name in self.idents:
+            elif s.name in self.idents or _short_property(s):
                 self._nodes.append(s)
             else:
                 self.dropped[i].add(id(s))
@@ -341,6 +341,17 @@ def _moves_itself(method: ast.AST) -> bool:
         and n.func.value.id == "self"
         and n.func.attr in SELF_MOVES
         for n in ast.walk(method)
+    )
+
+
+def _short_property(method: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """A `@property` named for a device (`device`, `first_device`), of three statements at most: the
+    class summary asks it which device it gives (devices/summary.py, _device_properties), for
+    `model.device` in an importer."""
+    return (
+        "device" in method.name
+        and len(method.body) <= 3
+        and any(isinstance(d, ast.Name) and d.id == "property" for d in method.decorator_list)
     )
 
 
