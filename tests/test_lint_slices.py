@@ -439,3 +439,26 @@ def test_a_short_helper_or_a_class_that_moves_what_it_is_given_is_worth_summaris
     assert moves_by_argument(text, "move") and moves_by_argument(text, "Runner")
     assert not moves_by_argument(text, "width") and not moves_by_argument(text, "Plain")
     assert not moves_by_argument(text, "missing")
+
+
+def test_a_class_that_only_names_a_device_is_not_summarised_for_its_arguments():
+    from mpcheck.lint.modules import moves_by_argument
+
+    text = textwrap.dedent(
+        """\
+        class Trainer:
+            def __init__(self, model, lr=1e-3):
+                self.device = next(model.parameters()).device
+        class Buffer:
+            def __init__(self, size, device="cuda"):
+                self.data = torch.zeros(size, device=device)
+        class Cache:
+            def __init__(self):
+                self.device = torch.device("cpu")
+            def put(self, t):
+                return t.to(self.device)
+        """
+    )
+    assert moves_by_argument(text, "Trainer")
+    # A device passed on to a factory, or one of its own: nothing of a caller's model is acted on.
+    assert not moves_by_argument(text, "Buffer") and not moves_by_argument(text, "Cache")

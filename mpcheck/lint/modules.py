@@ -124,8 +124,23 @@ def moves_by_argument(source: str, name: str) -> bool:
     # the importer that builds it with a split model has its __init__ and methods run with it (devices/callers.py).
     for m in _TOP_CLASS.finditer(source):
         if m.group(1) == name:
-            return _MOVES.search(m.group(2)) is not None
+            return _acts_on_argument(m.group(2))
     return False
+
+
+_INIT = re.compile(r"def[ \t]+__init__[ \t]*\(([^)]*)\)")
+_ACTS_ON = re.compile(r"\b([A-Za-z_]\w*)\.(?:to\(|cuda\(|parameters\(|device\b)")
+
+
+def _acts_on_argument(body: str) -> bool:
+    """Does a class body move, or read the device or parameters of, one of its `__init__`'s parameters
+    (`model.cuda()`, `next(model.parameters())`, `model.device`)? Not merely name a device: of torch's
+    classes that say `device`, few do this (and summarising the others cost 3 s of 60)."""
+    init = _INIT.search(body)
+    if init is None:
+        return False
+    params = {p.split("=")[0].split(":")[0].strip().lstrip("*") for p in init.group(1).split(",")} - {"self", ""}
+    return any(m.group(1) in params for m in _ACTS_ON.finditer(body))
 
 
 def _placing_lines(body: str) -> str:
