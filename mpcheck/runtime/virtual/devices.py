@@ -222,6 +222,10 @@ class VirtualGPUs:
             st = t.untyped_storage()
         except (RuntimeError, NotImplementedError, TypeError, ValueError):
             return
+        self.label_storage(st, dev)
+
+    def label_storage(self, st: Any, dev: str) -> None:
+        """Put the untyped storage `st` on the virtual device `dev` (label() of its tensors)."""
         if getattr(st, LABEL, None) is not None:
             return
         if dev == "cpu" and self.backing == "cpu":
