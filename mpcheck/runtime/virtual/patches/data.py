@@ -43,8 +43,6 @@ def install_load(g: VirtualGPUs, p: Patches) -> None:
     import torch.serialization as ser
     import torch.storage as storage_mod
 
-    from mpcheck.runtime.virtual.devices import LABEL  # devices.py installs these patches
-
     orig_load, orig_restore, orig_to = torch.load, ser.default_restore_location, storage_mod._to
 
     def load(f: Any, map_location: Any = None, *args: Any, **kwargs: Any) -> Any:
@@ -56,14 +54,14 @@ def install_load(g: VirtualGPUs, p: Patches) -> None:
         dev = g.parse(location) if isinstance(location, str) else None
         if dev is None:
             return orig_restore(storage, location)
-        if g.backing == "cpu" and storage.device.type == "cpu" and getattr(storage, LABEL, None) is None:
+        if g.backing == "cpu" and storage.device.type == "cpu" and g.storage_label(storage) is None:
             g.label_storage(storage, dev)  # the loader's own fresh CPU storage: no copy needed
             return storage
         return _storage_on(g, storage, dev)
 
     def to(self: Any, device: Any, non_blocking: bool = False) -> Any:
         dev = g.parse(device)
-        here = getattr(self, LABEL, None)
+        here = g.storage_label(self)
         if dev is None and (here is None or device.type != "cpu"):
             return orig_to(self, device, non_blocking)
         dev = dev or "cpu"
@@ -83,13 +81,11 @@ def install_save(g: VirtualGPUs, p: Patches) -> None:
     than PyTorch's "Cannot copy out of meta tensor" from inside the serializer."""
     import torch.serialization as ser
 
-    from mpcheck.runtime.virtual.devices import LABEL  # devices.py installs these patches
-
     orig_tag = ser.location_tag
 
     def location_tag(storage: Any) -> Any:
         st = storage._untyped_storage if isinstance(storage, torch.storage.TypedStorage) else storage
-        return getattr(st, LABEL, None) or orig_tag(storage)
+        return g.storage_label(st) or orig_tag(storage)
 
     p.set(ser, "location_tag", location_tag)
     if g.backing != "meta":
