@@ -148,6 +148,9 @@ class Checker:
         # trip (MP005: work was done there).
         self.arrived_objects: dict[int, tuple[weakref.ref[Any], int]] = {}
         self._read_arrivals: set[int] = set()
+        # How many storages a device has made so far (Devices.allocations, where the face counts them: the
+        # virtual GPUs), for MP005's offloads (round_trip.py).
+        self._allocations: Callable[[str], int | None] | None = getattr(devices, "allocations", None)
         # (id(storage), offset, shape, stride, dst) -> [ref, first site, last step, Mark, round]: what was
         # moved where, to recognise the same unchanged data moved again (MP011; recurrence.py).
         self._moves: dict[tuple[int, int, tuple[int, ...], tuple[int, ...], str], list[Any]] = {}
