@@ -71,3 +71,48 @@ for step in range(3):
     assert codes_at(report) == [("MP011", s.line("repeat"))]
     (f,) = report["findings"]
     assert "the same unchanged data (a float32 tensor of shape (16384,)) was already moved to cuda:1" in f["message"]
+
+
+# Each slice of a host data set is moved once per epoch: new data at every step, the same data only once
+# per pass over the set (several optimizer steps later). Not a repeat "on every step"; a table moved at
+# every iteration of a loop with two optimizers (a GAN's) is, although each iteration runs two steps.
+EPOCHS = """
+import torch
+import torch.nn as nn
+
+models = [nn.Linear(128, 10).to(f"cuda:{{i}}") for i in range(2)]
+opts = [torch.optim.SGD(m.parameters(), 0.1) for m in models]
+X = torch.randn(1024, 128)
+X_val = torch.randn(512, 128)
+table = torch.randn(256, 128)                          # 128 KiB, never changes
+for epoch in range(2):
+    for xb in {batches}:
+        for m, o in zip(models, opts):
+            dev = next(m.parameters()).device
+            loss = m(xb.to(dev)).pow(2).mean()         # <- batch
+            o.zero_grad()
+            loss.backward()
+            o.step()
+    {every_iteration}
+    with torch.no_grad():
+        val = models[0](X_val.to("cuda:0")).sum()      # <- val
+"""
+
+
+def test_data_moved_once_per_epoch_is_not_a_repeat(script, dryrun_cli):
+    for i, batches in enumerate(("(X[s:s + 256] for s in range(0, 1024, 256))", "X.split(256)")):
+        s = script(EPOCHS.format(batches=batches, every_iteration=""), name=f"epochs{i}.py")
+        status, report, err = dryrun_cli(s, "--gpus", "2")
+        assert status == 0, err
+        assert report["findings"] == [], batches
+
+
+def test_a_table_moved_at_every_iteration_of_two_optimizers_is_reported(script, dryrun_cli):
+    s = script(
+        EPOCHS.format(batches="X.split(256)", every_iteration="pass").replace(
+            "            loss = m(xb.to(dev)).pow(2).mean()         # <- batch",
+            "            loss = (m(xb.to(dev)) + table.to(dev)[:1, :10]).pow(2).mean()  # <- table",
+        )
+    )
+    _, report, _ = dryrun_cli(s, "--gpus", "2")
+    assert codes_at(report) and set(codes_at(report)) == {("MP011", s.line("table"))}, codes_at(report)

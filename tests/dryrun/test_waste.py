@@ -421,3 +421,51 @@ def test_a_tensor_no_layer_reads_where_it_was_moved_is_a_round_trip(script, dryr
     s = script(GROUP_MOVES.format(call="layer(h, m) if i == 0 else layer(h)"))
     f = only_finding(dryrun_cli, s, "MP005", "move")
     assert f["devices"] == ["cuda:0", "cuda:1"]
+
+
+# -- an offload: the GPU copy freed while the data waits on the host (MP005) ----------------------------
+# A copy to the host, the GPU original freed, other work on that GPU, and the host copy brought back: the
+# memory went to that work, so the return trip is the price of an offload, not a round trip. Freed with
+# nothing allocated on that GPU before the data comes back, the offload saved nothing: still reported
+# (as `h = h.to("cuda:1")` then `h = h.to("cuda:0")` is, whose first copy frees its original too).
+
+OFFLOAD = """
+import torch
+import torch.nn as nn
+
+a = nn.Linear(256, 256).to("cuda:0")
+b = nn.Linear(256, 256).to("cuda:0")
+for step in range(2):
+    with torch.no_grad():
+        h = a(torch.randn(128, 256, device="cuda:0"))
+        h_host = h.cpu()  # <- down
+        {between}
+        h = h_host.to("cuda:0")  # <- back
+        print(float(h.sum()))
+"""
+
+
+@pytest.mark.parametrize(
+    "between",
+    [
+        "del h; z = b(torch.randn(512, 256, device='cuda:0'))",  # freed, its memory used meanwhile
+        "h = None; z = [b(torch.randn(64, 256, device='cuda:0')) for _ in range(3)]",
+    ],
+)
+def test_an_offload_whose_gpu_copy_was_freed_and_reused_is_silent(script, dryrun_cli, between):
+    assert_silent(dryrun_cli, script(OFFLOAD.format(between=between)))
+
+
+@pytest.mark.parametrize(
+    "between, freed",
+    [
+        ("del h", True),  # freed, but nothing needed the memory before the data came back
+        ("z = b(torch.randn(512, 256, device='cuda:0'))", False),  # still on cuda:0: keep using it
+    ],
+)
+def test_a_round_trip_that_frees_nothing_useful_is_reported(script, dryrun_cli, between, freed):
+    s = script(OFFLOAD.format(between=between))
+    f = only_finding(dryrun_cli, s, "MP005", "back")
+    assert f"at {s.path}:{s.line('down')}" in f["message"]
+    assert ("freed" in f["message"]) == freed, f["message"]
+    assert ("still on cuda:0" in f["suggestion"]) == (not freed), f["suggestion"]

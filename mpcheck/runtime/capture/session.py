@@ -178,9 +178,10 @@ class Session:
         return self.threads.install()
 
     # -- steps and memory ------------------------------------------------------------------
-    def step(self) -> None:
-        """End a training step explicitly (a step also ends at optimizer.step())."""
-        self.checker.step_end()
+    def step(self, optimizer: Any = None) -> None:
+        """End a training step explicitly (a step also ends at optimizer.step(): `optimizer` is the one that
+        stepped)."""
+        self.checker.step_end(optimizer)
         if self.cache is not None:
             self.cache.step_end()
         # Parameters, gradients and optimizer states settle after the first steps; reading
@@ -196,7 +197,7 @@ class Session:
     def _on_optimizer_step(self, optimizer: Any) -> None:
         self._restore_mode()
         self._optimizers.add(optimizer)
-        self.step()
+        self.step(optimizer)
 
     def _unchecked_mode(self, mode: CheckingMode) -> transfers.TransferMode | None:
         """What stands in for the checking mode while a call of a signature checked clean runs

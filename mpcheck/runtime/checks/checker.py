@@ -148,9 +148,18 @@ class Checker:
         # trip (MP005: work was done there).
         self.arrived_objects: dict[int, tuple[weakref.ref[Any], int]] = {}
         self._read_arrivals: set[int] = set()
-        # (id(storage), offset, shape, stride, dst) -> [ref, first site, last step, Mark]: what was
+        # How many storages a device has made so far (Devices.allocations, where the face counts them: the
+        # virtual GPUs), for MP005's offloads (round_trip.py).
+        self._allocations: Callable[[str], int | None] | None = getattr(devices, "allocations", None)
+        # (id(storage), offset, shape, stride, dst) -> [ref, first site, last step, Mark, round]: what was
         # moved where, to recognise the same unchanged data moved again (MP011; recurrence.py).
         self._moves: dict[tuple[int, int, tuple[int, ...], tuple[int, ...], str], list[Any]] = {}
+        # The training loop's iterations (MP011's "every step", recurrence.py): a round ends when an optimizer
+        # that already stepped in it steps again (two optimizers stepping once each per iteration, a GAN's,
+        # make one round), or at an explicit session step. `_round_stepped`: id() of the optimizers that
+        # stepped in this round.
+        self.rounds = 0
+        self._round_stepped: set[int] = set()
         # id(module) -> the one device of its own params/buffers, or None (none / several).
         self._placement: dict[int, tuple[weakref.ref[Any], str | None]] = {}
         # id(module) -> the devices of its params/buffers and its submodules': a container's
@@ -284,7 +293,13 @@ class Checker:
     on_module_move = split_model.on_module_move
 
     # -- steps --------------------------------------------------------------------------
-    def step_end(self) -> None:
+    def step_end(self, optimizer: Any = None) -> None:
+        """A step ended: at `optimizer`'s step, or an explicit one (None)."""
+        if optimizer is None or id(optimizer) in self._round_stepped:
+            self.rounds += 1
+            self._round_stepped.clear()
+        if optimizer is not None:
+            self._round_stepped.add(id(optimizer))
         self.ledger.step_end()
         with self._lock:
             for chain in self._pingpong.close():

@@ -21,6 +21,15 @@ user's own code copying the same data twice between two calls of the model (a be
 device twice per generation step) is reported. The earlier copy is then forgotten for the newer one, so
 a setup copy followed by the same copy in the loop is caught too.
 
+"Every step" is literal: a repeat counts only when the earlier copy of the same data was made in this
+iteration of the training loop or in the one before (`Checker.rounds`: an iteration ends when an optimizer
+that already stepped in it steps again, so a GAN's two optimizers make one iteration, or at an explicit
+session step). Data copied again only after two or more iterations is not copied on every step but once per
+pass over a data set: each slice of a host tensor moved once per epoch (`X[s:s + B].to(dev)`,
+`X.split(B)`), a validation set moved once per epoch. A constant moved in every iteration, or several times
+in one, is still a repeat. Without optimizer steps (inference) the iterations do not advance, and the
+model's work between the copies decides as below.
+
 A copy that autograd records (of a tensor that requires grad, with grad enabled: a tied weight used on
 a second GPU) belongs to its forward pass's graph, which backward frees: the next pass needs a copy of
 its own even when the weight has not changed (gradient accumulation runs several passes between two

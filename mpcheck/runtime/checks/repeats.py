@@ -29,15 +29,17 @@ def _check_repeat(self: Checker, t: Any, dst_dev: str, site: Site | None, module
     step = self.ledger.step_index
     mark = self._run_mark()
     in_library = site is not None and site.context is not None
+    rounds = self.rounds
     if (
         entry is not None
         and entry[0].ref() is storage
         and entry[0].version is not None
         and entry[0].version == version_of(t)
+        and rounds - entry[4] <= 1  # moved again in this iteration or the next: on every step (recurrence.py)
         and recurs(entry[3], mark, in_library=in_library, in_graph=t.requires_grad and self._grad_enabled())
     ):
         first_site, first_step = entry[1], entry[2]
-        entry[2], entry[3] = step, mark
+        entry[2], entry[3], entry[4] = step, mark, rounds
         when = "in this step" if first_step == step else "in an earlier step, and it has not changed since"
         self.emit(
             "MP011",
@@ -50,7 +52,7 @@ def _check_repeat(self: Checker, t: Any, dst_dev: str, site: Site | None, module
             extra={"first_site": str(first_site), "scope": "step" if first_step == step else "steps"},
         )
         return True
-    self._moves[key] = [StorageRef(t), site or UNKNOWN, step, mark]
+    self._moves[key] = [StorageRef(t), site or UNKNOWN, step, mark, rounds]
     if len(self._moves) > self._purge_at:
         self._purge()
     return False

@@ -38,14 +38,27 @@ def _check_round_trip(
         if src_dev == "cpu" and came_from not in NOT_GPU and dst_dev not in NOT_GPU:
             self._report_host_hop(t, came_from, dst_dev, site, module, first_site, nbytes)
         return
+    made = self._allocations(dst_dev) if self._allocations is not None and src_dev == "cpu" else None
+    if made is not None and ref.made is not None and ref.origin is not None and ref.origin() is None:
+        # Kept on the host while its original on dst_dev is gone: an offload, when dst_dev made new storages
+        # meanwhile besides this copy's own (its memory served other work); with none made, holding on to the
+        # original would have cost nothing. A face that does not count allocations (real GPUs) reports as for
+        # an original still there; so does a trip through another GPU (a stage's input sent back unused).
+        if made > ref.made + 1:
+            return
+        why = f"its copy on {dst_dev} was freed meanwhile, but nothing was allocated on {dst_dev} before it came back"
+        fix = f"keep the tensor on {dst_dev} until it is used again (the offload frees memory nothing uses)"
+    else:
+        why = f"no work was done on {src_dev}"
+        fix = f"keep using the tensor that is still on {dst_dev}"
     self.emit(
         "MP005",
         site,
         f"round trip: this data was moved {dst_dev} -> {src_dev} at {first_site} and is moved back to "
-        f"{dst_dev} here unchanged (no work was done on {src_dev})",
+        f"{dst_dev} here unchanged ({why})",
         devices=(dst_dev, src_dev),
         modules=(module,) if module else (),
-        suggestion=f"keep using the tensor that is still on {dst_dev}; drop both transfers",
+        suggestion=f"{fix}; drop both transfers",
         extra={"first_site": str(first_site), "first_line": first_site.line, "first_path": first_site.path},
     )
 

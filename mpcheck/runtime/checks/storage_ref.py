@@ -22,9 +22,12 @@ class StorageRef:
     """Identify a tensor's data without keeping it alive: a weak reference to its
     storage (PyTorch keeps one Python storage object per storage), plus the
     view's offset/shape/stride and the version counter at the time. For an arrival: `read`, has an
-    op read it (or a view of it) where it arrived since (Checker.note_reads)?"""
+    op read it (or a view of it) where it arrived since (Checker.note_reads)? `origin`, a weak reference
+    to the storage it was copied from, and `made`, how many storages its source device had made by then
+    (Devices.allocations; None where the face does not count them): was the original freed, and its
+    memory used, before the data went back (round_trip.py)?"""
 
-    __slots__ = ("ref", "offset", "shape", "stride", "version", "read")
+    __slots__ = ("ref", "offset", "shape", "stride", "version", "read", "origin", "made")
 
     def __init__(self, t: Any) -> None:
         self.ref = weakref.ref(t.untyped_storage())
@@ -33,6 +36,8 @@ class StorageRef:
         self.stride = t.stride()
         self.version = version_of(t)
         self.read = False
+        self.origin: weakref.ref[Any] | None = None
+        self.made: int | None = None
 
     def alive(self) -> bool:
         """Is the storage still in use (by this tensor, a view of it or the tensor it was viewed from)?"""

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import weakref
 from typing import TYPE_CHECKING, Any
 
 from mpcheck.runtime.checks.ledger import TransferTiming
@@ -65,6 +66,9 @@ def on_transfer(
         if out_tensor is not None:
             try:
                 arrival = StorageRef(out_tensor)
+                arrival.origin = weakref.ref(src_tensor.untyped_storage())
+                if self._allocations is not None:
+                    arrival.made = self._allocations(src_dev)
                 sid = id(out_tensor.untyped_storage())
                 self._arrivals[sid] = (arrival, src_dev, site or UNKNOWN)
                 self.note_arrived(out_tensor, sid)

@@ -135,6 +135,7 @@ class VirtualGPUs:
         self.live: dict[int, tuple[str, int, Any]] = {}
         self._allocated = {d: 0 for d in self.devices}
         self.peak = dict(self._allocated)
+        self._made = dict(self._allocated)  # storages made on each virtual GPU so far (allocations())
         # Weak references to registered storages that PyTorch has freed, not yet counted as freed (drain()).
         self._gone: collections.deque[_StorageGone] = collections.deque()
         self.memory = MemoryEstimate(self.devices, self.device_memory, device_of=self.device_of, live=self.live)
@@ -222,6 +223,14 @@ class VirtualGPUs:
             st = t.untyped_storage()
         except (RuntimeError, NotImplementedError, TypeError, ValueError):
             return
+        self.label_storage(st, dev)
+
+    def storage_label(self, st: Any) -> str | None:
+        """The virtual device of the untyped storage `st`, or None where it has none."""
+        return getattr(st, LABEL, None)
+
+    def label_storage(self, st: Any, dev: str) -> None:
+        """Put the untyped storage `st` on the virtual device `dev` (label() of its tensors)."""
         if getattr(st, LABEL, None) is not None:
             return
         if dev == "cpu" and self.backing == "cpu":
@@ -243,6 +252,7 @@ class VirtualGPUs:
             ref = _StorageGone(st, self._gone.append)
             ref.key = key
             live[key] = (dev, nbytes, ref)
+            self._made[dev] += 1
             cur = self._allocated[dev] + nbytes
             self._allocated[dev] = cur
             if cur > self.peak[dev]:
@@ -270,6 +280,11 @@ class VirtualGPUs:
         """Bytes held on each virtual GPU now (torch.cuda.memory_allocated)."""
         self.drain()
         return self._allocated
+
+    def allocations(self, device: str) -> int | None:
+        """How many storages were made on the virtual GPU `device` so far (None for another device): the
+        round-trip check asks whether the GPU made any while data it had freed waited elsewhere."""
+        return self._made.get(device)
 
     def blas_workspace(self, dev: str) -> None:
         """`dev`'s first matrix multiply: cuBLAS's workspaces (BLAS_WORKSPACES), held from now on."""

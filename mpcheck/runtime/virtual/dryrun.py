@@ -35,6 +35,10 @@ What is emulated, and how:
   NCCL runs as gloo (listed under "limit"); a program written for torchrun (the env://
   rendezvous, RANK / LOCAL_RANK / WORLD_SIZE) started without it runs as its only process.
 - DataLoader (workers, pin_memory) and pinned factories: pinning means nothing without a GPU.
+- torch.save records each storage's virtual GPU ("cuda:1") in the checkpoint, and torch.load restores it
+  there unless map_location says otherwise (a device, an integer: CUDA's, a dict of locations, a callable,
+  `storage.cuda(k)` / `storage.to(device=...)` in it), tensors in containers and pickled modules alike
+  (patches/data.py).
 - Threads the program starts (threading.Thread, ThreadPoolExecutor tasks: transformers' loading workers)
   run under the same modes (capture/threads.py); each thread has its own current device, as on CUDA.
 - With --backing meta, attention (F.scaled_dot_product_attention) uses the flash kernel's meta
@@ -61,8 +65,6 @@ Limits (each stops the program with a message naming the line, never a hang or a
 - a crash on anything else only real CUDA has (a CUDA binding a CPU build lacks, the legacy
   torch.cuda.FloatStorage(...) storages): the traceback is the program's, and the report
   lists it as a limit at its line;
-- torch.load(map_location="cuda:k" | torch.device | int) loads on the CPU and moves the
-  tensors to the virtual device; other map_locations are PyTorch's.
 - an integer device (`torch.device(0)`, `.to(0)`, `device=1`, `Module.to(1)`, `.cuda(0)`) is CUDA's,
   as on real GPUs (a CPU build alone refuses it: "Cannot access accelerator device").
 """

@@ -23,36 +23,71 @@ def install_pinning(g: VirtualGPUs, p: Patches) -> None:
     p.set(pin, "pin_memory", lambda data, device=None: data)
 
 
+def _storage_on(g: VirtualGPUs, st: Any, dev: str) -> Any:
+    """A copy of the untyped storage `st` on `dev` ("cuda:k" or "cpu"), backed as the dry run backs it."""
+    with torch._C.DisableTorchFunction():
+        out = torch.UntypedStorage(st.nbytes(), device=g.backing_device)
+        if out.device.type != "meta" and st.device.type != "meta":
+            out.copy_(st)
+    g.label_storage(out, dev)
+    return out
+
+
 def install_load(g: VirtualGPUs, p: Patches) -> None:
-    """torch.load(..., map_location="cuda:k"): load on the CPU, then move every tensor to the virtual device."""
-    orig_load = torch.load
+    """torch.load restores each storage where its checkpoint says it was saved from ("cuda:1", install_save),
+    or where map_location sends it (a device, a dict of locations, or a callable that may move the storage
+    itself: `storage.cuda(k)`, `storage.to(device=...)`), as CUDA does: torch.serialization's
+    default_restore_location, which every map_location but a callable's own storage ends in, puts the loaded
+    storage on the virtual device; storages' own moves (torch.storage._to) copy onto it. An integer
+    map_location is CUDA's device, as integer devices are elsewhere in the dry run."""
+    import torch.serialization as ser
+    import torch.storage as storage_mod
+
+    orig_load, orig_restore, orig_to = torch.load, ser.default_restore_location, storage_mod._to
 
     def load(f: Any, map_location: Any = None, *args: Any, **kwargs: Any) -> Any:
-        dev = g.parse(map_location) if isinstance(map_location, (str, int, torch.device)) else None
+        if isinstance(map_location, int) and not isinstance(map_location, bool):
+            map_location = g.parse(map_location)
+        return orig_load(f, map_location, *args, **kwargs)
+
+    def restore(storage: Any, location: Any) -> Any:
+        dev = g.parse(location) if isinstance(location, str) else None
         if dev is None:
-            return orig_load(f, map_location, *args, **kwargs)
-        obj = orig_load(f, "cpu", *args, **kwargs)
+            return orig_restore(storage, location)
+        if g.backing == "cpu" and storage.device.type == "cpu" and g.storage_label(storage) is None:
+            g.label_storage(storage, dev)  # the loader's own fresh CPU storage: no copy needed
+            return storage
+        return _storage_on(g, storage, dev)
 
-        def move(x: Any) -> Any:
-            if isinstance(x, torch.nn.Parameter):
-                return torch.nn.Parameter(g.transfer(x.detach(), dev), requires_grad=x.requires_grad)
-            if isinstance(x, torch.Tensor):
-                return g.transfer(x, dev)
-            if isinstance(x, dict):
-                return type(x)((k, move(v)) for k, v in x.items())
-            if isinstance(x, (list, tuple)) and not hasattr(x, "_fields"):
-                return type(x)(move(v) for v in x)
-            return x
-
-        return move(obj)
+    def to(self: Any, device: Any, non_blocking: bool = False) -> Any:
+        dev = g.parse(device)
+        here = g.storage_label(self)
+        if dev is None and (here is None or device.type != "cpu"):
+            return orig_to(self, device, non_blocking)
+        dev = dev or "cpu"
+        if (here or self.device.type) == dev:
+            return self  # already there: no copy, as torch._utils._to
+        return _storage_on(g, self, dev)
 
     p.set(torch, "load", load)
+    p.set(ser, "default_restore_location", restore)
+    p.set(storage_mod, "_to", to)
 
 
 def install_save(g: VirtualGPUs, p: Patches) -> None:
-    """torch.save under --backing meta: a checkpoint holds tensor values, which meta tensors do not;
-    stop with the dry run's message at the user's line rather than PyTorch's "Cannot copy out of meta
-    tensor" from inside the serializer."""
+    """torch.save records each storage's virtual device ("cuda:1") as its location, as CUDA's tag does
+    (torch.serialization.location_tag), so that torch.load restores it there. Under --backing meta a checkpoint
+    holds tensor values, which meta tensors do not: stop with the dry run's message at the user's line rather
+    than PyTorch's "Cannot copy out of meta tensor" from inside the serializer."""
+    import torch.serialization as ser
+
+    orig_tag = ser.location_tag
+
+    def location_tag(storage: Any) -> Any:
+        st = storage._untyped_storage if isinstance(storage, torch.storage.TypedStorage) else storage
+        return g.storage_label(st) or orig_tag(storage)
+
+    p.set(ser, "location_tag", location_tag)
     if g.backing != "meta":
         return
     orig_save = torch.save
