@@ -66,8 +66,8 @@ def on_transfer(
         if out_tensor is not None:
             try:
                 arrival = StorageRef(out_tensor)
-                arrival.origin = weakref.ref(src_tensor.untyped_storage())
-                if self._allocations is not None:
+                if self._allocations is not None:  # only a face that counts allocations tells an offload
+                    arrival.origin = weakref.ref(src_tensor.untyped_storage())
                     arrival.made = self._allocations(src_dev)
                 sid = id(out_tensor.untyped_storage())
                 self._arrivals[sid] = (arrival, src_dev, site or UNKNOWN)
