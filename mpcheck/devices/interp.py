@@ -85,6 +85,7 @@ class Interp:
         self.inlined: dict[
             str, FuncInfo
         ] = {}  # another file's function run here, by its text (summarized.call_inlined)
+        self.inlined_runs: dict[tuple[Any, ...], tuple[Val | None, bool]] = {}  # its runs' results, by arguments
         self.globals: dict[str, Val] = {}
         self.classes: dict[str, ClassInfo] = {}
         self.functions: dict[str, FuncInfo] = {}

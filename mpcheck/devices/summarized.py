@@ -27,6 +27,7 @@ from mpcheck.devices.values import (
     is_split_devs,
     join,
     one,
+    value_key,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -289,6 +290,18 @@ def call_inlined(
         info = interp.inlined[source] = FuncInfo(fn, fn.name.value, f"{callee.module}.{fn.name.value}")
     if info in interp.stack:
         return None
+    # One run per function and arguments (as Calls.call_function memoises): torch's importers call such
+    # helpers 17,000 times with few distinct arguments. The run reports nothing and keeps no step.
+    key = (
+        id(info),
+        tuple(value_key(a) for a in args),
+        tuple(sorted((k, value_key(v)) for k, v in kwargs.items())),
+        st.cur,
+        st.mode,
+    )
+    memo = interp.inlined_runs.get(key)
+    if memo is not None:
+        return _placed_at(memo[0], node, callee.name, memo[1]) if memo[0] is not None else Const(None)
     env: dict[str, Val] = {}
     for name, target in (callee.summary.get("free") or {}).items():
         v = interp.imported(target) if target else UNK
@@ -306,6 +319,7 @@ def call_inlined(
     result: Val | None = None
     for r in run.returns:
         result = r if result is None else join(result, r)
+    interp.inlined_runs[key] = (result, moved)
     return _placed_at(result, node, callee.name, moved) if result is not None else Const(None)
 
 
