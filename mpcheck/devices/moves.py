@@ -433,7 +433,9 @@ def moved_instance(recv: Val, devs: Devs, origin: str, node: cst.CSTNode, depth:
     if not isinstance(recv, Obj) or recv.cls is None or recv.attrs is None or devs is None or depth > 4:
         return None
     origin += _left_behind(recv, devs)
-    registered = _registered_names(recv.cls)
+    # Whether plain tensor attributes stay is read off the class only for an instance that holds one.
+    holds_tensor = any(isinstance(v, Obj) and v.kind == "tensor" for v in recv.attrs.values())
+    registered = _registered_names(recv.cls) if holds_tensor else None
     return recv.with_(
         devs=devs,
         split=None,
