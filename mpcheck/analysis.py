@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from mpcheck import parsing
 from mpcheck.finding import Finding
 from mpcheck.syntax import SYNTAX_ERROR_CODE, parse_failure
 
@@ -184,7 +185,7 @@ def summarize(
     from mpcheck.devices.memo import forget_trees
     from mpcheck.devices.summary import summarize_module
 
-    module = parsed if parsed is not None else parse_or_none(source)
+    module = parsed if parsed is not None else parsing.parse_or_none(source)
     if module is None:
         return None
     try:
@@ -233,7 +234,7 @@ def analyze(
     if not rules and SYNTAX_ERROR_CODE not in codes:
         return FileResult([])
     try:
-        module = parsed if parsed is not None else parse(source)
+        module = parsed if parsed is not None else parsing.parse(source)
     except Exception as e:  # noqa: BLE001  (ParserSyntaxError, and the parser's other failures: recursion, ...)
         return FileResult([parse_failure(path, source, e)])
     from mpcheck.devices.memo import forget_trees
@@ -313,42 +314,3 @@ def _run_rules(ctx: Any, rules: list[Any]) -> list[Finding]:
         except Exception as exc:  # never a silently missing finding: the file is reported as not checked
             raise RuleCrash(ctx.path, rule_cls.code, exc) from exc
     return findings
-
-
-def parse_or_none(source: str) -> cst.Module | None:
-    """The libcst tree of `source`, None when it does not parse."""
-    try:
-        return parse(source)
-    except Exception:  # noqa: BLE001  (any parse failure: the file has no summary)
-        return None
-
-
-def parse(source: str) -> cst.Module:
-    """`libcst.parse_module(source)`, without re-validating every node the parser builds.
-
-    A libcst node checks its own fields when it is made (`CSTNode.__post_init__` ->
-    `_validate`: a space after `lambda`, parentheses that match), which is for trees
-    built by hand: the parser's grammar already guarantees it. That check was a
-    fifth of every parse (torch's `_inductor/*.py`: 4.2 s -> 3.3 s of CPU), and no
-    file that parses with it fails without it (none of the 6,965 files of the venv's
-    site-packages fails either way). libcst's own comment there says validation is
-    better left out of parsing. The check is off only while the parser runs (one
-    thread per process: mpcheck does not build nodes meanwhile).
-    """
-    import libcst as cst
-
-    try:  # libcst's internals: another release may move them; then parse as libcst does
-        from libcst._nodes.base import CSTNode
-
-        checked = CSTNode.__dict__["__post_init__"]
-    except (ImportError, KeyError):
-        return cst.parse_module(source)
-    CSTNode.__post_init__ = _unchecked  # type: ignore[method-assign]
-    try:
-        return cst.parse_module(source)
-    finally:
-        CSTNode.__post_init__ = checked  # type: ignore[method-assign]
-
-
-def _unchecked(self: object) -> None:
-    """CSTNode.__post_init__ while the parser runs (see parse)."""

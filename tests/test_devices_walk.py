@@ -65,7 +65,7 @@ def test_a_file_analysed_leaves_its_tree_to_reference_counting():
 
     import libcst as cst
 
-    from mpcheck import analysis
+    from mpcheck import analysis, parsing
     from mpcheck.devices import memo
     from mpcheck.rules import all_rules
 
@@ -83,7 +83,7 @@ def test_a_file_analysed_leaves_its_tree_to_reference_counting():
         "        return self.b(self.a(x))\n"
         "y = Net()(torch.randn(2, 4).to('cuda:0'))\n"
     )
-    tree = analysis.parse(source)
+    tree = parsing.parse(source)
     was = gc.isenabled()
     gc.disable()
     try:

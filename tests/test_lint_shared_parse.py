@@ -13,18 +13,18 @@ import pytest
 from lint_fakes import write
 from test_lint_slices import MODULE
 
-from mpcheck import analysis, cli
+from mpcheck import cli, parsing
 from mpcheck.devices.summary import summarize_module
 from mpcheck.lint import pipeline, schedule
 from mpcheck.lint.slices import summary_source, summary_tree
 
 
 def from_text(text, names):
-    return summarize_module(analysis.parse(summary_source(text, names)), "m")
+    return summarize_module(parsing.parse(summary_source(text, names)), "m")
 
 
 def from_tree(text, names):
-    tree = summary_tree(analysis.parse(text), text, names)
+    tree = summary_tree(parsing.parse(text), text, names)
     assert tree is not None
     return summarize_module(tree, "m")
 
@@ -53,7 +53,7 @@ def test_a_dropped_method_becomes_the_same_stub_and_a_class_line_of_two_statemen
                 return self.l(x)
         """
     )
-    tree = summary_tree(analysis.parse(text), text, ["Net"])
+    tree = summary_tree(parsing.parse(text), text, ["Net"])
     assert tree is not None
     code = tree.code
     assert "def unused(self): self.h = None" in code and "@property" not in code and "a = 1; b = 2" in code
@@ -64,12 +64,12 @@ def test_a_line_of_statements_over_several_lines_is_left_to_the_text_cut():
     # The text cut keeps lines, not statements: `x = (1,\n 2); y = 3` with only y needed would keep
     # a part of a statement. The tree cannot be cut the same way: None, the caller parses the text.
     text = "x = (1,\n     2); y = 3\nz = 4\n"
-    assert summary_tree(analysis.parse(text), text, ["y"]) is None
+    assert summary_tree(parsing.parse(text), text, ["y"]) is None
 
 
 def test_a_module_that_changes_the_default_device_is_summarised_whole():
     text = "import torch\ntorch.set_default_device('cuda:1')\ndef f():\n    return torch.zeros(1)\ndef g():\n    pass\n"
-    tree = analysis.parse(text)
+    tree = parsing.parse(text)
     assert summary_tree(tree, text, ["g"]) is tree
 
 
@@ -119,13 +119,13 @@ def cycle(tmp_path, monkeypatch):
     write(tmp_path, {"pyproject.toml": "[project]\nname='p'\n", "a.py": SPLIT_A, "b.py": SPLIT_B, "c.py": "import b\n"})
     monkeypatch.chdir(tmp_path)
     parses: list[str] = []
-    parse = analysis.parse
+    parse = parsing.parse
 
     def counting_parse(source):
         parses.append(source)
         return parse(source)
 
-    monkeypatch.setattr(analysis, "parse", counting_parse)
+    monkeypatch.setattr(parsing, "parse", counting_parse)
     return parses
 
 

@@ -6,7 +6,7 @@ import textwrap
 
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from mpcheck import analysis
+from mpcheck import parsing
 from mpcheck.rules.context import positions
 
 
@@ -25,7 +25,7 @@ def test_positions_are_those_of_the_metadata_wrapper():
                 return z  # done
         """
     )
-    module = analysis.parse(text)
+    module = parsing.parse(text)
     expected = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
     got = positions(module)
     assert dict(expected) == dict(got) and len(got) > 40
@@ -58,7 +58,7 @@ def test_positions_of_a_few_nodes_are_those_of_every_node():
     assert len(files) > 20
     for path in files:
         with open(path, encoding="utf-8") as fh:
-            module = analysis.parse(fh.read())
+            module = parsing.parse(fh.read())
         expected = positions(module)
         nodes = list(expected)
         for group in (nodes[i::7] for i in range(7)):
@@ -69,7 +69,7 @@ def test_positions_of_a_few_nodes_are_those_of_every_node():
 def test_positions_of_nodes_of_another_tree_are_left_out():
     from mpcheck.rules.spans import positions_of
 
-    one, other = analysis.parse("x = f(1)\n"), analysis.parse("y = g(2)\n")
+    one, other = parsing.parse("x = f(1)\n"), parsing.parse("y = g(2)\n")
     call = other.body[0].body[0].value
     assert positions_of(one, [call]) == {}
     assert positions_of(other, [call]) == {call: positions(other)[call]}
@@ -80,7 +80,7 @@ def test_positions_of_odd_files():
     from mpcheck.rules.spans import positions_of
 
     for text in ("x = f(\n  1)", "class A:\n    def f(self): return g(1)", "# only\n", "", "if x:\n    pass\n# end"):
-        module = analysis.parse(text)
+        module = parsing.parse(text)
         expected = positions(module)
         for node in expected:
             assert positions_of(module, [node]) == {node: expected[node]}, (text, node)
@@ -92,9 +92,9 @@ def test_placed_nodes_need_no_positions_of_the_whole_file():
     from mpcheck.rules.context import FileContext
 
     text = "import torch\n\n\ndef f(x):\n    return g(\n        x.to('cuda:1'))\n"
-    module = analysis.parse(text)
+    module = parsing.parse(text)
     call = module.body[1].body.body[0].body[0].value
-    stranger = analysis.parse("h(1)\n").body[0].body[0].value
+    stranger = parsing.parse("h(1)\n").body[0].body[0].value
     ctx = FileContext("f.py", text, module)
     ctx.place([call, stranger])
     assert ctx.span(call) == ((5, 12), (6, 24)) and ctx.line(stranger) == 1

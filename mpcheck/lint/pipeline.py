@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import mpcheck.codes
-from mpcheck import syntax
+from mpcheck import parsing, syntax
 from mpcheck.config import Settings
 from mpcheck.finding import Finding
 from mpcheck.lint import callers, forked, modules, noqa, schedule, slices
@@ -198,9 +198,7 @@ def _one_task(work: tuple[Any, ...]) -> tuple[Any, ...]:
     summary, lint = work
     if lint is None:
         return _summarize_task(summary), None
-    from mpcheck import analysis
-
-    tree = analysis.parse_or_none(lint[3])  # a file that does not parse: each task fails its own way
+    tree = parsing.parse_or_none(lint[3])  # a file that does not parse: each task fails its own way
     return (_summarize_task(summary, tree) if summary is not None else None), _analyze_task(lint, tree)
 
 
@@ -836,7 +834,7 @@ def _analyze_misses(
         # its cost, needs no summary, so it runs in this process while workers summarise its imports.
         parsed: dict[str, Any] = {}
         only = misses[0] if len(misses) == 1 else None
-        beside = (lambda: parsed.update({only.src.path: analysis.parse_or_none(only.text)})) if only else None
+        beside = (lambda: parsed.update({only.src.path: parsing.parse_or_none(only.text)})) if only else None
         for made in _run_tasks(_summarize_task, todo, [len(t[1]) for t in todo], jobs, beside):
             summary_made(*made)
         tasks = [task(f) for f in misses]
