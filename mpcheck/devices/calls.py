@@ -178,6 +178,19 @@ class Calls(Part):
         self, mod: Obj, args: list[Val], kwargs: dict[str, Val], st: State, node: cst.CSTNode, exprs: ArgExprs = None
     ) -> Val:
         """Calling a module: its inputs must be where it is; the output is where it ends."""
+        hooks = (mod.extra or {}).get(_HOOKS, ())
+        if "register_forward_pre_hook" in hooks:
+            # A pre-hook runs first and may move or replace the inputs: where they arrive is not known.
+            args = [_somewhere(a) for a in args]
+            kwargs = {k: _somewhere(a) for k, a in kwargs.items()}
+        out = self._module_call(mod, args, kwargs, st, node, exprs)
+        if "register_forward_hook" in hooks:
+            return _somewhere(out)  # a forward hook may move or replace the output
+        return out
+
+    def _module_call(
+        self, mod: Obj, args: list[Val], kwargs: dict[str, Val], st: State, node: cst.CSTNode, exprs: ArgExprs
+    ) -> Val:
         if (mod.extra or {}).get("collapsed"):
             return UNK  # a split model moved whole (MP007): its forward's devices are not known
         if args:
@@ -590,6 +603,11 @@ class Calls(Part):
     ) -> Val:
         if meth in ("to", "cuda", "cpu"):
             return self.interp.moves.move(recv, meth, args, kwargs, node, st)
+        if meth in _FORWARD_HOOKS and isinstance(recv, Obj) and recv.kind in ("module", "any"):
+            # Module.register_forward_(pre_)hook works in place, on every later call (module_call).
+            extra = recv.extra or {}
+            recv.extra = {**extra, _HOOKS: (*extra.get(_HOOKS, ()), meth)}
+            return UNK
         if "device_map" in kwargs:
             return self.interp.library.dispatched(meth, args, kwargs, node, st)
         if meth == "parallelize" and isinstance(recv, Obj | type(UNK)) and isinstance(node.func, cst.Attribute):
@@ -849,3 +867,14 @@ def _relinked(result: Val, first: tuple[tuple[int | None, ...], bool], args: lis
         if not stepped and lead.lineage != OFF_CHAIN:
             return result.with_(lineage=lead.lineage, hop=lead.hop)
     return result.with_(lineage=None, hop=0)
+
+
+_HOOKS = "forward hooks"  # the key, in a module's `extra`, of the forward hooks registered on it
+_FORWARD_HOOKS = frozenset({"register_forward_pre_hook", "register_forward_hook"})
+
+
+def _somewhere(v: Val) -> Val:
+    """A tensor argument or result a hook may have moved: of unknown device."""
+    if isinstance(v, Obj) and v.kind not in ("module", "scalar") and v.devs is not None:
+        return v.with_(devs=None, origin="", at=None)
+    return v

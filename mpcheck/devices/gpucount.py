@@ -110,6 +110,11 @@ class GpuCount:
         finally:
             self._guards -= really
 
+    @property
+    def guarding(self) -> bool:
+        """Inside a branch of a test the model could not decide (see guarded)."""
+        return self._guards > 0
+
     def answer(self) -> Val:
         """The value of `torch.cuda.device_count()`."""
         self.asked = True

@@ -50,7 +50,16 @@ class Instances(Part):
         self, cinfo: ClassInfo, args: list[Val], kwargs: dict[str, Val], st: State | None, node: cst.CSTNode | None
     ) -> Obj:
         cur = st.cur if st else CURRENT
-        key = (tuple(value_key(a) for a in args), tuple(sorted((k, value_key(v)) for k, v in kwargs.items())), cur)
+        # Built in a branch of a test the model cannot decide (`if __name__ == "__main__":`), an
+        # index past the last GPU is not recorded (GpuCount.guarded): that build is no stand-in
+        # for the one the class is checked on (default_instance).
+        guarded = self.interp.gpus.guarding
+        key = (
+            tuple(value_key(a) for a in args),
+            tuple(sorted((k, value_key(v)) for k, v in kwargs.items())),
+            cur,
+            guarded,
+        )
         if key in cinfo.instances:
             obj = cinfo.instances[key]
             self._check_built_after_setdev(cinfo, obj, args, kwargs, st, node)
@@ -146,7 +155,7 @@ class Instances(Part):
             return
         # Built after set_device: would it be split with the default current device?
         plain = self.instantiate(cinfo, args, kwargs, None, None)
-        if plain.split and obj.split != plain.split:
+        if plain.split and obj.split != plain.split and obj.split != _on_first_gpu(plain.split):
             self.interp.recorder.record(
                 SplitBuiltAfterSetDevice(
                     node=node, mode=st.mode, setdev=st.setdev, plain=plain, obj=obj, where=tuple(where)
@@ -195,3 +204,9 @@ class Instances(Part):
             obj.devs = None
         elif placed and len(set(devs)) == 1 and all(placements(v) for v in obj.attrs.values() if is_moduleish(v)):
             obj.devs = one(devs[0])
+
+
+def _on_first_gpu(split: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    """`split` where the current device is cuda:0, as in a process that never changed it: a
+    `set_device(0)` before the build lands the index-less stages where they would land anyway."""
+    return tuple((attr, "cuda:0" if dev == CURRENT else dev) for attr, dev in split)

@@ -109,6 +109,9 @@ class Library(Part):
         if handler is None:
             # Maybe a function of another project file (`utils.train_one_epoch(...)`): callers.py
             note_call(self.interp, q.rpartition(".")[0], c.last, args, kwargs, node)
+            # A function the model does not know may compute on what it gets, in place too
+            # (`dist.all_reduce(t)`, a library kernel): no idle round trip (MP005), as for any call.
+            used(*args, *kwargs.values())
             return UNK
         return handler(self, c)
 
@@ -197,6 +200,8 @@ class Library(Part):
                 flat.extend((x, elts[j].value if elts else None) for j, x in enumerate(a.items))
             elif isinstance(a, SeqV) and a.spans is not None:
                 flat.extend((x, e) for x in a.spans)  # a tensor from a parameter on each device of a split model
+            elif isinstance(a, SeqV) and isinstance(a.elem, Obj):
+                flat.append((a.elem, e))  # items of unknown number, all like this one (`torch.cat(outs)`)
             else:
                 flat.append((a, e))
         if q.rsplit(".", 1)[-1] in T.CLASS_DIM_LOSSES:
@@ -491,6 +496,9 @@ def _dtype(lib: Library, c: LibCall) -> Val:
 
 
 def _pipeline_wrapper(lib: Library, c: LibCall) -> Val:
+    if c.last in T.PROCESS_PIPELINE_WRAPPERS:
+        # This process's stage only, fed and drained by the wrapper: takes what it is given, moved or not.
+        return Obj("passthrough", None, origin=f"one stage per process, run by {c.last}()", at=c.node)
     # fairscale's Pipe, tensor_parallel(...): the result spans several devices by construction.
     return Obj("module", None, dispatched=f"{c.last}()", origin=f"split by {c.last}()", at=c.node)
 
@@ -566,6 +574,23 @@ def _torch_device(args: list[Val]) -> Val:
     return DeviceV(d, text="torch.device") if d is not None else (a if isinstance(a, DeviceV) else DeviceV(None))
 
 
+def _copied(lib: Library, c: LibCall) -> Val:
+    """`copy.deepcopy(model)`, `copy.copy(t)`: a new object, its parts placed where the original's are."""
+    v = c.args[0] if c.args else UNK
+    if isinstance(v, Obj):
+        name = lib.interp.ident_names.get(v.ident, "copy") if v.ident is not None else ""
+        return v.with_(
+            attrs=dict(v.attrs) if v.attrs is not None else None,
+            ident=lib.interp.new_ident(name) if v.ident is not None else None,
+            extra=dict(v.extra) if v.extra else v.extra,
+        )
+    if isinstance(v, SeqV):
+        return SeqV(v.items, elem=v.elem, kind=v.kind, module=v.module, spans=v.spans, spans_by=v.spans_by)
+    if isinstance(v, DictV):
+        return DictV(dict(v.items), module=v.module, namespace=v.namespace)
+    return UNK
+
+
 def _builtin(lib: Library, c: LibCall) -> Val:
     q, args = c.q, c.args
     if q == "range":
@@ -613,7 +638,9 @@ def _builtin(lib: Library, c: LibCall) -> Val:
             items = a.items
             if q == "reversed" and items is not None:
                 items = tuple(reversed(items))
-            return SeqV(items, elem=a.elem, kind="list", module=a.module)
+            return SeqV(items, elem=a.elem, kind="list", module=a.module, spans=a.spans, spans_by=a.spans_by)
+        if isinstance(a, ParamsOf) and q in ("list", "tuple"):
+            return a  # `ps = list(model.parameters())`: the same parameters, in the same order
         return UNK
     if q == "dict":
         return _dict_call(lib, c)
@@ -778,6 +805,7 @@ EXACT: dict[str, Handler] = _exact(
     ("functools.partial", _partial),
     (("types.SimpleNamespace", "argparse.Namespace"), _namespace),
     ("collections.OrderedDict", _dict_call),
+    (("copy.deepcopy", "copy.copy"), _copied),
     (COUNT_FUNCTIONS, _device_count),
     (("torch.nn.Parameter", "torch.nn.parameter.Parameter"), _parameter),
     (("torch.nn.Sequential", "torch.nn.ModuleList"), _sequential),
@@ -795,7 +823,7 @@ def _is_nn_class(q: str, last: str) -> bool:
 
 
 def _is_wrapper(q: str, last: str, kwargs: dict[str, Val]) -> bool:
-    return last in T.PIPELINE_WRAPPERS and not q.startswith("torch.nn.")
+    return (last in T.PIPELINE_WRAPPERS or last in T.PROCESS_PIPELINE_WRAPPERS) and not q.startswith("torch.nn.")
 
 
 def _is_dispatch(q: str, last: str, kwargs: dict[str, Val]) -> bool:
@@ -841,7 +869,7 @@ class Family:
 
 
 FAMILIES: tuple[Family, ...] = (
-    Family("pipeline wrapper (fairscale Pipe, tensor_parallel)", _is_wrapper, _pipeline_wrapper),
+    Family("pipeline wrapper (fairscale Pipe and AsyncPipe, tensor_parallel)", _is_wrapper, _pipeline_wrapper),
     Family("dispatched with device_map= (accelerate, transformers)", _is_dispatch, _dispatcher),
     Family("python builtin", _is_builtin, _builtin),
     Family("device hook of another library (cpu_offload, add_hook_to_module)", _is_device_hook, _device_hook),

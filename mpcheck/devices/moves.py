@@ -91,6 +91,8 @@ class Moves(Part):
             return None, False  # .to(dtype=...), .to(memory_format=...)
         if isinstance(a, DtypeV) or (isinstance(a, QName) and T.is_dtype_name(a.q)):
             return None, False
+        if isinstance(a, SymV) and "dtype" in a.name.rsplit(".", 1)[-1].lower():
+            return None, False  # `.to(weight_dtype)`, `.to(self.dtype)`: a cast, not a move
         if isinstance(a, Obj) and a.kind != "module":
             return a.devs, True
         devs = as_device(a)

@@ -368,7 +368,12 @@ LOSS_FUNCTIONS = frozenset(
 CLASS_DIM_LOSSES = frozenset({"cross_entropy", "nll_loss", "multi_margin_loss", "CrossEntropyLoss", "NLLLoss"})
 CLASS_DIM = "<class_dim>"  # the key, in a loss module's `extra`, of the class-dimension loss it is
 DISPATCHERS = frozenset({"dispatch_model", "load_checkpoint_and_dispatch"})
+# Wrappers that run a model split over the devices of one process and move activations themselves.
 PIPELINE_WRAPPERS = frozenset({"Pipe", "GPipe", "tensor_parallel"})
+# Pipelines of one stage per process (fairscale's AsyncPipe and MultiProcessPipe, DeepSpeed's
+# PipelineModule): what a process holds is its own stage, on a device the model cannot know, and
+# the wrapper passes activations between processes, so `.cuda()` of it undoes no split.
+PROCESS_PIPELINE_WRAPPERS = frozenset({"AsyncPipe", "MultiProcessPipe", "PipelineModule"})
 SPLIT_DEVICE_MAPS = frozenset({"auto", "balanced", "balanced_low_0", "sequential"})
 
 

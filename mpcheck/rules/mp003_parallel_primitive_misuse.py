@@ -25,7 +25,7 @@ _ADVICE = {
 
 class ParallelPrimitiveMisuse(Rule):
     code = "MP003"
-    needs = ("nn.parallel", "cuda.comm")
+    needs = ("nn.parallel", "cuda.comm", "import comm")  # `from torch.cuda import comm`
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         for ev in ctx.model.facts(ParallelPrimitive):

@@ -84,7 +84,8 @@ def _made_on_current_device(rule: Rule, ctx: FileContext, reported: set[int]) ->
 
 def _indexless_in_split_code(runs: list[EntryPointRun]) -> list[IndexlessPlacement]:
     """The index-less placements after set_device (not inside `with torch.cuda.device`, where
-    index-less means that device on purpose) in entry points that build or run a split model;
+    index-less means that device on purpose, nor where it made cuda:0 current) in entry points that
+    build or run a split model;
     one per node, from the first entry point that reached it."""
     out: list[IndexlessPlacement] = []
     seen: set[int] = set()
@@ -92,7 +93,9 @@ def _indexless_in_split_code(runs: list[EntryPointRun]) -> list[IndexlessPlaceme
         if not run.builds_split:
             continue
         for p in run.placements:
-            if not p.under_device_context and id(p.node) not in seen:
+            # After set_device(0) an index-less placement lands where it lands in a process that never
+            # changed the device: the setting changes nothing there.
+            if not p.under_device_context and p.dev != "cuda:0" and id(p.node) not in seen:
                 seen.add(id(p.node))
                 out.append(p)
     return out
