@@ -785,3 +785,64 @@ def test_encoder_layers_alternating_gpus_before_a_split_decoder_are_a_ping_pong(
     status, report, err = dryrun_cli(s, "--gpus", "2")
     assert status == 0, err
     assert ("MP006", s.line("layer")) in codes_at(report)
+
+
+# A host copy of a GPU tensor made with `*_like(..., device="cpu")`: on the CPU as asked (it once kept the
+# GPU tensor's label, so adding CPU tensors to it was a false MP001 and adding the GPU tensor was missed).
+HOST_SHADOW = """
+import torch
+import torch.nn as nn
+
+layer = nn.Linear(16, 16).to("cuda:1")
+shadow = torch.zeros_like(layer.weight, device="cpu")
+scratch = layer.weight.new_zeros((16, 16), device=torch.device("cpu"))
+for step in range(2):
+    layer(torch.randn(4, 16, device="cuda:1")).sum().backward()
+    with torch.no_grad():
+        shadow.mul_(0.9).add_(layer.weight.detach().cpu(), alpha=0.1)
+        scratch.add_(torch.ones(16, 16))
+        SHADOW_UPDATE  # <- update
+print("finished")
+"""
+
+
+def test_a_host_copy_made_like_a_gpu_tensor_is_on_the_cpu(script, dryrun_cli):
+    status, report, err = dryrun_cli(
+        script(HOST_SHADOW.replace("SHADOW_UPDATE", "shadow.add_(torch.ones(16, 16))")), "--gpus", "2"
+    )
+    assert status == 0, err
+    assert report["findings"] == []
+
+
+def test_a_gpu_tensor_added_to_a_host_copy_made_like_it_is_reported(script, dryrun_cli):
+    s = script(HOST_SHADOW.replace("SHADOW_UPDATE", "shadow.add_(layer.weight)"))
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert ("MP001", s.line("update")) in codes_at(report)
+
+
+# CTC: the lengths stay on the CPU next to log-probabilities on a GPU (PyTorch reads them on the host).
+CTC = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+T, B, C = 20, 3, 12
+rnn = nn.GRU(32, 32).to("cuda:1")
+proj = nn.Linear(32, C).to("cuda:1")
+for step in range(2):
+    out, _ = rnn(torch.randn(T, B, 32, device="cuda:1"))
+    log_probs = proj(out).log_softmax(-1)
+    targets = torch.randint(1, C, (B, 6), device="cuda:1")
+    input_lengths = torch.full((B,), T, dtype=torch.long)
+    target_lengths = torch.tensor([6, 4, 5])
+    loss = nn.CTCLoss(zero_infinity=True)(log_probs, targets, input_lengths, target_lengths)
+    loss = loss + F.ctc_loss(log_probs, targets, input_lengths, target_lengths, zero_infinity=True)
+    loss.backward()
+print("finished")
+"""
+
+
+def test_ctc_lengths_on_the_cpu_run_clean(script, dryrun_cli):
+    status, report, err = dryrun_cli(script(CTC), "--gpus", "2")
+    assert status == 0, err
+    assert report["findings"] == []

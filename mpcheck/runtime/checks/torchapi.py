@@ -111,6 +111,9 @@ PYTHON_CALLS: dict[str, int] = {
     # on any device (pack_padded_sequence refuses lengths on a GPU)
     "_pack_padded_sequence": CPU_INDEX,
     "_pad_packed_sequence": CPU_INDEX,
+    # CTC: the input and target lengths are read on the host (PyTorch copies them there itself), and
+    # cuDNN's kernel wants the targets there too: CPU tensors next to log-probabilities on a GPU
+    "ctc_loss": CPU_INDEX,
 }
 
 ATEN_OPS: dict[str, int] = {
@@ -134,6 +137,10 @@ ATEN_OPS: dict[str, int] = {
     "index_select": CPU_INDEX,
     "_pack_padded_sequence": CPU_INDEX,
     "_pad_packed_sequence": CPU_INDEX,
+    "ctc_loss": CPU_INDEX,
+    "_ctc_loss": CPU_INDEX,
+    "_use_cudnn_ctc_loss": CPU_INDEX,
+    "_cudnn_ctc_loss": CPU_INDEX,
 }
 
 # The names the checker lets mix CPU tensors with other devices, whatever their namespace.

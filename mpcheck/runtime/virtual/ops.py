@@ -107,6 +107,9 @@ def generic(g: VirtualGPUs, func, args, kwargs):
         kwargs["device"] = g.backing_device
         kwargs.pop("pin_memory", None)
         target = "cpu"
+    if target is None and kwargs.get("device") is not None and _on_cpu(kwargs["device"]):
+        # `torch.zeros_like(p, device="cpu")`: on the CPU as asked, not where `p` is labelled.
+        target = "cpu"
     dev, other = scan(g, args, kwargs)
     if _autograd_entry(func):
         return _autograd_call(g, func, args, kwargs)
