@@ -574,14 +574,14 @@ def _torch_device(args: list[Val]) -> Val:
     return DeviceV(d, text="torch.device") if d is not None else (a if isinstance(a, DeviceV) else DeviceV(None))
 
 
-def _copied(lib: Library, c: LibCall) -> Val:
-    """`copy.deepcopy(model)`, `copy.copy(t)`: a new object, its parts placed where the original's are."""
+def _deep_copy(lib: Library, c: LibCall) -> Val:
+    """`copy.deepcopy(model)`: a new object, its parts placed where the original's are. (Not `copy.copy`:
+    a shallow copy of a module shares its parameters, so moving one moves the other.)"""
     v = c.args[0] if c.args else UNK
     if isinstance(v, Obj):
-        name = lib.interp.ident_names.get(v.ident, "copy") if v.ident is not None else ""
         return v.with_(
             attrs=dict(v.attrs) if v.attrs is not None else None,
-            ident=lib.interp.new_ident(name) if v.ident is not None else None,
+            ident=lib.interp.new_ident(lib.interp.ident_names.get(v.ident, "copy")) if v.ident is not None else None,
             extra=dict(v.extra) if v.extra else v.extra,
         )
     if isinstance(v, SeqV):
@@ -805,7 +805,7 @@ EXACT: dict[str, Handler] = _exact(
     ("functools.partial", _partial),
     (("types.SimpleNamespace", "argparse.Namespace"), _namespace),
     ("collections.OrderedDict", _dict_call),
-    (("copy.deepcopy", "copy.copy"), _copied),
+    ("copy.deepcopy", _deep_copy),
     (COUNT_FUNCTIONS, _device_count),
     (("torch.nn.Parameter", "torch.nn.parameter.Parameter"), _parameter),
     (("torch.nn.Sequential", "torch.nn.ModuleList"), _sequential),
