@@ -846,3 +846,46 @@ def test_ctc_lengths_on_the_cpu_run_clean(script, dryrun_cli):
     status, report, err = dryrun_cli(script(CTC), "--gpus", "2")
     assert status == 0, err
     assert report["findings"] == []
+
+
+# torch.func: vmap's batched and grad's / jacrev's grad-tracking tensors have no storage of their own;
+# read as unlabelled, they were on the backing device (a false MP001 on a stage under jacrev, and
+# `.device` said "cpu").
+TORCH_FUNC = """
+import torch
+import torch.nn as nn
+from torch.func import functional_call, grad, jacrev, vmap
+
+trunk = nn.Linear(10, 16).to("cuda:0")
+head = nn.Linear(16, 1).to("cuda:1")
+params = {k: v.detach() for k, v in head.named_parameters()}
+
+
+def loss_fn(p, h, y):
+    out = functional_call(head, p, (h.unsqueeze(0),))  # <- head
+    return (out.squeeze() - y) ** 2
+
+
+x = torch.randn(5, 10, device="cuda:0")
+y = torch.randn(5, device="cuda:1")
+with torch.no_grad():
+    h = HOP
+per_sample = vmap(grad(loss_fn), in_dims=(None, 0, 0))(params, h, y)
+J = jacrev(lambda inp: torch.tanh(trunk(inp)))(x[0])
+assert J.device == torch.device("cuda:0"), J.device
+print("finished")
+"""
+
+
+def test_per_sample_gradients_and_jacobians_of_stages_run_clean(script, dryrun_cli):
+    status, report, err = dryrun_cli(
+        script(TORCH_FUNC.replace("HOP", 'torch.relu(trunk(x)).to("cuda:1")')), "--gpus", "2"
+    )
+    assert status == 0, err
+    assert report["findings"] == []
+
+
+def test_a_missing_hop_under_vmap_is_reported(script, dryrun_cli):
+    s = script(TORCH_FUNC.replace("HOP", "torch.relu(trunk(x))"))
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert ("MP001", s.line("head")) in codes_at(report), report["findings"]

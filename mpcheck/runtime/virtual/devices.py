@@ -42,6 +42,7 @@ import weakref
 from typing import Any
 
 import torch
+from torch._C import _functorch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from mpcheck.runtime.capture.hooks import in_outer_step
@@ -65,6 +66,22 @@ DEFAULT_DEVICE_MEMORY = 80 * 2**30  # an 80 GiB A100/H100; --device-memory chang
 # cuBLASLt on Hopper (measured on H200, PyTorch 2.x: two blocks at the first `nn.Linear`); older GPUs take
 # less (8 MiB + 1 MiB on Ampere), so this is the safe side.
 BLAS_WORKSPACES = (32 * 2**20, 1 * 2**20)
+
+
+def _storage_of(t: torch.Tensor) -> Any:
+    """`t`'s untyped storage, the one of the tensor it wraps for torch.func's wrappers (`vmap`'s
+    batched tensors, `grad`'s and `jacrev`'s grad-tracking ones have no storage of their own: read
+    as unlabelled, they were on the backing device, a false MP001 on a stage under `jacrev`); None
+    where there is none: sparse, nested or functionalised tensors, a LazyModule's
+    UninitializedParameter (no storage until its first call)."""
+    for _ in range(64):  # nested transforms (vmap(grad(f))) wrap once per level
+        try:
+            return t.untyped_storage()
+        except (RuntimeError, NotImplementedError, TypeError, ValueError):
+            if not _functorch.is_functorch_wrapped_tensor(t):
+                return None
+            t = _functorch.get_unwrapped(t)
+    return None
 
 
 class _StorageGone(weakref.ref):
@@ -203,11 +220,8 @@ class VirtualGPUs:
 
     # -- labels -----------------------------------------------------------------
     def label_of(self, t: torch.Tensor) -> str | None:
-        try:
-            return getattr(t.untyped_storage(), LABEL, None)
-        except (RuntimeError, NotImplementedError, TypeError, ValueError):  # sparse, nested, functional
-            # wrappers; a LazyModule's UninitializedParameter (ValueError: no storage until its first call)
-            return None
+        st = _storage_of(t)
+        return None if st is None else getattr(st, LABEL, None)
 
     def device_of(self, t: torch.Tensor) -> str:
         """The virtual device of `t` ("cuda:1"), else its real one ("cpu", "meta")."""
@@ -219,11 +233,9 @@ class VirtualGPUs:
 
     def label(self, t: torch.Tensor, dev: str) -> None:
         """Put `t`'s storage on the virtual device `dev` (once: a storage keeps its first label)."""
-        try:
-            st = t.untyped_storage()
-        except (RuntimeError, NotImplementedError, TypeError, ValueError):
-            return
-        self.label_storage(st, dev)
+        st = _storage_of(t)
+        if st is not None:
+            self.label_storage(st, dev)
 
     def storage_label(self, st: Any) -> str | None:
         """The virtual device of the untyped storage `st`, or None where it has none."""
