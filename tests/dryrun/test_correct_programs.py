@@ -889,3 +889,42 @@ def test_a_missing_hop_under_vmap_is_reported(script, dryrun_cli):
     s = script(TORCH_FUNC.replace("HOP", "torch.relu(trunk(x))"))
     status, report, err = dryrun_cli(s, "--gpus", "2")
     assert ("MP001", s.line("head")) in codes_at(report), report["findings"]
+
+
+# Meta backing: tensors made from data stay real CPU tensors (their values may be needed), those built
+# as shapes are meta. PyTorch's meta kernels refused mixes that its CUDA and CPU kernels accept: a 0-dim
+# CPU value in `masked_fill`, a real CPU tensor times a shape-only CPU one (stopped as "needs values").
+LEGAL_MIXES = """
+import torch
+import torch.nn as nn
+
+lin = nn.Linear(8, 8).to("cuda:1")
+opt = torch.optim.SGD(lin.parameters(), lr=0.1)
+slopes = torch.tensor([0.5, 0.25, 0.125, 0.0625])
+for _ in range(2):
+    h = lin(torch.randn(6, 8, device="cuda:1"))
+    d = h.masked_fill(h < -0.5, torch.tensor(-0.5))
+    e = torch.where(d > 0, d, torch.tensor(0.0)) * torch.tensor(1.5)
+    bias = (slopes[:, None] * torch.arange(8)[None, :].float()).to("cuda:1")
+    rows = e[torch.tensor([0, 2, 4])] + bias[0]
+    loss = rows.mean() + OTHER  # <- other
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+print("finished")
+"""
+
+
+def test_real_host_tensors_mixed_with_shape_only_ones_run_on_meta_backing(script, dryrun_cli):
+    status, report, err = dryrun_cli(
+        script(LEGAL_MIXES.replace("OTHER", "e.mean()")), "--gpus", "2", "--backing", "meta"
+    )
+    assert status == 0, err
+    assert report["findings"] == []
+    assert "stopped" not in report or not report["stopped"], report.get("stopped")
+
+
+def test_a_host_tensor_from_data_on_the_wrong_device_is_still_reported_on_meta_backing(script, dryrun_cli):
+    s = script(LEGAL_MIXES.replace("OTHER", "(e * slopes[:1])[0].sum()"))
+    status, report, err = dryrun_cli(s, "--gpus", "2", "--backing", "meta")
+    assert ("MP001", s.line("other")) in codes_at(report), report["findings"]

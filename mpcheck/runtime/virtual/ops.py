@@ -133,10 +133,12 @@ def generic(g: VirtualGPUs, func, args, kwargs):
     try:
         out = func(*args, **kwargs)
     except (RuntimeError, NotImplementedError, AssertionError, TypeError) as e:
-        clear = _explain(g, func, e, dev or target)
-        if clear is e:
-            raise
-        raise clear from e
+        out = _again_shapes_only(g, func, args, kwargs, e)
+        if out is e:
+            clear = _explain(g, func, e, dev or target)
+            if clear is e:
+                raise
+            raise clear from e
     if lab is not None and out is not None:
         if host is not None and isinstance(out, tuple):  # sizes PyTorch keeps on the CPU stay there
             g.label_outputs(tuple(o for i, o in enumerate(out) if i not in host), lab, args[0] if args else None)
@@ -206,6 +208,57 @@ def _on_cpu(device: Any) -> bool:
     if isinstance(device, str):
         return device == "cpu"
     return isinstance(device, torch.device) and device.type == "cpu"
+
+
+def _again_shapes_only(g: VirtualGPUs, func, args: tuple, kwargs: dict, error: BaseException) -> Any:
+    """With meta backing, a call that mixed shape-only tensors with real ones (a 0-dim `torch.tensor(0.5)`
+    as `masked_fill`'s value, lengths that PyTorch keeps on the host, a CPU tensor made from data beside
+    one built on the CPU as a shape) and failed: PyTorch's meta kernels refuse what its CUDA and CPU
+    kernels accept (`Tensor on device cpu is not on the expected device meta`). The virtual devices were
+    checked already (scan()), so the call runs again with the real tensors as shapes, each keeping its
+    virtual device. `error` is returned where there is nothing to retry; the retry's own error is raised
+    (explained) where it fails too: an op that needs values."""
+    if g.backing != "meta":
+        return error
+    real: dict[int, Any] = {}
+
+    def gather(a: Any) -> None:
+        if isinstance(a, torch.Tensor):
+            if a.device.type != "meta" and id(a) not in real:
+                real[id(a)] = a
+        elif isinstance(a, (list, tuple)):
+            for x in a:
+                gather(x)
+
+    for a in (*args, *kwargs.values()):
+        gather(a)
+    if not real:
+        return error
+    before = g.tls.op_device
+    g.tls.op_device = UNKNOWN  # the shape copies are labelled below, with their tensors' own devices
+    try:
+        shapes = {}
+        for key, t in real.items():
+            m = t.detach().to("meta").requires_grad_(t.requires_grad) if t.is_leaf else t.to("meta")
+            g.label(m, g.label_of(t) or "cpu")
+            shapes[key] = m
+    finally:
+        g.tls.op_device = before
+
+    def swap(a: Any) -> Any:
+        if isinstance(a, torch.Tensor):
+            return shapes.get(id(a), a)
+        if isinstance(a, (list, tuple)) and any(isinstance(x, (torch.Tensor, list, tuple)) for x in a):
+            return type(a)(swap(x) for x in a) if not hasattr(a, "_fields") else type(a)(*(swap(x) for x in a))
+        return a
+
+    args = tuple(swap(a) for a in args)
+    kwargs = {k: swap(v) for k, v in kwargs.items()}
+    try:
+        return func(*args, **kwargs)
+    except (RuntimeError, NotImplementedError, AssertionError, TypeError) as again:
+        clear = _explain(g, func, again, None)
+        raise clear from again
 
 
 def _explain(g: VirtualGPUs, func, e: BaseException, dev: str | None) -> BaseException:
