@@ -423,6 +423,47 @@ def test_a_tensor_no_layer_reads_where_it_was_moved_is_a_round_trip(script, dryr
     assert f["devices"] == ["cuda:0", "cuda:1"]
 
 
+# Each stage sends its output back to the primary GPU and the next stage, on the other GPU, moves its
+# input straight back first: the module that received the data never used it on the primary GPU, so this
+# is a round trip (the stage's call once counted as a use of its input). A next stage on the primary GPU
+# uses it there: silent.
+BACK_TO_PRIMARY = """
+import torch
+import torch.nn as nn
+
+
+class Stage(nn.Module):
+    def __init__(self, dev):
+        super().__init__()
+        self.dev = dev
+        self.net = nn.Sequential(nn.Linear(64, 64), nn.GELU(), nn.Linear(64, 64)).to(dev)
+
+    def forward(self, x):
+        y = self.net(x.to(self.dev))  # <- back
+        return y.to("cuda:0")
+
+
+s0, s1, s2 = Stage("cuda:0"), Stage("cuda:1"), Stage("{last}")
+opt = torch.optim.SGD([*s0.parameters(), *s1.parameters(), *s2.parameters()], lr=0.01)
+for _ in range(3):
+    h = s2(s1(s0(torch.randn(32, 64, device="cuda:0"))))
+    opt.zero_grad()
+    h.pow(2).mean().backward()
+    opt.step()
+print("finished")
+"""
+
+
+def test_a_stage_that_moves_its_input_straight_back_makes_a_round_trip(script, dryrun_cli):
+    s = script(BACK_TO_PRIMARY.format(last="cuda:1"))
+    f = only_finding(dryrun_cli, s, "MP005", "back")
+    assert f["devices"] == ["cuda:1", "cuda:0"]
+
+
+def test_a_stage_on_the_primary_gpu_uses_what_came_back(script, dryrun_cli):
+    assert_silent(dryrun_cli, script(BACK_TO_PRIMARY.format(last="cuda:0")))
+
+
 # -- an offload: the GPU copy freed while the data waits on the host (MP005) ----------------------------
 # A copy to the host, the GPU original freed, other work on that GPU, and the host copy brought back: the
 # memory went to that work, so the return trip is the price of an offload, not a round trip. Freed with

@@ -248,8 +248,10 @@ def _patch_module_call(
     device_of = checker.devices.device_of
 
     def checked_call(module, *args, **kwargs):
-        if checker.arrived_objects:  # a moved tensor given to a module is used where it arrived (MP005);
-            checker.note_reads(args, kwargs)  # the module's own ops may run unchecked (signature cache)
+        # A moved tensor given to a module that runs without the function mode (signature cache, a torch.nn
+        # leaf on its own device, a suspended checker, a compiled module) counts as used where it arrived
+        # (MP005): the ops that read it are not seen. Under the mode they are, and a module that only moves
+        # its input on (`x.to(self.dev)` first) has not used it: a round trip through it is reported.
         stack = tls.unchecked_stack  # tls.stack while tls.unchecked is set, else None
         if stack is not None:
             # Inside a call already running unchecked (the modes aside; never an outermost call):
@@ -295,6 +297,8 @@ def _patch_module_call(
                 else:
                     hit = key_of(module, args, kwargs) in rec[1]
                 if hit:
+                    if checker.arrived_objects:
+                        checker.note_reads(args, kwargs)
                     stack.append(rec[2])
                     try:
                         if plain:
@@ -304,6 +308,9 @@ def _patch_module_call(
                         return orig_call(module, *args, **kwargs)
                     finally:
                         stack.pop()
+        if tls.suspended or module._compiled_call_impl is not None:
+            if checker.arrived_objects:
+                checker.note_reads(args, kwargs)
         if tls.suspended:
             return orig_call(module, *args, **kwargs)
         stack = tls.stack
@@ -345,6 +352,8 @@ def _patch_module_call(
         else:
             key = key_of(module, args, kwargs)
         if cache.is_clean(module, key):
+            if checker.arrived_objects:
+                checker.note_reads(args, kwargs)
             if tls.unchecked:  # inside a call already unchecked: the modes are aside
                 stack.append(path)
                 try:
@@ -472,6 +481,8 @@ def _patch_module_call(
                     # non-tensor argument (LSTM's (h, c) tuple): no.
                     n = tf_len()
                     if n and tf_top(n - 1) is leaf_mode:
+                        if checker.arrived_objects:
+                            checker.note_reads(args, kwargs)
                         tls.leaf_bypass = id(module)  # the signature cache may skip this call's key (leaf_device)
                         popped = tf_pop()
                         stack.append(path)
