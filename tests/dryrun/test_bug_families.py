@@ -343,3 +343,44 @@ for i, layer in enumerate(layers):
     assert codes_at(report) == [("MP001", s.line("use"))]
     f = report["findings"][0]
     assert set(f["devices"]) == {"cuda:0", "cuda:1", "cuda:2", "cuda:3"} and f["extra"]["count"] == 3
+
+
+# A custom autograd Function that hops to the next GPU in forward and returns the gradient unmoved:
+# PyTorch's engine refuses it in backward ("returned an invalid gradient ... expected device"); the
+# finding is at the Function's return, and the fixed backward runs clean.
+CUSTOM_HOP = """
+import torch
+import torch.nn as nn
+
+
+class Hop(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, dst):
+        ctx.src = x.device
+        return x.to(dst)
+
+    @staticmethod
+    def backward(ctx, g):
+        return GRAD, None  # <- return
+
+
+a = nn.Linear(8, 8).to("cuda:0")
+b = nn.Linear(8, 2).to("cuda:1")
+for _ in range(2):
+    b(Hop.apply(a(torch.randn(4, 8, device="cuda:0")), torch.device("cuda:1"))).pow(2).mean().backward()
+print("finished")
+"""
+
+
+def test_a_custom_function_returning_its_gradient_on_the_wrong_device(script, dryrun_cli):
+    s = script(CUSTOM_HOP.replace("GRAD", "g"))
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert codes_at(report) == [("MP001", s.line("return"))]
+    assert report["findings"][0]["devices"] == ["cuda:0", "cuda:1"]
+    assert "invalid gradient" in report["stopped"]
+
+
+def test_a_custom_function_returning_its_gradient_on_the_input_device_is_silent(script, dryrun_cli):
+    status, report, err = dryrun_cli(script(CUSTOM_HOP.replace("GRAD", "g.to(ctx.src)")), "--gpus", "2")
+    assert status == 0, err
+    assert report["findings"] == []

@@ -186,3 +186,38 @@ def test_data_parallel_around_a_stage_with_device_ids_starting_on_it_is_silent()
         dp = nn.DataParallel(model.dec, device_ids=[1, 0])
         dp(torch.randn(8, 64, device="cuda:1")).sum().backward()
     assert dbg.findings == []
+
+
+# MP001 in a custom autograd Function's backward --------------------------------------------------
+class Hop(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, dst):
+        ctx.src = x.device
+        return x.to(dst)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None  # wrong device
+
+
+class GoodHop(Hop):
+    @staticmethod
+    def backward(ctx, grad):
+        return grad.to(ctx.src), None
+
+
+def test_a_custom_function_returning_a_gradient_on_the_wrong_device_at_its_return():
+    a, b = nn.Linear(8, 8).to("cuda:0"), nn.Linear(8, 2).to("cuda:1")
+    with pytest.raises(DeviceMismatchError) as err:
+        with mpcheck.debug(nn.ModuleList([a, b]), report=None):
+            b(Hop.apply(a(torch.randn(4, 8, device="cuda:0")), torch.device("cuda:1"))).sum().backward()
+    f = err.value.finding
+    assert (f.code, f.line) == ("MP001", line_of(Hop.backward, "# wrong device"))
+    assert f.devices == ("cuda:0", "cuda:1")
+
+
+def test_a_custom_function_returning_its_gradient_on_the_input_device_is_silent():
+    a, b = nn.Linear(8, 8).to("cuda:0"), nn.Linear(8, 2).to("cuda:1")
+    with mpcheck.debug(nn.ModuleList([a, b]), report=None) as session:
+        b(GoodHop.apply(a(torch.randn(4, 8, device="cuda:0")), torch.device("cuda:1"))).sum().backward()
+    assert session.findings == []

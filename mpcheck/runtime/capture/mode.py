@@ -135,7 +135,10 @@ class CheckingMode(TorchFunctionMode):
         if kind == _BACKWARD:
             if not self._tls.stack:
                 checker.end_top_pass()  # the forward pass of the code that calls it is over
-            return func(*args, **kwargs)
+            try:
+                return func(*args, **kwargs)
+            except RuntimeError as e:  # a custom Function's gradient on the wrong device (MP001)
+                return checker.on_op_error(func, args, kwargs, e)
         if kind == _LOSS:
             checker.on_loss(args, kwargs)
             kind = _CHECK

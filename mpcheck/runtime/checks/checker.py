@@ -252,6 +252,7 @@ class Checker:
     _outermost_unplaced = mismatch._outermost_unplaced
 
     on_op_error = op_error.on_op_error
+    _report_gradient_device = op_error._report_gradient_device
 
     on_current_device_tensor = current_device.on_current_device_tensor
     _running_module = current_device._running_module

@@ -1,12 +1,16 @@
-"""MP012: PyTorch's own error, explained. A `.view()` refused for its strides, of a tensor that a
-transfer made: the copy kept a permuted tensor's strides, and the finding is at the transfer.
+"""PyTorch's own errors, explained. MP012: a `.view()` refused for its strides, of a tensor that a
+transfer made: the copy kept a permuted tensor's strides, and the finding is at the transfer. MP001: a
+custom autograd Function's backward returned a gradient on another device than its input's (autograd's
+engine refuses it when `backward()` runs): the finding is at the Function's `return`.
 """
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
 from mpcheck.runtime.checks.arguments import Args, Kwargs
+from mpcheck.runtime.checks.sites import Site
 from mpcheck.runtime.checks.wording import tensor_words
 
 if TYPE_CHECKING:
@@ -47,4 +51,68 @@ def on_op_error(self: Checker, func: Any, args: Args, kwargs: Kwargs, error: Run
             )
             if self.on_mismatch == "move":
                 return func(t.contiguous(), *args[1:], **kwargs)
+    if self.wants("MP001") and not self._tls.suspended:
+        bad = _INVALID_GRADIENT.search(str(error))
+        if bad is not None:
+            self._report_gradient_device(*bad.groups())
     raise error
+
+
+# autograd's engine (validate_outputs), in PyTorch's words; the dry run raises the same.
+_INVALID_GRADIENT = re.compile(
+    r"Function (\w+) returned an invalid gradient at index (\d+) - expected device (\S+) but got (\S+)"
+)
+
+
+def _report_gradient_device(self: Checker, node: str, index: str, expected: str, got: str) -> None:
+    backward = _backward_of(node)
+    site = _return_site(backward) if backward is not None else None
+    name = node[: -len("Backward")] if node.endswith("Backward") else node
+    self.emit(
+        "MP001",
+        site or self.sites(),
+        f"the backward of autograd Function {name} returns its gradient for input {index} on {got}, but that "
+        f"input is on {expected}: autograd refuses it when backward() runs",
+        devices=(expected, got),
+        suggestion=f"return it on {expected}, its input's device: `grad.to(ctx.device)` in backward, with "
+        "`ctx.device = x.device` saved in forward",
+        fatal=True,
+    )
+
+
+def _backward_of(node: str) -> Any:
+    """The user's `backward` of the autograd Function whose node type is `node` ("HopBackward"), found
+    among the Function subclasses that define one; None where none or several match."""
+    import torch
+
+    if not node.endswith("Backward"):
+        return None
+    name = node[: -len("Backward")]
+    found = []
+    todo = list(torch.autograd.Function.__subclasses__())
+    seen: set[int] = set()
+    while todo:
+        cls = todo.pop()
+        if id(cls) in seen:
+            continue
+        seen.add(id(cls))
+        todo.extend(cls.__subclasses__())
+        fn = cls.__dict__.get("backward")
+        if cls.__name__ == name and fn is not None:
+            found.append(getattr(fn, "__func__", fn))
+    return found[0] if len(found) == 1 else None
+
+
+def _return_site(fn: Any) -> Site | None:
+    """The line of `fn`'s `return` (its only one), else of its `def`."""
+    import dis
+
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return None
+    returns = [i.positions for i in dis.get_instructions(code) if i.opname.startswith("RETURN") and i.positions]
+    lines = {p.lineno for p in returns}
+    if len(lines) == 1 and returns[0].lineno is not None:
+        col = returns[0].col_offset
+        return Site(code.co_filename, returns[0].lineno, code.co_name, column=(col or 0) + 1)
+    return Site(code.co_filename, code.co_firstlineno, code.co_name)

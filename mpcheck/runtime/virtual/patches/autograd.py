@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from mpcheck.runtime.virtual.errors import VirtualDeviceError
 from mpcheck.runtime.virtual.patches.base import Patches
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -71,6 +72,8 @@ def install_python(g: VirtualGPUs, p: Patches) -> None:
             try:
                 # mpcheck's own mark on torch's node (torch's stub lists a Node's attributes)
                 node._mpcheck_devs = [g.label_of(o) if isinstance(o, torch.Tensor) else None for o in outs]  # type: ignore[attr-defined]
+                # and where the inputs live: the engine checks each gradient backward returns against them
+                node._mpcheck_inputs = [g.device_of(a) if isinstance(a, torch.Tensor) else None for a in args]  # type: ignore[attr-defined]
             except AttributeError:  # a node type without a __dict__
                 pass
         return out
@@ -85,9 +88,28 @@ def install_python(g: VirtualGPUs, p: Patches) -> None:
             for grad, dev in zip(grads, devs):
                 if dev is not None and isinstance(grad, torch.Tensor) and g.label_of(grad) is None:
                     g.label(grad, dev)
-        return _with_modes(g, orig_bw)(self, *grads)
+        out = _with_modes(g, orig_bw)(self, *grads)
+        inputs = getattr(self, "_mpcheck_inputs", None)
+        if inputs:
+            _check_gradient_devices(g, type(self).__name__, out, inputs)
+        return out
 
     p.set(BackwardCFunction, "apply", backward_apply)
+
+
+def _check_gradient_devices(g: VirtualGPUs, node: str, out: Any, inputs: list[str | None]) -> None:
+    """What autograd's engine checks of a custom Function's gradients (validate_outputs): each on its
+    input's device. A 0-dim gradient is moved there quietly; any other refuses, with PyTorch's words
+    (checks/op_error.py reads them, on real GPUs as here)."""
+    grads = out if isinstance(out, tuple) else (out,)
+    for i, (grad, dev) in enumerate(zip(grads, inputs)):
+        if dev is None or not isinstance(grad, torch.Tensor) or grad.dim() == 0:
+            continue
+        got = g.device_of(grad)
+        if got != dev:
+            raise VirtualDeviceError(
+                f"Function {node} returned an invalid gradient at index {i} - expected device {dev} but got {got}"
+            )
 
 
 def _saved_metadata(x: torch.Tensor) -> dict[str, Any]:
