@@ -230,8 +230,16 @@ class Moves(Part):
                 # A table of self moved to its input's device (`self.pe.to(x.device)`): the method's own
                 # run (x unknown) comes first and must not hide the run a caller makes with x on a known
                 # GPU, so one fact per pair of ends. Other moves keep the first run's (an activation
-                # fanned out to experts in a loop is judged as its own forward sees it).
-                key=(recv.devs, devs) if reads_attribute else None,
+                # fanned out to experts in a loop is judged as its own forward sees it), except a move back
+                # of a value that came idle from there: a helper's first run (`to_enc(x)`, x from the
+                # caller) must not hide the round trip of a later call (`to_enc(h)`, h just moved away).
+                key=(recv.devs, devs)
+                if reads_attribute
+                else (
+                    ("back", devs)
+                    if recv.moved_at is not None and not recv.worked and recv.moved_from == devs
+                    else None
+                ),
             )
             return recv.with_(
                 kind="tensor"

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from mpcheck.devices.describe import root_name, value_text
+from mpcheck.devices.describe import root_name, value_text, via_text
 from mpcheck.devices.events import Transfer
 from mpcheck.devices.values import distinct, show, single
 from mpcheck.finding import Finding
@@ -46,7 +46,8 @@ class RoundTripTransfer(Rule):
             yield self.finding(
                 ctx,
                 ev.node,
-                f"{name} is moved from {show(home)} to {show(there)} (line {first}) and back here, with no work on "
+                f"{name} is moved from {show(home)} to {show(there)} (line {first}) and back here"
+                f"{via_text(ctx, ev.via)}, with no work on "
                 f"{show(there)} in between: two copies for nothing. Remove both transfers, or keep the tensor that "
                 f"is on {show(home)} in a variable and use it here.",
                 devices=[home, there],
