@@ -36,10 +36,12 @@ from mpcheck.devices.values import (
     as_device,
     conflict,
     failed,
+    is_moduleish,
     is_splitish,
     one,
     show,
     single,
+    with_part_replaced,
 )
 from mpcheck.devices.walk import assigned, walk
 
@@ -231,15 +233,14 @@ class Moves(Part):
                 # run (x unknown) comes first and must not hide the run a caller makes with x on a known
                 # GPU, so one fact per pair of ends. Other moves keep the first run's (an activation
                 # fanned out to experts in a loop is judged as its own forward sees it), except a move back
-                # of a value that came idle from there: a helper's first run (`to_enc(x)`, x from the
-                # caller) must not hide the round trip of a later call (`to_enc(h)`, h just moved away).
+                # to a GPU of a value that came idle from there: a hop helper's first run (`to_enc(x)`, x
+                # from the caller) must not hide the round trip of a later call (`to_enc(h)`, h just moved
+                # away). Back to the host, the first run's fact stays: the helpers this opens up are stage
+                # hops, and a host copy made of a helper's GPU result by a later caller is more often a side
+                # copy (numpy, a check) of a tensor that goes on being used on the GPU.
                 key=(recv.devs, devs)
                 if reads_attribute
-                else (
-                    ("back", devs)
-                    if recv.moved_at is not None and not recv.worked and recv.moved_from == devs
-                    else None
-                ),
+                else (("back", devs) if _idle_back_to_gpu(recv, devs) else None),
             )
             return recv.with_(
                 kind="tensor"
@@ -412,13 +413,17 @@ class Moves(Part):
         # nn.Module.to()/.cuda() move the module in place: the name now holds the moved module.
         if isinstance(expr, cst.Name):
             st.env[expr.value] = val
-        elif isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name) and st.self_obj is not None:
+        elif isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name):
             base = st.env.get(expr.value.value)
-            if base is st.self_obj and isinstance(base, Obj) and base.attrs is not None:
+            if not isinstance(base, Obj) or base.attrs is None:
+                return
+            if base is st.self_obj:
                 if st.in_init:
                     base.attrs[expr.attr.value] = val
                 else:
                     st.env[f"{id(base)}.{expr.attr.value}"] = val
+            elif base.cls is not None and is_moduleish(base.attrs.get(expr.attr.value, UNK)) and is_moduleish(val):
+                st.env[expr.value.value] = with_part_replaced(base, expr.attr.value, val)
 
 
 def _self_targets(node: cst.CSTNode, out: set[str]) -> None:
@@ -429,6 +434,18 @@ def _self_targets(node: cst.CSTNode, out: set[str]) -> None:
                 t = t.value
             if isinstance(t, cst.Attribute) and isinstance(t.value, cst.Name) and t.value.value == "self":
                 out.add(t.attr.value)
+
+
+def _idle_back_to_gpu(v: Obj, devs: Devs) -> bool:
+    """`v`, moved from a GPU and not used since, goes back to that GPU (devs)."""
+    back = single(devs)
+    return (
+        v.moved_at is not None
+        and not v.worked
+        and v.moved_from == devs
+        and back is not None
+        and back.startswith("cuda")
+    )
 
 
 def _placed_any(devs: Devs, where: str, node: cst.CSTNode) -> Val:

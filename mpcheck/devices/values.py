@@ -558,6 +558,23 @@ def is_splitish(v: Val) -> bool:
     return False
 
 
+def with_part_replaced(base: Obj, attr: str, part: Val) -> Obj:
+    """An instance of a class of this file whose part a script or builder moved (`net.features.to("cuda:0")`:
+    Module.to() works in place) or replaced (`net.head = Adapter(net.head).to("cuda:1")`): the instance holds
+    that part now, and it is split, or on one device, as its parts' placements say (the rule of
+    instances._finish_instance)."""
+    assert base.attrs is not None
+    attrs = {**base.attrs, attr: part}
+    refs = base.cls.refs if base.cls is not None else set()
+    placed = [(a, d) for a, v in attrs.items() if a not in refs for d, _ in placements(v)]
+    devs = [d for _, d in placed]
+    if placed and is_split_devs(devs):
+        return base.with_(attrs=attrs, split=tuple(dict.fromkeys(placed)), devs=None)
+    if placed and len(set(devs)) == 1 and all(placements(v) for v in attrs.values() if is_moduleish(v)):
+        return base.with_(attrs=attrs, split=None, devs=one(devs[0]))
+    return base.with_(attrs=attrs, split=None, devs=None)
+
+
 def holds_split(v: Val) -> bool:
     return isinstance(v, SeqV) and v.items is not None and any(is_splitish(i) for i in v.items)
 
