@@ -1,6 +1,7 @@
 """Each bug family of notes/domain.md that fails or wastes time at run time, caught by the dry run
 with the right rule code at the right line, and the program still runs to its end (on_mismatch=move)."""
 
+import pytest
 from dryrun_helpers import codes_at
 
 STAGES = """
@@ -382,5 +383,38 @@ def test_a_custom_function_returning_its_gradient_on_the_wrong_device(script, dr
 
 def test_a_custom_function_returning_its_gradient_on_the_input_device_is_silent(script, dryrun_cli):
     status, report, err = dryrun_cli(script(CUSTOM_HOP.replace("GRAD", "g.to(ctx.src)")), "--gpus", "2")
+    assert status == 0, err
+    assert report["findings"] == []
+
+
+# pack_padded_sequence reads its lengths on the host: moved to a GPU with the batch, PyTorch refuses them.
+PACKED = """
+import torch
+import torch.nn as nn
+from torch.nn.utils.rnn import pack_padded_sequence
+
+emb = nn.Embedding(30, 16).to("cuda:0")
+lstm = nn.LSTM(16, 16, batch_first=True).to("cuda:1")
+for _ in range(2):
+    lengths = torch.tensor([7, 5, 3])
+    ids = torch.randint(1, 30, (3, 7)).to("cuda:0")
+    lengths = LENGTHS
+    packed = pack_padded_sequence(emb(ids).to("cuda:1"), lengths, batch_first=True, enforce_sorted=False)  # <- pack
+    out, (h, c) = lstm(packed)
+    h[-1].sum().backward()
+print("finished")
+"""
+
+
+def test_packed_sequence_lengths_on_a_gpu(script, dryrun_cli):
+    s = script(PACKED.replace("LENGTHS", 'lengths.to("cuda:1")'))
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert codes_at(report) == [("MP001", s.line("pack"))]
+    assert report["findings"][0]["devices"] == ["cuda:1", "cpu"]
+
+
+@pytest.mark.parametrize("backing", ["cpu", "meta"])
+def test_packed_sequence_lengths_on_the_host_run_clean(script, dryrun_cli, backing):
+    status, report, err = dryrun_cli(script(PACKED.replace("LENGTHS", "lengths")), "--gpus", "2", "--backing", backing)
     assert status == 0, err
     assert report["findings"] == []

@@ -221,3 +221,14 @@ def test_a_custom_function_returning_its_gradient_on_the_input_device_is_silent(
     with mpcheck.debug(nn.ModuleList([a, b]), report=None) as session:
         b(GoodHop.apply(a(torch.randn(4, 8, device="cuda:0")), torch.device("cuda:1"))).sum().backward()
     assert session.findings == []
+
+
+def test_packed_sequence_lengths_on_a_gpu_at_the_call():
+    lstm = nn.LSTM(8, 8, batch_first=True).to("cuda:1")
+    x = torch.randn(3, 5, 8, device="cuda:1")
+    lengths = torch.tensor([5, 4, 2], device="cuda:1")
+    with pytest.raises(DeviceMismatchError) as err:
+        with mpcheck.debug(lstm, report=None):
+            nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True)  # pack
+    f = err.value.finding
+    assert (f.code, f.line) == ("MP001", line_of(test_packed_sequence_lengths_on_a_gpu_at_the_call, "# pack"))

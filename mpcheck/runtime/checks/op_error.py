@@ -1,7 +1,8 @@
 """PyTorch's own errors, explained. MP012: a `.view()` refused for its strides, of a tensor that a
 transfer made: the copy kept a permuted tensor's strides, and the finding is at the transfer. MP001: a
 custom autograd Function's backward returned a gradient on another device than its input's (autograd's
-engine refuses it when `backward()` runs): the finding is at the Function's `return`.
+engine refuses it when `backward()` runs): the finding is at the Function's `return`; and
+`pack_padded_sequence` given its lengths on a GPU: the finding is at the user's call.
 """
 
 from __future__ import annotations
@@ -54,8 +55,29 @@ def on_op_error(self: Checker, func: Any, args: Args, kwargs: Kwargs, error: Run
     if self.wants("MP001") and not self._tls.suspended:
         bad = _INVALID_GRADIENT.search(str(error))
         if bad is not None:
-            self._report_gradient_device(*bad.groups())
+            # The dry run names the Function; on real GPUs it is looked up by its node's name.
+            node, index, expected, got = bad.groups()
+            self._report_gradient_device(node, index, expected, got, getattr(error, "function", None))
+        lengths = _GPU_LENGTHS.search(str(error))
+        if lengths is not None and lengths.group(1).startswith("cuda"):
+            dev = lengths.group(1)
+            module = self.current_module()
+            self.emit(
+                "MP001",
+                self.sites(),
+                f"pack_padded_sequence's lengths are on {dev}: PyTorch reads them on the host and refuses them on a "
+                "GPU (\"'lengths' argument should be a 1D CPU int64 tensor\")",
+                devices=(dev, "cpu"),
+                modules=(module,) if module else (),
+                suggestion="pass the lengths on the CPU (`lengths.cpu()`, or the CPU tensor they were before the "
+                "batch was moved); the packed data may stay on the GPU",
+                fatal=True,
+            )
     raise error
+
+
+# pack_padded_sequence's kernel, in PyTorch's words; the dry run raises the same.
+_GPU_LENGTHS = re.compile(r"'lengths' argument should be a 1D CPU int64 tensor, but got \d+D (\S+) \w+ tensor")
 
 
 # autograd's engine (validate_outputs), in PyTorch's words; the dry run raises the same.
@@ -64,8 +86,11 @@ _INVALID_GRADIENT = re.compile(
 )
 
 
-def _report_gradient_device(self: Checker, node: str, index: str, expected: str, got: str) -> None:
-    backward = _backward_of(node)
+def _report_gradient_device(
+    self: Checker, node: str, index: str, expected: str, got: str, function: Any = None
+) -> None:
+    fn = getattr(function, "__dict__", {}).get("backward")
+    backward = getattr(fn, "__func__", fn) if fn is not None else _backward_of(node)
     site = _return_site(backward) if backward is not None else None
     name = node[: -len("Backward")] if node.endswith("Backward") else node
     self.emit(

@@ -276,6 +276,26 @@ def backward(g: VirtualGPUs, func, args, kwargs):
     return generic(g, func, args, kwargs)
 
 
+def pack_padded(g: VirtualGPUs, func, args, kwargs):
+    """`pack_padded_sequence`'s kernel reads the lengths on the host and refuses them on a GPU, in
+    PyTorch's words (checks/op_error.py reads them, on real GPUs as here); with meta backing, real
+    host lengths are what it needs (made from data, they are)."""
+    lengths = args[1] if len(args) > 1 else kwargs.get("lengths")
+    if isinstance(lengths, torch.Tensor):
+        dev = g.device_of(lengths)
+        if dev.startswith("cuda"):
+            raise VirtualDeviceError(
+                f"'lengths' argument should be a 1D CPU int64 tensor, but got {lengths.dim()}D {dev} {_scalar_type(lengths)} tensor"
+            )
+    return generic(g, func, args, kwargs)
+
+
+def _scalar_type(t: torch.Tensor) -> str:
+    """PyTorch's name of `t`'s scalar type ("Long"), as its messages write it."""
+    with torch._C.DisableTorchFunction():
+        return t.type().rsplit(".", 1)[-1].removesuffix("Tensor")
+
+
 def flash_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
     out, _lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
         query, key, value, dropout_p, is_causal, attn_mask=attn_mask, scale=scale

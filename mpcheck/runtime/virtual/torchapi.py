@@ -52,6 +52,8 @@ def _table() -> dict[Any, Handler]:
         # the memory estimate learns which storages are parameters and gradients before each backward
         T.backward: handlers.backward,
         T.untyped_storage: handlers.storage,
+        # packed sequences: the lengths must be on the host, as PyTorch's kernel says
+        torch._C._VariableFunctions._pack_padded_sequence: handlers.pack_padded,
         # a GPU's attention kernel, for a GPU's activation estimate on meta
         F.scaled_dot_product_attention: handlers.sdpa,
         # Python needs the value: refused on meta, numpy refused on CUDA as PyTorch does

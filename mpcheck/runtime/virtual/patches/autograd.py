@@ -91,13 +91,13 @@ def install_python(g: VirtualGPUs, p: Patches) -> None:
         out = _with_modes(g, orig_bw)(self, *grads)
         inputs = getattr(self, "_mpcheck_inputs", None)
         if inputs:
-            _check_gradient_devices(g, type(self).__name__, out, inputs)
+            _check_gradient_devices(g, type(self), out, inputs)
         return out
 
     p.set(BackwardCFunction, "apply", backward_apply)
 
 
-def _check_gradient_devices(g: VirtualGPUs, node: str, out: Any, inputs: list[str | None]) -> None:
+def _check_gradient_devices(g: VirtualGPUs, node: type, out: Any, inputs: list[str | None]) -> None:
     """What autograd's engine checks of a custom Function's gradients (validate_outputs): each on its
     input's device. A 0-dim gradient is moved there quietly; any other refuses, with PyTorch's words
     (checks/op_error.py reads them, on real GPUs as here)."""
@@ -107,9 +107,11 @@ def _check_gradient_devices(g: VirtualGPUs, node: str, out: Any, inputs: list[st
             continue
         got = g.device_of(grad)
         if got != dev:
-            raise VirtualDeviceError(
-                f"Function {node} returned an invalid gradient at index {i} - expected device {dev} but got {got}"
+            error = VirtualDeviceError(
+                f"Function {node.__name__} returned an invalid gradient at index {i} - expected device {dev} but got {got}"
             )
+            error.function = getattr(node, "_forward_cls", None)  # type: ignore[attr-defined]  # (checks/op_error.py)
+            raise error
 
 
 def _saved_metadata(x: torch.Tensor) -> dict[str, Any]:
