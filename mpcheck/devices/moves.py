@@ -36,7 +36,6 @@ from mpcheck.devices.values import (
     as_device,
     conflict,
     failed,
-    is_moduleish,
     is_splitish,
     one,
     show,
@@ -422,8 +421,8 @@ class Moves(Part):
                     base.attrs[expr.attr.value] = val
                 else:
                     st.env[f"{id(base)}.{expr.attr.value}"] = val
-            elif base.cls is not None and is_moduleish(base.attrs.get(expr.attr.value, UNK)) and is_moduleish(val):
-                st.env[expr.value.value] = with_part_replaced(base, expr.attr.value, val)
+            elif (moved := with_part_replaced(base, expr.attr.value, val)) is not None:
+                st.env[expr.value.value] = moved
 
 
 def _self_targets(node: cst.CSTNode, out: set[str]) -> None:

@@ -34,7 +34,6 @@ from mpcheck.devices.values import (
     SymV,
     Val,
     as_device,
-    is_moduleish,
     iter_elem,
     iter_items,
     single,
@@ -341,19 +340,13 @@ class Statements(Part):
             st.env[target.value] = v
         elif isinstance(target, cst.Attribute):
             base = self.interp.exprs.ev(target.value, st)
-            if (
-                isinstance(target.value, cst.Name)
-                and isinstance(base, Obj)
-                and base is not st.self_obj
-                and base.cls is not None
-                and base.attrs is not None
-                and is_moduleish(base.attrs.get(target.attr.value, UNK))
-                and is_moduleish(v)
-            ):
+            if isinstance(target.value, cst.Name) and base is not st.self_obj:
                 # `model.proj = LoRALinear(model.proj).to("cuda:0")` outside the class (an adapter added by a
                 # helper): the instance holds that part from now on, and its forward runs with it.
-                st.env[target.value.value] = with_part_replaced(base, target.attr.value, v)
-                return
+                replaced = with_part_replaced(base, target.attr.value, v)
+                if replaced is not None:
+                    st.env[target.value.value] = replaced
+                    return
             self.assign_attr(base, target.attr.value, v, st, dotted(target))
         elif isinstance(target, (cst.Tuple, cst.List)):
             elts = [e.value for e in target.elements]

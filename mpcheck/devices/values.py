@@ -558,12 +558,19 @@ def is_splitish(v: Val) -> bool:
     return False
 
 
-def with_part_replaced(base: Obj, attr: str, part: Val) -> Obj:
-    """An instance of a class of this file whose part a script or builder moved (`net.features.to("cuda:0")`:
-    Module.to() works in place) or replaced (`net.head = Adapter(net.head).to("cuda:1")`): the instance holds
-    that part now, and it is split, or on one device, as its parts' placements say (the rule of
-    instances._finish_instance)."""
-    assert base.attrs is not None
+def with_part_replaced(base: Val, attr: str, part: Val) -> Obj | None:
+    """An instance of a class of this file whose module part a script or builder moved (`net.features.to(
+    "cuda:0")`: Module.to() works in place) or replaced (`net.head = Adapter(net.head).to("cuda:1")`): the
+    instance as it holds that part now, split, or on one device, as its parts' placements say (the rule of
+    instances._finish_instance). None where `base` is no such instance or either side no module."""
+    if not (
+        isinstance(base, Obj)
+        and base.cls is not None
+        and base.attrs is not None
+        and is_moduleish(base.attrs.get(attr, UNK))
+        and is_moduleish(part)
+    ):
+        return None
     attrs = {**base.attrs, attr: part}
     refs = base.cls.refs if base.cls is not None else set()
     placed = [(a, d) for a, v in attrs.items() if a not in refs for d, _ in placements(v)]

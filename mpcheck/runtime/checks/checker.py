@@ -253,6 +253,7 @@ class Checker:
 
     on_op_error = op_error.on_op_error
     _report_gradient_device = op_error._report_gradient_device
+    _report_gpu_lengths = op_error._report_gpu_lengths
 
     on_current_device_tensor = current_device.on_current_device_tensor
     _running_module = current_device._running_module

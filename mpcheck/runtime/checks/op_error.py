@@ -53,26 +53,15 @@ def on_op_error(self: Checker, func: Any, args: Args, kwargs: Kwargs, error: Run
             if self.on_mismatch == "move":
                 return func(t.contiguous(), *args[1:], **kwargs)
     if self.wants("MP001") and not self._tls.suspended:
-        bad = _INVALID_GRADIENT.search(str(error))
+        text = str(error)
+        bad = _INVALID_GRADIENT.search(text)
         if bad is not None:
             # The dry run names the Function; on real GPUs it is looked up by its node's name.
             node, index, expected, got = bad.groups()
             self._report_gradient_device(node, index, expected, got, getattr(error, "function", None))
-        lengths = _GPU_LENGTHS.search(str(error))
+        lengths = _GPU_LENGTHS.search(text)
         if lengths is not None and lengths.group(1).startswith("cuda"):
-            dev = lengths.group(1)
-            module = self.current_module()
-            self.emit(
-                "MP001",
-                self.sites(),
-                f"pack_padded_sequence's lengths are on {dev}: PyTorch reads them on the host and refuses them on a "
-                "GPU (\"'lengths' argument should be a 1D CPU int64 tensor\")",
-                devices=(dev, "cpu"),
-                modules=(module,) if module else (),
-                suggestion="pass the lengths on the CPU (`lengths.cpu()`, or the CPU tensor they were before the "
-                "batch was moved); the packed data may stay on the GPU",
-                fatal=True,
-            )
+            self._report_gpu_lengths(lengths.group(1))
     raise error
 
 
@@ -89,10 +78,11 @@ _INVALID_GRADIENT = re.compile(
 def _report_gradient_device(
     self: Checker, node: str, index: str, expected: str, got: str, function: Any = None
 ) -> None:
-    fn = getattr(function, "__dict__", {}).get("backward")
-    backward = getattr(fn, "__func__", fn) if fn is not None else _backward_of(node)
+    """MP001 at the `return` of the backward whose gradient autograd refused."""
+    fn = (function or _function_named(node) or object).__dict__.get("backward")
+    backward = getattr(fn, "__func__", fn)  # a staticmethod's function
     site = _return_site(backward) if backward is not None else None
-    name = node[: -len("Backward")] if node.endswith("Backward") else node
+    name = node.removesuffix("Backward")
     self.emit(
         "MP001",
         site or self.sites(),
@@ -105,14 +95,28 @@ def _report_gradient_device(
     )
 
 
-def _backward_of(node: str) -> Any:
-    """The user's `backward` of the autograd Function whose node type is `node` ("HopBackward"), found
-    among the Function subclasses that define one; None where none or several match."""
+def _report_gpu_lengths(self: Checker, dev: str) -> None:
+    """MP001 at the user's `pack_padded_sequence` call whose lengths are on a GPU."""
+    module = self.current_module()
+    self.emit(
+        "MP001",
+        self.sites(),
+        f"pack_padded_sequence's lengths are on {dev}: PyTorch reads them on the host and refuses them on a "
+        "GPU (\"'lengths' argument should be a 1D CPU int64 tensor\")",
+        devices=(dev, "cpu"),
+        modules=(module,) if module else (),
+        suggestion="pass the lengths on the CPU (`lengths.cpu()`, or the CPU tensor they were before the "
+        "batch was moved); the packed data may stay on the GPU",
+        fatal=True,
+    )
+
+
+def _function_named(node: str) -> Any:
+    """The autograd Function subclass whose node type is `node` ("HopBackward") and that defines its own
+    `backward`; None where none or several do."""
     import torch
 
-    if not node.endswith("Backward"):
-        return None
-    name = node[: -len("Backward")]
+    name = node.removesuffix("Backward")
     found = []
     todo = list(torch.autograd.Function.__subclasses__())
     seen: set[int] = set()
@@ -122,10 +126,9 @@ def _backward_of(node: str) -> Any:
             continue
         seen.add(id(cls))
         todo.extend(cls.__subclasses__())
-        fn = cls.__dict__.get("backward")
-        if cls.__name__ == name and fn is not None:
-            found.append(getattr(fn, "__func__", fn))
-    return found[0] if len(found) == 1 else None
+        if cls.__name__ == name and "backward" in cls.__dict__:
+            found.append(cls)
+    return found[0] if len(found) == 1 and node != name else None
 
 
 def _return_site(fn: Any) -> Site | None:
