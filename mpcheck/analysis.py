@@ -173,15 +173,28 @@ def module_attribute_targets(source: str, keep: Callable[[str], bool] | None = N
     return list(found)
 
 
+def constants_of(summary: dict[str, Any] | None) -> dict[str, Any]:
+    """Of a summary, the device constants only (devices/summary.py): what an importer is summarised with."""
+    from mpcheck.devices.summary import constants_of as of
+
+    return of(summary)
+
+
 def summarize(
-    path: str, source: str, modname: str, gpus: tuple[int, ...] = (), parsed: cst.Module | None = None
+    path: str,
+    source: str,
+    modname: str,
+    gpus: tuple[int, ...] = (),
+    parsed: cst.Module | None = None,
+    project: dict[str, Any] | None = None,
 ) -> dict[str, Any] | None:
     """A JSON-able summary of what other files may import from this one
     (classes and their placement, helper functions and what they return);
     with `gpus`, what of it changes under each of those GPU counts.
     None when the file does not parse. An exception of the device model
     propagates: it is a bug in mpcheck, which the pipeline reports (exit 2).
-    `parsed`: the libcst tree to summarise, made already (`source` is not parsed then)."""
+    `parsed`: the libcst tree to summarise, made already (`source` is not parsed then).
+    `project`: summaries of other modules it reads (module name -> summary: `constants_of`'s)."""
     from mpcheck.devices.memo import forget_trees
     from mpcheck.devices.summary import summarize_module
 
@@ -189,7 +202,7 @@ def summarize(
     if module is None:
         return None
     try:
-        return summarize_module(module, modname, gpus)
+        return summarize_module(module, modname, gpus, project)
     finally:
         forget_trees()  # the tree is done with: keep none of it alive (devices/memo.py)
 

@@ -27,7 +27,7 @@ FAKE_RULES = [
 CALLS = {"analyze": [], "summarize": []}
 
 
-def fake_summarize(path, source, modname, gpus=(), parsed=None):
+def fake_summarize(path, source, modname, gpus=(), parsed=None, project=None):
     CALLS["summarize"].append(modname)
     return {"split": re.findall(r"^class (\w+)\(.*\):  # split", source, re.M)}
 

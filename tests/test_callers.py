@@ -267,3 +267,41 @@ def test_a_helper_module_that_appears_later_gets_the_calls_made_before(tmp_path,
     assert [(p, line, code) for p, line, code, _ in found] == [("utils.py", 8, "MP008")]
     assert "at pkg/main.py:11" in found[0][3]
     assert lint(capsys, "--no-cache", ".") == found
+
+
+# A class of a file that names no device (an evaluator, a trainer), given the split model and the
+# devices by its builder: its module is summarised (lint/modules.py, _acts_on_argument), so that
+# its methods run with what the builder gave it.
+SCORER_CASE = Path(__file__).parent / "fixtures" / "cases" / "F_scorer_given_its_devices_pkg_bad"
+
+
+def test_a_class_that_keeps_what_it_is_given_and_uses_it_is_summarised():
+    kept_and_called = "class T:\n    def __init__(self, model):\n        self.model = model\n\n    def step(self, x):\n        return self.model(x)\n"
+    kept_and_moved_to = "class T:\n    def __init__(self, dev):\n        self.dev = dev\n\n    def step(self, y):\n        return y.to(self.dev)\n"
+    kept_only = "class T:\n    def __init__(self, model):\n        self.model = model\n\n    def name(self):\n        return type(self.model)\n"
+    not_given = "class T:\n    def __init__(self):\n        self.model = make()\n\n    def step(self, x):\n        return self.model(x)\n"
+    assert modules.moves_by_argument(kept_and_called, "T") and modules.moves_by_argument(kept_and_moved_to, "T")
+    assert not modules.moves_by_argument(kept_only, "T") and not modules.moves_by_argument(not_given, "T")
+
+
+def test_a_trainer_of_a_file_that_names_no_device_runs_with_the_split_model_it_was_given(tmp_path, monkeypatch, capsys):
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
+    (tmp_path / "model.py").write_text((SCORER_CASE / "twotower.py").read_text())
+    (tmp_path / "trainer.py").write_text(
+        "import torch.nn.functional as F\n\n\nclass Trainer:\n    def __init__(self, model, opt):\n"
+        "        self.model = model\n        self.opt = opt\n\n    def step(self, tokens, tags):\n"
+        "        scores = self.model(tokens)\n        loss = F.cross_entropy(scores.flatten(0, 1), tags.flatten())\n"
+        "        loss.backward()\n        self.opt.step()\n"
+    )
+    main = (
+        "import torch\n\nfrom model import Tagger\nfrom trainer import Trainer\n\n\ndef main():\n    model = Tagger()\n"
+        "    trainer = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1))\n"
+        "    tokens, tags = torch.randint(0, 100, (4, 7)), torch.randint(0, 5, (4, 7))\n    trainer.step(tokens, {tags})\n"
+    )
+    (tmp_path / "main.py").write_text(main.format(tags="tags"))
+    monkeypatch.chdir(tmp_path)
+    found = lint(capsys, "--no-cache", ".")
+    assert [f[:3] for f in found] == [("trainer.py", 11, "MP008")]
+    assert "on cpu (as the caller passed it)" in found[0][3] and "main.py:11" in found[0][3]
+    (tmp_path / "main.py").write_text(main.format(tags='tags.to("cuda:1")'))
+    assert lint(capsys, "--no-cache", ".") == []

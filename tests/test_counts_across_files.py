@@ -158,3 +158,34 @@ def test_imports_resolve_from_the_working_folder_below_another_project(tmp_path,
         (repo / rel).write_text(text)
     monkeypatch.chdir(repo)
     assert where(lint(capsys, "--no-cache", "--isolated", ".")) == [("training/utils.py", 10, "MP008")]
+
+
+GPUS_AT_TOP = """import torch
+import torch.nn as nn
+
+GPUS = [torch.device(f"cuda:{i}") for i in range(torch.cuda.device_count())]
+
+
+class Deep(nn.Module):
+    def __init__(self, d=16):
+        super().__init__()
+        self.first = nn.Linear(d, d).to(GPUS[0])
+        self.head = nn.Linear(d, 10).to(GPUS[-1])
+
+    def forward(self, x):
+        return self.head(self.first(x.to(GPUS[0])).to(GPUS[-1]))
+"""
+
+
+def test_a_class_reading_a_module_level_list_built_from_the_count_is_summarised_per_count():
+    summary = analysis.summarize("model.py", GPUS_AT_TOP, "model", (2, 4))
+    assert summary["classes"]["Deep"]["split"] is None  # the count unknown: so are the devices
+    assert summary["counts"]["2"]["classes"]["Deep"]["split"] == [["first", "cuda:0"], ["head", "cuda:1"]]
+    assert summary["counts"]["4"]["classes"]["Deep"]["out"] == ["cuda:3"]
+    # The list in a third file, imported by the class's module (lint/pipeline.py, constants_imported).
+    config = GPUS_AT_TOP.split("\n\n\nclass")[0] + "\nLAST = GPUS[-1]\n"
+    model = GPUS_AT_TOP.replace(GPUS_AT_TOP.split("\n\n\nclass")[0], "import torch.nn as nn\n\nfrom config import GPUS")
+    constants = analysis.constants_of(analysis.summarize("config.py", config, "config", (2, 4)))
+    assert constants["counts"]["2"]["constants"]["LAST"] == {"device": "cuda:1"}
+    imported = analysis.summarize("model.py", model, "model", (2, 4), project={"config": constants})
+    assert imported["counts"]["2"]["classes"]["Deep"] == summary["counts"]["2"]["classes"]["Deep"]

@@ -123,7 +123,7 @@ def test_a_crash_of_the_summary_is_an_internal_error_and_not_cached(tmp_path, ca
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("MPCHECK_DEBUG", raising=False)
 
-    def explode(module, modname, gpus=()):
+    def explode(module, modname, gpus=(), project=None):
         raise ValueError(f"cannot summarise {modname}")
 
     monkeypatch.setattr(summary, "summarize_module", explode)

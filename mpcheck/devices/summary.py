@@ -66,19 +66,37 @@ from mpcheck.devices.walk import attribute_assignments
 _MAX_RETURN_ITEMS = 4
 
 
-def summarize_module(module: cst.Module, modname: str, gpus: tuple[int, ...] = ()) -> dict[str, Any]:
+def summarize_module(
+    module: cst.Module, modname: str, gpus: tuple[int, ...] = (), project: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """The summary of a module; with `gpus`, also what changes of it under each assumed GPU count
-    when its code asks `torch.cuda.device_count()` (`counts`, see _by_count)."""
+    when its code asks `torch.cuda.device_count()` (`counts`, see _by_count). `project`: the
+    summaries of other modules it may read (the device constants it imports: `constants_of`)."""
+    project = project or {}
     out: dict[str, Any] = {"classes": {}, "functions": {}, "reexports": {}, "constants": {}}
-    with Interp(module, modname, {}) as interp:
+    with Interp(module, modname, project) as interp:
         _top_level(interp, module, out)
         top_asked = interp.gpus.asked  # a module-level constant built from the count
         asked = _definitions(interp, out)
         by_count = gpus and (asked or top_asked) and interp.gpus.visible is None
     if by_count:
-        counts = _by_count(module, modname, gpus, out, asked)
+        # A module-level name built from the count (its own, or a constant it imports) may be read by any
+        # definition: then all are made again under each count (only those that differ are kept).
+        counts = _by_count(module, modname, gpus, out, None if top_asked else asked, project)
         if counts:
             out["counts"] = counts
+    return out
+
+
+def constants_of(summary: dict[str, Any] | None) -> dict[str, Any]:
+    """Of a module's summary, its device constants only (those made under a GPU count too): what a
+    module that imports them is summarised with (summarize_module's `project`)."""
+    if not summary:
+        return {}
+    out: dict[str, Any] = {"constants": summary.get("constants", {})}
+    counts = {n: {"constants": c["constants"]} for n, c in summary.get("counts", {}).items() if c.get("constants")}
+    if counts:
+        out["counts"] = counts
     return out
 
 
@@ -137,18 +155,23 @@ def _class_summary_of(interp: Interp, cinfo: ClassInfo) -> dict[str, Any]:
 
 
 def _by_count(
-    module: cst.Module, modname: str, gpus: tuple[int, ...], base: dict[str, Any], asked: set[tuple[str, str]]
+    module: cst.Module,
+    modname: str,
+    gpus: tuple[int, ...],
+    base: dict[str, Any],
+    asked: set[tuple[str, str]] | None,
+    project: dict[str, Any],
 ) -> dict[str, Any]:
     """{"4": {"classes": {...}, "functions": {...}, "constants": {...}}, ...}: for each assumed count,
     the summaries that differ from the base ones (made with the count unknown), the module
     interpreted again with `torch.cuda.device_count()` answering that count. `self.devices =
     [torch.device(f"cuda:{i}") for i in range(n)]` is unknown in the base summary and a list of
     n devices here. Only the definitions whose base summary asked the count (`asked`) are made
-    again. Empty when no summary depends on the count."""
+    again (all of them when `asked` is None). Empty when no summary depends on the count."""
     out: dict[str, Any] = {}
     for count in gpus:
         got: dict[str, Any] = {"classes": {}, "functions": {}, "constants": {}}
-        with Interp(module, modname, {}, gpu_count=count) as interp:
+        with Interp(module, modname, project, gpu_count=count) as interp:
             _top_level(interp, module, got)
             _definitions(interp, got, asked)
         changed = {

@@ -65,6 +65,16 @@ def resolve(modname: str, roots: tuple[str, ...]) -> str | None:
 _TOP_BINDING = re.compile(r"^([A-Za-z_]\w*)[ \t]*(?::[^=\n]*)?=(?!=)([^\n]*)$", re.M)
 
 
+def binds_on_one_line(source: str, name: str) -> bool:
+    """Does `source` bind `name` at its top level by a one-line assignment (a constant, as top_bindings reads one)?"""
+    return name in _one_line_names(source)
+
+
+@lru_cache(maxsize=256)
+def _one_line_names(source: str) -> frozenset[str]:
+    return frozenset(m.group(1) for m in _TOP_BINDING.finditer(source))
+
+
 # A module-level class and its indented body: `class C:` then `    device = "cuda:1"`.
 _TOP_CLASS = re.compile(r"^class[ \t]+([A-Za-z_]\w*)[^\n]*\n((?:[ \t]+[^\n]*\n|[ \t]*\n)*)", re.M)
 
@@ -115,7 +125,7 @@ def moves_by_argument(source: str, name: str) -> bool:
     """Is `name` a module-level function of `source`, short, whose body moves something (`.to(`, `.cuda(`)
     or names a device (its summary carries its text, for the importer to run with its arguments), or a
     module-level class whose body acts on what its constructor is given?"""
-    if ".to(" not in source and ".cuda(" not in source and "device" not in source:
+    if ".to(" not in source and ".cuda(" not in source and "device" not in source and "self." not in source:
         return False
     return name in _moving_definitions(source)
 
@@ -140,17 +150,30 @@ def _moving_definitions(source: str) -> frozenset[str]:
 
 _INIT = re.compile(r"def[ \t]+__init__[ \t]*\(([^)]*)\)")
 _ACTS_ON = re.compile(r"\b([A-Za-z_]\w*)\.(?:to\(|cuda\(|parameters\(|device\b)")
+# `self.model = model` on a line of its own: an argument kept as it was given.
+_KEPT = re.compile(r"^[ \t]+self\.([A-Za-z_]\w*)[ \t]*(?::[^=\n]*)?=[ \t]*([A-Za-z_]\w*)[ \t]*(?:#[^\n]*)?$", re.M)
 
 
 def _acts_on_argument(body: str) -> bool:
     """Does a class body move, or read the device or parameters of, one of its `__init__`'s parameters
-    (`model.cuda()`, `next(model.parameters())`, `model.device`)? Not merely name a device: of torch's
-    classes that say `device`, few do this (and summarising the others cost 3 s of 60)."""
+    (`model.cuda()`, `next(model.parameters())`, `model.device`), or keep one as an attribute that a
+    method then calls or moves to (`self.model = model` ... `self.model(x)`; `self.device = device` ...
+    `y.to(self.device)`)? The second is an evaluator or a trainer class that never names a device: it
+    works with the model and the devices its builder gives it (devices/callers.py runs its methods with
+    them). Not merely name a device: of torch's classes that say `device`, few do this (and summarising
+    the others cost 3 s of 60)."""
     init = _INIT.search(body)
     if init is None:
         return False
     params = {p.split("=")[0].split(":")[0].strip().lstrip("*") for p in init.group(1).split(",")} - {"self", ""}
-    return any(m.group(1) in params for m in _ACTS_ON.finditer(body))
+    if any(m.group(1) in params for m in _ACTS_ON.finditer(body)):
+        return True
+    kept = sorted({attr for attr, value in _KEPT.findall(body) if value in params})
+    if not kept:
+        return False
+    attrs = "|".join(map(re.escape, kept))
+    used = rf"\bself\.(?:{attrs})\(|(?:\.to\(|\.cuda\(|device=)[ \t]*self\.(?:{attrs})\b"
+    return re.search(used, body) is not None
 
 
 def _placing_lines(body: str) -> str:

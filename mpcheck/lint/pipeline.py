@@ -163,14 +163,22 @@ def _analyze_task(task: tuple[Any, ...], parsed: Any = None) -> tuple[Any, ...]:
 
 def _summarize_task(task: tuple[Any, ...], whole: Any = None) -> tuple[Any, ...]:
     """`whole`: the libcst tree of the module's whole text, when it was parsed already."""
-    abspath, text, modname, names, gpus = task
+    abspath, text, modname, names, gpus, constants = task
     from mpcheck import analysis
 
     try:
+        # The summaries of the device constants it imports (cut to those names), for its own.
+        borrowed = {
+            dep_mod: analysis.constants_of(
+                analysis.summarize(dep, slices.summary_source(dep_text, dep_names), dep_mod, gpus)
+            )
+            for dep, dep_text, dep_mod, dep_names in constants
+        }
         cut = slices.summary_tree(whole, text, names) if whole is not None else None
         if cut is not None:
-            return abspath, analysis.summarize(abspath, text, modname, gpus, parsed=cut), None
-        return abspath, analysis.summarize(abspath, slices.summary_source(text, names), modname, gpus), None
+            return abspath, analysis.summarize(abspath, text, modname, gpus, parsed=cut, project=borrowed), None
+        source = slices.summary_source(text, names)
+        return abspath, analysis.summarize(abspath, source, modname, gpus, project=borrowed), None
     except Exception as exc:
         where = os.path.relpath(abspath)
         return abspath, None, _describe(f"internal error while summarising {where}: {_name(exc)}", exc)
@@ -275,6 +283,7 @@ def _pool_map(
 # places something on a named device (modules.top_bindings). Not any line with a rule's word:
 # `HAS_CUDA = torch.cuda.is_available()` places nothing, and letting its importers through cost torch's
 # 2,285 files a tenth more CPU for no finding.
+_WORD = re.compile(r"[A-Za-z_]\w*")
 _NAMES_A_DEVICE = re.compile(rf"""[\"']cuda|\bdevice\(|{modules.PLACING}""")
 
 
@@ -321,6 +330,7 @@ class _Project:
         self._imports: dict[str, list[tuple[str, str]]] = {}
         self._worth: dict[str, bool] = {}
         self._top: dict[str, dict[str, str]] = {}  # module-level one-line bindings of a module (borrowed)
+        self._constants: dict[str, dict[str, tuple[str, tuple[str, ...]]]] = {}  # constants_imported
         for abspath, text in (overrides or {}).items():  # files as --diff would leave them
             self._text[abspath] = text
             self._hash[abspath] = content_hash(text.encode("utf-8"))
@@ -384,10 +394,43 @@ class _Project:
                 sides.append(self._bindings(path)[name])
         return "\n".join(sides), [[path, *st] for path, st in deps.items() if st is not None]
 
-    def names_a_device(self, abspath: str, name: str) -> bool:
-        """Does the module bind `name` at its top level by a one-line assignment, or a class, whose text names a device?"""
+    def constants_imported(self, abspath: str) -> dict[str, tuple[str, tuple[str, ...]]]:
+        """The device constants of other project modules that the module at `abspath` imports by name
+        (`from .placement import HEAD` in model.py, with `HEAD = torch.device("cuda:1")` in
+        placement.py): their module's path -> (its module name, those names). The summary of
+        model.py is made with them (a class placed on HEAD is split only where HEAD is known), for
+        the file that imports the class: placement.py is a third file to it."""
+        got = self._constants.get(abspath)
+        if got is None:
+            from mpcheck import analysis  # its import scan is text only: no libcst
+
+            modname, root, is_init = modules.module_name(abspath)
+            roots = self.roots_for(root)
+            found: dict[str, tuple[str, set[str]]] = {}
+            targets = [t for _, t in self.imports(abspath, analysis)]
+            whole = _attribute_targets(self.text(abspath) or "", modname, is_init, roots)  # `import cfg` ... `cfg.HEAD`
+            for target in [*targets, *whole]:
+                module, _, name = target.rpartition(".")
+                path = modules.resolve(module, roots) if module else None
+                if path is None or path == abspath or not self.names_a_device(path, name, through=2):
+                    continue
+                if modules.binds_on_one_line(self.text(path) or "", name):  # a constant, not a class
+                    found.setdefault(path, (module, set()))[1].add(name)
+            got = self._constants[abspath] = {p: (m, tuple(sorted(n))) for p, (m, n) in sorted(found.items())}
+        return got
+
+    def names_a_device(self, abspath: str, name: str, through: int = 0) -> bool:
+        """Does the module bind `name` at its top level by a one-line assignment, or a class, whose text names a
+        device? With `through`, also one whose text names such a name of the module, that many steps away
+        (`LAST = GPUS[-1]` under `GPUS = [torch.device(f"cuda:{i}") for i in ...]`)."""
         side = self._bindings(abspath).get(name)
-        return side is not None and _NAMES_A_DEVICE.search(side) is not None
+        if side is None:
+            return False
+        if _NAMES_A_DEVICE.search(side) is not None:
+            return True
+        return through > 0 and any(
+            self.names_a_device(abspath, word, through - 1) for word in set(_WORD.findall(side)) - {name}
+        )
 
     def _bindings(self, abspath: str) -> dict[str, str]:
         got = self._top.get(abspath)
@@ -728,6 +771,7 @@ def _project_modules(f: _File, project: _Project, analysis: Any) -> _Walked:
             continue
         found[mod] = path
         wanted.setdefault(path, set()).add(name)
+        consulted.update(dep_mod for dep_mod, _ in project.constants_imported(path).values())
         # The name may be re-exported from further on: follow that import only.
         todo.extend(t for local, t in project.imports(path, analysis) if local == name)
     return found, consulted, wanted
@@ -761,6 +805,13 @@ def _analyze_misses(
         # A package's __init__ as `pkg.__init__`: its `from .split import Net` re-exports `pkg.split.Net`.
         modname = modules.import_name(*modules.module_name(path)[::2])
         key = f"{project.digest(path)}|{modname}|gpus={','.join(map(str, project.gpus))}"
+        # The device constants it imports from other modules are part of what its summary says.
+        constants = [
+            (dep, project.text(dep) or "", dep_mod, names)
+            for dep, (dep_mod, names) in project.constants_imported(path).items()
+        ]
+        if constants:
+            key += "|constants=" + ",".join(f"{project.digest(dep)}:{'+'.join(n)}" for dep, _, _, n in constants)
         keys[path] = key
         names = wanted[path]
         hit, summary = cache.get_summary(key, names) if cache is not None else (False, None)
@@ -769,7 +820,7 @@ def _analyze_misses(
         else:
             # Grown, not replaced: the names an earlier run needed stay covered for its files.
             names = names | (cache.summary_names(key) if cache is not None else set())
-            todo.append((path, project.text(path), modname, sorted(names), project.gpus))
+            todo.append((path, project.text(path), modname, sorted(names), project.gpus, constants))
     crashed: set[str] = set()  # modules whose summary raised: their users' results are incomplete
     covers = {t[0]: t[3] for t in todo}
 
