@@ -206,9 +206,9 @@ def project(tmp_path, monkeypatch):
     sources: list[str] = []
     summarize = analysis.summarize
 
-    def recording_summarize(path, source, modname, gpus=()):
+    def recording_summarize(path, source, modname, gpus=(), project=None):
         sources.append(source)
-        return summarize(path, source, modname, gpus)
+        return summarize(path, source, modname, gpus, project=project)
 
     monkeypatch.setattr(analysis, "summarize", recording_summarize)
     return tmp_path, sources
