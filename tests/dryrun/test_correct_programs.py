@@ -928,3 +928,61 @@ def test_a_host_tensor_from_data_on_the_wrong_device_is_still_reported_on_meta_b
     s = script(LEGAL_MIXES.replace("OTHER", "(e * slopes[:1])[0].sum()"))
     status, report, err = dryrun_cli(s, "--gpus", "2", "--backing", "meta")
     assert ("MP001", s.line("other")) in codes_at(report), report["findings"]
+
+
+# A module's weights replaced after it ran: by attribute assignment, or swapped in for one call by
+# torch.func.functional_call. Where it lives is read again (capture/hooks.py, _patch_member_swaps);
+# the placement remembered from the first call once judged the second by the old weights.
+REPLACED_WEIGHTS = """
+import torch
+import torch.nn as nn
+from torch.func import functional_call
+
+lin = nn.Linear(8, 4).to("cuda:0")
+lin(torch.randn(2, 8, device="cuda:0"))
+for dev in ("cuda:0", "cuda:1"):
+    swapped = {k: v.detach().to(dev) for k, v in lin.named_parameters()}
+    functional_call(lin, swapped, (torch.randn(2, 8, device=FUNCTIONAL),))  # <- functional
+lin.weight = nn.Parameter(lin.weight.detach().to("cuda:1"))
+lin.bias = nn.Parameter(lin.bias.detach().to("cuda:1"))
+print(lin(torch.randn(2, 8, device=INPUT)).device)  # <- call
+"""
+
+
+@pytest.mark.parametrize("backing", ["cpu", "meta"])
+def test_weights_replaced_after_a_call_are_where_the_next_call_looks(script, dryrun_cli, backing):
+    clean = REPLACED_WEIGHTS.replace("FUNCTIONAL", "dev").replace("INPUT", '"cuda:1"')
+    status, report, err = dryrun_cli(script(clean), "--gpus", "2", "--backing", backing)
+    assert status == 0, err
+    assert report["findings"] == []
+    s = script(REPLACED_WEIGHTS.replace("FUNCTIONAL", "dev").replace("INPUT", '"cuda:0"'))
+    status, report, err = dryrun_cli(s, "--gpus", "2", "--backing", backing)
+    assert ("MP001", s.line("call")) in codes_at(report), report["findings"]
+    s = script(REPLACED_WEIGHTS.replace("FUNCTIONAL", '"cuda:0"').replace("INPUT", '"cuda:1"'))
+    status, report, err = dryrun_cli(s, "--gpus", "2", "--backing", backing)
+    assert ("MP001", s.line("functional")) in codes_at(report), report["findings"]
+
+
+# A slice of a tensor on one GPU assigned from another GPU: PyTorch's set_item copies into the view
+# (copy_, which crosses devices); with a tensor index it is index_put_, whose values must be there.
+SLICE_ASSIGNED = """
+import torch
+
+buf = torch.zeros(3, 8, device="cuda:0")
+h1 = torch.ones(3, 4, device="cuda:1")
+buf[:, 4:] = h1
+buf[..., :2] = torch.full((3, 2), 2.0)
+buf[0] = h1[0].repeat(2)
+buf[INDEX] = VALUE  # <- index
+print(buf.sum().item())
+"""
+
+
+@pytest.mark.parametrize("backing", ["cpu", "meta"])
+def test_a_slice_assigned_from_another_gpu_is_a_copy_and_an_index_put_is_checked(script, dryrun_cli, backing):
+    clean = script(SLICE_ASSIGNED.replace("INDEX", "1, :6").replace("VALUE", "h1[:, :2].reshape(-1)"))
+    status, report, err = dryrun_cli(clean, "--gpus", "2", "--backing", backing)
+    assert report["findings"] == [], err
+    s = script(SLICE_ASSIGNED.replace("INDEX", "torch.tensor([0, 2]), :3").replace("VALUE", "h1[:2, :3]"))
+    status, report, err = dryrun_cli(s, "--gpus", "2", "--backing", backing)
+    assert ("MP001", s.line("index")) in codes_at(report), (report["findings"], err)

@@ -90,3 +90,20 @@ def test_a_tied_weight_copied_once_per_forward_under_gradient_accumulation_is_no
             for _ in range(3):
                 tok = body(emb(tok).to("cuda:1")).argmax(-1).to("cuda:0")
     assert dbg.findings == []
+
+
+def test_a_slice_assigned_across_gpus_and_weights_replaced_after_a_call_run_clean():
+    from torch.func import functional_call
+
+    lin = nn.Linear(8, 4, device="cuda:0")
+    with mpcheck.debug(lin, report=None, on_mismatch="raise") as dbg:
+        buf = torch.zeros(3, 8, device="cuda:0")
+        buf[:, 4:] = torch.ones(3, 4, device="cuda:1")  # set_item copies into the view: legal
+        lin(buf)
+        for dev in ("cuda:0", "cuda:1"):
+            swapped = {k: v.detach().to(dev) for k, v in lin.named_parameters()}
+            functional_call(lin, swapped, (buf.to(dev),))
+        lin.weight = nn.Parameter(lin.weight.detach().to("cuda:1"))
+        lin.bias = nn.Parameter(lin.bias.detach().to("cuda:1"))
+        lin(buf.to("cuda:1"))
+    assert dbg.findings == []

@@ -167,6 +167,7 @@ def install(
         _patch_module_call(checker, namer, on_compiled=on_compiled, leaf_mode=leaf_mode, cache=cache, modes=modes),
         _patch_load_state_dict(checker),
         _patch_module_apply(checker),
+        *_patch_member_swaps(checker),
         *_patch_module_moves(checker),
         _patch_module_init(checker),
         _patch_data_parallel(checker),
@@ -560,6 +561,71 @@ def _patch_module_apply(checker: Checker) -> Undo:
             checker.invalidate_placement()
 
     return patch(nn.Module, "_apply", quiet_apply)
+
+
+def _patch_member_swaps(checker: Checker) -> list[Undo]:
+    """A module's parameters, buffers or children replaced without Module._apply change where it lives
+    too: `lin.weight = nn.Parameter(w.to("cuda:1"))` (Module.__setattr__), `register_parameter`,
+    `register_buffer`, and torch.func.functional_call, which swaps the given tensors in and back out
+    (torch.nn.utils.stateless._reparametrize_module writes the module's dicts directly). The devices
+    remembered for modules are read again after each; a tensor replaced by one on its own device (a
+    cache buffer refreshed every step) changes nothing and keeps them."""
+    import contextlib
+
+    from torch.nn.utils import stateless
+
+    orig_setattr = nn.Module.__setattr__
+    orig_register_parameter = nn.Module.register_parameter
+    orig_register_buffer = nn.Module.register_buffer
+    orig_reparametrize = stateless._reparametrize_module
+    device_of = checker.devices.device_of
+
+    def module_setattr(module, name, value):
+        members = module.__dict__
+        old = _MISSING
+        for table in ("_parameters", "_buffers", "_modules"):
+            held = members.get(table)
+            if held is not None and name in held:
+                old = held[name]
+                break
+        orig_setattr(module, name, value)
+        if old is _MISSING and not isinstance(value, (nn.Parameter, nn.Module)):
+            return  # a plain attribute: no part of where the module lives
+        if isinstance(old, torch.Tensor) and isinstance(value, torch.Tensor) and device_of(old) == device_of(value):
+            return
+        if old is not None or value is not None:
+            checker.invalidate_placement()
+
+    def register_parameter(module, *args, **kwargs):
+        try:
+            return orig_register_parameter(module, *args, **kwargs)
+        finally:
+            checker.invalidate_placement()
+
+    def register_buffer(module, *args, **kwargs):
+        try:
+            return orig_register_buffer(module, *args, **kwargs)
+        finally:
+            checker.invalidate_placement()
+
+    @contextlib.contextmanager
+    def reparametrize_module(*args, **kwargs):
+        try:
+            with orig_reparametrize(*args, **kwargs) as got:
+                checker.invalidate_placement()
+                yield got
+        finally:
+            checker.invalidate_placement()  # the module's own tensors are back
+
+    return [
+        patch(nn.Module, "__setattr__", module_setattr),
+        patch(nn.Module, "register_parameter", register_parameter),
+        patch(nn.Module, "register_buffer", register_buffer),
+        patch(stateless, "_reparametrize_module", reparametrize_module),
+    ]
+
+
+_MISSING = object()
 
 
 def _patch_load_state_dict(checker: Checker) -> Undo:

@@ -14,6 +14,7 @@ from mpcheck.runtime.checks.torchapi import (
     CPU_BATCH_SIZES_NAMES,
     CPU_INDEX_NAMES,
     PER_INDEX_PREFIXES,
+    assigns_through_a_view,
     is_loss,
 )
 
@@ -131,6 +132,8 @@ def _check_op_slow(
 ) -> tuple[Args, Kwargs]:
     if getattr(func, "__name__", "").startswith(PER_INDEX_PREFIXES):
         return self._check_per_index(func, args, kwargs, site=site, module=module, name=name, phase=phase)
+    if assigns_through_a_view(func, args, self._tensor):
+        return args, kwargs
     device_of = self.devices.device_of
     first_dev = None
     first = None

@@ -15,6 +15,8 @@ Two levels of names, two dicts of the one table:
 
 from __future__ import annotations
 
+from typing import Any
+
 # The kinds. Plain ints: the function mode compares one per call.
 CHECK = 0  # the devices of its tensor arguments are checked (anything not in the table)
 PASS = 1  # metadata, or one tensor's own view: nothing to check, passed straight through
@@ -149,6 +151,18 @@ CPU_INDEX_NAMES = frozenset(name for name, kind in PYTHON_CALLS.items() if kind 
 # the fused optimizers' kernels): the i-th tensors of the lists must share a device, but the lists may
 # span several devices (a split model's parameters; PyTorch takes its per-tensor path then).
 PER_INDEX_PREFIXES = ("_foreach_", "_fused_")
+
+
+def assigns_through_a_view(func: Any, args: tuple[Any, ...], tensor: type) -> bool:
+    """`x[:, 4:] = h`, `x[0] = h`, `x[...] = h`: an assignment whose index holds no tensor is a copy into a
+    view of `x` (PyTorch's set_item calls copy_), which crosses devices as `copy_` does. With a tensor or
+    a list in the index (`x[idx] = h`) it is index_put_, whose values must be on x's device: checked."""
+    if getattr(func, "__name__", "") != "__setitem__" or len(args) < 2:
+        return False
+    index = args[1]
+    parts = index if isinstance(index, tuple) else (index,)
+    return not any(isinstance(p, (tensor, list, tuple)) for p in parts)
+
 
 # The recurrent kernels (torch.lstm, torch.gru, ...): their packed-sequence overload takes the batch
 # sizes (int64, argument 1) on the CPU, as PackedSequence keeps them, next to data on any device.

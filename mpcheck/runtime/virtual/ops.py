@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.utils._device as _device_ctx
 
-from mpcheck.runtime.checks.torchapi import PER_INDEX_PREFIXES
+from mpcheck.runtime.checks.torchapi import PER_INDEX_PREFIXES, assigns_through_a_view
 from mpcheck.runtime.virtual.allocations import HOST_OUTPUTS, UNKNOWN
 from mpcheck.runtime.virtual.autocast import ANY as AUTOCAST_ANY
 from mpcheck.runtime.virtual.autocast import cast_inputs
@@ -117,7 +117,7 @@ def generic(g: VirtualGPUs, func, args, kwargs):
         groups = _index_groups(g, args, kwargs)
         if len(groups) > 1:
             return _per_device(g, func, args, kwargs, groups)
-    if other is not None and func not in MIXES_DEVICES:
+    if other is not None and func not in MIXES_DEVICES and not assigns_through_a_view(func, args, torch.Tensor):
         raise VirtualDeviceError(
             f"Expected all tensors to be on the same device, but found at least two devices, {dev} and {other}!"
         )
