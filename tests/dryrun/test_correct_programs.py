@@ -986,3 +986,31 @@ def test_a_slice_assigned_from_another_gpu_is_a_copy_and_an_index_put_is_checked
     s = script(SLICE_ASSIGNED.replace("INDEX", "torch.tensor([0, 2]), :3").replace("VALUE", "h1[:2, :3]"))
     status, report, err = dryrun_cli(s, "--gpus", "2", "--backing", backing)
     assert ("MP001", s.line("index")) in codes_at(report), (report["findings"], err)
+
+
+# A sparse tensor has no storage of its own: its values' label stands for its device (a sparse
+# adjacency matrix moved to a GPU was read as still on the CPU: a false MP001 at torch.sparse.mm).
+SPARSE_GRAPH = """
+import torch
+import torch.nn as nn
+
+adj = torch.eye(6).to_sparse().to("cuda:0")
+csr = torch.eye(6).to_sparse_csr().to("cuda:0")
+gcn = nn.Linear(4, 4).to("cuda:0")
+head = nn.Linear(4, 2).to("cuda:1")
+h = gcn(torch.randn(6, 4, device="cuda:0"))
+h = torch.sparse.mm(adj, h) + torch.sparse.mm(csr, h)
+out = head(torch.sparse.mm(adj, HOP))  # <- mm
+loss = nn.functional.cross_entropy(out, torch.randint(0, 2, (6,), device="cuda:1"))
+loss.backward()
+print(adj.device, out.device)
+"""
+
+
+def test_a_sparse_matrix_on_a_gpu_is_where_its_values_are(script, dryrun_cli):
+    status, report, err = dryrun_cli(script(SPARSE_GRAPH.replace("HOP", "h).to('cuda:1'")), "--gpus", "2")
+    assert status == 0, err
+    assert report["findings"] == []
+    s = script(SPARSE_GRAPH.replace("HOP", "h.to('cuda:1')"))
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert ("MP001", s.line("mm")) in codes_at(report), (report["findings"], err)

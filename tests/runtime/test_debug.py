@@ -457,3 +457,18 @@ def test_threads_the_program_starts_are_checked_as_its_own(strict):
     assert f.path == shown_path(__file__) and f.line == _line(Split.forward, "# entry")
     hops = [key for key in dbg.ledger.by_site() if key[0].line == _line(Split.forward, "# hop")]
     assert [key[1:] for key in hops] == [("cpu", "meta", "forward")]
+
+
+def test_a_sparse_tensors_transfer_counts_its_values_and_indices():
+    # Its layout has no strides: reading it as a dense tensor raised inside the user's `.to` (CSR),
+    # or counted the zeros it does not hold (COO).
+    dense = torch.eye(64)
+    with mpcheck.debug(report=None, on_mismatch="raise") as dbg:
+        dense.to_sparse().to("meta")
+        dense.to_sparse_csr().to("meta")
+        dbg.step()
+    assert dbg.findings == []
+    agg = dbg.ledger.by_pair()[("cpu", "meta", "forward")]
+    coo = 64 * 4 + 2 * 64 * 8  # values, indices
+    csr = 64 * 4 + 65 * 8 + 64 * 8  # values, row pointers, column indices
+    assert (agg.count, agg.bytes) == (2, coo + csr)

@@ -41,6 +41,7 @@ from mpcheck.runtime.checks.torchapi import PASS as _PASS
 from mpcheck.runtime.checks.torchapi import SET_DATA as _SET
 from mpcheck.runtime.checks.torchapi import VIEW as _VIEW
 from mpcheck.runtime.checks.torchapi import needs_full_name, python_call_kind
+from mpcheck.runtime.checks.transfer_events import payload_bytes
 
 _graph_task_id = getattr(torch._C, "_current_graph_task_id", lambda: -1)
 
@@ -224,7 +225,7 @@ class CheckingMode(TorchFunctionMode):
             if self._placements._made:
                 self._placements.derive((src_t,), out, devices.device_of)
             return out
-        nbytes = src_t.numel() * src_t.element_size()
+        nbytes = payload_bytes(src_t)
         site = checker.sites()
         module = checker.current_module()
         timing = devices.start_transfer(src, dst, nbytes)

@@ -37,9 +37,10 @@ def on_transfer(
     `by_library`: a copy made by PyTorch's own code, which the user cannot change (it
     is neither checked nor remembered, so no later user copy is blamed on it)."""
     if nbytes is None:
-        nbytes = src_tensor.numel() * src_tensor.element_size()
+        nbytes = payload_bytes(src_tensor)
     if contiguous is None:
-        contiguous = src_tensor.is_contiguous() if src_tensor is not None else True
+        # A sparse tensor has no strides (is_contiguous raises): its parts are copied whole.
+        contiguous = src_tensor.is_contiguous() if src_tensor is not None and _strided(src_tensor) else True
     self.ledger.record(
         src_dev,
         dst_dev,
@@ -115,3 +116,25 @@ def on_transfer(
                 held,
             ):
                 self._report_ping_pong(chain)
+
+
+def _strided(t: Any) -> bool:
+    return str(t.layout) == "torch.strided"
+
+
+def payload_bytes(t: Any) -> int:
+    """What a copy of `t` moves: its elements, or for a sparse tensor its values and indices (a sparse
+    tensor's numel counts the zeros it does not store)."""
+    if _strided(t):
+        return int(t.numel() * t.element_size())
+    layout = str(t.layout)
+    parts: tuple[Any, ...]
+    if layout == "torch.sparse_coo":
+        parts = (t._values(), t._indices())
+    elif layout in ("torch.sparse_csr", "torch.sparse_bsr"):
+        parts = (t.values(), t.crow_indices(), t.col_indices())
+    elif layout in ("torch.sparse_csc", "torch.sparse_bsc"):
+        parts = (t.values(), t.ccol_indices(), t.row_indices())
+    else:
+        return int(t.numel() * t.element_size())
+    return int(sum(p.numel() * p.element_size() for p in parts))

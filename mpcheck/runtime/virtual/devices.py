@@ -72,15 +72,36 @@ def _storage_of(t: torch.Tensor) -> Any:
     """`t`'s untyped storage, the one of the tensor it wraps for torch.func's wrappers (`vmap`'s
     batched tensors, `grad`'s and `jacrev`'s grad-tracking ones have no storage of their own: read
     as unlabelled, they were on the backing device, a false MP001 on a stage under `jacrev`); None
-    where there is none: sparse, nested or functionalised tensors, a LazyModule's
-    UninitializedParameter (no storage until its first call)."""
+    where there is none: nested or functionalised tensors, a LazyModule's UninitializedParameter (no
+    storage until its first call). A sparse tensor has no storage of its own either: its values' stand
+    for it (a sparse adjacency matrix moved to a GPU was read as still on the CPU: a false MP001)."""
     for _ in range(64):  # nested transforms (vmap(grad(f))) wrap once per level
         try:
             return t.untyped_storage()
         except (RuntimeError, NotImplementedError, TypeError, ValueError):
+            values = _sparse_values(t)
+            if values is not None:
+                t = values
+                continue
             if not _functorch.is_functorch_wrapped_tensor(t):
                 return None
             t = _functorch.get_unwrapped(t)
+    return None
+
+
+def _sparse_values(t: torch.Tensor) -> torch.Tensor | None:
+    """The dense tensor of a sparse tensor's values (COO, CSR, CSC, BSR, BSC), else None."""
+    layout = t.layout
+    if layout is torch.strided:
+        return None
+    with torch._C.DisableTorchFunction():
+        try:
+            if layout is torch.sparse_coo:
+                return t._values()
+            if layout in (torch.sparse_csr, torch.sparse_csc, torch.sparse_bsr, torch.sparse_bsc):
+                return t.values()
+        except (RuntimeError, NotImplementedError):
+            return None
     return None
 
 

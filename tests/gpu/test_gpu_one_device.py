@@ -1,0 +1,47 @@
+"""The debug mode on one real GPU (the host is the second device): what needs no second GPU. A sparse
+tensor's transfer (its layout has no strides: the transfer's bookkeeping once raised inside the user's
+`.to`), weights swapped in by torch.func.functional_call or replaced by assignment after a call, a slice
+of a GPU tensor assigned from the host. tests/dryrun runs the same programs on virtual GPUs.
+
+Skipped without a CUDA device (CI has none)."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+
+import mpcheck  # noqa: E402
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+
+
+def test_sparse_tensors_move_to_the_gpu_and_count_what_they_hold():
+    dense = torch.eye(64)
+    with mpcheck.debug(report=None, on_mismatch="raise") as dbg:
+        coo = dense.to_sparse().to("cuda:0")
+        csr = dense.to_sparse_csr().to("cuda:0")
+        h = torch.randn(64, 8, device="cuda:0")
+        out = torch.sparse.mm(coo, h) + torch.sparse.mm(csr, h)
+        dbg.step()
+    assert out.device == torch.device("cuda:0")
+    assert dbg.findings == []
+    agg = dbg.ledger.by_pair()[("cpu", "cuda:0", "forward")]
+    assert (agg.count, agg.bytes) == (2, (64 * 4 + 2 * 64 * 8) + (64 * 4 + 65 * 8 + 64 * 8))  # values and indices
+
+
+def test_weights_replaced_after_a_call_and_a_slice_assigned_from_the_host_run_clean():
+    from torch.func import functional_call
+
+    lin = nn.Linear(8, 4)
+    with mpcheck.debug(lin, report=None, on_mismatch="raise") as dbg:
+        x = torch.randn(2, 8)
+        lin(x)
+        swapped = {k: v.detach().to("cuda:0") for k, v in lin.named_parameters()}
+        functional_call(lin, swapped, (x.to("cuda:0"),))
+        lin.weight = nn.Parameter(lin.weight.detach().to("cuda:0"))
+        lin.bias = nn.Parameter(lin.bias.detach().to("cuda:0"))
+        buf = torch.zeros(2, 8, device="cuda:0")
+        buf[:, 4:] = x[:, :4]
+        out = lin(buf)
+    assert out.device == torch.device("cuda:0")
+    assert dbg.findings == []
