@@ -603,6 +603,15 @@ class Calls(Part):
     ) -> Val:
         if meth in ("to", "cuda", "cpu"):
             return self.interp.moves.move(recv, meth, args, kwargs, node, st)
+        if (
+            meth == "type_as"
+            and len(args) == 1
+            and not kwargs
+            and isinstance(args[0], Obj)
+            and args[0].kind == "tensor"
+        ):
+            # PyTorch's type_as is `self.to(other.options())`: the other tensor's dtype and device.
+            return self.interp.moves.move(recv, "to", args, {}, node, st)
         if meth in _FORWARD_HOOKS and isinstance(recv, Obj) and recv.kind in ("module", "any"):
             # Module.register_forward_(pre_)hook works in place, on every later call (module_call).
             extra = recv.extra or {}
