@@ -472,3 +472,25 @@ def test_a_sparse_tensors_transfer_counts_its_values_and_indices():
     coo = 64 * 4 + 2 * 64 * 8  # values, indices
     csr = 64 * 4 + 65 * 8 + 64 * 8  # values, row pointers, column indices
     assert (agg.count, agg.bytes) == (2, coo + csr)
+
+
+def test_a_member_replaced_on_another_device_makes_placements_read_again_and_one_on_its_own_does_not():
+    lin = nn.Linear(4, 4)
+    lin.register_buffer("cache", torch.zeros(4))
+    originals = (nn.Module.__setattr__, nn.Module.register_parameter, nn.Module.register_buffer)
+    with mpcheck.debug(lin, report=None) as dbg:
+        checker = dbg.session.checker
+        assert nn.Module.__setattr__ is not originals[0]
+        lin(torch.randn(2, 4))
+        epoch = checker.placement_epoch
+        lin.cache = torch.ones(4)  # a buffer refreshed where it was
+        lin.register_buffer("cache", torch.ones(4))
+        lin.note = torch.ones(4, device="meta")  # a plain attribute: not where the module lives
+        lin.weight = nn.Parameter(lin.weight.detach())  # a parameter replaced on its own device
+        assert checker.placement_epoch == epoch
+        lin.weight = nn.Parameter(lin.weight.detach().to("meta"))
+        assert checker.placement_epoch > epoch
+        epoch = checker.placement_epoch
+        lin.register_buffer("cache", torch.ones(4, device="meta"))
+        assert checker.placement_epoch > epoch
+    assert (nn.Module.__setattr__, nn.Module.register_parameter, nn.Module.register_buffer) == originals

@@ -21,6 +21,7 @@ reverse order on exit and on exceptions.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import sys
 import time
@@ -565,13 +566,12 @@ def _patch_module_apply(checker: Checker) -> Undo:
 
 def _patch_member_swaps(checker: Checker) -> list[Undo]:
     """A module's parameters, buffers or children replaced without Module._apply change where it lives
-    too: `lin.weight = nn.Parameter(w.to("cuda:1"))` (Module.__setattr__), `register_parameter`,
-    `register_buffer`, and torch.func.functional_call, which swaps the given tensors in and back out
+    too: `lin.weight = nn.Parameter(w.to("cuda:1"))` (Module.__setattr__, which hands a Parameter to
+    `register_parameter` and writes a buffer or a child into its dict itself), `register_buffer`, and
+    torch.func.functional_call, which swaps the given tensors in and back out
     (torch.nn.utils.stateless._reparametrize_module writes the module's dicts directly). The devices
     remembered for modules are read again after each; a tensor replaced by one on its own device (a
     cache buffer refreshed every step) changes nothing and keeps them."""
-    import contextlib
-
     from torch.nn.utils import stateless
 
     orig_setattr = nn.Module.__setattr__
@@ -580,33 +580,35 @@ def _patch_member_swaps(checker: Checker) -> list[Undo]:
     orig_reparametrize = stateless._reparametrize_module
     device_of = checker.devices.device_of
 
-    def module_setattr(module, name, value):
-        members = module.__dict__
-        old = _MISSING
-        for table in ("_parameters", "_buffers", "_modules"):
-            held = members.get(table)
-            if held is not None and name in held:
-                old = held[name]
-                break
-        orig_setattr(module, name, value)
-        if old is _MISSING and not isinstance(value, (nn.Parameter, nn.Module)):
-            return  # a plain attribute: no part of where the module lives
-        if isinstance(old, torch.Tensor) and isinstance(value, torch.Tensor) and device_of(old) == device_of(value):
+    def held(module: nn.Module, table: str, name: str) -> Any:
+        members = module.__dict__.get(table)
+        return members.get(name, _MISSING) if members is not None else _MISSING
+
+    def replaced(old: Any, new: Any) -> None:
+        if isinstance(old, torch.Tensor) and isinstance(new, torch.Tensor) and device_of(old) == device_of(new):
             return
-        if old is not None or value is not None:
+        if (old is not _MISSING and old is not None) or new is not None:
             checker.invalidate_placement()
 
-    def register_parameter(module, *args, **kwargs):
-        try:
-            return orig_register_parameter(module, *args, **kwargs)
-        finally:
-            checker.invalidate_placement()
+    def module_setattr(module, name, value):
+        if isinstance(value, nn.Parameter):
+            return orig_setattr(module, name, value)  # through register_parameter, below
+        old = held(module, "_buffers", name)
+        if old is _MISSING:
+            old = held(module, "_modules", name)
+        orig_setattr(module, name, value)
+        if old is not _MISSING or isinstance(value, nn.Module):  # else a plain attribute: not where it lives
+            replaced(old, value)
 
-    def register_buffer(module, *args, **kwargs):
-        try:
-            return orig_register_buffer(module, *args, **kwargs)
-        finally:
-            checker.invalidate_placement()
+    def register_parameter(module, name, param):
+        old = held(module, "_parameters", name)
+        orig_register_parameter(module, name, param)
+        replaced(old, param)
+
+    def register_buffer(module, name, tensor, *args, **kwargs):
+        old = held(module, "_buffers", name)
+        orig_register_buffer(module, name, tensor, *args, **kwargs)
+        replaced(old, tensor)
 
     @contextlib.contextmanager
     def reparametrize_module(*args, **kwargs):

@@ -153,6 +153,22 @@ CPU_INDEX_NAMES = frozenset(name for name, kind in PYTHON_CALLS.items() if kind 
 PER_INDEX_PREFIXES = ("_foreach_", "_fused_")
 
 
+def sparse_parts(t: Any) -> tuple[Any, ...] | None:
+    """A sparse tensor's own tensors, its values first, then its indices (COO, CSR, CSC, BSR, BSC);
+    None for a strided tensor. A sparse tensor has no storage or strides of its own: where it lives is
+    where its values are, and a copy of it moves these."""
+    layout = str(t.layout)
+    if layout == "torch.strided":
+        return None
+    if layout == "torch.sparse_coo":
+        return (t._values(), t._indices())
+    if layout in ("torch.sparse_csr", "torch.sparse_bsr"):
+        return (t.values(), t.crow_indices(), t.col_indices())
+    if layout in ("torch.sparse_csc", "torch.sparse_bsc"):
+        return (t.values(), t.ccol_indices(), t.row_indices())
+    return None
+
+
 def assigns_through_a_view(func: Any, args: tuple[Any, ...], tensor: type) -> bool:
     """`x[:, 4:] = h`, `x[0] = h`, `x[...] = h`: an assignment whose index holds no tensor is a copy into a
     view of `x` (PyTorch's set_item calls copy_), which crosses devices as `copy_` does. With a tensor or

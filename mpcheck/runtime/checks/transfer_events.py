@@ -12,6 +12,7 @@ from mpcheck.runtime.checks.ledger import TransferTiming
 from mpcheck.runtime.checks.pingpong import LEAF
 from mpcheck.runtime.checks.sites import UNKNOWN, Site
 from mpcheck.runtime.checks.storage_ref import StorageRef
+from mpcheck.runtime.checks.torchapi import sparse_parts
 
 if TYPE_CHECKING:
     from mpcheck.runtime.checks.checker import Checker
@@ -40,7 +41,7 @@ def on_transfer(
         nbytes = payload_bytes(src_tensor)
     if contiguous is None:
         # A sparse tensor has no strides (is_contiguous raises): its parts are copied whole.
-        contiguous = src_tensor.is_contiguous() if src_tensor is not None and _strided(src_tensor) else True
+        contiguous = src_tensor.is_contiguous() if src_tensor is not None and sparse_parts(src_tensor) is None else True
     self.ledger.record(
         src_dev,
         dst_dev,
@@ -118,23 +119,10 @@ def on_transfer(
                 self._report_ping_pong(chain)
 
 
-def _strided(t: Any) -> bool:
-    return str(t.layout) == "torch.strided"
-
-
 def payload_bytes(t: Any) -> int:
     """What a copy of `t` moves: its elements, or for a sparse tensor its values and indices (a sparse
     tensor's numel counts the zeros it does not store)."""
-    if _strided(t):
-        return int(t.numel() * t.element_size())
-    layout = str(t.layout)
-    parts: tuple[Any, ...]
-    if layout == "torch.sparse_coo":
-        parts = (t._values(), t._indices())
-    elif layout in ("torch.sparse_csr", "torch.sparse_bsr"):
-        parts = (t.values(), t.crow_indices(), t.col_indices())
-    elif layout in ("torch.sparse_csc", "torch.sparse_bsc"):
-        parts = (t.values(), t.ccol_indices(), t.row_indices())
-    else:
+    parts = sparse_parts(t)
+    if parts is None:
         return int(t.numel() * t.element_size())
     return int(sum(p.numel() * p.element_size() for p in parts))

@@ -47,6 +47,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from mpcheck.runtime.capture.hooks import in_outer_step
 from mpcheck.runtime.capture.threads import retire
+from mpcheck.runtime.checks.torchapi import sparse_parts
 from mpcheck.runtime.virtual.active import ACTIVE
 from mpcheck.runtime.virtual.allocations import AllocationMode, copy_gradient_back
 from mpcheck.runtime.virtual.cuda_allocator import counted_bytes
@@ -90,19 +91,15 @@ def _storage_of(t: torch.Tensor) -> Any:
 
 
 def _sparse_values(t: torch.Tensor) -> torch.Tensor | None:
-    """The dense tensor of a sparse tensor's values (COO, CSR, CSC, BSR, BSC), else None."""
-    layout = t.layout
-    if layout is torch.strided:
+    """The dense tensor of a sparse tensor's values, else None."""
+    if t.layout is torch.strided:
         return None
     with torch._C.DisableTorchFunction():
         try:
-            if layout is torch.sparse_coo:
-                return t._values()
-            if layout in (torch.sparse_csr, torch.sparse_csc, torch.sparse_bsr, torch.sparse_bsc):
-                return t.values()
+            parts = sparse_parts(t)
         except (RuntimeError, NotImplementedError):
             return None
-    return None
+    return parts[0] if parts else None
 
 
 class _StorageGone(weakref.ref):
