@@ -107,3 +107,66 @@ class Uses:
             # `model.parallelize()` may place its parts anew; the receiver's own methods are judged in its class
             return not (strict and top is not node and attrs[-1] not in _READS)
         return top is not node  # an attribute read (`model.devices[0]`); a bare name passed, stored, returned
+
+    def attribute_as_built(self, attr: str) -> bool:
+        """Is the module held as `self.<attr>` (`self.pe = SinusoidalPE(d).to("cuda:0")`) assigned once in
+        the scope (a class's file) and otherwise only called (`self.pe(h)`) or read (`self.pe.weight`,
+        `self.pe.parameters()`)? Anything else, on any receiver of that attribute name (`model.pe.table =
+        ...`, `self.pe.cuda()`, `helper(self.pe)`), may have changed it."""
+        assigned = 0
+        for name in self.names.get(attr, ()):
+            held = self.parent.get(id(name))
+            if not (isinstance(held, cst.Attribute) and held.attr is name):
+                continue  # a local variable of that name: another thing
+            above = self.parent.get(id(held))
+            if isinstance(above, cst.AssignTarget) and above.target is held:
+                assigned += 1
+                continue
+            if (isinstance(above, cst.Call) and above.func is held) or (
+                isinstance(above, cst.For) and above.iter is held
+            ):
+                continue  # its forward; its items, in a loop (`for block in self.blocks:`)
+            if not (isinstance(above, (cst.Attribute, cst.Subscript)) and above.value is held) or not self._read_only(
+                held
+            ):
+                return False  # moved, given an attribute, passed, stored, returned
+        return assigned == 1
+
+    def iterated_part(self, name: str) -> str | None:
+        """The part of `self` whose items the loop variable `name` takes (`for block in self.blocks:`), when
+        that is its only binding and it is otherwise only called or read (`block(h)`,
+        `next(block.parameters())`); else None."""
+        part = None
+        for node in self.names.get(name, ()):
+            parent = self.parent.get(id(node))
+            if isinstance(parent, cst.For) and parent.target is node:
+                it = parent.iter
+                if not (isinstance(it, cst.Attribute) and isinstance(it.value, cst.Name) and it.value.value == "self"):
+                    return None
+                if part not in (None, it.attr.value):
+                    return None
+                part = it.attr.value
+                continue
+            verdict = self._judge(node, None, True)
+            if verdict is False or verdict == "bound":
+                return None
+        return part
+
+    def _read_only(self, held: cst.Attribute) -> bool:
+        """Is `self.pe.<...>` around `held` an attribute read or a reading method's call?"""
+        top: cst.CSTNode = held
+        attrs: list[str] = []
+        above = self.parent.get(id(held))
+        while isinstance(above, (cst.Attribute, cst.Subscript)) and above.value is top:
+            if isinstance(above, cst.Attribute):
+                attrs.append(above.attr.value)
+            top, above = above, self.parent.get(id(above))
+        if any(a in _MOVERS for a in attrs):
+            return False
+        if (isinstance(above, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign)) and above.target is top) or isinstance(
+            above, cst.Del
+        ):
+            return False
+        if isinstance(above, cst.Call) and above.func is top:
+            return not attrs or attrs[-1] in _READS  # an item's forward (`self.blocks[0](h)`), a reading method
+        return True

@@ -49,6 +49,7 @@ from mpcheck import codes
 from mpcheck.devices import torchapi as T
 from mpcheck.devices.as_built import Uses
 from mpcheck.devices.events import CallSite
+from mpcheck.devices.moves import moved_instance
 from mpcheck.devices.names import dotted
 from mpcheck.devices.program import FuncInfo, State, params_of
 from mpcheck.devices.unmoved import moved_by_a_method
@@ -63,6 +64,7 @@ from mpcheck.devices.values import (
     Starred,
     SymV,
     Val,
+    one,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -221,12 +223,16 @@ def note_call(
     node: cst.CSTNode,
     instance: Obj | None = None,
     within: Obj | None = None,
+    moved: str | None = None,
+    receiver: cst.BaseExpression | None = None,
 ) -> None:
     """Keep a call of `module`.`func` (maybe another project file's) for the pipeline, when
     one of its arguments has a known device (Interp.outgoing, read by analysis.analyze).
     `instance`: for a method (`Class.method`), the instance of another file's class it is
     called on; the arguments it was built with go along (`init`, by name), when nothing in
-    the calling function may have changed it since (devices/as_built.py)."""
+    the calling function may have changed it since (devices/as_built.py). A call of the instance
+    itself is `Class.forward` (`receiver`: the instance's expression, the call's function);
+    `moved`: the one device the caller then moved it to, whole."""
     if not module or module.split(".")[0] in _LIBRARIES or not interp.recorder.live or interp.probes:
         return
     if not isinstance(node, cst.Call) or any(a.star for a in node.args):
@@ -246,11 +252,13 @@ def note_call(
     )
     if not (enc_within or any(known(e) for e in (*enc_args, *enc_kwargs.values(), *enc_init.values()))):
         return
-    if instance is not None and init is not None and not _left_as_built(interp, node, instance, init):
+    if instance is not None and init is not None and not _left_as_built(interp, node, instance, init, receiver):
         return
     call: dict[str, Any] = {"module": module, "func": func, "args": enc_args, "kwargs": enc_kwargs}
     if init is not None:
         call["init"] = enc_init
+    if moved is not None:
+        call["moved"] = moved
     if enc_within:  # called by a method of a split class: the helper works inside it (MP003's question)
         call["within"] = enc_within
     outer = _outer_site(interp)
@@ -264,16 +272,29 @@ def note_call(
         interp.outgoing.append((node, call))
 
 
-def _left_as_built(interp: Interp, node: cst.Call, instance: Obj, init: Mapping[str, Val]) -> bool:
-    """Is the instance a method is called on (`trainer` of `trainer.fit(...)`), and each module or
-    list it was built with (`Trainer(model, ...)`), as they were built, for all the calling function
-    (or file) may do (devices/as_built.py)? Only names bound there can tell: anything else is not."""
-    scope: cst.CSTNode = interp.stack[-1].node if interp.stack else interp.module
-    uses = interp.uses.get(id(scope))
-    if uses is None:
-        uses = interp.uses[id(scope)] = Uses(scope)
-    recv = node.func.value if isinstance(node.func, cst.Attribute) else None
+def _left_as_built(
+    interp: Interp, node: cst.Call, instance: Obj, init: Mapping[str, Val], receiver: cst.BaseExpression | None
+) -> bool:
+    """Is the instance a method is called on (`trainer` of `trainer.fit(...)`; `receiver`, else the
+    call's: `model` of `model(x)`), and each module or list it was built with (`Trainer(model, ...)`),
+    as they were built, for all the calling function (or file) may do (devices/as_built.py)? Only
+    names bound there can tell, and a part of `self` built in __init__: anything else is not."""
     build = (instance.extra or {}).get("built")
+    recv = receiver if receiver is not None else (node.func.value if isinstance(node.func, cst.Attribute) else None)
+    uses = _uses(interp, interp.stack[-1].node if interp.stack else interp.module)
+    part = None
+    if isinstance(recv, cst.Attribute) and isinstance(recv.value, cst.Name) and recv.value.value == "self":
+        part = recv.attr.value  # `self.pe(h)`
+    elif isinstance(recv, cst.Name) and not uses.as_built(recv.value):
+        part = uses.iterated_part(recv.value)  # `for block in self.blocks: h = block(h)`
+    if part is not None:
+        # A part __init__ built (`self.pe = SinusoidalPE(d).to("cuda:0")`), as built in its whole file, and
+        # built with no module or list the file may change in the meantime.
+        return (
+            isinstance(build, cst.Call)
+            and not any(isinstance(v, SeqV) or (isinstance(v, Obj) and v.kind != "tensor") for v in init.values())
+            and _uses(interp, interp.module).attribute_as_built(part)
+        )
     if not isinstance(recv, cst.Name) or not isinstance(build, cst.Call) or not uses.as_built(recv.value):
         return False
     values = list(init.values())
@@ -287,6 +308,13 @@ def _left_as_built(interp: Interp, node: cst.Call, instance: Obj, init: Mapping[
         elif not isinstance(arg.value, cst.Call):  # `Trainer(self.model, ...)`: held elsewhere too
             return False
     return True
+
+
+def _uses(interp: Interp, scope: cst.CSTNode) -> Uses:
+    uses = interp.uses.get(id(scope))
+    if uses is None:
+        uses = interp.uses[id(scope)] = Uses(scope)
+    return uses
 
 
 def _outer_site(interp: Interp) -> CallSite | None:
@@ -308,13 +336,16 @@ def _may_know(v: Val) -> bool:
     return isinstance(v, (DeviceV, Obj)) or (isinstance(v, SeqV) and v.items is not None)
 
 
-def _callee(interp: Interp, func: str, init: Mapping[str, Any]) -> tuple[FuncInfo | None, Obj | None]:
+def _callee(
+    interp: Interp, func: str, init: Mapping[str, Any], moved: str | None = None
+) -> tuple[FuncInfo | None, Obj | None]:
     """The function `func` names, or for `Class.method` the method and the instance it runs on:
     built, its facts muted, with the arguments the caller built it with (`init`, by name: one
     with no known device is unknown, one not passed takes its default, as in Python).
     None for a name this file does not define, a dunder, a decorated method (a property, a static
     or class method), or a method of a class whose other methods change its attributes or move it:
-    the state the call meets may not be what __init__ left."""
+    the state the call meets may not be what __init__ left. `moved`: the instance, once built,
+    moved whole there (`SinusoidalPE(d).to("cuda:0")`: its plain tensor attributes stay)."""
     cls, _, meth = func.rpartition(".")
     if not cls:
         return interp.functions.get(func), None
@@ -326,6 +357,9 @@ def _callee(interp: Interp, func: str, init: Mapping[str, Any]) -> tuple[FuncInf
         inst = interp.instances.instantiate(cinfo, [], {k: decode(e, k) for k, e in init.items()}, None, None)
     if interp.moves.rebound_attributes(inst):
         return None, None  # another method may have changed what __init__ left, before this call
+    if moved is not None:
+        moved_inst = moved_instance(inst, one(moved), f"moved to {moved!r} whole by its caller", info.node)
+        return (info, moved_inst) if moved_inst is not None else (None, None)
     return info, inst
 
 
@@ -350,7 +384,8 @@ def run_callers(interp: Interp, callers: Sequence[Mapping[str, Any]]) -> None:
         if str(ctx.get("func", "")).endswith(".__init__"):
             _run_init(interp, ctx)
             continue
-        info, inst = _callee(interp, str(ctx.get("func", "")), ctx.get("init") or {})
+        moved = ctx.get("moved")
+        info, inst = _callee(interp, str(ctx.get("func", "")), ctx.get("init") or {}, moved)
         if info is None:
             continue
         params = [n for n, _ in params_of(info.node)][1 if inst is not None else 0 :]

@@ -239,6 +239,10 @@ class Calls(Part):
                     arg_index=0,
                     expr=_nth(exprs, 0),
                 )
+            placed = args
+            if mod.in_devs is not None and args and isinstance(args[0], Obj) and conflict(args[0].devs, mod.in_devs):
+                placed = [args[0].with_(devs=mod.in_devs), *args[1:]]  # reported here: its file sees it placed
+            self._note_forward(mod, placed, kwargs, node)
             if mod.out_devs is not None:
                 return Obj("tensor", mod.out_devs, origin="output of", at=node, opaque=True)
             out = summarized_output(mod, node)
@@ -438,6 +442,24 @@ class Calls(Part):
             mod.extra = {"probes": {}}
         mod.extra.setdefault("probes", {})[key] = needs
         return needs
+
+    def _note_forward(self, mod: Obj, args: list[Val], kwargs: dict[str, Val], node: cst.CSTNode) -> None:
+        """A call of an instance of another file's class (`self.pe(h)`), kept for that file's analysis
+        (callers.py): its forward runs there with these arguments on an instance built as this file
+        built it, and moved whole as this file moved it (`SinusoidalPE(d).to("cuda:0")`: a plain tensor
+        attribute stays on the CPU). Only an instance whose devices this file knows: one its class
+        places (its summary's), or one moved whole to one device; an unplaced one may be placed in ways
+        the model does not follow."""
+        extra = mod.extra or {}
+        moved = single(mod.devs) if extra.get("moved") else None
+        if not extra.get("module") or not isinstance(node, cst.Call):
+            return
+        if extra.get("moved") and (moved is None or moved.startswith("sym:")):
+            return
+        if not extra.get("moved") and mod.devs is None and not mod.split:
+            return
+        func = f"{extra['summarized']}.forward"
+        note_call(self.interp, extra["module"], func, args, kwargs, node, mod, moved=moved, receiver=node.func)
 
     def input_devs(self, mod: Obj, fwd: FuncInfo) -> Devs:
         """Where a class's forward needs its first argument: the device of the

@@ -660,6 +660,8 @@ def _builtin(lib: Library, c: LibCall) -> Val:
         if isinstance(a, ParamsOf):
             return a.first()
         return UNK
+    if q == "sum" and args:
+        return _python_sum(lib, c)
     if q == "len" and args and isinstance(args[0], SeqV) and args[0].items is not None:
         return Const(len(args[0].items))
     if q == "setattr" and len(args) == 3 and isinstance(args[1], Const) and isinstance(args[1].value, str):
@@ -674,6 +676,46 @@ def _builtin(lib: Library, c: LibCall) -> Val:
     if q == "super":
         return SuperV()
     return UNK
+
+
+def _python_sum(lib: Library, c: LibCall) -> Val:
+    """Python's `sum(losses)`: `start + losses[0] + losses[1] + ...`, each `+` as written (per-stage
+    losses on two GPUs stop at the second item: 0-dim tensors on two GPUs do not mix). Only a
+    sequence whose items are all known tensors; the start (0 unless given) is a number, which
+    meets any tensor."""
+    seq = c.args[0]
+    start = c.args[1] if len(c.args) > 1 else c.kwargs.get("start", Const(0))
+    if not isinstance(seq, SeqV) or seq.items is None or not isinstance(start, Const):
+        return UNK
+    tensors = [i for i in seq.items if isinstance(i, Obj) and i.kind in ("tensor", "param", "buffer")]
+    if len(tensors) != len(seq.items) or not tensors:
+        return UNK
+    exprs = lib.interp.exprs
+    total: Val = tensors[0].with_(label="")
+    for index, item in enumerate(tensors[1:], 1):
+        assert isinstance(total, Obj)
+        lib.interp.recorder.need(c.node, "sum", total.devs)
+        if conflict(total.devs, item.devs):
+            lib.interp.recorder.record(
+                Mismatch(
+                    node=c.node,
+                    mode=c.st.mode,
+                    value=item,
+                    target=total.devs,
+                    what="the sum of the items before it",
+                    op="sum()",
+                    other=total,
+                    expr=c.node.args[0].value if c.node.args else None,
+                    item=index,
+                    site="sum",
+                ),
+                key="sum",
+            )
+            return FAILED
+        total = exprs.binop(c.node, total, item, c.st)
+        if not isinstance(total, Obj):
+            return total
+    return total
 
 
 _NUMERIC: dict[str, Callable[..., Any]] = {"min": min, "max": max, "abs": abs, "int": int}

@@ -197,7 +197,14 @@ class Moves(Part):
                 if recv.origin.startswith("moved to") and single(recv.devs) and single(devs):
                     # Placed again by a statement of __init__: a copy-paste slip often hides here.
                     self.interp.placed_again[id(recv)] = (recv, recv.at, single(recv.devs), node)
-                recv.devs, recv.origin, recv.at = devs, f"moved to {where} by .{meth}()", node
+                origin = f"moved to {where} by .{meth}()"
+                summarized = _moved_summarized(recv, devs, origin, node)
+                if summarized is not None:
+                    # A class of another file: where its forward needs its input follows the move too
+                    # (its summary's "in" is where it was built, e.g. a CPU table of a part).
+                    recv.in_devs, recv.out_devs = summarized.in_devs, summarized.out_devs
+                    recv.split, recv.extra = summarized.split, summarized.extra
+                recv.devs, recv.origin, recv.at = devs, origin, node
                 return recv
             res = (
                 moved_instance(recv, devs, f"moved to {where} by .{meth}()", node)
@@ -498,7 +505,7 @@ def _moved_part(v: Val, devs: Devs, origin: str, node: cst.CSTNode, depth: int, 
     move; a plain tensor attribute is not registered, so it stays where it was when it
     certainly is one (`stays`: _registered_names), else it is taken as unknown."""
     if isinstance(v, Obj):
-        inner = moved_instance(v, devs, origin, node, depth + 1)
+        inner = moved_instance(v, devs, origin, node, depth + 1) or _moved_summarized(v, devs, origin, node)
         if inner is not None:
             return inner
         if v.kind in ("module", "any", "param", "buffer"):

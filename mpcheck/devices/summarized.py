@@ -4,6 +4,7 @@ resolved to a summarized class, function or constant, and a call of one.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -93,6 +94,8 @@ def constant_value(c: dict[str, Any]) -> Val:
         return Const(c["const"])
     if "ns" in c:
         return DictV({k: constant_value(v) for k, v in c["ns"].items()}, namespace=True)
+    if "dict" in c:
+        return DictV({k: constant_value(v) for k, v in c["dict"].items()})
     return SeqV(tuple(constant_value(i) for i in c["list"]))
 
 
@@ -114,14 +117,8 @@ def _subst(devs: list[str] | None, bound: dict[str, Val]) -> Devs:
             name = d[4:]
             base, _, rest = name.partition("[")
             if base in bound:
-                v = bound[base]
-                if rest and isinstance(v, SeqV) and v.items is not None:
-                    try:
-                        k = int(rest.rstrip("]"))
-                        v = v.items[k]
-                    except (ValueError, IndexError):
-                        return None
-                elif rest:
+                v = _subscripted(bound[base], f"[{rest}") if rest else bound[base]
+                if v is None:
                     return None
                 got = as_device(v)
                 if got is None and isinstance(v, SymV):
@@ -136,6 +133,35 @@ def _subst(devs: list[str] | None, bound: dict[str, Val]) -> Devs:
             return None if name.split(".")[0] in bound else frozenset(devs)
         out.add(d)
     return frozenset(out)
+
+
+# One subscript of a symbolic device's name: `[1]`, `['head']`, `["head"]` (sym:cfg['devices']['head']).
+_SUBSCRIPT = re.compile(r"""\[(?:(-?\d+)|'([^']*)'|"([^"]*)")\]""")
+
+
+def _subscripted(v: Val, rest: str) -> Val | None:
+    """`v` read through the subscripts `rest` spells (`[0]`, `['devices']['head']`): a list's item by
+    index, a dict's entry by key; None when one is not there or not of that kind."""
+    pos = 0
+    while pos < len(rest):
+        m = _SUBSCRIPT.match(rest, pos)
+        if m is None:
+            return None
+        pos = m.end()
+        index, *keys = m.groups()
+        key = next((k for k in keys if k is not None), None)
+        if (
+            index is not None
+            and isinstance(v, SeqV)
+            and v.items is not None
+            and -len(v.items) <= int(index) < len(v.items)
+        ):
+            v = v.items[int(index)]
+        elif key is not None and isinstance(v, DictV) and key in v.items:
+            v = v.items[key]
+        else:
+            return None
+    return v
 
 
 def _obj_from(s: dict[str, Any] | None, bound: dict[str, Val], label: str, node: cst.CSTNode | None) -> Val:

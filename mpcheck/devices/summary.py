@@ -347,6 +347,8 @@ def _names_devices(c: dict[str, Any]) -> bool:
         return isinstance(c["const"], str) and re.fullmatch(r"cpu|cuda:\d+", c["const"]) is not None
     if "list" in c:
         return bool(c["list"]) and all(_names_devices(i) for i in c["list"])
+    if "dict" in c:  # a settings dict: some entry names one
+        return any(_names_devices(i) for i in c["dict"].values())
     return False
 
 
@@ -377,7 +379,7 @@ def _function_summary(interp: Interp, finfo: FuncInfo) -> dict[str, Any]:
     with interp.recorder.muted():
         res = interp.calls.call_function(finfo, None, [SymV(p) for p in params], {}, st, None)
     out: dict[str, Any] = {"params": params, "returns": _value_summary(res)}
-    if not _tells_devices(out["returns"]):
+    if not _tells_devices(out["returns"]) or _moves_a_module(out["returns"]):
         inlined = _inlined(interp, finfo)
         if inlined is not None:
             out.update(inlined)
@@ -391,6 +393,14 @@ def _tells_devices(r: dict[str, Any] | None) -> bool:
     if r.get("kind") == "seq":
         return any(_tells_devices(i) for i in r["items"])
     return bool(r.get("devs") or r.get("split") or r.get("dispatched"))
+
+
+def _moves_a_module(r: dict[str, Any] | None) -> bool:
+    """Does the function give back a module (or a value of unknown kind) moved whole (`return
+    model.cuda().eval()`)? Its devices say where an unknown module would go; the importer's own
+    module may be one its forward moves the input of, or a split the move collapses (MP007): the
+    function's text, run there with that module, says which."""
+    return r is not None and r.get("kind") in ("module", "any") and not r.get("split") and not r.get("dispatched")
 
 
 _MAX_INLINED_STATEMENTS = 6
@@ -490,4 +500,9 @@ def _constant(v: Val) -> dict[str, Any] | None:
         # types.SimpleNamespace(device="cuda:1", ...): its constant attributes.
         ns = {k: c for k, c in ((k, _constant(i)) for k, i in v.items.items()) if c is not None}
         return {"ns": ns} if ns else None
+    if isinstance(v, DictV) and len(v.items) <= 32 and all(isinstance(k, str) for k in v.items):
+        # A settings dict (`CONFIG = {"devices": {"head": "cuda:1"}, ...}`, as yaml.safe_load gives it):
+        # its constant entries, kept only when some entry, at any depth, names a device.
+        entries = {k: c for k, c in ((k, _constant(i)) for k, i in v.items.items()) if c is not None}
+        return {"dict": entries} if any(_names_devices(c) for c in entries.values()) else None
     return None

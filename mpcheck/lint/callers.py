@@ -77,6 +77,8 @@ def add(
             ctx = {"func": call["func"], "args": call.get("args", []), "kwargs": call.get("kwargs", {})}
             if "init" in call:  # a method: what the caller built its instance with (devices/callers.py)
                 ctx["init"] = call["init"]
+            if "moved" in call:  # ... and the device it then moved the instance to, whole
+                ctx["moved"] = call["moved"]
             if "within" in call:  # called by a method of a split class of the caller's file
                 ctx["within"] = call["within"]
             if "gpus" in call:  # made under an assumed GPU count (rules/gpucounts.counted_calls)

@@ -61,17 +61,21 @@ def resolve(modname: str, roots: tuple[str, ...]) -> str | None:
     return None
 
 
-# A module-level binding on one line: `device0 = torch.device("cuda:0")`, `STAGES: list[str] = [...]`.
-_TOP_BINDING = re.compile(r"^([A-Za-z_]\w*)[ \t]*(?::[^=\n]*)?=(?!=)([^\n]*)$", re.M)
+# A module-level assignment: `device0 = torch.device("cuda:0")`, `STAGES: list[str] = [...]`, and one whose
+# brackets run over several lines (a settings dict as yaml.safe_load gives it): the lines after the first
+# are indented or close the bracket at the margin (`}`), as nothing else at module level can be.
+_TOP_BINDING = re.compile(
+    r"^([A-Za-z_]\w*)[ \t]*(?::[^=\n]*)?=(?!=)([^\n]*(?:\n(?:[ \t]+[^\n]*|[)\]}][^\n]*))*)$", re.M
+)
 
 
-def binds_on_one_line(source: str, name: str) -> bool:
-    """Does `source` bind `name` at its top level by a one-line assignment (a constant, as top_bindings reads one)?"""
-    return name in _one_line_names(source)
+def binds_by_assignment(source: str, name: str) -> bool:
+    """Does `source` bind `name` at its top level by an assignment (a constant, as top_bindings reads one)?"""
+    return name in _assigned_names(source)
 
 
 @lru_cache(maxsize=256)
-def _one_line_names(source: str) -> frozenset[str]:
+def _assigned_names(source: str) -> frozenset[str]:
     return frozenset(m.group(1) for m in _TOP_BINDING.finditer(source))
 
 
@@ -96,7 +100,7 @@ _CLASS_BINDING = re.compile(r"^([ \t]+)([A-Za-z_]\w*[ \t]*(?::[^=\n]*)?=(?!=)[^\
 
 
 def top_bindings(source: str) -> dict[str, str]:
-    """name -> the right-hand side of its module-level one-line assignments (the last one wins); for a
+    """name -> the right-hand side of its module-level assignments (the last one wins); for a
     module-level class, the one-line assignments of its body's own level (the constants an importer
     reads as `C.device`) and the lines of its methods that place something on a named device; for a
     module-level function, those lines of its body. An importer of a class that places its parts

@@ -329,7 +329,7 @@ class _Project:
         self._hash: dict[str, str | None] = {}
         self._imports: dict[str, list[tuple[str, str]]] = {}
         self._worth: dict[str, bool] = {}
-        self._top: dict[str, dict[str, str]] = {}  # module-level one-line bindings of a module (borrowed)
+        self._top: dict[str, dict[str, str]] = {}  # module-level bindings of a module (borrowed)
         self._constants: dict[str, dict[str, tuple[str, tuple[str, ...]]]] = {}  # constants_imported
         for abspath, text in (overrides or {}).items():  # files as --diff would leave them
             self._text[abspath] = text
@@ -414,13 +414,13 @@ class _Project:
                 path = modules.resolve(module, roots) if module else None
                 if path is None or path == abspath or not self.names_a_device(path, name, through=2):
                     continue
-                if modules.binds_on_one_line(self.text(path) or "", name):  # a constant, not a class
+                if modules.binds_by_assignment(self.text(path) or "", name):  # a constant, not a class
                     found.setdefault(path, (module, set()))[1].add(name)
             got = self._constants[abspath] = {p: (m, tuple(sorted(n))) for p, (m, n) in sorted(found.items())}
         return got
 
     def names_a_device(self, abspath: str, name: str, through: int = 0) -> bool:
-        """Does the module bind `name` at its top level by a one-line assignment, or a class, whose text names a
+        """Does the module bind `name` at its top level by an assignment, or a class, whose text names a
         device? With `through`, also one whose text names such a name of the module, that many steps away
         (`LAST = GPUS[-1]` under `GPUS = [torch.device(f"cuda:{i}") for i in ...]`)."""
         side = self._bindings(abspath).get(name)
@@ -735,7 +735,7 @@ def _project_modules(f: _File, project: _Project, analysis: Any) -> _Walked:
     todo = [target for _, target in analysis.import_targets(f.text, modules.import_name(f.modname, f.is_init))]
     # Constants read off a project module imported whole (`import config` ... `config.first`, `config.C`):
     # taken where that module is a file of its own (not a package's __init__) that binds the name at its
-    # top level by a one-line assignment that names a device, or by a class (`project.borrowed` reads the
+    # top level by an assignment that names a device, or by a class (`project.borrowed` reads the
     # same), so that `torch.float32` after `import torch`, or `F.gelu` passed as a value, summarise nothing.
     inits: set[str] = set()
     for target in _attribute_targets(f.text, f.modname, f.is_init, roots, inits):

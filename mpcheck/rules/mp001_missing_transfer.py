@@ -147,6 +147,16 @@ def _special_case(ctx: FileContext, ev: Mismatch, name: str, meets: str) -> tupl
             f"rather than as a child, did not move and is on {ref_dev}: place the module where that layer is "
             f"(e.g. `.to({ref}.weight.device)`) instead"
         )
+    if ev.op == "sum()" and ev.item is not None:
+        # Python's sum() of per-stage losses: the items must meet on one device.
+        whole = ctx.code(expr) if expr is not None else "the items"
+        seq = whole if isinstance(expr, (cst.Name, cst.Attribute, cst.List)) else f"({whole})"
+        item = f"{seq}[{ev.item}]"
+        if isinstance(expr, (cst.List, cst.Tuple)) and ev.item < len(expr.elements):
+            item = ctx.code(expr.elements[ev.item].value)  # `sum([h.mean(), g.mean()])`: the element as written
+        return f"`{item}` is on {show(here)} ({origin_text(ctx, v)}), but {meets}", (
+            f"move every item to one device first, e.g. `sum(t{to_there} for t in {seq})` at line {line}"
+        )
     if ev.item is not None and expr is not None:
         # One element of a tuple passed whole (an LSTM's `state` from init_hidden): move every element.
         whole = ctx.code(expr)
