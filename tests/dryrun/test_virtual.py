@@ -156,6 +156,25 @@ def test_streams_and_events_do_not_hang_and_timing_is_a_noted_limit():
     assert len(dr.limits) == 1 and "elapsed_time" in dr.limits[0][1]
 
 
+def test_a_stream_of_another_gpu_makes_that_gpu_current_for_its_block():
+    """As torch.cuda.set_stream does on GPUs: `device="cuda"` inside the block lands on the stream's GPU,
+    and the device current before is current again after it (also after an exception inside)."""
+    with quiet(gpus=2):
+        s = torch.cuda.Stream(device="cuda:1")
+        assert torch.cuda.current_device() == 0
+        with torch.cuda.stream(s):
+            assert torch.cuda.current_device() == 1
+            assert torch.zeros(2, device="cuda").device == torch.device("cuda:1")
+        assert torch.cuda.current_device() == 0
+        with pytest.raises(ValueError), torch.cuda.stream(s):
+            raise ValueError("inside")
+        assert torch.cuda.current_device() == 0
+        with torch.cuda.stream(None):  # PyTorch's no-op form
+            assert torch.cuda.current_device() == 0
+        torch.cuda.set_stream(s)
+        assert torch.cuda.current_device() == 1
+
+
 def test_meta_backing_holds_no_memory_and_answers_devices():
     with quiet(gpus=2, backing="meta") as dr:
         big = nn.Linear(8192, 8192).to("cuda:1")  # 256 MiB of parameters, none allocated

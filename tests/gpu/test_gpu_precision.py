@@ -107,3 +107,14 @@ def test_a_slice_assigned_across_gpus_and_weights_replaced_after_a_call_run_clea
         lin.bias = nn.Parameter(lin.bias.detach().to("cuda:1"))
         lin(buf.to("cuda:1"))
     assert dbg.findings == []
+
+
+def test_the_virtual_stream_context_does_what_a_real_one_does_to_the_current_device():
+    """The dry run's `torch.cuda.stream` (runtime/virtual/streams.py) makes the stream's GPU current for
+    the block, as PyTorch's set_stream does on real GPUs: checked here against real ones."""
+    s = torch.cuda.Stream(device="cuda:1")
+    before = torch.cuda.current_device()
+    with torch.cuda.stream(s):
+        inside = torch.cuda.current_device()
+        made = torch.zeros(2, device="cuda").device
+    assert (inside, made.index, torch.cuda.current_device()) == (1, 1, before)

@@ -78,11 +78,20 @@ class VirtualEvent:
 
 
 class StreamContext:
+    """`with torch.cuda.stream(s):`. As in PyTorch (its torch.cuda.set_stream sets the current device to the
+    stream's), the stream's device is the current one for the block (a bare `device="cuda"` there lands on
+    it), and the device current before is again after it."""
+
     def __init__(self, stream: Any) -> None:
         self.stream = stream
+        self.prev: int | None = None
 
     def __enter__(self) -> Any:
+        if isinstance(self.stream, VirtualStream):
+            g = ACTIVE[-1]
+            self.prev, g.current = g.current, self.stream.device.index
         return self.stream
 
     def __exit__(self, *exc: Any) -> None:
-        pass
+        if self.prev is not None:
+            ACTIVE[-1].current, self.prev = self.prev, None

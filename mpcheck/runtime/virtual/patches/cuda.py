@@ -110,6 +110,11 @@ class _Answers:
             self.set_device(device)
         return prev
 
+    def set_stream(self, stream: Any) -> None:
+        """torch.cuda.set_stream: the stream's device becomes the current one (PyTorch sets it too)."""
+        if isinstance(stream, VirtualStream):
+            self.set_device(stream.device.index)
+
     def current_stream(self, device: Any = None) -> VirtualStream:
         i = self.idx(device)
         if i not in self.streams:
@@ -242,7 +247,7 @@ def _cuda_table(a: _Answers) -> dict[str, Any]:
         "StreamContext": StreamContext,
         "current_stream": a.current_stream,
         "default_stream": a.current_stream,
-        "set_stream": a.none,
+        "set_stream": a.set_stream,
         "is_current_stream_capturing": lambda: False,
         "CUDAGraph": a.graph_class(torch.cuda.CUDAGraph),
         "graph": a.graph_class(torch.cuda.graph),
@@ -262,7 +267,7 @@ def _accelerator_table(a: _Answers) -> dict[str, Any]:
         "device_index": a.device_index(),
         "synchronize": a.none,
         "current_stream": a.current_stream,
-        "set_stream": a.none,
+        "set_stream": a.set_stream,
         "empty_cache": a.none,
         "memory_allocated": lambda device=None: a.g.allocated[a.dev(device)],
         "max_memory_allocated": lambda device=None: a.g.peak[a.dev(device)],
