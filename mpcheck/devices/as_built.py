@@ -11,7 +11,8 @@ that makes the call, whatever the order and the paths:
 - the receiver (`trainer` of `trainer.fit(...)`) is a name bound in that scope by plain
   assignment only, and every other use of it is a read, a method call or an attribute read
   (its class's own methods are judged where they are defined: callers._callee); never
-  passed to a call, stored, returned, aliased, given an attribute, or moved (`.to()`);
+  passed to a call, stored, aliased, given an attribute, or moved (`.to()`) (returned is
+  fine: nothing of the scope runs after that);
 - each module or list the constructor got (`Trainer(model, ...)`) is, likewise, a name
   bound in the scope whose other uses are its forward (`model(x)`), attribute reads and
   methods that read it (`model.parameters()`), or an expression built at the call.
@@ -63,19 +64,22 @@ class Uses:
                 self.parent[id(child)] = node
                 todo.append(child)
 
-    def as_built(self, name: str, build: cst.Call | None = None, strict: bool = False) -> bool:
+    def as_built(
+        self, name: str, build: cst.Call | None = None, strict: bool = False, call: cst.Call | None = None
+    ) -> bool:
         """Is `name` bound in the scope and never used there in a way that may change it (see the
         module's docstring)? `build`: the constructor call it is an argument of, `strict` then (a
-        module the instance holds)."""
+        module the instance holds); `call`: the method call being followed, which may be given it too
+        (`ema.update(model)`: its run in the callee's file sees what it does to it)."""
         assigned = False
         for node in self.names.get(name, ()):
-            verdict = self._judge(node, build, strict)
+            verdict = self._judge(node, build, strict, call)
             if verdict is False:
                 return False
             assigned = assigned or verdict == "bound"
         return assigned
 
-    def _judge(self, node: cst.Name, build: cst.Call | None, strict: bool) -> bool | str:
+    def _judge(self, node: cst.Name, build: cst.Call | None, strict: bool, call: cst.Call | None = None) -> bool | str:
         parent = self.parent.get(id(node))
         if (isinstance(parent, cst.Attribute) and parent.attr is node) or (
             isinstance(parent, cst.Arg) and parent.keyword is node
@@ -83,10 +87,12 @@ class Uses:
             return True  # `x.name`, `f(name=...)`: another name
         if isinstance(parent, cst.Param):
             return True  # a parameter of a nested function: another variable (its uses are judged as ours)
+        if isinstance(parent, cst.Return) and parent.value is node:
+            return True  # `return trainer`: nothing of the scope runs after it to change it
         if isinstance(parent, cst.AssignTarget) and parent.target is node:
             return "bound"
-        if isinstance(parent, cst.Arg) and build is not None and self.parent.get(id(parent)) is build:
-            return True  # what the instance was built with
+        if isinstance(parent, cst.Arg) and build is not None and self.parent.get(id(parent)) in (build, call):
+            return True  # what the instance was built with, or given again by the call followed
         top: cst.CSTNode = node
         attrs: list[str] = []
         above = parent

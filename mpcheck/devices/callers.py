@@ -131,7 +131,18 @@ def _module(interp: Interp, m: Obj) -> dict[str, Any] | None:
         devs = _concrete(first.devs) if isinstance(first, Obj) else None
         if devs and len(devs) == 1:
             enc["first"] = devs[0]
+        spans = param_devices(m)
+        if spans:  # where its parameters certainly are, for the callee's `model.parameters()`
+            enc["param_devs"] = spans
     return enc if enc["in"] or enc["out"] else None
+
+
+def param_devices(m: Obj) -> list[str] | None:
+    """The concrete devices the parameters of a split module certainly span (ParamsOf.per_device), in
+    order: what another file needs of it for per-parameter work (`for p in model.parameters()`)."""
+    reps = ParamsOf(m).per_device()
+    devs = [d for r in reps or () for d in _concrete(r.devs) or ()]
+    return devs if reps and len(devs) == len(reps) else None
 
 
 def _loss(m: Obj) -> dict[str, Any]:
@@ -210,7 +221,12 @@ def decode(enc: Any, name: str) -> Val:
         split=split,
         in_devs=frozenset(enc["in"]) if enc.get("in") else None,
         out_devs=frozenset(enc["out"]) if enc.get("out") else None,
-        extra={"in_known": True, "summarized": label, "first": enc.get("first") if split else None},
+        extra={
+            "in_known": True,
+            "summarized": label,
+            "first": enc.get("first") if split else None,
+            "param_devs": enc.get("param_devs") if split else None,
+        },
     )
 
 
@@ -303,7 +319,7 @@ def _left_as_built(
         if not (isinstance(v, SeqV) or (isinstance(v, Obj) and v.kind != "loss")):
             continue  # a device, a number, a string: nothing to change in place
         if isinstance(arg.value, cst.Name):
-            if not uses.as_built(arg.value.value, build, strict=True):
+            if not uses.as_built(arg.value.value, build, strict=True, call=node):
                 return False
         elif not isinstance(arg.value, cst.Call):  # `Trainer(self.model, ...)`: held elsewhere too
             return False

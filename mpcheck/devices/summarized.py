@@ -218,6 +218,7 @@ def call_summarized(
             "in_known": True,
             "summarized": callee.name,
             "first": summ.get("first") if split else None,  # the device of its first parameter
+            "param_devs": summ.get("param_devs") if split else None,  # the devices its parameters span
             "returns": summ.get("returns"),
             "bound": bound,
             "loss": bool(summ.get("loss")),

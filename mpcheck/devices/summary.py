@@ -40,6 +40,7 @@ from typing import Any
 
 import libcst as cst
 
+from mpcheck.devices.callers import param_devices
 from mpcheck.devices.events import LossMismatch
 from mpcheck.devices.interp import Interp
 from mpcheck.devices.moves import moved_instance
@@ -202,6 +203,9 @@ def _class_summary(interp: Interp, cinfo: ClassInfo, inst: Obj) -> dict[str, Any
         first_dev = single(first.devs) if isinstance(first, Obj) else None
         if first_dev is not None and not first_dev.startswith("sym:"):
             s["first"] = first_dev
+        spans = param_devices(inst)
+        if spans:  # the devices its parameters certainly span (ParamsOf.per_device in an importer)
+            s["param_devs"] = spans
     if not inst.split and inst.attrs and params:
         parts = _parts_by_params(cinfo, inst, params)
         if parts:

@@ -439,6 +439,11 @@ class ParamsOf(Val):
         its submodules and parameters placed on two or more devices), else None. Buffers and
         plain tensor attributes do not count: they are not in parameters()."""
         m = self.mod
+        spans = (m.extra or {}).get("param_devs")
+        if m.split and m.attrs is None and spans:
+            # A split instance of another file's class: its summary (or its caller's encoding) says them.
+            whose = m.label or "the model"
+            return [Obj("param", one(d), origin=f"a parameter of `{whose}` on {d}", invariant=True) for d in spans]
         if not m.split or m.attrs is None:
             return None
         reps: dict[str, Obj] = {}
