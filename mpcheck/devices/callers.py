@@ -52,6 +52,7 @@ from mpcheck.devices.events import CallSite
 from mpcheck.devices.moves import moved_instance
 from mpcheck.devices.names import dotted
 from mpcheck.devices.program import FuncInfo, State, params_of
+from mpcheck.devices.summarized import constant_value
 from mpcheck.devices.unmoved import moved_by_a_method
 from mpcheck.devices.values import (
     PROBE,
@@ -134,7 +135,18 @@ def _module(interp: Interp, m: Obj) -> dict[str, Any] | None:
         spans = param_devices(m)
         if spans:  # where its parameters certainly are, for the callee's `model.parameters()`
             enc["param_devs"] = spans
-    return enc if enc["in"] or enc["out"] else None
+    if enc["in"] or enc["out"]:
+        return enc
+    return _settings(m) if not m.split and m.attrs is None else None
+
+
+def _settings(m: Obj) -> dict[str, Any] | None:
+    """An instance of another file's class that is a bag of settings (`cfg = Config()`, its __init__
+    leaving `self.embed_device = "cuda:0"`): the device attributes its summary knows, as a namespace
+    the callee reads `cfg.embed_device` of (summary._device_attrs); None when it has none."""
+    attrs = (m.extra or {}).get("attrs") or {}
+    ns = {k: c for k, c in attrs.items() if "param" not in c}
+    return {"ns": ns} if ns and (m.extra or {}).get("summarized") else None
 
 
 def param_devices(m: Obj) -> list[str] | None:
@@ -208,6 +220,8 @@ def decode(enc: Any, name: str) -> Val:
         if enc["loss"].get("class_dim"):
             extra[T.CLASS_DIM] = Const(enc["loss"]["class_dim"])
         return Obj("loss", None, label="", extra=extra)
+    if "ns" in enc:
+        return constant_value(enc)  # a settings object's device attributes (_settings)
     if "list" in enc:
         return SeqV(tuple(decode(i, f"{name}[{k}]") for k, i in enumerate(enc["list"])), kind=enc.get("kind", "list"))
     if "devs" in enc:

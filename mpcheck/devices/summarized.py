@@ -116,6 +116,17 @@ def _subst(devs: list[str] | None, bound: dict[str, Val]) -> Devs:
         if d.startswith("sym:"):
             name = d[4:]
             base, _, rest = name.partition("[")
+            head, _, path = base.partition(".")
+            if path and head in bound:
+                # `sym:cfg.head_device`: an attribute of the caller's config object (another file's instance,
+                # a namespace)
+                v = _attribute_path(bound[head], path)
+                v = _subscripted(v, f"[{rest}") if rest and v is not None else v
+                got = as_device(v) if v is not None else None
+                if got is None:
+                    return None
+                out |= got
+                continue
             if base in bound:
                 v = _subscripted(bound[base], f"[{rest}") if rest else bound[base]
                 if v is None:
@@ -161,6 +172,22 @@ def _subscripted(v: Val, rest: str) -> Val | None:
             v = v.items[key]
         else:
             return None
+    return v
+
+
+def _attribute_path(v: Val, path: str) -> Val | None:
+    """`v.a.b` for `path` "a.b": the attributes an instance of another file's class was left with
+    (summarized_attr), a namespace's; None where one is not known."""
+    for name in path.split("."):
+        if isinstance(v, Obj) and (v.extra or {}).get("summarized"):
+            got = summarized_attr(v, name)
+        elif isinstance(v, DictV) and v.namespace:
+            got = v.items.get(name)
+        else:
+            return None
+        if got is None:
+            return None
+        v = got
     return v
 
 

@@ -240,7 +240,8 @@ def _class_summary(interp: Interp, cinfo: ClassInfo, inst: Obj) -> dict[str, Any
 
 def _parts_by_params(cinfo: ClassInfo, inst: Obj, params: list[str]) -> list[list[str]] | None:
     """[[attr, device], ...] of the parts __init__ places on devices its parameters name
-    (`self.a = nn.Linear(4, 4).to(dev0)`, `self.b = ... .to(dev1)`), at least two devices and at
+    (`self.a = nn.Linear(4, 4).to(dev0)`, `self.b = ... .to(dev1)`, `.to(cfg.head_device)`,
+    `.to(cfg["devices"]["head"])`), at least two devices and at
     least one such parameter: not a split here (two parameters may name one device), one in an
     importer whose arguments name two (summarized.call_summarized). None otherwise."""
     placed: list[list[str]] = []
@@ -248,7 +249,7 @@ def _parts_by_params(cinfo: ClassInfo, inst: Obj, params: list[str]) -> list[lis
         if attr in cinfo.refs:
             continue
         for d, _ in placements(v):
-            if d.startswith("sym:") and d[4:].partition("[")[0] not in params:
+            if d.startswith("sym:") and d[4:].partition("[")[0].partition(".")[0] not in params:
                 return None  # a device of something else the summary cannot name
             if [attr, d] not in placed:
                 placed.append([attr, d])
