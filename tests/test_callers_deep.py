@@ -157,7 +157,8 @@ def test_as_built_judges_each_use():
     assert _judge("def f():\n    t = T()\n    t.run()\n    x = t.device\n", "t")
     assert not _judge("def f(t):\n    t.run()\n", "t")  # a parameter: built, maybe changed, elsewhere
     assert not _judge("def f():\n    t = T()\n    g(t)\n", "t")
-    assert not _judge("def f():\n    t = T()\n    return t\n", "t")
+    assert _judge("def f():\n    t = T()\n    t.run()\n    return t\n", "t")  # nothing of f runs after it
+    assert not _judge("def f():\n    t = T()\n    yield t\n    t.run()\n", "t")  # the consumer may change it
     assert not _judge("def f():\n    t = T()\n    u = t\n", "t")
     assert not _judge("def f():\n    t = T()\n    t.a.b = 1\n", "t")
     assert not _judge("def f():\n    t = T()\n    del t.a\n", "t")
