@@ -265,6 +265,8 @@ def note_call(
     `moved`: the one device the caller then moved it to, whole."""
     if not module or module.split(".")[0] in _LIBRARIES or not interp.recorder.live or interp.probes:
         return
+    if moved is not None and not _CONCRETE.match(moved):
+        return  # moved to the current device, or a symbolic one: its name means nothing in the callee
     if not isinstance(node, cst.Call) or any(a.star for a in node.args):
         return  # `*args` / `**kwargs`: which parameter gets what is not known
     init = None if instance is None else ((instance.extra or {}).get("bound") or {})
