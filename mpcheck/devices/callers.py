@@ -314,10 +314,11 @@ def _left_as_built(
     build = (instance.extra or {}).get("built")
     recv = receiver if receiver is not None else (node.func.value if isinstance(node.func, cst.Attribute) else None)
     uses = _uses(interp, interp.stack[-1].node if interp.stack else interp.module)
+    named = isinstance(recv, cst.Name) and uses.as_built(recv.value)
     part = None
     if isinstance(recv, cst.Attribute) and isinstance(recv.value, cst.Name) and recv.value.value == "self":
         part = recv.attr.value  # `self.pe(h)`
-    elif isinstance(recv, cst.Name) and not uses.as_built(recv.value):
+    elif isinstance(recv, cst.Name) and not named:
         part = uses.iterated_part(recv.value)  # `for block in self.blocks: h = block(h)`
     if part is not None:
         # A part __init__ built (`self.pe = SinusoidalPE(d).to("cuda:0")`), as built in its whole file, and
@@ -327,7 +328,7 @@ def _left_as_built(
             and not any(isinstance(v, SeqV) or (isinstance(v, Obj) and v.kind != "tensor") for v in init.values())
             and _uses(interp, interp.module).attribute_as_built(part)
         )
-    if not isinstance(recv, cst.Name) or not isinstance(build, cst.Call) or not uses.as_built(recv.value):
+    if not named or not isinstance(build, cst.Call):
         return False
     values = list(init.values())
     for i, arg in enumerate(build.args):

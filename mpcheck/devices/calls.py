@@ -454,8 +454,8 @@ class Calls(Part):
         moved = single(mod.devs) if extra.get("moved") else None
         if not extra.get("module") or not isinstance(node, cst.Call):
             return
-        if extra.get("moved") and (moved is None or moved.startswith("sym:")):
-            return
+        if extra.get("moved") and moved is None:
+            return  # moved to one of several devices (note_call keeps a named one only)
         if not extra.get("moved") and mod.devs is None and not mod.split:
             return
         func = f"{extra['summarized']}.forward"
