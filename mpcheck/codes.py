@@ -24,7 +24,8 @@ _EVERY_FACE = (LINT, RUN, DRYRUN)  # the checks the runtime core shares with the
 class Code:
     code: str  # "MP002"
     name: str  # kebab-case, as in the doc's file name: split-model-in-data-parallel
-    severity: str  # "error" or "warning", the same on every face
+    severity: str  # "error" or "warning", the same on every face (at run time, the cause of a call that
+    # fails is an error whatever the default: runtime/checks/findings.emit)
     summary: str  # one line: `mpcheck rule --all`, SARIF, the doc's first paragraph agrees with it
     faces: tuple[str, ...]  # which of lint / run / dryrun report it
     fatal: bool = False  # at run time: follows on_mismatch (raise by default); else only recorded

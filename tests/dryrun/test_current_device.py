@@ -51,6 +51,10 @@ def test_a_tensor_made_on_the_current_device_inside_a_stage_on_cuda1(script, dry
     assert f["devices"] == ["cuda:1", "cuda:0"]
     assert "to('cuda:1')" in f["suggestion"]
     assert f["extra"]["count"] == 2
+    # The call would fail on real GPUs: the finding is an error and the dry run exits 1 (it moved the
+    # tensor to go on, which must not read as success).
+    assert f["severity"] == "error"
+    assert status == 1
 
 
 @pytest.mark.parametrize(

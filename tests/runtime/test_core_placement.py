@@ -76,7 +76,7 @@ def test_a_tensor_made_on_the_current_device_in_a_stage_is_reported_where_it_was
         with pytest.raises(DeviceMismatchError) as err:
             ck.check_op(torch.add, args, {})
         f = err.value.finding
-        assert (f.code, f.line, f.devices, f.severity) == ("MP004", 10, ("cuda:1", "cuda:0"), "warning")
+        assert (f.code, f.line, f.devices, f.severity) == ("MP004", 10, ("cuda:1", "cuda:0"), "error")  # the call fails: an error
     other = labels.label(torch.randn(2, 4), "cuda:0")  # the same mismatch, not made on the current device
     with pytest.raises(DeviceMismatchError) as err:
         ck.check_op(torch.add, (h, other), {})

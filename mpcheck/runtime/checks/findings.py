@@ -71,6 +71,13 @@ def emit(
     and apply `on_mismatch` to the fatal ones."""
     if not self.wants(code):
         return None
+    if fatal is None:
+        fatal = code in _FATAL
+    if fatal and severity is None:
+        # The cause of a call that fails (an MP004 tensor made on the current device inside a stage on
+        # another GPU) is an error here whatever its code's default: the program would stop on real GPUs,
+        # and a dry run that moved the tensor for it must not exit 0.
+        severity = "error"
     site = site or UNKNOWN
     devices = tuple(devices)
     modules = tuple(m for m in modules if m)
@@ -114,8 +121,6 @@ def emit(
             self._by_key[key] = len(self.findings)
             self.findings.append(f)
             first = True
-    if fatal is None:
-        fatal = code in _FATAL
     if fatal and self.on_mismatch == "raise":
         raise DeviceMismatchError(f)
     if first and self.on_mismatch == "warn":
