@@ -388,8 +388,10 @@ def _callee(
         return None, None
     with interp.recorder.muted():
         inst = interp.instances.instantiate(cinfo, [], {k: decode(e, k) for k, e in init.items()}, None, None)
-    if interp.moves.rebound_attributes(inst):
-        return None, None  # another method may have changed what __init__ left, before this call
+    if interp.moves.rebound_attributes(inst, besides=info.node):
+        # Another method may have changed what __init__ left, before this call. What the followed method
+        # itself assigns (`self.avg[name] = ...` in an EMA's update) is the interpreter's to follow.
+        return None, None
     if moved is not None:
         moved_inst = moved_instance(inst, one(moved), f"moved to {moved!r} whole by its caller", info.node)
         return (info, moved_inst) if moved_inst is not None else (None, None)

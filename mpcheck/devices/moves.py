@@ -53,7 +53,7 @@ if TYPE_CHECKING:  # pragma: no cover
 class Moves(Part):
     def __init__(self, interp: Interp) -> None:
         super().__init__(interp)
-        self._rebound_by_class: dict[int, set[str]] = {}  # class (by id) -> what its own methods assign on self
+        self._rebound_by_class: dict[int, dict[cst.FunctionDef, set[str]]] = {}  # class (by id) -> method -> what it assigns on self
 
     def indexless(self, node: cst.CSTNode, st: State) -> None:
         """An index-less `.cuda()` / 'cuda' while set_device or `with torch.cuda.device` is in effect."""
@@ -373,29 +373,37 @@ class Moves(Part):
             )
         return False
 
-    def rebound_attributes(self, so: Obj) -> frozenset[str]:
+    def rebound_attributes(self, so: Obj, besides: cst.FunctionDef | None = None) -> frozenset[str]:
         """The attributes of self that a method other than __init__ assigns (`self.proj = ...` in a
-        setter, a cache refreshed in forward): their value may change between calls."""
+        setter, a cache refreshed in forward): their value may change between calls. `besides`: leave
+        out what that one method assigns (its first call, the one followed, still meets __init__'s state)."""
         cls = so.cls
         if cls is None:
             return frozenset()
+        if besides is not None:
+            return frozenset(
+                name
+                for c in [cls, *cls.local_bases]
+                for node, names in self._own_rebound(c).items()
+                if node is not besides
+                for name in names
+            )
         got = self.interp.rebound.get(id(cls))
         if got is None:
-            names: set[str] = set()
-            for c in [cls, *cls.local_bases]:
-                names |= self._own_rebound(c)
-            got = self.interp.rebound[id(cls)] = frozenset(names)
+            got = self.interp.rebound[id(cls)] = frozenset(
+                name for c in [cls, *cls.local_bases] for names in self._own_rebound(c).values() for name in names
+            )
         return got
 
-    def _own_rebound(self, cls: ClassInfo) -> set[str]:
-        """What the methods of `cls` itself, bar __init__, assign on self (walked once per class:
+    def _own_rebound(self, cls: ClassInfo) -> dict[cst.FunctionDef, set[str]]:
+        """What each method of `cls` itself, bar __init__, assigns on self (walked once per class:
         a class deep in a hierarchy is asked about by each subclass)."""
         got = self._rebound_by_class.get(id(cls))
         if got is None:
-            got = self._rebound_by_class[id(cls)] = set()
+            got = self._rebound_by_class[id(cls)] = {}
             for m in cls.methods.values():
                 if m.name != "__init__":
-                    _self_targets(m.node, got)
+                    _self_targets(m.node, got.setdefault(m.node, set()))
         return got
 
     def in_forward(self) -> bool:
