@@ -104,9 +104,9 @@ class Interp:
         self.stack: list[FuncInfo] = []  # the functions being interpreted, innermost last
         self.in_unknown_loop = 0  # inside a loop (or comprehension) of unknown length
         self.second_pass = 0  # in a loop's second pass (values settle; no lineage recorded)
-        # instance (by id) -> the index-less placements of its __init__ after a set_device
         # host tensors made from constants in a forward call (by id of the factory call): their bytes
         self.host_constants: dict[int, int] = {}
+        # instance (by id) -> the index-less placements of its __init__ after a set_device
         self.init_placements: dict[int, tuple[IndexlessPlacement, ...]] = {}
         # a torch module placed again, in place, in an __init__: id -> (module, first placement node,
         # its device, second placement node)
