@@ -53,7 +53,8 @@ if TYPE_CHECKING:  # pragma: no cover
 class Moves(Part):
     def __init__(self, interp: Interp) -> None:
         super().__init__(interp)
-        self._rebound_by_class: dict[int, dict[cst.FunctionDef, set[str]]] = {}  # class (by id) -> method -> what it assigns on self
+        # class (by id) -> method -> what it assigns on self
+        self._rebound_by_class: dict[int, dict[cst.FunctionDef, set[str]]] = {}
 
     def indexless(self, node: cst.CSTNode, st: State) -> None:
         """An index-less `.cuda()` / 'cuda' while set_device or `with torch.cuda.device` is in effect."""

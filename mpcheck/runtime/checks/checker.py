@@ -22,6 +22,7 @@ the class body: no extra call or lookup on the hot path):
     current_device.py   MP004
     split_model.py      MP002, MP003, MP007
     op_error.py         MP012
+    stopped.py          MP001 for a program PyTorch stopped on mixed devices where no check looked
     transfer_events.py  a transfer: the ledger, then MP005, MP011, MP006
     round_trip.py       MP005
     repeats.py          MP011
@@ -61,6 +62,7 @@ from mpcheck.runtime.checks import (
     repeats,
     round_trip,
     split_model,
+    stopped,
     transfer_events,
 )
 from mpcheck.runtime.checks.collapse import Collapses
@@ -252,6 +254,7 @@ class Checker:
     _outermost_unplaced = mismatch._outermost_unplaced
 
     on_op_error = op_error.on_op_error
+    on_program_stopped = stopped.on_program_stopped
     _report_gradient_device = op_error._report_gradient_device
     _report_gpu_lengths = op_error._report_gpu_lengths
 

@@ -19,7 +19,7 @@ import sys
 import sysconfig
 import threading
 from dataclasses import dataclass, field
-from types import CodeType, FrameType
+from types import CodeType, FrameType, TracebackType
 
 
 @dataclass(frozen=True)
@@ -178,17 +178,31 @@ def site_of_frame(frame: FrameType, library: FrameType | None = None) -> Site:
     return site
 
 
+def site_of_traceback(tb: TracebackType, library: FrameType | None = None) -> Site:
+    """The site of a traceback entry: the line and column its frame raised at (the frame itself may have
+    moved on since, to the `with` statement whose __exit__ is running). Not cached: one per exception."""
+    code = tb.tb_frame.f_code
+    context = None if library is None else f"{_library_path(library.f_code)}:{library.f_lineno}"
+    return Site(
+        shown_path(code.co_filename), tb.tb_lineno, code.co_name, context, _column_at(code, tb.tb_lasti, tb.tb_lineno)
+    )
+
+
 def _column(frame: FrameType) -> int:
     """The 1-based start column of the instruction `frame` is running (the call or operator on the user's
     line that reached torch), from the code object's position table; 1 where there is none. Paid once per
     site (sites are cached), never per event."""
-    positions = getattr(frame.f_code, "co_positions", None)
-    if positions is None or frame.f_lasti < 0:  # Python 3.10; a frame not started
+    return _column_at(frame.f_code, frame.f_lasti, frame.f_lineno)
+
+
+def _column_at(code: CodeType, lasti: int, lineno: int | None) -> int:
+    positions = getattr(code, "co_positions", None)
+    if positions is None or lasti < 0:  # Python 3.10; a frame not started
         return 1
-    # One position per 2-byte code unit (CACHE entries included), so the running instruction is f_lasti // 2.
+    # One position per 2-byte code unit (CACHE entries included), so the running instruction is lasti // 2.
     for i, (line, _end_line, col, _end_col) in enumerate(positions()):
-        if i == frame.f_lasti // 2:
-            return col + 1 if col is not None and line == frame.f_lineno else 1
+        if i == lasti // 2:
+            return col + 1 if col is not None and line == lineno else 1
     return 1
 
 
@@ -214,6 +228,12 @@ def _user_and_library_frames_from(frame: FrameType | None) -> tuple[FrameType | 
                 library = frame
         frame = frame.f_back
     return library, None
+
+
+def user_frames_from(frame: FrameType | None) -> tuple[FrameType | None, FrameType | None]:
+    """(the user's frame, the library frame it called into or None), from `frame` outwards: for a frame
+    found by other means (the innermost of an exception's traceback)."""
+    return _user_and_library_frames_from(frame)
 
 
 def user_frame(depth: int = 1) -> FrameType | None:

@@ -85,7 +85,7 @@ def _run(parser: argparse.ArgumentParser, opts: argparse.Namespace, program: Pro
     placement = prepare(session)
     session.start()
     try:
-        status = run_program(program)
+        status = run_program(program, on_stop=session.checker.on_program_stopped)
     finally:
         session.stop()
     write = functools.partial(write_outputs, session, output_format=opts.output_format, trace=opts.trace)

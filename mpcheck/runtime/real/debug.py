@@ -86,6 +86,8 @@ class debug(Face):
         if self.session is None:
             return False
         self.session.stop()
+        if exc is not None and not isinstance(exc, (SystemExit, GeneratorExit, KeyboardInterrupt)):
+            self.session.checker.on_program_stopped(exc)
         self._write_on_exit()
         return False
 

@@ -201,8 +201,10 @@ class dryrun(Face):
         )
 
         self.stopped = stop_message(exc)
-        if self.session is not None and STOPPED_NOTE not in self.session.notes:
-            self.session.notes.append(STOPPED_NOTE)
+        if self.session is not None:
+            if STOPPED_NOTE not in self.session.notes:
+                self.session.notes.append(STOPPED_NOTE)
+            self.session.checker.on_program_stopped(exc)
         if (
             self.gpus is not None
             and not isinstance(exc, (DryRunLimitError, VirtualDeviceError))

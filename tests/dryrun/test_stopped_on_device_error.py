@@ -1,0 +1,97 @@
+"""A program stopped by PyTorch's own refusal of tensors on different devices, raised where no check looks
+(a library's test in Python: parameters_to_vector over a split model), is MP001 at the user's line, with the
+devices the library held; the checks' own findings are not repeated, and other crashes add nothing."""
+
+import pytest
+from dryrun_helpers import codes_at
+
+import mpcheck
+
+PARAMETERS_TO_VECTOR = """
+import torch
+import torch.nn as nn
+from torch.nn.utils import parameters_to_vector
+
+m = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+m[0].to("cuda:0")
+m[2].to("cuda:1")
+out = m[2](m[1](m[0](torch.randn(5, 4, device="cuda:0"))).to("cuda:1"))
+out.sum().backward()
+flat = parameters_to_vector(m.parameters())  # <- stops
+"""
+
+
+@pytest.mark.parametrize("backing", ["cpu", "meta"])
+def test_parameters_to_vector_over_a_split_model_is_mp001_at_the_call(script, dryrun_cli, backing):
+    s = script(PARAMETERS_TO_VECTOR)
+    status, report, err = dryrun_cli(s, "--gpus", "2", "--backing", backing)
+    assert status == 1
+    assert report["stopped"].endswith(
+        "TypeError: Found two parameters on different devices, this is currently not supported."
+    )
+    assert codes_at(report) == [("MP001", s.line("stops"))]
+    f = report["findings"][0]
+    assert f["severity"] == "error"
+    assert sorted(f["devices"]) == ["cuda:0", "cuda:1"]  # what the library held: not in its message
+    assert "Found two parameters on different devices" in f["message"]
+    assert "group them by `p.device`" in f["suggestion"]
+
+
+def test_a_flattening_per_device_runs_clean(script, dryrun_cli):
+    s = script(
+        PARAMETERS_TO_VECTOR.replace(
+            "flat = parameters_to_vector(m.parameters())  # <- stops",
+            "flat = [parameters_to_vector(p for p in m.parameters() if p.device == torch.device(d)) for d in ('cuda:0', 'cuda:1')]",
+        )
+    )
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert (status, report["stopped"], report["findings"]) == (0, None, [])
+
+
+def test_a_crash_that_is_not_about_devices_adds_nothing(script, dryrun_cli):
+    s = script(
+        PARAMETERS_TO_VECTOR.replace(
+            "flat = parameters_to_vector(m.parameters())  # <- stops", "flat = out.view(7, 3)  # <- stops"
+        )
+    )
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 1 and "RuntimeError" in report["stopped"]
+    assert report["findings"] == []
+
+
+def test_a_mismatch_the_checks_saw_is_not_reported_twice(script, dryrun_cli):
+    s = script("""
+import torch
+import torch.nn as nn
+
+a = nn.Linear(4, 4).to("cuda:0")
+b = nn.Linear(4, 4).to("cuda:1")
+y = b(a(torch.randn(2, 4, device="cuda:0")))  # <- use
+""")
+    status, report, err = dryrun_cli(s, "--gpus", "2", "--on-mismatch", "raise")
+    assert status == 1 and report["stopped"] is not None
+    assert codes_at(report) == [("MP001", s.line("use"))]
+
+
+def test_debug_mode_names_the_line_where_pytorch_refused_mixed_devices():
+    # What a real GPU raises from an op the checks did not see (a call made after its signature was
+    # checked, down a branch taken only now): the devices come from PyTorch's message.
+    with pytest.raises(RuntimeError):
+        with mpcheck.debug(report=None) as dbg:
+            raise RuntimeError(
+                "Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!"
+            )
+    [f] = dbg.findings
+    assert (f.code, f.devices, f.severity) == ("MP001", ("cuda:0", "cpu"), "error")
+    assert f.path.endswith("test_stopped_on_device_error.py") and f.line == _line_of("raise RuntimeError(")
+    with pytest.raises(KeyError):
+        with mpcheck.debug(report=None) as dbg:
+            raise KeyError("same device")  # a lookup that failed, whatever its key says: not PyTorch's refusal
+    assert dbg.findings == []
+
+
+def _line_of(text):
+    import inspect
+
+    lines, start = inspect.getsourcelines(test_debug_mode_names_the_line_where_pytorch_refused_mixed_devices)
+    return start + next(i for i, line in enumerate(lines) if text in line)  # start: the line of `def`, lines[0]
