@@ -340,6 +340,17 @@ class Statements(Part):
             st.env[target.value] = v
         elif isinstance(target, cst.Attribute):
             base = self.interp.exprs.ev(target.value, st)
+            if (
+                target.attr.value == "data"
+                and isinstance(target.value, (cst.Attribute, cst.Name))
+                and isinstance(base, Obj)
+                and base.kind in ("param", "buffer", "tensor")
+            ):
+                # `self.cls.data = self.cls.data.to(dev)`: the same Parameter, its storage now on the
+                # value's device (how a parameter is placed by hand, without nn.Parameter again).
+                moved = base.with_(devs=v.devs, origin=v.origin) if isinstance(v, Obj) and v.devs else UNK
+                self.assign(target.value, moved, st, None)
+                return
             if isinstance(target.value, cst.Name) and base is not st.self_obj:
                 # `model.proj = LoRALinear(model.proj).to("cuda:0")` outside the class (an adapter added by a
                 # helper): the instance holds that part from now on, and its forward runs with it.
