@@ -215,6 +215,7 @@ class IndexlessPlacement:
     setdev: cst.CSTNode
     dev: str | None  # the current device it lands on, when known
     under_device_context: bool  # inside `with torch.cuda.device(...)`: index-less on purpose
+    of_tensor: bool = False  # it places a tensor (made or moved), not a module
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)

@@ -125,7 +125,7 @@ class Library(Part):
             devs = st.resolve_current(devs)
             if not isinstance(dv, DeviceV):  # a torch.device(...) was checked where it was made
                 self.interp.gpus.check_device(devs, node)
-            self.interp.moves.note_indexless_arg(dv, node, st)
+            self.interp.moves.note_indexless_arg(dv, node, st, of_tensor=True)
             origin = f"created by torch.{last}(device=...)"
         elif self.interp.default_device is not None:
             default = self.interp.default_device
@@ -474,7 +474,7 @@ def _default_device_changer(lib: Library, c: LibCall) -> Val:
 
 
 def _cuda_tensor_type(lib: Library, c: LibCall) -> Val:
-    lib.interp.moves.indexless(c.node, c.st)
+    lib.interp.moves.indexless(c.node, c.st, of_tensor=True)
     return Obj(
         "tensor", c.st.resolve_current(one(CURRENT)), origin=f"created by {c.q}() on the current CUDA device", at=c.node
     )

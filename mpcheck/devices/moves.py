@@ -45,6 +45,8 @@ from mpcheck.devices.values import (
 from mpcheck.devices.walk import assigned, walk
 
 _DEVICE_WORDS = ("device", "dev", "gpu", "cuda", "rank")
+# Kinds of value that are certainly tensors (not a module, not a value of unknown kind).
+_TENSOR_KINDS = frozenset(("tensor", "param", "buffer", "scalar"))
 
 if TYPE_CHECKING:  # pragma: no cover
     from mpcheck.devices.interp import Interp
@@ -56,24 +58,29 @@ class Moves(Part):
         # class (by id) -> method -> what it assigns on self
         self._rebound_by_class: dict[int, dict[cst.FunctionDef, set[str]]] = {}
 
-    def indexless(self, node: cst.CSTNode, st: State) -> None:
-        """An index-less `.cuda()` / 'cuda' while set_device or `with torch.cuda.device` is in effect."""
+    def indexless(self, node: cst.CSTNode, st: State, *, of_tensor: bool = False) -> None:
+        """An index-less `.cuda()` / 'cuda' while set_device or `with torch.cuda.device` is in effect;
+        `of_tensor`: it places a tensor (made or moved), not a module."""
         if st.setdev is None:
             return
         # Inside `with torch.cuda.device(k)` an index-less placement says "k" on purpose;
         # set_device() leaks into everything after it.
         st.scope.placements.append(
             IndexlessPlacement(
-                node=node, setdev=st.setdev, dev=st.cur, under_device_context=id(st.setdev) in self.interp.with_devices
+                node=node,
+                setdev=st.setdev,
+                dev=st.cur,
+                under_device_context=id(st.setdev) in self.interp.with_devices,
+                of_tensor=of_tensor,
             )
         )
 
-    def note_indexless_arg(self, v: Val, node: cst.CSTNode, st: State) -> None:
+    def note_indexless_arg(self, v: Val, node: cst.CSTNode, st: State, *, of_tensor: bool = False) -> None:
         if isinstance(v, (Const, DeviceV)) and as_device(v, ints_are_cuda=False) == one(CURRENT):
-            self.indexless(node, st)
+            self.indexless(node, st, of_tensor=of_tensor)
 
     def _move_target(
-        self, meth: str, args: list[Val], kwargs: dict[str, Val], node: cst.Call, st: State
+        self, meth: str, args: list[Val], kwargs: dict[str, Val], node: cst.Call, st: State, *, of_tensor: bool = False
     ) -> tuple[Devs, bool | None]:
         """(devs, is_device_move) for .to/.cuda/.cpu; is_device_move None when unclear."""
         if meth == "cpu":
@@ -81,7 +88,7 @@ class Moves(Part):
         if meth == "cuda":
             a = args[0] if args else kwargs.get("device")
             if a is None or (isinstance(a, Const) and a.value is None):
-                self.indexless(node, st)
+                self.indexless(node, st, of_tensor=of_tensor)
                 return st.resolve_current(one(CURRENT)), True
             devs = as_device(a)
             if devs is None and isinstance(a, SymV):
@@ -100,7 +107,7 @@ class Moves(Part):
         devs = as_device(a)
         if devs is not None:
             if devs == one(CURRENT):
-                self.indexless(node, st)
+                self.indexless(node, st, of_tensor=of_tensor)
             return st.resolve_current(devs), True
         if isinstance(a, DeviceV):
             return None, True
@@ -111,7 +118,8 @@ class Moves(Part):
         return None, None
 
     def move(self, recv: Val, meth: str, args: list[Val], kwargs: dict[str, Val], node: cst.Call, st: State) -> Val:
-        devs, is_device = self._move_target(meth, args, kwargs, node, st)
+        of_tensor = isinstance(recv, Obj) and recv.kind in _TENSOR_KINDS
+        devs, is_device = self._move_target(meth, args, kwargs, node, st, of_tensor=of_tensor)
         target = args[0] if args else kwargs.get("device")
         if is_device and not isinstance(target, DeviceV):  # a torch.device(...) was checked where it was made
             self.interp.gpus.check_device(devs, node)

@@ -15,6 +15,7 @@ from typing import Any
 import libcst as cst
 from libcst.metadata import CodeRange, PositionProvider
 
+from mpcheck.devices.events import EntryPointRun, IndexlessPlacement
 from mpcheck.devices.model import DeviceModel
 from mpcheck.devices.names import import_bindings
 from mpcheck.rules.spans import positions_of
@@ -108,6 +109,17 @@ class FileContext:
     def owns(self, node: cst.CSTNode) -> bool:
         """Is `node` of this file's tree (not of an imported module's summary)?"""
         return node in self._positions
+
+    @cached_property
+    def tensors_placed_after_set_device(self) -> dict[cst.CSTNode, IndexlessPlacement]:
+        """The index-less placements of a tensor (`batch.cuda()`, `device="cuda"`) made after a
+        `set_device(k)` with k known, outside `with torch.cuda.device`, by node: they land on cuda:k."""
+        return {
+            p.node: p
+            for run in self.model.facts(EntryPointRun)
+            for p in run.placements
+            if p.of_tensor and not p.under_device_context and p.dev is not None and p.dev.startswith("cuda:")
+        }
 
     @cached_property
     def class_lines(self) -> list[tuple[int, int]]:

@@ -1,5 +1,6 @@
 """A tensor made on the index-less current device inside a class (a stage's forward, an init_hidden,
-a cached table) that meets tensors or modules on an explicit GPU: the mismatch's root cause is the line
+a cached table), or placed index-less after a `set_device(k)` anywhere (`batch.cuda()` in a training
+function), that meets tensors or modules on an explicit GPU: the mismatch's root cause is the line
 that made it, so MP004 reports it there (as the run-time face does) and MP001 leaves it alone."""
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from mpcheck.devices.events import Mismatch
+from mpcheck.devices.events import IndexlessPlacement, Mismatch
 from mpcheck.devices.values import CURRENT, Obj, single
 from mpcheck.rules.context import FileContext
 
@@ -18,21 +19,28 @@ class MadeOnCurrent:
     made: cst.CSTNode  # the `.cuda()` / `device='cuda'` / factory under a default device
     value: Obj  # the tensor made there
     stage: str  # the explicit GPU it meets ("cuda:1")
+    # the set_device(k) that made cuda:k current, when the tensor was placed after it (anywhere: a
+    # training function too); None for a tensor made on the current device inside a class
+    after: IndexlessPlacement | None = None
 
 
 def made_on_current(ctx: FileContext, ev: Mismatch) -> MadeOnCurrent | None:
-    """The tensor of `ev` (either side) made on the current device inside a class of this file, meeting
-    one on an explicit cuda:N; None for any other mismatch."""
+    """The tensor of `ev` (either side) made on the current device inside a class of this file, or placed
+    index-less after a set_device(k) anywhere in it, meeting one on an explicit cuda:N; None for any
+    other mismatch."""
     for made, stage in ((ev.value, single(ev.target)), (ev.other, single(ev.value.devs))):
         if (
-            isinstance(made, Obj)
-            and (single(made.devs) == CURRENT or (made.at is not None and _indexless(made.at)))
-            and stage is not None
-            and stage != single(made.devs)
-            and stage.startswith("cuda:")
-            and isinstance(made.at, cst.Call)
-            and _in_a_class(ctx, made.at)
+            not isinstance(made, Obj)
+            or stage is None
+            or stage == single(made.devs)
+            or not stage.startswith("cuda:")
+            or not isinstance(made.at, cst.Call)
         ):
+            continue
+        after = ctx.tensors_placed_after_set_device.get(made.at)
+        if after is not None and ctx.owns(made.at):
+            return MadeOnCurrent(made.at, made, stage, after)
+        if (single(made.devs) == CURRENT or _indexless(made.at)) and _in_a_class(ctx, made.at):
             return MadeOnCurrent(made.at, made, stage)
     return None
 

@@ -70,6 +70,18 @@ def _made_on_current_device(rule: Rule, ctx: FileContext, reported: set[int]) ->
             continue
         done.add(id(m.made))
         use = ev.node
+        if m.after is not None:
+            yield rule.finding(
+                ctx,
+                m.made,
+                f"`{ctx.code(m.made)}` names no device index: after `{_what(ctx, m.after.setdev)}` at line "
+                f"{ctx.line(m.after.setdev)} it puts the tensor on the current device ({m.after.dev}), and it meets "
+                f"tensors on {m.stage} at line {ctx.line(use)} (`{ctx.code(use)}`), where it fails. Name the "
+                f"device it is meant for: {device_literal(m.stage)}.",
+                devices=[m.stage, m.after.dev],
+                suggestion=f"place it on {m.stage} by name, e.g. `.to({device_literal(m.stage)})`",
+            )
+            continue
         yield rule.finding(
             ctx,
             m.made,
@@ -94,8 +106,11 @@ def _indexless_in_split_code(runs: list[EntryPointRun]) -> list[IndexlessPlaceme
             continue
         for p in run.placements:
             # After set_device(0) an index-less placement lands where it lands in a process that never
-            # changed the device: the setting changes nothing there.
-            if not p.under_device_context and p.dev != "cuda:0" and id(p.node) not in seen:
+            # changed the device: the setting changes nothing there. A tensor placed after set_device(k),
+            # k known, is followed to cuda:k by the device model: where it then meets another device is
+            # MP001 / MP008 at that line, and where it meets only cuda:k it landed where it was meant to.
+            known_tensor = p.of_tensor and p.dev is not None and p.dev.startswith("cuda:")
+            if not p.under_device_context and p.dev != "cuda:0" and not known_tensor and id(p.node) not in seen:
                 seen.add(id(p.node))
                 out.append(p)
     return out
