@@ -352,6 +352,7 @@ class Calls(Part):
             self.interp.library.loss_direction(f"nn.{kind.value}", args, list(exprs or []), node, st)
         pairs = list(zip(list(args) + list(kwargs.values()), list(exprs or []) + [None] * 99))
         pairs += [(w, None) for w in (mod.extra or {}).values()]
+        host_targets = T.HOST_TARGETS in (mod.extra or {})
         first = None
         for a, e in pairs:
             if not isinstance(a, Obj) or a.kind in ("scalar", "module") or a.devs is None:
@@ -359,6 +360,8 @@ class Calls(Part):
             if first is None:
                 first = (a, e)
                 continue
+            if host_targets and a.devs == one("cpu"):
+                continue  # nn.CTCLoss()(log_probs_on_gpu, targets_on_cpu, ...): as PyTorch wants them
             if conflict(a.devs, first[0].devs):
                 self.interp.recorder.record(
                     LossMismatch.against_first(first, a, e, node=node, mode=st.mode, op=mod.label or "the loss"),

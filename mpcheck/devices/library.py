@@ -210,6 +210,7 @@ class Library(Part):
         if any(failed(a) for a, _ in flat):
             return FAILED
         loss = T.is_loss(q)
+        host_targets = q.rsplit(".", 1)[-1] in T.HOST_TARGET_LOSSES
         known = [a for a, _ in flat if isinstance(a, Obj) and a.kind not in ("scalar", "module") and a.devs is not None]
         for a in known:
             for b in known:
@@ -222,6 +223,8 @@ class Library(Part):
             if first is None or first[0].devs is None:
                 first = (a, e) if first is None or a.devs is not None else first
                 continue
+            if host_targets and a.devs == one("cpu"):
+                continue  # F.ctc_loss(log_probs_on_gpu, targets_on_cpu, ...): as PyTorch wants them
             if conflict(a.devs, first[0].devs):
                 if loss:
                     fact: Fact = LossMismatch.against_first(first, a, e, node=node, mode=st.mode, op=q)
@@ -542,6 +545,8 @@ def _module_class(lib: Library, c: LibCall) -> Val:
             }
             if last in T.CLASS_DIM_LOSSES:
                 weights[T.CLASS_DIM] = Const(last)  # MP014: its predictions are the larger tensor
+            if last in T.HOST_TARGET_LOSSES:
+                weights[T.HOST_TARGETS] = Const(last)  # its targets and lengths may stay on the CPU
             return Obj("loss", None, label="", extra=weights)
         if last in T.PARAMETERLESS:
             return Obj("passthrough", None)

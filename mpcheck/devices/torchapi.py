@@ -363,6 +363,11 @@ LOSS_FUNCTIONS = frozenset(
         "soft_margin_loss",
     }
 )
+# Losses that take their targets and lengths on the CPU next to log-probabilities on a GPU: PyTorch
+# reads the lengths on the host and copies the targets itself, and cuDNN's CTC wants them there
+# (the run-time faces let them mix: runtime/checks/torchapi.py).
+HOST_TARGET_LOSSES = frozenset({"ctc_loss", "CTCLoss"})
+HOST_TARGETS = "<host_targets>"  # the key, in a loss module's `extra`, of such a loss
 # Losses whose predictions carry a class dimension the targets lack (logits [N, C] against labels
 # [N]): the predictions are the larger tensor, by a factor of C (MP014).
 CLASS_DIM_LOSSES = frozenset({"cross_entropy", "nll_loss", "multi_margin_loss", "CrossEntropyLoss", "NLLLoss"})
