@@ -569,6 +569,10 @@ class Expressions(Part):
             return Const(decides)
         if len(known) == 2:
             return Const(not decides)
+        if isinstance(a, Const) and isinstance(a.value, (type(None), bool, int, float, str)):
+            # Python's value of `x or y` / `x and y` when x is a known constant: `device_map = device_map
+            # or {"embed": 0, ...}` with device_map None gives the dict.
+            return a if bool(a.value) == decides else b
         if isinstance(a, Obj) or isinstance(b, Obj):
             return join(a, b) if isinstance(a, Obj) and isinstance(b, Obj) else UNK
         return UNK
