@@ -733,7 +733,9 @@ class Calls(Part):
                         other=recv,
                     )
             inv = recv.invariant and (
-                all(isinstance(a, (Const, DtypeV)) for a in args)
+                # constants, or tensors that never change either (`centers.expand_as(wh)`, both made
+                # from constants): the result is the same data on every call
+                all(isinstance(a, (Const, DtypeV)) or (isinstance(a, Obj) and a.invariant) for a in args)
                 or (meth in T.LAYOUT_METHODS and not any(isinstance(a, Obj) for a in (*args, *kwargs.values())))
             )
             lineage = OFF_CHAIN if T.leaves_chain(meth, len(args), kwargs) else recv.lineage

@@ -240,6 +240,7 @@ class Moves(Part):
                     devs=devs,
                     reads_unchanging_attribute=reads_attribute,
                     bound_outside_loop=self._bound_outside_loop(recv, node),
+                    target_fixed_in_loop=self._target_fixed_in_loop(node),
                     host_constant_bytes=self.interp.host_constants.get(id(recv.at), 0)
                     if recv.invariant and recv.devs == one("cpu")
                     else 0,
@@ -431,6 +432,17 @@ class Moves(Part):
                 if loop_depth == depth and id(recv) in outer and expr.value not in assigned:
                     return True
         return False
+
+    def _target_fixed_in_loop(self, node: cst.Call) -> bool:
+        """The move's arguments (`"cuda:0"`, `device`) name nothing the enclosing loops of this function
+        assign: every iteration moves to the same place (not `x.to(dev)` over `for dev in devices`)."""
+        depth = len(self.interp.stack)
+        assigned = [names for _, names, loop_depth in self.interp.loop_outer if loop_depth == depth]
+        return bool(assigned) and not any(
+            isinstance(n, cst.Name) and any(n.value in names for names in assigned)
+            for arg in node.args
+            for n in walk(arg.value)
+        )
 
     def rebind(self, expr: cst.BaseExpression | None, val: Val, st: State) -> None:
         # nn.Module.to()/.cuda() move the module in place: the name now holds the moved module.

@@ -91,7 +91,14 @@ def _repeated(ev: Transfer) -> str:
     """'call' / 'loop' for a move, on every forward call or loop iteration, of the same
     unchanging value (buffer, parameter, constant) certainly on another device; else ''."""
     v = ev.value
-    if not v.invariant or not conflict(v.devs, ev.devs):
+    if not conflict(v.devs, ev.devs):
+        return ""
+    if ev.bound_outside_loop and ev.target_fixed_in_loop and not v.invariant:
+        # Made once before the loop from anything (a filterbank computed by a helper, a random table),
+        # not rebound in it, and moved to the same place every time: every iteration copies that same
+        # tensor again. (Moved to the loop's own device, `memory.to(dev)` over stages, it is the hop.)
+        return "" if _certainly_small(v.at) else "loop"
+    if not v.invariant:
         return ""
     if ev.reads_unchanging_attribute:
         # self.buffer.to(...) in forward; not a buffer whose size the code spells out, below the run-time
