@@ -26,7 +26,8 @@ class SetDeviceConflict(Rule):
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         reported: set[int] = set()
-        for ev in _indexless_in_split_code(ctx.model.facts(EntryPointRun)):
+        followed = ctx.tensors_placed_after_set_device
+        for ev in _indexless_in_split_code(ctx.model.facts(EntryPointRun), followed):
             reported.add(id(ev.node))
             setdev = ev.setdev
             dev = ev.dev
@@ -94,10 +95,12 @@ def _made_on_current_device(rule: Rule, ctx: FileContext, reported: set[int]) ->
         )
 
 
-def _indexless_in_split_code(runs: list[EntryPointRun]) -> list[IndexlessPlacement]:
+def _indexless_in_split_code(
+    runs: list[EntryPointRun], followed: dict[cst.CSTNode, IndexlessPlacement]
+) -> list[IndexlessPlacement]:
     """The index-less placements after set_device (not inside `with torch.cuda.device`, where
-    index-less means that device on purpose, nor where it made cuda:0 current) in entry points that
-    build or run a split model;
+    index-less means that device on purpose, nor where it made cuda:0 current, nor `followed`: a
+    tensor's, to a cuda:k the device model follows) in entry points that build or run a split model;
     one per node, from the first entry point that reached it."""
     out: list[IndexlessPlacement] = []
     seen: set[int] = set()
@@ -107,10 +110,10 @@ def _indexless_in_split_code(runs: list[EntryPointRun]) -> list[IndexlessPlaceme
         for p in run.placements:
             # After set_device(0) an index-less placement lands where it lands in a process that never
             # changed the device: the setting changes nothing there. A tensor placed after set_device(k),
-            # k known, is followed to cuda:k by the device model: where it then meets another device is
-            # MP001 / MP008 at that line, and where it meets only cuda:k it landed where it was meant to.
-            known_tensor = p.of_tensor and p.dev is not None and p.dev.startswith("cuda:")
-            if not p.under_device_context and p.dev != "cuda:0" and not known_tensor and id(p.node) not in seen:
+            # k known, is followed to cuda:k by the device model: where it then meets another GPU it is
+            # reported at the placement (made_on_current), and where it meets only cuda:k it landed
+            # where it was meant to.
+            if not p.under_device_context and p.dev != "cuda:0" and p.node not in followed and id(p.node) not in seen:
                 seen.add(id(p.node))
                 out.append(p)
     return out
