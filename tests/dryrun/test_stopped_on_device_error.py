@@ -95,3 +95,17 @@ def _line_of(text):
 
     lines, start = inspect.getsourcelines(test_debug_mode_names_the_line_where_pytorch_refused_mixed_devices)
     return start + next(i for i, line in enumerate(lines) if text in line)  # start: the line of `def`, lines[0]
+
+
+def test_mpcheck_run_names_the_line_where_pytorch_refused_mixed_devices(monkeypatch, tmp_path, capsys):
+    import json
+
+    from mpcheck.runtime.commands import run as run_command
+
+    monkeypatch.setattr(run_command, "cuda_available", lambda: True)
+    out = tmp_path / "report.json"
+    program = "raise RuntimeError('Expected all tensors to be on the same device, but found at least two devices, cuda:1 and cuda:0!')"
+    assert run_command.main(["--output-format", "json", "-o", str(out), "-c", program]) == 1
+    [f] = json.loads(out.read_text())["findings"]
+    assert (f["code"], f["line"], f["devices"]) == ("MP001", 1, ["cuda:1", "cuda:0"])
+    assert "PyTorch stopped the program here" in f["message"]

@@ -213,11 +213,12 @@ def _user_and_library_frames(depth: int) -> tuple[FrameType | None, FrameType | 
         frame: FrameType | None = sys._getframe(depth + 1)
     except ValueError:
         return None, None
-    return _user_and_library_frames_from(frame)
+    return user_frames_from(frame)
 
 
-def _user_and_library_frames_from(frame: FrameType | None) -> tuple[FrameType | None, FrameType | None]:
-    """_user_and_library_frames, from `frame` outwards."""
+def user_frames_from(frame: FrameType | None) -> tuple[FrameType | None, FrameType | None]:
+    """_user_and_library_frames, from `frame` outwards (a frame found by other means: the innermost of
+    an exception's traceback)."""
     library = None
     while frame is not None:
         code = frame.f_code
@@ -228,12 +229,6 @@ def _user_and_library_frames_from(frame: FrameType | None) -> tuple[FrameType | 
                 library = frame
         frame = frame.f_back
     return library, None
-
-
-def user_frames_from(frame: FrameType | None) -> tuple[FrameType | None, FrameType | None]:
-    """(the user's frame, the library frame it called into or None), from `frame` outwards: for a frame
-    found by other means (the innermost of an exception's traceback)."""
-    return _user_and_library_frames_from(frame)
 
 
 def user_frame(depth: int = 1) -> FrameType | None:
@@ -300,5 +295,5 @@ def _from_origin(origin: Site, library: FrameType) -> Site:
 
 def user_site_from(frame: FrameType | None) -> Site:
     """user_site(), walking outwards from `frame` (a frame found by other means: the caller of a constructor)."""
-    user, library = _user_and_library_frames_from(frame)
+    user, library = user_frames_from(frame)
     return site_of_frame(user, library) if user is not None else UNKNOWN

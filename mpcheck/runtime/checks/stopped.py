@@ -11,12 +11,11 @@ holding a device finding, gets nothing more."""
 
 from __future__ import annotations
 
-import os
 import re
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from mpcheck.runtime.checks.sites import site_of_traceback, user_frames_from
+from mpcheck.runtime.checks.sites import is_mpcheck_file, site_of_traceback, user_frames_from
 
 if TYPE_CHECKING:
     from mpcheck.runtime.checks.checker import Checker
@@ -33,7 +32,6 @@ _REFUSALS = (RuntimeError, TypeError, ValueError)
 _DEVICE_WORD = re.compile(r"\b(cuda:\d+|cpu|meta)\b")
 _DEVICE_CODES = frozenset({"MP001", "MP004", "MP007", "MP008", "MP012", "MP013"})
 _MAX_ITEMS = 64  # items of a list or tuple local read for their devices
-_MPCHECK_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "")
 
 
 def on_program_stopped(self: Checker, exc: BaseException) -> None:
@@ -57,7 +55,7 @@ def on_program_stopped(self: Checker, exc: BaseException) -> None:
         return
     at = frames.index(user)
     inside = frames[at + 1 :]  # the library's frames, from the user's call to the raise
-    if any(f.f_code.co_filename.startswith(_MPCHECK_DIR) for f in inside):
+    if any(is_mpcheck_file(f.f_code.co_filename) for f in inside):
         return  # raised through mpcheck's hooks or mode: a checked call, whose finding the checks made
     site = site_of_traceback(entries[at], library)
     if any(f.code in _DEVICE_CODES and f.path == site.path and f.line == site.line for f in self.findings):
