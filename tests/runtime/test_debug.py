@@ -325,21 +325,65 @@ def test_activation_checkpointing_and_autocast_run_clean():
     assert x.grad is not None
 
 
+# In a child process, each half with a time limit: gloo's threads wait in C++, where nothing in this
+# process could stop them, so a process group that never starts would hang the whole suite (CI once
+# waited 90 minutes on this test). The plain run first: if gloo cannot start a one-process group on
+# this machine, that is the machine's, and the test skips; if the plain run passes and the debug mode's
+# does not finish, that is mpcheck's, and the test fails with the child's stacks.
+DDP_ON_ONE_PROCESS_GLOO = """
+import faulthandler, json, sys
+import torch, torch.distributed as dist
+from torch import nn
+import mpcheck
+
+faulthandler.dump_traceback_later(100, exit=True)  # a hang ends with every thread's stack on stderr
+store, mode = sys.argv[1], sys.argv[2]
+dist.init_process_group("gloo", init_method="file://" + store, rank=0, world_size=1)
+model = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 2))
+if mode == "plain":
+    nn.parallel.DistributedDataParallel(model, device_ids=None)(torch.randn(4, 8)).sum().backward()
+    findings = []
+else:
+    with mpcheck.debug(model, report=None) as dbg:
+        ddp = nn.parallel.DistributedDataParallel(model, device_ids=None)
+        ddp(torch.randn(4, 8)).sum().backward()
+    findings = [f.code for f in dbg.findings]
+dist.destroy_process_group()
+print(json.dumps({"findings": findings, "grad": model[0].weight.grad is not None}))
+"""
+
+
+def _ddp_child(tmp_path, mode):
+    import json
+    import subprocess
+    import sys
+
+    store = tmp_path / f"store-{mode}"
+    try:
+        r = subprocess.run(
+            [sys.executable, "-c", DDP_ON_ONE_PROCESS_GLOO, str(store), mode],
+            capture_output=True,
+            text=True,
+            timeout=150,
+        )
+    except subprocess.TimeoutExpired:
+        return None, "no answer in 150 s"
+    if r.returncode != 0:
+        return None, r.stderr[-4000:]
+    return json.loads(r.stdout.strip().splitlines()[-1]), ""
+
+
 def test_ddp_with_device_ids_none_on_a_one_process_gloo_group(tmp_path):
     import torch.distributed as dist
 
     if not dist.is_available():
         pytest.skip("torch.distributed not available")
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
-    try:
-        model = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 2))
-        with mpcheck.debug(model, report=None) as dbg:
-            ddp = nn.parallel.DistributedDataParallel(model, device_ids=None)
-            ddp(torch.randn(4, 8)).sum().backward()
-        assert dbg.findings == []
-        assert model[0].weight.grad is not None
-    finally:
-        dist.destroy_process_group()
+    plain, why = _ddp_child(tmp_path, "plain")
+    if plain is None:
+        pytest.skip(f"gloo does not run a one-process DDP step on this machine, without mpcheck: {why}")
+    debugged, why = _ddp_child(tmp_path, "debug")
+    assert debugged is not None, f"the same DDP step under mpcheck.debug did not finish: {why}"
+    assert debugged == {"findings": [], "grad": True}
 
 
 def test_torch_compile_degrades_with_a_clear_message(capsys):
