@@ -560,14 +560,29 @@ def test_dry_run_of_the_training_example_reports_what_the_linter_finds():
     assert r.returncode == 1, r.stderr
 
 
-def test_dry_run_names_the_imported_module_relative_to_the_current_folder_as_the_script():
+def test_dry_run_names_the_imported_module_relative_to_the_current_folder_as_the_script(tmp_path):
     import re
 
-    r = _dry_run("train.py")
-    # every finding's "path:line:column:" head, the imported split_model.py's included
-    heads = re.findall(r"^(\S+):\d+:\d+: MP\d+ ", r.stdout + r.stderr, re.M)
-    assert {"examples/train.py", "examples/split_model.py"} <= set(heads), heads
-    assert not [h for h in heads if os.path.isabs(h)], heads
+    pytest.importorskip("torch")
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "stages.py").write_text(
+        "import torch\nfrom torch import nn\n\n\n"
+        "class Split(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.a = nn.Linear(4, 4).to('cuda:0')\n"
+        "        self.b = nn.Linear(4, 4).to('cuda:1')\n\n"
+        "    def forward(self, x):\n"
+        "        return self.b(self.a(x))  # the hop to cuda:1 is missing\n"
+    )
+    (tmp_path / "pkg" / "train.py").write_text(
+        "import torch\nfrom stages import Split\n\nSplit()(torch.randn(2, 4, device='cuda:0')).sum().backward()\n"
+    )
+    r = _mpcheck("dryrun", "--gpus", "2", "pkg/train.py", cwd=tmp_path)
+    # every finding's "path:line:column:" head: the imported module's, as the script's, relative to the cwd
+    heads = re.findall(r"^(\S+):(\d+):\d+: MP\d+ ", r.stdout + r.stderr, re.M)
+    assert ("pkg/stages.py", "12") in heads, r.stdout + r.stderr
+    assert not [h for h, _ in heads if os.path.isabs(h)], heads
 
 
 def test_dry_run_of_the_training_example_runs_to_its_end():

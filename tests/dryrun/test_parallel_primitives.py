@@ -43,6 +43,24 @@ def test_replicating_a_split_model_is_mp003_at_the_call(script, dryrun_cli, call
     assert "requires every parameter on device_ids[0]" in f["message"]
 
 
+def test_replicas_of_a_split_model_stop_where_cuda_stops_them(script, dryrun_cli):
+    # CUDA's broadcast refuses tensors off device_ids[0] ("All tensors must be on devices[0]"): the
+    # program ends at replicate on real GPUs, so the dry run reports MP003 there and runs no replica (whose
+    # forward, every weight on one GPU, would give mismatches that are only its consequences).
+    s = script(
+        SPLIT
+        + """
+replicas = P.replicate(model, [0, 1])  # <- call
+outs = P.parallel_apply(replicas, [(torch.randn(2, 16),), (torch.randn(2, 16),)])
+"""
+    )
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 1, err
+    assert codes_at(report) == [("MP003", s.line("call"))]
+    assert report["stopped"].endswith("All tensors must be on devices[0]: 0")
+    assert f":{s.line('call')}:" in report["stopped"]
+
+
 def test_scatter_inside_a_split_forward_is_mp003_at_the_scatter(script, dryrun_cli):
     s = script(SPLIT + "out = model(torch.randn(4, 16))\n")
     status, report, err = dryrun_cli(s, "--gpus", "2")

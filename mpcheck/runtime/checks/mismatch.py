@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from mpcheck.runtime.checks.arguments import Args, Kwargs, Where, describe_where, replace_tensors
+from mpcheck.runtime.checks.arguments import Args, Kwargs, Where, describe_where, iter_tensors, replace_tensors
 from mpcheck.runtime.checks.placement import (
     Cause,
     contains,
@@ -45,6 +45,11 @@ def _mismatch(
     site = site or self.sites()
     module = module or self.current_module()
     moved = {}
+    # Where a repaired call goes on (on_mismatch="move"): the odd tensors join the first one, unless the
+    # first one is the module input that came in unmoved, off its module's device: then everything
+    # joins the module's device, as the fix would have it (else the call's result would land off the
+    # module, and every later use of it would be reported again, a consequence of the repair).
+    repair_to = expected
     for loc, t, d in odd:
         # A tensor that reached this call unmoved from a module's input, off that module's device:
         # blame the module call. Either the odd tensor (`self.lin(h) + mask`) or the first one
@@ -59,8 +64,8 @@ def _mismatch(
                 if entry is not None:
                     blamed = (entry, first, expected, d)
         if blamed is not None:
-            (e, e_loc), bt, bt_dev, module_dev = blamed
-            msg = f"{e.what}: {describe_where(e_loc)} ({tensor_words(bt)}) is on {bt_dev}, "
+            (e, e_loc, e_input), _, bt_dev, module_dev = blamed
+            msg = f"{e.what}: {describe_where(e_loc)} ({tensor_words(e_input)}) is on {bt_dev}, "
             modules: tuple[str, ...] = (e.path,)
             if e.device is None:  # a model over several devices: name where the input is first needed
                 msg += f"and is used unmoved at {site} ({what}), which needs {module_dev}"
@@ -117,10 +122,19 @@ def _mismatch(
                 and self._collapses.explains(e.path if blamed else module, target, off, where, self.module_name)
             ):
                 self.emit(code, where, msg, devices=(target, off), modules=modules, suggestion=sugg)
-        if self.on_mismatch == "move":
+        if blamed is not None and blamed[1] is first:
+            repair_to = blamed[3]
+    if self.on_mismatch == "move":
+        to_move = [(loc, t) for loc, t, _ in odd]
+        if repair_to != expected:  # the first tensor, and any other on its device, go too
+            device_of = self.devices.device_of
+            to_move += [(loc, t) for loc, t in iter_tensors(args, kwargs, self._tensor) if device_of(t) == expected]
+        for loc, t in to_move:
+            if self.devices.device_of(t) == repair_to:
+                continue
             try:
                 with self.suspend():
-                    moved[loc] = self.devices.move(t, expected)
+                    moved[loc] = self.devices.move(t, repair_to)
             except Exception:  # e.g. out of a meta tensor: leave it, PyTorch decides
                 pass
     if moved:
@@ -145,7 +159,7 @@ def _root_cause(
     current device, never placed). None: the mismatch is reported where it happens."""
     placements = self.placements
     if blamed is not None:  # a module's input that reached a torch call unmoved
-        (entry, _), bt, bt_dev, module_dev = blamed
+        (entry, _, bt), _, bt_dev, module_dev = blamed  # bt: the module's input (a view of it reached the call)
         if entry.device is None:  # a spread model's input: only a tensor made on the current device says more
             made = placements.made_of(bt)
             return made_cause(made, site, what) if made is not None and made.device == bt_dev else None

@@ -137,14 +137,28 @@ def leave_module(self: Checker) -> None:
     self._tls.entries.pop()
 
 
-def _entry_of(self: Checker, t: Any, expected: str) -> tuple[Entry, Where] | None:
-    """The outermost module call that received `t` itself, unmoved, while living on
-    `expected`: the line where the transfer is missing. (entry, t's place in that call)."""
+def _entry_of(self: Checker, t: Any, expected: str) -> tuple[Entry, Where, Any] | None:
+    """The outermost module call that received `t` itself (or the input `t` is a view of), unmoved,
+    while living on `expected`: the line where the transfer is missing. (entry, the input's place in
+    that call, the input)."""
     key = id(t)
     for entry in self._tls.entries:
         hit = entry.tensors.get(key)
         if hit is not None and hit[0] is t and entry.device in (expected, None):
-            return entry, hit[1]
+            return entry, hit[1], t
+    # A view of an input is that input, unmoved (`src, dst = edge_index`, `mask[:, None]`): a view never
+    # changes device, so the transfer is still missing at the call that let the input in. `_base` is
+    # the root of a chain of views: an input that is itself a view shares it.
+    with self._no_torch_function():  # reading `_base` is a call a function mode would see
+        base = t._base
+        if base is None:
+            return None
+        for entry in self._tls.entries:
+            if entry.device not in (expected, None):
+                continue
+            for u, loc in entry.tensors.values():
+                if u is base or (u._base is not None and u._base is base):
+                    return entry, loc, u
     return None
 
 

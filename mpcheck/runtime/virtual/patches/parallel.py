@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from mpcheck.runtime.virtual.errors import VirtualDeviceError
 from mpcheck.runtime.virtual.patches.base import Patches
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -91,7 +92,16 @@ def install_comm(g: VirtualGPUs, p: Patches) -> None:
         return tuple(into([tensor.to(d) for d in targets], out))
 
     def broadcast_coalesced(tensors, devices, buffer_size=10485760):  # noqa: ANN001,ANN202
-        return tuple(tuple(t.to(d) for t in tensors) for d in devs(devices, "broadcast_coalesced"))
+        targets = devs(devices, "broadcast_coalesced")
+        if not targets:
+            raise VirtualDeviceError("Expected at least one device to broadcast to")
+        # CUDA's own check (torch/csrc/cuda/comm.cpp): `replicate` of a model split over several devices,
+        # or of one not on device_ids[0], stops here on real GPUs. The checks reported it (MP003, MP002)
+        # before: the dry run stops where the GPUs would.
+        if any(g.device_of(t) != targets[0] for t in tensors):
+            first = devices[0] if isinstance(devices[0], int) else torch.device(devices[0]).index
+            raise VirtualDeviceError(f"All tensors must be on devices[0]: {first}")
+        return tuple(tuple(t.to(d) for t in tensors) for d in targets)
 
     def reduce_add(inputs, destination=None):  # noqa: ANN001,ANN202
         dst = dev(destination, "reduce_add") if destination is not None else f"cuda:{g.current}"
