@@ -706,6 +706,8 @@ class Calls(Part):
                 return UNK
             if recv.kind == "any" and meth in T.MODULE_SELF_METHODS:
                 return recv  # a module of unknown class, as it was
+            if meth == "numpy" and not args and not kwargs and recv.devs == one("cpu"):
+                return recv  # the same host memory as an array: no work (torch.from_numpy gives it back)
             if meth in T.NON_TENSOR_METHODS:
                 return UNK
             if meth in T.DTYPE_METHODS:

@@ -117,6 +117,10 @@ class Library(Part):
 
     def factory(self, q: str, args: list[Val], kwargs: dict[str, Val], node: cst.Call, st: State) -> Val:
         last = q.rsplit(".", 1)[-1]
+        if last in T.HOST_MEMORY_VIEWS and len(args) == 1 and not kwargs:
+            a = args[0]
+            if isinstance(a, Obj) and a.kind == "tensor" and a.devs == one("cpu"):
+                return a  # `torch.from_numpy(t.cpu().numpy())`: the same memory, no copy, no work
         if "device" in kwargs:
             dv = kwargs["device"]
             devs = as_device(dv)
