@@ -261,3 +261,65 @@ Stage1()(torch.randn(2, 5, 16).to("cuda:1")).sum().backward()
     status, report, err = dryrun_cli(s, "--gpus", "2")
     assert codes_at(report) == [("MP004", s.line("made"))]
     assert f"train.py:{s.line('use')}" in report["findings"][0]["message"]
+
+
+BATCH_AFTER_CURRENT_DEVICE = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+class TwoStage(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.front = nn.Sequential(nn.Linear(8, 16), nn.ReLU()).to("cuda:0")
+        self.back = nn.Linear(16, 4).to("cuda:1")
+
+    def forward(self, x):
+        h = self.front(x)  # <- use
+        return self.back(h.to("cuda:1"))
+
+model = TwoStage()
+{choose}
+for _ in range(2):
+    x, y = torch.randn(5, 8), torch.randint(0, 4, (5,))
+    {place}
+    F.cross_entropy(model(x), y).backward()
+print("finished")
+"""
+
+
+@pytest.mark.parametrize(
+    "choose, place",
+    [
+        ("torch.cuda.set_device(1)", "x, y = x.cuda(), y.cuda()  # <- made"),
+        ("torch.cuda.set_device('cuda:1')", "x, y = x.to('cuda'), y.to('cuda')  # <- made"),
+        ("ctx = torch.cuda.device(1); ctx.__enter__()", "x, y = x.cuda(non_blocking=True), y.cuda()  # <- made"),
+    ],
+)
+def test_a_batch_placed_on_the_current_device_after_it_moved_off_cuda0_is_mp004_where_it_was_placed(
+    script, dryrun_cli, choose, place
+):
+    # set_device(1) (for the loss's GPU, say) makes the loop's index-less `.cuda()` land on cuda:1,
+    # while the model's first stage is on cuda:0: the line that placed the batch is where the fix goes.
+    s = script(BATCH_AFTER_CURRENT_DEVICE.format(choose=choose, place=place))
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 1, err
+    assert codes_at(report) == [("MP004", s.line("made"))]
+    f = report["findings"][0]
+    assert "puts a tensor on the current device cuda:1" in f["message"]
+    assert f"train.py:{s.line('use')}" in f["message"]
+    assert f["devices"] == ["cuda:0", "cuda:1"] and f["severity"] == "error"
+    assert "to('cuda:0')" in f["suggestion"]
+
+
+@pytest.mark.parametrize(
+    "choose, place",
+    [
+        ("torch.cuda.set_device(1)", "x, y = x.to('cuda:0'), y.cuda()"),  # the labels meet the output on cuda:1
+        ("pass", "x, y = x.cuda(), y.cuda(1)"),  # cuda:0 is what `.cuda()` means by default: as written
+    ],
+)
+def test_index_less_placements_that_land_where_they_are_used_are_silent(script, dryrun_cli, choose, place):
+    s = script(BATCH_AFTER_CURRENT_DEVICE.format(choose=choose, place=place))
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert (status, report["findings"], report["stopped"]) == (0, [], None), err

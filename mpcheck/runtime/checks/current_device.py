@@ -31,6 +31,7 @@ def on_current_device_tensor(self: Checker, t: Any, how: str) -> None:
     if not isinstance(owner, self._module_type):
         owner = self._running_module()  # a helper function called from a module's forward
         if owner is None:
+            _made_outside_a_module(self, t, how)
             return
     module_dev = self.module_device(owner)
     if module_dev is None:
@@ -46,6 +47,16 @@ def on_current_device_tensor(self: Checker, t: Any, how: str) -> None:
     if module_dev is None or module_dev == dev or not module_dev.startswith("cuda") or not dev.startswith("cuda"):
         return
     self.placements.made(t, Made(self.sites(), how, dev, self.module_name(owner), module_dev))
+
+
+def _made_outside_a_module(self: Checker, t: Any, how: str) -> None:
+    """A batch's bare `.cuda()` in the training loop after set_device(1), or in a `torch.cuda.device(1)`
+    block: it lands on cuda:1 whatever the line meant. Remembered, and reported at this line if it meets
+    tensors on another GPU unmoved (on cuda:0, the default, the line means what it says: a plain MP001 at
+    the use). Each process of a distributed run picks its own GPU so: not there."""
+    dev = self.devices.device_of(t)
+    if dev.startswith("cuda") and dev != "cuda:0" and not _distributed():
+        self.placements.made(t, Made(self.sites(), how, dev, "", None))
 
 
 def _running_module(self: Checker, path: str | None = None) -> Any:

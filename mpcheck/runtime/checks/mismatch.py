@@ -162,17 +162,17 @@ def _root_cause(
         (entry, _, bt), _, bt_dev, module_dev = blamed  # bt: the module's input (a view of it reached the call)
         if entry.device is None:  # a spread model's input: only a tensor made on the current device says more
             made = placements.made_of(bt)
-            return made_cause(made, site, what) if made is not None and made.device == bt_dev else None
+            return made_cause(made, site, what, module_dev) if made is not None and made.explains(bt_dev, module_dev) else None
         return self._cause_for_input(bt, bt_dev, entry.module, entry.path, module_dev, entry.site, what)
     if module_obj is not None:
         return self._cause_for_input(t, d, module_obj, module or "", expected, site, what)
     made = placements.made_of(t)
-    if made is not None and made.device == d and made.module_device == expected:
-        return made_cause(made, site, what)
+    if made is not None and made.explains(d, expected):
+        return made_cause(made, site, what, expected)
     if first is not None:
         made = placements.made_of(first)
-        if made is not None and made.device == expected and made.module_device == d:
-            return made_cause(made, site, what)
+        if made is not None and made.explains(expected, d):
+            return made_cause(made, site, what, d)
     return None
 
 
@@ -180,8 +180,8 @@ def _cause_for_input(
     self: Checker, t: Any, t_dev: str, module: Any, path: str, module_dev: str, use: Site, what: str
 ) -> Cause | None:
     made = self.placements.made_of(t)
-    if made is not None and made.device == t_dev and made.module_device == module_dev:
-        return made_cause(made, use, what)
+    if made is not None and made.explains(t_dev, module_dev):
+        return made_cause(made, use, what, module_dev)
     if not (self.wants("MP001") or self.wants("MP004") or self.wants("MP007")):
         return None
     return module_cause(

@@ -28,13 +28,23 @@ _MOVES_KEPT = 4  # per module: the last few moves are what a finding names
 
 @dataclass(frozen=True)
 class Made:
-    """A tensor made on the current device inside a module's method, off that module's GPU."""
+    """A tensor made on the current device inside a module's method, off that module's GPU; or outside
+    any module while the current device was another GPU than cuda:0 (module "", module_device None):
+    set_device or a `torch.cuda.device` block chose where it landed, not the line that put it there."""
 
     site: Site
     how: str  # "a bare `.cuda()`", "`device='cuda'`", ...
     device: str  # the current device it landed on
     module: str  # the module whose method made it
-    module_device: str
+    module_device: str | None
+
+    def explains(self, on: str, needed: str) -> bool:
+        """Is this placement why the tensor, on `on`, meets tensors on `needed`?"""
+        if self.device != on:
+            return False
+        if self.module_device is None:
+            return needed != on and needed.startswith("cuda")
+        return needed == self.module_device
 
 
 @dataclass(frozen=True)
@@ -63,6 +73,9 @@ class Cause:
 class Placements:
     def __init__(self) -> None:
         self._made: dict[int, tuple[weakref.ref[Any], Made]] = {}
+        # Made outside any module (a batch's bare `.cuda()` after set_device(1)): kept apart, as ops
+        # derive records only from `_made` (a training loop's every batch would make every op pay).
+        self._made_outside: dict[int, tuple[weakref.ref[Any], Made]] = {}
         self._moves: weakref.WeakKeyDictionary[Any, list[Move]] = weakref.WeakKeyDictionary()
         self._built: weakref.WeakKeyDictionary[Any, Site] = weakref.WeakKeyDictionary()
         self._seq = 0
@@ -73,18 +86,20 @@ class Placements:
             storage = t.untyped_storage()
         except Exception:  # a tensor without storage: nothing to follow
             return
-        if len(self._made) >= _PURGE_AT:
-            self._made = {k: v for k, v in self._made.items() if v[0]() is not None}
-        self._made[id(storage)] = (weakref.ref(storage), made)
+        table = self._made if made.module_device is not None else self._made_outside
+        if len(table) >= _PURGE_AT:
+            for k in [k for k, v in table.items() if v[0]() is None]:
+                del table[k]
+        table[id(storage)] = (weakref.ref(storage), made)
 
     def made_of(self, t: Any) -> Made | None:
-        if not self._made:
+        if not self._made and not self._made_outside:
             return None
         try:
             storage = t.untyped_storage()
         except Exception:
             return None
-        entry = self._made.get(id(storage))
+        entry = self._made.get(id(storage)) or self._made_outside.get(id(storage))
         if entry is None or entry[0]() is not storage:
             return None
         return entry[1]
@@ -162,8 +177,21 @@ def _kind(module: Any) -> str:
     return type(module).__name__
 
 
-def made_cause(made: Made, use: Site, what: str) -> Cause:
-    """MP004: a tensor made on the current device inside a stage on another GPU meets the stage's tensors."""
+def made_cause(made: Made, use: Site, what: str, needed: str) -> Cause:
+    """MP004: a tensor made on the current device meets tensors on `needed` (its stage's, or any other GPU's
+    for one made outside a module after the current device moved off cuda:0)."""
+    if made.module_device is None:
+        return Cause(
+            "MP004",
+            made.site,
+            f"{made.how} here puts a tensor on the current device {made.device} (torch.cuda.set_device or a "
+            f"`torch.cuda.device` block chose it, not this line); it meets tensors on {needed} unmoved at {use} "
+            f"({what}), where the call fails",
+            f"name the device it is meant for (`.to('{needed}')`, or the device of the module that takes it) "
+            "instead of the current device",
+            (needed, made.device),
+            (),
+        )
     return Cause(
         "MP004",
         made.site,

@@ -4,6 +4,6 @@ import torch.nn as nn
 
 net = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU()).cuda()
 torch.cuda.set_device(1)
-x = torch.randn(2, 3, 16, 16).cuda()
-y = net(x)  # <- MP001
+x = torch.randn(2, 3, 16, 16).cuda()  # <- MP004
+y = net(x)
 y.mean().backward()
