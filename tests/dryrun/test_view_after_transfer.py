@@ -25,7 +25,9 @@ def test_a_permuted_tensor_viewed_after_a_hop(script, dryrun_cli):
     assert f["devices"] == ["cuda:0", "cuda:1"]
     assert f"train.py:{s.line('view')}" in f["message"]
     assert "strides (48, 1, 8)" in f["message"]
-    assert ".contiguous().to(" in f["suggestion"]
+    # measured: a strided tensor crosses as fast as a dense one; `.contiguous()` before the copy is slower
+    assert "`.reshape(...)` in place of this `.view(...)`" in f["suggestion"]
+    assert ".contiguous().to(" not in f["suggestion"]
     assert f["extra"]["count"] == 2
 
 
