@@ -87,12 +87,14 @@ c = torch.load(path, map_location=lambda storage, loc: storage)
 assert c["feats"].device == torch.device("cpu") and c["nested"][1][0].device == torch.device("cpu")
 c = torch.load(path, map_location=lambda storage, loc: None)  # None: the saved location
 assert c["feats"].device == torch.device("cuda:1")
-model = torch.load(os.path.join(d, "pipe.pt"), weights_only=False, map_location="cuda:0")
+model = torch.load(os.path.join(d, "pipe.pt"), weights_only=False, map_location="cuda:0")  # <- collapse
 assert model.a.weight.device == torch.device("cuda:0") and model.b.weight.device == torch.device("cuda:0")
 print("finished")
 """,
+        status=1,
     )
-    assert report["findings"] == []
+    # The whole split model, loaded onto one device, lost its split (MP007, tested below); the rest is clean.
+    assert codes_at(report) == [("MP007", s.line("collapse"))]
 
 
 def test_a_stage_loaded_onto_the_wrong_gpu_is_still_reported(script, dryrun_cli):
@@ -127,3 +129,60 @@ def test_loaded_storages_live_on_their_virtual_gpu(tmp_path, backing):
         assert torch.cuda.memory_allocated(1) - before >= 256 * 256 * 4
         assert (w + 1).device == torch.device("cuda:1")
     assert dr is not None
+
+
+@pytest.mark.parametrize(
+    "load",
+    [
+        'torch.load(os.path.join(d, "pipe.pt"), map_location="cuda:0", weights_only=False)',
+        'torch.load(os.path.join(d, "pipe.pt"), map_location=torch.device("cuda", 0), weights_only=False)',
+        'torch.load(os.path.join(d, "pipe.pt"), map_location={"cuda:1": "cuda:0"}, weights_only=False)',
+        'torch.load(os.path.join(d, "pipe.pt"), map_location=1, weights_only=False)',
+    ],
+)
+def test_a_whole_split_model_loaded_onto_one_device_is_a_collapse_at_the_load(script, dryrun_cli, load):
+    # torch.save(model) of a split model, then torch.load with one map_location: every stage comes back
+    # on that device, as after model.to(dev). The forward's hop to the other stage then fails: counted on
+    # the MP007, not reported again.
+    report, s = _devices(
+        script,
+        dryrun_cli,
+        f"""
+pipe = {load}  # <- load
+pipe(torch.randn(3, 8)).sum().backward()
+""",
+        status=1,
+    )
+    assert codes_at(report) == [("MP007", s.line("load"))]
+    f = report["findings"][0]
+    assert f["devices"] == ["cuda:0", "cuda:1"]
+    assert "saved split over cuda:0, cuda:1" in f["message"] and "state_dict" in f["suggestion"]
+
+
+@pytest.mark.parametrize(
+    "load",
+    [
+        'torch.load(os.path.join(d, "pipe.pt"), weights_only=False)',  # each stage back where it was saved
+        'torch.load(os.path.join(d, "pipe.pt"), map_location=lambda s, loc: None, weights_only=False)',
+    ],
+)
+def test_a_whole_split_model_loaded_where_it_was_saved_runs_clean(script, dryrun_cli, load):
+    report, s = _devices(script, dryrun_cli, f"pipe = {load}\npipe(torch.randn(3, 8)).sum().backward()\n")
+    assert report["findings"] == [] and report["stopped"] is None
+
+
+def test_a_state_dict_loaded_onto_the_cpu_into_a_split_model_and_a_one_gpu_model_moved_are_clean(script, dryrun_cli):
+    report, s = _devices(
+        script,
+        dryrun_cli,
+        """
+torch.save(Pipe().state_dict(), os.path.join(d, "sd.pt"))
+pipe = Pipe()
+pipe.load_state_dict(torch.load(os.path.join(d, "sd.pt"), map_location="cpu"))
+pipe(torch.randn(3, 8)).sum().backward()
+torch.save(nn.Linear(8, 8).to("cuda:1"), os.path.join(d, "one.pt"))
+one = torch.load(os.path.join(d, "one.pt"), map_location="cuda:0", weights_only=False)
+one(torch.randn(3, 8, device="cuda:0")).sum().backward()
+""",
+    )
+    assert report["findings"] == [] and report["stopped"] is None

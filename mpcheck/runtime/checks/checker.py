@@ -296,6 +296,7 @@ class Checker:
     on_parallel_primitive = split_model.on_parallel_primitive
     _holds_replicas = split_model._holds_replicas
     on_module_move = split_model.on_module_move
+    on_model_loaded = split_model.on_model_loaded
 
     # -- steps --------------------------------------------------------------------------
     def step_end(self, optimizer: Any = None) -> None:

@@ -162,7 +162,11 @@ def _root_cause(
         (entry, _, bt), _, bt_dev, module_dev = blamed  # bt: the module's input (a view of it reached the call)
         if entry.device is None:  # a spread model's input: only a tensor made on the current device says more
             made = placements.made_of(bt)
-            return made_cause(made, site, what, module_dev) if made is not None and made.explains(bt_dev, module_dev) else None
+            return (
+                made_cause(made, site, what, module_dev)
+                if made is not None and made.explains(bt_dev, module_dev)
+                else None
+            )
         return self._cause_for_input(bt, bt_dev, entry.module, entry.path, module_dev, entry.site, what)
     if module_obj is not None:
         return self._cause_for_input(t, d, module_obj, module or "", expected, site, what)

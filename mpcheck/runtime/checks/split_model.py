@@ -151,3 +151,38 @@ def on_module_move(
     )
     self._collapses.record(module, target, tuple(devs), finding)
     return finding
+
+
+def on_model_loaded(self: Checker, loaded: Any, saved_on: dict[int, str], map_location: Any, site: Site) -> None:
+    """After torch.load: a module in what it returned (the object, or a value of the dict or list it is)
+    whose weights were saved from several GPUs and now all sit on one: map_location collapsed the split
+    (MP007 at the load, as for `model.to(dev)`; what follows from it is counted there, collapse.py)."""
+    items = loaded.values() if isinstance(loaded, dict) else loaded if isinstance(loaded, (list, tuple)) else [loaded]
+    for module in items:
+        if not isinstance(module, self._module_type):
+            continue
+        saved = set()
+        for t in (*module.parameters(), *module.buffers()):
+            try:
+                where = saved_on.get(t.untyped_storage()._cdata)
+            except Exception:  # a tensor without storage
+                where = None
+            if where is not None and where.startswith("cuda"):
+                saved.add(self.devices.normalize(where) or where)
+        now = [d for d in self.model_devices(module) if d != "cpu"]
+        if len(saved) < 2 or len(now) != 1:
+            continue
+        target = now[0]
+        devs = tuple(sorted(saved))
+        finding = self.emit(
+            "MP007",
+            site,
+            f"this load puts a model saved split over {', '.join(devs)} entirely onto {target} "
+            f"(map_location={map_location!r}): the split is undone and {target} must hold every parameter",
+            devices=devs,
+            modules=(self.module_name(module),),
+            suggestion="save and load the state_dict (`torch.save(model.state_dict(), path)`; build the split "
+            "model, then `model.load_state_dict(torch.load(path, map_location='cpu'))`), or load without "
+            "map_location so each stage returns to the GPU it was saved from",
+        )
+        self._collapses.record(module, target, devs, finding)
