@@ -195,7 +195,7 @@ class Calls(Part):
             return UNK  # a split model moved whole (MP007): its forward's devices are not known
         if args:
             args = [self.interp.moves.stage_call(mod, args[0], node), *args[1:]]
-        if mod.cls is not None and mod.attrs is not None:
+        if mod.cls is not None and mod.attrs is not None and not self._runs_torch_forward(mod):
             st.scope.split_seen = st.scope.split_seen or bool(mod.split)
             fwd = mod.cls.method("forward")
             if fwd is None:
@@ -368,6 +368,20 @@ class Calls(Part):
                     key="loss",
                 )
                 return
+
+    def _runs_torch_forward(self, mod: Obj) -> bool:
+        """A class of the file that writes no forward and derives from a torch.nn module that has one
+        (`class DoubleConv(nn.Sequential)` built with `super().__init__(layers...)`, `class Proj(nn.Linear)`),
+        placed whole on one device: called, it is that torch.nn module (inputs there, output there)."""
+        cls = mod.cls
+        if cls is None or single(mod.devs) is None or cls.method("forward") is not None:
+            return False
+        for c in cls.lineage():
+            for base in c.node.bases:
+                q = self.interp.exprs.qname(base.value) or ""
+                if q.startswith("torch.nn.") and q.rsplit(".", 1)[-1] not in T.MODULES_WITHOUT_FORWARD:
+                    return q.rsplit(".", 1)[-1][:1].isupper()
+        return False
 
     def _check_other_inputs(
         self,

@@ -142,6 +142,8 @@ FACTORIES = frozenset(
 # Factories that make a tensor of host data (a NumPy array): a constant when made in __init__.
 # (torch.tensor(x) of an unknown x may be a 0-d scalar, too small to matter: not here.)
 HOST_DATA_FACTORIES = frozenset({"from_numpy"})
+# torch.nn classes with no forward of their own (calling one raises): a subclass that writes none runs nothing.
+MODULES_WITHOUT_FORWARD = frozenset({"Module", "ModuleList", "ModuleDict", "ParameterList", "ParameterDict"})
 # Factories that give back the host memory they are handed, with no copy (a CPU tensor's `.numpy()` array,
 # or the tensor itself): the value is the same, and its way through the host stays idle (MP005).
 HOST_MEMORY_VIEWS = frozenset({"from_numpy", "as_tensor"})
