@@ -130,10 +130,16 @@ class Calls(Part):
             # probe (of another module, with the same marks) would skip that, so each probe has its own.
             self.interp.probes[-1].setdefault("serial", next(_PROBE_SERIALS)) if self.interp.probes else None,
         )
+        passed = [a for a in (*args, *kwargs.values()) if isinstance(a, Obj)]
         if key in self.interp.memo and not st.in_init and not self._replays(key, args):
             # (In an __init__ a helper runs again: each call builds modules of its own, Obj.ident.)
+            # The body is not run again, so what it did to its arguments is: it computed on each one that
+            # its first run did not leave idle (MP005 counts only idle round trips).
+            idle = self.interp.memo_idle.get(key, ())
+            used(*(a for i, a in enumerate(passed) if i not in idle))
             return _relinked(self.interp.memo[key], self.interp.memo_lineages.get(key, ((), True)), args)
         self.interp.memo[key] = UNK
+        fresh = [not a.worked for a in passed]
         lineages = tuple(a.lineage if isinstance(a, Obj) else None for a in args)
         steps_before = len(self.interp.recorder.crossings)
         env = dict(self.interp.globals)
@@ -160,6 +166,9 @@ class Calls(Part):
         if result is None:
             result = Const(None)
         self.interp.memo[key] = result
+        # The arguments the body certainly left idle: idle before and after it (one already worked on may
+        # or may not have been used: counted as used when the result is reused).
+        self.interp.memo_idle[key] = frozenset(i for i, a in enumerate(passed) if fresh[i] and not a.worked)
         # Whether the body took steps of its arguments' lineages (crossings, merges): a later call that
         # reuses the result does not replay them for its own arguments (_relinked).
         stepped = any(c.lineage in lineages for c in self.interp.recorder.crossings[steps_before:])
@@ -194,7 +203,7 @@ class Calls(Part):
         if (mod.extra or {}).get("collapsed"):
             return UNK  # a split model moved whole (MP007): its forward's devices are not known
         if args:
-            args = [self.interp.moves.stage_call(mod, args[0], node), *args[1:]]
+            args = [self._staged(self.interp.moves.stage_call(mod, args[0], node), args[0], exprs, st), *args[1:]]
         if mod.cls is not None and mod.attrs is not None and not self._runs_torch_forward(mod):
             st.scope.split_seen = st.scope.split_seen or bool(mod.split)
             fwd = mod.cls.method("forward")
@@ -566,7 +575,19 @@ class Calls(Part):
         # A callable the model does not know (a parameter, a callback): it may compute on
         # what it gets, so a value passed to it is no idle round trip (MP005).
         used(*args, *kwargs.values())
+        if args:
+            self._staged(self.interp.moves.opaque_call(args[0], node), args[0], exprs, st)
         return UNK
+
+    @staticmethod
+    def _staged(lead: Val, given: Val, exprs: ArgExprs, st: State) -> Val:
+        """`lead`, the activation a model was called on with the lineage it has from now on: also in the
+        caller's variable (`eps = model(z)` then `z = (z.to(...) - eps).to(...)`: the next `model(z)` is a
+        new pass, whose way back is the split's own cost, not ping-pong)."""
+        first = _nth(exprs, 0)
+        if lead is not given and isinstance(first, cst.Name) and st.env.get(first.value) is given:
+            st.env[first.value] = lead
+        return lead
 
     def _note_class_use(self, obj: Obj, st: State, node: cst.CSTNode) -> None:
         if obj.split:

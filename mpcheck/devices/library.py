@@ -375,6 +375,8 @@ def _parallel_primitive(lib: Library, c: LibCall) -> Val:
     if c.last == "gather" and id(first) in lib.interp.branch_outputs:
         return UNK  # the outputs of independent branches collected on one device
     split_args = [a for a in list(c.args) + list(c.kwargs.values()) if is_splitish(a) or holds_split(a)]
+    if split_args and lib.interp.stmts.under_split_test(st):
+        return UNK  # `if not model_is_split: replicate(model, ...)`: the program's own answer, as for MP002
     if split_args or st.scope.split_class:
         lib.interp.recorder.record(
             ParallelPrimitive(

@@ -57,6 +57,7 @@ class Moves(Part):
         super().__init__(interp)
         # class (by id) -> method -> what it assigns on self
         self._rebound_by_class: dict[int, dict[cst.FunctionDef, set[str]]] = {}
+        self._call_sites: dict[int, int] = {}  # a call of an unknown callable (by node id) -> its stage ident
 
     def indexless(self, node: cst.CSTNode, st: State, *, of_tensor: bool = False) -> None:
         """An index-less `.cuda()` / 'cuda' while set_device or `with torch.cuda.device` is in effect;
@@ -347,6 +348,16 @@ class Moves(Part):
             return lead.with_(lineage=lineage)
         recorder.cross(Crossing(node=node, lineage=lead.lineage, src="", dst="", stage=key))
         return lead
+
+    def opaque_call(self, lead: Val, node: cst.CSTNode) -> Val:
+        """An activation given to a callable the model does not know (a model passed in as an argument,
+        a callback): a stage of unknown devices, keyed by its call site, so that calling it again on the
+        same activation (`eps = model(z)` in a sampling loop) starts a new pass, as for a known module.
+        Returns `lead` with the lineage it has from now on (stage_call)."""
+        ident = self._call_sites.get(id(node))
+        if ident is None:
+            ident = self._call_sites[id(node)] = self.interp.new_ident("a callable the model does not know")
+        return self.stage_call(Obj("module", None, ident=ident), lead, node)
 
     @staticmethod
     def _moved_expr(node: cst.Call | None) -> cst.BaseExpression | None:
