@@ -215,6 +215,7 @@ def _patched_state():
         "DataParallel.__init__": nn.DataParallel.__init__,
         "DistributedDataParallel.__init__": nn.parallel.DistributedDataParallel.__init__,
         "torch.compile": torch.compile,
+        "torch.load": torch.load,
         "dynamo disable": torch._dynamo.config.disable,
         "optimizer post-hooks": len(_global_optimizer_post_hooks),
         "optimizer pre-hooks": len(_global_optimizer_pre_hooks),
@@ -236,7 +237,8 @@ def test_everything_is_removed_on_exit_and_on_exceptions(strict):
     with mpcheck.debug(report=None, strict=strict):
         installed = _changed(before, _patched_state())
     # what the session installs, so that the checks below compare something it changed
-    expected = {"Module.__call__", "Module.zero_grad", "Optimizer.zero_grad", "torch.compile", "dynamo disable"}
+    expected = {"Module.__call__", "Module.zero_grad", "Optimizer.zero_grad", "torch.compile", "torch.load"}
+    expected |= {"dynamo disable"}
     expected |= {"optimizer pre-hooks", "function modes", "warnings.showwarning"}
     assert expected <= installed
     assert ("dispatch modes" in installed) == strict

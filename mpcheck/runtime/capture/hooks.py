@@ -33,7 +33,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from mpcheck.runtime.capture.loading import patch_torch_load
 from mpcheck.runtime.capture.signatures import SignatureCache
 from mpcheck.runtime.checks.checker import Checker
 from mpcheck.runtime.checks.hook_moves import mark_module_call
@@ -168,7 +167,6 @@ def install(
     return [
         _patch_module_call(checker, namer, on_compiled=on_compiled, leaf_mode=leaf_mode, cache=cache, modes=modes),
         _patch_load_state_dict(checker),
-        patch_torch_load(checker),
         _patch_module_apply(checker),
         *_patch_member_swaps(checker),
         *_patch_module_moves(checker),

@@ -10,18 +10,16 @@ or where that function decides)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import torch
 
+from mpcheck.runtime.capture.hooks import Undo, patch
 from mpcheck.runtime.checks.checker import Checker
 from mpcheck.runtime.checks.sites import user_site
 
-Undo = Callable[[], None]
 
-
-def patch_torch_load(checker: Checker) -> Undo:
+def install(checker: Checker) -> Undo:
     import torch.serialization as ser
 
     restore_for = getattr(ser, "_get_restore_location", None)
@@ -48,9 +46,4 @@ def patch_torch_load(checker: Checker) -> Undo:
             checker.on_model_loaded(out, saved_on, map_location, site)
         return out
 
-    torch.load = load
-
-    def undo() -> None:
-        torch.load = orig_load
-
-    return undo
+    return patch(torch, "load", load)
