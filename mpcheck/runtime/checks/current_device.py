@@ -55,7 +55,8 @@ def _made_outside_a_module(self: Checker, t: Any, how: str) -> None:
     tensors on another GPU unmoved (on cuda:0, the default, the line means what it says: a plain MP001 at
     the use). Each process of a distributed run picks its own GPU so: not there."""
     dev = self.devices.device_of(t)
-    if dev.startswith("cuda") and dev != "cuda:0" and not _distributed():
+    # With one GPU nothing can meet another: no record (each batch of a loop would pay a stack walk).
+    if dev.startswith("cuda") and dev != "cuda:0" and self._gpu_count() > 1 and not _distributed():
         self.placements.made(t, Made(self.sites(), how, dev, "", None))
 
 
