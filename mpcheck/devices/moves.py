@@ -237,7 +237,9 @@ class Moves(Part):
                 Transfer(
                     node=node,
                     mode=st.mode,
-                    value=recv,
+                    # As it is now: a later use marks the value worked in place (values.used), which must
+                    # not hide that nothing used it before this transfer.
+                    value=recv if recv.worked else recv.with_(),
                     devs=devs,
                     reads_unchanging_attribute=reads_attribute,
                     bound_outside_loop=self._bound_outside_loop(recv, node),

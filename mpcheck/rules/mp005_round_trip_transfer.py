@@ -47,11 +47,13 @@ class RoundTripTransfer(Rule):
                 ctx,
                 ev.node,
                 f"{name} is moved from {show(home)} to {show(there)} (line {first}) and back here"
-                f"{via_text(ctx, ev.via)}, with no work on "
-                f"{show(there)} in between: two copies for nothing. Remove both transfers, or keep the tensor that "
-                f"is on {show(home)} in a variable and use it here.",
+                f"{via_text(ctx, ev.via)}, with no work on {show(there)} in between: this copy brings back data "
+                f"that was on {show(home)} already. Use the tensor that is on {show(home)} here (keep it in a "
+                f"variable before line {first}), and drop the transfer at line {first} too if nothing else uses "
+                f"the copy on {show(there)}.",
                 devices=[home, there],
-                suggestion=f"drop the transfer at line {first} and this one",
+                suggestion=f"use the tensor from before line {first} here; drop line {first}'s transfer if "
+                "nothing else needs its copy",
             )
 
 
