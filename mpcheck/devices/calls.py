@@ -49,6 +49,7 @@ from mpcheck.devices.values import (
     failed,
     is_splitish,
     join,
+    join_all,
     one,
     probe_devs,
     single,
@@ -221,6 +222,7 @@ class Calls(Part):
                             target=need,
                             what=f"the first stage of {mod.cls.name}",
                             op="module",
+                            module=mod,
                             arg_index=0,
                             expr=_nth(exprs, 0),
                             site=0,
@@ -658,6 +660,18 @@ class Calls(Part):
             first = []
         return h
 
+    def grow(self, seq: SeqV, more: tuple[Val, ...] | None, more_elem: Val) -> None:
+        """`seq.append(x)`, `seq.extend(xs)`, `seq += xs` in place: items of known number while both sides
+        are known and no loop of unknown length runs; else items of unknown number, each like one of
+        those it had or was given (the join)."""
+        if seq.items is not None and more is not None and not self.interp.in_unknown_loop:
+            seq.items = seq.items + more
+            return
+        had = list(seq.items) if seq.items is not None else ([] if seq.elem is UNK else [seq.elem])
+        given = list(more) if more is not None else [more_elem]
+        seq.elem = join_all(had + given)
+        seq.items = None
+
     def method_call(
         self, recv: Val, meth: str, args: list[Val], kwargs: dict[str, Val], node: cst.Call, st: State
     ) -> Val:
@@ -679,7 +693,14 @@ class Calls(Part):
             return UNK
         if "device_map" in kwargs:
             return self.interp.library.dispatched(meth, args, kwargs, node, st)
-        if meth == "parallelize" and isinstance(recv, Obj | type(UNK)) and isinstance(node.func, cst.Attribute):
+        if (
+            meth == "parallelize"
+            and isinstance(recv, Obj | type(UNK))
+            and isinstance(node.func, cst.Attribute)
+            and not (isinstance(recv, Obj) and recv.cls is not None and recv.cls.method(meth) is not None)
+        ):
+            # A library model's parallelize() (transformers' GPT-2, T5): split as the library splits it.
+            # A class of the file that writes its own is run as its body says (below).
             obj = Obj("module", None, dispatched="parallelize()", origin="split by .parallelize()", at=node)
             self.interp.moves.rebind(node.func.value, obj, st)
             return UNK
@@ -790,17 +811,10 @@ class Calls(Part):
             return recv.with_(label="", kind="tensor", worked=worked, invariant=inv, lineage=lineage, hop=hop)
         if isinstance(recv, SeqV):
             if meth == "append" and args:
-                if recv.items is not None and not self.interp.in_unknown_loop:
-                    recv.items = recv.items + (args[0],)
-                else:
-                    recv.elem = args[0] if recv.items == () or recv.elem is UNK else join(recv.elem, args[0])
-                    recv.items = None
+                self.grow(recv, (args[0],), UNK)
                 return Const(None)
             if meth == "extend" and args and isinstance(args[0], SeqV):
-                if recv.items is not None and args[0].items is not None and not self.interp.in_unknown_loop:
-                    recv.items = recv.items + args[0].items
-                else:
-                    recv.items = None
+                self.grow(recv, args[0].items, args[0].elem)
                 return Const(None)
             if meth in ("to", "cuda"):
                 return self.interp.moves.move(recv, meth, args, kwargs, node, st)

@@ -439,6 +439,15 @@ class Expressions(Part):
             return FAILED
         used(a, b)
         if isinstance(a, SeqV) or isinstance(b, SeqV):
+            if isinstance(a, SeqV) and isinstance(b, SeqV) and _is_add(node):
+                # `blocks + [head]`: the items of both, in order
+                if a.items is not None and b.items is not None:
+                    return SeqV(a.items + b.items, kind=a.kind)
+                parts = [
+                    *(a.items if a.items is not None else (a.elem,)),
+                    *(b.items if b.items is not None else (b.elem,)),
+                ]
+                return SeqV(None, elem=join_all(parts), kind=a.kind)
             return (
                 SeqV(None, elem=a.elem if isinstance(a, SeqV) else cast(SeqV, b).elem)
                 if isinstance(a, (SeqV, Const)) and isinstance(b, (SeqV, Const))
@@ -740,3 +749,7 @@ def _string_value(raw: str) -> object:
         return ast.literal_eval(raw)
     except Exception:  # noqa: BLE001  (whatever literal_eval raises: the value is unknown)
         return _NOT_A_VALUE
+
+
+def _is_add(node: cst.CSTNode) -> bool:
+    return isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Add)

@@ -33,7 +33,7 @@ from mpcheck.devices.events import (
     PredictionsMovedToTargets,
 )
 from mpcheck.devices.gpucount import COUNT_FUNCTIONS
-from mpcheck.devices.names import dotted
+from mpcheck.devices.names import canonical, dotted
 from mpcheck.devices.program import MAX_UNROLL, Part, State
 from mpcheck.devices.values import (
     CURRENT,
@@ -655,9 +655,13 @@ def _builtin(lib: Library, c: LibCall) -> Val:
         return UNK
     if q == "dict":
         return _dict_call(lib, c)
+    if q == "map" and len(args) == 2 and not c.kwargs:
+        return _map_call(lib, c)
     if q in _NUMERIC and args and not c.kwargs:
         # min(i // per, n - 1), max(per, 1): stage indices computed from the GPU count
         nums = args[0].items if len(args) == 1 and isinstance(args[0], SeqV) and q in ("min", "max") else args
+        if len(args) == 1 and isinstance(args[0], DictV) and q in ("min", "max"):
+            nums = tuple(Const(k) for k in args[0].items)  # min(device_map): over its keys
         values = [a.value for a in nums or () if isinstance(a, Const)]
         if q in ("min", "max") and len(values) < 2 and nums is args:
             return UNK  # `max(size)` of a number: Python raises there, on a path the program does not take
@@ -687,6 +691,22 @@ def _builtin(lib: Library, c: LibCall) -> Val:
     if q == "super":
         return SuperV()
     return UNK
+
+
+def _map_call(lib: Library, c: LibCall) -> Val:
+    """`map(torch.device, devices)` over a sequence of known length: the library function applied to each
+    item, as a comprehension would (`d0, d1 = map(torch.device, ("cuda:0", "cuda:1"))`). Other callables,
+    or a sequence of unknown length: unknown items."""
+    func, seq = c.args
+    if not (isinstance(seq, SeqV) and seq.items is not None and len(seq.items) <= MAX_UNROLL):
+        return UNK
+    if not isinstance(func, QName):
+        return SeqV(None, elem=UNK)
+    q = canonical(func.q)
+    handler = handler_for(q, q.rsplit(".", 1)[-1], {})
+    if handler is None:
+        return SeqV(None, elem=UNK)
+    return SeqV(tuple(handler(lib, LibCall(q, c.node, c.st, [item], {}, [None])) for item in seq.items))
 
 
 def _python_sum(lib: Library, c: LibCall) -> Val:

@@ -156,6 +156,15 @@ class Statements(Part):
         if isinstance(s, cst.AugAssign):
             left = self.interp.exprs.ev(s.target, st)
             right = self.interp.exprs.ev(s.value, st)
+            if (
+                isinstance(left, SeqV)
+                and left.kind == "list"
+                and isinstance(right, SeqV)
+                and isinstance(s.operator, cst.AddAssign)
+            ):
+                # `layers += [conv, relu]`: a list grows in place, as extend() does
+                self.interp.calls.grow(left, right.items, right.elem)
+                return True
             self.interp.exprs.binop(s, left, right, st)
             return True
         if isinstance(s, cst.Return):

@@ -395,6 +395,15 @@ class SuperV(Val):
     __slots__ = ()
 
 
+def _first_leaf(seq: SeqV, depth: int = 0) -> Val:
+    """The first module of a container, inside nested ones (`nn.ModuleList([nn.Sequential(conv, bn), ...])`:
+    the conv), or UNK."""
+    item = seq.items[0] if seq.items else seq.elem
+    if isinstance(item, SeqV) and item.module and depth < 4:
+        return _first_leaf(item, depth + 1)
+    return item
+
+
 class ParamsOf(Val):
     """`module.parameters()`: next() of it is the first parameter, on the first placed submodule.
     `shape` says how the parameters come: 'params' (`parameters()`, `state_dict().values()`),
@@ -426,7 +435,7 @@ class ParamsOf(Val):
                     return UNK
                 return Obj("param", v.devs, origin=f"the first parameter, in `{v.label}`", at=v.at, invariant=True)
             if isinstance(v, SeqV) and v.module:
-                item = v.items[0] if v.items else v.elem
+                item = _first_leaf(v)
                 return (
                     Obj("param", item.devs, origin="the first parameter", at=item.at, invariant=True)
                     if isinstance(item, Obj) and item.devs

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import libcst as cst
 
 from mpcheck.devices.describe import MODE_WORDS, move_fix, origin_text, value_text, via_text
-from mpcheck.devices.events import Mismatch, PlacedTwice
+from mpcheck.devices.events import Mismatch, PlacedTwice, SplitBuiltAfterSetDevice
 from mpcheck.devices.values import Obj, device_literal, known_tensor, show, single
 from mpcheck.finding import Finding
 from mpcheck.rules.base import Rule, once_per_node
@@ -21,9 +21,13 @@ class MissingTransfer(Rule):
     needs = FLOW_WORDS
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
+        # Stages placed index-less in an __init__ run after set_device: MP004 reports the placement or the build.
+        collapsed = {id(n) for built in ctx.model.facts(SplitBuiltAfterSetDevice) for n in built.where}
         for ev in once_per_node(ctx.model.facts(Mismatch)):
             if made_on_current(ctx, ev) is not None:
                 continue  # its root cause is the line that made it on the current device: MP004 there
+            if isinstance(ev.module, Obj) and id(ev.module.at) in collapsed:
+                continue
             v = ev.value
             here, there = single(v.devs), single(ev.target)
             name = value_text(ctx, ev.expr, v)

@@ -46,6 +46,25 @@ class SetDeviceConflict(Rule):
         for built in ctx.model.facts(SplitBuiltAfterSetDevice):
             setdev = built.setdev
             plain, obj = built.plain, built.obj
+            if _runs_at_import(ctx, setdev) and all(ctx.owns(n) for n in built.where):
+                # set_device at the top of the file runs before the class is built anywhere: every
+                # index-less placement of its __init__ is wrong wherever it is built, so each is the finding.
+                for n in built.where:
+                    if id(n) in reported:
+                        continue
+                    reported.add(id(n))
+                    yield self.finding(
+                        ctx,
+                        n,
+                        f"`{ctx.code(n)}` names no device index: `{_what(ctx, setdev)}` at line {ctx.line(setdev)} "
+                        f"runs when the file is imported, so where `{ctx.code(built.node)}` is built (line "
+                        f"{ctx.line(built.node)}) it lands on the current device, and what was meant as "
+                        f"{split_desc(plain)} gives {split_desc(obj) if obj.split else 'everything on one device'}. "
+                        f"Name the device you mean: `.cuda(i)` / `.to('cuda:i')` / torch.device('cuda', i).",
+                        devices=split_devices(plain),
+                        suggestion="write the device index explicitly",
+                    )
+                continue
             lines = ", ".join(str(ctx.line(n)) for n in built.where[:3])
             after = split_desc(obj) if obj.split else "everything on one device"
             yield self.finding(
@@ -117,6 +136,17 @@ def _indexless_in_split_code(
                 seen.add(id(p.node))
                 out.append(p)
     return out
+
+
+def _runs_at_import(ctx: FileContext, node: cst.CSTNode) -> bool:
+    """Is `node` in a statement at the top of this file (not in a function, a class or an `if`)?"""
+    if not ctx.owns(node):
+        return False
+    line = ctx.line(node)
+    return any(
+        isinstance(stmt, cst.SimpleStatementLine) and ctx.span(stmt)[0][0] <= line <= ctx.span(stmt)[1][0]
+        for stmt in ctx.module.body
+    )
 
 
 def _what(ctx: FileContext, node: cst.CSTNode) -> str:
