@@ -107,8 +107,14 @@ def top_bindings(source: str) -> dict[str, str]:
     (`self.b = nn.Linear(4, 4).to("cuda:1")`) gets devices from it without naming one itself:
     `Net()(torch.randn(2, 4))` is an input left on the CPU."""
     places = _may_place(source)  # most modules place nothing: their functions are not read
+    # A class that places its parts by a device table of its module (`for name, dev in PLACEMENT.items():`
+    # `getattr(self, name).to(dev)`) names no device itself: its lines that read such a table count too.
+    tables = _device_tables(source) if places else None
     out = {
-        m.group(1): _joined(_class_constants(m.group(2)), _placing_lines(m.group(2)) if places else "")
+        m.group(1): _joined(
+            _class_constants(m.group(2)),
+            _placing_lines(m.group(2)) + _lines_naming(m.group(2), tables) if places else "",
+        )
         for m in _TOP_CLASS.finditer(source)
     }
     for m in _TOP_DEF.finditer(source) if places else ():
@@ -186,6 +192,19 @@ def _placing_lines(body: str) -> str:
         return ""
     text = LiveText(body)
     return "\n".join(m.group(0).strip() for m in _PLACING_LINE.finditer(body) if text.in_code(m.start(1), m.end(1)))
+
+
+def _device_tables(source: str) -> re.Pattern[str] | None:
+    """The module-level names bound to a value that names a device, as one pattern; None if none."""
+    names = [m.group(1) for m in _TOP_BINDING.finditer(source) if _PLACING.search(m.group(2))]
+    return re.compile(r"\b(?:" + "|".join(map(re.escape, names)) + r")\b") if names else None
+
+
+def _lines_naming(body: str, tables: re.Pattern[str] | None) -> str:
+    """The lines of `body` that read one of `tables` (each on a line of its own, after a newline)."""
+    if tables is None or tables.search(body) is None:
+        return ""
+    return "".join("\n" + line.strip() for line in body.splitlines() if tables.search(line))
 
 
 def _may_place(text: str) -> bool:

@@ -329,6 +329,7 @@ class _Project:
         self._hash: dict[str, str | None] = {}
         self._imports: dict[str, list[tuple[str, str]]] = {}
         self._worth: dict[str, bool] = {}
+        self._sides: dict[tuple[str, str], list[str]] = {}  # _device_sides
         self._top: dict[str, dict[str, str]] = {}  # module-level bindings of a module (borrowed)
         self._constants: dict[str, dict[str, tuple[str, tuple[str, ...]]]] = {}  # constants_imported
         for abspath, text in (overrides or {}).items():  # files as --diff would leave them
@@ -390,9 +391,27 @@ class _Project:
                 continue
             if path not in deps:
                 deps[path] = _stat(path)
-            if self.names_a_device(path, name):
-                sides.append(self._bindings(path)[name])
+            sides.extend(self._device_sides(path, name))
         return "\n".join(sides), [[path, *st] for path, st in deps.items() if st is not None]
+
+    def _device_sides(self, abspath: str, name: str) -> list[str]:
+        """The text of `name`'s top-level binding when it names a device, else that text with those of the
+        module's constants it names that do (a class whose lines read `PLACEMENT.items()`, with
+        `PLACEMENT = {"encoder": "cuda:0", ...}` in its module: modules.top_bindings); [] when neither does."""
+        key = (abspath, name)
+        got = self._sides.get(key)
+        if got is None:
+            side = self._bindings(abspath).get(name)
+            if side is None:
+                got = []
+            elif _NAMES_A_DEVICE.search(side) is not None:
+                got = [side]
+            else:
+                words = sorted(set(_WORD.findall(side)) - {name})
+                named = [self._bindings(abspath)[w] for w in words if self.names_a_device(abspath, w)]
+                got = [side, *named] if named else []
+            self._sides[key] = got
+        return got
 
     def constants_imported(self, abspath: str) -> dict[str, tuple[str, tuple[str, ...]]]:
         """The device constants of other project modules that the module at `abspath` imports by name
