@@ -4,7 +4,8 @@ still moves activations to its old stages' devices.
 After `model.to('cuda:0')` on a model split over cuda:0 and cuda:1, `self.net2(x.to('cuda:1'))` finds
 net2 on cuda:0: PyTorch fails there, but the line to change is the collapse, already reported as MP007.
 Such an input mismatch (a module inside the collapsed model, now on the collapse's target, fed a tensor
-on one of the model's devices before it) is counted on the MP007 finding instead of being reported as
+on one of the model's devices before it), or two operands of a torch call inside that model's forward, one
+on the target and one on such a device, is counted on the MP007 finding instead of being reported as
 an MP001 of its own. Anything else (a module outside that model, a device it never used, a module moved
 off the target since) is reported as usual.
 """
@@ -36,10 +37,19 @@ class Collapses:
         self._seen.append((weakref.ref(module), target, frozenset(devices), finding))
 
     def explains(
-        self, module_path: str | None, module_dev: str, off_dev: str, site: Site, name_of: Callable[[Any], str]
+        self,
+        module_path: str | None,
+        module_dev: str,
+        off_dev: str,
+        site: Site,
+        name_of: Callable[[Any], str],
+        either_way: bool = False,
     ) -> bool:
         """Is the input of `module_path` (on `module_dev`) found on `off_dev` a consequence of a
-        collapse? Then it is counted on that MP007 (extra "mismatches_after", the first lines)."""
+        collapse? Then it is counted on that MP007 (extra "mismatches_after", the first lines).
+        `either_way`: two operands of a torch call inside the module's forward (`torch.cat([x, skip])`
+        after the forward moved `x` to an old stage's device): one on the collapse's device and the
+        other on one of the model's old devices, whichever comes first."""
         if not module_path or not self._seen:
             return False
         for ref, target, devices, finding in self._seen:
@@ -48,7 +58,8 @@ class Collapses:
                 continue
             name = name_of(model)
             inside = module_path == name or module_path.startswith(name + ".")
-            if inside and module_dev == target and off_dev in devices and off_dev != target:
+            ends = [(module_dev, off_dev), (off_dev, module_dev)] if either_way else [(module_dev, off_dev)]
+            if inside and any(on == target and off in devices and off != target for on, off in ends):
                 after = finding.extra.setdefault("mismatches_after", [])
                 where = str(site)
                 if where not in after and len(after) < _MAX_SITES:

@@ -114,12 +114,15 @@ def _mismatch(
                 )
             else:
                 sugg = f"move it with `.to('{target}')` before this call (or place the producing module on {target})"
-            # A module's input off its (collapsed) device: the collapse's, counted on its MP007.
+            # A module's input off its (collapsed) device, or two operands inside a collapsed model's forward
+            # (the forward still moves activations to the old stages' devices): the collapse's, counted on
+            # its MP007.
             module_input = blamed is not None or module_obj is not None
             if not (
                 code == "MP001"
-                and module_input
-                and self._collapses.explains(e.path if blamed else module, target, off, where, self.module_name)
+                and self._collapses.explains(
+                    e.path if blamed else module, target, off, where, self.module_name, either_way=not module_input
+                )
             ):
                 self.emit(code, where, msg, devices=(target, off), modules=modules, suggestion=sugg)
         if blamed is not None and blamed[1] is first:
