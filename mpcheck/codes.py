@@ -194,3 +194,35 @@ REPEAT_MIN_BYTES = 64 * 1024
 # (devices/callers.py) stops there and the lint pipeline (lint/callers.py) runs as many rounds; it
 # lives here because the pipeline must not import the device model (a cached run loads no libcst).
 CALLER_DEPTH = 3
+
+
+# A metric (MP008, with the losses): its tensors are predictions and targets, so a mismatch there is fixed
+# by moving the targets to the predictions' device. A function is a metric's when a part of its
+# snake_case name is one of these (`dice_score`, `compute_accuracy`, `top1_acc`); `score` alone is
+# not (attention scores), nor `precision` (mixed precision). Shared by the linter and the run-time checks (which must not import libcst).
+METRIC_NAME_PARTS = frozenset(
+    {
+        "acc",
+        "accuracy",
+        "metric",
+        "metrics",
+        "dice",
+        "iou",
+        "miou",
+        "jaccard",
+        "f1",
+        "recall",
+        "auc",
+        "psnr",
+        "ssim",
+        "bleu",
+        "top1",
+        "top5",
+        "topk",
+    }
+)
+
+
+def is_metric_function(name: str) -> bool:
+    """Is a function of this name a metric's (`dice_score`, `accuracy`, `eval_top1`)?"""
+    return any(part in METRIC_NAME_PARTS for part in name.lower().split("_"))

@@ -474,7 +474,7 @@ class Expressions(Part):
                         other=a,
                         arg_index=1,
                         # `a + b` (BinaryOperation) or `a += b` (AugAssign: target and value)
-                        expr=getattr(node, "right", None) or getattr(node, "value", None),
+                        expr=_right_operand(node),
                         what_expr=getattr(node, "left", None) or getattr(node, "target", None),
                         site="binop",
                     ),
@@ -753,3 +753,10 @@ def _string_value(raw: str) -> object:
 
 def _is_add(node: cst.CSTNode) -> bool:
     return isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Add)
+
+
+def _right_operand(node: cst.CSTNode) -> cst.BaseExpression | None:
+    """The right operand of `a + b` (BinaryOperation), `a += b` (AugAssign) or `a == b` (Comparison)."""
+    if isinstance(node, cst.Comparison):
+        return node.comparisons[0].comparator if node.comparisons else None
+    return getattr(node, "right", None) or getattr(node, "value", None)

@@ -135,6 +135,28 @@ class FileContext:
         self.module.visit(Classes())
         return found
 
+    @cached_property
+    def function_spans(self) -> list[tuple[int, int, str]]:
+        """(first, last line, name) of every function of the file, nested ones included, in order."""
+        found: list[tuple[int, int, str]] = []
+        span = self.span
+
+        class Functions(cst.CSTVisitor):
+            def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+                (start, _), (end, _) = span(node)
+                found.append((start, end, node.name.value))
+
+        self.module.visit(Functions())
+        return found
+
+    def function_name(self, node: cst.CSTNode) -> str:
+        """The name of the innermost function of this file around `node` ("" outside any)."""
+        if not self.owns(node):
+            return ""
+        line = self.line(node)
+        inside = [(start, name) for start, end, name in self.function_spans if start <= line <= end]
+        return max(inside)[1] if inside else ""
+
     def code(self, node: cst.CSTNode) -> str:
         """The source text of an expression (one line, for messages)."""
         text = self.module.code_for_node(node).strip()

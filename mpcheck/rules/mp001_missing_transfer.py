@@ -13,6 +13,7 @@ from mpcheck.finding import Finding
 from mpcheck.rules.base import Rule, once_per_node
 from mpcheck.rules.context import FileContext
 from mpcheck.rules.made_on_current import made_on_current
+from mpcheck.rules.metrics import in_a_metric
 from mpcheck.rules.words import FLOW_WORDS
 
 
@@ -28,6 +29,8 @@ class MissingTransfer(Rule):
                 continue  # its root cause is the line that made it on the current device: MP004 there
             if isinstance(ev.module, Obj) and id(ev.module.at) in collapsed:
                 continue
+            if in_a_metric(ctx, ev):
+                continue  # predictions against targets: MP008's
             v = ev.value
             here, there = single(v.devs), single(ev.target)
             name = value_text(ctx, ev.expr, v)

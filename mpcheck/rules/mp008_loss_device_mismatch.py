@@ -14,11 +14,13 @@ from mpcheck.devices.describe import (
     value_text,
     via_text,
 )
-from mpcheck.devices.events import LossMismatch
+from mpcheck.devices.events import LossMismatch, Mismatch
 from mpcheck.devices.values import show, single
 from mpcheck.finding import Finding
 from mpcheck.rules.base import Rule, once_per_node
 from mpcheck.rules.context import FileContext
+from mpcheck.rules.made_on_current import made_on_current
+from mpcheck.rules.metrics import in_a_metric
 from mpcheck.rules.words import FLOW_WORDS
 
 
@@ -27,6 +29,7 @@ class LossDeviceMismatch(Rule):
     needs = FLOW_WORDS
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
+        yield from _metric_mismatches(self, ctx)
         for ev in once_per_node(ctx.model.facts(LossMismatch)):
             v, other = ev.value, ev.other
             a_expr, b_expr = ev.other_expr, ev.expr
@@ -63,3 +66,38 @@ class LossDeviceMismatch(Rule):
                 # the facts come from torch losses, which take nothing else.
                 fix=move_fix(ctx, b_expr, f"{a}.device") if isinstance(a_expr, cst.Name) else None,
             )
+
+
+def _metric_mismatches(rule: Rule, ctx: FileContext) -> Iterator[Finding]:
+    """Predictions and targets of a metric on two devices (rules/metrics.py), at the operation; once per
+    targets' variable in a function (`inter = (probs * target).sum()` then `union = probs.sum() + target.sum()`:
+    one move of `target` mends both)."""
+    done: set[tuple[str, str]] = set()
+    for ev in once_per_node(ctx.model.facts(Mismatch)):
+        if not in_a_metric(ctx, ev) or made_on_current(ctx, ev) is not None:
+            continue
+        tgt = root_name(ev.expr, ctx.imported_names)
+        if tgt:
+            key = (ctx.function_name(ev.node), tgt)
+            if key in done:
+                continue
+            done.add(key)
+        v = ev.value
+        here, there = single(v.devs), single(ev.target)
+        if here is None or there is None or ev.other is None:
+            continue
+        name = value_text(ctx, ev.expr, v)
+        other = value_text(ctx, ev.what_expr, ev.other, ev.what or "the other operand")
+        line = ctx.line(ev.node)
+        out = root_name(ev.what_expr, ctx.imported_names)
+        dev = f"{out}.device" if out else repr(there)
+        fix = f"{tgt} = {tgt}.to({dev})" if tgt else f"({name}).to({dev})"
+        yield rule.finding(
+            ctx,
+            ev.node,
+            f"a metric compares `{other}` on {show(there)} ({origin_text(ctx, ev.other)}) with `{name}` on "
+            f"{show(here)} ({origin_text(ctx, v)}){MODE_WORDS.get(ev.mode, '')}{via_text(ctx, ev.via)}: move the "
+            f"targets to the predictions' device, e.g. `{fix}` before line {line}.",
+            devices=[there, here],
+            suggestion=f"{fix} before line {line}",
+        )

@@ -79,3 +79,42 @@ print("finished")
     status, report, err = dryrun_cli(s, "--gpus", "2")
     assert status == 0, err
     assert report["findings"] == []
+
+
+METRIC_PROGRAM = """
+import torch
+import torch.nn as nn
+
+body = nn.Linear(8, 8).to("cuda:0")
+head = nn.Linear(8, 4).to("cuda:1")
+
+def dice_score(probs, target):
+    inter = (probs * target).sum()  # <- dice
+    return 2 * inter / (probs.sum() + target.sum())
+
+x, y = torch.randn(6, 8).to("cuda:0"), torch.randint(0, 4, (6,)).to("cuda:0")
+out = head(body(x).to("cuda:1"))
+{metric}
+"""
+
+
+def test_an_accuracy_against_labels_on_another_gpu_is_mp008(script, dryrun_cli):
+    s = script(METRIC_PROGRAM.format(metric="acc = (out.argmax(dim=1) == y).float().mean()  # <- acc"))
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert report is not None, err
+    assert codes_at(report) == [("MP008", s.line("acc"))]
+    assert "predictions' device" in report["findings"][0]["suggestion"]
+
+
+def test_a_metric_function_is_reported_once_at_its_first_mixed_operation(script, dryrun_cli):
+    s = script(METRIC_PROGRAM.format(metric="d = dice_score(out.sigmoid(), torch.rand(6, 4, device='cuda:0'))"))
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert report is not None, err
+    assert codes_at(report) == [("MP008", s.line("dice"))]
+
+
+def test_an_op_outside_any_metric_stays_mp001(script, dryrun_cli):
+    s = script(METRIC_PROGRAM.format(metric="z = out + y.float().unsqueeze(1)  # <- plain"))
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert report is not None, err
+    assert codes_at(report) == [("MP001", s.line("plain"))]

@@ -18,6 +18,7 @@ from mpcheck.runtime.checks.placement import (
 )
 from mpcheck.runtime.checks.sites import Site
 from mpcheck.runtime.checks.tied import tied_partner
+from mpcheck.runtime.checks.torchapi import is_loss
 from mpcheck.runtime.checks.wording import tensor_words
 
 if TYPE_CHECKING:
@@ -118,13 +119,18 @@ def _mismatch(
             # (the forward still moves activations to the old stages' devices): the collapse's, counted on
             # its MP007.
             module_input = blamed is not None or module_obj is not None
-            if not (
+            metric = (where.path, where.function) if code == "MP008" and not _is_loss_call(what) else None
+            if metric is not None and metric in self._metrics_reported:
+                pass  # the same metric's targets again (one move mends every operation of the function)
+            elif not (
                 code == "MP001"
                 and self._collapses.explains(
                     e.path if blamed else module, target, off, where, self.module_name, either_way=not module_input
                 )
             ):
                 self.emit(code, where, msg, devices=(target, off), modules=modules, suggestion=sugg)
+                if metric is not None:
+                    self._metrics_reported.add(metric)
         if blamed is not None and blamed[1] is first:
             repair_to = blamed[3]
     if self.on_mismatch == "move":
@@ -221,3 +227,8 @@ def _outermost_unplaced(self: Checker, module: Any) -> Any:
             if set(self.model_devices(m)) <= {"cpu"}:
                 return m
     return module
+
+
+def _is_loss_call(what: str) -> bool:
+    """Is the call named `what` (`torch.nn.functional.cross_entropy`, a loss module's) a loss, not a metric?"""
+    return is_loss(what.rsplit(".", 1)[-1]) or "Loss" in what

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from mpcheck.codes import is_metric_function
 from mpcheck.runtime.checks.arguments import Args, Kwargs, Where, iter_tensors, op_name
 from mpcheck.runtime.checks.sites import Site
 from mpcheck.runtime.checks.torchapi import (
@@ -15,6 +16,7 @@ from mpcheck.runtime.checks.torchapi import (
     CPU_INDEX_NAMES,
     PER_INDEX_PREFIXES,
     assigns_through_a_view,
+    is_comparison,
     is_loss,
 )
 
@@ -158,6 +160,11 @@ def _check_op_slow(
                 continue  # a packed sequence's batch sizes: on the CPU by PyTorch's rule
         odd.append((loc, t, d))
     loss = is_loss(getattr(func, "__name__", ""))
+    if odd and not loss:
+        # A metric's predictions against its targets (`out.argmax(1) == y`, or an op inside `dice_score`):
+        # the targets follow the predictions, as for a loss (MP008).
+        site = site or self.sites()
+        loss = is_comparison(getattr(func, "__name__", "")) or is_metric_function(site.function)
     if not odd or not self.wants("MP008" if loss else "MP001"):
         return args, kwargs
     what = name or op_name(func)

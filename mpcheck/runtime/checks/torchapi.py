@@ -241,6 +241,15 @@ def is_loss(name: str) -> bool:
     return name.endswith("_loss") or name in _LOSSES_NOT_NAMED_LOSS
 
 
+# Elementwise equality of two tensors: outside a forward, predictions against targets (an accuracy).
+_COMPARISONS = frozenset({"__eq__", "__ne__", "eq", "ne"})
+
+
+def is_comparison(name: str) -> bool:
+    """Is a function of this `__name__` an elementwise equality test (`pred == y`, `torch.eq`)?"""
+    return name in _COMPARISONS
+
+
 def is_loss_module(module: object) -> bool:
     """Is `module` a torch.nn loss criterion (nn.CrossEntropyLoss, nn.MSELoss, ...)? By its classes'
     module and names, with no torch import: torch.nn.modules.loss's classes all end in `Loss`."""
