@@ -217,6 +217,7 @@ class IndexlessPlacement:
     dev: str | None  # the current device it lands on, when known
     under_device_context: bool  # inside `with torch.cuda.device(...)`: index-less on purpose
     of_tensor: bool = False  # it places a tensor (made or moved), not a module
+    of_loss: bool = False  # it moves a loss criterion (its class weights), which follows its inputs
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)

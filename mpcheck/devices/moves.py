@@ -59,9 +59,9 @@ class Moves(Part):
         self._rebound_by_class: dict[int, dict[cst.FunctionDef, set[str]]] = {}
         self._call_sites: dict[int, int] = {}  # a call of an unknown callable (by node id) -> its stage ident
 
-    def indexless(self, node: cst.CSTNode, st: State, *, of_tensor: bool = False) -> None:
+    def indexless(self, node: cst.CSTNode, st: State, *, of_tensor: bool = False, of_loss: bool = False) -> None:
         """An index-less `.cuda()` / 'cuda' while set_device or `with torch.cuda.device` is in effect;
-        `of_tensor`: it places a tensor (made or moved), not a module."""
+        `of_tensor`: it places a tensor (made or moved), not a module; `of_loss`: a loss criterion."""
         if st.setdev is None:
             return
         # Inside `with torch.cuda.device(k)` an index-less placement says "k" on purpose;
@@ -73,6 +73,7 @@ class Moves(Part):
                 dev=st.cur,
                 under_device_context=id(st.setdev) in self.interp.with_devices,
                 of_tensor=of_tensor,
+                of_loss=of_loss,
             )
         )
 
@@ -81,7 +82,15 @@ class Moves(Part):
             self.indexless(node, st, of_tensor=of_tensor)
 
     def _move_target(
-        self, meth: str, args: list[Val], kwargs: dict[str, Val], node: cst.Call, st: State, *, of_tensor: bool = False
+        self,
+        meth: str,
+        args: list[Val],
+        kwargs: dict[str, Val],
+        node: cst.Call,
+        st: State,
+        *,
+        of_tensor: bool = False,
+        of_loss: bool = False,
     ) -> tuple[Devs, bool | None]:
         """(devs, is_device_move) for .to/.cuda/.cpu; is_device_move None when unclear."""
         if meth == "cpu":
@@ -89,7 +98,7 @@ class Moves(Part):
         if meth == "cuda":
             a = args[0] if args else kwargs.get("device")
             if a is None or (isinstance(a, Const) and a.value is None):
-                self.indexless(node, st, of_tensor=of_tensor)
+                self.indexless(node, st, of_tensor=of_tensor, of_loss=of_loss)
                 return st.resolve_current(one(CURRENT)), True
             devs = as_device(a)
             if devs is None and isinstance(a, SymV):
@@ -108,7 +117,7 @@ class Moves(Part):
         devs = as_device(a)
         if devs is not None:
             if devs == one(CURRENT):
-                self.indexless(node, st, of_tensor=of_tensor)
+                self.indexless(node, st, of_tensor=of_tensor, of_loss=of_loss)
             return st.resolve_current(devs), True
         if isinstance(a, DeviceV):
             return None, True
@@ -120,7 +129,8 @@ class Moves(Part):
 
     def move(self, recv: Val, meth: str, args: list[Val], kwargs: dict[str, Val], node: cst.Call, st: State) -> Val:
         of_tensor = isinstance(recv, Obj) and recv.kind in _TENSOR_KINDS
-        devs, is_device = self._move_target(meth, args, kwargs, node, st, of_tensor=of_tensor)
+        of_loss = isinstance(recv, Obj) and recv.kind == "loss"
+        devs, is_device = self._move_target(meth, args, kwargs, node, st, of_tensor=of_tensor, of_loss=of_loss)
         target = args[0] if args else kwargs.get("device")
         if is_device and not isinstance(target, DeviceV):  # a torch.device(...) was checked where it was made
             self.interp.gpus.check_device(devs, node)

@@ -132,6 +132,12 @@ def _indexless_in_split_code(
             # k known, is followed to cuda:k by the device model: where it then meets another GPU it is
             # reported at the placement (made_on_current), and where it meets only cuda:k it landed
             # where it was meant to.
+            # After set_device(args.gpu), an index read at run time, a tensor or a loss criterion placed
+            # index-less goes where the current device is meant to be (the targets and the loss beside the
+            # last stage): whether it meets a stage elsewhere is known only at run time (the dry run's).
+            unknown = p.dev is None or p.dev == "cuda"
+            if unknown and (p.of_tensor or p.of_loss):
+                continue
             if not p.under_device_context and p.dev != "cuda:0" and p.node not in followed and id(p.node) not in seen:
                 seen.add(id(p.node))
                 out.append(p)
