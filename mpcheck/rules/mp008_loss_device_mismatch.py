@@ -38,22 +38,7 @@ class LossDeviceMismatch(Rule):
             da, db = single(other.devs), single(v.devs)
             loss = ctx.code(ev.node.func) if isinstance(ev.node, cst.Call) else "the loss"
             line = ctx.line(ev.node)
-            # Move the small tensor (targets, weights) to the large one (the logits), not the reverse.
-            out = root_name(a_expr, ctx.imported_names) or (a if a.isidentifier() else None)
-            dev = f"{out}.device" if out else repr(da)
-            tgt = root_name(b_expr, ctx.imported_names) or (b if b.isidentifier() else None)
-            if (
-                isinstance(b_expr, cst.Call)
-                and isinstance(b_expr.func, cst.Attribute)
-                and b_expr.func.attr.value in ("to", "cuda")
-            ):
-                fix = f"{ctx.code(b_expr.func.value)}.to({dev})"
-            elif tgt:
-                fix = f"{tgt} = {tgt}.to({dev})"
-            elif isinstance(b_expr, (cst.Name, cst.Attribute, cst.Subscript, cst.Call)):
-                fix = f"{b}.to({dev})"  # binds tighter than any operator: no parentheses needed
-            else:
-                fix = f"({b}).to({dev})"
+            fix = _targets_fix(ctx, a_expr, a, da, b_expr, b)
             yield self.finding(
                 ctx,
                 ev.node,
@@ -89,9 +74,7 @@ def _metric_mismatches(rule: Rule, ctx: FileContext) -> Iterator[Finding]:
         name = value_text(ctx, ev.expr, v)
         other = value_text(ctx, ev.what_expr, ev.other, ev.what or "the other operand")
         line = ctx.line(ev.node)
-        out = root_name(ev.what_expr, ctx.imported_names)
-        dev = f"{out}.device" if out else repr(there)
-        fix = f"{tgt} = {tgt}.to({dev})" if tgt else f"({name}).to({dev})"
+        fix = _targets_fix(ctx, ev.what_expr, other, there, ev.expr, name)
         yield rule.finding(
             ctx,
             ev.node,
@@ -101,3 +84,28 @@ def _metric_mismatches(rule: Rule, ctx: FileContext) -> Iterator[Finding]:
             devices=[there, here],
             suggestion=f"{fix} before line {line}",
         )
+
+
+def _targets_fix(
+    ctx: FileContext,
+    out_expr: cst.BaseExpression | None,
+    out_text: str,
+    out_dev: str | None,
+    tgt_expr: cst.BaseExpression | None,
+    tgt_text: str,
+) -> str:
+    """The line that moves the small tensor (targets, weights) to the large one (the outputs), not the reverse."""
+    out = root_name(out_expr, ctx.imported_names) or (out_text if out_text.isidentifier() else None)
+    dev = f"{out}.device" if out else repr(out_dev)
+    tgt = root_name(tgt_expr, ctx.imported_names) or (tgt_text if tgt_text.isidentifier() else None)
+    if (
+        isinstance(tgt_expr, cst.Call)
+        and isinstance(tgt_expr.func, cst.Attribute)
+        and tgt_expr.func.attr.value in ("to", "cuda")
+    ):
+        return f"{ctx.code(tgt_expr.func.value)}.to({dev})"
+    if tgt:
+        return f"{tgt} = {tgt}.to({dev})"
+    if isinstance(tgt_expr, (cst.Name, cst.Attribute, cst.Subscript, cst.Call)):
+        return f"{tgt_text}.to({dev})"  # binds tighter than any operator: no parentheses needed
+    return f"({tgt_text}).to({dev})"
