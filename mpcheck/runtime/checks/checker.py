@@ -177,9 +177,8 @@ class Checker:
         self._pingpong = PingPong()
         # Split models collapsed onto one device (MP007): the mismatches they cause are counted there.
         self._collapses = Collapses()
-        # (file, function) of the metrics already reported: one finding per metric function (its targets'
-        # one missing move shows at each of its operations)
-        self._metrics_reported: set[tuple[str, str]] = set()
+        # (file, function) of the metrics already reported (mismatch.py): one finding per metric function
+        self._metrics_reported: set[tuple[str, str] | None] = set()
         # Tensors computed only from buffers and constants (MP011 on fresh copies of unchanging data),
         # and per (site, destination) how many such copies were made there.
         self.provenance = Provenance(torch.Tensor)

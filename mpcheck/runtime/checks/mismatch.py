@@ -18,7 +18,6 @@ from mpcheck.runtime.checks.placement import (
 )
 from mpcheck.runtime.checks.sites import Site
 from mpcheck.runtime.checks.tied import tied_partner
-from mpcheck.runtime.checks.torchapi import is_loss
 from mpcheck.runtime.checks.wording import tensor_words
 
 if TYPE_CHECKING:
@@ -37,11 +36,13 @@ def _mismatch(
     module: str | None,
     expected_is: str = "the other tensors are",
     loss: bool = False,
+    metric: bool = False,
     first: Any = None,
     module_obj: Any = None,
 ) -> tuple[Args, Kwargs]:
     """Report each tensor of `odd` off `expected` (the device of `first`, the call's first tensor);
-    loss: the call is a loss (predictions and targets); module_obj: the module whose input this is
+    loss: the call is a loss or a metric (predictions and targets), metric: a metric's (reported once per
+    metric function); module_obj: the module whose input this is
     (a module-entry check). Where the root cause lies before this call (placement.py), it is reported there."""
     site = site or self.sites()
     module = module or self.current_module()
@@ -119,18 +120,15 @@ def _mismatch(
             # (the forward still moves activations to the old stages' devices): the collapse's, counted on
             # its MP007.
             module_input = blamed is not None or module_obj is not None
-            metric = (where.path, where.function) if code == "MP008" and not _is_loss_call(what) else None
-            if metric is not None and metric in self._metrics_reported:
-                pass  # the same metric's targets again (one move mends every operation of the function)
-            elif not (
-                code == "MP001"
-                and self._collapses.explains(
-                    e.path if blamed else module, target, off, where, self.module_name, either_way=not module_input
-                )
-            ):
+            explained = code == "MP001" and self._collapses.explains(
+                e.path if blamed else module, target, off, where, self.module_name, either_way=not module_input
+            )
+            # A metric function is reported once: its targets' one missing move shows at each of its operations.
+            in_metric = (where.path, where.function) if metric and code == "MP008" else None
+            if not explained and in_metric not in self._metrics_reported:
                 self.emit(code, where, msg, devices=(target, off), modules=modules, suggestion=sugg)
-                if metric is not None:
-                    self._metrics_reported.add(metric)
+                if in_metric is not None:
+                    self._metrics_reported.add(in_metric)
         if blamed is not None and blamed[1] is first:
             repair_to = blamed[3]
     if self.on_mismatch == "move":
@@ -227,8 +225,3 @@ def _outermost_unplaced(self: Checker, module: Any) -> Any:
             if set(self.model_devices(m)) <= {"cpu"}:
                 return m
     return module
-
-
-def _is_loss_call(what: str) -> bool:
-    """Is the call named `what` (`torch.nn.functional.cross_entropy`, a loss module's) a loss, not a metric?"""
-    return is_loss(what.rsplit(".", 1)[-1]) or "Loss" in what

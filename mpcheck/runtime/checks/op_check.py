@@ -159,19 +159,23 @@ def _check_op_slow(
             if getattr(func, "__name__", "") in CPU_BATCH_SIZES_NAMES:
                 continue  # a packed sequence's batch sizes: on the CPU by PyTorch's rule
         odd.append((loc, t, d))
-    loss = is_loss(getattr(func, "__name__", ""))
+    fname = getattr(func, "__name__", "")
+    loss = is_loss(fname)
+    metric = False
     if odd and not loss:
         # A metric's predictions against its targets (`out.argmax(1) == y`, or an op inside `dice_score`):
         # the targets follow the predictions, as for a loss (MP008).
         site = site or self.sites()
-        loss = is_comparison(getattr(func, "__name__", "")) or is_metric_function(site.function)
-    if not odd or not self.wants("MP008" if loss else "MP001"):
+        metric = is_comparison(fname) or is_metric_function(site.function)
+    if not odd or not self.wants("MP008" if loss or metric else "MP001"):
         return args, kwargs
     what = name or op_name(func)
     if phase == "backward":
         what += " (in backward)"
     assert first_dev is not None  # the odd tensors are those off the first device
-    return self._mismatch(what, first_dev, odd, args, kwargs, site=site, module=module, loss=loss, first=first)
+    return self._mismatch(
+        what, first_dev, odd, args, kwargs, site=site, module=module, loss=loss or metric, metric=metric, first=first
+    )
 
 
 def _check_per_index(
