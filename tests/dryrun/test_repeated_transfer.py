@@ -1,6 +1,8 @@
 """MP011 at run time: the same unchanged data moved to the same device again, and big enough for the
 repeat to cost more than a copy's launch (REPEAT_MIN_BYTES, rules/MP011-repeated-transfer.md)."""
 
+import pytest
+import torch
 from dryrun_helpers import codes_at
 
 from mpcheck.runtime.checks.thresholds import REPEAT_MIN_BYTES
@@ -116,3 +118,60 @@ def test_a_table_moved_at_every_iteration_of_two_optimizers_is_reported(script, 
     )
     _, report, _ = dryrun_cli(s, "--gpus", "2")
     assert codes_at(report) and set(codes_at(report)) == {("MP011", s.line("table"))}, codes_at(report)
+
+
+# An EMA kept on another GPU copies every parameter there after each optimizer step: new data each time,
+# since the optimizer has just updated it in place. Optimizers update with in-place ops over lists of
+# tensors (foreach, fused: PyTorch's default on CUDA), which PyTorch bumps no version counter for under a
+# dispatch mode such as the dry run's (runtime/capture/list_versions.py): the parameter looked unchanged.
+EMA_ON_ANOTHER_GPU = """
+import torch
+import torch.nn as nn
+
+model = nn.Sequential(nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 256)).to("cuda:1")
+ema = [p.detach().clone().to("cuda:0") for p in model.parameters()]
+opt = torch.optim.{optimizer}(model.parameters(), lr=1e-3, {how})
+for step in range(3):
+    loss = model(torch.randn(8, 256, device="cuda:1")).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    with torch.no_grad():
+        for e, p in zip(ema, model.parameters()):
+            e.lerp_(p.to(e.device), 0.01)  # <- ema
+"""
+
+
+@pytest.mark.parametrize("how", ["foreach=True", "fused=True", "foreach=False"])
+@pytest.mark.parametrize("optimizer", ["AdamW", "SGD"])
+def test_parameters_updated_by_the_optimizer_are_new_data_each_step(script, dryrun_cli, optimizer, how):
+    s = script(EMA_ON_ANOTHER_GPU.format(optimizer=optimizer, how=how))
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 0, err
+    assert report["findings"] == []
+    # ...and the same copy without the optimizer's update between the steps is a repeat.
+    frozen = script(EMA_ON_ANOTHER_GPU.format(optimizer=optimizer, how=how).replace("opt.step()", "pass"), name="f.py")
+    _, report, _ = dryrun_cli(frozen, "--gpus", "2")
+    assert set(codes_at(report)) == {("MP011", frozen.line("ema"))}
+
+
+def test_lists_written_in_place_bump_their_versions_under_a_dispatch_mode():
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from mpcheck.runtime.capture.list_versions import call_keeping_versions
+
+    class Passing(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return call_keeping_versions(func, args, kwargs or {})
+
+    a, b = torch.zeros(3), torch.zeros(3)
+    with Passing():
+        torch._foreach_add_([a, b, a], 1.0)  # `a` listed twice: bumped twice, as without a mode
+        a.add_(1.0)
+        torch._foreach_add([a, b], 1.0)  # out of place: nothing written
+    plain_a, plain_b = torch.zeros(3), torch.zeros(3)
+    torch._foreach_add_([plain_a, plain_b, plain_a], 1.0)
+    plain_a.add_(1.0)
+    torch._foreach_add([plain_a, plain_b], 1.0)
+    assert (a._version, b._version) == (plain_a._version, plain_b._version)
+    assert torch.equal(a, plain_a) and torch.equal(b, plain_b)

@@ -45,3 +45,26 @@ def test_weights_replaced_after_a_call_and_a_slice_assigned_from_the_host_run_cl
         out = lin(buf)
     assert out.device == torch.device("cuda:0")
     assert dbg.findings == []
+
+
+@pytest.mark.parametrize("strict", [False, True])
+@pytest.mark.parametrize("how", [{"foreach": True}, {"fused": True}])
+def test_an_ema_on_the_host_copies_new_data_each_step(strict, how):
+    # The optimizer updates the parameters in place over lists of tensors (foreach, fused), which PyTorch
+    # bumps no version counter for under strict mode's dispatch mode: the per-step copy to the host's EMA
+    # looked like the same unchanged data moved again (MP011). runtime/capture/list_versions.py.
+    model = nn.Sequential(nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 256)).to("cuda:0")
+    ema = [p.detach().cpu() for p in model.parameters()]
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, **how)
+    with mpcheck.debug(model, report=None, strict=strict, on_mismatch="raise") as dbg:
+        for _ in range(3):
+            loss = model(torch.randn(8, 256, device="cuda:0")).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            with torch.no_grad():
+                for e, p in zip(ema, model.parameters()):
+                    e.lerp_(p.to("cpu"), 0.01)
+            dbg.step()
+    assert [f.code for f in dbg.findings] == []
+    assert dbg.ledger.by_pair()[("cuda:0", "cpu", "forward")].count == 3 * len(ema)

@@ -16,6 +16,7 @@ from typing import Any, Literal
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from mpcheck.runtime.capture.list_versions import call_keeping_versions
 from mpcheck.runtime.checks.checker import Checker
 from mpcheck.runtime.checks.sites import UNKNOWN, Site
 from mpcheck.runtime.checks.torchapi import ATEN_CPU_INDEX_AS, CPU_INDEX, SKIP, aten_op_kind
@@ -64,7 +65,7 @@ class StrictMode(TorchDispatchMode):
         if kwargs is None:
             kwargs = {}
         if op is None or self._tls.suspended:
-            return func(*args, **kwargs)
+            return call_keeping_versions(func, args, kwargs)
         checker = self.checker
         node = _current_autograd_node()
         if node is not None:
@@ -73,9 +74,9 @@ class StrictMode(TorchDispatchMode):
                 args, kwargs = checker.check_op(
                     op, args, kwargs, site=site, module=module, name=op.full, phase="backward"
                 )
-            return func(*args, **kwargs)
+            return call_keeping_versions(func, args, kwargs)
         args, kwargs = checker.check_op(op, args, kwargs, name=op.full)
-        return func(*args, **kwargs)
+        return call_keeping_versions(func, args, kwargs)
 
 
 def _stamped(node: Any) -> tuple[Site, str | None]:

@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from mpcheck.runtime.capture.list_versions import call_keeping_versions
+
 if TYPE_CHECKING:  # pragma: no cover
     from mpcheck.runtime.virtual.devices import VirtualGPUs
 
@@ -66,14 +68,14 @@ class AllocationMode(TorchDispatchMode):
             # Not inside a virtual-mode call, whose modes stand aside while it runs: calling the aten op
             # from here would go through the function modes, which never saw C++'s own ops before.
             with _no_function_modes():
-                out = func(*args, **(kwargs or {}))
+                out = call_keeping_versions(func, args, kwargs or {})
             if _current_autograd_node() is None:
                 return out
             dev = _inputs_device(g, args)
             if dev is None:
                 return out
         else:
-            out = func(*args, **(kwargs or {}))
+            out = call_keeping_versions(func, args, kwargs or {})
             if dev is UNKNOWN:
                 return out
         label = g.label
