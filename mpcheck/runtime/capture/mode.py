@@ -100,6 +100,8 @@ class CheckingMode(TorchFunctionMode):
         self._marks = checker.provenance.marks
         # MP004's records (checks/placement.py): tensors made on the current device inside a stage.
         self._placements = checker.placements
+        # Tensors a reported mismatch found off their device (checks/unmoved.py): what is made from them.
+        self._unmoved = checker.unmoved
         self._factories = frozenset(f for f in (getattr(torch, n, None) for n in CONST_FACTORIES) if f is not None)
         if stamp_nodes:
             from mpcheck.runtime.capture.strict import stamp_node
@@ -130,6 +132,8 @@ class CheckingMode(TorchFunctionMode):
                 self._provenance.derive(args, kwargs, out)
             if self._placements._made:
                 self._placements.derive(args, out, checker.devices.device_of)
+            if self._unmoved.records:
+                self._unmoved.derive(args, out, checker.devices.device_of)
             if args and id(args[0]) in checker.arrived_objects:
                 checker.note_view(args[0], out)
             return out
@@ -166,6 +170,8 @@ class CheckingMode(TorchFunctionMode):
                 checker.on_current_device_tensor(out, made_how)
             elif self._placements._made:
                 self._placements.derive(args, out, checker.devices.device_of)
+            if self._unmoved.records:
+                self._unmoved.derive(args, out, checker.devices.device_of)
             if self.stamp_nodes:
                 self._stamp(out)
             if args:
@@ -224,6 +230,8 @@ class CheckingMode(TorchFunctionMode):
                 self._provenance.derive((src_t,), {}, out)
             if self._placements._made:
                 self._placements.derive((src_t,), out, devices.device_of)
+            if self._unmoved.records:
+                self._unmoved.derive((src_t,), out, devices.device_of)
             return out
         nbytes = payload_bytes(src_t)
         site = checker.sites()

@@ -17,7 +17,8 @@ the class body: no extra call or lookup on the hot path):
     module_entry.py     MP001/MP008 at a module call's inputs
     module_devices.py   where a module's parameters and buffers live
     mismatch.py         a mismatch reported where its bug is (placement.py's root causes), or moved;
-                        tied.py names a tied weight's partner placed elsewhere
+                        tied.py names a tied weight's partner placed elsewhere; unmoved.py, the
+                        tensors it reported, whose later mismatches are the same bug
     missing_device.py   MP009
     current_device.py   MP004
     split_model.py      MP002, MP003, MP007
@@ -78,6 +79,7 @@ from mpcheck.runtime.checks.sites import Site, user_site
 from mpcheck.runtime.checks.storage_ref import StorageRef
 from mpcheck.runtime.checks.thread_state import Suspend, ThreadState
 from mpcheck.runtime.checks.thresholds import repeat_min_bytes_from_env
+from mpcheck.runtime.checks.unmoved import Unmoved
 
 __all__ = ["Checker"]
 
@@ -179,6 +181,11 @@ class Checker:
         self._collapses = Collapses()
         # (file, function) of the metrics already reported (mismatch.py): one finding per metric function
         self._metrics_reported: set[tuple[str, str] | None] = set()
+        # Tensors a reported mismatch found off their device: their later mismatches are that finding's.
+        self.unmoved = Unmoved()
+        # The device a mixed call at a line was found to belong on (op_check.py), bounded by the lines
+        # that mix devices: the call is repaired the same way each time it runs.
+        self._needed_at: dict[Site, str] = {}
         # Tensors computed only from buffers and constants (MP011 on fresh copies of unchanging data),
         # and per (site, destination) how many such copies were made there.
         self.provenance = Provenance(torch.Tensor)

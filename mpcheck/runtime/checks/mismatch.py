@@ -46,7 +46,10 @@ def _mismatch(
     (a module-entry check). Where the root cause lies before this call (placement.py), it is reported there."""
     site = site or self.sites()
     module = module or self.current_module()
-    moved = {}
+    if self.unmoved.records:
+        again = self.unmoved.consequence(expected, first, odd, site)
+        if again is not None:  # a later use of a tensor already reported unmoved: the same bug
+            return _repair(self, args, kwargs, odd, expected, again)
     # Where a repaired call goes on (on_mismatch="move"): the odd tensors join the first one, unless the
     # first one is the module input that came in unmoved, off its module's device: then everything
     # joins the module's device, as the fix would have it (else the call's result would land off the
@@ -129,21 +132,37 @@ def _mismatch(
                 self.emit(code, where, msg, devices=(target, off), modules=modules, suggestion=sugg)
                 if in_metric is not None:
                     self._metrics_reported.add(in_metric)
+        # Its later uses, and what is computed from it where it is, are this finding's (unmoved.py).
+        if blamed is not None:
+            self.unmoved.note(blamed[0][2], off, target, where)
+            self.unmoved.note(blamed[1], off, target, where)
+        else:
+            self.unmoved.note(t, d, expected, where)
         if blamed is not None and blamed[1] is first:
             repair_to = blamed[3]
-    if self.on_mismatch == "move":
-        to_move = [(loc, t) for loc, t, _ in odd]
-        if repair_to != expected:  # the first tensor, and any other on its device, go too
-            device_of = self.devices.device_of
-            to_move += [(loc, t) for loc, t in iter_tensors(args, kwargs, self._tensor) if device_of(t) == expected]
-        for loc, t in to_move:
-            if self.devices.device_of(t) == repair_to:
-                continue
-            try:
-                with self.suspend():
-                    moved[loc] = self.devices.move(t, repair_to)
-            except Exception:  # e.g. out of a meta tensor: leave it, PyTorch decides
-                pass
+    return _repair(self, args, kwargs, odd, expected, repair_to)
+
+
+def _repair(
+    self: Checker, args: Args, kwargs: Kwargs, odd: list[tuple[Where, Any, str]], expected: str, repair_to: str
+) -> tuple[Args, Kwargs]:
+    """on_mismatch="move": the call goes on with its tensors on `repair_to`: the odd ones, and where
+    `repair_to` is not `expected`, those on `expected` too."""
+    if self.on_mismatch != "move":
+        return args, kwargs
+    moved = {}
+    to_move = [(loc, t) for loc, t, _ in odd]
+    if repair_to != expected:  # the first tensor, and any other on its device, go too
+        device_of = self.devices.device_of
+        to_move += [(loc, t) for loc, t in iter_tensors(args, kwargs, self._tensor) if device_of(t) == expected]
+    for loc, t in to_move:
+        if self.devices.device_of(t) == repair_to:
+            continue
+        try:
+            with self.suspend():
+                moved[loc] = self.devices.move(t, repair_to)
+        except Exception:  # e.g. out of a meta tensor: leave it, PyTorch decides
+            pass
     if moved:
         return replace_tensors(args, kwargs, moved)
     return args, kwargs

@@ -136,29 +136,7 @@ def _check_op_slow(
         return self._check_per_index(func, args, kwargs, site=site, module=module, name=name, phase=phase)
     if assigns_through_a_view(func, args, self._tensor):
         return args, kwargs
-    device_of = self.devices.device_of
-    first_dev = None
-    first = None
-    odd: list[tuple[Where, Any, str]] = []
-    cpu_index_ok = None
-    for loc, t in iter_tensors(args, kwargs, self._tensor):
-        d = device_of(t)
-        if d == first_dev:
-            continue
-        if d == "cpu" and t.dim() == 0:
-            continue  # a 0-dim CPU tensor mixes with any device
-        if first_dev is None:
-            first_dev = d
-            first = t
-            continue
-        if cpu_index_ok is None:
-            cpu_index_ok = getattr(func, "__name__", "") in CPU_INDEX_NAMES
-        if cpu_index_ok and d == "cpu":
-            continue
-        if d == "cpu" and loc == (1, None) and t.dtype == self._int64:
-            if getattr(func, "__name__", "") in CPU_BATCH_SIZES_NAMES:
-                continue  # a packed sequence's batch sizes: on the CPU by PyTorch's rule
-        odd.append((loc, t, d))
+    first_dev, first, odd = _off(self, func, args, kwargs, None)
     fname = getattr(func, "__name__", "")
     loss = is_loss(fname)
     metric = False
@@ -169,13 +147,80 @@ def _check_op_slow(
         metric = is_comparison(fname) or is_metric_function(site.function)
     if not odd or not self.wants("MP008" if loss or metric else "MP001"):
         return args, kwargs
+    assert first_dev is not None  # the odd tensors are those off the first device
+    if not loss and not metric:
+        # Where the call belongs: with its weights, else with most of its tensors (not merely its first);
+        # at a line met before, where it was found to belong then (the same repair each time it runs).
+        site = site or self.sites()
+        needed = self._needed_at.get(site)
+        if needed is None or needed not in (first_dev, *(d for _, _, d in odd)):
+            needed = self._needed_at[site] = _where_needed(self, first_dev, odd, args, kwargs)
+        if needed != first_dev:
+            first_dev, first, odd = _off(self, func, args, kwargs, needed)
+            assert first_dev is not None
     what = name or op_name(func)
     if phase == "backward":
         what += " (in backward)"
-    assert first_dev is not None  # the odd tensors are those off the first device
     return self._mismatch(
         what, first_dev, odd, args, kwargs, site=site, module=module, loss=loss or metric, metric=metric, first=first
     )
+
+
+def _off(
+    self: Checker, func: Any, args: Args, kwargs: Kwargs, expected: str | None
+) -> tuple[str | None, Any, list[tuple[Where, Any, str]]]:
+    """The call's tensors off `expected` (None: the device of its first tensor), with the first tensor on
+    `expected`, as (expected, that tensor, [(where, tensor, device), ...]). Allowed mixes are not off:
+    0-dim CPU tensors, CPU indices and values in indexing, a packed sequence's CPU batch sizes."""
+    device_of = self.devices.device_of
+    first = None
+    odd: list[tuple[Where, Any, str]] = []
+    cpu_index_ok = None
+    for loc, t in iter_tensors(args, kwargs, self._tensor):
+        d = device_of(t)
+        if d == expected:
+            if first is None:
+                first = t
+            continue
+        if d == "cpu" and t.dim() == 0:
+            continue  # a 0-dim CPU tensor mixes with any device
+        if expected is None:
+            expected = d
+            first = t
+            continue
+        if cpu_index_ok is None:
+            cpu_index_ok = getattr(func, "__name__", "") in CPU_INDEX_NAMES
+        if cpu_index_ok and d == "cpu":
+            continue
+        if d == "cpu" and loc == (1, None) and t.dtype == self._int64:
+            if getattr(func, "__name__", "") in CPU_BATCH_SIZES_NAMES:
+                continue  # a packed sequence's batch sizes: on the CPU by PyTorch's rule
+        odd.append((loc, t, d))
+    return expected, first, odd
+
+
+def _where_needed(self: Checker, first_dev: str, odd: list[tuple[Where, Any, str]], args: Args, kwargs: Kwargs) -> str:
+    """The device a mixed call belongs on, as its fix would have it: the one device of its parameters
+    (`torch.where(mask, self.mask_emb, x)`: the mask is the one to move), else the device of most of its
+    tensors in autograd's graph (the work; `xy - dist`: the locations move to the head's output), else of
+    most of its tensors, else its first tensor's. A repaired call (on_mismatch="move") goes on there, so
+    that its result lands where the rest of the work is, not on the odd tensor's device, where every
+    later use would be reported again."""
+    # device -> (holds a parameter, tensors that require grad, tensors)
+    score = {d: [0, 0, 0] for d in (first_dev, *(d for _, _, d in odd))}
+    device_of = self.devices.device_of
+    parameter = self._parameter
+    for _, t in iter_tensors(args, kwargs, self._tensor):
+        s = score.get(device_of(t))
+        if s is not None:
+            s[0] |= isinstance(t, parameter)
+            s[1] += t.requires_grad
+            s[2] += 1
+    if sum(s[0] for s in score.values()) > 1:  # weights on two devices: the count decides
+        for s in score.values():
+            s[0] = 0
+    best = max(score.values())
+    return first_dev if score[first_dev] == best else next(d for d, s in score.items() if s == best)
 
 
 def _check_per_index(
