@@ -323,3 +323,54 @@ def test_index_less_placements_that_land_where_they_are_used_are_silent(script, 
     s = script(BATCH_AFTER_CURRENT_DEVICE.format(choose=choose, place=place))
     status, report, err = dryrun_cli(s, "--gpus", "2")
     assert (status, report["findings"], report["stopped"]) == (0, [], None), err
+
+
+# A helper called from the forward of a model split over two GPUs makes a tensor with `device="cuda"` (the
+# current device, cuda:0) for whichever stage calls it: the stage on cuda:1 gets it unmoved.
+SPLIT_HELPER = """
+import torch
+import torch.nn as nn
+
+def offsets(x):
+    device = {device}
+    return torch.arange(x.shape[0], device=device).view(-1, 1) * x.shape[1]  # <- made
+
+class Split(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(16, 16).to("cuda:0")
+        self.b = nn.Linear(16, 16).to("cuda:1")
+
+    def forward(self, x):
+        h = self.a(x.to("cuda:0"))
+        h = (h + offsets(h)).to("cuda:1")
+        return self.b(h) + offsets(h)  # <- use
+
+model = Split()
+for _ in range(2):
+    model(torch.randn(4, 16)).sum().backward()
+"""
+
+
+@pytest.mark.parametrize("device", ['torch.device("cuda")', '"cuda"'])
+def test_a_bare_cuda_tensor_made_for_every_stage_of_a_split_model_is_mp004_where_it_was_made(
+    script, dryrun_cli, device
+):
+    s = script(SPLIT_HELPER.format(device=device))
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 1, err
+    assert codes_at(report) == [("MP004", s.line("made"))]
+    (f,) = report["findings"]
+    assert "split over cuda:0, cuda:1" in f["message"] and f"train.py:{s.line('use')}" in f["message"]
+    assert f["devices"] == ["cuda:1", "cuda:0"]
+
+
+def test_a_bare_cuda_tensor_made_in_a_split_models_forward_and_used_where_it_lands_is_silent(script, dryrun_cli):
+    for i, fixed in enumerate(("x.device", '"cuda"')):
+        program = SPLIT_HELPER.format(device=fixed)
+        if fixed == '"cuda"':  # made on cuda:0 and used only by the stage on cuda:0
+            program = program.replace("return self.b(h) + offsets(h)", "return self.b(h)")
+        s = script(program, name=f"ok{i}.py")
+        status, report, err = dryrun_cli(s, "--gpus", "2")
+        assert status == 0, err
+        assert report["findings"] == []

@@ -37,11 +37,16 @@ class Made:
     device: str  # the current device it landed on
     module: str  # the module whose method made it
     module_device: str | None
+    # Made in the forward of a model split over these GPUs (module_device None): `device="cuda"` there is
+    # whichever GPU is current, not the stage's that will use it.
+    split_over: tuple[str, ...] = ()
 
     def explains(self, on: str, needed: str) -> bool:
         """Is this placement why the tensor, on `on`, meets tensors on `needed`?"""
         if self.device != on:
             return False
+        if self.split_over:
+            return needed != on and needed in self.split_over
         if self.module_device is None:
             return needed != on and needed.startswith("cuda")
         return needed == self.module_device
@@ -86,7 +91,7 @@ class Placements:
             storage = t.untyped_storage()
         except Exception:  # a tensor without storage: nothing to follow
             return
-        table = self._made if made.module_device is not None else self._made_outside
+        table = self._made if made.module_device is not None or made.split_over else self._made_outside
         if len(table) >= _PURGE_AT:
             for k in [k for k, v in table.items() if v[0]() is None]:
                 del table[k]
@@ -180,6 +185,17 @@ def _kind(module: Any) -> str:
 def made_cause(made: Made, use: Site, what: str, needed: str) -> Cause:
     """MP004: a tensor made on the current device meets tensors on `needed` (its stage's, or any other GPU's
     for one made outside a module after the current device moved off cuda:0)."""
+    if made.split_over:
+        return Cause(
+            "MP004",
+            made.site,
+            f"{made.how} here puts a tensor on the current device {made.device}, inside '{made.module}' which is "
+            f"split over {', '.join(made.split_over)}; it meets tensors on {needed} unmoved at {use} ({what}), "
+            "where the call fails",
+            "create it on the device of the tensors it is used with (`device=x.device`) instead of the current device",
+            (needed, made.device),
+            (made.module,),
+        )
     if made.module_device is None:
         return Cause(
             "MP004",
