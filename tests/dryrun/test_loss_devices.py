@@ -118,3 +118,30 @@ def test_an_op_outside_any_metric_stays_mp001(script, dryrun_cli):
     status, report, err = dryrun_cli(s, "--gpus", "2")
     assert report is not None, err
     assert codes_at(report) == [("MP001", s.line("plain"))]
+
+
+def test_a_loss_module_of_the_program_with_weights_on_another_gpu_is_mp008_at_its_loss(script, dryrun_cli):
+    # Its forward takes the logits unmoved, as a loss should: the weights are the ones to move, not the
+    # module's input (MP001 at the module's call would advise moving the logits off their GPU).
+    s = script(
+        HEADER
+        + """
+class WeightedCE(nn.Module):
+    def __init__(self, counts):
+        super().__init__()
+        self.register_buffer("weight", counts.sum() / counts)
+
+    def forward(self, logits, labels):
+        return F.cross_entropy(logits, labels, weight=self.weight)  # <- loss
+
+criterion = WeightedCE(torch.tensor([5.0, 2.0, 1.0])).to("cuda:0")
+for _ in range(2):
+    out = model(x)
+    criterion(out, y.to(out.device)).backward()
+"""
+    )
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 1, err
+    assert codes_at(report) == [("MP008", s.line("loss"))]
+    (f,) = report["findings"]
+    assert f["devices"] == ["cuda:1", "cuda:0"] and "weight" in f["suggestion"]

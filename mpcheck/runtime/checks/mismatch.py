@@ -60,7 +60,7 @@ def _mismatch(
         # blame the module call. Either the odd tensor (`self.lin(h) + mask`) or the first one
         # (`mask + self.lin(h)`: the mask is the one off the module's device).
         blamed = None
-        if self._tls.entries:
+        if self._tls.entries and not loss:  # a loss or metric: the targets or weights follow the predictions (MP008)
             entry = self._entry_of(t, expected)
             if entry is not None:
                 blamed = (entry, t, d, expected)
