@@ -147,3 +147,61 @@ def test_placements_that_work_are_silent(script, dryrun_cli, program):
     status, report, err = dryrun_cli(s, "--gpus", "2")
     assert (status, report["stopped"]) == (0, None), report["stopped"]
     assert report["findings"] == []
+
+
+# Adapters wrapped around layers of blocks already placed: the wrapper's own weights stay on the CPU
+# (the blocks' earlier moves did not move what was built after them). One finding, where the wrapper is
+# built, however many layers it wraps and however many ops inside it meet its CPU weights.
+ADAPTERS = """
+import torch
+import torch.nn as nn
+
+class Adapter(nn.Module):
+    def __init__(self, base, r=4):
+        super().__init__()
+        self.base = base
+        self.A = nn.Parameter(torch.randn(r, base.in_features) * 0.01)
+        self.B = nn.Parameter(torch.zeros(base.out_features, r))
+
+    def forward(self, x):
+        return self.base(x) + (x @ self.A.t()) @ self.B.t()
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(16, 32), nn.Linear(32, 16)
+
+    def forward(self, x):
+        return x + self.fc2(torch.relu(self.fc1(x)))
+
+blocks = nn.ModuleList([Block() for _ in range(4)])
+blocks.requires_grad_(False)                      # the base stays frozen; the adapters train
+def wrap():
+    for blk in blocks:
+        blk.fc1 = Adapter(blk.fc1)  # <- built
+{place}
+{wrap_after}
+for _ in range(2):
+    h = torch.randn(8, 16).to("cuda:0")
+    for i, blk in enumerate(blocks):
+        h = blk(h.to(f"cuda:{{i // 2}}"))
+    h.sum().backward()
+"""
+PLACE = "for i, blk in enumerate(blocks):\n    blk.to(f'cuda:{i // 2}')"
+
+
+def test_adapters_built_after_their_blocks_were_placed_are_one_finding_where_they_are_built(script, dryrun_cli):
+    s = script(ADAPTERS.format(place=PLACE, wrap_after="wrap()"))
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 1, err
+    assert codes_at(report) == [("MP001", s.line("built"))]
+    (f,) = report["findings"]
+    assert "was never placed on a GPU" in f["message"]
+    assert f["modules"] and all(m.endswith("fc1") for m in f["modules"]), f["modules"]  # the adapters only
+
+
+def test_adapters_built_before_their_blocks_are_placed_are_silent(script, dryrun_cli):
+    s = script(ADAPTERS.format(place="wrap()\n" + PLACE, wrap_after=""))
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 0, err
+    assert report["findings"] == []

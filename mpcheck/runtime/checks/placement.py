@@ -73,6 +73,9 @@ class Cause:
     suggestion: str
     devices: tuple[str, ...]
     modules: tuple[str, ...]
+    # The module whose placement is the bug (never placed, shared and moved, placed on the current device):
+    # its input is where the fix wants it, and its own weights are the ones off their device.
+    misplaced: Any = None
 
 
 class Placements:
@@ -82,7 +85,8 @@ class Placements:
         # derive records only from `_made` (a training loop's every batch would make every op pay).
         self._made_outside: dict[int, tuple[weakref.ref[Any], Made]] = {}
         self._moves: weakref.WeakKeyDictionary[Any, list[Move]] = weakref.WeakKeyDictionary()
-        self._built: weakref.WeakKeyDictionary[Any, Site] = weakref.WeakKeyDictionary()
+        # module -> (the line that built it, the number of moves recorded before it was built)
+        self._built: weakref.WeakKeyDictionary[Any, tuple[Site, int]] = weakref.WeakKeyDictionary()
         self._seq = 0
 
     # -- records ------------------------------------------------------------------------
@@ -141,19 +145,24 @@ class Placements:
 
     def built(self, module: Any, site: Site) -> None:
         try:
-            self._built[module] = site
+            self._built[module] = (site, self._seq)
         except TypeError:
             pass
 
     def built_at(self, module: Any) -> Site | None:
-        return self._built.get(module)
+        entry = self._built.get(module)
+        return entry[0] if entry is not None else None
 
     def moves_of(self, module: Any) -> list[tuple[Any, Move]]:
-        """Every recorded move that moved `module` (on it or on a module that contains it), oldest first."""
+        """Every recorded move that moved `module` (on it or on a module that contains it), oldest first.
+        A move made before `module` was built did not move it, although the mover holds it now (an
+        adapter injected into blocks already placed)."""
+        entry = self._built.get(module)
+        since = entry[1] if entry is not None else 0
         found: list[tuple[Any, Move]] = []
         for mover, moves in list(self._moves.items()):
             if mover is module or any(m is module for m in mover.modules()):
-                found.extend((mover, mv) for mv in moves)
+                found.extend((mover, mv) for mv in moves if mv.seq > since)
         return sorted(found, key=lambda pair: pair[1].seq)
 
     def moves_inside(self, root: Any) -> list[tuple[Any, Move]]:
@@ -264,6 +273,7 @@ def module_cause(
                     "nn.Sequential, is one module, and a module lives on one device",
                     (module_dev, input_dev),
                     (path,),
+                    misplaced=module,
                 )
         if (
             last.implicit
@@ -282,6 +292,7 @@ def module_cause(
                 "`.cuda()` follows whatever set_device said last",
                 (module_dev, input_dev),
                 (path,),
+                misplaced=module,
             )
         return None
     if module_dev != "cpu" or not input_dev.startswith("cuda"):
@@ -299,4 +310,5 @@ def module_cause(
         "with `.to('cpu')`)",
         ("cpu", input_dev),
         (outer_name,) if outer_name == path else (outer_name, path),
+        misplaced=module,
     )
