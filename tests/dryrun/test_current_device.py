@@ -374,3 +374,32 @@ def test_a_bare_cuda_tensor_made_in_a_split_models_forward_and_used_where_it_lan
         status, report, err = dryrun_cli(s, "--gpus", "2")
         assert status == 0, err
         assert report["findings"] == []
+
+
+def test_a_state_made_on_the_host_and_moved_by_a_bare_cuda_in_every_forward_is_one_mp004(script, dryrun_cli):
+    # `torch.zeros(s).cuda()` twice on one line, in every forward of a cell on cuda:1: the copies are MP011's
+    # kind of waste, but the fix of the MP004 at the same line (make them on the cell's device) is theirs.
+    s = script("""
+import torch
+import torch.nn as nn
+
+class Cell(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(64, 128)
+
+    def init_hidden(self, batch):
+        return torch.zeros(batch, 64 * 64).cuda(), torch.zeros(batch, 64 * 64).cuda()  # <- made
+
+    def forward(self, x, state):
+        h, c = state
+        return self.lin(x) + h[:, :128] + c[:, :128]
+
+cell = Cell().to("cuda:1")
+for _ in range(3):
+    x = torch.randn(8, 64).to("cuda:1")
+    cell(x, cell.init_hidden(8)).sum().backward()
+""")
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 1, err
+    assert codes_at(report) == [("MP004", s.line("made"))]

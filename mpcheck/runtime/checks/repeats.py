@@ -74,6 +74,12 @@ def _check_const_copy(self: Checker, t: Any, src_dev: str, dst_dev: str, site: S
         self._const_copies[key] = (seen, mark)
     if seen < 2 or not recurs(last, mark, in_library=False):  # setup, not the model's work (recurrence.py)
         return
+    if last[:3] == mark[:3]:
+        # Two copies in one forward pass (`torch.zeros(s).cuda(), torch.zeros(s).cuda()`): reported from the
+        # next pass on, once the pass has shown what else is wrong at this line (below).
+        return
+    if any(k[0] == "MP004" and k[1] == site.path and k[2] == site.line for k in self._by_key):
+        return  # `torch.zeros(shape).cuda()` in a stage on another GPU: MP004's fix (make it there) is this one's
     self.emit(
         "MP011",
         site,
