@@ -1,9 +1,10 @@
 """Keep version counters true for in-place ops over lists of tensors run under a TorchDispatchMode.
 
-An aten op that writes a list of tensors in place (`_foreach_add_`, `_foreach_lerp_`, `_fused_adamw_`:
-what an optimizer runs with foreach=True or fused=True, PyTorch's default on CUDA) bumps the version
-counters of the tensors it writes only when no dispatch mode handles it: under one, PyTorch 2.11-2.13
-leave them as they were (a single tensor's `add_` is bumped either way). The transfer checks ask "the
+A foreach op that writes a list of tensors in place (`_foreach_add_`, `_foreach_lerp_`: what an optimizer
+runs with foreach=True, PyTorch's default on CUDA) bumps the version counters of the tensors it writes
+only when no dispatch mode handles it: under one, PyTorch 2.11-2.13 leave them as they were (a single
+tensor's `add_` is bumped either way). A fused optimizer's op (`_fused_adamw_`) bumps none even without a
+mode, on CUDA: it is left as it is, so that a program runs the same with mpcheck and without it. The transfer checks ask "the
 same unchanged data?" by storage and version (checks/storage_ref.py): a parameter that AdamW had just
 updated would look unchanged, and its per-step copy to an EMA's GPU would read as a repeated transfer
 (MP011). The dry run's AllocationMode and the debug mode's StrictMode are dispatch modes; both run such
@@ -33,10 +34,13 @@ def written_lists(func: Any) -> tuple[tuple[int, str], ...]:
             arguments = func._schema.arguments
         except AttributeError:
             arguments = ()
+        # Only the foreach ops: a fused optimizer's op (`_fused_adamw_`) bumps nothing even without a mode
+        # (on CUDA; checks/checker.py's step_end forgets the moves of its parameters instead).
+        foreach = getattr(func, "__name__", "").startswith("_foreach_")
         found = tuple(
             (i, a.name)
             for i, a in enumerate(arguments)
-            if a.alias_info is not None and a.alias_info.is_write and str(a.type).startswith("List[Tensor")
+            if foreach and a.alias_info is not None and a.alias_info.is_write and str(a.type).startswith("List[Tensor")
         )
         _WRITTEN_LISTS[func] = found
     return found

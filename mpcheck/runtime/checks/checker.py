@@ -308,6 +308,21 @@ class Checker:
     on_model_loaded = split_model.on_model_loaded
 
     # -- steps --------------------------------------------------------------------------
+    def _forget_moves_of(self, optimizer: Any) -> None:
+        """A fused optimizer (`fused=True`) updates its parameters in place without bumping their version
+        counters (PyTorch's fused kernels on CUDA): MP011 would take a parameter's next copy (to an EMA
+        on another device) for the same unchanged data. Its parameters' moves are forgotten instead."""
+        stepped = set()
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                try:
+                    stepped.add(id(p.untyped_storage()))
+                except Exception:  # a parameter without storage: nothing was recorded of it
+                    pass
+        with self._lock:
+            for key in [k for k in self._moves if k[0] in stepped]:
+                del self._moves[key]
+
     def step_end(self, optimizer: Any = None) -> None:
         """A step ended: at `optimizer`'s step, or an explicit one (None)."""
         if optimizer is None or id(optimizer) in self._round_stepped:
@@ -315,6 +330,8 @@ class Checker:
             self._round_stepped.clear()
         if optimizer is not None:
             self._round_stepped.add(id(optimizer))
+            if any(group.get("fused") for group in getattr(optimizer, "param_groups", ())):
+                self._forget_moves_of(optimizer)
         self.ledger.step_end()
         with self._lock:
             for chain in self._pingpong.close():
