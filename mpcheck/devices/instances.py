@@ -162,8 +162,18 @@ class Instances(Part):
                 )
             )
 
-    def finish_placed(self, obj: Obj) -> None:
-        """Where the parts of a copy of an instance are once a method placed them (placing.py)."""
+    def finish_placed(self, obj: Obj, depth: int = 0) -> None:
+        """Where the parts of a copy of an instance are once a method placed them (placing.py); first
+        those of its parts that are instances of the file's classes, whose own parts it may have moved
+        in place (`self.encoder.head.to(d)`)."""
+        assert obj.attrs is not None  # an instance
+        if depth < 4:
+            for attr, v in list(obj.attrs.items()):
+                if isinstance(v, Obj) and v.cls is not None and v.attrs is not None and v.kind == "module":
+                    inner = v.with_(attrs=dict(v.attrs), split=None, devs=None)
+                    self.finish_placed(inner, depth + 1)
+                    if inner.split or inner.devs is not None:
+                        obj.attrs[attr] = inner
         self._finish_instance(obj)
 
     def _finish_instance(self, obj: Obj) -> None:
@@ -198,6 +208,7 @@ class Instances(Part):
                     obj.attrs[attr] = on_cpu(v)
             elif not hand_placed and v.devs == one("cpu") and v.kind in ("module", "param", "buffer", "any"):
                 obj.attrs[attr] = v.with_(devs=None)
+                self.interp.cpu_as_built.setdefault(id(obj), {})[attr] = v
         self._note_placed_twice(obj)
         if split:
             obj.split = tuple(dict.fromkeys((attr, d) for attr, d, _ in placed))

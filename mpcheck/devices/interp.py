@@ -109,6 +109,9 @@ class Interp:
         self.host_constants: dict[int, int] = {}
         # instance (by id) -> the index-less placements of its __init__ after a set_device
         self.init_placements: dict[int, tuple[IndexlessPlacement, ...]] = {}
+        # id(instance) -> its CPU parts that its class may yet move whole, as built (instances.py): a method
+        # of the class that places parts by hand (placing.py) starts from them, CPU included.
+        self.cpu_as_built: dict[int, dict[str, Val]] = {}
         # a torch module placed again, in place, in an __init__: id -> (module, first placement node,
         # its device, second placement node)
         self.placed_again: dict[int, tuple[Any, Any, Any, Any]] = {}

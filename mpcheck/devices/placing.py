@@ -61,7 +61,16 @@ def _of_a_part(move: cst.CSTNode, loop_vars: set[str]) -> bool:
         return False
     while isinstance(recv, (cst.Attribute, cst.Subscript)):
         recv = recv.value
-    return _is_self(recv)
+    # `self.enc.head.to(d)`, or `enc.head.to(d)` for enc over parts of self
+    return _is_self(recv) or (isinstance(recv, cst.Name) and recv.value in loop_vars)
+
+
+def _a_part_of_self(e: cst.BaseExpression) -> bool:
+    """`self.blocks`, `self.stages[0]`: an attribute (or an item of one) of self."""
+    root = e
+    while isinstance(root, (cst.Attribute, cst.Subscript)):
+        root = root.value
+    return _is_self(root) and e is not root
 
 
 def _is_self(e: cst.BaseExpression) -> bool:
@@ -69,17 +78,16 @@ def _is_self(e: cst.BaseExpression) -> bool:
 
 
 def _loop_vars_over_self(fn: cst.FunctionDef) -> Iterator[str]:
-    """`b` of `for b in self.blocks:` and `for i, b in enumerate(self.blocks):`."""
+    """`b` of `for b in self.blocks:`, `for i, b in enumerate(self.blocks):` and
+    `for b in (self.encoder_q, self.encoder_k):`."""
     for n in walk(fn):
         if not isinstance(n, cst.For):
             continue
         it = n.iter
         if isinstance(it, cst.Call) and isinstance(it.func, cst.Name) and it.func.value == "enumerate" and it.args:
             it = it.args[0].value
-        root = it
-        while isinstance(root, (cst.Attribute, cst.Subscript)):
-            root = root.value
-        if not (_is_self(root) and it is not root):
+        parts = [e.value for e in it.elements] if isinstance(it, (cst.Tuple, cst.List)) and it.elements else [it]
+        if not all(_a_part_of_self(p) for p in parts):
             continue
         target = n.target
         names = target.elements if isinstance(target, cst.Tuple) else [target]
@@ -95,7 +103,10 @@ def placed_view(
     """A copy of the instance `recv` with the method `info` run on it as the end of its __init__,
     and whether the method returns `self` (`Net().place()` is then that copy)."""
     assert recv.attrs is not None  # an instance
-    obj = recv.with_(attrs={a: _fresh(v, 0) for a, v in recv.attrs.items()}, split=None, devs=None)
+    # Its parts as built: a CPU part that a later move of the whole model might have moved is on the CPU
+    # while this method places the others by hand (what it leaves there stays there).
+    as_built = {**recv.attrs, **interp.cpu_as_built.get(id(recv), {})}
+    obj = recv.with_(attrs={a: _fresh(v, 0) for a, v in as_built.items()}, split=None, devs=None)
     env = dict(interp.globals)
     interp.calls.bind(info, env, obj, args, kwargs)
     ist = State(env, st.cur, st.setdev, st.mode, obj, True, Scope(info.qual))
