@@ -340,6 +340,7 @@ class Checker:
             # again in a later step is a repeat too (a constant moved every step).
             self._purge()
             self.provenance.purge()
+            self.unmoved.purge()
             self._refresh_provenance()
 
     def finish(self) -> None:

@@ -33,11 +33,16 @@ class Unmoved:
             storage = t.untyped_storage()
         except Exception:  # no storage (a sparse or nested tensor): nothing to follow
             return
+        if len(self.records) >= PURGE_AT:
+            self.purge()
+        self.records[id(storage)] = (weakref.ref(storage), on, needed, site)
+
+    def purge(self) -> None:
+        """Drop the records of freed storages (at each step's end too: while any record is left, every op
+        asks derive())."""
         records = self.records
-        if len(records) >= PURGE_AT:
-            for k in [k for k, v in records.items() if v[0]() is None]:
-                del records[k]
-        records[id(storage)] = (weakref.ref(storage), on, needed, site)
+        for k in [k for k, v in records.items() if v[0]() is None]:
+            del records[k]
 
     def record(self, t: Any, on: str) -> tuple[Any, str, str, Any] | None:
         """The record of `t`, found on `on` (None: not a reported tensor there)."""
