@@ -485,26 +485,9 @@ class Moves(Part):
         elif isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Attribute):
             # `self.encoder.head.to(d)`: the holder (`self.encoder`) now holds the moved part, and is
             # rebound in its turn, up to the name it hangs from.
-            holder = _part_now(expr.value, st)
+            holder = self.interp.exprs.ev(expr.value, st)  # as the code reads it now
             if (moved := with_part_replaced(holder, expr.attr.value, val)) is not None:
                 self.rebind(expr.value, moved, st)
-
-
-def _part_now(expr: cst.BaseExpression, st: State) -> Val:
-    """The value an attribute chain of names (`self.encoder`, `net.blocks`) holds now, as rebind() keeps
-    it (a part of self replaced outside __init__ is kept in the state's env); UNK where it is not known."""
-    if isinstance(expr, cst.Name):
-        return st.env.get(expr.value, UNK)
-    if not isinstance(expr, cst.Attribute):
-        return UNK
-    base = _part_now(expr.value, st)
-    if not isinstance(base, Obj) or base.attrs is None:
-        return UNK
-    if base is st.self_obj and not st.in_init:
-        replaced = st.env.get(f"{id(base)}.{expr.attr.value}")
-        if replaced is not None:
-            return replaced
-    return base.attrs.get(expr.attr.value, UNK)
 
 
 def _self_targets(node: cst.CSTNode, out: set[str]) -> None:

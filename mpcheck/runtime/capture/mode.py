@@ -102,6 +102,7 @@ class CheckingMode(TorchFunctionMode):
         self._placements = checker.placements
         # Tensors a reported mismatch found off their device (checks/unmoved.py): what is made from them.
         self._unmoved = checker.unmoved
+        self._unmoved_records = checker.unmoved.records  # one dict for the run (purged in place)
         self._factories = frozenset(f for f in (getattr(torch, n, None) for n in CONST_FACTORIES) if f is not None)
         if stamp_nodes:
             from mpcheck.runtime.capture.strict import stamp_node
@@ -132,7 +133,7 @@ class CheckingMode(TorchFunctionMode):
                 self._provenance.derive(args, kwargs, out)
             if self._placements._made:
                 self._placements.derive(args, out, checker.devices.device_of)
-            if self._unmoved.records:
+            if self._unmoved_records:
                 self._unmoved.derive(args, out, checker.devices.device_of)
             if args and id(args[0]) in checker.arrived_objects:
                 checker.note_view(args[0], out)
@@ -170,7 +171,7 @@ class CheckingMode(TorchFunctionMode):
                 checker.on_current_device_tensor(out, made_how)
             elif self._placements._made:
                 self._placements.derive(args, out, checker.devices.device_of)
-            if self._unmoved.records:
+            if self._unmoved_records:
                 self._unmoved.derive(args, out, checker.devices.device_of)
             if self.stamp_nodes:
                 self._stamp(out)
@@ -230,7 +231,7 @@ class CheckingMode(TorchFunctionMode):
                 self._provenance.derive((src_t,), {}, out)
             if self._placements._made:
                 self._placements.derive((src_t,), out, devices.device_of)
-            if self._unmoved.records:
+            if self._unmoved_records:
                 self._unmoved.derive((src_t,), out, devices.device_of)
             return out
         nbytes = payload_bytes(src_t)

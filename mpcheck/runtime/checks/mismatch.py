@@ -133,21 +133,21 @@ def _mismatch(
                 if in_metric is not None:
                     self._metrics_reported.add(in_metric)
         # Its later uses, and what is computed from it where it is, are this finding's (unmoved.py).
-        where = cause.site if cause is not None else where  # where the finding is
+        reported_at = cause.site if cause is not None else where
         if cause is not None and cause.misplaced is not None:
             # The module is what is off its device: its weights there are, and the call goes on beside
             # the input, where the fix puts the module.
             off_module, input_dev = cause.devices[0], cause.devices[1]
             for w in (*cause.misplaced.parameters(), *cause.misplaced.buffers()):
                 if self.devices.device_of(w) == off_module:
-                    self.unmoved.note(w, off_module, input_dev, where)
+                    self.unmoved.note(w, off_module, input_dev, reported_at)
             repair_to = input_dev
             continue
         if blamed is not None:
-            self.unmoved.note(blamed[0][2], off, target, where)
-            self.unmoved.note(blamed[1], off, target, where)
+            self.unmoved.note(blamed[0][2], off, target, reported_at)
+            self.unmoved.note(blamed[1], off, target, reported_at)
         else:
-            self.unmoved.note(t, d, expected, where)
+            self.unmoved.note(t, d, expected, reported_at)
         if blamed is not None and blamed[1] is first:
             repair_to = blamed[3]
     return _repair(self, args, kwargs, odd, expected, repair_to)

@@ -1,7 +1,7 @@
 """MP001 / MP008 at a torch call: are its tensors on one device? `check_op` is the path every
 intercepted torch call pays, so its fast paths (`_mixed_plain`, `_mixed`) are written for speed;
-only a call whose tensors disagree takes `_check_op_slow`, which names the odd tensors and hands
-them to mismatch.py.
+only a call whose tensors disagree takes `_check_op_slow`, which decides the device the call belongs on
+(`_where_needed`), names the tensors off it and hands them to mismatch.py.
 """
 
 from __future__ import annotations
