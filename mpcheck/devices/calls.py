@@ -24,6 +24,7 @@ from mpcheck.devices.values import (
     ANY_KEYWORD,
     CURRENT,
     FAILED,
+    LOSS_OF,
     OFF_CHAIN,
     PROBE,
     UNK,
@@ -266,8 +267,7 @@ class Calls(Part):
             first = args[0] if args else UNK
             return first.with_(label="", worked=True) if isinstance(first, Obj) and first.kind != "module" else UNK
         if mod.kind == "loss":
-            self.loss_call(mod, args, kwargs, st, node, exprs)
-            return Obj("tensor", None, origin="loss")
+            return self.loss_call(mod, args, kwargs, st, node, exprs)
         if mod.kind in ("module", "any") and single(mod.devs) is not None:
             what = mod.label or "the module"
             if args and failed(args[0]):
@@ -357,7 +357,9 @@ class Calls(Part):
 
     def loss_call(
         self, mod: Obj, args: list[Val], kwargs: dict[str, Val], st: State, node: cst.CSTNode, exprs: ArgExprs = None
-    ) -> None:
+    ) -> Obj:
+        """A criterion called: its tensors on one device, checked; the loss it returns is on its predictions'
+        device (unknown when they are, or when they disagree: reported here)."""
         kind = (mod.extra or {}).get(T.CLASS_DIM)
         if isinstance(kind, Const):
             self.interp.library.loss_direction(f"nn.{kind.value}", args, list(exprs or []), node, st)
@@ -378,7 +380,10 @@ class Calls(Part):
                     LossMismatch.against_first(first, a, e, node=node, mode=st.mode, op=mod.label or "the loss"),
                     key="loss",
                 )
-                return
+                return Obj("tensor", None, origin="loss")
+        if first is None or single(first[0].devs) is None:
+            return Obj("tensor", None, origin="loss")
+        return Obj("tensor", first[0].devs, origin=LOSS_OF, at=node)
 
     def _runs_torch_forward(self, mod: Obj) -> bool:
         """A class of the file that writes no forward and derives from a torch.nn module that has one

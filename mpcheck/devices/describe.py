@@ -8,7 +8,7 @@ from typing import Protocol
 import libcst as cst
 
 from mpcheck.devices.events import CallSite
-from mpcheck.devices.values import Obj, SeqV, Val, distinct_devices, is_splitish, placements, show
+from mpcheck.devices.values import LOSS_OF, Obj, SeqV, Val, distinct_devices, is_splitish, placements, show
 from mpcheck.finding import Fix
 
 
@@ -90,6 +90,8 @@ def origin_text(ctx: Source, v: Val) -> str:
         if isinstance(v.at, cst.Call):
             return f"output of `{ctx.code(v.at.func)}`, line {ctx.line(v.at)}"
         return "output of a module"
+    if isinstance(v, Obj) and v.origin == LOSS_OF and isinstance(v.at, cst.Call):
+        return f"computed from the loss `{ctx.code(v.at.func)}`, line {ctx.line(v.at)}"
     if isinstance(v, Obj) and v.origin:
         if v.at is not None:
             return f"{v.origin}, line {ctx.line(v.at)}"

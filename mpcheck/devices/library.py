@@ -38,6 +38,7 @@ from mpcheck.devices.program import MAX_UNROLL, Part, State
 from mpcheck.devices.values import (
     CURRENT,
     FAILED,
+    LOSS_OF,
     OFF_CHAIN,
     UNK,
     UNPLACED,
@@ -258,6 +259,8 @@ class Library(Part):
                 self.interp.moves.merge(f, a, node)  # `torch.cat([x, y_back])`, `torch.add(x, y_back)`
                 hop = max(hop, a.hop) if a.lineage == f.lineage else hop
         lineage = OFF_CHAIN if off else f.lineage
+        if loss:
+            return Obj("tensor", f.devs, origin=LOSS_OF, at=node, lineage=lineage, hop=hop)
         return Obj("tensor", f.devs, origin=f.origin, at=f.at, invariant=inv, lineage=lineage, hop=hop)
 
 

@@ -366,6 +366,9 @@ def as_device(v: Val, ints_are_cuda: bool = True) -> Devs:
 OFF_CHAIN = -1
 
 UNPLACED = "built without a device"  # the origin of a parametered torch.nn module not yet placed
+# The origin of what a loss returned (`at`: the loss's call), kept by what is computed from it first: a
+# mask or weights on another device meet a loss's value (rules/metrics.py: MP008's, not MP001's).
+LOSS_OF = "the loss"
 PROBE = one("sym:__input__")  # the device of the input given to a forward to see where it must be
 
 

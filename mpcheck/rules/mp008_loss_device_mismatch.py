@@ -15,12 +15,12 @@ from mpcheck.devices.describe import (
     via_text,
 )
 from mpcheck.devices.events import LossMismatch, Mismatch
-from mpcheck.devices.values import show, single
+from mpcheck.devices.values import LOSS_OF, Obj, Val, show, single
 from mpcheck.finding import Finding
 from mpcheck.rules.base import Rule, once_per_node
 from mpcheck.rules.context import FileContext
 from mpcheck.rules.made_on_current import made_on_current
-from mpcheck.rules.metrics import in_a_metric
+from mpcheck.rules.metrics import in_a_metric, weighs_a_loss
 from mpcheck.rules.words import FLOW_WORDS
 
 
@@ -54,36 +54,47 @@ class LossDeviceMismatch(Rule):
 
 
 def _metric_mismatches(rule: Rule, ctx: FileContext) -> Iterator[Finding]:
-    """Predictions and targets of a metric on two devices (rules/metrics.py), at the operation; once per
-    targets' variable in a function (`inter = (probs * target).sum()` then `union = probs.sum() + target.sum()`:
-    one move of `target` mends both)."""
+    """Predictions and targets of a metric on two devices, or a loss's value and a mask or weights
+    (rules/metrics.py), at the operation; once per targets' variable in a function (`inter = (probs *
+    target).sum()` then `union = probs.sum() + target.sum()`: one move of `target` mends both)."""
     done: set[tuple[str, str]] = set()
     for ev in once_per_node(ctx.model.facts(Mismatch)):
-        if not in_a_metric(ctx, ev) or made_on_current(ctx, ev) is not None:
+        if not in_a_metric(ctx, ev) or made_on_current(ctx, ev) is not None or ev.other is None:
             continue
-        tgt = root_name(ev.expr, ctx.imported_names)
+        # The side that moves: the targets, the mask or the weights, not the loss's value.
+        moves_value = not (isinstance(ev.value, Obj) and ev.value.origin == LOSS_OF)
+        v: Val = ev.value
+        o: Val = ev.other
+        v_expr, o_expr = ev.expr, ev.what_expr
+        if not moves_value:
+            v, v_expr, o, o_expr = o, o_expr, v, v_expr
+        tgt = root_name(v_expr, ctx.imported_names)
         if tgt:
             key = (ctx.function_name(ev.node), tgt)
             if key in done:
                 continue
             done.add(key)
-        v = ev.value
-        here, there = single(v.devs), single(ev.target)
-        if here is None or there is None or ev.other is None:
+        here, there = single(getattr(v, "devs", None)), single(getattr(o, "devs", None))
+        if here is None or there is None:
             continue
-        name = value_text(ctx, ev.expr, v)
-        other = value_text(ctx, ev.what_expr, ev.other, ev.what or "the other operand")
+        name = value_text(ctx, v_expr, v, "the other operand")
+        other = value_text(ctx, o_expr, o, ev.what if moves_value and ev.what else "the other operand")
         line = ctx.line(ev.node)
-        fix = _targets_fix(ctx, ev.what_expr, other, there, ev.expr, name)
-        yield rule.finding(
-            ctx,
-            ev.node,
-            f"a metric compares `{other}` on {show(there)} ({origin_text(ctx, ev.other)}) with `{name}` on "
-            f"{show(here)} ({origin_text(ctx, v)}){MODE_WORDS.get(ev.mode, '')}{via_text(ctx, ev.via)}: move the "
-            f"targets to the predictions' device, e.g. `{fix}` before line {line}.",
-            devices=[there, here],
-            suggestion=f"{fix} before line {line}",
-        )
+        fix = _targets_fix(ctx, o_expr, other, there, v_expr, name)
+        tail = f"{MODE_WORDS.get(ev.mode, '')}{via_text(ctx, ev.via)}"
+        if weighs_a_loss(ev):
+            msg = (
+                f"`{name}` on {show(here)} ({origin_text(ctx, v)}) meets `{other}`, a loss's value on {show(there)} "
+                f"({origin_text(ctx, o)}){tail}: move the mask or weights to the loss's device, e.g. `{fix}` "
+                f"before line {line}."
+            )
+        else:
+            msg = (
+                f"a metric compares `{other}` on {show(there)} ({origin_text(ctx, o)}) with `{name}` on "
+                f"{show(here)} ({origin_text(ctx, v)}){tail}: move the targets to the predictions' device, "
+                f"e.g. `{fix}` before line {line}."
+            )
+        yield rule.finding(ctx, ev.node, msg, devices=[there, here], suggestion=f"{fix} before line {line}")
 
 
 def _targets_fix(

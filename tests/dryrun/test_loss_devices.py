@@ -145,3 +145,74 @@ for _ in range(2):
     assert codes_at(report) == [("MP008", s.line("loss"))]
     (f,) = report["findings"]
     assert f["devices"] == ["cuda:1", "cuda:0"] and "weight" in f["suggestion"]
+
+
+WEIGHTED_LOSS_PROGRAM = (
+    HEADER
+    + """
+mask = torch.ones(4).to("cuda:0")  # beside the inputs
+out = model(x)
+{grad}
+    per_sample = {loss}
+    total = {weighted}  # <- weighted
+print("finished")
+"""
+)
+
+
+@pytest.mark.parametrize("grad", ["if True:", "with torch.no_grad():"])
+@pytest.mark.parametrize(
+    ("loss", "weighted"),
+    [
+        ("F.cross_entropy(out, y.to(out.device), reduction='none')", "(per_sample * mask).sum() / 4"),
+        ("nn.CrossEntropyLoss(reduction='none')(out, y.to(out.device))", "(mask * per_sample).mean()"),
+        # computed from the loss first: known through autograd's graph (only with grad)
+        ("F.mse_loss(out, torch.zeros_like(out), reduction='none').mean(dim=1)", "(per_sample * mask).mean()"),
+    ],
+)
+def test_a_loss_weighted_by_a_mask_on_another_gpu_is_mp008(script, dryrun_cli, grad, loss, weighted):
+    # A per-element loss weighted by a mask or per-sample weights left beside the inputs: the weights follow
+    # the loss, as its targets do.
+    s = script(WEIGHTED_LOSS_PROGRAM.format(grad=grad, loss=loss, weighted=weighted))
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert report is not None, err
+    derived = ".mean(dim=1)" in loss and "no_grad" in grad  # no graph: only a loss's own output is known
+    assert codes_at(report) == [("MP001" if derived else "MP008", s.line("weighted"))]
+    if not derived:
+        (f,) = report["findings"]
+        assert f["devices"] == ["cuda:1", "cuda:0"]
+        assert "the loss it is applied to is on cuda:1" in f["message"]
+        assert f["suggestion"] == "move it to the loss's device with `.to('cuda:1')` before this line"
+
+
+def test_losses_of_two_gpus_added_up_stay_mp001(script, dryrun_cli):
+    # Neither is a mask or weights of the other: one loss misses its transfer, as any activation would.
+    s = script(
+        HEADER
+        + """
+out = model(x)
+aux = F.mse_loss(model.s0(x.to("cuda:0")), torch.zeros(4, 16, device="cuda:0"))
+loss = F.cross_entropy(out, y.to(out.device)) + aux  # <- sum
+"""
+    )
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert report is not None, err
+    assert codes_at(report) == [("MP001", s.line("sum"))]
+
+
+def test_a_loss_weighted_on_its_own_device_stays_silent(script, dryrun_cli):
+    s = script(
+        HEADER
+        + """
+for _ in range(2):
+    out = model(x)
+    mask = torch.ones(4).to("cuda:0")
+    per_sample = F.cross_entropy(out, y.to(out.device), reduction="none")
+    loss = (per_sample * mask.to(per_sample.device)).sum() / mask.sum().item()
+    loss.backward()
+print("finished")
+"""
+    )
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 0, err
+    assert report["findings"] == []

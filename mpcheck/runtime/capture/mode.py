@@ -145,7 +145,8 @@ class CheckingMode(TorchFunctionMode):
                 return func(*args, **kwargs)
             except RuntimeError as e:  # a custom Function's gradient on the wrong device (MP001)
                 return checker.on_op_error(func, args, kwargs, e)
-        if kind == _LOSS:
+        loss = kind == _LOSS
+        if loss:
             checker.on_loss(args, kwargs)
             kind = _CHECK
         if kind == _CHECK:
@@ -167,6 +168,8 @@ class CheckingMode(TorchFunctionMode):
                 out = func(*args, **kwargs)
             except RuntimeError as e:  # PyTorch's own error: mpcheck may know its cause (MP012)
                 out = checker.on_op_error(func, args, kwargs, e)
+            if loss:
+                checker.loss_values.note(out)
             if made_how is not None:
                 checker.on_current_device_tensor(out, made_how)
             elif self._placements._made:

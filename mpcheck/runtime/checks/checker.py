@@ -28,6 +28,7 @@ the class body: no extra call or lookup on the hot path):
     round_trip.py       MP005
     repeats.py          MP011
     loss_move.py        MP014
+    loss_values.py      what a loss returned: a mismatch with it is the loss's (MP008)
     arrivals.py         what arrived where, and whether it was read there
     passes.py           forward passes and where the run stands
     pingpong_report.py  MP006's findings (the chains: pingpong.py)
@@ -69,6 +70,7 @@ from mpcheck.runtime.checks import (
 from mpcheck.runtime.checks.collapse import Collapses
 from mpcheck.runtime.checks.findings import ON_MISMATCH
 from mpcheck.runtime.checks.ledger import Ledger
+from mpcheck.runtime.checks.loss_values import LossValues
 from mpcheck.runtime.checks.pingpong import PingPong
 from mpcheck.runtime.checks.placement import Placements
 from mpcheck.runtime.checks.protocols import Devices, ModuleNames
@@ -183,6 +185,8 @@ class Checker:
         self._metrics_reported: set[tuple[str, str] | None] = set()
         # Tensors a reported mismatch found off their device: their later mismatches are that finding's.
         self.unmoved = Unmoved()
+        # What losses returned (and, through autograd, what is computed from it): a mismatch with one is MP008.
+        self.loss_values = LossValues(torch.Tensor)
         # The device a mixed call at a line was found to belong on (op_check.py), bounded by the lines
         # that mix devices: the call is repaired the same way each time it runs.
         self._needed_at: dict[Site, str] = {}

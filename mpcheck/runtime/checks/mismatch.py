@@ -39,10 +39,12 @@ def _mismatch(
     metric: bool = False,
     first: Any = None,
     module_obj: Any = None,
+    targets: str | None = None,
 ) -> tuple[Args, Kwargs]:
     """Report each tensor of `odd` off `expected` (the device of `first`, the call's first tensor);
-    loss: the call is a loss or a metric (predictions and targets), metric: a metric's (reported once per
-    metric function); module_obj: the module whose input this is
+    loss: the call is a loss or a metric (predictions and targets), or weighs a loss's value; metric: a
+    metric's (reported once per metric function); targets: what the fix moves, when not the loss's targets
+    ("it": a mask or weights applied to a loss's value); module_obj: the module whose input this is
     (a module-entry check). Where the root cause lies before this call (placement.py), it is reported there."""
     site = site or self.sites()
     module = module or self.current_module()
@@ -110,8 +112,11 @@ def _mismatch(
             code = "MP001"
             if loss and blamed is None:  # the targets follow the predictions; no module should move for a loss
                 code = "MP008"
-                which = "the targets" if loc[0] in (1, "target") else describe_where(loc)
-                sugg = f"move {which} to the predictions' device with `.to('{target}')` before the loss"
+                if targets is not None:
+                    sugg = f"move {targets} to the loss's device with `.to('{target}')` before this line"
+                else:
+                    which = "the targets" if loc[0] in (1, "target") else describe_where(loc)
+                    sugg = f"move {which} to the predictions' device with `.to('{target}')` before the loss"
             elif tied is not None:
                 sugg = (
                     f"place the modules that share `{tied[1]}` on one device (a device map must keep tied weights "

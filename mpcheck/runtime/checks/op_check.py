@@ -145,10 +145,20 @@ def _check_op_slow(
         # the targets follow the predictions, as for a loss (MP008).
         site = site or self.sites()
         metric = is_comparison(fname) or is_metric_function(site.function)
-    if not odd or not self.wants("MP008" if loss or metric else "MP001"):
+    weighs: Any = None
+    if odd and not loss and not metric:
+        # A loss's value against another tensor (`(per_token_loss * mask).sum()`): the mask or weights
+        # follow the loss, as its targets do (MP008).
+        weighs = self.loss_values.find(args, kwargs)
+    if not odd or not self.wants("MP008" if loss or metric or weighs is not None else "MP001"):
         return args, kwargs
     assert first_dev is not None  # the odd tensors are those off the first device
-    if not loss and not metric:
+    if weighs is not None:
+        first_dev, first, odd = _off(self, func, args, kwargs, self.devices.device_of(weighs))
+        assert first_dev is not None
+        if not odd:  # only 0-dim CPU tensors or allowed indices were off the loss: nothing mixes
+            return args, kwargs
+    elif not loss and not metric:
         # Where the call belongs: with its weights, else with most of its tensors (not merely its first);
         # at a line met before, where it was found to belong then (the same repair each time it runs).
         site = site or self.sites()
@@ -161,6 +171,11 @@ def _check_op_slow(
     what = name or op_name(func)
     if phase == "backward":
         what += " (in backward)"
+    if weighs is not None:
+        return self._mismatch(
+            what, first_dev, odd, args, kwargs, site=site, module=module, loss=True, first=weighs,
+            expected_is="the loss it is applied to is", targets="it",
+        )  # fmt: skip
     return self._mismatch(
         what, first_dev, odd, args, kwargs, site=site, module=module, loss=loss or metric, metric=metric, first=first
     )
