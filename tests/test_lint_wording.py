@@ -168,3 +168,18 @@ def test_a_target_read_from_a_mapping_moves_the_entry_not_the_mapping(tmp_path):
     assert [(f["code"], f["line"]) for f in found] == [("MP008", 28)], found
     msg = found[0]["message"]
     assert '`batch["labels"].to(logits.device)`' in msg and "batch = batch" not in msg, msg
+
+
+def test_a_buffer_made_without_a_device_is_named_as_the_tensor_off_its_device(tmp_path):
+    # `total` (made on the CPU for want of a device=) is what is off; moving the GPU operand to the CPU
+    # would be the wrong fix, and the layers' arguments are not to blame either.
+    found = _lint(
+        tmp_path,
+        "segments.py",
+        (CASES / "D_segment_sum_buffer_without_device_bad.py").read_text(encoding="utf-8"),
+    )
+    assert [(f["code"], f["line"]) for f in found] == [("MP001", 10)]
+    msg = found[0]["message"]
+    assert msg.startswith("`total` is on cpu (created on the CPU by torch.zeros() without device=, line 9)"), msg
+    assert "create it on the device of what it meets, e.g. `device=segment_ids.device`" in msg
+    assert "to('cpu')" not in msg

@@ -142,11 +142,29 @@ def _module(interp: Interp, m: Obj) -> dict[str, Any] | None:
 
 def _settings(m: Obj) -> dict[str, Any] | None:
     """An instance of another file's class that is a bag of settings (`cfg = Config()`, its __init__
-    leaving `self.embed_device = "cuda:0"`): the device attributes its summary knows, as a namespace
-    the callee reads `cfg.embed_device` of (summary._device_attrs); None when it has none."""
-    attrs = (m.extra or {}).get("attrs") or {}
+    leaving `self.embed_device = "cuda:0"`, or a dataclass's field defaults, `down_device: str =
+    "cuda:0"`, with the fields the construction set): the device attributes its summary knows, as a
+    namespace the callee reads `cfg.embed_device` of (summary._device_attrs); None when it has none."""
+    extra = m.extra or {}
+    attrs = extra.get("attrs") or {}
     ns = {k: c for k, c in attrs.items() if "param" not in c}
-    return {"ns": ns} if ns and (m.extra or {}).get("summarized") else None
+    fields = extra.get("fields") or ()
+    if fields:
+        # A dataclass: its defaults, then what the construction gave (a value it gave that does not
+        # cross, a computed device, leaves the field unknown: dropped).
+        ns.update({k: c for k, c in (extra.get("consts") or {}).items() if k in fields and _device_const(c)})
+        for k, v in (extra.get("given") or {}).items():
+            ns.pop(k, None)
+            if isinstance(v, Const) and isinstance(v.value, str) and _CONCRETE.match(v.value):
+                ns[k] = {"const": v.value}
+    return {"ns": ns} if ns and extra.get("summarized") else None
+
+
+def _device_const(c: Any) -> bool:
+    """Is a summary's constant a concrete device's name ("cuda:1", or a torch.device)?"""
+    return isinstance(c, dict) and (
+        "device" in c or (isinstance(c.get("const"), str) and _CONCRETE.match(c["const"]) is not None)
+    )
 
 
 def param_devices(m: Obj) -> list[str] | None:

@@ -51,6 +51,7 @@ from mpcheck.devices.values import (
     is_splitish,
     join,
     join_all,
+    made_on_cpu_by_default,
     one,
     probe_devs,
     single,
@@ -783,8 +784,9 @@ class Calls(Part):
                 )
             if meth in T.SAME_DEVICE_METHODS:
                 exprs = self.interp.arg_nodes
+                reported = False
                 for i, a in enumerate(list(args) + list(kwargs.values())):
-                    self.interp.exprs.check_operand(
+                    reported |= self.interp.exprs.check_operand(
                         node,
                         a,
                         recv.devs,
@@ -795,6 +797,10 @@ class Calls(Part):
                         expr=exprs[i] if i < len(exprs) else None,
                         other=recv,
                     )
+                if reported and made_on_cpu_by_default(recv):
+                    # The tensor itself is off its device (MP001 says so): what is computed from it is this
+                    # finding's. An argument off the tensor's device leaves the result where it belongs.
+                    return FAILED
             inv = recv.invariant and (
                 # constants, or tensors that never change either (`centers.expand_as(wh)`, both made
                 # from constants): the result is the same data on every call

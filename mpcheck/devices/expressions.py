@@ -51,6 +51,7 @@ from mpcheck.devices.values import (
     join_all,
     join_devs,
     known_tensor,
+    made_on_cpu_by_default,
     one,
     single,
     spans_of,
@@ -596,11 +597,13 @@ class Expressions(Part):
         """In a probe run: the first device an input marked with a probe device (`PROBE`,
         `probe_devs(i)`) meets, unmoved, is where that input must be. Not a tensor on the index-less
         current device (`self.cache = table.cuda()` built inside forward): that is where the forward
-        put its own tensor, right only on one GPU, and says nothing of where the module's input lives."""
+        put its own tensor, right only on one GPU, and says nothing of where the module's input lives.
+        Nor one a factory made on the CPU for want of a device= (`out = torch.zeros(n, d)` then
+        `out.index_add_(0, index, src)`): the forward's own line is the bug, reported there."""
         if not self.interp.probes or not isinstance(val, Obj) or not is_probe(val.devs):
             return
         d = single(devs)
-        if d is None or is_probe(devs) or (d == CURRENT and other is not None):
+        if d is None or is_probe(devs) or (d == CURRENT and other is not None) or made_on_cpu_by_default(other):
             return
         probe = self.interp.probes[-1]
         if val.devs == PROBE and probe["devs"] is None:

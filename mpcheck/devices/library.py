@@ -39,6 +39,7 @@ from mpcheck.devices.values import (
     CURRENT,
     FAILED,
     LOSS_OF,
+    MADE_ON_CPU_BY_DEFAULT,
     OFF_CHAIN,
     UNK,
     UNPLACED,
@@ -140,7 +141,7 @@ class Library(Part):
             return UNK
         else:
             devs = one("cpu")
-            origin = f"created on the CPU by torch.{last}() without device="
+            origin = MADE_ON_CPU_BY_DEFAULT.format(last)
         const = all(isinstance(a, (Const, SeqV)) for a in args) or (
             # Host data turned into a tensor while a module is built (torch.from_numpy(table) in
             # __init__, or in a helper it calls): made once, the same on every call.

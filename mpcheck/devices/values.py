@@ -366,6 +366,20 @@ def as_device(v: Val, ints_are_cuda: bool = True) -> Devs:
 OFF_CHAIN = -1
 
 UNPLACED = "built without a device"  # the origin of a parametered torch.nn module not yet placed
+# The origin of a tensor a factory made on the CPU because no device= was given (`torch.zeros(n, d)`):
+# beside a GPU tensor, it is the one off its device (created where the code forgot to say).
+MADE_ON_CPU_BY_DEFAULT = "created on the CPU by torch.{}() without device="
+
+
+def made_on_cpu_by_default(v: Val | None) -> bool:
+    """Was `v` made on the CPU by a factory given no device= (or computed from such a tensor first)?"""
+    return (
+        isinstance(v, Obj)
+        and v.origin.startswith("created on the CPU by torch.")
+        and v.origin.endswith("without device=")
+    )
+
+
 # The origin of what a loss returned (`at`: the loss's call), kept by what is computed from it first: a
 # mask or weights on another device meet a loss's value (rules/metrics.py: MP008's, not MP001's).
 LOSS_OF = "the loss"

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import libcst as cst
 
-from mpcheck.devices.describe import MODE_WORDS, move_fix, origin_text, value_text, via_text
+from mpcheck.devices.describe import MODE_WORDS, and_list, move_fix, origin_text, value_text, via_text
 from mpcheck.devices.events import Mismatch, PlacedTwice, SplitBuiltAfterSetDevice
-from mpcheck.devices.values import Obj, device_literal, known_tensor, show, single
+from mpcheck.devices.values import Obj, device_literal, known_tensor, made_on_cpu_by_default, show, single
 from mpcheck.finding import Finding
 from mpcheck.rules.base import Rule, once_per_node
 from mpcheck.rules.context import FileContext
@@ -24,13 +25,13 @@ class MissingTransfer(Rule):
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         # Stages placed index-less in an __init__ run after set_device: MP004 reports the placement or the build.
         collapsed = {id(n) for built in ctx.model.facts(SplitBuiltAfterSetDevice) for n in built.where}
-        for ev in once_per_node(ctx.model.facts(Mismatch)):
-            if made_on_current(ctx, ev) is not None:
-                continue  # its root cause is the line that made it on the current device: MP004 there
-            if isinstance(ev.module, Obj) and id(ev.module.at) in collapsed:
-                continue
-            if in_a_metric(ctx, ev):
-                continue  # predictions against targets: MP008's
+        mine = [ev for ev in once_per_node(ctx.model.facts(Mismatch)) if _ours(ctx, ev, collapsed)]
+        repeats = _repeated_uses(ctx, mine)
+        for ev in mine:
+            key = _use_key(ctx, ev) if repeats else None
+            lines = repeats.get(key) if key is not None else None
+            if lines is not None and lines[0] != ctx.line(ev.node):
+                continue  # a later use of one variable left on its device: the first use's finding says it
             v = ev.value
             here, there = single(v.devs), single(ev.target)
             name = value_text(ctx, ev.expr, v)
@@ -103,16 +104,50 @@ class MissingTransfer(Rule):
                 if target_code is not None
                 else f"move it first, e.g. `{fix}` before line {line}"
             )
+            also = ""
+            if lines is not None and len(lines) > 1:
+                # One move before the first use mends them all; a fix of this line alone would not.
+                later = "line" if len(lines) == 2 else "lines"
+                also = f" (it meets {show(there)} unmoved at {later} {and_list([str(n) for n in lines[1:]])} too)"
+                advice = f"move it once before its first use, e.g. `{name} = {name}.to({device_literal(there)})` before line {line}"
             yield self.finding(
                 ctx,
                 ev.node,
-                f"`{name}` is on {show(here)} ({origin_text(ctx, v)}), but {meets}{MODE_WORDS.get(ev.mode, '')}{via_text(ctx, ev.via)}: "
+                f"`{name}` is on {show(here)} ({origin_text(ctx, v)}), but {meets}{also}{MODE_WORDS.get(ev.mode, '')}{via_text(ctx, ev.via)}: "
                 f"{advice}.",
                 devices=[here, there],
                 modules=[ev.what] if ev.op == "module" else [],
                 suggestion=advice,
-                fix=move_fix(ctx, expr, repr(there)) if _fixable(ctx, ev, v, there) else None,
+                fix=move_fix(ctx, expr, repr(there)) if not also and _fixable(ctx, ev, v, there) else None,
             )
+
+
+def _ours(ctx: FileContext, ev: Mismatch, collapsed: set[int]) -> bool:
+    if made_on_current(ctx, ev) is not None:
+        return False  # its root cause is the line that made it on the current device: MP004 there
+    if isinstance(ev.module, Obj) and id(ev.module.at) in collapsed:
+        return False
+    return not in_a_metric(ctx, ev)  # predictions against targets: MP008's
+
+
+def _use_key(ctx: FileContext, ev: Mismatch) -> tuple[Any, ...] | None:
+    """A mismatch of a variable itself (`temb`, passed to `self.mid(h, temb)`): its function, name, value
+    and the two devices. None for any other expression."""
+    v = ev.value
+    if not isinstance(ev.expr, cst.Name) or not isinstance(v, Obj) or v.at is None:
+        return None
+    return (ctx.function_name(ev.node), ev.expr.value, id(v.at), single(v.devs), single(ev.target), ev.via)
+
+
+def _repeated_uses(ctx: FileContext, events: list[Mismatch]) -> dict[tuple[Any, ...], list[int]]:
+    """Per variable left on its device (_use_key), the lines where it meets the other one, when more
+    than one: one missing move, one finding (at the first line)."""
+    lines: dict[tuple[Any, ...], set[int]] = {}
+    for ev in events:
+        key = _use_key(ctx, ev)
+        if key is not None and key[3] is not None and key[4] is not None:
+            lines.setdefault(key, set()).add(ctx.line(ev.node))
+    return {k: sorted(ls) for k, ls in lines.items() if len(ls) > 1}
 
 
 def _special_case(ctx: FileContext, ev: Mismatch, name: str, meets: str) -> tuple[str, str] | None:
@@ -122,6 +157,25 @@ def _special_case(ctx: FileContext, ev: Mismatch, name: str, meets: str) -> tupl
     v, expr, line = ev.value, ev.expr, ctx.line(ev.node)
     here, there = single(v.devs), single(ev.target)
     to_there = f".to({device_literal(there)})" if there is not None else ".to(...)"
+    made = ev.other
+    if (
+        ev.op != "module"
+        and made_on_cpu_by_default(made)
+        and (here or "").startswith("cuda")
+        and isinstance(made, Obj)
+        and isinstance(made.at, cst.Call)
+    ):
+        # The other side is the one off its device: made on the CPU for want of a device= (`out =
+        # torch.zeros(n, d)` then `out.index_add_(0, index, src)` with src on a GPU), not this GPU tensor.
+        other = value_text(ctx, ev.what_expr, made, ev.what or "the other operand")
+        where = "" if ev.op == "op" else f" in `{ev.op}`"
+        like = name if name.isidentifier() else None
+        device = f"{like}.device" if like else device_literal(here or "")
+        return (
+            f"`{other}` is on cpu ({origin_text(ctx, made)}), but it meets `{name}`{where}, which is on {show(here)}",
+            f"create it on the device of what it meets, e.g. `device={device}` in `{ctx.code(made.at.func)}(...)` "
+            f"at line {ctx.line(made.at)}",
+        )
     if _per_parameter(v) or (isinstance(ev.other, Obj) and _per_parameter(ev.other)):
         # Per-parameter work over a split model (grad norms stacked, shadows on one GPU).
         same = expr is not None and expr is ev.what_expr
