@@ -211,7 +211,12 @@ class Calls(Part):
             st.scope.split_seen = st.scope.split_seen or bool(mod.split)
             fwd = mod.cls.method("forward")
             if fwd is None:
-                return UNK
+                # A callable object of the file's (a loss or a callback with `__call__`, not a module): its
+                # `__call__` runs as a method does, with nothing about where a module's input must be.
+                call = mod.cls.method("__call__")
+                if call is None or call.node.decorators:
+                    return UNK
+                return self.call_function(call, mod, args, kwargs, st, node, helper=True)
             if args and isinstance(args[0], Obj) and args[0].kind != "scalar":
                 need = self.input_devs(mod, fwd)
                 self.interp.recorder.need(node, 0, need)
