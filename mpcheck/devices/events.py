@@ -230,6 +230,15 @@ class EntryPointRun(Fact):
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
+class StagesPlacedOnCurrent(Fact):
+    """A split class (`node`: its __init__) built while set_device(k), k > 0 known, made cuda:k current, whose
+    __init__ places stages with an index-less `.cuda()` / 'cuda': each lands on cuda:k. Where one then gets
+    its input from another GPU, the placement is the bug (MP004 there, not MP001 at the call)."""
+
+    placements: tuple[IndexlessPlacement, ...]
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
 class SplitBuiltAfterSetDevice(Fact):
     """A class whose __init__ places stages index-lessly, built after set_device."""
 

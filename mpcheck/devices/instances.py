@@ -9,7 +9,7 @@ from typing import Any
 
 import libcst as cst
 
-from mpcheck.devices.events import EntryPointRun, PlacedTwice, SplitBuiltAfterSetDevice
+from mpcheck.devices.events import EntryPointRun, PlacedTwice, SplitBuiltAfterSetDevice, StagesPlacedOnCurrent
 from mpcheck.devices.program import MAX_DEPTH, ClassInfo, Part, Scope, State
 from mpcheck.devices.unmoved import on_cpu, parts_moved_from_outside, reaches_parts_by_name
 from mpcheck.devices.values import (
@@ -123,6 +123,17 @@ class Instances(Part):
             self.interp.recorder.record(
                 EntryPointRun(node=init, name=scope.name, builds_split=bool(obj.split), placements=own)
             )
+        on_current = tuple(
+            p
+            for p in scope.placements
+            if p.setdev is outer
+            and not (p.of_tensor or p.of_loss or p.under_device_context)
+            and p.dev is not None
+            and p.dev.startswith("cuda:")
+            and p.dev != "cuda:0"
+        )
+        if on_current and obj.split:
+            self.interp.recorder.record(StagesPlacedOnCurrent(node=init, placements=on_current))
 
     def _note_placed_twice(self, obj: Obj) -> None:
         """A submodule placed twice by __init__ while a sibling module is never placed (events.PlacedTwice)."""

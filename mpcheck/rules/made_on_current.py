@@ -1,7 +1,9 @@
 """A tensor made on the index-less current device inside a class (a stage's forward, an init_hidden,
 a cached table), or placed index-less after a `set_device(k)` anywhere (`batch.cuda()` in a training
 function), that meets tensors or modules on an explicit GPU: the mismatch's root cause is the line
-that made it, so MP004 reports it there (as the run-time face does) and MP001 leaves it alone."""
+that made it, so MP004 reports it there (as the run-time face does) and MP001 leaves it alone.
+The same for a stage of a split class placed index-less while set_device(k) made cuda:k current, whose
+input arrives from another GPU (`stage_placed_on_current`)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from mpcheck.devices.events import IndexlessPlacement, Mismatch
+from mpcheck.devices.events import IndexlessPlacement, Mismatch, StagesPlacedOnCurrent
 from mpcheck.devices.values import CURRENT, Obj, single
 from mpcheck.rules.context import FileContext
 
@@ -68,3 +70,19 @@ def _in_a_class(ctx: FileContext, node: cst.CSTNode) -> bool:
         return False
     line = ctx.line(node)
     return any(start <= line <= end for start, end in ctx.class_lines)
+
+
+def stage_placed_on_current(ctx: FileContext, ev: Mismatch) -> IndexlessPlacement | None:
+    """The index-less placement of the module of a mismatch at its input (`self.embed = nn.Embedding(...)
+    .cuda()` after `set_device(1)`, its input on cuda:0), when it landed on the current cuda:k of a split
+    class and the input is on another GPU; None for any other mismatch."""
+    if ev.op != "module" or not isinstance(ev.module, Obj) or ev.module.at is None:
+        return None
+    here = single(ev.value.devs)
+    if here is None or not here.startswith("cuda:"):
+        return None
+    for fact in ctx.model.facts(StagesPlacedOnCurrent):
+        for p in fact.placements:
+            if p.node is ev.module.at and p.dev != here:
+                return p
+    return None

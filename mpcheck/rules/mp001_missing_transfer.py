@@ -13,7 +13,7 @@ from mpcheck.devices.values import Obj, device_literal, known_tensor, made_on_cp
 from mpcheck.finding import Finding
 from mpcheck.rules.base import Rule, once_per_node
 from mpcheck.rules.context import FileContext
-from mpcheck.rules.made_on_current import made_on_current
+from mpcheck.rules.made_on_current import made_on_current, stage_placed_on_current
 from mpcheck.rules.metrics import in_a_metric
 from mpcheck.rules.words import FLOW_WORDS
 
@@ -123,7 +123,7 @@ class MissingTransfer(Rule):
 
 
 def _ours(ctx: FileContext, ev: Mismatch, collapsed: set[int]) -> bool:
-    if made_on_current(ctx, ev) is not None:
+    if made_on_current(ctx, ev) is not None or stage_placed_on_current(ctx, ev) is not None:
         return False  # its root cause is the line that made it on the current device: MP004 there
     if isinstance(ev.module, Obj) and id(ev.module.at) in collapsed:
         return False

@@ -13,11 +13,11 @@ from mpcheck.devices.events import (
     Mismatch,
     SplitBuiltAfterSetDevice,
 )
-from mpcheck.devices.values import device_literal, show
+from mpcheck.devices.values import device_literal, show, single
 from mpcheck.finding import Finding
 from mpcheck.rules.base import Rule, once_per_node
 from mpcheck.rules.context import FileContext
-from mpcheck.rules.made_on_current import made_on_current
+from mpcheck.rules.made_on_current import made_on_current, stage_placed_on_current
 
 
 class SetDeviceConflict(Rule):
@@ -43,6 +43,7 @@ class SetDeviceConflict(Rule):
                 suggestion="write the device index explicitly",
             )
         yield from _made_on_current_device(self, ctx, reported)
+        yield from _stages_placed_on_current(self, ctx, reported)
         for built in ctx.model.facts(SplitBuiltAfterSetDevice):
             setdev = built.setdev
             plain, obj = built.plain, built.obj
@@ -111,6 +112,28 @@ def _made_on_current_device(rule: Rule, ctx: FileContext, reported: set[int]) ->
             f"`.to(x.device)`, here {device_literal(m.stage)}), not on the current one.",
             devices=[m.stage, "cuda"],
             suggestion=f"create it on the device it is used on ({m.stage}), e.g. with `device=x.device`",
+        )
+
+
+def _stages_placed_on_current(rule: Rule, ctx: FileContext, reported: set[int]) -> Iterator[Finding]:
+    """A stage of a split class placed index-less after set_device(k) (so on cuda:k) whose input arrives
+    on another GPU: reported once, at the placement, naming the call that fails."""
+    for ev in once_per_node(ctx.model.facts(Mismatch)):
+        p = stage_placed_on_current(ctx, ev)
+        if p is None or id(p.node) in reported or not ctx.owns(p.node):
+            continue
+        reported.add(id(p.node))
+        here = single(ev.value.devs)
+        assert here is not None  # stage_placed_on_current knows the input's device
+        yield rule.finding(
+            ctx,
+            p.node,
+            f"`{ctx.code(p.node)}` names no device index: after `{_what(ctx, p.setdev)}` at line "
+            f"{ctx.line(p.setdev)} it places the stage on the current device ({p.dev}), but its input arrives on "
+            f"{here} at line {ctx.line(ev.node)} (`{ctx.code(ev.node)}`), where it fails. Name the device it is "
+            f"meant for: `.cuda({here.split(':')[1]})` / `.to({device_literal(here)})`.",
+            devices=[here, p.dev or "cuda"],
+            suggestion=f"place it on {here} by name, e.g. `.to({device_literal(here)})`",
         )
 
 
