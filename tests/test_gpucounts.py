@@ -235,3 +235,33 @@ def test_an_index_under_a_test_the_model_cannot_decide_is_not_reported():
     """
     assert lint(src) == []
     assert [x.line for x in lint(src.replace("if ready:", "if True:"))] == [8]
+
+
+def test_a_move_past_the_last_gpu_stops_the_program_there_and_nothing_after_it_is_reported():
+    # `h.to(f"cuda:{k + 1}")` after the last stage names cuda:n: CUDA stops at that move, so the head
+    # it would have met is no second finding (MP001 "h is on cuda:2 but the head is on cuda:1").
+    found = lint(
+        """
+        import torch
+        import torch.nn as nn
+
+        N = torch.cuda.device_count()
+
+        class Pipe(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.stages = nn.ModuleList(nn.Linear(8, 8).to(f"cuda:{k}") for k in range(N))
+                self.head = nn.Linear(8, 2).to(f"cuda:{N - 1}")
+
+            def forward(self, x):
+                outs = []
+                for mb in x.to("cuda:0").chunk(4):
+                    h = mb
+                    for k, stage in enumerate(self.stages):
+                        h = stage(h)
+                        h = h.to(f"cuda:{k + 1}")
+                    outs.append(self.head(h))
+                return torch.cat(outs)
+        """
+    )
+    assert [(x.code, x.line) for x in found] == [("MP009", 19)]

@@ -183,3 +183,55 @@ def test_a_buffer_made_without_a_device_is_named_as_the_tensor_off_its_device(tm
     assert msg.startswith("`total` is on cpu (created on the CPU by torch.zeros() without device=, line 9)"), msg
     assert "create it on the device of what it meets, e.g. `device=segment_ids.device`" in msg
     assert "to('cpu')" not in msg
+
+
+def test_targets_left_unmoved_for_two_losses_are_one_finding_naming_both_lines(tmp_path):
+    found = _lint(
+        tmp_path,
+        "contrastive.py",
+        """import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+q_tower = nn.Linear(8, 8).to("cuda:0")
+d_tower = nn.Linear(8, 8).to("cuda:1")
+
+
+def symmetric_loss(q, d, labels):
+    logits = q @ d.t()
+    loss_q = F.cross_entropy(logits, labels)
+    loss_d = F.cross_entropy(logits.t(), labels)
+    return (loss_q + loss_d) / 2
+
+
+labels = torch.arange(4, device="cuda:1")
+loss = symmetric_loss(q_tower(torch.randn(4, 8, device="cuda:0")), d_tower(torch.randn(4, 8, device="cuda:1")).to("cuda:0"), labels)
+""",
+    )
+    assert [(f["code"], f["line"]) for f in found] == [("MP008", 11)]
+    msg = found[0]["message"]
+    assert "(and at line 12 too)" in msg and "`labels = labels.to(logits.device)` before line 11" in msg, msg
+    assert found[0]["fix"] is None  # a `.to()` at line 11 alone would leave line 12 failing
+
+
+def test_a_metric_function_is_one_finding_however_many_lines_its_targets_reach(tmp_path):
+    found = _lint(
+        tmp_path,
+        "iou.py",
+        """import torch
+import torch.nn as nn
+
+head = nn.Linear(8, 4).to("cuda:1")
+
+
+def box_iou(pred, target):
+    target_area = target[:, 2] * target[:, 3]
+    inter = torch.min(pred[:, 2], target[:, 2]) * torch.min(pred[:, 3], target[:, 3])
+    return inter / (pred[:, 2] * pred[:, 3] + target_area - inter)
+
+
+boxes = torch.rand(5, 4).to("cuda:0")
+iou = box_iou(head(torch.randn(5, 8, device="cuda:1")), boxes)
+""",
+    )
+    assert [(f["code"], f["line"]) for f in found] == [("MP008", 9)]

@@ -155,21 +155,25 @@ class GpuCount:
 
     # ------------------------------------------------------------ indices past the last GPU
 
-    def check_device(self, devs: Devs, node: cst.CSTNode) -> None:
-        """A placement on cuda:k with k >= the assumed count."""
-        if self.count is None or not self.recorder.live or self._guards:
-            return
+    def check_device(self, devs: Devs, node: cst.CSTNode) -> bool:
+        """A placement on cuda:k with k >= the assumed count, in a live run (not a summary's): reported (outside a
+        branch that may guard against it), and True: the program stops there, or never gets there."""
+        if self.count is None or not self.recorder.live:
+            return False
         d = single(devs)
         if d is None or not d.startswith("cuda:"):
-            return
+            return False
         try:
             k = int(d[5:])
         except ValueError:
-            return
+            return False
         if k >= self.count:
-            self.recorder.record(
-                NonexistentDevice(node=node, dev=d, count=self.count, what="placement", visible=self.visible)
-            )
+            if not self._guards:
+                self.recorder.record(
+                    NonexistentDevice(node=node, dev=d, count=self.count, what="placement", visible=self.visible)
+                )
+            return True
+        return False
 
     def check_index(self, seq: SeqV, index: int, node: cst.CSTNode) -> None:
         """`devices[k]` past the end of a list of CUDA devices as long as the count."""

@@ -20,6 +20,7 @@ from mpcheck.devices.shared import note_move
 from mpcheck.devices.unmoved import MODULE_BASES
 from mpcheck.devices.values import (
     CURRENT,
+    FAILED,
     OFF_CHAIN,
     UNK,
     UNPLACED,
@@ -133,7 +134,8 @@ class Moves(Part):
         devs, is_device = self._move_target(meth, args, kwargs, node, st, of_tensor=of_tensor, of_loss=of_loss)
         target = args[0] if args else kwargs.get("device")
         if is_device and not isinstance(target, DeviceV):  # a torch.device(...) was checked where it was made
-            self.interp.gpus.check_device(devs, node)
+            if self.interp.gpus.check_device(devs, node) and isinstance(recv, Obj) and recv.kind in _TENSOR_KINDS:
+                return FAILED  # CUDA stops at this move (MP009): what would follow it is not judged
         if not is_device:
             if is_device is False:
                 return recv

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import libcst as cst
 
+from mpcheck.codes import is_metric_function
 from mpcheck.devices.describe import (
     MODE_WORDS,
+    and_list,
     move_fix,
     origin_text,
     root_name,
@@ -30,7 +33,17 @@ class LossDeviceMismatch(Rule):
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         yield from _metric_mismatches(self, ctx)
-        for ev in once_per_node(ctx.model.facts(LossMismatch)):
+        events = list(once_per_node(ctx.model.facts(LossMismatch)))
+        lines: dict[tuple[Any, ...], list[int]] = {}
+        for ev in events:
+            key = _targets_key(ctx, ev)
+            if key is not None:
+                lines.setdefault(key, []).append(ctx.line(ev.node))
+        for ev in events:
+            key = _targets_key(ctx, ev)
+            same = sorted(set(lines.get(key, []))) if key is not None else []
+            if same and same[0] != ctx.line(ev.node):
+                continue  # the same targets, left where they were, at another loss: the first one's finding
             v, other = ev.value, ev.other
             a_expr, b_expr = ev.other_expr, ev.expr
             a = value_text(ctx, a_expr, other, "the prediction")
@@ -39,18 +52,32 @@ class LossDeviceMismatch(Rule):
             loss = ctx.code(ev.node.func) if isinstance(ev.node, cst.Call) else "the loss"
             line = ctx.line(ev.node)
             fix = _targets_fix(ctx, a_expr, a, da, b_expr, b)
+            also = ""
+            if len(same) > 1:
+                # One move before the first loss mends them all; a fix of this line alone would not.
+                later = "line" if len(same) == 2 else "lines"
+                also = f" (and at {later} {and_list([str(n) for n in same[1:]])} too)"
             yield self.finding(
                 ctx,
                 ev.node,
                 f"`{loss}` gets `{a}` on {show(da)} ({origin_text(ctx, other)}) and `{b}` on {show(db)} "
-                f"({origin_text(ctx, v)}){MODE_WORDS.get(ev.mode, '')}{via_text(ctx, ev.via)}: move the targets to the outputs' device "
+                f"({origin_text(ctx, v)}){also}{MODE_WORDS.get(ev.mode, '')}{via_text(ctx, ev.via)}: move the targets to the outputs' device "
                 f"(the small tensor, not the logits), e.g. `{fix}` before line {line}.",
                 devices=[da, db],
                 suggestion=f"{fix} before line {line}",
                 # `.to(a.device)` follows the outputs on every visit, and both are tensors:
                 # the facts come from torch losses, which take nothing else.
-                fix=move_fix(ctx, b_expr, f"{a}.device") if isinstance(a_expr, cst.Name) else None,
+                fix=move_fix(ctx, b_expr, f"{a}.device") if isinstance(a_expr, cst.Name) and not also else None,
             )
+
+
+def _targets_key(ctx: FileContext, ev: LossMismatch) -> tuple[Any, ...] | None:
+    """Targets (or weights) that are a variable itself (`labels`), left on their device: its function, name
+    and value, and both devices. None for any other expression."""
+    v = ev.value
+    if not isinstance(ev.expr, cst.Name) or v.at is None:
+        return None
+    return (ctx.function_name(ev.node), ev.expr.value, id(v.at), single(v.devs), single(ev.other.devs), ev.via)
 
 
 def _metric_mismatches(rule: Rule, ctx: FileContext) -> Iterator[Finding]:
@@ -69,8 +96,13 @@ def _metric_mismatches(rule: Rule, ctx: FileContext) -> Iterator[Finding]:
         if not moves_value:
             v, v_expr, o, o_expr = o, o_expr, v, v_expr
         tgt = root_name(v_expr, ctx.imported_names)
+        function = ctx.function_name(ev.node)
+        if is_metric_function(function) and not weighs_a_loss(ev):
+            # A function named for a metric is reported once (as at run time): its targets' one missing move
+            # shows at each operation, through what is computed from them too (`target_area`).
+            tgt = f"<{function}: {ev.via!r}>"
         if tgt:
-            key = (ctx.function_name(ev.node), tgt)
+            key = (function, tgt)
             if key in done:
                 continue
             done.add(key)
