@@ -17,7 +17,7 @@ from mpcheck.devices.callers import note_call
 from mpcheck.devices.events import LossMismatch, Mismatch
 from mpcheck.devices.names import canonical, dotted
 from mpcheck.devices.placing import placed_view, places_parts
-from mpcheck.devices.program import MAX_DEPTH, FuncInfo, Part, State, params_of
+from mpcheck.devices.program import MAX_DEPTH, ClassInfo, FuncInfo, Part, State, params_of
 from mpcheck.devices.summarized import call_inlined, call_summarized, refused, summarized_output
 from mpcheck.devices.unmoved import built_here, never_placed_view
 from mpcheck.devices.values import (
@@ -391,6 +391,15 @@ class Calls(Part):
             return Obj("tensor", None, origin="loss")
         return Obj("tensor", first[0].devs, origin=LOSS_OF, at=node)
 
+    def _autograd_function(self, cls: ClassInfo) -> bool:
+        """Does the file's class derive from torch.autograd.Function (directly or through its own classes)?"""
+        for c in cls.lineage():
+            for base in c.node.bases:
+                q = self.interp.exprs.qname(base.value) or ""
+                if q in ("torch.autograd.Function", "torch.autograd.function.Function"):
+                    return True
+        return False
+
     def _runs_torch_forward(self, mod: Obj) -> bool:
         """A class of the file that writes no forward and derives from a torch.nn module that has one
         (`class DoubleConv(nn.Sequential)` built with `super().__init__(layers...)`, `class Proj(nn.Linear)`),
@@ -688,6 +697,12 @@ class Calls(Part):
     ) -> Val:
         if meth in ("to", "cuda", "cpu"):
             return self.interp.moves.move(recv, meth, args, kwargs, node, st)
+        if meth == "apply" and isinstance(recv, ClassRef) and self._autograd_function(recv.info):
+            # A custom torch.autograd.Function of the file: `apply(*args)` runs its static `forward(ctx, *args)`.
+            fwd = recv.info.method("forward")
+            if fwd is None:
+                return UNK
+            return self.call_function(fwd, None, [UNK, *args], kwargs, st, node, helper=True)
         if (
             meth == "type_as"
             and len(args) == 1

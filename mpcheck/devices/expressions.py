@@ -464,19 +464,25 @@ class Expressions(Part):
             self.interp.recorder.need(node, "binop", a.devs)
             c = conflict(a.devs, b.devs)
             if c:
+                left_expr = getattr(node, "left", None) or getattr(node, "target", None)
+                if b.kind in ("param", "buffer") and a.kind == "tensor" and (single(b.devs) or "").startswith("cuda:"):
+                    # `x > self.thresholds`: the activation is the one to move, where the weights are.
+                    value, other, expr, other_expr = a, b, left_expr, _right_operand(node)
+                else:
+                    # `a + b` (BinaryOperation) or `a += b` (AugAssign: target and value)
+                    value, other, expr, other_expr = b, a, _right_operand(node), left_expr
                 self.interp.recorder.record(
                     Mismatch(
                         node=node,
                         mode=st.mode,
-                        value=b,
-                        target=a.devs,
-                        what=a.label or "the left operand",
+                        value=value,
+                        target=other.devs,
+                        what=other.label or ("the left operand" if other is a else "the right operand"),
                         op="op",
-                        other=a,
-                        arg_index=1,
-                        # `a + b` (BinaryOperation) or `a += b` (AugAssign: target and value)
-                        expr=_right_operand(node),
-                        what_expr=getattr(node, "left", None) or getattr(node, "target", None),
+                        other=other,
+                        arg_index=1 if value is b else 0,
+                        expr=expr,
+                        what_expr=other_expr,
                         site="binop",
                     ),
                     key="binop",

@@ -234,6 +234,25 @@ class Library(Part):
             if conflict(a.devs, first[0].devs):
                 if loss:
                     fact: Fact = LossMismatch.against_first(first, a, e, node=node, mode=st.mode, op=q)
+                elif (
+                    a.kind in ("param", "buffer")
+                    and first[0].kind == "tensor"
+                    and (single(a.devs) or "").startswith("cuda:")
+                ):
+                    # A weight passed in (`torch.cdist(flat, codebook)` with the codebook a parameter): the
+                    # activation is the one to move, where the weights are.
+                    fact = Mismatch(
+                        node=node,
+                        mode=st.mode,
+                        value=first[0],
+                        target=a.devs,
+                        expr=first[1],
+                        what=a.label or (e is not None and "") or "a weight",
+                        what_expr=e,
+                        op=q,
+                        other=a,
+                        site="op",
+                    )
                 else:
                     fact = Mismatch(
                         node=node,

@@ -164,6 +164,8 @@ def _special_case(ctx: FileContext, ev: Mismatch, name: str, meets: str) -> tupl
         and (here or "").startswith("cuda")
         and isinstance(made, Obj)
         and isinstance(made.at, cst.Call)
+        and ctx.owns(made.at)
+        and ctx.function_name(made.at) == ctx.function_name(ev.node)  # made in this function: fix it there
     ):
         # The other side is the one off its device: made on the CPU for want of a device= (`out =
         # torch.zeros(n, d)` then `out.index_add_(0, index, src)` with src on a GPU), not this GPU tensor.
