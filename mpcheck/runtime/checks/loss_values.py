@@ -4,7 +4,7 @@ a per-element loss weighted by a mask or by per-sample weights left beside the i
 (`(F.cross_entropy(logits, y, reduction="none") * mask).sum()`, diffusion's SNR weights, importance
 weights) is fixed as a loss's targets are, by moving the small tensor to the loss's device.
 
-A value is a loss's when it is a loss's output itself (kept in a weak set: nothing is held alive), or
+A value is a loss's when it is a loss's output itself (kept by weak reference: nothing is held alive), or
 when its autograd history, walked back a few nodes, reaches a loss's node (`MseLossBackward0`,
 `NllLossBackward0`, ...): `loss.mean(dim=1) * w` too. Without a graph (no_grad) only the outputs
 themselves are known. Asked only when a call mixes devices: a run without a mismatch pays one weak
