@@ -56,6 +56,7 @@ from mpcheck.devices.values import (
     single,
     spans_of,
     used,
+    weight_on_gpu,
 )
 from mpcheck.devices.walk import attribute_assignments
 
@@ -465,7 +466,7 @@ class Expressions(Part):
             c = conflict(a.devs, b.devs)
             if c:
                 left_expr = getattr(node, "left", None) or getattr(node, "target", None)
-                if b.kind in ("param", "buffer") and a.kind == "tensor" and (single(b.devs) or "").startswith("cuda:"):
+                if weight_on_gpu(b) and a.kind == "tensor":
                     # `x > self.thresholds`: the activation is the one to move, where the weights are.
                     value, other, expr, other_expr = a, b, left_expr, _right_operand(node)
                 else:

@@ -73,6 +73,7 @@ from mpcheck.devices.values import (
     single,
     spans_of,
     used,
+    weight_on_gpu,
 )
 
 
@@ -234,11 +235,7 @@ class Library(Part):
             if conflict(a.devs, first[0].devs):
                 if loss:
                     fact: Fact = LossMismatch.against_first(first, a, e, node=node, mode=st.mode, op=q)
-                elif (
-                    a.kind in ("param", "buffer")
-                    and first[0].kind == "tensor"
-                    and (single(a.devs) or "").startswith("cuda:")
-                ):
+                elif weight_on_gpu(a) and first[0].kind == "tensor":
                     # A weight passed in (`torch.cdist(flat, codebook)` with the codebook a parameter): the
                     # activation is the one to move, where the weights are.
                     fact = Mismatch(

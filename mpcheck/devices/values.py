@@ -380,6 +380,11 @@ def made_on_cpu_by_default(v: Val | None) -> bool:
     )
 
 
+def weight_on_gpu(v: Val) -> bool:
+    """A parameter or buffer on one GPU: beside an activation on another, the activation is the one to move."""
+    return isinstance(v, Obj) and v.kind in ("param", "buffer") and (single(v.devs) or "").startswith("cuda:")
+
+
 # The origin of what a loss returned (`at`: the loss's call), kept by what is computed from it first: a
 # mask or weights on another device meet a loss's value (rules/metrics.py: MP008's, not MP001's).
 LOSS_OF = "the loss"

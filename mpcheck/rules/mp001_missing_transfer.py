@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import libcst as cst
 
-from mpcheck.devices.describe import MODE_WORDS, and_list, move_fix, origin_text, value_text, via_text
+from mpcheck.devices.describe import MODE_WORDS, move_fix, origin_text, value_text, via_text
 from mpcheck.devices.events import Mismatch, PlacedTwice, SplitBuiltAfterSetDevice
 from mpcheck.devices.values import Obj, device_literal, known_tensor, made_on_cpu_by_default, show, single
 from mpcheck.finding import Finding
@@ -15,6 +14,7 @@ from mpcheck.rules.base import Rule, once_per_node
 from mpcheck.rules.context import FileContext
 from mpcheck.rules.made_on_current import made_on_current, stage_placed_on_current
 from mpcheck.rules.metrics import in_a_metric
+from mpcheck.rules.one_move import OneMove, later_lines
 from mpcheck.rules.words import FLOW_WORDS
 
 
@@ -26,12 +26,11 @@ class MissingTransfer(Rule):
         # Stages placed index-less in an __init__ run after set_device: MP004 reports the placement or the build.
         collapsed = {id(n) for built in ctx.model.facts(SplitBuiltAfterSetDevice) for n in built.where}
         mine = [ev for ev in once_per_node(ctx.model.facts(Mismatch)) if _ours(ctx, ev, collapsed)]
-        repeats = _repeated_uses(ctx, mine)
+        one_move = OneMove(ctx, mine)
         for ev in mine:
-            key = _use_key(ctx, ev) if repeats else None
-            lines = repeats.get(key) if key is not None else None
-            if lines is not None and lines[0] != ctx.line(ev.node):
+            if one_move.later(ev):
                 continue  # a later use of one variable left on its device: the first use's finding says it
+            lines = one_move.lines(ev)
             v = ev.value
             here, there = single(v.devs), single(ev.target)
             name = value_text(ctx, ev.expr, v)
@@ -105,10 +104,8 @@ class MissingTransfer(Rule):
                 else f"move it first, e.g. `{fix}` before line {line}"
             )
             also = ""
-            if lines is not None and len(lines) > 1:
-                # One move before the first use mends them all; a fix of this line alone would not.
-                later = "line" if len(lines) == 2 else "lines"
-                also = f" (it meets {show(there)} unmoved at {later} {and_list([str(n) for n in lines[1:]])} too)"
+            if lines:  # one move before the first use mends them all (rules/one_move.py)
+                also = f" (it meets {show(there)} unmoved at {later_lines(lines)} too)"
                 advice = f"move it once before its first use, e.g. `{name} = {name}.to({device_literal(there)})` before line {line}"
             yield self.finding(
                 ctx,
@@ -128,26 +125,6 @@ def _ours(ctx: FileContext, ev: Mismatch, collapsed: set[int]) -> bool:
     if isinstance(ev.module, Obj) and id(ev.module.at) in collapsed:
         return False
     return not in_a_metric(ctx, ev)  # predictions against targets: MP008's
-
-
-def _use_key(ctx: FileContext, ev: Mismatch) -> tuple[Any, ...] | None:
-    """A mismatch of a variable itself (`temb`, passed to `self.mid(h, temb)`): its function, name, value
-    and the two devices. None for any other expression."""
-    v = ev.value
-    if not isinstance(ev.expr, cst.Name) or not isinstance(v, Obj) or v.at is None:
-        return None
-    return (ctx.function_name(ev.node), ev.expr.value, id(v.at), single(v.devs), single(ev.target), ev.via)
-
-
-def _repeated_uses(ctx: FileContext, events: list[Mismatch]) -> dict[tuple[Any, ...], list[int]]:
-    """Per variable left on its device (_use_key), the lines where it meets the other one, when more
-    than one: one missing move, one finding (at the first line)."""
-    lines: dict[tuple[Any, ...], set[int]] = {}
-    for ev in events:
-        key = _use_key(ctx, ev)
-        if key is not None and key[3] is not None and key[4] is not None:
-            lines.setdefault(key, set()).add(ctx.line(ev.node))
-    return {k: sorted(ls) for k, ls in lines.items() if len(ls) > 1}
 
 
 def _special_case(ctx: FileContext, ev: Mismatch, name: str, meets: str) -> tuple[str, str] | None:

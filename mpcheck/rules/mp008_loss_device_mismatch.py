@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import libcst as cst
 
 from mpcheck.codes import is_metric_function
 from mpcheck.devices.describe import (
     MODE_WORDS,
-    and_list,
     move_fix,
     origin_text,
     root_name,
@@ -24,6 +22,7 @@ from mpcheck.rules.base import Rule, once_per_node
 from mpcheck.rules.context import FileContext
 from mpcheck.rules.made_on_current import made_on_current
 from mpcheck.rules.metrics import in_a_metric, weighs_a_loss
+from mpcheck.rules.one_move import OneMove, later_lines
 from mpcheck.rules.words import FLOW_WORDS
 
 
@@ -34,16 +33,11 @@ class LossDeviceMismatch(Rule):
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         yield from _metric_mismatches(self, ctx)
         events = list(once_per_node(ctx.model.facts(LossMismatch)))
-        lines: dict[tuple[Any, ...], list[int]] = {}
+        one_move = OneMove(ctx, events)
         for ev in events:
-            key = _targets_key(ctx, ev)
-            if key is not None:
-                lines.setdefault(key, []).append(ctx.line(ev.node))
-        for ev in events:
-            key = _targets_key(ctx, ev)
-            same = sorted(set(lines.get(key, []))) if key is not None else []
-            if same and same[0] != ctx.line(ev.node):
+            if one_move.later(ev):
                 continue  # the same targets, left where they were, at another loss: the first one's finding
+            same = one_move.lines(ev)
             v, other = ev.value, ev.other
             a_expr, b_expr = ev.other_expr, ev.expr
             a = value_text(ctx, a_expr, other, "the prediction")
@@ -53,10 +47,8 @@ class LossDeviceMismatch(Rule):
             line = ctx.line(ev.node)
             fix = _targets_fix(ctx, a_expr, a, da, b_expr, b)
             also = ""
-            if len(same) > 1:
-                # One move before the first loss mends them all; a fix of this line alone would not.
-                later = "line" if len(same) == 2 else "lines"
-                also = f" (and at {later} {and_list([str(n) for n in same[1:]])} too)"
+            if same:  # one move before the first loss mends them all (rules/one_move.py)
+                also = f" (and at {later_lines(same)} too)"
             yield self.finding(
                 ctx,
                 ev.node,
@@ -69,15 +61,6 @@ class LossDeviceMismatch(Rule):
                 # the facts come from torch losses, which take nothing else.
                 fix=move_fix(ctx, b_expr, f"{a}.device") if isinstance(a_expr, cst.Name) and not also else None,
             )
-
-
-def _targets_key(ctx: FileContext, ev: LossMismatch) -> tuple[Any, ...] | None:
-    """Targets (or weights) that are a variable itself (`labels`), left on their device: its function, name
-    and value, and both devices. None for any other expression."""
-    v = ev.value
-    if not isinstance(ev.expr, cst.Name) or v.at is None:
-        return None
-    return (ctx.function_name(ev.node), ev.expr.value, id(v.at), single(v.devs), single(ev.other.devs), ev.via)
 
 
 def _metric_mismatches(rule: Rule, ctx: FileContext) -> Iterator[Finding]:
