@@ -12,6 +12,7 @@ from typing import Any
 
 import libcst as cst
 
+from mpcheck.devices import memo
 from mpcheck.devices import torchapi as T
 from mpcheck.devices.callers import note_call
 from mpcheck.devices.events import LossMismatch, Mismatch
@@ -58,6 +59,7 @@ from mpcheck.devices.values import (
     used,
     value_key,
 )
+from mpcheck.devices.walk import assigned, walk
 
 # The argument expressions of a call, in the order of its values (None where one has none).
 ArgExprs = Sequence[cst.BaseExpression | None] | None
@@ -140,6 +142,8 @@ class Calls(Part):
             # its first run did not leave idle (MP005 counts only idle round trips).
             idle = self.interp.memo_idle.get(key, ())
             used(*(a for i, a in enumerate(passed) if i not in idle))
+            for i, changed in self.interp.memo_changed.get(key, ()):
+                _rebind_changed(args[i], changed, st)
             return _relinked(self.interp.memo[key], self.interp.memo_lineages.get(key, ((), True)), args)
         self.interp.memo[key] = UNK
         fresh = [not a.worked for a in passed]
@@ -147,6 +151,7 @@ class Calls(Part):
         steps_before = len(self.interp.recorder.crossings)
         env = dict(self.interp.globals)
         self.bind(info, env, self_val, args, kwargs)
+        held = _instances_given(info, env, args)
         cst_ = State(
             env,
             st.cur,
@@ -160,9 +165,13 @@ class Calls(Part):
         sites = self.interp.recorder.sites
         sites.append(node if helper else None)
         try:
-            self.interp.stmts.run_body(info, cst_)
+            ends = self.interp.stmts.run_body(info, cst_)
         finally:
             sites.pop()
+        changes = _changed_instances(held, ends)
+        self.interp.memo_changed[key] = changes
+        for i, changed in changes:
+            _rebind_changed(args[i], changed, st)
         result: Val | None = None
         for r in cst_.returns:
             result = r if result is None else join(result, r)
@@ -879,6 +888,73 @@ class Calls(Part):
 
 
 _PROBE_SERIALS = itertools.count()  # a probe run's own memo key (ids of freed dicts come back)
+
+
+def _instances_given(info: FuncInfo, env: dict[str, Val], args: list[Val]) -> dict[str, int]:
+    """The parameters bound to an instance of a class of this file passed positionally (by index):
+    a helper may replace its parts (`model.fc2 = LoRALinear(model.fc2, dev)`), in place."""
+    held = {}
+    rebound = _rebound_names(info.node)
+    for name, _ in params_of(info.node):
+        if name in rebound:
+            continue
+        v = env.get(name)
+        if isinstance(v, Obj) and v.cls is not None and v.attrs is not None:
+            i = next((i for i, a in enumerate(args) if a is v), None)
+            if i is not None:
+                held[name] = i
+    return held
+
+
+_REBOUND = memo.node_table()
+
+
+def _rebound_names(fn: cst.FunctionDef) -> frozenset[str]:
+    """Names a function's body binds anew (`model = Net()`), not counting `model = model.to(d)` and the
+    like (a method of the name itself: Module.to() returns the module it moved in place)."""
+    got: frozenset[str] | None = memo.recall(_REBOUND, fn)
+    if got is not None:
+        return got
+    names = set()
+    for n in walk(fn.body):
+        value = getattr(n, "value", None)
+        for t in assigned(n):
+            own = (
+                isinstance(value, cst.Call)
+                and isinstance(value.func, cst.Attribute)
+                and isinstance(value.func.value, cst.Name)
+                and isinstance(t, cst.Name)
+                and value.func.value.value == t.value
+            )
+            if isinstance(t, cst.Name) and not own:
+                names.add(t.value)
+        if isinstance(n, (cst.For, cst.CompFor)) and isinstance(n.target, cst.Name):
+            names.add(n.target.value)
+    return memo.keep(_REBOUND, fn, frozenset(names))
+
+
+def _changed_instances(held: dict[str, int], ends: list[dict[str, Val]]) -> tuple[tuple[int, Obj], ...]:
+    """The instances a helper changed in place, as every path of its body left them: (argument index,
+    the instance now). Where the paths disagree (`if cfg.lora: model.fc2 = ...`), it is left as given."""
+    out = []
+    for name, i in held.items():
+        finals = {id(e.get(name)): e.get(name) for e in ends}
+        if len(finals) != 1:
+            continue
+        (now,) = finals.values()
+        if isinstance(now, Obj) and now.cls is not None:
+            out.append((i, now))
+    return tuple(out)
+
+
+def _rebind_changed(given: Val, now: Obj, st: State) -> None:
+    """The caller's names for an instance its callee changed in place (Python passes the object, not a
+    copy) hold it as it is now (its parameter was not bound anew there: _rebound_names)."""
+    if now is given or not isinstance(given, Obj) or given.cls is not now.cls:
+        return
+    for name, v in st.env.items():
+        if v is given:
+            st.env[name] = now
 
 
 def _self_key(v: Val | None) -> Any:

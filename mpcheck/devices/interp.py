@@ -100,6 +100,7 @@ class Interp:
         self.memo: dict[Any, Val] = {}  # call_function's results, by callee and argument values
         # The lineages of those arguments, and whether the body took steps of them (calls._relinked).
         self.memo_lineages: dict[Any, tuple[tuple[int | None, ...], bool]] = {}
+        self.memo_changed: dict[Any, tuple[tuple[int, Obj], ...]] = {}  # instances a memoised call changed
         self.memo_idle: dict[Any, frozenset[int]] = {}  # a memoised call's arguments its body left idle
         self.moved_outside: frozenset[str] | None = None  # unmoved.parts_moved_from_outside, once per file
         self.stack: list[FuncInfo] = []  # the functions being interpreted, innermost last

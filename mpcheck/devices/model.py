@@ -63,6 +63,13 @@ class DeviceModel:
         """The facts of one type, in the order the interpreter saw them."""
         return self._by_type.get(kind, [])
 
+    def known_targets(self, fact: Mismatch) -> set[str]:
+        """The single devices a mismatch's operand had to be on over the visits of its site that
+        knew one (two or more: the line runs for several devices, as a loop over blocks does); a symbol
+        (`sym:dev`, a parameter's device in a run of the class on its own) is none."""
+        seen = self._needs.get((id(fact.node), fact.site), ())
+        return {d for devs in seen if (d := single(devs)) is not None and not d.startswith("sym:")}
+
     def one_target(self, fact: Mismatch) -> str | None:
         """The device a mismatch's operand had to be on, when it is the same single
         device on every visit of that site (each loop iteration, path and call);

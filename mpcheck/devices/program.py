@@ -118,7 +118,7 @@ class Scope:
 
 
 class State:
-    __slots__ = ("cur", "env", "in_init", "mode", "returns", "scope", "self_obj", "setdev")
+    __slots__ = ("cur", "env", "exits", "in_init", "mode", "returns", "scope", "self_obj", "setdev")
 
     def __init__(
         self,
@@ -138,6 +138,7 @@ class State:
         self.in_init = in_init
         self.scope = scope
         self.returns: list[Val] = []
+        self.exits: list[dict[str, Val]] = []  # the environments of the paths that returned
 
     @classmethod
     def fresh(cls, env: dict[str, Val], scope_name: str, self_obj: Val | None = None) -> State:
@@ -147,6 +148,7 @@ class State:
     def copy(self) -> State:
         s = State(dict(self.env), self.cur, self.setdev, self.mode, self.self_obj, self.in_init, self.scope)
         s.returns = self.returns
+        s.exits = self.exits
         return s
 
     def resolve_current(self, devs: Devs) -> Devs:

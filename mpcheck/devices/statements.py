@@ -59,16 +59,18 @@ class Statements(Part):
         a split model takes: MP002 and MP007 say nothing there."""
         return any(asks_if_split(test, st.scope.bound_to) for test in self.open_tests)
 
-    def run_body(self, info: FuncInfo, st: State) -> None:
-        """Runs a function's body on one path, with the function on the call stack;
-        a recursion too deep for Python ends the path."""
+    def run_body(self, info: FuncInfo, st: State) -> list[dict[str, Val]]:
+        """Runs a function's body on one path, with the function on the call stack; a recursion too
+        deep for Python ends the path. Returns the environments the body ends with (every path's,
+        returned or fallen off its end; none after a recursion too deep)."""
         self.interp.stack.append(info)
         try:
-            self.exec_block(body_of(info.node), [st])
+            ends = self.exec_block(body_of(info.node), [st])
         except RecursionError:
-            pass
+            return []
         finally:
             self.interp.stack.pop()
+        return [*st.exits, *(s.env for s in ends)]
 
     def exec_block(self, stmts: Iterable[cst.CSTNode], states: list[State]) -> list[State]:
         opened = len(self.open_tests)
@@ -169,6 +171,7 @@ class Statements(Part):
             return True
         if isinstance(s, cst.Return):
             st.returns.append(self.interp.exprs.ev(s.value, st) if s.value is not None else Const(None))
+            st.exits.append(st.env)
             return False
         if isinstance(s, cst.Raise):
             return False

@@ -77,11 +77,12 @@ class MissingTransfer(Rule):
                 )
                 continue
             moved_tensor = _moved_tensor(expr)
-            varies = ctx.model.one_target(ev) != there
-            target_code = _device_of(ctx, ev) if varies else None
+            several = len(ctx.model.known_targets(ev)) > 1
+            target_code = _device_of(ctx, ev) if ctx.model.one_target(ev) != there else None
             if target_code is not None:
-                # Visits of this line need different devices (a loop over blocks on two GPUs):
-                # no one device fits; the device of what it meets on each visit does.
+                # Visits of this line need different devices (a loop over blocks on two GPUs), or one
+                # visit's device is a parameter's (a class run on its own): no one device fits; the
+                # device of what it meets on each visit does.
                 moved = ctx.code(moved_tensor) if moved_tensor is not None else name
                 fix = (
                     f"{moved}.to({target_code})"
@@ -97,12 +98,15 @@ class MissingTransfer(Rule):
                 fix = f"{name}.to({device_literal(there)})"
             else:
                 fix = f"({name}).to({device_literal(there)})"
-            advice = (
-                f"the line runs for several devices, so move it to the device it meets on each visit, e.g. `{fix}` "
-                f"at line {line}"
-                if target_code is not None
-                else f"move it first, e.g. `{fix}` before line {line}"
-            )
+            if target_code is not None and several:
+                advice = (
+                    f"the line runs for several devices, so move it to the device it meets on each visit, "
+                    f"e.g. `{fix}` at line {line}"
+                )
+            elif target_code is not None:
+                advice = f"move it to the device of what it meets, e.g. `{fix}` at line {line}"
+            else:
+                advice = f"move it first, e.g. `{fix}` before line {line}"
             also = ""
             if lines:  # one move before the first use mends them all (rules/one_move.py)
                 also = f" (it meets {show(there)} unmoved at {later_lines(lines)} too)"
