@@ -27,6 +27,7 @@ from mpcheck.runtime.checks.checker import Checker
 from mpcheck.runtime.checks.ledger import Ledger
 from mpcheck.runtime.checks.module_devices import modules_of
 from mpcheck.runtime.checks.protocols import Devices
+from mpcheck.runtime.checks.sites import is_users_function
 
 _active_lock = threading.Lock()
 _active: Session | None = None
@@ -234,16 +235,25 @@ class Session:
     def _step_outside_mode(self, mode: CheckingMode):
         """optimizer.step() runs outside the function mode: its per-parameter bookkeeping
         (hundreds of `.grad` / state reads) would cost more than the whole forward's checks,
-        and it is library code. Strict mode still checks its aten ops."""
+        and it is library code. Strict mode still checks its aten ops. An optimizer whose step the
+        user wrote (a Lion or a Sophia of their own) is the user's code, checked like the rest:
+        a state it makes on the CPU for want of `device=` meets each parameter's gradient there."""
         from torch.optim.optimizer import register_optimizer_step_pre_hook
 
         stack_len = torch._C._len_torch_function_stack
         tls = self._popped_tls
+        own_step: dict[type, bool] = {}  # optimizer class -> whether its step is the user's code
 
         def pre(opt, args, kwargs):
             if hooks.in_outer_step():
                 return  # the outer step has already stepped out of the mode
             self._restore_mode()
+            cls = type(opt)
+            users = own_step.get(cls)
+            if users is None:
+                users = own_step[cls] = is_users_function(cls.step)
+            if users:
+                return
             n = stack_len()
             if n and torch._C._get_function_stack_at(n - 1) is mode:
                 tls.popped = torch._C._pop_torch_function_stack()

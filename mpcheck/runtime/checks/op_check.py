@@ -218,11 +218,12 @@ def _where_needed(self: Checker, first_dev: str, odd: list[tuple[Where, Any, str
     """The device a mixed call belongs on, as its fix would have it: the one device of its parameters
     (`torch.where(mask, self.mask_emb, x)`: the mask is the one to move), else the device of most of its
     tensors in autograd's graph (the work; `xy - dist`: the locations move to the head's output), else of
-    most of its tensors, else its first tensor's. A repaired call (on_mismatch="move") goes on there, so
-    that its result lands where the rest of the work is, not on the odd tensor's device, where every
-    later use would be reported again."""
-    # device -> (holds a parameter, tensors that require grad, tensors)
-    score = {d: [0, 0, 0] for d in (first_dev, *(d for _, _, d in odd))}
+    most of its tensors, a GPU before the CPU (in a program that uses GPUs, a tensor left on the host
+    is the one to move: `state = torch.zeros(p.shape)` against `p.grad`), else its first tensor's. A
+    repaired call (on_mismatch="move") goes on there, so that its result lands where the rest of the work
+    is, not on the odd tensor's device, where every later use would be reported again."""
+    # device -> (holds a parameter, tensors that require grad, a GPU, tensors)
+    score = {d: [0, 0, int(d not in ("cpu", "meta")), 0] for d in (first_dev, *(d for _, _, d in odd))}
     device_of = self.devices.device_of
     parameter = self._parameter
     for _, t in iter_tensors(args, kwargs, self._tensor):
@@ -230,7 +231,7 @@ def _where_needed(self: Checker, first_dev: str, odd: list[tuple[Where, Any, str
         if s is not None:
             s[0] |= isinstance(t, parameter)
             s[1] += t.requires_grad
-            s[2] += 1
+            s[3] += 1
     if sum(s[0] for s in score.values()) > 1:  # weights on two devices: the count decides
         for s in score.values():
             s[0] = 0

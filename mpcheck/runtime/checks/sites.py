@@ -14,12 +14,14 @@ per distinct line, so the ledger can key on it cheaply.
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 import sysconfig
 import threading
 from dataclasses import dataclass, field
 from types import CodeType, FrameType, TracebackType
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -109,6 +111,14 @@ def _library_path(code: CodeType) -> str:
             path = path.replace(os.sep, "/")
         _library_code[code] = path
     return path
+
+
+def is_users_function(fn: Any) -> bool:
+    """Is `fn` (unwrapped of its functools.wraps wrappers) written in the user's own code, not in torch,
+    mpcheck or an installed library? A user's Optimizer subclass's `step`, for one."""
+    fn = inspect.unwrap(fn) if callable(fn) else fn
+    code = getattr(fn, "__code__", None)
+    return isinstance(code, CodeType) and not _is_internal(code) and not _library_path(code)
 
 
 def is_mpcheck_file(filename: str) -> bool:
