@@ -235,3 +235,51 @@ iou = box_iou(head(torch.randn(5, 8, device="cuda:1")), boxes)
 """,
     )
     assert [(f["code"], f["line"]) for f in found] == [("MP008", 9)]
+
+
+DISCARDED = """import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(8, 8).to("cuda:0")
+        self.b = nn.Linear(8, 8).to("cuda:1")
+
+    def forward(self, x):
+        h = self.a(x.to("cuda:0"))
+        h.to(TARGET)
+        return self.b(h)
+
+
+Net()(torch.randn(2, 8))
+"""
+
+
+def test_a_discarded_move_is_named_at_its_line_with_the_use_it_left_unmoved(tmp_path):
+    found = _lint(tmp_path, "lost.py", DISCARDED.replace("TARGET", '"cuda:1"'))
+    assert [(f["code"], f["line"]) for f in found] == [("MP001", 13)]  # one finding, at the `.to()`, not at the use
+    msg = found[0]["message"]
+    assert msg.startswith("`h` is on cuda:0 (output of `self.a`, line 12), but `self.b` is on cuda:1: "), msg
+    assert '`h.to("cuda:1")` at line 13 discards its result' in msg and 'assign it, `h = h.to("cuda:1")`' in msg, msg
+    fix = found[0]["fix"]
+    assert fix["replacement"] == 'h = h.to("cuda:1")' and fix["safe"], fix
+
+
+def test_a_discarded_move_to_another_device_than_the_use_needs_gets_no_safe_fix(tmp_path):
+    found = _lint(tmp_path, "lost.py", DISCARDED.replace("TARGET", '"cuda:0"'))
+    # `h.to("cuda:0")` to where h already is: harmless on its own, so the finding is the use's.
+    assert [(f["code"], f["line"]) for f in found] == [("MP001", 14)]
+
+
+def test_a_discarded_move_of_unknown_devices_is_still_reported(tmp_path):
+    found = _lint(
+        tmp_path,
+        "lost.py",
+        DISCARDED.replace("TARGET", "dev")
+        .replace("def forward(self, x)", "def forward(self, x, dev)")
+        .replace("Net()(torch.randn(2, 8))", "Net()(torch.randn(2, 8), get_device())"),
+    )
+    assert [(f["code"], f["line"]) for f in found] == [("MP001", 13)]
+    assert not found[0]["fix"]["safe"]

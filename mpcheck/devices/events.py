@@ -64,6 +64,16 @@ class Mismatch(Fact):
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
+class DiscardedMove(Fact):
+    """`x.to(dev)` as a statement on a tensor (`node`, the call): Tensor.to() returns a moved copy and
+    leaves `x` where it was, so the result is lost (nn.Module.to() works in place; a tensor's does not)."""
+
+    value: Obj  # the tensor, where it stays
+    name: str  # its expression's text (`x`, `self.mask`)
+    target: Devs  # where the copy went (None: unknown)
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
 class LossMismatch(Fact):
     """A loss gets `other` (the first tensor) and `value` on different devices."""
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import libcst as cst
 
 from mpcheck.devices import memo, torchapi
+from mpcheck.devices.events import DiscardedMove
 from mpcheck.devices.gpucount import is_test_on_count
 from mpcheck.devices.names import dotted, import_bindings
 from mpcheck.devices.program import (
@@ -34,6 +35,7 @@ from mpcheck.devices.values import (
     SymV,
     Val,
     as_device,
+    is_probe,
     iter_elem,
     iter_items,
     single,
@@ -147,7 +149,18 @@ class Statements(Part):
                     st.scope.bound_to[tgt.target.value] = s.value
             return True
         if isinstance(s, cst.Expr):
-            self.interp.exprs.ev(s.value, st)
+            kept = self._move_receiver(s.value, st)
+            out = self.interp.exprs.ev(s.value, st)
+            if kept is not None:
+                self.interp.recorder.record(
+                    DiscardedMove(
+                        node=s.value,
+                        mode=st.mode,
+                        value=kept,
+                        name=dotted(s.value.func.value) or "",  # type: ignore[attr-defined]
+                        target=out.devs if isinstance(out, Obj) else None,
+                    )
+                )
             return True
         if isinstance(s, cst.AnnAssign):
             if s.value is not None:
@@ -182,6 +195,23 @@ class Statements(Part):
                 st.env[local] = self.interp.imported(target)
             return True
         return True
+
+    def _move_receiver(self, value: cst.BaseExpression, st: State) -> Obj | None:
+        """The tensor `value` moves when it is `x.to(...)` / `x.cuda()` / `x.cpu()` of a name or an
+        attribute (`self.mask`) certainly holding a tensor (not a module, whose .to() works in place, nor
+        a batch object of unknown type, whose .to() may too); else None."""
+        if not (
+            isinstance(value, cst.Call)
+            and isinstance(value.func, cst.Attribute)
+            and value.func.attr.value in _TENSOR_MOVES
+            and isinstance(value.func.value, (cst.Name, cst.Attribute))
+            and dotted(value.func.value) is not None
+        ):
+            return None
+        v = self.interp.exprs.ev(value.func.value, st)
+        if isinstance(v, Obj) and not v.opaque and v.kind in ("tensor", "param", "buffer") and not is_probe(v.devs):
+            return v
+        return None
 
     def exec_if(self, stmt: cst.If, states: list[State]) -> list[State]:
         out: list[State] = []
@@ -408,6 +438,7 @@ class Statements(Part):
 
 
 _ASSIGNED_NAMES = memo.node_table()
+_TENSOR_MOVES = frozenset({"to", "cuda", "cpu"})
 
 
 def _spread_modules(items: Sequence[Val]) -> set[int]:

@@ -7,9 +7,9 @@ from collections.abc import Iterator
 import libcst as cst
 
 from mpcheck.devices.describe import MODE_WORDS, move_fix, origin_text, value_text, via_text
-from mpcheck.devices.events import Mismatch, PlacedTwice, SplitBuiltAfterSetDevice
+from mpcheck.devices.events import DiscardedMove, Mismatch, PlacedTwice, SplitBuiltAfterSetDevice
 from mpcheck.devices.values import Obj, device_literal, known_tensor, made_on_cpu_by_default, show, single
-from mpcheck.finding import Finding
+from mpcheck.finding import Finding, Fix
 from mpcheck.rules.base import Rule, once_per_node
 from mpcheck.rules.context import FileContext
 from mpcheck.rules.made_on_current import made_on_current, stage_placed_on_current
@@ -27,6 +27,9 @@ class MissingTransfer(Rule):
         collapsed = {id(n) for built in ctx.model.facts(SplitBuiltAfterSetDevice) for n in built.where}
         mine = [ev for ev in once_per_node(ctx.model.facts(Mismatch)) if _ours(ctx, ev, collapsed)]
         one_move = OneMove(ctx, mine)
+        # `x.to(dev)` as a statement: the tensor it left behind, by identity (the value the name still holds).
+        discarded = {id(d.value): d for d in once_per_node(ctx.model.facts(DiscardedMove))}
+        explained: set[int] = set()
         for ev in mine:
             if one_move.later(ev):
                 continue  # a later use of one variable left on its device: the first use's finding says it
@@ -35,17 +38,19 @@ class MissingTransfer(Rule):
             here, there = single(v.devs), single(ev.target)
             name = value_text(ctx, ev.expr, v)
             line = ctx.line(ev.node)
-            if ev.op == "module":
-                what = ev.what
-                if not what.startswith("the first stage") and isinstance(ev.node, cst.Call):
-                    what = ctx.code(ev.node.func)
-                target = what if what.startswith("the first stage") else f"`{what}`"
-                meets = f"{target} is on {show(there)}"
-            else:
-                other = value_text(ctx, ev.what_expr, ev.other, ev.what or "the other operand")
-                op = ev.op
-                where = "" if op == "op" else f" in `{op}`"
-                meets = f"it meets `{other}`{where}, which is on {show(there)}"
+            lost = discarded.get(id(v))
+            if lost is not None and ctx.line(lost.node) <= line and not lines and _could_mend(lost, there):
+                explained.add(id(lost))
+                yield _discarded_finding(
+                    self,
+                    ctx,
+                    lost,
+                    f"`{name}` is on {show(here)} ({origin_text(ctx, v)}), "
+                    f"but {_meets(ctx, ev, there)}{via_text(ctx, ev.via)}: ",
+                    there,
+                )
+                continue
+            meets = _meets(ctx, ev, there)
             expr = ev.expr
             mod = ev.module
             if there == "cpu" and mod is not None and "never placed" in (mod.origin or ""):
@@ -121,6 +126,63 @@ class MissingTransfer(Rule):
                 suggestion=advice,
                 fix=move_fix(ctx, expr, repr(there)) if not also and _fixable(ctx, ev, v, there) else None,
             )
+
+        for d in discarded.values():
+            if id(d) not in explained and not _already_there(d):
+                yield _discarded_finding(self, ctx, d, "", None)
+
+
+def _could_mend(d: DiscardedMove, there: str | None) -> bool:
+    """Would the dropped copy, kept, be where the use needs it (or may it be: a device not known)?"""
+    to = single(d.target)
+    return to is None or to == there or to.startswith("sym:")
+
+
+def _already_there(d: DiscardedMove) -> bool:
+    """A copy to the one device the tensor is known to be on already: harmless, no finding. (Two equal
+    symbols, `sym:each:d`, may be two iterations of a loop over devices: not known to be one.)"""
+    here = single(d.value.devs)
+    return here is not None and not here.startswith("sym:") and d.value.devs == d.target
+
+
+def _meets(ctx: FileContext, ev: Mismatch, there: str | None) -> str:
+    """What the value meets, in words: "`self.b` is on cuda:1", "it meets `w`, which is on cuda:1"."""
+    if ev.op == "module":
+        what = ev.what
+        if not what.startswith("the first stage") and isinstance(ev.node, cst.Call):
+            what = ctx.code(ev.node.func)
+        target = what if what.startswith("the first stage") else f"`{what}`"
+        return f"{target} is on {show(there)}"
+    other = value_text(ctx, ev.what_expr, ev.other, ev.what or "the other operand")
+    where = "" if ev.op == "op" else f" in `{ev.op}`"
+    return f"it meets `{other}`{where}, which is on {show(there)}"
+
+
+def _discarded_finding(rule: Rule, ctx: FileContext, d: DiscardedMove, lead: str, there: str | None) -> Finding:
+    """MP001 at a tensor's `.to()` whose result is dropped, `lead` naming the use it left unmoved (if
+    any). The fix assigns the copy to the name; safe only where the copy goes where the use needs it."""
+    call = d.node
+    assert isinstance(call, cst.Call)
+    code = ctx.code(call)
+    assign = f"{d.name} = {code}"
+    here = single(d.value.devs)
+    where = f"on {show(here)}" if here is not None and not here.startswith("sym:") else "where it is"
+    to = single(d.target)
+    at = f" at line {ctx.line(call)}" if lead else ""
+    message = (
+        f"{lead}`{code}`{at} discards its result: Tensor.{call.func.attr.value}() returns a moved copy "  # type: ignore[attr-defined]
+        f"and leaves `{d.name}` {where}: assign it, `{assign}`."
+    )
+    (line, col), (end_line, end_col) = ctx.span(call)
+    fix = Fix(line, col, end_line, end_col, assign, safe=there is not None and to == there)
+    return rule.finding(
+        ctx,
+        call,
+        message,
+        devices=[here, to],
+        suggestion=f"assign the moved copy: `{assign}`",
+        fix=fix,
+    )
 
 
 def _ours(ctx: FileContext, ev: Mismatch, collapsed: set[int]) -> bool:
