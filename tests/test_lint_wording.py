@@ -282,4 +282,4 @@ def test_a_discarded_move_of_unknown_devices_is_still_reported(tmp_path):
         .replace("Net()(torch.randn(2, 8))", "Net()(torch.randn(2, 8), get_device())"),
     )
     assert [(f["code"], f["line"]) for f in found] == [("MP001", 13)]
-    assert not found[0]["fix"]["safe"]
+    assert found[0]["fix"] is None and found[0]["suggestion"] == "assign the moved copy: `h = h.to(dev)`"

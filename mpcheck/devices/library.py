@@ -124,8 +124,12 @@ class Library(Part):
             a = args[0]
             if isinstance(a, Obj) and a.kind == "tensor" and a.devs == one("cpu"):
                 return a  # `torch.from_numpy(t.cpu().numpy())`: the same memory, no copy, no work
-        if "device" in kwargs:
-            dv = kwargs["device"]
+        dv = kwargs.get("device")
+        if isinstance(dv, Const) and dv.value is None:
+            # `device=None`, given or a helper's default passed on (`def make_mask(n, device=None)`):
+            # PyTorch's default, as if none were given.
+            dv = None
+        if dv is not None:
             devs = as_device(dv)
             if devs is None and isinstance(dv, Obj):
                 devs = dv.devs

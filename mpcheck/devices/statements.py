@@ -26,6 +26,7 @@ from mpcheck.devices.program import (
     join_states,
 )
 from mpcheck.devices.values import (
+    TIED_WEIGHT,
     UNK,
     Const,
     DictV,
@@ -393,6 +394,12 @@ class Statements(Part):
                 moved = base.with_(devs=v.devs, origin=v.origin) if isinstance(v, Obj) and v.devs else UNK
                 self.assign(target.value, moved, st, None)
                 return
+            if _ties_weight(target.attr.value, base, v) and isinstance(target.value, (cst.Name, cst.Attribute)):
+                # `self.lm_head.weight = self.embed.weight`: the layer computes with that Parameter, where it
+                # is (tied weights: one tensor, on one device), whatever `.to()` placed the layer on before.
+                assert isinstance(base, Obj) and isinstance(v, Obj)
+                self.interp.moves.rebind(target.value, base.with_(devs=v.devs, origin=TIED_WEIGHT), st)
+                return
             if isinstance(target.value, cst.Name) and base is not st.self_obj:
                 # `model.proj = LoRALinear(model.proj).to("cuda:0")` outside the class (an adapter added by a
                 # helper): the instance holds that part from now on, and its forward runs with it.
@@ -439,6 +446,23 @@ class Statements(Part):
 
 _ASSIGNED_NAMES = memo.node_table()
 _TENSOR_MOVES = frozenset({"to", "cuda", "cpu"})
+
+
+def _ties_weight(attr: str, base: Val, v: Val) -> bool:
+    """`layer.weight = other.weight` on a torch.nn layer of one known device, with a parameter of one
+    other known device: the layer's weight is now there."""
+    return (
+        attr == "weight"
+        and isinstance(base, Obj)
+        and base.kind == "module"
+        and base.cls is None
+        and single(base.devs) is not None
+        and isinstance(v, Obj)
+        and v.kind == "param"
+        and single(v.devs) is not None
+        and not single(v.devs).startswith("sym:")  # type: ignore[union-attr]
+        and v.devs != base.devs
+    )
 
 
 def _spread_modules(items: Sequence[Val]) -> set[int]:

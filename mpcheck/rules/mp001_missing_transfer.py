@@ -8,7 +8,7 @@ import libcst as cst
 
 from mpcheck.devices.describe import MODE_WORDS, move_fix, origin_text, value_text, via_text
 from mpcheck.devices.events import DiscardedMove, Mismatch, PlacedTwice, SplitBuiltAfterSetDevice
-from mpcheck.devices.values import Obj, device_literal, known_tensor, made_on_cpu_by_default, show, single
+from mpcheck.devices.values import TIED_WEIGHT, Obj, device_literal, known_tensor, made_on_cpu_by_default, show, single
 from mpcheck.finding import Finding, Fix
 from mpcheck.rules.base import Rule, once_per_node
 from mpcheck.rules.context import FileContext
@@ -152,7 +152,8 @@ def _meets(ctx: FileContext, ev: Mismatch, there: str | None) -> str:
         if not what.startswith("the first stage") and isinstance(ev.node, cst.Call):
             what = ctx.code(ev.node.func)
         target = what if what.startswith("the first stage") else f"`{what}`"
-        return f"{target} is on {show(there)}"
+        tied = isinstance(ev.module, Obj) and ev.module.origin == TIED_WEIGHT
+        return f"{target} is on {show(there)}" + (" (its weight is tied to a Parameter there)" if tied else "")
     other = value_text(ctx, ev.what_expr, ev.other, ev.what or "the other operand")
     where = "" if ev.op == "op" else f" in `{ev.op}`"
     return f"it meets `{other}`{where}, which is on {show(there)}"
@@ -160,7 +161,7 @@ def _meets(ctx: FileContext, ev: Mismatch, there: str | None) -> str:
 
 def _discarded_finding(rule: Rule, ctx: FileContext, d: DiscardedMove, lead: str, there: str | None) -> Finding:
     """MP001 at a tensor's `.to()` whose result is dropped, `lead` naming the use it left unmoved (if
-    any). The fix assigns the copy to the name; safe only where the copy goes where the use needs it."""
+    any). The fix assigns the copy to the name, offered only where the copy goes where the use needs it."""
     call = d.node
     assert isinstance(call, cst.Call)
     code = ctx.code(call)
@@ -174,7 +175,9 @@ def _discarded_finding(rule: Rule, ctx: FileContext, d: DiscardedMove, lead: str
         f"and leaves `{d.name}` {where}: assign it, `{assign}`."
     )
     (line, col), (end_line, end_col) = ctx.span(call)
-    fix = Fix(line, col, end_line, end_col, assign, safe=there is not None and to == there)
+    # Safe only where the copy goes where the use needs it; elsewhere the assignment changes where `x` is
+    # from there on, which the analysis cannot vouch for: the suggestion says it, --fix does not.
+    fix = Fix(line, col, end_line, end_col, assign) if there is not None and to == there else None
     return rule.finding(
         ctx,
         call,
