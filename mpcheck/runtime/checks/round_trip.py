@@ -1,6 +1,7 @@
 """MP005: a transfer whose data arrived by a transfer from its destination and was not changed nor read
 since (a round trip), or reached the host from one GPU and goes on to another unchanged (a host
-detour, reported from WASTE_MIN_BYTES).
+detour), or came from the host to one GPU and goes on to another unchanged and unread (a GPU
+detour: the host copy went to the wrong GPU); detours are reported from WASTE_MIN_BYTES.
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ def _check_round_trip(
     if came_from != dst_dev:
         if src_dev == "cpu" and came_from not in NOT_GPU and dst_dev not in NOT_GPU:
             self._report_host_hop(t, came_from, dst_dev, site, module, first_site, nbytes)
+        elif came_from == "cpu" and src_dev not in NOT_GPU and dst_dev not in NOT_GPU:
+            if id(storage) not in self._read_arrivals:  # unused where it first landed
+                _report_wrong_gpu_first(self, t, src_dev, dst_dev, site, module, first_site, nbytes)
         return
     made = self._allocations(dst_dev) if self._allocations is not None and src_dev == "cpu" else None
     if made is not None and ref.made is not None and ref.origin is not None and ref.origin() is None:
@@ -80,5 +84,32 @@ def _report_host_hop(
         modules=(module,) if module else (),
         suggestion=f"move the tensor that is still on {gpu} straight to {dst_dev} with `.to('{dst_dev}')`; "
         "drop the copy to the host",
+        extra={"first_site": str(first_site), "first_line": first_site.line, "first_path": first_site.path},
+    )
+
+
+def _report_wrong_gpu_first(
+    self: Checker,
+    t: Any,
+    first: str,
+    dst_dev: str,
+    site: Site | None,
+    module: str | None,
+    first_site: Site,
+    nbytes: int,
+) -> None:
+    """host -> GPU a -> GPU b, unread on a (a batch staged on the output stage's GPU, then moved to the
+    input stage's): one host -> b copy does the same. Below WASTE_MIN_BYTES both cost about their launch."""
+    if nbytes < max(self.repeat_min_bytes, WASTE_MIN_BYTES):
+        return
+    self.emit(
+        "MP005",
+        site,
+        f"GPU detour: this data ({tensor_words(t)}, {size_words(nbytes)}) was copied cpu -> {first} at "
+        f"{first_site}, not used there, and goes on to {dst_dev} here unchanged: two copies where one cpu -> "
+        f"{dst_dev} copy would do",
+        devices=("cpu", first, dst_dev),
+        modules=(module,) if module else (),
+        suggestion=f"copy it from the host straight to {dst_dev} at {first_site} (`.to('{dst_dev}')`); drop this copy",
         extra={"first_site": str(first_site), "first_line": first_site.line, "first_path": first_site.path},
     )
