@@ -460,6 +460,12 @@ def _device_count(lib: Library, c: LibCall) -> Val:
     return lib.interp.gpus.answer()
 
 
+def _cuda_available(lib: Library, c: LibCall) -> Val:
+    """`torch.cuda.is_available()`: True. The linter checks the program as it runs on GPUs (as it assumes
+    GPU counts for device_count()); on a machine without one, a model-parallel program does not run."""
+    return Const(True)
+
+
 def _torch_device_call(lib: Library, c: LibCall) -> Val:
     v = _torch_device(c.args)
     if isinstance(v, DeviceV):
@@ -904,6 +910,7 @@ EXACT: dict[str, Handler] = _exact(
     ("collections.OrderedDict", _dict_call),
     ("copy.deepcopy", _deep_copy),
     (COUNT_FUNCTIONS, _device_count),
+    ("torch.cuda.is_available", _cuda_available),
     (("torch.nn.Parameter", "torch.nn.parameter.Parameter"), _parameter),
     (("torch.nn.Sequential", "torch.nn.ModuleList"), _sequential),
     ("torch.nn.ModuleDict", _module_dict),
