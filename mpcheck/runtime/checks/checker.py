@@ -21,6 +21,7 @@ the class body: no extra call or lookup on the hot path):
                         tensors it reported, whose later mismatches are the same bug
     missing_device.py   MP009
     current_device.py   MP004
+    host_made.py        MP001 at a factory that made a module's tensor on the CPU (no device=)
     split_model.py      MP002, MP003, MP007
     op_error.py         MP012
     stopped.py          MP001 for a program PyTorch stopped on mixed devices where no check looked
@@ -51,6 +52,7 @@ from mpcheck.runtime.checks import (
     arrivals,
     current_device,
     findings,
+    host_made,
     loss_move,
     mismatch,
     missing_device,
@@ -272,6 +274,7 @@ class Checker:
     _report_gpu_lengths = op_error._report_gpu_lengths
 
     on_current_device_tensor = current_device.on_current_device_tensor
+    on_host_made_tensor = host_made.on_host_made_tensor
     _running_module = current_device._running_module
     on_module_built = current_device.on_module_built
     on_root_call = current_device.on_root_call

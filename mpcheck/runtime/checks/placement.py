@@ -193,7 +193,24 @@ def _kind(module: Any) -> str:
 
 def made_cause(made: Made, use: Site, what: str, needed: str) -> Cause:
     """MP004: a tensor made on the current device meets tensors on `needed` (its stage's, or any other GPU's
-    for one made outside a module after the current device moved off cuda:0)."""
+    for one made outside a module after the current device moved off cuda:0). MP001: one made on the CPU
+    by a factory without device= inside a module on a GPU (host_made.py)."""
+    if made.device == "cpu":
+        inside = (
+            f"inside '{made.module}' which is split over {', '.join(made.split_over)}"
+            if made.split_over
+            else f"inside '{made.module}' whose parameters are on {made.module_device}"
+        )
+        return Cause(
+            "MP001",
+            made.site,
+            f"{made.how} here makes a tensor on the CPU, {inside}; it meets tensors on {needed} unmoved at "
+            f"{use} ({what}), where the call fails",
+            "create it on the device of the tensors it is used with: `device=x.device` (or "
+            f"`device='{needed}'`) in this call",
+            (needed, "cpu"),
+            (made.module,),
+        )
     if made.split_over:
         return Cause(
             "MP004",
