@@ -110,6 +110,8 @@ class MissingTransfer(Rule):
                 )
             elif target_code is not None:
                 advice = f"move it to the device of what it meets, e.g. `{fix}` at line {line}"
+            elif several:
+                advice = "the line runs for several devices, so move it to the device it meets on each visit"
             else:
                 advice = f"move it first, e.g. `{fix}` before line {line}"
             also = ""
@@ -305,6 +307,8 @@ def _device_of(ctx: FileContext, ev: Mismatch) -> str | None:
     if ev.op == "module" and isinstance(ev.node, cst.Call) and isinstance(ev.node.func, (cst.Name, cst.Attribute)):
         return f"next({ctx.code(ev.node.func)}.parameters()).device"
     other = ev.what_expr
+    if other is None and ev.op.startswith(".") and isinstance(ev.node, cst.Call):
+        other = getattr(ev.node.func, "value", None)  # `st.index_select(0, idx)`: the receiver, `st`
     if ev.op != "module" and isinstance(other, (cst.Name, cst.Attribute)):
         return f"{ctx.code(other)}.device"
     return None
