@@ -71,6 +71,8 @@ class Calls(Part):
     ) -> None:
         params = params_of(info.node)
         pos = list(args)
+        if self_val is not None and _is_static(info.node):
+            self_val = None  # `@staticmethod def reorder(states, idx)` called as `model.reorder(states, idx)`
         for i, (name, default) in enumerate(params):
             if i == 0 and self_val is not None:
                 env[name] = self_val
@@ -955,6 +957,11 @@ def _rebind_changed(given: Val, now: Obj, st: State) -> None:
     for name, v in st.env.items():
         if v is given:
             st.env[name] = now
+
+
+def _is_static(fn: cst.FunctionDef) -> bool:
+    """Is `fn` decorated `@staticmethod` (it takes no `self`)?"""
+    return any(dotted(d.decorator) in ("staticmethod", "builtins.staticmethod") for d in fn.decorators)
 
 
 def _self_key(v: Val | None) -> Any:

@@ -156,7 +156,7 @@ def _meets(ctx: FileContext, ev: Mismatch, there: str | None) -> str:
         target = what if what.startswith("the first stage") else f"`{what}`"
         tied = isinstance(ev.module, Obj) and ev.module.origin == TIED_WEIGHT
         return f"{target} is on {show(there)}" + (" (its weight is tied to a Parameter there)" if tied else "")
-    other = value_text(ctx, ev.what_expr, ev.other, ev.what or "the other operand")
+    other = value_text(ctx, _other_expr(ev), ev.other, ev.what or "the other operand")
     where = "" if ev.op == "op" else f" in `{ev.op}`"
     return f"it meets `{other}`{where}, which is on {show(there)}"
 
@@ -306,12 +306,19 @@ def _device_of(ctx: FileContext, ev: Mismatch) -> str | None:
     module called by name, `x.device` for the other operand of an op; None when not nameable."""
     if ev.op == "module" and isinstance(ev.node, cst.Call) and isinstance(ev.node.func, (cst.Name, cst.Attribute)):
         return f"next({ctx.code(ev.node.func)}.parameters()).device"
-    other = ev.what_expr
-    if other is None and ev.op.startswith(".") and isinstance(ev.node, cst.Call):
-        other = getattr(ev.node.func, "value", None)  # `st.index_select(0, idx)`: the receiver, `st`
+    other = _other_expr(ev)
     if ev.op != "module" and isinstance(other, (cst.Name, cst.Attribute)):
         return f"{ctx.code(other)}.device"
     return None
+
+
+def _other_expr(ev: Mismatch) -> cst.BaseExpression | None:
+    """The expression of what the value meets: the other operand's, or a method's receiver
+    (`st.index_select(0, idx)`: `st`, as written there, not the name the tensor had where it was made)."""
+    if ev.what_expr is None and ev.op.startswith(".") and isinstance(ev.node, cst.Call):
+        receiver = getattr(ev.node.func, "value", None)
+        return receiver if isinstance(receiver, (cst.Name, cst.Attribute)) else None
+    return ev.what_expr
 
 
 def _moved_tensor(expr: cst.BaseExpression | None) -> cst.BaseExpression | None:
