@@ -1,7 +1,7 @@
 """An optimizer whose step the user wrote is the user's code, checked like a forward: library optimizers'
 steps run outside the checking mode (their per-parameter bookkeeping is torch's and correct), but a
 hand-written Lion or momentum SGD that makes its state on the CPU for want of `device=` meets each
-parameter's gradient on its GPU there, which a real GPU refuses."""
+parameter's gradient on its GPU there, which a real GPU refuses: reported where the state was made."""
 
 from dryrun_helpers import codes_at
 
@@ -19,7 +19,7 @@ class Momentum(torch.optim.Optimizer):
             for p in group["params"]:
                 state = self.state[p]
                 if not state:
-                    state["buf"] = MAKE
+                    state["buf"] = MAKE  # <- made
                 buf = state["buf"]
                 buf.mul_(0.9).add_(p.grad)  # <- add
                 p.add_(buf, alpha=-group["lr"])
@@ -38,11 +38,13 @@ def test_state_made_on_the_cpu_in_a_users_step_is_mp001_there(script, dryrun_cli
     s = script(PROGRAM.replace("MAKE", "torch.zeros(p.shape)"))
     status, report, err = dryrun_cli(s, "--gpus", "2")
     assert status == 1, err
-    assert codes_at(report) == [("MP001", s.line("add"))]
+    # One finding, at the line that made the state on the host (runtime/checks/host_made.py), with device=
+    # as the fix; its uses in the step are that finding's.
+    assert codes_at(report) == [("MP001", s.line("made"))]
     f = report["findings"][0]
-    # The host tensor is the one to move (a GPU before the CPU), not the gradient to the host.
-    assert "is on cpu" in f["message"], f["message"]
-    assert f["suggestion"].startswith("move it with `.to('cuda:"), f["suggestion"]
+    assert f["message"].startswith("`torch.zeros()` without device= here makes a tensor on the CPU, in `Momentum.step`")
+    assert f":{s.line('add')} (torch.Tensor.add_)" in f["message"], f["message"]
+    assert "`device=x.device`" in f["suggestion"], f["suggestion"]
 
 
 def test_state_made_beside_its_parameter_is_clean(script, dryrun_cli):

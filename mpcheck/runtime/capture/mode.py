@@ -188,12 +188,7 @@ class CheckingMode(TorchFunctionMode):
                         factory = False
                     if factory and not kwargs.get("requires_grad"):
                         self._provenance.made_by_factory(out)
-                        if (
-                            dev is None
-                            and made_how is None
-                            and self._tls.stack
-                            and checker.devices.device_of(out) == "cpu"
-                        ):
+                        if dev is None and made_how is None and checker.devices.device_of(out) == "cpu":
                             checker.on_host_made_tensor(out, func.__name__)  # host_made.py
             return out
         if kind == _SET:

@@ -10,6 +10,7 @@ holds are retired (they pass every call through until it ends).
 from __future__ import annotations
 
 import functools
+import inspect
 import operator
 import sys
 import threading
@@ -252,6 +253,9 @@ class Session:
             users = own_step.get(cls)
             if users is None:
                 users = own_step[cls] = is_users_function(cls.step)
+                if users:
+                    step = inspect.unwrap(cls.step)
+                    self.checker.user_steps[step.__code__] = f"{cls.__name__}.{step.__name__}"
             if users:
                 return
             n = stack_len()

@@ -119,6 +119,8 @@ class Checker:
         self._grad_enabled = torch.is_grad_enabled
         self._int64 = torch.int64
         self._module_type = torch.nn.Module
+        # The code of each optimizer step the user wrote, run so far -> "Lion.step" (host_made.py).
+        self.user_steps: dict[Any, str] = {}
         self._tf_depth = torch._C._len_torch_function_stack
         self._no_torch_function = torch._C.DisableTorchFunction
         self.devices = devices

@@ -95,7 +95,13 @@ class Placements:
             storage = t.untyped_storage()
         except Exception:  # a tensor without storage: nothing to follow
             return
-        table = self._made if made.module_device is not None or made.split_over else self._made_outside
+        # Ops derive records from `_made` only; a CPU record (host_made.py) exists only in a program that is
+        # about to fail, so what is computed from it is followed too (`exp_avg * beta1` in a user's step).
+        table = (
+            self._made
+            if made.module_device is not None or made.split_over or made.device == "cpu"
+            else self._made_outside
+        )
         if len(table) >= _PURGE_AT:
             for k in [k for k, v in table.items() if v[0]() is None]:
                 del table[k]
@@ -196,11 +202,12 @@ def made_cause(made: Made, use: Site, what: str, needed: str) -> Cause:
     for one made outside a module after the current device moved off cuda:0). MP001: one made on the CPU
     by a factory without device= inside a module on a GPU (host_made.py)."""
     if made.device == "cpu":
-        inside = (
-            f"inside '{made.module}' which is split over {', '.join(made.split_over)}"
-            if made.split_over
-            else f"inside '{made.module}' whose parameters are on {made.module_device}"
-        )
+        if made.split_over:
+            inside = f"inside '{made.module}' which is split over {', '.join(made.split_over)}"
+        elif made.module_device is not None:
+            inside = f"inside '{made.module}' whose parameters are on {made.module_device}"
+        else:
+            inside = f"in `{made.module}`"  # an optimizer step the user wrote (host_made.py)
         return Cause(
             "MP001",
             made.site,
