@@ -366,11 +366,10 @@ def as_device(v: Val, ints_are_cuda: bool = True) -> Devs:
 OFF_CHAIN = -1
 
 UNPLACED = "built without a device"  # the origin of a parametered torch.nn module not yet placed
+# The origin of a torch.nn layer given another's weight (`head.weight = embed.weight`): it computes there.
+TIED_WEIGHT = "its weight tied to another's"
 # The origin of a tensor a factory made on the CPU because no device= was given (`torch.zeros(n, d)`):
 # beside a GPU tensor, it is the one off its device (created where the code forgot to say).
-TIED_WEIGHT = (
-    "its weight tied to another's"  # the origin of a layer given another's weight (`head.weight = emb.weight`)
-)
 MADE_ON_CPU_BY_DEFAULT = "created on the CPU by torch.{}() without device="
 
 

@@ -168,9 +168,10 @@ def _discarded_finding(rule: Rule, ctx: FileContext, d: DiscardedMove, lead: str
     assert isinstance(call, cst.Call)
     code = ctx.code(call)
     assign = f"{d.name} = {code}"
-    here = single(d.value.devs)
-    where = f"on {show(here)}" if here is not None and not here.startswith("sym:") else "where it is"
-    to = single(d.target)
+    here, to = (
+        x if x is not None and not x.startswith("sym:") else None for x in (single(d.value.devs), single(d.target))
+    )
+    where = f"on {show(here)}" if here is not None else "where it is"
     at = f" at line {ctx.line(call)}" if lead else ""
     message = (
         f"{lead}`{code}`{at} discards its result: Tensor.{call.func.attr.value}() returns a moved copy "  # type: ignore[attr-defined]
