@@ -263,6 +263,7 @@ class Checker:
     module_device = module_devices.module_device
     _module_device = module_devices._module_device
     _devices_below = module_devices._devices_below
+    gpus_below = module_devices.gpus_below
     model_devices = module_devices.model_devices
 
     _mismatch = mismatch._mismatch

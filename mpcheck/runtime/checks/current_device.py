@@ -47,7 +47,7 @@ def on_current_device_tensor(self: Checker, t: Any, how: str) -> None:
     if module_dev is None and dev.startswith("cuda"):
         # The forward of a model split over several GPUs (or a helper it calls): whichever GPU is current
         # is one of its stages at best; remembered in case it meets another stage's tensors unmoved.
-        split_over = tuple(sorted(d for d in self._devices_below(owner) if d.startswith("cuda")))
+        split_over = self.gpus_below(owner)
         if len(split_over) > 1 and dev in split_over:
             self.placements.made(t, Made(self.sites(), how, dev, self.module_name(owner), None, split_over))
         return

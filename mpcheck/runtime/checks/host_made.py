@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 
 
 def on_host_made_tensor(self: Checker, t: Any, factory: str) -> None:
-    """`t` was just made on the CPU by `torch.<factory>()` without device=, inside a module's forward."""
+    """`t` was just made on the CPU by `torch.<factory>()` without device=: remembered when that was inside
+    the forward of a module on a GPU (or split over GPUs), or in an optimizer step the user wrote."""
     if not isinstance(t, self._tensor) or t.dim() == 0 or not self.wants("MP001"):
         return
     how = f"`torch.{factory}()` without device="
@@ -39,7 +40,7 @@ def on_host_made_tensor(self: Checker, t: Any, factory: str) -> None:
     module_dev = self.module_device(owner)
     if module_dev is None:
         # A model split over GPUs (or a holder without weights of its own): any of its GPUs may need it.
-        split_over = tuple(sorted(d for d in self._devices_below(owner) if d.startswith("cuda")))
+        split_over = self.gpus_below(owner)
         if len(split_over) > 1:
             self.placements.made(t, Made(self.sites(), how, "cpu", self.module_name(owner), None, split_over))
         return

@@ -33,6 +33,12 @@ def _module_device(self: Checker, module: Any) -> str | None:
     return self._placement[id(module)][1]
 
 
+def gpus_below(self: Checker, module: Any) -> tuple[str, ...]:
+    """The CUDA devices of `module`'s weights and its submodules', sorted: more than one for a model
+    split over GPUs (a tensor made in its forward may be needed on any of them)."""
+    return tuple(sorted(d for d in self._devices_below(module) if d.startswith("cuda")))
+
+
 def _devices_below(self: Checker, module: Any) -> frozenset[str]:
     """The devices of `module`'s parameters and buffers and of all its submodules' (the devices
     of `module.parameters()` and `module.buffers()`), remembered per module until placements

@@ -217,9 +217,9 @@ def _off(
 def _where_needed(self: Checker, first_dev: str, odd: list[tuple[Where, Any, str]], args: Args, kwargs: Kwargs) -> str:
     """The device a mixed call belongs on, as its fix would have it: the one device of its parameters
     (`torch.where(mask, self.mask_emb, x)`: the mask is the one to move), else the device of most of its
-    tensors in autograd's graph (the work; `xy - dist`: the locations move to the head's output), else of
-    most of its tensors, a GPU before the CPU (in a program that uses GPUs, a tensor left on the host
-    is the one to move: `state = torch.zeros(p.shape)` against `p.grad`), else its first tensor's. A
+    tensors in autograd's graph (the work; `xy - dist`: the locations move to the head's output), else a
+    GPU before the CPU (in a program that uses GPUs, a tensor left on the host is the one to move:
+    `state = torch.zeros(p.shape)` against `p.grad`), else of most of its tensors, else its first tensor's. A
     repaired call (on_mismatch="move") goes on there, so that its result lands where the rest of the work
     is, not on the odd tensor's device, where every later use would be reported again."""
     # device -> (holds a parameter, tensors that require grad, a GPU, tensors)
