@@ -700,3 +700,41 @@ def test_plain_tensor_attribute_stays_where_it_was_after_the_module_moves(init, 
 def test_plain_tensor_attribute_of_a_class_with_a_base_of_another_file_is_unknown():
     src = _PLAIN.replace("class PE(nn.Module):", "from base import Base\n\nclass PE(Base):")
     assert codes_lines(src.replace("{init}", "self.pe = torch.zeros(4)").replace("{extra}", "")) == []
+
+
+# ---------------------------------------------------------------- builtins that reorder
+
+
+_REORDERED = """
+import torch
+DEVS = {"b": "cuda:1", "a": "cuda:0"}
+def f():
+    got = {k: torch.zeros(2, device=DEVS[k]) for k in DEVS}
+    keys = EXPR
+    return got[keys[0]] + torch.zeros(2, device="cuda:1")
+"""
+
+
+@pytest.mark.parametrize(
+    ("expr", "finds"),
+    [
+        ("sorted(got)", True),  # keys in sorted order: "a" first, on cuda:0
+        ("list(got)", False),  # insertion order: "b" first, on cuda:1
+        ("sorted(got, reverse=True)", False),
+        ("list(reversed(sorted(got)))", False),
+        ("sorted(got, key=len)", False),  # an order Python decides by a key: not known, so no finding
+    ],
+)
+def test_sorted_and_list_of_a_dict_give_its_keys_in_their_order(expr, finds):
+    assert codes_lines(_REORDERED.replace("EXPR", expr)) == ([(7, "MP001")] if finds else [])
+
+
+def test_sorted_of_tensors_of_unknown_order_is_no_crash_and_no_finding():
+    src = """
+    import torch
+    def f():
+        ts = [torch.zeros(2, device="cuda:0"), torch.zeros(2, device="cuda:1")]
+        first = sorted(ts, key=lambda t: t.sum().item())[0]
+        return first + torch.zeros(2, device="cuda:1")
+    """
+    assert codes_lines(src) == []

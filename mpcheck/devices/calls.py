@@ -238,7 +238,9 @@ class Calls(Part):
                             mode=st.mode,
                             value=args[0],
                             target=need,
-                            what=f"the first stage of {mod.cls.name}",
+                            # A split class is entered through its first stage; a class on one device is
+                            # named as the call writes it (MP001's _meets).
+                            what=f"the first stage of {mod.cls.name}" if mod.split else mod.cls.name,
                             op="module",
                             module=mod,
                             arg_index=0,

@@ -67,6 +67,7 @@ from mpcheck.devices.values import (
     is_splitish,
     iter_elem,
     join,
+    join_all,
     one,
     placements,
     show,
@@ -201,6 +202,8 @@ class Library(Part):
         """A torch function on tensors: its inputs must agree; its output follows them."""
         first = None  # (value, expression)
         flat: list[Any] = []
+        # Items of a sequence passed by name (`torch.cat(parts)`), by their place in `flat`: (the name, index).
+        named: dict[int, tuple[cst.BaseExpression, int]] = {}
         nodes = list(exprs or [])
         for i, a in enumerate(list(args) + [v for k, v in kwargs.items()]):
             e = nodes[i] if i < len(nodes) else None
@@ -208,6 +211,8 @@ class Library(Part):
                 continue
             if isinstance(a, SeqV) and a.items is not None:
                 elts = e.elements if isinstance(e, (cst.List, cst.Tuple)) and len(e.elements) == len(a.items) else None
+                if elts is None and isinstance(e, (cst.Name, cst.Attribute)):
+                    named.update((len(flat) + j, (e, j)) for j in range(len(a.items)))
                 flat.extend((x, elts[j].value if elts else None) for j, x in enumerate(a.items))
             elif isinstance(a, SeqV) and a.spans is not None:
                 flat.extend((x, e) for x in a.spans)  # a tensor from a parameter on each device of a split model
@@ -226,13 +231,15 @@ class Library(Part):
         for a in known:
             for b in known:
                 self.interp.exprs.probe_hit(a, b.devs, b)
-        for a, e in flat:
+        first_at = -1  # the place of `first` in `flat`
+        for k, (a, e) in enumerate(flat):
             if not isinstance(a, Obj) or a.kind in ("scalar", "module", "passthrough", "loss"):
                 continue
             if first is not None:
                 self.interp.recorder.need(node, "op", first[0].devs)  # an unknown device too: then no fix
             if first is None or first[0].devs is None:
-                first = (a, e) if first is None or a.devs is not None else first
+                if first is None or a.devs is not None:
+                    first, first_at = (a, e), k
                 continue
             if host_targets and a.devs == one("cpu"):
                 continue  # F.ctc_loss(log_probs_on_gpu, targets_on_cpu, ...): as PyTorch wants them
@@ -255,13 +262,18 @@ class Library(Part):
                         site="op",
                     )
                 else:
+                    what = first[0].label or (first[1] is not None and "") or "its first tensor argument"
+                    if first_at in named:
+                        seq, j = named[first_at]
+                        what = f"{dotted(seq)}[{j}]"
                     fact = Mismatch(
                         node=node,
                         mode=st.mode,
                         value=a,
                         target=first[0].devs,
-                        expr=e,
-                        what=first[0].label or (first[1] is not None and "") or "its first tensor argument",
+                        expr=named[k][0] if k in named else e,
+                        item=named[k][1] if k in named else None,
+                        what=what,
                         what_expr=first[1],
                         op=q,
                         other=first[0],
@@ -674,15 +686,7 @@ def _builtin(lib: Library, c: LibCall) -> Val:
             spans_by=zipped[1] if zipped else (),
         )
     if q in ("list", "tuple", "reversed", "sorted", "iter") and args:
-        a = args[0]
-        if isinstance(a, SeqV):
-            items = a.items
-            if q == "reversed" and items is not None:
-                items = tuple(reversed(items))
-            return SeqV(items, elem=a.elem, kind="list", module=a.module, spans=a.spans, spans_by=a.spans_by)
-        if isinstance(a, ParamsOf) and q in ("list", "tuple"):
-            return a  # `ps = list(model.parameters())`: the same parameters, in the same order
-        return UNK
+        return _reordered(q, args[0], c.kwargs)
     if q == "dict":
         return _dict_call(lib, c)
     if q == "map" and len(args) == 2 and not c.kwargs:
@@ -721,6 +725,33 @@ def _builtin(lib: Library, c: LibCall) -> Val:
     if q == "super":
         return SuperV()
     return UNK
+
+
+def _reordered(q: str, a: Val, kwargs: dict[str, Val]) -> Val:
+    """list(x), tuple(x), iter(x), reversed(x), sorted(x): the items of `x` in their new order.
+
+    A dict gives its keys (`for k in sorted(feats)`). `sorted` keeps known items only where it can
+    order them as Python would (constants of one type, no `key=`); otherwise which item comes
+    first is not known, and the result is a sequence of items alike."""
+    if isinstance(a, DictV):
+        a = SeqV(tuple(Const(k) for k in a.items), kind="list")
+    if isinstance(a, ParamsOf) and q in ("list", "tuple"):
+        return a  # `ps = list(model.parameters())`: the same parameters, in the same order
+    if not isinstance(a, SeqV):
+        return UNK
+    items = a.items
+    if q == "reversed" and items is not None:
+        items = tuple(reversed(items))
+    if q == "sorted" and items is not None:
+        values = [i.value for i in items if isinstance(i, Const)]
+        if len(values) != len(items) or len({type(v) for v in values}) > 1 or "key" in kwargs:
+            return SeqV(None, elem=join_all(items), kind="list")
+        reverse = kwargs.get("reverse")
+        if reverse is not None and not (isinstance(reverse, Const) and isinstance(reverse.value, bool)):
+            return SeqV(None, elem=join_all(items), kind="list")
+        flip = bool(reverse.value) if isinstance(reverse, Const) else False
+        items = tuple(Const(v) for v in sorted(values, reverse=flip))
+    return SeqV(items, elem=a.elem, kind="list", module=a.module, spans=a.spans, spans_by=a.spans_by)
 
 
 def _map_call(lib: Library, c: LibCall) -> Val:

@@ -241,6 +241,7 @@ class Moves(Part):
                 )
             )
             self.rebind(recv_expr, res, st)
+            self.rebind_holders(recv, res, st)
             return res
         if isinstance(recv, Obj):
             lineage, hop = self.lineage_step(recv, devs, node)
@@ -469,6 +470,26 @@ class Moves(Part):
             for n in walk(arg.value)
         )
 
+    def rebind_holders(self, old: Obj, new: Obj, st: State) -> None:
+        """Module.to() works in place: a part held by a ModuleList or ModuleDict and moved through a loop
+        variable or a subscript (`for i, b in enumerate(self.blocks): b.to(...)`, `for b in model.h:
+        b.to(dev)`) is moved where its holder holds it: self in an __init__, else the instances the
+        function's names hold (each a new view, as `rebind` makes). Each construction in an __init__ is
+        an object of its own (Instances._one_object), so the part moved is found by identity."""
+        if st.in_init and isinstance(st.self_obj, Obj) and st.self_obj.attrs is not None:
+            attrs = st.self_obj.attrs
+            for attr, v in list(attrs.items()):
+                if (swapped := _swapped(v, old, new)) is not None:
+                    attrs[attr] = swapped
+            return
+        for name, holder in list(st.env.items()):
+            if not isinstance(holder, Obj) or holder is st.self_obj or holder.cls is None or holder.attrs is None:
+                continue
+            for attr, v in list(holder.attrs.items()):
+                swapped = _swapped(v, old, new)
+                if swapped is not None and (view := with_part_replaced(holder, attr, swapped)) is not None:
+                    st.env[name] = holder = view
+
     def rebind(self, expr: cst.BaseExpression | None, val: Val, st: State) -> None:
         # nn.Module.to()/.cuda() move the module in place: the name now holds the moved module.
         if isinstance(expr, cst.Name):
@@ -490,6 +511,22 @@ class Moves(Part):
             holder = self.interp.exprs.ev(expr.value, st)  # as the code reads it now
             if (moved := with_part_replaced(holder, expr.attr.value, val)) is not None:
                 self.rebind(expr.value, moved, st)
+
+
+def _swapped(v: Val, old: Obj, new: Obj, depth: int = 0) -> Val | None:
+    """`v`, a ModuleList or ModuleDict (nested at most thrice), holding `new` where it held `old`;
+    None where it does not hold `old`."""
+    if depth > 2:
+        return None
+    if isinstance(v, SeqV) and v.module and v.items is not None:
+        items = [new if i is old else _swapped(i, old, new, depth + 1) or i for i in v.items]
+        changed = any(a is not b for a, b in zip(items, v.items))
+        return SeqV(tuple(items), elem=v.elem, kind=v.kind, module=True) if changed else None
+    if isinstance(v, DictV) and v.module:
+        held = {k: new if i is old else _swapped(i, old, new, depth + 1) or i for k, i in v.items.items()}
+        changed = any(held[k] is not i for k, i in v.items.items())
+        return DictV(held, module=True) if changed else None
+    return None
 
 
 def _self_targets(node: cst.CSTNode, out: set[str]) -> None:

@@ -269,6 +269,12 @@ def _special_case(ctx: FileContext, ev: Mismatch, name: str, meets: str) -> tupl
         return f"`{item}` is on {show(here)} ({origin_text(ctx, v)}), but {meets}", (
             f"move every item to one device first, e.g. `sum(t{to_there} for t in {seq})` at line {line}"
         )
+    if ev.item is not None and expr is not None and ev.site == "op":
+        # One item of a list passed whole to a torch function (`torch.cat(parts)`): the items must meet on one device.
+        whole = ctx.code(expr)
+        return f"`{whole}[{ev.item}]` is on {show(here)} ({origin_text(ctx, v)}), but {meets}", (
+            f"move every item to one device first, e.g. `{whole} = [t{to_there} for t in {whole}]` before line {line}"
+        )
     if ev.item is not None and expr is not None:
         # One element of a tuple passed whole (an LSTM's `state` from init_hidden): move every element.
         whole = ctx.code(expr)
