@@ -161,6 +161,16 @@ CODES: tuple[Code, ...] = (
         "small one (the labels) would copy far less.",
         _EVERY_FACE,
     ),
+    # Lint only: at run time torch itself raises at that line (TypeError, "Invalid device string"), and the
+    # run-time faces report where the program stopped.
+    Code(
+        "MP015",
+        "not-a-device",
+        "error",
+        "A device argument torch refuses: `torch.cuda.device(i)` (a context manager, not a device) or a CUDA "
+        "string it cannot read (`'gpu'`, `'cuda1'`).",
+        (LINT,),
+    ),
 )
 
 BY_CODE: dict[str, Code] = {c.code: c for c in CODES}

@@ -738,3 +738,211 @@ def test_sorted_of_tensors_of_unknown_order_is_no_crash_and_no_finding():
         return first + torch.zeros(2, device="cuda:1")
     """
     assert codes_lines(src) == []
+
+
+# ---------------------------------------------------------------- device arguments torch refuses (MP015)
+
+# What torch 2.13's torch.device() answers for each string (checked against torch itself when this was
+# written), except a negative index, which mpcheck leaves alone as a placeholder.
+_TORCH_READS = {
+    "cuda": True,
+    "cuda:0": True,
+    "cuda:12": True,
+    "cuda:01": False,
+    "cuda: 0": False,
+    "CUDA:0": False,
+    "cuda1": False,
+    "gpu": False,
+    "gpu:0": False,
+    "cuda:-1": True,  # torch refuses it, but it is a rank's placeholder (-1 until set): left alone
+    "cuda:": False,
+    "cuda:[1, 5]": False,
+    "cuda:0,1": False,
+    " cuda:0": False,
+    "cuda:1 ": False,
+}
+
+
+@pytest.mark.parametrize(("text", "reads"), sorted(_TORCH_READS.items()))
+def test_cuda_strings_are_refused_exactly_where_torch_refuses_them(text, reads):
+    from mpcheck.devices.not_a_device import refused
+    from mpcheck.devices.values import Const
+
+    assert (refused(Const(text)) is None) is reads
+
+
+@pytest.mark.parametrize("text", ["cpu", "cpu:1", "mps", "meta", "npu:0", "hpu", "xla", "auto"])
+def test_other_device_types_are_left_alone(text):
+    from mpcheck.devices.not_a_device import refused
+    from mpcheck.devices.values import Const
+
+    assert refused(Const(text)) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "meant"),
+    [
+        ("gpu", "cuda"),
+        ("cuda1", "cuda:1"),
+        ("cuda: 1", "cuda:1"),
+        ("GPU:2", "cuda:2"),
+        ("cuda:01", "cuda:1"),
+        ("cuda:[1, 5]", None),
+        ("cuda:0,1", None),
+    ],
+)
+def test_the_device_a_refused_string_meant(text, meant):
+    from mpcheck.devices.not_a_device import meant as guess
+
+    assert guess(text) == meant
+
+
+def test_a_cuda_device_context_is_refused_where_a_device_goes_but_not_in_a_with():
+    src = """
+    import torch
+    import torch.nn as nn
+    dev = torch.cuda.device(1)
+    a = nn.Linear(2, 2).to(dev)
+    b = torch.zeros(2, device=torch.cuda.device(0))
+    with torch.cuda.device(1):
+        c = torch.zeros(2, device="cuda")
+    with dev:
+        d = torch.zeros(2).cuda()
+    """
+    assert codes_lines(src) == [(5, "MP015"), (6, "MP015")]
+
+
+# ---------------------------------------------------------------- a command line's defaults (argparse)
+
+_CLI = """
+import argparse
+import torch
+import torch.nn as nn
+p = argparse.ArgumentParser()
+ARGUMENT
+args = p.parse_args(PARSED)
+ASSIGN
+head = nn.Linear(4, 4).to("cuda:1")
+head(torch.randn(2, 4).to(args.dev))
+"""
+
+
+@pytest.mark.parametrize(
+    ("argument", "parsed", "assign", "finds"),
+    [
+        ('p.add_argument("--dev", default="cuda:0")', "", "", True),
+        ('p.add_argument("--dev", default="cuda:1")', "", "", False),
+        ('p.add_argument("-d", "--dev", default="cuda:0")', "[]", "", True),
+        ('p.add_argument("--device", dest="dev", default="cuda:0")', "None", "", True),
+        ('g = p.add_argument_group("devices"); g.add_argument("--dev", default="cuda:0")', "", "", True),
+        ('p.add_argument("--dev", type=int, default="0")', "", "", True),  # argparse converts a string default
+        ('p.add_argument("--dev", type=lambda s: "cuda:" + s, default="0")', "", "", False),  # a type not known
+        ('p.add_argument("--dev", default="cuda:0")', '["--dev", "cuda:1"]', "", False),  # flags given
+        ('p.add_argument("--dev", default="cuda:0")', "", 'args.dev = "cuda:1"', False),  # assigned by the file
+        ('p.add_argument("--dev", default="cuda:0"); p.set_defaults(dev="cuda:1")', "", "", False),
+    ],
+)
+def test_a_command_line_is_read_as_its_defaults(argument, parsed, assign, finds):
+    src = _CLI.replace("ARGUMENT", argument).replace("PARSED", parsed).replace("ASSIGN", assign)
+    assert bool(codes_lines(src)) is finds, codes_lines(src)
+
+
+@pytest.mark.parametrize("name", ["--gpu", "--local_rank", "--device-id", "--rank"])
+def test_a_gpu_or_rank_index_from_the_command_line_stays_unknown(name):
+    src = f"""
+    import argparse
+    import torch
+    import torch.nn as nn
+    p = argparse.ArgumentParser()
+    p.add_argument("{name}", type=int, default=0)
+    args = p.parse_args()
+    torch.cuda.set_device(1)
+    dest = vars(args)
+    head = nn.Linear(4, 4).to("cuda:1")
+    head(torch.randn(2, 4).cuda(getattr(args, "{name.lstrip("-").replace("-", "_")}")))
+    """
+    assert codes_lines(src) == []
+
+
+def test_split_of_a_default_string_gives_the_devices():
+    src = """
+    import argparse
+    import torch
+    import torch.nn as nn
+    p = argparse.ArgumentParser()
+    p.add_argument("--devices", default="cuda:0,cuda:1")
+    devices = p.parse_args().devices.split(",")
+    a = nn.Linear(4, 4).to(devices[0])
+    b = nn.Linear(4, 4).to(devices[1])
+    b(a(torch.randn(2, 4, device=devices[0])))
+    """
+    assert codes_lines(src) == [(10, "MP001")]
+
+
+# ---------------------------------------------------------------- containers, slices and device comparisons
+
+
+def test_a_module_dict_moved_moves_its_entries():
+    src = """
+    import torch
+    import torch.nn as nn
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.parts = nn.ModuleDict({"stem": nn.ModuleDict({"a": nn.Linear(4, 4)}), "head": nn.Linear(4, 4)})
+            self.parts["stem"].to("cuda:0")
+            self.parts["head"].to("cuda:1")
+        def forward(self, x):
+            h = self.parts["stem"]["a"](x.to("cuda:0"))
+            return self.parts["head"](h)
+    """
+    assert codes_lines(src) == [(12, "MP001")]
+
+
+@pytest.mark.parametrize(
+    ("sliced", "line"), [("self.blocks[2:]", 14), ("self.blocks[:2]", 13), ("self.blocks[::2]", 13)]
+)
+def test_a_slice_of_a_module_list_holds_the_same_blocks(sliced, line):
+    src = f"""
+    import torch
+    import torch.nn as nn
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.blocks = nn.ModuleList([nn.Linear(4, 4) for _ in range(4)])
+            for b in self.blocks:
+                b.to("cuda:0")
+            for b in {sliced}:
+                b.to("cuda:1")
+        def forward(self, x):
+            x = self.blocks[0](x.to("cuda:0"))
+            return self.blocks[3](x)
+    """
+    assert codes_lines(src) == [(line, "MP001")]
+
+
+@pytest.mark.parametrize(
+    ("test", "finds"),
+    [
+        ("x.device != self.device", False),  # moved where it differs: correct
+        ("x.device.type != self.device.type", True),  # "cuda" == "cuda": never moved between GPUs
+        ("x.device == self.device", True),
+    ],
+)
+def test_device_comparisons_are_decided_where_both_devices_are_known(test, finds):
+    src = f"""
+    import torch
+    import torch.nn as nn
+    class Stage(nn.Module):
+        def __init__(self, dev):
+            super().__init__()
+            self.device = torch.device(dev)
+            self.net = nn.Linear(4, 4).to(self.device)
+        def forward(self, x):
+            if {test}:
+                x = x.to(self.device)
+            return self.net(x)
+    a, b = Stage("cuda:0"), Stage("cuda:1")
+    b(a(torch.randn(2, 4, device="cuda:0")))
+    """
+    assert bool(codes_lines(src)) is finds

@@ -6,15 +6,17 @@ library names go to `library.Library`, moves to `moves.Moves`.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import libcst as cst
 
-from mpcheck.devices import memo
+from mpcheck.devices import command_line, memo
 from mpcheck.devices import torchapi as T
 from mpcheck.devices.callers import note_call
+from mpcheck.devices.command_line import ParserV
 from mpcheck.devices.events import LossMismatch, Mismatch
 from mpcheck.devices.names import canonical, dotted
 from mpcheck.devices.placing import placed_view, places_parts
@@ -231,7 +233,12 @@ class Calls(Part):
             if args and isinstance(args[0], Obj) and args[0].kind != "scalar":
                 need = self.input_devs(mod, fwd)
                 self.interp.recorder.need(node, 0, need)
-                if need is not None and conflict(args[0].devs, need) and not _left_on_host(mod, need):
+                if (
+                    need is not None
+                    and conflict(args[0].devs, need)
+                    and not _left_on_host(mod, need)
+                    and not _drops_a_move_of_its_input(fwd)
+                ):
                     self.interp.recorder.record(
                         Mismatch(
                             node=node,
@@ -383,7 +390,8 @@ class Calls(Part):
         if isinstance(kind, Const):
             self.interp.library.loss_direction(f"nn.{kind.value}", args, list(exprs or []), node, st)
         pairs = list(zip(list(args) + list(kwargs.values()), list(exprs or []) + [None] * 99))
-        pairs += [(w, None) for w in (mod.extra or {}).values()]
+        weights = [w for w in (mod.extra or {}).values() if isinstance(w, Obj)]
+        pairs += [(w, None) for w in weights]
         host_targets = T.HOST_TARGETS in (mod.extra or {})
         first = None
         for a, e in pairs:
@@ -395,10 +403,10 @@ class Calls(Part):
             if host_targets and a.devs == one("cpu"):
                 continue  # nn.CTCLoss()(log_probs_on_gpu, targets_on_cpu, ...): as PyTorch wants them
             if conflict(a.devs, first[0].devs):
-                self.interp.recorder.record(
-                    LossMismatch.against_first(first, a, e, node=node, mode=st.mode, op=mod.label or "the loss"),
-                    key="loss",
-                )
+                fact = LossMismatch.against_first(first, a, e, node=node, mode=st.mode, op=mod.label or "the loss")
+                if any(a is w for w in weights):
+                    fact = dataclasses.replace(fact, weighs=mod)
+                self.interp.recorder.record(fact, key="loss")
                 return Obj("tensor", None, origin="loss")
         if first is None or single(first[0].devs) is None:
             return Obj("tensor", None, origin="loss")
@@ -877,6 +885,8 @@ class Calls(Part):
             if meth == "get" and args and isinstance(args[0], Const):
                 return recv.items.get(args[0].value, args[1] if len(args) > 1 else Const(None))
             return UNK
+        if isinstance(recv, ParserV):
+            return command_line.method(recv, meth, args, kwargs)
         if isinstance(recv, SuperV):
             # super().__init__(...) / super().forward(...) of a base class defined in this file.
             here = self.interp.stack[-1].cls if self.interp.stack else None
@@ -886,9 +896,51 @@ class Calls(Part):
                     if m is not None:
                         return self.call_function(m, st.self_obj, args, kwargs, st, node)
             return Const(None) if meth == "__init__" else UNK
-        if isinstance(recv, Const) and isinstance(recv.value, str) and meth == "format":
-            return UNK
+        if isinstance(recv, Const) and isinstance(recv.value, str):
+            return _string_method(recv.value, meth, args, kwargs)
         return UNK
+
+
+def _drops_a_move_of_its_input(fwd: FuncInfo) -> bool:
+    """Does the forward move its first argument in a statement that drops the result (`x.to(self.device)`
+    alone on its line)? Then its input is left where it came, and the finding belongs to that line
+    (MP001's DiscardedMove, recorded as the forward runs), not to the call of the module."""
+    params = [p.name.value for p in fwd.node.params.params]
+    first = params[1] if len(params) > 1 and params[0] == "self" else params[0] if params else None
+    if first is None:
+        return False
+    for n in walk(fwd.node.body):
+        if isinstance(n, cst.Expr) and isinstance(n.value, cst.Call) and isinstance(n.value.func, cst.Attribute):
+            call = n.value
+            assert isinstance(call.func, cst.Attribute)
+            receiver = call.func.value
+            if call.func.attr.value in ("to", "cuda") and isinstance(receiver, cst.Name) and receiver.value == first:
+                return True
+    return False
+
+
+# str methods whose result is computed here when every argument is a known constant:
+# `args.devices.split(",")` (a command line's default), `name.strip()`, `dev.startswith("cuda")`.
+_STRING_METHODS = frozenset(
+    {"split", "rsplit", "strip", "lstrip", "rstrip", "lower", "upper", "replace", "startswith", "endswith", "join"}
+)
+
+
+def _string_method(text: str, meth: str, args: list[Val], kwargs: dict[str, Val]) -> Val:
+    if meth not in _STRING_METHODS or kwargs:
+        return UNK
+    if meth == "join":
+        items = args[0].items if len(args) == 1 and isinstance(args[0], SeqV) else None
+        if items is None or not all(isinstance(i, Const) and isinstance(i.value, str) for i in items):
+            return UNK
+        return Const(text.join(cast(Const, i).value for i in items))
+    if not all(isinstance(a, Const) and isinstance(a.value, (str, int, type(None))) for a in args):
+        return UNK
+    try:
+        out = getattr(text, meth)(*(cast(Const, a).value for a in args))
+    except (TypeError, ValueError):
+        return UNK
+    return SeqV(tuple(Const(x) for x in out)) if isinstance(out, list) else Const(out)
 
 
 _PROBE_SERIALS = itertools.count()  # a probe run's own memo key (ids of freed dicts come back)

@@ -83,6 +83,7 @@ class LossMismatch(Fact):
     op: str
     expr: cst.BaseExpression | None = None
     other_expr: cst.BaseExpression | None = None
+    weighs: Obj | None = None  # the loss module whose class weights `value` is (`nn.CrossEntropyLoss(weight=w)`)
 
     @classmethod
     def against_first(
@@ -146,6 +147,9 @@ class Transfer(Fact):
     # made on the host in this forward call from constants only (`torch.ones(S, S)`, S known): its
     # size in bytes; 0 otherwise
     host_constant_bytes: int = 0
+    # The move, earlier on this path of the same function call, that already copied this same value to the
+    # same device (`h = x.to(d)` ... `x.to(d)` again): that copy could be used instead; None otherwise.
+    again_of: cst.CSTNode | None = None
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)

@@ -161,6 +161,11 @@ class Expressions(Part):
             d = single(base.devs)
             if d is not None and d.startswith("cuda:") and d[5:].isdigit():
                 return Const(int(d[5:]))
+        if isinstance(base, DeviceV) and name == "type" and base.devs:
+            # `x.device.type != self.device.type`: "cuda" for every GPU, so cuda:0 and cuda:1 compare equal.
+            kinds = {d.partition(":")[0] for d in base.devs}
+            if len(kinds) == 1 and "sym" not in kinds:
+                return Const(kinds.pop())
         return UNK
 
     def _constant_attr(self, base: ClassRef | Summarized | DictV, name: str) -> Val | None:
@@ -199,6 +204,8 @@ class Expressions(Part):
 
     def ev_subscript(self, node: cst.Subscript, st: State) -> Val:
         base = self.ev(node.value, st)
+        if isinstance(base, SeqV) and len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Slice):
+            return self._sliced(base, node.slice[0].slice, st)
         if len(node.slice) != 1 or not isinstance(node.slice[0].slice, cst.Index):
             for el in node.slice:
                 if isinstance(el.slice, cst.Index):
@@ -253,6 +260,17 @@ class Expressions(Part):
                 )
             return base.with_(label="", kind="tensor", invariant=base.invariant, worked=True)
         return UNK
+
+    def _sliced(self, base: SeqV, sl: cst.Slice, st: State) -> Val:
+        """`self.blocks[half:]`, `devices[1:]`: the same items (the same objects: a loop that moves them
+        moves the container's), when the bounds are known; items alike when they are not."""
+        bounds = [self.ev(b, st) if b is not None else Const(None) for b in (sl.lower, sl.upper, sl.step)]
+        known = all(isinstance(b, Const) and (b.value is None or type(b.value) is int) for b in bounds)
+        if base.items is not None and known and cast(Const, bounds[2]).value != 0:
+            lo, hi, step = (cast(Const, b).value for b in bounds)
+            return SeqV(base.items[lo:hi:step], kind=base.kind, module=base.module)
+        elem = base.elem if base.items is None else join_all(base.items)
+        return SeqV(None, elem=elem, kind=base.kind, module=base.module)
 
     def ev_const(self, node: Any, st: State) -> Val:  # Integer, Float, Imaginary, SimpleString...
         t = type(node)
@@ -466,8 +484,9 @@ class Expressions(Part):
             c = conflict(a.devs, b.devs)
             if c:
                 left_expr = getattr(node, "left", None) or getattr(node, "target", None)
-                if weight_on_gpu(b) and a.kind == "tensor":
-                    # `x > self.thresholds`: the activation is the one to move, where the weights are.
+                if (weight_on_gpu(b) and a.kind == "tensor") or (_one_number(a) and not _one_number(b)):
+                    # `x > self.thresholds`: the activation is the one to move, where the weights are;
+                    # `scale * img` with `scale` from a one-number tensor (a learned temperature): that number.
                     value, other, expr, other_expr = a, b, left_expr, _right_operand(node)
                 else:
                     # `a + b` (BinaryOperation) or `a += b` (AugAssign: target and value)
@@ -529,6 +548,17 @@ class Expressions(Part):
 
     def ev_compare(self, node: cst.Comparison, st: State) -> Val:
         left = self.ev(node.left, st)
+        if (
+            len(node.comparisons) == 1
+            and isinstance(left, DeviceV)
+            and isinstance(node.comparisons[0].operator, (cst.Equal, cst.NotEqual))
+        ):
+            right = self.ev(node.comparisons[0].comparator, st)
+            a, b = single(left.devs), single(right.devs) if isinstance(right, DeviceV) else None
+            if a is not None and b is not None and _indexed(a) and _indexed(b):
+                # `x.device != self.device`, both known: torch.device compares type and index.
+                return Const((a == b) == isinstance(node.comparisons[0].operator, cst.Equal))
+            return UNK
         if len(node.comparisons) == 1 and isinstance(left, Const):
             c = node.comparisons[0]
             right = self.ev(c.comparator, st)
@@ -763,6 +793,36 @@ def _string_value(raw: str) -> object:
 
 def _is_add(node: cst.CSTNode) -> bool:
     return isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Add)
+
+
+def _indexed(dev: str) -> bool:
+    """A device torch.device compares as the model names it: `cpu` or `cuda:<k>` (not the index-less
+    current device, whose tensors report an index, nor a symbolic one)."""
+    return dev == "cpu" or (dev.startswith("cuda:") and dev[5:].isdigit())
+
+
+def _one_number(v: Obj) -> bool:
+    """Was `v` made from `torch.tensor(<one number>)` (a learned temperature, a loss scale), by the
+    factory itself or through elementwise work on it? Beside an activation, it is the one to move."""
+    at = v.at
+    if not isinstance(at, cst.Call) or (dotted(at.func) or "").rsplit(".", 1)[-1] not in ("tensor", "scalar_tensor"):
+        return False
+    data = [a.value for a in at.args if a.keyword is None]
+    return len(data) == 1 and _a_number(data[0])
+
+
+def _a_number(e: cst.BaseExpression) -> bool:
+    """A number as written: a literal, arithmetic on numbers, or `math.log(...)`, `float(...)`."""
+    if isinstance(e, (cst.Integer, cst.Float)):
+        return True
+    if isinstance(e, cst.UnaryOperation):
+        return _a_number(e.expression)
+    if isinstance(e, cst.BinaryOperation):
+        return _a_number(e.left) or _a_number(e.right)
+    if isinstance(e, cst.Call):
+        name = dotted(e.func) or ""
+        return name.startswith("math.") or name in ("float", "int")
+    return False
 
 
 def _right_operand(node: cst.CSTNode) -> cst.BaseExpression | None:

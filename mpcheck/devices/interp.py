@@ -308,8 +308,23 @@ def _class_body_target(small: cst.BaseSmallStatement) -> tuple[str, cst.BaseExpr
     if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name):
         return small.targets[0].target.value, small.value
     if isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name) and small.value is not None:
-        return small.target.value, small.value
+        return small.target.value, _field_default(small.value)
     return None
+
+
+def _field_default(value: cst.BaseExpression) -> cst.BaseExpression:
+    """A dataclass field's default as an expression: `field(default=X)` gives X, and
+    `field(default_factory=lambda: X)` gives X (a new X for each instance, which changes no device);
+    anything else, as written."""
+    if not (isinstance(value, cst.Call) and (dotted(value.func) or "").rsplit(".", 1)[-1] == "field"):
+        return value
+    for arg in value.args:
+        if arg.keyword is not None and arg.keyword.value == "default":
+            return arg.value
+        if arg.keyword is not None and arg.keyword.value == "default_factory" and isinstance(arg.value, cst.Lambda):
+            if not arg.value.params.params:
+                return arg.value.body
+    return value
 
 
 def _calls_any(node: cst.CSTNode, names: set[str]) -> bool:

@@ -20,6 +20,7 @@ from typing import Any, TypeGuard
 
 import libcst as cst
 
+from mpcheck.devices import command_line, not_a_device
 from mpcheck.devices import torchapi as T
 from mpcheck.devices.callers import note_call
 from mpcheck.devices.events import (
@@ -34,6 +35,7 @@ from mpcheck.devices.events import (
 )
 from mpcheck.devices.gpucount import COUNT_FUNCTIONS
 from mpcheck.devices.names import canonical, dotted
+from mpcheck.devices.not_a_device import DeviceContextV
 from mpcheck.devices.program import MAX_UNROLL, Part, State
 from mpcheck.devices.values import (
     CURRENT,
@@ -130,6 +132,8 @@ class Library(Part):
             # `device=None`, given or a helper's default passed on (`def make_mask(n, device=None)`):
             # PyTorch's default, as if none were given.
             dv = None
+        if dv is not None and not_a_device.record(self.interp, dv, _arg_expr(node, None), node, st.mode):
+            return FAILED  # torch.zeros(n, device=torch.cuda.device(0)): torch raises here
         if dv is not None:
             devs = as_device(dv)
             if devs is None and isinstance(dv, Obj):
@@ -334,9 +338,22 @@ def _zip_spans(args: list[Val]) -> tuple[tuple[Val, ...], tuple[str, ...]] | Non
             cols.append(sp[0])
         elif isinstance(a, SeqV) and a.items is None and a.spans is None and a.elem is not UNK:
             cols.append([a.elem] * width)
+        elif (on_one := _params_on_one_device(a)) is not None:
+            cols.append([on_one] * width)  # zip(ema.parameters(), model.parameters()), the copy moved whole
         else:
             return None
     return tuple(SeqV(tuple(col[i] for col in cols), kind="tuple") for i in range(width)), next(iter(orders))
+
+
+def _params_on_one_device(a: Val) -> Obj | None:
+    """A parameter of `a`, the parameters of a module all on one known device (`ema.parameters()`
+    of a copy moved whole), else None. Named pairs and state dicts are left out."""
+    if not isinstance(a, ParamsOf) or a.shape != "params" or a.mod.split or a.mod.kind != "module":
+        return None
+    dev = single(a.mod.devs)
+    if dev is None or dev.startswith("sym:"):
+        return None
+    return Obj("param", one(dev), origin=f"a parameter of `{a.mod.label or 'the module'}` on {dev}", invariant=True)
 
 
 _SHAPED = frozenset({"ones", "zeros", "empty", "randn", "rand", "full"})
@@ -479,10 +496,26 @@ def _cuda_available(lib: Library, c: LibCall) -> Val:
 
 
 def _torch_device_call(lib: Library, c: LibCall) -> Val:
+    if c.args and not_a_device.record(lib.interp, c.args[0], _arg_expr(c.node, 0), c.node, c.st.mode):
+        return FAILED  # torch.device("gpu"): torch raises here
     v = _torch_device(c.args)
     if isinstance(v, DeviceV):
         lib.interp.gpus.check_device(v.devs, c.node)
     return v
+
+
+def _cuda_device_context(lib: Library, c: LibCall) -> Val:
+    """`torch.cuda.device(i)` outside a `with` (Statements.exec_with reads that one): the context manager,
+    which a device argument refuses (not_a_device.py)."""
+    return DeviceContextV(c.node, c.args[0] if c.args else UNK)
+
+
+def _arg_expr(node: cst.Call, index: int | None, keyword: str = "device") -> cst.BaseExpression | None:
+    """The expression of a call's positional argument `index` (None: none), else of its `keyword` argument."""
+    positional = [a for a in node.args if a.keyword is None and not a.star]
+    if index is not None and index < len(positional):
+        return positional[index].value
+    return next((a.value for a in node.args if a.keyword is not None and a.keyword.value == keyword), None)
 
 
 def _parameter(lib: Library, c: LibCall) -> Val:
@@ -632,10 +665,14 @@ def _deep_copy(lib: Library, c: LibCall) -> Val:
     a shallow copy of a module shares its parameters, so moving one moves the other.)"""
     v = c.args[0] if c.args else UNK
     if isinstance(v, Obj):
+        extra = dict(v.extra) if v.extra else v.extra
+        if v.kind == "module" and is_splitish(v):
+            # A copy of a split model moved whole (an EMA, a teacher kept on one GPU) undoes no split: Moves.move.
+            extra = {**(extra or {}), "deep_copy": True}
         return v.with_(
             attrs=dict(v.attrs) if v.attrs is not None else None,
             ident=lib.interp.new_ident(lib.interp.ident_names.get(v.ident, "copy")) if v.ident is not None else None,
-            extra=dict(v.extra) if v.extra else v.extra,
+            extra=extra,
         )
     if isinstance(v, SeqV):
         return SeqV(v.items, elem=v.elem, kind=v.kind, module=v.module, spans=v.spans, spans_by=v.spans_by)
@@ -842,6 +879,11 @@ def _namespace(lib: Library, c: LibCall) -> Val:
     return DictV(dict(c.kwargs), namespace=True)
 
 
+def _argument_parser(lib: Library, c: LibCall) -> Val:
+    """argparse.ArgumentParser(...): its arguments' defaults, read off `parse_args()` (command_line.py)."""
+    return command_line.new_parser(c.args, c.kwargs)
+
+
 def _partial(lib: Library, c: LibCall) -> Val:
     """functools.partial(f, ...): called later as f with these arguments first (Calls.ev_call)."""
     if not c.args or any(isinstance(a, Starred) for a in c.args):
@@ -936,8 +978,10 @@ EXACT: dict[str, Handler] = _exact(
     (T.PARALLEL_PRIMITIVES, _parallel_primitive),
     (T.SET_DEVICE, _set_device),
     ("torch.device", _torch_device_call),
+    ("torch.cuda.device", _cuda_device_context),
     ("functools.partial", _partial),
     (("types.SimpleNamespace", "argparse.Namespace"), _namespace),
+    ("argparse.ArgumentParser", _argument_parser),
     ("collections.OrderedDict", _dict_call),
     ("copy.deepcopy", _deep_copy),
     (COUNT_FUNCTIONS, _device_count),

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
+from mpcheck.devices import not_a_device
 from mpcheck.devices import torchapi as T
 from mpcheck.devices.events import Collapse, Crossing, IndexlessPlacement, Transfer
 from mpcheck.devices.names import dotted
@@ -129,6 +130,11 @@ class Moves(Part):
         return None, None
 
     def move(self, recv: Val, meth: str, args: list[Val], kwargs: dict[str, Val], node: cst.Call, st: State) -> Val:
+        if meth != "cpu":
+            given = args[0] if args else kwargs.get("device")
+            written = node.args[0].value if node.args else None
+            if not_a_device.record(self.interp, given, written, node, st.mode):
+                return FAILED  # `.to(torch.cuda.device(0))`, `.to("gpu")`: torch raises here
         of_tensor = isinstance(recv, Obj) and recv.kind in _TENSOR_KINDS
         of_loss = isinstance(recv, Obj) and recv.kind == "loss"
         devs, is_device = self._move_target(meth, args, kwargs, node, st, of_tensor=of_tensor, of_loss=of_loss)
@@ -166,7 +172,7 @@ class Moves(Part):
             return recv
         if st.in_init:
             note_move(self.interp, recv, devs, node, st)
-        if is_splitish(recv):
+        if is_splitish(recv) and not (isinstance(recv, Obj) and (recv.extra or {}).get("deep_copy")):
             st.scope.split_seen = True
             # .cpu() frees the GPUs on purpose (saving, deparallelize); it crams nothing. Under a test of
             # whether the model is split (Statements.under_split_test) the move is what the test decided.
@@ -201,7 +207,18 @@ class Moves(Part):
             )
             seq = SeqV(tuple(moved) if recv.items is not None else None, elem=elem, kind=recv.kind, module=True)
             self.rebind(recv_expr, seq, st)
+            self.rebind_holders(recv, seq, st)
             return seq
+        if isinstance(recv, DictV) and recv.module:
+            # An nn.ModuleDict moves its entries (`self.parts["stem"].to(dev)`, a ModuleDict inside one).
+            entries = {
+                k: self.move(v, meth, args, kwargs, node, st) if isinstance(v, (Obj, SeqV, DictV)) else v
+                for k, v in recv.items.items()
+            }
+            table = DictV(entries, module=True)
+            self.rebind(recv_expr, table, st)
+            self.rebind_holders(recv, table, st)
+            return table
         if isinstance(recv, Obj) and recv.kind in ("module", "passthrough", "loss"):
             if recv.kind == "loss" and recv.extra:
                 # `nn.CrossEntropyLoss(weight=w).to(d)`: its weight is a buffer, moved with it.
@@ -246,6 +263,7 @@ class Moves(Part):
         if isinstance(recv, Obj):
             lineage, hop = self.lineage_step(recv, devs, node)
             reads_attribute = self._reads_unchanging_attribute(recv, devs, st, node)
+            again_of = _copied_before(recv, devs, node, st)
             self.interp.recorder.record(
                 Transfer(
                     node=node,
@@ -260,6 +278,7 @@ class Moves(Part):
                     host_constant_bytes=self.interp.host_constants.get(id(recv.at), 0)
                     if recv.invariant and recv.devs == one("cpu")
                     else 0,
+                    again_of=again_of,
                 ),
                 # A table of self moved to its input's device (`self.pe.to(x.device)`): the method's own
                 # run (x unknown) comes first and must not hide the run a caller makes with x on a known
@@ -470,7 +489,7 @@ class Moves(Part):
             for n in walk(arg.value)
         )
 
-    def rebind_holders(self, old: Obj, new: Obj, st: State) -> None:
+    def rebind_holders(self, old: Val, new: Val, st: State) -> None:
         """Module.to() works in place: a part held by a ModuleList or ModuleDict and moved through a loop
         variable or a subscript (`for i, b in enumerate(self.blocks): b.to(...)`, `for b in model.h:
         b.to(dev)`) is moved where its holder holds it: self in an __init__, else the instances the
@@ -513,7 +532,51 @@ class Moves(Part):
                 self.rebind(expr.value, moved, st)
 
 
-def _swapped(v: Val, old: Obj, new: Obj, depth: int = 0) -> Val | None:
+class _Copies(Val):
+    """The copies a path of one function call has made so far: (value moved, device) -> the first move.
+    Kept in the environment (under `_COPIES`) so that branches copy it and a join forgets it (join of two
+    different tables is unknown): only a move that certainly came first on the same path counts."""
+
+    __slots__ = ("made", "scope")
+
+    def __init__(self, scope: object, made: dict[tuple[int, str], tuple[Obj, cst.CSTNode]]) -> None:  # (id, "name>dev")
+        self.scope = scope
+        self.made = made
+
+
+_COPIES = "<copies>"
+
+
+def _copied_before(recv: Obj, devs: Devs, node: cst.Call, st: State) -> cst.CSTNode | None:
+    """The earlier move of `recv`, unchanged, to the same device on this path of this call (`h = x.to(d)`,
+    then `x.to(d)` again), else None. A loop's next pass over the same move is MP011's other case."""
+    dev = single(devs)
+    if recv.kind not in _TENSOR_KINDS or dev is None or dev.startswith("sym:") or not conflict(recv.devs, devs):
+        return None
+    # The same name both times (`h`, `self.mask`): two calls of one helper may give the same value
+    # here (a memoised run), though they are two tensors.
+    named = dotted(node.func.value) if isinstance(node.func, cst.Attribute) else None
+    if named is None:
+        return None
+    table = st.env.get(_COPIES)
+    made = table.made if isinstance(table, _Copies) and table.scope is st.scope else {}
+    key = (id(recv), f"{named}>{dev}")
+    first = made.get(key)
+    if first is not None and first[0] is recv:
+        return first[1] if first[1] is not node else None
+    st.env[_COPIES] = _Copies(st.scope, {**made, key: (recv, node)})  # a new table: other paths keep theirs
+    return None
+
+
+def forget_copies(name: str, st: State) -> None:
+    """`name` is bound anew: the copies made of what it held before are no copies of what it holds now."""
+    table = st.env.get(_COPIES)
+    if isinstance(table, _Copies) and any(k[1].split(">")[0].split(".")[0] == name for k in table.made):
+        kept = {k: v for k, v in table.made.items() if k[1].split(">")[0].split(".")[0] != name}
+        st.env[_COPIES] = _Copies(table.scope, kept)
+
+
+def _swapped(v: Val, old: Val, new: Val, depth: int = 0) -> Val | None:
     """`v`, a ModuleList or ModuleDict (nested at most thrice), holding `new` where it held `old`;
     None where it does not hold `old`."""
     if depth > 2:

@@ -15,6 +15,7 @@ import libcst as cst
 from mpcheck.devices import memo, torchapi
 from mpcheck.devices.events import DiscardedMove
 from mpcheck.devices.gpucount import is_test_on_count
+from mpcheck.devices.moves import forget_copies
 from mpcheck.devices.names import dotted, import_bindings
 from mpcheck.devices.program import (
     MAX_UNROLL,
@@ -380,6 +381,7 @@ class Statements(Part):
                 v = SymV(target.value)
             if isinstance(v, Obj) and not v.label and v.kind not in ("module", "any", "loss", "passthrough"):
                 v = v.with_(label=target.value)  # a module keeps its identity (in-place .to())
+            forget_copies(target.value, st)
             st.env[target.value] = v
         elif isinstance(target, cst.Attribute):
             base = self.interp.exprs.ev(target.value, st)

@@ -103,17 +103,19 @@ class MissingTransfer(Rule):
                 fix = f"{name}.to({device_literal(there)})"
             else:
                 fix = f"({name}).to({device_literal(there)})"
+            # An expression too long to quote whole (ctx.code cut it) is not written back as code.
+            example = f"`{fix}`" if not name.endswith("...") else f"`.to({target_code or device_literal(there)})` on it"
             if target_code is not None and several:
                 advice = (
                     f"the line runs for several devices, so move it to the device it meets on each visit, "
-                    f"e.g. `{fix}` at line {line}"
+                    f"e.g. {example} at line {line}"
                 )
             elif target_code is not None:
-                advice = f"move it to the device of what it meets, e.g. `{fix}` at line {line}"
+                advice = f"move it to the device of what it meets, e.g. {example} at line {line}"
             elif several:
                 advice = "the line runs for several devices, so move it to the device it meets on each visit"
             else:
-                advice = f"move it first, e.g. `{fix}` before line {line}"
+                advice = f"move it first, e.g. {example} before line {line}"
             also = ""
             if lines:  # one move before the first use mends them all (rules/one_move.py)
                 also = f" (it meets {show(there)} unmoved at {later_lines(lines)} too)"
@@ -324,6 +326,13 @@ def _other_expr(ev: Mismatch) -> cst.BaseExpression | None:
     (`st.index_select(0, idx)`: `st`, as written there, not the name the tensor had where it was made)."""
     if ev.what_expr is None and ev.op.startswith(".") and isinstance(ev.node, cst.Call):
         receiver = getattr(ev.node.func, "value", None)
+        while (
+            isinstance(receiver, cst.Call)
+            and isinstance(receiver.func, cst.Attribute)
+            and receiver.func.attr.value.endswith("_")
+            and not receiver.func.attr.value.startswith("_")
+        ):
+            receiver = receiver.func.value  # `ema_p.mul_(d).add_(p)`: an in-place op gives back its receiver
         return receiver if isinstance(receiver, (cst.Name, cst.Attribute)) else None
     return ev.what_expr
 

@@ -16,7 +16,7 @@ from mpcheck.devices.describe import (
     via_text,
 )
 from mpcheck.devices.events import LossMismatch, Mismatch
-from mpcheck.devices.values import LOSS_OF, Obj, Val, show, single
+from mpcheck.devices.values import LOSS_OF, Obj, Val, device_literal, show, single
 from mpcheck.finding import Finding
 from mpcheck.rules.base import Rule, once_per_node
 from mpcheck.rules.context import FileContext
@@ -40,6 +40,9 @@ class LossDeviceMismatch(Rule):
             same = one_move.lines(ev)
             v, other = ev.value, ev.other
             a_expr, b_expr = ev.other_expr, ev.expr
+            if ev.weighs is not None:
+                yield _weights_finding(self, ctx, ev)
+                continue
             a = value_text(ctx, a_expr, other, "the prediction")
             b = value_text(ctx, b_expr, v, "the class weights")
             da, db = single(other.devs), single(v.devs)
@@ -61,6 +64,28 @@ class LossDeviceMismatch(Rule):
                 # the facts come from torch losses, which take nothing else.
                 fix=move_fix(ctx, b_expr, f"{a}.device") if isinstance(a_expr, cst.Name) and not also else None,
             )
+
+
+def _weights_finding(rule: Rule, ctx: FileContext, ev: LossMismatch) -> Finding:
+    """A loss module's class weights (a buffer of the module) on another device than the outputs it gets:
+    the module is what moves (`criterion.to(...)` moves its weight), not a tensor of the call."""
+    v, out = ev.value, ev.other
+    loss = ctx.code(ev.node.func) if isinstance(ev.node, cst.Call) else "the loss"
+    there = single(out.devs)
+    outputs = value_text(ctx, ev.other_expr, out, "the outputs")
+    target = f"{outputs}.device" if isinstance(ev.other_expr, cst.Name) else device_literal(there or "")
+    fix = f"{loss}.to({target})" if isinstance(ev.node, cst.Call) and isinstance(ev.node.func, cst.Name) else None
+    how = f"e.g. `{fix}` before line {ctx.line(ev.node)}" if fix else f"e.g. with `.to({target})` where it is built"
+    return rule.finding(
+        ctx,
+        ev.node,
+        f"`{loss}` holds class weights on {show(single(v.devs))} ({origin_text(ctx, v)}), but gets `{outputs}` on "
+        f"{show(there)} ({origin_text(ctx, out)}){MODE_WORDS.get(ev.mode, '')}{via_text(ctx, ev.via)}: a loss "
+        f"module's `weight` is a buffer that moves with it, so move the loss to the outputs' device, {how} (or "
+        f"build the weights there).",
+        devices=[there, single(v.devs)],
+        suggestion=f"move the loss module to {show(there)}",
+    )
 
 
 def _metric_mismatches(rule: Rule, ctx: FileContext) -> Iterator[Finding]:

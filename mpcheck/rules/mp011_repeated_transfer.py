@@ -9,6 +9,7 @@ import libcst as cst
 from mpcheck.codes import REPEAT_MIN_BYTES
 from mpcheck.devices.events import Transfer
 from mpcheck.devices.values import conflict, device_literal, show, single
+from mpcheck.devices.walk import walk
 from mpcheck.finding import Finding
 from mpcheck.rules.base import Rule, once_per_node
 from mpcheck.rules.context import FileContext
@@ -24,6 +25,9 @@ class RepeatedTransfer(Rule):
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         for ev in once_per_node(ctx.model.facts(Transfer), lambda ev: bool(_repeated(ev))):
             how = _repeated(ev)
+            if how == "again":
+                yield _copied_again(self, ctx, ev)
+                continue
             v = ev.value
             src, dst = single(v.devs), single(ev.devs)
             node = ev.node
@@ -87,12 +91,48 @@ def _grown_from(node: cst.CSTNode) -> tuple[str, str] | None:
     return f"{expr.value.value}.{expr.attr.value}", grown
 
 
+def _copied_again(rule: Rule, ctx: FileContext, ev: Transfer) -> Finding:
+    """A value copied to a device a second time on one path of a function, unchanged since the first copy."""
+    first = ev.again_of
+    assert first is not None
+    node = ev.node
+    recv = ctx.code(node.func.value) if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) else "it"
+    dst = single(ev.devs)
+    held = _assigned_name(ctx, first)
+    reuse = (
+        f"use `{held}`, the copy line {ctx.line(first)} made,"
+        if held
+        else f"keep the copy line {ctx.line(first)} made and use it"
+    )
+    fix = f"{reuse} instead of copying `{recv}` again"
+    return rule.finding(
+        ctx,
+        node,
+        f"`{recv}` is copied to {show(dst)} a second time here, unchanged since line {ctx.line(first)} copied it "
+        f"there (`{ctx.code(first)}`): each copy moves the whole tensor over the link again. {fix[0].upper()}{fix[1:]}.",
+        devices=[single(ev.value.devs), dst],
+        suggestion=fix,
+    )
+
+
+def _assigned_name(ctx: FileContext, move: cst.CSTNode) -> str | None:
+    """`h` when the move is the whole value of `h = x.to(d)`, else None."""
+    for node in walk(ctx.module):
+        if isinstance(node, cst.Assign) and node.value is move and len(node.targets) == 1:
+            target = node.targets[0].target
+            return ctx.code(target) if isinstance(target, (cst.Name, cst.Attribute)) else None
+    return None
+
+
 def _repeated(ev: Transfer) -> str:
     """'call' / 'loop' for a move, on every forward call or loop iteration, of the same
-    unchanging value (buffer, parameter, constant) certainly on another device; else ''."""
+    unchanging value (buffer, parameter, constant) certainly on another device; 'again' for a value
+    copied a second time to the same device on one path, unchanged since; else ''."""
     v = ev.value
     if not conflict(v.devs, ev.devs):
         return ""
+    if ev.again_of is not None:
+        return "" if _certainly_small(v.at) else "again"  # below the run-time faces' threshold too
     if ev.bound_outside_loop and ev.target_fixed_in_loop and not v.invariant:
         # Made once before the loop from anything (a filterbank computed by a helper, a random table),
         # not rebound in it, and moved to the same place every time: every iteration copies that same

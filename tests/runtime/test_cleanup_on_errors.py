@@ -27,6 +27,7 @@ _NAMESPACES = {
     "torch.Tensor": torch.Tensor,
     "torch.cuda": torch.cuda,
     "torch.nn.Module": nn.Module,
+    "torch.nn.Parameter": nn.Parameter,
     "torch.nn.functional": nn.functional,
     "torch.optim.Optimizer": torch.optim.Optimizer,
     "torch.autograd": torch.autograd,

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from mpcheck.runtime.capture import hooks, loading, threads, transfers
+from mpcheck.runtime.capture import copying, hooks, loading, threads, transfers
 from mpcheck.runtime.capture.mode import CheckingMode
 from mpcheck.runtime.capture.signatures import SignatureCache, recheck_every_from_env
 from mpcheck.runtime.capture.warnings_site import redirect_warnings
@@ -109,6 +109,7 @@ class Session:
                 modes=(mode, smode, stand_in),
             )
             self._undos.append(loading.install(self.checker))
+            self._undos.append(copying.install(self.checker))
             if self.cache is not None and self.checker.plain_devices:
                 self._undos.extend(transfers.install(mode))
             self._undos.append(self._patch_compile())

@@ -201,6 +201,9 @@ class Checker:
         self._const_copies: dict[tuple[Site, str], tuple[int, Mark]] = {}
         # Where modules were built and placed, tensors made on the current device (placement.py).
         self.placements = Placements()
+        # Parameters made by copy.deepcopy (capture/copying.py), by id, held weakly: a copy of a split model
+        # moved whole is no collapse (split_model.on_module_move).
+        self.copied_params: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
         # id(root module) -> ref: roots whose first call has been checked for a collapsed split (MP004).
         self.roots_checked: dict[int, weakref.ref[Any]] = {}
 

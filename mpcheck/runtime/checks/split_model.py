@@ -138,7 +138,7 @@ def on_module_move(
         current=self.devices.normalize("cuda") if implicit else None,
     )
     devs = [d for d in self.model_devices(module) if d != "cpu"]
-    if len(devs) < 2 or target == "cpu":
+    if len(devs) < 2 or target == "cpu" or _a_deep_copy(self, module):
         return None
     finding = self.emit(
         "MP007",
@@ -151,6 +151,13 @@ def on_module_move(
     )
     self._collapses.record(module, target, tuple(devs), finding)
     return finding
+
+
+def _a_deep_copy(self: Checker, module: Any) -> bool:
+    """Is every parameter of `module` one copy.deepcopy made (capture/copying.py)? Then moving it whole
+    (an EMA or a teacher kept on one GPU) leaves the split of the model it copies as it was."""
+    params = list(module.parameters())
+    return bool(params) and all(self.copied_params.get(id(p)) is p for p in params)
 
 
 def on_model_loaded(self: Checker, loaded: Any, saved_on: dict[int, str], map_location: Any, site: Site) -> None:

@@ -1,0 +1,117 @@
+"""argparse: the values a script runs with when its command line gives none, its defaults.
+
+`p.add_argument("--head-device", default="cuda:1")` ... `args = p.parse_args()` makes `args.head_device`
+"cuda:1" as the script runs with no flags, as a config dataclass's field defaults are read
+(Expressions._constant_attr). A flag given on the command line may change it, so a finding on it is true of
+the script as run with its defaults; an attribute the file assigns (`args.device = ...`) is not read off the
+defaults at all (`_constant_attr`'s rule for namespaces).
+
+An index of a GPU or a rank (`--gpu 0`, `--local_rank -1`: a number, or None, under a name that says so)
+stays unknown: a launcher gives each process its own, and the default only stands in for it.
+
+What is known is kept only where argparse's own rules are plain: a default of a known value, `store_true`
+and `store_false`, a string default converted by `type=int` / `type=float` / `type=str`. A default given
+through another `type=` (a lambda, a function) is not known. `parse_args` with a list the code writes out
+(`parse_args([])`) reads the defaults only when that list is empty; `parse_args(argv)` with `argv` None does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from mpcheck.devices.values import UNK, Const, DictV, QName, SeqV, Val
+
+# `type=` callables whose effect on a string default is known.
+_CONVERSIONS: dict[str, Any] = {"int": int, "float": float, "str": str, "builtins.int": int, "builtins.float": float}
+
+
+@dataclass(eq=False)
+class ParserV(Val):
+    """An argparse.ArgumentParser (or an argument group of one, which adds to it): dest -> default."""
+
+    defaults: dict[str, Val] = field(default_factory=dict)
+
+
+def new_parser(args: list[Val], kwargs: dict[str, Val]) -> ParserV:
+    """`argparse.ArgumentParser(..., parents=[base])`: the parents' arguments first."""
+    parser = ParserV()
+    parents = kwargs.get("parents")
+    if isinstance(parents, SeqV) and parents.items is not None:
+        for p in parents.items:
+            if isinstance(p, ParserV):
+                parser.defaults.update(p.defaults)
+    return parser
+
+
+def method(parser: ParserV, meth: str, args: list[Val], kwargs: dict[str, Val]) -> Val:
+    """A call of a method of the parser (or of a group of it)."""
+    if meth == "add_argument":
+        dest = _dest(args, kwargs)
+        if dest is not None:
+            default = _default(kwargs)
+            parser.defaults[dest] = UNK if _set_per_process(dest, default) else default
+        return UNK
+    if meth in ("add_argument_group", "add_mutually_exclusive_group"):
+        return parser  # a group's arguments are the parser's
+    if meth == "set_defaults":
+        parser.defaults.update(kwargs)
+        return Const(None)
+    if meth in ("parse_args", "parse_known_args"):
+        given = args[0] if args else kwargs.get("args", Const(None))
+        no_flags = (isinstance(given, Const) and given.value is None) or (
+            isinstance(given, SeqV) and given.items is not None and not given.items
+        )
+        ns: Val = DictV(dict(parser.defaults), namespace=True) if no_flags else UNK
+        return SeqV((ns, SeqV(None)), kind="tuple") if meth == "parse_known_args" else ns
+    return UNK
+
+
+# Words of an argument a launcher sets for each process (`--local_rank`, `--gpu`, `--device_id`): its
+# default (0, -1, None) is a placeholder, not the GPU a process of the job uses.
+_PER_PROCESS_WORDS = ("rank", "gpu", "device", "cuda", "local")
+
+
+def _set_per_process(dest: str, default: Val) -> bool:
+    """An index of a GPU or a rank whose default stands in for what each process is given."""
+    number = isinstance(default, Const) and (default.value is None or type(default.value) is int)
+    return number and any(w in dest.lower() for w in _PER_PROCESS_WORDS)
+
+
+def _dest(args: list[Val], kwargs: dict[str, Val]) -> str | None:
+    """argparse's dest: `dest=`, else the first long option (`--head-device` -> head_device), else the
+    first short one (`-d` -> d), else a positional argument's name."""
+    given = kwargs.get("dest")
+    if given is not None:
+        return given.value if isinstance(given, Const) and isinstance(given.value, str) else None
+    flags = [a.value for a in args if isinstance(a, Const) and isinstance(a.value, str)]
+    if len(flags) != len(args) or not flags:
+        return None
+    long = [f for f in flags if f.startswith("--")]
+    short = [f for f in flags if f.startswith("-") and not f.startswith("--")]
+    name = long[0][2:] if long else short[0][1:] if short else flags[0]
+    return name.replace("-", "_") or None
+
+
+def _default(kwargs: dict[str, Val]) -> Val:
+    action = kwargs.get("action")
+    act = action.value if isinstance(action, Const) else None if action is None else "?"
+    default = kwargs.get("default")
+    if default is None:
+        if act == "store_true":
+            return Const(False)
+        if act == "store_false":
+            return Const(True)
+        return Const(None) if act in (None, "store", "append", "extend", "count") else UNK
+    if act not in (None, "store"):
+        return default if act in ("store_true", "store_false", "store_const") else UNK
+    kind = kwargs.get("type")
+    if kind is None or not (isinstance(default, Const) and isinstance(default.value, str)):
+        return default  # argparse converts only a string default with type=
+    convert = _CONVERSIONS.get(kind.q) if isinstance(kind, QName) else None
+    if convert is None:
+        return UNK
+    try:
+        return Const(convert(default.value))
+    except ValueError:
+        return UNK
