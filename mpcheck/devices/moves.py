@@ -415,6 +415,30 @@ class Moves(Part):
             and isinstance(so, Obj)
             and so.attrs
             and isinstance(root, cst.Attribute)
+            and root.attr.value in ("weight", "bias")
+            and isinstance(root.value, cst.Attribute)
+            and isinstance(root.value.value, cst.Name)
+            and root.value.value.value == "self"
+        ):
+            # `self.items.weight.to(q.device)`: a torch.nn layer's own parameter, moved on every call. Not a
+            # layer the class also calls (an embedding tied to a head on another GPU needs that copy).
+            name = root.value.attr.value
+            holder = so.attrs.get(name)
+            return (
+                isinstance(holder, Obj)
+                and holder.kind == "module"
+                and holder.cls is None
+                and recv.kind == "param"
+                and so.cls is not None
+                and not _calls_self_attr(so.cls.node, name)
+                and (conflict(recv.devs, devs) is None or name not in self.rebound_attributes(so))
+            )
+        if (
+            not st.in_init
+            and self.in_forward()
+            and isinstance(so, Obj)
+            and so.attrs
+            and isinstance(root, cst.Attribute)
             and isinstance(root.value, cst.Name)
             and root.value.value == "self"
         ):
@@ -566,6 +590,20 @@ def _copied_before(recv: Obj, devs: Devs, node: cst.Call, st: State) -> cst.CSTN
         return first[1] if first[1] is not node else None
     st.env[_COPIES] = _Copies(st.scope, {**made, key: (recv, node)})  # a new table: other paths keep theirs
     return None
+
+
+def _calls_self_attr(cls_node: cst.CSTNode, name: str) -> bool:
+    """Does the class call `self.<name>(...)` anywhere?"""
+    for n in walk(cls_node):
+        if (
+            isinstance(n, cst.Call)
+            and isinstance(n.func, cst.Attribute)
+            and n.func.attr.value == name
+            and isinstance(n.func.value, cst.Name)
+            and n.func.value.value == "self"
+        ):
+            return True
+    return False
 
 
 def forget_copies(name: str, st: State) -> None:

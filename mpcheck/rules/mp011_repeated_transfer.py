@@ -45,6 +45,9 @@ class RepeatedTransfer(Rule):
                     f"keep `{root}` on {show(dst)} (move it there once in __init__) and call `.{meth}()` on that "
                     f"copy: the chain copies the same data, {_GROWN[meth]}, on every call"
                 )
+            elif how == "call" and v.kind == "param" and recv.endswith((".weight", ".bias")) and recv.count(".") == 2:
+                layer = recv.rsplit(".", 1)[0]  # `self.items.weight`: the layer is what to place
+                fix = f"place `{layer}` on {show(dst)} in __init__, where its parameter is used, and use it directly"
             elif how == "call":
                 fix = f"create it on {show(dst)} in __init__ (or move it once after placing the model) and use it directly"
             else:
