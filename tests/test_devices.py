@@ -946,3 +946,26 @@ def test_device_comparisons_are_decided_where_both_devices_are_known(test, finds
     b(a(torch.randn(2, 4, device="cuda:0")))
     """
     assert bool(codes_lines(src)) is finds
+
+
+@pytest.mark.parametrize(
+    ("load", "assign", "finds"),
+    [
+        ('torch.load("w.pt", map_location="cpu")', "assign=True", True),
+        ('torch.load("w.pt", map_location="cpu")', "", False),  # values copied into the placed parameters
+        ('torch.load("w.pt")', "assign=True", False),  # where it was saved: not known
+        ('torch.load("w.pt", map_location="cuda:0")', "assign=True", False),
+    ],
+)
+def test_load_state_dict_with_assign_puts_the_module_where_the_checkpoint_was_loaded(load, assign, finds):
+    src = f"""
+    import torch
+    import torch.nn as nn
+    net = nn.Linear(4, 4).to("cuda:0")
+    net.load_state_dict({load}, {assign})
+    x = torch.randn(2, 4, device="cuda:0")
+    net(x)
+    """.replace(", )", ")")
+    # The module is a plain torch.nn layer here: not split, so no MP007; its call meets a CPU weight.
+    got = codes_lines(src)
+    assert got == ([(7, "MP001")] if finds else [])

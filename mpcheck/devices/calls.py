@@ -17,7 +17,8 @@ from mpcheck.devices import command_line, memo
 from mpcheck.devices import torchapi as T
 from mpcheck.devices.callers import note_call
 from mpcheck.devices.command_line import ParserV
-from mpcheck.devices.events import LossMismatch, Mismatch
+from mpcheck.devices.events import Collapse, LossMismatch, Mismatch
+from mpcheck.devices.moves import moved_instance
 from mpcheck.devices.names import canonical, dotted
 from mpcheck.devices.placing import placed_view, places_parts
 from mpcheck.devices.program import MAX_DEPTH, ClassInfo, FuncInfo, Part, State, params_of
@@ -27,6 +28,7 @@ from mpcheck.devices.values import (
     ANY_KEYWORD,
     CURRENT,
     FAILED,
+    LOADED,
     LOSS_OF,
     OFF_CHAIN,
     PROBE,
@@ -733,6 +735,32 @@ class Calls(Part):
         ):
             # PyTorch's type_as is `self.to(other.options())`: the other tensor's dtype and device.
             return self.interp.moves.move(recv, "to", args, {}, node, st)
+        if meth == "load_state_dict" and _assigns(kwargs) and isinstance(recv, Obj) and recv.kind == "module":
+            # `load_state_dict(sd, assign=True)` keeps the checkpoint's tensors, where torch.load put them
+            # (`map_location="cpu"`): every parameter of the module goes there, as by `.to()`.
+            sd = args[0] if args else kwargs.get("state_dict")
+            there = single(sd.devs) if isinstance(sd, Obj) and sd.origin.startswith(LOADED) else None
+            if there is not None and isinstance(sd, Obj) and isinstance(node.func, cst.Attribute):
+                if is_splitish(recv):
+                    # The split undone, as by `.to()` (MP007, at this call); its forward is no longer known.
+                    self.interp.recorder.record(
+                        Collapse(node=node, mode=st.mode, module=recv, devs=one(there), meth=meth)
+                    )
+                    moved: Obj = Obj(
+                        "module",
+                        one(there),
+                        origin="collapsed by load_state_dict(assign=True)",
+                        at=node,
+                        opaque=True,
+                        extra={"collapsed": True},
+                    )
+                else:
+                    origin = f"put on {there} by load_state_dict(assign=True), from a checkpoint {sd.origin}"
+                    moved = moved_instance(recv, one(there), origin, node) or recv.with_(
+                        devs=one(there), split=None, origin=origin, at=node
+                    )
+                self.interp.moves.rebind(node.func.value, moved, st)
+            return UNK
         if meth in _FORWARD_HOOKS and isinstance(recv, Obj) and recv.kind in ("module", "any"):
             # Module.register_forward_(pre_)hook works in place, on every later call (module_call).
             extra = recv.extra or {}
@@ -899,6 +927,12 @@ class Calls(Part):
         if isinstance(recv, Const) and isinstance(recv.value, str):
             return _string_method(recv.value, meth, args, kwargs)
         return UNK
+
+
+def _assigns(kwargs: dict[str, Val]) -> bool:
+    """load_state_dict(..., assign=True)."""
+    a = kwargs.get("assign")
+    return isinstance(a, Const) and a.value is True
 
 
 def _drops_a_move_of_its_input(fwd: FuncInfo) -> bool:

@@ -40,6 +40,7 @@ from mpcheck.devices.program import MAX_UNROLL, Part, State
 from mpcheck.devices.values import (
     CURRENT,
     FAILED,
+    LOADED,
     LOSS_OF,
     MADE_ON_CPU_BY_DEFAULT,
     OFF_CHAIN,
@@ -879,6 +880,17 @@ def _namespace(lib: Library, c: LibCall) -> Val:
     return DictV(dict(c.kwargs), namespace=True)
 
 
+def _load(lib: Library, c: LibCall) -> Val:
+    """torch.load(f, map_location="cpu"): what it gives (a state dict, a tensor) is where map_location
+    puts it, when that names one device; otherwise where it was saved, not known here."""
+    where = c.kwargs.get("map_location", c.args[1] if len(c.args) > 1 else None)
+    devs = as_device(where) if where is not None else None
+    dev = single(devs)
+    if dev is None or dev.startswith("sym:"):
+        return UNK
+    return Obj("any", one(dev), origin=f"{LOADED} map_location={show(dev)}", at=c.node)
+
+
 def _argument_parser(lib: Library, c: LibCall) -> Val:
     """argparse.ArgumentParser(...): its arguments' defaults, read off `parse_args()` (command_line.py)."""
     return command_line.new_parser(c.args, c.kwargs)
@@ -982,6 +994,7 @@ EXACT: dict[str, Handler] = _exact(
     ("functools.partial", _partial),
     (("types.SimpleNamespace", "argparse.Namespace"), _namespace),
     ("argparse.ArgumentParser", _argument_parser),
+    ("torch.load", _load),
     ("collections.OrderedDict", _dict_call),
     ("copy.deepcopy", _deep_copy),
     (COUNT_FUNCTIONS, _device_count),

@@ -37,6 +37,19 @@ class CollapseSplitModel(Rule):
             target = single(ev.devs)
             onto = show(target) if target else "one device"
             meth = ev.meth
+            if meth == "load_state_dict":
+                yield self.finding(
+                    ctx,
+                    call,
+                    f"`{ctx.code(call)}` keeps the checkpoint's tensors where torch.load put them ({onto}): every "
+                    f"stage of `{recv}` ({split_desc(mod)}) ends up there, and the split is undone. Load without "
+                    f"`assign=True` (load_state_dict then copies into the placed parameters), or load before placing "
+                    f"the model.",
+                    devices=split_devices(mod) + ([target] if target else []),
+                    modules=split_modules(mod),
+                    suggestion="drop `assign=True`, or load the checkpoint before the model is split",
+                )
+                continue
             if isinstance(mod, Obj) and mod.dispatched.startswith("a device map"):  # its devices are not known
                 undone = (
                     "where the map splits it, the split is undone (accelerate refuses to move a model with "
