@@ -715,6 +715,26 @@ class Calls(Part):
         seq.elem = join_all(had + given)
         seq.items = None
 
+    def _load_assigned(self, recv: Obj, sd: Val | None, node: cst.Call, st: State) -> None:
+        """`recv.load_state_dict(sd, assign=True)` keeps the checkpoint's tensors, where torch.load put them
+        (`map_location="cpu"`): every parameter of the module goes there, as by `.to()`. A split model is
+        collapsed (MP007 at this call) and its forward is no longer known."""
+        there = single(sd.devs) if isinstance(sd, Obj) and sd.origin.startswith(LOADED) else None
+        if there is None or not isinstance(sd, Obj) or not isinstance(node.func, cst.Attribute):
+            return
+        if is_splitish(recv):
+            self.interp.recorder.record(
+                Collapse(node=node, mode=st.mode, module=recv, devs=one(there), meth="load_state_dict")
+            )
+            origin = "collapsed by load_state_dict(assign=True)"
+            moved = Obj("module", one(there), origin=origin, at=node, opaque=True, extra={"collapsed": True})
+        else:
+            origin = f"put on {there} by load_state_dict(assign=True), from a checkpoint {sd.origin}"
+            moved = moved_instance(recv, one(there), origin, node) or recv.with_(
+                devs=one(there), split=None, origin=origin, at=node
+            )
+        self.interp.moves.rebind(node.func.value, moved, st)
+
     def method_call(
         self, recv: Val, meth: str, args: list[Val], kwargs: dict[str, Val], node: cst.Call, st: State
     ) -> Val:
@@ -736,30 +756,7 @@ class Calls(Part):
             # PyTorch's type_as is `self.to(other.options())`: the other tensor's dtype and device.
             return self.interp.moves.move(recv, "to", args, {}, node, st)
         if meth == "load_state_dict" and _assigns(kwargs) and isinstance(recv, Obj) and recv.kind == "module":
-            # `load_state_dict(sd, assign=True)` keeps the checkpoint's tensors, where torch.load put them
-            # (`map_location="cpu"`): every parameter of the module goes there, as by `.to()`.
-            sd = args[0] if args else kwargs.get("state_dict")
-            there = single(sd.devs) if isinstance(sd, Obj) and sd.origin.startswith(LOADED) else None
-            if there is not None and isinstance(sd, Obj) and isinstance(node.func, cst.Attribute):
-                if is_splitish(recv):
-                    # The split undone, as by `.to()` (MP007, at this call); its forward is no longer known.
-                    self.interp.recorder.record(
-                        Collapse(node=node, mode=st.mode, module=recv, devs=one(there), meth=meth)
-                    )
-                    moved: Obj = Obj(
-                        "module",
-                        one(there),
-                        origin="collapsed by load_state_dict(assign=True)",
-                        at=node,
-                        opaque=True,
-                        extra={"collapsed": True},
-                    )
-                else:
-                    origin = f"put on {there} by load_state_dict(assign=True), from a checkpoint {sd.origin}"
-                    moved = moved_instance(recv, one(there), origin, node) or recv.with_(
-                        devs=one(there), split=None, origin=origin, at=node
-                    )
-                self.interp.moves.rebind(node.func.value, moved, st)
+            self._load_assigned(recv, args[0] if args else kwargs.get("state_dict"), node, st)
             return UNK
         if meth in _FORWARD_HOOKS and isinstance(recv, Obj) and recv.kind in ("module", "any"):
             # Module.register_forward_(pre_)hook works in place, on every later call (module_call).

@@ -557,13 +557,14 @@ class Moves(Part):
 
 
 class _Copies(Val):
-    """The copies a path of one function call has made so far: (value moved, device) -> the first move.
-    Kept in the environment (under `_COPIES`) so that branches copy it and a join forgets it (join of two
-    different tables is unknown): only a move that certainly came first on the same path counts."""
+    """The copies a path of one function call has made so far: (id of the value, the name it was moved
+    through, the device) -> (the value, the first move). Kept in the environment (under `_COPIES`), so that
+    branches copy it and a join forgets it (two different tables join to unknown): only a move that
+    certainly came first on the same path counts."""
 
     __slots__ = ("made", "scope")
 
-    def __init__(self, scope: object, made: dict[tuple[int, str], tuple[Obj, cst.CSTNode]]) -> None:  # (id, "name>dev")
+    def __init__(self, scope: object, made: dict[tuple[int, str, str], tuple[Obj, cst.CSTNode]]) -> None:
         self.scope = scope
         self.made = made
 
@@ -584,7 +585,7 @@ def _copied_before(recv: Obj, devs: Devs, node: cst.Call, st: State) -> cst.CSTN
         return None
     table = st.env.get(_COPIES)
     made = table.made if isinstance(table, _Copies) and table.scope is st.scope else {}
-    key = (id(recv), f"{named}>{dev}")
+    key = (id(recv), named, dev)
     first = made.get(key)
     if first is not None and first[0] is recv:
         return first[1] if first[1] is not node else None
@@ -607,10 +608,11 @@ def _calls_self_attr(cls_node: cst.CSTNode, name: str) -> bool:
 
 
 def forget_copies(name: str, st: State) -> None:
-    """`name` is bound anew: the copies made of what it held before are no copies of what it holds now."""
+    """`name` is bound anew: the copies made of what it held before (through `name` or `name.attr`) are no
+    copies of what it holds now."""
     table = st.env.get(_COPIES)
-    if isinstance(table, _Copies) and any(k[1].split(">")[0].split(".")[0] == name for k in table.made):
-        kept = {k: v for k, v in table.made.items() if k[1].split(">")[0].split(".")[0] != name}
+    if isinstance(table, _Copies) and any(k[1].partition(".")[0] == name for k in table.made):
+        kept = {k: v for k, v in table.made.items() if k[1].partition(".")[0] != name}
         st.env[_COPIES] = _Copies(table.scope, kept)
 
 
