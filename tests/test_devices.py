@@ -969,3 +969,39 @@ def test_load_state_dict_with_assign_puts_the_module_where_the_checkpoint_was_lo
     # The module is a plain torch.nn layer here: not split, so no MP007; its call meets a CPU weight.
     got = codes_lines(src)
     assert got == ([(7, "MP001")] if finds else [])
+
+
+def test_a_comprehension_of_two_fors_is_unrolled_in_order():
+    src = """
+    import torch
+    import torch.nn as nn
+    devices = ["cuda:0", "cuda:1"]
+    blocks = nn.Sequential(*[nn.Linear(4, 4).to(d) for d in devices for _ in range(2)])
+    x = blocks[1](torch.randn(2, 4, device="cuda:0"))
+    y = blocks[2](x)
+    """
+    assert codes_lines(src) == [(7, "MP001")]
+
+
+def test_a_second_copy_in_a_later_stage_of_a_sequential_is_reported():
+    # The first stage's run moves nothing (its input is already there); the third stage's copies its input
+    # twice. One fact per move is kept from the first run, except such a second copy.
+    src = """
+    import torch
+    import torch.nn as nn
+    class Res(nn.Module):
+        def __init__(self, device):
+            super().__init__()
+            self.device = device
+            self.f = nn.Linear(4096, 4096).to(device)
+        def forward(self, x):
+            h = x.to(self.device)
+            return self.f(h) + x.to(self.device)
+    class Net(nn.Module):
+        def __init__(self, devices=("cuda:0", "cuda:1")):
+            super().__init__()
+            self.blocks = nn.Sequential(*[Res(d) for d in devices for _ in range(2)])
+        def forward(self, x):
+            return self.blocks(x.to("cuda:0"))
+    """
+    assert codes_lines(src) == [(11, "MP011")]

@@ -356,6 +356,17 @@ class Expressions(Part):
         while f is not None:
             fors.append(f)
             f = f.inner_for_in
+        if len(fors) > 1 and not isinstance(node, cst.DictComp):
+            # [Block(d) for d in devices for _ in range(per)]: every combination, in order, when each
+            # iterable is known for each item of the ones before it (and no `if` is left undecided).
+            combos = self._nested_items(fors, inner)
+            if combos is not None:
+                out = []
+                for binding in combos:
+                    for f, item in zip(fors, binding):
+                        self.interp.stmts.assign(f.target, item, inner, None)
+                    out.append(self._comp_elt(node, inner))
+                return self._comp_result(node, tuple(out), None)
         if len(fors) == 1:
             it = self.ev(fors[0].iter, inner)
             items = iter_items(it)
@@ -398,6 +409,25 @@ class Expressions(Part):
         finally:
             self.interp.in_unknown_loop -= 1
         return self._comp_result(node, None, elem)
+
+    def _nested_items(self, fors: list[cst.CompFor], st: State) -> list[tuple[Val, ...]] | None:
+        """The bindings of nested `for` clauses, outer first, when every iterable is known for each outer
+        item and the filters are decided; None otherwise or past MAX_UNROLL combinations."""
+        combos: list[tuple[Val, ...]] = [()]
+        for depth, f in enumerate(fors):
+            nxt: list[tuple[Val, ...]] = []
+            for binding in combos:
+                for g, item in zip(fors[:depth], binding):
+                    self.interp.stmts.assign(g.target, item, st, None)
+                items = iter_items(self.ev(f.iter, st))
+                kept = self._filtered(f, items, st) if items is not None else None
+                if kept is None:
+                    return None
+                nxt.extend((*binding, item) for item in kept)
+                if len(nxt) > MAX_UNROLL:
+                    return None
+            combos = nxt
+        return combos
 
     def _filtered(self, comp: cst.CompFor, items: list[Val], st: State) -> list[Val] | None:
         """The items a comprehension's `if` clauses keep (`for i in range(n) if i != 0`), or None

@@ -289,9 +289,11 @@ class Moves(Part):
                 # away). Back to the host, the first run's fact stays: the helpers this opens up are stage
                 # hops, and a host copy made of a helper's GPU result by a later caller is more often a side
                 # copy (numpy, a check) of a tensor that goes on being used on the GPU.
+                # A second copy of one value (again_of) is kept from whichever run makes it: a stage of a
+                # Sequential on another GPU than the first one's.
                 key=(recv.devs, devs)
                 if reads_attribute
-                else (("back", devs) if _idle_back_to_gpu(recv, devs) else None),
+                else (("back", devs) if _idle_back_to_gpu(recv, devs) else ("again", devs) if again_of else None),
             )
             return recv.with_(
                 kind="tensor"
