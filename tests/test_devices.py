@@ -1005,3 +1005,18 @@ def test_a_second_copy_in_a_later_stage_of_a_sequential_is_reported():
             return self.blocks(x.to("cuda:0"))
     """
     assert codes_lines(src) == [(11, "MP011")]
+
+
+def test_a_list_default_of_the_command_line_gives_its_devices():
+    src = """
+    import argparse
+    import torch
+    import torch.nn as nn
+    p = argparse.ArgumentParser()
+    p.add_argument("--devices", nargs="+", default=["cuda:0", "cuda:1"])
+    args = p.parse_args()
+    a = nn.Linear(4, 4).to(args.devices[0])
+    b = nn.Linear(4, 4).to(args.devices[1])
+    b(a(torch.randn(2, 4, device=args.devices[0])))
+    """
+    assert codes_lines(src) == [(10, "MP001")]

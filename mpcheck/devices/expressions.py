@@ -175,7 +175,13 @@ class Expressions(Part):
         # Each candidate is found first: the file's walk (set_from_outside) only where there is one.
         if isinstance(base, DictV):
             got = base.items.get(name) if base.namespace else None
-            return got if isinstance(got, (Const, DeviceV)) and name not in self.set_from_outside() else None
+            known = isinstance(got, (Const, DeviceV)) or (
+                # `nargs="+", default=["cuda:0", "cuda:1"]`: a list of known values
+                isinstance(got, SeqV)
+                and got.items is not None
+                and all(isinstance(i, (Const, DeviceV)) for i in got.items)
+            )
+            return got if known and name not in self.set_from_outside() else None
         if isinstance(base, Summarized):
             c = (base.summary.get("consts") or {}).get(name) if base.kind == "class" else None
             if c is None or name in self.set_from_outside():

@@ -132,7 +132,9 @@ class Moves(Part):
     def move(self, recv: Val, meth: str, args: list[Val], kwargs: dict[str, Val], node: cst.Call, st: State) -> Val:
         if meth != "cpu":
             given = args[0] if args else kwargs.get("device")
-            written = node.args[0].value if node.args else None
+            positional = [a.value for a in node.args if a.keyword is None and not a.star]
+            device_kw = [a.value for a in node.args if a.keyword is not None and a.keyword.value == "device"]
+            written = positional[0] if positional else device_kw[0] if device_kw else None
             if not_a_device.record(self.interp, given, written, node, st.mode):
                 return FAILED  # `.to(torch.cuda.device(0))`, `.to("gpu")`: torch raises here
         of_tensor = isinstance(recv, Obj) and recv.kind in _TENSOR_KINDS
