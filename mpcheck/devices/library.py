@@ -508,7 +508,7 @@ def _torch_device_call(lib: Library, c: LibCall) -> Val:
 def _cuda_device_context(lib: Library, c: LibCall) -> Val:
     """`torch.cuda.device(i)` outside a `with` (Statements.exec_with reads that one): the context manager,
     which a device argument refuses (not_a_device.py)."""
-    return DeviceContextV(c.node, c.args[0] if c.args else UNK)
+    return DeviceContextV(c.node)
 
 
 def _arg_expr(node: cst.Call, index: int | None, keyword: str = "device") -> cst.BaseExpression | None:

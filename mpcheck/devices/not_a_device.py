@@ -36,8 +36,7 @@ _PLACEHOLDER = re.compile(r"cuda:-[0-9]+")
 class DeviceContextV(Val):
     """The value of `torch.cuda.device(i)`: a context manager, not a device."""
 
-    node: cst.CSTNode  # the call that made it
-    index: Val  # its argument
+    node: cst.CSTNode  # the call that made it (its argument is the GPU it sets)
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
