@@ -17,7 +17,7 @@ import libcst as cst
 
 from mpcheck.devices import torchapi
 from mpcheck.devices.events import Mismatch
-from mpcheck.devices.names import canonical, dotted
+from mpcheck.devices.names import a_number, canonical, dotted
 from mpcheck.devices.program import MAX_UNROLL, ClassInfo, Part, State
 from mpcheck.devices.summarized import constant_value, summarized_attr
 from mpcheck.devices.values import (
@@ -844,21 +844,7 @@ def _one_number(v: Obj) -> bool:
     if not isinstance(at, cst.Call) or (dotted(at.func) or "").rsplit(".", 1)[-1] not in ("tensor", "scalar_tensor"):
         return False
     data = [a.value for a in at.args if a.keyword is None]
-    return len(data) == 1 and _a_number(data[0])
-
-
-def _a_number(e: cst.BaseExpression) -> bool:
-    """A number as written: a literal, arithmetic on numbers, or `math.log(...)`, `float(...)`."""
-    if isinstance(e, (cst.Integer, cst.Float)):
-        return True
-    if isinstance(e, cst.UnaryOperation):
-        return _a_number(e.expression)
-    if isinstance(e, cst.BinaryOperation):
-        return _a_number(e.left) or _a_number(e.right)
-    if isinstance(e, cst.Call):
-        name = dotted(e.func) or ""
-        return name.startswith("math.") or name in ("float", "int")
-    return False
+    return len(data) == 1 and a_number(data[0])
 
 
 def _right_operand(node: cst.CSTNode) -> cst.BaseExpression | None:

@@ -133,7 +133,7 @@ class Library(Part):
             # `device=None`, given or a helper's default passed on (`def make_mask(n, device=None)`):
             # PyTorch's default, as if none were given.
             dv = None
-        if dv is not None and not_a_device.record(self.interp, dv, _arg_expr(node, None), node, st.mode):
+        if dv is not None and not_a_device.record(self.interp, dv, not_a_device.written(node, None), node, st.mode):
             return FAILED  # torch.zeros(n, device=torch.cuda.device(0)): torch raises here
         if dv is not None:
             devs = as_device(dv)
@@ -497,7 +497,7 @@ def _cuda_available(lib: Library, c: LibCall) -> Val:
 
 
 def _torch_device_call(lib: Library, c: LibCall) -> Val:
-    if c.args and not_a_device.record(lib.interp, c.args[0], _arg_expr(c.node, 0), c.node, c.st.mode):
+    if c.args and not_a_device.record(lib.interp, c.args[0], not_a_device.written(c.node, 0), c.node, c.st.mode):
         return FAILED  # torch.device("gpu"): torch raises here
     v = _torch_device(c.args)
     if isinstance(v, DeviceV):
@@ -509,14 +509,6 @@ def _cuda_device_context(lib: Library, c: LibCall) -> Val:
     """`torch.cuda.device(i)` outside a `with` (Statements.exec_with reads that one): the context manager,
     which a device argument refuses (not_a_device.py)."""
     return DeviceContextV(c.node)
-
-
-def _arg_expr(node: cst.Call, index: int | None, keyword: str = "device") -> cst.BaseExpression | None:
-    """The expression of a call's positional argument `index` (None: none), else of its `keyword` argument."""
-    positional = [a for a in node.args if a.keyword is None and not a.star]
-    if index is not None and index < len(positional):
-        return positional[index].value
-    return next((a.value for a in node.args if a.keyword is not None and a.keyword.value == keyword), None)
 
 
 def _parameter(lib: Library, c: LibCall) -> Val:

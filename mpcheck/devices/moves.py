@@ -132,10 +132,7 @@ class Moves(Part):
     def move(self, recv: Val, meth: str, args: list[Val], kwargs: dict[str, Val], node: cst.Call, st: State) -> Val:
         if meth != "cpu":
             given = args[0] if args else kwargs.get("device")
-            positional = [a.value for a in node.args if a.keyword is None and not a.star]
-            device_kw = [a.value for a in node.args if a.keyword is not None and a.keyword.value == "device"]
-            written = positional[0] if positional else device_kw[0] if device_kw else None
-            if not_a_device.record(self.interp, given, written, node, st.mode):
+            if not_a_device.record(self.interp, given, not_a_device.written(node, 0), node, st.mode):
                 return FAILED  # `.to(torch.cuda.device(0))`, `.to("gpu")`: torch raises here
         of_tensor = isinstance(recv, Obj) and recv.kind in _TENSOR_KINDS
         of_loss = isinstance(recv, Obj) and recv.kind == "loss"
@@ -413,12 +410,10 @@ class Moves(Part):
                 if isinstance(root, cst.Subscript)
                 else (root.func.value if isinstance(root.func, cst.Attribute) else None)
             )
+        if st.in_init or not self.in_forward() or not isinstance(so, Obj) or not so.attrs:
+            return False
         if (
-            not st.in_init
-            and self.in_forward()
-            and isinstance(so, Obj)
-            and so.attrs
-            and isinstance(root, cst.Attribute)
+            isinstance(root, cst.Attribute)
             and root.attr.value in ("weight", "bias")
             and isinstance(root.value, cst.Attribute)
             and isinstance(root.value.value, cst.Name)
@@ -437,15 +432,7 @@ class Moves(Part):
                 and not _calls_self_attr(so.cls.node, name)
                 and (conflict(recv.devs, devs) is None or name not in self.rebound_attributes(so))
             )
-        if (
-            not st.in_init
-            and self.in_forward()
-            and isinstance(so, Obj)
-            and so.attrs
-            and isinstance(root, cst.Attribute)
-            and isinstance(root.value, cst.Name)
-            and root.value.value == "self"
-        ):
+        if isinstance(root, cst.Attribute) and isinstance(root.value, cst.Name) and root.value.value == "self":
             attr = so.attrs.get(root.attr.value)
             return (
                 isinstance(attr, Obj)

@@ -4,6 +4,8 @@ libcst's scope and qualified-name providers cost 5-10x a parse; a file's
 imports are a handful of statements, so reading them directly is enough:
 `from torch.nn import DataParallel as DP` binds DP -> torch.nn.DataParallel,
 `import torch.nn.parallel as par` binds par -> torch.nn.parallel.
+Also the two readings of an expression as written that the interpreter and the rules share: its dotted
+name (`self.head.weight`) and whether it is a number (`a_number`).
 """
 
 from __future__ import annotations
@@ -32,6 +34,23 @@ def dotted(node: cst.BaseExpression) -> str | None:
         parts.append(node.value)
         return ".".join(reversed(parts))
     return None
+
+
+def a_number(e: cst.BaseExpression) -> bool:
+    """A number as written: a literal (`1024.0`, `-1`, `True`), arithmetic on numbers, or `math.log(...)`,
+    `float(...)`, `int(...)`: what `torch.tensor(...)` makes a one-number tensor of (MP011 reads it too)."""
+    if isinstance(e, (cst.Integer, cst.Float)):
+        return True
+    if isinstance(e, cst.Name):
+        return e.value in ("True", "False")
+    if isinstance(e, cst.UnaryOperation):
+        return a_number(e.expression)
+    if isinstance(e, cst.BinaryOperation):
+        return a_number(e.left) and a_number(e.right)
+    if isinstance(e, cst.Call):
+        name = dotted(e.func) or ""
+        return name.startswith("math.") or name in ("float", "int")
+    return False
 
 
 def resolve_relative(level: int, module: str | None, modname: str, is_package: bool = False) -> str:

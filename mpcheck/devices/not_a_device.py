@@ -67,6 +67,14 @@ def meant(text: str) -> str | None:
     return f"cuda:{int(m.group(1))}" if m.group(1) else "cuda"
 
 
+def written(node: cst.Call, index: int | None) -> cst.BaseExpression | None:
+    """The device argument as the call writes it: positional argument `index` (None: none), else `device=`."""
+    positional = [a for a in node.args if a.keyword is None and not a.star]
+    if index is not None and index < len(positional):
+        return positional[index].value
+    return next((a.value for a in node.args if a.keyword is not None and a.keyword.value == "device"), None)
+
+
 def record(interp: Interp, v: Val | None, arg: cst.BaseExpression | None, node: cst.CSTNode, mode: str) -> bool:
     """Records a NotADevice fact when torch refuses `v` as a device; True then (the program stops here)."""
     bad = refused(v)

@@ -8,6 +8,7 @@ import libcst as cst
 
 from mpcheck.codes import REPEAT_MIN_BYTES
 from mpcheck.devices.events import Transfer
+from mpcheck.devices.names import a_number
 from mpcheck.devices.values import conflict, device_literal, show, single
 from mpcheck.devices.walk import walk
 from mpcheck.finding import Finding
@@ -186,7 +187,7 @@ def _certainly_small(made_at: object) -> bool:
         # class weights and tables grow with the problem (the number of classes), which a literal in the
         # code understates.
         data = [a.value for a in made_at.args if a.keyword is None]
-        return len(data) == 1 and _is_number(data[0])
+        return len(data) == 1 and a_number(data[0])
     if name not in _SHAPED_FACTORIES:
         return False
     positional = [a for a in made_at.args if a.keyword is None]
@@ -224,12 +225,3 @@ def _dtype_size(call: cst.Call) -> int | None:
         name = dtype.attr.value if isinstance(dtype, cst.Attribute) else ""
         size = _ITEMSIZE.get(name, _WIDEST)
     return size
-
-
-def _is_number(data: cst.BaseExpression) -> bool:
-    """Is `data` a number literal: `1024.0`, `-1`, `True`?"""
-    if isinstance(data, cst.UnaryOperation):
-        data = data.expression
-    return isinstance(data, (cst.Integer, cst.Float)) or (
-        isinstance(data, cst.Name) and data.value in ("True", "False")
-    )
