@@ -142,10 +142,11 @@ def test_a_rank_on_another_ranks_gpu_is_mp013_on_that_rank_only(tmp_path):
 @pytest.mark.slow
 def test_torchrun_around_mpcheck_dryrun_rank0_prints_the_merged_report(tmp_path):
     out = tmp_path / "report.json"
+    (tmp_path / "tmp").mkdir()
     proc = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
         + ["-m", "mpcheck", "dryrun", "--gpus", "4", "--output-format", "json", "-o", str(out), str(PROGRAM)],
-        env=_env(),
+        env={**_env(), "TMPDIR": str(tmp_path / "tmp")},
         capture_output=True,
         text=True,
         timeout=300,
@@ -154,3 +155,5 @@ def test_torchrun_around_mpcheck_dryrun_rank0_prints_the_merged_report(tmp_path)
     _, merged = _check_merged_equals_the_ranks_summed(out, 2)
     assert set(merged["memory"]["1"]) == {"cuda:2", "cuda:3"}
     assert proc.stderr.count("merged report of 2 ranks") == 1  # rank 0 alone
+    # the ranks' shared folder, in the temporary folder, went with the job (torch's own stay)
+    assert [p.name for p in (tmp_path / "tmp").iterdir() if p.name.startswith("mpcheck")] == []

@@ -3,9 +3,9 @@
 Under torchrun every process runs `mpcheck run|dryrun ... train.py` itself: each checks itself and
 writes its own report, its rank in the file names (`-o report.json` -> `report.rank1.json`, the
 same for --trace and --html). Each rank also leaves its json report in a folder the job's processes
-share (MPCHECK_RANKS_DIR, else one in the temporary folder named after torchrun's run id); rank 0,
-at its end, waits for the others' (MPCHECK_MERGE_TIMEOUT seconds, 60 by default), and prints the
-merged summary: the findings once, with the ranks they occurred on; the transfers of each rank; the
+share (MPCHECK_RANKS_DIR, else one in the temporary folder named after torchrun's run id, removed
+once merged); rank 0, at its end, waits for the others' (MPCHECK_MERGE_TIMEOUT seconds, 60 by
+default), and prints the merged summary: the findings once, with the ranks they occurred on; the transfers of each rank; the
 memory of each rank and device. Its numbers are the per-rank ones summed. With `-o FILE` the merged
 report is written as json beside it (`report.merged.json`).
 """
@@ -204,6 +204,22 @@ def finish_rank(report: Mapping[str, Any], env: RankEnv, opts: Any, stream: Text
     timeout = float(os.environ.get(TIMEOUT_ENV, "60"))
     reports = collect(folder, env.world_size, timeout=timeout)
     write_merged(merge(reports, env.world_size), opts, stream)
+    if not os.environ.get(DIR_ENV):
+        remove_shared(folder, reports)
+
+
+def remove_shared(folder: str, reports: Mapping[int, Any]) -> None:
+    """The folder mpcheck chose in the temporary folder goes once merged (a folder the user named
+    in MPCHECK_RANKS_DIR stays theirs). A rank past the wait keeps its file, and so the folder."""
+    for rank in reports:
+        try:
+            os.remove(os.path.join(folder, f"rank{rank}.json"))
+        except OSError:
+            pass
+    try:
+        os.rmdir(folder)
+    except OSError:
+        pass
 
 
 def write_merged(merged: Mapping[str, Any], opts: Any, stream: TextIO | None = None) -> None:
