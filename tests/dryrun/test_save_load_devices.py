@@ -9,7 +9,6 @@ from dryrun_helpers import codes_at
 
 SAVE = """
 import os
-import tempfile
 import torch
 import torch.nn as nn
 
@@ -24,7 +23,7 @@ class Pipe(nn.Module):
         return self.b(self.a(x.to("cuda:0")).to("cuda:1"))
 
 
-d = tempfile.mkdtemp()
+d = os.path.dirname(os.path.abspath(__file__))  # the test's own temporary folder
 path = os.path.join(d, "ckpt.pt")
 feats = torch.randn(6, 4, device="cuda:1")
 torch.save({"feats": feats, "nested": [feats[:2], (torch.ones(3, device="cuda:0"),)], "cpu": torch.ones(2),
