@@ -45,8 +45,8 @@ from torch import nn
 
 
 def _sync() -> None:
-    torch.cuda.synchronize(0)
-    torch.cuda.synchronize(1)
+    for i in range(torch.cuda.device_count()):
+        torch.cuda.synchronize(i)
 
 
 def _time(fns: dict, reps: int, warmup: int = 10) -> dict[str, float]:

@@ -171,6 +171,16 @@ CODES: tuple[Code, ...] = (
         "string it cannot read (`'gpu'`, `'cuda1'`).",
         (LINT,),
     ),
+    # The run-time faces see a broadcast view's strides at the move; a repeat or a reduction after the
+    # move is a matter of the code's order, which only the linter reads.
+    Code(
+        "MP016",
+        "oversized-transfer",
+        "warning",
+        "A tensor moved at a larger size than its data needs: enlarged (`.expand()`, `.repeat()`) before the "
+        "move instead of after it, or moved whole only to be reduced to one value (`.sum()`, `.all()`).",
+        _EVERY_FACE,
+    ),
 )
 
 BY_CODE: dict[str, Code] = {c.code: c for c in CODES}

@@ -1020,3 +1020,17 @@ def test_a_list_default_of_the_command_line_gives_its_devices():
     b(a(torch.randn(2, 4, device=args.devices[0])))
     """
     assert codes_lines(src) == [(10, "MP001")]
+
+
+def test_expand_as_view_as_and_reshape_as_read_only_the_other_tensors_shape_from_any_device():
+    src = textwrap.dedent(
+        """\
+        import torch
+        real = torch.randn(8, 3, device="cuda:0")
+        mix = torch.rand(8, 1).expand_as(real)
+        flat = torch.rand(24).view_as(real)
+        again = torch.rand(3, 8).reshape_as(real)
+        out = mix.cuda(0) * real + flat.cuda(0) + again.cuda(0)
+        """
+    )
+    assert codes_lines(src) == []

@@ -151,3 +151,43 @@ def test_a_device_property_and_the_first_parameter_of_a_split_class_of_another_f
     )
     s = summarize("model.py", model, "model")["classes"]["Split"]
     assert s["attrs"] == {"device": {"device": "cuda:0"}} and s["first"] == "cuda:0"
+
+
+def test_another_files_generator_gives_what_it_yields_in_order():
+    helpers = textwrap.dedent(
+        """\
+        import torch.nn as nn
+
+        def placed(blocks, devices):
+            for i, block in enumerate(blocks):
+                yield block.to(devices[i % len(devices)])
+        """
+    )
+    src = textwrap.dedent(
+        """\
+        import torch
+        import torch.nn as nn
+        from helpers import placed
+
+        class Net(nn.Module):
+            def __init__(self, devices):
+                super().__init__()
+                self.blocks = nn.ModuleList(placed([nn.Linear(4, 4) for _ in range(4)], devices))
+
+            def forward(self, x):
+                for block in self.blocks:
+                    x = block(x.to("cuda:0"))
+                return x
+
+        Net(["cuda:0", "cuda:1"])(torch.randn(2, 4))
+        """
+    )
+    summary = summarize("helpers.py", helpers, "helpers")
+    assert summary["functions"]["placed"]["source"].startswith("def placed(blocks, devices):")
+    r = analyze("train.py", src, ALL, "train", {"helpers": summary})
+    assert [(f.line, f.code) for f in r.findings] == [(12, "MP001")]
+    assert "cuda:1" in r.findings[0].message
+    r = analyze(
+        "train.py", src.replace('["cuda:0", "cuda:1"]', '["cuda:0", "cuda:0"]'), ALL, "train", {"helpers": summary}
+    )
+    assert r.findings == []

@@ -17,7 +17,7 @@ from mpcheck.devices import command_line, memo
 from mpcheck.devices import torchapi as T
 from mpcheck.devices.callers import note_call
 from mpcheck.devices.command_line import ParserV
-from mpcheck.devices.events import Collapse, LossMismatch, Mismatch
+from mpcheck.devices.events import Collapse, LossMismatch, Mismatch, OversizedMove
 from mpcheck.devices.moves import moved_instance
 from mpcheck.devices.names import canonical, dotted
 from mpcheck.devices.placing import placed_view, places_parts
@@ -168,6 +168,8 @@ class Calls(Part):
             st.scope,
         )
         cst_.returns = []
+        if info.is_generator:
+            cst_.yields = SeqV((), kind="gen")
         sites = self.interp.recorder.sites
         sites.append(node if helper else None)
         try:
@@ -178,9 +180,7 @@ class Calls(Part):
         self.interp.memo_changed[key] = changes
         for i, changed in changes:
             _rebind_changed(args[i], changed, st)
-        result: Val | None = None
-        for r in cst_.returns:
-            result = r if result is None else join(result, r)
+        result = cst_.given_back()
         if result is None:
             result = Const(None)
         self.interp.memo[key] = result
@@ -885,7 +885,24 @@ class Calls(Part):
                         # experts on other GPUs then meets what came back (a branch, Moves.merge).
                         lineage, hop = a.lineage, a.hop
                     hop = max(hop, a.hop) if a.lineage == lineage else hop
-            return recv.with_(label="", kind="tensor", worked=worked, invariant=inv, lineage=lineage, hop=hop)
+            if (
+                meth in T.FULL_REDUCTIONS
+                and not (args or kwargs or recv.invariant)
+                and recv.moved_from is not None
+                and recv.lineage != OFF_CHAIN
+            ):
+                # Not a constant (moved and reduced on every call: MP011's, which knows its size), nor a
+                # mask, a metric or a loss (`(pred == y).cpu().sum()`: a few bytes, not worth a warning).
+                moved = _moved_just_before(node)
+                if moved is not None and moved is recv.moved_at:
+                    self.interp.recorder.record(
+                        OversizedMove(node=moved, mode=st.mode, src=recv.moved_from, dst=recv.devs, reduction=node),
+                        key=(recv.moved_from, recv.devs),
+                    )
+            enlarged = node if meth in T.ENLARGING_METHODS else recv.enlarged_at if meth in T.LAYOUT_METHODS else None
+            return recv.with_(
+                label="", kind="tensor", worked=worked, invariant=inv, lineage=lineage, hop=hop, enlarged_at=enlarged
+            )
         if isinstance(recv, SeqV):
             if meth == "append" and args:
                 self.grow(recv, (args[0],), UNK)
@@ -924,6 +941,26 @@ class Calls(Part):
         if isinstance(recv, Const) and isinstance(recv.value, str):
             return _string_method(recv.value, meth, args, kwargs)
         return UNK
+
+
+def _moved_just_before(call: cst.Call) -> cst.Call | None:
+    """The `.to()` / `.cuda()` / `.cpu()` call a reduction's receiver is, through argument-less
+    elementwise steps (`g.to(d).isfinite().all()` -> `g.to(d)`); None for anything else. A move that also
+    converts (`.to(d, torch.float64)`) is not one: reducing before it would reduce at the old precision."""
+    recv = call.func.value if isinstance(call.func, cst.Attribute) else None
+    while isinstance(recv, cst.Call) and isinstance(recv.func, cst.Attribute):
+        name = recv.func.attr.value
+        if name in ("to", "cuda", "cpu"):
+            plain = [a for a in recv.args if not (a.keyword and a.keyword.value in ("non_blocking", "copy"))]
+            return (
+                recv
+                if len(plain) <= 1 and all(a.keyword is None or a.keyword.value == "device" for a in plain)
+                else None
+            )
+        if name not in T.ELEMENTWISE_STEPS or recv.args:
+            return None
+        recv = recv.func.value
+    return None
 
 
 def _assigns(kwargs: dict[str, Val]) -> bool:

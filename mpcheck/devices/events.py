@@ -122,6 +122,19 @@ class PredictionsMovedToTargets(Fact):
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
+class OversizedMove(Fact):
+    """`node`, a transfer from `src` to `dst`, carries more than the data needs (MP016): a tensor
+    `enlarged` by that `.expand()` / `.repeat()` call, or one that `reduction` (`x.to(d).isfinite().all()`,
+    through elementwise steps only) reduces to one value right after the move."""
+
+    src: Devs
+    dst: Devs
+    enlarged: cst.Call | None = None
+    reduction: cst.Call | None = None
+    constant: bool = False  # the moved value never changes between calls (Obj.invariant)
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
 class PlacedTwice(Fact):
     """__init__ places submodule `attr` twice (`node` is the second placement, `first` the first) while
     the modules `unplaced` of the same instance are never placed: a copy-paste slip (`self.l2.cuda(1)`

@@ -666,6 +666,21 @@ class Expressions(Part):
     def ev_await(self, node: cst.Await, st: State) -> Val:
         return self.ev(node.expression, st)
 
+    def ev_yield(self, node: cst.Yield, st: State) -> Val:
+        """`yield v` adds v to what the generator gives, `yield from vs` all of vs, as `append` and
+        `extend` grow a list (in a loop of unknown length: items of unknown number). What the caller
+        sends back in is unknown."""
+        if isinstance(node.value, cst.From):
+            given = self.ev(node.value.item, st)
+            more = given.items if isinstance(given, SeqV) and given.kind != "dict" else None
+            elem = iter_elem(given, None)
+        else:
+            elem = self.ev(node.value, st) if node.value is not None else Const(None)
+            more = (elem,)
+        if st.yields is not None:
+            self.interp.calls.grow(st.yields, more, elem)
+        return UNK
+
     def probe_hit(self, val: Val, devs: Devs, other: Val | None = None) -> None:
         """In a probe run: the first device an input marked with a probe device (`PROBE`,
         `probe_devs(i)`) meets, unmoved, is where that input must be. Not a tensor on the index-less
@@ -797,6 +812,7 @@ _EV: dict[type, Callable[..., Val]] = {
     cst.BooleanOperation: Expressions.ev_boolop,
     cst.Lambda: Expressions.ev_lambda,
     cst.Await: Expressions.ev_await,
+    cst.Yield: Expressions.ev_yield,
 }
 
 

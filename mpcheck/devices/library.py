@@ -677,22 +677,13 @@ def _deep_copy(lib: Library, c: LibCall) -> Val:
 def _builtin(lib: Library, c: LibCall) -> Val:
     q, args = c.q, c.args
     if q == "range":
-        if (
-            len(args) == 1
-            and isinstance(args[0], Const)
-            and isinstance(args[0].value, int)
-            and 0 <= args[0].value <= MAX_UNROLL
-        ):
-            return SeqV(tuple(Const(i) for i in range(args[0].value)))
-        lo, hi = args if len(args) == 2 else (None, None)
-        if (
-            isinstance(lo, Const)
-            and isinstance(hi, Const)
-            and isinstance(lo.value, int)
-            and isinstance(hi.value, int)
-            and 0 <= hi.value - lo.value <= MAX_UNROLL
-        ):
-            return SeqV(tuple(Const(i) for i in range(lo.value, hi.value)))
+        # range(n), range(lo, hi), range(lo, hi, step): unrolled when every bound is a known int. An
+        # empty one stays unknown: a loop that never runs is likelier a placeholder (-1) than the program.
+        bounds = [a.value for a in args if isinstance(a, Const) and type(a.value) is int]
+        if 1 <= len(args) <= 3 and len(bounds) == len(args) and (len(args) < 3 or bounds[2] != 0):
+            r = range(*bounds)
+            if 0 < len(r) <= MAX_UNROLL:
+                return SeqV(tuple(Const(i) for i in r))
         return SeqV(None, elem=UNK)
     if q == "enumerate" and args:
         src = args[0]

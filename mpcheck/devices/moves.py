@@ -14,7 +14,7 @@ import libcst as cst
 
 from mpcheck.devices import not_a_device
 from mpcheck.devices import torchapi as T
-from mpcheck.devices.events import Collapse, Crossing, IndexlessPlacement, Transfer
+from mpcheck.devices.events import Collapse, Crossing, IndexlessPlacement, OversizedMove, Transfer
 from mpcheck.devices.names import dotted
 from mpcheck.devices.program import ClassInfo, Part, State
 from mpcheck.devices.shared import note_move
@@ -263,6 +263,20 @@ class Moves(Part):
             lineage, hop = self.lineage_step(recv, devs, node)
             reads_attribute = self._reads_unchanging_attribute(recv, devs, st, node)
             again_of = _copied_before(recv, devs, node, st)
+            if recv.enlarged_at is not None and devs is not None and devs != recv.devs:
+                # Enlarged before its move (MP016). A constant's copy on every call is MP011's too: both
+                # fixes agree (move its data once, enlarge it there).
+                self.interp.recorder.record(
+                    OversizedMove(
+                        node=node,
+                        mode=st.mode,
+                        src=recv.devs,
+                        dst=devs,
+                        enlarged=recv.enlarged_at,
+                        constant=recv.invariant,
+                    ),
+                    key=(recv.devs, devs),
+                )
             self.interp.recorder.record(
                 Transfer(
                     node=node,
@@ -309,6 +323,8 @@ class Moves(Part):
                 # A reported value moved to a known device is there whatever the fix of that report:
                 # what it meets next is judged again (`self.b(h.cuda(1))` after a mismatch at `self.a`).
                 extra=None if failed(recv) and devs is not None else recv.extra,
+                # `.to()` to where it already is gives the same tensor back, still enlarged
+                enlarged_at=recv.enlarged_at if devs is not None and devs == recv.devs else None,
             )
         if devs is None:
             return UNK

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import libcst as cst
 
 from mpcheck.devices import memo
 from mpcheck.devices.events import IndexlessPlacement
-from mpcheck.devices.values import CURRENT, UNK, Devs, Obj, Val, join
+from mpcheck.devices.values import CURRENT, UNK, Devs, Obj, SeqV, Val, join
 
 if TYPE_CHECKING:  # pragma: no cover
     from mpcheck.devices.interp import Interp
@@ -35,6 +36,32 @@ class FuncInfo:
     name: str
     qual: str
     cls: ClassInfo | None = None
+
+    @cached_property
+    def is_generator(self) -> bool:
+        """Does the body yield (not a function or class defined inside it)? Calling it gives the
+        values it yields, in order, not what it returns."""
+        finder = _YieldFinder()
+        self.node.body.visit(finder)
+        return finder.found
+
+
+class _YieldFinder(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.found = False
+
+    def visit_Yield(self, node: cst.Yield) -> bool:
+        self.found = True
+        return False
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return False  # its own yields make it a generator, not the function around it
+
+    def visit_Lambda(self, node: cst.Lambda) -> bool:
+        return False
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        return False
 
 
 @dataclass(eq=False)
@@ -118,7 +145,7 @@ class Scope:
 
 
 class State:
-    __slots__ = ("cur", "env", "exits", "in_init", "mode", "returns", "scope", "self_obj", "setdev")
+    __slots__ = ("cur", "env", "exits", "in_init", "mode", "returns", "scope", "self_obj", "setdev", "yields")
 
     def __init__(
         self,
@@ -139,6 +166,7 @@ class State:
         self.scope = scope
         self.returns: list[Val] = []
         self.exits: list[dict[str, Val]] = []  # the environments of the paths that returned
+        self.yields: SeqV | None = None  # in a generator's body: what it has yielded so far
 
     @classmethod
     def fresh(cls, env: dict[str, Val], scope_name: str, self_obj: Val | None = None) -> State:
@@ -149,7 +177,18 @@ class State:
         s = State(dict(self.env), self.cur, self.setdev, self.mode, self.self_obj, self.in_init, self.scope)
         s.returns = self.returns
         s.exits = self.exits
+        s.yields = self.yields
         return s
+
+    def given_back(self) -> Val | None:
+        """What the call whose body ran on this path gives its caller: a generator's yielded values,
+        else its returns joined; None when it returned nothing."""
+        if self.yields is not None:
+            return self.yields
+        result: Val | None = None
+        for r in self.returns:
+            result = r if result is None else join(result, r)
+        return result
 
     def resolve_current(self, devs: Devs) -> Devs:
         """'cuda' means the current device: after set_device(k) that is cuda:k."""

@@ -26,7 +26,6 @@ from mpcheck.devices.values import (
     Val,
     as_device,
     is_split_devs,
-    join,
     one,
     value_key,
 )
@@ -365,14 +364,14 @@ def call_inlined(
     interp.calls.bind(info, env, None, args, kwargs)
     run = State(env, st.cur, st.setdev, st.mode, None, False, st.scope)
     run.returns = []
+    if info.is_generator:
+        run.yields = SeqV((), kind="gen")
     steps = len(interp.recorder.crossings)
     with interp.recorder.muted():
         interp.stmts.run_body(info, run)
     moved = len(interp.recorder.crossings) != steps
     del interp.recorder.crossings[steps:]
-    result: Val | None = None
-    for r in run.returns:
-        result = r if result is None else join(result, r)
+    result = run.given_back()
     interp.inlined_runs[key] = (result, moved)
     return _placed_at(result, node, callee.name, moved) if result is not None else Const(None)
 

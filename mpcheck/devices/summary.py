@@ -443,7 +443,7 @@ def _inlined(interp: Interp, finfo: FuncInfo) -> dict[str, Any] | None:
             (loads if isinstance(n.ctx, ast.Load) else bound).add(n.id)
         elif isinstance(n, ast.arg):
             bound.add(n.arg)
-        elif isinstance(n, (ast.Global, ast.Nonlocal, ast.Yield, ast.YieldFrom, ast.Await)):
+        elif isinstance(n, (ast.Global, ast.Nonlocal, ast.Await)):
             return None
     defaults = [*fn.args.defaults, *(d for d in fn.args.kw_defaults if d is not None)]
     if any(isinstance(n, ast.Name) for d in defaults for n in ast.walk(d)):

@@ -209,9 +209,9 @@ SAME_DEVICE_METHODS = frozenset(
         "index_fill_",
         "masked_select",
         "take_along_dim",
-        "expand_as",
     }
 )
+# (Not `expand_as`, `view_as`, `reshape_as`: they read only the other tensor's shape, on any device.)
 # Tensor methods that do not keep the receiver's device or are not tensors.
 NON_TENSOR_METHODS = frozenset(
     {
@@ -297,6 +297,31 @@ LAYOUT_METHODS = frozenset(
         "detach",
         "t",
         "type",
+    }
+)
+
+# Tensor methods whose result is larger than the data it holds (a broadcast view, or the data repeated):
+# moved on, it crosses at its larger size where moving first and enlarging after would not (MP016).
+ENLARGING_METHODS = frozenset({"expand", "expand_as", "broadcast_to", "repeat", "tile", "repeat_interleave"})
+# Full reductions (no dim): one value from the whole tensor. Moved just before one (`x.to(d).sum()`,
+# through elementwise steps as in `g.to(d).isfinite().all()`), the whole tensor crosses for that value.
+FULL_REDUCTIONS = frozenset(
+    {"sum", "mean", "all", "any", "amax", "amin", "max", "min", "norm", "prod", "count_nonzero", "nansum", "nanmean"}
+)
+ELEMENTWISE_STEPS = frozenset(
+    {
+        "abs",
+        "isfinite",
+        "isnan",
+        "isinf",
+        "isneginf",
+        "isposinf",
+        "logical_not",
+        "sign",
+        "sgn",
+        "neg",
+        "square",
+        "detach",
     }
 )
 

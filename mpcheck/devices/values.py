@@ -207,8 +207,13 @@ class Obj(Val):
     # A torch.nn module: its class's name ("LSTM"), for the arguments besides its input that must be
     # where it is (torchapi.SAME_DEVICE_ARGUMENTS).
     nn_class: str = ""
+    # A tensor larger than its data (MP016): the `.expand()` / `.repeat()` call that made it so, kept
+    # while it is only named, reshaped or moved to where it is already.
+    enlarged_at: Any = field(default=None, repr=False)
 
     def with_(self, **kw: Any) -> Obj:
+        if "enlarged_at" not in kw and (kw.get("worked") is True or kw.get("label") == ""):
+            kw["enlarged_at"] = None  # a value computed from this one (an op's result, an item): its own size
         return replace(self, **kw)
 
 

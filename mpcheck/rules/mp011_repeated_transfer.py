@@ -24,8 +24,8 @@ class RepeatedTransfer(Rule):
     needs = FLOW_WORDS
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
-        for ev in once_per_node(ctx.model.facts(Transfer), lambda ev: bool(_repeated(ev))):
-            how = _repeated(ev)
+        for ev in once_per_node(ctx.model.facts(Transfer), lambda ev: bool(repeated(ev))):
+            how = repeated(ev)
             if how == "again":
                 yield _copied_again(self, ctx, ev)
                 continue
@@ -128,7 +128,7 @@ def _assigned_name(ctx: FileContext, move: cst.CSTNode) -> str | None:
     return None
 
 
-def _repeated(ev: Transfer) -> str:
+def repeated(ev: Transfer) -> str:
     """'call' / 'loop' for a move, on every forward call or loop iteration, of the same
     unchanging value (buffer, parameter, constant) certainly on another device; 'again' for a value
     copied a second time to the same device on one path, unchanged since; else ''."""

@@ -8,6 +8,7 @@ Skipped without a CUDA device (CI has none)."""
 import pytest
 
 torch = pytest.importorskip("torch")
+from gpu_helpers import line_of  # noqa: E402
 from torch import nn  # noqa: E402
 
 import mpcheck  # noqa: E402
@@ -68,3 +69,22 @@ def test_an_ema_on_the_host_copies_new_data_each_step(strict, how):
             dbg.step()
     assert [f.code for f in dbg.findings] == []
     assert dbg.ledger.by_pair()[("cuda:0", "cpu", "forward")].count == 3 * len(ema)
+
+
+def test_a_broadcast_view_moved_to_the_gpu_is_mp016_at_its_line_and_the_numbers_are_the_same():
+    def program():
+        bias = torch.randn(1, 4, 64, 64)
+        scores = torch.randn(8, 4, 64, 64, device="cuda:0")
+        out = scores + bias.expand(8, -1, -1, -1).to("cuda:0")  # <- expanded
+        fixed = scores + bias.to("cuda:0").expand(8, -1, -1, -1)
+        return out, fixed
+
+    torch.manual_seed(0)
+    plain, _ = program()
+    torch.manual_seed(0)
+    with mpcheck.debug(report=None, on_mismatch="raise") as dbg:
+        out, fixed = program()
+    assert torch.equal(out, plain) and torch.equal(out, fixed)
+    (f,) = dbg.findings
+    assert (f.code, f.line, f.devices) == ("MP016", line_of(program, "<- expanded"), ("cpu", "cuda:0"))
+    assert f.extra["bytes_saved"] == 7 * 64 * 1024

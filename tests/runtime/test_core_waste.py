@@ -1,6 +1,6 @@
 """The waste checks of the core alone, on labelled CPU tensors: a detour through the host (MP005), predictions
-moved to the targets' device (MP014 warning), and the provenance that lets MP011 see fresh copies of
-constant data (provenance.py)."""
+moved to the targets' device (MP014 warning), a broadcast view moved at its full size (MP016), and the
+provenance that lets MP011 see fresh copies of constant data (provenance.py)."""
 
 import torch
 
@@ -153,3 +153,26 @@ def test_the_same_data_copied_in_two_threads_at_setup_is_not_a_repeat_but_after_
     _move_in_threads(ck, labels, shared, "cuda:0", S2, threads=1)
     (f,) = ck.findings
     assert (f.code, f.line) == ("MP011", 20)
+
+
+def test_a_broadcast_view_moved_whole_is_reported_with_its_data_and_expanded_sizes(labels):
+    ck = Checker(labels, on_mismatch="raise")
+    bias = labels.label(torch.randn(1, 4, 64, 64), "cuda:0")  # 64 KiB of data
+    view = bias.expand(8, -1, -1, -1)  # 512 KiB once written out
+    _move(ck, labels, view, "cuda:0", "cuda:1", S1)
+    (f,) = ck.findings
+    assert (f.code, f.line, f.severity) == ("MP016", 10, "warning")
+    assert f.devices == ("cuda:0", "cuda:1")
+    assert f.extra["bytes_saved"] == 7 * 64 * 1024
+    assert "64 KiB of data, expanded to 512 KiB" in f.message and "expand it on cuda:1" in f.suggestion
+
+
+def test_a_dense_tensor_a_view_of_no_repeat_or_under_64_kib_more_or_moved_where_it_is_is_silent(labels):
+    ck = Checker(labels, on_mismatch="raise")
+    bias = labels.label(torch.randn(1, 4, 64, 64), "cuda:0")
+    _move(ck, labels, bias.repeat(8, 1, 1, 1), "cuda:0", "cuda:1", S1)  # dense: no trace of the repeat
+    _move(ck, labels, bias.expand(1, -1, -1, -1), "cuda:0", "cuda:1", S1)  # a view of all its data once
+    small = labels.label(torch.randn(1, 64), "cuda:0")
+    _move(ck, labels, small.expand(64, -1), "cuda:0", "cuda:1", S1)  # 16 KiB in all
+    ck.on_transfer(bias.expand(8, -1, -1, -1), None, "cuda:0", "cuda:0", site=S1, module_path="model")
+    assert ck.findings == []

@@ -51,6 +51,7 @@ from mpcheck.finding import Finding
 from mpcheck.runtime.checks import (
     arrivals,
     current_device,
+    expanded,
     findings,
     host_made,
     loss_move,
@@ -288,6 +289,7 @@ class Checker:
     on_transfer = transfer_events.on_transfer
 
     _check_round_trip = round_trip._check_round_trip
+    _check_expanded = expanded._check_expanded
     _report_host_hop = round_trip._report_host_hop
 
     _check_repeat = repeats._check_repeat

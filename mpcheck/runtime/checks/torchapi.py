@@ -92,6 +92,10 @@ PYTHON_CALLS: dict[str, int] = {
     "view": VIEW,
     "reshape": VIEW,
     "flatten": VIEW,
+    # the other tensor gives only its shape, from any device (`a.expand_as(b)` is `a.expand(b.size())`)
+    "expand_as": VIEW,
+    "view_as": VIEW,
+    "reshape_as": VIEW,
     # memory placement without a device change
     "share_memory_": PASS,
     "pin_memory": PASS,

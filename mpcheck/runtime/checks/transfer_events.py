@@ -1,5 +1,5 @@
 """A transfer, as the capture layer reports it: recorded in the ledger, then checked for a round trip
-(MP005, round_trip.py), a repeat (MP011, repeats.py), its output recorded as an arrival
+(MP005, round_trip.py), a broadcast view moved whole (MP016, expanded.py), a repeat (MP011, repeats.py), its output recorded as an arrival
 (arrivals.py), and its chain followed for per-layer ping-pong (MP006, pingpong.py).
 """
 
@@ -58,6 +58,7 @@ def on_transfer(
         return
     with self._lock:
         self._check_round_trip(src_tensor, src_dev, dst_dev, site, module_path, nbytes)
+        self._check_expanded(src_tensor, src_dev, dst_dev, site, module_path, nbytes)
         if nbytes >= self.repeat_min_bytes:  # a smaller copy costs about its launch: see REPEAT_MIN_BYTES
             if not self._check_repeat(src_tensor, dst_dev, site, module_path):
                 self._check_const_copy(src_tensor, src_dev, dst_dev, site, module_path)

@@ -41,12 +41,18 @@ SHAPED_FACTORIES: set = set()
 # The calls that run autograd's backward: the graph's ops may span devices.
 AUTOGRAD_ENTRIES: set = set()
 
+# Methods that read only the other tensor's shape (`a.expand_as(b)` is `a.expand(b.size())`): the result
+# is a view of `a`, where `a` is, whatever device `b` is on.
+SHAPE_OF_OTHER: set = set()
+
 
 def build() -> None:
     if not FACTORIES:
         FACTORIES.update(_device_ctx._device_constructors())
     if not SHAPED_FACTORIES:
         SHAPED_FACTORIES.update(FACTORIES - {torch.tensor, torch.as_tensor, getattr(torch, "asarray", None)})
+    if not SHAPE_OF_OTHER:
+        SHAPE_OF_OTHER.update({torch.Tensor.expand_as, torch.Tensor.view_as, torch.Tensor.reshape_as})
     if not AUTOGRAD_ENTRIES:
         AUTOGRAD_ENTRIES.update({torch.Tensor.backward, torch.autograd.backward, torch.autograd.grad})
     if not MIXES_DEVICES:
@@ -110,7 +116,7 @@ def generic(g: VirtualGPUs, func, args, kwargs):
     if target is None and kwargs.get("device") is not None and _on_cpu(kwargs["device"]):
         # `torch.zeros_like(p, device="cpu")`: on the CPU as asked, not where `p` is labelled.
         target = "cpu"
-    dev, other = scan(g, args, kwargs)
+    dev, other = scan(g, args[:1], {}) if func in SHAPE_OF_OTHER else scan(g, args, kwargs)
     if _autograd_entry(func):
         return _autograd_call(g, func, args, kwargs)
     if other is not None and getattr(func, "__name__", "").startswith(PER_INDEX_PREFIXES):

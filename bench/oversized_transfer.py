@@ -1,0 +1,94 @@
+"""What MP016's advice (oversized-transfer) is worth, measured on the GPUs at hand.
+
+    python bench/oversized_transfer.py [--reps N] [--json out.json]
+
+Two claims, each timed against its fix:
+
+  - enlarged before the move: a relative-position bias of shape (1, H, T, T) expanded to
+    (B, H, T, T) and then moved, against moved first and expanded on the destination (both then
+    added to attention scores there, so the destination's work is in both);
+  - reduced after the move: 16 gradients of 4096x4096 fp32 moved whole and then checked with
+    `.isfinite().all()`, against checked where they are and the one-element results moved.
+
+With two GPUs the moves go cuda:0 -> cuda:1 (peer to peer); with one, the expand case moves from
+the host to cuda:0 (pageable memory, as a CPU tensor of a training script is) and the reduction
+case from cuda:0 to the host. Each variant: the median of many repetitions after warm-up,
+synchronized around each, variants interleaved. Needs 1 CUDA device.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+
+import torch
+from transfer_costs import _time  # interleaved medians, synchronized on every device (this folder)
+
+
+def expanded(src: str, dst: str, batch: int, heads: int, seq: int, reps: int) -> dict:
+    bias = torch.randn(1, heads, seq, seq, device=src)
+    scores = torch.randn(batch, heads, seq, seq, device=dst)
+
+    def moved_expanded():
+        return scores + bias.expand(batch, -1, -1, -1).to(dst)
+
+    def expanded_there():
+        return scores + bias.to(dst).expand(batch, -1, -1, -1)
+
+    t = _time({"fix": expanded_there, "as_written": moved_expanded}, reps)
+    mib = bias.numel() * 4 / 2**20
+    return {
+        "case": f"bias (1,{heads},{seq},{seq}) fp32 ({mib:.0f} MiB) expanded to batch {batch}, {src} -> {dst}",
+        **t,
+        "ratio": t["as_written"] / t["fix"],
+    }
+
+
+def reduced(src: str, dst: str, tensors: int, side: int, reps: int) -> dict:
+    grads = [torch.randn(side, side, device=src) for _ in range(tensors)]
+
+    def moved_then_reduced():
+        return bool(torch.stack([g.to(dst).isfinite().all() for g in grads]).all())
+
+    def reduced_then_moved():
+        return bool(torch.stack([g.isfinite().all().to(dst) for g in grads]).all())
+
+    t = _time({"fix": reduced_then_moved, "as_written": moved_then_reduced}, reps)
+    return {
+        "case": f"{tensors} gradients {side}x{side} fp32, `.isfinite().all()` after vs before the move, {src} -> {dst}",
+        **t,
+        "ratio": t["as_written"] / t["fix"],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", help="also write the results here")
+    parser.add_argument("--reps", type=int, default=30)
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("bench/oversized_transfer.py needs a CUDA device", file=sys.stderr)
+        return 2
+    two = torch.cuda.device_count() >= 2
+    reps = args.reps
+    rows = [
+        expanded("cuda:0" if two else "cpu", "cuda:1" if two else "cuda:0", 32, 16, 512, reps),
+        expanded("cuda:0" if two else "cpu", "cuda:1" if two else "cuda:0", 8, 16, 256, reps * 4),
+        reduced("cuda:0", "cuda:1" if two else "cpu", 16, 4096, reps),
+    ]
+    gpus = f"{torch.cuda.device_count()}x {torch.cuda.get_device_name(0)}"
+    print(f"# oversized transfers (MP016), {datetime.date.today()}, {gpus}, torch {torch.__version__}")
+    print("| case | fix (us) | as written (us) | ratio |")
+    print("|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['case']} | {r['fix']:.1f} | {r['as_written']:.1f} | {r['ratio']:.2f}x |")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"date": str(datetime.date.today()), "gpus": gpus, "rows": rows}, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
