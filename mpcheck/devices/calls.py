@@ -258,6 +258,10 @@ class Calls(Part):
                         ),
                         key=0,
                     )
+                    if "never placed" in (mod.origin or ""):
+                        # The fix places the module (where its input is), not the input: what its forward
+                        # would give then is not judged, as for a torch.nn module reported so.
+                        return FAILED
                     # Report once, at the call: the forward then runs on a correctly placed input.
                     args = [args[0].with_(devs=need)] + list(args[1:])
             args = self._check_other_inputs(mod, fwd, args, kwargs, st, node, exprs)

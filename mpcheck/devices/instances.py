@@ -212,6 +212,10 @@ class Instances(Part):
         for attr, v in list(obj.attrs.items()):
             if hand_placed and isinstance(v, (SeqV, DictV)) and attr not in moved_outside:
                 obj.attrs[attr] = on_cpu(v)  # the unplaced layers of a stage `nn.Sequential(...)`
+            elif isinstance(v, SeqV) and not v.module and v.items and attr not in parts_moved_from_outside(self.interp):
+                # `self.blocks = [Block() for ...]`: a plain list is no submodule, so neither this class's
+                # `.to()` nor any later move of the model reaches its unplaced layers: on the CPU.
+                obj.attrs[attr] = on_cpu(v, plain=True)
             if not isinstance(v, Obj):
                 continue
             if hand_placed and v.kind == "module" and v.devs is None and v.origin == UNPLACED:

@@ -657,21 +657,33 @@ def _deep_copy(lib: Library, c: LibCall) -> Val:
     """`copy.deepcopy(model)`: a new object, its parts placed where the original's are. (Not `copy.copy`:
     a shallow copy of a module shares its parameters, so moving one moves the other.)"""
     v = c.args[0] if c.args else UNK
+    if isinstance(v, Obj) and v.kind == "module" and is_splitish(v):
+        # A copy of a split model moved whole (an EMA, a teacher kept on one GPU) undoes no split: Moves.move.
+        copied = _copied(lib, v)
+        assert isinstance(copied, Obj)
+        return copied.with_(extra={**(copied.extra or {}), "deep_copy": True})
+    return _copied(lib, v) if isinstance(v, (Obj, SeqV, DictV)) else UNK
+
+
+def _copied(lib: Library, v: Val, depth: int = 0) -> Val:
+    """A deep copy of `v`: every module object inside it a new one (Obj.ident), so that moving the copy
+    moves none of the original's parts (an `nn.Sequential`'s layers, an instance's submodules)."""
+    if depth > 6:
+        return v
     if isinstance(v, Obj):
-        extra = dict(v.extra) if v.extra else v.extra
-        if v.kind == "module" and is_splitish(v):
-            # A copy of a split model moved whole (an EMA, a teacher kept on one GPU) undoes no split: Moves.move.
-            extra = {**(extra or {}), "deep_copy": True}
         return v.with_(
-            attrs=dict(v.attrs) if v.attrs is not None else None,
+            attrs={k: _copied(lib, a, depth + 1) for k, a in v.attrs.items()} if v.attrs is not None else None,
             ident=lib.interp.new_ident(lib.interp.ident_names.get(v.ident, "copy")) if v.ident is not None else None,
-            extra=extra,
+            extra=dict(v.extra) if v.extra else v.extra,
         )
     if isinstance(v, SeqV):
-        return SeqV(v.items, elem=v.elem, kind=v.kind, module=v.module, spans=v.spans, spans_by=v.spans_by)
+        items = tuple(_copied(lib, i, depth + 1) for i in v.items) if v.items is not None else None
+        return SeqV(items, elem=v.elem, kind=v.kind, module=v.module, spans=v.spans, spans_by=v.spans_by)
     if isinstance(v, DictV):
-        return DictV(dict(v.items), module=v.module, namespace=v.namespace)
-    return UNK
+        return DictV(
+            {k: _copied(lib, a, depth + 1) for k, a in v.items.items()}, module=v.module, namespace=v.namespace
+        )
+    return v
 
 
 def _builtin(lib: Library, c: LibCall) -> Val:

@@ -22,6 +22,7 @@ from mpcheck.devices.unmoved import MODULE_BASES
 from mpcheck.devices.values import (
     CURRENT,
     FAILED,
+    MOVED_SOMEWHERE,
     OFF_CHAIN,
     UNK,
     UNPLACED,
@@ -146,18 +147,20 @@ class Moves(Part):
                 return recv
             if not isinstance(recv, Obj) or recv.kind != "module":
                 return UNK
-            if recv.origin == UNPLACED:
+            if recv.origin == UNPLACED or (recv.cls is not None and not recv.origin):
                 # Moved somewhere not known here (`.to(args.device)`): no longer "built without a device",
-                # so never "never placed" (unmoved.py); Module.to() works in place, hence the in-place edit.
-                recv.origin = f"moved by .{meth}() to a device not known here"
+                # so never "never placed" (unmoved.py; an instance of the file's class: its parts neither);
+                # Module.to() works in place, hence the in-place edit.
+                recv.origin = MOVED_SOMEWHERE.format(meth=meth)
                 recv.at = node
             return recv
         recv_expr = node.func.value if isinstance(node.func, cst.Attribute) else None
         if st.in_init and recv is st.self_obj and isinstance(recv, Obj) and recv.attrs is not None:
             # self.to(device) in __init__: everything placed so far goes there.
             for attr, v in list(recv.attrs.items()):
-                if isinstance(v, (Obj, SeqV)) and (
-                    not isinstance(v, Obj) or v.kind in ("module", "any", "param", "buffer", "tensor")
+                # (Not a plain list of modules: Module.to() moves registered submodules only.)
+                if (isinstance(v, SeqV) and v.module) or (
+                    isinstance(v, Obj) and v.kind in ("module", "any", "param", "buffer", "tensor")
                 ):
                     recv.attrs[attr] = (
                         self.move(v, meth, args, kwargs, node, st)

@@ -26,6 +26,7 @@ from mpcheck.devices.program import (
     body_of,
     join_states,
 )
+from mpcheck.devices.unmoved import on_cpu, parts_moved_from_outside, reaches_parts_by_name
 from mpcheck.devices.values import (
     TIED_WEIGHT,
     UNK,
@@ -359,11 +360,19 @@ class Statements(Part):
             if st.in_init and base is st.self_obj:
                 base.attrs[name] = v
             else:
-                st.env[f"{id(base)}.{name}"] = v
+                st.env[f"{id(base)}.{name}"] = self._swapped_in(base, name, v)
         elif isinstance(base, Obj) and (base.extra or {}).get("summarized"):
             # An instance of a class of another file changed after it was built: its methods' runs with
             # the arguments it was built with (callers.py) would not be its state; Calls.method_call asks.
             st.env[f"{id(base)}.{name}"] = v
+
+    def _swapped_in(self, base: Val, name: str, v: Val) -> Val:
+        """`v`, set as part `name` of `base` after `base` was built. Into a model split by hand (a new
+        classifier head set by a fine-tuning helper) a module left unplaced stays on the CPU, as one left
+        so by __init__ does (Instances), unless the file moves `<owner>.<name>` somewhere."""
+        if not (isinstance(base, Obj) and base.split) or (base.cls is not None and reaches_parts_by_name(base.cls)):
+            return v
+        return v if name in parts_moved_from_outside(self.interp) else on_cpu(v)
 
     def _bound_once(self, name: str) -> bool:
         """Is `name` bound exactly once in the function (or file) being interpreted?"""
@@ -405,7 +414,7 @@ class Statements(Part):
             if isinstance(target.value, cst.Name) and base is not st.self_obj:
                 # `model.proj = LoRALinear(model.proj).to("cuda:0")` outside the class (an adapter added by a
                 # helper): the instance holds that part from now on, and its forward runs with it.
-                replaced = with_part_replaced(base, target.attr.value, v)
+                replaced = with_part_replaced(base, target.attr.value, self._swapped_in(base, target.attr.value, v))
                 if replaced is not None:
                     st.env[target.value.value] = replaced
                     return

@@ -20,7 +20,7 @@ import libcst as cst
 
 from mpcheck.devices.names import dotted
 from mpcheck.devices.program import ClassInfo
-from mpcheck.devices.values import UNPLACED, DictV, Obj, SeqV, Val, one
+from mpcheck.devices.values import UNPLACED, DictV, Obj, SeqV, Val, is_moduleish, one
 from mpcheck.devices.walk import children, walk
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -33,6 +33,8 @@ _SELF_MOVES = frozenset({"to", "cuda", "apply", "_apply", "to_empty"})  # self.<
 _SELF_WALKS = frozenset({"children", "named_children", "modules", "named_modules"})  # may move each part
 _PART_MOVES = frozenset({"to", "cuda", "cpu", "to_empty"})
 NEVER_PLACED = "never placed, so on the CPU"
+# An item of a plain list or tuple held by a module: no submodule, so no `.to()` of the module reaches it.
+IN_A_PLAIN_LIST = "never placed (held in a plain list, which Module.to() does not reach), so on the CPU"
 
 
 def never_placed_view(interp: Interp, mod: Obj, name: str | None) -> Obj | None:
@@ -63,18 +65,31 @@ def never_placed_view(interp: Interp, mod: Obj, name: str | None) -> Obj | None:
     return mod.with_(attrs=attrs)
 
 
-def on_cpu(v: Val, depth: int = 0) -> Val:
+def on_cpu(v: Val, depth: int = 0, plain: bool = False, origin: str = NEVER_PLACED) -> Val:
     """`v` with the parametered torch.nn modules built without a device in it (itself, the items of
-    an `nn.Sequential` / `ModuleList` / `ModuleDict`) on the CPU, "never placed"."""
+    an `nn.Sequential` / `ModuleList` / `ModuleDict`; `plain`: of a plain list or tuple too, said so in
+    their origin) on the CPU, "never placed"."""
     if depth > 4:
         return v
     if isinstance(v, Obj) and v.kind == "module" and v.devs is None and v.origin == UNPLACED:
-        return v.with_(devs=one("cpu"), origin=NEVER_PLACED)
-    if isinstance(v, SeqV) and v.module and v.items is not None:
-        items = tuple(on_cpu(i, depth + 1) for i in v.items)
-        return v if all(a is b for a, b in zip(items, v.items)) else SeqV(items, kind=v.kind, module=True)
+        return v.with_(devs=one("cpu"), origin=origin)
+    if isinstance(v, Obj) and v.kind == "module" and v.cls is not None and v.attrs and v.devs is None and not v.split:
+        if v.origin:
+            return v  # moved somewhere not known (moves.py): its parts with it
+        # an instance of a class of the file that placed none of its parts: its unplaced layers
+        attrs = {a: on_cpu(i, depth + 1) for a, i in v.attrs.items()}
+        if all(attrs[a] is i for a, i in v.attrs.items()):
+            return v
+        parts = [i for i in attrs.values() if is_moduleish(i)]
+        whole = bool(parts) and all(isinstance(i, Obj) and i.devs == one("cpu") for i in parts)
+        return v.with_(attrs=attrs, devs=one("cpu"), origin=origin) if whole else v.with_(attrs=attrs)
+    if isinstance(v, SeqV) and (v.module or plain) and v.items is not None:
+        if plain:
+            origin = IN_A_PLAIN_LIST
+        items = tuple(on_cpu(i, depth + 1, origin=origin) for i in v.items)
+        return v if all(a is b for a, b in zip(items, v.items)) else SeqV(items, kind=v.kind, module=v.module)
     if isinstance(v, DictV) and v.module:
-        got = {k: on_cpu(i, depth + 1) for k, i in v.items.items()}
+        got = {k: on_cpu(i, depth + 1, origin=origin) for k, i in v.items.items()}
         return v if all(got[k] is i for k, i in v.items.items()) else DictV(got, module=True)
     return v
 

@@ -373,6 +373,7 @@ OFF_CHAIN = -1
 # The origin of what torch.load(..., map_location=<one device>) gives (library._load): a state dict whose
 # tensors are all there, which load_state_dict(..., assign=True) puts into a module as they are.
 LOADED = "loaded by torch.load with"
+MOVED_SOMEWHERE = "moved by .{meth}() to a device not known here"  # the origin of a module moved so (moves.py)
 UNPLACED = "built without a device"  # the origin of a parametered torch.nn module not yet placed
 # The origin of a torch.nn layer given another's weight (`head.weight = embed.weight`): it computes there.
 TIED_WEIGHT = "its weight tied to another's"

@@ -57,15 +57,26 @@ class MissingTransfer(Rule):
                 assert here is not None  # the value's device, where the module must be placed
                 call = ev.node
                 assert isinstance(call, cst.Call)  # the module's call
+                # A part swapped in after construction (a helper's new head) is placed where it is built.
+                built_in = ctx.function_name(mod.at) if isinstance(mod.at, cst.Call) else ""
+                where = "in __init__" if built_in in ("", "__init__") else f"where `{built_in}` builds it"
+                in_plain_list = "plain list" in (mod.origin or "")
                 yield self.finding(
                     ctx,
                     call,
                     f"`{name}` is on {show(here)} ({origin_text(ctx, v)}), but `{ctx.code(call.func)}`"
                     f"{_built_at(ctx, mod)} was never placed, so it is still on the CPU{MODE_WORDS.get(ev.mode, '')}: "
-                    f"place it in __init__, e.g. `.to({device_literal(here)})`{_unplaced_sibling_hint(ctx, call.func)}.",
+                    + (
+                        _PLAIN_LIST_FIX
+                        if in_plain_list
+                        else f"place it {where}, e.g. `.to({device_literal(here)})`"
+                        f"{_unplaced_sibling_hint(ctx, call.func)}."
+                    ),
                     devices=[here, there],
                     modules=[ctx.code(call.func)],
-                    suggestion=f"place `{ctx.code(call.func)}` with `.to({device_literal(here)})` in __init__",
+                    suggestion="hold the list of layers in `nn.ModuleList(...)`"
+                    if in_plain_list
+                    else f"place `{ctx.code(call.func)}` with `.to({device_literal(here)})` {where}",
                 )
                 continue
             assert there is not None  # a mismatch names the device the value meets
@@ -293,6 +304,13 @@ def _special_case(ctx: FileContext, ev: Mismatch, name: str, meets: str) -> tupl
             )
         return f"`{whole}[{ev.item}]` is on {show(here)} ({origin_text(ctx, v)}), but {meets}", advice
     return None
+
+
+# A never-placed layer held in a plain list (unmoved.IN_A_PLAIN_LIST): the list is the bug, not a missing move.
+_PLAIN_LIST_FIX = (
+    "it sits in a plain Python list, which is no submodule: `.to()` of its module never reaches it (nor does the "
+    "optimizer, through `model.parameters()`). Hold the list in `nn.ModuleList(...)`."
+)
 
 
 def _unplaced_sibling_hint(ctx: FileContext, func: cst.BaseExpression) -> str:

@@ -59,6 +59,7 @@ from mpcheck.runtime.checks import (
     missing_device,
     module_devices,
     module_entry,
+    module_moves,
     op_check,
     op_error,
     passes,
@@ -200,6 +201,9 @@ class Checker:
         self.provenance = Provenance(torch.Tensor)
         self._provenance_forward = -1  # the forward pass (per thread count) of the last refresh
         self._const_copies: dict[tuple[Site, str], tuple[int, Mark]] = {}
+        # (id(module), site) -> how often that line moved the module to another device in a forward pass
+        # (module_moves.py, MP011); few lines move modules in forward, and the table is bounded there.
+        self._forward_module_moves: dict[tuple[int, Site], int] = {}
         # Where modules were built and placed, tensors made on the current device (placement.py).
         self.placements = Placements()
         # Parameters made by copy.deepcopy (capture/copying.py), by id, held weakly: a copy of a split model
@@ -320,6 +324,7 @@ class Checker:
     on_parallel_primitive = split_model.on_parallel_primitive
     _holds_replicas = split_model._holds_replicas
     on_module_move = split_model.on_module_move
+    _check_moved_in_forward = module_moves._check_moved_in_forward
     on_model_loaded = split_model.on_model_loaded
 
     # -- steps --------------------------------------------------------------------------

@@ -130,6 +130,7 @@ def on_module_move(
     implicit: no index given (the current device). Every move is recorded (placement.py)."""
     if target is None:
         return None
+    self._check_moved_in_forward(module, target, site)
     self.placements.moved(
         module,
         site or UNKNOWN,
