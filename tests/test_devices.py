@@ -1034,3 +1034,27 @@ def test_expand_as_view_as_and_reshape_as_read_only_the_other_tensors_shape_from
         """
     )
     assert codes_lines(src) == []
+
+
+def test_isinstance_and_is_tensor_are_decided_only_where_the_type_is_certain():
+    # a tuple, a dict and a tensor take their branches as Python would; a list the model holds may be a
+    # range or a zip, so `isinstance(x, list)` stays undecided and both branches run
+    src = textwrap.dedent(
+        """\
+        import torch
+        head = torch.nn.Linear(4, 4).to("cuda:1")
+
+        def pick(obj):
+            if torch.is_tensor(obj):
+                return obj
+            if isinstance(obj, (dict, list)):
+                return torch.zeros(2, 4, device="cuda:1")
+            return obj[0]
+
+        head(pick(torch.ones(2, 4, device="cuda:1")))
+        head(pick((torch.ones(2, 4, device="cuda:1"),)))
+        head(pick({"a": 1}))
+        head(pick((torch.ones(2, 4),)))  # a tuple: neither branch, its item on the CPU
+        """
+    )
+    assert codes_lines(src) == [(14, "MP001")]

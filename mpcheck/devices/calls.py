@@ -21,7 +21,7 @@ from mpcheck.devices.events import Collapse, LossMismatch, Mismatch, OversizedMo
 from mpcheck.devices.moves import moved_instance
 from mpcheck.devices.names import canonical, dotted
 from mpcheck.devices.placing import placed_view, places_parts
-from mpcheck.devices.program import MAX_DEPTH, ClassInfo, FuncInfo, Part, State, params_of
+from mpcheck.devices.program import MAX_DEPTH, MAX_RECURSION, ClassInfo, FuncInfo, Part, State, params_of
 from mpcheck.devices.summarized import call_inlined, call_summarized, refused, summarized_output
 from mpcheck.devices.unmoved import built_here, never_placed_view
 from mpcheck.devices.values import (
@@ -128,8 +128,8 @@ class Calls(Part):
     ) -> Val:
         """Runs `info` with these arguments (memoised by their values). `helper`: a call of a
         function or a method by name, whose facts then name the call `node` (Fact.via)."""
-        if info in self.interp.stack or len(self.interp.stack) >= MAX_DEPTH:
-            return UNK
+        if self.interp.stack.count(info) >= MAX_RECURSION or len(self.interp.stack) >= MAX_DEPTH:
+            return UNK  # (a recursive helper, `move_to(batch)` into nested containers, runs a few levels deep)
         key = (
             id(info),
             _self_key(self_val),
@@ -812,8 +812,20 @@ class Calls(Part):
                             invariant=True,
                             label=f"self.{args[0].value}",
                         )
+                    name = str(args[0].value)
                     if st.in_init and recv is st.self_obj:
-                        recv.attrs[str(args[0].value)] = v
+                        recv.attrs[name] = v
+                    elif isinstance(v, Obj) and v.devs is not None:
+                        # Registered after construction (a calibration step's statistics): the module holds it
+                        # from then on, where it was made, on every path that reads it (one that reads it
+                        # first fails). Registered on two devices by two paths: unknown.
+                        had = recv.attrs.get(name)
+                        if had is None or (isinstance(had, Obj) and had.devs == v.devs):
+                            where = "on the CPU" if v.devs == one("cpu") else "where it was"
+                            origin = f"registered {where} by register_buffer() after the module was built"
+                            recv.attrs[name] = v.with_(origin=origin, at=node)
+                        elif isinstance(had, Obj):
+                            recv.attrs[name] = had.with_(devs=None)
                     return Const(None)
                 if meth in T.DTYPE_METHODS or meth in T.MODULE_SELF_METHODS:
                     return recv

@@ -686,6 +686,48 @@ def _copied(lib: Library, v: Val, depth: int = 0) -> Val:
     return v
 
 
+# What isinstance() can be sure of, by the type named: the kinds of value that certainly are one (True)
+# and those that certainly are not (False). A list the model holds may really be a range, a zip or a map
+# (library results default to "list"), so "is a list" is never certain; a tuple literal, a dict, a
+# tensor are.
+_TENSOR_TYPES = frozenset({"torch.Tensor", "torch.nn.Parameter", "torch.nn.parameter.Parameter"})
+
+
+def _is_instance(v: Val, type_name: str) -> bool | None:
+    """Whether `v` is an instance of the type `type_name` (a canonical name), or None when not certain."""
+    tensor = isinstance(v, Obj) and v.kind in ("tensor", "param", "buffer") and not v.opaque
+    plain_dict = isinstance(v, DictV) and not v.module and not v.namespace
+    if type_name in _TENSOR_TYPES:
+        if type_name == "torch.Tensor" and tensor:
+            return True
+        return False if isinstance(v, (SeqV, DictV, Const)) else None
+    if type_name in ("tuple", "list", "dict"):
+        if tensor or isinstance(v, Const):
+            return False
+        if isinstance(v, SeqV) and not v.module:
+            if v.kind == "tuple":
+                return type_name == "tuple"
+            return None if type_name == "list" else False
+        if plain_dict:
+            return type_name == "dict"
+    return None
+
+
+def _isinstance(lib: Library, c: LibCall) -> Val:
+    """`isinstance(x, T)` / `isinstance(x, (T1, T2))` / `torch.is_tensor(x)`, decided where x's type is
+    certain (a recursive batch mover takes its dict, tuple and tensor branches as Python would)."""
+    if c.q == "torch.is_tensor":
+        verdict = _is_instance(c.args[0], "torch.Tensor") if len(c.args) == 1 else None
+        return Const(verdict) if verdict is not None else UNK
+    if len(c.args) != 2:
+        return UNK
+    names = c.args[1].items if isinstance(c.args[1], SeqV) and c.args[1].items is not None else (c.args[1],)
+    verdicts = [_is_instance(c.args[0], n.q) if isinstance(n, QName) else None for n in names]
+    if any(v is True for v in verdicts):
+        return Const(True)
+    return Const(False) if verdicts and all(v is False for v in verdicts) else UNK
+
+
 def _builtin(lib: Library, c: LibCall) -> Val:
     q, args = c.q, c.args
     if q == "range":
@@ -992,6 +1034,9 @@ EXACT: dict[str, Handler] = _exact(
     ("torch.load", _load),
     ("collections.OrderedDict", _dict_call),
     ("copy.deepcopy", _deep_copy),
+    (("isinstance", "torch.is_tensor"), _isinstance),
+    # torch.nn.utils is no tensor op, but this one concatenates its tensors: they must share a device
+    (("torch.nn.utils.parameters_to_vector", "torch.nn.utils.convert_parameters.parameters_to_vector"), _tensor_op),
     (COUNT_FUNCTIONS, _device_count),
     ("torch.cuda.is_available", _cuda_available),
     (("torch.nn.Parameter", "torch.nn.parameter.Parameter"), _parameter),

@@ -17,7 +17,8 @@ from mpcheck.devices.values import CURRENT, UNK, Devs, Obj, SeqV, Val, join
 if TYPE_CHECKING:  # pragma: no cover
     from mpcheck.devices.interp import Interp
 
-MAX_DEPTH = 4  # calls interpreted inside one another
+MAX_DEPTH = 6  # calls interpreted inside one another
+MAX_RECURSION = 3  # runs of one function inside one another (a recursive helper over nested containers)
 MAX_WORLDS = 4  # paths kept apart (eval / train) before they are joined
 MAX_UNROLL = 32  # loops over known items longer than this run as loops of unknown length
 
