@@ -1058,3 +1058,28 @@ def test_isinstance_and_is_tensor_are_decided_only_where_the_type_is_certain():
         """
     )
     assert codes_lines(src) == [(14, "MP001")]
+
+
+def test_enumerate_counts_from_its_start_and_parameters_to_vector_needs_one_device():
+    src = textwrap.dedent(
+        """\
+        import torch
+        import torch.nn as nn
+        from torch.nn.utils import parameters_to_vector
+
+        class Two(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.stages = nn.ModuleList([nn.Linear(4, 4), nn.Linear(4, 4)])
+                for i, stage in enumerate(self.stages, start=1):
+                    stage.to(f"cuda:{i}")
+
+            def forward(self, x):
+                return self.stages[1](self.stages[0](x.to("cuda:0")).to("cuda:1"))
+
+        model = Two()
+        model(torch.randn(2, 4))
+        flat = parameters_to_vector(p for p in model.parameters())
+        """
+    )
+    assert codes_lines(src) == [(13, "MP001"), (13, "MP001"), (17, "MP001")]

@@ -266,6 +266,12 @@ class StagesPlacedOnCurrent(Fact):
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
+class UnenteredDeviceContext(Fact):
+    """`torch.cuda.device(i)` as a statement of its own (`node`): a context manager built and never
+    entered, so the current device stays what it was (MP004)."""
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
 class SplitBuiltAfterSetDevice(Fact):
     """A class whose __init__ places stages index-lessly, built after set_device."""
 

@@ -741,8 +741,12 @@ def _builtin(lib: Library, c: LibCall) -> Val:
         return SeqV(None, elem=UNK)
     if q == "enumerate" and args:
         src = args[0]
+        given = args[1] if len(args) > 1 else c.kwargs.get("start", Const(0))
+        # `enumerate(stages, start=1)`: numbered from there; from a start not known here, numbers unknown
+        start = given.value if isinstance(given, Const) and type(given.value) is int else None
         if isinstance(src, SeqV) and src.items is not None:
-            return SeqV(tuple(SeqV((Const(i), v), kind="tuple") for i, v in enumerate(src.items)))
+            numbers = [Const(i) if start is not None else UNK for i in range(start or 0, (start or 0) + len(src.items))]
+            return SeqV(tuple(SeqV((n, v), kind="tuple") for n, v in zip(numbers, src.items)))
         elem = src.elem if isinstance(src, SeqV) else UNK
         return SeqV(None, elem=SeqV((UNK, elem), kind="tuple"))
     if q == "zip" and args:

@@ -13,10 +13,11 @@ from typing import TYPE_CHECKING, Any
 import libcst as cst
 
 from mpcheck.devices import memo, torchapi
-from mpcheck.devices.events import DiscardedMove
+from mpcheck.devices.events import DiscardedMove, UnenteredDeviceContext
 from mpcheck.devices.gpucount import is_test_on_count
 from mpcheck.devices.moves import forget_copies
 from mpcheck.devices.names import dotted, import_bindings
+from mpcheck.devices.not_a_device import DeviceContextV
 from mpcheck.devices.program import (
     MAX_UNROLL,
     MAX_WORLDS,
@@ -154,6 +155,9 @@ class Statements(Part):
         if isinstance(s, cst.Expr):
             kept = self._move_receiver(s.value, st)
             out = self.interp.exprs.ev(s.value, st)
+            if isinstance(out, DeviceContextV) and out.node is s.value:
+                # `torch.cuda.device(1)` alone: never entered, it selects nothing
+                self.interp.recorder.record(UnenteredDeviceContext(node=s.value, mode=st.mode))
             if kept is not None:
                 self.interp.recorder.record(
                     DiscardedMove(

@@ -12,6 +12,7 @@ from mpcheck.devices.events import (
     IndexlessPlacement,
     Mismatch,
     SplitBuiltAfterSetDevice,
+    UnenteredDeviceContext,
 )
 from mpcheck.devices.values import device_literal, show, single
 from mpcheck.finding import Finding
@@ -25,6 +26,16 @@ class SetDeviceConflict(Rule):
     needs = ("set_device", "cuda.device", "cuda", "set_default")
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
+        for ev in once_per_node(ctx.model.facts(UnenteredDeviceContext)):
+            call = ctx.code(ev.node)
+            yield self.finding(
+                ctx,
+                ev.node,
+                f"`{call}` on a line of its own does nothing: it builds a context manager that is never entered, "
+                "so the current CUDA device stays what it was, and the index-less placements after it (`.cuda()`, "
+                f"`'cuda'`) land there. Enter it, `with {call}:` around them, or name each device (`.cuda(i)`).",
+                suggestion=f"write `with {call}:` around the code it should apply to",
+            )
         reported: set[int] = set()
         followed = ctx.tensors_placed_after_set_device
         for ev in _indexless_in_split_code(ctx.model.facts(EntryPointRun), followed):
