@@ -26,11 +26,11 @@ class SetDeviceConflict(Rule):
     needs = ("set_device", "cuda.device", "cuda", "set_default")
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
-        for ev in once_per_node(ctx.model.facts(UnenteredDeviceContext)):
-            call = ctx.code(ev.node)
+        for unentered in once_per_node(ctx.model.facts(UnenteredDeviceContext)):
+            call = ctx.code(unentered.node)
             yield self.finding(
                 ctx,
-                ev.node,
+                unentered.node,
                 f"`{call}` on a line of its own does nothing: it builds a context manager that is never entered, "
                 "so the current CUDA device stays what it was, and the index-less placements after it (`.cuda()`, "
                 f"`'cuda'`) land there. Enter it, `with {call}:` around them, or name each device (`.cuda(i)`).",
