@@ -1083,3 +1083,28 @@ def test_enumerate_counts_from_its_start_and_parameters_to_vector_needs_one_devi
         """
     )
     assert codes_lines(src) == [(13, "MP001"), (13, "MP001"), (17, "MP001")]
+
+
+def test_a_model_only_loaded_into_is_never_moved_but_one_loaded_with_assign_may_be():
+    src = textwrap.dedent(
+        """\
+        import torch
+        import torch.nn as nn
+
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.body = nn.Linear(4, 4)
+
+            def forward(self, x):
+                return self.body(x.to("cuda:0"))
+
+        def evaluate(state):
+            model = Net()
+            model.load_state_dict(state{assign})
+            model.eval()
+            return model(torch.randn(2, 4))
+        """
+    )
+    assert codes_lines(src.replace("{assign}", "")) == [(10, "MP001")]  # copied into CPU parameters
+    assert codes_lines(src.replace("{assign}", ", assign=True")) == []  # the state's tensors, wherever they are

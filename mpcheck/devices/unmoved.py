@@ -27,7 +27,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from mpcheck.devices.interp import Interp
 
 # What may be done to the model without moving it: call it, switch its mode, read its parameters.
-_HARMLESS_METHODS = frozenset({"eval", "train", "forward", "parameters", "named_parameters", "zero_grad"})
+_HARMLESS_METHODS = frozenset(
+    {"eval", "train", "forward", "parameters", "named_parameters", "zero_grad", "state_dict", "load_state_dict"}
+)  # (load_state_dict copies into the parameters where they are; with assign=True it does not: _Uses.walk)
 MODULE_BASES = frozenset({"nn.Module", "torch.nn.Module", "Module"})
 _SELF_MOVES = frozenset({"to", "cuda", "apply", "_apply", "to_empty"})  # self.<one of these>(...)
 _SELF_WALKS = frozenset({"children", "named_children", "modules", "named_modules"})  # may move each part
@@ -216,6 +218,7 @@ class _Uses:
             and isinstance(node.func.value, cst.Name)
             and node.func.value.value == self.name
             and node.func.attr.value in _HARMLESS_METHODS
+            and not any(a.keyword is not None and a.keyword.value == "assign" for a in node.args)
         ):
             for a in node.args:
                 self.walk(a)
