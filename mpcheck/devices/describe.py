@@ -164,6 +164,17 @@ def move_fix(ctx: Source, expr: cst.CSTNode | None, target_code: str) -> Fix | N
     return Fix(line, col, end_line, end_col, f"{ctx.code(expr)}.to({target_code})", safe=True)
 
 
+def moved_tensor(expr: cst.CSTNode | None) -> cst.BaseExpression | None:
+    """`t` when `expr` is a move `t.to(...)` / `t.cuda()` / `t.cpu()`, else None."""
+    if (
+        isinstance(expr, cst.Call)
+        and isinstance(expr.func, cst.Attribute)
+        and expr.func.attr.value in ("to", "cuda", "cpu")
+    ):
+        return expr.func.value
+    return None
+
+
 def plural(n: int, noun: str) -> str:
     """'1 crossing', '3 crossings'."""
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from mpcheck.devices.describe import MODE_WORDS, move_fix, origin_text, value_text, via_text
+from mpcheck.devices.describe import MODE_WORDS, move_fix, moved_tensor, origin_text, value_text, via_text
 from mpcheck.devices.events import DiscardedMove, Mismatch, PlacedTwice, SplitBuiltAfterSetDevice
 from mpcheck.devices.values import TIED_WEIGHT, Obj, device_literal, known_tensor, made_on_cpu_by_default, show, single
 from mpcheck.finding import Finding, Fix
@@ -92,22 +92,22 @@ class MissingTransfer(Rule):
                     suggestion=advice,
                 )
                 continue
-            moved_tensor = _moved_tensor(expr)
+            source = moved_tensor(expr)
             several = len(ctx.model.known_targets(ev)) > 1
             target_code = _device_of(ctx, ev) if ctx.model.one_target(ev) != there else None
             if target_code is not None:
                 # Visits of this line need different devices (a loop over blocks on two GPUs), or one
                 # visit's device is a parameter's (a class run on its own): no one device fits; the
                 # device of what it meets on each visit does.
-                moved = ctx.code(moved_tensor) if moved_tensor is not None else name
+                moved = ctx.code(source) if source is not None else name
                 fix = (
                     f"{moved}.to({target_code})"
-                    if moved.isidentifier() or moved_tensor is not None
+                    if moved.isidentifier() or source is not None
                     else f"({moved}).to({target_code})"
                 )
-            elif moved_tensor is not None:
+            elif source is not None:
                 # The value was moved, to the wrong device: fix that move.
-                fix = f"{ctx.code(moved_tensor)}.to({device_literal(there)})"
+                fix = f"{ctx.code(source)}.to({device_literal(there)})"
             elif name.isidentifier():
                 fix = f"{name} = {name}.to({device_literal(there)})"
             elif isinstance(expr, (cst.Call, cst.Attribute, cst.Subscript)):
@@ -353,17 +353,6 @@ def _other_expr(ev: Mismatch) -> cst.BaseExpression | None:
             receiver = receiver.func.value  # `ema_p.mul_(d).add_(p)`: an in-place op gives back its receiver
         return receiver if isinstance(receiver, (cst.Name, cst.Attribute)) else None
     return ev.what_expr
-
-
-def _moved_tensor(expr: cst.BaseExpression | None) -> cst.BaseExpression | None:
-    """`t` when `expr` is a move `t.to(...)` / `t.cuda()` / `t.cpu()`, else None."""
-    if (
-        isinstance(expr, cst.Call)
-        and isinstance(expr.func, cst.Attribute)
-        and expr.func.attr.value in ("to", "cuda", "cpu")
-    ):
-        return expr.func.value
-    return None
 
 
 def _fixable(ctx: FileContext, ev: Mismatch, v: Obj, there: str) -> bool:

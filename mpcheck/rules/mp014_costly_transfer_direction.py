@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 import libcst as cst
 
+from mpcheck.devices.describe import moved_tensor
 from mpcheck.devices.events import PredictionsMovedToTargets
 from mpcheck.devices.values import device_literal, show
 from mpcheck.finding import Finding
@@ -20,7 +21,7 @@ class CostlyTransferDirection(Rule):
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         for ev in once_per_node(ctx.model.facts(PredictionsMovedToTargets)):
-            moved = _moved(ev.node)
+            moved = moved_tensor(ev.node)
             preds = f"`{ctx.code(moved)}`" if moved is not None else "the predictions"
             targets = f"`{ctx.code(ev.targets_expr)}`" if ev.targets_expr is not None else "the targets"
             op = ev.op.rsplit(".", 1)[-1]
@@ -38,13 +39,6 @@ class CostlyTransferDirection(Rule):
                 devices=[ev.src, ev.dst],
                 suggestion=fix,
             )
-
-
-def _moved(node: cst.CSTNode) -> cst.BaseExpression | None:
-    """`logits` in `logits.to(labels.device)`."""
-    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
-        return node.func.value
-    return None
 
 
 def _plain(ctx: FileContext, expr: cst.BaseExpression | None) -> str:

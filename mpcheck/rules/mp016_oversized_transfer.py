@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import libcst as cst
 
+from mpcheck.devices.describe import moved_tensor
 from mpcheck.devices.events import OversizedMove, Transfer
 from mpcheck.devices.values import distinct, show, single
 from mpcheck.finding import Finding
@@ -30,59 +31,50 @@ class OversizedTransfer(Rule):
         ):
             srcs, dst = _crossed(ev), single(ev.dst)
             assert dst is not None
-            ends = f"from {' and '.join(map(show, srcs))} to {show(dst)}"
-            moved = _receiver(ev.node)
+            moved = moved_tensor(ev.node)
             what = f"`{ctx.code(moved)}`" if moved is not None else "the tensor"
+            ends = f"from {' and '.join(map(show, srcs))} to {show(dst)}"
             if ev.reduction is not None:
-                yield self._reduced(ctx, ev, ev.reduction, what, ends, srcs, dst)
+                message, suggestion = _reduced(ctx, ev.node, moved, ev.reduction, f"{what} is moved whole {ends}")
             elif ev.enlarged is not None:
-                yield self._enlarged(ctx, ev, ev.enlarged, what, ends, srcs, dst)
+                message, suggestion = _enlarged(ctx, ev.enlarged, f"{what} is moved {ends}", dst)
+            else:
+                continue
+            yield self.finding(ctx, ev.node, message, devices=[*srcs, dst], suggestion=suggestion)
 
-    def _reduced(
-        self, ctx: FileContext, ev: OversizedMove, reduction: cst.Call, what: str, ends: str, srcs: list[str], dst: str
-    ) -> Finding:
-        steps = _steps_after(reduction, ev.node)
-        moved = _receiver(ev.node)
-        fix = (
-            f"`{ctx.code(moved)}{steps}{ctx.code(ev.node)[len(ctx.code(moved)) :]}`"
-            if moved is not None and len(ctx.code(moved)) < 80
-            else f"`...{steps}` first, then the move"
-        )
-        return self.finding(
-            ctx,
-            ev.node,
-            f"{what} is moved whole {ends} only to be reduced to one value there (`{steps}`): the link carries "
-            f"every element for one. Reduce it where it is and move the result: {fix}.",
-            devices=[*srcs, dst],
-            suggestion=f"reduce before the move: {fix}",
-        )
 
-    def _enlarged(
-        self,
-        ctx: FileContext,
-        ev: OversizedMove,
-        enlarging: cst.Call,
-        what: str,
-        ends: str,
-        srcs: list[str],
-        dst: str,
-    ) -> Finding:
-        name = enlarging.func.attr.value if isinstance(enlarging.func, cst.Attribute) else "expand"
-        how = (
-            "it crosses at its expanded size (a copy writes out every repeated element)"
-            if name in ("expand", "expand_as", "broadcast_to")
-            else "the repeated copies cross, where the data itself would do"
-        )
-        line = ctx.line(enlarging)
-        return self.finding(
-            ctx,
-            ev.node,
-            f"{what} is moved {ends} after `.{name}()` enlarged it (line {line}): {how}. Move it before "
-            f"`.{name}()` and enlarge it on {show(dst)}, and the link carries only the data"
-            + (" (add `.contiguous()` after it where the result is written in place)." if name == "expand" else "."),
-            devices=[*srcs, dst],
-            suggestion=f"move the tensor before `.{name}()` at line {line}, and call `.{name}()` on {dst}",
-        )
+def _reduced(
+    ctx: FileContext, move: cst.CSTNode, moved: cst.BaseExpression | None, reduction: cst.Call, subject: str
+) -> tuple[str, str]:
+    """The message and fix of a move reduced right after: the same chain with the move last."""
+    steps = _steps_after(reduction, move)
+    fix = (
+        f"`{ctx.code(moved)}{steps}{ctx.code(move)[len(ctx.code(moved)) :]}`"
+        if moved is not None and len(ctx.code(moved)) < 80
+        else f"`...{steps}` first, then the move"
+    )
+    return (
+        f"{subject} only to be reduced to one value there (`{steps}`): the link carries every element for one. "
+        f"Reduce it where it is and move the result: {fix}.",
+        f"reduce before the move: {fix}",
+    )
+
+
+def _enlarged(ctx: FileContext, enlarging: cst.Call, subject: str, dst: str) -> tuple[str, str]:
+    """The message and fix of a move of an enlarged tensor: move first, enlarge on the destination."""
+    name = enlarging.func.attr.value if isinstance(enlarging.func, cst.Attribute) else "expand"
+    how = (
+        "it crosses at its expanded size (a copy writes out every repeated element)"
+        if name in ("expand", "expand_as", "broadcast_to")
+        else "the repeated copies cross, where the data itself would do"
+    )
+    line = ctx.line(enlarging)
+    written = " (add `.contiguous()` after it where the result is written in place)" if name == "expand" else ""
+    return (
+        f"{subject} after `.{name}()` enlarged it (line {line}): {how}. Move it before `.{name}()` and enlarge it "
+        f"on {show(dst)}, and the link carries only the data{written}.",
+        f"move the tensor before `.{name}()` at line {line}, and call `.{name}()` on {dst}",
+    )
 
 
 def _crossed(ev: OversizedMove) -> list[str]:
@@ -100,13 +92,6 @@ def _crossed(ev: OversizedMove) -> list[str]:
 
 def _gpu(dev: str) -> bool:
     return dev.startswith("cuda:")
-
-
-def _receiver(node: cst.CSTNode) -> cst.BaseExpression | None:
-    """`x` in `x.to(d)`."""
-    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
-        return node.func.value
-    return None
 
 
 def _steps_after(reduction: cst.Call, move: cst.CSTNode) -> str:
