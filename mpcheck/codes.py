@@ -181,6 +181,16 @@ CODES: tuple[Code, ...] = (
         "move instead of after it, or moved whole only to be reduced to one value (`.sum()`, `.all()`).",
         _EVERY_FACE,
     ),
+    # Lint only: which device a loop meant each pass for is in its code (the loop over devices); at run
+    # time the modules are simply where they are.
+    Code(
+        "MP017",
+        "loop-ignores-device",
+        "warning",
+        "A loop over several devices builds modules but never uses its device, so they all end on one device "
+        "instead of one set on each.",
+        (LINT,),
+    ),
 )
 
 BY_CODE: dict[str, Code] = {c.code: c for c in CODES}

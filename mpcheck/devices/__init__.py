@@ -14,6 +14,7 @@ instances.py   Instances: classes built, and where their parts end up (split or 
 moves.py       Moves: .to() / .cuda() / .cpu(), transfers, collapses, lineage steps, stage calls and merges (MP006)
 gpucount.py    an assumed GPU count: what torch.cuda.device_count() answers, the bounds the code puts on it
 shared.py      module objects held by two stages (one list of blocks, a default argument) moved twice
+device_loops.py a loop over devices in an __init__ that builds modules but never reads its device (MP017)
 unmoved.py     models provably never moved: their unplaced modules are on the CPU
 summary.py     JSON summaries of a file's classes and functions for other files
 summarized.py  using those summaries: imported names, calls of summarized classes and functions

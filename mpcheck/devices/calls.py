@@ -334,10 +334,10 @@ class Calls(Part):
                     # needs it where it is (`must`). The activation itself is fine, so the flow
                     # goes on with the module's output.
                     self.interp.exprs.check_operand(node, a, mod.devs, st, what=what, arg_index=i, expr=_nth(exprs, i))
-                elif isinstance(a, SeqV) and a.items:
+                elif isinstance(a, SeqV) and (a.items or (a.items is None and isinstance(a.elem, Obj))):
                     self._check_state_tuple(node, a, mod, st, what, i, _nth(exprs, i), must)
             lead = args[0] if args else None
-            return Obj(
+            out = Obj(
                 "tensor",
                 mod.devs,
                 origin="output of",
@@ -346,6 +346,7 @@ class Calls(Part):
                 lineage=lead.lineage if isinstance(lead, Obj) else None,
                 hop=lead.hop if isinstance(lead, Obj) else 0,
             )
+            return _rnn_output(mod.nn_class, out)
         return UNK
 
     def _check_state_tuple(
@@ -361,9 +362,11 @@ class Calls(Part):
     ) -> None:
         """A tuple of tensors given to a module after its input (an LSTM's `(h0, c0)`): each
         must be where the module is; report the first one certainly on another GPU (on another
-        device at all when the module needs it there: `must`)."""
+        device at all when the module needs it there: `must`). A tuple of unknown length
+        (`tuple(s.to(dev) for s in state)`) is judged by the element all its items are like."""
         elems = expr.elements if isinstance(expr, (cst.Tuple, cst.List)) else None
-        for j, item in enumerate(seq.items or ()):
+        items = seq.items if seq.items is not None else (seq.elem,)
+        for j, item in enumerate(items):
             if not (isinstance(item, Obj) and item.kind != "scalar" and conflict(item.devs, mod.devs)):
                 continue
             if not (must or both_cuda(item.devs, mod.devs)):
@@ -381,7 +384,7 @@ class Calls(Part):
                     expr=expr if part is None else part,
                     module=mod,
                     site=i,
-                    item=j if part is None else None,
+                    item=j if part is None else None,  # of unknown length: the first item is like all
                 ),
                 key=i,
             )
@@ -1217,3 +1220,19 @@ def _somewhere(v: Val) -> Val:
     if isinstance(v, Obj) and v.kind not in ("module", "scalar") and v.devs is not None:
         return v.with_(devs=None, origin="", at=None)
     return v
+
+
+def _rnn_output(nn_class: str | None, out: Obj) -> Val:
+    """What torch.nn's recurrent modules return, all on the module's device: an RNN's `(output, h_n)`,
+    an LSTM's `(output, (h_n, c_n))`, an LSTM cell's `(h, c)`; a GRU or RNN cell's tensor. As tuples,
+    so that the state handed back (`out, state = rnn(x, state)`) is one (`isinstance(state, tuple)`)."""
+    state = {
+        "LSTM": SeqV((out, out), kind="tuple"),
+        "GRU": out,
+        "RNN": out,
+    }
+    if nn_class in state:
+        return SeqV((out, state[nn_class]), kind="tuple")
+    if nn_class == "LSTMCell":
+        return SeqV((out, out), kind="tuple")
+    return out

@@ -13,6 +13,7 @@ import libcst as cst
 
 from mpcheck.devices.names import dotted
 from mpcheck.devices.values import CURRENT, device_from_str
+from mpcheck.devices.walk import walk
 
 _SETTERS = ("set_default_device", "set_default_tensor_type")
 _CUDA_TENSOR_TYPES = ("cuda.FloatTensor", "cuda.HalfTensor", "cuda.DoubleTensor", "cuda.BFloat16Tensor")
@@ -36,20 +37,14 @@ def module_default_device(module: cst.Module) -> str | None:
     return found[0]
 
 
-class _CountSetters(cst.CSTVisitor):
-    def __init__(self) -> None:
-        self.count = 0
-
-    def visit_Call(self, node: cst.Call) -> None:
-        if (dotted(node.func) or "").rsplit(".", 1)[-1] in _SETTERS:
-            self.count += 1
-
-
 def _calls_anywhere(module: cst.Module) -> int:
     """How many calls of a default-device setter the file has, at any depth."""
-    counter = _CountSetters()
-    module.visit(counter)
-    return counter.count
+    # (walk, not a CSTVisitor, which rebuilds every node with libcst's checks on: program.is_generator)
+    return sum(
+        1
+        for node in walk(module)
+        if isinstance(node, cst.Call) and (dotted(node.func) or "").rsplit(".", 1)[-1] in _SETTERS
+    )
 
 
 def _denoted(call: cst.Call) -> str | None:

@@ -291,6 +291,20 @@ class SharedModuleMoved(Fact):
     devs: Devs
     first: cst.CSTNode
     first_devs: Devs
+    # This move holds everything `first` placed (a part placed before its whole): it undoes that placement.
+    undoes: bool = False
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class UnusedLoopDevice(Fact):
+    """A loop (`node`) over `devices` in an __init__ that never reads its target `name`: the `count`
+    modules it built (of the classes `built`) all ended on `landed` (device_loops.py)."""
+
+    name: str
+    devices: tuple[str, ...]
+    landed: str
+    count: int
+    built: tuple[str, ...]
 
 
 F = TypeVar("F", bound=Fact)

@@ -595,6 +595,16 @@ class Expressions(Part):
                 # `x.device != self.device`, both known: torch.device compares type and index.
                 return Const((a == b) == isinstance(node.comparisons[0].operator, cst.Equal))
             return UNK
+        if (
+            len(node.comparisons) == 1
+            and isinstance(node.comparisons[0].operator, (cst.Is, cst.IsNot))
+            and _certainly_not_none(left)
+        ):
+            right = self.ev(node.comparisons[0].comparator, st)
+            if isinstance(right, Const) and right.value is None:
+                # `state if state is not None else (None, None)` with the state a tuple built here
+                return Const(isinstance(node.comparisons[0].operator, cst.IsNot))
+            return UNK
         if len(node.comparisons) == 1 and isinstance(left, Const):
             c = node.comparisons[0]
             right = self.ev(c.comparator, st)
@@ -868,3 +878,11 @@ def _right_operand(node: cst.CSTNode) -> cst.BaseExpression | None:
     if isinstance(node, cst.Comparison):
         return node.comparisons[0].comparator if node.comparisons else None
     return getattr(node, "right", None) or getattr(node, "value", None)
+
+
+def _certainly_not_none(v: Val) -> bool:
+    """A value the program built as a container or a device, or a known constant other than None. (A
+    module's attribute, such as a layer's `bias`, may be None where the model says parameter: not here.)"""
+    if isinstance(v, Const):
+        return v.value is not None
+    return isinstance(v, (SeqV, DictV, DeviceV)) and not getattr(v, "module", False)

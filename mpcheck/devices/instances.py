@@ -9,6 +9,7 @@ from typing import Any
 
 import libcst as cst
 
+from mpcheck.devices import device_loops
 from mpcheck.devices.events import EntryPointRun, PlacedTwice, SplitBuiltAfterSetDevice, StagesPlacedOnCurrent
 from mpcheck.devices.program import MAX_DEPTH, ClassInfo, Part, Scope, State
 from mpcheck.devices.unmoved import on_cpu, parts_moved_from_outside, reaches_parts_by_name
@@ -88,6 +89,7 @@ class Instances(Part):
             assert obj.attrs is not None  # an instance
             self.interp.ident_ranges[id(obj.attrs)] = (start, len(self.interp.ident_names) + 1)
         self._finish_instance(obj)
+        device_loops.check_instance(self.interp, obj, scope.device_loops)
         self.interp.init_placements[id(obj)] = tuple(scope.placements)
         if init is not None:
             self._record_own_setdev(init.node, obj, scope, st.setdev if st else None)

@@ -594,7 +594,12 @@ def _device_hook(lib: Library, c: LibCall) -> Val:
 
 
 def _tensor_op(lib: Library, c: LibCall) -> Val:
-    return lib.tensor_op(c.q, c.args, c.kwargs, c.node, c.st, c.exprs)
+    out = lib.tensor_op(c.q, c.args, c.kwargs, c.node, c.st, c.exprs)
+    if isinstance(out, Obj) and c.q.startswith("torch.distributions.") and c.last[:1].isupper():
+        # `Normal(mu, sigma)`: where its parameters are, but no tensor (it has no `.to()`); what its
+        # methods give (`rsample()`, `log_prob(x)`) is.
+        return out.with_(kind="distribution", label="", origin=f"a {c.last} built from tensors there", at=c.node)
+    return out
 
 
 def _module_class(lib: Library, c: LibCall) -> Val:
@@ -779,7 +784,10 @@ def _builtin(lib: Library, c: LibCall) -> Val:
         if q in ("min", "max") and len(values) < 2 and nums is args:
             return UNK  # `max(size)` of a number: Python raises there, on a path the program does not take
         if nums and len(values) == len(nums) and all(type(v) in (int, float) for v in values):
-            return Const(_NUMERIC[q](*values) if q in ("min", "max") else _NUMERIC[q](values[0]))
+            if q not in ("min", "max"):
+                return Const(_NUMERIC[q](values[0]))
+            # over the items of one sequence (`max(topk)` with topk=(1,)), or over the arguments
+            return Const(_NUMERIC[q](values) if nums is not args else _NUMERIC[q](*values))
         return UNK
     if q == "next" and args:
         a = args[0]

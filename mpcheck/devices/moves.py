@@ -257,6 +257,7 @@ class Moves(Part):
                     origin=f"moved to {where} by .{meth}()",
                     at=node,
                     opaque=recv.opaque or recv.cls is not None,
+                    nn_class=recv.nn_class,  # an LSTM moved is still one (its state must follow it)
                 )
             )
             self.rebind(recv_expr, res, st)

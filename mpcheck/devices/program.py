@@ -13,6 +13,7 @@ import libcst as cst
 from mpcheck.devices import memo
 from mpcheck.devices.events import IndexlessPlacement
 from mpcheck.devices.values import CURRENT, UNK, Devs, Obj, SeqV, Val, join
+from mpcheck.devices.walk import children
 
 if TYPE_CHECKING:  # pragma: no cover
     from mpcheck.devices.interp import Interp
@@ -42,26 +43,15 @@ class FuncInfo:
     def is_generator(self) -> bool:
         """Does the body yield (not a function or class defined inside it)? Calling it gives the
         values it yields, in order, not what it returns."""
-        finder = _YieldFinder()
-        self.node.body.visit(finder)
-        return finder.found
-
-
-class _YieldFinder(cst.CSTVisitor):
-    def __init__(self) -> None:
-        self.found = False
-
-    def visit_Yield(self, node: cst.Yield) -> bool:
-        self.found = True
-        return False
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-        return False  # its own yields make it a generator, not the function around it
-
-    def visit_Lambda(self, node: cst.Lambda) -> bool:
-        return False
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        # (walk.children, not a CSTVisitor: a visitor rebuilds each node with libcst's checks on, and
+        # some code Python runs fails them: `assert(a if c else b)`, parsed without them.)
+        todo: list[cst.CSTNode] = [self.node.body]
+        while todo:
+            node = todo.pop()
+            if isinstance(node, cst.Yield):
+                return True
+            if not isinstance(node, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+                todo.extend(children(node))  # a nested function's yields make it a generator, not this one
         return False
 
 
@@ -143,6 +133,8 @@ class Scope:
     # the expression a plain name was last bound to (`devs = {p.device for p in model.parameters()}`),
     # for the tests that read it (statements.asks_if_split)
     bound_to: dict[str, cst.BaseExpression] = field(default_factory=dict)
+    # loops over devices that never read their device and built modules (device_loops.py)
+    device_loops: list[Any] = field(default_factory=list)
 
 
 class State:

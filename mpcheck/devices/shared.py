@@ -41,12 +41,18 @@ def _walk(
     if depth > _MAX_DEPTH:
         return
     if isinstance(v, Obj):
-        if v.ident is None:
-            return  # identity unknown (built outside an __init__, or passed in): nothing to say
-        key: Any = v.ident
-        if owner is not None and owner[1] is not None and owner[1][0] <= v.ident < owner[1][1]:
-            key = (owner[0], v.ident)  # built by the owner's __init__: one per construction of the owner
-        out.append((key, v.ident, depth))
+        key: Any
+        if v.ident is not None:
+            key = v.ident
+            if owner is not None and owner[1] is not None and owner[1][0] <= v.ident < owner[1][1]:
+                key = (owner[0], v.ident)  # built by the owner's __init__: one per construction of the owner
+            out.append((key, v.ident, depth))
+        elif v.attrs is not None:
+            # An instance built outside an __init__ and passed in (`CutModel(Backbone())`): itself of
+            # unknown identity, but the parts its own __init__ built are its own.
+            key = ("instance", id(v.attrs))
+        else:
+            return  # identity unknown (a plain layer built outside an __init__, or passed in): nothing to say
         if v.attrs is not None:
             rng = interp.ident_ranges.get(id(v.attrs))
             refs = v.cls.refs if v.cls is not None else ()  # held by reference, not a child: .to() leaves it
@@ -59,6 +65,41 @@ def _walk(
     elif isinstance(v, DictV) and v.module:
         for item in v.items.values():
             _walk(interp, item, owner, depth + 1, out)
+
+
+def _owners(interp: Interp, st: State) -> dict[int, set[Any]]:
+    """For each object the module being built holds, the instances among its parts whose own
+    __init__ built it (the owner keys of shared._walk)."""
+    out: dict[int, set[Any]] = {}
+    if not isinstance(st.self_obj, Obj) or st.self_obj.attrs is None:
+        return out
+    held: list[Held] = []
+    for v in st.self_obj.attrs.values():
+        _walk(interp, v, None, 1, held)
+    for key, ident, _ in held:
+        if isinstance(key, tuple):
+            out.setdefault(ident, set()).add(key[0])
+    return out
+
+
+def _alias(key: Any, ident: int, owners: dict[int, set[Any]]) -> Any:
+    """The other key of an object that one instance among the parts holds: its owner's scoped key for a
+    bare one, the bare one for a scoped key; else the key itself."""
+    if len(owners.get(ident, ())) != 1:
+        return key
+    (owner,) = owners[ident]
+    return ident if isinstance(key, tuple) else (owner, ident)
+
+
+def _held_by(moved: dict[Any, tuple[str, cst.CSTNode, int]], move: cst.CSTNode) -> set[Any]:
+    """The objects inside the value `move` moved (not that value itself)."""
+    return {key for key, (_, node, depth) in moved.items() if node is move and depth >= 1}
+
+
+def _refines(moved: dict[Any, tuple[str, cst.CSTNode, int]], first: cst.CSTNode, here: set[Any]) -> bool:
+    """This move takes a strict part of what `first` moved (`self.encoder.to(d0)` and then
+    `self.tail.to(d1)` of some of its layers): placing a part elsewhere after its whole, on purpose."""
+    return here < _held_by(moved, first)
 
 
 def _stored_name(move: cst.CSTNode) -> str | None:
@@ -79,17 +120,27 @@ def note_move(interp: Interp, recv: Val, devs: Devs, node: cst.Call, st: State) 
     moved = st.scope.moved_objects
     found: list[tuple[str, str, cst.CSTNode]] = []  # (class name, first device, first move) of each shared object
     held_by = _stored_name(node)
-    for key, ident, depth in parts(interp, recv):
+    owners = _owners(interp, st)
+    mine = parts(interp, recv)
+    # the objects inside the moved value (not itself), by both keys
+    here = {k for key, ident, depth in mine if depth >= 1 for k in (key, _alias(key, ident, owners))}
+    earlier = dict(moved)  # as the moves before this one left it
+    for key, ident, depth in mine:
         before = moved.get(key)
+        if before is None and _alias(key, ident, owners) != key:
+            # The same object reached another way: one stage holds another's layers by a slice
+            # (`self.tail = nn.ModuleList(backbone.layers[cut:])`), which loses which construction
+            # they came from. When one instance among the parts holds that object, it is that one.
+            before = moved.get(_alias(key, ident, owners))
         if before is not None and before[1] is node:
             continue  # the items of a container this move already noted (Moves.move recurses)
         if before is not None:
             first_dev, first_node, first_depth = before
             if held_by is not None and _stored_name(first_node) == held_by:
                 pass  # one stage placed twice (`self.part1.cuda(0)`, `self.part1.cuda(1)`): events.PlacedTwice's
-            elif max(depth, first_depth) >= 1 and distinct(first_dev, dev):
+            elif max(depth, first_depth) >= 1 and distinct(first_dev, dev) and not _refines(earlier, first_node, here):
                 found.append((interp.ident_names.get(ident, "module"), first_dev, first_node))
-        moved[key] = (dev, node, depth)
+        moved[key] = moved[_alias(key, ident, owners)] = (dev, node, depth)
     if found:
         name, first_dev, first_node = found[0]
         interp.recorder.record(
@@ -101,5 +152,6 @@ def note_move(interp: Interp, recv: Val, devs: Devs, node: cst.Call, st: State) 
                 devs=devs,
                 first=first_node,
                 first_devs=frozenset((first_dev,)),
+                undoes=_held_by(earlier, first_node) < here,
             )
         )

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import libcst as cst
 
-from mpcheck.devices import memo, torchapi
+from mpcheck.devices import device_loops, memo, torchapi
 from mpcheck.devices.events import DiscardedMove, UnenteredDeviceContext
 from mpcheck.devices.gpucount import is_test_on_count
 from mpcheck.devices.moves import forget_copies
@@ -286,10 +286,14 @@ class Statements(Part):
         if items is not None and len(items) <= MAX_UNROLL:
             spread = _spread_modules(items) - self.interp.spread_modules
             self.interp.spread_modules |= spread
+            ignored = device_loops.over_devices(stmt, items, st)
+            built_from = len(self.interp.ident_names) + 1
             try:
                 return self._unroll(stmt, items, st)
             finally:
                 self.interp.spread_modules -= spread
+                if ignored is not None:
+                    device_loops.note(self.interp, stmt, ignored, built_from, st)
         elem = iter_elem(it, stmt.target.value if isinstance(stmt.target, cst.Name) else None)
         before = st.copy()
         body = st.copy()
@@ -398,6 +402,11 @@ class Statements(Part):
             st.env[target.value] = v
         elif isinstance(target, cst.Attribute):
             base = self.interp.exprs.ev(target.value, st)
+            if target.attr.value in _REPLACEABLE_METHODS and isinstance(target.value, cst.Name):
+                # `enc.to = lambda *a, **k: None` (a quantized model that refuses .to()), `m.forward = ...`:
+                # what its moves and calls do from here on is the new function's, not known here.
+                st.env[target.value.value] = UNK
+                return
             if (
                 target.attr.value == "data"
                 and isinstance(target.value, (cst.Attribute, cst.Name))
@@ -461,6 +470,10 @@ class Statements(Part):
 
 _ASSIGNED_NAMES = memo.node_table()
 _TENSOR_MOVES = frozenset({"to", "cuda", "cpu"})
+
+
+# Methods a program may replace on one object by assignment, which the model then no longer knows.
+_REPLACEABLE_METHODS = frozenset({"to", "cuda", "cpu", "forward", "__call__", "half", "float"})
 
 
 def _ties_weight(attr: str, base: Val, v: Val) -> bool:

@@ -423,6 +423,14 @@ def is_torch_op(q: str) -> bool:
         return False
     rest = q[6:]
     if "." in rest:  # torch.linalg.*, torch.fft.*, torch.special.* are ops; torch.nn.X are classes
+        if (
+            rest.startswith("distributions.")
+            and rest.count(".") <= 2
+            and not rest.split(".")[1].startswith("constraint")
+        ):
+            # A distribution (`Normal(mu, sigma)`) lives where its parameters are, which must agree, and what
+            # it gives (`rsample()`, `log_prob(x)`) is there too; kl_divergence(p, q) needs both on one device.
+            return True
         return rest.split(".")[0] in ("linalg", "fft", "special")
     return not rest[:1].isupper()
 

@@ -561,7 +561,8 @@ def value_key(v: Val) -> tuple[Any, ...]:
     if isinstance(v, SymV):
         return ("s", v.name)
     if isinstance(v, SeqV):
-        return ("l", tuple(value_key(i) for i in v.items) if v.items is not None and len(v.items) < 8 else None)
+        items = tuple(value_key(i) for i in v.items) if v.items is not None and len(v.items) < 8 else None
+        return ("l", v.kind, items)  # (a tuple and a list of the same items answer isinstance apart)
     return (type(v).__name__, id(v) if isinstance(v, (ClassRef, FuncRef, Summarized, PartialV)) else None)
 
 

@@ -18,6 +18,7 @@ from libcst.metadata import CodeRange, PositionProvider
 from mpcheck.devices.events import EntryPointRun, IndexlessPlacement
 from mpcheck.devices.model import DeviceModel
 from mpcheck.devices.names import import_bindings
+from mpcheck.devices.walk import walk
 from mpcheck.rules.spans import positions_of
 
 
@@ -124,30 +125,23 @@ class FileContext:
     @cached_property
     def class_lines(self) -> list[tuple[int, int]]:
         """(first, last) line of every class of the file, nested ones included."""
-        found: list[tuple[int, int]] = []
-        span = self.span
-
-        class Classes(cst.CSTVisitor):
-            def visit_ClassDef(self, node: cst.ClassDef) -> None:
-                (start, _), (end, _) = span(node)
+        # (walk, not a CSTVisitor, which rebuilds every node with libcst's checks on: program.is_generator)
+        found = []
+        for node in walk(self.module):
+            if isinstance(node, cst.ClassDef):
+                (start, _), (end, _) = self.span(node)
                 found.append((start, end))
-
-        self.module.visit(Classes())
-        return found
+        return sorted(found)
 
     @cached_property
     def function_spans(self) -> list[tuple[int, int, str]]:
         """(first, last line, name) of every function of the file, nested ones included, in order."""
-        found: list[tuple[int, int, str]] = []
-        span = self.span
-
-        class Functions(cst.CSTVisitor):
-            def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-                (start, _), (end, _) = span(node)
+        found = []
+        for node in walk(self.module):
+            if isinstance(node, cst.FunctionDef):
+                (start, _), (end, _) = self.span(node)
                 found.append((start, end, node.name.value))
-
-        self.module.visit(Functions())
-        return found
+        return sorted(found)
 
     def function_name(self, node: cst.CSTNode) -> str:
         """The name of the innermost function of this file around `node` ("" outside any)."""

@@ -220,6 +220,13 @@ def _special_case(ctx: FileContext, ev: Mismatch, name: str, meets: str) -> tupl
     here, there = single(v.devs), single(ev.target)
     to_there = f".to({device_literal(there)})" if there is not None else ".to(...)"
     made = ev.other
+    if v.kind == "distribution" and there is not None:
+        # `kl_divergence(q, p)` with p built from the outputs of a layer on another GPU
+        return (
+            f"`{name}` is on {show(here)} ({origin_text(ctx, v)}), but {meets}",
+            f"a distribution has no `.to()`: build `{name}` from tensors moved to {show(there)} (`{to_there}` on "
+            f"each at line {ctx.line(v.at) if v.at is not None else line})",
+        )
     if (
         ev.op != "module"
         and made_on_cpu_by_default(made)

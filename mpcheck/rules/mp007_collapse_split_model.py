@@ -76,18 +76,40 @@ class CollapseSplitModel(Rule):
         """A module object held by two stages, moved to the second stage's device."""
         dev, first_dev = single(ev.devs), single(ev.first_devs)
         first_line = ctx.line(ev.first)
+        if ev.undoes:
+            # `self.tail.to(d1)` of layers aliased from the backbone, then `self.backbone.to(d0)`.
+            part = _receiver(ctx, ev.first)
+            message = (
+                f"`{ctx.code(ev.node)}` also moves the modules `{part}` holds, which line {first_line} placed on "
+                f"{show(first_dev)}: `{part}` holds parts of `{_receiver(ctx, ev.node)}`, and `.to()` moves the "
+                f"objects, so they end on {show(dev)} and the placement at line {first_line} is undone. Move the "
+                f"whole first, then the part."
+            )
+            suggestion = f"move `{part}` after this line"
+        else:
+            message = (
+                f"`{ctx.code(ev.node)}` also moves {_objects(ev.count, ev.name)} that line {first_line} placed on "
+                f"{show(first_dev)}: both stages hold the same objects (one list of blocks used twice, or a default "
+                f"argument built once for every call), and `.to()` moves the object, not a copy, so the stage placed "
+                f"at line {first_line} ends on {show(dev)} too. Build separate instances for each stage (a new list "
+                f"per stage; a default of None and a new module in the body)."
+            )
+            suggestion = f"give each stage its own `{ev.name}` instances"
         return self.finding(
             ctx,
             ev.node,
-            f"`{ctx.code(ev.node)}` also moves {_objects(ev.count, ev.name)} that line {first_line} placed on "
-            f"{show(first_dev)}: both stages hold the same objects (one list of blocks used twice, or a default "
-            f"argument built once for every call), and `.to()` moves the object, not a copy, so the stage placed "
-            f"at line {first_line} ends on {show(dev)} too. Build separate instances for each stage (a new list per "
-            f"stage; a default of None and a new module in the body).",
+            message,
             devices=[d for d in (first_dev, dev) if d],
             modules=[ev.name],
-            suggestion=f"give each stage its own `{ev.name}` instances",
+            suggestion=suggestion,
         )
+
+
+def _receiver(ctx: FileContext, move: cst.CSTNode) -> str:
+    """`self.tail` for `self.tail.to(d)`."""
+    if isinstance(move, cst.Call) and isinstance(move.func, cst.Attribute):
+        return ctx.code(move.func.value)
+    return ctx.code(move)
 
 
 def _objects(n: int, name: str) -> str:

@@ -1,0 +1,107 @@
+"""A loop over several devices in an __init__ that builds modules but never reads its device
+(`for dev in devices: self.blocks.append(copy.deepcopy(template))`): what it builds, one set
+per device by the loop's shape, all ends on one device (or stays on the CPU) once __init__ is
+done. An `events.UnusedLoopDevice` then, at the loop.
+
+Said only when the loop's items are known devices (two or more distinct ones), its target is a
+plain name read nowhere in its body, it built module objects (Obj.ident), and every one of them
+that the instance holds at the end of __init__ is on one and the same device: a later statement
+that places them (`for i, b in enumerate(self.blocks): b.to(devices[i // per])`) ends the case.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import libcst as cst
+
+from mpcheck.devices.events import UnusedLoopDevice
+from mpcheck.devices.values import UNPLACED, DictV, Obj, SeqV, Val, as_device, distinct_devices, single
+from mpcheck.devices.walk import walk
+
+if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Sequence
+
+    from mpcheck.devices.interp import Interp
+    from mpcheck.devices.program import State
+
+
+@dataclass(frozen=True)
+class DeviceLoop:
+    node: cst.For
+    name: str
+    devices: tuple[str, ...]
+    idents: range  # the module objects built while it ran
+
+
+def over_devices(stmt: cst.For, items: Sequence[Val], st: State) -> tuple[str, tuple[str, ...]] | None:
+    """(the target's name, the devices) of a loop in an __init__ over known distinct devices whose
+    target its body never reads; None otherwise."""
+    if not st.in_init or not isinstance(stmt.target, cst.Name):
+        return None
+    devs = []
+    for item in items:
+        d = single(as_device(item, ints_are_cuda=False))  # (not `range(n)`: a count of anything)
+        if d is None or d.startswith("sym:"):
+            return None
+        devs.append(d)
+    distinct = distinct_devices(devs)
+    if len(distinct) < 2:
+        return None
+    name = stmt.target.value
+    if any(
+        isinstance(n, cst.Name) and n.value == name for part in (stmt.body, stmt.orelse) if part for n in walk(part)
+    ):
+        return None
+    return name, tuple(distinct)
+
+
+def note(interp: Interp, stmt: cst.For, found: tuple[str, tuple[str, ...]], first: int, st: State) -> None:
+    """The loop ran, building the module objects numbered from `first` on."""
+    built = range(first, len(interp.ident_names) + 1)
+    if built and st.scope is not None:
+        st.scope.device_loops.append(DeviceLoop(stmt, found[0], found[1], built))
+
+
+def check_instance(interp: Interp, obj: Obj, loops: list[DeviceLoop]) -> None:
+    """At the end of an __init__: each loop whose modules all ended on one device."""
+    if not loops or obj.attrs is None:
+        return
+    held = _held(obj.attrs.values())
+    for loop in loops:
+        mine = [v for v in held if v.ident in loop.idents]
+        if not mine:
+            continue
+        where = {_where(v) for v in mine}
+        landed = where.pop() if len(where) == 1 else None
+        if landed is None:
+            continue
+        names = sorted({interp.ident_names.get(v.ident, "module") for v in mine if v.ident is not None})
+        interp.recorder.record(
+            UnusedLoopDevice(
+                node=loop.node, name=loop.name, devices=loop.devices, landed=landed, count=len(mine), built=tuple(names)
+            )
+        )
+
+
+def _where(v: Obj) -> str | None:
+    """Its one device; 'cpu' for a module never placed; None when not known."""
+    if v.devs is None:
+        return "cpu" if v.origin == UNPLACED else None
+    d = single(v.devs)
+    return d if d is not None and not d.startswith("sym:") else None
+
+
+def _held(values: Any, depth: int = 0) -> list[Obj]:
+    """The outermost module objects of known identity among these values (a container's items; an
+    object's own parts are its own, not counted again)."""
+    out: list[Obj] = []
+    for v in values:
+        if isinstance(v, Obj) and v.kind in ("module", "any") and v.ident is not None:
+            out.append(v)
+        elif isinstance(v, SeqV) and v.module and depth < 3:
+            out.extend(_held(v.items if v.items is not None else (v.elem,), depth + 1))
+        elif isinstance(v, DictV) and v.module and depth < 3:
+            out.extend(_held(v.items.values(), depth + 1))
+    return out

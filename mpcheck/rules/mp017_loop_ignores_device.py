@@ -1,0 +1,45 @@
+"""MP017: a loop over several devices in an __init__ builds modules but never uses its device,
+so what it builds, meant one set per device, all ends on one device."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import libcst as cst
+
+from mpcheck.devices.events import UnusedLoopDevice
+from mpcheck.devices.values import show
+from mpcheck.finding import Finding
+from mpcheck.rules.base import Rule
+from mpcheck.rules.context import FileContext
+from mpcheck.rules.words import FLOW_WORDS
+
+
+class LoopIgnoresDevice(Rule):
+    code = "MP017"
+    needs = FLOW_WORDS
+
+    def check(self, ctx: FileContext) -> Iterator[Finding]:
+        for ev in ctx.model.facts(UnusedLoopDevice):
+            loop = ev.node
+            assert isinstance(loop, cst.For)
+            what = _built(ev.count, ev.built)
+            where = "stay on the CPU" if ev.landed == "cpu" else f"all end on {show(ev.landed)}"
+            devices = ", ".join(map(show, ev.devices))
+            yield self.finding(
+                ctx,
+                loop.target,
+                f"`for {ev.name} in {ctx.code(loop.iter)}` runs once per device ({devices}) and builds {what}, "
+                f"but never uses `{ev.name}`: they {where} instead of one set on each device. Place what each "
+                f"pass builds on `{ev.name}` (`.to({ev.name})`).",
+                devices=[*ev.devices, ev.landed],
+                modules=list(ev.built),
+                suggestion=f"add `.to({ev.name})` to the modules the loop builds",
+            )
+
+
+def _built(n: int, names: tuple[str, ...]) -> str:
+    """'4 `RefineBlock` modules', '6 modules (`Linear`, `LayerNorm`)'."""
+    if len(names) == 1:
+        return f"{n} `{names[0]}` module{'s' if n != 1 else ''}"
+    return f"{n} modules ({', '.join(f'`{x}`' for x in names)})"
