@@ -223,3 +223,47 @@ def test_max_of_a_one_item_tuple():
     accuracy(torch.zeros(4, 3).to("cuda:0"))
     """
     assert lines(src) == []
+
+
+BEAMS = """
+import torch
+import torch.nn as nn
+
+
+class TwoStage(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(100, 8).to("cuda:0")
+        self.head = nn.Linear(8, 100).to("cuda:1")
+
+    def forward(self, ids):
+        ids = ids.to("cuda:0")
+        return self.head(self.embed(ids).to("cuda:1"))[:, -1]
+
+
+def beam_search(model, prompt, beams=3, steps=4):
+    seqs = prompt.repeat_interleave(beams, dim=0).to("cuda:1")
+    for _ in range(steps):
+        token = model(seqs).argmax(-1, keepdim=True)
+        seqs = torch.cat([seqs, token], dim=1)
+    return seqs
+
+
+prompt = torch.randint(1, 100, (2, 5)).to("cuda:0")
+out = beam_search(model=TwoStage(), prompt=prompt)
+"""
+
+
+def test_ids_repeated_per_beam_and_a_loop_started_by_a_copy_are_silent():
+    # the beam's ids: no MP016 (a batch-by-sequence tensor), and the first pass's round trip starts the loop (MP005)
+    assert lines(BEAMS) == []
+
+
+def test_an_activation_expanded_before_its_move_and_a_plain_round_trip_are_still_reported():
+    src = BEAMS.replace("prompt = torch.randint(1, 100, (2, 5))", "prompt = torch.randn(2, 5)")
+    assert (18, "MP016") in lines(src)
+    once = BEAMS.replace(
+        "    for _ in range(steps):\n        token = model(seqs).argmax(-1, keepdim=True)\n        seqs = torch.cat([seqs, token], dim=1)\n",
+        "    token = model(seqs).argmax(-1, keepdim=True)\n",
+    )
+    assert (13, "MP005") in lines(once)

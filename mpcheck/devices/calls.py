@@ -919,8 +919,19 @@ class Calls(Part):
                         key=(recv.moved_from, recv.devs),
                     )
             enlarged = node if meth in T.ENLARGING_METHODS else recv.enlarged_at if meth in T.LAYOUT_METHODS else None
+            # ids or a mask laid out again or repeated are still ids or a mask; other results are data of their own
+            ints = meth in T.INDEX_METHODS or (
+                recv.index_like and (meth in T.LAYOUT_METHODS or meth in T.ENLARGING_METHODS)
+            )
             return recv.with_(
-                label="", kind="tensor", worked=worked, invariant=inv, lineage=lineage, hop=hop, enlarged_at=enlarged
+                label="",
+                kind="tensor",
+                worked=worked,
+                invariant=inv,
+                lineage=lineage,
+                hop=hop,
+                enlarged_at=enlarged,
+                index_like=ints,
             )
         if isinstance(recv, SeqV):
             if meth == "append" and args:

@@ -647,6 +647,7 @@ class Expressions(Part):
                         invariant=False,
                         worked=True,
                         lineage=OFF_CHAIN,
+                        index_like=True,
                     )
             left = right
         return UNK

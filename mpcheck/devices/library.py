@@ -165,7 +165,10 @@ class Library(Part):
         kind = "tensor"
         if last in ("tensor", "as_tensor") and args and not isinstance(args[0], SeqV) and devs == one("cpu"):
             kind = "scalar"  # maybe a 0-d CPU tensor, which mixes with CUDA tensors
-        return Obj(kind, devs, origin=origin, at=node, invariant=const)
+        ints = last in T.INDEX_FACTORIES or (
+            last == "arange" and bool(args) and all(isinstance(a, Const) and type(a.value) is int for a in args)
+        )
+        return Obj(kind, devs, origin=origin, at=node, invariant=const, index_like=ints)
 
     def dispatched(self, q: str, args: list[Val], kwargs: dict[str, Val], node: cst.Call, st: State) -> Val:
         text, devs = _device_map(kwargs.get("device_map", args[1] if len(args) > 1 else UNK), _map_expr(node))

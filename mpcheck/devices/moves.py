@@ -267,9 +267,11 @@ class Moves(Part):
             lineage, hop = self.lineage_step(recv, devs, node)
             reads_attribute = self._reads_unchanging_attribute(recv, devs, st, node)
             again_of = _copied_before(recv, devs, node, st)
-            if recv.enlarged_at is not None and devs is not None and devs != recv.devs:
-                # Enlarged before its move (MP016). A constant's copy on every call is MP011's too: both
-                # fixes agree (move its data once, enlarge it there).
+            # Enlarged before its move (MP016). A constant's copy on every call is MP011's too: both fixes
+            # agree (move its data once, enlarge it there). Not ids or a mask repeated per beam or per sample:
+            # a batch-by-sequence tensor, whose copy costs the link's latency at any size; the measured cost
+            # is an activation's or a bias'.
+            if recv.enlarged_at is not None and devs is not None and devs != recv.devs and not recv.index_like:
                 self.interp.recorder.record(
                     OversizedMove(
                         node=node,

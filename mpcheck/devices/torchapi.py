@@ -255,12 +255,36 @@ NON_TENSOR_METHODS = frozenset(
         "copy_",
     }
 )
-# Results that leave the activation chain (events.Crossing): a full reduction (no dim
-# given) is a scalar such as a loss; indices and counts are metrics.
+# Full reductions (no dim given): one value from the whole tensor. They leave the activation chain
+# (events.Crossing: a scalar such as a loss); moved just before one (`x.to(d).sum()`, through
+# elementwise steps as in `g.to(d).isfinite().all()`), the whole tensor crosses for that value (MP016).
+# Indices and counts are metrics.
 FULL_REDUCTIONS = frozenset(
-    {"mean", "sum", "max", "min", "norm", "std", "var", "prod", "all", "any", "nansum", "nanmean", "amax", "amin"}
+    {
+        "mean",
+        "sum",
+        "max",
+        "min",
+        "norm",
+        "std",
+        "var",
+        "prod",
+        "all",
+        "any",
+        "nansum",
+        "nanmean",
+        "amax",
+        "amin",
+        "count_nonzero",
+    }
 )
 INDEX_RESULTS = frozenset({"argmax", "argmin", "bincount", "count_nonzero", "histc", "unique", "nonzero", "eq", "ne"})
+
+
+# Factories of integer data (ids, labels, permutations); torch.arange too when every bound is an int.
+INDEX_FACTORIES = frozenset({"randint", "randint_like", "randperm"})
+# Tensor methods whose result is integer or boolean data shaped like the input (or smaller).
+INDEX_METHODS = INDEX_RESULTS | frozenset({"long", "int", "bool", "short", "byte", "argsort", "lt", "le", "gt", "ge"})
 
 
 def leaves_chain(name: str, n_args: int, kwargs: Container[str]) -> bool:
@@ -303,11 +327,6 @@ LAYOUT_METHODS = frozenset(
 # Tensor methods whose result is larger than the data it holds (a broadcast view, or the data repeated):
 # moved on, it crosses at its larger size where moving first and enlarging after would not (MP016).
 ENLARGING_METHODS = frozenset({"expand", "expand_as", "broadcast_to", "repeat", "tile", "repeat_interleave"})
-# Full reductions (no dim): one value from the whole tensor. Moved just before one (`x.to(d).sum()`,
-# through elementwise steps as in `g.to(d).isfinite().all()`), the whole tensor crosses for that value.
-FULL_REDUCTIONS = frozenset(
-    {"sum", "mean", "all", "any", "amax", "amin", "max", "min", "norm", "prod", "count_nonzero", "nansum", "nanmean"}
-)
 ELEMENTWISE_STEPS = frozenset(
     {
         "abs",

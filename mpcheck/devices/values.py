@@ -210,6 +210,9 @@ class Obj(Val):
     # A tensor larger than its data (MP016): the `.expand()` / `.repeat()` call that made it so, kept
     # while it is only named, reshaped or moved to where it is already.
     enlarged_at: Any = field(default=None, repr=False)
+    # Token ids, labels, indices or a mask (randint, arange of ints, a comparison, `.argmax()`, `.long()`),
+    # kept while it is moved, converted or laid out again: a batch-by-sequence tensor, no activation.
+    index_like: bool = False
 
     def with_(self, **kw: Any) -> Obj:
         if "enlarged_at" not in kw and (kw.get("worked") is True or kw.get("label") == ""):

@@ -10,6 +10,7 @@ import libcst as cst
 from mpcheck.devices.describe import root_name, value_text, via_text
 from mpcheck.devices.events import Transfer
 from mpcheck.devices.values import distinct, show, single
+from mpcheck.devices.walk import assigned, walk
 from mpcheck.finding import Finding
 from mpcheck.rules.base import Rule, once_per_node
 from mpcheck.rules.context import FileContext
@@ -21,7 +22,10 @@ class RoundTripTransfer(Rule):
     needs = FLOW_WORDS
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
-        for ev in once_per_node(ctx.model.facts(Transfer), lambda ev: _round_trip(ev) or _host_detour(ev)):
+        for ev in once_per_node(
+            ctx.model.facts(Transfer),
+            lambda ev: _host_detour(ev) or (_round_trip(ev) and not _starts_a_loop(ctx, ev.value.moved_at)),
+        ):
             v = ev.value
             home, there = single(v.moved_from), single(v.devs)  # home -> there -> home
             call = ev.node
@@ -89,3 +93,39 @@ def _host_detour(ev: Transfer) -> bool:
 
 def _gpu(dev: str) -> bool:
     return dev == "cuda" or dev.startswith("cuda:")
+
+
+def _starts_a_loop(ctx: FileContext, away: cst.CSTNode | None) -> bool:
+    """The copy moved away at `away` is bound to a name (`seqs = prompt.repeat_interleave(k).to(d1)`) that
+    a loop after it, where the name is first used, binds again (`seqs = torch.cat([seqs[rows], tok])`, made
+    on d1): the round trip happens on the loop's first pass only, and the copy is how the loop starts."""
+    if away is None or not ctx.owns(away):
+        return False
+    line, where = ctx.line(away), ctx.function_name(away)
+    nodes = list(walk(ctx.module))
+    names = {
+        t.target.value
+        for n in nodes
+        if isinstance(n, cst.Assign) and ctx.span(n)[0][0] <= line <= ctx.span(n)[1][0]
+        for t in n.targets
+        if isinstance(t.target, cst.Name)
+    }
+    for name in names:
+        loops = sorted(
+            (ctx.line(n), n)
+            for n in nodes
+            if isinstance(n, (cst.For, cst.While)) and ctx.line(n) > line and ctx.function_name(n) == where
+        )
+        for start, loop in loops:
+            used_before = any(
+                isinstance(n, cst.Name)
+                and n.value == name
+                and line < ctx.line(n) < start
+                and ctx.function_name(n) == where
+                for n in nodes
+            )
+            if used_before:
+                break
+            if any(isinstance(n, cst.Name) and n.value == name for a in walk(loop) for n in assigned(a)):
+                return True
+    return False
