@@ -267,3 +267,95 @@ def test_an_activation_expanded_before_its_move_and_a_plain_round_trip_are_still
         "    token = model(seqs).argmax(-1, keepdim=True)\n",
     )
     assert (13, "MP005") in lines(once)
+
+
+def test_a_tensor_or_none_is_that_tensor_where_it_is_used():
+    src = """
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stem = nn.Linear(4, 4).to("cuda:0")
+            self.aux = nn.Linear(4, 3).to("cuda:0")
+            self.head = nn.Linear(4, 3).to("cuda:1")
+
+        def forward(self, x):
+            h = self.stem(x.to("cuda:0"))
+            aux = self.aux(h) if self.training else None
+            return self.head(h.to("cuda:1")), aux
+
+
+    logits, aux = Net()(torch.randn(2, 4))
+    y = torch.randint(0, 3, (2,))
+    loss = F.cross_entropy(logits, y.to("cuda:1")) + 0.3 * F.cross_entropy(aux, y.to("cuda:0"))
+    """
+    assert lines(src) == [(22, "MP001")]
+    assert (
+        lines(src.replace('F.cross_entropy(aux, y.to("cuda:0"))', 'F.cross_entropy(aux, y.to("cuda:0")).to("cuda:1")'))
+        == []
+    )
+
+
+def test_values_put_by_a_tensor_index_must_be_on_the_buffers_gpu():
+    src = """
+    import torch
+
+    prio = torch.zeros(10, device="cuda:0")
+    idx = torch.arange(3, device="cuda:0")
+    err = torch.randn(3, device="cuda:1")
+    prio[idx] = err.abs() + 1e-3
+    prio[idx] = err.max()
+    prio[:3] = err
+    """
+    assert lines(src) == [(7, "MP001")]  # not a 0-dim value (moved by index_put_), not a slice (a copy)
+
+
+def test_a_generator_draws_only_for_tensors_on_its_device():
+    src = """
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 3, generator=g, device="cuda:1")
+    y = torch.randn(2, 3, generator=g, device="cuda:1")
+    z = torch.randn(2, 3, generator=g)
+    p = torch.softmax(torch.randn(4, 10, device="cuda:1"), -1)
+    ok = torch.multinomial(p, 1, generator=torch.Generator(device="cuda:1"))
+    bad = torch.multinomial(p, 1, generator=torch.Generator(device="cuda:0"))
+    """
+    got = findings(src)
+    assert [(line, code) for line, code, _ in got] == [(5, "MP001"), (10, "MP001")]
+    assert "(and at line 6)" in got[0][2] and "`torch.Generator(device='cuda:1')`" in got[0][2]
+
+
+def test_a_pre_hook_registered_before_the_move_still_moves_the_inputs():
+    src = """
+    import torch
+    import torch.nn as nn
+
+
+    def attach(module, device):
+        def hook(mod, args, kwargs):
+            return tuple(a.to(device) for a in args), {k: v.to(device) for k, v in kwargs.items()}
+
+        module.register_forward_pre_hook(hook, with_kwargs=True)
+        return module.to(device)
+
+
+    class Stage(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layer = nn.TransformerEncoderLayer(8, 2, 16, batch_first=True)
+
+        def forward(self, h, mask=None):
+            pad = None if mask is None else mask == 0
+            return self.layer(h, src_key_padding_mask=pad)
+
+
+    stage = attach(Stage(), "cuda:0")
+    out = stage(torch.randn(2, 5, 8), mask=torch.ones(2, 5))
+    """
+    assert lines(src) == []

@@ -28,6 +28,7 @@ from mpcheck.devices.values import (
     ANY_KEYWORD,
     CURRENT,
     FAILED,
+    HOOKS_KEY,
     LOADED,
     LOSS_OF,
     OFF_CHAIN,
@@ -205,7 +206,7 @@ class Calls(Part):
         self, mod: Obj, args: list[Val], kwargs: dict[str, Val], st: State, node: cst.CSTNode, exprs: ArgExprs = None
     ) -> Val:
         """Calling a module: its inputs must be where it is; the output is where it ends."""
-        hooks = (mod.extra or {}).get(_HOOKS, ())
+        hooks = (mod.extra or {}).get(HOOKS_KEY, ())
         if "register_forward_pre_hook" in hooks:
             # A pre-hook runs first and may move or replace the inputs: where they arrive is not known.
             args = [_somewhere(a) for a in args]
@@ -768,7 +769,7 @@ class Calls(Part):
         if meth in _FORWARD_HOOKS and isinstance(recv, Obj) and recv.kind in ("module", "any"):
             # Module.register_forward_(pre_)hook works in place, on every later call (module_call).
             extra = recv.extra or {}
-            recv.extra = {**extra, _HOOKS: (*extra.get(_HOOKS, ()), meth)}
+            recv.extra = {**extra, HOOKS_KEY: (*extra.get(HOOKS_KEY, ()), meth)}
             return UNK
         if "device_map" in kwargs:
             return self.interp.library.dispatched(meth, args, kwargs, node, st)
@@ -795,6 +796,8 @@ class Calls(Part):
             return ParamsOf(_container_module(tuple(recv.items.values()), names), _PARAMETER_VIEWS[meth])
         if isinstance(recv, ParamsOf) and recv.shape == "mapping" and meth in ("items", "values"):
             return ParamsOf(recv.mod, "named" if meth == "items" else "params")
+        if isinstance(recv, Obj) and recv.kind == "generator":
+            return recv if meth in ("manual_seed", "seed") else UNK  # `torch.Generator().manual_seed(s)`: itself
         if isinstance(recv, Obj):
             if recv.cls is not None and recv.attrs is not None:
                 m = recv.cls.method(meth)
@@ -1222,7 +1225,6 @@ def _relinked(result: Val, first: tuple[tuple[int | None, ...], bool], args: lis
     return result.with_(lineage=None, hop=0)
 
 
-_HOOKS = "forward hooks"  # the key, in a module's `extra`, of the forward hooks registered on it
 _FORWARD_HOOKS = frozenset({"register_forward_pre_hook", "register_forward_hook"})
 
 

@@ -165,6 +165,12 @@ class Library(Part):
         kind = "tensor"
         if last in ("tensor", "as_tensor") and args and not isinstance(args[0], SeqV) and devs == one("cpu"):
             kind = "scalar"  # maybe a 0-d CPU tensor, which mixes with CUDA tensors
+        gen = kwargs.get("generator")
+        if isinstance(gen, Obj) and gen.kind == "generator" and conflict(gen.devs, devs):
+            # `torch.randn(shape, generator=g, device="cuda:1")` with `g` a CPU generator: torch raises
+            self.interp.exprs.check_operand(
+                node, gen, devs, st, what=f"torch.{last}(device=...)", op=f"torch.{last}", arg_index=len(args)
+            )
         ints = last in T.INDEX_FACTORIES or (
             last == "arange" and bool(args) and all(isinstance(a, Const) and type(a.value) is int for a in args)
         )
@@ -506,6 +512,17 @@ def _torch_device_call(lib: Library, c: LibCall) -> Val:
     if isinstance(v, DeviceV):
         lib.interp.gpus.check_device(v.devs, c.node)
     return v
+
+
+def _generator(lib: Library, c: LibCall) -> Val:
+    """`torch.Generator(device=...)`: random numbers for tensors made on its device only (a factory's or
+    an op's `generator=` on another device raises); without a device, the CPU's."""
+    given = c.kwargs.get("device", c.args[0] if c.args else None)
+    devs = one("cpu") if given is None else c.st.resolve_current(as_device(given))
+    if devs is None:
+        return UNK
+    where = "without device=, so on the CPU" if given is None else f"with device={show(single(devs))}"
+    return Obj("generator", devs, origin=f"a torch.Generator made {where}", at=c.node)
 
 
 def _cuda_device_context(lib: Library, c: LibCall) -> Val:
@@ -1043,6 +1060,7 @@ EXACT: dict[str, Handler] = _exact(
     (T.SET_DEVICE, _set_device),
     ("torch.device", _torch_device_call),
     ("torch.cuda.device", _cuda_device_context),
+    ("torch.Generator", _generator),
     ("functools.partial", _partial),
     (("types.SimpleNamespace", "argparse.Namespace"), _namespace),
     ("argparse.ArgumentParser", _argument_parser),

@@ -22,6 +22,7 @@ from mpcheck.devices.unmoved import MODULE_BASES
 from mpcheck.devices.values import (
     CURRENT,
     FAILED,
+    HOOKS_KEY,
     MOVED_SOMEWHERE,
     OFF_CHAIN,
     UNK,
@@ -695,7 +696,9 @@ def moved_instance(recv: Val, devs: Devs, origin: str, node: cst.CSTNode, depth:
         },
         in_devs=None,
         out_devs=None,
-        extra={"moved_whole": True},  # what its forward needs is found again (Calls.input_devs)
+        # What its forward needs is found again (Calls.input_devs); hooks registered on it stay (Module.to()
+        # works in place: `module.register_forward_pre_hook(move_inputs)` then `return module.to(device)`).
+        extra={"moved_whole": True, **{k: v for k, v in (recv.extra or {}).items() if k == HOOKS_KEY}},
     )
 
 

@@ -29,6 +29,7 @@ from mpcheck.devices.program import (
 )
 from mpcheck.devices.unmoved import on_cpu, parts_moved_from_outside, reaches_parts_by_name
 from mpcheck.devices.values import (
+    OFF_CHAIN,
     TIED_WEIGHT,
     UNK,
     Const,
@@ -39,9 +40,11 @@ from mpcheck.devices.values import (
     SymV,
     Val,
     as_device,
+    both_cuda,
     is_probe,
     iter_elem,
     iter_items,
+    known_tensor,
     single,
     spans_of,
     with_part_replaced,
@@ -456,6 +459,24 @@ class Statements(Part):
                 k = self.interp.exprs.ev(target.slice[0].slice.value, st)
                 if isinstance(k, Const):
                     base.items[k.value] = v
+            elif isinstance(base, Obj) and known_tensor(base) and isinstance(v, Obj) and both_cuda(v.devs, base.devs):
+                self._check_index_put(target, base, v, st, value_node)
+
+    def _check_index_put(
+        self, target: cst.Subscript, base: Obj, v: Obj, st: State, value_node: cst.BaseExpression | None
+    ) -> None:
+        """`buf[idx] = v` with a tensor index (advanced indexing: index_put_, which wants the values on
+        the buffer's device) and the values a tensor on another GPU. A slice or an int index copies
+        (`buf[:n] = v` crosses devices as copy_ does), a CPU value may be a scalar, and so may a reduction,
+        a loss or a metric (`prio[idx] = td.max()`: index_put_ moves a 0-dim value itself): not judged."""
+        if v.lineage == OFF_CHAIN:
+            return
+        indices = [self.interp.exprs.ev(e.slice.value, st) for e in target.slice if isinstance(e.slice, cst.Index)]
+        if not any(isinstance(i, Obj) and i.kind == "tensor" for i in indices):
+            return
+        self.interp.exprs.check_operand(
+            target, v, base.devs, st, what=dotted(target.value) or "the tensor", op="op", expr=value_node, other=base
+        )
 
     def hold_reference(self, name: str, v: Val, st: State) -> None:
         """__init__ stores `v` on self without registering it as a child (an adapter that keeps

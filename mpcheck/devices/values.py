@@ -313,6 +313,11 @@ def join(a: Val, b: Val) -> Val:
             opaque=a.opaque or b.opaque,
             ident=a.ident if a.ident == b.ident else None,
         )
+    for x, y in ((a, b), (b, a)):
+        if isinstance(x, Obj) and x.kind in ("tensor", "scalar", "param", "buffer") and _is_none(y):
+            # A tensor on one path, None on the other (`aux = self.aux(h) if self.training else None`): where it
+            # is used as a tensor it is that tensor, so its device is known there.
+            return x
     if isinstance(a, DeviceV) and isinstance(b, DeviceV):
         return DeviceV(join_devs(a.devs, b.devs))
     if isinstance(a, Const) and isinstance(b, Const) and a.value == b.value and type(a.value) is type(b.value):
@@ -330,6 +335,10 @@ def join(a: Val, b: Val) -> Val:
     ):
         return SeqV(tuple(join(x, y) for x, y in zip(a.items, b.items)), kind=a.kind, module=a.module and b.module)
     return UNK
+
+
+def _is_none(v: Val) -> bool:
+    return isinstance(v, Const) and v.value is None
 
 
 def known_tensor(v: Val) -> bool:
@@ -377,6 +386,7 @@ OFF_CHAIN = -1
 # tensors are all there, which load_state_dict(..., assign=True) puts into a module as they are.
 LOADED = "loaded by torch.load with"
 MOVED_SOMEWHERE = "moved by .{meth}() to a device not known here"  # the origin of a module moved so (moves.py)
+HOOKS_KEY = "forward hooks"  # the key, in a module's `extra`, of the forward hooks registered on it (calls.py)
 UNPLACED = "built without a device"  # the origin of a parametered torch.nn module not yet placed
 # The origin of a torch.nn layer given another's weight (`head.weight = embed.weight`): it computes there.
 TIED_WEIGHT = "its weight tied to another's"

@@ -30,9 +30,21 @@ class MissingTransfer(Rule):
         # `x.to(dev)` as a statement: the tensor it left behind, by identity (the value the name still holds).
         discarded = {id(d.value): d for d in once_per_node(ctx.model.facts(DiscardedMove))}
         explained: set[int] = set()
+        # A generator on another device than the tensors drawn with it: one finding, at its first use, since
+        # the fix is where it is made (the later draws are named in it).
+        draws: dict[int, list[int]] = {}
+        for ev in mine:
+            if ev.value.kind == "generator":
+                draws.setdefault(id(ev.value.at), []).append(ctx.line(ev.node))
         for ev in mine:
             if one_move.later(ev):
                 continue  # a later use of one variable left on its device: the first use's finding says it
+            if ev.value.kind == "generator":
+                if draws[id(ev.value.at)][0] == ctx.line(ev.node):
+                    message, suggestion = _generator_message(ctx, ev, draws[id(ev.value.at)][1:])
+                    devices = [d for d in (single(ev.value.devs), single(ev.target)) if d]
+                    yield self.finding(ctx, ev.node, message, devices=devices, suggestion=suggestion)
+                continue
             lines = one_move.lines(ev)
             v = ev.value
             here, there = single(v.devs), single(ev.target)
@@ -210,6 +222,20 @@ def _ours(ctx: FileContext, ev: Mismatch, collapsed: set[int]) -> bool:
     if isinstance(ev.module, Obj) and id(ev.module.at) in collapsed:
         return False
     return not in_a_metric(ctx, ev)  # predictions against targets: MP008's
+
+
+def _generator_message(ctx: FileContext, ev: Mismatch, later: list[int]) -> tuple[str, str]:
+    v = ev.value
+    here, there = single(v.devs), single(ev.target)
+    name = value_text(ctx, ev.expr, v)
+    also = f" (and at {later_lines([0, *later])})" if later else ""
+    made = f" at line {ctx.line(v.at)}" if v.at is not None else ""
+    return (
+        f"`{name}` is on {show(here)} ({origin_text(ctx, v)}), but `{ev.op}` draws with it for a tensor on "
+        f"{show(there)}{also}: a generator only draws for tensors on its own device, and torch raises. A "
+        f"generator has no `.to()`: make it there{made}, `torch.Generator(device={device_literal(there or '')})`.",
+        f"make the generator with `device={device_literal(there or '')}`{made}",
+    )
 
 
 def _special_case(ctx: FileContext, ev: Mismatch, name: str, meets: str) -> tuple[str, str] | None:
