@@ -191,6 +191,15 @@ CODES: tuple[Code, ...] = (
         "instead of one set on each.",
         (LINT,),
     ),
+    # Lint only: at run time nothing happens at that line, which is the bug.
+    Code(
+        "MP018",
+        "lazy-move",
+        "error",
+        "`.to()` / `.cuda()` written inside a `map(...)` or a generator expression whose result is dropped: "
+        "Python 3 never runs it, so nothing moves.",
+        (LINT,),
+    ),
 )
 
 BY_CODE: dict[str, Code] = {c.code: c for c in CODES}

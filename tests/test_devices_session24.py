@@ -324,10 +324,11 @@ def test_a_generator_draws_only_for_tensors_on_its_device():
     z = torch.randn(2, 3, generator=g)
     p = torch.softmax(torch.randn(4, 10, device="cuda:1"), -1)
     ok = torch.multinomial(p, 1, generator=torch.Generator(device="cuda:1"))
-    bad = torch.multinomial(p, 1, generator=torch.Generator(device="cuda:0"))
+    also_ok = torch.multinomial(p, 1, generator=torch.Generator(device="cuda:0"))  # torch checks the type only
+    bad = torch.multinomial(p, 1, generator=torch.Generator())
     """
     got = findings(src)
-    assert [(line, code) for line, code, _ in got] == [(5, "MP001"), (10, "MP001")]
+    assert [(line, code) for line, code, _ in got] == [(5, "MP001"), (11, "MP001")]
     assert "(and at line 6)" in got[0][2] and "`torch.Generator(device='cuda:1')`" in got[0][2]
 
 
@@ -359,3 +360,18 @@ def test_a_pre_hook_registered_before_the_move_still_moves_the_inputs():
     out = stage(torch.randn(2, 5, 8), mask=torch.ones(2, 5))
     """
     assert lines(src) == []
+
+
+def test_a_lazy_map_of_moves_dropped_as_a_statement():
+    src = """
+    import torch.nn as nn
+
+    stages = nn.ModuleList(nn.Linear(4, 4) for _ in range(2))
+    devices = ["cuda:0", "cuda:1"]
+    STATEMENT
+    """
+    assert lines(src.replace("STATEMENT", "map(lambda s, d: s.to(d), stages, devices)")) == [(6, "MP018")]
+    assert lines(src.replace("STATEMENT", "(s.cuda(i) for i, s in enumerate(stages))")) == [(6, "MP018")]
+    assert lines(src.replace("STATEMENT", "map(nn.Module.cuda, stages)")) == [(6, "MP018")]
+    assert lines(src.replace("STATEMENT", "list(map(lambda s, d: s.to(d), stages, devices))")) == []
+    assert lines(src.replace("STATEMENT", "map(print, stages)")) == []  # moves nothing

@@ -237,3 +237,33 @@ def test_layers_held_in_a_list_and_called_in_a_loop(layer_case, capsys):
     # Iterated with something else (zip): which item is called is not followed, so nothing is said.
     net.write_text(text.replace("for block in self.blocks:", 'for block, _ in zip(self.blocks, "ab"):'))
     assert lint(capsys, ".") == []
+
+
+def test_devices_imported_by_name_count_for_a_file_another_rule_lets_through(tmp_path, monkeypatch, capsys):
+    # model.py names no GPU itself, but `num_gpus` is one of MP015's words: the pre-filter let it through for
+    # MP015 alone, and the device constants it imports were not borrowed, so its MP001 was lost.
+    write(
+        tmp_path,
+        {
+            "config.py": 'import torch\n\nfirst = torch.device("cuda:0")\nsecond = "cuda:1"\n',
+            "model.py": """
+            import torch.nn as nn
+
+            from config import first, second
+
+            num_gpus = 2
+
+
+            class Net(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.a = nn.Linear(16, 16).to(first)
+                    self.b = nn.Linear(16, 4).to(second)
+
+                def forward(self, x):
+                    return self.b(self.a(x))
+            """,
+        },
+    )
+    monkeypatch.chdir(tmp_path)
+    assert lint(capsys, ".") == [("model.py", 16, "MP001")]

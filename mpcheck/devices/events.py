@@ -296,6 +296,14 @@ class SharedModuleMoved(Fact):
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
+class LazyMove(Fact):
+    """A lazy iterable whose items would move modules or tensors, made as a statement and dropped
+    (`map(lambda m, d: m.to(d), stages, devices)`): it never runs, so nothing moves."""
+
+    how: str  # "`map()`", "`filter()`", "a generator expression"
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
 class UnusedLoopDevice(Fact):
     """A loop (`node`) over `devices` in an __init__ that never reads its target `name`: the `count`
     modules it built (of the classes `built`) all ended on `landed` (device_loops.py)."""

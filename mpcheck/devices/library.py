@@ -166,8 +166,9 @@ class Library(Part):
         if last in ("tensor", "as_tensor") and args and not isinstance(args[0], SeqV) and devs == one("cpu"):
             kind = "scalar"  # maybe a 0-d CPU tensor, which mixes with CUDA tensors
         gen = kwargs.get("generator")
-        if isinstance(gen, Obj) and gen.kind == "generator" and conflict(gen.devs, devs):
-            # `torch.randn(shape, generator=g, device="cuda:1")` with `g` a CPU generator: torch raises
+        if isinstance(gen, Obj) and gen.kind == "generator" and _other_type(gen.devs, devs):
+            # `torch.randn(shape, generator=g, device="cuda:1")` with `g` a CPU generator: torch raises (it checks
+            # the generator's device type only: a cuda:0 generator draws for cuda:1)
             self.interp.exprs.check_operand(
                 node, gen, devs, st, what=f"torch.{last}(device=...)", op=f"torch.{last}", arg_index=len(args)
             )
@@ -221,8 +222,8 @@ class Library(Part):
         nodes = list(exprs or [])
         for i, a in enumerate(list(args) + [v for k, v in kwargs.items()]):
             e = nodes[i] if i < len(nodes) else None
-            if i >= len(args) and list(kwargs)[i - len(args)] == "out":
-                continue
+            if i >= len(args) and list(kwargs)[i - len(args)] in ("out", "generator"):
+                continue  # (a generator: checked below, by device type only)
             if isinstance(a, SeqV) and a.items is not None:
                 elts = e.elements if isinstance(e, (cst.List, cst.Tuple)) and len(e.elements) == len(a.items) else None
                 if elts is None and isinstance(e, (cst.Name, cst.Attribute)):
@@ -237,6 +238,11 @@ class Library(Part):
         if q.rsplit(".", 1)[-1] in T.CLASS_DIM_LOSSES:
             self.loss_direction(q, args, nodes[:2], node, st)  # before used(): was it moved idle?
         used(*(a for a, _ in flat))
+        gen = kwargs.get("generator")
+        lead = next((a for a, _ in flat if isinstance(a, Obj) and a.kind == "tensor" and a.devs is not None), None)
+        if isinstance(gen, Obj) and gen.kind == "generator" and lead is not None and _other_type(gen.devs, lead.devs):
+            # `torch.multinomial(probs_on_gpu, n, generator=torch.Generator())`: torch raises
+            self.interp.exprs.check_operand(node, gen, lead.devs, st, what=q, op=q, arg_index=len(args))
         if any(failed(a) for a, _ in flat):
             return FAILED
         loss = T.is_loss(q)
@@ -512,6 +518,18 @@ def _torch_device_call(lib: Library, c: LibCall) -> Val:
     if isinstance(v, DeviceV):
         lib.interp.gpus.check_device(v.devs, c.node)
     return v
+
+
+def _other_type(a: Devs, b: Devs) -> bool:
+    """Known devices of two types (the CPU and a GPU)."""
+    x, y = single(a), single(b)
+    return (
+        x is not None
+        and y is not None
+        and (x == "cpu") != (y == "cpu")
+        and not x.startswith("sym:")
+        and not y.startswith("sym:")
+    )
 
 
 def _generator(lib: Library, c: LibCall) -> Val:

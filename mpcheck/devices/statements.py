@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import libcst as cst
 
 from mpcheck.devices import device_loops, memo, torchapi
-from mpcheck.devices.events import DiscardedMove, UnenteredDeviceContext
+from mpcheck.devices.events import DiscardedMove, LazyMove, UnenteredDeviceContext
 from mpcheck.devices.gpucount import is_test_on_count
 from mpcheck.devices.moves import forget_copies
 from mpcheck.devices.names import dotted, import_bindings
@@ -156,6 +156,12 @@ class Statements(Part):
                     st.scope.bound_to[tgt.target.value] = s.value
             return True
         if isinstance(s, cst.Expr):
+            lazy = self._lazy_moves(s.value, st)
+            if lazy is not None:
+                # `map(lambda m, d: m.to(d), stages, devices)` as a statement: Python 3's map is lazy, and its
+                # result is dropped, so nothing runs and nothing moves (the model keeps it so).
+                self.interp.recorder.record(LazyMove(node=s.value, mode=st.mode, how=lazy))
+                return True
             kept = self._move_receiver(s.value, st)
             out = self.interp.exprs.ev(s.value, st)
             if isinstance(out, DeviceContextV) and out.node is s.value:
@@ -205,6 +211,28 @@ class Statements(Part):
                 st.env[local] = self.interp.imported(target)
             return True
         return True
+
+    def _lazy_moves(self, value: cst.BaseExpression, st: State) -> str | None:
+        """'map' / 'filter' / 'a generator expression' when `value`, a statement of its own, is one of those
+        lazy iterables whose items would move something (`.to(`, `.cuda(`, `.cpu(` in its function or its
+        element); else None."""
+        if isinstance(value, cst.GeneratorExp):
+            how, body = "a generator expression", value.elt
+        elif isinstance(value, cst.Call) and self.interp.exprs.qname(value.func) in ("map", "filter") and value.args:
+            how, body = f"`{self.interp.exprs.qname(value.func)}()`", value.args[0].value
+            if isinstance(body, cst.Lambda):
+                body = body.body
+            elif not (isinstance(body, cst.Attribute) and body.attr.value in _TENSOR_MOVES):
+                return None  # a named function: what it does is not read here
+        else:
+            return None
+        if isinstance(body, cst.Attribute):
+            return how  # map(nn.Module.cuda, stages)
+        moves = any(
+            isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value in _TENSOR_MOVES
+            for n in walk(body)
+        )
+        return how if moves else None
 
     def _move_receiver(self, value: cst.BaseExpression, st: State) -> Obj | None:
         """The tensor `value` moves when it is `x.to(...)` / `x.cuda()` / `x.cpu()` of a name or an

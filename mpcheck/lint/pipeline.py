@@ -616,9 +616,10 @@ def _judge(read: list[_Read], prefilter: PreFilter, project: _Project, jobs: int
         r = todo[i]
         run_codes = prefilter.codes_for(r.text, r.codes)
         deps: list[list[Any]] = []
-        if not run_codes:
+        if run_codes != r.codes:
             # Devices may be defined in another file and imported by name (`from config import device0`):
-            # their definitions count as this file's words.
+            # their definitions count as this file's words. Also for a file that some rule's own words let
+            # through already (`num_gpus` is MP015's word): the others may need the borrowed ones.
             borrowed, deps = project.borrowed(r.src, r.text)
             if borrowed:
                 run_codes = prefilter.codes_for(r.text + "\n" + borrowed, r.codes)

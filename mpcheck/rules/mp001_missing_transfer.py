@@ -232,8 +232,9 @@ def _generator_message(ctx: FileContext, ev: Mismatch, later: list[int]) -> tupl
     made = f" at line {ctx.line(v.at)}" if v.at is not None else ""
     return (
         f"`{name}` is on {show(here)} ({origin_text(ctx, v)}), but `{ev.op}` draws with it for a tensor on "
-        f"{show(there)}{also}: a generator only draws for tensors on its own device, and torch raises. A "
-        f"generator has no `.to()`: make it there{made}, `torch.Generator(device={device_literal(there or '')})`.",
+        f"{show(there)}{also}: a CPU generator draws only for CPU tensors and a CUDA one only for CUDA tensors, and "
+        f"torch raises. A generator has no `.to()`: make it there{made}, "
+        f"`torch.Generator(device={device_literal(there or '')})`.",
         f"make the generator with `device={device_literal(there or '')}`{made}",
     )
 

@@ -246,6 +246,7 @@ class Checker:
 
     # -- the checks, each in its module (see the module docstring) --------------------------
     emit = findings.emit
+    withdraw = findings.withdraw
 
     check_device = missing_device.check_device
     _missing_index = missing_device._missing_index

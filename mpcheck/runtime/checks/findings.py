@@ -54,6 +54,22 @@ def format_finding(f: Finding) -> str:
     return text
 
 
+def withdraw(self: Checker, code: str, site: Site, devices: tuple[str, ...]) -> bool:
+    """Take back the finding `emit` made once for this code, line and devices, when what followed showed it
+    was not one (MP005's round trip that only started a loop); False when there is none, or it recurred."""
+    key = (code, site.path, site.line, () if code in _ONE_PER_LINE else devices)
+    with self._lock:
+        idx = self._by_key.get(key)
+        if idx is None or self.findings[idx].extra.get("count", 1) != 1:
+            return False
+        del self.findings[idx]
+        del self._by_key[key]
+        for k, i in self._by_key.items():
+            if i > idx:
+                self._by_key[k] = i - 1
+    return True
+
+
 def emit(
     self: Checker,
     code: str,

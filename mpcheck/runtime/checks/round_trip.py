@@ -26,12 +26,14 @@ def _check_round_trip(
         return
     entry = self._arrivals.get(id(storage))
     if entry is None:
+        _needed_here(self, site, src_dev, dst_dev)
         return
     ref, came_from, first_site = entry
     if ref.ref() is not storage:
         del self._arrivals[id(storage)]  # the id was reused by another storage
         return
     if ref.version is None or version_of(t) != ref.version:
+        _needed_here(self, site, src_dev, dst_dev)
         return
     if id(storage) in self._read_arrivals and came_from == dst_dev:
         return  # read where it arrived (a mask the layers there used): the first move was needed
@@ -65,6 +67,14 @@ def _check_round_trip(
         suggestion=f"{fix}; drop both transfers",
         extra={"first_site": str(first_site), "first_line": first_site.line, "first_path": first_site.path},
     )
+
+
+def _needed_here(self: Checker, site: Site | None, src_dev: str, dst_dev: str) -> None:
+    """This line moves data made or changed on `src_dev` (no round trip): a round trip it made once before
+    was the first pass of a loop that grows the data there (a beam's sequences, sent back to the first
+    stage each step), how the loop starts rather than a copy this line could drop: taken back."""
+    if site is not None and self._by_key and site.line:
+        self.withdraw("MP005", site, (dst_dev, src_dev))
 
 
 def _report_host_hop(

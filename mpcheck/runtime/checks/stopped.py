@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 # modules'); an exception whose message has none of them is not a device bug as far as mpcheck knows.
 DEVICE_ERROR = re.compile(
     r"same device|different devices|Expected object of device type|but expected (?:it )?to be on|"
-    r"expected device \S+ but got device",
+    r"expected device \S+ but got device|device type for generator",
     re.IGNORECASE,
 )
 # What PyTorch raises for them: an op's RuntimeError, torch.nn.utils' TypeError, a check's ValueError.
@@ -55,7 +55,7 @@ def on_program_stopped(self: Checker, exc: BaseException) -> None:
         return
     at = frames.index(user)
     inside = frames[at + 1 :]  # the library's frames, from the user's call to the raise
-    if any(is_mpcheck_file(f.f_code.co_filename) for f in inside):
+    if any(is_mpcheck_file(f.f_code.co_filename) for f in inside) and not getattr(exc, "mpcheck_unchecked", False):
         return  # raised through mpcheck's hooks or mode: a checked call, whose finding the checks made
     site = site_of_traceback(entries[at], library)
     if any(f.code in _DEVICE_CODES and f.path == site.path and f.line == site.line for f in self.findings):
@@ -64,13 +64,22 @@ def on_program_stopped(self: Checker, exc: BaseException) -> None:
     said = f"{type(exc).__name__}: {exc}"
     where = f" in {site.context}" if site.context else ""
     between = " and ".join(devices) if devices else "different devices"
+    if "generator" in str(exc):
+        # `torch.randn(..., generator=torch.Generator(), device="cuda:1")`: a generator has no `.to()`
+        what = "the generator and the tensor it draws for are of two device types"
+        fix = "make the generator where it draws: `torch.Generator(device=...)` (it has no `.to()`)"
+    else:
+        what = f"the tensors it was given are on {between}"
+        fix = (
+            "bring what this call is given onto one device first (`.to(...)` on each tensor), or do the work "
+            "once per device (over a split model's parameters: group them by `p.device`)"
+        )
     self.emit(
         "MP001",
         site,
-        f"PyTorch stopped the program here{where} with {said!r}: the tensors it was given are on {between}",
+        f"PyTorch stopped the program here{where} with {said!r}: {what}",
         devices=devices,
-        suggestion="bring what this call is given onto one device first (`.to(...)` on each tensor), or do "
-        "the work once per device (over a split model's parameters: group them by `p.device`)",
+        suggestion=fix,
         fatal=False,  # it has stopped already: on_mismatch has nothing left to decide
     )
 

@@ -58,7 +58,7 @@ Limits (each stops the program with a message naming the line, never a hang or a
 - event timing (Event.elapsed_time returns 0.0 and is listed under "limit" in the report):
   streams do not overlap, nothing is timed;
 - not seen: Python code autograd runs in backward other than custom Function backward and
-  checkpoint recomputation (e.g. tensor hooks); torch.Generator(device="cuda"); a thread started before
+  checkpoint recomputation (e.g. tensor hooks); a thread started before
   the dry run began (threads started during it, and thread pool tasks submitted during it, run on the
   virtual GPUs: capture/threads.py).
 - sparse tensor types (Tensor.type('torch.cuda.sparse.FloatTensor')) on virtual GPUs;

@@ -21,6 +21,7 @@ from mpcheck.runtime.virtual.errors import (
     call_name,
     user_line,
 )
+from mpcheck.runtime.virtual.patches.cuda import generator_type
 
 if TYPE_CHECKING:  # pragma: no cover
     from mpcheck.runtime.virtual.devices import VirtualGPUs
@@ -117,6 +118,8 @@ def generic(g: VirtualGPUs, func, args, kwargs):
         # `torch.zeros_like(p, device="cpu")`: on the CPU as asked, not where `p` is labelled.
         target = "cpu"
     dev, other = scan(g, args[:1], {}) if func in SHAPE_OF_OTHER else scan(g, args, kwargs)
+    if kwargs.get("generator") is not None:
+        _check_generator(kwargs["generator"], target or dev)
     if _autograd_entry(func):
         return _autograd_call(g, func, args, kwargs)
     if other is not None and getattr(func, "__name__", "").startswith(PER_INDEX_PREFIXES):
@@ -151,6 +154,19 @@ def generic(g: VirtualGPUs, func, args, kwargs):
         else:
             g.label_outputs(out, lab, args[0] if args else None)
     return out
+
+
+def _check_generator(gen: Any, lab: str | None) -> None:
+    """A generator draws only for tensors of its device type (CUDA checks the type, not the index)."""
+    want = "cuda" if lab is not None and lab.startswith("cuda") else "cpu"
+    have = generator_type(gen)
+    if have != want:
+        error = VirtualDeviceError(
+            f"Expected a '{want}' device type for generator but found '{have}' (the generator is "
+            f"{'the CPU' + chr(39) + 's' if have == 'cpu' else 'a CUDA one'}; the tensor it draws for is on {lab or 'cpu'})"
+        )
+        error.mpcheck_unchecked = True  # type: ignore[attr-defined]  # no check saw it: stopped.py reports it
+        raise error
 
 
 def _index_groups(g: VirtualGPUs, args: tuple, kwargs: dict) -> list[list[int]]:

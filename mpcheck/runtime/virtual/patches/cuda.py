@@ -36,6 +36,7 @@ def install(g: VirtualGPUs, p: Patches) -> None:
     for name, dtype in _LEGACY_TYPES.items():
         if hasattr(cuda, name):
             p.set(cuda, name, _legacy_type(name, dtype))
+    p.set(torch, "Generator", _virtual_generator(g, torch.Generator))
     acc = getattr(torch, "accelerator", None)
     if acc is not None:
         for name, value in _accelerator_table(a).items():
@@ -81,6 +82,32 @@ def _legacy_type(name: str, dtype: torch.dtype) -> type:
             MADE_AS.reset(token)
 
     return LegacyTensorType(name, (), {"__new__": __new__, "__module__": "torch.cuda"})
+
+
+def _virtual_generator(g: VirtualGPUs, real: type) -> type:
+    """`torch.Generator(device="cuda:1")` on virtual GPUs: a CPU generator (a subclass, so `isinstance(x,
+    torch.Generator)` holds) whose `device` is the virtual GPU, so that ops.generic can refuse it for
+    tensors of the other device type, as CUDA does (`generator_type` below)."""
+
+    class Generator(real):
+        def __new__(cls, device: Any = "cpu") -> Any:
+            label = g.parse(device)
+            obj: Any = real.__new__(cls, "cpu" if label is not None else device)
+            obj._mpcheck_device = torch.device(label) if label is not None else None
+            return obj
+
+        @property
+        def device(self) -> torch.device:
+            return self._mpcheck_device or real.device.__get__(self)  # type: ignore[attr-defined]
+
+    Generator.__module__, Generator.__qualname__ = "torch", "Generator"
+    return Generator
+
+
+def generator_type(gen: Any) -> str:
+    """'cuda' for a generator made for a virtual GPU, else its own device's type."""
+    virtual = getattr(gen, "_mpcheck_device", None)
+    return virtual.type if virtual is not None else gen.device.type
 
 
 class _Answers:
