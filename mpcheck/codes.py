@@ -200,6 +200,14 @@ CODES: tuple[Code, ...] = (
         "Python 3 never runs it, so nothing moves.",
         (LINT,),
     ),
+    Code(
+        "MP019",
+        "made-on-host",
+        "warning",
+        "A tensor made on the host from a shape alone (`torch.randn(shape)`, `torch.zeros(n)`) and moved to a GPU "
+        "at once, in code that runs every step: made there with `device=`, it needs no copy.",
+        (LINT,),
+    ),
 )
 
 BY_CODE: dict[str, Code] = {c.code: c for c in CODES}

@@ -296,6 +296,15 @@ class SharedModuleMoved(Fact):
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
+class HostMadeMove(Fact):
+    """`torch.randn(shape).to(dev)` in code that runs every step (a forward, a loop): a tensor made on the
+    host from a shape alone (`factory`, the call) and moved at once (`node`) to the GPU `devs`."""
+
+    factory: cst.Call
+    devs: Devs
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
 class LazyMove(Fact):
     """A lazy iterable whose items would move modules or tensors, made as a statement and dropped
     (`map(lambda m, d: m.to(d), stages, devices)`): it never runs, so nothing moves."""

@@ -14,7 +14,7 @@ import libcst as cst
 
 from mpcheck.devices import not_a_device
 from mpcheck.devices import torchapi as T
-from mpcheck.devices.events import Collapse, Crossing, IndexlessPlacement, OversizedMove, Transfer
+from mpcheck.devices.events import Collapse, Crossing, HostMadeMove, IndexlessPlacement, OversizedMove, Transfer
 from mpcheck.devices.names import dotted
 from mpcheck.devices.program import ClassInfo, Part, State
 from mpcheck.devices.shared import note_move
@@ -23,6 +23,7 @@ from mpcheck.devices.values import (
     CURRENT,
     FAILED,
     HOOKS_KEY,
+    MADE_ON_CPU_BY_DEFAULT,
     MOVED_SOMEWHERE,
     OFF_CHAIN,
     UNK,
@@ -265,6 +266,7 @@ class Moves(Part):
             self.rebind_holders(recv, res, st)
             return res
         if isinstance(recv, Obj):
+            self._note_host_made(recv, devs, node, st)
             lineage, hop = self.lineage_step(recv, devs, node)
             reads_attribute = self._reads_unchanging_attribute(recv, devs, st, node)
             again_of = _copied_before(recv, devs, node, st)
@@ -498,6 +500,26 @@ class Moves(Part):
                 if m.name != "__init__":
                     _self_targets(m.node, got.setdefault(m.node, set()))
         return got
+
+    def _note_host_made(self, recv: Obj, devs: Devs, node: cst.Call, st: State) -> None:
+        """MP019: `torch.randn(x.shape).to(dev)`, the factory's call right under the move, with no device=,
+        moved to a GPU, in a forward or a loop (once in an __init__ or a script's set-up costs nothing worth
+        saying)."""
+        made = recv.at
+        dst = single(devs)
+        if (
+            st.in_init
+            or dst is None
+            or not dst.startswith("cuda")
+            or not isinstance(made, cst.Call)
+            or not (isinstance(node.func, cst.Attribute) and node.func.value is made)
+            or recv.devs != one("cpu")
+            or not recv.origin.startswith(MADE_ON_CPU_BY_DEFAULT.split("{", 1)[0])
+            or (dotted(made.func) or "").rsplit(".", 1)[-1] not in T.SHAPE_FACTORIES
+            or not (self.in_forward() or self.interp.in_unknown_loop or self.interp.loop_outer)
+        ):
+            return
+        self.interp.recorder.record(HostMadeMove(node=node, mode=st.mode, factory=made, devs=devs))
 
     def in_forward(self) -> bool:
         """Inside a module's forward, or a method it calls: the code that runs on every call

@@ -139,6 +139,11 @@ FACTORIES = frozenset(
         "bernoulli",
     }
 )
+# Factories that make a tensor from a shape alone (no data handed in): made on the device they are moved to,
+# they cost neither the host's fill nor the copy (MP019).
+SHAPE_FACTORIES = frozenset(
+    {"zeros", "ones", "empty", "full", "rand", "randn", "randint", "randperm", "arange", "linspace", "logspace", "eye"}
+)
 # Factories that make a tensor of host data (a NumPy array): a constant when made in __init__.
 # (torch.tensor(x) of an unknown x may be a 0-d scalar, too small to matter: not here.)
 HOST_DATA_FACTORIES = frozenset({"from_numpy"})

@@ -582,7 +582,12 @@ def _patch_member_swaps(checker: Checker) -> list[Undo]:
 
     def held(module: nn.Module, table: str, name: str) -> Any:
         members = module.__dict__.get(table)
-        return members.get(name, _MISSING) if members is not None else _MISSING
+        if members is None:
+            return _MISSING
+        try:
+            return members[name] if name in members else _MISSING
+        except Exception:  # a table that is no dict (torch.jit's ScriptModule wraps it): nothing known
+            return _MISSING
 
     def replaced(old: Any, new: Any) -> None:
         if isinstance(old, torch.Tensor) and isinstance(new, torch.Tensor) and device_of(old) == device_of(new):

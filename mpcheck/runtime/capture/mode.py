@@ -44,6 +44,7 @@ from mpcheck.runtime.checks.torchapi import needs_full_name, python_call_kind
 from mpcheck.runtime.checks.transfer_events import payload_bytes
 
 _graph_task_id = getattr(torch._C, "_current_graph_task_id", lambda: -1)
+_TENSOR = torch.tensor  # (its list of 0-dim tensors is read on the host: no devices mix there)
 
 
 def _classify(func: Any) -> int:
@@ -130,7 +131,7 @@ class CheckingMode(TorchFunctionMode):
             except RuntimeError as e:  # `.view()` refused for its strides (MP012), as for a passed-through call
                 return checker.on_op_error(func, args, kwargs, e)
             if args and id(args[0]) in self._marks:
-                self._provenance.derive(args, kwargs, out)
+                self._provenance.derive(args, kwargs, out, getattr(func, "__name__", ""))
             if self._placements._made:
                 self._placements.derive(args, out, checker.devices.device_of)
             if self._unmoved_records:
@@ -161,8 +162,9 @@ class CheckingMode(TorchFunctionMode):
                 made_how = _default_device_words(func)
             if checker.arrived_objects:  # a moved tensor used where it arrived is no round trip (MP005)
                 checker.note_reads(args, kwargs)
-            # One argument mixes nothing, unless it is a sequence: torch.cat([a, b]).
-            if len(args) + len(kwargs) > 1 or (args and isinstance(args[0], (list, tuple))):
+            # One argument mixes nothing, unless it is a sequence: torch.cat([a, b]); but torch.tensor([l_a, l_b])
+            # of 0-dim tensors on two GPUs reads their values on the host (a CPU tensor, or device='s).
+            if len(args) + len(kwargs) > 1 or (args and isinstance(args[0], (list, tuple)) and func is not _TENSOR):
                 args, kwargs = checker.check_op(func, args, kwargs)
             try:
                 out = func(*args, **kwargs)
@@ -180,7 +182,7 @@ class CheckingMode(TorchFunctionMode):
                 self._stamp(out)
             if args:
                 if id(args[0]) in self._marks:
-                    self._provenance.derive(args, kwargs, out)
+                    self._provenance.derive(args, kwargs, out, getattr(func, "__name__", ""))
                 else:
                     try:
                         factory = func in self._factories

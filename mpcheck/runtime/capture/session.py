@@ -113,6 +113,7 @@ class Session:
             if self.cache is not None and self.checker.plain_devices:
                 self._undos.extend(transfers.install(mode))
             self._undos.append(self._patch_compile())
+            self._undos.extend(self._jit_outside_session(mode))
             self._undos.append(redirect_warnings())
             if "torch._dynamo" in sys.modules:
                 self._undos.append(hooks.disable_compile())
@@ -292,6 +293,37 @@ class Session:
         return [
             hooks.patch(owner, "zero_grad", outside(owner.zero_grad))
             for owner in (torch.optim.Optimizer, torch.nn.Module)
+        ]
+
+    def _jit_outside_session(self, mode: CheckingMode) -> list:
+        """torch.jit.trace / script run without the checking mode and with the checks suspended: tracing
+        checks its trace by tracing again and comparing the graphs, which the mode's frames and hooks made
+        differ ("Graphs differed across invocations": a correct program stopped). What they make runs in
+        TorchScript, which the mode does not see either way."""
+        stack_len = torch._C._len_torch_function_stack
+        top = torch._C._get_function_stack_at
+        pop = torch._C._pop_torch_function_stack
+        push = torch._C._push_on_torch_function_stack
+        checker = self.checker
+
+        def outside(orig):
+            @functools.wraps(orig)
+            def compile_(*args, **kwargs):
+                n = stack_len()
+                popped = pop() if n and top(n - 1) is mode else None
+                try:
+                    with checker.suspend():
+                        return orig(*args, **kwargs)
+                finally:
+                    if popped is not None:
+                        push(popped)
+
+            return compile_
+
+        return [
+            hooks.patch(torch.jit, name, outside(getattr(torch.jit, name)))
+            for name in ("trace", "trace_module", "script")
+            if hasattr(torch.jit, name)
         ]
 
     def _restore_mode(self) -> None:

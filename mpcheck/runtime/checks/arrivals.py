@@ -56,6 +56,10 @@ def note_reads(self: Checker, args: Args, kwargs: Kwargs) -> None:
 
 def _note_read(self: Checker, sid: int) -> None:
     self._read_arrivals.add(sid)
+    if self._unless_read:
+        finding = self._unless_read.pop(sid, None)
+        if finding is not None:  # used where it landed after all: that copy was needed (round_trip.py)
+            self.withdraw(*finding)
     entry = self._arrivals.get(sid)
     if entry is not None:  # on the arrival's own record too, which MP006's chain keeps past the storage
         entry[0].read = True

@@ -160,6 +160,9 @@ class Checker:
         # trip (MP005: work was done there).
         self.arrived_objects: dict[int, tuple[weakref.ref[Any], int]] = {}
         self._read_arrivals: set[int] = set()
+        # Findings that say a copy was not needed where it arrived (MP005's GPU detour), by the storage of
+        # that arrival: a later read of it there takes the finding back (arrivals._note_read)
+        self._unless_read: dict[int, tuple[str, Any, tuple[str, ...]]] = {}
         # How many storages a device has made so far (Devices.allocations, where the face counts them: the
         # virtual GPUs), for MP005's offloads (round_trip.py).
         self._allocations: Callable[[str], int | None] | None = getattr(devices, "allocations", None)
@@ -330,9 +333,11 @@ class Checker:
 
     # -- steps --------------------------------------------------------------------------
     def _forget_moves_of(self, optimizer: Any) -> None:
-        """A fused optimizer (`fused=True`) updates its parameters in place without bumping their version
-        counters (PyTorch's fused kernels on CUDA): MP011 would take a parameter's next copy (to an EMA
-        on another device) for the same unchanged data. Its parameters' moves are forgotten instead."""
+        """An optimizer's step changes its parameters in place, which their version counters do not always
+        show: a fused optimizer (`fused=True`) does not bump them (PyTorch's fused kernels on CUDA), and a
+        copy made through `p.data` (an EMA teacher's `po.data.to(pt.device)`) reads an alias with a counter
+        of its own. MP011 would take a parameter's next copy for the same unchanged data: its parameters'
+        moves are forgotten at each step instead."""
         stepped = set()
         for group in optimizer.param_groups:
             for p in group["params"]:
@@ -351,7 +356,7 @@ class Checker:
             self._round_stepped.clear()
         if optimizer is not None:
             self._round_stepped.add(id(optimizer))
-            if any(group.get("fused") for group in getattr(optimizer, "param_groups", ())):
+            if self._moves:
                 self._forget_moves_of(optimizer)
         self.ledger.step_end()
         with self._lock:

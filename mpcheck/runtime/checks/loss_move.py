@@ -47,6 +47,8 @@ def on_loss(self: Checker, args: Args, kwargs: Kwargs) -> None:
         return
     if came_from in NOT_GPU or here in NOT_GPU or came_from == here:
         return
+    if id(storage) in self._read_arrivals:
+        return  # read here before the loss (a refiner on this GPU takes them too): the move was needed
     if any(self.devices.device_of(t) != here for t in rest):
         return  # a mismatch: check_op reports it
     loss_site = self.sites()

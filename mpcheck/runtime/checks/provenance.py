@@ -33,6 +33,35 @@ from typing import Any
 
 from mpcheck.runtime.checks.module_devices import modules_of
 
+# Calls that draw random numbers: what they give from constant inputs is new data each time.
+RANDOM_CALLS = frozenset(
+    {
+        "multinomial",
+        "bernoulli",
+        "bernoulli_",
+        "normal",
+        "normal_",
+        "poisson",
+        "rand_like",
+        "randn_like",
+        "randint_like",
+        "random_",
+        "uniform_",
+        "exponential_",
+        "geometric_",
+        "log_normal_",
+        "cauchy_",
+        "dropout",
+        "dropout_",
+        "alpha_dropout",
+        "feature_alpha_dropout",
+        "dropout1d",
+        "dropout2d",
+        "dropout3d",
+        "rrelu",
+        "gumbel_softmax",
+    }
+)
 # torch functions (by __name__) whose output is the same for the same arguments, when called
 # without a tensor argument.
 CONST_FACTORIES = frozenset(
@@ -107,13 +136,14 @@ class Provenance:
     def made_by_factory(self, out: Any) -> None:
         self._mark(out)
 
-    def derive(self, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
-        """A call whose first tensor argument is marked returned `out`: mark `out` when every tensor
-        argument is constant, else unmark it (an in-place call that mixed in other data)."""
+    def derive(self, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, name: str = "") -> None:
+        """A call (`name`) whose first tensor argument is marked returned `out`: mark `out` when every
+        tensor argument is constant and the call draws no random numbers, else unmark it (an in-place call
+        that mixed in other data; `torch.bernoulli(torch.full(shape, 0.9))`, new data every call)."""
         tensor = self._tensor
         const = True
-        seen = False  # at least one tensor argument (an id in `marks` may be a freed tensor's)
-        for a in (*args, *kwargs.values()):
+        seen = name in RANDOM_CALLS  # (then unmarked below, whatever the arguments)
+        for a in () if seen else (*args, *kwargs.values()):
             if isinstance(a, tensor):
                 seen = True
                 const = self.is_const(a)
@@ -124,7 +154,7 @@ class Provenance:
                         const = const and self.is_const(b)
             if not const:
                 break
-        const = const and seen
+        const = const and seen and name not in RANDOM_CALLS
         outs = out if isinstance(out, (list, tuple)) else (out,)
         for o in outs:
             if not isinstance(o, tensor):

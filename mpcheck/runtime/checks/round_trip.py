@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from mpcheck.runtime.checks.sites import Site
+from mpcheck.runtime.checks.sites import UNKNOWN, Site
 from mpcheck.runtime.checks.storage_ref import version_of
 from mpcheck.runtime.checks.thresholds import NOT_GPU, WASTE_MIN_BYTES
 from mpcheck.runtime.checks.wording import size_words, tensor_words
@@ -41,8 +41,8 @@ def _check_round_trip(
         if src_dev == "cpu" and came_from not in NOT_GPU and dst_dev not in NOT_GPU:
             self._report_host_hop(t, came_from, dst_dev, site, module, first_site, nbytes)
         elif came_from == "cpu" and src_dev not in NOT_GPU and dst_dev not in NOT_GPU:
-            if id(storage) not in self._read_arrivals:  # unused where it first landed
-                _report_wrong_gpu_first(self, t, src_dev, dst_dev, site, module, first_site, nbytes)
+            if id(storage) not in self._read_arrivals:  # unused where it first landed (so far: arrivals.py)
+                _report_wrong_gpu_first(self, t, src_dev, dst_dev, site, module, first_site, nbytes, id(storage))
         return
     made = self._allocations(dst_dev) if self._allocations is not None and src_dev == "cpu" else None
     if made is not None and ref.made is not None and ref.origin is not None and ref.origin() is None:
@@ -107,12 +107,14 @@ def _report_wrong_gpu_first(
     module: str | None,
     first_site: Site,
     nbytes: int,
+    sid: int,
 ) -> None:
     """host -> GPU a -> GPU b, unread on a (a batch staged on the output stage's GPU, then moved to the
-    input stage's): one host -> b copy does the same. Below WASTE_MIN_BYTES both cost about their launch."""
+    input stage's): one host -> b copy does the same. Below WASTE_MIN_BYTES both cost about their launch.
+    Taken back if the copy on a is read there later (features both stages need: arrivals._note_read)."""
     if nbytes < max(self.repeat_min_bytes, WASTE_MIN_BYTES):
         return
-    self.emit(
+    found = self.emit(
         "MP005",
         site,
         f"GPU detour: this data ({tensor_words(t)}, {size_words(nbytes)}) was copied cpu -> {first} at "
@@ -123,3 +125,5 @@ def _report_wrong_gpu_first(
         suggestion=f"copy it from the host straight to {dst_dev} at {first_site} (`.to('{dst_dev}')`); drop this copy",
         extra={"first_site": str(first_site), "first_line": first_site.line, "first_path": first_site.path},
     )
+    if found is not None and found.extra.get("count") == 1:  # (once seen again, it stays: withdraw's rule)
+        self._unless_read[sid] = ("MP005", site or UNKNOWN, ("cpu", first, dst_dev))

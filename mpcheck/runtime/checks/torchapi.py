@@ -84,6 +84,11 @@ PYTHON_CALLS: dict[str, int] = {
     "__setstate__": PASS,
     "_make_subclass": PASS,
     "as_subclass": PASS,
+    # metadata of two tensors, or a new tensor built from values (from any device, read on the host, or copied
+    # where `self` is): nothing that mixes devices
+    "result_type": PASS,
+    "is_same_size": PASS,
+    "new_tensor": PASS,  # w.new_tensor(data): a copy of data on w's device
     # a view or copy of one tensor on its own device
     "detach": VIEW,
     "detach_": VIEW,
@@ -200,6 +205,10 @@ ATEN_CPU_INDEX_AS = "__getitem__"
 BACKWARD_FUNCTIONS = frozenset({"torch.autograd.grad", "torch.autograd.backward"})
 
 
+# torch functions (not Tensor methods) of PYTHON_CALLS' PASS names, by their full names.
+PASS_FUNCTIONS = frozenset({"torch.result_type", "torch.is_same_size"})
+
+
 def python_call_kind(name: str, full: str | None, qualified: str | None = None) -> int:
     """The kind of a Python-level call: `name` its `__name__`, `full` what
     `torch.overrides.resolve_name` gives ("torch.Tensor.to"), None when it gives nothing;
@@ -212,7 +221,7 @@ def python_call_kind(name: str, full: str | None, qualified: str | None = None) 
     if kind in TRANSFERS:
         return kind if full == f"torch.Tensor.{name}" else CHECK
     if kind in (PASS, VIEW, BACKWARD):
-        return kind if full is None or full.startswith("torch.Tensor.") else CHECK
+        return kind if full is None or full.startswith("torch.Tensor.") or full in PASS_FUNCTIONS else CHECK
     if kind == CHECK and is_loss(name) and (full or "").startswith("torch.nn.functional."):
         return LOSS
     return CHECK  # CPU_INDEX included: checked, the checker allows the CPU indices

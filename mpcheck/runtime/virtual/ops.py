@@ -39,6 +39,9 @@ MIXES_DEVICES: set = set()
 # values the program hands in (torch.tensor, torch.as_tensor): under meta backing, the CPU's are shapes only.
 SHAPED_FACTORIES: set = set()
 
+# Calls that build a new tensor from the values they are handed, wherever those are.
+FROM_VALUES: set = set()
+
 # The calls that run autograd's backward: the graph's ops may span devices.
 AUTOGRAD_ENTRIES: set = set()
 
@@ -52,6 +55,8 @@ def build() -> None:
         FACTORIES.update(_device_ctx._device_constructors())
     if not SHAPED_FACTORIES:
         SHAPED_FACTORIES.update(FACTORIES - {torch.tensor, torch.as_tensor, getattr(torch, "asarray", None)})
+    if not FROM_VALUES:
+        FROM_VALUES.update({torch.tensor, torch.Tensor.new_tensor})
     if not SHAPE_OF_OTHER:
         SHAPE_OF_OTHER.update({torch.Tensor.expand_as, torch.Tensor.view_as, torch.Tensor.reshape_as})
     if not AUTOGRAD_ENTRIES:
@@ -117,7 +122,12 @@ def generic(g: VirtualGPUs, func, args, kwargs):
     if target is None and kwargs.get("device") is not None and _on_cpu(kwargs["device"]):
         # `torch.zeros_like(p, device="cpu")`: on the CPU as asked, not where `p` is labelled.
         target = "cpu"
-    dev, other = scan(g, args[:1], {}) if func in SHAPE_OF_OTHER else scan(g, args, kwargs)
+    if func in FROM_VALUES:
+        # torch.tensor([l_a, l_b]) of 0-dim tensors: their values read on the host, whatever their devices; the
+        # result where device= says, else on the CPU. w.new_tensor(data): data copied to w's device.
+        dev, other = (scan(g, args[:1], {})[0] if func is not torch.tensor else "cpu"), None
+    else:
+        dev, other = scan(g, args[:1], {}) if func in SHAPE_OF_OTHER else scan(g, args, kwargs)
     if kwargs.get("generator") is not None:
         _check_generator(kwargs["generator"], target or dev)
     if _autograd_entry(func):

@@ -1,13 +1,14 @@
 """What the dry run patches while virtual GPUs are active, one module per thing patched:
 cuda.py (torch.cuda, torch.accelerator), grouping.py (foreach / optimizer grouping by device),
 autograd.py (backward, custom Functions, checkpoint), data.py (DataLoader pinning, torch.load, torch.save),
-parallel.py (DataParallel and its collectives, torch.distributed, DDP, pipelining's schedules); base.py: the undo record."""
+parallel.py (DataParallel and its collectives, torch.distributed, DDP, pipelining's schedules), jit.py
+(torch.jit.trace's own check, which reads the real devices); base.py: the undo record."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from mpcheck.runtime.virtual.patches import autograd, cuda, data, grouping, parallel
+from mpcheck.runtime.virtual.patches import autograd, cuda, data, grouping, jit, parallel
 from mpcheck.runtime.virtual.patches.base import Patches
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -26,3 +27,4 @@ def install(g: VirtualGPUs, p: Patches) -> None:
     parallel.install_data_parallel(g, p)
     parallel.install_distributed(g, p)
     parallel.install_pipelining(g, p)
+    jit.install(g, p)

@@ -21,7 +21,7 @@ def install(g: VirtualGPUs, p: Patches) -> None:
     orig_backward = torch.autograd.backward
 
     # torch.autograd.backward hands the function its module holds now (this one) to the modes: named as
-    # the original, so that both faces know it (checks/torchapi.PASS_FUNCTIONS, ops._autograd_entry).
+    # the original, so that both faces know it (checks/torchapi.BACKWARD_FUNCTIONS, ops._autograd_entry).
     @functools.wraps(orig_backward)
     def backward(*a: Any, **k: Any) -> Any:
         g.before_backward()

@@ -1,0 +1,37 @@
+"""MP019: a tensor made on the host from a shape alone and moved to a GPU at once, in code that runs every
+step: made on the GPU (`device=`), it costs neither the host's fill nor the copy."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import libcst as cst
+
+from mpcheck.devices.events import HostMadeMove
+from mpcheck.devices.values import show, single
+from mpcheck.finding import Finding
+from mpcheck.rules.base import Rule, once_per_node
+from mpcheck.rules.context import FileContext
+from mpcheck.rules.words import FLOW_WORDS
+
+
+class MadeOnHost(Rule):
+    code = "MP019"
+    needs = FLOW_WORDS
+
+    def check(self, ctx: FileContext) -> Iterator[Finding]:
+        for ev in once_per_node(ctx.model.facts(HostMadeMove)):
+            dst = single(ev.devs)
+            assert dst is not None
+            factory = ctx.code(ev.factory.func)
+            target = ctx.code(ev.node.args[0].value) if isinstance(ev.node, cst.Call) and ev.node.args else None
+            device = f"device={target}" if target else f"device={dst!r}"
+            yield self.finding(
+                ctx,
+                ev.node,
+                f"`{factory}(...)` makes the tensor on the host and this line copies it to {show(dst)}, on every "
+                f"step: the host fills it and the copy from pageable memory waits for the host. Make it there: "
+                f"`{factory}(..., {device})`.",
+                devices=["cpu", dst],
+                suggestion=f"pass `{device}` to `{factory}(...)` and drop the move",
+            )
