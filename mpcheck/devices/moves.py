@@ -504,7 +504,8 @@ class Moves(Part):
     def _note_host_made(self, recv: Obj, devs: Devs, node: cst.Call, st: State) -> None:
         """MP019: `torch.randn(x.shape).to(dev)`, the factory's call right under the move, with no device=,
         moved to a GPU, in a forward or a loop (once in an __init__ or a script's set-up costs nothing worth
-        saying)."""
+        saying), shaped after a tensor (`x.shape`, `x.size(0)`: an activation's size, where the copy costs;
+        `torch.ones(64, 64)` may be a few bytes, and `torch.randn(8, 128).to(dev)` a script's stand-in data)."""
         made = recv.at
         dst = single(devs)
         if (
@@ -517,6 +518,7 @@ class Moves(Part):
             or not recv.origin.startswith(MADE_ON_CPU_BY_DEFAULT.split("{", 1)[0])
             or (dotted(made.func) or "").rsplit(".", 1)[-1] not in T.SHAPE_FACTORIES
             or not (self.in_forward() or self.interp.in_unknown_loop or self.interp.loop_outer)
+            or not _shaped_after_a_tensor(made)
         ):
             return
         self.interp.recorder.record(HostMadeMove(node=node, mode=st.mode, factory=made, devs=devs))
@@ -692,6 +694,19 @@ def _idle_back_to_gpu(v: Obj, devs: Devs) -> bool:
 
 def _placed_any(devs: Devs, where: str, node: cst.CSTNode) -> Val:
     return Obj("any", devs, origin=f"moved to {where}", at=node) if devs is not None else UNK
+
+
+def _shaped_after_a_tensor(call: cst.Call) -> bool:
+    """A factory call whose size names a tensor's: `x.shape`, `x.size(0)`, `len(x)` among its arguments."""
+    for a in call.args:
+        if a.keyword is not None:
+            continue
+        for n in walk(a.value):
+            if isinstance(n, cst.Attribute) and n.attr.value == "shape":
+                return True
+            if isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value == "size":
+                return True
+    return False
 
 
 def moved_instance(recv: Val, devs: Devs, origin: str, node: cst.CSTNode, depth: int = 0) -> Obj | None:
