@@ -178,12 +178,12 @@ for step in range(4):
 )
 def test_the_command_line_options(script, dryrun_cli, monkeypatch, opts, caught):
     # By default the fourth call's signature was checked clean three times (CLEAN_AFTER): it runs unchecked and its bad branch
-    # stops on the virtual GPUs' own error. Checked (every call, or a re-check after step 2), it is MP001 and
-    # the program goes on.
+    # stops on the virtual GPUs' own error, which is still MP001 at that line (stopped.py). Checked (every call, or a
+    # re-check after step 2), it is MP001 and the program goes on.
     monkeypatch.delenv("MPCHECK_RECHECK_EVERY", raising=False)
     s = script(LATE_BRANCH)
     status, report, _ = dryrun_cli(s, "--gpus", "2", *opts)
-    assert [f["code"] for f in report["findings"]] == (["MP001"] if caught else [])
+    assert [(f["code"], f["line"]) for f in report["findings"]] == [("MP001", s.line("bug"))]
     assert (report.get("stopped") is None) == caught
 
 

@@ -109,3 +109,32 @@ def test_mpcheck_run_names_the_line_where_pytorch_refused_mixed_devices(monkeypa
     [f] = json.loads(out.read_text())["findings"]
     assert (f["code"], f["line"], f["devices"]) == ("MP001", 1, ["cuda:1", "cuda:0"])
     assert "PyTorch stopped the program here" in f["message"]
+
+
+LBFGS_OVER_TWO_GPUS = """
+import torch
+import torch.nn as nn
+
+a = nn.Linear(4, 4).to("cuda:0")
+b = nn.Linear(4, 2).to("cuda:1")
+opt = torch.optim.LBFGS([*a.parameters(), *b.parameters()])
+
+
+def closure():
+    opt.zero_grad()
+    loss = b(a(torch.randn(3, 4, device="cuda:0")).to("cuda:1")).pow(2).mean()
+    loss.backward()
+    return loss
+
+
+opt.step(closure)  # <- stops
+"""
+
+
+def test_a_library_step_that_mixes_devices_outside_the_checks_is_mp001_at_the_call(script, dryrun_cli):
+    # LBFGS concatenates every gradient in its step, which runs outside the checking mode: the virtual op's own
+    # refusal stops the program, and is MP001 at the user's line
+    s = script(LBFGS_OVER_TWO_GPUS)
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 1 and "same device" in report["stopped"]
+    assert codes_at(report) == [("MP001", s.line("stops"))]

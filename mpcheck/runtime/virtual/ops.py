@@ -137,9 +137,14 @@ def generic(g: VirtualGPUs, func, args, kwargs):
         if len(groups) > 1:
             return _per_device(g, func, args, kwargs, groups)
     if other is not None and func not in MIXES_DEVICES and not assigns_through_a_view(func, args, torch.Tensor):
-        raise VirtualDeviceError(
+        error = VirtualDeviceError(
             f"Expected all tensors to be on the same device, but found at least two devices, {dev} and {other}!"
         )
+        # Where the checks saw the call they reported it first; where they did not (a library optimizer's
+        # step, which runs outside the checking mode: LBFGS concatenates every gradient), stopped.py makes
+        # it MP001 at the user's line (never twice: it skips a line that holds a device finding).
+        error.mpcheck_unchecked = True  # type: ignore[attr-defined]
+        raise error
     if dev is not None and dev.startswith("cuda") and func in AUTOCAST_ANY and torch.is_autocast_enabled("cuda"):
         args, kwargs = cast_inputs(func, args, kwargs)
     lab = target or dev
