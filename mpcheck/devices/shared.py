@@ -124,8 +124,10 @@ def note_move(interp: Interp, recv: Val, devs: Devs, node: cst.Call, st: State) 
     mine = parts(interp, recv)
     # the objects inside the moved value (not itself), by both keys
     here = {k for key, ident, depth in mine if depth >= 1 for k in (key, _alias(key, ident, owners))}
-    earlier = dict(moved)  # as the moves before this one left it
+    noted: dict[Any, tuple[str, cst.CSTNode, int]] = {}  # this move's, kept apart until the others are read
     for key, ident, depth in mine:
+        if key in noted:
+            continue  # held twice by what this move takes (one default PReLU in two blocks): once
         before = moved.get(key)
         if before is None and _alias(key, ident, owners) != key:
             # The same object reached another way: one stage holds another's layers by a slice
@@ -138,9 +140,12 @@ def note_move(interp: Interp, recv: Val, devs: Devs, node: cst.Call, st: State) 
             first_dev, first_node, first_depth = before
             if held_by is not None and _stored_name(first_node) == held_by:
                 pass  # one stage placed twice (`self.part1.cuda(0)`, `self.part1.cuda(1)`): events.PlacedTwice's
-            elif max(depth, first_depth) >= 1 and distinct(first_dev, dev) and not _refines(earlier, first_node, here):
+            elif max(depth, first_depth) >= 1 and distinct(first_dev, dev) and not _refines(moved, first_node, here):
                 found.append((interp.ident_names.get(ident, "module"), first_dev, first_node))
-        moved[key] = moved[_alias(key, ident, owners)] = (dev, node, depth)
+        noted[key] = noted[_alias(key, ident, owners)] = (dev, node, depth)
+    # This move holds everything the first one placed, and more: a part placed before its whole.
+    undoes = bool(found) and _held_by(moved, found[0][2]) < here
+    moved.update(noted)
     if found:
         name, first_dev, first_node = found[0]
         interp.recorder.record(
@@ -152,6 +157,6 @@ def note_move(interp: Interp, recv: Val, devs: Devs, node: cst.Call, st: State) 
                 devs=devs,
                 first=first_node,
                 first_devs=frozenset((first_dev,)),
-                undoes=_held_by(earlier, first_node) < here,
+                undoes=undoes,
             )
         )
