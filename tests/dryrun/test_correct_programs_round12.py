@@ -123,3 +123,26 @@ def test_predictions_a_layer_on_the_targets_gpu_reads_too_are_no_mp014(script, d
     s = script(REFINED.replace("REFINE", "fine = coarse0"))
     status, report, err = dryrun_cli(s, "--gpus", "2")
     assert ("MP014", s.line("move")) in codes_at(report)
+
+
+# BatchNorm's running statistics, changed by its kernel in every training forward without a version bump,
+# copied to another GPU each step (a monitor): no repeat of unchanged data. A plain buffer still is.
+RUNNING_STATS = """
+import torch
+import torch.nn as nn
+
+bn = nn.BatchNorm1d(20000).to("cuda:0")
+bn.register_buffer("fixed", torch.ones(20000, device="cuda:0"))
+for step in range(3):
+    bn(torch.randn(8, 20000, device="cuda:0") * (step + 1))
+    mean1 = bn.running_mean.to("cuda:1")
+    MOVE
+"""
+
+
+def test_running_statistics_copied_each_step_are_no_repeat(script, dryrun_cli):
+    status, report, err = dryrun_cli(script(RUNNING_STATS.replace("MOVE", "pass")), "--gpus", "2")
+    assert (status, report["findings"]) == (0, []), report["findings"]
+    s = script(RUNNING_STATS.replace("MOVE", 'fixed1 = bn.fixed.to("cuda:1")  # <- repeat'))
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert ("MP011", s.line("repeat")) in codes_at(report)

@@ -91,6 +91,9 @@ class Provenance:
         self._sources_key: tuple[Any, ...] | None = None
         self._purge_at = _PURGE_AT
         self._tracks: dict[type, bool] = {}  # a module class -> its track_running_stats (_class_tracks)
+        # The storages of normalization layers' running statistics: their kernel changes them without a version
+        # bump, so a copy of one in every step is no repeat of unchanged data either (repeats._check_repeat).
+        self.running_stats: set[int] = set()
 
     # -- sources -----------------------------------------------------------------------------
     def refresh(self, roots: Iterable[Any], epoch: int) -> None:
@@ -101,6 +104,7 @@ class Provenance:
             return
         self._sources_key = key
         tracks = self._tracks
+        self.running_stats = set()
         for module in modules_of(roots):  # root.modules() of each root, without its generators
             buffers = module._buffers
             if not buffers:
@@ -115,8 +119,11 @@ class Provenance:
                 skip = tracks.get(cls)
                 if skip is None:
                     skip = tracks[cls] = _class_tracks(module)
-            if skip:
-                continue  # BatchNorm's statistics: updated by its kernel without a version bump
+            if skip:  # BatchNorm's statistics: updated by its kernel without a version bump
+                for buf in buffers.values():
+                    if buf is not None:
+                        self.running_stats.add(id(buf.untyped_storage()))
+                continue
             for buf in buffers.values():
                 if buf is not None:
                     self._mark(buf)
