@@ -138,3 +138,39 @@ def test_a_library_step_that_mixes_devices_outside_the_checks_is_mp001_at_the_ca
     status, report, err = dryrun_cli(s, "--gpus", "2")
     assert status == 1 and "same device" in report["stopped"]
     assert codes_at(report) == [("MP001", s.line("stops"))]
+
+
+CPU_SCALARS = """
+import torch
+import torch.nn.functional as F
+
+x = torch.randn(5, 3, device="cuda:1")
+s = torch.tensor(0.5)
+taken = x + s, torch.where(x > 0, x, s), x.pow(s), torch.lerp(x, x, s), x.clone().masked_fill_(x > 0, s)
+CALL  # <- stops
+"""
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        "x.clamp(min=s)",
+        "F.mse_loss(x.sum(), torch.tensor(1.0))",
+        'F.linear(x, torch.ones(3, 3, device="cuda:1"), torch.tensor(0.0))',
+        'torch.addmm(s, x, torch.ones(3, 3, device="cuda:1"))',
+    ],
+)
+@pytest.mark.parametrize("backing", ["cpu", "meta"])
+def test_kernels_that_refuse_a_0_dim_cpu_tensor_stop_with_mp001(script, dryrun_cli, call, backing):
+    # Most ops take a 0-dim CPU tensor as a scalar next to CUDA tensors (the line before runs); these CUDA
+    # kernels refuse it (each seen raising on an H200)
+    s = script(CPU_SCALARS.replace("CALL", f"out = {call}"))
+    status, report, err = dryrun_cli(s, "--gpus", "2", "--backing", backing)
+    assert status == 1 and "0-dim CPU tensor" in report["stopped"]
+    assert codes_at(report) == [("MP001", s.line("stops"))]
+
+
+def test_a_0_dim_cpu_tensor_where_cuda_takes_it_runs_clean(script, dryrun_cli):
+    s = script(CPU_SCALARS.replace("CALL", "out = F.l1_loss(x.sum(), torch.tensor(1.0)) + x.clamp(min=0.5).sum()"))
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert (status, report["findings"], report["stopped"]) == (0, [], None)

@@ -130,6 +130,8 @@ def generic(g: VirtualGPUs, func, args, kwargs):
         dev, other = scan(g, args[:1], {}) if func in SHAPE_OF_OTHER else scan(g, args, kwargs)
     if kwargs.get("generator") is not None:
         _check_generator(kwargs["generator"], target or dev)
+    if dev is not None and dev.startswith("cuda") and getattr(func, "__name__", "") in REFUSE_CPU_SCALARS:
+        _check_cpu_scalars(g, func, args, kwargs, dev)
     if _autograd_entry(func):
         return _autograd_call(g, func, args, kwargs)
     if other is not None and getattr(func, "__name__", "").startswith(PER_INDEX_PREFIXES):
@@ -169,6 +171,39 @@ def generic(g: VirtualGPUs, func, args, kwargs):
         else:
             g.label_outputs(out, lab, args[0] if args else None)
     return out
+
+
+# Calls whose CUDA kernels refuse a 0-dim CPU tensor that most ops take as a scalar (each seen raising on an
+# H200, torch 2.11: `x.clamp(min=t)`, `F.mse_loss(a, t)`, `F.linear(x, w, t)`, `torch.addmm(t, a, b)`).
+REFUSE_CPU_SCALARS = frozenset(
+    {
+        "clamp",
+        "clamp_",
+        "clamp_min",
+        "clamp_min_",
+        "clamp_max",
+        "clamp_max_",
+        "mse_loss",
+        "smooth_l1_loss",
+        "binary_cross_entropy",
+        "linear",
+        "addmm",
+        "addmv",
+        "baddbmm",
+    }
+)
+
+
+def _check_cpu_scalars(g: VirtualGPUs, func: Any, args: tuple, kwargs: dict, dev: str) -> None:
+    for a in (*args, *kwargs.values()):
+        # (a tensor no virtual GPU labelled is the CPU's, or a meta-backed one labelled "cpu")
+        if isinstance(a, torch.Tensor) and a.dim() == 0 and (g.label_of(a) or a.device.type) == "cpu":
+            error = VirtualDeviceError(
+                f"Expected all tensors to be on the same device, but found at least two devices, {dev} and cpu! "
+                f"({call_name(func)} on CUDA refuses a 0-dim CPU tensor that most ops take as a scalar)"
+            )
+            error.mpcheck_unchecked = True  # type: ignore[attr-defined]  # no check saw it: stopped.py reports it
+            raise error
 
 
 def _check_generator(gen: Any, lab: str | None) -> None:
