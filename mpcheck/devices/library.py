@@ -165,17 +165,18 @@ class Library(Part):
         kind = "tensor"
         if last in ("tensor", "as_tensor") and args and not isinstance(args[0], SeqV) and devs == one("cpu"):
             kind = "scalar"  # maybe a 0-d CPU tensor, which mixes with CUDA tensors
-        gen = kwargs.get("generator")
-        if isinstance(gen, Obj) and gen.kind == "generator" and _other_type(gen.devs, devs):
-            # `torch.randn(shape, generator=g, device="cuda:1")` with `g` a CPU generator: torch raises (it checks
-            # the generator's device type only: a cuda:0 generator draws for cuda:1)
-            self.interp.exprs.check_operand(
-                node, gen, devs, st, what=f"torch.{last}(device=...)", op=f"torch.{last}", arg_index=len(args)
-            )
+        # `torch.randn(shape, generator=g, device="cuda:1")` with `g` a CPU generator: torch raises
+        self._check_generator(kwargs.get("generator"), devs, node, st, f"torch.{last}", len(args))
         ints = last in T.INDEX_FACTORIES or (
             last == "arange" and bool(args) and all(isinstance(a, Const) and type(a.value) is int for a in args)
         )
         return Obj(kind, devs, origin=origin, at=node, invariant=const, index_like=ints)
+
+    def _check_generator(self, gen: Val | None, devs: Devs, node: cst.Call, st: State, q: str, at: int) -> None:
+        """A `generator=` of the other device type than the tensor it draws for (torch checks the type only:
+        a cuda:0 generator draws for cuda:1): MP001's, at the call."""
+        if isinstance(gen, Obj) and gen.kind == "generator" and _other_type(gen.devs, devs):
+            self.interp.exprs.check_operand(node, gen, devs, st, what=q, op=q, arg_index=at)
 
     def dispatched(self, q: str, args: list[Val], kwargs: dict[str, Val], node: cst.Call, st: State) -> Val:
         text, devs = _device_map(kwargs.get("device_map", args[1] if len(args) > 1 else UNK), _map_expr(node))
@@ -238,11 +239,9 @@ class Library(Part):
         if q.rsplit(".", 1)[-1] in T.CLASS_DIM_LOSSES:
             self.loss_direction(q, args, nodes[:2], node, st)  # before used(): was it moved idle?
         used(*(a for a, _ in flat))
-        gen = kwargs.get("generator")
         lead = next((a for a, _ in flat if isinstance(a, Obj) and a.kind == "tensor" and a.devs is not None), None)
-        if isinstance(gen, Obj) and gen.kind == "generator" and lead is not None and _other_type(gen.devs, lead.devs):
-            # `torch.multinomial(probs_on_gpu, n, generator=torch.Generator())`: torch raises
-            self.interp.exprs.check_operand(node, gen, lead.devs, st, what=q, op=q, arg_index=len(args))
+        if lead is not None:  # `torch.multinomial(probs_on_gpu, n, generator=torch.Generator())`: torch raises
+            self._check_generator(kwargs.get("generator"), lead.devs, node, st, q, len(args))
         if any(failed(a) for a, _ in flat):
             return FAILED
         loss = T.is_loss(q)

@@ -163,6 +163,9 @@ class Checker:
         # Findings that say a copy was not needed where it arrived (MP005's GPU detour), by the storage of
         # that arrival: a later read of it there takes the finding back (arrivals._note_read)
         self._unless_read: dict[int, tuple[str, Any, tuple[str, ...]]] = {}
+        # MP005 round trips reported once, by their line and way (path, line, src, dst): the same line moving
+        # data made where it comes from takes one back (round_trip._needed_here); a membership test per transfer
+        self._round_trips_once: dict[tuple[str, int, str, str], Any] = {}
         # How many storages a device has made so far (Devices.allocations, where the face counts them: the
         # virtual GPUs), for MP005's offloads (round_trip.py).
         self._allocations: Callable[[str], int | None] | None = getattr(devices, "allocations", None)

@@ -57,7 +57,7 @@ def _check_round_trip(
     else:
         why = f"no work was done on {src_dev}"
         fix = f"keep using the tensor that is still on {dst_dev}"
-    self.emit(
+    found = self.emit(
         "MP005",
         site,
         f"round trip: this data was moved {dst_dev} -> {src_dev} at {first_site} and is moved back to "
@@ -67,14 +67,18 @@ def _check_round_trip(
         suggestion=f"{fix}; drop both transfers",
         extra={"first_site": str(first_site), "first_line": first_site.line, "first_path": first_site.path},
     )
+    if found is not None and found.extra.get("count") == 1 and site is not None:  # seen again, it stays
+        self._round_trips_once[(site.path, site.line, src_dev, dst_dev)] = site
 
 
 def _needed_here(self: Checker, site: Site | None, src_dev: str, dst_dev: str) -> None:
     """This line moves data made or changed on `src_dev` (no round trip): a round trip it made once before
     was the first pass of a loop that grows the data there (a beam's sequences, sent back to the first
     stage each step), how the loop starts rather than a copy this line could drop: taken back."""
-    if site is not None and self._by_key and site.line:
-        self.withdraw("MP005", site, (dst_dev, src_dev))
+    if self._round_trips_once and site is not None:
+        once = self._round_trips_once.pop((site.path, site.line, src_dev, dst_dev), None)
+        if once is not None:
+            self.withdraw("MP005", once, (dst_dev, src_dev))
 
 
 def _report_host_hop(

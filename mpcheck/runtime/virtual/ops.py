@@ -139,14 +139,12 @@ def generic(g: VirtualGPUs, func, args, kwargs):
         if len(groups) > 1:
             return _per_device(g, func, args, kwargs, groups)
     if other is not None and func not in MIXES_DEVICES and not assigns_through_a_view(func, args, torch.Tensor):
-        error = VirtualDeviceError(
-            f"Expected all tensors to be on the same device, but found at least two devices, {dev} and {other}!"
-        )
         # Where the checks saw the call they reported it first; where they did not (a library optimizer's
         # step, which runs outside the checking mode: LBFGS concatenates every gradient), stopped.py makes
         # it MP001 at the user's line (never twice: it skips a line that holds a device finding).
-        error.mpcheck_unchecked = True  # type: ignore[attr-defined]
-        raise error
+        raise _refusal(
+            f"Expected all tensors to be on the same device, but found at least two devices, {dev} and {other}!"
+        )
     if dev is not None and dev.startswith("cuda") and func in AUTOCAST_ANY and torch.is_autocast_enabled("cuda"):
         args, kwargs = cast_inputs(func, args, kwargs)
     lab = target or dev
@@ -198,12 +196,10 @@ def _check_cpu_scalars(g: VirtualGPUs, func: Any, args: tuple, kwargs: dict, dev
     for a in (*args, *kwargs.values()):
         # (a tensor no virtual GPU labelled is the CPU's, or a meta-backed one labelled "cpu")
         if isinstance(a, torch.Tensor) and a.dim() == 0 and (g.label_of(a) or a.device.type) == "cpu":
-            error = VirtualDeviceError(
+            raise _refusal(
                 f"Expected all tensors to be on the same device, but found at least two devices, {dev} and cpu! "
                 f"({call_name(func)} on CUDA refuses a 0-dim CPU tensor that most ops take as a scalar)"
             )
-            error.mpcheck_unchecked = True  # type: ignore[attr-defined]  # no check saw it: stopped.py reports it
-            raise error
 
 
 def _check_generator(gen: Any, lab: str | None) -> None:
@@ -211,12 +207,18 @@ def _check_generator(gen: Any, lab: str | None) -> None:
     want = "cuda" if lab is not None and lab.startswith("cuda") else "cpu"
     have = generator_type(gen)
     if have != want:
-        error = VirtualDeviceError(
-            f"Expected a '{want}' device type for generator but found '{have}' (the generator is "
-            f"{'the CPU' + chr(39) + 's' if have == 'cpu' else 'a CUDA one'}; the tensor it draws for is on {lab or 'cpu'})"
+        owner = "the CPU's" if have == "cpu" else "a CUDA one"
+        raise _refusal(
+            f"Expected a '{want}' device type for generator but found '{have}' (the generator is {owner}; the "
+            f"tensor it draws for is on {lab or 'cpu'})"
         )
-        error.mpcheck_unchecked = True  # type: ignore[attr-defined]  # no check saw it: stopped.py reports it
-        raise error
+
+
+def _refusal(message: str) -> VirtualDeviceError:
+    """What CUDA would raise here, marked as seen by no check: stopped.py makes it MP001 at the user's line."""
+    error = VirtualDeviceError(message)
+    error.mpcheck_unchecked = True  # type: ignore[attr-defined]
+    return error
 
 
 def _index_groups(g: VirtualGPUs, args: tuple, kwargs: dict) -> list[list[int]]:
