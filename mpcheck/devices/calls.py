@@ -142,6 +142,11 @@ class Calls(Part):
             # probe (of another module, with the same marks) would skip that, so each probe has its own.
             self.interp.probes[-1].setdefault("serial", next(_PROBE_SERIALS)) if self.interp.probes else None,
         )
+        running = _recursion_key(key)
+        if running in self.interp.calls_running:
+            # Recursion with the same values (`get(source.base)` inside `get(source)`, both sources unknown,
+            # only their names differ) learns nothing a level deeper: it only multiplied the work per level.
+            return UNK
         passed = [a for a in (*args, *kwargs.values()) if isinstance(a, Obj)]
         if key in self.interp.memo and not st.in_init and not self._replays(key, args):
             # (In an __init__ a helper runs again: each call builds modules of its own, Obj.ident.)
@@ -173,10 +178,12 @@ class Calls(Part):
             cst_.yields = SeqV((), kind="gen")
         sites = self.interp.recorder.sites
         sites.append(node if helper else None)
+        self.interp.calls_running.add(running)
         try:
             ends = self.interp.stmts.run_body(info, cst_)
         finally:
             sites.pop()
+            self.interp.calls_running.discard(running)
         changes = _changed_instances(held, ends)
         self.interp.memo_changed[key] = changes
         for i, changed in changes:
@@ -1051,15 +1058,15 @@ def _instances_given(info: FuncInfo, env: dict[str, Val], args: list[Val]) -> di
     """The parameters bound to an instance of a class of this file passed positionally (by index):
     a helper may replace its parts (`model.fc2 = LoRALinear(model.fc2, dev)`), in place."""
     held = {}
-    rebound = _rebound_names(info.node)
     for name, _ in params_of(info.node):
-        if name in rebound:
-            continue
         v = env.get(name)
         if isinstance(v, Obj) and v.cls is not None and v.attrs is not None:
             i = next((i for i, a in enumerate(args) if a is v), None)
             if i is not None:
                 held[name] = i
+    if held:  # (the walk of the body only where some instance was passed: most calls pass none)
+        rebound = _rebound_names(info.node)
+        held = {name: i for name, i in held.items() if name not in rebound}
     return held
 
 
@@ -1117,6 +1124,20 @@ def _rebind_changed(given: Val, now: Obj, st: State) -> None:
 def _is_static(fn: cst.FunctionDef) -> bool:
     """Is `fn` decorated `@staticmethod` (it takes no `self`)?"""
     return any(dotted(d.decorator) in ("staticmethod", "builtins.staticmethod") for d in fn.decorators)
+
+
+def _recursion_key(key: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A call's memo key with the names of its symbolic arguments (value_key's ("s", name)) left out:
+    `get(source.base)` inside `get(source)`, both unknown, is the same call a level deeper. Only whether
+    a name says dtype is kept: that is what the model reads of one (`.to(self.dtype)` is a cast)."""
+
+    def plain(k: Any) -> Any:
+        if isinstance(k, tuple) and len(k) == 2 and k[0] == "s":
+            return ("s", "dtype" in k[1].rsplit(".", 1)[-1].lower())
+        return k
+
+    fn, self_key, args, kwargs, *rest = key
+    return (fn, self_key, tuple(plain(a) for a in args), tuple((k, plain(v)) for k, v in kwargs), *rest)
 
 
 def _self_key(v: Val | None) -> Any:

@@ -58,7 +58,7 @@ from mpcheck.devices.values import (
     used,
     weight_on_gpu,
 )
-from mpcheck.devices.walk import attribute_assignments
+from mpcheck.devices.walk import attribute_assignments, turns_off_grad
 
 if TYPE_CHECKING:  # pragma: no cover
     from mpcheck.devices.interp import Interp
@@ -149,6 +149,8 @@ class Expressions(Part):
             if name in ("values", "indices") and base.kind == "tensor" and not base.opaque:
                 # torch's (values, indices) results (topk, sort, max(dim), kthvalue, ...): both where the input is.
                 return base.with_(label=dotted(node) or "", invariant=False)
+            if name == "requires_grad" and base.kind == "param" and not turns_off_grad(self.interp.module):
+                return Const(True)  # (`[p for p in model.parameters() if p.requires_grad]` keeps every one)
             if name == "grad" and base.kind in ("param", "tensor"):
                 # A gradient lives where its tensor does (optimizers, clipping, loss scalers read it).
                 return base.with_(kind="tensor", label=dotted(node) or name, invariant=False)
@@ -387,7 +389,9 @@ class Expressions(Part):
                         out.append(self._comp_elt(node, inner))
                     return self._comp_result(node, tuple(out), None)
             spans = spans_of(it)
-            if spans is not None and not fors[0].ifs and isinstance(node, cst.DictComp):
+            if spans is not None and fors[0].ifs and not self._keeps_all(fors[0], spans[0], inner):
+                spans = None  # a filter that may drop a device's items: which devices remain is not known
+            if spans is not None and isinstance(node, cst.DictComp):
                 # {name: p.detach().clone().to(dev) for name, p in model.state_dict().items()}: a dict
                 # whose values, one made from a parameter on each device, are read by keys not known.
                 made = []
@@ -395,7 +399,7 @@ class Expressions(Part):
                     self.interp.stmts.assign(fors[0].target, item, inner, None)
                     made.append(self._comp_elt(node, inner))
                 return SeqV(None, elem=join_all(made), kind="dict")
-            if spans is not None and not fors[0].ifs and not isinstance(node, cst.DictComp):
+            if spans is not None and not isinstance(node, cst.DictComp):
                 # Over the parameters of a split model (no filter that might drop a device's):
                 # the result holds an element made from a parameter on each device.
                 made = []
@@ -434,6 +438,12 @@ class Expressions(Part):
                     return None
             combos = nxt
         return combos
+
+    def _keeps_all(self, comp: cst.CompFor, items: list[Val], st: State) -> bool:
+        """Do a comprehension's `if` clauses certainly keep each of `items` (`if p.requires_grad` in a file
+        that freezes nothing)?"""
+        kept = self._filtered(comp, items, st.copy())
+        return kept is not None and len(kept) == len(items)
 
     def _filtered(self, comp: cst.CompFor, items: list[Val], st: State) -> list[Val] | None:
         """The items a comprehension's `if` clauses keep (`for i in range(n) if i != 0`), or None

@@ -901,10 +901,16 @@ def _python_sum(lib: Library, c: LibCall) -> Val:
     meets any tensor."""
     seq = c.args[0]
     start = c.args[1] if len(c.args) > 1 else c.kwargs.get("start", Const(0))
-    if not isinstance(seq, SeqV) or seq.items is None or not isinstance(start, Const):
+    if not isinstance(seq, SeqV) or not isinstance(start, Const):
         return UNK
-    tensors = [i for i in seq.items if isinstance(i, Obj) and i.kind in ("tensor", "param", "buffer")]
-    if len(tensors) != len(seq.items) or not tensors:
+    # A sequence of unknown length made from the parameters of a split model (`sum(p.norm() for p in
+    # model.parameters())`) holds an item made on each device: `spans`, in the parameters' order.
+    # (Its index is then not known: Mismatch.item stays None.)
+    items = seq.items if seq.items is not None else seq.spans
+    if items is None:
+        return UNK
+    tensors = [i for i in items if isinstance(i, Obj) and i.kind in ("tensor", "param", "buffer")]
+    if len(tensors) != len(items) or not tensors:
         return UNK
     exprs = lib.interp.exprs
     total: Val = tensors[0].with_(label="")
@@ -922,7 +928,7 @@ def _python_sum(lib: Library, c: LibCall) -> Val:
                     op="sum()",
                     other=total,
                     expr=c.node.args[0].value if c.node.args else None,
-                    item=index,
+                    item=index if seq.items is not None else None,
                     site="sum",
                 ),
                 key="sum",

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import libcst as cst
@@ -39,20 +38,32 @@ class FuncInfo:
     qual: str
     cls: ClassInfo | None = None
 
-    @cached_property
+    @property
     def is_generator(self) -> bool:
         """Does the body yield (not a function or class defined inside it)? Calling it gives the
         values it yields, in order, not what it returns."""
-        # (walk.children, not a CSTVisitor: a visitor rebuilds each node with libcst's checks on, and
-        # some code Python runs fails them: `assert(a if c else b)`, parsed without them.)
-        todo: list[cst.CSTNode] = [self.node.body]
-        while todo:
-            node = todo.pop()
-            if isinstance(node, cst.Yield):
-                return True
-            if not isinstance(node, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
-                todo.extend(children(node))  # a nested function's yields make it a generator, not this one
-        return False
+        got: bool | None = memo.recall(_GENERATORS, self.node)  # (per node: a nested def's FuncInfo is made anew)
+        if got is not None:
+            return got
+        return memo.keep(_GENERATORS, self.node, _yields(self.node))
+
+
+_GENERATORS = memo.node_table()
+_NOT_ITS_OWN = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
+
+
+def _yields(fn: cst.FunctionDef) -> bool:
+    # (walk.children, not a CSTVisitor: a visitor rebuilds each node with libcst's checks on, and
+    # some code Python runs fails them: `assert(a if c else b)`, parsed without them.)
+    todo: list[cst.CSTNode] = [fn.body]
+    while todo:
+        node = todo.pop()
+        kind = type(node)  # exact types: no ABC instance check per node (walk._IS_NODE)
+        if kind is cst.Yield:
+            return True
+        if kind not in _NOT_ITS_OWN:
+            todo.extend(children(node))  # a nested function's yields make it a generator, not this one
+    return False
 
 
 @dataclass(eq=False)

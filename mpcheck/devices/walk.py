@@ -165,3 +165,38 @@ def _may_hold_code(annotation: object) -> bool:
     if not isinstance(annotation, type):
         return annotation is typing.Any  # a literal value or None: no node
     return issubclass(annotation, cst.CSTNode) and not issubclass(annotation, LAYOUT)
+
+
+_TURNS_OFF_GRAD = memo.node_table()
+
+
+def turns_off_grad(module: cst.CSTNode) -> bool:
+    """Could the module leave some parameter without `requires_grad`? It assigns `.requires_grad` on
+    something, calls `requires_grad_(...)` other than with a literal True, or passes `requires_grad=`
+    other than True (`nn.Parameter(t, requires_grad=False)`). Where it does none of these, every
+    parameter requires grad (torch's default), so `if p.requires_grad` keeps them all."""
+    got: bool | None = memo.recall(_TURNS_OFF_GRAD, module)
+    if got is not None:
+        return got
+
+    def literal_true(arg: cst.Arg | None) -> bool:
+        return arg is not None and type(arg.value) is cst.Name and arg.value.value == "True"
+
+    found = False
+    for node in walk(module):
+        kind = type(node)
+        if any(type(t) is cst.Attribute and t.attr.value == "requires_grad" for t in assigned(node)):
+            found = True
+        elif kind is cst.Call:
+            node = typing.cast(cst.Call, node)
+            func = node.func
+            if type(func) is cst.Attribute and func.attr.value == "requires_grad_":
+                found = not literal_true(node.args[0] if node.args else None) or len(node.args) > 1
+            else:
+                found = any(
+                    a.keyword is not None and a.keyword.value == "requires_grad" and not literal_true(a)
+                    for a in node.args
+                )
+        if found:
+            break
+    return memo.keep(_TURNS_OFF_GRAD, module, found)

@@ -330,6 +330,8 @@ class _Project:
         self._imports: dict[str, list[tuple[str, str]]] = {}
         self._worth: dict[str, bool] = {}
         self._sides: dict[tuple[str, str], list[str]] = {}  # _device_sides
+        self._holds: dict[tuple[str, frozenset[str]], bool] = {}  # _holds_any
+        self._attributes: dict[str, tuple[list[str], frozenset[str]]] = {}  # attribute_targets
         self._top: dict[str, dict[str, str]] = {}  # module-level bindings of a module (borrowed)
         self._constants: dict[str, dict[str, tuple[str, tuple[str, ...]]]] = {}  # constants_imported
         for abspath, text in (overrides or {}).items():  # files as --diff would leave them
@@ -369,21 +371,43 @@ class _Project:
             got = self._imports[abspath] = analysis.import_targets(text, modules.import_name(dep_mod, dep_init))
         return got
 
-    def borrowed(self, src: SourceFile, text: str) -> tuple[str, list[list[Any]]]:
+    def own_imports(self, abspath: str, text: str, modname: str, is_init: bool) -> list[tuple[str, str]]:
+        """analysis.import_targets of a file of the run, whose text is `text`: asked by the pre-filter's
+        borrowing and again for the modules its analysis needs (_project_modules)."""
+        got = self._imports.get(abspath)
+        if got is None:
+            from mpcheck import analysis  # its import scan is text only: no libcst
+
+            got = self._imports[abspath] = analysis.import_targets(text, modules.import_name(modname, is_init))
+        return got
+
+    def attribute_targets(
+        self, abspath: str, text: str, modname: str, is_init: bool, roots: tuple[str, ...]
+    ) -> tuple[list[str], frozenset[str]]:
+        """_attribute_targets of a file of the run (with the package modules it skipped), scanned once."""
+        got = self._attributes.get(abspath)
+        if got is None:
+            inits: set[str] = set()
+            targets = _attribute_targets(text, modname, is_init, roots, inits)
+            got = self._attributes[abspath] = (targets, frozenset(inits))
+        return got
+
+    def borrowed(self, src: SourceFile, text: str, wanted: frozenset[str]) -> tuple[str, list[list[Any]]]:
         """What the pre-filter reads besides a file's text: the right-hand sides of the module-level
         constants it imports by name from project modules (`from config import device0`, with
         `device0 = torch.device("cuda:0")` in config.py: its devices are defined there), the lines of
         the classes and functions it imports by name that place something on a named device, and every
         project module it imports names from, with its (mtime, size): a verdict that no rule can fire
-        holds only while those are unchanged (ResultCache.known_irrelevant)."""
-        from mpcheck import analysis  # its import scan is text only: no libcst
+        holds only while those are unchanged (ResultCache.known_irrelevant). Only a module whose text holds one
+        of the `wanted` words (those of the rules not let through yet) is read for its lines: the lines are
+        its text's, so the others could add none."""
 
         modname, root, is_init = modules.module_name(src.abspath)
         roots = self.roots_for(root)
         sides: list[str] = []
         deps: dict[str, tuple[int, int] | None] = {}
-        targets = [t for _, t in analysis.import_targets(text, modules.import_name(modname, is_init))]
-        whole = set(_attribute_targets(text, modname, is_init, roots))  # `config.first` after `import config`
+        targets = [t for _, t in self.own_imports(src.abspath, text, modname, is_init)]
+        whole = set(self.attribute_targets(src.abspath, text, modname, is_init, roots)[0])  # `config.first` ...
         for target in [*targets, *sorted(whole)]:
             module, _, name = target.rpartition(".")  # `from module import name`
             path = modules.resolve(module, roots) if module else None
@@ -391,8 +415,17 @@ class _Project:
                 continue
             if path not in deps:
                 deps[path] = _stat(path)
-            sides.extend(self._device_sides(path, name))
+            if self._holds_any(path, wanted):
+                sides.extend(self._device_sides(path, name))
         return "\n".join(sides), [[path, *st] for path, st in deps.items() if st is not None]
+
+    def _holds_any(self, abspath: str, words: frozenset[str]) -> bool:
+        key = (abspath, words)
+        got = self._holds.get(key)
+        if got is None:
+            text = self.text(abspath) or ""
+            got = self._holds[key] = any(w in text for w in words)
+        return got
 
     def _device_sides(self, abspath: str, name: str) -> list[str]:
         """The text of `name`'s top-level binding when it names a device, else that text with those of the
@@ -620,7 +653,7 @@ def _judge(read: list[_Read], prefilter: PreFilter, project: _Project, jobs: int
             # Devices may be defined in another file and imported by name (`from config import device0`):
             # their definitions count as this file's words. Also for a file that some rule's own words let
             # through already (`num_gpus` is MP015's word): the others may need the borrowed ones.
-            borrowed, deps = project.borrowed(r.src, r.text)
+            borrowed, deps = project.borrowed(r.src, r.text, prefilter.words_of(r.codes - run_codes))
             if borrowed:
                 run_codes = prefilter.codes_for(r.text + "\n" + borrowed, r.codes)
         walked = None
@@ -752,13 +785,13 @@ def _project_modules(f: _File, project: _Project, analysis: Any) -> _Walked:
     found: dict[str, str] = {}
     consulted: set[str] = set()
     wanted: dict[str, set[str]] = {}
-    todo = [target for _, target in analysis.import_targets(f.text, modules.import_name(f.modname, f.is_init))]
+    todo = [target for _, target in project.own_imports(f.src.abspath, f.text, f.modname, f.is_init)]
     # Constants read off a project module imported whole (`import config` ... `config.first`, `config.C`):
     # taken where that module is a file of its own (not a package's __init__) that binds the name at its
     # top level by an assignment that names a device, or by a class (`project.borrowed` reads the
     # same), so that `torch.float32` after `import torch`, or `F.gelu` passed as a value, summarise nothing.
-    inits: set[str] = set()
-    for target in _attribute_targets(f.text, f.modname, f.is_init, roots, inits):
+    targets, inits = project.attribute_targets(f.src.abspath, f.text, f.modname, f.is_init, roots)
+    for target in targets:
         mod, _, name = target.rpartition(".")
         consulted.add(mod)
         path = modules.resolve(mod, roots)

@@ -32,6 +32,10 @@ class PreFilter:
         # the importer would take any module for one that needs its input where it was moved.
         self._summary_words = sorted({w for needs in every for w in needs} | {"Loss", "def forward"})
 
+    def words_of(self, codes: frozenset[str]) -> frozenset[str]:
+        """The words any of the rules in `codes` needs."""
+        return frozenset(w for c in codes for w in self.needs.get(c, ()))
+
     def signature(self, codes: frozenset[str]) -> str:
         """What the verdict for a file depends on besides its text: the words of
         the rules in `codes` (\"*\" when one of them has none: it always runs)."""

@@ -274,6 +274,19 @@ def _special_case(ctx: FileContext, ev: Mismatch, name: str, meets: str) -> tupl
             f"create it on the device of what it meets, e.g. `device={device}` in `{ctx.code(made.at.func)}(...)` "
             f"at line {ctx.line(made.at)}",
         )
+    if ev.op == "sum()" and ev.item is None and expr is not None:
+        # sum() over items made from the parameters of a split model: which item meets the others is not known.
+        if isinstance(expr, (cst.GeneratorExp, cst.ListComp)):
+            elt = ctx.code(expr.elt)
+            if not isinstance(expr.elt, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)):
+                elt = f"({elt})"
+            advice = f"move each item to one device as it is made, e.g. `{elt}{to_there}` at line {line}"
+        else:
+            advice = (
+                f"move every item to one device first, e.g. `sum(t{to_there} for t in {ctx.code(expr)})` at line {line}"
+            )
+        seq = f"({ctx.code(expr)})" if isinstance(expr, cst.GeneratorExp) and not expr.lpar else ctx.code(expr)
+        return f"an item of `{seq}` is on {show(here)} ({origin_text(ctx, v)}), but {meets}", advice
     if _per_parameter(v) or (isinstance(ev.other, Obj) and _per_parameter(ev.other)):
         # Per-parameter work over a split model (grad norms stacked, shadows on one GPU).
         same = expr is not None and expr is ev.what_expr

@@ -1,0 +1,159 @@
+"""Session 25: Python's sum() over the per-parameter items of a split model, recursion that only
+renames its unknown argument, and the pre-filter's borrowing limited to modules that could add a word."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+from mpcheck import codes
+from mpcheck.analysis import analyze
+from mpcheck.devices import calls, statements
+
+ALL = frozenset(c.code for c in codes.on_face(codes.LINT))
+
+SPLIT = """
+import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(4, 4).to("cuda:0")
+        self.b = nn.Linear(4, 4).to("cuda:1")
+
+    def forward(self, x):
+        return self.b(self.a(x.to("cuda:0")).to("cuda:1"))
+
+
+model = Net()
+out = model(torch.randn(2, 4))
+"""
+
+
+def findings(src: str):
+    r = analyze("t.py", textwrap.dedent(src), ALL, "m", {})
+    return sorted((f.line, f.code, f.message) for f in r.findings)
+
+
+def test_sum_of_per_parameter_norms_of_a_split_model_is_reported():
+    got = findings(SPLIT + "reg = sum(p.norm() for p in model.parameters())\n")
+    assert [(line, code) for line, code, _ in got] == [(18, "MP001")]
+    message = got[0][2]
+    assert "an item of `(p.norm() for p in model.parameters())` is on cuda:1" in message
+    assert "`p.norm().to('cuda:0')`" in message
+
+
+def test_sum_of_a_list_comprehension_over_named_parameters_is_reported():
+    src = SPLIT + "reg = sum([w.pow(2).sum() for _, w in model.named_parameters()])\n"
+    assert [(line, code) for line, code, _ in findings(src)] == [(18, "MP001")]
+
+
+def test_sum_of_per_parameter_norms_moved_to_one_device_is_clean():
+    assert findings(SPLIT + 'reg = sum(p.norm().to("cuda:0") for p in model.parameters())\n') == []
+    assert findings(SPLIT + "reg = sum(p.norm().to(out.device) for p in model.parameters())\n") == []
+
+
+def test_sum_over_parameters_filtered_by_a_test_says_nothing():
+    # A filter may keep one device's parameters only: not known, so not reported.
+    src = SPLIT + "reg = sum(p.norm() for p in model.parameters() if p.dim() > 1)\n"
+    assert findings(src) == []
+
+
+def test_sum_of_per_parameter_norms_of_a_model_on_one_device_is_clean():
+    src = SPLIT.replace('"cuda:1"', '"cuda:0"') + "reg = sum(p.norm() for p in model.parameters())\n"
+    assert findings(src) == []
+
+
+RECURSIVE = """
+import torch
+
+
+class Builder:
+    def __init__(self, sources):
+        self.out = [self.manager(s) for s in sources]
+
+    def manager(self, source):
+        if source.base is None:
+            return self.root(source)
+        return self.child(self.manager(source.base), source)
+
+    def root(self, source):
+        return source
+
+    def child(self, parent, source):
+        return parent
+"""
+
+
+def test_recursion_that_only_renames_an_unknown_argument_runs_one_level(monkeypatch):
+    runs: list[str] = []
+    run_body = statements.Statements.run_body
+
+    def counting(self, info, st):
+        runs.append(info.qual)
+        return run_body(self, info, st)
+
+    monkeypatch.setattr(statements.Statements, "run_body", counting)
+    findings(RECURSIVE)
+    # `manager(source.base)` inside `manager(source)`, both unknown: the inner call is not run again.
+    # (Before, it ran three levels deep, and once per use in __init__, where nothing is memoised.)
+    assert runs.count("Builder.manager") <= 3
+
+
+def test_recursion_key_drops_symbolic_names_but_keeps_a_dtype():
+    key = (1, 2, (("s", "source"), ("c", "1")), (("device", ("s", "dev")),), "cuda:0", "", None)
+    deeper = (1, 2, (("s", "source.base"), ("c", "1")), (("device", ("s", "self.dev")),), "cuda:0", "", None)
+    assert calls._recursion_key(key) == calls._recursion_key(deeper)
+    cast = (1, 2, (("s", "self.dtype"), ("c", "1")), (("device", ("s", "dev")),), "cuda:0", "", None)
+    assert calls._recursion_key(cast) != calls._recursion_key(key)
+    other = (1, 2, (("s", "source"), ("c", "2")), (("device", ("s", "dev")),), "cuda:0", "", None)
+    assert calls._recursion_key(other) != calls._recursion_key(key)
+
+
+# (A recursive mover into nested containers is still followed: fixtures A_recursive_mover_skips_tuples_*.)
+
+
+def test_a_device_constant_imported_by_a_file_that_other_rules_let_through_is_still_borrowed(tmp_path: Path):
+    from mpcheck.cli import main
+
+    (tmp_path / "config.py").write_text('FIRST = "cuda:0"\nSECOND = "cuda:1"\n')
+    # `num_gpus` lets MP015 through on its own; MP001 needs config's device names.
+    (tmp_path / "train.py").write_text(
+        "import torch\nimport torch.nn as nn\nfrom config import FIRST, SECOND\n\nnum_gpus = 2\n"
+        "a = nn.Linear(4, 4).to(FIRST)\nb = nn.Linear(4, 4).to(SECOND)\ny = b(a(torch.randn(1, 4).to(FIRST)))\n"
+    )
+    out = tmp_path / "out.txt"
+    rc = main(["--no-cache", "--isolated", "-o", str(out), str(tmp_path / "train.py")])
+    text = out.read_text()
+    assert rc == 1 and "train.py:8:" in text and "MP001" in text, text
+
+
+ACCUMULATE = SPLIT + """
+params = [p for p in model.parameters() if p.requires_grad]
+bufs = [torch.zeros_like(p, device="cuda:0") for p in params]
+for buf, p in zip(bufs, params):
+    buf.add_(p.grad)
+"""
+
+
+def test_a_requires_grad_filter_keeps_every_parameter_where_the_file_freezes_none():
+    got = findings(ACCUMULATE)
+    assert [(line, code) for line, code, _ in got] == [(22, "MP001")]  # buf.add_(p.grad)
+    assert "`p.grad` is on cuda:1" in got[0][2]
+
+
+def test_per_parameter_buffers_made_where_each_parameter_is_are_clean():
+    assert findings(ACCUMULATE.replace('torch.zeros_like(p, device="cuda:0")', "torch.zeros_like(p)")) == []
+
+
+def test_a_requires_grad_filter_decides_nothing_where_the_file_freezes_a_part():
+    for freeze in (
+        "model.a.weight.requires_grad = False\n",
+        "model.a.requires_grad_(False)\n",
+        "for q in model.a.parameters():\n    q.requires_grad_(False)\n",
+        "extra = nn.Parameter(torch.zeros(1), requires_grad=False)\n",
+    ):
+        src = ACCUMULATE.replace("params = [", freeze + "params = [")
+        assert findings(src) == [], freeze
