@@ -23,6 +23,8 @@ def test_function_mode_kinds_of_tensor_calls():
     assert kind(T.copy_) == api.COPY
     assert kind(T.data.__set__) == api.SET_DATA
     assert kind(T.grad.__set__) == api.PASS  # `p.grad = None` must not drop the placement cache
+    assert kind(T.data.__get__) == api.DATA_ALIAS  # its writes leave the tensor's version counter as it was
+    assert kind(T.grad.__get__) == api.PASS
     assert kind(T.__getitem__) == api.CHECK  # checked; the checker allows its CPU indices
     assert kind(torch.add) == api.CHECK
     assert kind(T.add) == api.CHECK

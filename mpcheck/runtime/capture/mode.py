@@ -36,6 +36,7 @@ from mpcheck.runtime.checks.torchapi import CHECK as _CHECK
 from mpcheck.runtime.checks.torchapi import COPY as _COPY
 from mpcheck.runtime.checks.torchapi import CPU as _CPU
 from mpcheck.runtime.checks.torchapi import CUDA as _CUDA
+from mpcheck.runtime.checks.torchapi import DATA_ALIAS as _DATA_ALIAS
 from mpcheck.runtime.checks.torchapi import LOSS as _LOSS
 from mpcheck.runtime.checks.torchapi import PASS as _PASS
 from mpcheck.runtime.checks.torchapi import SET_DATA as _SET
@@ -197,6 +198,10 @@ class CheckingMode(TorchFunctionMode):
             out = func(*args, **kwargs)
             checker.invalidate_placement()
             return out
+        if kind == _DATA_ALIAS:  # `buf.data.copy_(...)`: writes `buf` unseen by its version counter (provenance.py)
+            if args:
+                self._provenance.changes_unseen(args[0])
+            return func(*args, **kwargs)
         return self._transfer(kind, func, args, kwargs)
 
     def _stamp(self, out: Any) -> None:

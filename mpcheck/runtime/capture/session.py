@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from mpcheck.runtime.capture import copying, hooks, loading, threads, transfers
+from mpcheck.runtime.capture import copying, external_memory, hooks, loading, threads, transfers, transforms
 from mpcheck.runtime.capture.mode import CheckingMode
 from mpcheck.runtime.capture.signatures import SignatureCache, recheck_every_from_env
 from mpcheck.runtime.capture.warnings_site import redirect_warnings
@@ -114,6 +114,8 @@ class Session:
                 self._undos.extend(transfers.install(mode))
             self._undos.append(self._patch_compile())
             self._undos.extend(self._jit_outside_session(mode))
+            self._undos.extend(transforms.install(self.checker))
+            self._undos.extend(external_memory.install(self.checker.provenance))
             self._undos.append(redirect_warnings())
             if "torch._dynamo" in sys.modules:
                 self._undos.append(hooks.disable_compile())

@@ -10,7 +10,8 @@ Constant sources:
 - the buffers of the root models seen so far, while their version counter is the one they had when
   they were listed (a buffer changed in place drops out), except the running statistics of the
   normalization layers that track them (BatchNorm's kernel updates them in every training forward
-  without bumping their version counter);
+  without bumping their version counter) and a buffer read through `.data`, whose writes bump the
+  alias's counter only (`unseen_writes`);
 - the outputs of deterministic factories called without a tensor argument (`torch.ones(T, T)`,
   `torch.arange(T)`), but not of random ones nor of `torch.tensor(data)`, whose data may be anything.
 
@@ -94,6 +95,9 @@ class Provenance:
         # The storages of normalization layers' running statistics: their kernel changes them without a version
         # bump, so a copy of one in every step is no repeat of unchanged data either (repeats._check_repeat).
         self.running_stats: set[int] = set()
+        # The storages written where no version counter of theirs sees it (`buf.data.mul_(0.9)` through the alias
+        # `.data` gives; host memory torch.frombuffer wraps, refilled by `readinto`): never a source, nor a repeat.
+        self.unseen_writes: set[int] = set()
 
     # -- sources -----------------------------------------------------------------------------
     def refresh(self, roots: Iterable[Any], epoch: int) -> None:
@@ -125,8 +129,17 @@ class Provenance:
                         self.running_stats.add(id(buf.untyped_storage()))
                 continue
             for buf in buffers.values():
-                if buf is not None:
+                if buf is not None and id(buf.untyped_storage()) not in self.unseen_writes:
                     self._mark(buf)
+
+    def changes_unseen(self, t: Any) -> None:
+        """`t`'s data may change with no bump of its version counter (it was read through `.data`, or wraps
+        memory written outside torch): not constant, and a copy of it each step is no repeat."""
+        try:
+            self.unseen_writes.add(id(t.untyped_storage()))
+        except Exception:  # no storage (a nested or functionalised tensor): nothing to compare either
+            return
+        self.marks.pop(id(t), None)
 
     # -- marks -------------------------------------------------------------------------------
     def is_const(self, t: Any) -> bool:

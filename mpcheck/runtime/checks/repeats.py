@@ -24,8 +24,9 @@ def _check_repeat(self: Checker, t: Any, dst_dev: str, site: Site | None, module
         storage = t.untyped_storage()
     except Exception:
         return False
-    if id(storage) in self.provenance.running_stats:
-        return False  # BatchNorm's running statistics change unseen by their version counter (provenance.py)
+    sid = id(storage)
+    if sid in self.provenance.running_stats or sid in self.provenance.unseen_writes:
+        return False  # changed unseen by its version counter: BatchNorm's statistics, `.data` writes (provenance.py)
     key = (id(storage), t.storage_offset(), tuple(t.shape), t.stride(), dst_dev)
     entry = self._moves.get(key)
     step = self.ledger.step_index

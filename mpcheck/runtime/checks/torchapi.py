@@ -30,6 +30,7 @@ SKIP = 8  # strict mode: not checked (copies cross devices by design)
 VIEW = 9  # a view or copy of one tensor on its own device: passed through; MP011's provenance follows it
 LOSS = 10  # a loss (torch.nn.functional's): checked, and its predictions' way to this device looked at
 BACKWARD = 11  # a backward pass begins (Tensor.backward, torch.autograd.backward / grad): passed through
+DATA_ALIAS = 12  # `t.data` (torch.Tensor.data.__get__): an alias whose writes leave `t`'s version counter as it was
 
 TRANSFERS = frozenset({TO, CUDA, CPU, COPY})
 
@@ -218,6 +219,8 @@ def python_call_kind(name: str, full: str | None, qualified: str | None = None) 
     kind = PYTHON_CALLS.get(name, CHECK)
     if kind == SET_DATA:
         return SET_DATA if full == "torch.Tensor.data.__set__" else PASS
+    if name == "__get__" and full == "torch.Tensor.data.__get__":
+        return DATA_ALIAS
     if kind in TRANSFERS:
         return kind if full == f"torch.Tensor.{name}" else CHECK
     if kind in (PASS, VIEW, BACKWARD):
