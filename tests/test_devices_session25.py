@@ -130,12 +130,15 @@ def test_a_device_constant_imported_by_a_file_that_other_rules_let_through_is_st
     assert rc == 1 and "train.py:8:" in text and "MP001" in text, text
 
 
-ACCUMULATE = SPLIT + """
+ACCUMULATE = (
+    SPLIT
+    + """
 params = [p for p in model.parameters() if p.requires_grad]
 bufs = [torch.zeros_like(p, device="cuda:0") for p in params]
 for buf, p in zip(bufs, params):
     buf.add_(p.grad)
 """
+)
 
 
 def test_a_requires_grad_filter_keeps_every_parameter_where_the_file_freezes_none():
