@@ -160,3 +160,38 @@ def test_a_requires_grad_filter_decides_nothing_where_the_file_freezes_a_part():
     ):
         src = ACCUMULATE.replace("params = [", freeze + "params = [")
         assert findings(src) == [], freeze
+
+
+SWA = """
+import torch
+import torch.nn as nn
+from torch.optim.swa_utils import AveragedModel
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(4, 4).to("cuda:0")
+        self.b = nn.Linear(4, 4).to("cuda:1")
+
+    def forward(self, x):
+        return self.b(self.a(x.to("cuda:0")).to("cuda:1"))
+
+
+model = Net()
+swa = AveragedModel(model, ARGS)
+swa.update_parameters(model)
+pred = swa(torch.randn(2, 4))
+"""
+
+
+def test_an_averaged_copy_of_a_split_model_moved_whole_is_followed_into_its_forward():
+    got = findings(SWA.replace("ARGS", 'device="cuda:0"'))
+    assert [(line, code) for line, code, _ in got] == [(14, "MP001")]  # the hop to cuda:1 meets `b` on cuda:0
+
+
+def test_an_averaged_copy_left_where_the_model_is_is_clean():
+    assert findings(SWA.replace("ARGS", "device=None")) == []
+    assert findings(SWA.replace(", ARGS", "")) == []
+    one_gpu = SWA.replace('"cuda:1"', '"cuda:0"').replace("ARGS", 'device="cuda:0"')
+    assert findings(one_gpu) == []

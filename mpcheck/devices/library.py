@@ -707,6 +707,16 @@ def _deep_copy(lib: Library, c: LibCall) -> Val:
     return _copied(lib, v) if isinstance(v, (Obj, SeqV, DictV)) else UNK
 
 
+def _averaged_model(lib: Library, c: LibCall) -> Val:
+    """`AveragedModel(model, device=None)` (torch.optim.swa_utils): a deep copy of the model, whose forward
+    it runs, moved whole to `device` when one is given, as `copy.deepcopy(model).to(device)` would be."""
+    copied = _deep_copy(lib, c)
+    device = c.args[1] if len(c.args) > 1 else c.kwargs.get("device")
+    if device is None or (isinstance(device, Const) and device.value is None) or not isinstance(copied, Obj):
+        return copied
+    return lib.interp.moves.move(copied, "to", [device], {}, c.node, c.st)
+
+
 def _copied(lib: Library, v: Val, depth: int = 0) -> Val:
     """A deep copy of `v`: every module object inside it a new one (Obj.ident), so that moving the copy
     moves none of the original's parts (an `nn.Sequential`'s layers, an instance's submodules)."""
@@ -1090,6 +1100,7 @@ EXACT: dict[str, Handler] = _exact(
     ("torch.load", _load),
     ("collections.OrderedDict", _dict_call),
     ("copy.deepcopy", _deep_copy),
+    ("torch.optim.swa_utils.AveragedModel", _averaged_model),
     (("isinstance", "torch.is_tensor"), _isinstance),
     # torch.nn.utils is no tensor op, but this one concatenates its tensors: they must share a device
     (("torch.nn.utils.parameters_to_vector", "torch.nn.utils.convert_parameters.parameters_to_vector"), _tensor_op),
