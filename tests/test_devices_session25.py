@@ -4,7 +4,6 @@ renames its unknown argument, and the pre-filter's borrowing limited to modules 
 from __future__ import annotations
 
 import textwrap
-from pathlib import Path
 
 from mpcheck import codes
 from mpcheck.analysis import analyze
@@ -115,19 +114,7 @@ def test_recursion_key_drops_symbolic_names_but_keeps_a_dtype():
 # (A recursive mover into nested containers is still followed: fixtures A_recursive_mover_skips_tuples_*.)
 
 
-def test_a_device_constant_imported_by_a_file_that_other_rules_let_through_is_still_borrowed(tmp_path: Path):
-    from mpcheck.cli import main
-
-    (tmp_path / "config.py").write_text('FIRST = "cuda:0"\nSECOND = "cuda:1"\n')
-    # `num_gpus` lets MP015 through on its own; MP001 needs config's device names.
-    (tmp_path / "train.py").write_text(
-        "import torch\nimport torch.nn as nn\nfrom config import FIRST, SECOND\n\nnum_gpus = 2\n"
-        "a = nn.Linear(4, 4).to(FIRST)\nb = nn.Linear(4, 4).to(SECOND)\ny = b(a(torch.randn(1, 4).to(FIRST)))\n"
-    )
-    out = tmp_path / "out.txt"
-    rc = main(["--no-cache", "--isolated", "-o", str(out), str(tmp_path / "train.py")])
-    text = out.read_text()
-    assert rc == 1 and "train.py:8:" in text and "MP001" in text, text
+# (The pre-filter's borrowing for a file other rules let through: tests/test_imported_values.py.)
 
 
 ACCUMULATE = (
