@@ -182,3 +182,79 @@ def test_an_averaged_copy_left_where_the_model_is_is_clean():
     assert findings(SWA.replace(", ARGS", "")) == []
     one_gpu = SWA.replace('"cuda:1"', '"cuda:0"').replace("ARGS", 'device="cuda:0"')
     assert findings(one_gpu) == []
+
+
+WIDE_DEEP = """
+import torch
+import torch.nn as nn
+
+
+class WideDeep(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.device = torch.device("cuda:0")
+        self.scale = 2.0
+        self.wide = nn.Linear(8, 1).to("cuda:0")
+        self.deep = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1)).to("cuda:1")
+
+    def forward(self, x):
+        return self.wide(x.to("cuda:0")) + self.deep(x.to("cuda:1")).to("cuda:0")
+
+
+model = WideDeep()
+out = model(torch.randn(4, 8))
+"""
+
+
+def test_weights_of_the_linear_layers_of_a_split_model_summed_are_reported():
+    src = WIDE_DEEP + (
+        "groups = [m.weight for m in model.modules() if isinstance(m, nn.Linear)]\n"
+        "penalty = sum(w.norm(dim=0).sum() for w in groups)\n"
+    )
+    got = findings(src)
+    assert [(line, code) for line, code, _ in got] == [(21, "MP001")]
+    assert "an item of `(w.norm(dim=0).sum() for w in groups)` is on cuda:1" in got[0][2]
+    assert findings(src.replace("w.norm(dim=0).sum() for", 'w.norm(dim=0).sum().to("cuda:0") for')) == []
+
+
+def test_modules_and_children_list_the_known_submodules_in_registration_order():
+    x0 = '\nx0 = torch.randn(4, 8).to("cuda:0")\n'
+    linears = "linears = [m for m in model.modules() if isinstance(m, nn.Linear)]"
+    assert findings(WIDE_DEEP + linears + x0 + "y = linears[0](x0)\n") == []  # wide, on cuda:0
+    assert [(line, code) for line, code, _ in findings(WIDE_DEEP + linears + x0 + "y = linears[1](x0)\n")] == [
+        (22, "MP001")  # the deep tower's first Linear, on cuda:1
+    ]
+    kids = "kids = list(model.children())"
+    assert findings(WIDE_DEEP + kids + x0 + "y = kids[0](x0)\n") == []
+    assert [(line, code) for line, code, _ in findings(WIDE_DEEP + kids + x0 + "y = kids[1](x0)\n")] == [(22, "MP001")]
+
+
+def test_modules_of_a_model_holding_a_part_of_unknown_kind_decide_nothing():
+    src = WIDE_DEEP.replace("    def __init__(self):", "    def __init__(self, head=None):").replace(
+        "        self.scale = 2.0", "        self.head = head"
+    ) + (
+        "groups = [m.weight for m in model.modules() if isinstance(m, nn.Linear)]\n"
+        "penalty = sum(w.norm(dim=0).sum() for w in groups)\n"
+    )
+    # `head` may be a module: the list of modules is not known, nor is what the sum adds.
+    assert findings(src.replace("model = WideDeep()", "model = WideDeep(make_head())")) == []
+
+
+def test_isinstance_against_torch_nn_classes_is_decided_only_where_certain():
+    from mpcheck.devices import module_tree
+    from mpcheck.devices.values import UNK, Obj, SeqV
+
+    linear = Obj("module", None, nn_class="Linear")
+    relu = Obj("passthrough", None)
+    assert module_tree.is_instance(linear, "Linear") is True
+    assert module_tree.is_instance(linear, "Conv2d") is False
+    assert module_tree.is_instance(linear, "Module") is True
+    assert module_tree.is_instance(relu, "Linear") is False
+    assert module_tree.is_instance(relu, "ReLU") is None  # which parameterless layer it is is not kept
+    assert module_tree.is_instance(Obj("tensor", None), "Linear") is False
+    assert module_tree.is_instance(UNK, "Linear") is None
+    seq = SeqV((linear, relu), module=True)
+    assert module_tree.is_instance(seq, "Linear") is False and module_tree.is_instance(seq, "Sequential") is None
+    assert module_tree.modules(seq) == [seq, linear, relu]
+    assert module_tree.modules(SeqV((linear, UNK), module=True)) is None
+    assert module_tree.modules(Obj("module", None, nn_class="MultiheadAttention")) is None  # it holds out_proj

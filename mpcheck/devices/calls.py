@@ -13,7 +13,7 @@ from typing import Any, cast
 
 import libcst as cst
 
-from mpcheck.devices import command_line, memo
+from mpcheck.devices import command_line, memo, module_tree
 from mpcheck.devices import torchapi as T
 from mpcheck.devices.callers import note_call
 from mpcheck.devices.command_line import ParserV
@@ -791,6 +791,12 @@ class Calls(Part):
             obj = Obj("module", None, dispatched="parallelize()", origin="split by .parallelize()", at=node)
             self.interp.moves.rebind(node.func.value, obj, st)
             return UNK
+        if meth in _MODULE_WALKS and not (isinstance(recv, Obj) and recv.cls is not None and recv.cls.method(meth)):
+            # model.modules() / children(): the submodules, where every one is known (module_tree.py)
+            found = module_tree.modules(recv) if meth.endswith("modules") else module_tree.children(recv)
+            if found is not None:
+                named = meth.startswith("named_")  # (the names are not kept: unknown, beside each module)
+                return SeqV(tuple(SeqV((UNK, m), kind="tuple") if named else m for m in found), kind="gen")
         if isinstance(recv, Obj) and meth in _PARAMETER_VIEWS and recv.kind in ("module", "any"):
             if recv.cls is None or recv.cls.method(meth) is None:
                 return ParamsOf(recv, _PARAMETER_VIEWS[meth])
@@ -1198,6 +1204,7 @@ def _container_module(items: tuple[Val, ...], names: list[str] | None = None) ->
 
 
 # A module's methods that walk its parameters, and how they give them (values.ParamsOf.shape).
+_MODULE_WALKS = frozenset({"modules", "named_modules", "children", "named_children"})
 _PARAMETER_VIEWS = {"parameters": "params", "named_parameters": "named", "state_dict": "mapping"}
 
 

@@ -20,7 +20,7 @@ from typing import Any, TypeGuard
 
 import libcst as cst
 
-from mpcheck.devices import command_line, not_a_device
+from mpcheck.devices import command_line, module_tree, not_a_device
 from mpcheck.devices import torchapi as T
 from mpcheck.devices.callers import note_call
 from mpcheck.devices.events import (
@@ -753,6 +753,8 @@ def _is_instance(v: Val, type_name: str) -> bool | None:
         if type_name == "torch.Tensor" and tensor:
             return True
         return False if isinstance(v, (SeqV, DictV, Const)) else None
+    if type_name.startswith("torch.nn.") and type_name.count(".") == 2:
+        return module_tree.is_instance(v, type_name[len("torch.nn.") :])  # `isinstance(m, nn.Linear)`
     if type_name in ("tuple", "list", "dict"):
         if tensor or isinstance(v, Const):
             return False

@@ -558,6 +558,10 @@ PARAMETERED = frozenset(
     }
 )
 
+# torch.nn layers with submodules of their own (MultiheadAttention's out_proj): `modules()` of one is not
+# only itself (module_tree.py).
+WITH_SUBMODULES = frozenset({"MultiheadAttention"} | {n for n in PARAMETERED if n.startswith("Transformer")})
+
 # torch.nn modules whose arguments after the input must be on the module's device, by position and
 # by keyword, or the call raises (each seen raising for a CPU tensor with the module on a GPU, torch
 # 2.11, in train and eval mode, with and without grad): an RNN's hidden state (`hx`, an LSTM's

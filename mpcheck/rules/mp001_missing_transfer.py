@@ -274,8 +274,12 @@ def _special_case(ctx: FileContext, ev: Mismatch, name: str, meets: str) -> tupl
             f"create it on the device of what it meets, e.g. `device={device}` in `{ctx.code(made.at.func)}(...)` "
             f"at line {ctx.line(made.at)}",
         )
-    if ev.op == "sum()" and ev.item is None and expr is not None:
-        # sum() over items made from the parameters of a split model: which item meets the others is not known.
+    if (
+        ev.op == "sum()"
+        and expr is not None
+        and (ev.item is None or isinstance(expr, (cst.GeneratorExp, cst.ListComp)))
+    ):
+        # sum() over the items a comprehension makes (over the parameters of a split model: which one is not known).
         if isinstance(expr, (cst.GeneratorExp, cst.ListComp)):
             elt = ctx.code(expr.elt)
             if not isinstance(expr.elt, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)):
