@@ -62,7 +62,7 @@ from mpcheck.devices.values import (
     placements,
     single,
 )
-from mpcheck.devices.walk import attribute_assignments
+from mpcheck.devices.walk import attribute_assignments, walk
 
 _MAX_RETURN_ITEMS = 4
 
@@ -424,6 +424,8 @@ def _inlined(interp: Interp, finfo: FuncInfo) -> dict[str, Any] | None:
     node = finfo.node
     if node.decorators or node.asynchronous is not None or len(body_of(node)) > _MAX_INLINED_STATEMENTS:
         return None  # (a long body is not written out as text only to be found too long)
+    if _not_inlined(node):
+        return None
     source = interp.module.code_for_node(node).strip("\n")
     if len(source) > _MAX_INLINED:
         return None
@@ -456,6 +458,27 @@ def _inlined(interp: Interp, finfo: FuncInfo) -> dict[str, Any] | None:
         elif name not in _BUILTINS or name in interp.globals:
             free[name] = f"{interp.modname}.{name}"  # a definition or constant of the module, if its summary has it
     return {"source": source, "free": free}
+
+
+# What refuses inlining below, found by a walk (the text is written out only for the rest: on linting torch,
+# code generation for bodies then refused was a third of this step).
+_REFUSED_INSIDE = (cst.FunctionDef, cst.ClassDef, cst.Lambda, cst.Global, cst.Nonlocal, cst.Await)
+_WORDS = (cst.Name, cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString)
+
+
+def _not_inlined(node: cst.FunctionDef) -> bool:
+    """Is the function certainly refused: something inside it that `_inlined` refuses, or names and
+    literals alone longer than its text may be (a lower bound of that length)?"""
+    size = 0
+    for n in walk(node.body):
+        kind = type(n)
+        if kind in _REFUSED_INSIDE:
+            return True
+        if kind in _WORDS:
+            size += len(n.value)  # type: ignore[attr-defined]
+            if size > _MAX_INLINED:
+                return True
+    return False
 
 
 def _module_imports(interp: Interp) -> dict[str, str]:
