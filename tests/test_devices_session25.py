@@ -258,3 +258,55 @@ def test_isinstance_against_torch_nn_classes_is_decided_only_where_certain():
     assert module_tree.modules(seq) == [seq, linear, relu]
     assert module_tree.modules(SeqV((linear, UNK), module=True)) is None
     assert module_tree.modules(Obj("module", None, nn_class="MultiheadAttention")) is None  # it holds out_proj
+
+
+OWN_TO = """
+import torch
+import torch.nn as nn
+
+
+class Rotary(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+        self.cos = torch.ones(16, 8)
+
+    def to(self, *args, **kwargs):
+        self.cos = self.cos.to(*args, **kwargs)
+        BODY
+
+    def forward(self, x):
+        return self.proj(x) * self.cos[: x.shape[0]]
+
+
+class Encoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList([Rotary(), Rotary()])
+        self.where = ["cuda:0", "cuda:1"]
+        for blk, dev in zip(self.blocks, self.where):
+            blk.to(dev)
+
+    def forward(self, h):
+        for blk, dev in zip(self.blocks, self.where):
+            h = blk(h.to(dev))
+        return h
+
+
+out = Encoder()(torch.randn(2, 8))
+"""
+
+
+def test_a_to_override_that_never_calls_module_to_leaves_the_weights_on_the_cpu():
+    got = findings(OWN_TO.replace("BODY", "return self"))
+    assert [(line, code) for line, code, _ in got] == [(30, "MP001")]
+    assert "its class's own `to()` (line 12) moves only the tensors it names" in got[0][2]
+    assert "`return super().to(*args, **kwargs)`" in got[0][2]
+
+
+def test_a_to_override_that_hands_on_to_module_to_moves_the_weights():
+    assert findings(OWN_TO.replace("BODY", "return super().to(*args, **kwargs)")) == []
+    assert findings(OWN_TO.replace("BODY", "return nn.Module.to(self, *args, **kwargs)")) == []
+    # Moves of its own parameters in the body: what they do is not decided here; Module.to's meaning is kept.
+    loop = "for p in self.parameters():\n            p.data = p.data.to(*args, **kwargs)\n        return self"
+    assert findings(OWN_TO.replace("BODY", loop)) == []

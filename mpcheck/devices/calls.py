@@ -32,6 +32,7 @@ from mpcheck.devices.values import (
     LOADED,
     LOSS_OF,
     OFF_CHAIN,
+    OWN_MOVE_KEY,
     PROBE,
     UNK,
     ClassRef,
@@ -754,6 +755,13 @@ class Calls(Part):
         self, recv: Val, meth: str, args: list[Val], kwargs: dict[str, Val], node: cst.Call, st: State
     ) -> Val:
         if meth in ("to", "cuda", "cpu"):
+            own = recv.cls.method(meth) if isinstance(recv, Obj) and recv.cls is not None and recv.attrs else None
+            if own is not None and isinstance(recv, Obj) and _moves_only_its_tensors(own, recv):
+                # A class's own `to()` that never hands on to Module.to and moves only plain tensors it holds
+                # (`self.cos = self.cos.to(*args)`; `return self`): its weights stay where they are.
+                self.call_function(own, recv, args, kwargs, st, node, helper=True)
+                recv.extra = {**(recv.extra or {}), OWN_MOVE_KEY: own.node}  # (in place, as Module.to works)
+                return recv
             return self.interp.moves.move(recv, meth, args, kwargs, node, st)
         if meth == "apply" and isinstance(recv, ClassRef) and self._autograd_function(recv.info):
             # A custom torch.autograd.Function of the file: `apply(*args)` runs its static `forward(ctx, *args)`.
@@ -1130,6 +1138,35 @@ def _rebind_changed(given: Val, now: Obj, st: State) -> None:
 def _is_static(fn: cst.FunctionDef) -> bool:
     """Is `fn` decorated `@staticmethod` (it takes no `self`)?"""
     return any(dotted(d.decorator) in ("staticmethod", "builtins.staticmethod") for d in fn.decorators)
+
+
+_MOVING = frozenset({"to", "cuda", "cpu", "_apply", "apply", "to_empty", "copy_", "share_memory"})
+
+
+def _moves_only_its_tensors(fn: FuncInfo, inst: Obj) -> bool:
+    """Does a class's own `to()` / `cuda()` / `cpu()` leave its weights alone? Only where its body calls
+    nothing of Module's (no `super()`, no `nn.Module.to(self, ...)`), assigns no `.data`, and every move in it
+    is of a plain tensor the instance holds (`self.cos.to(...)`, `self.cos` a tensor it made, no parameter,
+    buffer or module). Anything else may move the weights: Module.to's meaning is kept then."""
+    attrs = inst.attrs or {}
+    for n in walk(fn.node.body):
+        if type(n) is cst.Call:
+            func = n.func
+            if type(func) is cst.Name and func.value == "super":
+                return False
+            if type(func) is not cst.Attribute or func.attr.value not in _MOVING:
+                continue
+            owner = func.value
+            held = (
+                attrs.get(owner.attr.value)
+                if type(owner) is cst.Attribute and type(owner.value) is cst.Name and owner.value.value == "self"
+                else None
+            )
+            if not (isinstance(held, Obj) and held.kind == "tensor"):
+                return False  # `nn.Module.to(self, ...)`, `self.apply(...)`, a part or an argument moved
+        elif any(type(t) is cst.Attribute and t.attr.value == "data" for t in assigned(n)):
+            return False
+    return True
 
 
 def _recursion_key(key: tuple[Any, ...]) -> tuple[Any, ...]:

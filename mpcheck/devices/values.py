@@ -387,6 +387,9 @@ OFF_CHAIN = -1
 LOADED = "loaded by torch.load with"
 MOVED_SOMEWHERE = "moved by .{meth}() to a device not known here"  # the origin of a module moved so (moves.py)
 HOOKS_KEY = "forward hooks"  # the key, in a module's `extra`, of the forward hooks registered on it (calls.py)
+# The key, in a module's `extra`, of its class's own `to()` that moved only its plain tensors (the FunctionDef), when
+# one was called on it: why its weights stayed where they were (calls.py, MP001's message).
+OWN_MOVE_KEY = "own move"
 UNPLACED = "built without a device"  # the origin of a parametered torch.nn module not yet placed
 # The origin of a torch.nn layer given another's weight (`head.weight = embed.weight`): it computes there.
 TIED_WEIGHT = "its weight tied to another's"

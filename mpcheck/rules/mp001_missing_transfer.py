@@ -8,7 +8,16 @@ import libcst as cst
 
 from mpcheck.devices.describe import MODE_WORDS, move_fix, moved_tensor, origin_text, value_text, via_text
 from mpcheck.devices.events import DiscardedMove, Mismatch, PlacedTwice, SplitBuiltAfterSetDevice
-from mpcheck.devices.values import TIED_WEIGHT, Obj, device_literal, known_tensor, made_on_cpu_by_default, show, single
+from mpcheck.devices.values import (
+    OWN_MOVE_KEY,
+    TIED_WEIGHT,
+    Obj,
+    device_literal,
+    known_tensor,
+    made_on_cpu_by_default,
+    show,
+    single,
+)
 from mpcheck.finding import Finding, Fix
 from mpcheck.rules.base import Rule, once_per_node
 from mpcheck.rules.context import FileContext
@@ -50,6 +59,23 @@ class MissingTransfer(Rule):
             here, there = single(v.devs), single(ev.target)
             name = value_text(ctx, ev.expr, v)
             line = ctx.line(ev.node)
+            mod = ev.module
+            own_move = (mod.extra or {}).get(OWN_MOVE_KEY) if mod is not None else None
+            if own_move is not None and there == "cpu" and isinstance(ev.node, cst.Call):
+                # Placed by a call of its class's own `to()`, which moved its plain tensors only.
+                yield self.finding(
+                    ctx,
+                    ev.node,
+                    f"`{name}` is on {show(here)} ({origin_text(ctx, v)}), but `{ctx.code(ev.node.func)}` is still on "
+                    f"the CPU{MODE_WORDS.get(ev.mode, '')}: its class's own `{own_move.name.value}()` (line "
+                    f"{ctx.line(own_move)}) moves only the tensors it names and never calls "
+                    f"`nn.Module.{own_move.name.value}()`, so its parameters did not move: end it with "
+                    f"`return super().{own_move.name.value}(*args, **kwargs)`.",
+                    devices=[here, there],
+                    modules=[ctx.code(ev.node.func)],
+                    suggestion=f"hand on to `super().{own_move.name.value}(*args, **kwargs)` in the override",
+                )
+                continue
             lost = discarded.get(id(v))
             if lost is not None and ctx.line(lost.node) <= line and not lines and _could_mend(lost, there):
                 explained.add(id(lost))
@@ -64,7 +90,6 @@ class MissingTransfer(Rule):
                 continue
             meets = _meets(ctx, ev, there)
             expr = ev.expr
-            mod = ev.module
             if there == "cpu" and mod is not None and "never placed" in (mod.origin or ""):
                 assert here is not None  # the value's device, where the module must be placed
                 call = ev.node
