@@ -310,3 +310,52 @@ def test_a_to_override_that_hands_on_to_module_to_moves_the_weights():
     # Moves of its own parameters in the body: what they do is not decided here; Module.to's meaning is kept.
     loop = "for p in self.parameters():\n            p.data = p.data.to(*args, **kwargs)\n        return self"
     assert findings(OWN_TO.replace("BODY", loop)) == []
+
+
+def test_a_batch_class_with_its_own_to_is_not_a_module_whose_weights_stay():
+    src = """
+    import torch
+    import torch.nn as nn
+
+
+    class Batch:
+        def __init__(self, x, y):
+            self.x = x
+            self.y = y
+
+        def to(self, device):
+            self.x = self.x.to(device)
+            self.y = self.y.to(device)
+            return self
+
+
+    model = nn.Linear(4, 2).to("cuda:0")
+    b = Batch(torch.randn(3, 4), torch.randint(0, 2, (3,))).to("cuda:0")
+    loss = nn.functional.cross_entropy(model(b.x), b.y)
+    """
+    assert findings(src) == []
+
+
+def test_a_module_without_weights_whose_own_to_moves_its_tensors_is_clean():
+    src = """
+    import torch
+    import torch.nn as nn
+
+
+    class RotaryCache(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.cos = torch.ones(16, 8)
+
+        def to(self, *args, **kwargs):
+            self.cos = self.cos.to(*args, **kwargs)
+            return self
+
+        def forward(self, x):
+            return x * self.cos[: x.shape[0]]
+
+
+    rope = RotaryCache().to("cuda:1")
+    y = rope(nn.Linear(8, 8).to("cuda:1")(torch.randn(4, 8, device="cuda:1")))
+    """
+    assert findings(src) == []

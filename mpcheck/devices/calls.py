@@ -1144,11 +1144,19 @@ _MOVING = frozenset({"to", "cuda", "cpu", "_apply", "apply", "to_empty", "copy_"
 
 
 def _moves_only_its_tensors(fn: FuncInfo, inst: Obj) -> bool:
-    """Does a class's own `to()` / `cuda()` / `cpu()` leave its weights alone? Only where its body calls
-    nothing of Module's (no `super()`, no `nn.Module.to(self, ...)`), assigns no `.data`, and every move in it
-    is of a plain tensor the instance holds (`self.cos.to(...)`, `self.cos` a tensor it made, no parameter,
-    buffer or module). Anything else may move the weights: Module.to's meaning is kept then."""
+    """Does a module class's own `to()` / `cuda()` / `cpu()` leave its weights alone? Only where it holds
+    weights, and its body calls nothing of Module's (no `super()`, no `nn.Module.to(self, ...)`), assigns no
+    `.data`, and every move in it is of a plain tensor the instance holds (`self.cos.to(...)`, `self.cos` a
+    tensor it made, no parameter, buffer or module). Anything else may move the weights: Module.to's meaning
+    is kept then."""
     attrs = inst.attrs or {}
+    if inst.cls is None or module_tree.is_instance(inst, "Module") is not True:
+        return False  # a batch or a container class's own `to()`: not a module's, nothing of Module.to's to keep
+    if not any(
+        isinstance(a, Obj) and a.kind in ("module", "param") or isinstance(a, (SeqV, DictV)) and a.module
+        for a in attrs.values()
+    ):
+        return False  # no weights to leave behind: what its body moves is all it holds (a rotary cache module)
     for n in walk(fn.node.body):
         if type(n) is cst.Call:
             func = n.func
