@@ -130,7 +130,8 @@ class Calls(Part):
     ) -> Val:
         """Runs `info` with these arguments (memoised by their values). `helper`: a call of a
         function or a method by name, whose facts then name the call `node` (Fact.via)."""
-        if self.interp.stack.count(info) >= MAX_RECURSION or len(self.interp.stack) >= MAX_DEPTH:
+        on_stack = self.interp.stack.count(info)
+        if on_stack >= MAX_RECURSION or len(self.interp.stack) >= MAX_DEPTH:
             return UNK  # (a recursive helper, `move_to(batch)` into nested containers, runs a few levels deep)
         key = (
             id(info),
@@ -143,8 +144,8 @@ class Calls(Part):
             # probe (of another module, with the same marks) would skip that, so each probe has its own.
             self.interp.probes[-1].setdefault("serial", next(_PROBE_SERIALS)) if self.interp.probes else None,
         )
-        running = _recursion_key(key)
-        if running in self.interp.calls_running:
+        running = self.interp.calls_running.setdefault(id(info), [])
+        if on_stack and any(_recursion_key(k) == _recursion_key(key) for k in running):
             # Recursion with the same values (`get(source.base)` inside `get(source)`, both sources unknown,
             # only their names differ) learns nothing a level deeper: it only multiplied the work per level.
             return UNK
@@ -179,12 +180,12 @@ class Calls(Part):
             cst_.yields = SeqV((), kind="gen")
         sites = self.interp.recorder.sites
         sites.append(node if helper else None)
-        self.interp.calls_running.add(running)
+        running.append(key)
         try:
             ends = self.interp.stmts.run_body(info, cst_)
         finally:
             sites.pop()
-            self.interp.calls_running.discard(running)
+            running.pop()
         changes = _changed_instances(held, ends)
         self.interp.memo_changed[key] = changes
         for i, changed in changes:

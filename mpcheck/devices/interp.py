@@ -104,9 +104,9 @@ class Interp:
         self.memo_idle: dict[Any, frozenset[int]] = {}  # a memoised call's arguments its body left idle
         self.moved_outside: frozenset[str] | None = None  # unmoved.parts_moved_from_outside, once per file
         self.stack: list[FuncInfo] = []  # the functions being interpreted, innermost last
-        # The memo keys of the calls being run (Calls.call_function): a call that repeats one of them, the same
-        # function with the same argument values, would only run the same body again, deeper.
-        self.calls_running: set[Any] = set()
+        # The memo keys of the calls being run, by function (Calls.call_function): a call that repeats one of them,
+        # the same function with the same argument values, would only run the same body again, deeper.
+        self.calls_running: dict[int, list[Any]] = {}
         self.in_unknown_loop = 0  # inside a loop (or comprehension) of unknown length
         self.second_pass = 0  # in a loop's second pass (values settle; no lineage recorded)
         # host tensors made from constants in a forward call (by id of the factory call): their bytes
