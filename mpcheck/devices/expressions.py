@@ -400,7 +400,7 @@ class Expressions(Part):
                     made.append(self._comp_elt(node, inner))
                 return SeqV(None, elem=join_all(made), kind="dict")
             if spans is not None and not isinstance(node, cst.DictComp):
-                # Over the parameters of a split model (no filter that might drop a device's):
+                # Over the parameters of a split model (no filter, or one that keeps each: `if p.requires_grad`):
                 # the result holds an element made from a parameter on each device.
                 made = []
                 for item in spans[0]:

@@ -361,19 +361,18 @@ class _Project:
                 self._text[abspath] = None
         return self._text[abspath]
 
-    def imports(self, abspath: str, analysis: Any) -> list[tuple[str, str]]:
+    def imports(self, abspath: str) -> list[tuple[str, str]]:
         """analysis.import_targets of a project module, scanned once however many files import it
         (linting torch's 592 files scanned the same modules 80,000 times)."""
         got = self._imports.get(abspath)
         if got is None:
-            text = self.text(abspath) or ""
             dep_mod, _, dep_init = modules.module_name(abspath)
-            got = self._imports[abspath] = analysis.import_targets(text, modules.import_name(dep_mod, dep_init))
+            got = self.own_imports(abspath, self.text(abspath) or "", dep_mod, dep_init)
         return got
 
     def own_imports(self, abspath: str, text: str, modname: str, is_init: bool) -> list[tuple[str, str]]:
-        """analysis.import_targets of a file of the run, whose text is `text`: asked by the pre-filter's
-        borrowing and again for the modules its analysis needs (_project_modules)."""
+        """`imports` of a file whose text is at hand (a file of the run: asked by the pre-filter's borrowing and
+        again for the modules its analysis needs, _project_modules)."""
         got = self._imports.get(abspath)
         if got is None:
             from mpcheck import analysis  # its import scan is text only: no libcst
@@ -454,12 +453,10 @@ class _Project:
         the file that imports the class: placement.py is a third file to it."""
         got = self._constants.get(abspath)
         if got is None:
-            from mpcheck import analysis  # its import scan is text only: no libcst
-
             modname, root, is_init = modules.module_name(abspath)
             roots = self.roots_for(root)
             found: dict[str, tuple[str, set[str]]] = {}
-            targets = [t for _, t in self.imports(abspath, analysis)]
+            targets = [t for _, t in self.imports(abspath)]
             whole = _attribute_targets(self.text(abspath) or "", modname, is_init, roots)  # `import cfg` ... `cfg.HEAD`
             for target in [*targets, *whole]:
                 module, _, name = target.rpartition(".")
@@ -639,7 +636,6 @@ def _judge(read: list[_Read], prefilter: PreFilter, project: _Project, jobs: int
     (its own words, then those it borrows from the project modules it imports names from); with many files,
     also the project modules a file let through needs (_project_modules), which read the same modules.
     Shared out with forked workers when there is enough of it (lint/forked.py)."""
-    from mpcheck import analysis  # its import scan is text only: no libcst
 
     todo = [r for r in read if r.run_codes is None]
     sizes = [len(r.text) for r in todo]
@@ -659,7 +655,7 @@ def _judge(read: list[_Read], prefilter: PreFilter, project: _Project, jobs: int
         walked = None
         if run_codes and many:  # worked out here, where the modules it reads are read already
             modname, root, is_init = modules.module_name(r.src.abspath)
-            walked = _project_modules(_File(r.src, r.text, modname, root, is_init, run_codes), project, analysis)
+            walked = _project_modules(_File(r.src, r.text, modname, root, is_init, run_codes), project)
         return run_codes, deps, walked
 
     for r, (run_codes, deps, walked) in zip(todo, forked.share_out(verdict, sizes, jobs if many else 1)):
@@ -762,7 +758,7 @@ def _analyze_with_contexts(
     return made
 
 
-def _project_modules(f: _File, project: _Project, analysis: Any) -> _Walked:
+def _project_modules(f: _File, project: _Project) -> _Walked:
     """(imported module name -> absolute path of every project module whose summary
     can matter to `f`, the names of every module the choice read, absolute path ->
     the names looked up in that module: all its summary has to cover).
@@ -826,7 +822,7 @@ def _project_modules(f: _File, project: _Project, analysis: Any) -> _Walked:
         wanted.setdefault(path, set()).add(name)
         consulted.update(dep_mod for dep_mod, _ in project.constants_imported(path).values())
         # The name may be re-exported from further on: follow that import only.
-        todo.extend(t for local, t in project.imports(path, analysis) if local == name)
+        todo.extend(t for local, t in project.imports(path) if local == name)
     return found, consulted, wanted
 
 
@@ -839,9 +835,8 @@ def _analyze_misses(
 ) -> dict[str, list[dict[str, Any]]]:
     """Analyse `misses` into `out` (and the cache); the calls each file's analysis kept for
     other files (lint/callers.py), by display path, for the files analysed without error."""
-    from mpcheck import analysis
 
-    walked = {id(f): f.walked or _project_modules(f, project, analysis) for f in misses}
+    walked = {id(f): f.walked or _project_modules(f, project) for f in misses}
     uses = {k: used for k, (used, _, _) in walked.items()}
     wanted: dict[str, set[str]] = {}
     for _, _, names_by_path in walked.values():
