@@ -132,6 +132,10 @@ def test_a_requires_grad_filter_keeps_every_parameter_where_the_file_freezes_non
     got = findings(ACCUMULATE)
     assert [(line, code) for line, code, _ in got] == [(22, "MP001")]  # buf.add_(p.grad)
     assert "`p.grad` is on cuda:1" in got[0][2]
+    # `requires_grad_()` and `requires_grad_(True)` keep torch's default: nothing frozen.
+    for unfreeze in ("model.requires_grad_()\n", "model.requires_grad_(True)\n"):
+        src = ACCUMULATE.replace("params = [", unfreeze + "params = [")
+        assert [(line, code) for line, code, _ in findings(src)] == [(23, "MP001")], unfreeze
 
 
 def test_per_parameter_buffers_made_where_each_parameter_is_are_clean():
@@ -149,27 +153,9 @@ def test_a_requires_grad_filter_decides_nothing_where_the_file_freezes_a_part():
         assert findings(src) == [], freeze
 
 
-SWA = """
-import torch
-import torch.nn as nn
-from torch.optim.swa_utils import AveragedModel
-
-
-class Net(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.a = nn.Linear(4, 4).to("cuda:0")
-        self.b = nn.Linear(4, 4).to("cuda:1")
-
-    def forward(self, x):
-        return self.b(self.a(x.to("cuda:0")).to("cuda:1"))
-
-
-model = Net()
-swa = AveragedModel(model, ARGS)
-swa.update_parameters(model)
-pred = swa(torch.randn(2, 4))
-"""
+SWA = SPLIT.replace(
+    "import torch.nn as nn\n", "import torch.nn as nn\nfrom torch.optim.swa_utils import AveragedModel\n"
+) + ("swa = AveragedModel(model, ARGS)\nswa.update_parameters(model)\npred = swa(torch.randn(2, 4))\n")
 
 
 def test_an_averaged_copy_of_a_split_model_moved_whole_is_followed_into_its_forward():

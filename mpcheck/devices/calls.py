@@ -145,7 +145,7 @@ class Calls(Part):
             self.interp.probes[-1].setdefault("serial", next(_PROBE_SERIALS)) if self.interp.probes else None,
         )
         running = self.interp.calls_running.setdefault(id(info), [])
-        if on_stack and any(_recursion_key(k) == _recursion_key(key) for k in running):
+        if on_stack and _recursion_key(key) in map(_recursion_key, running):
             # Recursion with the same values (`get(source.base)` inside `get(source)`, both sources unknown,
             # only their names differ) learns nothing a level deeper: it only multiplied the work per level.
             return UNK

@@ -179,24 +179,22 @@ def turns_off_grad(module: cst.CSTNode) -> bool:
     if got is not None:
         return got
 
-    def literal_true(arg: cst.Arg | None) -> bool:
-        return arg is not None and type(arg.value) is cst.Name and arg.value.value == "True"
+    def turns_off(arg: cst.Arg) -> bool:
+        return not (type(arg.value) is cst.Name and arg.value.value == "True")
 
     found = False
     for node in walk(module):
-        kind = type(node)
         if any(type(t) is cst.Attribute and t.attr.value == "requires_grad" for t in assigned(node)):
             found = True
-        elif kind is cst.Call:
-            node = typing.cast(cst.Call, node)
-            func = node.func
-            if type(func) is cst.Attribute and func.attr.value == "requires_grad_":
-                found = not literal_true(node.args[0] if node.args else None) or len(node.args) > 1
-            else:
-                found = any(
-                    a.keyword is not None and a.keyword.value == "requires_grad" and not literal_true(a)
-                    for a in node.args
-                )
+        elif type(node) is cst.Call:
+            call = node
+            own = type(call.func) is cst.Attribute and call.func.attr.value == "requires_grad_"
+            # `requires_grad_()` alone keeps the default, True; `requires_grad_(flag)` or `requires_grad=flag` may not.
+            found = any(
+                turns_off(a)
+                for a in call.args
+                if (a.keyword is None and own) or (a.keyword is not None and a.keyword.value == "requires_grad")
+            )
         if found:
             break
     return memo.keep(_TURNS_OFF_GRAD, module, found)

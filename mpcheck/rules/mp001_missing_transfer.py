@@ -299,23 +299,8 @@ def _special_case(ctx: FileContext, ev: Mismatch, name: str, meets: str) -> tupl
             f"create it on the device of what it meets, e.g. `device={device}` in `{ctx.code(made.at.func)}(...)` "
             f"at line {ctx.line(made.at)}",
         )
-    if (
-        ev.op == "sum()"
-        and expr is not None
-        and (ev.item is None or isinstance(expr, (cst.GeneratorExp, cst.ListComp)))
-    ):
-        # sum() over the items a comprehension makes (over the parameters of a split model: which one is not known).
-        if isinstance(expr, (cst.GeneratorExp, cst.ListComp)):
-            elt = ctx.code(expr.elt)
-            if not isinstance(expr.elt, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)):
-                elt = f"({elt})"
-            advice = f"move each item to one device as it is made, e.g. `{elt}{to_there}` at line {line}"
-        else:
-            advice = (
-                f"move every item to one device first, e.g. `sum(t{to_there} for t in {ctx.code(expr)})` at line {line}"
-            )
-        seq = f"({ctx.code(expr)})" if isinstance(expr, cst.GeneratorExp) and not expr.lpar else ctx.code(expr)
-        return f"an item of `{seq}` is on {show(here)} ({origin_text(ctx, v)}), but {meets}", advice
+    if ev.op == "sum()":
+        return _sum_message(ctx, ev, f"is on {show(here)} ({origin_text(ctx, v)}), but {meets}", to_there, line)
     if _per_parameter(v) or (isinstance(ev.other, Obj) and _per_parameter(ev.other)):
         # Per-parameter work over a split model (grad norms stacked, shadows on one GPU).
         same = expr is not None and expr is ev.what_expr
@@ -348,16 +333,6 @@ def _special_case(ctx: FileContext, ev: Mismatch, name: str, meets: str) -> tupl
             f"rather than as a child, did not move and is on {ref_dev}: place the module where that layer is "
             f"(e.g. `.to({ref}.weight.device)`) instead"
         )
-    if ev.op == "sum()" and ev.item is not None:
-        # Python's sum() of per-stage losses: the items must meet on one device.
-        whole = ctx.code(expr) if expr is not None else "the items"
-        seq = whole if isinstance(expr, (cst.Name, cst.Attribute, cst.List)) else f"({whole})"
-        item = f"{seq}[{ev.item}]"
-        if isinstance(expr, (cst.List, cst.Tuple)) and ev.item < len(expr.elements):
-            item = ctx.code(expr.elements[ev.item].value)  # `sum([h.mean(), g.mean()])`: the element as written
-        return f"`{item}` is on {show(here)} ({origin_text(ctx, v)}), but {meets}", (
-            f"move every item to one device first, e.g. `sum(t{to_there} for t in {seq})` at line {line}"
-        )
     if ev.item is not None and expr is not None and ev.site == "op":
         # One item of a list passed whole to a torch function (`torch.cat(parts)`): the items must meet on one device.
         whole = ctx.code(expr)
@@ -380,6 +355,30 @@ def _special_case(ctx: FileContext, ev: Mismatch, name: str, meets: str) -> tupl
             )
         return f"`{whole}[{ev.item}]` is on {show(here)} ({origin_text(ctx, v)}), but {meets}", advice
     return None
+
+
+def _sum_message(ctx: FileContext, ev: Mismatch, where: str, to_there: str, line: int) -> tuple[str, str]:
+    """Python's sum() over tensors on more than one device (per-stage losses, per-parameter norms): the items
+    must meet on one. `where`: "is on X (...), but <what it meets>"."""
+    expr = ev.expr
+    if isinstance(expr, (cst.GeneratorExp, cst.ListComp)):
+        # The items a comprehension makes (over the parameters of a split model, which one is not known).
+        elt = ctx.code(expr.elt)
+        if not isinstance(expr.elt, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)):
+            elt = f"({elt})"
+        seq = f"({ctx.code(expr)})" if isinstance(expr, cst.GeneratorExp) and not expr.lpar else ctx.code(expr)
+        return f"an item of `{seq}` {where}", (
+            f"move each item to one device as it is made, e.g. `{elt}{to_there}` at line {line}"
+        )
+    whole = ctx.code(expr) if expr is not None else "the items"
+    seq = whole if isinstance(expr, (cst.Name, cst.Attribute, cst.List)) else f"({whole})"
+    advice = f"move every item to one device first, e.g. `sum(t{to_there} for t in {seq})` at line {line}"
+    if ev.item is None:
+        return f"an item of `{seq}` {where}", advice
+    item = f"{seq}[{ev.item}]"
+    if isinstance(expr, (cst.List, cst.Tuple)) and ev.item < len(expr.elements):
+        item = ctx.code(expr.elements[ev.item].value)  # `sum([h.mean(), g.mean()])`: the element as written
+    return f"`{item}` {where}", advice
 
 
 # A never-placed layer held in a plain list (unmoved.IN_A_PLAIN_LIST): the list is the bug, not a missing move.
