@@ -228,11 +228,12 @@ class ParallelPrimitive(Fact):
 
 @dataclass(frozen=True, eq=False, kw_only=True)
 class Collapse(Fact):
-    """A split model moved whole to `devs`."""
+    """A split model (`owner`, as the code names it) moved whole to `devs`."""
 
     module: Val
     devs: Devs
     meth: str
+    owner: cst.BaseExpression | None = None
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -310,6 +311,18 @@ class LazyMove(Fact):
     (`map(lambda m, d: m.to(d), stages, devices)`): it never runs, so nothing moves."""
 
     how: str  # "`map()`", "`filter()`", "a generator expression"
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class BuffersLeftBehind(Fact):
+    """A loop (`node`, the `p.data = p.data.to(d)` move) that moved the parameters of `module`, which
+    holds buffers (a BatchNorm's running statistics), to `devs`, and not its buffers, which stay on
+    `left` (devices/data_moves.py)."""
+
+    module: Obj
+    owner: cst.BaseExpression  # how the loop names it (`model` of `model.parameters()`)
+    devs: Devs
+    left: Devs
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)

@@ -86,7 +86,7 @@ class Moves(Part):
         if isinstance(v, (Const, DeviceV)) and as_device(v, ints_are_cuda=False) == one(CURRENT):
             self.indexless(node, st, of_tensor=of_tensor)
 
-    def _move_target(
+    def move_target(
         self,
         meth: str,
         args: list[Val],
@@ -132,14 +132,25 @@ class Moves(Part):
             return (one(f"sym:{text}") if isinstance(a, SymV) else None), True
         return None, None
 
-    def move(self, recv: Val, meth: str, args: list[Val], kwargs: dict[str, Val], node: cst.Call, st: State) -> Val:
+    def move(
+        self,
+        recv: Val,
+        meth: str,
+        args: list[Val],
+        kwargs: dict[str, Val],
+        node: cst.Call,
+        st: State,
+        recv_expr: cst.BaseExpression | None = None,
+    ) -> Val:
+        """`recv.meth(*args, **kwargs)` at `node`; `recv_expr`: the expression that names `recv`, when it is
+        not the receiver of `node` (a module moved tensor by tensor: devices/data_moves.py)."""
         if meth != "cpu":
             given = args[0] if args else kwargs.get("device")
             if not_a_device.record(self.interp, given, not_a_device.written(node, 0), node, st.mode):
                 return FAILED  # `.to(torch.cuda.device(0))`, `.to("gpu")`: torch raises here
         of_tensor = isinstance(recv, Obj) and recv.kind in _TENSOR_KINDS
         of_loss = isinstance(recv, Obj) and recv.kind == "loss"
-        devs, is_device = self._move_target(meth, args, kwargs, node, st, of_tensor=of_tensor, of_loss=of_loss)
+        devs, is_device = self.move_target(meth, args, kwargs, node, st, of_tensor=of_tensor, of_loss=of_loss)
         target = args[0] if args else kwargs.get("device")
         if is_device and not isinstance(target, DeviceV):  # a torch.device(...) was checked where it was made
             if self.interp.gpus.check_device(devs, node) and isinstance(recv, Obj) and recv.kind in _TENSOR_KINDS:
@@ -156,7 +167,8 @@ class Moves(Part):
                 recv.origin = MOVED_SOMEWHERE.format(meth=meth)
                 recv.at = node
             return recv
-        recv_expr = node.func.value if isinstance(node.func, cst.Attribute) else None
+        if recv_expr is None:
+            recv_expr = node.func.value if isinstance(node.func, cst.Attribute) else None
         if st.in_init and recv is st.self_obj and isinstance(recv, Obj) and recv.attrs is not None:
             # self.to(device) in __init__: everything placed so far goes there.
             for attr, v in list(recv.attrs.items()):
@@ -181,7 +193,9 @@ class Moves(Part):
             # .cpu() frees the GPUs on purpose (saving, deparallelize); it crams nothing. Under a test of
             # whether the model is split (Statements.under_split_test) the move is what the test decided.
             if devs != one("cpu") and not self.interp.stmts.under_split_test(st):
-                self.interp.recorder.record(Collapse(node=node, mode=st.mode, module=recv, devs=devs, meth=meth))
+                self.interp.recorder.record(
+                    Collapse(node=node, mode=st.mode, module=recv, devs=devs, meth=meth, owner=recv_expr)
+                )
             # What its forward does now (it may still move activations to the devices the
             # split had) is not known: calling it checks nothing and gives an unknown value.
             # The one bug is MP007's.

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 import libcst as cst
 
-from mpcheck.devices import device_loops, memo, torchapi
-from mpcheck.devices.events import DiscardedMove, LazyMove, UnenteredDeviceContext
+from mpcheck.devices import data_moves, device_loops, memo, torchapi
+from mpcheck.devices.events import BuffersLeftBehind, DiscardedMove, LazyMove, UnenteredDeviceContext
 from mpcheck.devices.gpucount import is_test_on_count
 from mpcheck.devices.moves import forget_copies
 from mpcheck.devices.names import dotted, import_bindings
@@ -32,6 +32,7 @@ from mpcheck.devices.values import (
     OFF_CHAIN,
     TIED_WEIGHT,
     UNK,
+    UNPLACED,
     Const,
     DictV,
     FuncRef,
@@ -45,6 +46,7 @@ from mpcheck.devices.values import (
     iter_elem,
     iter_items,
     known_tensor,
+    one,
     single,
     spans_of,
     with_part_replaced,
@@ -303,9 +305,43 @@ class Statements(Part):
             outer |= {id(v) for v in st.self_obj.attrs.values()}
         self.interp.loop_outer.append((outer, _assigned_names(stmt), len(self.interp.stack)))
         try:
-            return self._exec_for(stmt, st)
+            end = self._exec_for(stmt, st)
         finally:
             self.interp.loop_outer.pop()
+        loop = data_moves.data_move_loop(stmt)
+        if loop is not None:
+            self._moved_by_data(loop, end)
+        return end
+
+    def _moved_by_data(self, loop: data_moves.DataMoveLoop, end: State) -> None:
+        """`for p in model.parameters(): p.data = p.data.to(d)` moved `model` (devices/data_moves.py)."""
+        owner = self.interp.exprs.ev(loop.owner, end)
+        if not data_moves.is_module(owner):
+            return
+        meth = loop.move.func.attr.value if isinstance(loop.move.func, cst.Attribute) else "to"
+        if "buffers" in loop.kinds or data_moves.holds_buffers(owner) is False:
+            args = [self.interp.exprs.ev(a.value, end) for a in loop.move.args if a.keyword is None]
+            kwargs = {a.keyword.value: self.interp.exprs.ev(a.value, end) for a in loop.move.args if a.keyword}
+        else:
+            if (part := data_moves.buffered_part(owner)) is not None:
+                self._note_buffers_left(loop, owner, part, end)
+            meth, args, kwargs = "to", [UNK], {}  # its buffers may stay: where the module is is not known
+        self.interp.moves.move(owner, meth, args, kwargs, loop.move, end, recv_expr=loop.owner)
+
+    def _note_buffers_left(self, loop: data_moves.DataMoveLoop, owner: Val, part: Obj, st: State) -> None:
+        """The loop moved the parameters of a module that holds buffers (in `part`) to a known device, not its
+        buffers."""
+        args = [self.interp.exprs.ev(a.value, st) for a in loop.move.args if a.keyword is None]
+        kwargs = {a.keyword.value: self.interp.exprs.ev(a.value, st) for a in loop.move.args if a.keyword}
+        meth = loop.move.func.attr.value if isinstance(loop.move.func, cst.Attribute) else "to"
+        with self.interp.recorder.muted():  # the move itself reports what its target says (an index-less .cuda())
+            devs, is_device = self.interp.moves.move_target(meth, args, kwargs, loop.move, st)
+        # A module built without a device (and not placed since) has its buffers on the CPU.
+        left = part.devs if part.devs is not None else one("cpu") if part.origin == UNPLACED else None
+        if is_device and single(devs) is not None and single(left) is not None and devs != left:
+            self.interp.recorder.record(
+                BuffersLeftBehind(node=loop.move, mode=st.mode, module=part, owner=loop.owner, devs=devs, left=left)
+            )
 
     def _exec_for(self, stmt: cst.For, st: State) -> State:
         it = self.interp.exprs.ev(stmt.iter, st)

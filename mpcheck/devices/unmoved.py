@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
+from mpcheck.devices import data_moves
 from mpcheck.devices.names import dotted
 from mpcheck.devices.program import ClassInfo
 from mpcheck.devices.values import UNPLACED, DictV, Obj, SeqV, Val, is_moduleish, one
@@ -230,6 +231,9 @@ class _Uses:
             isinstance(i.item, cst.Call) and dotted(i.item.func) in ("torch.device", "device") for i in node.items
         ):
             self.other = True  # modules built under `with torch.device(...)` are placed there
+            return
+        if isinstance(node, cst.For) and (loop := data_moves.data_move_loop(node)) and dotted(loop.owner) == self.name:
+            self.other = True  # `for p in model.parameters(): p.data = p.data.to(d)` moves it
             return
         for child in children(node):
             self.walk(child)

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import libcst as cst
 
 from mpcheck.devices.describe import MODE_WORDS, move_fix, moved_tensor, origin_text, value_text, via_text
-from mpcheck.devices.events import DiscardedMove, Mismatch, PlacedTwice, SplitBuiltAfterSetDevice
+from mpcheck.devices.events import BuffersLeftBehind, DiscardedMove, Mismatch, PlacedTwice, SplitBuiltAfterSetDevice
 from mpcheck.devices.values import (
     OWN_MOVE_KEY,
     TIED_WEIGHT,
@@ -182,6 +182,26 @@ class MissingTransfer(Rule):
         for d in discarded.values():
             if id(d) not in explained and not _already_there(d):
                 yield _discarded_finding(self, ctx, d, "", None)
+        for left in once_per_node(ctx.model.facts(BuffersLeftBehind)):
+            yield _buffers_left_finding(self, ctx, left)
+
+
+def _buffers_left_finding(rule: Rule, ctx: FileContext, ev: BuffersLeftBehind) -> Finding:
+    """MP001 at a loop that moves a module's parameters through `.data` and leaves its buffers behind."""
+    there, here = single(ev.devs), single(ev.left)
+    name = ctx.code(ev.owner)
+    what = f"its {ev.module.nn_class}" + (f" `{ev.module.label}`" if ev.module.label else "")
+    return rule.finding(
+        ctx,
+        ev.node,
+        f"This loop moves the parameters of `{name}` to {show(there)}{via_text(ctx, ev.via)}, but not its buffers: "
+        f"{what} keeps its running statistics in buffers, which stay on {show(here)}, and batch norm on {show(there)} "
+        f"fails at its first call. Walk its buffers too (`itertools.chain(m.parameters(), m.buffers())`), or move "
+        f"it with `m.to(...)`.",
+        devices=[there, here],
+        modules=[name],
+        suggestion="move its buffers with its parameters",
+    )
 
 
 def _could_mend(d: DiscardedMove, there: str | None) -> bool:

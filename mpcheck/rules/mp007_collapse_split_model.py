@@ -30,7 +30,9 @@ class CollapseSplitModel(Rule):
             mod = ev.module
             call = ev.node
             recv = (
-                ctx.code(call.func.value)
+                ctx.code(ev.owner)
+                if ev.owner is not None
+                else ctx.code(call.func.value)
                 if isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)
                 else "the model"
             )

@@ -1,0 +1,172 @@
+"""Session 26: a module moved one tensor at a time through `.data` (devices/data_moves.py)."""
+
+from __future__ import annotations
+
+import textwrap
+
+import libcst as cst
+
+from mpcheck import codes
+from mpcheck.analysis import analyze
+from mpcheck.devices import data_moves
+
+ALL = frozenset(c.code for c in codes.on_face(codes.LINT))
+
+HELPER_IN_INIT = """
+import torch
+import torch.nn as nn
+
+
+def move_params_(module, device):
+    for t in module.parameters():
+        t.data = t.data.to(device)
+    return module
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(4, 4)
+        self.b = nn.Linear(4, 4)
+        move_params_(self.a, "cuda:0")
+        move_params_(self.b, "cuda:1")
+
+    def forward(self, x):
+        x = self.a(x.to("cuda:0"))
+        return self.b(BETWEEN)
+
+
+net = Net()
+y = net(torch.randn(2, 4))
+"""
+
+
+def findings(src: str):
+    r = analyze("t.py", textwrap.dedent(src), ALL, "m", {})
+    return sorted((f.line, f.code, f.message) for f in r.findings)
+
+
+def lines(src: str):
+    return [(line, code) for line, code, _ in findings(src)]
+
+
+def test_stages_placed_through_data_are_placed():
+    # Read as a loop over tensors, the stages were "never placed" (on the CPU) and the first call was reported.
+    assert findings(HELPER_IN_INIT.replace("BETWEEN", 'x.to("cuda:1")')) == []
+
+
+def test_stages_placed_through_data_still_need_their_transfers():
+    got = findings(HELPER_IN_INIT.replace("BETWEEN", "x"))
+    assert [(line, code) for line, code, _ in got] == [(22, "MP001")]
+    assert "`self.b` is on cuda:1" in got[0][2]
+
+
+MAIN = """
+import torch
+import torch.nn as nn
+
+
+class Small(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c = nn.Conv2d(3, 8, 3)
+        self.bn = nn.BatchNorm2d(8)
+
+    def forward(self, x):
+        return self.bn(self.c(x))
+
+
+small = Small()
+LOOP
+z = small(torch.randn(2, 3, 8, 8).cuda(1))
+"""
+
+
+def test_parameters_only_of_a_module_with_batch_norm_leave_its_buffers_behind():
+    got = findings(MAIN.replace("LOOP", "for name, p in small.named_parameters():\n    p.data = p.data.cuda(1)"))
+    assert [(line, code) for line, code, _ in got] == [(18, "MP001")]
+    message = got[0][2]
+    assert "moves the parameters of `small` to cuda:1" in message
+    assert "its BatchNorm2d" in message and "stay on cpu" in message
+    assert "itertools.chain(m.parameters(), m.buffers())" in message
+
+
+def test_parameters_and_buffers_move_the_module_whole():
+    loop = (
+        "import itertools\nfor t in itertools.chain(small.parameters(), small.buffers()):\n    t.data = t.data.cuda(1)"
+    )
+    assert findings(MAIN.replace("LOOP", loop)) == []
+    elsewhere = loop.replace("cuda(1)", "cuda(0)")
+    got = findings(MAIN.replace("LOOP", elsewhere))
+    assert [code for _, code, _ in got] == ["MP001"] and "`small` is on cuda:0" in got[0][2]
+
+
+def test_a_module_that_may_register_buffers_is_left_unknown():
+    # Its own register_buffer: where its buffers are after a walk of its parameters is not known, so neither
+    # is the module: no finding either way.
+    src = MAIN.replace("self.bn = nn.BatchNorm2d(8)", 'self.register_buffer("scale", torch.ones(1))')
+    src = src.replace("return self.bn(self.c(x))", "return self.c(x) * self.scale")
+    assert findings(src.replace("LOOP", "for p in small.parameters():\n    p.data = p.data.cuda(0)")) == []
+
+
+def test_a_library_module_without_buffers_is_moved_by_its_parameters():
+    src = """
+    import torch
+    import torch.nn as nn
+
+    lin = nn.Linear(4, 4)
+    with torch.no_grad():
+        for p in lin.parameters():
+            p.data = p.to("cuda:1")
+    out = lin(torch.randn(2, 4))
+    """
+    got = findings(src)
+    assert [(line, code) for line, code, _ in got] == [(9, "MP001")]
+    assert "`lin` is on cuda:1" in got[0][2]
+
+
+def test_a_split_model_collapsed_through_data_names_the_model():
+    src = """
+    import torch
+    import torch.nn as nn
+
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(4, 4).to("cuda:0")
+            self.b = nn.Linear(4, 4).to("cuda:1")
+
+        def forward(self, x):
+            return self.b(self.a(x.to("cuda:0")).to("cuda:1"))
+
+
+    net = Net()
+    for p in net.parameters():
+        p.data = p.data.to("cuda:0")
+    """
+    got = findings(src)
+    assert [(line, code) for line, code, _ in got] == [(18, "MP007")]
+    assert "moves every stage of `net`" in got[0][2]
+
+
+def _loop(code: str) -> cst.For:
+    stmt = cst.parse_statement(textwrap.dedent(code))
+    assert isinstance(stmt, cst.For)
+    return stmt
+
+
+def test_what_counts_as_a_data_move_loop():
+    found = data_moves.data_move_loop(_loop("for p in m.parameters():\n    p.data = p.data.to(d)\n"))
+    assert found is not None and found.kinds == {"parameters"} and cst.Module([]).code_for_node(found.owner) == "m"
+    both = data_moves.data_move_loop(_loop("for p in chain(m.parameters(), m.buffers()):\n    p.data = p.cuda()\n"))
+    assert both is not None and both.kinds == {"parameters", "buffers"}
+    for other in (
+        "for p in m.parameters():\n    p.data = p.data.to(p.device)\n",  # where to depends on the tensor
+        "for p in m.parameters():\n    q.data = p.data.to(d)\n",  # another tensor
+        "for p in m.parameters():\n    if p.requires_grad:\n        p.data = p.data.to(d)\n",  # not each one
+        "for p in chain(m.parameters(), n.buffers()):\n    p.data = p.data.to(d)\n",  # two modules
+        "for p in m.parameters(recurse=False):\n    p.data = p.data.to(d)\n",  # not all of them
+        "for p in m.parameters():\n    p.data = p.data.float()\n",  # no move
+    ):
+        assert data_moves.data_move_loop(_loop(other)) is None, other
