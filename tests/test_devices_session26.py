@@ -170,3 +170,39 @@ def test_what_counts_as_a_data_move_loop():
         "for p in m.parameters():\n    p.data = p.data.float()\n",  # no move
     ):
         assert data_moves.data_move_loop(_loop(other)) is None, other
+
+
+# ----------------------------------------------------------------- forward pre-hooks (devices/pre_hooks.py)
+
+HOOKED = """
+import torch
+import torch.nn as nn
+
+DEV = torch.device("cuda:1")
+
+HOOK
+
+head = nn.Linear(4, 4).to("cuda:1")
+head.register_forward_pre_hook(hook)
+out = head(torch.randn(2, 4))
+"""
+
+
+def test_a_pre_hook_that_moves_its_input_hands_it_on_moved():
+    assert findings(HOOKED.replace("HOOK", "def hook(mod, args):\n    return args[0].to(DEV)")) == []
+    assert findings(HOOKED.replace("HOOK", "def hook(mod, args):\n    return tuple(a.to(DEV) for a in args)")) == []
+
+
+def test_a_pre_hook_that_returns_none_hands_the_input_on_as_it_came():
+    got = findings(HOOKED.replace("HOOK", "def hook(mod, args):\n    print(len(args))"))
+    assert [(line, code) for line, code, _ in got] == [(12, "MP001")]
+    assert "`head` is on cuda:1" in got[0][2]
+
+
+def test_a_pre_hook_not_known_leaves_the_input_anywhere():
+    # None on one path, a moved input on the other: what forward gets is not known.
+    maybe = "def hook(mod, args):\n    if len(args) > 1:\n        return None\n    return args[0].to(DEV)"
+    assert findings(HOOKED.replace("HOOK", maybe)) == []
+    # A hook of a library: not run, the input may be anywhere.
+    src = HOOKED.replace("HOOK", "from somewhere import hook")
+    assert findings(src) == []

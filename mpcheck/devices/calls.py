@@ -13,7 +13,7 @@ from typing import Any, cast
 
 import libcst as cst
 
-from mpcheck.devices import command_line, memo, module_tree
+from mpcheck.devices import command_line, memo, module_tree, pre_hooks
 from mpcheck.devices import torchapi as T
 from mpcheck.devices.callers import note_call
 from mpcheck.devices.command_line import ParserV
@@ -216,14 +216,25 @@ class Calls(Part):
     ) -> Val:
         """Calling a module: its inputs must be where it is; the output is where it ends."""
         hooks = (mod.extra or {}).get(HOOKS_KEY, ())
-        if "register_forward_pre_hook" in hooks:
-            # A pre-hook runs first and may move or replace the inputs: where they arrive is not known.
-            args = [_somewhere(a) for a in args]
-            kwargs = {k: _somewhere(a) for k, a in kwargs.items()}
+        if pre_hooks.PRE_HOOK in hooks:
+            # A pre-hook runs first and may move or replace the inputs: what one of the file's own hands on
+            # is what forward gets (devices/pre_hooks.py); after any other, where they arrive is not known.
+            handed = pre_hooks.run(self, mod, args, kwargs, st, node) if self._pre_hooks_known(mod, hooks) else None
+            if handed is not None:
+                args, kwargs = handed
+            else:
+                args = [_somewhere(a) for a in args]
+                kwargs = {k: _somewhere(a) for k, a in kwargs.items()}
         out = self._module_call(mod, args, kwargs, st, node, exprs)
         if "register_forward_hook" in hooks:
             return _somewhere(out)  # a forward hook may move or replace the output
         return out
+
+    @staticmethod
+    def _pre_hooks_known(mod: Obj, hooks: tuple[str, ...]) -> bool:
+        """Was every pre-hook of the module registered where this interpretation saw it?"""
+        seen = (mod.extra or {}).get(pre_hooks.PRE_HOOKS_KEY, ())
+        return isinstance(seen, tuple) and len(seen) == hooks.count(pre_hooks.PRE_HOOK)
 
     def _module_call(
         self, mod: Obj, args: list[Val], kwargs: dict[str, Val], st: State, node: cst.CSTNode, exprs: ArgExprs
@@ -785,6 +796,8 @@ class Calls(Part):
         if meth in _FORWARD_HOOKS and isinstance(recv, Obj) and recv.kind in ("module", "any"):
             # Module.register_forward_(pre_)hook works in place, on every later call (module_call).
             extra = recv.extra or {}
+            if meth == pre_hooks.PRE_HOOK:
+                extra = pre_hooks.registered(extra, args, kwargs)
             recv.extra = {**extra, HOOKS_KEY: (*extra.get(HOOKS_KEY, ()), meth)}
             return UNK
         if "device_map" in kwargs:

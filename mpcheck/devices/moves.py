@@ -16,6 +16,7 @@ from mpcheck.devices import not_a_device
 from mpcheck.devices import torchapi as T
 from mpcheck.devices.events import Collapse, Crossing, HostMadeMove, IndexlessPlacement, OversizedMove, Transfer
 from mpcheck.devices.names import dotted
+from mpcheck.devices.pre_hooks import PRE_HOOKS_KEY
 from mpcheck.devices.program import ClassInfo, Part, State
 from mpcheck.devices.shared import note_move
 from mpcheck.devices.unmoved import MODULE_BASES
@@ -749,8 +750,11 @@ def moved_instance(recv: Val, devs: Devs, origin: str, node: cst.CSTNode, depth:
         out_devs=None,
         # What its forward needs is found again (Calls.input_devs); hooks registered on it stay (Module.to()
         # works in place: `module.register_forward_pre_hook(move_inputs)` then `return module.to(device)`).
-        extra={"moved_whole": True, **{k: v for k, v in (recv.extra or {}).items() if k == HOOKS_KEY}},
+        extra={"moved_whole": True, **{k: v for k, v in (recv.extra or {}).items() if k in _HOOK_KEYS}},
     )
+
+
+_HOOK_KEYS = frozenset({HOOKS_KEY, PRE_HOOKS_KEY})
 
 
 def _left_behind(recv: Obj, devs: Devs) -> str:
