@@ -330,7 +330,15 @@ class Moves(Part):
                 # Sequential on another GPU than the first one's.
                 key=(recv.devs, devs)
                 if reads_attribute
-                else (("back", devs) if _idle_back_to_gpu(recv, devs) else ("again", devs) if again_of else None),
+                else (
+                    ("back", devs)
+                    if _idle_back_to_gpu(recv, devs)
+                    else ("through", devs)
+                    if _idle_through_gpu(recv, devs)
+                    else ("again", devs)
+                    if again_of
+                    else None
+                ),
             )
             return recv.with_(
                 kind="tensor"
@@ -704,6 +712,20 @@ def _idle_back_to_gpu(v: Obj, devs: Devs) -> bool:
         and v.moved_from == devs
         and back is not None
         and back.startswith("cuda")
+    )
+
+
+def _idle_through_gpu(v: Obj, devs: Devs) -> bool:
+    """`v`, moved to a GPU and not used there, goes on to another device (MP005's detour through a GPU)."""
+    there, dst = single(v.devs), single(devs)
+    return (
+        v.moved_at is not None
+        and not v.worked
+        and there is not None
+        and there.startswith("cuda:")
+        and dst is not None
+        and dst != there
+        and v.moved_from != devs
     )
 
 

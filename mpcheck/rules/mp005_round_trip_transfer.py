@@ -24,7 +24,9 @@ class RoundTripTransfer(Rule):
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         for ev in once_per_node(
             ctx.model.facts(Transfer),
-            lambda ev: _host_detour(ev) or (_round_trip(ev) and not _starts_a_loop(ctx, ev.value.moved_at)),
+            lambda ev: (
+                _host_detour(ev) or _gpu_detour(ev) or (_round_trip(ev) and not _starts_a_loop(ctx, ev.value.moved_at))
+            ),
         ):
             v = ev.value
             home, there = single(v.moved_from), single(v.devs)  # home -> there -> home
@@ -45,6 +47,19 @@ class RoundTripTransfer(Rule):
                     f"straight to {show(dst)} and drop the copy to the CPU.",
                     devices=[home, dst],
                     suggestion=f"drop the copy to the CPU at line {first} and move the tensor straight to {dst}",
+                )
+                continue
+            if _gpu_detour(ev):
+                dst = single(ev.devs)
+                yield self.finding(
+                    ctx,
+                    ev.node,
+                    f"{name} is moved from {show(home)} to {show(there)} (line {first}) and on to {show(dst)} here"
+                    f"{via_text(ctx, ev.via)}, with nothing reading it on {show(there)} in between: it only passes "
+                    f"through, two copies where one would do. Move it once, straight to where it is used, and "
+                    f"drop the copy to {show(there)}.",
+                    devices=[home, there, dst],
+                    suggestion=f"move it once, to the device that reads it; drop the copy at line {first}",
                 )
                 continue
             yield self.finding(
@@ -89,6 +104,29 @@ def _host_detour(ev: Transfer) -> bool:
         and _gpu(before)
         and distinct(dst, before)
     )
+
+
+def _gpu_detour(ev: Transfer) -> bool:
+    """A transfer to a third device of a value that arrived idle on a GPU by a transfer (`labels.to(dev)` at each
+    stage of a pipeline, for labels only the last stage reads): it passed through that GPU for nothing."""
+    v = ev.value
+    dst, there, before = single(ev.devs), single(v.devs), single(v.moved_from)
+    # From a GPU only: a batch moved whole to the first stage's GPU, whose labels then follow the logits
+    # (`labels.to(logits.device)`), is the common way to write a training step, and the labels are small.
+    return (
+        not v.worked
+        and v.moved_at is not None
+        and _named_gpu(there)
+        and _named_gpu(before)
+        and dst is not None
+        and (dst == "cpu" or _named_gpu(dst))
+        and len({dst, there, before}) == 3
+    )
+
+
+def _named_gpu(dev: str | None) -> bool:
+    """A GPU the code names (`cuda:1`), not one that stands for a value not known (`sym:...`)."""
+    return dev is not None and dev.startswith("cuda:")
 
 
 def _gpu(dev: str) -> bool:

@@ -1,6 +1,6 @@
-"""MP005's GPU detour at run time: data copied from the host to one GPU, unused there, then on to another
-GPU unchanged is reported at the second copy (from 64 KiB); read on the first GPU, or copied straight to
-the GPU that uses it, it is not."""
+"""MP005's GPU detour at run time: data copied from the host (or a GPU) to one GPU, unused there, then on to
+another device unchanged is reported at the second copy (from 64 KiB); read on the first GPU, or copied
+straight to the GPU that uses it, it is not."""
 
 from dryrun_helpers import codes_at
 
@@ -49,3 +49,45 @@ def test_staged_on_the_gpu_that_uses_it_or_read_there_or_small_is_silent(script,
         _, (status, report, err) = _run(script, dryrun_cli, **kwargs)
         assert status == 0, err
         assert report["findings"] == [], kwargs
+
+
+PIPELINE = """
+import torch
+import torch.nn as nn
+
+DEVICES = ["cuda:0", "cuda:1", "cuda:2"]
+
+class Pipeline(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stages = nn.ModuleList(nn.Linear(64, 64).to(d) for d in DEVICES)
+
+    def forward(self, x, y):
+        for dev, stage in zip(DEVICES, self.stages):
+            x = stage(x.to(dev))
+            y = y.to(dev)  # <- hop
+        return nn.functional.mse_loss(x, y)
+
+model = Pipeline()
+for _ in range(2):
+    model(torch.randn(1024, 64), torch.randn(1024, 64)).backward()
+"""
+
+
+def test_targets_carried_through_every_stage_are_a_detour_from_the_second_gpu_on(script, dryrun_cli):
+    s = script(PIPELINE)
+    status, report, err = dryrun_cli(s, "--gpus", "3")
+    assert status == 0, err
+    # One finding per detour: host -> cuda:0 -> cuda:1 (the first hop's), cuda:0 -> cuda:1 -> cuda:2.
+    assert codes_at(report) == [("MP005", s.line("hop"))] * 2
+    by_devices = {tuple(f["devices"]): f["message"] for f in report["findings"]}
+    assert set(by_devices) == {("cpu", "cuda:0", "cuda:1"), ("cuda:0", "cuda:1", "cuda:2")}
+    message = by_devices[("cuda:0", "cuda:1", "cuda:2")]
+    assert message.startswith("GPU detour: this data (a float32 tensor of shape (1024, 64), 256 KiB) was copied ")
+    assert "one cuda:0 -> cuda:2 copy would do" in message
+    # Read on each stage (a residual target), no copy is wasted.
+    read = PIPELINE.replace("y = y.to(dev)  # <- hop", "y = y.to(dev)\n            x = x + 0 * y.sum()")
+    s = script(read)
+    status, report, err = dryrun_cli(s, "--gpus", "3")
+    assert status == 0, err
+    assert [c for c, _ in codes_at(report) if c == "MP005"] == []

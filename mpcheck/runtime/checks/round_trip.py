@@ -40,9 +40,11 @@ def _check_round_trip(
     if came_from != dst_dev:
         if src_dev == "cpu" and came_from not in NOT_GPU and dst_dev not in NOT_GPU:
             self._report_host_hop(t, came_from, dst_dev, site, module, first_site, nbytes)
-        elif came_from == "cpu" and src_dev not in NOT_GPU and dst_dev not in NOT_GPU:
+        elif src_dev not in NOT_GPU and (
+            (came_from == "cpu" and dst_dev not in NOT_GPU) or (came_from not in NOT_GPU and came_from != "cpu")
+        ):
             if id(storage) not in self._read_arrivals:  # unused where it first landed (so far: arrivals.py)
-                _report_wrong_gpu_first(self, t, src_dev, dst_dev, site, module, first_site, nbytes, id(storage))
+                _report_gpu_detour(self, t, came_from, src_dev, dst_dev, site, module, first_site, nbytes, id(storage))
         return
     made = self._allocations(dst_dev) if self._allocations is not None and src_dev == "cpu" else None
     if made is not None and ref.made is not None and ref.origin is not None and ref.origin() is None:
@@ -102,9 +104,10 @@ def _report_host_hop(
     )
 
 
-def _report_wrong_gpu_first(
+def _report_gpu_detour(
     self: Checker,
     t: Any,
+    origin: str,
     first: str,
     dst_dev: str,
     site: Site | None,
@@ -113,21 +116,23 @@ def _report_wrong_gpu_first(
     nbytes: int,
     sid: int,
 ) -> None:
-    """host -> GPU a -> GPU b, unread on a (a batch staged on the output stage's GPU, then moved to the
-    input stage's): one host -> b copy does the same. Below WASTE_MIN_BYTES both cost about their launch.
-    Taken back if the copy on a is read there later (features both stages need: arrivals._note_read)."""
+    """origin -> GPU a -> b, unread on a: one origin -> b copy does the same. From the host: a batch staged
+    on the output stage's GPU, then moved to the input stage's; from a GPU: targets carried through every
+    stage of a pipeline although only the last one reads them. Below WASTE_MIN_BYTES both cost about their
+    launch. Taken back if the copy on a is read there later (features both stages need: arrivals._note_read)."""
     if nbytes < max(self.repeat_min_bytes, WASTE_MIN_BYTES):
         return
     found = self.emit(
         "MP005",
         site,
-        f"GPU detour: this data ({tensor_words(t)}, {size_words(nbytes)}) was copied cpu -> {first} at "
-        f"{first_site}, not used there, and goes on to {dst_dev} here unchanged: two copies where one cpu -> "
+        f"GPU detour: this data ({tensor_words(t)}, {size_words(nbytes)}) was copied {origin} -> {first} at "
+        f"{first_site}, not used there, and goes on to {dst_dev} here unchanged: two copies where one {origin} -> "
         f"{dst_dev} copy would do",
-        devices=("cpu", first, dst_dev),
+        devices=(origin, first, dst_dev),
         modules=(module,) if module else (),
-        suggestion=f"copy it from the host straight to {dst_dev} at {first_site} (`.to('{dst_dev}')`); drop this copy",
+        suggestion=f"copy it from {'the host' if origin == 'cpu' else origin} straight to {dst_dev} at {first_site} "
+        f"(`.to('{dst_dev}')`); drop this copy",
         extra={"first_site": str(first_site), "first_line": first_site.line, "first_path": first_site.path},
     )
     if found is not None and found.extra.get("count") == 1:  # (once seen again, it stays: withdraw's rule)
-        self._unless_read[sid] = ("MP005", site or UNKNOWN, ("cpu", first, dst_dev))
+        self._unless_read[sid] = ("MP005", site or UNKNOWN, (origin, first, dst_dev))
