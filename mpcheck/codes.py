@@ -206,7 +206,7 @@ CODES: tuple[Code, ...] = (
         "warning",
         "A tensor made on the host from a shape alone (`torch.randn(shape)`, `torch.zeros(n)`) and moved to a GPU "
         "at once, in code that runs every step: made there with `device=`, it needs no copy.",
-        (LINT,),
+        _EVERY_FACE,
     ),
 )
 

@@ -106,7 +106,7 @@ def test_set_device_collapses_a_split_placed_with_a_bare_cuda():
 
 
 def test_tensors_made_on_the_current_device_and_moved_on_are_silent():
-    stage = Stage1(lambda x: torch.randn(x.shape).cuda().to(x.device))
+    stage = Stage1(lambda x: torch.randn(x.shape, device="cuda").to(x.device))
     with mpcheck.debug(stage, report=None) as dbg:
         stage(torch.randn(4, 64, device="cuda:1")).sum().backward()
     assert dbg.findings == []

@@ -27,6 +27,7 @@ from torch.overrides import TorchFunctionMode
 
 from mpcheck.runtime.checks.checker import Checker
 from mpcheck.runtime.checks.hook_moves import made_by_module_hook
+from mpcheck.runtime.checks.made_on_host import SHAPE_FACTORIES
 from mpcheck.runtime.checks.provenance import CONST_FACTORIES
 from mpcheck.runtime.checks.sites import called_by_torch
 
@@ -106,6 +107,8 @@ class CheckingMode(TorchFunctionMode):
         self._unmoved = checker.unmoved
         self._unmoved_records = checker.unmoved.records  # one dict for the run (purged in place)
         self._factories = frozenset(f for f in (getattr(torch, n, None) for n in CONST_FACTORIES) if f is not None)
+        # MP019's (checks/made_on_host.py): the factories that make a tensor from a shape alone, random ones too.
+        self._shape_factories = frozenset(f for f in (getattr(torch, n, None) for n in SHAPE_FACTORIES) if f)
         if stamp_nodes:
             from mpcheck.runtime.capture.strict import stamp_node
 
@@ -187,12 +190,18 @@ class CheckingMode(TorchFunctionMode):
                 else:
                     try:
                         factory = func in self._factories
+                        shaped = func in self._shape_factories
                     except TypeError:  # an unhashable callable
-                        factory = False
+                        factory = shaped = False
+                    on_host = None
                     if factory and not kwargs.get("requires_grad"):
                         self._provenance.made_by_factory(out)
-                        if dev is None and made_how is None and checker.devices.device_of(out) == "cpu":
+                        on_host = dev is None and made_how is None and checker.devices.device_of(out) == "cpu"
+                        if on_host:
                             checker.on_host_made_tensor(out, func.__name__)  # host_made.py
+                    if shaped and dev is None and made_how is None:
+                        if on_host or (on_host is None and checker.devices.device_of(out) == "cpu"):
+                            checker.note_host_made(out, func.__name__, args)  # MP019: made_on_host.py
             return out
         if kind == _SET:
             out = func(*args, **kwargs)

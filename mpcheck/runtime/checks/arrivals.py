@@ -10,6 +10,7 @@ import weakref
 from typing import TYPE_CHECKING, Any
 
 from mpcheck.runtime.checks.arguments import Args, Kwargs
+from mpcheck.runtime.checks.made_on_host import HostMade
 from mpcheck.runtime.checks.sites import Site
 
 if TYPE_CHECKING:
@@ -54,7 +55,10 @@ def note_reads(self: Checker, args: Args, kwargs: Kwargs) -> None:
                     self._note_read(hit[1])
 
 
-def _note_read(self: Checker, sid: int) -> None:
+def _note_read(self: Checker, sid: int | HostMade) -> None:
+    if isinstance(sid, HostMade):  # a factory's output on the host, read before any move (made_on_host.py)
+        sid.read = True
+        return
     self._read_arrivals.add(sid)
     if self._unless_read:
         finding = self._unless_read.pop(sid, None)

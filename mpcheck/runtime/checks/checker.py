@@ -55,6 +55,7 @@ from mpcheck.runtime.checks import (
     findings,
     host_made,
     loss_move,
+    made_on_host,
     mismatch,
     missing_device,
     module_devices,
@@ -158,7 +159,7 @@ class Checker:
         # id(tensor) of each arrived tensor (and of its views) -> (weak ref to it, id(its storage)), until
         # an op reads it (arrivals.py); the storages read where they arrived: their move back is no round
         # trip (MP005: work was done there).
-        self.arrived_objects: dict[int, tuple[weakref.ref[Any], int]] = {}
+        self.arrived_objects: dict[int, tuple[weakref.ref[Any], Any]] = {}  # an int, or made_on_host.HostMade
         self._read_arrivals: set[int] = set()
         # Findings that say a copy was not needed where it arrived (MP005's GPU detour), by the storage of
         # that arrival: a later read of it there takes the finding back (arrivals._note_read)
@@ -166,6 +167,8 @@ class Checker:
         # MP005 round trips reported once, by their line and way (path, line, src, dst): the same line moving
         # data made where it comes from takes one back (round_trip._needed_here); a membership test per transfer
         self._round_trips_once: dict[tuple[str, int, str, str], Any] = {}
+        # MP019: how often each line moved a tensor made there on the host, by (path, line, device) (made_on_host.py)
+        self._host_made_moves: dict[tuple[str, int, str], int] = {}
         # How many storages a device has made so far (Devices.allocations, where the face counts them: the
         # virtual GPUs), for MP005's offloads (round_trip.py).
         self._allocations: Callable[[str], int | None] | None = getattr(devices, "allocations", None)
@@ -293,6 +296,8 @@ class Checker:
 
     on_current_device_tensor = current_device.on_current_device_tensor
     on_host_made_tensor = host_made.on_host_made_tensor
+    note_host_made = made_on_host.note_host_made
+    on_host_made_move = made_on_host.on_host_made_move
     _running_module = current_device._running_module
     on_module_built = current_device.on_module_built
     on_root_call = current_device.on_root_call

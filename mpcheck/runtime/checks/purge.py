@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from mpcheck.runtime.checks.made_on_host import HostMade
+
 if TYPE_CHECKING:
     from mpcheck.runtime.checks.checker import Checker
 
@@ -22,6 +24,10 @@ def _purge(self: Checker) -> None:
         for k in [k for k, v in table.items() if v[0].ref() is None]:
             del table[k]
     live = self._arrivals
-    self.arrived_objects = {k: e for k, e in self.arrived_objects.items() if e[1] in live and e[0]() is not None}
+    self.arrived_objects = {
+        k: e
+        for k, e in self.arrived_objects.items()
+        if e[0]() is not None and (e[1] in live or type(e[1]) is HostMade)  # (made_on_host.py)
+    }
     self._read_arrivals &= live.keys()
     self._purge_at = max(PURGE_AT, 2 * max(len(self._moves), len(live), len(self.arrived_objects)))

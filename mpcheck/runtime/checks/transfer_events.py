@@ -57,6 +57,8 @@ def on_transfer(
             self.end_top_pass()
         return
     with self._lock:
+        if self.arrived_objects:
+            self.on_host_made_move(src_tensor, src_dev, dst_dev, site)  # MP019
         self._check_round_trip(src_tensor, src_dev, dst_dev, site, module_path, nbytes)
         self._check_expanded(src_tensor, src_dev, dst_dev, site, module_path, nbytes)
         if nbytes >= self.repeat_min_bytes:  # a smaller copy costs about its launch: see REPEAT_MIN_BYTES

@@ -9,7 +9,7 @@ class Stage(nn.Module):
         self.lin = nn.Linear(d, d)
 
     def forward(self, x):
-        pos = torch.arange(x.shape[1]).cuda()  # <- MP004
+        pos = torch.arange(x.shape[1]).cuda()  # <- MP004 MP019
         return self.lin(x) + pos[None, :, None].float()
 
 
