@@ -106,23 +106,72 @@ def top_bindings(source: str) -> dict[str, str]:
     module-level function, those lines of its body. An importer of a class that places its parts
     (`self.b = nn.Linear(4, 4).to("cuda:1")`) gets devices from it without naming one itself:
     `Net()(torch.randn(2, 4))` is an input left on the CPU."""
-    places = _may_place(source)  # most modules place nothing: their functions are not read
-    # A class that places its parts by a device table of its module (`for name, dev in PLACEMENT.items():`
-    # `getattr(self, name).to(dev)`) names no device itself: its lines that read such a table count too.
-    tables = _device_tables(source) if places else None
-    out = {
-        m.group(1): _joined(
-            _class_constants(m.group(2)),
-            _placing_lines(m.group(2)) + _lines_naming(m.group(2), tables) if places else "",
+    bindings = TopBindings(source)
+    return {name: side for name in bindings.names() if (side := bindings.get(name)) is not None}
+
+
+class TopBindings:
+    """top_bindings(source), read one name at a time: an importer looks up a few names of a module, and
+    reading every class's constants and placing lines of the ~100 modules torch's `_inductor/ir.py`
+    imports cost more than its own parse."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self._got: dict[str, str | None] = {}
+        # name -> its definitions' bodies, in order (made at the first look-up)
+        self._classes: dict[str, list[str]] | None = None
+        self._defs: dict[str, list[str]] = {}
+        self._assigned: dict[str, str] = {}
+        self._places = False
+        self._tables: re.Pattern[str] | None = None
+
+    def names(self) -> list[str]:
+        self._index()
+        assert self._classes is not None
+        return list(dict.fromkeys([*self._classes, *self._defs, *self._assigned]))
+
+    def get(self, name: str) -> str | None:
+        got = self._got.get(name, _UNSET)
+        if got is _UNSET:
+            got = self._got[name] = self._side(name)
+        return got  # type: ignore[return-value]
+
+    def _index(self) -> None:
+        if self._classes is not None:
+            return
+        source = self.source
+        self._places = _may_place(source)  # most modules place nothing: their functions are not read
+        # A class that places its parts by a device table of its module (`for name, dev in PLACEMENT.items():`
+        # `getattr(self, name).to(dev)`) names no device itself: its lines that read such a table count too.
+        self._tables = _device_tables(source) if self._places else None
+        classes: dict[str, list[str]] = {}
+        for m in _TOP_CLASS.finditer(source):
+            classes.setdefault(m.group(1), []).append(m.group(2))
+        self._classes = classes
+        for m in _TOP_DEF.finditer(source) if self._places else ():
+            self._defs.setdefault(m.group(1), []).append(m.group(2))
+        self._assigned = {m.group(1): m.group(2) for m in _TOP_BINDING.finditer(source)}
+
+    def _side(self, name: str) -> str | None:
+        self._index()
+        assert self._classes is not None
+        if name in self._assigned:  # an assignment wins over a definition of the same name
+            return self._assigned[name]
+        for body in reversed(self._defs.get(name, ())):  # the last function of that name that places
+            placing = _placing_lines(body)
+            if placing:
+                return placing
+        bodies = self._classes.get(name)
+        if not bodies:
+            return None
+        body = bodies[-1]
+        return _joined(
+            _class_constants(body),
+            _placing_lines(body) + _lines_naming(body, self._tables) if self._places else "",
         )
-        for m in _TOP_CLASS.finditer(source)
-    }
-    for m in _TOP_DEF.finditer(source) if places else ():
-        placing = _placing_lines(m.group(2))
-        if placing:
-            out[m.group(1)] = placing
-    out.update((m.group(1), m.group(2)) for m in _TOP_BINDING.finditer(source))
-    return out
+
+
+_UNSET = object()
 
 
 # A short helper that moves what it is given (`return [t.to(device) for t in batch]`): the device its

@@ -332,7 +332,7 @@ class _Project:
         self._sides: dict[tuple[str, str], list[str]] = {}  # _device_sides
         self._holds: dict[tuple[str, frozenset[str]], bool] = {}  # _holds_any
         self._attributes: dict[str, tuple[list[str], frozenset[str]]] = {}  # attribute_targets
-        self._top: dict[str, dict[str, str]] = {}  # module-level bindings of a module (borrowed)
+        self._top: dict[str, modules.TopBindings | None] = {}  # module-level bindings of a module (borrowed)
         self._constants: dict[str, dict[str, tuple[str, tuple[str, ...]]]] = {}  # constants_imported
         for abspath, text in (overrides or {}).items():  # files as --diff would leave them
             self._text[abspath] = text
@@ -433,14 +433,14 @@ class _Project:
         key = (abspath, name)
         got = self._sides.get(key)
         if got is None:
-            side = self._bindings(abspath).get(name)
+            side = self._binding(abspath, name)
             if side is None:
                 got = []
             elif _NAMES_A_DEVICE.search(side) is not None:
                 got = [side]
             else:
                 words = sorted(set(_WORD.findall(side)) - {name})
-                named = [self._bindings(abspath)[w] for w in words if self.names_a_device(abspath, w)]
+                named = [self._binding(abspath, w) or "" for w in words if self.names_a_device(abspath, w)]
                 got = [side, *named] if named else []
             self._sides[key] = got
         return got
@@ -472,7 +472,7 @@ class _Project:
         """Does the module bind `name` at its top level by an assignment, or a class, whose text names a
         device? With `through`, also one whose text names such a name of the module, that many steps away
         (`LAST = GPUS[-1]` under `GPUS = [torch.device(f"cuda:{i}") for i in ...]`)."""
-        side = self._bindings(abspath).get(name)
+        side = self._binding(abspath, name)
         if side is None:
             return False
         if _NAMES_A_DEVICE.search(side) is not None:
@@ -481,14 +481,15 @@ class _Project:
             self.names_a_device(abspath, word, through - 1) for word in set(_WORD.findall(side)) - {name}
         )
 
-    def _bindings(self, abspath: str) -> dict[str, str]:
-        got = self._top.get(abspath)
-        if got is None:
+    def _binding(self, abspath: str, name: str) -> str | None:
+        """modules.top_bindings(text of the module).get(name), read for that name only."""
+        if abspath not in self._top:
             text = self.text(abspath) or ""
             # Every _NAMES_A_DEVICE pattern holds one of these: a module without them names no device anywhere.
             names = "cuda" in text or "device(" in text or ".to(" in text
-            got = self._top[abspath] = modules.top_bindings(text) if names else {}
-        return got
+            self._top[abspath] = modules.TopBindings(text) if names else None
+        bindings = self._top[abspath]
+        return bindings.get(name) if bindings is not None else None
 
     def worth_summarising(self, abspath: str) -> bool:
         """The pre-filter's verdict on an imported module's text, taken once per module."""
