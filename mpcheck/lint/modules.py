@@ -69,16 +69,6 @@ _TOP_BINDING = re.compile(
 )
 
 
-def binds_by_assignment(source: str, name: str) -> bool:
-    """Does `source` bind `name` at its top level by an assignment (a constant, as top_bindings reads one)?"""
-    return name in _assigned_names(source)
-
-
-@lru_cache(maxsize=256)
-def _assigned_names(source: str) -> frozenset[str]:
-    return frozenset(m.group(1) for m in _TOP_BINDING.finditer(source))
-
-
 # A module-level class and its indented body: `class C:` then `    device = "cuda:1"`.
 _TOP_CLASS = re.compile(r"^class[ \t]+([A-Za-z_]\w*)[^\n]*\n((?:[ \t]+[^\n]*\n|[ \t]*\n)*)", re.M)
 
@@ -113,28 +103,39 @@ def top_bindings(source: str) -> dict[str, str]:
 class TopBindings:
     """top_bindings(source), read one name at a time: an importer looks up a few names of a module, and
     reading every class's constants and placing lines of the ~100 modules torch's `_inductor/ir.py`
-    imports cost more than its own parse."""
+    imports cost more than its own parse. A name bound by an assignment needs only the assignments;
+    one that no `class` or `def` line names needs nothing more either."""
 
     def __init__(self, source: str) -> None:
         self.source = source
         self._got: dict[str, str | None] = {}
-        # name -> its definitions' bodies, in order (made at the first look-up)
+        self._assigned: dict[str, str] | None = None
+        self._defined: frozenset[str] | None = None  # every name a top-level class or def line may bind
+        # name -> its definitions' bodies, in order (made at the first look-up of a defined name)
         self._classes: dict[str, list[str]] | None = None
         self._defs: dict[str, list[str]] = {}
-        self._assigned: dict[str, str] = {}
         self._places = False
         self._tables: re.Pattern[str] | None = None
 
     def names(self) -> list[str]:
         self._index()
         assert self._classes is not None
-        return list(dict.fromkeys([*self._classes, *self._defs, *self._assigned]))
+        return list(dict.fromkeys([*self._classes, *self._defs, *self._assignments()]))
 
     def get(self, name: str) -> str | None:
         got = self._got.get(name, _UNSET)
         if got is _UNSET:
             got = self._got[name] = self._side(name)
         return got  # type: ignore[return-value]
+
+    def assigns(self, name: str) -> bool:
+        """Is `name` bound by a top-level assignment (a constant, not a class)?"""
+        return name in self._assignments()
+
+    def _assignments(self) -> dict[str, str]:
+        if self._assigned is None:
+            self._assigned = {m.group(1): m.group(2) for m in _TOP_BINDING.finditer(self.source)}
+        return self._assigned
 
     def _index(self) -> None:
         if self._classes is not None:
@@ -150,13 +151,17 @@ class TopBindings:
         self._classes = classes
         for m in _TOP_DEF.finditer(source) if self._places else ():
             self._defs.setdefault(m.group(1), []).append(m.group(2))
-        self._assigned = {m.group(1): m.group(2) for m in _TOP_BINDING.finditer(source)}
 
     def _side(self, name: str) -> str | None:
+        assigned = self._assignments()
+        if name in assigned:  # an assignment wins over a definition of the same name
+            return assigned[name]
+        if self._defined is None:
+            self._defined = frozenset(_DEFINED.findall(self.source))
+        if name not in self._defined:
+            return None
         self._index()
         assert self._classes is not None
-        if name in self._assigned:  # an assignment wins over a definition of the same name
-            return self._assigned[name]
         for body in reversed(self._defs.get(name, ())):  # the last function of that name that places
             placing = _placing_lines(body)
             if placing:
@@ -171,6 +176,8 @@ class TopBindings:
         )
 
 
+# The names top-level `class` and `def` lines may bind (more than _TOP_CLASS and _TOP_DEF match, never fewer).
+_DEFINED = re.compile(r"^(?:class|(?:async[ \t]+)?def)[ \t]+([A-Za-z_]\w*)", re.M)
 _UNSET = object()
 
 
@@ -186,25 +193,38 @@ def moves_by_argument(source: str, name: str) -> bool:
     module-level class whose body acts on what its constructor is given?"""
     if ".to(" not in source and ".cuda(" not in source and "device" not in source and "self." not in source:
         return False
-    return name in _moving_definitions(source)
+    return _moving_definition(source, name)
+
+
+@lru_cache(maxsize=4096)
+def _moving_definition(source: str, name: str) -> bool:
+    """moves_by_argument's answer, from the definitions of `name` only (an importer asks about a few names of
+    a module: scanning every definition of torch's imported modules was 3% of linting `_inductor/ir.py`)."""
+    if name not in _defined_names(source):
+        return False
+    defs = [m for m in _named_def(name).finditer(source) if m.group(1) == name]
+    if defs:
+        return any(len(m.group(0)) <= _SHORT_DEF and _MOVES.search(m.group(2)) is not None for m in defs)
+    # A class that acts on what it is built with (`self.model = model.cuda()`, `next(model.parameters()).device`):
+    # the importer that builds it with a split model has its __init__ and methods run with it (devices/callers.py).
+    return any(m.group(1) == name and _acts_on_argument(m.group(2)) for m in _named_class(name).finditer(source))
 
 
 @lru_cache(maxsize=256)
-def _moving_definitions(source: str) -> frozenset[str]:
-    """The names moves_by_argument says yes to, for one module's text: its definitions are scanned
-    once, not once per name an importer looks up (torch: 1.7% of a run's CPU)."""
-    out = {
-        m.group(1)
-        for m in _TOP_DEF.finditer(source)
-        if len(m.group(0)) <= _SHORT_DEF and _MOVES.search(m.group(2)) is not None
-    }
-    defs = {m.group(1) for m in _TOP_DEF.finditer(source)}
-    # A class that acts on what it is built with (`self.model = model.cuda()`, `next(model.parameters()).device`):
-    # the importer that builds it with a split model has its __init__ and methods run with it (devices/callers.py).
-    out.update(
-        m.group(1) for m in _TOP_CLASS.finditer(source) if m.group(1) not in defs and _acts_on_argument(m.group(2))
-    )
-    return frozenset(out)
+def _defined_names(source: str) -> frozenset[str]:
+    return frozenset(_DEFINED.findall(source))
+
+
+@lru_cache(maxsize=1024)
+def _named_def(name: str) -> re.Pattern[str]:
+    """_TOP_DEF for the definitions of `name` only."""
+    return re.compile(_TOP_DEF.pattern.replace(r"([A-Za-z_]\w*)", f"({re.escape(name)})(?!\\w)", 1), re.M)
+
+
+@lru_cache(maxsize=1024)
+def _named_class(name: str) -> re.Pattern[str]:
+    """_TOP_CLASS for the classes of `name` only."""
+    return re.compile(_TOP_CLASS.pattern.replace(r"([A-Za-z_]\w*)", f"({re.escape(name)})(?!\\w)", 1), re.M)
 
 
 _INIT = re.compile(r"def[ \t]+__init__[ \t]*\(([^)]*)\)")

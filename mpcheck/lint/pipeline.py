@@ -461,9 +461,9 @@ class _Project:
             for target in [*targets, *whole]:
                 module, _, name = target.rpartition(".")
                 path = modules.resolve(module, roots) if module else None
-                if path is None or path == abspath or not self.names_a_device(path, name, through=2):
-                    continue
-                if modules.binds_by_assignment(self.text(path) or "", name):  # a constant, not a class
+                if path is None or path == abspath or not self.assigns(path, name):
+                    continue  # (a constant, not a class: asked first, it is the cheaper question)
+                if self.names_a_device(path, name, through=2):
                     found.setdefault(path, (module, set()))[1].add(name)
             got = self._constants[abspath] = {p: (m, tuple(sorted(n))) for p, (m, n) in sorted(found.items())}
         return got
@@ -483,13 +483,22 @@ class _Project:
 
     def _binding(self, abspath: str, name: str) -> str | None:
         """modules.top_bindings(text of the module).get(name), read for that name only."""
+        bindings = self._top_bindings(abspath)
+        return bindings.get(name) if bindings is not None else None
+
+    def assigns(self, abspath: str, name: str) -> bool:
+        """Does a module that may name a device bind `name` at its top level by an assignment?"""
+        bindings = self._top_bindings(abspath)
+        return bindings is not None and bindings.assigns(name)
+
+    def _top_bindings(self, abspath: str) -> modules.TopBindings | None:
+        """The module's TopBindings; None for one that names no device anywhere."""
         if abspath not in self._top:
             text = self.text(abspath) or ""
             # Every _NAMES_A_DEVICE pattern holds one of these: a module without them names no device anywhere.
             names = "cuda" in text or "device(" in text or ".to(" in text
             self._top[abspath] = modules.TopBindings(text) if names else None
-        bindings = self._top[abspath]
-        return bindings.get(name) if bindings is not None else None
+        return self._top[abspath]
 
     def worth_summarising(self, abspath: str) -> bool:
         """The pre-filter's verdict on an imported module's text, taken once per module."""
