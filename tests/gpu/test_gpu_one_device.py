@@ -1,7 +1,8 @@
 """The debug mode on one real GPU (the host is the second device): what needs no second GPU. A sparse
 tensor's transfer (its layout has no strides: the transfer's bookkeeping once raised inside the user's
 `.to`), weights swapped in by torch.func.functional_call or replaced by assignment after a call, a slice
-of a GPU tensor assigned from the host. tests/dryrun runs the same programs on virtual GPUs.
+of a GPU tensor assigned from the host, noise made on the host and copied at once every step (MP019).
+tests/dryrun runs the same programs on virtual GPUs.
 
 Skipped without a CUDA device (CI has none)."""
 
@@ -88,3 +89,22 @@ def test_a_broadcast_view_moved_to_the_gpu_is_mp016_at_its_line_and_the_numbers_
     (f,) = dbg.findings
     assert (f.code, f.line, f.devices) == ("MP016", line_of(program, "<- expanded"), ("cpu", "cuda:0"))
     assert f.extra["bytes_saved"] == 7 * 64 * 1024
+
+
+# MP019: a tensor made on the host and copied at once, every step -------------------------------------------
+def _noise(on_host: bool):
+    a = nn.Linear(256, 256).to("cuda:0")
+    with mpcheck.debug(report=None) as dbg:
+        for _ in range(2):
+            x0 = torch.randn(128, 256, device="cuda:0")
+            if on_host:
+                noise = torch.randn(x0.shape).to(x0.device)  # host
+            else:
+                noise = torch.randn_like(x0)
+            nn.functional.mse_loss(a(x0 + noise), noise).backward()
+    return dbg
+
+
+def test_noise_made_on_the_host_and_copied_every_step():
+    assert [(f.code, f.line) for f in _noise(True).findings] == [("MP019", line_of(_noise, "# host"))]
+    assert _noise(False).findings == []
