@@ -206,3 +206,34 @@ def test_a_pre_hook_not_known_leaves_the_input_anywhere():
     # A hook of a library: not run, the input may be anywhere.
     src = HOOKED.replace("HOOK", "from somewhere import hook")
     assert findings(src) == []
+
+
+# ----------------------------------------------------------------- MP005: a copy that passes through a GPU
+
+
+def test_a_copy_made_by_another_line_and_read_later_is_no_detour():
+    # The draft's proposal goes to the target's output GPU, the target's forward sends it to its first stage,
+    # and the proposal is compared there afterwards: the copy to cuda:1 was needed.
+    src = """
+    import torch
+    import torch.nn as nn
+
+
+    class Target(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Embedding(50, 8).to("cuda:0")
+            self.b = nn.Linear(8, 50).to("cuda:1")
+
+        def forward(self, ids):
+            return self.b(self.a(ids.to("cuda:0")).to("cuda:1"))
+
+
+    target = Target()
+    draft = nn.Embedding(50, 50).to("cuda:2")
+    seq = torch.randint(0, 50, (2, 6)).to("cuda:2")
+    proposal = draft(seq).argmax(-1).to("cuda:1")
+    preds = target(proposal).argmax(-1)
+    agree = (preds == proposal).all()
+    """
+    assert [code for _, code, _ in findings(src)] == []

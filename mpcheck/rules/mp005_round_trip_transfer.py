@@ -107,15 +107,18 @@ def _host_detour(ev: Transfer) -> bool:
 
 
 def _gpu_detour(ev: Transfer) -> bool:
-    """A transfer to a third device of a value that arrived idle on a GPU by a transfer (`labels.to(dev)` at each
-    stage of a pipeline, for labels only the last stage reads): it passed through that GPU for nothing."""
+    """A transfer to a third device of a value that arrived idle on a GPU by the same transfer, a pass of a loop
+    earlier (`labels = labels.to(dev)` at each stage of a pipeline, for labels only the last stage reads): it
+    passed through that GPU for nothing. Only by the same line: a copy made by another line may be read after
+    this one (`proposal = draft(...).to(d1)`, sent on by the target's forward, then compared on d1), and then
+    it was needed."""
     v = ev.value
     dst, there, before = single(ev.devs), single(v.devs), single(v.moved_from)
     # From a GPU only: a batch moved whole to the first stage's GPU, whose labels then follow the logits
     # (`labels.to(logits.device)`), is the common way to write a training step, and the labels are small.
     return (
         not v.worked
-        and v.moved_at is not None
+        and v.moved_at is ev.node
         and _named_gpu(there)
         and _named_gpu(before)
         and dst is not None
