@@ -326,6 +326,16 @@ class BuffersLeftBehind(Fact):
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
+class ModuleMovedInForward(Fact):
+    """A module of the instance (`owner`, `self.cond`) moved to `devs` by `node` while a forward runs (or a
+    method it calls): recorded once per target device, so that one line moving it to two devices in turn
+    (called for each stage) shows as two facts at one node."""
+
+    devs: Devs
+    owner: cst.BaseExpression
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
 class UnusedLoopDevice(Fact):
     """A loop (`node`) over `devices` in an __init__ that never reads its target `name`: the `count`
     modules it built (of the classes `built`) all ended on `landed` (device_loops.py)."""

@@ -14,7 +14,15 @@ import libcst as cst
 
 from mpcheck.devices import not_a_device
 from mpcheck.devices import torchapi as T
-from mpcheck.devices.events import Collapse, Crossing, HostMadeMove, IndexlessPlacement, OversizedMove, Transfer
+from mpcheck.devices.events import (
+    Collapse,
+    Crossing,
+    HostMadeMove,
+    IndexlessPlacement,
+    ModuleMovedInForward,
+    OversizedMove,
+    Transfer,
+)
 from mpcheck.devices.names import dotted
 from mpcheck.devices.pre_hooks import PRE_HOOKS_KEY
 from mpcheck.devices.program import ClassInfo, Part, State
@@ -189,6 +197,10 @@ class Moves(Part):
             return recv
         if st.in_init:
             note_move(self.interp, recv, devs, node, st)
+        elif recv_expr is not None and _self_part(recv_expr) and _a_module(recv) and self.in_forward():
+            self.interp.recorder.record(
+                ModuleMovedInForward(node=node, mode=st.mode, devs=devs, owner=recv_expr), key=devs
+            )
         if is_splitish(recv) and not (isinstance(recv, Obj) and (recv.extra or {}).get("deep_copy")):
             st.scope.split_seen = True
             # .cpu() frees the GPUs on purpose (saving, deparallelize); it crams nothing. Under a test of
@@ -713,6 +725,20 @@ def _idle_back_to_gpu(v: Obj, devs: Devs) -> bool:
         and back is not None
         and back.startswith("cuda")
     )
+
+
+def _a_module(v: Val) -> bool:
+    """A module or a container of modules (not a parameter or a buffer: their copies are MP011's own)."""
+    return (isinstance(v, Obj) and v.kind == "module") or (isinstance(v, (SeqV, DictV)) and v.module)
+
+
+def _self_part(expr: cst.BaseExpression | None) -> bool:
+    """`self.cond`, `self.blocks[0]`: a part of the instance whose method runs."""
+    while isinstance(expr, (cst.Attribute, cst.Subscript)):
+        if isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name) and expr.value.value == "self":
+            return True
+        expr = expr.value
+    return False
 
 
 def _idle_through_gpu(v: Obj, devs: Devs) -> bool:

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import libcst as cst
 
 from mpcheck.codes import REPEAT_MIN_BYTES
-from mpcheck.devices.events import Transfer
+from mpcheck.devices.events import ModuleMovedInForward, Transfer
 from mpcheck.devices.names import a_number
 from mpcheck.devices.values import conflict, device_literal, show, single
 from mpcheck.devices.walk import walk
@@ -24,6 +24,7 @@ class RepeatedTransfer(Rule):
     needs = FLOW_WORDS
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
+        yield from _modules_moved_in_turn(self, ctx)
         for ev in once_per_node(ctx.model.facts(Transfer), lambda ev: bool(repeated(ev))):
             how = repeated(ev)
             if how == "again":
@@ -225,3 +226,31 @@ def _dtype_size(call: cst.Call) -> int | None:
         name = dtype.attr.value if isinstance(dtype, cst.Attribute) else ""
         size = _ITEMSIZE.get(name, _WIDEST)
     return size
+
+
+def _modules_moved_in_turn(rule: Rule, ctx: FileContext) -> Iterator[Finding]:
+    """A line in the forward pass that moves a module of the instance to one GPU and then to another (a shared
+    part moved next to each stage that asks for it): every forward copies its weights to and fro."""
+    targets: dict[int, tuple[cst.CSTNode, cst.BaseExpression, list[str]]] = {}
+    for ev in ctx.model.facts(ModuleMovedInForward):
+        dev = single(ev.devs)
+        if dev is None or not dev.startswith("cuda:"):
+            continue
+        _, _, devs = targets.setdefault(id(ev.node), (ev.node, ev.owner, []))
+        if dev not in devs:
+            devs.append(dev)
+    for node, owner, devs in targets.values():
+        if len(devs) < 2:
+            continue
+        name = ctx.code(owner)
+        yield rule.finding(
+            ctx,
+            node,
+            f"`{ctx.code(node)}` moves the module `{name}` to {' and to '.join(map(show, devs))} in turn, inside the "
+            f"forward pass: every forward copies all its weights over the link, once per move. Keep `{name}` on "
+            f"one device, and move its input there and its output back instead (activations are usually far "
+            f"smaller than weights).",
+            devices=devs,
+            modules=[name],
+            suggestion=f"leave `{name}` where it is; move what it takes and gives",
+        )
