@@ -10,9 +10,9 @@ would leave `model` where it was, and its first call would look like one on a mo
 
 - over its parameters and its buffers (`itertools.chain(m.parameters(), m.buffers())`,
   or a module that holds no buffer), it is `model.to(...)` with the loop's arguments;
-- over its parameters only, of a module that may hold a buffer, where its buffers are
-  is not known (one that certainly holds one, a BatchNorm's running statistics, is
-  left behind: `buffers_left`).
+- over its parameters only, of a module that may hold a buffer, where the module is
+  is not known; the buffers of a BatchNorm in it certainly stay where they were, and
+  its first call fails (MP001, events.BuffersLeftBehind).
 
 Only a loop whose body assigns `p.data` unconditionally, from a move of `p` or
 `p.data` whose arguments do not depend on `p`, is read so.
@@ -26,7 +26,7 @@ import libcst as cst
 
 from mpcheck.devices import unmoved  # (a module: unmoved.py asks this one about loops in turn)
 from mpcheck.devices.names import dotted
-from mpcheck.devices.values import DictV, Obj, SeqV, Val
+from mpcheck.devices.values import DictV, Obj, SeqV, Val, is_module
 from mpcheck.devices.walk import walk
 
 _MOVES = frozenset({"to", "cuda", "cpu"})
@@ -176,10 +176,6 @@ def buffered_part(v: Val, depth: int = 0) -> Obj | None:
         if (found := buffered_part(part, depth + 1)) is not None:
             return found
     return None
-
-
-def is_module(v: Val) -> bool:
-    return (isinstance(v, Obj) and v.kind == "module") or (isinstance(v, (SeqV, DictV)) and v.module)
 
 
 def _registers_buffers(cls: object) -> bool | None:

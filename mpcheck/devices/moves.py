@@ -50,6 +50,7 @@ from mpcheck.devices.values import (
     as_device,
     conflict,
     failed,
+    is_module,
     is_splitish,
     one,
     show,
@@ -197,7 +198,7 @@ class Moves(Part):
             return recv
         if st.in_init:
             note_move(self.interp, recv, devs, node, st)
-        elif recv_expr is not None and _self_part(recv_expr) and _a_module(recv) and self.in_forward():
+        elif recv_expr is not None and _self_part(recv_expr) and is_module(recv) and self.in_forward():
             self.interp.recorder.record(
                 ModuleMovedInForward(node=node, mode=st.mode, devs=devs, owner=recv_expr), key=devs
             )
@@ -346,7 +347,7 @@ class Moves(Part):
                     ("back", devs)
                     if _idle_back_to_gpu(recv, devs)
                     else ("through", devs)
-                    if _idle_through_gpu(recv, devs)
+                    if _idle_through_gpu(recv, devs, node)
                     else ("again", devs)
                     if again_of
                     else None
@@ -727,11 +728,6 @@ def _idle_back_to_gpu(v: Obj, devs: Devs) -> bool:
     )
 
 
-def _a_module(v: Val) -> bool:
-    """A module or a container of modules (not a parameter or a buffer: their copies are MP011's own)."""
-    return (isinstance(v, Obj) and v.kind == "module") or (isinstance(v, (SeqV, DictV)) and v.module)
-
-
 def _self_part(expr: cst.BaseExpression | None) -> bool:
     """`self.cond`, `self.blocks[0]`: a part of the instance whose method runs."""
     while isinstance(expr, (cst.Attribute, cst.Subscript)):
@@ -741,11 +737,12 @@ def _self_part(expr: cst.BaseExpression | None) -> bool:
     return False
 
 
-def _idle_through_gpu(v: Obj, devs: Devs) -> bool:
-    """`v`, moved to a GPU and not used there, goes on to another device (MP005's detour through a GPU)."""
+def _idle_through_gpu(v: Obj, devs: Devs, node: cst.CSTNode) -> bool:
+    """`v`, moved to a GPU by this same line a pass earlier and not used there, goes on to another device
+    (MP005's detour through a GPU)."""
     there, dst = single(v.devs), single(devs)
     return (
-        v.moved_at is not None
+        v.moved_at is node
         and not v.worked
         and there is not None
         and there.startswith("cuda:")

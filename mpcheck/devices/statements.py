@@ -34,6 +34,7 @@ from mpcheck.devices.values import (
     UNK,
     UNPLACED,
     Const,
+    Devs,
     DictV,
     FuncRef,
     Obj,
@@ -42,6 +43,7 @@ from mpcheck.devices.values import (
     Val,
     as_device,
     both_cuda,
+    is_module,
     is_probe,
     iter_elem,
     iter_items,
@@ -316,29 +318,26 @@ class Statements(Part):
     def _moved_by_data(self, loop: data_moves.DataMoveLoop, end: State) -> None:
         """`for p in model.parameters(): p.data = p.data.to(d)` moved `model` (devices/data_moves.py)."""
         owner = self.interp.exprs.ev(loop.owner, end)
-        if not data_moves.is_module(owner):
+        if not is_module(owner):
             return
         meth = loop.move.func.attr.value if isinstance(loop.move.func, cst.Attribute) else "to"
-        if "buffers" in loop.kinds or data_moves.holds_buffers(owner) is False:
-            args = [self.interp.exprs.ev(a.value, end) for a in loop.move.args if a.keyword is None]
-            kwargs = {a.keyword.value: self.interp.exprs.ev(a.value, end) for a in loop.move.args if a.keyword}
-        else:
-            if (part := data_moves.buffered_part(owner)) is not None:
-                self._note_buffers_left(loop, owner, part, end)
-            meth, args, kwargs = "to", [UNK], {}  # its buffers may stay: where the module is is not known
+        args = [self.interp.exprs.ev(a.value, end) for a in loop.move.args if a.keyword is None]
+        kwargs = {a.keyword.value: self.interp.exprs.ev(a.value, end) for a in loop.move.args if a.keyword}
+        if "buffers" not in loop.kinds and data_moves.holds_buffers(owner) is not False:
+            # Its parameters move, its buffers may stay: where the module is is not known, and a BatchNorm's
+            # statistics certainly stay (MP001).
+            devs, is_device = self.interp.moves.move_target(meth, args, kwargs, loop.move, end)
+            part = data_moves.buffered_part(owner)
+            if part is not None and is_device:
+                self._note_buffers_left(loop, part, devs, end)
+            meth, args, kwargs = "to", [UNK], {}
         self.interp.moves.move(owner, meth, args, kwargs, loop.move, end, recv_expr=loop.owner)
 
-    def _note_buffers_left(self, loop: data_moves.DataMoveLoop, owner: Val, part: Obj, st: State) -> None:
-        """The loop moved the parameters of a module that holds buffers (in `part`) to a known device, not its
-        buffers."""
-        args = [self.interp.exprs.ev(a.value, st) for a in loop.move.args if a.keyword is None]
-        kwargs = {a.keyword.value: self.interp.exprs.ev(a.value, st) for a in loop.move.args if a.keyword}
-        meth = loop.move.func.attr.value if isinstance(loop.move.func, cst.Attribute) else "to"
-        with self.interp.recorder.muted():  # the move itself reports what its target says (an index-less .cuda())
-            devs, is_device = self.interp.moves.move_target(meth, args, kwargs, loop.move, st)
+    def _note_buffers_left(self, loop: data_moves.DataMoveLoop, part: Obj, devs: Devs, st: State) -> None:
+        """The loop moved the parameters of a module to `devs`, not the buffers of its BatchNorm `part`."""
         # A module built without a device (and not placed since) has its buffers on the CPU.
         left = part.devs if part.devs is not None else one("cpu") if part.origin == UNPLACED else None
-        if is_device and single(devs) is not None and single(left) is not None and devs != left:
+        if single(devs) is not None and single(left) is not None and devs != left:
             self.interp.recorder.record(
                 BuffersLeftBehind(node=loop.move, mode=st.mode, module=part, owner=loop.owner, devs=devs, left=left)
             )

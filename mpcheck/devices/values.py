@@ -582,6 +582,11 @@ def value_key(v: Val) -> tuple[Any, ...]:
     return (type(v).__name__, id(v) if isinstance(v, (ClassRef, FuncRef, Summarized, PartialV)) else None)
 
 
+def is_module(v: Val) -> bool:
+    """A module or a container of modules (not a parameter or a buffer, as is_moduleish takes too)."""
+    return (isinstance(v, Obj) and v.kind == "module") or (isinstance(v, (SeqV, DictV)) and v.module)
+
+
 def is_moduleish(v: Val) -> bool:
     return (
         (isinstance(v, Obj) and v.kind in ("module", "any", "param", "buffer"))
