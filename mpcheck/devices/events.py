@@ -155,6 +155,8 @@ class Transfer(Fact):
     devs: Devs
     # Where the moved value comes from, for "moved every time" (MP011):
     reads_unchanging_attribute: bool = False  # an unchanging attribute of self, outside __init__
+    # a constant of the module (`CLASS_WEIGHTS`), moved by a function that runs on every forward or loop pass
+    reads_global_constant: bool = False
     bound_outside_loop: bool = False  # a name bound before an enclosing loop and not rebound in it
     target_fixed_in_loop: bool = False  # inside a loop, to a place the loop does not change
     # made on the host in this forward call from constants only (`torch.ones(S, S)`, S known): its

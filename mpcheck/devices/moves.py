@@ -323,6 +323,7 @@ class Moves(Part):
                     value=recv if recv.worked else recv.with_(),
                     devs=devs,
                     reads_unchanging_attribute=reads_attribute,
+                    reads_global_constant=not reads_attribute and self._reads_global_constant(recv, st, node),
                     bound_outside_loop=self._bound_outside_loop(recv, node),
                     target_fixed_in_loop=self._target_fixed_in_loop(node),
                     host_constant_bytes=self.interp.host_constants.get(id(recv.at), 0)
@@ -503,6 +504,17 @@ class Moves(Part):
                 and (conflict(recv.devs, devs) is None or root.attr.value not in self.rebound_attributes(so))
             )
         return False
+
+    def _reads_global_constant(self, recv: Obj, st: State, node: cst.Call) -> bool:
+        """The moved expression is a module-level constant the function only reads (`CLASS_WEIGHTS.to(dev)`),
+        moved by a function that runs again and again: in a forward, or under a loop of any caller. The
+        same tensor is copied on every pass."""
+        expr = self._moved_expr(node)
+        if not (isinstance(expr, cst.Name) and recv.invariant and self.interp.stack):
+            return False
+        if self.interp.globals.get(expr.value) is not recv or self.interp.stmts.bindings_here(expr.value):
+            return False
+        return self.in_forward() or bool(self.interp.loop_outer) or bool(self.interp.in_unknown_loop)
 
     def rebound_attributes(self, so: Obj, besides: cst.FunctionDef | None = None) -> frozenset[str]:
         """The attributes of self that a method other than __init__ assigns (`self.proj = ...` in a

@@ -450,11 +450,15 @@ class Statements(Part):
 
     def _bound_once(self, name: str) -> bool:
         """Is `name` bound exactly once in the function (or file) being interpreted?"""
+        return self.bindings_here(name) == 1
+
+    def bindings_here(self, name: str) -> int:
+        """How many times `name` is bound in the function (or file) being interpreted."""
         scope: cst.CSTNode = self.interp.stack[-1].node if self.interp.stack else self.interp.module
         counts = self._bindings.get(id(scope))
         if counts is None:
             counts = self._bindings[id(scope)] = _binding_counts(scope)
-        return counts.get(name, 0) == 1
+        return counts.get(name, 0)
 
     def assign(self, target: cst.BaseExpression, v: Val, st: State, value_node: cst.BaseExpression | None) -> None:
         if isinstance(target, cst.Name):

@@ -30,6 +30,9 @@ class RepeatedTransfer(Rule):
             if how == "again":
                 yield _copied_again(self, ctx, ev)
                 continue
+            if how == "global":
+                yield _global_copied(self, ctx, ev)
+                continue
             v = ev.value
             src, dst = single(v.devs), single(ev.devs)
             node = ev.node
@@ -96,6 +99,25 @@ def _grown_from(node: cst.CSTNode) -> tuple[str, str] | None:
     return f"{expr.value.value}.{expr.attr.value}", grown
 
 
+def _global_copied(rule: Rule, ctx: FileContext, ev: Transfer) -> Finding:
+    """A constant of the module moved by a function that runs on every forward call or loop pass."""
+    node = ev.node
+    name = ctx.code(node.func.value) if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) else "it"
+    src, dst = single(ev.value.devs), single(ev.devs)
+    assert dst is not None  # (repeated: a move that certainly copies, to one known device)
+    made = f", made at line {ctx.line(ev.value.at)}" if ev.value.at is not None and ctx.owns(ev.value.at) else ""
+    where = ctx.function_name(node)
+    fix = f"make it on {show(dst)} where it is defined (`device={device_literal(dst)}`), or keep one copy there"
+    return rule.finding(
+        ctx,
+        node,
+        f"`{name}` (a constant of the module on {show(src)}{made}) is copied to {show(dst)} each time `{where}` "
+        f"runs, on every step: the same data crosses again and again. {fix[0].upper()}{fix[1:]} and use it.",
+        devices=[src, dst],
+        suggestion=fix,
+    )
+
+
 def _copied_again(rule: Rule, ctx: FileContext, ev: Transfer) -> Finding:
     """A value copied to a device a second time on one path of a function, unchanged since the first copy."""
     first = ev.again_of
@@ -131,8 +153,9 @@ def _assigned_name(ctx: FileContext, move: cst.CSTNode) -> str | None:
 
 def repeated(ev: Transfer) -> str:
     """'call' / 'loop' for a move, on every forward call or loop iteration, of the same
-    unchanging value (buffer, parameter, constant) certainly on another device; 'again' for a value
-    copied a second time to the same device on one path, unchanged since; else ''."""
+    unchanging value (buffer, parameter, constant) certainly on another device; 'global' for such a
+    move of a constant of the module by a function run on every step; 'again' for a value copied a
+    second time to the same device on one path, unchanged since; else ''."""
     v = ev.value
     if not conflict(v.devs, ev.devs):
         return ""
@@ -150,6 +173,9 @@ def repeated(ev: Transfer) -> str:
         # faces' threshold (`torch.ones(32)`). A size given by an argument stays reported: a class tried
         # out with tiny sizes (`Model(dim=32)` in a demo) is meant for larger ones.
         return "" if _certainly_small(v.at) else "call"
+    if ev.reads_global_constant:
+        # CLASS_WEIGHTS.to(logits.device) in a loss helper called every step: a module's constant copied again.
+        return "" if _certainly_small(v.at) else "global"
     if ev.host_constant_bytes >= REPEAT_MIN_BYTES:
         return "call"  # torch.tril(torch.ones(S, S)).to(dev) in forward: the same data built and copied
     if ev.bound_outside_loop and not _certainly_small(v.at):
