@@ -237,3 +237,38 @@ def test_a_copy_made_by_another_line_and_read_later_is_no_detour():
     agree = (preds == proposal).all()
     """
     assert [code for _, code, _ in findings(src)] == []
+
+
+# ----------------------------------------------------------------- MP011: a constant of the module moved every step
+
+CONSTANT = """
+import torch
+import torch.nn as nn
+
+TABLE = torch.randn(1024, 1024)
+DEVICES = ["cuda:0", "cuda:1"]
+
+
+def place(dev):
+    return TABLE.to(dev)
+
+
+LOOP
+"""
+
+
+def test_a_module_constant_moved_by_a_helper_on_every_step_is_reported():
+    got = findings(CONSTANT.replace("LOOP", 'for step in range(3):\n    t = place("cuda:1")'))
+    assert [(line, code) for line, code, _ in got] == [(10, "MP011")]
+    assert (
+        "`TABLE` (a constant of the module on cpu, made at line 5) is copied to cuda:1 each time `place` runs"
+        in (got[0][2])
+    )
+
+
+def test_a_module_constant_taken_once_to_each_device_is_no_repeat():
+    assert (
+        findings(CONSTANT.replace("LOOP", "tables = [place(d) for d in DEVICES]\nfor d in DEVICES:\n    place(d)"))
+        == []
+    )
+    assert findings(CONSTANT.replace("LOOP", 't = place("cuda:1")')) == []  # once, outside any loop

@@ -297,6 +297,7 @@ class Moves(Part):
             self._note_host_made(recv, devs, node, st)
             lineage, hop = self.lineage_step(recv, devs, node)
             reads_attribute = self._reads_unchanging_attribute(recv, devs, st, node)
+            reads_global = not reads_attribute and self._reads_global_constant(recv, st, node)
             again_of = _copied_before(recv, devs, node, st)
             # Enlarged before its move (MP016). A constant's copy on every call is MP011's too: both fixes
             # agree (move its data once, enlarge it there). Not ids or a mask repeated per beam or per sample:
@@ -323,7 +324,7 @@ class Moves(Part):
                     value=recv if recv.worked else recv.with_(),
                     devs=devs,
                     reads_unchanging_attribute=reads_attribute,
-                    reads_global_constant=not reads_attribute and self._reads_global_constant(recv, st, node),
+                    reads_global_constant=reads_global,
                     bound_outside_loop=self._bound_outside_loop(recv, node),
                     target_fixed_in_loop=self._target_fixed_in_loop(node),
                     host_constant_bytes=self.interp.host_constants.get(id(recv.at), 0)
@@ -342,8 +343,12 @@ class Moves(Part):
                 # copy (numpy, a check) of a tensor that goes on being used on the GPU.
                 # A second copy of one value (again_of) is kept from whichever run makes it: a stage of a
                 # Sequential on another GPU than the first one's.
+                # A module's constant: one fact per destination, so that a helper that takes it to each device of
+                # a loop once (MP011 asks for one destination) shows two.
                 key=(recv.devs, devs)
                 if reads_attribute
+                else ("global", devs)
+                if reads_global
                 else (
                     ("back", devs)
                     if _idle_back_to_gpu(recv, devs)

@@ -9,7 +9,7 @@ import libcst as cst
 from mpcheck.codes import REPEAT_MIN_BYTES
 from mpcheck.devices.events import ModuleMovedInForward, Transfer
 from mpcheck.devices.names import a_number
-from mpcheck.devices.values import conflict, device_literal, show, single
+from mpcheck.devices.values import Devs, conflict, device_literal, show, single
 from mpcheck.devices.walk import walk
 from mpcheck.finding import Finding
 from mpcheck.rules.base import Rule, once_per_node
@@ -25,7 +25,16 @@ class RepeatedTransfer(Rule):
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         yield from _modules_moved_in_turn(self, ctx)
-        for ev in once_per_node(ctx.model.facts(Transfer), lambda ev: bool(repeated(ev))):
+        # A module's constant moved by one line to several devices (a helper called for each device of a loop) is
+        # copied once per device: no repeat.
+        targets: dict[int, set[Devs]] = {}
+        for ev in ctx.model.facts(Transfer):
+            if ev.reads_global_constant:
+                targets.setdefault(id(ev.node), set()).add(ev.devs)
+        for ev in once_per_node(
+            ctx.model.facts(Transfer),
+            lambda ev: bool(repeated(ev)) and not (ev.reads_global_constant and len(targets[id(ev.node)]) > 1),
+        ):
             how = repeated(ev)
             if how == "again":
                 yield _copied_again(self, ctx, ev)
