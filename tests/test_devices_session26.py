@@ -272,3 +272,32 @@ def test_a_module_constant_taken_once_to_each_device_is_no_repeat():
         == []
     )
     assert findings(CONSTANT.replace("LOOP", 't = place("cuda:1")')) == []  # once, outside any loop
+
+
+# ----------------------------------------------------------------- MP001: a BatchNorm's statistics replaced
+
+STATS = """
+import torch
+import torch.nn as nn
+
+bn = nn.BatchNorm1d(8).to("cuda:0")
+RESET
+out = bn(torch.randn(4, 8, device="cuda:0"))
+"""
+
+
+def test_running_statistics_replaced_by_host_tensors_are_reported_once_per_line():
+    got = findings(STATS.replace("RESET", "bn.running_mean, bn.running_var = torch.zeros(8), torch.ones(8)"))
+    assert [(line, code) for line, code, _ in got] == [(6, "MP001")]
+    assert "`bn.running_mean` is set to a tensor on cpu" in got[0][2] and "(a BatchNorm1d) is on cuda:0" in got[0][2]
+    assert "`bn.reset_running_stats()`" in got[0][2]
+
+
+def test_running_statistics_reset_in_place_or_made_there_are_silent():
+    for reset in (
+        "bn.reset_running_stats()",
+        'bn.running_mean = torch.zeros(8, device="cuda:0")',
+        "bn.running_var = torch.ones(8).to(bn.weight.device)",
+        "bn.running_mean.zero_()",
+    ):
+        assert findings(STATS.replace("RESET", reset)) == [], reset

@@ -50,6 +50,8 @@ BUFFERED_NN = frozenset(
         "LazyBatchNorm3d",
     }
 )
+# Their buffers, by attribute: set to a tensor on another device than the module, batch norm fails (MP001).
+RUNNING_STATS = frozenset({"running_mean", "running_var"})
 # Those whose buffers depend on an argument (`track_running_stats=True`): whether they hold one is not known.
 _MAYBE_BUFFERED_NN = frozenset({"InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d"})
 

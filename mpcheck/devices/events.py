@@ -328,6 +328,15 @@ class BuffersLeftBehind(Fact):
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
+class StatisticsReplaced(Fact):
+    """`bn.running_mean = value` (`node`, the target): a BatchNorm `module` on a GPU given running statistics on
+    another device (`value`, a fresh `torch.zeros(n)` on the CPU)."""
+
+    module: Obj
+    value: Obj
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
 class ModuleMovedInForward(Fact):
     """A module of the instance (`owner`, `self.cond`) moved to `devs` by `node` while a forward runs (or a
     method it calls): recorded once per target device, so that one line moving it to two devices in turn

@@ -13,7 +13,13 @@ from typing import TYPE_CHECKING, Any
 import libcst as cst
 
 from mpcheck.devices import data_moves, device_loops, memo, torchapi
-from mpcheck.devices.events import BuffersLeftBehind, DiscardedMove, LazyMove, UnenteredDeviceContext
+from mpcheck.devices.events import (
+    BuffersLeftBehind,
+    DiscardedMove,
+    LazyMove,
+    StatisticsReplaced,
+    UnenteredDeviceContext,
+)
 from mpcheck.devices.gpucount import is_test_on_count
 from mpcheck.devices.moves import forget_copies
 from mpcheck.devices.names import dotted, import_bindings
@@ -342,6 +348,18 @@ class Statements(Part):
                 BuffersLeftBehind(node=loop.move, mode=st.mode, module=part, owner=loop.owner, devs=devs, left=left)
             )
 
+    def _note_statistics_replaced(self, target: cst.Attribute, base: Val, v: Val, st: State) -> None:
+        """`bn.running_mean = torch.zeros(n)`: a BatchNorm on a GPU given running statistics on another device."""
+        if not (isinstance(base, Obj) and base.kind == "module" and base.nn_class in data_moves.BUFFERED_NN):
+            return
+        there, given = single(base.devs), single(v.devs) if isinstance(v, Obj) and v.kind == "tensor" else None
+        if there is None or given is None or not there.startswith("cuda:") or given == there:
+            return
+        if given.startswith("sym:") or there.startswith("sym:"):
+            return
+        assert isinstance(v, Obj)
+        self.interp.recorder.record(StatisticsReplaced(node=target, mode=st.mode, module=base, value=v))
+
     def _exec_for(self, stmt: cst.For, st: State) -> State:
         it = self.interp.exprs.ev(stmt.iter, st)
         items = iter_items(it)
@@ -472,6 +490,8 @@ class Statements(Part):
             st.env[target.value] = v
         elif isinstance(target, cst.Attribute):
             base = self.interp.exprs.ev(target.value, st)
+            if target.attr.value in data_moves.RUNNING_STATS:
+                self._note_statistics_replaced(target, base, v, st)
             if target.attr.value in _REPLACEABLE_METHODS and isinstance(target.value, cst.Name):
                 # `enc.to = lambda *a, **k: None` (a quantized model that refuses .to()), `m.forward = ...`:
                 # what its moves and calls do from here on is the new function's, not known here.

@@ -7,7 +7,14 @@ from collections.abc import Iterator
 import libcst as cst
 
 from mpcheck.devices.describe import MODE_WORDS, move_fix, moved_tensor, origin_text, value_text, via_text
-from mpcheck.devices.events import BuffersLeftBehind, DiscardedMove, Mismatch, PlacedTwice, SplitBuiltAfterSetDevice
+from mpcheck.devices.events import (
+    BuffersLeftBehind,
+    DiscardedMove,
+    Mismatch,
+    PlacedTwice,
+    SplitBuiltAfterSetDevice,
+    StatisticsReplaced,
+)
 from mpcheck.devices.values import (
     OWN_MOVE_KEY,
     TIED_WEIGHT,
@@ -184,6 +191,11 @@ class MissingTransfer(Rule):
                 yield _discarded_finding(self, ctx, d, "", None)
         for left in once_per_node(ctx.model.facts(BuffersLeftBehind)):
             yield _buffers_left_finding(self, ctx, left)
+        lines: set[int] = set()  # `m.running_mean, m.running_var = ...`: one finding for the line
+        for replaced in once_per_node(ctx.model.facts(StatisticsReplaced)):
+            if ctx.line(replaced.node) not in lines:
+                lines.add(ctx.line(replaced.node))
+                yield _statistics_replaced_finding(self, ctx, replaced)
 
 
 def _buffers_left_finding(rule: Rule, ctx: FileContext, ev: BuffersLeftBehind) -> Finding:
@@ -201,6 +213,24 @@ def _buffers_left_finding(rule: Rule, ctx: FileContext, ev: BuffersLeftBehind) -
         devices=[there, here],
         modules=[name],
         suggestion="move its buffers with its parameters",
+    )
+
+
+def _statistics_replaced_finding(rule: Rule, ctx: FileContext, ev: StatisticsReplaced) -> Finding:
+    """MP001 at `bn.running_mean = torch.zeros(n)` for a BatchNorm on a GPU."""
+    assert isinstance(ev.node, cst.Attribute)
+    owner, stat = ctx.code(ev.node.value), ev.node.attr.value
+    there, given = single(ev.module.devs), single(ev.value.devs)
+    return rule.finding(
+        ctx,
+        ev.node,
+        f"`{ctx.code(ev.node)}` is set to a tensor on {show(given)} ({origin_text(ctx, ev.value)}), but `{owner}` "
+        f"(a {ev.module.nn_class}) is on {show(there)}: its running statistics are buffers it reads and updates "
+        f"with its input there, and batch norm fails at its next call. Reset them in place "
+        f"(`{owner}.reset_running_stats()`, or `{owner}.{stat}.zero_()`), or make the new tensor on its device.",
+        devices=[given, there],
+        modules=[owner],
+        suggestion=f"reset `{owner}.{stat}` in place instead of replacing it",
     )
 
 
