@@ -301,3 +301,36 @@ def test_running_statistics_reset_in_place_or_made_there_are_silent():
         "bn.running_mean.zero_()",
     ):
         assert findings(STATS.replace("RESET", reset)) == [], reset
+
+
+# ----------------------------------------------------------------- `if p.grad is not None` keeps every parameter
+
+GRADS = """
+import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(4, 4).to("cuda:0")
+        self.b = nn.Linear(4, 4).to("cuda:1")
+
+    def forward(self, x):
+        return self.b(self.a(x.to("cuda:0")).to("cuda:1"))
+
+
+model = Net()
+FREEZE
+checks = [p.grad.detach().to("cuda:0").isfinite().all() for p in model.parameters() if p.grad is not None]
+"""
+
+
+def test_a_filter_on_existing_gradients_keeps_the_parameters_of_every_stage():
+    got = findings(GRADS.replace("FREEZE", ""))
+    assert [(line, code) for line, code, _ in got] == [(18, "MP016")]
+    assert "`p.grad.detach()` is moved whole from cuda:1 to cuda:0 only to be reduced" in got[0][2]
+
+
+def test_a_file_that_freezes_parameters_decides_no_gradient_filter():
+    assert findings(GRADS.replace("FREEZE", "model.a.requires_grad_(False)")) == []

@@ -439,6 +439,14 @@ class Expressions(Part):
             combos = nxt
         return combos
 
+    def _grad_of_a_parameter(self, expr: cst.BaseExpression, st: State) -> bool:
+        """`p.grad` of a parameter, in a file that freezes none: taken to exist where it is asked about (after a
+        backward, `if p.grad is not None` keeps every parameter), as `p.requires_grad` is taken to be True."""
+        if not (isinstance(expr, cst.Attribute) and expr.attr.value == "grad" and isinstance(expr.value, cst.Name)):
+            return False
+        base = self.ev(expr.value, st)
+        return isinstance(base, Obj) and base.kind == "param" and not turns_off_grad(self.interp.module)
+
     def _keeps_all(self, comp: cst.CompFor, items: list[Val], st: State) -> bool:
         """Do a comprehension's `if` clauses certainly keep each of `items` (`if p.requires_grad` in a file
         that freezes nothing)?"""
@@ -608,7 +616,7 @@ class Expressions(Part):
         if (
             len(node.comparisons) == 1
             and isinstance(node.comparisons[0].operator, (cst.Is, cst.IsNot))
-            and _certainly_not_none(left)
+            and (_certainly_not_none(left) or self._grad_of_a_parameter(node.left, st))
         ):
             right = self.ev(node.comparisons[0].comparator, st)
             if isinstance(right, Const) and right.value is None:

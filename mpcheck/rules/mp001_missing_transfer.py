@@ -191,10 +191,10 @@ class MissingTransfer(Rule):
                 yield _discarded_finding(self, ctx, d, "", None)
         for left in once_per_node(ctx.model.facts(BuffersLeftBehind)):
             yield _buffers_left_finding(self, ctx, left)
-        lines: set[int] = set()  # `m.running_mean, m.running_var = ...`: one finding for the line
+        replaced_on: set[int] = set()  # `m.running_mean, m.running_var = ...`: one finding for the line
         for replaced in once_per_node(ctx.model.facts(StatisticsReplaced)):
-            if ctx.line(replaced.node) not in lines:
-                lines.add(ctx.line(replaced.node))
+            if ctx.line(replaced.node) not in replaced_on:
+                replaced_on.add(ctx.line(replaced.node))
                 yield _statistics_replaced_finding(self, ctx, replaced)
 
 
