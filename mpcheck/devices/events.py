@@ -124,13 +124,15 @@ class PredictionsMovedToTargets(Fact):
 @dataclass(frozen=True, eq=False, kw_only=True)
 class OversizedMove(Fact):
     """`node`, a transfer from `src` to `dst`, carries more than the data needs (MP016): a tensor
-    `enlarged` by that `.expand()` / `.repeat()` call, or one that `reduction` (`x.to(d).isfinite().all()`,
-    through elementwise steps only) reduces to one value right after the move."""
+    `enlarged` by that `.expand()` / `.repeat()` call, one that `reduction` (`x.to(d).isfinite().all()`,
+    through elementwise steps only) reduces to one value right after the move, or one `indexed` by an index
+    tensor right after it (`bank.to(d)[idx]`: a few rows of all that crossed)."""
 
     src: Devs
     dst: Devs
     enlarged: cst.Call | None = None
     reduction: cst.Call | None = None
+    indexed: cst.Subscript | None = None  # `bank.to(d)[idx]`: rows picked by an index tensor right after
     constant: bool = False  # the moved value never changes between calls (Obj.invariant)
 
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, cast
 import libcst as cst
 
 from mpcheck.devices import torchapi
-from mpcheck.devices.events import Mismatch
+from mpcheck.devices.events import Mismatch, OversizedMove
 from mpcheck.devices.names import a_number, canonical, dotted
 from mpcheck.devices.program import MAX_UNROLL, ClassInfo, Part, State
 from mpcheck.devices.summarized import constant_value, summarized_attr
@@ -254,6 +254,8 @@ class Expressions(Part):
         if isinstance(base, SymV) and isinstance(idx, Const) and isinstance(idx.value, (int, str)):
             return SymV(f"{base.name}[{idx.value!r}]" if isinstance(idx.value, str) else f"{base.name}[{idx.value}]")
         if isinstance(base, Obj) and base.kind in ("tensor", "param", "buffer", "any"):
+            if isinstance(idx, Obj) and idx.index_like:
+                self._note_indexed_after_move(node, base, st)
             used(base)
             if isinstance(idx, Obj) and both_cuda(idx.devs, base.devs):
                 # CPU index tensors may index a CUDA tensor; one on another GPU may not.
@@ -268,6 +270,26 @@ class Expressions(Part):
                 )
             return base.with_(label="", kind="tensor", invariant=base.invariant, worked=True)
         return UNK
+
+    def _note_indexed_after_move(self, node: cst.Subscript, base: Obj, st: State) -> None:
+        """MP016: `self.bank.to(dev)[idx]`, a whole tensor moved only for the rows an index tensor picks right
+        after (a move MP011 reports as repeated is its alone: MP016's rule leaves it out). Not ids indexed by
+        ids (a lookup table of labels, a few bytes)."""
+        move = node.value
+        if not (
+            isinstance(move, cst.Call)
+            and isinstance(move.func, cst.Attribute)
+            and move.func.attr.value in ("to", "cuda")
+            and base.moved_at is move
+            and base.moved_from is not None
+            and not base.worked
+            and not base.index_like
+        ):
+            return
+        self.interp.recorder.record(
+            OversizedMove(node=move, mode=st.mode, src=base.moved_from, dst=base.devs, indexed=node),
+            key=(base.moved_from, base.devs),
+        )
 
     def _sliced(self, base: SeqV, sl: cst.Slice, st: State) -> Val:
         """`self.blocks[half:]`, `devices[1:]`: the same items (the same objects: a loop that moves them

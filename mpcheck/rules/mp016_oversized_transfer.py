@@ -36,6 +36,8 @@ class OversizedTransfer(Rule):
             ends = f"from {' and '.join(map(show, srcs))} to {show(dst)}"
             if ev.reduction is not None:
                 message, suggestion = _reduced(ctx, ev.node, moved, ev.reduction, f"{what} is moved whole {ends}")
+            elif ev.indexed is not None:
+                message, suggestion = _indexed(ctx, ev.node, moved, ev.indexed, f"{what} is moved whole {ends}")
             elif ev.enlarged is not None:
                 message, suggestion = _enlarged(ctx, ev.enlarged, f"{what} is moved {ends}", dst)
             else:
@@ -57,6 +59,23 @@ def _reduced(
         f"{subject} only to be reduced to one value there (`{steps}`): the link carries every element for one. "
         f"Reduce it where it is and move the result: {fix}.",
         f"reduce before the move: {fix}",
+    )
+
+
+def _indexed(
+    ctx: FileContext, move: cst.CSTNode, moved: cst.BaseExpression | None, indexed: cst.Subscript, subject: str
+) -> tuple[str, str]:
+    """The message and fix of a move indexed right after: index where it is, then move the rows."""
+    index = ctx.code(indexed)[len(ctx.code(move)) :]
+    fix = (
+        f"`{ctx.code(moved)}{index}{ctx.code(move)[len(ctx.code(moved)) :]}`"
+        if moved is not None and len(ctx.code(moved)) < 80
+        else f"`...{index}` first, then the move"
+    )
+    return (
+        f"{subject} only to be indexed there (`{index}`): the link carries every row for the few the index picks. "
+        f"Index it where it is and move the rows: {fix}.",
+        f"index before the move: {fix}",
     )
 
 
