@@ -334,3 +334,26 @@ def test_a_filter_on_existing_gradients_keeps_the_parameters_of_every_stage():
 
 def test_a_file_that_freezes_parameters_decides_no_gradient_filter():
     assert findings(GRADS.replace("FREEZE", "model.a.requires_grad_(False)")) == []
+
+
+# ----------------------------------------------------------------- argparse: a device list split from a string
+
+
+def test_a_device_list_given_as_one_string_and_split_by_its_type_is_known():
+    src = """
+    import argparse
+    import torch
+    import torch.nn as nn
+
+    p = argparse.ArgumentParser()
+    p.add_argument("--devices", type=lambda s: s.split(","), default="cuda:0,cuda:1")
+    args = p.parse_args()
+    a = nn.Linear(4, 4).to(args.devices[0])
+    b = nn.Linear(4, 4).to(args.devices[1])
+    y = b(a(torch.randn(2, 4).to(args.devices[0])))
+    """
+    got = findings(src)
+    assert [(line, code) for line, code, _ in got] == [(11, "MP001")]
+    assert "`b` is on cuda:1" in got[0][2]
+    other = src.replace('lambda s: s.split(",")', "lambda s: [x.strip() for x in s.split(',')]")
+    assert findings(other) == []  # another conversion: the default is not known

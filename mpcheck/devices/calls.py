@@ -996,7 +996,7 @@ class Calls(Part):
                 return recv.items.get(args[0].value, args[1] if len(args) > 1 else Const(None))
             return UNK
         if isinstance(recv, ParserV):
-            return command_line.method(recv, meth, args, kwargs)
+            return command_line.method(recv, meth, args, kwargs, node)
         if isinstance(recv, SuperV):
             # super().__init__(...) / super().forward(...) of a base class defined in this file.
             here = self.interp.stack[-1].cls if self.interp.stack else None

@@ -10,8 +10,9 @@ An index of a GPU or a rank (`--gpu 0`, `--local_rank -1`: a number, or None, un
 stays unknown: a launcher gives each process its own, and the default only stands in for it.
 
 What is known is kept only where argparse's own rules are plain: a default of a known value, `store_true`
-and `store_false`, a string default converted by `type=int` / `type=float` / `type=str`. A default given
-through another `type=` (a lambda, a function) is not known. `parse_args` with a list the code writes out
+and `store_false`, a string default converted by `type=int` / `type=float` / `type=str`, or split by
+`type=lambda s: s.split(",")` (a list of devices given as `cuda:0,cuda:1`). A default given through another
+`type=` (another lambda, a function) is not known. `parse_args` with a list the code writes out
 (`parse_args([])`) reads the defaults only when that list is empty; `parse_args(argv)` with `argv` None does.
 """
 
@@ -44,12 +45,12 @@ def new_parser(args: list[Val], kwargs: dict[str, Val]) -> ParserV:
     return parser
 
 
-def method(parser: ParserV, meth: str, args: list[Val], kwargs: dict[str, Val]) -> Val:
-    """A call of a method of the parser (or of a group of it)."""
+def method(parser: ParserV, meth: str, args: list[Val], kwargs: dict[str, Val], node: Any = None) -> Val:
+    """A call of a method of the parser (or of a group of it); `node`, the call as written."""
     if meth == "add_argument":
         dest = _dest(args, kwargs)
         if dest is not None:
-            default = _default(kwargs)
+            default = _default(kwargs, _splitter(node))
             parser.defaults[dest] = UNK if _set_per_process(dest, default) else default
         return UNK
     if meth in ("add_argument_group", "add_mutually_exclusive_group"):
@@ -93,7 +94,36 @@ def _dest(args: list[Val], kwargs: dict[str, Val]) -> str | None:
     return name.replace("-", "_") or None
 
 
-def _default(kwargs: dict[str, Val]) -> Val:
+def _splitter(node: Any) -> str | None:
+    """The separator of `type=lambda s: s.split(",")` in an add_argument call, else None."""
+    import libcst as cst
+
+    if not isinstance(node, cst.Call):
+        return None
+    kind = next((a.value for a in node.args if a.keyword is not None and a.keyword.value == "type"), None)
+    if not (
+        isinstance(kind, cst.Lambda)
+        and len(kind.params.params) == 1
+        and not isinstance(kind.params.star_arg, cst.Param)
+    ):
+        return None
+    name, body = kind.params.params[0].name.value, kind.body
+    if not (
+        isinstance(body, cst.Call)
+        and isinstance(body.func, cst.Attribute)
+        and body.func.attr.value == "split"
+        and isinstance(body.func.value, cst.Name)
+        and body.func.value.value == name
+        and len(body.args) == 1
+        and body.args[0].keyword is None
+        and isinstance(body.args[0].value, cst.SimpleString)
+    ):
+        return None
+    sep = body.args[0].value.evaluated_value
+    return sep if isinstance(sep, str) and sep else None
+
+
+def _default(kwargs: dict[str, Val], splitter: str | None = None) -> Val:
     action = kwargs.get("action")
     act = action.value if isinstance(action, Const) else None if action is None else "?"
     default = kwargs.get("default")
@@ -108,6 +138,8 @@ def _default(kwargs: dict[str, Val]) -> Val:
     kind = kwargs.get("type")
     if kind is None or not (isinstance(default, Const) and isinstance(default.value, str)):
         return default  # argparse converts only a string default with type=
+    if splitter is not None:
+        return SeqV(tuple(Const(part) for part in default.value.split(splitter)))
     convert = _CONVERSIONS.get(kind.q) if isinstance(kind, QName) else None
     if convert is None:
         return UNK
