@@ -7,6 +7,11 @@ Said only when the loop's items are known devices (two or more distinct ones), i
 plain name read nowhere in its body, it built module objects (Obj.ident), and every one of them
 that the instance holds at the end of __init__ is on one and the same device: a later statement
 that places them (`for i, b in enumerate(self.blocks): b.to(devices[i // per])`) ends the case.
+
+The same split is lost a step earlier by a list of devices made by a loop that never reads its name
+(`[torch.device("cuda", local_rank) for i in range(stages)]`): an `events.DeviceListIgnoresIndex`, noted
+where the comprehension is evaluated (once per node). A name that says it is unused (`_`, `_i`) is taken at
+its word: `[torch.device("cpu") for _ in parts]` is one device for every part on purpose.
 """
 
 from __future__ import annotations
@@ -16,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 import libcst as cst
 
-from mpcheck.devices.events import UnusedLoopDevice
+from mpcheck.devices.events import DeviceListIgnoresIndex, UnusedLoopDevice
+from mpcheck.devices.names import dotted
 from mpcheck.devices.values import UNPLACED, DictV, Obj, SeqV, Val, as_device, distinct_devices, single
 from mpcheck.devices.walk import walk
 
@@ -105,3 +111,30 @@ def _held(values: Any, depth: int = 0) -> list[Obj]:
         elif isinstance(v, DictV) and v.module and depth < 3:
             out.extend(_held(v.items.values(), depth + 1))
     return out
+
+
+def note_device_list(interp: Interp, node: cst.ListComp | cst.GeneratorExp) -> None:
+    """Record a DeviceListIgnoresIndex for `node` if its item names a GPU and never reads the loop's name."""
+    if id(node) in interp.device_lists_seen:
+        return
+    interp.device_lists_seen.add(id(node))
+    target = node.for_in.target
+    if node.for_in.inner_for_in is not None or type(target) is not cst.Name or target.value.startswith("_"):
+        return
+    if not _names_a_gpu(node.elt) or any(type(n) is cst.Name and n.value == target.value for n in walk(node.elt)):
+        return
+    interp.recorder.record(DeviceListIgnoresIndex(node=node, name=target.value))
+
+
+def _names_a_gpu(elt: cst.BaseExpression) -> bool:
+    """`torch.device("cuda", k)`, `"cuda:0"`, `f"cuda:{k}"`."""
+    if type(elt) is cst.Call:
+        first = elt.args[0].value if elt.args else None
+        return dotted(elt.func) in ("torch.device", "device") and first is not None and _names_a_gpu(first)
+    if type(elt) is cst.SimpleString:
+        value = elt.evaluated_value
+        return isinstance(value, str) and value.startswith("cuda")
+    if type(elt) is cst.FormattedString:
+        head = elt.parts[0] if elt.parts else None
+        return type(head) is cst.FormattedStringText and head.value.startswith("cuda")
+    return False

@@ -349,6 +349,14 @@ class ModuleMovedInForward(Fact):
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
+class DeviceListIgnoresIndex(Fact):
+    """`[torch.device("cuda", rank) for i in range(stages)]` (`node`, the comprehension): a list of devices made
+    by a loop whose item never reads the loop's name `name`, so every item is the same device (device_loops.py)."""
+
+    name: str
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
 class UnusedLoopDevice(Fact):
     """A loop (`node`) over `devices` in an __init__ that never reads its target `name`: the `count`
     modules it built (of the classes `built`) all ended on `landed` (device_loops.py)."""

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import libcst as cst
 
-from mpcheck.devices import torchapi
+from mpcheck.devices import device_loops, torchapi
 from mpcheck.devices.events import Mismatch, OversizedMove
 from mpcheck.devices.names import a_number, canonical, dotted
 from mpcheck.devices.program import MAX_UNROLL, ClassInfo, Part, State
@@ -379,6 +379,8 @@ class Expressions(Part):
 
     def ev_comp(self, node: cst.ListComp | cst.SetComp | cst.GeneratorExp | cst.DictComp, st: State) -> Val:
         # [elt for target in iter if ...]: unrolled for short known iterables.
+        if type(node) is cst.ListComp or type(node) is cst.GeneratorExp:
+            device_loops.note_device_list(self.interp, node)  # MP017's list of one device
         inner = st.copy()
         inner.returns = []
         fors: list[cst.CompFor] = []

@@ -8,10 +8,8 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from mpcheck.devices.events import UnusedLoopDevice
-from mpcheck.devices.names import dotted
+from mpcheck.devices.events import DeviceListIgnoresIndex, UnusedLoopDevice
 from mpcheck.devices.values import show
-from mpcheck.devices.walk import walk
 from mpcheck.finding import Finding
 from mpcheck.rules.base import Rule
 from mpcheck.rules.context import FileContext
@@ -39,7 +37,9 @@ class LoopIgnoresDevice(Rule):
                 modules=list(ev.built),
                 suggestion=f"add `.to({ev.name})` to the modules the loop builds",
             )
-        for comp, name in _device_lists_ignoring_their_index(ctx.module):
+        for listed in ctx.model.facts(DeviceListIgnoresIndex):
+            comp, name = listed.node, listed.name
+            assert isinstance(comp, (cst.ListComp, cst.GeneratorExp))
             yield self.finding(
                 ctx,
                 comp.elt,
@@ -55,32 +55,3 @@ def _built(n: int, names: tuple[str, ...]) -> str:
     if len(names) == 1:
         return f"{n} `{names[0]}` module{'s' if n != 1 else ''}"
     return f"{n} modules ({', '.join(f'`{x}`' for x in names)})"
-
-
-def _device_lists_ignoring_their_index(module: cst.Module) -> Iterator[tuple[cst.ListComp | cst.GeneratorExp, str]]:
-    """`[torch.device("cuda", local_rank) for i in range(stages)]`: a list of devices made by a loop whose item
-    never reads the loop's name. Not for a name that says it is unused (`_`, `_i`): `[torch.device("cpu") for _
-    in parts]` is one device for every part on purpose."""
-    for node in walk(module):
-        if not isinstance(node, (cst.ListComp, cst.GeneratorExp)) or node.for_in.inner_for_in is not None:
-            continue
-        target = node.for_in.target
-        if not isinstance(target, cst.Name) or target.value.startswith("_") or not _names_a_gpu(node.elt):
-            continue
-        if not any(isinstance(n, cst.Name) and n.value == target.value for n in walk(node.elt)):
-            yield node, target.value
-
-
-def _names_a_gpu(elt: cst.BaseExpression) -> bool:
-    """`torch.device("cuda", k)`, `"cuda:0"`, `f"cuda:{k}"`."""
-    if isinstance(elt, cst.Call):
-        name = dotted(elt.func) or ""
-        first = elt.args[0].value if elt.args else None
-        return name in ("torch.device", "device") and first is not None and _names_a_gpu(first)
-    if isinstance(elt, cst.SimpleString):
-        value = elt.evaluated_value
-        return isinstance(value, str) and value.startswith("cuda")
-    if isinstance(elt, cst.FormattedString):
-        head = elt.parts[0] if elt.parts else None
-        return isinstance(head, cst.FormattedStringText) and head.value.startswith("cuda")
-    return False
