@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import libcst as cst
 
@@ -25,17 +25,9 @@ class RepeatedTransfer(Rule):
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         yield from _modules_moved_in_turn(self, ctx)
-        # A module's constant moved by one line to several devices (a helper called for each device of a loop) is
-        # copied once per device: no repeat.
-        targets: dict[int, set[Devs]] = {}
-        for ev in ctx.model.facts(Transfer):
-            if ev.reads_global_constant:
-                targets.setdefault(id(ev.node), set()).add(ev.devs)
-        for ev in once_per_node(
-            ctx.model.facts(Transfer),
-            lambda ev: bool(repeated(ev)) and not (ev.reads_global_constant and len(targets[id(ev.node)]) > 1),
-        ):
-            how = repeated(ev)
+        how_of = repeats(ctx)
+        for ev in once_per_node(ctx.model.facts(Transfer), lambda ev: bool(how_of(ev))):
+            how = how_of(ev)
             if how == "again":
                 yield _copied_again(self, ctx, ev)
                 continue
@@ -158,6 +150,22 @@ def _assigned_name(ctx: FileContext, move: cst.CSTNode) -> str | None:
             target = node.targets[0].target
             return ctx.code(target) if isinstance(target, (cst.Name, cst.Attribute)) else None
     return None
+
+
+def repeats(ctx: FileContext) -> Callable[[Transfer], str]:
+    """`repeated`, for the transfers of one file: a module's constant that one line moves to several devices (a
+    helper called for each device of a loop) is copied once per device, no repeat."""
+    targets: dict[int, set[Devs]] = {}
+    for ev in ctx.model.facts(Transfer):
+        if ev.reads_global_constant:
+            targets.setdefault(id(ev.node), set()).add(ev.devs)
+
+    def how(ev: Transfer) -> str:
+        if ev.reads_global_constant and len(targets[id(ev.node)]) > 1:
+            return ""
+        return repeated(ev)
+
+    return how
 
 
 def repeated(ev: Transfer) -> str:

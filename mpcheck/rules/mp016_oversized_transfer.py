@@ -14,7 +14,7 @@ from mpcheck.devices.values import distinct, show, single
 from mpcheck.finding import Finding
 from mpcheck.rules.base import Rule, once_per_node
 from mpcheck.rules.context import FileContext
-from mpcheck.rules.mp011_repeated_transfer import repeated
+from mpcheck.rules.mp011_repeated_transfer import repeats
 from mpcheck.rules.words import FLOW_WORDS
 
 
@@ -25,7 +25,8 @@ class OversizedTransfer(Rule):
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         # A move MP011 reports (the same unchanging tensor copied on every call) is its finding alone: its
         # fix, keep the data on the destination, also ends the enlarged copy.
-        every_call = {id(t.node) for t in ctx.model.facts(Transfer) if repeated(t)}
+        how_of = repeats(ctx)
+        every_call = {id(t.node) for t in ctx.model.facts(Transfer) if how_of(t)}
         for ev in once_per_node(
             ctx.model.facts(OversizedMove), lambda ev: bool(_crossed(ev)) and id(ev.node) not in every_call
         ):

@@ -7,8 +7,9 @@ The factory's output is remembered weakly, as an arrival is (arrivals.py: `arriv
 from the host to a GPU of such a tensor, unread and unchanged since it was made, the finding is taken
 when the transfer's line is the one that made it (`torch.randn(x.shape).to(dev)`, as the linter asks)
 and sizes it after a tensor (`.shape`, `.size(`, `len(`: a script's stand-in batch, `torch.randn(8,
-128).to(dev)`, is data, not an activation's noise). It is reported the second time that line does so:
-once is set-up, every step is the cost.
+128).to(dev)`, is data, not an activation's noise). It is reported the first time inside a module's forward
+(which runs on every step), elsewhere the second time that line does so: once is set-up, every step is the
+cost.
 """
 
 from __future__ import annotations
