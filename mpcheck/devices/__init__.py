@@ -14,7 +14,11 @@ instances.py   Instances: classes built, and where their parts end up (split or 
 moves.py       Moves: .to() / .cuda() / .cpu(), transfers, collapses, lineage steps, stage calls and merges (MP006)
 gpucount.py    an assumed GPU count: what torch.cuda.device_count() answers, the bounds the code puts on it
 shared.py      module objects held by two stages (one list of blocks, a default argument) moved twice
-device_loops.py a loop over devices in an __init__ that builds modules but never reads its device (MP017)
+device_loops.py a loop over devices in an __init__ that builds modules but never reads its device, a list of
+               devices made by a loop that never reads its index (MP017)
+data_moves.py  a module moved one tensor at a time through `.data`; BatchNorm statistics left or set elsewhere
+pre_hooks.py   forward pre-hooks of the file's own, run where their module is called
+module_tree.py a module's submodules as modules() / children() give them, isinstance of torch.nn classes
 unmoved.py     models provably never moved: their unplaced modules are on the CPU
 summary.py     JSON summaries of a file's classes and functions for other files
 summarized.py  using those summaries: imported names, calls of summarized classes and functions

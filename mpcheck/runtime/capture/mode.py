@@ -25,9 +25,9 @@ import torch
 import torch.utils._device as _device_ctx
 from torch.overrides import TorchFunctionMode
 
+from mpcheck.devices.torchapi import SHAPE_FACTORIES
 from mpcheck.runtime.checks.checker import Checker
 from mpcheck.runtime.checks.hook_moves import made_by_module_hook
-from mpcheck.runtime.checks.made_on_host import SHAPE_FACTORIES
 from mpcheck.runtime.checks.provenance import CONST_FACTORIES
 from mpcheck.runtime.checks.sites import called_by_torch
 

@@ -19,15 +19,12 @@ import re
 import weakref
 from typing import TYPE_CHECKING, Any
 
+from mpcheck.devices.torchapi import SHAPE_FACTORIES  # the linter's list, by torch's function name
 from mpcheck.runtime.checks.sites import Site
 
 if TYPE_CHECKING:
     from mpcheck.runtime.checks.checker import Checker
 
-# The linter's list (devices/torchapi.py SHAPE_FACTORIES), by the name of torch's function.
-SHAPE_FACTORIES = frozenset(
-    {"zeros", "ones", "empty", "full", "rand", "randn", "randint", "randperm", "arange", "linspace", "logspace", "eye"}
-)
 _SIZED_AFTER_A_TENSOR = re.compile(r"\.shape\b|\.size\(|\blen\(")
 
 
