@@ -357,3 +357,23 @@ def test_a_device_list_given_as_one_string_and_split_by_its_type_is_known():
     assert "`b` is on cuda:1" in got[0][2]
     other = src.replace('lambda s: s.split(",")', "lambda s: [x.strip() for x in s.split(',')]")
     assert findings(other) == []  # another conversion: the default is not known
+
+
+# ----------------------------------------------------------------- MP017: a list of one device, made by a for loop
+
+
+def test_a_device_list_appended_in_a_loop_that_ignores_its_index():
+    src = """
+    import os
+    import torch
+
+    rank = int(os.environ.get("LOCAL_RANK", 0))
+    devices = []
+    for i in range(2):
+        devices.append(torch.device("cuda", rank))
+    """
+    got = findings(src)
+    assert [(line, code) for line, code, _ in got] == [(8, "MP017")]
+    assert '`torch.device("cuda", rank)`, appended in `for i in range(2)`, makes one device per `i`' in got[0][2]
+    assert findings(src.replace('torch.device("cuda", rank)', 'torch.device("cuda", rank * 2 + i)')) == []
+    assert findings(src.replace("for i in", "for _ in")) == []

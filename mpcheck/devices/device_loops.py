@@ -9,8 +9,8 @@ that the instance holds at the end of __init__ is on one and the same device: a 
 that places them (`for i, b in enumerate(self.blocks): b.to(devices[i // per])`) ends the case.
 
 The same split is lost a step earlier by a list of devices made by a loop that never reads its name
-(`[torch.device("cuda", local_rank) for i in range(stages)]`): an `events.DeviceListIgnoresIndex`, noted
-where the comprehension is evaluated (once per node). A name that says it is unused (`_`, `_i`) is taken at
+(`[torch.device("cuda", local_rank) for i in range(stages)]`, or the same item appended in a `for` loop): an
+`events.DeviceListIgnoresIndex`, noted where the comprehension or the loop is run (once per node). A name that says it is unused (`_`, `_i`) is taken at
 its word: `[torch.device("cpu") for _ in parts]` is one device for every part on purpose.
 """
 
@@ -121,9 +121,35 @@ def note_device_list(interp: Interp, node: cst.ListComp | cst.GeneratorExp) -> N
     target = node.for_in.target
     if node.for_in.inner_for_in is not None or type(target) is not cst.Name or target.value.startswith("_"):
         return
-    if not _names_a_gpu(node.elt) or any(type(n) is cst.Name and n.value == target.value for n in walk(node.elt)):
+    if _ignores(node.elt, target.value):
+        interp.recorder.record(DeviceListIgnoresIndex(node=node.elt, name=target.value, loop=node))
+
+
+def note_device_appends(interp: Interp, stmt: cst.For) -> None:
+    """The same for `for i in range(stages): devices.append(torch.device("cuda", rank))`."""
+    if id(stmt) in interp.device_lists_seen:
         return
-    interp.recorder.record(DeviceListIgnoresIndex(node=node, name=target.value))
+    interp.device_lists_seen.add(id(stmt))
+    target = stmt.target
+    if type(target) is not cst.Name or target.value.startswith("_"):
+        return
+    for line in stmt.body.body:
+        for small in line.body if type(line) is cst.SimpleStatementLine else ():
+            call = small.value if type(small) is cst.Expr else None
+            if not (
+                type(call) is cst.Call
+                and type(call.func) is cst.Attribute
+                and call.func.attr.value == "append"
+                and len(call.args) == 1
+            ):
+                continue
+            if _ignores(call.args[0].value, target.value):
+                interp.recorder.record(DeviceListIgnoresIndex(node=call.args[0].value, name=target.value, loop=stmt))
+
+
+def _ignores(item: cst.BaseExpression, name: str) -> bool:
+    """Does `item` name a GPU without reading `name`?"""
+    return _names_a_gpu(item) and not any(type(n) is cst.Name and n.value == name for n in walk(item))
 
 
 def _names_a_gpu(elt: cst.BaseExpression) -> bool:

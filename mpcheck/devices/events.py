@@ -350,10 +350,12 @@ class ModuleMovedInForward(Fact):
 
 @dataclass(frozen=True, eq=False, kw_only=True)
 class DeviceListIgnoresIndex(Fact):
-    """`[torch.device("cuda", rank) for i in range(stages)]` (`node`, the comprehension): a list of devices made
-    by a loop whose item never reads the loop's name `name`, so every item is the same device (device_loops.py)."""
+    """`[torch.device("cuda", rank) for i in range(stages)]`, or `devs.append(...)` of it in a `for` loop: a list of
+    devices made by a loop (`loop`, the comprehension or the `for`) whose item (`node`) never reads the loop's name
+    `name`, so every item is the same device (device_loops.py)."""
 
     name: str
+    loop: cst.CSTNode
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)

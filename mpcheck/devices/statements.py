@@ -319,6 +319,7 @@ class Statements(Part):
         loop = data_moves.data_move_loop(stmt)
         if loop is not None:
             self._moved_by_data(loop, end)
+        device_loops.note_device_appends(self.interp, stmt)  # MP017's list of one device
         return end
 
     def _moved_by_data(self, loop: data_moves.DataMoveLoop, end: State) -> None:

@@ -11,7 +11,7 @@ import libcst as cst
 from mpcheck.devices.events import DeviceListIgnoresIndex, UnusedLoopDevice
 from mpcheck.devices.values import show
 from mpcheck.finding import Finding
-from mpcheck.rules.base import Rule
+from mpcheck.rules.base import Rule, once_per_node
 from mpcheck.rules.context import FileContext
 from mpcheck.rules.words import FLOW_WORDS
 
@@ -37,15 +37,19 @@ class LoopIgnoresDevice(Rule):
                 modules=list(ev.built),
                 suggestion=f"add `.to({ev.name})` to the modules the loop builds",
             )
-        for listed in ctx.model.facts(DeviceListIgnoresIndex):
-            comp, name = listed.node, listed.name
-            assert isinstance(comp, (cst.ListComp, cst.GeneratorExp))
+        for listed in once_per_node(ctx.model.facts(DeviceListIgnoresIndex)):
+            name, loop = listed.name, listed.loop
+            made = (
+                f"`{ctx.code(loop)}`"
+                if not isinstance(loop, cst.For)
+                else f"`{ctx.code(listed.node)}`, appended in `for {name} in {ctx.code(loop.iter)}`,"
+            )
             yield self.finding(
                 ctx,
-                comp.elt,
-                f"`{ctx.code(comp)}` makes one device per `{name}` but never uses `{name}`: every item is the same "
-                f"device, so the stages placed by this list all land on one GPU instead of one each. Make each "
-                f"item from `{name}` (e.g. `torch.device('cuda', first + {name})`).",
+                listed.node,
+                f"{made} makes one device per `{name}` but never uses `{name}`: every item is the same device, so the "
+                f"stages placed by this list all land on one GPU instead of one each. Make each item from `{name}` "
+                f"(e.g. `torch.device('cuda', first + {name})`).",
                 suggestion=f"use `{name}` in the device each item names",
             )
 
