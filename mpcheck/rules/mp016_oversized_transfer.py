@@ -51,11 +51,7 @@ def _reduced(
 ) -> tuple[str, str]:
     """The message and fix of a move reduced right after: the same chain with the move last."""
     steps = _steps_after(reduction, move)
-    fix = (
-        f"`{ctx.code(moved)}{steps}{ctx.code(move)[len(ctx.code(moved)) :]}`"
-        if moved is not None and len(ctx.code(moved)) < 80
-        else f"`...{steps}` first, then the move"
-    )
+    fix = _move_last(ctx, move, moved, steps)
     return (
         f"{subject} only to be reduced to one value there (`{steps}`): the link carries every element for one. "
         f"Reduce it where it is and move the result: {fix}.",
@@ -63,16 +59,19 @@ def _reduced(
     )
 
 
+def _move_last(ctx: FileContext, move: cst.CSTNode, moved: cst.BaseExpression | None, steps: str) -> str:
+    """The fix that does `steps` (`.isfinite().all()`, `[idx]`) where the tensor is, then the move."""
+    if moved is not None and len(ctx.code(moved)) < 80:
+        return f"`{ctx.code(moved)}{steps}{ctx.code(move)[len(ctx.code(moved)) :]}`"
+    return f"`...{steps}` first, then the move"
+
+
 def _indexed(
     ctx: FileContext, move: cst.CSTNode, moved: cst.BaseExpression | None, indexed: cst.Subscript, subject: str
 ) -> tuple[str, str]:
     """The message and fix of a move indexed right after: index where it is, then move the rows."""
     index = ctx.code(indexed)[len(ctx.code(move)) :]
-    fix = (
-        f"`{ctx.code(moved)}{index}{ctx.code(move)[len(ctx.code(moved)) :]}`"
-        if moved is not None and len(ctx.code(moved)) < 80
-        else f"`...{index}` first, then the move"
-    )
+    fix = _move_last(ctx, move, moved, index)
     return (
         f"{subject} only to be indexed there (`{index}`): the link carries every row for the few the index picks. "
         f"Index it where it is and move the rows: {fix}.",
