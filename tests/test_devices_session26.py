@@ -41,6 +41,25 @@ y = net(torch.randn(2, 4))
 """
 
 
+# A model split over cuda:0 and cuda:1 by hand; the tests append what they do with it (from line 17 on).
+SPLIT = """
+import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(4, 4).to("cuda:0")
+        self.b = nn.Linear(4, 4).to("cuda:1")
+
+    def forward(self, x):
+        return self.b(self.a(x.to("cuda:0")).to("cuda:1"))
+
+
+"""
+
+
 def findings(src: str):
     r = analyze("t.py", textwrap.dedent(src), ALL, "m", {})
     return sorted((f.line, f.code, f.message) for f in r.findings)
@@ -126,25 +145,7 @@ def test_a_library_module_without_buffers_is_moved_by_its_parameters():
 
 
 def test_a_split_model_collapsed_through_data_names_the_model():
-    src = """
-    import torch
-    import torch.nn as nn
-
-
-    class Net(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.a = nn.Linear(4, 4).to("cuda:0")
-            self.b = nn.Linear(4, 4).to("cuda:1")
-
-        def forward(self, x):
-            return self.b(self.a(x.to("cuda:0")).to("cuda:1"))
-
-
-    net = Net()
-    for p in net.parameters():
-        p.data = p.data.to("cuda:0")
-    """
+    src = SPLIT + 'net = Net()\nfor p in net.parameters():\n    p.data = p.data.to("cuda:0")\n'
     got = findings(src)
     assert [(line, code) for line, code, _ in got] == [(18, "MP007")]
     assert "moves every stage of `net`" in got[0][2]
@@ -305,25 +306,13 @@ def test_running_statistics_reset_in_place_or_made_there_are_silent():
 
 # ----------------------------------------------------------------- `if p.grad is not None` keeps every parameter
 
-GRADS = """
-import torch
-import torch.nn as nn
-
-
-class Net(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.a = nn.Linear(4, 4).to("cuda:0")
-        self.b = nn.Linear(4, 4).to("cuda:1")
-
-    def forward(self, x):
-        return self.b(self.a(x.to("cuda:0")).to("cuda:1"))
-
-
-model = Net()
+GRADS = (
+    SPLIT
+    + """model = Net()
 FREEZE
 checks = [p.grad.detach().to("cuda:0").isfinite().all() for p in model.parameters() if p.grad is not None]
 """
+)
 
 
 def test_a_filter_on_existing_gradients_keeps_the_parameters_of_every_stage():
