@@ -462,3 +462,136 @@ def test_a_class_that_only_names_a_device_is_not_summarised_for_its_arguments():
     assert moves_by_argument(text, "Trainer")
     # A device passed on to a factory, or one of its own: nothing of a caller's model is acted on.
     assert not moves_by_argument(text, "Buffer") and not moves_by_argument(text, "Cache")
+
+
+# ----------------------------------------------------------------- the split without a parse
+# _cut parses only the statements it reads: the text is split at its top-level statements first
+# (slices._split), and a `def` or `class` is parsed only when the cut takes it. The cut must be
+# the one a parse of the whole text gives.
+
+
+def _both(text: str, names: list[str]) -> tuple[str | None, str | None]:
+    from mpcheck.lint import slices
+
+    split, whole = slices._cut(text, names), slices._cut(text, names, whole=True)
+    return (split.source() if split else None), (whole.source() if whole else None)
+
+
+SPLIT_CASES = {
+    "decorated over lines, clauses, brackets and a backslash at column 0": """\
+        import torch
+        @decorate(
+        "cuda:1")
+        @other
+        def placed():
+            return torch.zeros(1).to("cuda:1")
+        try:
+            import apex
+        except ImportError:
+            apex = None
+        else:
+            pass
+        finally:
+            pass
+        TABLE = [
+        "cuda:0",
+        ]
+        TOTAL = 1 + \\
+        2
+        def user():
+            return placed(), TABLE, TOTAL, apex
+        """,
+    "column-0 lines inside strings": '''\
+        DOC = """
+        def fake():
+        class Fake:
+        """
+        def real():
+            s = f"""
+        x = {DOC}
+        """
+            return s
+        ''',
+    "a global set in a method, a walrus in a default and a decorator": """\
+        class Holder:
+            def set(self):
+                global LATE
+                LATE = "cuda:3"
+        def with_default(a=(FIRST := "cuda:0")):
+            return a
+        @pick(SECOND := "cuda:1")
+        def decorated():
+            return SECOND
+        def reader():
+            return LATE, FIRST, SECOND
+        """,
+    "a walrus inside a body binds nothing here": """\
+        def body_only():
+            if (d := "cuda:1"):
+                return d
+        d = "cuda:0"
+        def reader():
+            return d
+        """,
+    "one-line definitions and statements sharing a line": """\
+        def f(): return "cuda:1"
+        class A: x = f(); y = 2
+        a = 1; b = f()
+        def reader(): return A, b
+        """,
+    "windows line ends": "import torch\r\nX = 'cuda:1'\r\ndef reader():\r\n    return X\r\n",
+}
+
+
+@pytest.mark.parametrize("text", SPLIT_CASES.values(), ids=SPLIT_CASES.keys())
+def test_the_split_text_is_cut_as_the_whole_parse_cuts_it(text):
+    import ast
+
+    text = textwrap.dedent(text) if "\r" not in text else text
+    for name in _top_names(text) + ["LATE", "FIRST", "SECOND"]:
+        split, whole = _both(text, [name])
+        assert split == whole, name
+    assert ast.parse(text)  # the cases are Python
+
+
+def test_a_definition_the_split_misread_falls_back_to_the_whole_parse():
+    from mpcheck.lint import slices
+
+    # A form feed indents nothing (a statement after it is top-level): such a text is not split.
+    text = "def f():\n    return 1\n\fX = 'cuda:1'\ndef g():\n    return X\n"
+    starts = [0]
+    for line in slices._LINE.findall(text):
+        starts.append(starts[-1] + len(line))
+    assert slices._split(text, starts) is None
+    assert _both(text, ["g"])[0] == _both(text, ["g"])[1] == "\fX = 'cuda:1'\ndef g():\n    return X\n"
+
+
+def test_a_syntax_error_in_a_definition_the_cut_leaves_out_goes_unseen():
+    # The whole text does not parse, but the names looked up are summarised from what does.
+    text = "X = 'cuda:1'\ndef broken():\n    x = = 1\ndef reader():\n    return X\n"
+    assert needed_source(text, ["reader"]) == "X = 'cuda:1'\ndef reader():\n    return X\n"
+    assert needed_source(text, ["broken"]) is None  # taken: it does not parse, so nothing is cut
+
+
+@pytest.mark.parametrize("path", _corpus(), ids=lambda p: p.name)
+def test_the_split_cuts_every_corpus_file_as_the_whole_parse(path):
+    text = path.read_text(encoding="utf-8")
+    for name in _top_names(text):
+        split, whole = _both(text, [name])
+        assert split == whole, name
+
+
+def test_a_banner_of_hashes_after_a_string_is_read_in_linear_time():
+    # The gate of _Cut._mentions once let a comment end anywhere: `"a"` then a line of 60 `#`s took 2**60
+    # steps to fail (torch's _functorch/compilers.py hung a cut). Run apart, so that a regression fails by
+    # the timeout instead of hanging the suite.
+    import subprocess
+    import sys
+
+    code = (
+        "from mpcheck.lint.slices import needed_source\n"
+        "text = 'X = \"cuda:1\"\\nY = 2\\ndef f():\\n    s = \"a\"\\n    ' + '#' * 60 + '\\n    return X\\n'\n"
+        "print(needed_source(text, ['f']))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert done.stdout.startswith('X = "cuda:1"\ndef f():')

@@ -763,6 +763,29 @@ class Calls(Part):
             )
         self.interp.moves.rebind(node.func.value, moved, st)
 
+    def _legacy_type_cast(self, recv: Obj, arg: cst.BaseExpression, node: cst.Call, st: State) -> Val | None:
+        """`x.type(torch.cuda.FloatTensor)` (or its name as a string) moves a host `x` to the current CUDA
+        device, as `.cuda()` does, and casts a CUDA `x` where it is (torch changes the device only when its
+        type differs); `x.type(torch.FloatTensor)` moves `x` to the CPU; `x.type(torch.float32)` casts where
+        `x` is. None for anything else (`x.type(y.type())`, or a CUDA type for an `x` not known)."""
+        if isinstance(arg, cst.SimpleString):
+            name: str | None = arg.evaluated_value if isinstance(arg.evaluated_value, str) else None
+        else:
+            name = self.interp.exprs.qname(arg)
+        if name is None:
+            return None
+        space, _, last = name.rpartition(".")
+        if space == "torch.cuda" and last in T.CUDA_TENSOR_TYPES:
+            here = single(recv.devs) or ""
+            if here == "cpu":
+                return self.interp.moves.move(recv, "cuda", [], {}, node, st)
+            return recv if here.startswith("cuda") else None
+        if space == "torch" and last in T.CUDA_TENSOR_TYPES:
+            return self.interp.moves.move(recv, "cpu", [], {}, node, st)
+        if space == "torch" and last in T.DTYPE_NAMES:
+            return recv
+        return None
+
     def method_call(
         self, recv: Val, meth: str, args: list[Val], kwargs: dict[str, Val], node: cst.Call, st: State
     ) -> Val:
@@ -790,6 +813,10 @@ class Calls(Part):
         ):
             # PyTorch's type_as is `self.to(other.options())`: the other tensor's dtype and device.
             return self.interp.moves.move(recv, "to", args, {}, node, st)
+        if meth == "type" and isinstance(recv, Obj) and recv.kind == "tensor" and len(node.args) == 1 and not kwargs:
+            cast = self._legacy_type_cast(recv, node.args[0].value, node, st)
+            if cast is not None:
+                return cast
         if meth == "load_state_dict" and _assigns(kwargs) and isinstance(recv, Obj) and recv.kind == "module":
             self._load_assigned(recv, args[0] if args else kwargs.get("state_dict"), node, st)
             return UNK

@@ -542,6 +542,19 @@ def _generator(lib: Library, c: LibCall) -> Val:
     return Obj("generator", devs, origin=f"a torch.Generator made {where}", at=c.node)
 
 
+def _host_argument(lib: Library, c: LibCall) -> Val:
+    """A function that reads one argument on the host (torchapi.HOST_ARGUMENTS) given it on a GPU: torch
+    raises. MP001's, at the call; what the function gives is not modelled (as before)."""
+    keyword, at, _ = T.HOST_ARGUMENTS[c.q]
+    given = c.kwargs.get(keyword, c.args[at] if len(c.args) > at else None)
+    if isinstance(given, Obj) and (single(given.devs) or "").startswith("cuda:"):
+        index = at if len(c.args) > at else len(c.args) + list(c.kwargs).index(keyword)
+        expr = c.exprs[index] if index < len(c.exprs) else None
+        lib.interp.exprs.check_operand(c.node, given, one("cpu"), c.st, what=c.q, op=c.last, arg_index=at, expr=expr)
+    used(*c.args, *c.kwargs.values())
+    return UNK
+
+
 def _cuda_device_context(lib: Library, c: LibCall) -> Val:
     """`torch.cuda.device(i)` outside a `with` (Statements.exec_with reads that one): the context manager,
     which a device argument refuses (not_a_device.py)."""
@@ -1096,6 +1109,7 @@ EXACT: dict[str, Handler] = _exact(
     ("torch.device", _torch_device_call),
     ("torch.cuda.device", _cuda_device_context),
     ("torch.Generator", _generator),
+    (list(T.HOST_ARGUMENTS), _host_argument),
     ("functools.partial", _partial),
     (("types.SimpleNamespace", "argparse.Namespace"), _namespace),
     ("argparse.ArgumentParser", _argument_parser),

@@ -156,6 +156,11 @@ HOST_MEMORY_VIEWS = frozenset({"from_numpy", "as_tensor"})
 LIKE_FACTORIES = frozenset(
     {"zeros_like", "ones_like", "empty_like", "full_like", "rand_like", "randn_like", "randint_like"}
 )
+# Functions that read an argument on the host and refuse it on a GPU: name -> (keyword, position,
+# what torch asks for). The packing is planned on the host from the lengths.
+HOST_ARGUMENTS: dict[str, tuple[str, int, str]] = {
+    "torch.nn.utils.rnn.pack_padded_sequence": ("lengths", 1, "a 1-D CPU int64 tensor"),
+}
 CUDA_TENSOR_TYPES = frozenset(
     {
         "FloatTensor",

@@ -36,6 +36,7 @@ from mpcheck.finding import Finding
 from mpcheck.lint import callers, forked, modules, noqa, schedule, slices
 from mpcheck.lint.cache import ResultCache, content_hash, entry_key
 from mpcheck.lint.files import SourceFile
+from mpcheck.lint.parse_ahead import ParseAhead
 from mpcheck.lint.prefilter import PreFilter
 from mpcheck.lint.rulemeta import RuleMeta
 from mpcheck.syntax import SYNTAX_ERROR_CODE, syntax_finding
@@ -47,6 +48,8 @@ from mpcheck.syntax import SYNTAX_ERROR_CODE, syntax_finding
 # vs 0.70 s; 16 files / 192k chars 0.83 s vs 0.59 s.
 PARALLEL_MIN_CHARS = 150_000
 PARALLEL_MIN_FILES = 6
+# A single file this big is parsed in a forked process from the start (lint/parse_ahead.py).
+PARSE_AHEAD_MIN_CHARS = 50_000
 # The pre-filter's verdicts on this much text are shared out with forked workers (lint/forked.py).
 PARALLEL_JUDGE_MIN_CHARS = 2_000_000
 
@@ -846,6 +849,25 @@ def _analyze_misses(
     """Analyse `misses` into `out` (and the cache); the calls each file's analysis kept for
     other files (lint/callers.py), by display path, for the files analysed without error."""
 
+    only = misses[0] if len(misses) == 1 else None
+    ahead = None
+    if only is not None and jobs > 1 and len(only.text) >= PARSE_AHEAD_MIN_CHARS:
+        ahead = ParseAhead(only.text, _analyze_task)  # parses while this process chooses the summaries
+    try:
+        return _analyze_chosen(misses, project, cache, jobs, out, ahead)
+    finally:
+        if ahead is not None:
+            ahead.close()
+
+
+def _analyze_chosen(
+    misses: list[_File],
+    project: _Project,
+    cache: ResultCache | None,
+    jobs: int,
+    out: LintOutcome,
+    ahead: ParseAhead | None,
+) -> dict[str, list[dict[str, Any]]]:
     walked = {id(f): f.walked or _project_modules(f, project) for f in misses}
     uses = {k: used for k, (used, _, _) in walked.items()}
     wanted: dict[str, set[str]] = {}
@@ -940,14 +962,19 @@ def _analyze_misses(
         schedule.run(plan, prepare, _summarize_and_analyze_task, done, jobs if big else 1)
     else:
         # One file to check (an editor's run, torch's _inductor/ir.py alone): its libcst parse, most of
-        # its cost, needs no summary, so it runs in this process while workers summarise its imports.
+        # its cost, needs no summary, so it runs beside the rest: in a process forked before the
+        # summaries were chosen (lint/parse_ahead.py), else in this one while workers summarise.
         parsed: dict[str, Any] = {}
         only = misses[0] if len(misses) == 1 else None
-        beside = (lambda: parsed.update({only.src.path: parsing.parse_or_none(only.text)})) if only else None
+        beside = None
+        if only is not None and ahead is None:
+            beside = lambda: parsed.update({only.src.path: parsing.parse_or_none(only.text)})  # noqa: E731
         for made in _run_tasks(_summarize_task, todo, [len(t[1]) for t in todo], jobs, beside):
             summary_made(*made)
         tasks = [task(f) for f in misses]
-        if parsed:
+        if ahead is not None:
+            results = [ahead.result(tasks[0])]
+        elif parsed:
             results = [_analyze_task(tasks[0], parsed[tasks[0][0]])]
         else:
             results = _run_tasks(_analyze_task, tasks, [len(t[3]) for t in tasks], jobs)

@@ -30,14 +30,23 @@ is kept) and which attributes methods other than `__init__` assign
 assigns those same `self.` attributes, so both facts, and the methods' names
 and order, stay those of the whole class.
 
-Only `ast` is used (about 7x faster than a libcst parse). None where the cut
-would be unsafe or useless: the text does not parse (the caller parses it
-whole and fails the same way), or everything is needed anyway.
+Only `ast` is used (about 7x faster than a libcst parse), and only on the
+statements the cut reads: the text is first split at its top-level statements
+without a parse (_split), each `def` and `class` is known by its name until the
+cut takes it, and only the other statements (imports, assignments, `if`
+blocks: what binds names in ways a line cannot say) are parsed up front. The
+modules `_inductor/ir.py` imports are 2.8 MB, of which the cut keeps 0.35 MB:
+`ast` parsed all of it before. None where the cut would be unsafe or useless:
+the text does not parse where the cut reads it (the caller parses it whole and
+fails the same way), or everything is needed anyway. A syntax error inside a
+`def` or `class` the cut leaves out goes unseen here: the names looked up are
+summarised from the statements that parse.
 """
 
 from __future__ import annotations
 
 import ast
+import bisect
 import re
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
@@ -79,10 +88,10 @@ def summary_tree(module: Any, text: str, names: Iterable[str]) -> Any:
 
     if any(w in text for w in DEFAULT_DEVICE_CHANGERS):
         return module
-    cut = _cut(text, names)
+    cut = _cut(text, names, whole=True)
     if cut is None:
         return module
-    body = _aligned(module.body, cut.body)
+    body = _aligned(module.body, cut.body)  # type: ignore[arg-type]  # whole: every statement parsed
     if body is None:
         return None
     kept: list[Any] = []
@@ -130,41 +139,169 @@ def _aligned(nodes: Sequence[Any], stmts: list[ast.stmt]) -> list[tuple[Any, tup
     return out if at == len(stmts) else None
 
 
-def _cut(text: str, names: Iterable[str]) -> _Cut | None:
-    """The cut of `text` for `names`; None when `text` is better summarised whole."""
+def _cut(text: str, names: Iterable[str], whole: bool = False) -> _Cut | None:
+    """The cut of `text` for `names`; None when `text` is better summarised whole.
+    `whole`: parse every statement (summary_tree lines the cut up with the whole tree)."""
+    lines = _LINE.findall(text)
+    starts = [0]  # offset of each line's start, and of the end
+    for line in lines:
+        starts.append(starts[-1] + len(line))
     try:
-        with warnings.catch_warnings():  # `"\d"` and the like: the user's file is not ours to warn about
-            warnings.simplefilter("ignore")
-            tree = ast.parse(text)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return None
-    cut = _Cut(tree.body, text)
-    for i, stmt in enumerate(tree.body):
-        if isinstance(stmt, ast.ImportFrom) and (stmt.module == "__future__" or any(a.name == "*" for a in stmt.names)):
-            cut.take(i)
-    cut.need(set(names))
-    cut.run()
-    if len(cut.keep) == len(tree.body) and not any(cut.dropped.values()):
+        split = None if whole else _split(text, starts)
+        body: list[ast.stmt | _Unparsed] = list(_parse(text).body) if split is None else split
+        cut = _Cut(body, text, lines, starts)
+        for i, stmt in enumerate(body):
+            if isinstance(stmt, ast.ImportFrom) and (
+                stmt.module == "__future__" or any(a.name == "*" for a in stmt.names)
+            ):
+                cut.take(i)
+        cut.need(set(names))
+        cut.run()
+    except (SyntaxError, ValueError, RecursionError, MemoryError, _NotAsSplit):
+        return None if whole else _cut(text, names, whole=True)
+    if len(cut.keep) == len(body) and not any(cut.dropped.values()):
         return None
     return cut
+
+
+def _parse(text: str) -> ast.Module:
+    with warnings.catch_warnings():  # `"\d"` and the like: the user's file is not ours to warn about
+        warnings.simplefilter("ignore")
+        return ast.parse(text)
+
+
+class _NotAsSplit(Exception):
+    """A statement _split set apart is not one `def` or `class` of that name: parse it all."""
+
+
+class _Unparsed:
+    """A top-level `def` or `class` not parsed yet (_split): its lines, the name it binds and,
+    for a class, the names of the functions it defines (those of its methods and more)."""
+
+    __slots__ = ("first", "last", "name", "is_class", "inner")
+
+    def __init__(self, first: int, last: int, name: str, is_class: bool, inner: list[str]) -> None:
+        self.first, self.last, self.name, self.is_class, self.inner = first, last, name, is_class, inner
+
+
+# A line of code (strings and comments blanked) that starts a top-level statement: anything at
+# column 0 but white space, a comment or a closing bracket (those continue a statement).
+_STATEMENT_START = re.compile(r"^[^ \t\r\n#)\]}]", re.M)
+_CLAUSE = re.compile(r"(?:else|elif|except|finally)(?!\w)")
+_DEFINITION = re.compile(r"(?:async[ \t]+)?def[ \t]+(\w+)|class[ \t]+(\w+)")
+_INNER_DEF = re.compile(r"^[ \t]+(?:async[ \t]+)?def[ \t]+(\w+)", re.M)
+_HEADER_MARK = re.compile(r"[()\[\]{}:]")
+_GLOBAL = re.compile(r"(?<![\w.])global(?!\w)")
+_CONTINUED = re.compile(r"\\(?:\r\n|\r|\n)")
+
+
+def _split(text: str, starts: list[int]) -> list[ast.stmt | _Unparsed] | None:
+    """The top-level statements of `text` in order, without parsing the `def`s and `class`es
+    (_Unparsed); None where the text is not split this way (it is parsed whole).
+
+    A top-level statement starts at column 0 of a line that is outside every string, bracket
+    and backslash continuation (Python's tokenizer gives such a line indent 0), and runs to
+    the next such line, unless that one goes on the statement (`else:`, `except`) or the
+    statement is a decorator (the `def` or `class` it decorates follows). Strings and comments
+    are found by the pre-filter's lexer (lint/livetext.py, checked against `tokenize`) and
+    blanked, so that their brackets and lines are not code; a stretch whose brackets do not
+    balance runs on to the next start until they do. A statement that is not a definition
+    is parsed at once (what it binds, `_binds`, takes its tree); a definition only when the
+    cut takes it, and it must then be that definition (_NotAsSplit otherwise)."""
+    from mpcheck.lint.livetext import _LEXEME
+
+    if "\f" in text or ("\r" in text and text.count("\r") != text.count("\r\n")):
+        return None  # a form feed indents nothing; a line ended by "\r" alone: `^` does not see it
+
+    def blank(m: re.Match[str]) -> str:
+        # A string keeps a non-space first character: one at column 0 starts a statement.
+        return " " * len(m[0]) if m.group(1) is not None else "_" * len(m[0])
+
+    code = _LEXEME.sub(blank, text)
+    heads = [m.start() for m in _STATEMENT_START.finditer(code)]
+    if code[: heads[0] if heads else len(code)].strip():
+        return None  # an indented first line: not Python
+    continued = {bisect.bisect_right(starts, m.end()) - 1 for m in _CONTINUED.finditer(code)}
+    # Each statement as [first head, end, the head of its `def` or `class` or -1].
+    spans: list[list[int]] = []
+    depth = 0
+    decorating = False  # the last statement is decorators so far
+    for k, at in enumerate(heads):
+        end = heads[k + 1] if k + 1 < len(heads) else len(code)
+        line = bisect.bisect_right(starts, at) - 1
+        if (depth or line in continued) and spans:
+            spans[-1][1] = end  # inside brackets or after a backslash: the statement goes on
+        elif decorating:
+            definition = _DEFINITION.match(code, at)
+            if definition is None and not code.startswith("@", at):
+                return None
+            spans[-1][1] = end
+            if definition is not None:
+                spans[-1][2], decorating = at, False
+        elif _CLAUSE.match(code, at):
+            if not spans:
+                return None
+            spans[-1][1] = end
+        else:
+            decorating = code.startswith("@", at)
+            spans.append([at, end, at if _DEFINITION.match(code, at) else -1])
+        piece = code[at:end]
+        depth += sum(piece.count(c) for c in "([{") - sum(piece.count(c) for c in ")]}")
+        if depth < 0:
+            return None
+    if depth or decorating:
+        return None
+    body: list[ast.stmt | _Unparsed] = []
+    for at, end, definition_at in spans:
+        first, last = bisect.bisect_right(starts, at), bisect.bisect_left(starts, end)
+        segment = text[starts[first - 1] : starts[last]]
+        found = _DEFINITION.match(code, definition_at) if definition_at >= 0 else None
+        name = (found[1] or found[2]) if found is not None else None
+        # `global X` in a function, or `:=` in a default, a decorator or a base, binds at module
+        # level: `_binds` reads the tree (strings and comments are blanked in `code`).
+        if (
+            name
+            and name.isascii()
+            and ":=" not in code[at : _header_end(code, definition_at, end)]
+            and _GLOBAL.search(code, at, end) is None
+        ):
+            is_class = found is not None and found[2] is not None
+            inner = _INNER_DEF.findall(code, at, end) if is_class else []
+            body.append(_Unparsed(first, last, name, is_class, inner))
+            continue
+        body.extend(_parse("\n" * (first - 1) + segment).body)
+    return body
+
+
+def _header_end(code: str, at: int, end: int) -> int:
+    """Where the header of the definition at `at` ends: its `:` outside brackets (else `end`)."""
+    depth = 0
+    for m in _HEADER_MARK.finditer(code, at, end):
+        c = m[0]
+        if c == ":" and depth == 0:
+            return m.start()
+        depth += 1 if c in "([{" else -1 if c in ")]}" else 0
+    return end
 
 
 class _Cut:
     """The statements kept so far, and the names and identifiers they mention."""
 
-    def __init__(self, body: list[ast.stmt], text: str) -> None:
+    def __init__(self, body: list[ast.stmt | _Unparsed], text: str, lines: list[str], starts: list[int]) -> None:
         self.body = body
         self.text = text
-        self.lines = _LINE.findall(text)
-        self.starts = [0]  # offset of each line's start, and of the end
-        for line in self.lines:
-            self.starts.append(self.starts[-1] + len(line))
+        self.lines = lines
+        self.starts = starts  # offset of each line's start, and of the end
         self.binders: dict[str, list[int]] = {}
         for i, stmt in enumerate(body):
-            for name in _binds(stmt, self.segment(stmt)):
+            names = {stmt.name} if isinstance(stmt, _Unparsed) else _binds(stmt, self.segment(stmt))
+            for name in names:
                 self.binders.setdefault(name, []).append(i)
-        # The names of every method of a top-level class: an identifier reaches one (take).
+        # The names of every method of a top-level class: an identifier reaches one (take). Of a
+        # class not parsed yet, every function it defines: more names only make _mentions walk more.
         self.methods = {
+            name for stmt in body if isinstance(stmt, _Unparsed) and stmt.is_class for name in stmt.inner
+        } | {
             s.name
             for stmt in body
             if isinstance(stmt, ast.ClassDef)
@@ -187,6 +324,8 @@ class _Cut:
     def take(self, i: int) -> None:
         self.keep.add(i)
         stmt = self.body[i]
+        if isinstance(stmt, _Unparsed):
+            stmt = self.body[i] = self._parsed(stmt)
         if not _cuttable(stmt):
             self._nodes.append(stmt)
             return
@@ -203,6 +342,15 @@ class _Cut:
             else:
                 self.dropped[i].add(id(s))
                 self.pending.setdefault(s.name, []).append((i, s))
+
+    def _parsed(self, unparsed: _Unparsed) -> ast.stmt:
+        """The tree of a definition _split set apart, which must be that one definition."""
+        segment = self.text[self.starts[unparsed.first - 1] : self.starts[unparsed.last]]
+        tree = _parse("\n" * (unparsed.first - 1) + segment).body
+        kinds = (ast.ClassDef,) if unparsed.is_class else (ast.FunctionDef, ast.AsyncFunctionDef)
+        if len(tree) != 1 or not isinstance(tree[0], kinds) or tree[0].name != unparsed.name:
+            raise _NotAsSplit(unparsed.name)
+        return tree[0]
 
     def run(self) -> None:
         while self._names or self._nodes:
@@ -273,6 +421,7 @@ class _Cut:
 
         for i in sorted(self.keep):
             stmt = self.body[i]
+            assert not isinstance(stmt, _Unparsed)  # taken, so parsed
             if not self.dropped.get(i):
                 emit(_first_line(stmt), stmt.end_lineno or stmt.lineno)
                 continue
@@ -304,12 +453,17 @@ def _cuttable(stmt: ast.stmt) -> bool:
 
 # A word as `ast` reads an ASCII identifier.
 _WORD = re.compile(r"[^\W\d]\w*")
+# (Each way through the gaps between two literals, or after `self`, is the only one: a comment runs to its
+# line's end, a backslash takes its line break whole. A comment that could end anywhere made a banner line of
+# `#`s after a string cost 2**n steps to fail: a hang on `_functorch/compilers.py`.)
 # Where a string's value may differ from its text in a way that makes a new identifier: an escape
 # that gives a letter or a digit (`\x65`, `\u0065`, `\N{...}`, `\145`) or a line break inside the
 # string, and two adjacent literals of word characters, joined (`"enc" "ode"`, `'a''b'`).
-_NOT_AS_SPELLED = re.compile(r"""\\[\r\nxuUN0-7]|["']\w*["'](?:\s|\\\r?\n|\\\r|#[^\r\n]*)*[rRbBuUfF]{0,2}["']\w*["']""")
+_NOT_AS_SPELLED = re.compile(
+    r"""\\[\r\nxuUN0-7]|["']\w*["'](?:\s|\\\r\n|\\\r(?!\n)|\\\n|#[^\r\n]*(?![^\r\n]))*[rRbBuUfF]{0,2}["']\w*["']"""
+)
 # Between `self` and `.`: closing brackets; around the `.`: spaces, line breaks, continuations, comments.
-_GAP = r"(?:[\s()\\]|#[^\r\n]*)*"
+_GAP = r"(?:[\s()\\]|#[^\r\n]*(?![^\r\n]))*"
 
 
 @lru_cache(maxsize=1)

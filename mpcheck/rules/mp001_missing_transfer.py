@@ -15,6 +15,7 @@ from mpcheck.devices.events import (
     SplitBuiltAfterSetDevice,
     StatisticsReplaced,
 )
+from mpcheck.devices.torchapi import HOST_ARGUMENTS
 from mpcheck.devices.values import (
     OWN_MOVE_KEY,
     TIED_WEIGHT,
@@ -348,6 +349,14 @@ def _special_case(ctx: FileContext, ev: Mismatch, name: str, meets: str) -> tupl
             f"`{other}` is on cpu ({origin_text(ctx, made)}), but it meets `{name}`{where}, which is on {show(here)}",
             f"create it on the device of what it meets, e.g. `device={device}` in `{ctx.code(made.at.func)}(...)` "
             f"at line {ctx.line(made.at)}",
+        )
+    if ev.what in HOST_ARGUMENTS and there == "cpu":
+        # `pack_padded_sequence(emb, lengths)` with the lengths moved to the GPU with the rest of the batch.
+        keyword, _, wanted = HOST_ARGUMENTS[ev.what]
+        return (
+            f"`{name}` is on {show(here)} ({origin_text(ctx, v)}), but `{ev.op}` reads its {keyword} on the host "
+            f"and raises for {keyword} on a GPU (it wants {wanted})",
+            f"keep `{name}` on the CPU (leave it out of the move to {show(here)}), or pass `{name}.cpu()` here",
         )
     if ev.op == "sum()":
         return _sum_message(ctx, ev, f"is on {show(here)} ({origin_text(ctx, v)}), but {meets}", to_there, line)
