@@ -108,9 +108,10 @@ def generic(g: VirtualGPUs, func, args, kwargs):
             kwargs["device"] = g.backing_device
             if kwargs.get("pin_memory"):
                 kwargs["pin_memory"] = False
-    if kwargs.get("pin_memory") and func in FACTORIES:
-        # torch.empty(n, pin_memory=True), a staging buffer for host-to-device copies: page-locked
-        # memory means nothing without a GPU, and a CPU build has no allocator for it.
+    if kwargs.get("pin_memory"):
+        # torch.empty(n, pin_memory=True), torch.empty_like(m, pin_memory=True), m.new_empty(n, pin_memory=True):
+        # a staging buffer for host-to-device copies. Page-locked memory means nothing without a GPU, and a
+        # CPU build has no allocator for it.
         kwargs = {**kwargs, "pin_memory": False}
     if target is None and g.backing == "meta" and func in SHAPED_FACTORIES and _on_cpu(kwargs.get("device")):
         # A model built on the CPU, then moved (`Block().to(dev)`): its CPU tensors are shapes only too,
@@ -148,6 +149,10 @@ def generic(g: VirtualGPUs, func, args, kwargs):
     if dev is not None and dev.startswith("cuda") and func in AUTOCAST_ANY and torch.is_autocast_enabled("cuda"):
         args, kwargs = cast_inputs(func, args, kwargs)
     lab = target or dev
+    if _writes_into_first(func, args):
+        # `host.copy_(h)`, `ring[i].copy_(h)`, `host[:] = h`: written where the first tensor is. A GPU's data
+        # copied into a host buffer leaves the buffer on the host (the call's ops must not label it a GPU's).
+        lab = g.label_of(args[0]) or ("cpu" if args[0].device.type == "cpu" else None)
     # What the call's aten ops make goes where its outputs go (allocations.py); a backward's ops go
     # where their own inputs are, one node's device at a time.
     # A call some of whose outputs stay on the CPU labels its outputs itself (below): its aten ops would
@@ -169,6 +174,13 @@ def generic(g: VirtualGPUs, func, args, kwargs):
         else:
             g.label_outputs(out, lab, args[0] if args else None)
     return out
+
+
+def _writes_into_first(func: Any, args: tuple) -> bool:
+    """A copy into the first tensor, which stays where it is: `copy_`, and an assignment through a view."""
+    if not args or not isinstance(args[0], torch.Tensor):
+        return False
+    return func is torch.Tensor.copy_ or assigns_through_a_view(func, args, torch.Tensor)
 
 
 # Calls whose CUDA kernels refuse a 0-dim CPU tensor that most ops take as a scalar (each seen raising on an
