@@ -108,3 +108,17 @@ def _noise(on_host: bool):
 def test_noise_made_on_the_host_and_copied_every_step():
     assert [(f.code, f.line) for f in _noise(True).findings] == [("MP019", line_of(_noise, "# host"))]
     assert _noise(False).findings == []
+
+
+def test_a_lazy_module_moved_before_its_first_forward_runs_clean():
+    # Its statistics are placeholders until the first batch: the debug mode's check of which buffers a
+    # transfer may repeat once asked them for their storage, which they refuse (a ValueError in the user's
+    # `.to`). tests/dryrun/test_lazy_modules.py runs the same on virtual GPUs.
+    model = nn.Sequential(nn.LazyLinear(8), nn.LazyBatchNorm1d()).to("cuda:0")
+    with mpcheck.debug(model, report=None, on_mismatch="raise") as dbg:
+        for _ in range(2):
+            out = model(torch.randn(4, 3).to("cuda:0"))
+            out.sum().backward()
+            dbg.step()
+    assert model[1].running_mean.device == torch.device("cuda:0")
+    assert dbg.findings == []

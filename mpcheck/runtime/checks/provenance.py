@@ -125,11 +125,13 @@ class Provenance:
                     skip = tracks[cls] = _class_tracks(module)
             if skip:  # BatchNorm's statistics: updated by its kernel without a version bump
                 for buf in buffers.values():
-                    if buf is not None:
-                        self.running_stats.add(id(buf.untyped_storage()))
+                    sid = _storage_id(buf)
+                    if sid is not None:
+                        self.running_stats.add(sid)
                 continue
             for buf in buffers.values():
-                if buf is not None and id(buf.untyped_storage()) not in self.unseen_writes:
+                sid = _storage_id(buf)
+                if sid is not None and sid not in self.unseen_writes:
                     self._mark(buf)
 
     def changes_unseen(self, t: Any) -> None:
@@ -201,3 +203,14 @@ class Provenance:
             if ref() is None:
                 self.marks.pop(k, None)  # in place: the capture layer holds this dict
         self._purge_at = max(_PURGE_AT, 2 * len(self.marks))
+
+
+def _storage_id(buf: Any) -> int | None:
+    """id() of a buffer's storage; None for no buffer, or one with no storage yet (a lazy module's
+    placeholder before its first forward refuses the question: nn.LazyBatchNorm1d's statistics)."""
+    if buf is None:
+        return None
+    try:
+        return id(buf.untyped_storage())
+    except (ValueError, RuntimeError, NotImplementedError):
+        return None

@@ -132,6 +132,12 @@ class PerThread(threading.local):
         self.op_device: str | None = None
 
 
+def _is_lazy_placeholder(t: torch.Tensor) -> bool:
+    from torch.nn.parameter import UninitializedTensorMixin
+
+    return isinstance(t, UninitializedTensorMixin)
+
+
 class VirtualGPUs:
     """N virtual CUDA devices backed by `cpu` or `meta` tensors; also the core's `Devices` for the dry run."""
 
@@ -413,6 +419,12 @@ class VirtualGPUs:
         self.label(out, dst)
         if out.requires_grad:
             copy_gradient_back(self, out, self.device_of(t))
+        if _is_lazy_placeholder(t):
+            # A lazy module's buffer not made yet (`nn.LazyBatchNorm1d().to(dev)`): Tensor.to gives it back as
+            # a placeholder of its class, as the class's own __torch_function__ does, to be made at the first
+            # forward (on `dst`); a plain tensor has no `materialize`.
+            with torch._C.DisableTorchFunction():
+                out = out.as_subclass(type(t))
         return out
 
     def move(self, t: torch.Tensor, device: str) -> torch.Tensor:

@@ -2,13 +2,14 @@
 cuda.py (torch.cuda, torch.accelerator), grouping.py (foreach / optimizer grouping by device),
 autograd.py (backward, custom Functions, checkpoint), data.py (DataLoader pinning, torch.load, torch.save),
 parallel.py (DataParallel and its collectives, torch.distributed, DDP, pipelining's schedules), jit.py
-(torch.jit.trace's own check, which reads the real devices); base.py: the undo record."""
+(torch.jit.trace's own check, which reads the real devices), lazy.py (lazy modules' first forward); base.py: the
+undo record."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from mpcheck.runtime.virtual.patches import autograd, cuda, data, grouping, jit, parallel
+from mpcheck.runtime.virtual.patches import autograd, cuda, data, grouping, jit, lazy, parallel
 from mpcheck.runtime.virtual.patches.base import Patches
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -28,3 +29,4 @@ def install(g: VirtualGPUs, p: Patches) -> None:
     parallel.install_distributed(g, p)
     parallel.install_pipelining(g, p)
     jit.install(g, p)
+    lazy.install(g, p)
