@@ -133,7 +133,7 @@ class PerThread(threading.local):
 
 
 def _is_lazy_placeholder(t: torch.Tensor) -> bool:
-    from torch.nn.parameter import UninitializedTensorMixin
+    from torch.nn.parameter import UninitializedTensorMixin  # type: ignore[attr-defined]  # (not in torch.nn.parameter.__all__)
 
     return isinstance(t, UninitializedTensorMixin)
 

@@ -16,7 +16,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 def install(g: VirtualGPUs, p: Patches) -> None:
     import torch
-    from torch.nn.parameter import UninitializedTensorMixin
+    from torch.nn.parameter import UninitializedTensorMixin  # type: ignore[attr-defined]  # (not in torch.nn.parameter.__all__)
 
     original = UninitializedTensorMixin.materialize
 
