@@ -111,11 +111,12 @@ def test_noise_made_on_the_host_and_copied_every_step():
 
 
 def test_a_lazy_module_moved_before_its_first_forward_runs_clean():
-    # Its statistics are placeholders until the first batch: the debug mode's check of which buffers a
-    # transfer may repeat once asked them for their storage, which they refuse (a ValueError in the user's
-    # `.to`). tests/dryrun/test_lazy_modules.py runs the same on virtual GPUs.
-    model = nn.Sequential(nn.LazyLinear(8), nn.LazyBatchNorm1d()).to("cuda:0")
-    with mpcheck.debug(model, report=None, on_mismatch="raise") as dbg:
+    # Its weights and statistics are placeholders until the first batch, which allow `.to` by identity (the
+    # debug mode's wrapper of it raised in the user's `.to`), and refuse to give their storage (the debug
+    # mode's check of which buffers a transfer may repeat asked for it). tests/dryrun/test_lazy_modules.py
+    # runs the same on virtual GPUs.
+    with mpcheck.debug(report=None, on_mismatch="raise") as dbg:
+        model = nn.Sequential(nn.LazyLinear(8), nn.LazyBatchNorm1d()).to("cuda:0")
         for _ in range(2):
             out = model(torch.randn(4, 3).to("cuda:0"))
             out.sum().backward()

@@ -33,7 +33,21 @@ def install(mode: Any) -> list[Undo]:
     # torch.overrides.resolve_name builds its table of names once, from torch.Tensor's attributes:
     # built while the wrappers stand there, it would name the wrappers for the rest of the process.
     torch.overrides.resolve_name(torch.Tensor.to)
-    return [patch(torch.Tensor, name, _wrap(getattr(torch.Tensor, name), kind, mode, tls)) for name, kind in _METHODS]
+    wrappers = {name: _wrap(getattr(torch.Tensor, name), kind, mode, tls) for name, kind in _METHODS}
+    return [
+        *(patch(torch.Tensor, name, w) for name, w in wrappers.items()),
+        _allowed_on_placeholders(wrappers.values()),
+    ]
+
+
+def _allowed_on_placeholders(wrappers: Any) -> Undo:
+    """A lazy module's parameters and buffers before its first forward (UninitializedParameter) allow only
+    some of torch.Tensor's methods, `.to`, `.cuda`, `.cpu` and `.copy_` among them, checked by identity: the
+    wrappers are allowed too, or `nn.LazyLinear(8).to("cuda:0")` raised under `mpcheck run`."""
+    from torch.nn.parameter import UninitializedTensorMixin  # type: ignore[attr-defined]  # (not in its stubs)
+
+    allowed = list(UninitializedTensorMixin._allowed_methods)
+    return patch(UninitializedTensorMixin, "_allowed_methods", allowed + [w for w in wrappers if w not in allowed])
 
 
 def _wrap(orig: Any, kind: int, mode: Any, tls: Any) -> Any:
