@@ -43,6 +43,7 @@ from typing import Any
 
 import torch
 from torch._C import _functorch
+from torch.nn.parameter import UninitializedTensorMixin  # type: ignore[attr-defined]  # (not in its stubs)
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from mpcheck.runtime.capture.hooks import in_outer_step
@@ -130,12 +131,6 @@ class PerThread(threading.local):
     def __init__(self) -> None:
         self.current = 0
         self.op_device: str | None = None
-
-
-def _is_lazy_placeholder(t: torch.Tensor) -> bool:
-    from torch.nn.parameter import UninitializedTensorMixin  # type: ignore[attr-defined]  # (not in torch.nn.parameter.__all__)
-
-    return isinstance(t, UninitializedTensorMixin)
 
 
 class VirtualGPUs:
@@ -419,7 +414,7 @@ class VirtualGPUs:
         self.label(out, dst)
         if out.requires_grad:
             copy_gradient_back(self, out, self.device_of(t))
-        if _is_lazy_placeholder(t):
+        if isinstance(t, UninitializedTensorMixin):
             # A lazy module's buffer not made yet (`nn.LazyBatchNorm1d().to(dev)`): Tensor.to gives it back as
             # a placeholder of its class, as the class's own __torch_function__ does, to be made at the first
             # forward (on `dst`); a plain tensor has no `materialize`.
