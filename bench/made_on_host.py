@@ -12,13 +12,10 @@ device.
 
 from __future__ import annotations
 
-import argparse
-import datetime
-import json
 import sys
 
 import torch
-from transfer_costs import _time  # interleaved medians, synchronized on every device (this folder)
+from transfer_costs import _time, one_gpu_main  # interleaved medians, synchronized on every device (this folder)
 
 SHAPES = ((8, 64), (8, 3, 64, 64), (8, 4, 128, 128))
 
@@ -43,21 +40,13 @@ def case(factory: str, shape: tuple[int, ...], dev: str, reps: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--reps", type=int, default=200)
-    ap.add_argument("--json", help="also write the results here")
-    args = ap.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("made_on_host.py needs a CUDA device", file=sys.stderr)
-        return 2
-    rows = [case(f, s, "cuda:0", args.reps) for f in ("randn", "zeros") for s in SHAPES]
-    print(f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}, {datetime.date.today()}")
-    for r in rows:
-        print(f"{r['case']}: {r['as_written']:.1f} us against {r['fix']:.1f} us, x{r['ratio']:.1f}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=2)
-    return 0
+    return one_gpu_main(
+        __doc__ or "",
+        "made_on_host.py",
+        lambda reps: [case(f, s, "cuda:0", reps) for f in ("randn", "zeros") for s in SHAPES],
+        200,
+        argv,
+    )
 
 
 if __name__ == "__main__":

@@ -66,6 +66,26 @@ def _time(fns: dict, reps: int, warmup: int = 10) -> dict[str, float]:
     return {k: statistics.median(v) for k, v in samples.items()}
 
 
+def one_gpu_main(doc: str, script: str, make_rows, default_reps: int, argv: list[str] | None = None) -> int:
+    """The command line of a one-GPU rule benchmark (made_on_host.py, host_sync_per_element.py): `--reps`,
+    `--json`; `make_rows(reps)` gives rows with `case`, `as_written` and `fix` (us) and `ratio`."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--reps", type=int, default=default_reps)
+    ap.add_argument("--json", help="also write the results here")
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        print(f"{script} needs a CUDA device", file=sys.stderr)
+        return 2
+    rows = make_rows(args.reps)
+    print(f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}, {datetime.date.today()}")
+    for r in rows:
+        print(f"{r['case']}: {r['as_written']:.1f} us against {r['fix']:.1f} us, x{r['ratio']:.1f}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=2)
+    return 0
+
+
 def _block(d: int, device: str) -> nn.Module:
     return nn.Sequential(nn.LayerNorm(d), nn.Linear(d, d), nn.GELU()).to(device)
 

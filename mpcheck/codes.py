@@ -208,6 +208,16 @@ CODES: tuple[Code, ...] = (
         "at once, in code that runs every step: made there with `device=`, it needs no copy.",
         _EVERY_FACE,
     ),
+    # Lint only: at run time an element's host read (`Tensor.__bool__` of a comparison, `.item()`) would have
+    # to be traced back through Python's own iteration to the tensor it came from, on every torch call.
+    Code(
+        "MP020",
+        "host-sync-per-element",
+        "warning",
+        "Python reads a GPU tensor's elements on the host one at a time (`max(t)`, `sorted(t)`, "
+        "`[v.item() for v in t]`): one wait for the GPU per element, where `t.max()` or `t.tolist()` waits once.",
+        (LINT,),
+    ),
 )
 
 BY_CODE: dict[str, Code] = {c.code: c for c in CODES}

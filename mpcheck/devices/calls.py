@@ -920,6 +920,9 @@ class Calls(Part):
                 return recv  # a module of unknown class, as it was
             if meth == "numpy" and not args and not kwargs and recv.devs == one("cpu"):
                 return recv  # the same host memory as an array: no work (torch.from_numpy gives it back)
+            if meth in T.SELF_RETURNING_TENSOR_METHODS and recv.kind in ("tensor", "param", "buffer"):
+                used(recv, *args)
+                return recv
             if meth in T.NON_TENSOR_METHODS:
                 return UNK
             if meth in T.DTYPE_METHODS:

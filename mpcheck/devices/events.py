@@ -310,6 +310,18 @@ class HostMadeMove(Fact):
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
+class ElementSync(Fact):
+    """A GPU tensor's elements read on the host one at a time (devices/element_reads.py): Python's `max()`,
+    `min()` or `sorted()` over it (`how`: "max"), or a loop over it whose body reads its element
+    (`how`: "item", "int", "float", "bool", "tolist"; `node` is that read). `iterated`: the tensor's expression."""
+
+    how: str
+    devs: Devs
+    iterated: cst.BaseExpression
+    loop: cst.CSTNode | None = None  # the `for` or the comprehension, for a read in a loop
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
 class LazyMove(Fact):
     """A lazy iterable whose items would move modules or tensors, made as a statement and dropped
     (`map(lambda m, d: m.to(d), stages, devices)`): it never runs, so nothing moves."""

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import libcst as cst
 
-from mpcheck.devices import device_loops, torchapi
+from mpcheck.devices import device_loops, element_reads, torchapi
 from mpcheck.devices.events import Mismatch, OversizedMove
 from mpcheck.devices.names import a_number, canonical, dotted
 from mpcheck.devices.program import MAX_UNROLL, ClassInfo, Part, State
@@ -437,6 +437,8 @@ class Expressions(Part):
             self.interp.stmts.assign(
                 f.target, iter_elem(it, f.target.value if isinstance(f.target, cst.Name) else None), inner, None
             )
+            if len(fors) == 1:  # MP020: `[v.item() for v in t]` of a GPU tensor
+                element_reads.note_loop(self.interp, f.target, it, f.iter, node, node, inner)
         self.interp.in_unknown_loop += 1
         try:
             elem = self._comp_elt(node, inner)

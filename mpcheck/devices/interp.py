@@ -95,6 +95,9 @@ class Interp:
         )  # what torch.cuda.device_count() answers (gpucount.py)
         # torch.set_default_device() & co. change where factories put tensors: then say nothing about them.
         self.default_device_changed = False
+        # Names of unknown values the code uses as a CUDA index (`torch.device("cuda", GPU)`, `.cuda(GPU)`): a
+        # tensor on `sym:GPU` is on some GPU (MP020 needs no more).
+        self.cuda_symbols: set[str] = set()
         self.default_device: str | None = None  # where factories put tensors then, when known (default_device.py)
         # Shared by the parts while one interpretation runs:
         self.memo: dict[Any, Val] = {}  # call_function's results, by callee and argument values

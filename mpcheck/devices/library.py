@@ -20,7 +20,7 @@ from typing import Any, TypeGuard
 
 import libcst as cst
 
-from mpcheck.devices import command_line, module_tree, not_a_device
+from mpcheck.devices import command_line, element_reads, module_tree, not_a_device
 from mpcheck.devices import torchapi as T
 from mpcheck.devices.callers import note_call
 from mpcheck.devices.events import (
@@ -514,6 +514,8 @@ def _torch_device_call(lib: Library, c: LibCall) -> Val:
     if c.args and not_a_device.record(lib.interp, c.args[0], not_a_device.written(c.node, 0), c.node, c.st.mode):
         return FAILED  # torch.device("gpu"): torch raises here
     v = _torch_device(c.args)
+    if len(c.args) >= 2 and isinstance(c.args[0], Const) and c.args[0].value == "cuda" and isinstance(c.args[1], SymV):
+        lib.interp.cuda_symbols.add(c.args[1].name)
     if isinstance(v, DeviceV):
         lib.interp.gpus.check_device(v.devs, c.node)
     return v
@@ -553,6 +555,28 @@ def _host_argument(lib: Library, c: LibCall) -> Val:
         lib.interp.exprs.check_operand(c.node, given, one("cpu"), c.st, what=c.q, op=c.last, arg_index=at, expr=expr)
     used(*c.args, *c.kwargs.values())
     return UNK
+
+
+def _autograd_grad(lib: Library, c: LibCall) -> Val:
+    """`torch.autograd.grad(outputs, inputs)`: a tuple with one gradient per input, each on its input's device
+    (autograd accumulates a gradient where its tensor lives), whatever device the outputs are on."""
+    inputs = c.kwargs.get("inputs", c.args[1] if len(c.args) > 1 else None)
+    used(*c.args, *c.kwargs.values())
+    items = inputs.items if isinstance(inputs, SeqV) else (inputs,) if isinstance(inputs, Obj) else None
+    if items is None:
+        return UNK
+    return SeqV(tuple(_gradient_of(i) for i in items), kind="tuple")
+
+
+def _gradient_of(inp: Val) -> Val:
+    if not (isinstance(inp, Obj) and inp.kind in ("tensor", "param") and single(inp.devs)):
+        return UNK
+    return Obj(
+        "tensor",
+        inp.devs,
+        origin=f"a gradient from torch.autograd.grad, on its input's device ({show(single(inp.devs))})",
+        at=inp.at,
+    )
 
 
 def _cuda_device_context(lib: Library, c: LibCall) -> Val:
@@ -797,6 +821,7 @@ def _isinstance(lib: Library, c: LibCall) -> Val:
 
 def _builtin(lib: Library, c: LibCall) -> Val:
     q, args = c.q, c.args
+    element_reads.note_ordering(lib.interp, q, args, c.node, c.st)  # MP020: `max(t)` of a GPU tensor
     if q == "range":
         # range(n), range(lo, hi), range(lo, hi, step): unrolled when every bound is a known int. An
         # empty one stays unknown: a loop that never runs is likelier a placeholder (-1) than the program.
@@ -1108,6 +1133,7 @@ EXACT: dict[str, Handler] = _exact(
     (T.SET_DEVICE, _set_device),
     ("torch.device", _torch_device_call),
     ("torch.cuda.device", _cuda_device_context),
+    ("torch.autograd.grad", _autograd_grad),
     ("torch.Generator", _generator),
     (list(T.HOST_ARGUMENTS), _host_argument),
     ("functools.partial", _partial),

@@ -116,6 +116,8 @@ class Moves(Part):
                 self.indexless(node, st, of_tensor=of_tensor, of_loss=of_loss)
                 return st.resolve_current(one(CURRENT)), True
             devs = as_device(a)
+            if isinstance(a, SymV):
+                self.interp.cuda_symbols.add(a.name)
             if devs is None and isinstance(a, SymV):
                 devs = one(f"sym:{a.name}")
             return devs, True

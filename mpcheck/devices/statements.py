@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import libcst as cst
 
-from mpcheck.devices import data_moves, device_loops, memo, torchapi
+from mpcheck.devices import data_moves, device_loops, element_reads, memo, torchapi
 from mpcheck.devices.events import (
     BuffersLeftBehind,
     DiscardedMove,
@@ -380,6 +380,7 @@ class Statements(Part):
                 if ignored is not None:
                     device_loops.note(self.interp, stmt, ignored, built_from, st)
         elem = iter_elem(it, stmt.target.value if isinstance(stmt.target, cst.Name) else None)
+        element_reads.note_loop(self.interp, stmt.target, it, stmt.iter, stmt.body, stmt, st)  # MP020
         before = st.copy()
         body = st.copy()
         self.assign(stmt.target, elem, body, None)

@@ -265,6 +265,9 @@ NON_TENSOR_METHODS = frozenset(
         "copy_",
     }
 )
+# In-place tensor methods that give back the tensor itself (NON_TENSOR_METHODS holds them for the modules
+# that share their names): `x = torch.rand(n, device=d).requires_grad_()` is that tensor, on `d`.
+SELF_RETURNING_TENSOR_METHODS = frozenset({"requires_grad_", "copy_"})
 # Full reductions (no dim given): one value from the whole tensor. They leave the activation chain
 # (events.Crossing: a scalar such as a loss); moved just before one (`x.to(d).sum()`, through
 # elementwise steps as in `g.to(d).isfinite().all()`), the whole tensor crosses for that value (MP016).

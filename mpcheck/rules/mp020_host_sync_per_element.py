@@ -1,0 +1,56 @@
+"""MP020: a GPU tensor's elements read on the host one at a time by Python (`max(t)`, `[v.item() for v in t]`):
+one wait for the GPU per element, where one reduction or one `.tolist()` waits once."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from mpcheck.devices.events import ElementSync
+from mpcheck.devices.values import show, single
+from mpcheck.finding import Finding
+from mpcheck.rules.base import Rule, once_per_node
+from mpcheck.rules.context import FileContext
+from mpcheck.rules.words import FLOW_WORDS
+
+# What each builtin's one-wait form is, for the message: the reduction on the GPU, then one read.
+_ORDERING_FIX = {
+    "max": "{t}.max()",
+    "min": "{t}.min()",
+    "sorted": "sorted({t}.tolist())",
+}
+_AS_NUMBER = {
+    "max": " (wrap it in `int()` or `.item()` for a number)",
+    "min": " (wrap it in `int()` or `.item()` for a number)",
+}
+
+
+class HostSyncPerElement(Rule):
+    code = "MP020"
+    needs = FLOW_WORDS
+
+    def check(self, ctx: FileContext) -> Iterator[Finding]:
+        for ev in once_per_node(ctx.model.facts(ElementSync)):
+            where = single(ev.devs) or ""
+            dev = show(where) if where.startswith("cuda") else f"the GPU {show(where)}"
+            t = ctx.code(ev.iterated)
+            if ev.loop is None:
+                fix = _ORDERING_FIX[ev.how].format(t=t)
+                yield self.finding(
+                    ctx,
+                    ev.node,
+                    f"`{ev.how}({t})` compares the elements of `{t}`, a tensor on {dev}, one pair at a time in "
+                    f"Python: each comparison launches a kernel and waits for the GPU to read its answer on the "
+                    f"host, once per element. `{fix}` waits once{_AS_NUMBER.get(ev.how, '')}.",
+                    devices=[single(ev.devs) or "", "cpu"],
+                    suggestion=f"use `{fix}`",
+                )
+                continue
+            read = ctx.code(ev.node)
+            yield self.finding(
+                ctx,
+                ev.node,
+                f"`{read}` reads one element of `{t}` (on {dev}) on the host per pass of the loop: each read waits "
+                f"for the GPU. Read them all with one copy, `{t}.tolist()`, and loop over that list.",
+                devices=[single(ev.devs) or "", "cpu"],
+                suggestion=f"loop over `{t}.tolist()`",
+            )

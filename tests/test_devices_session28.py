@@ -1,0 +1,164 @@
+"""Session 28: gradients from torch.autograd.grad, tensors that in-place methods give back, and MP020
+(a GPU tensor's elements read on the host one at a time)."""
+
+from __future__ import annotations
+
+import textwrap
+
+from mpcheck import codes
+from mpcheck.analysis import analyze
+
+ALL = frozenset(c.code for c in codes.on_face(codes.LINT))
+
+
+def lines(src: str) -> list[tuple[int, str]]:
+    r = analyze("t.py", textwrap.dedent(src), ALL, "m", {})
+    return sorted((f.line, f.code) for f in r.findings)
+
+
+def messages(src: str) -> list[str]:
+    r = analyze("t.py", textwrap.dedent(src), ALL, "m", {})
+    return [f.message for f in r.findings]
+
+
+PINN = """
+import torch
+import torch.nn as nn
+
+lower = nn.Linear(2, 8).to("cuda:0")
+upper = nn.Linear(8, 1).to("cuda:1")
+t = torch.rand(16, 2, device="cuda:0").requires_grad_()
+u = upper(lower(t).to("cuda:1"))
+g = torch.autograd.grad(u, t, grad_outputs=torch.ones_like(u), create_graph=True)[0]
+r = GRAD + u
+"""
+
+
+def test_a_gradient_from_autograd_grad_is_on_its_input_s_device():
+    assert lines(PINN.replace("GRAD", "g")) == [(10, "MP001")]
+    assert "`g`, which is on cuda:0" in messages(PINN.replace("GRAD", "g"))[0]
+
+
+def test_a_gradient_moved_to_the_output_s_device_is_clean():
+    assert lines(PINN.replace("GRAD", 'g.to("cuda:1")')) == []
+
+
+def test_gradients_of_several_inputs_each_keep_their_input_s_device():
+    src = """
+    import torch
+
+    a = torch.rand(4, device="cuda:0", requires_grad=True)
+    b = torch.rand(4, device="cuda:1", requires_grad=True)
+    loss = (a.sum().to("cuda:1") * b).sum()
+    ga, gb = torch.autograd.grad(loss, [a, b])
+    ok = gb * b
+    bad = ga * b
+    """
+    assert lines(src) == [(9, "MP001")]
+
+
+def test_gradients_of_a_model_s_parameters_say_nothing():
+    # `inputs` not known element by element (a split model's parameters): no device claimed.
+    src = """
+    import torch
+    import torch.nn as nn
+
+    net = nn.Sequential(nn.Linear(2, 2).to("cuda:0"), nn.Linear(2, 2).to("cuda:1"))
+    out = net[1](net[0](torch.rand(3, 2, device="cuda:0")).to("cuda:1")).sum()
+    grads = torch.autograd.grad(out, net.parameters())
+    total = grads[0] + out
+    """
+    assert lines(src) == []
+
+
+def test_requires_grad_and_copy_give_back_the_tensor_itself():
+    src = """
+    import torch
+
+    x = torch.zeros(4, device="cuda:0").requires_grad_()
+    buf = torch.empty(4, device="cuda:1")
+    y = buf.copy_(x)
+    z = x + torch.ones(4, device="cuda:1")
+    w = y + torch.ones(4, device="cuda:0")
+    """
+    assert lines(src) == [(7, "MP001"), (8, "MP001")]
+
+
+ELEMENTS = """
+import torch
+
+lengths = torch.randint(30, 120, (16,)).to(DEV)
+for step in range(10):
+    READ
+"""
+
+
+def elements(read: str, dev: str = '"cuda:0"') -> list[tuple[int, str]]:
+    return [f for f in lines(ELEMENTS.replace("READ", read).replace("DEV", dev)) if f[1] == "MP020"]
+
+
+def test_python_s_max_min_and_sorted_over_a_gpu_tensor_are_reported():
+    for read in ("longest = int(max(lengths))", "m = min(lengths)", "order = sorted(lengths, reverse=True)"):
+        assert elements(read) == [(6, "MP020")], read
+
+
+def test_the_tensor_s_own_reductions_and_host_copies_are_clean():
+    for read in (
+        "longest = int(lengths.max())",
+        "order = sorted(lengths.tolist())",
+        "pair = max(lengths[0], lengths[1])",
+        "m = max(lengths.cpu())",
+        "vals = lengths.tolist()",
+    ):
+        assert elements(read) == [], read
+
+
+def test_a_host_tensor_or_an_unknown_device_is_clean():
+    assert elements("longest = int(max(lengths))", '"cpu"') == []
+    assert elements("longest = int(max(lengths))", "somewhere") == []
+
+
+def test_a_gpu_named_by_an_unknown_index_counts():
+    src = ELEMENTS.replace("DEV", 'torch.device("cuda", GPU)').replace("READ", "longest = int(max(lengths))")
+    src = src.replace("import torch\n", "import os\nimport torch\n\nGPU = int(os.environ['GPU'])\n", 1)
+    assert [f for f in lines(src) if f[1] == "MP020"] == [(9, "MP020")]
+
+
+def test_a_loop_that_reads_each_element_on_the_host_is_reported_at_the_read():
+    assert elements("names = [str(v.item()) for v in lengths]") == [(6, "MP020")]
+    assert elements("total = sum(int(v) for v in lengths)") == [(6, "MP020")]
+    src = ELEMENTS.replace("DEV", '"cuda:1"').replace(
+        "    READ", "    total = 0\n    for v in lengths:\n        if v > 0:\n            total += float(v)"
+    )
+    assert [f for f in lines(src) if f[1] == "MP020"] == [(9, "MP020")]
+
+
+def test_a_loop_that_keeps_its_element_on_the_gpu_is_clean():
+    for read in (
+        "rows = [torch.zeros(3, device='cuda:0')[v] for v in lengths]",
+        "hits = [int(v == 3) for v in lengths]",
+        "vals = [v.item() for v in lengths.tolist()]",
+    ):
+        assert elements(read) == [], read
+
+
+def test_a_list_of_gpu_tensors_is_not_one_tensor():
+    src = """
+    import torch
+
+    losses = [torch.zeros((), device="cuda:0"), torch.ones((), device="cuda:0")]
+    worst = max(losses)
+    vals = [l.item() for l in losses]
+    """
+    assert lines(src) == []
+
+
+def test_a_read_run_once_outside_any_loop_or_forward_is_not_reported():
+    src = """
+    import torch
+
+    preds = torch.randn(32, 10, device="cuda:1").argmax(1)
+    names = [str(p.item()) for p in preds]
+    longest = max(preds)
+    """
+    assert lines(src) == []
