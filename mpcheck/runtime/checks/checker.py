@@ -309,6 +309,7 @@ class Checker:
     _report_host_hop = round_trip._report_host_hop
 
     _check_repeat = repeats._check_repeat
+    _check_recomputed_move = repeats._check_recomputed_move
     _check_const_copy = repeats._check_const_copy
     _refresh_provenance = repeats._refresh_provenance
 

@@ -1,7 +1,8 @@
 """MP011: the same unchanged data moved to the same device again (`_check_repeat`, by storage, view
 and version), or a fresh tensor computed only from buffers and constants copied again at the same
 line (`_check_const_copy`, provenance.py); reported only where it recurs in the model's work
-(recurrence.py) and from REPEAT_MIN_BYTES.
+(recurrence.py) and from REPEAT_MIN_BYTES. A move that activation checkpointing's recomputation makes
+again in backward, of the same data as the forward's move (`_check_recomputed_move`), is one too.
 """
 
 from __future__ import annotations
@@ -59,6 +60,40 @@ def _check_repeat(self: Checker, t: Any, dst_dev: str, site: Site | None, module
     if len(self._moves) > self._purge_at:
         self._purge()
     return False
+
+
+def _check_recomputed_move(self: Checker, t: Any, dst_dev: str, site: Site | None, module: str | None) -> None:
+    """MP011 on a move made again by activation checkpointing's recomputation (in backward) of the same
+    unchanged data the forward moved at that line in this step: the checkpointed function moves its own input
+    (`checkpoint(stage, h)` with `stage.forward` starting `x.to(dev)`), so the copy is paid twice a step. A hop
+    between devices inside the checkpointed function moves a recomputed tensor, new data: not this."""
+    try:
+        storage = t.untyped_storage()
+    except Exception:
+        return
+    entry = self._moves.get((id(storage), t.storage_offset(), tuple(t.shape), t.stride(), dst_dev))
+    if (
+        entry is None
+        or entry[0].ref() is not storage
+        or entry[0].version is None
+        or entry[0].version != version_of(t)
+        or entry[2] != self.ledger.step_index
+        or site is None
+        or site.context  # a library's own move, which the user cannot change
+    ):
+        return
+    self.emit(
+        "MP011",
+        site,
+        f"repeated transfer: activation checkpointing recomputes this line in backward and moves the same "
+        f"unchanged data ({tensor_words(t)}) to {dst_dev} again (first at {entry[1]}, in forward): the "
+        f"checkpointed function moves its own input, so the copy is paid twice a step",
+        devices=(self.devices.device_of(t), dst_dev),
+        modules=(module,) if module else (),
+        suggestion=f"move the input to {dst_dev} before `checkpoint(...)` (`checkpoint(fn, x.to({dst_dev!r}))`), "
+        "so the checkpointed function starts where its data is and saves the moved copy",
+        extra={"first_site": str(entry[1]), "scope": "recompute"},
+    )
 
 
 def _check_const_copy(self: Checker, t: Any, src_dev: str, dst_dev: str, site: Site | None, module: str | None) -> None:

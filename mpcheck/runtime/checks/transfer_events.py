@@ -52,6 +52,9 @@ def on_transfer(
         contiguous=contiguous,
         timing=timing,
     )
+    if phase == "recompute" and src_tensor is not None and nbytes >= self.repeat_min_bytes:
+        with self._lock:
+            self._check_recomputed_move(src_tensor, dst_dev, site, module_path)  # MP011
     if phase != "forward" or src_tensor is None or by_library:
         if phase == "backward":
             self.end_top_pass()
