@@ -162,3 +162,45 @@ def test_a_read_run_once_outside_any_loop_or_forward_is_not_reported():
     longest = max(preds)
     """
     assert lines(src) == []
+
+
+CHECKPOINTED = """
+import torch
+import torch.nn as nn
+from torch.utils.checkpoint import checkpoint, checkpoint_sequential
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(8, 8).to("cuda:0")
+        self.b = nn.Linear(8, 8).to("cuda:1")
+        self.seq = nn.Sequential(nn.Linear(8, 8), nn.ReLU()).to("cuda:1")
+
+    def forward(self, x):
+        h = checkpoint(self.a, x.to("cuda:0"), use_reentrant=False)
+        CALL
+        return y
+
+
+net = Net()
+out = net(torch.randn(2, 8))
+"""
+
+
+def test_a_checkpointed_module_is_called_with_what_checkpoint_gets():
+    found = messages(CHECKPOINTED.replace("CALL", "y = checkpoint(self.b, h, use_reentrant=False)"))
+    assert len(found) == 1 and "`self.b` is on cuda:1" in found[0] and "output of `self.a`" in found[0], found
+    assert lines(CHECKPOINTED.replace("CALL", 'y = checkpoint(self.b, h.to("cuda:1"), use_reentrant=False)')) == []
+
+
+def test_checkpoint_sequential_runs_its_sequential_on_the_input():
+    assert lines(CHECKPOINTED.replace("CALL", "y = checkpoint_sequential(self.seq, 2, h)")) == [(16, "MP001")]
+    assert lines(CHECKPOINTED.replace("CALL", 'y = checkpoint_sequential(self.seq, 2, h.to("cuda:1"))')) == []
+
+
+def test_a_checkpointed_function_of_the_file_runs_with_its_arguments():
+    src = CHECKPOINTED.replace("CALL", "y = checkpoint(self.second, h, use_reentrant=False)").replace(
+        "    def forward(self, x):", "    def second(self, h):\n        return self.b(h)\n\n    def forward(self, x):"
+    )
+    assert [code for _, code in lines(src)] == ["MP001"]

@@ -84,11 +84,25 @@ def value_text(ctx: Source, expr: cst.CSTNode | None, v: Val | None, default: st
     return default
 
 
+# Calls that run the function given as their first argument (`checkpoint(stage, h)` runs `stage(h)`): a
+# message names that function as what was called.
+CALL_RUNNERS = frozenset({"checkpoint", "checkpoint_sequential"})
+
+
+def callee(call: cst.Call) -> cst.BaseExpression:
+    """What a call runs: its function, or for `checkpoint(stage, h)` the function it runs (`stage`)."""
+    f = call.func
+    name = f.attr.value if isinstance(f, cst.Attribute) else f.value if isinstance(f, cst.Name) else ""
+    if name in CALL_RUNNERS and call.args and call.args[0].keyword is None and not call.args[0].star:
+        return call.args[0].value
+    return f
+
+
 def origin_text(ctx: Source, v: Val) -> str:
     """'moved to cuda:0 at line 12'."""
     if isinstance(v, Obj) and v.origin == "output of":
         if isinstance(v.at, cst.Call):
-            return f"output of `{ctx.code(v.at.func)}`, line {ctx.line(v.at)}"
+            return f"output of `{ctx.code(callee(v.at))}`, line {ctx.line(v.at)}"
         return "output of a module"
     if isinstance(v, Obj) and v.origin == LOSS_OF and isinstance(v.at, cst.Call):
         return f"computed from the loss `{ctx.code(v.at.func)}`, line {ctx.line(v.at)}"

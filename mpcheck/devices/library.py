@@ -51,6 +51,7 @@ from mpcheck.devices.values import (
     Devs,
     DictV,
     DtypeV,
+    FuncRef,
     Obj,
     ParamsOf,
     PartialV,
@@ -577,6 +578,33 @@ def _gradient_of(inp: Val) -> Val:
         origin=f"a gradient from torch.autograd.grad, on its input's device ({show(single(inp.devs))})",
         at=inp.at,
     )
+
+
+# `checkpoint(fn, *args, use_reentrant=..., **kwargs)`: its own keywords; the others go to `fn`.
+_CHECKPOINT_OWN = frozenset({"use_reentrant", "preserve_rng_state", "context_fn", "determinism_check", "debug"})
+
+
+def _checkpoint(lib: Library, c: LibCall) -> Val:
+    """`torch.utils.checkpoint.checkpoint(stage, h)` runs `stage(h)` (and again in backward, to rebuild its
+    activations): what it gives and what it needs are the call's. `checkpoint_sequential(seq, segments, h)`
+    runs the Sequential on `h`."""
+    calls = lib.interp.calls
+    kwargs = {k: v for k, v in c.kwargs.items() if k not in _CHECKPOINT_OWN}
+    if c.last == "checkpoint_sequential":
+        seq, given, exprs = c.args[0] if c.args else UNK, c.args[2:3], c.exprs[2:3]
+        if isinstance(seq, SeqV) and seq.module and given:
+            return calls.sequential_call(seq, list(given), {}, c.st, c.node, exprs)
+        used(*c.args, *c.kwargs.values())
+        return UNK
+    fn, args, exprs = (c.args[0] if c.args else UNK), list(c.args[1:]), c.exprs[1 : len(c.args)]
+    if isinstance(fn, FuncRef):
+        return calls.call_function(fn.info, fn.bound, args, kwargs, c.st, c.node, helper=True)
+    if isinstance(fn, Obj) and fn.kind in ("module", "any", "passthrough"):
+        return calls.module_call(fn, args, kwargs, c.st, c.node, exprs)
+    if isinstance(fn, SeqV) and fn.module:
+        return calls.sequential_call(fn, args, kwargs, c.st, c.node, exprs)
+    used(*c.args, *c.kwargs.values())
+    return UNK
 
 
 def _cuda_device_context(lib: Library, c: LibCall) -> Val:
@@ -1134,6 +1162,7 @@ EXACT: dict[str, Handler] = _exact(
     ("torch.device", _torch_device_call),
     ("torch.cuda.device", _cuda_device_context),
     ("torch.autograd.grad", _autograd_grad),
+    (("torch.utils.checkpoint.checkpoint", "torch.utils.checkpoint.checkpoint_sequential"), _checkpoint),
     ("torch.Generator", _generator),
     (list(T.HOST_ARGUMENTS), _host_argument),
     ("functools.partial", _partial),

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from mpcheck.devices.describe import MODE_WORDS, move_fix, moved_tensor, origin_text, value_text, via_text
+from mpcheck.devices.describe import MODE_WORDS, callee, move_fix, moved_tensor, origin_text, value_text, via_text
 from mpcheck.devices.events import (
     BuffersLeftBehind,
     DiscardedMove,
@@ -74,13 +74,13 @@ class MissingTransfer(Rule):
                 yield self.finding(
                     ctx,
                     ev.node,
-                    f"`{name}` is on {show(here)} ({origin_text(ctx, v)}), but `{ctx.code(ev.node.func)}` is still on "
+                    f"`{name}` is on {show(here)} ({origin_text(ctx, v)}), but `{ctx.code(callee(ev.node))}` is still on "
                     f"the CPU{MODE_WORDS.get(ev.mode, '')}: its class's own `{own_move.name.value}()` (line "
                     f"{ctx.line(own_move)}) moves only the tensors it names and never calls "
                     f"`nn.Module.{own_move.name.value}()`, so its parameters did not move: end it with "
                     f"`return super().{own_move.name.value}(*args, **kwargs)`.",
                     devices=[here, there],
-                    modules=[ctx.code(ev.node.func)],
+                    modules=[ctx.code(callee(ev.node))],
                     suggestion=f"hand on to `super().{own_move.name.value}(*args, **kwargs)` in the override",
                 )
                 continue
@@ -109,19 +109,19 @@ class MissingTransfer(Rule):
                 yield self.finding(
                     ctx,
                     call,
-                    f"`{name}` is on {show(here)} ({origin_text(ctx, v)}), but `{ctx.code(call.func)}`"
+                    f"`{name}` is on {show(here)} ({origin_text(ctx, v)}), but `{ctx.code(callee(call))}`"
                     f"{_built_at(ctx, mod)} was never placed, so it is still on the CPU{MODE_WORDS.get(ev.mode, '')}: "
                     + (
                         _PLAIN_LIST_FIX
                         if in_plain_list
                         else f"place it {where}, e.g. `.to({device_literal(here)})`"
-                        f"{_unplaced_sibling_hint(ctx, call.func)}."
+                        f"{_unplaced_sibling_hint(ctx, callee(call))}."
                     ),
                     devices=[here, there],
-                    modules=[ctx.code(call.func)],
+                    modules=[ctx.code(callee(call))],
                     suggestion="hold the list of layers in `nn.ModuleList(...)`"
                     if in_plain_list
-                    else f"place `{ctx.code(call.func)}` with `.to({device_literal(here)})` {where}",
+                    else f"place `{ctx.code(callee(call))}` with `.to({device_literal(here)})` {where}",
                 )
                 continue
             assert there is not None  # a mismatch names the device the value meets
@@ -253,7 +253,7 @@ def _meets(ctx: FileContext, ev: Mismatch, there: str | None) -> str:
     if ev.op == "module":
         what = ev.what
         if not what.startswith("the first stage") and isinstance(ev.node, cst.Call):
-            what = ctx.code(ev.node.func)
+            what = ctx.code(callee(ev.node))
         target = what if what.startswith("the first stage") else f"`{what}`"
         tied = isinstance(ev.module, Obj) and ev.module.origin == TIED_WEIGHT
         return f"{target} is on {show(there)}" + (" (its weight is tied to a Parameter there)" if tied else "")
@@ -466,7 +466,7 @@ def _device_of(ctx: FileContext, ev: Mismatch) -> str | None:
     """Code for the device of what the value meets: `next(block.parameters()).device` for a
     module called by name, `x.device` for the other operand of an op; None when not nameable."""
     if ev.op == "module" and isinstance(ev.node, cst.Call) and isinstance(ev.node.func, (cst.Name, cst.Attribute)):
-        return f"next({ctx.code(ev.node.func)}.parameters()).device"
+        return f"next({ctx.code(callee(ev.node))}.parameters()).device"
     other = _other_expr(ev)
     if ev.op != "module" and isinstance(other, (cst.Name, cst.Attribute)):
         return f"{ctx.code(other)}.device"
