@@ -152,3 +152,34 @@ def test_a_checkpointed_stage_that_moves_its_own_input_is_mp011_on_a_gpu():
     assert (f.code, f.line) == ("MP011", line_of(_checkpointed, "# moves its own input"))
     assert "recomputes this line in backward" in f.message
     assert _checkpointed(True).findings == []
+
+
+# MP011: a parameter kept on the host and copied to the GPU in every forward ---------------------------------
+def _host_tokens(placed: bool):
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Linear(16, 32).to("cuda:0")
+            self.tokens = nn.ParameterDict({"cls": nn.Parameter(torch.zeros(1, 32))})
+            if placed:
+                self.tokens.to("cuda:0")
+
+        def forward(self, x):
+            return self.embed(x) + self.tokens["cls"].to(x.device)  # tokens
+
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with mpcheck.debug(model, report=None, on_mismatch="raise") as dbg:
+        for _ in range(3):
+            model(torch.randn(8, 16, device="cuda:0")).pow(2).mean().backward()
+            opt.step()
+            opt.zero_grad()
+            dbg.step()
+    return dbg
+
+
+def test_a_host_parameter_moved_in_every_forward_is_mp011_on_a_gpu():
+    (f,) = _host_tokens(False).findings
+    assert (f.code, f.line) == ("MP011", line_of(_host_tokens, "# tokens"))
+    assert "lives on the host" in f.message
+    assert _host_tokens(True).findings == []

@@ -210,6 +210,8 @@ class Checker:
         self.provenance = Provenance(torch.Tensor)
         self._provenance_forward = -1  # the forward pass (per thread count) of the last refresh
         self._const_copies: dict[tuple[Site, str], tuple[int, Mark]] = {}
+        # Host parameters copied to a GPU in a forward: (id, device, site) -> the first step, -1 once reported.
+        self._host_params: dict[tuple[int, str, Site], int] = {}
         # (id(module), site) -> how often that line moved the module to another device in a forward pass
         # (module_moves.py, MP011); few lines move modules in forward, and the table is bounded there.
         self._forward_module_moves: dict[tuple[int, Site], int] = {}
@@ -310,6 +312,7 @@ class Checker:
 
     _check_repeat = repeats._check_repeat
     _check_recomputed_move = repeats._check_recomputed_move
+    _check_host_parameter = repeats._check_host_parameter
     _check_const_copy = repeats._check_const_copy
     _refresh_provenance = repeats._refresh_provenance
 

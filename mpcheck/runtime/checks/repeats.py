@@ -2,7 +2,9 @@
 and version), or a fresh tensor computed only from buffers and constants copied again at the same
 line (`_check_const_copy`, provenance.py); reported only where it recurs in the model's work
 (recurrence.py) and from REPEAT_MIN_BYTES. A move that activation checkpointing's recomputation makes
-again in backward, of the same data as the forward's move (`_check_recomputed_move`), is one too.
+again in backward, of the same data as the forward's move (`_check_recomputed_move`), is one too, and so is
+a parameter that lives on the host and is copied to a GPU inside a forward pass on every step
+(`_check_host_parameter`): its data changes at each optimizer step, but where it lives does not.
 """
 
 from __future__ import annotations
@@ -94,6 +96,49 @@ def _check_recomputed_move(self: Checker, t: Any, dst_dev: str, site: Site | Non
         "so the checkpointed function starts where its data is and saves the moved copy",
         extra={"first_site": str(entry[1]), "scope": "recompute"},
     )
+
+
+def _check_host_parameter(self: Checker, p: Any, dst_dev: str, site: Site | None, module: str | None) -> None:
+    """MP011 on a parameter of the model kept on the host and copied to a GPU inside a forward pass, at the
+    same line, in two steps (`self.tokens["cls"].to(x.device)` of an nn.ParameterDict left out of the
+    placement): every step copies it over, its gradient comes back to the host, and the optimizer steps it
+    there. Any size: the placement is the mistake, not the bytes. A weight on another GPU copied for a tied
+    layer is the price of that split (provenance.py), and only a host parameter is asked about here."""
+    if site is None or site.context:
+        return  # a library's own move (an offload hook): by design
+    key = (id(p), dst_dev, site)
+    step = self.ledger.step_index
+    first = self._host_params.get(key)
+    if first is None:
+        if len(self._host_params) < PURGE_AT:
+            self._host_params[key] = step
+        return
+    if first == step or first < 0:
+        return  # the same step, or reported already
+    self._host_params[key] = -1
+    name = _parameter_name(self, p)
+    self.emit(
+        "MP011",
+        site,
+        f"repeated transfer: the parameter {name}({tensor_words(p)}) lives on the host and this line copies it "
+        f"to {dst_dev} in every forward pass: its gradient goes back to the host in every backward, and the "
+        f"optimizer steps it there",
+        devices=("cpu", dst_dev),
+        modules=(module,) if module else (),
+        suggestion=f"place the parameter on {dst_dev} with the rest of its module (include it, or the "
+        "ParameterDict / ParameterList that holds it, in the model's placement), and drop the move",
+        extra={"scope": "parameter"},
+    )
+
+
+def _parameter_name(self: Checker, p: Any) -> str:
+    """'`model.tokens.cls` ' for a parameter of a root model seen so far, else ''."""
+    namer = self.namer
+    for root in namer.roots() if namer is not None else ():
+        for name, q in root.named_parameters(remove_duplicate=False):
+            if q is p:
+                return f"`{namer(root)}.{name}` "  # type: ignore[misc]
+    return ""
 
 
 def _check_const_copy(self: Checker, t: Any, src_dev: str, dst_dev: str, site: Site | None, module: str | None) -> None:

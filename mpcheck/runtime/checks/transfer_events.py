@@ -64,6 +64,13 @@ def on_transfer(
             self.on_host_made_move(src_tensor, src_dev, dst_dev, site)  # MP019
         self._check_round_trip(src_tensor, src_dev, dst_dev, site, module_path, nbytes)
         self._check_expanded(src_tensor, src_dev, dst_dev, site, module_path, nbytes)
+        if (
+            src_dev == "cpu"
+            and self._tls.stack
+            and isinstance(src_tensor, self._parameter)
+            and src_tensor.requires_grad
+        ):
+            self._check_host_parameter(src_tensor, dst_dev, site, module_path)  # MP011, any size
         if nbytes >= self.repeat_min_bytes:  # a smaller copy costs about its launch: see REPEAT_MIN_BYTES
             if not self._check_repeat(src_tensor, dst_dev, site, module_path):
                 self._check_const_copy(src_tensor, src_dev, dst_dev, site, module_path)
