@@ -204,3 +204,75 @@ def test_a_checkpointed_function_of_the_file_runs_with_its_arguments():
         "    def forward(self, x):", "    def second(self, h):\n        return self.b(h)\n\n    def forward(self, x):"
     )
     assert [code for _, code in lines(src)] == ["MP001"]
+
+
+def test_mp019_leaves_a_factory_with_a_seeded_host_generator_alone():
+    # diffusers' randn_tensor: a host generator gives the same noise on any GPU layout, and `device=` refuses it.
+    src = """
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    latents = torch.randn(1, 4, 16, 16, device="cuda:1")
+    for t in range(3):
+        noise = torch.randn(latents.shape, generator=g).to(latents.device)
+        plain = torch.randn(latents.shape).to(latents.device)
+    """
+    assert lines(src) == [(8, "MP019")]
+
+
+def test_a_tensor_used_as_an_index_on_the_host_was_worked_on_there():
+    # Beam search: the beams' source ids come to the host to index the host history, then go on to the GPU
+    # that holds the state: no detour through the host (MP005), the host read them.
+    src = """
+    import torch
+
+    hyps = torch.zeros(4, 1, dtype=torch.long)
+    state = torch.randn(2, 4, 8, device="cuda:0")
+    for _ in range(3):
+        idx = torch.randint(0, 4, (4,), device="cuda:1")
+        src = idx.cpu()
+        hyps = torch.cat([READ, hyps[:, :1]], dim=1)
+        state = state[:, src.to("cuda:0")]
+    """
+    assert lines(src.replace("READ", "hyps[src]")) == []
+    assert lines(src.replace("READ", "hyps[src, :]")) == []
+    assert [code for _, code in lines(src.replace("READ", "hyps"))] == ["MP005"]
+
+
+HOOKED_STAGES = """
+import torch
+import torch.nn as nn
+
+DEVS = ["cuda:0", "cuda:1"]
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stages = nn.ModuleDict({"a": nn.Sequential(nn.Linear(8, 8)), "b": nn.Sequential(nn.Linear(8, 8))})
+
+    def forward(self, x):
+        h = x
+        for stage in self.stages.values():
+            h = stage(h)
+        return h
+
+
+def make_mover(device):
+    def move_inputs(module, args):
+        return tuple(a.to(device) for a in args)
+    return move_inputs
+
+
+model = Net()
+for (name, stage), dev in zip(model.stages.items(), DEVS):
+    stage.to(dev)
+    HOOK
+out = model(torch.randn(2, 8))
+"""
+
+
+def test_an_nn_sequential_with_a_pre_hook_gets_what_the_hook_hands_on():
+    # accelerate-style input movers on each stage (an nn.Sequential): no mismatch is known at its first layer.
+    assert lines(HOOKED_STAGES.replace("HOOK", "stage.register_forward_pre_hook(make_mover(dev))")) == []
+    assert [code for _, code in lines(HOOKED_STAGES.replace("HOOK", "pass"))] == ["MP001", "MP001"]

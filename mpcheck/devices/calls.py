@@ -706,6 +706,15 @@ class Calls(Part):
     def sequential_call(
         self, seq: SeqV, args: list[Val], kwargs: dict[str, Val], st: State, node: cst.CSTNode, exprs: ArgExprs = None
     ) -> Val:
+        if seq.hooks:
+            # A hook may move what the container gets (a pre-hook) or gives (a forward hook): not known here.
+            h = self._sequential_layers(seq, [_somewhere(a) for a in args[:1]], st, node, [])
+            return _somewhere(h) if "register_forward_hook" in seq.hooks else h
+        return self._sequential_layers(seq, args, st, node, exprs)
+
+    def _sequential_layers(
+        self, seq: SeqV, args: list[Val], st: State, node: cst.CSTNode, exprs: ArgExprs = None
+    ) -> Val:
         h = args[0] if args else UNK
         first = list(exprs or [])[:1]  # the argument's expression, for the first item only
         if seq.items is None:
@@ -819,6 +828,12 @@ class Calls(Part):
                 return cast
         if meth == "load_state_dict" and _assigns(kwargs) and isinstance(recv, Obj) and recv.kind == "module":
             self._load_assigned(recv, args[0] if args else kwargs.get("state_dict"), node, st)
+            return UNK
+        if meth in _FORWARD_HOOKS and isinstance(recv, SeqV) and recv.module:
+            # An nn.Sequential's hook (an input mover on a stage): in place, on every later call, also on the
+            # copies of it that holders hold (a move of its layers rebuilt it there: the same layers).
+            for seq in (recv, *_same_layers(recv, st)):
+                seq.hooks = (*seq.hooks, meth)
             return UNK
         if meth in _FORWARD_HOOKS and isinstance(recv, Obj) and recv.kind in ("module", "any"):
             # Module.register_forward_(pre_)hook works in place, on every later call (module_call).
@@ -1343,6 +1358,36 @@ def _relinked(result: Val, first: tuple[tuple[int | None, ...], bool], args: lis
 
 
 _FORWARD_HOOKS = frozenset({"register_forward_pre_hook", "register_forward_hook"})
+
+
+def _same_layers(seq: SeqV, st: State) -> list[SeqV]:
+    """The other nn.Sequential values, held by the instances the path's names hold (three levels deep at
+    most), whose layers are `seq`'s own objects: copies of one container."""
+    found: list[SeqV] = []
+    if not seq.items:
+        return found
+
+    def visit(v: Val, depth: int) -> None:
+        if depth > 3:
+            return
+        if isinstance(v, SeqV):
+            if v is not seq and v.module and v.items is not None and len(v.items) == len(seq.items or ()):
+                if all(a is b for a, b in zip(v.items, seq.items or ())):
+                    found.append(v)
+                    return
+            for item in v.items or ():
+                visit(item, depth + 1)
+        elif isinstance(v, DictV) and v.module:
+            for item in v.items.values():
+                visit(item, depth + 1)
+        elif isinstance(v, Obj) and v.attrs is not None:
+            for item in v.attrs.values():
+                visit(item, depth + 1)
+
+    for holder in list(st.env.values()):
+        if isinstance(holder, Obj) and holder.attrs is not None:
+            visit(holder, 0)
+    return found
 
 
 def _somewhere(v: Val) -> Val:

@@ -215,11 +215,9 @@ class Expressions(Part):
         if isinstance(base, SeqV) and len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Slice):
             return self._sliced(base, node.slice[0].slice, st)
         if len(node.slice) != 1 or not isinstance(node.slice[0].slice, cst.Index):
-            for el in node.slice:
-                if isinstance(el.slice, cst.Index):
-                    self.ev(el.slice.value, st)
+            indices = [self.ev(el.slice.value, st) for el in node.slice if isinstance(el.slice, cst.Index)]
             if isinstance(base, Obj) and base.kind in ("tensor", "param", "buffer", "any"):
-                used(base)
+                used(base, *indices)  # an index tensor is read where the indexed tensor is (`hyps[src, :]`)
                 return base.with_(label="", kind="tensor", worked=True)
             return UNK
         idx = self.ev(node.slice[0].slice.value, st)
@@ -256,7 +254,7 @@ class Expressions(Part):
         if isinstance(base, Obj) and base.kind in ("tensor", "param", "buffer", "any"):
             if isinstance(idx, Obj) and idx.index_like:
                 self._note_indexed_after_move(node, base, st)
-            used(base)
+            used(base, idx)  # an index tensor is read where the indexed tensor is (`hyps[src]` on the host)
             if isinstance(idx, Obj) and both_cuda(idx.devs, base.devs):
                 # CPU index tensors may index a CUDA tensor; one on another GPU may not.
                 self.check_operand(

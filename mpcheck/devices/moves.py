@@ -239,7 +239,13 @@ class Moves(Part):
                 if recv.items is None and isinstance(recv.elem, (Obj, SeqV))
                 else _placed_any(devs, where, node)
             )
-            seq = SeqV(tuple(moved) if recv.items is not None else None, elem=elem, kind=recv.kind, module=True)
+            seq = SeqV(
+                tuple(moved) if recv.items is not None else None,
+                elem=elem,
+                kind=recv.kind,
+                module=True,
+                hooks=recv.hooks,
+            )
             self.rebind(recv_expr, seq, st)
             self.rebind_holders(recv, seq, st)
             return seq
@@ -574,6 +580,8 @@ class Moves(Part):
             or (dotted(made.func) or "").rsplit(".", 1)[-1] not in T.SHAPE_FACTORIES
             or not (self.in_forward() or self.interp.in_unknown_loop or self.interp.loop_outer)
             or not _shaped_after_a_tensor(made)
+            # a seeded host generator is why it is made on the host: `device=` would refuse it
+            or any(a.keyword is not None and a.keyword.value == "generator" for a in made.args)
         ):
             return
         self.interp.recorder.record(HostMadeMove(node=node, mode=st.mode, factory=made, devs=devs))
@@ -717,7 +725,7 @@ def _swapped(v: Val, old: Val, new: Val, depth: int = 0) -> Val | None:
     if isinstance(v, SeqV) and v.module and v.items is not None:
         items = [new if i is old else _swapped(i, old, new, depth + 1) or i for i in v.items]
         changed = any(a is not b for a, b in zip(items, v.items))
-        return SeqV(tuple(items), elem=v.elem, kind=v.kind, module=True) if changed else None
+        return SeqV(tuple(items), elem=v.elem, kind=v.kind, module=True, hooks=v.hooks) if changed else None
     if isinstance(v, DictV) and v.module:
         held = {k: new if i is old else _swapped(i, old, new, depth + 1) or i for k, i in v.items.items()}
         changed = any(held[k] is not i for k, i in v.items.items())
@@ -850,7 +858,7 @@ def _moved_part(v: Val, devs: Devs, origin: str, node: cst.CSTNode, depth: int, 
         return v
     if isinstance(v, SeqV) and v.module:
         items = tuple(_moved_part(i, devs, origin, node, depth) for i in v.items) if v.items is not None else None
-        return SeqV(items, elem=_moved_part(v.elem, devs, origin, node, depth), kind=v.kind, module=True)
+        return SeqV(items, elem=_moved_part(v.elem, devs, origin, node, depth), kind=v.kind, module=True, hooks=v.hooks)
     if isinstance(v, DictV) and v.module:
         return DictV({k: _moved_part(i, devs, origin, node, depth) for k, i in v.items.items()}, module=True)
     return v

@@ -130,7 +130,15 @@ def _fresh(v: Val, depth: int) -> Val:
         return v.with_(attrs=attrs)
     if isinstance(v, SeqV) and v.module:
         items = tuple(_fresh(i, depth + 1) for i in v.items) if v.items is not None else None
-        return SeqV(items, elem=_fresh(v.elem, depth + 1), kind=v.kind, module=True, spans=v.spans, spans_by=v.spans_by)
+        return SeqV(
+            items,
+            elem=_fresh(v.elem, depth + 1),
+            kind=v.kind,
+            module=True,
+            spans=v.spans,
+            spans_by=v.spans_by,
+            hooks=v.hooks,
+        )
     if isinstance(v, DictV) and v.module:
         return DictV({k: _fresh(i, depth + 1) for k, i in v.items.items()}, module=True)
     return v

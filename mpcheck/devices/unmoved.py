@@ -90,7 +90,11 @@ def on_cpu(v: Val, depth: int = 0, plain: bool = False, origin: str = NEVER_PLAC
         if plain:
             origin = IN_A_PLAIN_LIST
         items = tuple(on_cpu(i, depth + 1, origin=origin) for i in v.items)
-        return v if all(a is b for a, b in zip(items, v.items)) else SeqV(items, kind=v.kind, module=v.module)
+        return (
+            v
+            if all(a is b for a, b in zip(items, v.items))
+            else SeqV(items, kind=v.kind, module=v.module, hooks=v.hooks)
+        )
     if isinstance(v, DictV) and v.module:
         got = {k: on_cpu(i, depth + 1, origin=origin) for k, i in v.items.items()}
         return v if all(got[k] is i for k, i in v.items.items()) else DictV(got, module=True)

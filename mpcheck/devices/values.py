@@ -230,6 +230,9 @@ class SeqV(Val):
     # built from the parameters of a split model (ParamsOf.per_device), one value per device.
     spans: tuple[Val, ...] | None = None
     spans_by: tuple[str, ...] = ()  # the device of the parameter each of `spans` was made from
+    # The forward hooks registered on an nn.Sequential (`register_forward_pre_hook`, ...): what reaches its
+    # first layer, or leaves its last, is then not known (Calls.sequential_call).
+    hooks: tuple[str, ...] = ()
 
 
 @dataclass(eq=False)
@@ -333,7 +336,11 @@ def join(a: Val, b: Val) -> Val:
         and b.items is not None
         and len(a.items) == len(b.items)
     ):
-        return SeqV(tuple(join(x, y) for x, y in zip(a.items, b.items)), kind=a.kind, module=a.module and b.module)
+        # A hook registered on either path may move what the container gets: both paths' hooks.
+        hooks = a.hooks + tuple(h for h in b.hooks if h not in a.hooks)
+        return SeqV(
+            tuple(join(x, y) for x, y in zip(a.items, b.items)), kind=a.kind, module=a.module and b.module, hooks=hooks
+        )
     return UNK
 
 

@@ -53,6 +53,8 @@ def test_made_there_read_first_sized_by_numbers_or_once_is_silent(script, dryrun
         ("noise = torch.empty(x0.shape).uniform_().to(x0.device)", 3),  # filled in place first
         ("noise = torch.randn(64, 32).to(x0.device)", 3),  # sized by numbers: stand-in data
         ("noise = torch.randn(x0.shape).to(x0.device)", 1),  # once: set-up
+        # a seeded host generator (diffusers' randn_tensor): `device=` would refuse it
+        ("noise = torch.randn(x0.shape, generator=torch.Generator().manual_seed(0)).to(x0.device)", 3),
     ):
         _, report = _run(script, dryrun_cli, noise, steps)
         assert [f for f in report["findings"] if f["code"] == "MP019"] == [], noise

@@ -106,6 +106,8 @@ class CheckingMode(TorchFunctionMode):
         # Tensors a reported mismatch found off their device (checks/unmoved.py): what is made from them.
         self._unmoved = checker.unmoved
         self._unmoved_records = checker.unmoved.records  # one dict for the run (purged in place)
+        # Factories that take a tensor as their data and move it when given device= (`_as_moved`).
+        self._as_tensor = frozenset(f for f in (torch.as_tensor, getattr(torch, "asarray", None)) if f is not None)
         self._factories = frozenset(f for f in (getattr(torch, n, None) for n in CONST_FACTORIES) if f is not None)
         # MP019's (checks/made_on_host.py): the factories that make a tensor from a shape alone, random ones too.
         self._shape_factories = frozenset(f for f in (getattr(torch, n, None) for n in SHAPE_FACTORIES) if f)
@@ -155,6 +157,10 @@ class CheckingMode(TorchFunctionMode):
             checker.on_loss(args, kwargs)
             kind = _CHECK
         if kind == _CHECK:
+            if func in self._as_tensor and args and isinstance(args[0], self._tensor) and "device" in kwargs:
+                # `torch.as_tensor(h, device="cuda:1")` of a tensor is `h.to("cuda:1")`: a copy when `h` is
+                # elsewhere, `h` itself when it is there; seen as the transfer it is.
+                return self._as_moved(types, args[0], kwargs)
             made_how = None  # how a factory puts its tensor on the current device, if it does (MP004)
             dev = kwargs.get("device") if kwargs else None
             if dev is not None:  # a factory's device= (torch.zeros(..., device='cuda:2')): a device that exists?
@@ -199,7 +205,9 @@ class CheckingMode(TorchFunctionMode):
                         on_host = dev is None and made_how is None and checker.devices.device_of(out) == "cpu"
                         if on_host:
                             checker.on_host_made_tensor(out, func.__name__)  # host_made.py
-                    if shaped and dev is None and made_how is None:
+                    # A seeded host generator (`generator=g`, diffusers' randn_tensor) is why it is made on
+                    # the host: `device=` would refuse that generator (MP019 stays silent).
+                    if shaped and dev is None and made_how is None and kwargs.get("generator") is None:
                         if on_host or (on_host is None and checker.devices.device_of(out) == "cpu"):
                             checker.note_host_made(out, func.__name__, args)  # MP019: made_on_host.py
             return out
@@ -224,6 +232,15 @@ class CheckingMode(TorchFunctionMode):
         if node is not None:
             checker = self.checker
             self._stamp_node(node, checker.sites(), checker.current_module())
+
+    def _as_moved(self, types: Any, t: Any, kwargs: dict) -> Any:
+        """`torch.as_tensor(t, device=d, dtype=x)` / `torch.asarray(t, device=d, copy=c)` as `t.to(...)`."""
+        if set(kwargs) - {"device", "dtype", "copy"} or kwargs.get("copy") is False:
+            return torch.as_tensor(t, **kwargs) if "copy" not in kwargs else torch.asarray(t, **kwargs)
+        moved = {k: v for k, v in kwargs.items() if v is not None and k != "copy"}
+        if kwargs.get("copy"):
+            moved["copy"] = True
+        return self.__torch_function__(torch.Tensor.to, types, (t,), moved)
 
     def _classify(self, func) -> int:
         kind = _classify(func)

@@ -25,12 +25,15 @@ def data_bytes(t: Any) -> int | None:
     except Exception:  # sparse and other layouts without strides
         return None
     n = 1
-    for size, stride in zip(sizes, strides):
-        if size == 0:
-            return 0
-        if stride != 0:
-            n *= size
-    return int(n * t.element_size())
+    try:
+        for size, stride in zip(sizes, strides):
+            if size == 0:
+                return 0
+            if stride != 0:
+                n *= size
+        return int(n * t.element_size())
+    except Exception:  # a symbolic size (a jagged nested tensor's ragged dimension): not known as a number
+        return None
 
 
 def _check_expanded(

@@ -14,6 +14,7 @@ from mpcheck.runtime.checks.sites import Site
 from mpcheck.runtime.checks.torchapi import (
     CPU_BATCH_SIZES_NAMES,
     CPU_INDEX_NAMES,
+    INDEXED_FIRST,
     PER_INDEX_PREFIXES,
     assigns_through_a_view,
     is_comparison,
@@ -186,8 +187,10 @@ def _off(
 ) -> tuple[str | None, Any, list[tuple[Where, Any, str]]]:
     """The call's tensors off `expected` (None: the device of its first tensor), with the first tensor on
     `expected`, as (expected, that tensor, [(where, tensor, device), ...]). Allowed mixes are not off:
-    0-dim CPU tensors, CPU indices and values in indexing, a packed sequence's CPU batch sizes."""
+    0-dim CPU tensors, CPU indices and values in indexing, a packed sequence's CPU batch sizes, and, on virtual
+    GPUs, meta tensors that no label places (PyTorch's own placeholders, which hold no data anywhere)."""
     device_of = self.devices.device_of
+    placeholders = self.devices.name == "virtual"
     first = None
     odd: list[tuple[Where, Any, str]] = []
     cpu_index_ok = None
@@ -199,14 +202,19 @@ def _off(
             continue
         if d == "cpu" and t.dim() == 0:
             continue  # a 0-dim CPU tensor mixes with any device
+        if d == "meta" and placeholders:
+            continue  # on virtual GPUs, a meta tensor no label places is PyTorch's own placeholder (a jagged
+            # nested tensor's dummy): it holds no data anywhere, and torch decides
         if expected is None:
             expected = d
             first = t
             continue
         if cpu_index_ok is None:
             cpu_index_ok = getattr(func, "__name__", "") in CPU_INDEX_NAMES
-        if cpu_index_ok and d == "cpu":
-            continue
+        if cpu_index_ok and loc != (0, None) and t.dim() == 0:
+            continue  # `x[i]` with a 0-dim index tensor: read as a Python int, wherever it is
+        if cpu_index_ok and d == "cpu" and (loc != (0, None) or getattr(func, "__name__", "") not in INDEXED_FIRST):
+            continue  # CPU indices (or values) next to a tensor on a GPU; not a CPU tensor indexed by GPU indices
         if d == "cpu" and loc == (1, None) and t.dtype == self._int64:
             if getattr(func, "__name__", "") in CPU_BATCH_SIZES_NAMES:
                 continue  # a packed sequence's batch sizes: on the CPU by PyTorch's rule

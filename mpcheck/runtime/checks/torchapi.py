@@ -157,6 +157,10 @@ ATEN_OPS: dict[str, int] = {
 
 # The names the checker lets mix CPU tensors with other devices, whatever their namespace.
 CPU_INDEX_NAMES = frozenset(name for name, kind in PYTHON_CALLS.items() if kind == CPU_INDEX)
+# Of those, the ones whose first argument is the tensor indexed: CPU indices may index a GPU's tensor, but a
+# CPU tensor refuses a GPU's indices ("indices should be either on cpu or on the same device as the indexed
+# tensor").
+INDEXED_FIRST = frozenset({"__getitem__", "__setitem__", "index_put_", "index_put", "_index_put_impl_"})
 # Calls over lists of tensors that pair their lists index by index (`torch._foreach_lerp_(ema, params, w)`,
 # the fused optimizers' kernels): the i-th tensors of the lists must share a device, but the lists may
 # span several devices (a split model's parameters; PyTorch takes its per-tensor path then).

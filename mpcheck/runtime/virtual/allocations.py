@@ -116,14 +116,19 @@ def _inputs_device(g: VirtualGPUs, args: tuple) -> str | None:
     return found
 
 
-def copy_gradient_back(g: VirtualGPUs, out: torch.Tensor, src: str) -> None:
+def copy_gradient_back(g: VirtualGPUs, out: torch.Tensor, src: str, only: int | None = None) -> None:
     """`out` is a move's result from `src`: in backward, its gradient is copied back onto `src`, as a
-    real move's backward does (on the backing device the two are one device, and autograd copies nothing)."""
+    real move's backward does (on the backing device the two are one device, and autograd copies nothing).
+    `only`: the one gradient input that goes to `src` (a copy into a tensor, `buf.copy_(h)`: its node's second
+    input is the source's, its first the buffer's, which stays where the buffer is)."""
     node = out.grad_fn
     if node is None:
         return
 
     def back(grad_inputs: tuple, grad_outputs: tuple) -> tuple:
-        return tuple(gi if gi is None or g.device_of(gi) == src else g.transfer(gi, src) for gi in grad_inputs)
+        return tuple(
+            gi if gi is None or (only is not None and i != only) or g.device_of(gi) == src else g.transfer(gi, src)
+            for i, gi in enumerate(grad_inputs)
+        )
 
     node.register_hook(back)

@@ -55,7 +55,9 @@ Limits (each stops the program with a message naming the line, never a hang or a
 - with --backing meta, Python that needs a value: .item(), .tolist(), bool(t), int(t),
   .numpy(), f-string formatting, data-dependent shapes (nonzero, masked_select, ...):
   use --backing cpu;
-- TorchScript: torch.jit.script / trace give back the eager module or function (listed as a limit);
+- TorchScript: torch.jit.script / trace give back the eager module or function (listed as a limit;
+  PyTorch's own calls, such as forward-mode AD's decompositions, get the real ones);
+- jagged nested tensors: their inner tensors are not labelled (findings on them may be false);
 - event timing (Event.elapsed_time returns 0.0 and is listed under "limit" in the report):
   streams do not overlap, nothing is timed;
 - not seen: Python code autograd runs in backward other than custom Function backward and

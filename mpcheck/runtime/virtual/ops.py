@@ -10,7 +10,7 @@ import torch
 import torch.utils._device as _device_ctx
 
 from mpcheck.runtime.checks.torchapi import PER_INDEX_PREFIXES, assigns_through_a_view
-from mpcheck.runtime.virtual.allocations import HOST_OUTPUTS, UNKNOWN
+from mpcheck.runtime.virtual.allocations import HOST_OUTPUTS, UNKNOWN, copy_gradient_back
 from mpcheck.runtime.virtual.autocast import ANY as AUTOCAST_ANY
 from mpcheck.runtime.virtual.autocast import cast_inputs
 from mpcheck.runtime.virtual.errors import (
@@ -21,7 +21,7 @@ from mpcheck.runtime.virtual.errors import (
     call_name,
     user_line,
 )
-from mpcheck.runtime.virtual.patches.cuda import generator_type
+from mpcheck.runtime.virtual.patches.cuda import generator_type, real_generator
 
 if TYPE_CHECKING:  # pragma: no cover
     from mpcheck.runtime.virtual.devices import VirtualGPUs
@@ -129,8 +129,13 @@ def generic(g: VirtualGPUs, func, args, kwargs):
         dev, other = (scan(g, args[:1], {})[0] if func is not torch.tensor else "cpu"), None
     else:
         dev, other = scan(g, args[:1], {}) if func in SHAPE_OF_OTHER else scan(g, args, kwargs)
+    if func is _GETITEM and args and isinstance(args[0], torch.Tensor):
+        # `x[i]` is where `x` is: CPU indices may index a GPU's tensor, a 0-dim index is read as a Python
+        # int wherever it is, and GPU indices into a CPU tensor are refused (the checks report that).
+        dev = g.label_of(args[0]) or ("cpu" if args[0].device.type == "cpu" else dev)
     if kwargs.get("generator") is not None:
         _check_generator(kwargs["generator"], target or dev)
+        kwargs["generator"] = real_generator(kwargs["generator"])
     if dev is not None and dev.startswith("cuda") and getattr(func, "__name__", "") in REFUSE_CPU_SCALARS:
         _check_cpu_scalars(g, func, args, kwargs, dev)
     if _autograd_entry(func):
@@ -168,12 +173,30 @@ def generic(g: VirtualGPUs, func, args, kwargs):
             if clear is e:
                 raise
             raise clear from e
+    if lab is not None and _writes_into_first(func, args) and args[0].requires_grad:
+        _gradient_to_source(g, func, args, kwargs, lab)
     if lab is not None and out is not None:
         if host is not None and isinstance(out, tuple):  # sizes PyTorch keeps on the CPU stay there
             g.label_outputs(tuple(o for i, o in enumerate(out) if i not in host), lab, args[0] if args else None)
         else:
             g.label_outputs(out, lab, args[0] if args else None)
     return out
+
+
+def _gradient_to_source(g: VirtualGPUs, func: Any, args: tuple, kwargs: dict, lab: str) -> None:
+    """`buf.copy_(h)`, `buf[:, :k].copy_(h)` or `buf[i] = h` with `h` on another device: in backward, the gradient
+    for `h` goes back to `h`'s device, as CUDA's copy backward does (`grad.to(h.device)`: on the backing device,
+    no op at all). The write's node is the written tensor's (CopyBackwards), or its base's for a view
+    (CopySlices); either way its second gradient input is the source's."""
+    src = args[1] if func is torch.Tensor.copy_ and len(args) > 1 else args[2] if len(args) > 2 else kwargs.get("src")
+    if isinstance(src, torch.Tensor) and src.requires_grad:
+        from_dev = g.label_of(src) or ("cpu" if src.device.type == "cpu" else None)
+        if from_dev is not None and from_dev != lab:
+            written = args[0]._base if args[0]._base is not None else args[0]
+            copy_gradient_back(g, written, from_dev, only=1)
+
+
+_GETITEM = torch.Tensor.__getitem__
 
 
 def _writes_into_first(func: Any, args: tuple) -> bool:

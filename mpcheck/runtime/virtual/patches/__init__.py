@@ -1,6 +1,6 @@
 """What the dry run patches while virtual GPUs are active, one module per thing patched:
 cuda.py (torch.cuda, torch.accelerator), grouping.py (foreach / optimizer grouping by device),
-autograd.py (backward, custom Functions, checkpoint), data.py (DataLoader pinning, torch.load, torch.save),
+autograd.py (backward, custom Functions, checkpoint), data.py (DataLoader pinning, torch.load, torch.save, DLPack),
 parallel.py (DataParallel and its collectives, torch.distributed, DDP, pipelining's schedules), jit.py
 (torch.jit.trace's own check, which reads the real devices), lazy.py (lazy modules' first forward); base.py: the
 undo record."""
@@ -25,6 +25,7 @@ def install(g: VirtualGPUs, p: Patches) -> None:
     autograd.install_python(g, p)
     data.install_load(g, p)
     data.install_save(g, p)
+    data.install_dlpack(g, p)
     parallel.install_data_parallel(g, p)
     parallel.install_distributed(g, p)
     parallel.install_pipelining(g, p)

@@ -27,6 +27,7 @@ def install(g: VirtualGPUs, p: Patches) -> None:
     cuda = torch.cuda
     for name, value in _cuda_table(a).items():
         p.set(cuda, name, distinct(value))
+    p.set(cuda, "default_generators", _DefaultGenerators(g))
     for name in ("range_push", "range_pop", "mark", "range_start", "range_end"):
         p.set(cuda.nvtx, name, distinct(a.none))
     # cuDNN never runs here: the tensors on virtual GPUs are CPU or meta tensors. A CUDA build of
@@ -102,6 +103,81 @@ def _virtual_generator(g: VirtualGPUs, real: type) -> type:
 
     Generator.__module__, Generator.__qualname__ = "torch", "Generator"
     return Generator
+
+
+class DefaultGenerator(torch.Generator):
+    """`torch.cuda.default_generators[i]` on virtual GPUs: the host's default generator, which draws for every
+    virtual GPU's random ops, labelled with GPU `i` (its `device`, and the type ops.generic checks a
+    `generator=` against; a torch.Generator, so torch's argument parser takes it, and ops.generic hands the
+    host's to the CPU op). Its state is the host's: saved and restored around a region (Megatron's RNG
+    tracker swaps it), the region draws the same again, as on CUDA."""
+
+    def __new__(cls, index: int) -> Any:
+        obj: Any = torch.Generator.__new__(cls, "cpu")  # type: ignore[call-arg]
+        obj._mpcheck_device = torch.device("cuda", index)
+        return obj
+
+    def __init__(self, index: int) -> None:
+        pass
+
+    @property
+    def device(self) -> torch.device:  # type: ignore[override]
+        return self._mpcheck_device  # type: ignore[attr-defined]
+
+    def get_state(self) -> torch.Tensor:
+        return torch.default_generator.get_state()
+
+    def set_state(self, new_state: torch.Tensor) -> Any:
+        torch.default_generator.set_state(new_state)
+        return self
+
+    def manual_seed(self, seed: int) -> Any:
+        torch.default_generator.manual_seed(seed)
+        return self
+
+    def seed(self) -> int:
+        return torch.default_generator.seed()
+
+    def initial_seed(self) -> int:
+        return torch.default_generator.initial_seed()
+
+    def __repr__(self) -> str:
+        return f"<mpcheck: torch.cuda.default_generators[{self.device.index}], the host's generator>"
+
+
+class _DefaultGenerators(tuple):
+    """`torch.cuda.default_generators` on virtual GPUs: one DefaultGenerator per GPU, made when first read (the
+    number of GPUs is read when the program first asks for one: CUDA_VISIBLE_DEVICES may hide some)."""
+
+    _g: Any
+    _made: tuple | None
+
+    def __new__(cls, g: VirtualGPUs) -> Any:
+        obj = super().__new__(cls)
+        obj._g, obj._made = g, None
+        return obj
+
+    def _all(self) -> tuple:
+        if self._made is None:
+            self._made = tuple(DefaultGenerator(i) for i in range(self._g.n))
+        return self._made
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+    def __getitem__(self, i: Any) -> Any:
+        return self._all()[i]
+
+    def __iter__(self) -> Any:
+        return iter(self._all())
+
+    def __repr__(self) -> str:
+        return repr(self._all())
+
+
+def real_generator(gen: Any) -> Any:
+    """The generator a CPU op can take for `gen`: the host's default one for a virtual GPU's default generator."""
+    return torch.default_generator if isinstance(gen, DefaultGenerator) else gen
 
 
 def generator_type(gen: Any) -> str:
@@ -221,10 +297,25 @@ class _Answers:
     def none(*a: Any, **k: Any) -> None:
         return None
 
+    # The host's default generator draws for every virtual GPU's random ops (their tensors are CPU or meta
+    # tensors), so a GPU's RNG state is the host's: saved and restored around a region (checkpoint's
+    # preserve_rng_state, a dropout replayed), the region draws the same again, as on CUDA.
     @staticmethod
     def rng_state(device: Any = "cuda") -> torch.Tensor:
         with torch._C.DisableTorchFunction():
             return torch.get_rng_state()
+
+    @staticmethod
+    def set_rng_state(new_state: torch.Tensor, device: Any = "cuda") -> None:
+        with torch._C.DisableTorchFunction():
+            torch.set_rng_state(new_state)
+
+    @staticmethod
+    def set_rng_state_all(new_states: Any) -> None:
+        states = list(new_states)
+        if states:
+            with torch._C.DisableTorchFunction():
+                torch.set_rng_state(states[0])
 
 
 def _cuda_table(a: _Answers) -> dict[str, Any]:
@@ -266,8 +357,8 @@ def _cuda_table(a: _Answers) -> dict[str, Any]:
         "initial_seed": lambda: torch.initial_seed(),
         "get_rng_state": a.rng_state,
         "get_rng_state_all": lambda: [a.rng_state() for _ in range(a.g.n)],
-        "set_rng_state": a.none,
-        "set_rng_state_all": a.none,
+        "set_rng_state": a.set_rng_state,
+        "set_rng_state_all": a.set_rng_state_all,
         "Stream": VirtualStream,
         "Event": VirtualEvent,
         "stream": StreamContext,

@@ -105,3 +105,40 @@ def install_save(g: VirtualGPUs, p: Patches) -> None:
             ) from e
 
     p.set(torch, "save", save)
+
+
+class _Capsule:
+    """What `to_dlpack` gives for a tensor on a virtual GPU (or a meta one): the tensor itself, which
+    `from_dlpack` hands back as an alias. A real capsule would forget the virtual device."""
+
+    def __init__(self, tensor: torch.Tensor) -> None:
+        self.tensor = tensor
+
+
+def install_dlpack(g: VirtualGPUs, p: Patches) -> None:
+    """`torch.from_dlpack(t)` of a tensor (or of what `to_dlpack(t)` gave): an alias of its memory, where it is
+    (on CUDA a zero-copy view on the same GPU), without autograd's link, as `t.detach()` is. A real DLPack
+    capsule carries the CPU or meta tensor under the label, which the alias would lose (a false MP001 when
+    the alias meets what it aliases), and refuses meta tensors outright."""
+    dlpack = torch.utils.dlpack
+    real_from, real_to = dlpack.from_dlpack, dlpack.to_dlpack
+
+    def to_dlpack(tensor: Any) -> Any:
+        if (
+            isinstance(tensor, torch.Tensor)
+            and (g.label_of(tensor) or "cpu") != "cpu"
+            or getattr(tensor, "is_meta", False)
+        ):
+            return _Capsule(tensor)
+        return real_to(tensor)
+
+    def from_dlpack(ext_tensor: Any) -> Any:
+        if isinstance(ext_tensor, _Capsule):
+            ext_tensor = ext_tensor.tensor
+        if isinstance(ext_tensor, torch.Tensor):
+            return ext_tensor.detach()
+        return real_from(ext_tensor)
+
+    p.set(dlpack, "to_dlpack", to_dlpack)
+    p.set(dlpack, "from_dlpack", from_dlpack)
+    p.set(torch, "from_dlpack", from_dlpack)

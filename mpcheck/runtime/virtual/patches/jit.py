@@ -7,6 +7,7 @@ that TorchScript reads off the real tensors. The eager code computes the same th
 from __future__ import annotations
 
 import functools
+import sys
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -29,7 +30,18 @@ def install(g: VirtualGPUs, p: Patches) -> None:
 def _eager(g: VirtualGPUs, name: str, orig: Any) -> Any:
     @functools.wraps(orig)
     def compile_(obj: Any, *args: Any, **kwargs: Any) -> Any:
+        if _caller_module().startswith("torch."):
+            # PyTorch's own use (forward-mode AD scripts its decompositions and reads `.graph`): the real one.
+            return orig(obj, *args, **kwargs)
         g.note_limit(f"torch.jit.{name}: {_WHY}")
         return obj
 
     return compile_
+
+
+def _caller_module() -> str:
+    """The module that called torch.jit's function, past mpcheck's own wrappers (the session's, this one)."""
+    frame: Any = sys._getframe(2)
+    while frame is not None and frame.f_globals.get("__name__", "").startswith("mpcheck."):
+        frame = frame.f_back
+    return frame.f_globals.get("__name__", "") if frame is not None else ""
