@@ -7,7 +7,9 @@ builtins and loops read it, against the one-wait form MP020 suggests:
 - `int(max(t))`: Python compares the elements pair by pair, one kernel and one host read per element,
   against `int(t.max())`;
 - `sorted(t)`, against `sorted(t.tolist())`;
-- `[v.item() for v in t]`, against `t.tolist()`.
+- `[v.item() for v in t]`, against `t.tolist()`;
+- `torch.tensor(losses)` of a list of 0-dim tensors on the GPU (per-task losses logged each step), against
+  `torch.stack(losses)`.
 Three lengths (8, 64, 512). Each variant: the median of many repetitions after warm-up, synchronized around
 each, variants interleaved. Needs 1 CUDA device.
 """
@@ -29,6 +31,8 @@ def cases(n: int, dev: str, reps: int) -> list[dict]:
         "sorted(t) vs sorted(t.tolist())": (lambda: sorted(t), lambda: sorted(t.tolist())),
         "[v.item() for v in t] vs t.tolist()": (lambda: [v.item() for v in t], lambda: t.tolist()),
     }
+    items = list(t.float().unbind(0))  # n 0-dim tensors on the GPU
+    pairs["torch.tensor(items) vs torch.stack(items)"] = (lambda: torch.tensor(items), lambda: torch.stack(items))
     rows = []
     for name, (as_written, fix) in pairs.items():
         times = _time({"fix": fix, "as_written": as_written}, reps)

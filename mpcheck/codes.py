@@ -215,7 +215,8 @@ CODES: tuple[Code, ...] = (
         "host-sync-per-element",
         "warning",
         "Python reads a GPU tensor's elements on the host one at a time (`max(t)`, `sorted(t)`, "
-        "`[v.item() for v in t]`): one wait for the GPU per element, where `t.max()` or `t.tolist()` waits once.",
+        "`[v.item() for v in t]`, `torch.tensor(losses)`): one wait for the GPU per element, where `t.max()`, "
+        "`t.tolist()` or `torch.stack(losses)` waits once or not at all.",
         (LINT,),
     ),
 )

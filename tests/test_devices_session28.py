@@ -276,3 +276,20 @@ def test_an_nn_sequential_with_a_pre_hook_gets_what_the_hook_hands_on():
     # accelerate-style input movers on each stage (an nn.Sequential): no mismatch is known at its first layer.
     assert lines(HOOKED_STAGES.replace("HOOK", "stage.register_forward_pre_hook(make_mover(dev))")) == []
     assert [code for _, code in lines(HOOKED_STAGES.replace("HOOK", "pass"))] == ["MP001", "MP001"]
+
+
+def test_torch_tensor_of_a_list_of_gpu_tensors_reads_each_on_the_host():
+    src = """
+    import torch
+
+    for step in range(3):
+        losses = [torch.ones((), device="cuda:0"), torch.zeros((), device="cuda:0")]
+        log = READ
+    """
+    assert lines(src.replace("READ", "torch.tensor(losses)")) == [(6, "MP020")]
+    assert lines(src.replace("READ", "torch.tensor([losses[0], losses[1]])")) == [(6, "MP020")]
+    for clean in ("torch.stack(losses)", "torch.tensor([1.0, 2.0])", "torch.tensor([l.cpu() for l in losses])"):
+        assert lines(src.replace("READ", clean)) == [], clean
+    # on two GPUs: the host is where they can meet (torch.stack would refuse them)
+    two = src.replace('torch.zeros((), device="cuda:0")', 'torch.zeros((), device="cuda:1")')
+    assert lines(two.replace("READ", "torch.tensor(losses)")) == []

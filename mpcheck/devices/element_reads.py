@@ -3,7 +3,9 @@
 Iterating a tensor gives its elements as 0-dim tensors on its device. Python's `max(t)`, `min(t)` and
 `sorted(t)` compare them pair by pair, and each comparison's truth is read on the host: a kernel launch
 and a wait for the GPU per element. So does a loop whose body reads its element (`v.item()`, `int(v)`).
-One reduction (`t.max()`) or one copy of the whole tensor (`t.tolist()`) waits once.
+One reduction (`t.max()`) or one copy of the whole tensor (`t.tolist()`) waits once. `torch.tensor(losses)` of
+a list of tensors on a GPU reads each one's value on the host the same way, where `torch.stack(losses)` keeps them
+there (and `.cpu()` after it copies them once).
 
 Only a tensor the model knows to be on a GPU counts; a list of tensors (`max(losses)`) is not one, and a
 tensor of unknown device says nothing. Only code that runs every step counts, as for MP019: a forward, or
@@ -18,7 +20,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from mpcheck.devices.events import ElementSync
-from mpcheck.devices.values import Devs, Obj, Val, single
+from mpcheck.devices.values import Devs, Obj, SeqV, Val, single
 
 if TYPE_CHECKING:
     from mpcheck.devices.interp import Interp
@@ -55,6 +57,19 @@ def note_ordering(interp: Interp, q: str, args: list[Val], node: cst.Call, st: S
     devs = gpu_devices(interp, args[0])
     if devs is not None:
         interp.recorder.record(ElementSync(node=node, mode=st.mode, how=q, devs=devs, iterated=positional[0].value))
+
+
+def note_from_values(interp: Interp, data: Val, node: cst.Call, st: State) -> None:
+    """`torch.tensor([a, b, c])` / `torch.tensor(losses)` of tensors on a GPU (two or more, known), in code
+    that runs every step: one wait per tensor."""
+    if not isinstance(data, SeqV) or data.items is None or len(data.items) < 2 or not _every_step(interp, st):
+        return
+    devs = [gpu_devices(interp, item) for item in data.items]
+    # On one GPU: `torch.stack` (the fix) needs them there; on two, the host is where they can meet.
+    if all(d is not None and d == devs[0] for d in devs) and node.args:
+        interp.recorder.record(
+            ElementSync(node=node, mode=st.mode, how="tensor", devs=devs[0], iterated=node.args[0].value)
+        )
 
 
 def note_loop(

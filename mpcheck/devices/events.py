@@ -312,8 +312,9 @@ class HostMadeMove(Fact):
 @dataclass(frozen=True, eq=False, kw_only=True)
 class ElementSync(Fact):
     """A GPU tensor's elements read on the host one at a time (devices/element_reads.py): Python's `max()`,
-    `min()` or `sorted()` over it (`how`: "max"), or a loop over it whose body reads its element
-    (`how`: "item", "int", "float", "bool", "tolist"; `node` is that read). `iterated`: the tensor's expression."""
+    `min()` or `sorted()` over it (`how`: "max"), a loop over it whose body reads its element
+    (`how`: "item", "int", "float", "bool", "tolist"; `node` is that read), or `torch.tensor(items)` of GPU
+    tensors (`how`: "tensor"). `iterated`: the tensor's (or the items') expression."""
 
     how: str
     devs: Devs

@@ -125,6 +125,8 @@ class Library(Part):
 
     def factory(self, q: str, args: list[Val], kwargs: dict[str, Val], node: cst.Call, st: State) -> Val:
         last = q.rsplit(".", 1)[-1]
+        if last == "tensor" and args:
+            element_reads.note_from_values(self.interp, args[0], node, st)  # MP020: torch.tensor(losses)
         if last in T.HOST_MEMORY_VIEWS and len(args) == 1 and not kwargs:
             a = args[0]
             if isinstance(a, Obj) and a.kind == "tensor" and a.devs == one("cpu"):

@@ -30,27 +30,32 @@ class HostSyncPerElement(Rule):
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         for ev in once_per_node(ctx.model.facts(ElementSync)):
-            where = single(ev.devs) or ""
-            dev = show(where) if where.startswith("cuda") else f"the GPU {show(where)}"
-            t = ctx.code(ev.iterated)
-            if ev.loop is None:
-                fix = _ORDERING_FIX[ev.how].format(t=t)
-                yield self.finding(
-                    ctx,
-                    ev.node,
-                    f"`{ev.how}({t})` compares the elements of `{t}`, a tensor on {dev}, one pair at a time in "
-                    f"Python: each comparison launches a kernel and waits for the GPU to read its answer on the "
-                    f"host, once per element. `{fix}` waits once{_AS_NUMBER.get(ev.how, '')}.",
-                    devices=[single(ev.devs) or "", "cpu"],
-                    suggestion=f"use `{fix}`",
-                )
-                continue
-            read = ctx.code(ev.node)
-            yield self.finding(
-                ctx,
-                ev.node,
-                f"`{read}` reads one element of `{t}` (on {dev}) on the host per pass of the loop: each read waits "
-                f"for the GPU. Read them all with one copy, `{t}.tolist()`, and loop over that list.",
-                devices=[single(ev.devs) or "", "cpu"],
-                suggestion=f"loop over `{t}.tolist()`",
-            )
+            message, suggestion = _words(ctx, ev)
+            yield self.finding(ctx, ev.node, message, devices=[single(ev.devs) or "", "cpu"], suggestion=suggestion)
+
+
+def _words(ctx: FileContext, ev: ElementSync) -> tuple[str, str]:
+    """The finding's message and its fix, by what reads the elements."""
+    where = single(ev.devs) or ""
+    dev = show(where) if where.startswith("cuda") else f"the GPU {show(where)}"
+    t = ctx.code(ev.iterated)
+    if ev.how == "tensor":
+        return (
+            f"`torch.tensor({t})` reads the value of each of its tensors, on {dev}, on the host, one wait for the "
+            f"GPU each. `torch.stack({t})` keeps them on the GPU (`.detach()` for a log; `.cpu()` after it copies "
+            f"them all at once).",
+            f"use `torch.stack({t})`",
+        )
+    if ev.loop is None:
+        fix = _ORDERING_FIX[ev.how].format(t=t)
+        return (
+            f"`{ev.how}({t})` compares the elements of `{t}`, a tensor on {dev}, one pair at a time in Python: each "
+            f"comparison launches a kernel and waits for the GPU to read its answer on the host, once per element. "
+            f"`{fix}` waits once{_AS_NUMBER.get(ev.how, '')}.",
+            f"use `{fix}`",
+        )
+    return (
+        f"`{ctx.code(ev.node)}` reads one element of `{t}` (on {dev}) on the host per pass of the loop: each read "
+        f"waits for the GPU. Read them all with one copy, `{t}.tolist()`, and loop over that list.",
+        f"loop over `{t}.tolist()`",
+    )

@@ -125,35 +125,6 @@ def test_a_lazy_module_moved_before_its_first_forward_runs_clean():
     assert dbg.findings == []
 
 
-# MP011: a move that activation checkpointing's recomputation makes again in backward ------------------------
-def _checkpointed(moved_before: bool):
-    from torch.utils.checkpoint import checkpoint
-
-    class Stage(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.net = nn.Sequential(nn.Linear(128, 256), nn.GELU(), nn.Linear(256, 128)).to("cuda:0")
-
-        def forward(self, x):
-            return self.net(x.to("cuda:0"))  # moves its own input
-
-    stage = Stage()
-    with mpcheck.debug(report=None, on_mismatch="raise") as dbg:
-        for _ in range(2):
-            h = torch.randn(256, 128, requires_grad=True)  # on the host
-            x = h.to("cuda:0") if moved_before else h
-            checkpoint(stage, x, use_reentrant=False).pow(2).mean().backward()
-            dbg.step()
-    return dbg
-
-
-def test_a_checkpointed_stage_that_moves_its_own_input_is_mp011_on_a_gpu():
-    (f,) = _checkpointed(False).findings
-    assert (f.code, f.line) == ("MP011", line_of(_checkpointed, "# moves its own input"))
-    assert "recomputes this line in backward" in f.message
-    assert _checkpointed(True).findings == []
-
-
 # MP011: a parameter kept on the host and copied to the GPU in every forward ---------------------------------
 def _host_tokens(placed: bool):
     class Net(nn.Module):
