@@ -160,7 +160,7 @@ class CheckingMode(TorchFunctionMode):
             if func in self._as_tensor and args and isinstance(args[0], self._tensor) and "device" in kwargs:
                 # `torch.as_tensor(h, device="cuda:1")` of a tensor is `h.to("cuda:1")`: a copy when `h` is
                 # elsewhere, `h` itself when it is there; seen as the transfer it is.
-                return self._as_moved(types, args[0], kwargs)
+                return self._as_moved(func, types, args[0], kwargs)
             made_how = None  # how a factory puts its tensor on the current device, if it does (MP004)
             dev = kwargs.get("device") if kwargs else None
             if dev is not None:  # a factory's device= (torch.zeros(..., device='cuda:2')): a device that exists?
@@ -233,10 +233,11 @@ class CheckingMode(TorchFunctionMode):
             checker = self.checker
             self._stamp_node(node, checker.sites(), checker.current_module())
 
-    def _as_moved(self, types: Any, t: Any, kwargs: dict) -> Any:
-        """`torch.as_tensor(t, device=d, dtype=x)` / `torch.asarray(t, device=d, copy=c)` as `t.to(...)`."""
+    def _as_moved(self, func: Any, types: Any, t: Any, kwargs: dict) -> Any:
+        """`torch.as_tensor(t, device=d, dtype=x)` / `torch.asarray(t, device=d, copy=c)` as `t.to(...)`; with any
+        other argument (`requires_grad=`, `copy=False`), the call itself, unchecked (the rare rest)."""
         if set(kwargs) - {"device", "dtype", "copy"} or kwargs.get("copy") is False:
-            return torch.as_tensor(t, **kwargs) if "copy" not in kwargs else torch.asarray(t, **kwargs)
+            return func(t, **kwargs)
         moved = {k: v for k, v in kwargs.items() if v is not None and k != "copy"}
         if kwargs.get("copy"):
             moved["copy"] = True
