@@ -154,7 +154,8 @@ def generic(g: VirtualGPUs, func, args, kwargs):
     if dev is not None and dev.startswith("cuda") and func in AUTOCAST_ANY and torch.is_autocast_enabled("cuda"):
         args, kwargs = cast_inputs(func, args, kwargs)
     lab = target or dev
-    if _writes_into_first(func, args):
+    writes = _writes_into_first(func, args)
+    if writes:
         # `host.copy_(h)`, `ring[i].copy_(h)`, `host[:] = h`: written where the first tensor is. A GPU's data
         # copied into a host buffer leaves the buffer on the host (the call's ops must not label it a GPU's).
         lab = g.label_of(args[0]) or ("cpu" if args[0].device.type == "cpu" else None)
@@ -173,7 +174,7 @@ def generic(g: VirtualGPUs, func, args, kwargs):
             if clear is e:
                 raise
             raise clear from e
-    if lab is not None and _writes_into_first(func, args) and args[0].requires_grad:
+    if writes and lab is not None and args[0].requires_grad:
         _gradient_to_source(g, func, args, kwargs, lab)
     if lab is not None and out is not None:
         if host is not None and isinstance(out, tuple):  # sizes PyTorch keeps on the CPU stay there
