@@ -18,7 +18,7 @@ SPLIT = (
     "    def __init__(self):\n        super().__init__()\n"
     "        self.a = nn.Linear(width, 4).to('cuda:0')\n        self.b = nn.Linear(4, 4).to('cuda:1')\n"
 )
-TRAIN = "import torch.nn as nn\nfrom pkg import SplitNet\nfrom tools import log\n\nnet = nn.DataParallel(SplitNet())\n"
+TRAIN = "import torch.nn as nn\nfrom pkg import SplitNet\nfrom tools import log\n\nnet = nn.DataParallel(SplitNet())\nlog(net)\n"
 
 
 @pytest.fixture
@@ -110,3 +110,39 @@ def test_one_file_is_parsed_while_workers_summarise_its_imports(calls, capsys, m
     cli.main(["--jobs", "2", "--no-cache", "--select", "MP002", "--output-format", "json", "train.py"])
     assert [(d["line"], d["code"]) for d in json.loads(capsys.readouterr().out)] == [(5, "MP002")]
     assert given == [True]
+
+
+def test_a_name_imported_only_to_name_a_type_is_not_summarised(calls, capsys, tmp_path):
+    # train.py checked alone: SplitNet in annotations and isinstance tests only tells the device model
+    # nothing, so pkg's modules are not summarised; a call of it is a use, and they are again.
+    typed = (
+        "import torch.nn as nn\nfrom pkg import SplitNet\n\n\n"
+        "def wrap(net: SplitNet) -> SplitNet:\n    assert isinstance(net, (nn.Module, SplitNet))\n"
+        "    return nn.DataParallel(net)\n"
+    )
+    (tmp_path / "train.py").write_text(typed)
+    assert run(capsys, calls) == []
+    assert calls["summarize"] == []
+    (tmp_path / "train.py").write_text(typed + "\n\nwrap(SplitNet())\n")
+    run(capsys, calls)
+    assert sorted(calls["summarize"]) == ["pkg/__init__.py", "pkg/split.py"]
+
+
+def test_type_only_names():
+    from mpcheck.lint.uses import type_only_names
+
+    source = (
+        "from typing import TYPE_CHECKING\nfrom a import A, B, C, D, E, F, G, H\n"
+        "if TYPE_CHECKING:\n    from b import T\n"
+        "x: A = B()\n"  # the annotation is not run, the call is
+        "def f(p: C, q=D, *r: T, **s: T) -> C:\n"
+        "    try:\n        return isinstance(p, (C, E)) or issubclass(type(q), E)\n"
+        "    except F:\n        return G\n"
+        "h = lambda: H\n"
+    )
+    names = frozenset("ABCDEFGHT") | {"Unused"}
+    assert type_only_names(source, names) == frozenset({"A", "C", "E", "F", "T", "Unused"})
+    # A name used as a value anywhere counts (a default, a body, a lambda, a tested value).
+    assert type_only_names("from a import K\nisinstance(K, int)\n", frozenset({"K"})) == frozenset()
+    # A text that does not parse: every name counts as used.
+    assert type_only_names("from a import K\ndef (\n", frozenset({"K"})) == frozenset()

@@ -33,7 +33,7 @@ import mpcheck.codes
 from mpcheck import parsing, syntax
 from mpcheck.config import Settings
 from mpcheck.finding import Finding
-from mpcheck.lint import callers, forked, modules, noqa, schedule, slices
+from mpcheck.lint import callers, forked, modules, noqa, schedule, slices, uses
 from mpcheck.lint.cache import ResultCache, content_hash, entry_key
 from mpcheck.lint.files import SourceFile
 from mpcheck.lint.parse_ahead import ParseAhead
@@ -771,7 +771,7 @@ def _analyze_with_contexts(
     return made
 
 
-def _project_modules(f: _File, project: _Project) -> _Walked:
+def _project_modules(f: _File, project: _Project, alone: bool = False) -> _Walked:
     """(imported module name -> absolute path of every project module whose summary
     can matter to `f`, the names of every module the choice read, absolute path ->
     the names looked up in that module: all its summary has to cover).
@@ -789,12 +789,19 @@ def _project_modules(f: _File, project: _Project) -> _Walked:
     device and only re-exports. The second result lists every module the choice
     depended on, taken or not, found or not: the cache drops `f`'s result when one
     of them changes (a module that gains `cuda`, one that appears).
+
+    `alone`: `f` is the run's only file to analyse, so this choice is on the way to its result.
+    Then names `f` imports only for annotations and type tests are left out (lint/uses.py): the
+    same findings, and no wait for summaries nothing reads. (Over many files the `ast` parse it
+    takes would cost more than it spares: their summaries are made once for all of them.)
     """
     roots = project.roots_for(f.root)
     found: dict[str, str] = {}
     consulted: set[str] = set()
     wanted: dict[str, set[str]] = {}
-    todo = [target for _, target in project.own_imports(f.src.abspath, f.text, f.modname, f.is_init)]
+    imported = project.own_imports(f.src.abspath, f.text, f.modname, f.is_init)
+    unread = uses.type_only_names(f.text, frozenset(local for local, _ in imported)) if alone else frozenset()
+    todo = [target for local, target in imported if local not in unread]
     # Constants read off a project module imported whole (`import config` ... `config.first`, `config.C`):
     # taken where that module is a file of its own (not a package's __init__) that binds the name at its
     # top level by an assignment that names a device, or by a class (`project.borrowed` reads the
@@ -868,7 +875,8 @@ def _analyze_chosen(
     out: LintOutcome,
     ahead: ParseAhead | None,
 ) -> dict[str, list[dict[str, Any]]]:
-    walked = {id(f): f.walked or _project_modules(f, project) for f in misses}
+    alone = len(misses) == 1
+    walked = {id(f): f.walked or _project_modules(f, project, alone) for f in misses}
     uses = {k: used for k, (used, _, _) in walked.items()}
     wanted: dict[str, set[str]] = {}
     for _, _, names_by_path in walked.values():
