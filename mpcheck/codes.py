@@ -208,8 +208,8 @@ CODES: tuple[Code, ...] = (
         "at once, in code that runs every step: made there with `device=`, it needs no copy.",
         _EVERY_FACE,
     ),
-    # Lint only: at run time an element's host read (`Tensor.__bool__` of a comparison, `.item()`) would have
-    # to be traced back through Python's own iteration to the tensor it came from, on every torch call.
+    # At run time only the reads of elements themselves (views of one GPU tensor) and `torch.tensor(items)`:
+    # Python's `max(t)` reads comparisons, tensors of their own (runtime/checks/element_reads.py).
     Code(
         "MP020",
         "host-sync-per-element",
@@ -217,7 +217,7 @@ CODES: tuple[Code, ...] = (
         "Python reads a GPU tensor's elements on the host one at a time (`max(t)`, `sorted(t)`, "
         "`[v.item() for v in t]`, `torch.tensor(losses)`): one wait for the GPU per element, where `t.max()`, "
         "`t.tolist()` or `torch.stack(losses)` waits once or not at all.",
-        (LINT,),
+        _EVERY_FACE,
     ),
 )
 

@@ -154,3 +154,30 @@ def test_a_host_parameter_moved_in_every_forward_is_mp011_on_a_gpu():
     assert (f.code, f.line) == ("MP011", line_of(_host_tokens, "# tokens"))
     assert "lives on the host" in f.message
     assert _host_tokens(True).findings == []
+
+
+# MP020: a GPU tensor's elements read on the host one at a time -----------------------------------------------
+def _labels(whole: bool):
+    model = nn.Linear(16, 10).to("cuda:0")
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with mpcheck.debug(model, report=None, on_mismatch="raise") as dbg:
+        for _ in range(3):
+            out = model(torch.randn(32, 16, device="cuda:0"))
+            preds = out.argmax(1)
+            if whole:
+                labels = [str(p) for p in preds.tolist()]
+            else:
+                labels = [str(p.item()) for p in preds]  # elements
+            assert len(labels) == 32
+            out.pow(2).mean().backward()
+            opt.step()
+            opt.zero_grad()
+            dbg.step()
+    return dbg
+
+
+def test_elements_of_a_gpu_tensor_read_one_at_a_time_are_mp020_on_a_gpu():
+    (f,) = _labels(False).findings
+    assert (f.code, f.line) == ("MP020", line_of(_labels, "# elements"))
+    assert "on cuda:0 (32)" in f.message
+    assert _labels(True).findings == []

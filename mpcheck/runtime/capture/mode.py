@@ -38,6 +38,7 @@ from mpcheck.runtime.checks.torchapi import COPY as _COPY
 from mpcheck.runtime.checks.torchapi import CPU as _CPU
 from mpcheck.runtime.checks.torchapi import CUDA as _CUDA
 from mpcheck.runtime.checks.torchapi import DATA_ALIAS as _DATA_ALIAS
+from mpcheck.runtime.checks.torchapi import HOST_READ as _HOST_READ
 from mpcheck.runtime.checks.torchapi import LOSS as _LOSS
 from mpcheck.runtime.checks.torchapi import PASS as _PASS
 from mpcheck.runtime.checks.torchapi import SET_DATA as _SET
@@ -131,6 +132,10 @@ class CheckingMode(TorchFunctionMode):
         if self._tls.suspended:
             return func(*args, **kwargs)
         checker = self.checker
+        if kind == _HOST_READ:  # a wait for the GPU anyway: counted for MP020 (checks/element_reads.py)
+            if args and isinstance(args[0], self._tensor):
+                checker.on_host_read(args[0], getattr(func, "__name__", ""))
+            return func(*args, **kwargs)
         if kind == _VIEW:
             try:
                 out = func(*args, **kwargs)
@@ -176,6 +181,8 @@ class CheckingMode(TorchFunctionMode):
             # of 0-dim tensors on two GPUs reads their values on the host (a CPU tensor, or device='s).
             if len(args) + len(kwargs) > 1 or (args and isinstance(args[0], (list, tuple)) and func is not _TENSOR):
                 args, kwargs = checker.check_op(func, args, kwargs)
+            if func is _TENSOR and args:
+                checker.on_tensor_of_tensors(args[0])  # MP020: each GPU tensor in it read on the host
             try:
                 out = func(*args, **kwargs)
             except RuntimeError as e:  # PyTorch's own error: mpcheck may know its cause (MP012)

@@ -51,6 +51,7 @@ from mpcheck.finding import Finding
 from mpcheck.runtime.checks import (
     arrivals,
     current_device,
+    element_reads,
     expanded,
     findings,
     host_made,
@@ -169,6 +170,10 @@ class Checker:
         self._round_trips_once: dict[tuple[str, int, str, str], Any] = {}
         # MP019: how often each line moved a tensor made there on the host, by (path, line, device) (made_on_host.py)
         self._host_made_moves: dict[tuple[str, int, str], int] = {}
+        # MP020: single elements of GPU tensors read on the host this pass, and `torch.tensor(items)` of GPU
+        # tensors by line (element_reads.py)
+        self.element_reads = element_reads.ElementReads()
+        self._tensor_of_tensors: dict[tuple[str, int], int] = {}
         # How many storages a device has made so far (Devices.allocations, where the face counts them: the
         # virtual GPUs), for MP005's offloads (round_trip.py).
         self._allocations: Callable[[str], int | None] | None = getattr(devices, "allocations", None)
@@ -300,6 +305,8 @@ class Checker:
     on_host_made_tensor = host_made.on_host_made_tensor
     note_host_made = made_on_host.note_host_made
     on_host_made_move = made_on_host.on_host_made_move
+    on_host_read = element_reads.on_host_read
+    on_tensor_of_tensors = element_reads.on_tensor_of_tensors
     _running_module = current_device._running_module
     on_module_built = current_device.on_module_built
     on_root_call = current_device.on_root_call

@@ -31,6 +31,9 @@ VIEW = 9  # a view or copy of one tensor on its own device: passed through; MP01
 LOSS = 10  # a loss (torch.nn.functional's): checked, and its predictions' way to this device looked at
 BACKWARD = 11  # a backward pass begins (Tensor.backward, torch.autograd.backward / grad): passed through
 DATA_ALIAS = 12  # `t.data` (torch.Tensor.data.__get__): an alias whose writes leave `t`'s version counter as it was
+HOST_READ = (
+    13  # its value read on the host (`.item()`, `bool(t)`): passed through; MP020 counts a GPU's (element_reads.py)
+)
 
 TRANSFERS = frozenset({TO, CUDA, CPU, COPY})
 
@@ -63,12 +66,12 @@ PYTHON_CALLS: dict[str, int] = {
     "__str__": PASS,
     "__format__": PASS,
     "__hash__": PASS,
-    "tolist": PASS,
-    "item": PASS,
-    "__bool__": PASS,
-    "__int__": PASS,
-    "__float__": PASS,
-    "__index__": PASS,
+    "tolist": HOST_READ,
+    "item": HOST_READ,
+    "__bool__": HOST_READ,
+    "__int__": HOST_READ,
+    "__float__": HOST_READ,
+    "__index__": HOST_READ,
     "__iter__": PASS,
     "__contains__": PASS,
     "numpy": PASS,
@@ -227,7 +230,7 @@ def python_call_kind(name: str, full: str | None, qualified: str | None = None) 
         return DATA_ALIAS
     if kind in TRANSFERS:
         return kind if full == f"torch.Tensor.{name}" else CHECK
-    if kind in (PASS, VIEW, BACKWARD):
+    if kind in (PASS, VIEW, BACKWARD, HOST_READ):
         return kind if full is None or full.startswith("torch.Tensor.") or full in PASS_FUNCTIONS else CHECK
     if kind == CHECK and is_loss(name) and (full or "").startswith("torch.nn.functional."):
         return LOSS

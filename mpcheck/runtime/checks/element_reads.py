@@ -1,0 +1,121 @@
+"""MP020 at run time: Python reading a GPU tensor's elements on the host one at a time.
+
+Two shapes, each seen where it costs (rules/MP020-host-sync-per-element.md has the measurements):
+- Reads of single elements of one GPU tensor (`[v.item() for v in t]`, `int(t[i])` in a loop over `i`):
+  each element Python iterates or indexes is a view of `t`, so the reads are counted by the tensor
+  they view, and `ELEMENTS` of them in one pass of the model (`passes.py`: a loss, a backward, or the
+  model called again ends one) are a loop over its elements. A read of a tensor of its own (a loss's
+  `.item()` each step) is no element of anything and is never counted.
+- `torch.tensor(items)` of two or more tensors on one GPU: it reads each one's value on the host. Reported
+  the first time inside a module's forward (which runs every step), elsewhere the second time its line
+  does it, as MP019 is: once is a summary at the end of a run, every step is the cost.
+
+Only host reads are looked at (the mode passes every other call through untouched), and each is a wait
+for the GPU already, so the count costs nothing that matters. Nothing here holds a tensor: the counts
+are by `id()` of the viewed tensor, forgotten at the end of each pass.
+
+Python's `max(t)` and `sorted(t)` read comparisons of elements, tensors of their own: the run-time faces
+leave them to the linter.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mpcheck.runtime.checks.checker import Checker
+
+# Single-element reads of one tensor in one pass that make a per-element loop: the measured cost at 8
+# elements is already 4-15x one read, and fewer reads than this are rarely a loop over a whole tensor.
+ELEMENTS = 16
+
+
+class ElementReads:
+    """Per pass: how many single elements of each viewed GPU tensor were read on the host (by its id)."""
+
+    __slots__ = ("counts", "pass_id", "reported")
+
+    def __init__(self) -> None:
+        self.counts: dict[int, int] = {}
+        self.pass_id = -1
+        self.reported: set[tuple[str, int]] = set()
+
+
+def on_host_read(self: Checker, t: Any, how: str) -> None:
+    """`t`'s value is about to be read on the host by `how` ("item", "__bool__", ...)."""
+    base = getattr(t, "_base", None)
+    if base is None or not self.wants("MP020"):
+        return  # a tensor of its own, not an element of another
+    try:
+        if t.numel() != 1:
+            return  # `.tolist()` of a whole row: the fix, not the bug
+    except Exception:
+        return
+    dev = self.devices.device_of(base)
+    if not dev.startswith("cuda"):
+        return
+    reads = self.element_reads
+    if reads.pass_id != self._tls.passes_ended:
+        reads.pass_id = self._tls.passes_ended
+        reads.counts.clear()
+    n = reads.counts.get(id(base), 0) + 1
+    reads.counts[id(base)] = n
+    if n != ELEMENTS:
+        return
+    site = self.sites()
+    if site is None or (site.path, site.line) in reads.reported:
+        return
+    reads.reported.add((site.path, site.line))
+    shape = "x".join(str(d) for d in base.shape)
+    read = _READ_WORDS.get(how, f"`{how}`")
+    self.emit(
+        "MP020",
+        site,
+        f"Python reads the elements of a tensor on {dev} ({shape}) on the host one at a time ({read} of a single "
+        f"element, {ELEMENTS} times in this pass and counting): each read waits for the GPU. Read them all with one "
+        f"copy (`t.tolist()`, or `t.cpu()`) and loop over that, or keep the work on the GPU.",
+        devices=(dev, "cpu"),
+        modules=[m for m in (self.current_module(),) if m],
+        suggestion="read the whole tensor once with `.tolist()` and loop over the list",
+    )
+
+
+def on_tensor_of_tensors(self: Checker, items: Any) -> None:
+    """`torch.tensor(items)` is about to run: MP020 when two or more of `items` are tensors on one GPU."""
+    if not isinstance(items, (list, tuple)) or len(items) < 2 or not self.wants("MP020"):
+        return
+    tensor = self._tensor
+    devs = {self.devices.device_of(x) for x in items if isinstance(x, tensor)}
+    if len(devs) != 1 or sum(1 for x in items if isinstance(x, tensor)) < 2:
+        return
+    (dev,) = devs
+    if not dev.startswith("cuda"):
+        return
+    site = self.sites()
+    if site is None:
+        return
+    key = (site.path, site.line)
+    seen = self._tensor_of_tensors.get(key, 0) + 1
+    self._tensor_of_tensors[key] = seen
+    if seen != (1 if self._tls.stack else 2):
+        return
+    self.emit(
+        "MP020",
+        site,
+        f"`torch.tensor(...)` of {len(items)} tensors on {dev} reads each one's value on the host, one wait for "
+        f"the GPU each, on every pass. `torch.stack(...)` keeps them on the GPU (`.detach()` for a log; `.cpu()` "
+        f"after it copies them all at once).",
+        devices=(dev, "cpu"),
+        modules=[m for m in (self.current_module(),) if m],
+        suggestion="use `torch.stack(...)`",
+    )
+
+
+_READ_WORDS = {
+    "item": "`.item()`",
+    "tolist": "`.tolist()`",
+    "__bool__": "`bool()`",
+    "__int__": "`int()`",
+    "__float__": "`float()`",
+    "__index__": "its use as an index",
+}

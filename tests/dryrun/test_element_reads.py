@@ -1,0 +1,76 @@
+"""MP020 at run time (runtime/checks/element_reads.py): the elements of one GPU tensor read on the host one
+at a time, 16 or more in one pass, and `torch.tensor(items)` of GPU tensors on every step, are reported at
+their line; a tensor read whole, a loss's `.item()` each step, a few reads, host tensors and a summary made
+once are not."""
+
+from dryrun_helpers import codes_at
+
+PROGRAM = """
+import torch
+import torch.nn as nn
+
+class Tagger(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(16, 16).to("cuda:0")
+        self.b = nn.Linear(16, 10).to("cuda:1")
+
+    def forward(self, x):
+        return self.b(self.a(x).to("cuda:1"))
+
+model = Tagger()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(STEPS):
+    x = torch.randn(BATCH, 16, device="cuda:0")
+    out = model(x)
+    preds = out.argmax(1)
+    READ
+    loss = out.pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    print(loss.item())
+"""
+
+
+def _run(script, dryrun_cli, read, steps=3, batch=32):
+    s = script(PROGRAM.replace("READ", read).replace("STEPS", str(steps)).replace("BATCH", str(batch)))
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 0, err  # a performance finding: the step runs
+    return s, report
+
+
+def test_elements_read_one_at_a_time_are_reported_at_their_line(script, dryrun_cli):
+    for read in (
+        "names = [str(p.item()) for p in preds]  # <- here",
+        "names = [int(preds[i]) for i in range(len(preds))]  # <- here",
+        "hits = sum(1 for p in preds if bool(p == 3))  # <- here",  # `p == 3` is its own tensor: not counted
+    ):
+        s, report = _run(script, dryrun_cli, read)
+        got = [f for f in report["findings"] if f["code"] == "MP020"]
+        if "bool(p == 3)" in read:
+            assert got == [], read
+            continue
+        assert codes_at(report) == [("MP020", s.line("here"))], read
+        f = got[0]
+        assert f["devices"] == ["cuda:1", "cpu"]
+        assert "on cuda:1 (32)" in f["message"] and "`t.tolist()`" in f["message"]
+
+
+def test_torch_tensor_of_gpu_tensors_every_step_is_reported(script, dryrun_cli):
+    s, report = _run(script, dryrun_cli, "log = torch.tensor([out[:, i].mean() for i in range(3)])  # <- here")
+    assert codes_at(report) == [("MP020", s.line("here"))]
+    assert "`torch.stack(...)`" in report["findings"][0]["message"]
+
+
+def test_whole_reads_few_reads_host_tensors_and_once_are_silent(script, dryrun_cli):
+    for read, steps, batch in (
+        ("names = [str(p) for p in preds.tolist()]", 3, 32),  # the fix: one copy
+        ("names = [str(p.item()) for p in preds]", 3, 15),  # fewer than 16 elements in a pass
+        ("names = [str(p.item()) for p in preds.cpu()]", 3, 32),  # read on the host
+        ("first = preds[0].item()", 40, 32),  # one element per pass, over many passes
+        ("log = torch.tensor([out[:, i].mean() for i in range(3)])", 1, 32),  # once: a summary
+        ("log = torch.tensor([out[0, 0], out[0, 1].cpu()])", 3, 32),  # a GPU's and the host's
+    ):
+        _, report = _run(script, dryrun_cli, read, steps, batch)
+        assert [f for f in report["findings"] if f["code"] == "MP020"] == [], read
