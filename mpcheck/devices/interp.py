@@ -105,7 +105,6 @@ class Interp:
         self.memo_lineages: dict[Any, tuple[tuple[int | None, ...], bool]] = {}
         self.memo_changed: dict[Any, tuple[tuple[int, Obj], ...]] = {}  # instances a memoised call changed
         self.memo_idle: dict[Any, frozenset[int]] = {}  # a memoised call's arguments its body left idle
-        self.moved_outside: frozenset[str] | None = None  # unmoved.parts_moved_from_outside, once per file
         self.stack: list[FuncInfo] = []  # the functions being interpreted, innermost last
         # The memo keys of the calls being run, by function (Calls.call_function): a call that repeats one of them,
         # the same function with the same argument values, would only run the same body again, deeper.

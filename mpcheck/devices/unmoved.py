@@ -22,7 +22,7 @@ from mpcheck.devices import data_moves
 from mpcheck.devices.names import dotted
 from mpcheck.devices.program import ClassInfo
 from mpcheck.devices.values import UNPLACED, DictV, Obj, SeqV, Val, is_moduleish, one
-from mpcheck.devices.walk import children, walk
+from mpcheck.devices.walk import attribute_assignments, children
 
 if TYPE_CHECKING:  # pragma: no cover
     from mpcheck.devices.interp import Interp
@@ -34,7 +34,6 @@ _HARMLESS_METHODS = frozenset(
 MODULE_BASES = frozenset({"nn.Module", "torch.nn.Module", "Module"})
 _SELF_MOVES = frozenset({"to", "cuda", "apply", "_apply", "to_empty"})  # self.<one of these>(...)
 _SELF_WALKS = frozenset({"children", "named_children", "modules", "named_modules"})  # may move each part
-_PART_MOVES = frozenset({"to", "cuda", "cpu", "to_empty"})
 NEVER_PLACED = "never placed, so on the CPU"
 # An item of a plain list or tuple held by a module: no submodule, so no `.to()` of the module reaches it.
 IN_A_PLAIN_LIST = "never placed (held in a plain list, which Module.to() does not reach), so on the CPU"
@@ -104,19 +103,9 @@ def on_cpu(v: Val, depth: int = 0, plain: bool = False, origin: str = NEVER_PLAC
 def parts_moved_from_outside(interp: Interp) -> frozenset[str]:
     """The attribute names X of `<owner>.X.to(...)` / `.cuda(...)` / `.cpu()` anywhere in the file,
     where the owner is not plain `self` (`block.norm.to(dev)`, `self.block.norm.cuda(1)`): a part
-    placed from outside its class, after its __init__ left it unplaced."""
-    if interp.moved_outside is None:
-        names: set[str] = set()
-        for node in walk(interp.module):
-            if not (isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)):
-                continue
-            if node.func.attr.value not in _PART_MOVES or not isinstance(node.func.value, cst.Attribute):
-                continue
-            owner = node.func.value.value
-            if not (isinstance(owner, cst.Name) and owner.value == "self"):
-                names.add(node.func.value.attr.value)
-        interp.moved_outside = frozenset(names)
-    return interp.moved_outside
+    placed from outside its class, after its __init__ left it unplaced (found in the file's one walk
+    for its attributes: walk.attribute_assignments)."""
+    return attribute_assignments(interp.module).moved_from_outside
 
 
 def built_here(call: cst.Call, cls_name: str) -> bool:

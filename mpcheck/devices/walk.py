@@ -104,20 +104,27 @@ class AttributeAssignments:
 
     on_name: dict[str, frozenset[str]]  # `C.device = ...`: "C" -> {"device"}
     outside: frozenset[str]  # every attribute assigned on something other than `self`, setattr'd or replace()d
+    # X of every `<owner>.X.to(...)` / `.cuda(...)` / `.cpu()` / `.to_empty(...)` whose owner is not plain `self`
+    # (`block.norm.to(dev)`, `self.block.norm.cuda(1)`): a part placed from outside its class (unmoved.py)
+    moved_from_outside: frozenset[str]
+
+
+_PART_MOVES = frozenset({"to", "cuda", "cpu", "to_empty"})
 
 
 _ATTRIBUTE_ASSIGNMENTS = memo.node_table()
 
 
 def attribute_assignments(module: cst.CSTNode) -> AttributeAssignments:
-    """The attributes `module` assigns, walked once per module object and shared by every question about
-    it (the device model asks per class and per interpreter; the walk of a big file costs more than its
-    whole interpretation)."""
+    """The attributes `module` assigns, and the parts it moves from outside their class, walked once per
+    module object and shared by every question about it (the device model asks per class and per
+    interpreter; a walk of torch's `_inductor/ir.py` costs a sixth of its analysis)."""
     got: AttributeAssignments | None = memo.recall(_ATTRIBUTE_ASSIGNMENTS, module)
     if got is not None:
         return got
     on_name: dict[str, set[str]] = {}
     outside: set[str] = set()
+    moved: set[str] = set()
     # Node tests by exact type (see _IS_NODE): this walk meets every node of the module.
     for node in walk(module):
         for t in assigned(node):
@@ -128,14 +135,19 @@ def attribute_assignments(module: cst.CSTNode) -> AttributeAssignments:
                         continue
                 outside.add(t.attr.value)
         if type(node) is cst.Call:
-            called = _called_name(node.func)
+            func = node.func
+            if type(func) is cst.Attribute and func.attr.value in _PART_MOVES and type(func.value) is cst.Attribute:
+                owner = func.value.value
+                if not (type(owner) is cst.Name and owner.value == "self"):
+                    moved.add(func.value.attr.value)
+            called = _called_name(func)
             if called in ("setattr", "replace"):  # setattr(obj, "name", v); dataclasses.replace(obj, name=v)
                 outside.update(a.keyword.value for a in node.args if a.keyword is not None)
                 if called == "setattr" and len(node.args) >= 2 and isinstance(node.args[1].value, cst.SimpleString):
                     value = node.args[1].value.evaluated_value
                     if isinstance(value, str):
                         outside.add(value)
-    out = AttributeAssignments({k: frozenset(v) for k, v in on_name.items()}, frozenset(outside))
+    out = AttributeAssignments({k: frozenset(v) for k, v in on_name.items()}, frozenset(outside), frozenset(moved))
     return memo.keep(_ATTRIBUTE_ASSIGNMENTS, module, out)
 
 
