@@ -609,6 +609,22 @@ def _checkpoint(lib: Library, c: LibCall) -> Val:
     return UNK
 
 
+def _data_loader(lib: Library, c: LibCall) -> Val:
+    """`DataLoader(ds, ..., collate_fn=collate)`: each batch it gives is what `collate` returns for a list of
+    samples (a function of the file, or a `functools.partial` of one), so `for x, y in loader` meets the
+    devices `collate` put them on (`labels.cuda()`). Without one of those, batches are not known."""
+    fn = c.kwargs.get("collate_fn")
+    used(*c.args, *c.kwargs.values())
+    args: list[Val] = [UNK]
+    kwargs: dict[str, Val] = {}
+    if isinstance(fn, PartialV) and isinstance(fn.func, FuncRef):
+        args, kwargs, fn = [*fn.args, UNK], dict(fn.kwargs), fn.func
+    if not isinstance(fn, FuncRef) or fn.bound is not None:
+        return UNK
+    batch = lib.interp.calls.call_function(fn.info, None, args, kwargs, c.st, c.node, helper=True)
+    return SeqV(None, elem=batch) if batch is not UNK else UNK
+
+
 def _cuda_device_context(lib: Library, c: LibCall) -> Val:
     """`torch.cuda.device(i)` outside a `with` (Statements.exec_with reads that one): the context manager,
     which a device argument refuses (not_a_device.py)."""
@@ -1168,6 +1184,7 @@ EXACT: dict[str, Handler] = _exact(
     ("torch.Generator", _generator),
     (list(T.HOST_ARGUMENTS), _host_argument),
     ("functools.partial", _partial),
+    (("torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"), _data_loader),
     (("types.SimpleNamespace", "argparse.Namespace"), _namespace),
     ("argparse.ArgumentParser", _argument_parser),
     ("torch.load", _load),
