@@ -62,3 +62,20 @@ def test_batches_of_a_collate_fn_not_known_are_not_known():
     # no collate_fn, or a lambda: nothing said about the labels
     assert lines(LOADER.replace(", collate_fn=COLLATE", "").replace("MOVE", "y")) == []
     assert _loader("y.cuda()", "lambda b: collate(b)") == []
+
+
+def test_a_call_in_an_f_string_runs_with_its_arguments_after_a_part_the_string_cannot_spell():
+    src = """
+    import torch
+
+    def accuracy(labels, feats):
+        idx = feats.topk(3, dim=1)[1]
+        return torch.gather(labels.expand(feats.size(0), -1), 1, idx).float().mean()
+
+    y = torch.randint(0, 10, (256,))
+    f = torch.randn(8, 256, device="cuda:1")
+    loss = f.sum()
+    print(f"loss {loss.item():.3f} acc {accuracy(LABELS, f):.3f}")
+    """
+    assert lines(src.replace("LABELS", "y")) == [(6, "MP008")]  # in a metric: MP008
+    assert lines(src.replace("LABELS", "y.to(f.device)")) == []

@@ -317,10 +317,13 @@ class Expressions(Part):
     def ev_fstring(self, node: cst.FormattedString, st: State) -> Val:
         text = ""
         sym = None
+        known = True  # every part so far has a text (a constant, or a name standing for its value)
         for p in node.parts:
             if isinstance(p, cst.FormattedStringText):
                 text += p.value
             elif isinstance(p, cst.FormattedStringExpression):  # the only other kind of part
+                # Every part is evaluated, even after one the string cannot spell: a call in a log line
+                # (`f"loss {loss.item():.3f} acc {accuracy(model, x, y):.3f}"`) runs with its arguments.
                 v = self.ev(p.expression, st)
                 if isinstance(v, Const) and isinstance(v.value, (int, str)) and p.format_spec is None:
                     text += str(v.value)
@@ -329,10 +332,11 @@ class Expressions(Part):
                     text += "{" + v.name + "}"
                 else:
                     src = dotted(p.expression)
-                    if src is None:
-                        return UNK
+                    known = known and src is not None
                     sym = src
-                    text += "{" + src + "}"
+                    text += "{" + (src or "") + "}"
+        if not known:
+            return UNK
         if sym is None:
             return Const(text)
         if text.startswith(("cuda:", "cuda")):
