@@ -59,8 +59,9 @@ def test_a_collate_fn_that_moves_them_where_the_loss_is_is_clean():
 
 
 def test_batches_of_a_collate_fn_not_known_are_not_known():
-    # no collate_fn, or a lambda: nothing said about the labels
-    assert lines(LOADER.replace(", collate_fn=COLLATE", "").replace("MOVE", "y")) == []
+    # a lambda: nothing said about the labels (without a collate_fn, PyTorch's own makes the labels a host
+    # tensor: test_the_default_collate_keeps_a_datasets_tensors_on_the_host)
+    assert lines(LOADER.replace(", collate_fn=COLLATE", "").replace("MOVE", "y")) == [(21, "MP008")]
     assert _loader("y.cuda()", "lambda b: collate(b)") == []
 
 
@@ -79,3 +80,75 @@ def test_a_call_in_an_f_string_runs_with_its_arguments_after_a_part_the_string_c
     """
     assert lines(src.replace("LABELS", "y")) == [(6, "MP008")]  # in a metric: MP008
     assert lines(src.replace("LABELS", "y.to(f.device)")) == []
+
+
+DATASET = """
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, Dataset, TensorDataset
+
+class Pairs(Dataset):
+    def __init__(self, n):
+        self.x = torch.randn(n, 8)
+        self.y = torch.randint(0, 4, (n,))
+
+    def __len__(self):
+        return len(self.y)
+
+    def __getitem__(self, i):
+        return self.x[i], self.y[i]
+
+model = nn.Sequential(nn.Linear(8, 8).to("cuda:0"), nn.Linear(8, 4).to("cuda:0"))
+loader = DataLoader(DATA, batch_size=16, shuffle=True, pin_memory=True)
+for x, y in loader:
+    out = model(MOVE)
+    loss = nn.functional.cross_entropy(out, Y)
+"""
+
+
+def _dataset(data: str, move: str = 'x.to("cuda:0")', y: str = 'y.to("cuda:0")') -> list[tuple[int, str]]:
+    return lines(DATASET.replace("DATA", data).replace("MOVE", move).replace("Y", y))
+
+
+def test_the_default_collate_keeps_a_datasets_tensors_on_the_host():
+    for data in ("TensorDataset(torch.randn(64, 8), torch.randint(0, 4, (64,)))", "Pairs(64)"):
+        assert _dataset(data, move="x") == [(20, "MP001")], data  # a host batch into the first layer on cuda:0
+        assert _dataset(data, y="y") == [(21, "MP008")], data  # host labels
+        assert _dataset(data) == [], data
+
+
+def test_batches_a_loader_does_not_spell_out_are_not_known():
+    for data in ("TensorDataset(*tensors)", "Pairs(64) if x else None", "list(range(64))"):
+        assert _dataset(data, move="x", y="y") == [], data
+    src = DATASET.replace("DATA", "Pairs(64)").replace("MOVE", "x").replace("Y", "y")
+    assert lines(src.replace("batch_size=16", "batch_size=None")) == []  # no batching: samples as they are
+    assert lines(src.replace("shuffle=True", "batch_sampler=sampler")) == []
+
+
+UPDATE_BN = """
+import torch
+import torch.nn as nn
+from torch.optim.swa_utils import AveragedModel, update_bn
+from torch.utils.data import DataLoader, TensorDataset
+
+class Split(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8)).to("cuda:0")
+        self.b = nn.Linear(8, 4).to("cuda:1")
+
+    def forward(self, x):
+        return self.b(self.a(x).to("cuda:1"))
+
+loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 4, (64,))), batch_size=16)
+swa = AveragedModel(Split())
+update_bn(loader, swa)
+"""
+
+
+def test_update_bn_runs_the_model_on_the_loaders_batches_where_they_are():
+    assert lines(UPDATE_BN) == [(18, "MP001")]
+    assert "pass `device='cuda:0'` to `update_bn(...)`" in "".join(
+        f.message for f in analyze("t.py", textwrap.dedent(UPDATE_BN), ALL, "m", {}).findings
+    )
+    assert lines(UPDATE_BN.replace("update_bn(loader, swa)", 'update_bn(loader, swa, device="cuda:0")')) == []

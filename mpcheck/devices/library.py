@@ -72,6 +72,7 @@ from mpcheck.devices.values import (
     iter_elem,
     join,
     join_all,
+    known_tensor,
     one,
     placements,
     show,
@@ -610,11 +611,26 @@ def _checkpoint(lib: Library, c: LibCall) -> Val:
 
 
 def _data_loader(lib: Library, c: LibCall) -> Val:
-    """`DataLoader(ds, ..., collate_fn=collate)`: each batch it gives is what `collate` returns for a list of
-    samples (a function of the file, or a `functools.partial` of one), so `for x, y in loader` meets the
-    devices `collate` put them on (`labels.cuda()`). Without one of those, batches are not known."""
-    fn = c.kwargs.get("collate_fn")
+    """`DataLoader(ds, batch_size, ..., collate_fn=collate)`: a sequence of batches. With a collate_fn of the
+    file (a function, or a `functools.partial` of one), each batch is what it returns for a list of samples,
+    so `for x, y in loader` meets the devices it put them on (`labels.cuda()`). Without one, PyTorch's
+    default collation stacks the samples of the dataset (a `TensorDataset`'s rows, what the `__getitem__` of
+    a dataset class of the file returns): each tensor stays on its device, and Python numbers become tensors
+    on the host. Anything else (a batch sampler, `batch_size=None`, a collate_fn not known): not known."""
     used(*c.args, *c.kwargs.values())
+    collate = c.args[6] if len(c.args) > 6 else c.kwargs.get("collate_fn")
+    if collate is not None and not (isinstance(collate, Const) and collate.value is None):
+        return _collated_by(lib, c, collate)
+    batch_size = c.args[1] if len(c.args) > 1 else c.kwargs.get("batch_size")
+    if (isinstance(batch_size, Const) and batch_size.value is None) or len(c.args) > 4 or "batch_sampler" in c.kwargs:
+        return UNK
+    dataset = c.args[0] if c.args else c.kwargs.get("dataset", UNK)
+    batch = _default_collate(_sample_of(lib, dataset, c), c.node)
+    return SeqV(None, elem=batch) if batch is not UNK else UNK
+
+
+def _collated_by(lib: Library, c: LibCall, fn: Val) -> Val:
+    """The batches of a DataLoader whose collate_fn is `fn`."""
     args: list[Val] = [UNK]
     kwargs: dict[str, Val] = {}
     if isinstance(fn, PartialV) and isinstance(fn.func, FuncRef):
@@ -623,6 +639,65 @@ def _data_loader(lib: Library, c: LibCall) -> Val:
         return UNK
     batch = lib.interp.calls.call_function(fn.info, None, args, kwargs, c.st, c.node, helper=True)
     return SeqV(None, elem=batch) if batch is not UNK else UNK
+
+
+def _sample_of(lib: Library, dataset: Val, c: LibCall) -> Val:
+    """One sample of `dataset`: an item of a sequence (a TensorDataset: a tuple of rows), or what the
+    `__getitem__` of a dataset class of the file returns for an index not known."""
+    if isinstance(dataset, SeqV) and dataset.kind != "dict":
+        return iter_elem(dataset, None)
+    if isinstance(dataset, Obj) and dataset.cls is not None:
+        getitem = dataset.cls.method("__getitem__")
+        if getitem is not None:
+            return lib.interp.calls.call_function(getitem, dataset, [UNK], {}, c.st, c.node, helper=True)
+    return UNK
+
+
+def _default_collate(sample: Val, node: cst.Call, depth: int = 0) -> Val:
+    """A batch of samples like `sample`, as torch.utils.data's default_collate makes it: tensors stacked on
+    their device, Python numbers made a tensor on the host, tuples, lists and dicts item by item."""
+    if depth > 4:
+        return UNK
+    if isinstance(sample, Obj) and sample.kind in ("tensor", "param", "buffer") and not sample.opaque:
+        return sample.with_(label="", kind="tensor", invariant=False, worked=True)
+    if isinstance(sample, Const) and type(sample.value) in (int, float, bool):
+        return Obj(
+            "tensor",
+            one("cpu"),
+            origin="a batch of Python numbers, made a tensor on the host by the DataLoader",
+            at=node,
+        )
+    if isinstance(sample, SeqV) and sample.items is not None and sample.kind in ("tuple", "list"):
+        return SeqV(tuple(_default_collate(i, node, depth + 1) for i in sample.items), kind="list")
+    if isinstance(sample, DictV) and not sample.module:
+        return DictV({k: _default_collate(v, node, depth + 1) for k, v in sample.items.items()})
+    return UNK
+
+
+def _tensor_dataset(lib: Library, c: LibCall) -> Val:
+    """`TensorDataset(*tensors)`: a sequence of samples, each a tuple of one row of every tensor, on its device."""
+    if c.kwargs or not c.args or any(isinstance(a, Starred) or not known_tensor(a) for a in c.args):
+        used(*c.args, *c.kwargs.values())
+        return UNK
+    rows = tuple(a.with_(label="") for a in c.args if isinstance(a, Obj))
+    return SeqV(None, elem=SeqV(rows, kind="tuple"))
+
+
+def _update_bn(lib: Library, c: LibCall) -> Val:
+    """`torch.optim.swa_utils.update_bn(loader, model, device=None)` runs `model` on every batch of `loader` (its
+    first item when the batch is a list or a tuple), moved to `device` first when one is given."""
+    used(*c.args, *c.kwargs.values())
+    loader = c.args[0] if c.args else c.kwargs.get("loader", UNK)
+    model = c.args[1] if len(c.args) > 1 else c.kwargs.get("model", UNK)
+    device = c.args[2] if len(c.args) > 2 else c.kwargs.get("device")
+    if device is not None and not (isinstance(device, Const) and device.value is None):
+        return Const(None)  # each input is moved to where it is asked first
+    batch = iter_elem(loader, None)
+    if isinstance(batch, SeqV) and batch.items:
+        batch = batch.items[0]
+    if isinstance(batch, Obj) and isinstance(model, Obj) and model.kind == "module":
+        lib.interp.calls.module_call(model, [batch], {}, c.st, c.node, [None])
+    return Const(None)
 
 
 def _cuda_device_context(lib: Library, c: LibCall) -> Val:
@@ -1185,6 +1260,8 @@ EXACT: dict[str, Handler] = _exact(
     (list(T.HOST_ARGUMENTS), _host_argument),
     ("functools.partial", _partial),
     (("torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"), _data_loader),
+    (("torch.utils.data.TensorDataset", "torch.utils.data.dataset.TensorDataset"), _tensor_dataset),
+    ("torch.optim.swa_utils.update_bn", _update_bn),
     (("types.SimpleNamespace", "argparse.Namespace"), _namespace),
     ("argparse.ArgumentParser", _argument_parser),
     ("torch.load", _load),

@@ -15,6 +15,7 @@ from mpcheck.devices.events import (
     SplitBuiltAfterSetDevice,
     StatisticsReplaced,
 )
+from mpcheck.devices.names import dotted
 from mpcheck.devices.torchapi import HOST_ARGUMENTS
 from mpcheck.devices.values import (
     OWN_MOVE_KEY,
@@ -349,6 +350,15 @@ def _special_case(ctx: FileContext, ev: Mismatch, name: str, meets: str) -> tupl
             f"`{other}` is on cpu ({origin_text(ctx, made)}), but it meets `{name}`{where}, which is on {show(here)}",
             f"create it on the device of what it meets, e.g. `device={device}` in `{ctx.code(made.at.func)}(...)` "
             f"at line {ctx.line(made.at)}",
+        )
+    if expr is None and isinstance(ev.node, cst.Call) and (dotted(ev.node.func) or "").endswith("update_bn"):
+        # `update_bn(loader, model)` runs the model on the loader's batches where they are: its device= moves them.
+        args = ev.node.args
+        loader = ctx.code(args[0].value) if args else "loader"
+        return (
+            f"`{ctx.code(ev.node.func)}` runs the model on the batches of `{loader}`, which are on {show(here)} "
+            f"({origin_text(ctx, v)}), but {meets}",
+            f"pass `device={device_literal(there or '')}` to `{ctx.code(ev.node.func)}(...)`, which moves each batch there",
         )
     if ev.what in HOST_ARGUMENTS and there == "cpu":
         # `pack_padded_sequence(emb, lengths)` with the lengths moved to the GPU with the rest of the batch.
