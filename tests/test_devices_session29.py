@@ -152,3 +152,17 @@ def test_update_bn_runs_the_model_on_the_loaders_batches_where_they_are():
         f.message for f in analyze("t.py", textwrap.dedent(UPDATE_BN), ALL, "m", {}).findings
     )
     assert lines(UPDATE_BN.replace("update_bn(loader, swa)", 'update_bn(loader, swa, device="cuda:0")')) == []
+
+
+def test_normal_and_bernoulli_of_tensors_draw_where_those_tensors_are():
+    base = 'import torch\nx = torch.randn(4, 4, device="cuda:0")\ng = torch.Generator(device="cuda:0")\ny = x + {}\n'
+    for drawn in (
+        "torch.normal(torch.zeros_like(x), torch.full_like(x, 0.1))",
+        "torch.normal(mean=x, std=1.0, generator=g)",
+        "torch.bernoulli(torch.full(x.shape, 0.15, device=x.device))",
+        "torch.bernoulli(x.sigmoid(), generator=g)",
+        'torch.normal(0.0, 1.0, size=(4, 4), device="cuda:0")',
+    ):
+        assert lines(base.format(drawn)) == [], drawn
+    for drawn in ("torch.normal(0.0, 1.0, size=(4, 4))", "torch.bernoulli(torch.rand(4, 4))"):
+        assert lines(base.format(drawn)) == [(4, "MP001")], drawn  # on the host

@@ -550,11 +550,20 @@ class Expressions(Part):
                     *(b.items if b.items is not None else (b.elem,)),
                 ]
                 return SeqV(None, elem=join_all(parts), kind=a.kind)
-            return (
-                SeqV(None, elem=a.elem if isinstance(a, SeqV) else cast(SeqV, b).elem)
-                if isinstance(a, (SeqV, Const)) and isinstance(b, (SeqV, Const))
-                else UNK
-            )
+            if not (isinstance(a, (SeqV, Const)) and isinstance(b, (SeqV, Const))):
+                return UNK
+            seq, times = (a, b) if isinstance(a, SeqV) else (cast(SeqV, b), a)
+            if (
+                isinstance(node, cst.BinaryOperation)
+                and isinstance(node.operator, cst.Multiply)
+                and isinstance(times, Const)
+                and type(times.value) is int
+                and seq.items is not None
+                and 0 <= times.value * len(seq.items) <= MAX_UNROLL
+            ):
+                # `(h0,) * 2`: an LSTM's (h, c) made of one tensor; `[dev] * 4`: the same items again
+                return SeqV(seq.items * times.value, kind=seq.kind)
+            return SeqV(None, elem=seq.elem if seq.items is None else join_all(seq.items), kind=seq.kind)
         if isinstance(a, Obj) and isinstance(b, Obj) and a.kind != "module" and b.kind != "module":
             if a.kind == "scalar":
                 return b.with_(label="", invariant=False, worked=True) if b.kind != "scalar" else a

@@ -756,6 +756,19 @@ def _factory(lib: Library, c: LibCall) -> Val:
     return lib.factory(c.q, c.args, c.kwargs, c.node, c.st)
 
 
+def _drawn(lib: Library, c: LibCall) -> Val:
+    """`torch.normal(mean, std)` / `torch.bernoulli(p)` given tensors: drawn where those tensors are, which must
+    share a device, as any op's; given numbers and a size (`torch.normal(0.0, 1.0, size=(4,))`), a factory."""
+    given = [*c.args, *(v for k, v in c.kwargs.items() if k != "generator")]
+    if "device" in c.kwargs or not any(known_tensor(v) for v in given):
+        return lib.factory(c.q, c.args, c.kwargs, c.node, c.st)
+    kwargs = {k: v for k, v in c.kwargs.items() if k != "generator"}
+    out = lib.tensor_op(c.q, c.args, kwargs, c.node, c.st, c.exprs)
+    if isinstance(out, Obj):
+        lib._check_generator(c.kwargs.get("generator"), out.devs, c.node, c.st, f"torch.{c.last}", len(c.args))
+    return out
+
+
 def _like_factory(lib: Library, c: LibCall) -> Val:
     if "device" in c.kwargs:
         return lib.factory(c.q, c.args, c.kwargs, c.node, c.st)
@@ -1278,7 +1291,8 @@ EXACT: dict[str, Handler] = _exact(
     ("torch.nn.ModuleDict", _module_dict),
     ([f"torch.{n}" for n in T.DEFAULT_DEVICE_CHANGERS], _default_device_changer),
     ([f"torch.cuda.{n}" for n in T.CUDA_TENSOR_TYPES], _cuda_tensor_type),
-    ([f"torch.{n}" for n in T.FACTORIES], _factory),
+    ([f"torch.{n}" for n in T.FACTORIES - T.DRAWN_FROM_TENSORS], _factory),
+    ([f"torch.{n}" for n in T.DRAWN_FROM_TENSORS], _drawn),
     ([f"torch.{n}" for n in T.LIKE_FACTORIES], _like_factory),
     ([f"torch.{n}" for n in T.DTYPE_NAMES], _dtype),
 )

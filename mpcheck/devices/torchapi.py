@@ -139,6 +139,9 @@ FACTORIES = frozenset(
         "bernoulli",
     }
 )
+# Factories that draw from tensors when given them (`torch.normal(mean, std)`, `torch.bernoulli(p)`): then on
+# their device, as an op; given numbers and a size, on the host or device= as any factory.
+DRAWN_FROM_TENSORS = frozenset({"normal", "bernoulli"})
 # Factories that make a tensor from a shape alone (no data handed in): made on the device they are moved to,
 # they cost neither the host's fill nor the copy (MP019).
 SHAPE_FACTORIES = frozenset(
