@@ -65,7 +65,7 @@ Limits (each stops the program with a message naming the line, never a hang or a
   the dry run began (threads started during it, and thread pool tasks submitted during it, run on the
   virtual GPUs: capture/threads.py).
 - sparse tensor types (Tensor.type('torch.cuda.sparse.FloatTensor')) on virtual GPUs;
-- a crash on anything else only real CUDA has (a CUDA binding a CPU build lacks, the legacy
+- a crash on anything else only real CUDA has (a CUDA binding a CPU build lacks, a custom op for CUDA only, the legacy
   torch.cuda.FloatStorage(...) storages): the traceback is the program's, and the report
   lists it as a limit at its line;
 - an integer device (`torch.device(0)`, `.to(0)`, `device=1`, `Module.to(1)`, `.cuda(0)`) is CUDA's,

@@ -37,11 +37,13 @@ def call_name(func: Any) -> str:
 
 
 # What PyTorch (or code around it) says when it needs CUDA itself: a kernel handed CPU or meta tensors,
-# a CPU build asked for its CUDA library or bindings, code checking for a real GPU.
+# a CPU build asked for its CUDA library or bindings, code checking for a real GPU, an op with a CUDA kernel only.
 NEEDS_CUDA = re.compile(
     r"not compiled with CUDA|must be (a )?CUDA|is_cuda\(\)|CUDA tensor|expected .*cuda|'CUDA' backend|"
     r"CUDA error|no CUDA|requires CUDA|only supports CUDA|CUDA (is )?not available|without ATen_cuda|"
-    r"not linked with support for cuda|has no attribute '_(cuda|nccl|cudnn)",
+    r"not linked with support for cuda|has no attribute '_(cuda|nccl|cudnn)|"
+    # an operator with a CUDA kernel only (a custom op registered with device_types="cuda"), given host tensors
+    r"from the '(CPU|Meta)' backend[\s\S]*?available for these backends: \[[^\]]*\bCUDA\b",
     re.IGNORECASE,
 )
 

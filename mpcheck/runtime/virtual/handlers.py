@@ -218,7 +218,9 @@ def needs_value(what: str) -> Handler:
     def value(g: VirtualGPUs, func, args, kwargs):
         t = args[0]
         lab = g.label_of(t)
-        if lab is not None and g.backing == "meta" and t.is_meta:
+        # Unlabelled too: a tensor an autograd hook made during backward (a gradient's norm kept for a log),
+        # which this mode never saw made, holds no value either.
+        if g.backing == "meta" and isinstance(t, torch.Tensor) and t.is_meta:
             if func is torch.Tensor.item and _called_from("grad_scaler.py"):
                 return 0.0  # GradScaler asks whether any gradient was inf/nan: on meta, assume none
             raise MetaValueError(
@@ -307,7 +309,11 @@ def sdpa(g: VirtualGPUs, func, args, kwargs):
     # On meta tensors PyTorch picks the math path, which saves the whole T x T attention matrix for
     # backward; a GPU runs a flash / memory-efficient kernel that saves only the log-sum-exp. Use the
     # flash kernel's meta function so that the activation estimate is a GPU's.
-    if g.backing == "meta" and not kwargs.get("enable_gqa") and len(args) >= 3:
+    # A mask that requires grad (a learned attention bias) is one the CPU flash kernel refuses, and a GPU's
+    # memory-efficient kernel gives a gradient: PyTorch's own path then (its estimate saves the matrix).
+    mask = args[3] if len(args) > 3 else kwargs.get("attn_mask")
+    learned_mask = isinstance(mask, torch.Tensor) and mask.requires_grad
+    if g.backing == "meta" and not kwargs.get("enable_gqa") and len(args) >= 3 and not learned_mask:
         q = args[0]
         if isinstance(q, torch.Tensor) and q.dim() == 4 and (g.label_of(q) or "").startswith("cuda"):
             return generic(g, flash_sdpa, args, kwargs)

@@ -377,6 +377,8 @@ def _explain(g: VirtualGPUs, func, e: BaseException, dev: str | None) -> BaseExc
         return e
     msg = str(e)
     first = msg.strip().splitlines()[0] if msg.strip() else type(e).__name__
+    if first.startswith("Could not run ") and ". " in first:
+        first = first.split(". ", 1)[0]  # the dispatcher's first sentence, not its list of every backend
     if g.backing == "meta" and ("meta" in msg.lower() or "data-dependent" in msg or "data dependent" in msg):
         return MetaValueError(
             f"{user_line()}: {call_name(func)}() needs tensor values (its result depends on them), but with "
