@@ -91,3 +91,46 @@ def test_targets_carried_through_every_stage_are_a_detour_from_the_second_gpu_on
     status, report, err = dryrun_cli(s, "--gpus", "3")
     assert status == 0, err
     assert [c for c, _ in codes_at(report) if c == "MP005"] == []
+
+
+RELAY_SERVICE = """
+import torch
+import torch.nn as nn
+
+class DeviceAware(nn.Module):
+    # runs on its own GPU and hands the output back on the caller's device
+    def __call__(self, x, *args, **kwargs):
+        out = super().__call__(x.to(self.device), *args, **kwargs)  # <- on
+        return out.to(x.device)  # <- back
+
+class Stage(DeviceAware):
+    def __init__(self, device):
+        super().__init__()
+        self.device = torch.device(device)
+        self.lin = nn.Linear(256, 256).to(device)
+
+    def forward(self, x):
+        return self.lin(x)
+
+stages = [Stage(d) for d in ("cuda:0", "cuda:1", "cuda:2")]
+with torch.inference_mode():
+    for _ in range(2):
+        h = torch.randn(512, 256, device="cuda:0")
+        for s in stages:
+            h = s(h)
+        WORK
+"""
+
+
+def test_inference_tensors_relayed_through_the_callers_gpu_are_a_detour(script, dryrun_cli):
+    # Inference tensors have no version counter: an op that would change one in place is a use of it where it
+    # arrived, so unread is unchanged (the stages' outputs come back to cuda:0 only to go on to the next GPU).
+    s = script(RELAY_SERVICE.replace("WORK", "print(h.sum().item())"))
+    status, report, err = dryrun_cli(s, "--gpus", "3")
+    assert status == 0, err
+    assert codes_at(report) == [("MP005", s.line("on"))]
+    assert report["findings"][0]["devices"] == ["cuda:1", "cuda:0", "cuda:2"]
+    # Used where it came back (a residual on the caller's GPU): each copy is needed.
+    used = RELAY_SERVICE.replace("h = s(h)", "h = s(h) + h").replace("WORK", "print(h.sum().item())")
+    status, report, err = dryrun_cli(script(used), "--gpus", "3")
+    assert (status, report["findings"]) == (0, []), err

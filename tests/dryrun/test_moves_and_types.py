@@ -65,7 +65,9 @@ def test_inference_mode_tensors_move_and_count_as_fresh_data():
             y = net(x.to("cuda:0"))  # inference tensors have no version counter: no repeat claimed
             assert y.to("cuda:1").device == torch.device("cuda:1")
             assert y.to("cuda:1").to("cuda:0").device == torch.device("cuda:0")
-    assert dr.findings == []
+    # No repeat claimed, but the way back unread is a round trip: what would change an inference tensor in
+    # place is an op on it, which counts as its use where it arrived (round_trip.py).
+    assert [(f.code, f.line) for f in dr.findings] == [("MP005", 67)]
     assert dr.ledger.total().count == 5
 
 

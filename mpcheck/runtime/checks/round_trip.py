@@ -32,7 +32,9 @@ def _check_round_trip(
     if ref.ref() is not storage:
         del self._arrivals[id(storage)]  # the id was reused by another storage
         return
-    if ref.version is None or version_of(t) != ref.version:
+    # An inference tensor has no version counter (None both times): what changes it in place is an op on it,
+    # which the checks below see as a read of it where it arrived, so unread is unchanged there too.
+    if version_of(t) != ref.version:
         _needed_here(self, site, src_dev, dst_dev)
         return
     if id(storage) in self._read_arrivals and came_from == dst_dev:
