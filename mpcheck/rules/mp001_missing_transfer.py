@@ -161,7 +161,13 @@ class MissingTransfer(Rule):
             else:
                 fix = f"({name}).to({device_literal(there)})"
             # An expression too long to quote whole (ctx.code cut it) is not written back as code.
-            example = f"`{fix}`" if not name.endswith("...") else f"`.to({target_code or device_literal(there)})` on it"
+            # (Nor is a value the file does not spell out here: the input a caller passed, named "a tensor".)
+            unnamed = expr is None and name == value_text(ctx, None, None)
+            example = (
+                f"`{fix}`"
+                if not name.endswith("...") and not unnamed
+                else f"`.to({target_code or device_literal(there)})` on it"
+            )
             if target_code is not None and several:
                 advice = (
                     f"the line runs for several devices, so move it to the device it meets on each visit, "
@@ -180,8 +186,8 @@ class MissingTransfer(Rule):
             yield self.finding(
                 ctx,
                 ev.node,
-                f"`{name}` is on {show(here)} ({origin_text(ctx, v)}), but {meets}{also}{MODE_WORDS.get(ev.mode, '')}{via_text(ctx, ev.via)}: "
-                f"{advice}.",
+                f"{name if unnamed else f'`{name}`'} is on {show(here)} ({origin_text(ctx, v)}), but {meets}{also}"
+                f"{MODE_WORDS.get(ev.mode, '')}{via_text(ctx, ev.via)}: {advice}.",
                 devices=[here, there],
                 modules=[ev.what] if ev.op == "module" else [],
                 suggestion=advice,
