@@ -245,8 +245,8 @@ def test_an_edit_to_the_cut_part_that_matters_is_seen(project, capsys):
 def test_the_stored_summary_grows_to_cover_every_importer(project, capsys):
     root, sources = project
     (root / "other.py").write_text(
-        "import torch.nn as nn\nfrom models import noise, SplitNet\n\nnet = nn.DataParallel(SplitNet())\n"
-    )
+        "import torch.nn as nn\nfrom models import noise, SplitNet\n\nnet = nn.DataParallel(SplitNet())\nprint(noise())\n"
+    )  # (`noise` called: a name imported and never used, or used only as a type, is not looked up: lint/uses.py)
     run(capsys, "train.py")
     assert len(sources) == 1 and "def noise" not in sources[0]
     # other.py looks `noise` up too: the summary is made again for both names, then stored for both.
