@@ -762,11 +762,7 @@ def _drawn(lib: Library, c: LibCall) -> Val:
     given = [*c.args, *(v for k, v in c.kwargs.items() if k != "generator")]
     if "device" in c.kwargs or not any(known_tensor(v) for v in given):
         return lib.factory(c.q, c.args, c.kwargs, c.node, c.st)
-    kwargs = {k: v for k, v in c.kwargs.items() if k != "generator"}
-    out = lib.tensor_op(c.q, c.args, kwargs, c.node, c.st, c.exprs)
-    if isinstance(out, Obj):
-        lib._check_generator(c.kwargs.get("generator"), out.devs, c.node, c.st, f"torch.{c.last}", len(c.args))
-    return out
+    return lib.tensor_op(c.q, c.args, c.kwargs, c.node, c.st, c.exprs)  # (it checks `generator=` too)
 
 
 def _like_factory(lib: Library, c: LibCall) -> Val:

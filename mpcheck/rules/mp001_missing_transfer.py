@@ -310,11 +310,12 @@ def _ours(ctx: FileContext, ev: Mismatch, collapsed: set[int]) -> bool:
 def _generator_message(ctx: FileContext, ev: Mismatch, later: list[int]) -> tuple[str, str]:
     v = ev.value
     here, there = single(v.devs), single(ev.target)
-    name = value_text(ctx, ev.expr, v)
+    name = value_text(ctx, ev.expr, v, default="")
+    name = f"`{name}`" if name else "the generator"  # (one made in the call itself: `generator=torch.Generator()`)
     also = f" (and at {later_lines([0, *later])})" if later else ""
     made = f" at line {ctx.line(v.at)}" if v.at is not None else ""
     return (
-        f"`{name}` is on {show(here)} ({origin_text(ctx, v)}), but `{ev.op}` draws with it for a tensor on "
+        f"{name} is on {show(here)} ({origin_text(ctx, v)}), but `{ev.op}` draws with it for a tensor on "
         f"{show(there)}{also}: a CPU generator draws only for CPU tensors and a CUDA one only for CUDA tensors, and "
         f"torch raises. A generator has no `.to()`: make it there{made}, "
         f"`torch.Generator(device={device_literal(there or '')})`.",
