@@ -166,3 +166,28 @@ def test_normal_and_bernoulli_of_tensors_draw_where_those_tensors_are():
         assert lines(base.format(drawn)) == [], drawn
     for drawn in ("torch.normal(0.0, 1.0, size=(4, 4))", "torch.bernoulli(torch.rand(4, 4))"):
         assert lines(base.format(drawn)) == [(4, "MP001")], drawn  # on the host
+
+
+def test_a_repeated_tuple_keeps_its_items_devices():
+    src = """
+    import torch
+    import torch.nn as nn
+
+    embed = nn.Embedding(100, 16).to("cuda:0")
+    lstm = nn.LSTM(16, 16, batch_first=True).to("cuda:1")
+    h = embed(torch.zeros(4, 5, dtype=torch.long, device="cuda:0")).to("cuda:1")
+    state = (SOURCE.new_zeros(1, 4, 16),) * 2
+    out, _ = lstm(h, state)
+    """
+    assert lines(src.replace("SOURCE", "embed.weight")) == [(9, "MP001")]  # (h, c) made where the embedding is
+    assert lines(src.replace("SOURCE", "lstm.weight_hh_l0")) == []  # where the LSTM is
+    # `[dev] * n`: the same device n times
+    assert lines(
+        'import torch\ndevs = ["cuda:0"] * 2\nx = torch.ones(2, device=devs[1]) + torch.ones(2, device="cuda:1")\n'
+    ) == [(3, "MP001")]
+    assert (
+        lines(
+            'import torch\ndevs = ["cuda:1"] * 2\nx = torch.ones(2, device=devs[1]) + torch.ones(2, device="cuda:1")\n'
+        )
+        == []
+    )

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from mpcheck.runtime.checks.checker import Checker
+    from mpcheck.runtime.checks.sites import Site
 
 # Single-element reads of one tensor in one pass that make a per-element loop: the measured cost at 8
 # elements is already 4-15x one read, and fewer reads than this are rarely a loop over a whole tensor.
@@ -68,15 +69,14 @@ def on_host_read(self: Checker, t: Any, how: str) -> None:
     reads.reported.add((site.path, site.line))
     shape = "x".join(str(d) for d in base.shape)
     read = _READ_WORDS.get(how, f"`{how}`")
-    self.emit(
-        "MP020",
+    _report(
+        self,
         site,
+        dev,
         f"Python reads the elements of a tensor on {dev} ({shape}) on the host one at a time ({read} of a single "
         f"element, {ELEMENTS} times in this pass and counting): each read waits for the GPU. Read them all with one "
         f"copy (`t.tolist()`, or `t.cpu()`) and loop over that, or keep the work on the GPU.",
-        devices=(dev, "cpu"),
-        modules=[m for m in (self.current_module(),) if m],
-        suggestion="read the whole tensor once with `.tolist()` and loop over the list",
+        "read the whole tensor once with `.tolist()` and loop over the list",
     )
 
 
@@ -84,9 +84,9 @@ def on_tensor_of_tensors(self: Checker, items: Any) -> None:
     """`torch.tensor(items)` is about to run: MP020 when two or more of `items` are tensors on one GPU."""
     if not isinstance(items, (list, tuple)) or len(items) < 2 or not self.wants("MP020"):
         return
-    tensor = self._tensor
-    devs = {self.devices.device_of(x) for x in items if isinstance(x, tensor)}
-    if len(devs) != 1 or sum(1 for x in items if isinstance(x, tensor)) < 2:
+    tensors = [x for x in items if isinstance(x, self._tensor)]
+    devs = {self.devices.device_of(x) for x in tensors}
+    if len(devs) != 1 or len(tensors) < 2:
         return
     (dev,) = devs
     if not dev.startswith("cuda"):
@@ -99,16 +99,21 @@ def on_tensor_of_tensors(self: Checker, items: Any) -> None:
     self._tensor_of_tensors[key] = seen
     if seen != (1 if self._tls.stack else 2):
         return
-    self.emit(
-        "MP020",
+    _report(
+        self,
         site,
+        dev,
         f"`torch.tensor(...)` of {len(items)} tensors on {dev} reads each one's value on the host, one wait for "
         f"the GPU each, on every pass. `torch.stack(...)` keeps them on the GPU (`.detach()` for a log; `.cpu()` "
         f"after it copies them all at once).",
-        devices=(dev, "cpu"),
-        modules=[m for m in (self.current_module(),) if m],
-        suggestion="use `torch.stack(...)`",
+        "use `torch.stack(...)`",
     )
+
+
+def _report(self: Checker, site: Site, dev: str, message: str, suggestion: str) -> None:
+    """MP020 at `site`: values of a tensor on `dev` read on the host, in the module running now, if any."""
+    module = self.current_module()
+    self.emit("MP020", site, message, devices=(dev, "cpu"), modules=(module,) if module else (), suggestion=suggestion)
 
 
 _READ_WORDS = {
