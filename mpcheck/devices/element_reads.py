@@ -14,7 +14,7 @@ inside a loop (a script's last line that prints its predictions once waits a few
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 import libcst as cst
@@ -81,36 +81,199 @@ def note_loop(
     loop: cst.CSTNode,
     st: State,
 ) -> None:
-    """A `for` (or a comprehension's `for`) over a GPU tensor: the first host read of its element in `body`."""
-    devs = gpu_devices(interp, it)
-    if devs is None or not isinstance(target, cst.Name) or not _every_step(interp, st):
+    """A `for` (or a comprehension's `for`) over the elements of a GPU tensor: the first host read, in `body`,
+    of a value made from an element. Over `t`, `enumerate(t)` and `zip(t, u)` the loop's names are the
+    elements; over `range(len(t))` (`t.size(0)`, `t.shape[0]`), `t[i]` is."""
+    if not _every_step(interp, st):
         return
-    for read, how in _host_reads(body, target.value):
-        interp.recorder.record(ElementSync(node=read, mode=st.mode, how=how, devs=devs, iterated=iterated, loop=loop))
+    elements = _element_names(interp, target, it, iterated, st)
+    indexed = _indexed_tensor(interp, target, iterated, st)
+    if elements:
+        devs, tensor = next(iter(elements.values()))
+    elif indexed is not None:
+        _, devs, tensor = indexed
+    else:
+        return
+
+    def is_element(e: cst.BaseExpression) -> bool:
+        if isinstance(e, cst.Name):
+            return e.value in elements
+        return (
+            indexed is not None
+            and isinstance(e, cst.Subscript)
+            and e.value.deep_equals(indexed[2])
+            and isinstance(e.slice[0].slice, cst.Index)
+            and isinstance(e.slice[0].slice.value, cst.Name)
+            and e.slice[0].slice.value.value == indexed[0]
+        )
+
+    for read, how, of in _host_reads(body, is_element):
+        derived = not is_element(of)
+        interp.recorder.record(
+            ElementSync(node=read, mode=st.mode, how=how, devs=devs, iterated=tensor, loop=loop, derived=derived)
+        )
         return
 
 
-def _host_reads(node: cst.CSTNode, name: str) -> Iterator[tuple[cst.Call, str]]:
-    """The calls under `node` that read the value of `name` on the host, in source order; a nested
-    function or class is another scope (its `name` is not the loop's), and so is a rebinding we do not follow."""
+def _element_names(
+    interp: Interp, target: cst.BaseAssignTargetExpression, it: Val, iterated: cst.BaseExpression, st: State
+) -> dict[str, tuple[Devs, cst.BaseExpression]]:
+    """The loop's names that are elements of a GPU tensor, each with its device and the tensor's expression."""
+    if isinstance(target, cst.Name):
+        devs = gpu_devices(interp, it)
+        return {target.value: (devs, iterated)} if devs is not None else {}
+    call = _builtin_call(iterated, ("enumerate", "zip"))
+    if call is None or not isinstance(target, (cst.Tuple, cst.List)):
+        return {}
+    names = [e.value for e in target.elements]
+    sources = [a.value for a in call.args if a.keyword is None and not a.star]
+    if isinstance(call.func, cst.Name) and call.func.value == "enumerate":
+        names, sources = names[1:2], sources[:1]
+    found: dict[str, tuple[Devs, cst.BaseExpression]] = {}
+    for name, source in zip(names, sources):
+        # Only a name or an attribute is looked at again: evaluating them twice has no effect of its own.
+        if isinstance(name, cst.Name) and _pure(source):
+            devs = gpu_devices(interp, interp.exprs.ev(source, st))
+            if devs is not None:
+                found[name.value] = (devs, source)
+    return found
+
+
+def _indexed_tensor(
+    interp: Interp, target: cst.BaseAssignTargetExpression, iterated: cst.BaseExpression, st: State
+) -> tuple[str, Devs, cst.BaseExpression] | None:
+    """`for i in range(len(t))` (or `t.size(0)`, `t.shape[0]`) over a GPU tensor `t`: (i, its device, t)."""
+    call = _builtin_call(iterated, ("range",))
+    if call is None or len(call.args) != 1 or not isinstance(target, cst.Name):
+        return None
+    n = call.args[0].value
+    tensor: cst.BaseExpression | None = None
+    if (f := _builtin_call(n, ("len",))) is not None and len(f.args) == 1:
+        tensor = f.args[0].value
+    elif isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value == "size":
+        tensor = n.func.value
+    elif (
+        isinstance(n, cst.Subscript)
+        and isinstance(n.value, cst.Attribute)
+        and n.value.attr.value == "shape"
+        and len(n.slice) == 1
+        and isinstance(n.slice[0].slice, cst.Index)
+        and isinstance(n.slice[0].slice.value, cst.Integer)
+        and n.slice[0].slice.value.value == "0"
+    ):
+        tensor = n.value.value
+    if tensor is None or not _pure(tensor):
+        return None
+    devs = gpu_devices(interp, interp.exprs.ev(tensor, st))
+    return (target.value, devs, tensor) if devs is not None else None
+
+
+def _builtin_call(e: cst.BaseExpression, names: tuple[str, ...]) -> cst.Call | None:
+    return e if isinstance(e, cst.Call) and isinstance(e.func, cst.Name) and e.func.value in names else None
+
+
+def _pure(e: cst.BaseExpression) -> bool:
+    """A name or an attribute of one (`out`, `self.logits`)."""
+    while isinstance(e, cst.Attribute):
+        e = e.value
+    return isinstance(e, cst.Name)
+
+
+# Methods and attributes of a tensor that give a host value (a size, a flag), not a tensor: a test on them
+# reads nothing from the GPU.
+_HOST_VALUED = frozenset(
+    {
+        "size", "dim", "ndim", "ndimension", "numel", "nelement", "shape", "dtype", "device", "is_cuda",
+        "stride", "storage_offset", "is_contiguous", "element_size", "data_ptr", "get_device", "requires_grad",
+        "is_floating_point", "is_complex", "layout", "names", "grad_fn", "is_leaf",
+    }
+)  # fmt: skip
+# torch functions that answer a Python bool, read on the host from the tensors they compare.
+_BOOL_FUNCTIONS = frozenset({"equal", "allclose", "is_nonzero"})
+
+
+def _host_reads(
+    node: cst.CSTNode, is_element: Callable[[cst.BaseExpression], bool]
+) -> Iterator[tuple[cst.CSTNode, str, cst.BaseExpression]]:
+    """The places under `node` that read a value made from a loop's element on the host, in source order:
+    `v.item()`, `v.tolist()`, `int(v)`, `float(v)`, `bool(v)`, `torch.equal(v, w)`, and the truth of a
+    tensor made from it tested by `if`, `while`, `assert`, `x if c else y`, `not`, `and`/`or`
+    (`if torch.argmax(row) == y[i]:`). A nested function or class is another scope (its names are
+    not the loop's)."""
     if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
         return
     if isinstance(node, cst.Call):
-        how = _reads(node, name)
-        if how is not None:
-            yield node, how
+        read = _reads(node, is_element)
+        if read is not None:
+            yield node, *read
             return
+    test = _tested(node)
+    if test is not None and _tensor_of(test, is_element):
+        yield test, "bool", test
+        return
     for child in node.children:
-        yield from _host_reads(child, name)
+        yield from _host_reads(child, is_element)
 
 
-def _reads(call: cst.Call, name: str) -> str | None:
-    """How `call` reads `name` on the host ("item", "int"...), or None."""
+def _tested(node: cst.CSTNode) -> cst.BaseExpression | None:
+    """The expression whose truth Python reads at `node` (an `if`'s test...), else None."""
+    if isinstance(node, (cst.If, cst.While, cst.Assert, cst.IfExp, cst.CompIf)):
+        return node.test
+    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Not):
+        return node.expression
+    if isinstance(node, cst.BooleanOperation):
+        return node.left
+    return None
+
+
+def _reads(call: cst.Call, is_element: Callable[[cst.BaseExpression], bool]) -> tuple[str, cst.BaseExpression] | None:
+    """How `call` reads a value made from an element on the host ("item", "int"...) and what it reads, or None."""
     func = call.func
     if isinstance(func, cst.Attribute) and func.attr.value in _READ_METHODS and not call.args:
-        return func.attr.value if isinstance(func.value, cst.Name) and func.value.value == name else None
+        return (func.attr.value, func.value) if _tensor_of(func.value, is_element) else None
     if isinstance(func, cst.Name) and func.value in _READ_BUILTINS and len(call.args) == 1:
         arg = call.args[0]
-        if arg.keyword is None and not arg.star and isinstance(arg.value, cst.Name) and arg.value.value == name:
-            return func.value
+        if arg.keyword is None and not arg.star and _tensor_of(arg.value, is_element):
+            return func.value, arg.value
+    if isinstance(func, cst.Attribute) and func.attr.value in _BOOL_FUNCTIONS and _torch_namespace(func.value):
+        read = next((a.value for a in call.args if _tensor_of(a.value, is_element)), None)
+        return (func.attr.value, call) if read is not None else None
     return None
+
+
+def _tensor_of(e: cst.BaseExpression, is_element: Callable[[cst.BaseExpression], bool]) -> bool:
+    """`e` is a tensor made from an element (on its GPU): the element itself, an index or a slice of it, a
+    comparison or arithmetic with it, a torch function or a tensor method of it. Its sizes, dtype and
+    flags (`row.shape[0] > 3`) are host values; `is` and `in` compare on the host."""
+    if is_element(e):
+        return True
+    if isinstance(e, cst.Subscript):
+        return _tensor_of(e.value, is_element)
+    if isinstance(e, cst.Attribute):
+        return e.attr.value in ("T", "mT", "real", "imag", "data") and _tensor_of(e.value, is_element)
+    if isinstance(e, cst.Comparison):
+        if any(isinstance(t.operator, (cst.Is, cst.IsNot, cst.In, cst.NotIn)) for t in e.comparisons):
+            return False
+        return _tensor_of(e.left, is_element) or any(_tensor_of(t.comparator, is_element) for t in e.comparisons)
+    if isinstance(e, cst.BinaryOperation):
+        return _tensor_of(e.left, is_element) or _tensor_of(e.right, is_element)
+    if isinstance(e, cst.UnaryOperation):
+        return not isinstance(e.operator, cst.Not) and _tensor_of(e.expression, is_element)
+    if isinstance(e, cst.Call):
+        func = e.func
+        if isinstance(func, cst.Attribute) and _tensor_of(func.value, is_element):
+            return func.attr.value not in _HOST_VALUED and func.attr.value not in _READ_METHODS
+        if isinstance(func, cst.Attribute) and _torch_namespace(func.value):
+            return func.attr.value not in _BOOL_FUNCTIONS and any(
+                a.keyword is None and not a.star and _tensor_of(a.value, is_element) for a in e.args
+            )
+    return False
+
+
+def _torch_namespace(e: cst.BaseExpression) -> bool:
+    """`torch`, `F`, `torch.nn.functional`, `torch.linalg`...: where a function of a tensor gives a tensor."""
+    parts = []
+    while isinstance(e, cst.Attribute):
+        parts.append(e.attr.value)
+        e = e.value
+    return isinstance(e, cst.Name) and (e.value == "torch" or (e.value == "F" and not parts))

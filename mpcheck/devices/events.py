@@ -313,13 +313,16 @@ class HostMadeMove(Fact):
 class ElementSync(Fact):
     """A GPU tensor's elements read on the host one at a time (devices/element_reads.py): Python's `max()`,
     `min()` or `sorted()` over it (`how`: "max"), a loop over it whose body reads its element
-    (`how`: "item", "int", "float", "bool", "tolist"; `node` is that read), or `torch.tensor(items)` of GPU
+    (`how`: "item", "int", "float", "bool", "tolist", "equal"; `node` is that read: a call, or the
+    expression an `if` tests), or `torch.tensor(items)` of GPU
     tensors (`how`: "tensor"). `iterated`: the tensor's (or the items') expression."""
 
     how: str
     devs: Devs
     iterated: cst.BaseExpression
     loop: cst.CSTNode | None = None  # the `for` or the comprehension, for a read in a loop
+    # In a loop: what is read is computed from the element (`if row.argmax() == y[i]:`), not the element itself.
+    derived: bool = False
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)

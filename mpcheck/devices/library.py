@@ -969,7 +969,8 @@ def _builtin(lib: Library, c: LibCall) -> Val:
         if isinstance(src, SeqV) and src.items is not None:
             numbers = [Const(i) if start is not None else UNK for i in range(start or 0, (start or 0) + len(src.items))]
             return SeqV(tuple(SeqV((n, v), kind="tuple") for n, v in zip(numbers, src.items)))
-        elem = src.elem if isinstance(src, SeqV) else UNK
+        # enumerate(t) of a tensor: its rows, on its device
+        elem = src.elem if isinstance(src, SeqV) else iter_elem(src, None)
         return SeqV(None, elem=SeqV((UNK, elem), kind="tuple"))
     if q == "zip" and args:
         lengths = [len(a.items) for a in args if isinstance(a, SeqV) and a.items is not None]

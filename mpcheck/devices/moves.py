@@ -8,11 +8,12 @@ entry point's scope (`events.IndexlessPlacement`).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from mpcheck.devices import not_a_device
+from mpcheck.devices import memo, not_a_device
 from mpcheck.devices import torchapi as T
 from mpcheck.devices.events import (
     Collapse,
@@ -563,23 +564,24 @@ class Moves(Part):
         return got
 
     def _note_host_made(self, recv: Obj, devs: Devs, node: cst.Call, st: State) -> None:
-        """MP019: `torch.randn(x.shape).to(dev)`, the factory's call right under the move, with no device=,
-        moved to a GPU, in a forward or a loop (once in an __init__ or a script's set-up costs nothing worth
-        saying), shaped after a tensor (`x.shape`, `x.size(0)`: an activation's size, where the copy costs;
-        `torch.ones(64, 64)` may be a few bytes, and `torch.randn(8, 128).to(dev)` a script's stand-in data)."""
-        made = recv.at
+        """MP019: `torch.randn(x.shape).to(dev)`, the factory's call right under the move (a dtype cast between
+        them, `torch.arange(n).long().cuda()`, changes nothing), with no device=, moved to a GPU, in a forward
+        or a loop (once in an __init__ or a script's set-up costs nothing worth saying), shaped after a tensor
+        (`x.shape`, `x.size(0)`, or a name the function set from one: an activation's size, where the copy
+        costs; `torch.ones(64, 64)` may be a few bytes, and `torch.randn(8, 128).to(dev)` a script's stand-in
+        data)."""
         dst = single(devs)
+        made = _factory_under_casts(node)
         if (
             st.in_init
             or dst is None
             or not dst.startswith("cuda")
-            or not isinstance(made, cst.Call)
-            or not (isinstance(node.func, cst.Attribute) and node.func.value is made)
+            or made is None
             or recv.devs != one("cpu")
             or not recv.origin.startswith(MADE_ON_CPU_BY_DEFAULT.split("{", 1)[0])
             or (dotted(made.func) or "").rsplit(".", 1)[-1] not in T.SHAPE_FACTORIES
             or not (self.in_forward() or self.interp.in_unknown_loop or self.interp.loop_outer)
-            or not _shaped_after_a_tensor(made)
+            or not _shaped_after_a_tensor(made, self.interp.stack[-1].node if self.interp.stack else None)
             # a seeded host generator is why it is made on the host: `device=` would refuse it
             or any(a.keyword is not None and a.keyword.value == "generator" for a in made.args)
         ):
@@ -783,17 +785,69 @@ def _placed_any(devs: Devs, where: str, node: cst.CSTNode) -> Val:
     return Obj("any", devs, origin=f"moved to {where}", at=node) if devs is not None else UNK
 
 
-def _shaped_after_a_tensor(call: cst.Call) -> bool:
-    """A factory call whose size names a tensor's: `x.shape`, `x.size(0)`, `len(x)` among its arguments."""
+def _factory_under_casts(move: cst.Call) -> cst.Call | None:
+    """The call the move `move` is made on, under dtype casts (`.long()`, `.float()`): `torch.zeros(n)` in
+    `torch.zeros(n).byte().cuda()`."""
+    if not isinstance(move.func, cst.Attribute):
+        return None
+    made = move.func.value
+    while (
+        isinstance(made, cst.Call)
+        and isinstance(made.func, cst.Attribute)
+        and made.func.attr.value in T.DTYPE_METHODS
+        and not made.args
+    ):
+        made = made.func.value
+    return made if isinstance(made, cst.Call) else None
+
+
+def _shaped_after_a_tensor(call: cst.Call, fn: cst.FunctionDef | None) -> bool:
+    """A factory call whose size names a tensor's: `x.shape`, `x.size(0)` among its arguments (`size=` too),
+    or a name that the function `fn` sets from one (`n = x.size(0)`, `b, t = x.shape[:2]`)."""
+    sized: frozenset[str] | None = None
     for a in call.args:
-        if a.keyword is not None:
+        if a.keyword is not None and a.keyword.value != "size":
             continue
         for n in walk(a.value):
-            if isinstance(n, cst.Attribute) and n.attr.value == "shape":
+            if _names_a_size(n):
                 return True
-            if isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value == "size":
-                return True
+            if isinstance(n, cst.Name) and fn is not None:
+                if sized is None:
+                    sized = _names_set_from_sizes(fn)
+                if n.value in sized:
+                    return True
     return False
+
+
+def _names_a_size(n: cst.CSTNode) -> bool:
+    return (isinstance(n, cst.Attribute) and n.attr.value == "shape") or (
+        isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value == "size"
+    )
+
+
+def _names_set_from_sizes(fn: cst.FunctionDef) -> frozenset[str]:
+    """The names `fn`'s own statements assign from a tensor's size (`n = x.size(0)`, `b, t, _ = x.shape`)."""
+    got: frozenset[str] | None = memo.recall(_SIZED_NAMES, fn)
+    if got is not None:
+        return got
+    names: set[str] = set()
+    for stmt in walk(fn.body):
+        if isinstance(stmt, cst.Assign) and any(_names_a_size(n) for n in walk(stmt.value)):
+            for t in stmt.targets:
+                names.update(_target_names(t.target))
+    return memo.keep(_SIZED_NAMES, fn, frozenset(names))
+
+
+_SIZED_NAMES = memo.node_table()
+
+
+def _target_names(t: cst.BaseExpression) -> Iterator[str]:
+    """The plain names an assignment's target binds (`n`, `b, t, _`), not attributes or items."""
+    if isinstance(t, cst.Name):
+        yield t.value
+    elif isinstance(t, (cst.Tuple, cst.List)):
+        for e in t.elements:
+            yield from _target_names(e.value)
 
 
 def moved_instance(recv: Val, devs: Devs, origin: str, node: cst.CSTNode, depth: int = 0) -> Obj | None:

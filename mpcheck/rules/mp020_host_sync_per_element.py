@@ -54,6 +54,15 @@ def _words(ctx: FileContext, ev: ElementSync) -> tuple[str, str]:
             f"`{fix}` waits once{_AS_NUMBER.get(ev.how, '')}.",
             f"use `{fix}`",
         )
+    if ev.derived:
+        # `if row.argmax() == y[i]:` reads a value computed from each element: the whole tensor's at once
+        # (`out.argmax(1) == y`) is one kernel, read once.
+        return (
+            f"`{ctx.code(ev.node)}` is computed from one element of `{t}` (on {dev}) and read on the host per "
+            f"pass of the loop: a kernel and a wait for the GPU per element. Compute it for all of `{t}` at once "
+            f"on the GPU, then read the result with one `.tolist()` (or reduce it there: `.sum().item()`).",
+            f"compute it over all of `{t}` at once and read the result once",
+        )
     return (
         f"`{ctx.code(ev.node)}` reads one element of `{t}` (on {dev}) on the host per pass of the loop: each read "
         f"waits for the GPU. Read them all with one copy, `{t}.tolist()`, and loop over that list.",

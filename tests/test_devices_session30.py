@@ -1,0 +1,146 @@
+"""Session 30: MP020 for values computed from a GPU tensor's elements and tested on the host
+(`if row.argmax() == y[i]:`), over `enumerate`, `zip` and `range(len(t))` too; MP019 through a size held in a
+name, `size=` and a dtype cast before the move; the rows `enumerate` gives of a GPU tensor."""
+
+from __future__ import annotations
+
+import textwrap
+
+from mpcheck import codes
+from mpcheck.analysis import analyze
+
+ALL = frozenset(c.code for c in codes.on_face(codes.LINT))
+
+
+def findings(src: str) -> list:
+    return analyze("t.py", textwrap.dedent(src), ALL, "m", {}).findings
+
+
+def lines(src: str, code: str) -> list[int]:
+    return sorted(f.line for f in findings(src) if f.code == code)
+
+
+EVAL = """
+import torch
+
+out = torch.randn(64, 10, device="cuda:1")
+y = torch.randint(0, 10, (64,), device="cuda:1")
+losses = [torch.zeros((), device="cuda:1") for _ in range(3)]
+for epoch in range(3):
+    hits = 0
+    LOOP
+"""
+
+
+def per_element(loop: str) -> list[int]:
+    src = EVAL.replace("    LOOP", textwrap.indent(textwrap.dedent(loop).strip("\n"), "    "))
+    return lines(src, "MP020")
+
+
+def test_a_test_on_a_value_computed_from_each_element_is_reported():
+    # (line 9 is the loop's first line, line 10 its body's)
+    assert per_element("for idx, row in enumerate(out):\n    if torch.argmax(row) == y[idx]:\n        hits += 1") == [
+        10
+    ]
+    assert per_element("for v in out[:, 0]:\n    if bool(v > 0):\n        hits += 1") == [10]
+    assert per_element("for i in range(out.size(0)):\n    if out[i].argmax() == y[i]:\n        hits += 1") == [10]
+    assert per_element("for i in range(len(out)):\n    hits += int(out[i].max() > 0.5)") == [10]
+    assert per_element("for row, t in zip(out, y):\n    hits += int(row.argmax() == t)") == [10]
+    assert per_element("ok = [1 for r in out if r.sum() > 0]") == [9]
+    assert per_element("for r in out:\n    while (r > 0).any():\n        r = r - 1") == [10]
+    assert per_element("for r in out:\n    if torch.equal(r, y):\n        hits += 1") == [10]
+
+
+def test_host_values_of_an_element_and_host_loops_are_clean():
+    for loop in (
+        "for r in out:\n    if r.shape[0] > 3 and r.dim() == 1:\n        hits += 1",
+        "for r in out:\n    if r is None or r.requires_grad:\n        hits += 1",
+        "for r in out.tolist():\n    if r[0] > 0:\n        hits += 1",
+        "for i, l in enumerate(losses):\n    if l > 0:\n        hits += 1",  # a list of tensors: not one tensor
+        "for i in range(10):\n    if out[i].argmax() == 3:\n        hits += 1",  # not a loop over out's rows
+        "best = (out.argmax(1) == y).sum().item()",
+    ):
+        assert per_element(loop) == [], loop
+
+
+def test_a_read_once_outside_any_loop_is_clean():
+    src = """
+    import torch
+
+    out = torch.randn(64, 10, device="cuda:1")
+    y = torch.randint(0, 10, (64,), device="cuda:1")
+    hits = sum(1 for i, row in enumerate(out) if row.argmax() == y[i])
+    """
+    assert lines(src, "MP020") == []
+
+
+def test_the_fix_for_a_computed_value_is_to_compute_it_for_the_whole_tensor():
+    src = EVAL.replace(
+        "    LOOP", "    for i, row in enumerate(out):\n        if row.argmax() == y[i]:\n            hits += 1"
+    )
+    (f,) = [f for f in findings(src) if f.code == "MP020"]
+    assert "`row.argmax() == y[i]` is computed from one element of `out` (on cuda:1)" in f.message
+    assert "Compute it for all of `out` at once" in f.message
+    src = EVAL.replace("    LOOP", "    vals = [v.item() for v in out[:, 0]]")
+    (f,) = [f for f in findings(src) if f.code == "MP020"]
+    assert "Read them all with one copy, `out[:, 0].tolist()`" in f.message
+
+
+def test_enumerate_of_a_gpu_tensor_gives_its_rows_there():
+    src = """
+    import torch
+
+    out = torch.randn(4, 3, device="cuda:1")
+    w = torch.randn(3, device="cuda:0")
+    for i, row in enumerate(out):
+        s = row * w
+    """
+    assert lines(src, "MP001") == [7]
+    assert lines(src.replace('device="cuda:0"', 'device="cuda:1"'), "MP001") == []
+
+
+MADE = """
+import torch
+from torch import nn
+
+
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l = nn.Linear(4, 4).cuda()
+
+    def forward(self, x):
+        n = x.size(0)
+        bsz, t = x.shape[:2]
+        k = 7
+        m = MAKE
+        return self.l(x) + m
+"""
+
+
+def made(expr: str) -> list:
+    return [f for f in findings(MADE.replace("MAKE", expr)) if f.code == "MP019"]
+
+
+def test_a_size_in_a_name_a_size_keyword_and_a_cast_before_the_move_are_reported():
+    for expr in (
+        "torch.ones(size=(n, 1)).cuda()",
+        "torch.zeros(bsz, t).cuda()",
+        "torch.zeros(x.size(0), 3).byte().cuda()",
+        "torch.arange(x.size(0)).long().float().cuda()",
+    ):
+        assert [f.line for f in made(expr)] == [15], expr
+
+
+def test_a_constant_size_is_not_reported():
+    for expr in ("torch.zeros(k, 4).cuda()", "torch.zeros(4, 4).cuda()", "torch.zeros(n, 4).long().cuda().long()"):
+        assert [f.line for f in made(expr)] == ([15] if "n, 4" in expr else []), expr
+
+
+def test_made_for_the_current_device_the_fix_names_the_tensor_it_is_shaped_after():
+    (f,) = made("torch.zeros(x.size(0), 3).byte().cuda()")
+    assert "`torch.zeros(..., device=x.device)`" in f.message
+    (f,) = made("torch.zeros(x.size(0), 3).to('cuda:0')")
+    assert "`torch.zeros(..., device='cuda:0')`" in f.message
+    (f,) = made("torch.ones(size=(n, 1)).cuda()")  # the size through a name: the device cannot be named
+    assert "`torch.ones(..., device='cuda')`" in f.message
