@@ -849,6 +849,22 @@ def in_outer_step() -> bool:
     return False
 
 
+def in_library_step() -> bool:
+    """Is a step of one of torch's own optimizers (`torch.optim`) running below the caller? The debug
+    mode steps out of its function mode there (library code: session._step_outside_mode), so nothing
+    but the ops themselves sees what the step mixes. Read off the call stack, as in_outer_step."""
+    if _STEP_WRAPPER is None:
+        return False
+    frame: FrameType | None = sys._getframe(1)
+    inner: FrameType | None = None
+    while frame is not None:
+        if frame.f_code is _STEP_WRAPPER:
+            return inner is not None and str(inner.f_globals.get("__name__", "")).startswith("torch.optim")
+        inner = frame
+        frame = frame.f_back
+    return False
+
+
 def compiled_frames_message() -> str:
     return (
         "mpcheck: torch.compile is turned off inside the debug mode (torch._dynamo.config.disable): "

@@ -68,6 +68,18 @@ def on_program_stopped(self: Checker, exc: BaseException) -> None:
         # `torch.randn(..., generator=torch.Generator(), device="cuda:1")`: a generator has no `.to()`
         what = "the generator and the tensor it draws for are of two device types"
         fix = "make the generator where it draws: `torch.Generator(device=...)` (it has no `.to()`)"
+    elif "cpu" in devices and any(str(f.f_globals.get("__name__", "")).startswith("torch.optim") for f in inside):
+        # A step of torch's optimizers with a state on the host: `optimizer.load_state_dict` puts each state
+        # where its parameter is at that moment, so a model placed after it leaves the states behind.
+        what = (
+            f"the optimizer's state is on the CPU while its parameters are on {between.replace(' and cpu', '')}: "
+            "a state stays where its parameter was when it was made or loaded (`load_state_dict`), and the "
+            "model moved after"
+        )
+        fix = (
+            "place the model on its devices before `optimizer.load_state_dict(...)`, or build the optimizer "
+            "and load its state after the model is placed"
+        )
     else:
         what = f"the tensors it was given are on {between}"
         fix = (

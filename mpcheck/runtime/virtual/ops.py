@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.utils._device as _device_ctx
 
+from mpcheck.runtime.capture.hooks import in_library_step
 from mpcheck.runtime.checks.torchapi import PER_INDEX_PREFIXES, assigns_through_a_view
 from mpcheck.runtime.virtual.allocations import HOST_OUTPUTS, UNKNOWN, copy_gradient_back
 from mpcheck.runtime.virtual.autocast import ANY as AUTOCAST_ANY
@@ -72,6 +73,7 @@ def scan(g: VirtualGPUs, args: tuple, kwargs: dict) -> tuple[str | None, str | N
     dev = None
     other = None
     label_of = g.label_of
+    host = False  # a tensor on the host, or of no virtual device, among them
     for a in (*args, *kwargs.values()):
         if isinstance(a, torch.Tensor):
             items: Any = (a,)
@@ -85,13 +87,33 @@ def scan(g: VirtualGPUs, args: tuple, kwargs: dict) -> tuple[str | None, str | N
             if type(t) is PARAM:
                 g.memory.note_param(t)
             lab = label_of(t)
-            if lab is None:
-                continue
+            if lab is None or lab == "cpu":
+                host = True
+                if lab is None:
+                    continue
             if dev is None or (dev == "cpu" and lab != "cpu"):
                 dev = lab
             elif lab != dev and lab != "cpu" and other is None:
                 other = lab
+    if host and other is None and dev is not None and dev != "cpu" and in_library_step():
+        other = _host_tensor_beside_gpu(g, args, kwargs)
     return dev, other
+
+
+def _host_tensor_beside_gpu(g: VirtualGPUs, args: tuple, kwargs: dict) -> str | None:
+    """ "cpu" when a host tensor of one or more dimensions is among a call's tensors (on a GPU too).
+
+    A host tensor beside GPU ones is otherwise let through here: the checks above this layer know
+    where PyTorch takes one (a 0-dim scalar, CPU indices into a GPU tensor, CTC's lengths). Inside a
+    step of torch's own optimizers they are not running, and there every host tensor but a 0-dim one (a
+    step count, a learning rate) is an optimizer state left on the CPU beside its parameter: its
+    `load_state_dict` put it where the parameter was then, and the model moved after."""
+    for a in (*args, *kwargs.values()):
+        items = (a,) if isinstance(a, torch.Tensor) else a if isinstance(a, (list, tuple)) else ()
+        for t in items:
+            if isinstance(t, torch.Tensor) and t.dim() > 0 and g.device_of(t) == "cpu":
+                return "cpu"
+    return None
 
 
 def generic(g: VirtualGPUs, func, args, kwargs):
