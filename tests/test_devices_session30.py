@@ -144,3 +144,48 @@ def test_made_for_the_current_device_the_fix_names_the_tensor_it_is_shaped_after
     assert "`torch.zeros(..., device='cuda:0')`" in f.message
     (f,) = made("torch.ones(size=(n, 1)).cuda()")  # the size through a name: the device cannot be named
     assert "`torch.ones(..., device='cuda')`" in f.message
+
+
+PICKED = """
+import torch
+from torch import nn
+
+
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.enc = nn.Linear(8, 8).to("cuda:0")
+        self.head = nn.Linear(8, 2).to("cuda:1")
+
+    def forward(self, x):
+        BODY
+"""
+
+
+def picked(body: str) -> list:
+    src = PICKED.replace("        BODY", textwrap.indent(textwrap.dedent(body).strip("\n"), "        "))
+    return [f for f in findings(src) if f.code == "MP016"]
+
+
+def test_a_whole_tensor_moved_for_one_position_is_reported_at_the_move():
+    for body in (
+        'return self.head(self.enc(x.to("cuda:0")).to("cuda:1")[:, 0])',
+        'return self.head(self.enc(x.to("cuda:0")).to("cuda:1")[..., -1])',
+        'h = self.enc(x.to("cuda:0")).to("cuda:1")\ncls = h[:, 0]\nreturn self.head(cls)',
+    ):
+        (f,) = picked(body)
+        assert f.line == 13, body
+        assert "only to be indexed there" in f.message
+    (f,) = picked('h = self.enc(x.to("cuda:0")).to("cuda:1")\nreturn self.head(h[:, 0])')
+    assert '`self.enc(x.to("cuda:0"))[:, 0].to("cuda:1")`' in f.message
+
+
+def test_a_moved_tensor_used_whole_or_sliced_by_ranges_is_clean():
+    for body in (
+        'h = self.enc(x.to("cuda:0")).to("cuda:1")\nreturn self.head(h[:, 0]) + h.sum()',
+        'h = self.enc(x.to("cuda:0")).to("cuda:1")\nreturn self.head(h[:, 1:3].mean(1))',
+        'h = self.enc(x.to("cuda:0")).to("cuda:1")\nh = h * 2\nreturn self.head(h[:, 0])',
+        'return self.head(self.enc(x.to("cuda:0"))[:, 0].to("cuda:1"))',
+        'h = self.enc(x.to("cuda:0")).to("cuda:1")\nreturn self.head(h)[:, 0]',
+    ):
+        assert picked(body) == [], body

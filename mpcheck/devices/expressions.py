@@ -58,7 +58,7 @@ from mpcheck.devices.values import (
     used,
     weight_on_gpu,
 )
-from mpcheck.devices.walk import attribute_assignments, turns_off_grad
+from mpcheck.devices.walk import attribute_assignments, turns_off_grad, walk
 
 if TYPE_CHECKING:  # pragma: no cover
     from mpcheck.devices.interp import Interp
@@ -217,6 +217,8 @@ class Expressions(Part):
         if len(node.slice) != 1 or not isinstance(node.slice[0].slice, cst.Index):
             indices = [self.ev(el.slice.value, st) for el in node.slice if isinstance(el.slice, cst.Index)]
             if isinstance(base, Obj) and base.kind in ("tensor", "param", "buffer", "any"):
+                if _picks_positions(node):
+                    self._note_indexed_after_move(node, base, st)  # `h.to(dev)[:, 0]`
                 used(base, *indices)  # an index tensor is read where the indexed tensor is (`hyps[src, :]`)
                 return base.with_(label="", kind="tensor", worked=True)
             return UNK
@@ -252,7 +254,7 @@ class Expressions(Part):
         if isinstance(base, SymV) and isinstance(idx, Const) and isinstance(idx.value, (int, str)):
             return SymV(f"{base.name}[{idx.value!r}]" if isinstance(idx.value, str) else f"{base.name}[{idx.value}]")
         if isinstance(base, Obj) and base.kind in ("tensor", "param", "buffer", "any"):
-            if isinstance(idx, Obj) and idx.index_like:
+            if (isinstance(idx, Obj) and idx.index_like) or _picks_positions(node):
                 self._note_indexed_after_move(node, base, st)
             used(base, idx)  # an index tensor is read where the indexed tensor is (`hyps[src]` on the host)
             if isinstance(idx, Obj) and both_cuda(idx.devs, base.devs):
@@ -271,14 +273,16 @@ class Expressions(Part):
 
     def _note_indexed_after_move(self, node: cst.Subscript, base: Obj, st: State) -> None:
         """MP016: `self.bank.to(dev)[idx]`, a whole tensor moved only for the rows an index tensor picks right
-        after (a move MP011 reports as repeated is its alone: MP016's rule leaves it out). Not ids indexed by
-        ids (a lookup table of labels, a few bytes)."""
-        move = node.value
+        after, or for one position of a dimension (`h.to(dev)[:, 0]`, a [CLS] state; also through a name the
+        function reads nowhere else: `h = enc(x).to(dev)` then `h[:, 0]`). A move MP011 reports as repeated
+        is its alone: MP016's rule leaves it out. Not ids indexed by ids (a lookup table of labels, a few
+        bytes)."""
+        move = base.moved_at
         if not (
             isinstance(move, cst.Call)
             and isinstance(move.func, cst.Attribute)
             and move.func.attr.value in ("to", "cuda")
-            and base.moved_at is move
+            and (node.value is move or self._read_only_here(node.value, move))
             and base.moved_from is not None
             and not base.worked
             and not base.index_like
@@ -288,6 +292,26 @@ class Expressions(Part):
             OversizedMove(node=move, mode=st.mode, src=base.moved_from, dst=base.devs, indexed=node),
             key=(base.moved_from, base.devs),
         )
+
+    def _read_only_here(self, name: cst.BaseExpression, move: cst.Call) -> bool:
+        """`name` is a local the current function binds once, to the move's result, and reads once (here)."""
+        if not isinstance(name, cst.Name) or not self.interp.stack:
+            return False
+        fn = self.interp.stack[-1].node
+        bound = reads = 0
+        for n in walk(fn.body):
+            if isinstance(n, cst.Assign):
+                if any(isinstance(t.target, cst.Name) and t.target.value == name.value for t in n.targets):
+                    bound += 1
+                    if not any(x is move for x in walk(n.value)):
+                        return False
+            elif isinstance(n, (cst.AugAssign, cst.AnnAssign, cst.For, cst.With, cst.NamedExpr)):
+                if any(isinstance(t, cst.Name) and t.value == name.value for t in walk(n)):
+                    return False  # bound or used some other way: not followed
+            elif isinstance(n, cst.Name) and n.value == name.value:
+                reads += 1
+        # each Assign's target is a Name node too: one read besides the bindings
+        return bound == 1 and reads == 2
 
     def _sliced(self, base: SeqV, sl: cst.Slice, st: State) -> Val:
         """`self.blocks[half:]`, `devices[1:]`: the same items (the same objects: a loop that moves them
@@ -942,3 +966,25 @@ def _certainly_not_none(v: Val) -> bool:
     if isinstance(v, Const):
         return v.value is not None
     return isinstance(v, (SeqV, DictV, DeviceV)) and not getattr(v, "module", False)
+
+
+def _picks_positions(node: cst.Subscript) -> bool:
+    """`h[:, 0]`, `h[-1]`, `h[..., 0]`: whole dimensions kept and one position of at least one other picked,
+    so that the result drops that dimension."""
+    picked = False
+    for el in node.slice:
+        sl = el.slice
+        if isinstance(sl, cst.Slice):
+            if sl.lower is not None or sl.upper is not None or sl.step is not None:
+                return False
+        elif isinstance(sl, cst.Index):
+            v = sl.value
+            if isinstance(v, cst.UnaryOperation) and isinstance(v.operator, cst.Minus):
+                v = v.expression
+            if isinstance(v, cst.Integer):
+                picked = True
+            elif not isinstance(v, cst.Ellipsis):
+                return False
+        else:
+            return False
+    return picked

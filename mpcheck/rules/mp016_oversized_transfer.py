@@ -70,11 +70,11 @@ def _indexed(
     ctx: FileContext, move: cst.CSTNode, moved: cst.BaseExpression | None, indexed: cst.Subscript, subject: str
 ) -> tuple[str, str]:
     """The message and fix of a move indexed right after: index where it is, then move the rows."""
-    index = ctx.code(indexed)[len(ctx.code(move)) :]
+    index = ctx.code(indexed)[len(ctx.code(indexed.value)) :]
     fix = _move_last(ctx, move, moved, index)
     return (
-        f"{subject} only to be indexed there (`{index}`): the link carries every row for the few the index picks. "
-        f"Index it where it is and move the rows: {fix}.",
+        f"{subject} only to be indexed there (`{index}`): the link carries all of it for the part the index keeps. "
+        f"Index it where it is and move that part: {fix}.",
         f"index before the move: {fix}",
     )
 
