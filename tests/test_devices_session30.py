@@ -189,3 +189,51 @@ def test_a_moved_tensor_used_whole_or_sliced_by_ranges_is_clean():
         'h = self.enc(x.to("cuda:0")).to("cuda:1")\nreturn self.head(h)[:, 0]',
     ):
         assert picked(body) == [], body
+
+
+CLOSURE = """
+import torch
+import torch.nn as nn
+from torch.utils.checkpoint import checkpoint
+
+
+def mask(t):
+    return torch.ones(t, t, dtype=torch.bool).tril()
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.lin(x).masked_fill(~MASK, 0.0)
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList(Block().to("cuda:0" if i < 1 else "cuda:1") for i in range(2))
+
+    def forward(self, h):
+        for i, blk in enumerate(self.blocks):
+            if i == 1:
+                h = h.to("cuda:1")
+            CALL
+        return h
+
+
+Net()(torch.randn(8, 8, device="cuda:0"))
+"""
+
+
+def test_a_function_defined_in_a_loop_sees_the_loop_s_names():
+    for call in (
+        "def run(x):\n    return blk(x)\nh = run(h)",
+        "def run(x, blk=blk):\n    return blk(x)\nh = checkpoint(run, h, use_reentrant=False)",
+    ):
+        body = textwrap.indent(call, "            ").lstrip()
+        bad = CLOSURE.replace("CALL", body).replace("MASK", "mask(8)")
+        assert lines(bad, "MP001") == [17], call
+        good = CLOSURE.replace("CALL", body).replace("MASK", "mask(8).to(x.device)")
+        assert lines(good, "MP001") == [], call

@@ -91,22 +91,31 @@ class Calls(Part):
                 # From a `**dict` of unknown keys: certainly, when the parameter has no default
                 # (the call would fail without it); else it or the default.
                 given = kwargs[ANY_KEYWORD]
-                env[name] = given if default is None else join(given, self.default_param_value(name, default))
+                env[name] = (
+                    given if default is None else join(given, self.default_param_value(name, default, info.closure))
+                )
             else:
-                env[name] = self.default_param_value(name, default)
+                env[name] = self.default_param_value(name, default, info.closure)
         star = info.node.params.star_arg
         if isinstance(star, cst.Param):
             env[star.name.value] = UNK
         if info.node.params.star_kwarg is not None:
             env[info.node.params.star_kwarg.name.value] = UNK
 
-    def default_param_value(self, name: str, default: cst.BaseExpression | None) -> Val:
+    def default_param_value(
+        self, name: str, default: cst.BaseExpression | None, closure: dict[str, Val] | None = None
+    ) -> Val:
+        """A parameter's default, evaluated where the `def` is: the globals, and the enclosing function's
+        names for a nested `def` (`def run(x, blk=blk)` in a loop)."""
         if default is None:
             return SymV(name)
         shared = self.interp.defaults.get(id(default))
         if shared is not None:
             return shared
-        v = self.interp.exprs.ev(default, State.fresh(dict(self.interp.globals), "<default>"))
+        scope = dict(self.interp.globals)
+        if closure is not None:
+            scope.update(closure)
+        v = self.interp.exprs.ev(default, State.fresh(scope, "<default>"))
         if isinstance(v, Obj) and v.kind in ("module", "any") and isinstance(default, cst.Call):
             # `act=nn.PReLU()`: Python builds a default once, so every call gets the same module.
             name = v.cls.name if v.cls is not None else (dotted(default.func) or "module").rsplit(".", 1)[-1]
@@ -164,6 +173,8 @@ class Calls(Part):
         lineages = tuple(a.lineage if isinstance(a, Obj) else None for a in args)
         steps_before = len(self.interp.recorder.crossings)
         env = dict(self.interp.globals)
+        if info.closure is not None:
+            env.update(info.closure)
         self.bind(info, env, self_val, args, kwargs)
         held = _instances_given(info, env, args)
         cst_ = State(

@@ -101,6 +101,8 @@ class Interp:
         self.default_device: str | None = None  # where factories put tensors then, when known (default_device.py)
         # Shared by the parts while one interpretation runs:
         self.memo: dict[Any, Val] = {}  # call_function's results, by callee and argument values
+        # The FuncInfo of each nested `def` run, kept alive: `memo` keys them by id(), which must not be reused.
+        self.nested_defs: list[FuncInfo] = []
         # The lineages of those arguments, and whether the body took steps of them (calls._relinked).
         self.memo_lineages: dict[Any, tuple[tuple[int | None, ...], bool]] = {}
         self.memo_changed: dict[Any, tuple[tuple[int, Obj], ...]] = {}  # instances a memoised call changed

@@ -37,6 +37,9 @@ class FuncInfo:
     name: str
     qual: str
     cls: ClassInfo | None = None
+    # A function defined inside another: the names of the enclosing function as the `def` ran (the
+    # environment itself, so a name rebound later in it is seen as Python's late binding sees it).
+    closure: dict[str, Any] | None = None
 
     @property
     def is_generator(self) -> bool:

@@ -150,7 +150,12 @@ class Statements(Part):
             return out
         if isinstance(stmt, cst.FunctionDef):
             for st in states:
-                st.env[stmt.name.value] = FuncRef(FuncInfo(stmt, stmt.name.value, stmt.name.value))
+                # A `def` inside a function sees that function's names (`def run(x): return blk(x)` in a loop
+                # over blocks, handed to `checkpoint(run, h)`); at a module's top level they are the globals.
+                closure = st.env if self.interp.stack else None
+                info = FuncInfo(stmt, stmt.name.value, stmt.name.value, closure=closure)
+                self.interp.nested_defs.append(info)
+                st.env[stmt.name.value] = FuncRef(info)
             return states
         if isinstance(stmt, cst.ClassDef):
             return states
