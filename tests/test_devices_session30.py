@@ -237,3 +237,25 @@ def test_a_function_defined_in_a_loop_sees_the_loop_s_names():
         assert lines(bad, "MP001") == [17], call
         good = CLOSURE.replace("CALL", body).replace("MASK", "mask(8).to(x.device)")
         assert lines(good, "MP001") == [], call
+
+
+SAMPLED = """
+import torch
+from torch.utils.data import DataLoader, RandomSampler, TensorDataset, random_split
+
+ds = TensorDataset(torch.randn(32, 4), torch.randint(0, 3, (32,)))
+g = GEN
+x = USE
+"""
+
+
+def test_a_cuda_generator_handed_to_a_data_loader_or_a_sampler_is_reported():
+    for use in (
+        "DataLoader(ds, batch_size=8, shuffle=True, generator=g)",
+        "RandomSampler(ds, generator=g)",
+        "random_split(ds, [16, 16], generator=g)",
+    ):
+        src = SAMPLED.replace("USE", use)
+        (f,) = [f for f in findings(src.replace("GEN", 'torch.Generator(device="cuda:0")')) if f.code == "MP001"]
+        assert f.line == 7 and "draws with it for a tensor on cpu" in f.message, use
+        assert lines(src.replace("GEN", "torch.Generator().manual_seed(0)"), "MP001") == [], use

@@ -618,6 +618,9 @@ def _data_loader(lib: Library, c: LibCall) -> Val:
     a dataset class of the file returns): each tensor stays on its device, and Python numbers become tensors
     on the host. Anything else (a batch sampler, `batch_size=None`, a collate_fn not known): not known."""
     used(*c.args, *c.kwargs.values())
+    # Its sampler and its workers' seeds draw from `generator=` on the host (`torch.randperm`, `random_()`):
+    # a CUDA generator stops the first iteration ("Expected a 'cpu' device type for generator").
+    lib._check_generator(c.kwargs.get("generator"), one("cpu"), c.node, c.st, "DataLoader", len(c.args))
     collate = c.args[6] if len(c.args) > 6 else c.kwargs.get("collate_fn")
     if collate is not None and not (isinstance(collate, Const) and collate.value is None):
         return _collated_by(lib, c, collate)
@@ -627,6 +630,18 @@ def _data_loader(lib: Library, c: LibCall) -> Val:
     dataset = c.args[0] if c.args else c.kwargs.get("dataset", UNK)
     batch = _default_collate(_sample_of(lib, dataset, c), c.node)
     return SeqV(None, elem=batch) if batch is not UNK else UNK
+
+
+# What draws its order on the host from its `generator=` (torch.randperm, torch.multinomial).
+_HOST_SAMPLERS = ("RandomSampler", "SubsetRandomSampler", "WeightedRandomSampler", "random_split")
+
+
+def _host_sampler(lib: Library, c: LibCall) -> Val:
+    """`RandomSampler(ds, generator=g)`, `random_split(ds, sizes, generator=g)`: they draw with `g` on the
+    host, so a CUDA generator stops them ("Expected a 'cpu' device type for generator")."""
+    used(*c.args, *c.kwargs.values())
+    lib._check_generator(c.kwargs.get("generator"), one("cpu"), c.node, c.st, c.q.rsplit(".", 1)[-1], len(c.args))
+    return UNK
 
 
 def _collated_by(lib: Library, c: LibCall, fn: Val) -> Val:
@@ -1271,6 +1286,7 @@ EXACT: dict[str, Handler] = _exact(
     ("functools.partial", _partial),
     (("torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"), _data_loader),
     (("torch.utils.data.TensorDataset", "torch.utils.data.dataset.TensorDataset"), _tensor_dataset),
+    (tuple(f"torch.utils.data.{name}" for name in _HOST_SAMPLERS), _host_sampler),
     ("torch.optim.swa_utils.update_bn", _update_bn),
     (("types.SimpleNamespace", "argparse.Namespace"), _namespace),
     ("argparse.ArgumentParser", _argument_parser),
