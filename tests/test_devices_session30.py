@@ -259,3 +259,36 @@ def test_a_cuda_generator_handed_to_a_data_loader_or_a_sampler_is_reported():
         (f,) = [f for f in findings(src.replace("GEN", 'torch.Generator(device="cuda:0")')) if f.code == "MP001"]
         assert f.line == 7 and "draws with it for a tensor on cpu" in f.message, use
         assert lines(src.replace("GEN", "torch.Generator().manual_seed(0)"), "MP001") == [], use
+
+
+WRAPPED = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Linear(8, 8).to("cuda:0")
+        self.tower = nn.DataParallel(nn.Linear(8, 8)WRAP)
+        self.cls = nn.Linear(8, 2).to("cuda:1")
+
+    def forward(self, x):
+        h = self.tower(self.emb(x.to("cuda:0")))
+        return self.cls(h)
+
+
+Model()(torch.randn(4, 8))
+"""
+
+
+def test_a_data_parallel_module_gives_its_output_on_its_output_device():
+    for wrap, bad in (
+        (", device_ids=[1]", False),
+        (", device_ids=[1, 0]", False),
+        (", device_ids=[0, 1], output_device=1", False),
+        (", device_ids=[0, 1]", True),
+        ("", True),  # every GPU: gathered on cuda:0
+    ):
+        got = lines(WRAPPED.replace("WRAP", wrap), "MP001")
+        assert got == ([15] if bad else []), wrap

@@ -27,6 +27,7 @@ from mpcheck.devices.unmoved import built_here, never_placed_view
 from mpcheck.devices.values import (
     ANY_KEYWORD,
     CURRENT,
+    DATA_PARALLEL_OUTPUT,
     FAILED,
     HOOKS_KEY,
     LOADED,
@@ -226,6 +227,11 @@ class Calls(Part):
         self, mod: Obj, args: list[Val], kwargs: dict[str, Val], st: State, node: cst.CSTNode, exprs: ArgExprs = None
     ) -> Val:
         """Calling a module: its inputs must be where it is; the output is where it ends."""
+        if mod.extra and DATA_PARALLEL_OUTPUT in mod.extra:
+            # nn.DataParallel: it scatters its inputs itself and gathers the outputs on its output device.
+            used(*args, *kwargs.values())
+            out_dev = mod.extra[DATA_PARALLEL_OUTPUT]
+            return Obj("tensor", one(out_dev), origin="output of DataParallel", at=node) if out_dev else UNK
         hooks = (mod.extra or {}).get(HOOKS_KEY, ())
         if pre_hooks.PRE_HOOK in hooks:
             # A pre-hook runs first and may move or replace the inputs: what one of the file's own hands on

@@ -87,7 +87,7 @@ class Instances(Part):
             finally:
                 sites.pop()
             assert obj.attrs is not None  # an instance
-            self.interp.ident_ranges[id(obj.attrs)] = (start, len(self.interp.ident_names) + 1)
+            obj.built_idents = (start, len(self.interp.ident_names) + 1)
         self._finish_instance(obj)
         device_loops.check_instance(self.interp, obj, scope.device_loops)
         self.interp.init_placements[id(obj)] = tuple(scope.placements)

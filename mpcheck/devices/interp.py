@@ -136,11 +136,9 @@ class Interp:
         self.branch_outputs: set[int] = set()  # lists returned by parallel_apply over one-device branches
         self._lineages = 0
         self._hops: dict[int, int] = {}
-        # Module objects (Obj.ident): the type each was built as, and for an instance of a class of
-        # this file (by id of its attrs) the idents its __init__ gave out: its own parts, which every
-        # construction of the class has anew (Instances.instantiate), unlike what it was passed.
+        # Module objects (Obj.ident): the type each was built as (what an instance's own __init__ built:
+        # Obj.built_idents).
         self.ident_names: dict[int, str] = {}
-        self.ident_ranges: dict[int, tuple[int, int]] = {}
         self.defaults: dict[int, Val] = {}  # default arguments that are module objects, by id of their node
         self.rebound: dict[int, frozenset[str]] = {}  # class (by id) -> attributes assigned outside __init__
         self.unmoved: dict[tuple[int, str, int], bool] = {}  # (scope, name, class) -> provably never moved

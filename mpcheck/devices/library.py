@@ -39,6 +39,7 @@ from mpcheck.devices.not_a_device import DeviceContextV
 from mpcheck.devices.program import MAX_UNROLL, Part, State
 from mpcheck.devices.values import (
     CURRENT,
+    DATA_PARALLEL_OUTPUT,
     FAILED,
     LOADED,
     LOSS_OF,
@@ -339,7 +340,20 @@ def _data_parallel(lib: Library, c: LibCall) -> Val:
                     node=c.node, mode=c.st.mode, module=mod, dev=dev, first=first, given=ids is not None
                 )
             )
+        if isinstance(mod, Obj) and mod.kind == "module":
+            # Its forward scatters the inputs to its device ids, wherever they are, and gathers the outputs on
+            # `output_device` (device_ids[0] by default; cuda:0 for every GPU): a call of the wrapper is that.
+            out = c.kwargs.get("output_device", c.args[2] if len(c.args) > 2 else None)
+            if out is None or (isinstance(out, Const) and out.value is None):
+                out = Const(0) if ids is None or (isinstance(ids, Const) and ids.value is None) else _first_id(ids)
+            gathered = single(as_device(out)) if out is not None else None
+            extra = {**(mod.extra or {}), DATA_PARALLEL_OUTPUT: gathered}
+            return mod.with_(extra=extra)
     return mod
+
+
+def _first_id(ids: Val) -> Val | None:
+    return ids.items[0] if isinstance(ids, SeqV) and ids.items else None
 
 
 def _zip_spans(args: list[Val]) -> tuple[tuple[Val, ...], tuple[str, ...]] | None:

@@ -4,7 +4,7 @@ so placing the second stage moves the parts the first one holds: an
 `events.SharedModuleMoved` at that second move.
 
 Identity comes from Obj.ident (a module built in an __init__, or a default argument); the
-parts an instance's own __init__ built are its own (Interp.ident_ranges), so two
+parts an instance's own __init__ built are its own (Obj.built_idents), so two
 constructions of one class share only what they were given.
 """
 
@@ -50,11 +50,12 @@ def _walk(
         elif v.attrs is not None:
             # An instance built outside an __init__ and passed in (`CutModel(Backbone())`): itself of
             # unknown identity, but the parts its own __init__ built are its own.
-            key = ("instance", id(v.attrs))
+            # (Its parts' range is its identity: the same in every copy of it, one per construction.)
+            key = ("instance", v.built_idents if v.built_idents is not None else id(v.attrs))
         else:
             return  # identity unknown (a plain layer built outside an __init__, or passed in): nothing to say
         if v.attrs is not None:
-            rng = interp.ident_ranges.get(id(v.attrs))
+            rng = v.built_idents
             refs = v.cls.refs if v.cls is not None else ()  # held by reference, not a child: .to() leaves it
             for name, a in v.attrs.items():
                 if name not in refs:

@@ -204,6 +204,9 @@ class Obj(Val):
     # A module object built by one evaluation (Interp.new_ident), kept by its moved copies: two
     # values with one ident are one object, so moving one moves the other (a shared block).
     ident: int | None = None
+    # An instance of a class of the file: the idents its own __init__ gave the modules it built (start, end),
+    # kept by every copy of it (a moved instance, one rebuilt as built): those parts are one per construction.
+    built_idents: tuple[int, int] | None = None
     # A torch.nn module: its class's name ("LSTM"), for the arguments besides its input that must be
     # where it is (torchapi.SAME_DEVICE_ARGUMENTS).
     nn_class: str = ""
@@ -402,6 +405,8 @@ UNPLACED = "built without a device"  # the origin of a parametered torch.nn modu
 TIED_WEIGHT = "its weight tied to another's"
 # The origin of a tensor a factory made on the CPU because no device= was given (`torch.zeros(n, d)`):
 # beside a GPU tensor, it is the one off its device (created where the code forgot to say).
+# Obj.extra's key of a module wrapped in nn.DataParallel: where a call of it gives its output (None: not known).
+DATA_PARALLEL_OUTPUT = "data_parallel_output"
 MADE_ON_CPU_BY_DEFAULT = "created on the CPU by torch.{}() without device="
 
 
