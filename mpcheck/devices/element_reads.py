@@ -2,7 +2,8 @@
 
 Iterating a tensor gives its elements as 0-dim tensors on its device. Python's `max(t)`, `min(t)` and
 `sorted(t)` compare them pair by pair, and each comparison's truth is read on the host: a kernel launch
-and a wait for the GPU per element. So does a loop whose body reads its element (`v.item()`, `int(v)`).
+and a wait for the GPU per element. So does a loop whose body reads its element (`v.item()`, `int(v)`), or
+the truth of a value computed from it on the GPU (`if row.argmax() == y[i]:`).
 One reduction (`t.max()`) or one copy of the whole tensor (`t.tolist()`) waits once. `torch.tensor(losses)` of
 a list of tensors on a GPU reads each one's value on the host the same way, where `torch.stack(losses)` keeps them
 there (and `.cpu()` after it copies them once).
