@@ -292,3 +292,23 @@ def test_a_data_parallel_module_gives_its_output_on_its_output_device():
     ):
         got = lines(WRAPPED.replace("WRAP", wrap), "MP001")
         assert got == ([15] if bad else []), wrap
+
+
+def test_a_test_on_what_a_module_s_method_gives_back_is_not_taken_for_a_tensor_s():
+    # (ChatGLM's web demo: `model.stream_chat(...)` yields text; the model takes it for a tensor on the GPU)
+    src = """
+    import torch
+    from transformers import AutoModel
+
+    model = AutoModel.from_pretrained("some/model", trust_remote_code=True).half().cuda()
+
+    def parse_text(text):
+        lines = text.split("\\n")
+        lines = [line for line in lines if line != ""]
+        return [line for line in lines if line.strip()]
+
+    for step in range(3):
+        for response, history in model.stream_chat("hi"):
+            parse_text(response)
+    """
+    assert lines(src, "MP020") == []

@@ -90,9 +90,10 @@ def note_loop(
     elements = _element_names(interp, target, it, iterated, st)
     indexed = _indexed_tensor(interp, target, iterated, st)
     if elements:
-        devs, tensor = next(iter(elements.values()))
+        devs, tensor, assumed = next(iter(elements.values()))
     elif indexed is not None:
         _, devs, tensor = indexed
+        assumed = False
     else:
         return
 
@@ -110,6 +111,8 @@ def note_loop(
 
     for read, how, of in _host_reads(body, is_element):
         derived = not is_element(of)
+        if derived and assumed:
+            return  # a test of a value computed from something only taken for a tensor (`if line != ""`)
         interp.recorder.record(
             ElementSync(node=read, mode=st.mode, how=how, devs=devs, iterated=tensor, loop=loop, derived=derived)
         )
@@ -118,11 +121,12 @@ def note_loop(
 
 def _element_names(
     interp: Interp, target: cst.BaseAssignTargetExpression, it: Val, iterated: cst.BaseExpression, st: State
-) -> dict[str, tuple[Devs, cst.BaseExpression]]:
-    """The loop's names that are elements of a GPU tensor, each with its device and the tensor's expression."""
+) -> dict[str, tuple[Devs, cst.BaseExpression, bool]]:
+    """The loop's names that are elements of a GPU tensor, each with its device, the tensor's expression and
+    whether its type is only assumed (_assumed)."""
     if isinstance(target, cst.Name):
         devs = gpu_devices(interp, it)
-        return {target.value: (devs, iterated)} if devs is not None else {}
+        return {target.value: (devs, iterated, _assumed(it))} if devs is not None else {}
     call = _builtin_call(iterated, ("enumerate", "zip"))
     if call is None or not isinstance(target, (cst.Tuple, cst.List)):
         return {}
@@ -130,14 +134,21 @@ def _element_names(
     sources = [a.value for a in call.args if a.keyword is None and not a.star]
     if isinstance(call.func, cst.Name) and call.func.value == "enumerate":
         names, sources = names[1:2], sources[:1]
-    found: dict[str, tuple[Devs, cst.BaseExpression]] = {}
+    found: dict[str, tuple[Devs, cst.BaseExpression, bool]] = {}
     for name, source in zip(names, sources):
         # Only a name or an attribute is looked at again: evaluating them twice has no effect of its own.
         if isinstance(name, cst.Name) and _pure(source):
-            devs = gpu_devices(interp, interp.exprs.ev(source, st))
+            v = interp.exprs.ev(source, st)
+            devs = gpu_devices(interp, v)
             if devs is not None:
-                found[name.value] = (devs, source)
+                found[name.value] = (devs, source, _assumed(v))
     return found
+
+
+def _assumed(v: Val) -> bool:
+    """Is `v` taken for a tensor without being known as one (Obj.opaque: what a method of a module the model
+    does not read gives back, `model.stream_chat(...)`, may be text)?"""
+    return isinstance(v, Obj) and v.opaque
 
 
 def _indexed_tensor(
@@ -189,6 +200,7 @@ _HOST_VALUED = frozenset(
         "is_floating_point", "is_complex", "layout", "names", "grad_fn", "is_leaf",
     }
 )  # fmt: skip
+_TEXT = (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString)
 # torch functions that answer a Python bool, read on the host from the tensors they compare.
 _BOOL_FUNCTIONS = frozenset({"equal", "allclose", "is_nonzero"})
 
@@ -255,6 +267,8 @@ def _tensor_of(e: cst.BaseExpression, is_element: Callable[[cst.BaseExpression],
     if isinstance(e, cst.Comparison):
         if any(isinstance(t.operator, (cst.Is, cst.IsNot, cst.In, cst.NotIn)) for t in e.comparisons):
             return False
+        if any(isinstance(x, _TEXT) for x in (e.left, *(t.comparator for t in e.comparisons))):
+            return False  # `line != ""`: text, whatever the model took `line` for
         return _tensor_of(e.left, is_element) or any(_tensor_of(t.comparator, is_element) for t in e.comparisons)
     if isinstance(e, cst.BinaryOperation):
         return _tensor_of(e.left, is_element) or _tensor_of(e.right, is_element)
