@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from mpcheck.devices.events import ElementSync
+from mpcheck.devices.names import dotted
 from mpcheck.devices.values import Devs, Obj, SeqV, Val, single
 
 if TYPE_CHECKING:
@@ -137,7 +138,7 @@ def _element_names(
     found: dict[str, tuple[Devs, cst.BaseExpression, bool]] = {}
     for name, source in zip(names, sources):
         # Only a name or an attribute is looked at again: evaluating them twice has no effect of its own.
-        if isinstance(name, cst.Name) and _pure(source):
+        if isinstance(name, cst.Name) and dotted(source) is not None:
             v = interp.exprs.ev(source, st)
             devs = gpu_devices(interp, v)
             if devs is not None:
@@ -174,7 +175,7 @@ def _indexed_tensor(
         and n.slice[0].slice.value.value == "0"
     ):
         tensor = n.value.value
-    if tensor is None or not _pure(tensor):
+    if tensor is None or dotted(tensor) is None:
         return None
     devs = gpu_devices(interp, interp.exprs.ev(tensor, st))
     return (target.value, devs, tensor) if devs is not None else None
@@ -182,13 +183,6 @@ def _indexed_tensor(
 
 def _builtin_call(e: cst.BaseExpression, names: tuple[str, ...]) -> cst.Call | None:
     return e if isinstance(e, cst.Call) and isinstance(e.func, cst.Name) and e.func.value in names else None
-
-
-def _pure(e: cst.BaseExpression) -> bool:
-    """A name or an attribute of one (`out`, `self.logits`)."""
-    while isinstance(e, cst.Attribute):
-        e = e.value
-    return isinstance(e, cst.Name)
 
 
 # Methods and attributes of a tensor that give a host value (a size, a flag), not a tensor: a test on them
@@ -287,8 +281,5 @@ def _tensor_of(e: cst.BaseExpression, is_element: Callable[[cst.BaseExpression],
 
 def _torch_namespace(e: cst.BaseExpression) -> bool:
     """`torch`, `F`, `torch.nn.functional`, `torch.linalg`...: where a function of a tensor gives a tensor."""
-    parts = []
-    while isinstance(e, cst.Attribute):
-        parts.append(e.attr.value)
-        e = e.value
-    return isinstance(e, cst.Name) and (e.value == "torch" or (e.value == "F" and not parts))
+    name = dotted(e)
+    return name is not None and (name in ("torch", "F") or name.startswith("torch."))

@@ -303,10 +303,12 @@ class SharedModuleMoved(Fact):
 @dataclass(frozen=True, eq=False, kw_only=True)
 class HostMadeMove(Fact):
     """`torch.randn(shape).to(dev)` in code that runs every step (a forward, a loop): a tensor made on the
-    host from a shape alone (`factory`, the call) and moved at once (`node`) to the GPU `devs`."""
+    host from a shape alone (`factory`, the call) and moved at once (`node`) to the GPU `devs`. `shaped_after`:
+    the tensor its arguments take a size of (`x` in `torch.zeros(x.size(0), 3)`), None through a name (`n`)."""
 
     factory: cst.Call
     devs: Devs
+    shaped_after: cst.BaseExpression | None = None
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)

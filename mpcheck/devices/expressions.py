@@ -282,10 +282,10 @@ class Expressions(Part):
             isinstance(move, cst.Call)
             and isinstance(move.func, cst.Attribute)
             and move.func.attr.value in ("to", "cuda")
-            and (node.value is move or self._read_only_here(node.value, move))
             and base.moved_from is not None
             and not base.worked
             and not base.index_like
+            and (node.value is move or self._read_only_here(node.value))
         ):
             return
         self.interp.recorder.record(
@@ -293,25 +293,15 @@ class Expressions(Part):
             key=(base.moved_from, base.devs),
         )
 
-    def _read_only_here(self, name: cst.BaseExpression, move: cst.Call) -> bool:
-        """`name` is a local the current function binds once, to the move's result, and reads once (here)."""
-        if not isinstance(name, cst.Name) or not self.interp.stack:
+    def _read_only_here(self, name: cst.BaseExpression) -> bool:
+        """`name` is a local the current function binds once (the move's result: the value is still the
+        moved one) and reads once, here."""
+        if not isinstance(name, cst.Name) or not self.interp.stack or self.interp.stmts.bindings_here(name.value) != 1:
             return False
-        fn = self.interp.stack[-1].node
-        bound = reads = 0
-        for n in walk(fn.body):
-            if isinstance(n, cst.Assign):
-                if any(isinstance(t.target, cst.Name) and t.target.value == name.value for t in n.targets):
-                    bound += 1
-                    if not any(x is move for x in walk(n.value)):
-                        return False
-            elif isinstance(n, (cst.AugAssign, cst.AnnAssign, cst.For, cst.With, cst.NamedExpr)):
-                if any(isinstance(t, cst.Name) and t.value == name.value for t in walk(n)):
-                    return False  # bound or used some other way: not followed
-            elif isinstance(n, cst.Name) and n.value == name.value:
-                reads += 1
-        # each Assign's target is a Name node too: one read besides the bindings
-        return bound == 1 and reads == 2
+        # Its binding's target is a Name node too: two in all.
+        return (
+            sum(1 for n in walk(self.interp.stack[-1].node.body) if type(n) is cst.Name and n.value == name.value) == 2
+        )
 
     def _sliced(self, base: SeqV, sl: cst.Slice, st: State) -> Val:
         """`self.blocks[half:]`, `devices[1:]`: the same items (the same objects: a loop that moves them

@@ -586,7 +586,10 @@ class Moves(Part):
             or any(a.keyword is not None and a.keyword.value == "generator" for a in made.args)
         ):
             return
-        self.interp.recorder.record(HostMadeMove(node=node, mode=st.mode, factory=made, devs=devs))
+        shaped_after = next((t for a in made.args for n in walk(a.value) if (t := _size_of(n)) is not None), None)
+        self.interp.recorder.record(
+            HostMadeMove(node=node, mode=st.mode, factory=made, devs=devs, shaped_after=shaped_after)
+        )
 
     def in_forward(self) -> bool:
         """Inside a module's forward, or a method it calls: the code that runs on every call
@@ -819,10 +822,17 @@ def _shaped_after_a_tensor(call: cst.Call, fn: cst.FunctionDef | None) -> bool:
     return False
 
 
+def _size_of(n: cst.CSTNode) -> cst.BaseExpression | None:
+    """`x` when `n` is `x.shape` or `x.size(...)`, else None."""
+    if isinstance(n, cst.Attribute) and n.attr.value == "shape":
+        return n.value
+    if isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value == "size":
+        return n.func.value
+    return None
+
+
 def _names_a_size(n: cst.CSTNode) -> bool:
-    return (isinstance(n, cst.Attribute) and n.attr.value == "shape") or (
-        isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value == "size"
-    )
+    return _size_of(n) is not None
 
 
 def _names_set_from_sizes(fn: cst.FunctionDef) -> frozenset[str]:

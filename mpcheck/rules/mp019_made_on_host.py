@@ -9,7 +9,6 @@ import libcst as cst
 
 from mpcheck.devices.events import HostMadeMove
 from mpcheck.devices.values import CURRENT, show, single
-from mpcheck.devices.walk import walk
 from mpcheck.finding import Finding
 from mpcheck.rules.base import Rule, once_per_node
 from mpcheck.rules.context import FileContext
@@ -27,10 +26,11 @@ class MadeOnHost(Rule):
             factory = ctx.code(ev.factory.func)
             target = ctx.code(ev.node.args[0].value) if isinstance(ev.node, cst.Call) and ev.node.args else None
             device = f"device={target}" if target else f"device={dst!r}"
-            if not target and dst == CURRENT and (shaped := _sized_after(ctx, ev.factory)) is not None:
+            shaped = ev.shaped_after
+            if not target and dst == CURRENT and isinstance(shaped, (cst.Name, cst.Attribute)):
                 # `.cuda()`: the current device, which is not where the tensor it is shaped after lives once the
                 # model is placed elsewhere (`-gpu 1`); made where that tensor is, it goes where it is used.
-                device = f"device={shaped}.device"
+                device = f"device={ctx.code(shaped)}.device"
             yield self.finding(
                 ctx,
                 ev.node,
@@ -40,17 +40,3 @@ class MadeOnHost(Rule):
                 devices=["cpu", dst],
                 suggestion=f"pass `{device}` to `{factory}(...)` and drop the move",
             )
-
-
-def _sized_after(ctx: FileContext, factory: cst.Call) -> str | None:
-    """The tensor whose size the factory's arguments name (`x` in `torch.zeros(x.size(0), 3)`), as written."""
-    for a in factory.args:
-        for n in walk(a.value):
-            of = None
-            if isinstance(n, cst.Attribute) and n.attr.value == "shape":
-                of = n.value
-            elif isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value == "size":
-                of = n.func.value
-            if of is not None and isinstance(of, (cst.Name, cst.Attribute)):
-                return ctx.code(of)
-    return None
