@@ -13,7 +13,7 @@ from typing import Any, cast
 
 import libcst as cst
 
-from mpcheck.devices import command_line, memo, module_tree, pre_hooks
+from mpcheck.devices import command_line, memo, module_tree, optimizers, pre_hooks
 from mpcheck.devices import torchapi as T
 from mpcheck.devices.callers import note_call
 from mpcheck.devices.command_line import ParserV
@@ -843,6 +843,9 @@ class Calls(Part):
             cast = self._legacy_type_cast(recv, node.args[0].value, node, st)
             if cast is not None:
                 return cast
+        if optimizers.is_optimizer(recv):
+            assert isinstance(recv, Obj)
+            return optimizers.method(self.interp, recv, meth, node, st)
         if meth == "load_state_dict" and _assigns(kwargs) and isinstance(recv, Obj) and recv.kind == "module":
             self._load_assigned(recv, args[0] if args else kwargs.get("state_dict"), node, st)
             return UNK

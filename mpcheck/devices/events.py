@@ -64,6 +64,19 @@ class Mismatch(Fact):
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
+class StaleOptimizerState(Fact):
+    """`opt.step()` (`node`) of an optimizer whose state was made (`state_at`: its first step, or
+    `load_state_dict`) while its parameters were on `state`, and which are on `params` now: the model
+    was moved since, and the state was not (devices/optimizers.py)."""
+
+    optimizer: str  # its class ("Adam")
+    state: tuple[str, ...]
+    state_at: cst.CSTNode | None
+    params: tuple[str, ...]
+    modules: tuple[str, ...]  # the expressions of the modules whose parameters it holds (`model`)
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
 class DiscardedMove(Fact):
     """`x.to(dev)` as a statement on a tensor (`node`, the call): Tensor.to() returns a moved copy and
     leaves `x` where it was, so the result is lost (nn.Module.to() works in place; a tensor's does not)."""

@@ -20,7 +20,7 @@ from typing import Any, TypeGuard
 
 import libcst as cst
 
-from mpcheck.devices import command_line, element_reads, module_tree, not_a_device
+from mpcheck.devices import command_line, element_reads, module_tree, not_a_device, optimizers
 from mpcheck.devices import torchapi as T
 from mpcheck.devices.callers import note_call
 from mpcheck.devices.events import (
@@ -648,6 +648,12 @@ def _data_loader(lib: Library, c: LibCall) -> Val:
 
 # What draws its order on the host from its `generator=` (torch.randperm, torch.multinomial).
 _HOST_SAMPLERS = ("RandomSampler", "SubsetRandomSampler", "WeightedRandomSampler", "random_split")
+
+
+def _optimizer(lib: Library, c: LibCall) -> Val:
+    """`torch.optim.Adam(model.parameters(), ...)`: an optimizer that knows its modules (optimizers.py)."""
+    used(*c.args, *c.kwargs.values())
+    return optimizers.build(lib.interp, c.last, c.args, c.kwargs, c.node, c.st)
 
 
 def _host_sampler(lib: Library, c: LibCall) -> Val:
@@ -1296,6 +1302,7 @@ EXACT: dict[str, Handler] = _exact(
     ("torch.autograd.grad", _autograd_grad),
     (("torch.utils.checkpoint.checkpoint", "torch.utils.checkpoint.checkpoint_sequential"), _checkpoint),
     ("torch.Generator", _generator),
+    (optimizers.OPTIMIZER_NAMES, _optimizer),
     (list(T.HOST_ARGUMENTS), _host_argument),
     ("functools.partial", _partial),
     (("torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"), _data_loader),

@@ -297,6 +297,7 @@ class Moves(Part):
                     at=node,
                     opaque=recv.opaque or recv.cls is not None,
                     nn_class=recv.nn_class,  # an LSTM moved is still one (its state must follow it)
+                    ident=recv.ident,  # the same object, moved in place
                 )
             )
             self.rebind(recv_expr, res, st)

@@ -13,6 +13,7 @@ from mpcheck.devices.events import (
     Mismatch,
     PlacedTwice,
     SplitBuiltAfterSetDevice,
+    StaleOptimizerState,
     StatisticsReplaced,
 )
 from mpcheck.devices.names import dotted
@@ -204,6 +205,8 @@ class MissingTransfer(Rule):
             if ctx.line(replaced.node) not in replaced_on:
                 replaced_on.add(ctx.line(replaced.node))
                 yield _statistics_replaced_finding(self, ctx, replaced)
+        for stale in once_per_node(ctx.model.facts(StaleOptimizerState)):
+            yield _stale_state_finding(self, ctx, stale)
 
 
 def _buffers_left_finding(rule: Rule, ctx: FileContext, ev: BuffersLeftBehind) -> Finding:
@@ -240,6 +243,49 @@ def _statistics_replaced_finding(rule: Rule, ctx: FileContext, ev: StatisticsRep
         modules=[owner],
         suggestion=f"reset `{owner}.{stat}` in place instead of replacing it",
     )
+
+
+def _stale_state_finding(rule: Rule, ctx: FileContext, ev: StaleOptimizerState) -> Finding:
+    """MP001 at `opt.step()` of an optimizer whose state stayed where its parameters were when it was made."""
+    assert isinstance(ev.node, cst.Call)
+    step = ctx.code(ev.node)
+    opt = ctx.code(ev.node.func.value) if isinstance(ev.node.func, cst.Attribute) else "the optimizer"
+    made = ev.state_at
+    if (
+        isinstance(made, cst.Call)
+        and isinstance(made.func, cst.Attribute)
+        and made.func.attr.value == "load_state_dict"
+    ):
+        how = f"`{opt}.load_state_dict(...)` at line {ctx.line(made)} cast the loaded state to them"
+        fix = f"place the model before `{opt}.load_state_dict(...)` (line {ctx.line(made)})"
+    elif made is not None and made is not ev.node and isinstance(made, cst.Call) and _is_step(made):
+        how = f"its first `step()` at line {ctx.line(made)} made it there"
+        fix = f"place the model before the first `{opt}.step()`, or move the state with it"
+    else:
+        how = "it was built with its state there"
+        fix = "place the model before building the optimizer"
+    whose = " and ".join(f"`{m}`" for m in dict.fromkeys(ev.modules) if m) or "its model"
+    return rule.finding(
+        ctx,
+        ev.node,
+        f"`{step}`: {ev.optimizer}'s state is on {_devices_text(ev.state)}, where its parameters were when it was "
+        f"made ({how}), but {whose} has been moved since and its parameters are now on "
+        f"{_devices_text(ev.params)}{MODE_WORDS.get(ev.mode, '')}{via_text(ctx, ev.via)}: an optimizer moves its "
+        f"parameters' state only when it makes or loads it, so this step meets state and parameters on different "
+        f"devices and fails. {fix[0].upper()}{fix[1:]}.",
+        devices=[*ev.state, *ev.params],
+        modules=[m for m in ev.modules if m],
+        suggestion=fix,
+    )
+
+
+def _is_step(call: cst.Call) -> bool:
+    return isinstance(call.func, cst.Attribute) and call.func.attr.value == "step"
+
+
+def _devices_text(devs: tuple[str, ...]) -> str:
+    shown = [show(d) for d in devs]
+    return shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + " and " + shown[-1]
 
 
 def _could_mend(d: DiscardedMove, there: str | None) -> bool:
