@@ -199,3 +199,49 @@ def test_the_step_in_a_helper_names_its_caller():
     got = findings(body)
     assert [f.line - NET.count("\n") for f in got] == [4]
     assert "when called by `train(model, opt)`" in got[0].message
+
+
+SAM = """
+import torch
+import torch.nn as nn
+
+
+class SAM(torch.optim.Optimizer):
+    def __init__(self, params, base_optimizer, rho=0.05, **kwargs):
+        super().__init__(params, dict(rho=rho, **kwargs))
+        self.base_optimizer = base_optimizer(self.param_groups, **kwargs)
+
+    @torch.no_grad()
+    def first_step(self):
+        shared = self.param_groups[0]["params"][0].device
+        norm = torch.norm(torch.stack([p.grad.norm().to(shared) for g in self.param_groups for p in g["params"]]))
+        for group in self.param_groups:
+            scale = group["rho"] / (norm + 1e-12)
+            for p in group["params"]:
+                p.add_(p.grad * SCALE)
+
+
+class Split(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(8, 8).to("cuda:0")
+        self.b = nn.Linear(8, 8).to("cuda:1")
+
+    def forward(self, x):
+        return self.b(self.a(x.to("cuda:0")).to("cuda:1"))
+
+
+model = Split()
+opt = SAM(model.parameters(), torch.optim.SGD, lr=0.1)
+model(torch.randn(2, 8)).sum().backward()
+opt.first_step()
+"""
+
+
+def test_a_hand_written_optimizer_loops_over_a_parameter_on_each_device():
+    src = textwrap.dedent(SAM)
+    got = [f for f in analyze("t.py", src.replace("SCALE", "scale"), ALL, "m", {}).findings if f.code == "MP001"]
+    assert [f.line for f in got] == [18]
+    assert "cuda:0" in got[0].message and "cuda:1" in got[0].message
+    fixed = src.replace("SCALE", "scale.to(p)")
+    assert [f for f in analyze("t.py", fixed, ALL, "m", {}).findings if f.code == "MP001"] == []

@@ -658,6 +658,11 @@ class Calls(Part):
         elif isinstance(callee, Obj) and callee.cls is not None and isinstance(func, cst.Call):
             if built_here(func, callee.cls.name):  # Net()(x): a temporary, never moved
                 callee = never_placed_view(self.interp, callee, None) or callee
+        if isinstance(callee, Obj) and callee.kind == "any" and callee.origin.startswith(LOADED):
+            # A whole model unpickled by torch.load: of a class not known here, whose forward may move its
+            # input itself (`x.to(next(self.parameters()).device)`): where its input must be is not known.
+            used(*args, *kwargs.values())
+            return UNK
         if isinstance(callee, Obj) and callee.kind in ("module", "any", "passthrough", "loss"):
             return self.module_call(callee, args, kwargs, st, node, exprs)
         if isinstance(callee, SeqV) and callee.module:
@@ -1026,9 +1031,14 @@ class Calls(Part):
             ints = meth in T.INDEX_METHODS or (
                 recv.index_like and (meth in T.LAYOUT_METHODS or meth in T.ENLARGING_METHODS)
             )
+            zero_dim = (
+                recv.kind == "scalar"
+                and meth in T.ZERO_DIM_KEEPING_METHODS
+                and not any(isinstance(a, Obj) for a in (*args, *kwargs.values()))
+            )
             return recv.with_(
                 label="",
-                kind="tensor",
+                kind="scalar" if zero_dim else "tensor",
                 worked=worked,
                 invariant=inv,
                 lineage=lineage,
@@ -1070,6 +1080,8 @@ class Calls(Part):
                     m = base.method(meth)
                     if m is not None:
                         return self.call_function(m, st.self_obj, args, kwargs, st, node)
+                if meth == "__init__" and optimizers.is_optimizer_class(here, self.interp.exprs.qname):
+                    optimizers.init_param_groups(st.self_obj, args, kwargs)
             return Const(None) if meth == "__init__" else UNK
         if isinstance(recv, Const) and isinstance(recv.value, str):
             return _string_method(recv.value, meth, args, kwargs)

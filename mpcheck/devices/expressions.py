@@ -33,6 +33,7 @@ from mpcheck.devices.values import (
     DictV,
     FuncRef,
     Obj,
+    ParamsOf,
     QName,
     SeqV,
     Summarized,
@@ -220,9 +221,11 @@ class Expressions(Part):
                 if _picks_positions(node):
                     self._note_indexed_after_move(node, base, st)  # `h.to(dev)[:, 0]`
                 used(base, *indices)  # an index tensor is read where the indexed tensor is (`hyps[src, :]`)
-                return base.with_(label="", kind="tensor", worked=True)
+                return base.with_(label="", kind=_element_kind(base, node, indices), worked=True)
             return UNK
         idx = self.ev(node.slice[0].slice.value, st)
+        if isinstance(base, ParamsOf) and isinstance(idx, Const) and idx.value == 0 and base.shape != "mapping":
+            return base.first()  # `group["params"][0]` (a list of them in torch: its first)
         if isinstance(base, SeqV):
             if isinstance(idx, Const) and isinstance(idx.value, int) and base.items is not None:
                 if -len(base.items) <= idx.value < len(base.items):
@@ -255,7 +258,9 @@ class Expressions(Part):
             return SymV(f"{base.name}[{idx.value!r}]" if isinstance(idx.value, str) else f"{base.name}[{idx.value}]")
         if isinstance(base, Obj) and base.kind in ("tensor", "param", "buffer", "any"):
             if (isinstance(idx, Obj) and idx.index_like) or _picks_positions(node):
-                self._note_indexed_after_move(node, base, st)
+                if not (isinstance(idx, Obj) and idx.devs == base.devs and both_cuda(idx.devs, base.devs)):
+                    # (An index on the GPU the table was moved to cannot index it on the host: not MP016.)
+                    self._note_indexed_after_move(node, base, st)
             used(base, idx)  # an index tensor is read where the indexed tensor is (`hyps[src]` on the host)
             if isinstance(idx, Obj) and both_cuda(idx.devs, base.devs):
                 # CPU index tensors may index a CUDA tensor; one on another GPU may not.
@@ -268,7 +273,7 @@ class Expressions(Part):
                     op="index",
                     expr=node.slice[0].slice.value,
                 )
-            return base.with_(label="", kind="tensor", invariant=base.invariant, worked=True)
+            return base.with_(label="", kind=_element_kind(base, node, [idx]), invariant=base.invariant, worked=True)
         return UNK
 
     def _note_indexed_after_move(self, node: cst.Subscript, base: Obj, st: State) -> None:
@@ -286,12 +291,19 @@ class Expressions(Part):
             and not base.worked
             and not base.index_like
             and (node.value is move or self._read_only_here(node.value))
+            and not self._made_before_a_loop(base)
         ):
             return
         self.interp.recorder.record(
             OversizedMove(node=move, mode=st.mode, src=base.moved_from, dst=base.devs, indexed=node),
             key=(base.moved_from, base.devs),
         )
+
+    def _made_before_a_loop(self, value: Obj) -> bool:
+        """`value` was alive before a loop of this function that is running now: moved once, read on every
+        pass (`table = t.to(dev)` then `table[idx]` per step), so moving the whole of it once is no waste."""
+        depth = len(self.interp.stack)
+        return any(loop_depth == depth and id(value) in outer for outer, _, loop_depth in self.interp.loop_outer)
 
     def _read_only_here(self, name: cst.BaseExpression) -> bool:
         """`name` is a local the current function binds once (the move's result: the value is still the
@@ -978,3 +990,21 @@ def _picks_positions(node: cst.Subscript) -> bool:
         else:
             return False
     return picked
+
+
+def _element_kind(base: Obj, node: cst.Subscript, indices: list[Val]) -> str:
+    """ "scalar" for a CPU tensor indexed by numbers only (`alpha_bar[t]`, `table[i, j]`): the result may be
+    0-dim, and a 0-dim CPU tensor mixes with tensors on any GPU (the rank is not known, so it is not taken
+    for a row); else "tensor"."""
+    if base.devs != one("cpu") or not indices:
+        return "tensor"
+    for el, v in zip(node.slice, indices, strict=False):
+        if not isinstance(el.slice, cst.Index) or isinstance(v, (Obj, SeqV)) or _none_or_ellipsis(el.slice.value):
+            return "tensor"
+        if isinstance(v, Const) and type(v.value) is not int:
+            return "tensor"
+    return "scalar" if len(indices) == len(node.slice) else "tensor"
+
+
+def _none_or_ellipsis(expr: cst.BaseExpression) -> bool:
+    return isinstance(expr, cst.Ellipsis) or (isinstance(expr, cst.Name) and expr.value == "None")

@@ -693,7 +693,8 @@ def _default_collate(sample: Val, node: cst.Call, depth: int = 0) -> Val:
     their device, Python numbers made a tensor on the host, tuples, lists and dicts item by item."""
     if depth > 4:
         return UNK
-    if isinstance(sample, Obj) and sample.kind in ("tensor", "param", "buffer") and not sample.opaque:
+    if isinstance(sample, Obj) and sample.kind in ("tensor", "param", "buffer", "scalar") and not sample.opaque:
+        # (a sample that may be 0-dim, `self.y[i]`, is stacked into a batch: no longer one that mixes)
         return sample.with_(label="", kind="tensor", invariant=False, worked=True)
     if isinstance(sample, Const) and type(sample.value) in (int, float, bool):
         return Obj(

@@ -190,7 +190,10 @@ class Moves(Part):
                     isinstance(v, Obj) and v.kind in ("module", "any", "param", "buffer", "tensor")
                 ):
                     recv.attrs[attr] = (
-                        self.move(v, meth, args, kwargs, node, st)
+                        # (named as `self.<attr>`: the container, not `self`, is what this move rebinds)
+                        self.move(v, meth, args, kwargs, node, st, cst.Attribute(recv_expr, cst.Name(attr)))
+                        if isinstance(v, SeqV) and isinstance(recv_expr, cst.Name)
+                        else self.move(v, meth, args, kwargs, node, st)
                         if isinstance(v, SeqV)
                         else (
                             v.with_(devs=devs, origin=f"moved with the whole module by self.{meth}()", at=node)
@@ -229,14 +232,16 @@ class Moves(Part):
             return res
         where = show(single(devs)) if single(devs) else "a device"
         if isinstance(recv, SeqV) and recv.module:
+            # Each item is moved as `<container>[k]`: an item's move rebinds no name (the container is rebound
+            # below), where the call's own receiver (`self` of `self.to(d)`) would be taken for the item's name.
             moved = [
-                self.move(i, meth, args, kwargs, node, st)
+                self.move(i, meth, args, kwargs, node, st, _item_of(recv_expr, k))
                 if isinstance(i, (Obj, SeqV))
                 else _placed_any(devs, where, node)
-                for i in (recv.items or ())
+                for k, i in enumerate(recv.items or ())
             ]
             elem = (
-                self.move(recv.elem, meth, args, kwargs, node, st)
+                self.move(recv.elem, meth, args, kwargs, node, st, _item_of(recv_expr, 0))
                 if recv.items is None and isinstance(recv.elem, (Obj, SeqV))
                 else _placed_any(devs, where, node)
             )
@@ -253,7 +258,9 @@ class Moves(Part):
         if isinstance(recv, DictV) and recv.module:
             # An nn.ModuleDict moves its entries (`self.parts["stem"].to(dev)`, a ModuleDict inside one).
             entries = {
-                k: self.move(v, meth, args, kwargs, node, st) if isinstance(v, (Obj, SeqV, DictV)) else v
+                k: self.move(v, meth, args, kwargs, node, st, _item_of(recv_expr, k))
+                if isinstance(v, (Obj, SeqV, DictV))
+                else v
                 for k, v in recv.items.items()
             }
             table = DictV(entries, module=True)
@@ -721,6 +728,14 @@ def forget_copies(name: str, st: State) -> None:
     if isinstance(table, _Copies) and any(k[1].partition(".")[0] == name for k in table.made):
         kept = {k: v for k, v in table.made.items() if k[1].partition(".")[0] != name}
         st.env[_COPIES] = _Copies(table.scope, kept)
+
+
+def _item_of(container: cst.BaseExpression | None, key: object) -> cst.BaseExpression | None:
+    """`container[key]`, the expression of an item moved with its container (None: no container named)."""
+    if container is None:
+        return None
+    index = cst.Integer(str(key)) if isinstance(key, int) and key >= 0 else cst.SimpleString(repr(str(key)))
+    return cst.Subscript(container, [cst.SubscriptElement(cst.Index(index))])
 
 
 def _swapped(v: Val, old: Val, new: Val, depth: int = 0) -> Val | None:

@@ -18,6 +18,7 @@ object itself (a `step()` in a helper changes the caller's optimizer too, as Pyt
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -29,7 +30,7 @@ from mpcheck.devices.values import UNK, UNPLACED, Const, DictV, Obj, ParamsOf, S
 
 if TYPE_CHECKING:
     from mpcheck.devices.interp import Interp
-    from mpcheck.devices.program import State
+    from mpcheck.devices.program import ClassInfo, State
 
 # torch.optim's optimizers. SGD has state only with momentum (it is the only one without by default);
 # Adagrad makes its state in its constructor.
@@ -284,3 +285,26 @@ def _stateful(name: str, args: list[Val], kwargs: dict[str, Val]) -> bool:
     momentum = kwargs.get("momentum", args[2] if len(args) > 2 else Const(0))
     # momentum=0 (the default) keeps no state; an unknown value may.
     return not (isinstance(momentum, Const) and not momentum.value)
+
+
+def is_optimizer_class(cls: ClassInfo, qname: Callable[[cst.CSTNode], str | None]) -> bool:
+    """A class of the file written on torch.optim.Optimizer (SAM, Lookahead, a hand-written Adam)."""
+    return any(qname(b.value) == "torch.optim.Optimizer" for b in cls.node.bases)
+
+
+def init_param_groups(me: Val, args: list[Val], kwargs: dict[str, Val]) -> None:
+    """`super().__init__(params, defaults)` of such a class: `self.param_groups` is one group of `params`
+    (with the defaults' keys), or the groups given (a list of dicts), as torch.optim.Optimizer makes it. Its
+    methods' loops over `group["params"]` then meet a parameter on each device of a split model."""
+    if not isinstance(me, Obj) or me.attrs is None:
+        return
+    params = args[0] if args else kwargs.get("params", UNK)
+    defaults = args[1] if len(args) > 1 else kwargs.get("defaults", UNK)
+    if isinstance(params, SeqV) and params.items and all(isinstance(g, DictV) for g in params.items):
+        groups: SeqV = params
+    elif isinstance(params, ParamsOf):
+        extra = dict(defaults.items) if isinstance(defaults, DictV) else {}
+        groups = SeqV((DictV({**extra, "params": params}),), kind="list")
+    else:
+        return
+    me.attrs["param_groups"] = groups

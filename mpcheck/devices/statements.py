@@ -285,7 +285,8 @@ class Statements(Part):
                 continue
             self.open_tests.append(stmt.test)
             try:
-                with self.interp.gpus.guarded(not mode):  # a test the model cannot decide may guard an index
+                # A test the model cannot decide may guard an index (not the script's `__name__` test).
+                with self.interp.gpus.guarded(not mode and not _script_test(stmt.test)):
                     then = self.exec_block(stmt.body.body, [self._with_mode(st.copy(), mode, True)])
                     if stmt.orelse is None:
                         other = [self._with_mode(st.copy(), mode, False)]
@@ -793,3 +794,14 @@ def _leaves(body: Sequence[cst.BaseStatement] | Sequence[cst.BaseSmallStatement]
     if isinstance(last, cst.SimpleStatementLine):
         last = last.body[-1]
     return isinstance(last, _LEAVING)
+
+
+def _script_test(test: cst.BaseExpression) -> bool:
+    """`__name__ == "__main__"`: whether the file runs as a script, which says nothing of the GPUs."""
+    return (
+        isinstance(test, cst.Comparison)
+        and isinstance(test.left, cst.Name)
+        and test.left.value == "__name__"
+        and len(test.comparisons) == 1
+        and isinstance(test.comparisons[0].comparator, cst.SimpleString)
+    )

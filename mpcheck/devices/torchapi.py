@@ -360,6 +360,34 @@ ELEMENTWISE_STEPS = frozenset(
     }
 )
 
+# Tensor methods that give a 0-dim tensor for a 0-dim one (element-wise, casts, copies): what a number read off a
+# CPU table (`alpha_bar[t].sqrt()`) stays, a tensor that mixes with tensors on any GPU.
+ZERO_DIM_KEEPING_METHODS = (
+    ELEMENTWISE_STEPS
+    | DTYPE_METHODS
+    | frozenset(
+        {
+            "sqrt",
+            "rsqrt",
+            "exp",
+            "log",
+            "log1p",
+            "expm1",
+            "sin",
+            "cos",
+            "tanh",
+            "sigmoid",
+            "reciprocal",
+            "pow",
+            "clamp",
+            "clip",
+            "clone",
+            "contiguous",
+        }
+    )
+)
+
+
 # Layout methods that compute nothing: the same data seen in another shape. A tensor moved and then
 # only reshaped (`logits.to(dev).flatten(0, 1)`) is still idle since its move (MP005, MP014).
 SHAPE_ONLY_METHODS = LAYOUT_METHODS - {"repeat", "expand", "clone", "type"}
