@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import importlib.util
 import os
 import sys
 from collections.abc import Mapping
@@ -140,6 +141,10 @@ def lint_main(argv: list[str]) -> int:
     args = _lint_parser().parse_args(argv)
     if args.jobs is not None and args.jobs < 1:
         raise ConfigError("--jobs must be at least 1")
+    if importlib.util.find_spec("libcst") is None:
+        # A broken install: said once, not as an internal error on every file it would parse.
+        _err("the linter needs libcst, which this Python cannot import: pip install mpcheck (it brings libcst)")
+        return EXIT_ERROR
     paths = args.paths or ["."]
     use_stdin = "-" in paths
     paths = [p for p in paths if p != "-"]

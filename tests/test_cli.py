@@ -588,3 +588,16 @@ def test_dry_run_names_the_imported_module_relative_to_the_current_folder_as_the
 def test_dry_run_of_the_training_example_runs_to_its_end():
     r = _dry_run("train.py")
     assert "Traceback" not in r.stderr, r.stderr
+
+
+def test_a_python_without_libcst_gets_one_clear_error(tmp_path, monkeypatch, capsys):
+    import importlib.util
+
+    from mpcheck import cli
+
+    (tmp_path / "a.py").write_text("import torch\nx = torch.zeros(2).cuda()\n")
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "libcst" else real(name, *a))
+    assert cli.main([str(tmp_path / "a.py"), "--no-cache"]) == 2
+    err = capsys.readouterr().err
+    assert "needs libcst" in err and "internal error" not in err
