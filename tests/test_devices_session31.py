@@ -110,3 +110,30 @@ def test_an_index_past_the_last_gpu_is_reported_in_the_scripts_main_block():
     # The same index under a test of the count is what the test may guard against: not reported.
     guarded = src.replace('if __name__ == "__main__":', "if torch.cuda.device_count() > 4:")
     assert findings(guarded, "MP009") == []
+
+
+TABLE = """
+import torch
+
+alphas_bar = torch.cumprod(1.0 - torch.linspace(1e-4, 0.02, 1000), dim=0)
+x0 = torch.randn(8, 16, device="cuda:0")
+MOVE
+for step in range(4):
+    t = IDX
+    ab = PICK
+    x = ab[:, None] * x0
+"""
+
+
+def _table(move: str, idx: str, pick: str, code: str = "MP016") -> list:
+    return findings(TABLE.replace("MOVE", move).replace("IDX", idx).replace("PICK", pick), code)
+
+
+def test_a_table_moved_once_before_the_loop_that_indexes_it_is_no_waste():
+    # Moved once, indexed on every pass (by host ids, or by ids on the GPU it went to): silent.
+    assert _table('table = alphas_bar.to("cuda:0")', "torch.randint(0, 1000, (8,))", "table[t]") == []
+    assert _table('table = alphas_bar.to("cuda:0")', 'torch.randint(0, 1000, (8,), device="cuda:0")', "table[t]") == []
+    # Moved whole on every pass for the rows the index keeps: reported at the move (MP011's, the table being
+    # unchanging: a repeated copy of a constant is its alone).
+    every_pass = ("", "torch.randint(0, 1000, (8,))", 'alphas_bar.to("cuda:0")[t]')
+    assert [f.line for f in _table(*every_pass, code="MP011")] == [9]

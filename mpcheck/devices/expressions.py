@@ -291,19 +291,14 @@ class Expressions(Part):
             and not base.worked
             and not base.index_like
             and (node.value is move or self._read_only_here(node.value))
-            and not self._made_before_a_loop(base)
+            # moved once before a loop that indexes it on every pass (`ab = t.to(dev)`, then `ab[t]` per step)
+            and not (isinstance(node.value, cst.Name) and self.interp.bound_before_loop(base, node.value.value))
         ):
             return
         self.interp.recorder.record(
             OversizedMove(node=move, mode=st.mode, src=base.moved_from, dst=base.devs, indexed=node),
             key=(base.moved_from, base.devs),
         )
-
-    def _made_before_a_loop(self, value: Obj) -> bool:
-        """`value` was alive before a loop of this function that is running now: moved once, read on every
-        pass (`table = t.to(dev)` then `table[idx]` per step), so moving the whole of it once is no waste."""
-        depth = len(self.interp.stack)
-        return any(loop_depth == depth and id(value) in outer for outer, _, loop_depth in self.interp.loop_outer)
 
     def _read_only_here(self, name: cst.BaseExpression) -> bool:
         """`name` is a local the current function binds once (the move's result: the value is still the
@@ -996,14 +991,14 @@ def _element_kind(base: Obj, node: cst.Subscript, indices: list[Val]) -> str:
     """ "scalar" for a CPU tensor indexed by numbers only (`alpha_bar[t]`, `table[i, j]`): the result may be
     0-dim, and a 0-dim CPU tensor mixes with tensors on any GPU (the rank is not known, so it is not taken
     for a row); else "tensor"."""
-    if base.devs != one("cpu") or not indices:
-        return "tensor"
-    for el, v in zip(node.slice, indices, strict=False):
-        if not isinstance(el.slice, cst.Index) or isinstance(v, (Obj, SeqV)) or _none_or_ellipsis(el.slice.value):
+    if base.devs != one("cpu") or len(indices) != len(node.slice):
+        return "tensor"  # (a slice among the indices: `indices` holds only those of `cst.Index`)
+    for el, v in zip(node.slice, indices, strict=True):
+        if not isinstance(el.slice, cst.Index) or _none_or_ellipsis(el.slice.value):
             return "tensor"
-        if isinstance(v, Const) and type(v.value) is not int:
+        if isinstance(v, (Obj, SeqV)) or (isinstance(v, Const) and type(v.value) is not int):
             return "tensor"
-    return "scalar" if len(indices) == len(node.slice) else "tensor"
+    return "scalar"
 
 
 def _none_or_ellipsis(expr: cst.BaseExpression) -> bool:

@@ -216,6 +216,13 @@ class Interp:
         self.ident_names[ident] = name
         return ident
 
+    def bound_before_loop(self, value: Val, name: str) -> bool:
+        """`name` holds `value`, alive before a loop of the current function that is running now and not
+        rebound in it: what the loop does with it is done on every pass to the same value. A loop in a
+        caller does not count (which value a caller passes on each pass is the caller's business)."""
+        depth = len(self.stack)
+        return any(d == depth and id(value) in outer and name not in assigned for outer, assigned, d in self.loop_outer)
+
     def new_lineage(self) -> int:
         self._lineages += 1
         return self._lineages

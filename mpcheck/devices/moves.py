@@ -189,11 +189,10 @@ class Moves(Part):
                 if (isinstance(v, SeqV) and v.module) or (
                     isinstance(v, Obj) and v.kind in ("module", "any", "param", "buffer", "tensor")
                 ):
+                    part = cst.Attribute(recv_expr, cst.Name(attr)) if recv_expr is not None else None
                     recv.attrs[attr] = (
-                        # (named as `self.<attr>`: the container, not `self`, is what this move rebinds)
-                        self.move(v, meth, args, kwargs, node, st, cst.Attribute(recv_expr, cst.Name(attr)))
-                        if isinstance(v, SeqV) and isinstance(recv_expr, cst.Name)
-                        else self.move(v, meth, args, kwargs, node, st)
+                        # (moved as `self.<attr>`: the container, not `self`, is what that move rebinds)
+                        self.move(v, meth, args, kwargs, node, st, part)
                         if isinstance(v, SeqV)
                         else (
                             v.with_(devs=devs, origin=f"moved with the whole module by self.{meth}()", at=node)
@@ -609,12 +608,7 @@ class Moves(Part):
         rebound in it. A loop in a caller does not count: a forward that moves its argument is the
         usual input hop, and which tensor a caller passes on each iteration is the caller's business."""
         expr = self._moved_expr(node)
-        if self.interp.loop_outer and isinstance(expr, cst.Name):
-            depth = len(self.interp.stack)
-            for outer, assigned, loop_depth in self.interp.loop_outer:
-                if loop_depth == depth and id(recv) in outer and expr.value not in assigned:
-                    return True
-        return False
+        return isinstance(expr, cst.Name) and self.interp.bound_before_loop(recv, expr.value)
 
     def _target_fixed_in_loop(self, node: cst.Call) -> bool:
         """The move's arguments (`"cuda:0"`, `device`) name nothing the enclosing loops of this function

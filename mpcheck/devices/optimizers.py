@@ -18,7 +18,7 @@ object itself (a `step()` in a helper changes the caller's optimizer too, as Pyt
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -26,7 +26,7 @@ import libcst as cst
 
 from mpcheck.devices.events import StaleOptimizerState
 from mpcheck.devices.names import dotted
-from mpcheck.devices.values import UNK, UNPLACED, Const, DictV, Obj, ParamsOf, SeqV, Val
+from mpcheck.devices.values import UNK, UNPLACED, Const, Devs, DictV, Obj, ParamsOf, SeqV, Val, is_moduleish, single
 
 if TYPE_CHECKING:
     from mpcheck.devices.interp import Interp
@@ -91,7 +91,7 @@ def method(interp: Interp, opt: Obj, meth: str, node: cst.Call, st: State) -> Va
         if info.state is None:
             _make_state(interp, opt, node, st)
         else:
-            _check_step(interp, opt, info, node, st)
+            _check_step(interp, info, node, st)
     return UNK
 
 
@@ -114,7 +114,7 @@ def _make_state(interp: Interp, opt: Obj, node: cst.Call, st: State, again: bool
     opt.extra = {**(opt.extra or {}), _KEY: replace(info, state=state, state_at=node)}
 
 
-def _check_step(interp: Interp, opt: Obj, info: _Optimizer, node: cst.Call, st: State) -> None:
+def _check_step(interp: Interp, info: _Optimizer, node: cst.Call, st: State) -> None:
     assert info.state is not None
     now = _devices_now(interp, info, st)
     if now is None or "?" in info.state or now == info.state:
@@ -189,32 +189,26 @@ def _param_devices(m: Val, default_changed: bool, depth: int = 0) -> set[str] | 
         return _concrete(m.devs)
     refs = m.cls.refs if m.cls is not None else set()
     parts = [v for a, v in m.attrs.items() if a not in refs]
-    own = [p for p in parts if (isinstance(p, Obj) and p.kind in ("module", "any", "param")) or _holds_modules(p)]
+    own = [p for p in parts if is_moduleish(p) and not (isinstance(p, Obj) and p.kind == "buffer")]
     if not own:
         return _concrete(m.devs)
     return _union(_param_devices(p, default_changed, depth + 1) for p in own)
 
 
-def _holds_modules(v: Val) -> bool:
-    return (isinstance(v, SeqV) and v.module) or (isinstance(v, DictV) and v.module)
-
-
-def _union(parts: object) -> set[str] | None:
+def _union(parts: Iterable[set[str] | None]) -> set[str] | None:
     out: set[str] = set()
-    for p in parts:  # type: ignore[attr-defined]
+    for p in parts:
         if p is None:
             return None
         out |= p
     return out
 
 
-def _concrete(devs: frozenset[str] | None) -> set[str] | None:
-    if devs is None or len(devs) != 1:
-        return None  # unknown, or one of several (paths that disagree)
-    (d,) = devs
-    if d == "cpu" or (d.startswith("cuda:") and d[5:].isdigit()):
-        return {d}
-    return None  # `cuda` (the current device), a symbolic device: not known
+def _concrete(devs: Devs) -> set[str] | None:
+    """The one device of `devs` when it names one: not unknown, one of several (paths that disagree), `cuda`
+    (the current device) or a symbolic device."""
+    d = single(devs)
+    return {d} if d is not None and (d == "cpu" or (d.startswith("cuda:") and d[5:].isdigit())) else None
 
 
 def _modules_of(
