@@ -169,7 +169,11 @@ class Calls(Part):
             for i, changed in self.interp.memo_changed.get(key, ()):
                 _rebind_changed(args[i], changed, st)
             return _relinked(self.interp.memo[key], self.interp.memo_lineages.get(key, ((), True)), args)
-        self.interp.memo[key] = UNK
+        # A run in an __init__ builds that module's own parts, which its __init__ goes on to place or split:
+        # a later call elsewhere must not be handed them as its result, so that run is not remembered.
+        remember = not st.in_init
+        if remember:
+            self.interp.memo[key] = UNK
         fresh = [not a.worked for a in passed]
         lineages = tuple(a.lineage if isinstance(a, Obj) else None for a in args)
         steps_before = len(self.interp.recorder.crossings)
@@ -199,12 +203,14 @@ class Calls(Part):
             sites.pop()
             running.pop()
         changes = _changed_instances(held, ends)
-        self.interp.memo_changed[key] = changes
         for i, changed in changes:
             _rebind_changed(args[i], changed, st)
         result = cst_.given_back()
         if result is None:
             result = Const(None)
+        if not remember:
+            return result
+        self.interp.memo_changed[key] = changes
         self.interp.memo[key] = result
         # The arguments the body certainly left idle: idle before and after it (one already worked on may
         # or may not have been used: counted as used when the result is reused).

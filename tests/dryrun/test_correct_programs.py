@@ -1014,3 +1014,67 @@ def test_a_sparse_matrix_on_a_gpu_is_where_its_values_are(script, dryrun_cli):
     s = script(SPARSE_GRAPH.replace("HOP", "h.to('cuda:1')"))
     status, report, err = dryrun_cli(s, "--gpus", "2")
     assert ("MP001", s.line("mm")) in codes_at(report), (report["findings"], err)
+
+
+# An embedding table split by rows over two GPUs: the ids go to the shard on cuda:1 and its rows come back to
+# meet the rows looked up on cuda:0, where the ids stayed. The ids carry no gradient, so the graph cannot say
+# what left; what leaves cuda:0 next also comes from the lookup done there before the rows came back: the trip
+# to cuda:1 was a branch (pingpong.py, Chain.drop_branch), not the activation going back and forth.
+ROW_SHARDED = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+V, V0, D = 100, 60, 16
+
+
+class ShardedEmbedding(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.shard0 = nn.Embedding(V0, D).to("cuda:0")
+        self.shard1 = nn.Embedding(V - V0, D).to("cuda:1")
+
+    def forward(self, ids):
+        in1 = ids >= V0
+        LOOKUP
+        ids1 = (ids - V0).clamp(min=0).to(self.shard1.weight.device)
+        e1 = self.shard1(ids1).to(ids.device)  # <- back
+        return COMBINE
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = ShardedEmbedding()
+        self.enc = nn.Sequential(nn.Linear(D, D), nn.ReLU()).to("cuda:0")
+        self.cls = nn.Linear(D, 2).to("cuda:1")
+
+    def forward(self, ids):
+        h = self.enc(self.emb(ids.to("cuda:0"))).mean(1)
+        return self.cls(h.to("cuda:1"))
+
+
+model = Model()
+for step in range(2):
+    ids = torch.randint(0, V, (8, 6))
+    F.cross_entropy(model(ids), (ids >= V0).any(1).long().to("cuda:1")).backward()
+"""
+
+
+def test_an_embedding_split_by_rows_over_two_gpus_is_not_a_ping_pong(script, dryrun_cli):
+    program = ROW_SHARDED.replace("LOOKUP", "e0 = self.shard0(ids.clamp(max=V0 - 1))").replace(
+        "COMBINE", "torch.where(in1.unsqueeze(-1), e1, e0)"
+    )
+    status, report, err = dryrun_cli(script(program), "--gpus", "2")
+    assert status == 0, err
+    assert report["findings"] == []
+
+
+def test_ids_sent_to_a_table_whose_rows_come_back_alone_are_still_a_ping_pong(script, dryrun_cli):
+    # Only the rows from cuda:1 go on (nothing was looked up where the ids stayed): cuda:0 -> cuda:1 -> cuda:0
+    # -> cuda:1, where putting `enc` on cuda:1 would cross once.
+    program = ROW_SHARDED.replace("LOOKUP", "pass").replace("COMBINE", "e1")
+    s = script(program)
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 0, err
+    assert "MP006" in {c for c, _ in codes_at(report)}

@@ -35,7 +35,10 @@ data that left D stayed there and meets what came back (experts on another GPU w
 summed where the tokens are; the next layer's input mixes both). Asked of the graph at the next
 departure from D: does that data depend on what left (or on what it was taken from: x for x[rows]),
 by a path that does not go through what came back? When what left has no autograd node (an input that needs
-no gradient), the excursion counts. Without a graph (no_grad), the excursion is dropped when something on D
+no gradient), the excursion counts, unless what left was indices (integer or bool data, which no layer's
+activation is: the ids of a row-sharded embedding sent to the shard that holds their rows) and the data
+leaving D again also comes from work done on D before the result came back, not through it (the other
+shard's rows, looked up where the ids stayed): the lookup on E was a branch beside that work. Without a graph (no_grad), the excursion is dropped when something on D
 stayed to meet the result (Chain.stayed): the data that left D was still alive when the result came back,
 or the code that brings it back still holds a tensor on D in its local variables (the tokens of an expert
 stack, `y[rows] = expert(h[rows].to(e)).to(h.device)`). Layers fed only by the previous result
@@ -72,6 +75,7 @@ class Chain:
         "sent",
         "last_node",
         "steps",
+        "indices_left",
         "last_sent",
         "stayed",
         "used",
@@ -92,6 +96,7 @@ class Chain:
         # For the last two crossings, the node keys of the data that left and of what it was taken
         # from on its device (`x[rows]`: x's node), for drop_branch.
         self.steps: list[frozenset[tuple[int, str]]] = []
+        self.indices_left: list[bool] = []  # for the same crossings: was the data that left integer or bool?
         self.last_sent: Any = None  # _StorageRef of the data the latest crossing took away
         # Without a graph: when the chain came straight back to a device (an excursion out and back), did
         # data stay there to meet the result (what left, still alive, or a tensor the code still holds)?
@@ -114,6 +119,7 @@ class Chain:
         last_node: tuple[int, str] | None = None,
         sent_keys: frozenset[tuple[int, str]] = frozenset(),
         held: Callable[[str], bool] | None = None,
+        indices: bool = False,
     ) -> None:
         self.undo = None
         if departure is not None and len(self.sent) < _MAX_DEVS:
@@ -126,6 +132,7 @@ class Chain:
         if self.back_site is None and dst in self.devs:
             self.back_site, self.back_at = site, self.crossings + 1
         self.steps = [*self.steps[-1:], sent_keys]
+        self.indices_left = [*self.indices_left[-1:], indices]
         self.crossings += 1
         self.end = dst
         if len(self.devs) < _MAX_DEVS:
@@ -148,6 +155,7 @@ class Chain:
             len(self.sent),
             self.last_node,
             list(self.steps),
+            list(self.indices_left),
             self.last_sent,
             self.stayed,
         )
@@ -155,7 +163,7 @@ class Chain:
     def restore(self, snap: tuple[Any, ...]) -> None:
         """Back to a snapshot: the crossing since was a copy of data the device kept using, not the chain."""
         (self.devs, self.end, self.crossings, self.back_site, self.back_at, self.modules, self.last, sent) = snap[:8]
-        (self.last_node, self.steps, self.last_sent, self.stayed) = snap[8:]
+        (self.last_node, self.steps, self.indices_left, self.last_sent, self.stayed) = snap[8:]
         del self.sent[sent:]
         self.undo = None
 
@@ -169,13 +177,17 @@ class Chain:
         if departure_node is None:  # grad disabled: no graph to ask
             if not self.stayed:
                 return  # what left was gone when the result came back: the chain went on, the excursion counts
-        elif departure_node is LEAF or not left or self.last_node is None:
-            return  # what left had no node to look for: the excursion counts
+        elif departure_node is LEAF or self.last_node is None:
+            return  # what leaves or what came back has no node to ask: the excursion counts
+        elif not left:
+            if not (self.indices_left[0] and _meets_earlier_work(departure_node, self.last_node)):
+                return  # what left had no node to look for: the excursion counts
         elif not _reaches(departure_node, left, avoid=self.last_node):
             return
         del self.devs[-2:]
         self.crossings -= 2
         self.steps = []
+        self.indices_left = []
         if self.back_site is not None and self.back_at > self.crossings:
             self.back_site = None
 
@@ -264,7 +276,7 @@ class PingPong:
         arrival_key = _node_key(nodes[1])
         if arrival_key is not None and len(arrived) < _MAX_NODES:
             arrived.add(arrival_key)
-        chain.add(dst, site, module, arrival, departure, arrival_key, sent_keys(nodes[0]), held)
+        chain.add(dst, site, module, arrival, departure, arrival_key, sent_keys(nodes[0]), held, _indices(src_tensor))
         chain.undo = undo
         chains.append(chain)  # most recently extended last
         return done
@@ -275,6 +287,30 @@ class PingPong:
         self._scopes.clear()
         self._arrived.clear()
         return done
+
+
+def _indices(tensor: Any) -> bool:
+    """Integer or bool data (ids, positions, masks): no layer's activation, and it carries no gradient."""
+    try:
+        return not (tensor.is_floating_point() or tensor.is_complex())
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def _meets_earlier_work(start: Any, avoid: tuple[int, str]) -> bool:
+    """Does the data whose node is `start` also come, by a path that does not go through `avoid` (what came
+    back), from work done before `avoid` was made: a node older than it that is a layer's work (_LAYER_OP) or
+    computed from other data (not only a parameter's view, `weight.t()`)? Unknown: False (nothing dropped)."""
+
+    def earlier_work(node: Any, key: tuple[int, str]) -> bool:
+        if key[0] >= avoid[0] or type(node).__name__ == "AccumulateGrad":
+            return False
+        inputs = [fn for fn, _ in node.next_functions if fn is not None]
+        return bool(_LAYER_OP.search(type(node).__name__)) or any(
+            type(fn).__name__ != "AccumulateGrad" for fn in inputs
+        )
+
+    return _search(start, earlier_work, avoid, unknown=False)
 
 
 def _node_key(node: Any) -> tuple[int, str] | None:
@@ -296,7 +332,7 @@ LEAF = object()
 def _reaches(start: Any, targets: frozenset[tuple[int, str]], avoid: tuple[int, str]) -> bool:
     """Is one of the nodes `targets` among the inputs of `start`, by a path that does not go through
     `avoid`? Unknown (a node without a key, too many nodes): False, so nothing is dropped on a guess."""
-    return _search(start, targets, avoid, unknown=False)
+    return _search(start, lambda node, key: key in targets, avoid, unknown=False, since=min(t[0] for t in targets))
 
 
 def sent_keys(node: Any) -> frozenset[tuple[int, str]]:
@@ -422,14 +458,19 @@ def _may_depend(departure: Any, arrival: tuple[int, str] | None) -> bool:
         return False
     if departure is None:
         return True
-    return _search(departure, frozenset({arrival}), None, unknown=True)
+    return _search(departure, lambda node, key: key == arrival, None, unknown=True, since=arrival[0])
 
 
-def _search(start: Any, targets: frozenset[tuple[int, str]], avoid: tuple[int, str] | None, unknown: bool) -> bool:
-    """Walks back from `start` through the nodes made since the oldest of `targets` (a node's inputs
-    are older than it: a lower sequence number), not through `avoid`, looking for one of `targets`.
-    Where the graph cannot be read (a node without a key, more than _MAX_NODES nodes): `unknown`."""
-    since = min(t[0] for t in targets)
+def _search(
+    start: Any,
+    found: Callable[[Any, tuple[int, str]], bool],
+    avoid: tuple[int, str] | None,
+    unknown: bool,
+    since: int = -1,
+) -> bool:
+    """Walks back from `start` through the nodes made since `since` (a node's inputs are older than it: a
+    lower sequence number), not through `avoid`, looking for a node that is `found`. Where the graph
+    cannot be read (a node without a key, more than _MAX_NODES nodes): `unknown`."""
     stack: list[Any] = [start]
     seen: set[tuple[int, str]] = set()
     while stack:
@@ -437,12 +478,12 @@ def _search(start: Any, targets: frozenset[tuple[int, str]], avoid: tuple[int, s
         key = _node_key(node)
         if key is None or len(seen) > _MAX_NODES:
             return unknown
-        if key in targets:
-            return True
-        if key == avoid or key in seen:
-            continue
-        seen.add(key)
         try:
+            if found(node, key):
+                return True
+            if key == avoid or key in seen:
+                continue
+            seen.add(key)
             inputs = node.next_functions
         except (AttributeError, RuntimeError):
             return unknown
@@ -451,7 +492,7 @@ def _search(start: Any, targets: frozenset[tuple[int, str]], avoid: tuple[int, s
                 continue
             try:
                 if fn._sequence_nr() < since:
-                    continue  # made before the targets: its history cannot hold them
+                    continue  # made before `since`: its history cannot hold what is looked for
             except (AttributeError, RuntimeError):
                 return unknown
             stack.append(fn)
