@@ -886,6 +886,18 @@ class Calls(Part):
             obj = Obj("module", None, dispatched="parallelize()", origin="split by .parallelize()", at=node)
             self.interp.moves.rebind(node.func.value, obj, st)
             return UNK
+        if (
+            meth == "get_submodule"
+            and len(args) == 1
+            and isinstance(args[0], Const)
+            and isinstance(args[0].value, str)
+            and not (isinstance(recv, Obj) and recv.cls is not None and recv.cls.method(meth))
+        ):
+            # `model.get_submodule("h.0")` (a device map applied by name): the part itself, so that moving it
+            # moves it where the model holds it (MovesMixin.rebind_holders), as Module.to works in place.
+            part = module_tree.submodule(recv, args[0].value, st.env)
+            if part is not None:
+                return part
         if meth in _MODULE_WALKS and not (isinstance(recv, Obj) and recv.cls is not None and recv.cls.method(meth)):
             # model.modules() / children(): the submodules, where every one is known (module_tree.py)
             found = module_tree.modules(recv) if meth.endswith("modules") else module_tree.children(recv)

@@ -246,6 +246,8 @@ class Interp:
         for info in self.functions.values():
             self._run_function_entry(info, None, at_import)
         for cinfo in self.classes.values():
+            if cinfo.replaced_outside:
+                continue  # its instances run with parts placed from outside: checked where they are called
             # A class the file builds itself is checked where it is built (SplitBuiltAfterSetDevice).
             built_here = at_import is not None and _calls_any(self.module, {cinfo.name})
             inst = self.instances.default_instance(cinfo, None if built_here else at_import)

@@ -37,6 +37,24 @@ def children(v: Val) -> list[Val] | None:
     return list(parts) if parts is not None and len(parts) <= _MAX_MODULES else None
 
 
+def submodule(v: Val, path: str, overrides: dict[str, Val]) -> Val | None:
+    """`v.get_submodule("h.0.attn")`: the part at that dotted path, or None where it is not known. Each atom is
+    an attribute of a module (as the code reads it now: `overrides`, the environment's `<id>.<attr>` entries
+    for a module's attributes rebound since it was built), an index of an nn.Sequential / ModuleList or a key of
+    an nn.ModuleDict, as torch's own walk reads them (getattr on each)."""
+    cur: Val | None = v
+    for atom in path.split(".") if path else ():
+        if isinstance(cur, Obj) and cur.kind == "module" and cur.attrs is not None:
+            cur = overrides.get(f"{id(cur)}.{atom}", cur.attrs.get(atom))
+        elif isinstance(cur, SeqV) and cur.module and cur.items is not None and atom.isdigit():
+            cur = cur.items[int(atom)] if int(atom) < len(cur.items) else None
+        elif isinstance(cur, DictV) and cur.module:
+            cur = cur.items.get(atom)
+        else:
+            return None
+    return cur if cur is not None and _is_module(cur) else None
+
+
 def _walk(v: Val, out: list[Val], depth: int) -> bool:
     parts = _parts(v)
     if parts is None or depth > 8 or len(out) >= _MAX_MODULES:

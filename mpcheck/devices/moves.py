@@ -733,8 +733,11 @@ def _item_of(container: cst.BaseExpression | None, key: object) -> cst.BaseExpre
 
 
 def _swapped(v: Val, old: Val, new: Val, depth: int = 0) -> Val | None:
-    """`v`, a ModuleList or ModuleDict (nested at most thrice), holding `new` where it held `old`;
-    None where it does not hold `old`."""
+    """`v` itself when it is `old` (a part moved through another name: `model.get_submodule("head").to(d)`),
+    or a ModuleList or ModuleDict (nested at most thrice) holding `new` where it held `old`; None where it does
+    not hold `old`."""
+    if v is old and depth == 0 and isinstance(v, Obj) and v.kind == "module":
+        return new
     if depth > 2:
         return None
     if isinstance(v, SeqV) and v.module and v.items is not None:

@@ -88,6 +88,10 @@ class ClassInfo:
     # its generated __init__ takes in that order (Instances.instantiate)
     fields: list[str] = field(default_factory=list)
     generated_init: bool = False  # decorated (`@dataclass`) or a NamedTuple: an __init__ not written out
+    # A part of an instance was moved or replaced onto other devices from outside the class (`model.c.to(d)`,
+    # `model.get_submodule(name).to(d)`, `model.head = Head().to(d)`): the instance as its __init__ built it is
+    # not the one that runs, so its methods are checked only where an instance is called (Interp.run_all).
+    replaced_outside: bool = False
 
     def __post_init__(self) -> None:
         memo.made(self)  # its methods point back at it: a cycle over the file's nodes, broken once it is done

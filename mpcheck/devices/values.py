@@ -652,8 +652,10 @@ def with_part_replaced(base: Val, attr: str, part: Val) -> Obj | None:
         and is_moduleish(part)
     ):
         return None
+    if {d for d, _ in placements(base.attrs[attr])} != {d for d, _ in placements(part)}:
+        base.cls.replaced_outside = True
     attrs = {**base.attrs, attr: part}
-    refs = base.cls.refs if base.cls is not None else set()
+    refs = base.cls.refs
     placed = [(a, d) for a, v in attrs.items() if a not in refs for d, _ in placements(v)]
     devs = [d for _, d in placed]
     if placed and is_split_devs(devs):
