@@ -106,3 +106,23 @@ def test_a_part_moved_through_another_name_is_moved_where_the_model_holds_it():
     )
     assert findings(src, "MP001") == []
     assert [f.line for f in findings(src.replace("head.to('cuda:1')\n", ""), "MP001")] == [19]
+
+
+def test_a_device_list_appended_with_a_name_the_loop_body_advances_is_not_one_device():
+    # A greedy placement by parameter count: `dev` moves on when a device's budget fills (probe_dr18's c39).
+    src = """
+    import torch
+
+    def placement(sizes, n_devices):
+        budget = sum(sizes) / n_devices
+        place, dev, acc = [], 0, 0
+        for s in sizes:
+            STEP
+            place.append(torch.device(f"cuda:{dev}"))
+            acc += s
+        return place
+    """
+    step = "if acc + s / 2 > budget * (dev + 1) and dev < n_devices - 1:\n                dev += 1"
+    assert findings(src.replace("STEP", step), "MP017") == []
+    assert findings(src.replace("STEP", "dev, acc = dev + (acc > budget), acc"), "MP017") == []
+    assert [f.line for f in findings(src.replace("STEP", "pass"), "MP017")] == [9]

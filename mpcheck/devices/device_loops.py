@@ -24,7 +24,7 @@ import libcst as cst
 from mpcheck.devices.events import DeviceListIgnoresIndex, UnusedLoopDevice
 from mpcheck.devices.names import dotted
 from mpcheck.devices.values import UNPLACED, DictV, Obj, SeqV, Val, as_device, distinct_devices, single
-from mpcheck.devices.walk import walk
+from mpcheck.devices.walk import assigned, walk
 
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Sequence
@@ -143,13 +143,31 @@ def note_device_appends(interp: Interp, stmt: cst.For) -> None:
                 and len(call.args) == 1
             ):
                 continue
-            if _ignores(call.args[0].value, target.value):
+            if _ignores(call.args[0].value, target.value) and not _reads_any(call.args[0].value, _set_in(stmt.body)):
+                # (A name the body sets, `dev += 1` when a budget fills, changes the device from item to item.)
                 interp.recorder.record(DeviceListIgnoresIndex(node=call.args[0].value, name=target.value, loop=stmt))
 
 
 def _ignores(item: cst.BaseExpression, name: str) -> bool:
     """Does `item` name a GPU without reading `name`?"""
-    return _names_a_gpu(item) and not any(type(n) is cst.Name and n.value == name for n in walk(item))
+    return _names_a_gpu(item) and not _reads_any(item, {name})
+
+
+def _reads_any(item: cst.BaseExpression, names: set[str]) -> bool:
+    return any(type(n) is cst.Name and n.value in names for n in walk(item))
+
+
+def _set_in(body: cst.CSTNode) -> set[str]:
+    """The plain names that statements of `body` assign (`dev = ...`, `dev += 1`, `a, dev = ...`, `for dev in`)."""
+    targets = [t for n in walk(body) for t in (*assigned(n), *([n.target] if type(n) is cst.For else []))]
+    names: set[str] = set()
+    while targets:
+        t = targets.pop()
+        if type(t) is cst.Name:
+            names.add(t.value)
+        elif isinstance(t, (cst.Tuple, cst.List)):
+            targets.extend(e.value for e in t.elements)
+    return names
 
 
 def _names_a_gpu(elt: cst.BaseExpression) -> bool:
