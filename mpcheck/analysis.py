@@ -226,7 +226,7 @@ def analyze(
     `gpus`: the GPU counts to assume where the file asks torch.cuda.device_count().
     The file is interpreted with the count unknown; only when that interpretation
     asked the count, it is interpreted again under each count, and a finding of
-    those runs is kept when every count the code allows gives it (rules/gpucounts.py).
+    those runs is kept when the fewest GPUs the code allows give it (rules/gpucounts.py).
 
     `callers`: calls of this file's functions in other linted files, with their arguments
     (devices/callers.py): each function is also run with those, its facts naming the call.
@@ -293,7 +293,7 @@ def _analyze_tree(
             runs.append(CountRun(count, _run_rules(ctx_k, rules), refuted))
             calls_by_count[count] = _outgoing_calls(ctx_k)
             if not worth_going_on(findings, runs) and not counted_calls(calls, calls_by_count, runs):
-                break  # an allowed count gives nothing new: no finding can hold under every count
+                break  # the fewest allowed count gives nothing new: no finding can be kept
         else:
             findings = merge(findings, runs)
             calls += counted_calls(calls, calls_by_count, runs)

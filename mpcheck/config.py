@@ -49,7 +49,7 @@ DEFAULT_EXCLUDE = (
 KNOWN_KEYS = ("select", "ignore", "extend-select", "exclude", "extend-exclude", "per-file-ignores", "gpus")
 
 # The GPU counts the linter assumes where code asks `torch.cuda.device_count()`: a finding
-# that depends on the count is reported only when it holds under every count the code allows.
+# that depends on the count is reported when it holds with the fewest GPUs the code allows.
 DEFAULT_GPUS = (2, 4, 8)
 MAX_GPUS = 16  # loops over more devices than this are not unrolled: the values would be unknown
 

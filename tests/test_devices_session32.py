@@ -126,3 +126,88 @@ def test_a_device_list_appended_with_a_name_the_loop_body_advances_is_not_one_de
     assert findings(src.replace("STEP", step), "MP017") == []
     assert findings(src.replace("STEP", "dev, acc = dev + (acc > budget), acc"), "MP017") == []
     assert [f.line for f in findings(src.replace("STEP", "pass"), "MP017")] == [9]
+
+
+# A hand-written Adam with a 0-d step counter (probe18's t01): on the CPU it mixes with every GPU's moments; on
+# the first parameter's GPU its bias corrections cannot divide the moments of parameters on the other one.
+TENSOR_ADAM = """
+import torch
+import torch.nn as nn
+
+
+class TensorAdam(torch.optim.Optimizer):
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999)):
+        super().__init__(params, dict(lr=lr, betas=betas))
+        first = self.param_groups[0]["params"][0]
+        self.step_t = torch.zeros((), COUNTER)
+
+    @torch.no_grad()
+    def step(self):
+        self.step_t += 1
+        for group in self.param_groups:
+            b1, b2 = group["betas"]
+            bc1 = 1 - b1 ** self.step_t
+            for p in group["params"]:
+                st = self.state[p]
+                if not st:
+                    st["m"] = torch.zeros_like(p)
+                st["m"].lerp_(p.grad, 1 - b1)
+                p.sub_(st["m"] / bc1, alpha=group["lr"])
+
+
+model = nn.Sequential(nn.Linear(4, 4).to("cuda:0"), nn.Linear(4, 4).to("cuda:1"))
+opt = TensorAdam(model.parameters())
+model[1](model[0](torch.randn(2, 4, device="cuda:0")).to("cuda:1")).sum().backward()
+opt.step()
+"""
+
+
+def test_a_zero_dim_step_counter_on_the_cpu_mixes_with_moments_on_every_gpu():
+    assert findings(TENSOR_ADAM.replace("COUNTER", "dtype=first.dtype"), "MP001") == []
+    assert findings("import torch\nc = torch.full((), 2.0)\nx = torch.ones(3, device='cuda:1') * c\n", "MP001") == []
+
+
+def test_a_zero_dim_step_counter_on_the_first_gpu_is_still_reported():
+    assert [f.line for f in findings(TENSOR_ADAM.replace("COUNTER", "device=first.device"), "MP001")] == [23]
+    assert [
+        f.line for f in findings("import torch\nc = torch.zeros(3)\nx = torch.ones(3, device='cuda:1') * c\n", "MP001")
+    ] == [3]
+
+
+# Hooks made in a loop read the loop's device when they run, after the loop (probe18's t11).
+LATE_HOOKS = """
+import torch
+import torch.nn as nn
+
+
+def place_blocks(blocks, devices):
+    for i, blk in enumerate(blocks):
+        dev = devices[i * len(devices) // len(blocks)]
+        blk.to(dev)
+        blk.register_forward_pre_hook(HOOK)
+"""
+
+
+def test_a_hook_made_in_a_loop_that_reads_the_loops_device_late_is_reported():
+    got = findings(LATE_HOOKS.replace("HOOK", "lambda mod, args: tuple(a.to(dev) for a in args)"), "MP017")
+    assert [f.line for f in got] == [10]
+    assert "reads `dev` when it runs, after the loop" in got[0].message and "dev=dev" in got[0].message
+    named = LATE_HOOKS.replace("HOOK", "move").replace(
+        "        blk.to(dev)\n",
+        "        blk.to(dev)\n\n        def move(mod, args):\n            return args[0].to(device=dev),\n\n",
+    )
+    assert [f.line for f in findings(named, "MP017")] == [11]
+
+
+def test_a_hook_that_binds_the_device_or_is_removed_in_its_pass_is_not():
+    bound = "lambda mod, args, dev=dev: tuple(a.to(dev) for a in args)"
+    assert findings(LATE_HOOKS.replace("HOOK", bound), "MP017") == []
+    own = "lambda mod, args: tuple(a.to(mod.weight.device) for a in args)"
+    assert findings(LATE_HOOKS.replace("HOOK", own), "MP017") == []
+    used_at_once = (
+        LATE_HOOKS.replace("HOOK", "lambda mod, args: (args[0].to(dev),)").replace(
+            "        blk.register_forward_pre_hook(", "        h = blk.register_forward_pre_hook("
+        )
+        + "        blk(torch.randn(2, 4))\n        h.remove()\n"
+    )
+    assert findings(used_at_once, "MP017") == []

@@ -32,14 +32,18 @@ def f(code="MP001", line=3, message="m", devices=("cuda:0", "cuda:1")) -> Findin
 # ----------------------------------------------------------------- merge
 
 
-def test_kept_only_when_every_allowed_count_gives_it():
+def test_kept_when_the_fewest_allowed_count_gives_it_naming_the_counts_that_do():
     runs = [
-        CountRun(2, [f(line=3), f(line=5)], False),
-        CountRun(4, [f(line=3)], False),
-        CountRun(8, [f(line=3)], False),
+        CountRun(2, [f(line=3), f(line=5), f(line=6)], False),
+        CountRun(4, [f(line=3), f(line=7)], False),
+        CountRun(8, [f(line=3), f(line=6)], False),
     ]
     out = merge([], runs)
-    assert [(x.line, x.message) for x in out] == [(3, "With 2, 4 or 8 GPUs: m")]
+    assert [(x.line, x.message) for x in out] == [
+        (3, "With 2, 4 or 8 GPUs: m"),
+        (5, "With 2 GPUs: m"),
+        (6, "With 2 or 8 GPUs: m"),
+    ]  # line 7, with 4 GPUs only, is not kept: the program runs with 2
 
 
 def test_refused_counts_do_not_count_and_the_bound_is_said():
@@ -56,7 +60,10 @@ def test_worth_going_on_only_while_a_new_finding_is_common_to_the_allowed_counts
     assert not worth_going_on(base, [CountRun(2, [f(line=1)], False)])  # nothing beyond the base
     assert worth_going_on(base, [CountRun(2, [], True)])  # a refused count decides nothing
     assert worth_going_on(base, [CountRun(2, [f(line=3)], False)])
-    assert not worth_going_on(base, [CountRun(2, [f(line=3)], False), CountRun(4, [f(line=4)], False)])
+    assert worth_going_on(base, [CountRun(2, [f(line=3)], False), CountRun(4, [f(line=4)], False)])
+    # what the fewest allowed count gives decides: nothing new with 2 GPUs, nothing to keep with 4 or 8
+    assert not worth_going_on(base, [CountRun(2, [f(line=1)], False), CountRun(4, [f(line=4)], False)])
+    assert worth_going_on(base, [CountRun(2, [], True), CountRun(4, [f(line=4)], False)])
 
 
 def test_a_base_finding_is_not_repeated_and_keeps_its_message():
@@ -106,10 +113,21 @@ class Tower(nn.Module):
 """
 
 
-def test_a_finding_that_one_count_refutes_is_not_reported():
-    # 8 layers dealt over 8 GPUs is a plain chain; over 2 GPUs it ping-pongs.
+def test_a_finding_with_the_fewest_gpus_is_reported_with_the_counts_that_give_it():
+    # 8 layers dealt over 8 GPUs is a plain chain; over 2 or 4 GPUs it ping-pongs.
     assert [x.code for x in lint(ROUND_ROBIN, gpus=(2,))] == ["MP006"]
-    assert lint(ROUND_ROBIN, gpus=(2, 4, 8)) == []
+    (found,) = lint(ROUND_ROBIN, gpus=(2, 4, 8))
+    assert found.code == "MP006" and found.message.startswith("With 2 GPUs (likewise with 4): ")
+    assert lint(ROUND_ROBIN, gpus=(8,)) == []
+    assert (
+        lint(
+            ROUND_ROBIN.replace(
+                "n = torch.cuda.device_count()", "n = torch.cuda.device_count()\n        assert n >= 8"
+            ),
+            gpus=(2, 4, 8),
+        )
+        == []
+    )
 
 
 def test_message_states_the_assumption_and_the_missing_device():
@@ -183,7 +201,7 @@ def test_a_file_that_never_asks_the_count_is_interpreted_once(monkeypatch):
 
 def test_gpus_flag_overrides_and_is_validated(tmp_path):
     (tmp_path / "t.py").write_text(textwrap.dedent(ROUND_ROBIN))
-    (tmp_path / "pyproject.toml").write_text("[tool.mpcheck]\ngpus = [2, 4, 8]\n")
+    (tmp_path / "pyproject.toml").write_text("[tool.mpcheck]\ngpus = [8]\n")
 
     def run(*args):
         return subprocess.run(

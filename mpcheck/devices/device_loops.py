@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import libcst as cst
 
-from mpcheck.devices.events import DeviceListIgnoresIndex, UnusedLoopDevice
+from mpcheck.devices.events import DeviceListIgnoresIndex, LateBoundHookDevice, UnusedLoopDevice
 from mpcheck.devices.names import dotted
 from mpcheck.devices.values import UNPLACED, DictV, Obj, SeqV, Val, as_device, distinct_devices, single
 from mpcheck.devices.walk import assigned, walk
@@ -146,6 +146,81 @@ def note_device_appends(interp: Interp, stmt: cst.For) -> None:
             if _ignores(call.args[0].value, target.value) and not _reads_any(call.args[0].value, _set_in(stmt.body)):
                 # (A name the body sets, `dev += 1` when a budget fills, changes the device from item to item.)
                 interp.recorder.record(DeviceListIgnoresIndex(node=call.args[0].value, name=target.value, loop=stmt))
+
+
+# Module and tensor methods that keep a callable to run later, each time the module runs or a gradient arrives.
+_HOOK_REGISTRARS = frozenset(
+    {
+        "register_forward_pre_hook",
+        "register_forward_hook",
+        "register_full_backward_pre_hook",
+        "register_full_backward_hook",
+        "register_backward_hook",
+        "register_hook",
+    }
+)
+
+
+def note_late_bound_hooks(interp: Interp, stmt: cst.For) -> None:
+    """Record a LateBoundHookDevice for each hook that `stmt`'s body makes and registers and that reads, as a
+    device, a name the loop sets (its target, or `dev = devices[i]` in its body) without binding it as a
+    parameter (`lambda m, args, dev=dev: ...`). Not when the body also removes a hook (`h.remove()`): a hook
+    used and removed within its pass sees that pass's value."""
+    key = ("hooks", id(stmt))
+    if key in interp.device_lists_seen:
+        return
+    interp.device_lists_seen.add(key)
+    body = stmt.body
+    if any(type(n) is cst.Call and type(n.func) is cst.Attribute and n.func.attr.value == "remove" for n in walk(body)):
+        return
+    varying = _set_in(body) | _target_names(stmt.target)
+    defined = {small.name.value: small for small in getattr(body, "body", ()) if type(small) is cst.FunctionDef}
+    for call in walk(body):
+        if not (
+            type(call) is cst.Call
+            and type(call.func) is cst.Attribute
+            and call.func.attr.value in _HOOK_REGISTRARS
+            and call.args
+        ):
+            continue
+        arg = call.args[0].value
+        hook = defined.get(arg.value) if isinstance(arg, cst.Name) else arg
+        if not isinstance(hook, (cst.Lambda, cst.FunctionDef)):
+            continue
+        name = _late_device(hook, varying)
+        if name is not None:
+            interp.recorder.record(LateBoundHookDevice(node=hook, name=name, loop=stmt, registrar=call.func.attr.value))
+
+
+def _late_device(hook: cst.Lambda | cst.FunctionDef, varying: set[str]) -> str | None:
+    """A name of `varying` that `hook` reads as a device (`x.to(dev)`, `.cuda(dev)`, `device=dev`) and does not
+    bind itself (a parameter, a default, an assignment or a comprehension's name inside it)."""
+    own = {p.name.value for p in (*hook.params.params, *hook.params.kwonly_params, *hook.params.posonly_params)}
+    own |= _set_in(hook.body)
+    own |= {t for n in walk(hook.body) if type(n) is cst.CompFor for t in _target_names(n.target)}
+    for n in walk(hook.body):
+        if type(n) is not cst.Call:
+            continue
+        moves = type(n.func) is cst.Attribute and n.func.attr.value in ("to", "cuda")
+        for arg in n.args:
+            v = arg.value
+            named = arg.keyword.value if arg.keyword is not None else None
+            if (
+                type(v) is cst.Name
+                and v.value in varying
+                and v.value not in own
+                and (named == "device" or (moves and named is None))
+            ):
+                return v.value
+    return None
+
+
+def _target_names(target: cst.BaseExpression) -> set[str]:
+    if type(target) is cst.Name:
+        return {target.value}
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return {n for e in target.elements for n in _target_names(e.value)}
+    return set()
 
 
 def _ignores(item: cst.BaseExpression, name: str) -> bool:

@@ -390,6 +390,17 @@ class DeviceListIgnoresIndex(Fact):
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
+class LateBoundHookDevice(Fact):
+    """A hook made in a loop (`node`, a lambda or a function defined in the loop's body) and registered there
+    reads the loop's name `name` as a device (`a.to(dev)`): Python reads the name when the hook runs, after the
+    loop, so every hook the loop registered uses the device of its last pass (device_loops.py)."""
+
+    name: str
+    loop: cst.For
+    registrar: str  # register_forward_pre_hook, register_forward_hook, ...
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
 class UnusedLoopDevice(Fact):
     """A loop (`node`) over `devices` in an __init__ that never reads its target `name`: the `count`
     modules it built (of the classes `built`) all ended on `landed` (device_loops.py)."""

@@ -630,6 +630,8 @@ class Expressions(Part):
                 lineage=a.lineage or b.lineage,
                 hop=max(a.hop, b.hop),
             )
+        if _host_scalar(a) and not isinstance(b, Const) or _host_scalar(b) and not isinstance(a, Const):
+            return UNK  # a 0-d CPU tensor with a value not known: the result is where that value is
         if isinstance(a, Obj) and a.kind != "module":
             return a.with_(label="", kind="tensor" if a.kind != "scalar" else "scalar", worked=True)
         if isinstance(b, Obj) and b.kind != "module":
@@ -938,6 +940,11 @@ def _indexed(dev: str) -> bool:
     """A device torch.device compares as the model names it: `cpu` or `cuda:<k>` (not the index-less
     current device, whose tensors report an index, nor a symbolic one)."""
     return dev == "cpu" or (dev.startswith("cuda:") and dev[5:].isdigit())
+
+
+def _host_scalar(v: Val) -> bool:
+    """A CPU tensor that may be 0-d (Obj kind "scalar"): it takes the device of what it meets."""
+    return isinstance(v, Obj) and v.kind == "scalar" and v.devs == one("cpu")
 
 
 def _one_number(v: Obj) -> bool:

@@ -6,7 +6,7 @@ builds them from the answer (`[torch.device(f"cuda:{i}") for i in range(n)]`,
 unknown and nothing is reported. So a file whose interpretation asks the count is
 interpreted again once per assumed count (`[tool.mpcheck] gpus`, 2, 4 and 8 by
 default), with `device_count()` answering that number; analysis.py keeps a finding
-of those runs only when every count the code allows gives it (rules/gpucounts.py).
+of those runs when the fewest GPUs the code allows give it (rules/gpucounts.py).
 
 What this module adds to an interpretation (`Interp.gpus`, one `GpuCount`):
 - the answer of `torch.cuda.device_count()` (and whether the file asked it at all:

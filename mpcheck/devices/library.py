@@ -170,6 +170,8 @@ class Library(Part):
         kind = "tensor"
         if last in ("tensor", "as_tensor") and args and not isinstance(args[0], SeqV) and devs == one("cpu"):
             kind = "scalar"  # maybe a 0-d CPU tensor, which mixes with CUDA tensors
+        if last in _SHAPED_FACTORIES and args and _empty_shape(args[0]) and devs == one("cpu"):
+            kind = "scalar"  # `torch.zeros(())`: a 0-d CPU tensor (a step counter), which mixes with CUDA tensors
         # `torch.randn(shape, generator=g, device="cuda:1")` with `g` a CPU generator: torch raises
         self._check_generator(kwargs.get("generator"), devs, node, st, f"torch.{last}", len(args))
         ints = last in T.INDEX_FACTORIES or (
@@ -1407,3 +1409,11 @@ def handler_for(q: str, last: str, kwargs: dict[str, Val]) -> Handler | None:
         if f.accepts(q, last, kwargs):
             return f.handler
     return None
+
+
+# Factories whose first argument is the shape: an empty one makes a 0-d tensor.
+_SHAPED_FACTORIES = frozenset({"zeros", "ones", "empty", "full", "rand", "randn"})
+
+
+def _empty_shape(v: Val) -> bool:
+    return isinstance(v, SeqV) and v.items == ()

@@ -326,6 +326,7 @@ class Statements(Part):
         if loop is not None:
             self._moved_by_data(loop, end)
         device_loops.note_device_appends(self.interp, stmt)  # MP017's list of one device
+        device_loops.note_late_bound_hooks(self.interp, stmt)  # MP017's hooks that all read the last device
         return end
 
     def _moved_by_data(self, loop: data_moves.DataMoveLoop, end: State) -> None:

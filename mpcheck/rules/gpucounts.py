@@ -3,10 +3,11 @@
 analysis.py runs the rules on a file once with `torch.cuda.device_count()` unknown
 (the base run) and, when the file asks it, once per assumed count
 (devices/gpucount.py). `merge` keeps the base findings, and adds a finding of the
-count runs only when every count the code allows gives it at the same place:
-a finding true with 2 GPUs but not with 8 is no fact about the program. Its
-message then starts with the assumption ("With 2, 4 or 8 GPUs: ...", "With 4 GPUs
-or more: ..." where the code refuses fewer).
+count runs when the fewest GPUs the code allows gives it: the program fails (or
+wastes the link) on a machine with that many, the usual 2, even if it would not on
+8. Its message starts with the counts that give it ("With 2, 4 or 8 GPUs: ...",
+"With 2 or 8 GPUs: ...", "With 4 GPUs or more: ..." where the code refuses fewer).
+MP009 (a GPU index past the last) is kept only when every allowed count gives it.
 
 A count is not allowed when its run met an `assert` that fails or an
 `if ...: raise` that is taken (the program stops there under that count).
@@ -56,41 +57,38 @@ def assumption(runs: Sequence[CountRun]) -> str:
 
 
 def worth_going_on(base: list[Finding], runs: Sequence[CountRun]) -> bool:
-    """False once the allowed counts run so far share no finding that the base run lacks:
-    then the remaining counts cannot add one (a finding must hold under every allowed count),
-    so a file whose count changes nothing costs one run per count only until the first."""
-    common: set[tuple[str, int, int]] | None = None
-    for r in runs:
-        if r.refuted:
-            continue
-        keys = {_key(f) for f in r.findings}
-        common = keys if common is None else common & keys
-    return common is None or bool(common - {_key(f) for f in base})
+    """False once the fewest GPUs the code allows gave no finding that the base run lacks: a finding is kept
+    only when that count gives it (merge), so the larger counts, which only word it, need not run."""
+    first = next((r for r in runs if not r.refuted), None)
+    if first is None:
+        return True
+    return bool({_key(f) for f in first.findings} - {_key(f) for f in base})
 
 
 def merge(base: list[Finding], runs: Sequence[CountRun]) -> list[Finding]:
-    """The base findings, plus those every allowed count gives (base ones are not repeated)."""
+    """The base findings, plus those the fewest GPUs the code allows gives (base ones are not repeated):
+    a program that fails on a machine with that many GPUs has the bug there, whatever it does on larger ones.
+    The message names every count that gives it."""
     allowed = [r for r in runs if not r.refuted]
     if not allowed:
         return base  # the code refuses every assumed count: nothing is known of it
     bounded_above = any(r.refuted and r.count > max(a.count for a in allowed) for r in runs)
     out = list(base)
     seen = {_key(f) for f in base}
-    later = [{_key(f): f for f in r.findings} for r in allowed[1:]]
+    later = [(r.count, {_key(f): f for f in r.findings}) for r in allowed[1:]]
     said = assumption(runs)
     for f in allowed[0].findings:
         k = _key(f)
         if k in seen:
             continue
-        others = [idx.get(k) for idx in later]
-        group = [f] + [o for o in others if o is not None]
-        if len(group) < len(allowed):
-            continue  # some allowed count does not give it
+        others = [(count, idx[k]) for count, idx in later if k in idx]
+        group = [f] + [o for _, o in others]
+        counts = [allowed[0].count] + [c for c, _ in others]
         same_devices = all(g.devices == f.devices for g in group)
-        if f.code in NEEDS_UPPER_BOUND and same_devices and not bounded_above:
+        if f.code in NEEDS_UPPER_BOUND and (len(group) < len(allowed) or (same_devices and not bounded_above)):
             continue
         seen.add(k)
-        out.append(_assumed(group, [r.count for r in allowed], said))
+        out.append(_assumed(group, counts, said if len(group) == len(allowed) else f"with {_counts(counts)} GPUs"))
     return out
 
 
@@ -119,7 +117,7 @@ def counted_calls(
     other arguments than its run with the count unknown (`model.devices[0]` of a class whose
     devices come from `torch.cuda.device_count()`), each tagged with its count (`gpus`) and the
     counts the caller allows (`allowed`): the callee runs each under that count only (for_count),
-    and keeps a finding only when every allowed count gives it (analysis.analyze, merge)."""
+    and keeps a finding when the fewest allowed count gives it (analysis.analyze, merge)."""
     allowed = [r.count for r in runs if not r.refuted]
     if not allowed:
         return []

@@ -1,6 +1,7 @@
 """MP017: a loop over several devices in an __init__ builds modules but never uses its device,
 so what it builds, meant one set per device, all ends on one device; or a list of devices is made by
-a loop that never uses its index, so every stage it places gets the same one."""
+a loop that never uses its index, so every stage it places gets the same one; or hooks made in a loop
+read its device when they run, after the loop, so every one moves to the last pass's device."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from mpcheck.devices.events import DeviceListIgnoresIndex, UnusedLoopDevice
+from mpcheck.devices.events import DeviceListIgnoresIndex, LateBoundHookDevice, UnusedLoopDevice
 from mpcheck.devices.values import show
 from mpcheck.finding import Finding
 from mpcheck.rules.base import Rule, once_per_node
@@ -51,6 +52,18 @@ class LoopIgnoresDevice(Rule):
                 f"stages placed by this list all land on one GPU instead of one each. Make each item from `{name}` "
                 f"(e.g. `torch.device('cuda', first + {name})`).",
                 suggestion=f"use `{name}` in the device each item names",
+            )
+        for late in once_per_node(ctx.model.facts(LateBoundHookDevice)):
+            name, loop = late.name, late.loop
+            made = f"`{late.node.name.value}`" if isinstance(late.node, cst.FunctionDef) else "lambda"
+            yield self.finding(
+                ctx,
+                late.node,
+                f"the hook {made} that `for {ctx.code(loop.target)} in {ctx.code(loop.iter)}` registers with "
+                f"`{late.registrar}` reads `{name}` when it runs, after the loop, not when it is made: every hook "
+                f"moves to the device `{name}` held on the loop's last pass, so the modules of the other passes get "
+                f"their input on that device. Bind it when the hook is made: a parameter `{name}={name}`.",
+                suggestion=f"add `{name}={name}` to the hook's parameters (`lambda mod, args, {name}={name}: ...`)",
             )
 
 
