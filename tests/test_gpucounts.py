@@ -283,3 +283,12 @@ def test_a_move_past_the_last_gpu_stops_the_program_there_and_nothing_after_it_i
         """
     )
     assert [(x.code, x.line) for x in found] == [("MP009", 19)]
+
+
+def test_a_finding_some_allowed_counts_lack_gets_no_fix():
+    from mpcheck.finding import Fix
+
+    edit = Fix(1, 1, 1, 2, "a")
+    runs = [CountRun(2, [replace(f(), fix=edit)], False), CountRun(4, [], False)]
+    (out,) = merge([], runs)
+    assert out.message == "With 2 GPUs: m" and out.fix is None  # with 4 GPUs the edit would fix nothing

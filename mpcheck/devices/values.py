@@ -643,7 +643,8 @@ def with_part_replaced(base: Val, attr: str, part: Val) -> Obj | None:
     """An instance of a class of this file whose module part a script or builder moved (`net.features.to(
     "cuda:0")`: Module.to() works in place) or replaced (`net.head = Adapter(net.head).to("cuda:1")`): the
     instance as it holds that part now, split, or on one device, as its parts' placements say (the rule of
-    instances._finish_instance). None where `base` is no such instance or either side no module."""
+    instances._finish_instance). None where `base` is no such instance or either side no module. A part that lands
+    on other devices marks its class (ClassInfo.replaced_outside): the instance its __init__ built is not what runs."""
     if not (
         isinstance(base, Obj)
         and base.cls is not None

@@ -88,13 +88,15 @@ def merge(base: list[Finding], runs: Sequence[CountRun]) -> list[Finding]:
         if f.code in NEEDS_UPPER_BOUND and (len(group) < len(allowed) or (same_devices and not bounded_above)):
             continue
         seen.add(k)
-        out.append(_assumed(group, counts, said if len(group) == len(allowed) else f"with {_counts(counts)} GPUs"))
+        every = len(group) == len(allowed)
+        out.append(_assumed(group, counts, said if every else f"with {_counts(counts)} GPUs", fixable=every))
     return out
 
 
-def _assumed(group: list[Finding], counts: list[int], said: str) -> Finding:
-    """One finding for the group (one per allowed count), its message prefixed by the assumption;
-    a fix only when every count's fix is the same edit."""
+def _assumed(group: list[Finding], counts: list[int], said: str, fixable: bool = True) -> Finding:
+    """One finding for the group (one per count that gives it), its message prefixed by the assumption;
+    a fix only when every allowed count gives it (`fixable`: an edit made for 2 GPUs may break the code with 4,
+    where there was nothing to fix) and every count's fix is the same edit."""
     first = group[0]
     if all(g.message == first.message for g in group):
         message = f"{said[0].upper()}{said[1:]}: {first.message}"
@@ -103,7 +105,7 @@ def _assumed(group: list[Finding], counts: list[int], said: str) -> Finding:
         if said.endswith("or more"):
             likewise = f" (the fewest the code allows; likewise with {_counts(counts[1:])})"
         message = f"With {counts[0]} GPUs{likewise}: {first.message}"
-    fix = first.fix if all(g.fix == first.fix for g in group) else None
+    fix = first.fix if fixable and all(g.fix == first.fix for g in group) else None
     return replace(first, message=message, fix=fix)
 
 
