@@ -211,3 +211,24 @@ def test_a_hook_that_binds_the_device_or_is_removed_in_its_pass_is_not():
         + "        blk(torch.randn(2, 4))\n        h.remove()\n"
     )
     assert findings(used_at_once, "MP017") == []
+
+
+INDEXED_THERE = """
+import torch
+
+x = torch.randn(64, 8, device="cuda:0")
+choice = x.argmax(-1)
+for e in range(2):
+    idx = (choice == e).nonzero(as_tuple=True)[0]
+    xe = PICK
+    ye = xe.sum()
+"""
+
+
+def test_a_tensor_moved_whole_with_its_index_moved_beside_it_is_oversized():
+    # (probe18's t23: x.to(dev)[idx.to(dev)], where x[idx].to(dev) moves the routed rows only)
+    (found,) = findings(INDEXED_THERE.replace("PICK", 'x.to("cuda:1")[idx.to("cuda:1")]'), "MP016")
+    assert found.line == 8 and 'move that part: `x[idx].to("cuda:1")`' in found.message
+    assert findings(INDEXED_THERE.replace("PICK", 'x[idx].to("cuda:1")'), "MP016") == []
+    made_there = 'x.to("cuda:1")[torch.arange(4, device="cuda:1")]'
+    assert findings(INDEXED_THERE.replace("PICK", made_there), "MP016") == []

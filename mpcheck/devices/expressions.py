@@ -258,8 +258,7 @@ class Expressions(Part):
             return SymV(f"{base.name}[{idx.value!r}]" if isinstance(idx.value, str) else f"{base.name}[{idx.value}]")
         if isinstance(base, Obj) and base.kind in ("tensor", "param", "buffer", "any"):
             if (isinstance(idx, Obj) and idx.index_like) or _picks_positions(node):
-                if not (isinstance(idx, Obj) and idx.devs == base.devs and both_cuda(idx.devs, base.devs)):
-                    # (An index on the GPU the table was moved to cannot index it on the host: not MP016.)
+                if not _index_lives_there(idx, base):
                     self._note_indexed_after_move(node, base, st)
             used(base, idx)  # an index tensor is read where the indexed tensor is (`hyps[src]` on the host)
             if isinstance(idx, Obj) and both_cuda(idx.devs, base.devs):
@@ -940,6 +939,18 @@ def _indexed(dev: str) -> bool:
     """A device torch.device compares as the model names it: `cpu` or `cuda:<k>` (not the index-less
     current device, whose tensors report an index, nor a symbolic one)."""
     return dev == "cpu" or (dev.startswith("cuda:") and dev[5:].isdigit())
+
+
+def _index_lives_there(idx: Val, table: Obj) -> bool:
+    """An index tensor made on the GPU the table was moved to (not one moved there beside it from where the table
+    was, `x.to(dev)[idx.to(dev)]`): it cannot pick the rows where the table was, so moving the table whole is
+    no waste MP016 can fix."""
+    return (
+        isinstance(idx, Obj)
+        and idx.devs == table.devs
+        and both_cuda(idx.devs, table.devs)
+        and not (idx.moved_from is not None and idx.moved_from == table.moved_from)
+    )
 
 
 def _host_scalar(v: Val) -> bool:

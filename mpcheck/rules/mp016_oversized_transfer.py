@@ -71,12 +71,25 @@ def _indexed(
 ) -> tuple[str, str]:
     """The message and fix of a move indexed right after: index where it is, then move the rows."""
     index = ctx.code(indexed)[len(ctx.code(indexed.value)) :]
-    fix = _move_last(ctx, move, moved, index)
+    fix = _move_last(ctx, move, moved, _index_at_source(ctx, indexed, index))
     return (
         f"{subject} only to be indexed there (`{index}`): the link carries all of it for the part the index keeps. "
         f"Index it where it is and move that part: {fix}.",
         f"index before the move: {fix}",
     )
+
+
+def _index_at_source(ctx: FileContext, indexed: cst.Subscript, index: str) -> str:
+    """The index as it reads where the tensor is: `[idx]` for `[idx.to(dev)]`, an index moved beside the tensor."""
+    if len(indexed.slice) == 1 and isinstance(indexed.slice[0].slice, cst.Index):
+        value = indexed.slice[0].slice.value
+        if (
+            isinstance(value, cst.Call)
+            and isinstance(value.func, cst.Attribute)
+            and value.func.attr.value in ("to", "cuda")
+        ):
+            return f"[{ctx.code(value.func.value)}]"
+    return index
 
 
 def _enlarged(ctx: FileContext, enlarging: cst.Call, subject: str, dst: str) -> tuple[str, str]:
