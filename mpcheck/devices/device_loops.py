@@ -24,7 +24,7 @@ import libcst as cst
 from mpcheck.devices.events import DeviceListIgnoresIndex, LateBoundHookDevice, UnusedLoopDevice
 from mpcheck.devices.names import dotted
 from mpcheck.devices.values import UNPLACED, DictV, Obj, SeqV, Val, as_device, distinct_devices, single
-from mpcheck.devices.walk import assigned, walk
+from mpcheck.devices.walk import assigned, loop_bound_names, target_names, walk
 
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Sequence
@@ -143,7 +143,9 @@ def note_device_appends(interp: Interp, stmt: cst.For) -> None:
                 and len(call.args) == 1
             ):
                 continue
-            if _ignores(call.args[0].value, target.value) and not _reads_any(call.args[0].value, _set_in(stmt.body)):
+            if _ignores(call.args[0].value, target.value) and not _reads_any(
+                call.args[0].value, loop_bound_names(stmt)
+            ):
                 # (A name the body sets, `dev += 1` when a budget fills, changes the device from item to item.)
                 interp.recorder.record(DeviceListIgnoresIndex(node=call.args[0].value, name=target.value, loop=stmt))
 
@@ -173,7 +175,7 @@ def note_late_bound_hooks(interp: Interp, stmt: cst.For) -> None:
     body = stmt.body
     if any(type(n) is cst.Call and type(n.func) is cst.Attribute and n.func.attr.value == "remove" for n in walk(body)):
         return
-    varying = _set_in(body) | _target_names(stmt.target)
+    varying = loop_bound_names(stmt)
     defined = {small.name.value: small for small in getattr(body, "body", ()) if type(small) is cst.FunctionDef}
     for call in walk(body):
         if not (
@@ -192,12 +194,11 @@ def note_late_bound_hooks(interp: Interp, stmt: cst.For) -> None:
             interp.recorder.record(LateBoundHookDevice(node=hook, name=name, loop=stmt, registrar=call.func.attr.value))
 
 
-def _late_device(hook: cst.Lambda | cst.FunctionDef, varying: set[str]) -> str | None:
+def _late_device(hook: cst.Lambda | cst.FunctionDef, varying: frozenset[str]) -> str | None:
     """A name of `varying` that `hook` reads as a device (`x.to(dev)`, `.cuda(dev)`, `device=dev`) and does not
     bind itself (a parameter, a default, an assignment or a comprehension's name inside it)."""
     own = {p.name.value for p in (*hook.params.params, *hook.params.kwonly_params, *hook.params.posonly_params)}
-    own |= _set_in(hook.body)
-    own |= {t for n in walk(hook.body) if type(n) is cst.CompFor for t in _target_names(n.target)}
+    own |= {name for n in walk(hook.body) for t in _binds(n) for name in target_names(t)}
     for n in walk(hook.body):
         if type(n) is not cst.Call:
             continue
@@ -215,12 +216,11 @@ def _late_device(hook: cst.Lambda | cst.FunctionDef, varying: set[str]) -> str |
     return None
 
 
-def _target_names(target: cst.BaseExpression) -> set[str]:
-    if type(target) is cst.Name:
-        return {target.value}
-    if isinstance(target, (cst.Tuple, cst.List)):
-        return {n for e in target.elements for n in _target_names(e.value)}
-    return set()
+def _binds(node: cst.CSTNode) -> list[cst.BaseExpression]:
+    """The targets `node` binds: an assignment's, a `for` loop's or a comprehension's."""
+    if type(node) is cst.For or type(node) is cst.CompFor:
+        return [node.target]
+    return assigned(node)
 
 
 def _ignores(item: cst.BaseExpression, name: str) -> bool:
@@ -228,21 +228,8 @@ def _ignores(item: cst.BaseExpression, name: str) -> bool:
     return _names_a_gpu(item) and not _reads_any(item, {name})
 
 
-def _reads_any(item: cst.BaseExpression, names: set[str]) -> bool:
+def _reads_any(item: cst.BaseExpression, names: frozenset[str] | set[str]) -> bool:
     return any(type(n) is cst.Name and n.value in names for n in walk(item))
-
-
-def _set_in(body: cst.CSTNode) -> set[str]:
-    """The plain names that statements of `body` assign (`dev = ...`, `dev += 1`, `a, dev = ...`, `for dev in`)."""
-    targets = [t for n in walk(body) for t in (*assigned(n), *([n.target] if type(n) is cst.For else []))]
-    names: set[str] = set()
-    while targets:
-        t = targets.pop()
-        if type(t) is cst.Name:
-            names.add(t.value)
-        elif isinstance(t, (cst.Tuple, cst.List)):
-            targets.extend(e.value for e in t.elements)
-    return names
 
 
 def _names_a_gpu(elt: cst.BaseExpression) -> bool:

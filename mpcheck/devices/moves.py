@@ -8,7 +8,6 @@ entry point's scope (`events.IndexlessPlacement`).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import libcst as cst
@@ -58,7 +57,7 @@ from mpcheck.devices.values import (
     single,
     with_part_replaced,
 )
-from mpcheck.devices.walk import assigned, walk
+from mpcheck.devices.walk import assigned, target_names, walk
 
 _DEVICE_WORDS = ("device", "dev", "gpu", "cuda", "rank")
 # Kinds of value that are certainly tensors (not a module, not a value of unknown kind).
@@ -857,20 +856,11 @@ def _names_set_from_sizes(fn: cst.FunctionDef) -> frozenset[str]:
     for stmt in walk(fn.body):
         if isinstance(stmt, cst.Assign) and any(_names_a_size(n) for n in walk(stmt.value)):
             for t in stmt.targets:
-                names.update(_target_names(t.target))
+                names.update(target_names(t.target))
     return memo.keep(_SIZED_NAMES, fn, frozenset(names))
 
 
 _SIZED_NAMES = memo.node_table()
-
-
-def _target_names(t: cst.BaseExpression) -> Iterator[str]:
-    """The plain names an assignment's target binds (`n`, `b, t, _`), not attributes or items."""
-    if isinstance(t, cst.Name):
-        yield t.value
-    elif isinstance(t, (cst.Tuple, cst.List)):
-        for e in t.elements:
-            yield from _target_names(e.value)
 
 
 def moved_instance(recv: Val, devs: Devs, origin: str, node: cst.CSTNode, depth: int = 0) -> Obj | None:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import libcst as cst
 
-from mpcheck.devices import data_moves, device_loops, element_reads, memo, torchapi
+from mpcheck.devices import data_moves, device_loops, element_reads, torchapi
 from mpcheck.devices.events import (
     BuffersLeftBehind,
     DiscardedMove,
@@ -59,7 +59,7 @@ from mpcheck.devices.values import (
     spans_of,
     with_part_replaced,
 )
-from mpcheck.devices.walk import children, walk
+from mpcheck.devices.walk import children, loop_bound_names, walk
 
 if TYPE_CHECKING:  # pragma: no cover
     from mpcheck.devices.interp import Interp
@@ -317,7 +317,7 @@ class Statements(Part):
         outer = {id(v) for v in st.env.values() if isinstance(v, Obj)}
         if isinstance(st.self_obj, Obj) and st.self_obj.attrs:
             outer |= {id(v) for v in st.self_obj.attrs.values()}
-        self.interp.loop_outer.append((outer, _assigned_names(stmt), len(self.interp.stack)))
+        self.interp.loop_outer.append((outer, loop_bound_names(stmt), len(self.interp.stack)))
         try:
             end = self._exec_for(stmt, st)
         finally:
@@ -585,7 +585,6 @@ class Statements(Part):
     # ------------------------------------------------------------ expressions
 
 
-_ASSIGNED_NAMES = memo.node_table()
 _TENSOR_MOVES = frozenset({"to", "cuda", "cpu"})
 
 
@@ -634,52 +633,6 @@ def _module_of(item: Val) -> Obj | None:
         found = [v for v in item.items if isinstance(v, Obj) and v.kind in _CALLABLE]
         return found[0] if len(found) == 1 else None
     return None
-
-
-def _assigned_names(loop: cst.For) -> frozenset[str]:
-    """Names (re)bound anywhere in a loop's body or target."""
-    got: frozenset[str] | None = memo.recall(_ASSIGNED_NAMES, loop)
-    if got is not None:
-        return got
-    names: set[str] = set()
-
-    def targets(t: cst.BaseExpression) -> None:
-        if isinstance(t, cst.Name):
-            names.add(t.value)
-        elif isinstance(t, (cst.Tuple, cst.List)):
-            for e in t.elements:
-                targets(e.value)
-        elif isinstance(t, cst.StarredElement):
-            targets(t.value)
-
-    def walk(stmts: Sequence[cst.CSTNode]) -> None:
-        for st in stmts:
-            if isinstance(st, cst.SimpleStatementLine):
-                for sm in st.body:
-                    if isinstance(sm, cst.Assign):
-                        for t in sm.targets:
-                            targets(t.target)
-                    elif isinstance(sm, (cst.AugAssign, cst.AnnAssign)):
-                        targets(sm.target)
-            elif isinstance(st, (cst.For,)):
-                targets(st.target)
-                walk(st.body.body)
-            elif isinstance(st, (cst.If,)):
-                walk(st.body.body)
-                o = st.orelse
-                while o is not None:
-                    walk(o.body.body)
-                    o = o.orelse if isinstance(o, cst.If) else None
-            elif isinstance(st, (cst.While, cst.With, cst.Try)):
-                walk(st.body.body)
-                if isinstance(st, cst.With):
-                    for it in st.items:
-                        if it.asname is not None:
-                            targets(it.asname.name)
-
-    targets(loop.target)
-    walk(loop.body.body)
-    return memo.keep(_ASSIGNED_NAMES, loop, frozenset(names))
 
 
 def _mode_test(test: cst.BaseExpression) -> tuple[str, str] | None:

@@ -98,6 +98,56 @@ def assigned(node: cst.CSTNode) -> list[cst.BaseExpression]:
     return []
 
 
+def target_names(t: cst.BaseExpression) -> Iterator[str]:
+    """The plain names an assignment's target binds (`n`, `b, t, _`, `*rest`), not attributes or items."""
+    if isinstance(t, cst.Name):
+        yield t.value
+    elif isinstance(t, (cst.Tuple, cst.List)):
+        for e in t.elements:
+            yield from target_names(e.value)
+    elif isinstance(t, cst.StarredElement):
+        yield from target_names(t.value)
+
+
+def loop_bound_names(loop: cst.For) -> frozenset[str]:
+    """Names (re)bound anywhere in a loop's body or target (not inside a function the body defines)."""
+    got: frozenset[str] | None = memo.recall(_LOOP_BOUND, loop)
+    if got is not None:
+        return got
+    names: set[str] = set(target_names(loop.target))
+
+    def walk_stmts(stmts: typing.Sequence[cst.CSTNode]) -> None:
+        for st in stmts:
+            if isinstance(st, cst.SimpleStatementLine):
+                for sm in st.body:
+                    if isinstance(sm, cst.Assign):
+                        for t in sm.targets:
+                            names.update(target_names(t.target))
+                    elif isinstance(sm, (cst.AugAssign, cst.AnnAssign)):
+                        names.update(target_names(sm.target))
+            elif isinstance(st, cst.For):
+                names.update(target_names(st.target))
+                walk_stmts(st.body.body)
+            elif isinstance(st, cst.If):
+                walk_stmts(st.body.body)
+                o = st.orelse
+                while o is not None:
+                    walk_stmts(o.body.body)
+                    o = o.orelse if isinstance(o, cst.If) else None
+            elif isinstance(st, (cst.While, cst.With, cst.Try)):
+                walk_stmts(st.body.body)
+                if isinstance(st, cst.With):
+                    for it in st.items:
+                        if it.asname is not None:
+                            names.update(target_names(it.asname.name))
+
+    walk_stmts(loop.body.body)
+    return memo.keep(_LOOP_BOUND, loop, frozenset(names))
+
+
+_LOOP_BOUND = memo.node_table()
+
+
 @dataclasses.dataclass(frozen=True)
 class AttributeAssignments:
     """What a module assigns as attributes, from one walk of it (attribute_assignments)."""
