@@ -75,7 +75,6 @@ class Chain:
         "sent",
         "last_node",
         "steps",
-        "indices_left",
         "last_sent",
         "stayed",
         "used",
@@ -95,8 +94,8 @@ class Chain:
         self.last_node: tuple[int, str] | None = None  # (sequence number, type) of the arrival's autograd node
         # For the last two crossings, the node keys of the data that left and of what it was taken
         # from on its device (`x[rows]`: x's node), for drop_branch.
-        self.steps: list[frozenset[tuple[int, str]]] = []
-        self.indices_left: list[bool] = []  # for the same crossings: was the data that left integer or bool?
+        # (And whether that data was integer or bool: ids, which carry no node to look for.)
+        self.steps: list[tuple[frozenset[tuple[int, str]], bool]] = []
         self.last_sent: Any = None  # _StorageRef of the data the latest crossing took away
         # Without a graph: when the chain came straight back to a device (an excursion out and back), did
         # data stay there to meet the result (what left, still alive, or a tensor the code still holds)?
@@ -131,8 +130,7 @@ class Chain:
         self.last_sent = departure
         if self.back_site is None and dst in self.devs:
             self.back_site, self.back_at = site, self.crossings + 1
-        self.steps = [*self.steps[-1:], sent_keys]
-        self.indices_left = [*self.indices_left[-1:], indices]
+        self.steps = [*self.steps[-1:], (sent_keys, indices)]
         self.crossings += 1
         self.end = dst
         if len(self.devs) < _MAX_DEVS:
@@ -155,7 +153,6 @@ class Chain:
             len(self.sent),
             self.last_node,
             list(self.steps),
-            list(self.indices_left),
             self.last_sent,
             self.stayed,
         )
@@ -163,7 +160,7 @@ class Chain:
     def restore(self, snap: tuple[Any, ...]) -> None:
         """Back to a snapshot: the crossing since was a copy of data the device kept using, not the chain."""
         (self.devs, self.end, self.crossings, self.back_site, self.back_at, self.modules, self.last, sent) = snap[:8]
-        (self.last_node, self.steps, self.indices_left, self.last_sent, self.stayed) = snap[8:]
+        (self.last_node, self.steps, self.last_sent, self.stayed) = snap[8:]
         del self.sent[sent:]
         self.undo = None
 
@@ -173,21 +170,20 @@ class Chain:
             return
         if len(self.devs) >= _MAX_DEVS:
             return  # the devices past the cap are not remembered: leave the count alone
-        left = self.steps[0]
+        left, indices_left = self.steps[0]
         if departure_node is None:  # grad disabled: no graph to ask
             if not self.stayed:
                 return  # what left was gone when the result came back: the chain went on, the excursion counts
         elif departure_node is LEAF or self.last_node is None:
             return  # what leaves or what came back has no node to ask: the excursion counts
         elif not left:
-            if not (self.indices_left[0] and _meets_earlier_work(departure_node, self.last_node)):
+            if not (indices_left and _meets_earlier_work(departure_node, self.last_node)):
                 return  # what left had no node to look for: the excursion counts
         elif not _reaches(departure_node, left, avoid=self.last_node):
             return
         del self.devs[-2:]
         self.crossings -= 2
         self.steps = []
-        self.indices_left = []
         if self.back_site is not None and self.back_at > self.crossings:
             self.back_site = None
 
