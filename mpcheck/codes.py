@@ -188,8 +188,8 @@ CODES: tuple[Code, ...] = (
         "loop-ignores-device",
         "warning",
         "A loop over several devices builds modules but never uses its device, a list of devices is made by a "
-        "loop that never uses its index, or hooks made in a loop read its device only after it: the stages all end "
-        "on one device instead of one set on each.",
+        "loop that never uses its index (or picks the same device for every index), or hooks made in a loop read "
+        "its device only after it: the stages all end on one device instead of one set on each.",
         (LINT,),
     ),
     # Lint only: at run time nothing happens at that line, which is the bug.

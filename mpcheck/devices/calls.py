@@ -95,6 +95,8 @@ class Calls(Part):
                 env[name] = (
                     given if default is None else join(given, self.default_param_value(name, default, info.closure))
                 )
+            elif info.defaults is not None and name in info.defaults:
+                env[name] = info.defaults[name]
             else:
                 env[name] = self.default_param_value(name, default, info.closure)
         star = info.node.params.star_arg
@@ -249,15 +251,24 @@ class Calls(Part):
                 args = [_somewhere(a) for a in args]
                 kwargs = {k: _somewhere(a) for k, a in kwargs.items()}
         out = self._module_call(mod, args, kwargs, st, node, exprs)
-        if "register_forward_hook" in hooks:
-            return _somewhere(out)  # a forward hook may move or replace the output
+        if pre_hooks.POST_HOOK in hooks:
+            # A forward hook may move or replace the output: what the file's own hooks hand back is known
+            after = (
+                pre_hooks.run_after(self, mod, args, kwargs, out, st, node) if self._hooks_known(mod, hooks) else None
+            )
+            return after if after is not None else _somewhere(out)
         return out
 
+    def _pre_hooks_known(self, mod: Obj, hooks: tuple[str, ...]) -> bool:
+        return self._hooks_known(mod, hooks, pre_hooks.PRE_HOOKS_KEY, pre_hooks.PRE_HOOK)
+
     @staticmethod
-    def _pre_hooks_known(mod: Obj, hooks: tuple[str, ...]) -> bool:
-        """Was every pre-hook of the module registered where this interpretation saw it?"""
-        seen = (mod.extra or {}).get(pre_hooks.PRE_HOOKS_KEY, ())
-        return isinstance(seen, tuple) and len(seen) == hooks.count(pre_hooks.PRE_HOOK)
+    def _hooks_known(
+        mod: Obj, hooks: tuple[str, ...], key: str = pre_hooks.POST_HOOKS_KEY, meth: str = pre_hooks.POST_HOOK
+    ) -> bool:
+        """Was every (pre-)hook of the module registered where this interpretation saw it?"""
+        seen = (mod.extra or {}).get(key, ())
+        return isinstance(seen, tuple) and len(seen) == hooks.count(meth)
 
     def _module_call(
         self, mod: Obj, args: list[Val], kwargs: dict[str, Val], st: State, node: cst.CSTNode, exprs: ArgExprs
@@ -823,6 +834,33 @@ class Calls(Part):
             return recv
         return None
 
+    def _reduced_alone(self, move: cst.CSTNode, reduction: cst.Call) -> bool:
+        """Is the moved tensor used for nothing but this reduction? So when the move is written inside the
+        reduction's own expression (`(g.to(d) * 2).sum()`), or is the argument of the helper running now whose
+        parameter appears nowhere but inside it (`entropy(w.to(d))`, `return -(w * w.log()).sum(-1).mean()`).
+        A moved tensor used for more (a mask moved to weigh a loss, and also counted) must cross anyway."""
+        if any(n is move for n in walk(reduction)):
+            return True
+        site = self.interp.recorder.sites[-1] if self.interp.recorder.sites else None
+        fn = self.interp.stack[-1] if self.interp.stack else None
+        if not isinstance(site, cst.Call) or fn is None:
+            return False
+        params = [p.name.value for p in fn.node.params.params]
+        if fn.cls is not None and params[:1] in (["self"], ["cls"]):
+            params = params[1:]
+        name = next(
+            (
+                a.keyword.value if a.keyword is not None else params[i] if i < len(params) else None
+                for i, a in enumerate(site.args)
+                if a.value is move and not a.star
+            ),
+            None,
+        )
+        if name is None:
+            return False
+        inside = {id(n) for n in walk(reduction)}
+        return all(id(n) in inside for n in walk(fn.node.body) if isinstance(n, cst.Name) and n.value == name)
+
     def method_call(
         self, recv: Val, meth: str, args: list[Val], kwargs: dict[str, Val], node: cst.Call, st: State
     ) -> Val:
@@ -869,9 +907,14 @@ class Calls(Part):
         if meth in _FORWARD_HOOKS and isinstance(recv, Obj) and recv.kind in ("module", "any"):
             # Module.register_forward_(pre_)hook works in place, on every later call (module_call).
             extra = recv.extra or {}
-            if meth == pre_hooks.PRE_HOOK:
-                extra = pre_hooks.registered(extra, args, kwargs)
-            recv.extra = {**extra, HOOKS_KEY: (*extra.get(HOOKS_KEY, ()), meth)}
+            given = node.args[0].value if node.args and node.args[0].keyword is None else None
+            if isinstance(given, cst.Lambda) and args and args[0] is UNK:
+                args = [pre_hooks.lambda_hook(self, given, st), *args[1:]]
+            key = pre_hooks.PRE_HOOKS_KEY if meth == pre_hooks.PRE_HOOK else pre_hooks.POST_HOOKS_KEY
+            extra = pre_hooks.registered(extra, args, kwargs, key)
+            before = extra.get(HOOKS_KEY, ())
+            assert isinstance(before, tuple)
+            recv.extra = {**extra, HOOKS_KEY: (*before, meth)}
             return UNK
         if "device_map" in kwargs:
             return self.interp.library.dispatched(meth, args, kwargs, node, st)
@@ -900,10 +943,12 @@ class Calls(Part):
                 return part
         if meth in _MODULE_WALKS and not (isinstance(recv, Obj) and recv.cls is not None and recv.cls.method(meth)):
             # model.modules() / children(): the submodules, where every one is known (module_tree.py)
-            found = module_tree.modules(recv) if meth.endswith("modules") else module_tree.children(recv)
+            found = module_tree.named_modules(recv) if meth.endswith("modules") else module_tree.named_children(recv)
             if found is not None:
-                named = meth.startswith("named_")  # (the names are not kept: unknown, beside each module)
-                return SeqV(tuple(SeqV((UNK, m), kind="tuple") if named else m for m in found), kind="gen")
+                named = meth.startswith("named_")  # ("stages.0", part): the dotted path torch gives each
+                return SeqV(
+                    tuple(SeqV((Const(name), m), kind="tuple") if named else m for name, m in found), kind="gen"
+                )
         if isinstance(recv, Obj) and meth in _PARAMETER_VIEWS and recv.kind in ("module", "any"):
             if recv.cls is None or recv.cls.method(meth) is None:
                 return ParamsOf(recv, _PARAMETER_VIEWS[meth])
@@ -1030,20 +1075,32 @@ class Calls(Part):
                         # experts on other GPUs then meets what came back (a branch, Moves.merge).
                         lineage, hop = a.lineage, a.hop
                     hop = max(hop, a.hop) if a.lineage == lineage else hop
+            full_reduction = meth in T.FULL_REDUCTIONS and not (args or kwargs)
             if (
-                meth in T.FULL_REDUCTIONS
-                and not (args or kwargs or recv.invariant)
-                and recv.moved_from is not None
+                full_reduction
+                and recv.reducible_move is not None
+                and not recv.invariant
                 and recv.lineage != OFF_CHAIN
+                and self._reduced_alone(recv.reducible_move[0], node)
             ):
-                # Not a constant (moved and reduced on every call: MP011's, which knows its size), nor a
-                # mask, a metric or a loss (`(pred == y).cpu().sum()`: a few bytes, not worth a warning).
-                moved = _moved_just_before(node)
-                if moved is not None and moved is recv.moved_at:
-                    self.interp.recorder.record(
-                        OversizedMove(node=moved, mode=st.mode, src=recv.moved_from, dst=recv.devs, reduction=node),
-                        key=(recv.moved_from, recv.devs),
-                    )
+                # A tensor moved and then only reduced to one value (`g.to(d).isfinite().all()`, or through a
+                # helper: `entropy(w.to(d))`). Not a constant (moved and reduced on every call: MP011's, which
+                # knows its size), nor a mask, a metric or a loss (`(pred == y).cpu().sum()`: a few bytes).
+                moved, src = recv.reducible_move
+                self.interp.recorder.record(
+                    OversizedMove(node=moved, mode=st.mode, src=src, dst=recv.devs, reduction=node),
+                    key=(src, recv.devs),
+                )
+            # Computed from that move's data alone (constants beside it): a full reduction later could come first.
+            reducible = (
+                recv.reducible_move
+                if not full_reduction
+                and all(
+                    isinstance(a, (Const, DtypeV)) or (isinstance(a, Obj) and a.reducible_move is recv.reducible_move)
+                    for a in (*args, *kwargs.values())
+                )
+                else None
+            )
             enlarged = node if meth in T.ENLARGING_METHODS else recv.enlarged_at if meth in T.LAYOUT_METHODS else None
             # ids or a mask laid out again or repeated are still ids or a mask; other results are data of their own
             ints = meth in T.INDEX_METHODS or (
@@ -1054,7 +1111,7 @@ class Calls(Part):
                 and meth in T.ZERO_DIM_KEEPING_METHODS
                 and not any(isinstance(a, Obj) for a in (*args, *kwargs.values()))
             )
-            return recv.with_(
+            out = recv.with_(
                 label="",
                 kind="scalar" if zero_dim else "tensor",
                 worked=worked,
@@ -1063,7 +1120,12 @@ class Calls(Part):
                 hop=hop,
                 enlarged_at=enlarged,
                 index_like=ints,
+                reducible_move=reducible,
             )
+            if T.gives_values_and_indices(meth, bool(args) and _an_int(args[0]), kwargs):
+                # `gate, choice = probs.max(-1)`: the indices are ids where the values are, no activation
+                return SeqV((out, out.with_(index_like=True, lineage=OFF_CHAIN)), kind="tuple")
+            return out
         if isinstance(recv, SeqV):
             if meth == "append" and args:
                 self.grow(recv, (args[0],), UNK)
@@ -1106,24 +1168,8 @@ class Calls(Part):
         return UNK
 
 
-def _moved_just_before(call: cst.Call) -> cst.Call | None:
-    """The `.to()` / `.cuda()` / `.cpu()` call a reduction's receiver is, through argument-less
-    elementwise steps (`g.to(d).isfinite().all()` -> `g.to(d)`); None for anything else. A move that also
-    converts (`.to(d, torch.float64)`) is not one: reducing before it would reduce at the old precision."""
-    recv = call.func.value if isinstance(call.func, cst.Attribute) else None
-    while isinstance(recv, cst.Call) and isinstance(recv.func, cst.Attribute):
-        name = recv.func.attr.value
-        if name in ("to", "cuda", "cpu"):
-            plain = [a for a in recv.args if not (a.keyword and a.keyword.value in ("non_blocking", "copy"))]
-            return (
-                recv
-                if len(plain) <= 1 and all(a.keyword is None or a.keyword.value == "device" for a in plain)
-                else None
-            )
-        if name not in T.ELEMENTWISE_STEPS or recv.args:
-            return None
-        recv = recv.func.value
-    return None
+def _an_int(v: Val) -> bool:
+    return isinstance(v, Const) and type(v.value) is int
 
 
 def _assigns(kwargs: dict[str, Val]) -> bool:

@@ -21,10 +21,11 @@ from typing import TYPE_CHECKING, Any
 
 import libcst as cst
 
-from mpcheck.devices.events import DeviceListIgnoresIndex, LateBoundHookDevice, UnusedLoopDevice
+from mpcheck.devices import memo
+from mpcheck.devices.events import DeviceListIgnoresIndex, DevicePickIgnoresIndex, LateBoundHookDevice, UnusedLoopDevice
 from mpcheck.devices.names import dotted
-from mpcheck.devices.values import UNPLACED, DictV, Obj, SeqV, Val, as_device, distinct_devices, single
-from mpcheck.devices.walk import assigned, loop_bound_names, target_names, walk
+from mpcheck.devices.values import UNPLACED, Const, DictV, Obj, SeqV, Val, as_device, distinct_devices, single
+from mpcheck.devices.walk import assigned, children, loop_bound_names, target_names, walk
 
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Sequence
@@ -148,6 +149,138 @@ def note_device_appends(interp: Interp, stmt: cst.For) -> None:
             ):
                 # (A name the body sets, `dev += 1` when a budget fills, changes the device from item to item.)
                 interp.recorder.record(DeviceListIgnoresIndex(node=call.args[0].value, name=target.value, loop=stmt))
+
+
+class PickWatch:
+    """The devices a loop's item picks from a list of devices by a formula of the loop's name, pass by pass:
+    `[devices[i // n_layers] for i in range(n_layers)]` (meant `i * len(devices) // n_layers`) reads `i`, but the
+    formula gives 0 for every `i`, so every stage lands on the list's first GPU. Only a list of two or more
+    known, distinct devices indexed by an expression of names, numbers and arithmetic (read again per pass,
+    with no side effect) is watched; a finding needs two passes or more that all picked the same device."""
+
+    def __init__(self, item: cst.CSTNode, name: str, bound: frozenset[str]) -> None:
+        self.name = name
+        self.picks: list[cst.Subscript] = _picks(item, name, bound)
+        self.seen: dict[int, list[str | None]] = {id(s): [] for s in self.picks}
+        self.lists: dict[int, tuple[str, ...]] = {}
+
+    def after_pass(self, interp: Interp, st: State | None) -> None:
+        """`st`: the state after the pass (None where its paths did not join into one)."""
+        for sub in self.picks:
+            if st is None:
+                self.seen[id(sub)].append(None)
+                continue
+            listed = interp.exprs.ev(sub.value, st)
+            formula = _index(sub)
+            assert formula is not None  # (_picks kept only subscripts with one)
+            index = interp.exprs.ev(formula, st)
+            items = listed.items if isinstance(listed, SeqV) and listed.items is not None else ()
+            devs = [d for v in items if (d := single(as_device(v, ints_are_cuda=False))) and not d.startswith("sym:")]
+            if not devs or len(devs) != len(items):
+                self.seen[id(sub)].append(None)
+                continue
+            self.lists[id(sub)] = tuple(devs)
+            i = index.value if isinstance(index, Const) and type(index.value) is int else None
+            self.seen[id(sub)].append(devs[i] if i is not None and -len(devs) <= i < len(devs) else None)
+
+    def finish(self, interp: Interp, loop: cst.CSTNode) -> None:
+        for sub in self.picks:
+            seen = self.seen[id(sub)]
+            listed = self.lists.get(id(sub), ())
+            picked = {d for d in seen if d is not None}
+            among = distinct_devices(listed)
+            if len(seen) < max(2, len(among)) or None in seen or len(picked) != 1 or len(among) < 2:
+                continue  # (fewer passes than devices: the loop may mean only some of them)
+            key = ("pick", id(sub))
+            if key in interp.device_lists_seen:
+                continue
+            interp.device_lists_seen.add(key)
+            interp.recorder.record(
+                DevicePickIgnoresIndex(node=sub, name=self.name, loop=loop, picked=picked.pop(), among=tuple(among))
+            )
+
+
+def pick_watch(
+    item: cst.CSTNode, target: cst.BaseAssignTargetExpression, bound: frozenset[str] = frozenset()
+) -> PickWatch | None:
+    """A watch for a loop's item (a comprehension's element, a `for` loop's body, whose other names `bound` an
+    index must not read: their value after the pass is not the one the pick saw), or None when it picks nothing."""
+    if type(target) is not cst.Name or target.value.startswith("_"):
+        return None
+    got = memo.recall(_PICKS, item)
+    if got is None:
+        got = memo.keep(_PICKS, item, bool(_picks(item, target.value, bound)))
+    return PickWatch(item, target.value, bound) if got else None
+
+
+_PICKS = memo.node_table()
+# What an index formula may be made of: read again per pass, it changes nothing.
+_PURE = (cst.Name, cst.Attribute, cst.Integer, cst.BinaryOperation, cst.UnaryOperation)
+# Not min() / max(): a clamp (`devices[min(k + 1, n - 1)]`) saturates on purpose, with few GPUs on the last one.
+_PURE_CALLS = frozenset({"len", "int", "round", "abs"})
+
+
+def _picks(item: cst.CSTNode, name: str, bound: frozenset[str]) -> list[cst.Subscript]:
+    """The subscripts `listed[formula of name]` in `item` (not in a function or lambda it defines)."""
+    out = []
+    todo = [item]
+    while todo:
+        n = todo.pop()
+        if isinstance(n, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+            continue  # runs later, or not at all: not on the loop's pass
+        todo.extend(children(n))
+        if type(n) is not cst.Subscript or not isinstance(n.value, (cst.Name, cst.Attribute)):
+            continue
+        index = _index(n)
+        if index is None or isinstance(index, cst.Name) or not _pure(index):
+            continue  # (`devices[i]` picks what the list holds: a list of repeated devices is a placement)
+        if _written_in(item, n.value):
+            continue  # a list the loop fills in as it goes (`self.block_dev[i] = ...`)
+        names = {x.value for x in walk(index) if type(x) is cst.Name}
+        reads = {x.value for x in walk(n.value) if type(x) is cst.Name}
+        if name in names and not (names | reads) & (bound - {name}):
+            out.append(n)
+    return out
+
+
+def _written_in(item: cst.CSTNode, listed: cst.BaseExpression) -> bool:
+    """Does `item` assign into the list `listed` names (`listed[i] = ...`, `listed.append(...)`) or rebind it?"""
+    code = dotted(listed)
+    if code is None:
+        return True
+    for n in walk(item):
+        for target in assigned(n):
+            base = target.value if isinstance(target, cst.Subscript) else target
+            if dotted(base) == code:
+                return True
+        if isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and dotted(n.func.value) == code:
+            if n.func.attr.value in ("append", "insert", "extend", "pop", "reverse", "sort"):
+                return True
+    return False
+
+
+def _index(sub: cst.Subscript) -> cst.BaseExpression | None:
+    if len(sub.slice) != 1 or not isinstance(sub.slice[0].slice, cst.Index):
+        return None
+    return sub.slice[0].slice.value
+
+
+def _pure(e: cst.CSTNode) -> bool:
+    if isinstance(e, cst.Call):
+        return (
+            isinstance(e.func, cst.Name)
+            and e.func.value in _PURE_CALLS
+            and all(a.keyword is None and not a.star and _pure(a.value) for a in e.args)
+        )
+    if not isinstance(e, _PURE):
+        return False
+    if isinstance(e, cst.BinaryOperation):
+        return _pure(e.left) and _pure(e.right)
+    if isinstance(e, cst.UnaryOperation):
+        return _pure(e.expression)
+    if isinstance(e, cst.Attribute):
+        return _pure(e.value)
+    return True
 
 
 # Module and tensor methods that keep a callable to run later, each time the module runs or a gradient arrives.

@@ -390,6 +390,18 @@ class DeviceListIgnoresIndex(Fact):
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
+class DevicePickIgnoresIndex(Fact):
+    """`devices[i // n_layers]` in a loop over `i` (`loop`, a comprehension or a `for`): the item (`node`) picks from a
+    list of distinct devices (`among`) by a formula of the loop's name `name`, but the formula gave the same one,
+    `picked`, on every pass (device_loops.PickWatch)."""
+
+    name: str
+    loop: cst.CSTNode
+    picked: str
+    among: tuple[str, ...]
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
 class LateBoundHookDevice(Fact):
     """A hook made in a loop (`node`, a lambda or a function defined in the loop's body) and registered there
     reads the loop's name `name` as a device (`a.to(dev)`): Python reads the name when the hook runs, after the

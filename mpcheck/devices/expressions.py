@@ -18,7 +18,7 @@ import libcst as cst
 from mpcheck.devices import device_loops, element_reads, torchapi
 from mpcheck.devices.events import Mismatch, OversizedMove
 from mpcheck.devices.names import a_number, canonical, dotted
-from mpcheck.devices.program import MAX_UNROLL, ClassInfo, Part, State
+from mpcheck.devices.program import MAX_UNROLL, ClassInfo, Part, State, params_of
 from mpcheck.devices.summarized import constant_value, summarized_attr
 from mpcheck.devices.values import (
     CURRENT,
@@ -107,6 +107,9 @@ class Expressions(Part):
                 # `config.first` of a project module imported whole (`import config`): its summary.
                 return self.interp.imported(f"{base.q}.{name}")
             return QName(canonical(f"{base.q}.{name}"))
+        if isinstance(base, SeqV) and base.kind == "tuple" and name in ("values", "indices") and base.items:
+            if len(base.items) == 2:
+                return base.items[name == "indices"]  # `x.max(-1).indices`: a (values, indices) named tuple
         if isinstance(base, (ClassRef, Summarized, DictV)):
             got = self._constant_attr(base, name)
             if got is not None:
@@ -289,7 +292,7 @@ class Expressions(Part):
             and base.moved_from is not None
             and not base.worked
             and not base.index_like
-            and (node.value is move or self._read_only_here(node.value))
+            and (node.value is move or self._read_only_here(node.value, move))
             # moved once before a loop that indexes it on every pass (`ab = t.to(dev)`, then `ab[t]` per step)
             and not (isinstance(node.value, cst.Name) and self.interp.bound_before_loop(base, node.value.value))
         ):
@@ -299,15 +302,19 @@ class Expressions(Part):
             key=(base.moved_from, base.devs),
         )
 
-    def _read_only_here(self, name: cst.BaseExpression) -> bool:
+    def _read_only_here(self, name: cst.BaseExpression, move: cst.CSTNode) -> bool:
         """`name` is a local the current function binds once (the move's result: the value is still the
-        moved one) and reads once, here."""
-        if not isinstance(name, cst.Name) or not self.interp.stack or self.interp.stmts.bindings_here(name.value) != 1:
+        moved one) and reads once, here; or a parameter it reads once, here, given the move itself as its
+        argument (`cls_of(h.to(dev))`: a caller that named the copy may use it again)."""
+        if not isinstance(name, cst.Name) or not self.interp.stack:
             return False
+        fn = self.interp.stack[-1].node
+        reads = sum(1 for n in walk(fn.body) if type(n) is cst.Name and n.value == name.value)
+        if name.value in {p for p, _ in params_of(fn)}:
+            site = self.interp.recorder.sites[-1] if self.interp.recorder.sites else None
+            return reads == 1 and isinstance(site, cst.Call) and any(a.value is move for a in site.args)
         # Its binding's target is a Name node too: two in all.
-        return (
-            sum(1 for n in walk(self.interp.stack[-1].node.body) if type(n) is cst.Name and n.value == name.value) == 2
-        )
+        return self.interp.stmts.bindings_here(name.value) == 1 and reads == 2
 
     def _sliced(self, base: SeqV, sl: cst.Slice, st: State) -> Val:
         """`self.blocks[half:]`, `devices[1:]`: the same items (the same objects: a loop that moves them
@@ -430,9 +437,18 @@ class Expressions(Part):
                     return self._dict_comp(node, fors[0], kept, inner)
                 if kept is not None:
                     out = []
+                    watch = (
+                        device_loops.pick_watch(node.elt, fors[0].target)
+                        if not isinstance(node, cst.DictComp)
+                        else None
+                    )
                     for item in kept:
                         self.interp.stmts.assign(fors[0].target, item, inner, None)
                         out.append(self._comp_elt(node, inner))
+                        if watch is not None:
+                            watch.after_pass(self.interp, inner)
+                    if watch is not None:
+                        watch.finish(self.interp, node)  # MP017: `devices[i // n]`, one device for every `i`
                     return self._comp_result(node, tuple(out), None)
             spans = spans_of(it)
             if spans is not None and fors[0].ifs and not self._keeps_all(fors[0], spans[0], inner):
@@ -628,13 +644,25 @@ class Expressions(Part):
                 invariant=a.invariant and b.invariant,
                 lineage=a.lineage or b.lineage,
                 hop=max(a.hop, b.hop),
+                # `w * w.log()` of one moved `w`: still that move's data alone
+                reducible_move=a.reducible_move if a.reducible_move is b.reducible_move else None,
             )
         if _host_scalar(a) and not isinstance(b, Const) or _host_scalar(b) and not isinstance(a, Const):
             return UNK  # a 0-d CPU tensor with a value not known: the result is where that value is
         if isinstance(a, Obj) and a.kind != "module":
-            return a.with_(label="", kind="tensor" if a.kind != "scalar" else "scalar", worked=True)
+            return a.with_(
+                label="",
+                kind="tensor" if a.kind != "scalar" else "scalar",
+                worked=True,
+                reducible_move=a.reducible_move if isinstance(b, Const) else None,
+            )
         if isinstance(b, Obj) and b.kind != "module":
-            return b.with_(label="", kind="tensor" if b.kind != "scalar" else "scalar", worked=True)
+            return b.with_(
+                label="",
+                kind="tensor" if b.kind != "scalar" else "scalar",
+                worked=True,
+                reducible_move=b.reducible_move if isinstance(a, Const) else None,
+            )
         if isinstance(a, SymV) or isinstance(b, SymV):
             return _affine_op(getattr(node, "operator", None), a, b)
         if isinstance(a, Const) and isinstance(b, Const):
@@ -652,7 +680,7 @@ class Expressions(Part):
         if isinstance(node.operator, cst.Not) and isinstance(v, Const) and isinstance(v.value, bool):
             return Const(not v.value)  # `if n_gpu > 1 and not self.model_parallel:` is decided
         if isinstance(v, Obj) and v.kind != "module":
-            return v.with_(label="", worked=True)
+            return v.with_(label="", worked=True, reducible_move=v.reducible_move)
         if isinstance(node.operator, cst.Minus) and isinstance(v, Const) and type(v.value) in (int, float):
             return Const(-v.value)  # `devices[-1]`: the last stage's device
         if isinstance(node.operator, cst.Not) and isinstance(v, Const) and type(v.value) is bool:
@@ -700,6 +728,11 @@ class Expressions(Part):
                 and left.value is None
             ):
                 return Const(isinstance(c.operator, cst.Is))
+            if isinstance(c.operator, (cst.In, cst.NotIn)) and type(left.value) in (int, str):
+                found = _contains(right, left.value)
+                if found is not None:
+                    # `if name in device_map:` over a dict of known keys (a hand-written device map)
+                    return Const(found == isinstance(c.operator, cst.In))
             return UNK
         for c in node.comparisons:
             right = self.ev(c.comparator, st)
@@ -951,6 +984,17 @@ def _index_lives_there(idx: Val, table: Obj) -> bool:
         and both_cuda(idx.devs, table.devs)
         and not (idx.moved_from is not None and idx.moved_from == table.moved_from)
     )
+
+
+def _contains(container: Val, key: int | str) -> bool | None:
+    """`key in container` for a dict of known keys, or a list, tuple or set of known ints or strings; None
+    where not certain."""
+    if isinstance(container, DictV) and not container.namespace:
+        return key in container.items
+    if isinstance(container, SeqV) and container.items is not None and not container.module:
+        if all(isinstance(i, Const) and type(i.value) in (int, str) for i in container.items):
+            return any(i.value == key and type(i.value) is type(key) for i in container.items)  # type: ignore[attr-defined]
+    return None
 
 
 def _host_scalar(v: Val) -> bool:

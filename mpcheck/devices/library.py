@@ -47,6 +47,7 @@ from mpcheck.devices.values import (
     OFF_CHAIN,
     UNK,
     UNPLACED,
+    ClassRef,
     Const,
     DeviceV,
     Devs,
@@ -320,7 +321,14 @@ class Library(Part):
         lineage = OFF_CHAIN if off else f.lineage
         if loss:
             return Obj("tensor", f.devs, origin=LOSS_OF, at=node, lineage=lineage, hop=hop)
-        return Obj("tensor", f.devs, origin=f.origin, at=f.at, invariant=inv, lineage=lineage, hop=hop)
+        out = Obj("tensor", f.devs, origin=f.origin, at=f.at, invariant=inv, lineage=lineage, hop=hop)
+        second = args[1] if len(args) > 1 else None
+        if q.count(".") == 1 and T.gives_values_and_indices(
+            q, isinstance(second, Const) and type(second.value) is int, kwargs
+        ):
+            # `values, idx = torch.topk(scores, k)`: the indices are ids where the values are
+            return SeqV((out, out.with_(index_like=True, lineage=OFF_CHAIN)), kind="tuple")
+        return out
 
 
 # ---------------------------------------------------------------- handlers
@@ -342,13 +350,16 @@ def _data_parallel(lib: Library, c: LibCall) -> Val:
                     node=c.node, mode=c.st.mode, module=mod, dev=dev, first=first, given=ids is not None
                 )
             )
-        if isinstance(mod, Obj) and mod.kind == "module":
+        if (isinstance(mod, Obj) and mod.kind == "module") or (isinstance(mod, SeqV) and mod.module):
             # Its forward scatters the inputs to its device ids, wherever they are, and gathers the outputs on
             # `output_device` (device_ids[0] by default; cuda:0 for every GPU): a call of the wrapper is that.
             out = c.kwargs.get("output_device", c.args[2] if len(c.args) > 2 else None)
             if out is None or (isinstance(out, Const) and out.value is None):
                 out = Const(0) if ids is None or (isinstance(ids, Const) and ids.value is None) else _first_id(ids)
             gathered = single(as_device(out)) if out is not None else None
+            if isinstance(mod, SeqV):
+                # an nn.Sequential wrapped: the wrapper is a module of its own, where the Sequential's weights are
+                return Obj("module", one(dev) if dev else None, extra={DATA_PARALLEL_OUTPUT: gathered}, at=c.node)
             extra = {**(mod.extra or {}), DATA_PARALLEL_OUTPUT: gathered}
             return mod.with_(extra=extra)
     return mod
@@ -528,6 +539,13 @@ def _cuda_available(lib: Library, c: LibCall) -> Val:
     """`torch.cuda.is_available()`: True. The linter checks the program as it runs on GPUs (as it assumes
     GPU counts for device_count()); on a machine without one, a model-parallel program does not run."""
     return Const(True)
+
+
+def _current_device(lib: Library, c: LibCall) -> Val:
+    """`torch.cuda.current_device()`: the index of the current device, used as a device as `"cuda"` is: cuda:0
+    until set_device says otherwise (after a set_device to a device not known here, not known)."""
+    devs = c.st.resolve_current(one(CURRENT))
+    return DeviceV(devs, text="torch.cuda.current_device()") if devs else UNK
 
 
 def _torch_device_call(lib: Library, c: LibCall) -> Val:
@@ -893,6 +911,8 @@ def _torch_device(args: list[Val]) -> Val:
             return DeviceV(one(f"cuda:{idx.value}"))
         if isinstance(idx, SymV):
             return DeviceV(one(f"sym:{idx.name}"))
+        if isinstance(idx, DeviceV) and idx.devs and all(d.startswith("cuda") for d in idx.devs):
+            return DeviceV(idx.devs)  # torch.device("cuda", torch.cuda.current_device())
         return DeviceV(None)
     if isinstance(a, SymV):
         return DeviceV(one(f"sym:{a.name}"))
@@ -981,7 +1001,14 @@ def _isinstance(lib: Library, c: LibCall) -> Val:
     if len(c.args) != 2:
         return UNK
     names = c.args[1].items if isinstance(c.args[1], SeqV) and c.args[1].items is not None else (c.args[1],)
-    verdicts = [_is_instance(c.args[0], n.q) if isinstance(n, QName) else None for n in names]
+    verdicts = [
+        _is_instance(c.args[0], n.q)
+        if isinstance(n, QName)
+        else module_tree.is_instance_of(c.args[0], n.info)
+        if isinstance(n, ClassRef)
+        else None
+        for n in names
+    ]
     if any(v is True for v in verdicts):
         return Const(True)
     return Const(False) if verdicts and all(v is False for v in verdicts) else UNK
@@ -1094,7 +1121,8 @@ def _reordered(q: str, a: Val, kwargs: dict[str, Val]) -> Val:
             return SeqV(None, elem=join_all(items), kind="list")
         flip = bool(reverse.value) if isinstance(reverse, Const) else False
         items = tuple(Const(v) for v in sorted(values, reverse=flip))
-    return SeqV(items, elem=a.elem, kind="list", module=a.module, spans=a.spans, spans_by=a.spans_by)
+    kind = "tuple" if q == "tuple" else "list"  # (a hook's `return tuple(a.to(dev) for a in args)`: its new args)
+    return SeqV(items, elem=a.elem, kind=kind, module=a.module, spans=a.spans, spans_by=a.spans_by)
 
 
 def _map_call(lib: Library, c: LibCall) -> Val:
@@ -1323,6 +1351,7 @@ EXACT: dict[str, Handler] = _exact(
     (("torch.nn.utils.parameters_to_vector", "torch.nn.utils.convert_parameters.parameters_to_vector"), _tensor_op),
     (COUNT_FUNCTIONS, _device_count),
     ("torch.cuda.is_available", _cuda_available),
+    ("torch.cuda.current_device", _current_device),
     (("torch.nn.Parameter", "torch.nn.parameter.Parameter"), _parameter),
     (("torch.nn.Sequential", "torch.nn.ModuleList"), _sequential),
     ("torch.nn.ModuleDict", _module_dict),

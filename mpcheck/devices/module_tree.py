@@ -13,6 +13,8 @@ a module missing would tell a loop over it that the module is not there.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from mpcheck.devices import torchapi as T
 from mpcheck.devices.program import ClassInfo
 from mpcheck.devices.values import Const, DeviceV, DictV, Obj, SeqV, Val
@@ -27,13 +29,26 @@ _NOT_A_PART = (Const, DeviceV)
 
 def modules(v: Val) -> list[Val] | None:
     """`v.modules()`: `v`, then every submodule, depth first in registration order; None if not known."""
-    out: list[Val] = []
-    return out if _walk(v, out, 0) and len(out) <= _MAX_MODULES else None
+    found = named_modules(v)
+    return [m for _, m in found] if found is not None else None
+
+
+def named_modules(v: Val) -> list[tuple[str, Val]] | None:
+    """`v.named_modules()`: ("", v), then ("stages.0", part) for every submodule, depth first in registration
+    order (the dotted path torch gives it); None if not known."""
+    out: list[tuple[str, Val]] = []
+    return out if _walk(v, "", out, 0) and len(out) <= _MAX_MODULES else None
 
 
 def children(v: Val) -> list[Val] | None:
     """`v.children()`: the direct submodules, in registration order; None if not known."""
-    parts = _parts(v)
+    found = named_children(v)
+    return [m for _, m in found] if found is not None else None
+
+
+def named_children(v: Val) -> list[tuple[str, Val]] | None:
+    """`v.named_children()`: (attribute name, or index or key in a container, part)."""
+    parts = _named_parts(v)
     return list(parts) if parts is not None and len(parts) <= _MAX_MODULES else None
 
 
@@ -55,25 +70,31 @@ def submodule(v: Val, path: str, overrides: dict[str, Val]) -> Val | None:
     return cur if cur is not None and _is_module(cur) else None
 
 
-def _walk(v: Val, out: list[Val], depth: int) -> bool:
-    parts = _parts(v)
+def _walk(v: Val, path: str, out: list[tuple[str, Val]], depth: int) -> bool:
+    parts = _named_parts(v)
     if parts is None or depth > 8 or len(out) >= _MAX_MODULES:
         return False
-    out.append(v)
-    return all(_walk(p, out, depth + 1) for p in parts)
+    out.append((path, v))
+    return all(_walk(p, f"{path}.{name}" if path else name, out, depth + 1) for name, p in parts)
 
 
 def _parts(v: Val) -> tuple[Val, ...] | None:
     """The direct submodules of the module `v`, or None where they are not known."""
+    named = _named_parts(v)
+    return tuple(p for _, p in named) if named is not None else None
+
+
+def _named_parts(v: Val) -> tuple[tuple[str, Val], ...] | None:
+    """The direct submodules of the module `v` with the names torch gives them, or None where not known."""
     if isinstance(v, SeqV):
         if not v.module or v.items is None:
             return None
-        return v.items if all(_is_module(i) for i in v.items) else None
+        return tuple((str(i), p) for i, p in enumerate(v.items)) if all(_is_module(i) for i in v.items) else None
     if isinstance(v, DictV):
         if not v.module:
             return None
-        items = tuple(v.items.values())
-        return items if all(_is_module(i) for i in items) else None
+        items = tuple((str(k), p) for k, p in v.items.items())
+        return items if all(_is_module(p) for _, p in items) else None
     if not isinstance(v, Obj):
         return None
     if v.kind in ("passthrough", "loss"):
@@ -83,14 +104,14 @@ def _parts(v: Val) -> tuple[Val, ...] | None:
     if v.cls is None or v.attrs is None:
         return () if v.nn_class and v.nn_class in T.PARAMETERED and v.nn_class not in T.WITH_SUBMODULES else None
     parts = []
-    for a in v.attrs.values():
+    for name, a in v.attrs.items():
         if isinstance(a, _NOT_A_PART) or (isinstance(a, Obj) and a.kind in ("tensor", "param", "buffer")):
             continue  # a setting, a device, a tensor: no submodule
         if isinstance(a, (SeqV, DictV)) and not a.module:
             continue  # a plain list or dict: what it holds is not registered
         if not _is_module(a):
             return None  # anything else may be a module (an argument, an object of another file's class)
-        parts.append(a)
+        parts.append((name, a))
     return tuple(parts)
 
 
@@ -125,20 +146,52 @@ def is_instance(v: Val, name: str) -> bool | None:
     return None
 
 
+def is_instance_of(v: Val, cls: ClassInfo) -> bool | None:
+    """`isinstance(v, C)` for a class C of the project (`layer.to(a if isinstance(layer, FFN) else b)` over a
+    model's blocks), or None where not certain: True when v's class is C or derives from it through classes the
+    model knows; False when every base of v's class is known and none is C, or v is a torch.nn layer or not a
+    module at all."""
+    if isinstance(v, _NOT_A_PART) or (isinstance(v, Obj) and v.kind in ("tensor", "param", "buffer")):
+        return False
+    if not isinstance(v, Obj) or v.kind != "module":
+        return None
+    if v.cls is None:
+        return False if v.nn_class in _KNOWN_CLASSES else None
+    return _derives(v.cls, cls)
+
+
+def _derives(sub: ClassInfo, cls: ClassInfo) -> bool | None:
+    def leaf(base: str) -> bool | None:
+        # torch.nn's own classes derive from no class of the project
+        nn_class = base.startswith(("nn.", "torch.nn.")) and base.count(".") <= 2
+        return False if base in _MODULE_BASES or nn_class else None
+
+    return _reaches(sub, lambda c: c is cls, leaf, 0)
+
+
 def _class_is(cls: ClassInfo, name: str, depth: int) -> bool | None:
     """Is a class of the file a subclass of torch.nn.<name>? None where a base is not known."""
+
+    def leaf(base: str) -> bool | None:
+        if base.rsplit(".", 1)[-1] == name and (base.startswith(("nn.", "torch.nn.")) or base == name):
+            return True
+        return False if base in _MODULE_BASES else None
+
+    return _reaches(cls, lambda c: False, leaf, depth)
+
+
+def _reaches(
+    cls: ClassInfo, found: Callable[[ClassInfo], bool], leaf: Callable[[str], bool | None], depth: int
+) -> bool | None:
+    """Does `cls` or a base of it satisfy `found` (the project's classes, through `local_bases`) or `leaf` (a base
+    written by name that is no class of the project)? False when no base does and all are known; None where a
+    base is not known."""
+    if found(cls):
+        return True
     local = {b.name: b for b in cls.local_bases}
     verdict: bool | None = False
     for base in cls.bases:
-        last = base.rsplit(".", 1)[-1]
-        if base in local and depth < 6:
-            sub = _class_is(local[base], name, depth + 1)
-        elif last == name and (base.startswith(("nn.", "torch.nn.")) or base == name):
-            sub = True
-        elif base in _MODULE_BASES:
-            sub = False
-        else:
-            sub = None
+        sub = _reaches(local[base], found, leaf, depth + 1) if base in local and depth < 6 else leaf(base)
         if sub is True:
             return True
         if sub is None:

@@ -24,7 +24,7 @@ from mpcheck.devices.events import (
     Transfer,
 )
 from mpcheck.devices.names import dotted
-from mpcheck.devices.pre_hooks import PRE_HOOKS_KEY
+from mpcheck.devices.pre_hooks import POST_HOOKS_KEY, PRE_HOOKS_KEY
 from mpcheck.devices.program import ClassInfo, Part, State
 from mpcheck.devices.shared import note_move
 from mpcheck.devices.unmoved import MODULE_BASES
@@ -391,6 +391,7 @@ class Moves(Part):
                 extra=None if failed(recv) and devs is not None else recv.extra,
                 # `.to()` to where it already is gives the same tensor back, still enlarged
                 enlarged_at=recv.enlarged_at if devs is not None and devs == recv.devs else None,
+                reducible_move=(node, recv.devs) if plain_device_move(node) and devs != recv.devs else None,
             )
         if devs is None:
             return UNK
@@ -679,6 +680,17 @@ class _Copies(Val):
 _COPIES = "<copies>"
 
 
+def plain_device_move(node: cst.CSTNode) -> bool:
+    """`x.to(d)`, `x.cuda()`, `x.to(device=d, non_blocking=True)`: a move that only changes the device. Not one
+    that also converts (`.to(d, torch.float64)`): a reduction made before it would be made at the old precision."""
+    if not (isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)):
+        return False
+    if node.func.attr.value not in ("to", "cuda", "cpu"):
+        return False
+    plain = [a for a in node.args if not (a.keyword and a.keyword.value in ("non_blocking", "copy"))]
+    return len(plain) <= 1 and all(a.keyword is None or a.keyword.value == "device" for a in plain)
+
+
 def _copied_before(recv: Obj, devs: Devs, node: cst.Call, st: State) -> cst.CSTNode | None:
     """The earlier move of `recv`, unchanged, to the same device on this path of this call (`h = x.to(d)`,
     then `x.to(d)` again), else None. A loop's next pass over the same move is MP011's other case."""
@@ -731,20 +743,26 @@ def _item_of(container: cst.BaseExpression | None, key: object) -> cst.BaseExpre
     return cst.Subscript(container, [cst.SubscriptElement(cst.Index(index))])
 
 
+def _one_object(v: Val, old: Val) -> bool:
+    """Is `v` the module `old`, or another view of the same object (Obj.ident: `nn.ModuleList([Block()] * n)` holds
+    one block n times; moved through one item, every item is the moved block)?"""
+    return v is old or (isinstance(v, Obj) and isinstance(old, Obj) and old.ident is not None and v.ident == old.ident)
+
+
 def _swapped(v: Val, old: Val, new: Val, depth: int = 0) -> Val | None:
     """`v` itself when it is `old` (a part moved through another name: `model.get_submodule("head").to(d)`),
     or a ModuleList or ModuleDict (nested at most thrice) holding `new` where it held `old`; None where it does
     not hold `old`."""
-    if v is old and depth == 0 and isinstance(v, Obj) and v.kind == "module":
+    if _one_object(v, old) and depth == 0 and isinstance(v, Obj) and v.kind == "module":
         return new
     if depth > 2:
         return None
     if isinstance(v, SeqV) and v.module and v.items is not None:
-        items = [new if i is old else _swapped(i, old, new, depth + 1) or i for i in v.items]
+        items = [new if _one_object(i, old) else _swapped(i, old, new, depth + 1) or i for i in v.items]
         changed = any(a is not b for a, b in zip(items, v.items))
         return SeqV(tuple(items), elem=v.elem, kind=v.kind, module=True, hooks=v.hooks) if changed else None
     if isinstance(v, DictV) and v.module:
-        held = {k: new if i is old else _swapped(i, old, new, depth + 1) or i for k, i in v.items.items()}
+        held = {k: new if _one_object(i, old) else _swapped(i, old, new, depth + 1) or i for k, i in v.items.items()}
         changed = any(held[k] is not i for k, i in v.items.items())
         return DictV(held, module=True) if changed else None
     return None
@@ -893,7 +911,7 @@ def moved_instance(recv: Val, devs: Devs, origin: str, node: cst.CSTNode, depth:
     )
 
 
-_HOOK_KEYS = frozenset({HOOKS_KEY, PRE_HOOKS_KEY})
+_HOOK_KEYS = frozenset({HOOKS_KEY, PRE_HOOKS_KEY, POST_HOOKS_KEY})
 
 
 def _left_behind(recv: Obj, devs: Devs) -> str:

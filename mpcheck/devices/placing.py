@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from mpcheck.devices import memo
+from mpcheck.devices.names import dotted
 from mpcheck.devices.program import FuncInfo, Scope, State
 from mpcheck.devices.values import DictV, Obj, SeqV, Val
 from mpcheck.devices.walk import walk
@@ -41,7 +42,16 @@ def places_parts(info: FuncInfo) -> bool:
     if got is None:
         loop_vars = set(_loop_vars_over_self(info.node))
         moves = [n for n in walk(info.node) if _is_move(n)]
-        got = memo.keep(_PLACES_PARTS, info.node, bool(moves) and all(_of_a_part(m, loop_vars) for m in moves))
+        # `lin.weight = nn.Parameter(torch.empty(...))` for lin over self's layers (an init after the split):
+        # it places that layer's weight too, where the new Parameter is.
+        replaced = [t for n in walk(info.node) for t in _new_parameter_targets(n)]
+        got = memo.keep(
+            _PLACES_PARTS,
+            info.node,
+            bool(moves or replaced)
+            and all(_of_a_part(m.func.value, loop_vars) for m in moves)  # type: ignore[attr-defined]
+            and all(_of_a_part(t, loop_vars) for t in replaced),
+        )
     return got
 
 
@@ -49,10 +59,18 @@ def _is_move(n: cst.CSTNode) -> bool:
     return isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value in _MOVES
 
 
-def _of_a_part(move: cst.CSTNode, loop_vars: set[str]) -> bool:
-    """`self.x.to(d)`, `self.x[i].to(d)`, `getattr(self, name).to(d)`, `b.to(d)` for b over self.x."""
-    assert isinstance(move, cst.Call) and isinstance(move.func, cst.Attribute)
-    recv: cst.BaseExpression = move.func.value
+def _new_parameter_targets(n: cst.CSTNode) -> list[cst.BaseExpression]:
+    """`layer` of `layer.weight = nn.Parameter(...)`."""
+    if not (isinstance(n, cst.Assign) and isinstance(n.value, cst.Call)):
+        return []
+    if (dotted(n.value.func) or "").rsplit(".", 1)[-1] != "Parameter":
+        return []
+    return [t.target.value for t in n.targets if isinstance(t.target, cst.Attribute)]
+
+
+def _of_a_part(recv: cst.BaseExpression, loop_vars: set[str]) -> bool:
+    """The receiver of a move: `self.x` of `self.x.to(d)`, `self.x[i]`, `getattr(self, name)`, `b` for b over
+    self.x."""
     if isinstance(recv, cst.Call) and isinstance(recv.func, cst.Name) and recv.func.value == "getattr":
         return bool(recv.args) and _is_self(recv.args[0].value)
     if isinstance(recv, cst.Name):
@@ -78,23 +96,44 @@ def _is_self(e: cst.BaseExpression) -> bool:
 
 
 def _loop_vars_over_self(fn: cst.FunctionDef) -> Iterator[str]:
-    """`b` of `for b in self.blocks:`, `for i, b in enumerate(self.blocks):` and
-    `for b in (self.encoder_q, self.encoder_k):`."""
+    """`b` of `for b in self.blocks:`, `for i, b in enumerate(self.blocks):`, `for b in (self.encoder_q,
+    self.encoder_k):`, `for b in list(self.layers) + [self.out]:` and `for b, dev in zip(self.blocks, devs):`."""
     for n in walk(fn):
-        if not isinstance(n, cst.For):
-            continue
-        it = n.iter
-        if isinstance(it, cst.Call) and isinstance(it.func, cst.Name) and it.func.value == "enumerate" and it.args:
-            it = it.args[0].value
-        parts = [e.value for e in it.elements] if isinstance(it, (cst.Tuple, cst.List)) and it.elements else [it]
-        if not all(_a_part_of_self(p) for p in parts):
-            continue
-        target = n.target
-        names = target.elements if isinstance(target, cst.Tuple) else [target]
-        last = names[-1]
-        value = last.value if isinstance(last, cst.Element) else last
-        if isinstance(value, cst.Name):
-            yield value.value
+        if isinstance(n, cst.For):
+            yield from _bound_to_parts(n.iter, n.target)
+
+
+def _bound_to_parts(it: cst.BaseExpression, target: cst.BaseExpression) -> Iterator[str]:
+    """The names of `target` that take parts of self, one by one, as a loop over `it` runs."""
+    if isinstance(it, cst.Call) and isinstance(it.func, cst.Name) and it.args:
+        names = _elements(target)
+        if it.func.value == "enumerate" and names is not None and len(names) == 2:
+            yield from _bound_to_parts(it.args[0].value, names[1])
+            return
+        if it.func.value == "zip" and names is not None and len(names) == len(it.args):
+            for arg, name in zip(it.args, names):
+                yield from _bound_to_parts(arg.value, name)
+            return
+    if isinstance(target, cst.Name) and _parts_of_self(it):
+        yield target.value
+
+
+def _elements(target: cst.BaseExpression) -> list[cst.BaseExpression] | None:
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return [e.value for e in target.elements]
+    return None
+
+
+def _parts_of_self(e: cst.BaseExpression) -> bool:
+    """`self.blocks`, `(self.a, self.b)`, `list(self.layers) + [self.out]`: parts of self, each a module or a
+    container of them."""
+    if isinstance(e, (cst.Tuple, cst.List)):
+        return bool(e.elements) and all(_parts_of_self(x.value) for x in e.elements)
+    if isinstance(e, cst.BinaryOperation) and isinstance(e.operator, cst.Add):
+        return _parts_of_self(e.left) and _parts_of_self(e.right)
+    if isinstance(e, cst.Call) and isinstance(e.func, cst.Name) and e.func.value in ("list", "tuple"):
+        return len(e.args) == 1 and _parts_of_self(e.args[0].value)
+    return _a_part_of_self(e)
 
 
 def placed_view(

@@ -1,4 +1,4 @@
-"""Forward pre-hooks of the file's own, run where the module is called.
+"""Forward pre-hooks and forward hooks of the file's own, run where the module is called.
 
     def hook(mod, args, kwargs):
         return tuple(a.to(device) for a in args), kwargs
@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
+from mpcheck.devices.program import FuncInfo, params_of
 from mpcheck.devices.values import Const, DictV, FuncRef, Obj, SeqV, Val
 from mpcheck.devices.walk import walk
 
@@ -31,17 +32,75 @@ if TYPE_CHECKING:  # pragma: no cover
 
 PRE_HOOK = "register_forward_pre_hook"
 PRE_HOOKS_KEY = "forward pre-hooks"  # in a module's `extra`: ((the hook's value, with_kwargs), ...) in order
+POST_HOOK = "register_forward_hook"
+POST_HOOKS_KEY = "forward hooks run"  # the same for the forward hooks, run after `forward`
 
 
-def registered(extra: dict[str, object], args: list[Val], kwargs: dict[str, Val]) -> dict[str, object]:
-    """`extra` with the pre-hook of `register_forward_pre_hook(*args, **kwargs)` added."""
+def registered(
+    extra: dict[str, object], args: list[Val], kwargs: dict[str, Val], key: str = PRE_HOOKS_KEY
+) -> dict[str, object]:
+    """`extra` with the hook of `register_forward_(pre_)hook(*args, **kwargs)` added (under `key`)."""
     hook = args[0] if args else kwargs.get("hook")
     flag = kwargs.get("with_kwargs")
     with_kwargs = isinstance(flag, Const) and flag.value is True
     known = isinstance(flag, Const) or flag is None
-    before = extra.get(PRE_HOOKS_KEY, ())
+    before = extra.get(key, ())
     assert isinstance(before, tuple)
-    return {**extra, PRE_HOOKS_KEY: (*before, (hook if known else None, with_kwargs))}
+    return {**extra, key: (*before, (hook if known else None, with_kwargs))}
+
+
+def lambda_hook(calls: Calls, lam: cst.Lambda, st: State) -> FuncRef:
+    """A lambda given as a hook (`register_forward_hook(lambda m, i, o: o + steer)`), as a function of the file
+    that returns its body, reading the names of where it was made when it runs (Python's late binding), its
+    defaults as they were when it was made (`lora=lora` in a loop)."""
+    fn = cst.FunctionDef(
+        name=cst.Name("lambda_hook"),
+        params=lam.params,
+        body=cst.IndentedBlock([cst.SimpleStatementLine([cst.Return(lam.body)])]),
+    )
+    defaults = {name: calls.default_param_value(name, d, st.env) for name, d in params_of(fn) if d is not None}
+    return FuncRef(FuncInfo(node=fn, name="<lambda>", qual="<lambda>", closure=st.env, defaults=defaults))
+
+
+def _call_hook(calls: Calls, hook: Val, given: list[Val], st: State, node: cst.CSTNode) -> Val | None:
+    """Runs a hook of the file's (a function, a lambda, an object with `__call__`); None when it is not one."""
+    if isinstance(hook, FuncRef) and hook.bound is None:
+        return calls.call_function(hook.info, None, given, {}, st, node, helper=True)
+    if isinstance(hook, Obj) and hook.cls is not None and hook.attrs is not None:
+        call = hook.cls.method("__call__")
+        if call is not None and not call.node.decorators:
+            return calls.call_function(call, hook, given, {}, st, node, helper=True)
+    return None
+
+
+def run_after(
+    calls: Calls, mod: Obj, args: list[Val], kwargs: dict[str, Val], out: Val, st: State, node: cst.CSTNode
+) -> Val | None:
+    """The output of a module call after its forward hooks, in order (a hook that returns None leaves it, one
+    that returns a value replaces it); None where a hook is not known."""
+    hooks = (mod.extra or {}).get(POST_HOOKS_KEY, ())
+    assert isinstance(hooks, tuple)
+    for hook, with_kwargs in hooks:
+        given = [mod, SeqV(tuple(args), kind="tuple")] + ([DictV(dict(kwargs))] if with_kwargs else []) + [out]
+        known, result = _handed_back(calls, hook, given, st, node)
+        if not known:
+            return None
+        if result is not None:
+            out = result
+    return out
+
+
+def _handed_back(calls: Calls, hook: Val, given: list[Val], st: State, node: cst.CSTNode) -> tuple[bool, Val | None]:
+    """Runs one hook: (whether what it hands back is known, that value, None when it returned None and so leaves
+    what it was given as it was)."""
+    fn = hook.info.node if isinstance(hook, FuncRef) else None
+    result = _call_hook(calls, hook, given, st, node)
+    if result is None:
+        return False, None
+    if isinstance(result, Const) and result.value is None:
+        # None on one path, something else on another: joined, not known
+        return (False, None) if fn is not None and _returns_a_value(fn) else (True, None)
+    return True, result
 
 
 def run(
@@ -51,13 +110,11 @@ def run(
     hooks = (mod.extra or {}).get(PRE_HOOKS_KEY, ())
     assert isinstance(hooks, tuple)
     for hook, with_kwargs in hooks:
-        if not isinstance(hook, FuncRef) or hook.bound is not None:
-            return None
         given = [mod, SeqV(tuple(args), kind="tuple")] + ([DictV(dict(kwargs))] if with_kwargs else [])
-        result = calls.call_function(hook.info, None, given, {}, st, node, helper=True)
-        if isinstance(result, Const) and result.value is None:
-            if _returns_a_value(hook.info.node):
-                return None  # None on one path, something else on another: joined, not known
+        known, result = _handed_back(calls, hook, given, st, node)
+        if not known:
+            return None
+        if result is None:
             continue
         if with_kwargs:
             if not (isinstance(result, SeqV) and result.items is not None and len(result.items) == 2):

@@ -40,6 +40,9 @@ class FuncInfo:
     # A function defined inside another: the names of the enclosing function as the `def` ran (the
     # environment itself, so a name rebound later in it is seen as Python's late binding sees it).
     closure: dict[str, Any] | None = None
+    # Its parameters' defaults as the `def` (or lambda) evaluated them when it ran: Python binds them then
+    # (`lambda mod, inp, out, lora=lora: ...` made in a loop keeps that pass's `lora`).
+    defaults: dict[str, Any] | None = None
 
     @property
     def is_generator(self) -> bool:

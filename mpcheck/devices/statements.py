@@ -32,6 +32,7 @@ from mpcheck.devices.program import (
     State,
     body_of,
     join_states,
+    params_of,
 )
 from mpcheck.devices.unmoved import on_cpu, parts_moved_from_outside, reaches_parts_by_name
 from mpcheck.devices.values import (
@@ -53,6 +54,7 @@ from mpcheck.devices.values import (
     is_probe,
     iter_elem,
     iter_items,
+    join_all,
     known_tensor,
     one,
     single,
@@ -153,7 +155,16 @@ class Statements(Part):
                 # A `def` inside a function sees that function's names (`def run(x): return blk(x)` in a loop
                 # over blocks, handed to `checkpoint(run, h)`); at a module's top level they are the globals.
                 closure = st.env if self.interp.stack else None
-                info = FuncInfo(stmt, stmt.name.value, stmt.name.value, closure=closure)
+                defaults = (
+                    {
+                        name: self.interp.calls.default_param_value(name, default, closure)
+                        for name, default in params_of(stmt)
+                        if default is not None
+                    }
+                    if closure is not None
+                    else None
+                )
+                info = FuncInfo(stmt, stmt.name.value, stmt.name.value, closure=closure, defaults=defaults)
                 self.interp.nested_defs.append(info)
                 st.env[stmt.name.value] = FuncRef(info)
             return states
@@ -375,6 +386,9 @@ class Statements(Part):
         if spans is not None:
             # Over the parameters of a split model: the body runs for a parameter on each device.
             items = spans[0]
+        if items is not None and MAX_UNROLL < len(items) <= _MAX_FILTERED:
+            kept = self._passing_filter(stmt, items, st)
+            items = list(kept) if kept is not None else None
         if items is not None and len(items) <= MAX_UNROLL:
             spread = _spread_modules(items) - self.interp.spread_modules
             self.interp.spread_modules |= spread
@@ -409,18 +423,43 @@ class Statements(Part):
             self.interp.in_unknown_loop -= 1
         return before
 
+    def _passing_filter(self, stmt: cst.For, items: Sequence[Val], st: State) -> Sequence[Val] | None:
+        """The items a loop whose whole body is one `if` (no `else`) does anything for: `for name, m in
+        model.named_modules(): if name in device_map:` over a model of more modules than a loop unrolls. Items
+        whose test is certainly false are left out (their pass does nothing); None when the body is not such
+        a filter or its test may do more than read."""
+        body = stmt.body.body
+        if stmt.orelse is not None or len(body) != 1 or not isinstance(body[0], cst.If) or body[0].orelse:
+            return None
+        test = body[0].test
+        if not _reads_only(test):
+            return None
+        kept = []
+        for item in items:
+            trial = st.copy()
+            self.assign(stmt.target, item, trial, None)
+            verdict = self.interp.exprs.ev(test, trial)
+            if not (isinstance(verdict, Const) and verdict.value is False):
+                kept.append(item)
+        return kept
+
     def _unroll(self, stmt: cst.For, items: Sequence[Val], st: State) -> State:
         """Runs the body once per known item, in order."""
         cur = [st]
+        watch = device_loops.pick_watch(stmt.body, stmt.target, loop_bound_names(stmt))
         for item in items:
             nxt = []
             for s in cur:
                 self.assign(stmt.target, item, s, None)
                 nxt.extend(self.exec_block(stmt.body.body, [s]))
+            if watch is not None:
+                watch.after_pass(self.interp, nxt[0] if len(nxt) == 1 else None)
             cur = nxt if nxt else cur
             if len(cur) > MAX_WORLDS:
                 cur = [join_states(cur)]
         end = join_states(cur) if len(cur) > 1 else cur[0]
+        if watch is not None:
+            watch.finish(self.interp, stmt)  # MP017: `devices[i // n]`, one device for every `i`
         if stmt.orelse is not None:
             end = join_states(self.exec_block(stmt.orelse.body.body, [end]) or [end])
         return end
@@ -521,6 +560,10 @@ class Statements(Part):
                 # `self.lm_head.weight = self.embed.weight`: the layer computes with that Parameter, where it
                 # is (tied weights: one tensor, on one device), whatever `.to()` placed the layer on before.
                 assert isinstance(base, Obj) and isinstance(v, Obj)
+                if st.in_init and base.attrs is None:
+                    # In place, as Module.to() works there: the layer held by a container of self (`for lin in
+                    # self.layers: lin.weight = nn.Parameter(...)`) is the one changed.
+                    base.devs, base.origin = v.devs, TIED_WEIGHT
                 self.interp.moves.rebind(target.value, base.with_(devs=v.devs, origin=TIED_WEIGHT), st)
                 return
             if isinstance(target.value, cst.Name) and base is not st.self_obj:
@@ -529,6 +572,13 @@ class Statements(Part):
                 replaced = with_part_replaced(base, target.attr.value, self._swapped_in(base, target.attr.value, v))
                 if replaced is not None:
                     st.env[target.value.value] = replaced
+                    return
+            if isinstance(target.value, cst.Attribute) and not _rooted_at(target.value, st.self_obj or UNK, st):
+                # `model.embed.pos = nn.Parameter(new_pos)` outside the class: the part holds the new value, and
+                # its holders, up to the name, hold that part (Moves.rebind).
+                replaced = with_part_replaced(base, target.attr.value, self._swapped_in(base, target.attr.value, v))
+                if replaced is not None:
+                    self.interp.moves.rebind(target.value, replaced, st)
                     return
             self.assign_attr(base, target.attr.value, v, st, dotted(target))
         elif isinstance(target, (cst.Tuple, cst.List)):
@@ -555,6 +605,9 @@ class Statements(Part):
                 k = self.interp.exprs.ev(target.slice[0].slice.value, st)
                 if isinstance(k, Const):
                     base.items[k.value] = v
+            elif isinstance(base, SeqV) and base.kind == "list" and not base.module:
+                index = target.slice[0].slice if len(target.slice) == 1 else None
+                _set_item(base, v, self.interp.exprs.ev(index.value, st) if isinstance(index, cst.Index) else UNK)
             elif isinstance(base, Obj) and known_tensor(base) and isinstance(v, Obj) and both_cuda(v.devs, base.devs):
                 self._check_index_put(target, base, v, st, value_node)
 
@@ -590,6 +643,47 @@ _TENSOR_MOVES = frozenset({"to", "cuda", "cpu"})
 
 # Methods a program may replace on one object by assignment, which the model then no longer knows.
 _REPLACEABLE_METHODS = frozenset({"to", "cuda", "cpu", "forward", "__call__", "half", "float"})
+
+
+# The most items a loop whose body is one filter is scanned for (statements._passing_filter).
+_MAX_FILTERED = 256
+# Calls a filter's test may make and still only read (`isinstance(m, nn.Linear)`, `name.startswith("h.")`).
+_READING_CALLS = frozenset({"isinstance", "hasattr", "len", "type", "issubclass", "startswith", "endswith"})
+
+
+def _reads_only(test: cst.BaseExpression) -> bool:
+    """Does a loop filter's test only read names, attributes, items and constants, and make no call but
+    the reading ones?"""
+    for n in walk(test):
+        if isinstance(n, cst.Call):
+            f = n.func
+            name = f.value if isinstance(f, cst.Name) else f.attr.value if isinstance(f, cst.Attribute) else None
+            if name not in _READING_CALLS:
+                return False
+        elif isinstance(n, (cst.NamedExpr, cst.Lambda, cst.Await, cst.Yield)):
+            return False
+    return True
+
+
+def _rooted_at(expr: cst.BaseExpression, obj: Val, st: State) -> bool:
+    """Is `expr` (`self.embed`) an attribute chain whose root name holds `obj`?"""
+    while isinstance(expr, (cst.Attribute, cst.Subscript)):
+        expr = expr.value
+    return isinstance(expr, cst.Name) and (expr.value == "self" or st.env.get(expr.value) is obj)
+
+
+def _set_item(seq: SeqV, v: Val, key: Val) -> None:
+    """`feats[i] = f.to(dev)`: a Python list changes in place, for every name that holds it. An item by a
+    known index is replaced; by any other index (or a slice), what the list holds is no longer known item by
+    item (any item may be the new value)."""
+    if seq.items is not None and isinstance(key, Const) and type(key.value) is int:
+        k = key.value
+        if -len(seq.items) <= k < len(seq.items):
+            k %= len(seq.items)
+            seq.items = (*seq.items[:k], v, *seq.items[k + 1 :])
+            return
+    seq.elem = join_all([*(seq.items if seq.items is not None else (seq.elem,)), v])
+    seq.items = None
 
 
 def _ties_weight(attr: str, base: Val, v: Val) -> bool:

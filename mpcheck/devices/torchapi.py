@@ -297,6 +297,18 @@ FULL_REDUCTIONS = frozenset(
 INDEX_RESULTS = frozenset({"argmax", "argmin", "bincount", "count_nonzero", "histc", "unique", "nonzero", "eq", "ne"})
 
 
+# Tensor methods that give a (values, indices) named tuple: always, or (the second set) when a dim is given
+# (`x.max(-1)`; `x.max()` is one value, `x.max(y)` an elementwise maximum).
+VALUES_AND_INDICES = frozenset({"sort", "topk", "kthvalue", "mode", "cummax", "cummin"})
+VALUES_AND_INDICES_WITH_DIM = frozenset({"max", "min", "median", "nanmedian"})
+
+
+def gives_values_and_indices(name: str, first_is_int: bool, kwargs: Container[str]) -> bool:
+    """`logits.max(-1)`, `torch.topk(x, k)`: a (values, indices) pair, not one tensor."""
+    last = name.rsplit(".", 1)[-1]
+    return last in VALUES_AND_INDICES or (last in VALUES_AND_INDICES_WITH_DIM and (first_is_int or "dim" in kwargs))
+
+
 # Factories of integer data (ids, labels, permutations); torch.arange too when every bound is an int.
 INDEX_FACTORIES = frozenset({"randint", "randint_like", "randperm"})
 # Tensor methods whose result is integer or boolean data shaped like the input (or smaller).

@@ -216,10 +216,16 @@ class Obj(Val):
     # Token ids, labels, indices or a mask (randint, arange of ints, a comparison, `.argmax()`, `.long()`),
     # kept while it is moved, converted or laid out again: a batch-by-sequence tensor, no activation.
     index_like: bool = False
+    # (The node, the devices it left) of the move this tensor was computed from, alone, since it arrived (elementwise steps, reductions along a
+    # dim, constants: `-(w * w.log()).sum(-1)` of `w = a.to(d)`): a full reduction of it could have been made
+    # before that move, and only the one value moved (MP016). Given explicitly where an op keeps it; any other
+    # copy (`with_`) drops it.
+    reducible_move: Any = field(default=None, repr=False)
 
     def with_(self, **kw: Any) -> Obj:
         if "enlarged_at" not in kw and (kw.get("worked") is True or kw.get("label") == ""):
             kw["enlarged_at"] = None  # a value computed from this one (an op's result, an item): its own size
+        kw.setdefault("reducible_move", None)
         return replace(self, **kw)
 
 
@@ -291,6 +297,20 @@ class SymV(Val):
     name: str
 
 
+def _joined_extra(a: dict[str, Any] | None, b: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A module wrapped in nn.DataParallel on one path only (`if n_gpu >= 2: front = DataParallel(front, ...)`):
+    it may scatter its inputs itself, so where they must be is not known; where its output lands is known only
+    when both paths agree."""
+    da = a.get(DATA_PARALLEL_OUTPUT, _NONE_SEEN) if a else _NONE_SEEN
+    db = b.get(DATA_PARALLEL_OUTPUT, _NONE_SEEN) if b else _NONE_SEEN
+    if da is _NONE_SEEN and db is _NONE_SEEN:
+        return None
+    return {DATA_PARALLEL_OUTPUT: da if da == db else None}
+
+
+_NONE_SEEN = object()
+
+
 def join(a: Val, b: Val) -> Val:
     """The value after two paths meet."""
     if a is b:
@@ -315,7 +335,7 @@ def join(a: Val, b: Val) -> Val:
             out_devs=a.out_devs if a.out_devs == b.out_devs else None,
             lineage=a.lineage if a.lineage == b.lineage else None,
             hop=max(a.hop, b.hop),
-            extra=a.extra if a.extra is b.extra else None,
+            extra=a.extra if a.extra is b.extra else _joined_extra(a.extra, b.extra),
             opaque=a.opaque or b.opaque,
             ident=a.ident if a.ident == b.ident else None,
         )
@@ -585,6 +605,8 @@ def value_key(v: Val) -> tuple[Any, ...]:
             id(v.cls) if v.cls else None,
             id(v.attrs) if v.attrs is not None else None,
             v.ident,
+            # a tensor just moved, reduced in the call (MP016 names that move): a run of its own per move
+            id(v.reducible_move[0]) if v.reducible_move is not None else None,
         )
     if isinstance(v, SymV):
         return ("s", v.name)

@@ -12,6 +12,7 @@ from mpcheck.devices.events import (
     DiscardedMove,
     Mismatch,
     PlacedTwice,
+    SharedModuleMoved,
     SplitBuiltAfterSetDevice,
     StaleOptimizerState,
     StatisticsReplaced,
@@ -44,6 +45,9 @@ class MissingTransfer(Rule):
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         # Stages placed index-less in an __init__ run after set_device: MP004 reports the placement or the build.
         collapsed = {id(n) for built in ctx.model.facts(SplitBuiltAfterSetDevice) for n in built.where}
+        # Modules a stage shares with another, moved there by its placement (MP007 at that move): their first
+        # stage's input is on the device that stage was meant for, and the fix is MP007's, not a move of it.
+        collapsed |= {id(shared.node) for shared in ctx.model.facts(SharedModuleMoved)}
         mine = [ev for ev in once_per_node(ctx.model.facts(Mismatch)) if _ours(ctx, ev, collapsed)]
         one_move = OneMove(ctx, mine)
         # `x.to(dev)` as a statement: the tensor it left behind, by identity (the value the name still holds).

@@ -49,14 +49,26 @@ class OversizedTransfer(Rule):
 def _reduced(
     ctx: FileContext, move: cst.CSTNode, moved: cst.BaseExpression | None, reduction: cst.Call, subject: str
 ) -> tuple[str, str]:
-    """The message and fix of a move reduced right after: the same chain with the move last."""
+    """The message and fix of a move reduced right after: the same chain with the move last. A reduction made
+    elsewhere (in a helper given the moved tensor, or after steps of its own) is named with its line."""
     steps = _steps_after(reduction, move)
+    if steps is None:
+        where = f"`{_short(ctx.code(reduction))}`, line {ctx.line(reduction)}"
+        return (
+            f"{subject} only to be reduced to one value there ({where}), computed from it alone: the link "
+            "carries every element for one. Compute that value where the tensor is and move the result.",
+            "reduce before the move: compute the value on the tensor's own device, then move it",
+        )
     fix = _move_last(ctx, move, moved, steps)
     return (
         f"{subject} only to be reduced to one value there (`{steps}`): the link carries every element for one. "
         f"Reduce it where it is and move the result: {fix}.",
         f"reduce before the move: {fix}",
     )
+
+
+def _short(code: str) -> str:
+    return code if len(code) <= 60 else f"...{code[-57:]}"
 
 
 def _move_last(ctx: FileContext, move: cst.CSTNode, moved: cst.BaseExpression | None, steps: str) -> str:
@@ -126,11 +138,12 @@ def _gpu(dev: str) -> bool:
     return dev.startswith("cuda:")
 
 
-def _steps_after(reduction: cst.Call, move: cst.CSTNode) -> str:
-    """`.isfinite().all()`: the calls from just after `move` up to `reduction`, as written."""
+def _steps_after(reduction: cst.Call, move: cst.CSTNode) -> str | None:
+    """`.isfinite().all()`: the argument-less calls from just after `move` up to `reduction`, as written; None
+    when the reduction is not such a chain on the move itself."""
     names = []
     node: cst.BaseExpression = reduction
-    while isinstance(node, cst.Call) and node is not move and isinstance(node.func, cst.Attribute):
+    while isinstance(node, cst.Call) and node is not move and isinstance(node.func, cst.Attribute) and not node.args:
         names.append(f".{node.func.attr.value}()")
         node = node.func.value
-    return "".join(reversed(names))
+    return "".join(reversed(names)) if node is move else None

@@ -9,7 +9,12 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from mpcheck.devices.events import DeviceListIgnoresIndex, LateBoundHookDevice, UnusedLoopDevice
+from mpcheck.devices.events import (
+    DeviceListIgnoresIndex,
+    DevicePickIgnoresIndex,
+    LateBoundHookDevice,
+    UnusedLoopDevice,
+)
 from mpcheck.devices.values import show
 from mpcheck.finding import Finding
 from mpcheck.rules.base import Rule, once_per_node
@@ -53,6 +58,22 @@ class LoopIgnoresDevice(Rule):
                 f"(e.g. `torch.device('cuda', first + {name})`).",
                 suggestion=f"use `{name}` in the device each item names",
             )
+        for pick in once_per_node(ctx.model.facts(DevicePickIgnoresIndex)):
+            sub = pick.node
+            assert isinstance(sub, cst.Subscript)
+            holder, index = ctx.code(sub.value), ctx.code(sub.slice[0].slice)
+            among = ", ".join(map(show, pick.among))
+            yield self.finding(
+                ctx,
+                sub,
+                f"`{ctx.code(sub)}` picks one of {len(pick.among)} devices ({among}) for each `{pick.name}`, but "
+                f"`{index}` gives the same one, {show(pick.picked)}, on every pass of "
+                f"`{_loop_head(ctx, pick.loop)}`: everything placed from it lands on that device instead of being "
+                f"spread over the list. Scale the index to the list (e.g. `{pick.name} * len({holder}) // n` for "
+                f"`n` passes).",
+                devices=[pick.picked, *pick.among],
+                suggestion=f"spread `{index}` over the {len(pick.among)} devices of `{holder}`",
+            )
         for late in once_per_node(ctx.model.facts(LateBoundHookDevice)):
             name, loop = late.name, late.loop
             made = f"`{late.node.name.value}`" if isinstance(late.node, cst.FunctionDef) else "lambda"
@@ -72,3 +93,13 @@ def _built(n: int, names: tuple[str, ...]) -> str:
     if len(names) == 1:
         return f"{n} `{names[0]}` module{'s' if n != 1 else ''}"
     return f"{n} modules ({', '.join(f'`{x}`' for x in names)})"
+
+
+def _loop_head(ctx: FileContext, loop: cst.CSTNode) -> str:
+    """`for i in range(n)`: the loop as its head reads (a comprehension's `for` clause)."""
+    if isinstance(loop, cst.For):
+        return f"for {ctx.code(loop.target)} in {ctx.code(loop.iter)}"
+    clause = getattr(loop, "for_in", None)
+    if isinstance(clause, cst.CompFor):
+        return f"for {ctx.code(clause.target)} in {ctx.code(clause.iter)}"
+    return "the loop"
