@@ -1078,3 +1078,156 @@ def test_ids_sent_to_a_table_whose_rows_come_back_alone_are_still_a_ping_pong(sc
     status, report, err = dryrun_cli(s, "--gpus", "2")
     assert status == 0, err
     assert "MP006" in {c for c, _ in codes_at(report)}
+
+
+# A sparse adjacency matrix (a GCN's) cached once per GPU: a sparse tensor's stand-in on the virtual GPUs answers
+# strides of 0, which read as a broadcast view moved at its full size (a false MP016; held-out round 19's t02).
+SPARSE_ADJACENCY = '''
+"""(held-out round 19, t02) Deep GCN for node classification on a synthetic citation graph, layers spread over
+the visible GPUs. The normalised adjacency is cached per device so that every layer
+multiplies with a local copy."""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+N_NODES, N_FEAT, N_CLASS, HIDDEN = 500, 64, 7, 128
+
+
+def normalized_adjacency(edge_index, n):
+    loops = torch.arange(n)
+    src = torch.cat([edge_index[0], edge_index[1], loops])
+    dst = torch.cat([edge_index[1], edge_index[0], loops])
+    deg = torch.zeros(n).index_add_(0, dst, torch.ones(dst.numel()))
+    w = deg[src].rsqrt() * deg[dst].rsqrt()
+    return torch.sparse_coo_tensor(torch.stack([dst, src]), w, (n, n)).coalesce()
+
+
+class AdjacencyCache:
+    def __init__(self, adj):
+        self.adj = adj
+        self.copies = {}
+
+    def on(self, device):
+        key = str(device)
+        if key not in self.copies:
+            self.copies[key] = self.adj.to(device)
+        return self.copies[key]
+
+
+class GCNLayer(nn.Module):
+    def __init__(self, d_in, d_out, act=True):
+        super().__init__()
+        self.lin = nn.Linear(d_in, d_out)
+        self.act = act
+
+    def forward(self, x, adj_cache):
+        adj = adj_cache.on(x.device)
+        h = torch.sparse.mm(adj, self.lin(x))
+        return F.relu(h) if self.act else h
+
+
+class DeepGCN(nn.Module):
+    def __init__(self, devices, depth=4):
+        super().__init__()
+        dims = [N_FEAT] + [HIDDEN] * (depth - 1) + [N_CLASS]
+        self.devices = [devices[i * len(devices) // depth] for i in range(depth)]
+        self.layers = nn.ModuleList(GCNLayer(dims[i], dims[i + 1], act=i < depth - 1).to(self.devices[i])
+                                    for i in range(depth))
+
+    def forward(self, x, adj_cache):
+        for layer, dev in zip(self.layers, self.devices):
+            x = layer(F.dropout(x.to(dev), 0.5, self.training), adj_cache)
+        return x
+
+
+def main():
+    torch.manual_seed(0)
+    devices = [torch.device(f"cuda:{i}") for i in range(torch.cuda.device_count())]
+    edge_index = torch.randint(0, N_NODES, (2, 3000))
+    cache = AdjacencyCache(normalized_adjacency(edge_index, N_NODES))
+    labels = torch.randint(0, N_CLASS, (N_NODES,))
+    train_mask = torch.rand(N_NODES) < 0.3
+    model = DeepGCN(devices)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=5e-4)
+    x = torch.randn(N_NODES, N_FEAT).to(devices[0])
+    y, m = labels.to(model.devices[-1]), train_mask.to(model.devices[-1])
+    for epoch in range(2):
+        model.train()
+        loss = F.cross_entropy(model(x, cache)[m], y[m])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    model.eval()
+    with torch.no_grad():
+        acc = (model(x, cache).argmax(1) == y)[~m].float().mean()
+    print(f"loss {loss.item():.3f} test acc {acc.item():.3f}")
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def test_a_sparse_matrix_moved_to_each_gpu_is_no_broadcast_view(script, dryrun_cli):
+    status, report, err = dryrun_cli(script(SPARSE_ADJACENCY), "--gpus", "2")
+    assert status == 0, err
+    assert report["findings"] == []
+
+
+# nn.DataParallel gathering its output on another GPU than device_ids[0] (output_device=1), where a head lives
+# alone: the virtual DataParallel ran the module on device_ids[0] and left the output there (a false MP001).
+GATHERED_ON_THE_HEAD = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+front = nn.DataParallel(nn.Sequential(nn.Linear(32, 64), nn.ReLU()).to("cuda:0"), device_ids=[0, 1], output_device=1)
+head = nn.Linear(64, 10).to("cuda:1")
+opt = torch.optim.SGD([*front.parameters(), *head.parameters()], lr=0.1)
+for step in range(2):
+    x, y = torch.randn(16, 32), torch.randint(0, 10, (16,))
+    loss = F.cross_entropy(head(front(x)), y.to("cuda:1"))
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+print("finished")
+"""
+
+
+def test_data_parallel_gathers_on_its_output_device(script, dryrun_cli):
+    status, report, err = dryrun_cli(script(GATHERED_ON_THE_HEAD), "--gpus", "2")
+    assert status == 0, err
+    assert report["findings"] == []
+    # and with the default output device the head's input is on cuda:0: reported
+    status, report, err = dryrun_cli(script(GATHERED_ON_THE_HEAD.replace(", output_device=1", "")), "--gpus", "2")
+    assert [f["code"] for f in report["findings"]] == ["MP001"]
+
+
+# SAM's first step: a gradient norm combined from per-GPU partial norms, its 0-dim scale sent to each GPU in turn.
+# One number per GPU is no activation crossing at every layer (a false MP006 at run time; precision round 19's c07).
+SCALE_SENT_TO_EACH_GPU = """
+import torch
+import torch.nn as nn
+
+model = nn.Sequential(nn.Linear(32, 32).to("cuda:0"), nn.Linear(32, 32).to("cuda:1"))
+groups = {"cuda:0": list(model[0].parameters()), "cuda:1": list(model[1].parameters())}
+for step in range(2):
+    y = model[1](model[0](torch.randn(8, 32, device="cuda:0")).to("cuda:1"))
+    y.square().mean().backward()
+    with torch.no_grad():
+        partial = [torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in ps])) for ps in groups.values()]
+        norm = torch.linalg.vector_norm(torch.stack([n.to("cuda:1") for n in partial]))
+        scale = 0.05 / (norm + 1e-12)
+        for dev, ps in groups.items():
+            s = scale.to(dev)
+            for p in ps:
+                p.add_(p.grad * s)
+    model.zero_grad()
+print("finished")
+"""
+
+
+def test_a_scale_sent_to_each_gpu_is_no_ping_pong(script, dryrun_cli):
+    status, report, err = dryrun_cli(script(SCALE_SENT_TO_EACH_GPU), "--gpus", "2")
+    assert status == 0, err
+    assert report["findings"] == []

@@ -21,6 +21,8 @@ def data_bytes(t: Any) -> int | None:
     """The bytes a tensor's elements take once each: its size without the broadcast (stride 0)
     dimensions; None for a tensor without strides (sparse)."""
     try:
+        if str(t.layout) != "torch.strided":
+            return None  # a sparse tensor (its stand-in on virtual GPUs may answer strides of 0: no broadcast)
         sizes, strides = tuple(t.shape), t.stride()
     except Exception:  # sparse and other layouts without strides
         return None

@@ -224,8 +224,8 @@ class PingPong:
         nodes: the autograd nodes (grad_fn) of the data sent and of its copy that arrived, or None.
         held: without a graph, does the code making this transfer still hold other data on a device
         (asked only when the chain comes straight back to it: Chain.stayed)."""
-        if src in _NOT_GPU or dst in _NOT_GPU:
-            return []
+        if src in _NOT_GPU or dst in _NOT_GPU or _one_number(src_tensor):
+            return []  # (a 0-dim tensor is no activation: a norm or a scale sent to each GPU by an optimizer)
         done: list[Chain] = []
         entry = self._scopes.get(scope)
         if entry is None or entry[0] != key:
@@ -283,6 +283,13 @@ class PingPong:
         self._scopes.clear()
         self._arrived.clear()
         return done
+
+
+def _one_number(tensor: Any) -> bool:
+    try:
+        return tensor is not None and tensor.dim() == 0
+    except Exception:  # not a tensor as torch's (a wrapper without dim()): judged as before
+        return False
 
 
 def _indices(tensor: Any) -> bool:

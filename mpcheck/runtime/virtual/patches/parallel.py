@@ -22,18 +22,27 @@ def install_data_parallel(g: VirtualGPUs, p: Patches) -> None:
     def dp_forward(self: Any, *inputs: Any, **kwargs: Any) -> Any:
         if not self.device_ids:
             return self.module(*inputs, **kwargs)
-        dst = f"cuda:{self.device_ids[0]}" if isinstance(self.device_ids[0], int) else g.parse(self.device_ids[0])
 
-        def to_dst(x: Any) -> Any:
+        def device(d: Any) -> str | None:
+            return f"cuda:{d}" if isinstance(d, int) else g.parse(d)
+
+        def moved(x: Any, dst: str | None) -> Any:
+            if dst is None:
+                return x  # a device this emulation cannot name: left where it is
             if isinstance(x, torch.Tensor):
                 return x.to(dst)
             if isinstance(x, (list, tuple)):
-                return type(x)(to_dst(v) for v in x)
+                return type(x)(moved(v, dst) for v in x)
             if isinstance(x, dict):
-                return {k: to_dst(v) for k, v in x.items()}
+                return {k: moved(v, dst) for k, v in x.items()}
             return x
 
-        return self.module(*to_dst(inputs), **to_dst(kwargs))
+        dst = device(self.device_ids[0])
+        out = self.module(*moved(inputs, dst), **moved(kwargs, dst))
+        # gathered on `output_device` (device_ids[0] unless given), as DataParallel's own gather does
+        gathered = getattr(self, "output_device", None)
+        there = device(gathered) if gathered is not None else None
+        return moved(out, there) if there is not None and there != dst else out
 
     p.set(DataParallel, "forward", dp_forward)
 
