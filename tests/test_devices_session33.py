@@ -606,3 +606,31 @@ def test_a_moved_argument_indexed_by_a_callee_that_also_uses_it_whole_is_not_ove
         return bottom(torch.randn(8, 4, device="cuda:1").to("cuda:0"))
     """
     assert findings(src, "MP016") == []
+
+
+def test_blocks_built_alike_outside_an_init_are_not_one_object():
+    # `[B() for _ in range(4)]` in a script: four blocks, one memoised value; moving one moves no other
+    src = """
+    import torch
+    import torch.nn as nn
+
+    class B(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.l = nn.Linear(4, 4)
+
+        def forward(self, x):
+            return self.l(x)
+
+    class M(nn.Module):
+        def __init__(self, blocks):
+            super().__init__()
+            self.blocks = nn.ModuleList(blocks)
+
+    def main():
+        model = M([B() for _ in range(4)])
+        for i, b in enumerate(model.blocks):
+            b.to("cuda:0" if i < 2 else "cuda:1")
+        return model.blocks[3](torch.randn(2, 4, device="cuda:1"))
+    """
+    assert findings(src, "MP001") == []

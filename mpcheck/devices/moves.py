@@ -52,6 +52,7 @@ from mpcheck.devices.values import (
     failed,
     is_module,
     is_splitish,
+    join,
     one,
     show,
     single,
@@ -758,6 +759,11 @@ def _swapped(v: Val, old: Val, new: Val, depth: int = 0) -> Val | None:
     if depth > 2:
         return None
     if isinstance(v, SeqV) and v.module and v.items is not None:
+        places = sum(1 for i in v.items if _one_object(i, old))
+        if places > 1 and isinstance(old, Obj) and old.ident is None:
+            # One value at several places but no object known to be one (instances of a class built alike outside
+            # an __init__ share one memoised value): which of them moved is not known.
+            new = join(old, new)
         items = [new if _one_object(i, old) else _swapped(i, old, new, depth + 1) or i for i in v.items]
         changed = any(a is not b for a, b in zip(items, v.items))
         return SeqV(tuple(items), elem=v.elem, kind=v.kind, module=True, hooks=v.hooks) if changed else None
