@@ -839,7 +839,8 @@ class Calls(Part):
         reduction's own expression (`(g.to(d) * 2).sum()`), or is the argument of the helper running now whose
         parameter appears nowhere but inside it (`entropy(w.to(d))`, `return -(w * w.log()).sum(-1).mean()`).
         A moved tensor used for more (a mask moved to weigh a loss, and also counted) must cross anyway."""
-        if any(n is move for n in walk(reduction)):
+        inside = {id(n) for n in walk(reduction)}
+        if id(move) in inside:
             return True
         site = self.interp.recorder.sites[-1] if self.interp.recorder.sites else None
         fn = self.interp.stack[-1] if self.interp.stack else None
@@ -858,7 +859,6 @@ class Calls(Part):
         )
         if name is None:
             return False
-        inside = {id(n) for n in walk(reduction)}
         return all(id(n) in inside for n in walk(fn.node.body) if isinstance(n, cst.Name) and n.value == name)
 
     def method_call(

@@ -158,9 +158,9 @@ class PickWatch:
     known, distinct devices indexed by an expression of names, numbers and arithmetic (read again per pass,
     with no side effect) is watched; a finding needs two passes or more that all picked the same device."""
 
-    def __init__(self, item: cst.CSTNode, name: str, bound: frozenset[str]) -> None:
+    def __init__(self, picks: tuple[cst.Subscript, ...], name: str) -> None:
         self.name = name
-        self.picks: list[cst.Subscript] = _picks(item, name, bound)
+        self.picks = picks
         self.seen: dict[int, list[str | None]] = {id(s): [] for s in self.picks}
         self.lists: dict[int, tuple[str, ...]] = {}
 
@@ -207,10 +207,10 @@ def pick_watch(
     index must not read: their value after the pass is not the one the pick saw), or None when it picks nothing."""
     if type(target) is not cst.Name or target.value.startswith("_"):
         return None
-    got = memo.recall(_PICKS, item)
-    if got is None:
-        got = memo.keep(_PICKS, item, bool(_picks(item, target.value, bound)))
-    return PickWatch(item, target.value, bound) if got else None
+    picks: tuple[cst.Subscript, ...] | None = memo.recall(_PICKS, item)
+    if picks is None:
+        picks = memo.keep(_PICKS, item, tuple(_picks(item, target.value, bound)))
+    return PickWatch(picks, target.value) if picks else None
 
 
 _PICKS = memo.node_table()
