@@ -8,7 +8,11 @@ Two claims, each timed against its fix:
     (B, H, T, T) and then moved, against moved first and expanded on the destination (both then
     added to attention scores there, so the destination's work is in both);
   - reduced after the move: 16 gradients of 4096x4096 fp32 moved whole and then checked with
-    `.isfinite().all()`, against checked where they are and the one-element results moved.
+    `.isfinite().all()`, against checked where they are and the one-element results moved; 64
+    gradients of 512x512 concatenated on the destination for one global norm (a hand-written
+    clip), against one norm per gradient where it is, stacked, and one value moved; a score matrix
+    of 64x20000 copied to the host for a `topk(10)`, against the top-k taken on the GPU and its
+    64x10 indices copied (run-time MP016, runtime/checks/reduced_after_move.py).
 
 With two GPUs the moves go cuda:0 -> cuda:1 (peer to peer); with one, the expand case moves from
 the host to cuda:0 (pageable memory, as a CPU tensor of a training script is) and the reduction
@@ -63,6 +67,57 @@ def reduced(src: str, dst: str, tensors: int, side: int, reps: int) -> dict:
     }
 
 
+def concat_norm(src: str, dst: str, tensors: int, side: int, reps: int) -> dict:
+    grads = [torch.randn(side, side, device=src) for _ in range(tensors)]
+
+    def concatenated_there():
+        return torch.cat([g.flatten().to(dst) for g in grads]).norm()
+
+    def norms_moved():
+        return torch.stack([g.norm() for g in grads]).norm().to(dst)
+
+    t = _time({"fix": norms_moved, "as_written": concatenated_there}, reps)
+    return {
+        "case": f"{tensors} gradients {side}x{side} fp32 concatenated for one norm, {src} -> {dst}",
+        **t,
+        "ratio": t["as_written"] / t["fix"],
+    }
+
+
+def topk_on_host(src: str, rows: int, cols: int, k: int, reps: int) -> dict:
+    scores = torch.randn(rows, cols, device=src)
+
+    def copied_whole():
+        return scores.cpu().topk(k, dim=1).indices
+
+    def topk_there():
+        return scores.topk(k, dim=1).indices.cpu()
+
+    t = _time({"fix": topk_there, "as_written": copied_whole}, reps)
+    return {
+        "case": f"scores {rows}x{cols} fp32, `topk({k})` after vs before the copy, {src} -> cpu",
+        **t,
+        "ratio": t["as_written"] / t["fix"],
+    }
+
+
+def mean_after_move(src: str, dst: str, nbytes: int, reps: int) -> dict:
+    t_in = torch.randn(nbytes // 4, device=src)
+
+    def moved_then_mean():
+        return t_in.to(dst).mean()
+
+    def mean_then_moved():
+        return t_in.mean().to(dst)
+
+    t = _time({"fix": mean_then_moved, "as_written": moved_then_mean}, reps)
+    return {
+        "case": f"{nbytes // 1024} KiB fp32, `.mean()` after vs before the move, {src} -> {dst}",
+        **t,
+        "ratio": t["as_written"] / t["fix"],
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", help="also write the results here")
@@ -77,6 +132,14 @@ def main(argv: list[str] | None = None) -> int:
         expanded("cuda:0" if two else "cpu", "cuda:1" if two else "cuda:0", 32, 16, 512, reps),
         expanded("cuda:0" if two else "cpu", "cuda:1" if two else "cuda:0", 8, 16, 256, reps * 4),
         reduced("cuda:0", "cuda:1" if two else "cpu", 16, 4096, reps),
+        concat_norm("cuda:0", "cuda:1" if two else "cpu", 64, 512, reps),
+        topk_on_host("cuda:0", 64, 20000, 10, reps),
+        # the run-time check's size limit (64 KiB, REPEAT_MIN_BYTES) and above, both ways over the host link
+        *(
+            mean_after_move(a, b, kib * 1024, reps)
+            for kib in (16, 64, 1024)
+            for a, b in (("cpu", "cuda:0"), ("cuda:0", "cpu"))
+        ),
     ]
     gpus = f"{torch.cuda.device_count()}x {torch.cuda.get_device_name(0)}"
     print(f"# oversized transfers (MP016), {datetime.date.today()}, {gpus}, torch {torch.__version__}")

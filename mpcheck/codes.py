@@ -220,6 +220,16 @@ CODES: tuple[Code, ...] = (
         "`t.tolist()` or `torch.stack(losses)` waits once or not at all.",
         _EVERY_FACE,
     ),
+    # At run time only: which copies were gathered, from where, and how big they are is known then.
+    Code(
+        "MP021",
+        "per-item-transfer",
+        "warning",
+        "Many small tensors are moved one by one from one device to another and then stacked there "
+        "(`torch.stack([x.to(dev) for x in xs])`, a Dataset moving each sample to the GPU): one copy per item, "
+        "where stacking first and moving once makes one.",
+        (RUN, DRYRUN),
+    ),
 )
 
 BY_CODE: dict[str, Code] = {c.code: c for c in CODES}

@@ -1,6 +1,8 @@
 """MP016 on virtual GPUs: a broadcast view handed to the next stage's GPU is reported at the move, as the
 linter reports it (the lint fixture's program, run), and its fixed twin runs clean. The run-time faces see
-the view's strides; a `.repeat()` or a reduction after the move is the linter's alone (rules/MP016)."""
+the view's strides; a `.repeat()` before the move is the linter's alone (rules/MP016). Data only reduced
+after its move is seen by what the program does with it (checks/reduced_after_move.py): reported once
+every tensor carrying it is freed, never when the data is used whole, even long after the reduction."""
 
 from pathlib import Path
 from types import SimpleNamespace
@@ -46,3 +48,82 @@ def test_expand_as_of_a_tensor_on_another_device_is_a_view_where_it_is(script, d
     )
     status, report, err = dryrun_cli(s, "--gpus", "2")
     assert (status, report["stopped"], report["findings"]) == (0, None, []), err
+
+
+def test_a_concatenation_of_moved_gradients_reduced_by_norm_is_reported_at_the_move(script, dryrun_cli):
+    s = script(
+        """
+        import torch
+        import torch.nn as nn
+
+        model = nn.ModuleDict({"a": nn.Linear(256, 256).to("cuda:0"), "b": nn.Linear(256, 256).to("cuda:1")})
+        for _ in range(3):
+            x = torch.randn(8, 256, device="cuda:0")
+            y = model["b"](model["a"](x).to("cuda:1"))
+            y.sum().backward()
+            grads = [p.grad for p in model.parameters()]
+            total = torch.cat([g.flatten().to("cuda:0") for g in grads]).norm()  # <- here
+            model.zero_grad()
+        print(float(total))
+        """
+    )
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 0, err
+    (f,) = report["findings"]
+    assert (f["code"], f["line"], f["devices"]) == ("MP016", s.marks["here"], ["cuda:1", "cuda:0"])
+    assert f["extra"]["reduced_by"] == "norm" and f["extra"]["count"] == 3  # once per step, one finding
+
+
+def test_scores_copied_to_the_host_for_a_topk_are_reported_and_the_topk_on_the_gpu_is_not(script, dryrun_cli):
+    s = script(
+        """
+        import torch
+
+        items = torch.randn(20000, 64, device="cuda:1")
+        for _ in range(2):
+            q = torch.randn(32, 64, device="cuda:1")
+            scores = q @ items.T
+            host = scores.cpu()  # <- bad
+            top = host.topk(10, dim=1).indices
+            good = scores.topk(10, dim=1).indices.cpu()
+        print(top.shape, good.shape)
+        """
+    )
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 0, err
+    assert [(f["code"], f["line"], f["extra"]["reduced_by"]) for f in report["findings"]] == [
+        ("MP016", s.marks["bad"], "topk")
+    ]
+
+
+def test_moved_data_used_whole_kept_exported_or_small_is_not_reported(script, dryrun_cli):
+    s = script(
+        """
+        import torch
+
+        kept = []
+        for _ in range(3):
+            h = torch.randn(256, 256, device="cuda:0")
+            a = h.to("cuda:1")
+            b = a / a.max()  # reduced, and used whole: the move was needed
+            c = h.to("cuda:1")
+            kept.append(c)  # kept by the program, reduced now ...
+            c.sum()
+            d = h.cpu()
+            d.argmax()
+            rows = list(d)  # handed out row by row
+            e = h.cpu()
+            e.max()
+            e.tolist()  # read whole on the host
+            f = h[:8].to("cuda:1")  # 8 KiB: its copy costs about its launch
+            f.sum()
+            g = h.to("cuda:1")
+            g.mean(0)  # a reduction to 1/256 of it ...
+            g @ g  # ... and a use
+            i = h.to("cuda:1", torch.float64)  # converted too: reducing first would reduce at float32
+            i.sum()
+        print((torch.stack(kept) @ torch.ones(256, device="cuda:1")).shape, b.shape, len(rows))  # ... used whole later
+        """
+    )
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert (status, report["findings"]) == (0, []), err

@@ -28,6 +28,8 @@ from torch.overrides import TorchFunctionMode
 from mpcheck.devices.torchapi import SHAPE_FACTORIES
 from mpcheck.runtime.checks.checker import Checker
 from mpcheck.runtime.checks.hook_moves import made_by_module_hook
+from mpcheck.runtime.checks.per_item_moves import GATHERS as _GATHERS
+from mpcheck.runtime.checks.per_item_moves import MIN_ITEMS as _MIN_ITEMS
 from mpcheck.runtime.checks.provenance import CONST_FACTORIES
 from mpcheck.runtime.checks.sites import called_by_torch
 
@@ -38,6 +40,7 @@ from mpcheck.runtime.checks.torchapi import COPY as _COPY
 from mpcheck.runtime.checks.torchapi import CPU as _CPU
 from mpcheck.runtime.checks.torchapi import CUDA as _CUDA
 from mpcheck.runtime.checks.torchapi import DATA_ALIAS as _DATA_ALIAS
+from mpcheck.runtime.checks.torchapi import EXPORT as _EXPORT
 from mpcheck.runtime.checks.torchapi import HOST_READ as _HOST_READ
 from mpcheck.runtime.checks.torchapi import LOSS as _LOSS
 from mpcheck.runtime.checks.torchapi import PASS as _PASS
@@ -107,6 +110,8 @@ class CheckingMode(TorchFunctionMode):
         # Tensors a reported mismatch found off their device (checks/unmoved.py): what is made from them.
         self._unmoved = checker.unmoved
         self._unmoved_records = checker.unmoved.records  # one dict for the run (purged in place)
+        # MP016's watched transfers (checks/reduced_after_move.py): one dict for the run, empty most of the time.
+        self._watched = checker.reduce_watch.carriers
         # Factories that take a tensor as their data and move it when given device= (`_as_moved`).
         self._as_tensor = frozenset(f for f in (torch.as_tensor, getattr(torch, "asarray", None)) if f is not None)
         self._factories = frozenset(f for f in (getattr(torch, n, None) for n in CONST_FACTORIES) if f is not None)
@@ -135,6 +140,12 @@ class CheckingMode(TorchFunctionMode):
         if kind == _HOST_READ:  # a wait for the GPU anyway: counted for MP020 (checks/element_reads.py)
             if args and isinstance(args[0], self._tensor):
                 checker.on_host_read(args[0], getattr(func, "__name__", ""))
+                if self._watched:
+                    checker.on_watched_export(args[0])
+            return func(*args, **kwargs)
+        if kind == _EXPORT:
+            if self._watched and args:
+                checker.on_watched_export(args[0])
             return func(*args, **kwargs)
         if kind == _VIEW:
             try:
@@ -149,6 +160,8 @@ class CheckingMode(TorchFunctionMode):
                 self._unmoved.derive(args, out, checker.devices.device_of)
             if args and id(args[0]) in checker.arrived_objects:
                 checker.note_view(args[0], out)
+            if self._watched and args:
+                checker.on_watched_view(args[0], out)
             return out
         if kind == _BACKWARD:
             if not self._tls.stack:
@@ -176,7 +189,11 @@ class CheckingMode(TorchFunctionMode):
             elif _device_ctx.CURRENT_DEVICE is not None:
                 made_how = _default_device_words(func)
             if checker.arrived_objects:  # a moved tensor used where it arrived is no round trip (MP005)
+                if args and type(args[0]) in (list, tuple) and len(args[0]) >= _MIN_ITEMS:
+                    if getattr(func, "__name__", "") in _GATHERS:  # moved one by one, then gathered? (MP021)
+                        checker.on_gather(func, args[0])
                 checker.note_reads(args, kwargs)
+            read = (args, kwargs) if self._watched else None  # as called (check_op may move them)
             # One argument mixes nothing, unless it is a sequence: torch.cat([a, b]); but torch.tensor([l_a, l_b])
             # of 0-dim tensors on two GPUs reads their values on the host (a CPU tensor, or device='s).
             if len(args) + len(kwargs) > 1 or (args and isinstance(args[0], (list, tuple)) and func is not _TENSOR):
@@ -187,6 +204,8 @@ class CheckingMode(TorchFunctionMode):
                 out = func(*args, **kwargs)
             except RuntimeError as e:  # PyTorch's own error: mpcheck may know its cause (MP012)
                 out = checker.on_op_error(func, args, kwargs, e)
+            if read is not None:
+                checker.on_watched_read(func, read[0], read[1], out)
             if loss:
                 checker.loss_values.note(out)
             if made_how is not None:

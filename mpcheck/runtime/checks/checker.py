@@ -33,6 +33,8 @@ the class body: no extra call or lookup on the hot path):
     arrivals.py         what arrived where, and whether it was read there
     passes.py           forward passes and where the run stands
     pingpong_report.py  MP006's findings (the chains: pingpong.py)
+    reduced_after_move.py  MP016: data moved whole, then only reduced where it arrived
+    per_item_moves.py   MP021: small tensors moved one by one, then gathered where they arrived
     purge.py            tables keyed by storage id, dropped with their storage
 
 Do-no-harm rules for these modules: they never keep a tensor alive (only weak
@@ -65,8 +67,10 @@ from mpcheck.runtime.checks import (
     op_check,
     op_error,
     passes,
+    per_item_moves,
     pingpong_report,
     purge,
+    reduced_after_move,
     repeats,
     round_trip,
     split_model,
@@ -225,6 +229,8 @@ class Checker:
         # Parameters made by copy.deepcopy (capture/copying.py), by id, held weakly: a copy of a split model
         # moved whole is no collapse (split_model.on_module_move).
         self.copied_params: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+        # MP016: transfers whose output is watched until it is freed, to tell data only reduced where it arrived.
+        self.reduce_watch = reduced_after_move.ReduceWatch()
         # id(root module) -> ref: roots whose first call has been checked for a collapsed split (MP004).
         self.roots_checked: dict[int, weakref.ref[Any]] = {}
 
@@ -315,6 +321,11 @@ class Checker:
 
     _check_round_trip = round_trip._check_round_trip
     _check_expanded = expanded._check_expanded
+    watch_move = reduced_after_move.watch_move
+    on_watched_read = reduced_after_move.on_watched_read
+    on_watched_view = reduced_after_move.on_watched_view
+    on_watched_export = reduced_after_move.on_watched_export
+    judge_reduced_moves = reduced_after_move.judge_reduced_moves
     _report_host_hop = round_trip._report_host_hop
 
     _check_repeat = repeats._check_repeat
@@ -330,6 +341,7 @@ class Checker:
     _note_read = arrivals._note_read
     note_arrived = arrivals.note_arrived
     note_view = arrivals.note_view
+    on_gather = per_item_moves.on_gather
     _purge = purge._purge
 
     end_top_pass = passes.end_top_pass
@@ -387,9 +399,11 @@ class Checker:
             self.provenance.purge()
             self.unmoved.purge()
             self._refresh_provenance()
+            self.judge_reduced_moves()
 
     def finish(self) -> None:
         with self._lock:
             for chain in self._pingpong.close():
                 self._report_ping_pong(chain)
+            self.judge_reduced_moves()
         self.ledger.finish()

@@ -1,8 +1,8 @@
 """MP016 at run time: a broadcast view (`.expand()`, `.expand_as()`, `torch.broadcast_to`) moved to
 another device. Its strides repeat elements that exist once; a copy to another device writes every
 one of them out, so the link carries the full expanded size where moving the view's data first and
-expanding it on the destination would carry only the data. A `.repeat()` before the move, or a
-reduction right after it, leaves no trace in the tensor itself: the linter reports those.
+expanding it on the destination would carry only the data. A `.repeat()` before the move leaves no trace
+in the tensor itself: the linter reports it. Data only reduced after its move: reduced_after_move.py.
 """
 
 from __future__ import annotations

@@ -35,6 +35,10 @@ HOST_READ = (
     13  # its value read on the host (`.item()`, `bool(t)`): passed through; MP020 counts a GPU's (element_reads.py)
 )
 
+EXPORT = (
+    14  # its data handed out whole (`.numpy()`, iterated, printed): passed through; a watched move was needed (MP016)
+)
+
 TRANSFERS = frozenset({TO, CUDA, CPU, COPY})
 
 PYTHON_CALLS: dict[str, int] = {
@@ -62,9 +66,9 @@ PYTHON_CALLS: dict[str, int] = {
     "__get__": PASS,  # every Tensor property getter: .device, .shape, .grad, ...
     # its value, printed or converted
     "__len__": PASS,
-    "__repr__": PASS,
-    "__str__": PASS,
-    "__format__": PASS,
+    "__repr__": EXPORT,
+    "__str__": EXPORT,
+    "__format__": EXPORT,
     "__hash__": PASS,
     "tolist": HOST_READ,
     "item": HOST_READ,
@@ -72,11 +76,11 @@ PYTHON_CALLS: dict[str, int] = {
     "__int__": HOST_READ,
     "__float__": HOST_READ,
     "__index__": HOST_READ,
-    "__iter__": PASS,
+    "__iter__": EXPORT,
     "__contains__": PASS,
-    "numpy": PASS,
-    "__array__": PASS,
-    "__dlpack__": PASS,
+    "numpy": EXPORT,
+    "__array__": EXPORT,
+    "__dlpack__": EXPORT,
     "__dlpack_device__": PASS,
     # autograd bookkeeping, pickling, subclassing
     "register_hook": PASS,

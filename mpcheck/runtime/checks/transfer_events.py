@@ -64,6 +64,9 @@ def on_transfer(
             self.on_host_made_move(src_tensor, src_dev, dst_dev, site)  # MP019
         self._check_round_trip(src_tensor, src_dev, dst_dev, site, module_path, nbytes)
         self._check_expanded(src_tensor, src_dev, dst_dev, site, module_path, nbytes)
+        if self.reduce_watch.carriers:  # a watched tensor moved on: its data was needed whole (MP016)
+            self.on_watched_export(src_tensor)
+        self.watch_move(src_tensor, out_tensor, src_dev, dst_dev, site, module_path, nbytes)
         if (
             src_dev == "cpu"
             and self._tls.stack

@@ -1,0 +1,206 @@
+"""MP016 at run time, its second half: data moved whole to another device and then only reduced there
+(`torch.cat([g.flatten().to(d) for g in grads]).norm()`, `scores.cpu().topk(10)`). Every element crossed
+the link for a result a fraction of its size; reducing where the data is and moving the result carries
+only that.
+
+A transfer's output of WASTE_MIN_BYTES or more, moved at the user's own line, is watched, weakly (the watch
+never keeps a tensor alive). What an op does with a watched tensor decides:
+- a view of it, `cat`/`stack` of it, an elementwise op of it alone (`.abs()`, `.isfinite()`, `* 2`) keeps
+  its data whole: the op's output is watched for the same transfers (a carrier);
+- a reduction (`REDUCTIONS`) whose outputs are at most 1/SHRINK of the watched bytes marks it reduced;
+- anything else (a matmul, a comparison with another tensor, an export to NumPy, `.tolist()`, printing,
+  pickling, another move) uses its data: the transfer was needed, and is not reported.
+A transfer is judged once every carrier of it has been freed by the program: reduced and never used, it is
+reported. Data the program keeps (predictions appended to a list) and uses later, however much later, is
+not. The judging happens at step ends and at the end of the run (`judge_reduced_moves`), never inside the
+garbage collector.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import TYPE_CHECKING, Any
+
+from mpcheck.runtime.checks.sites import Site
+from mpcheck.runtime.checks.thresholds import WASTE_MIN_BYTES
+from mpcheck.runtime.checks.wording import size_words
+
+if TYPE_CHECKING:
+    from mpcheck.runtime.checks.checker import Checker
+
+# Reductions by name (a Tensor method's or a torch function's `__name__`): outputs far smaller than the input.
+REDUCTIONS = frozenset(
+    {
+        "sum", "nansum", "mean", "nanmean", "prod", "norm", "vector_norm", "matrix_norm", "linalg_vector_norm",
+        "max", "min", "amax", "amin", "aminmax", "argmax", "argmin", "all", "any", "topk", "kthvalue",
+        "median", "nanmedian", "mode", "std", "var", "std_mean", "var_mean", "count_nonzero", "logsumexp",
+    }
+)  # fmt: skip
+# Ops that keep a watched tensor's data whole when it is their only tensor argument.
+_ELEMENTWISE = frozenset(
+    {
+        "abs", "square", "sqrt", "pow", "__pow__", "exp", "log", "neg", "__neg__", "isfinite", "isnan", "isinf",
+        "float", "double", "half", "bfloat16", "mul", "__mul__", "__rmul__", "div", "__truediv__", "add",
+        "__add__", "__radd__", "sub", "__sub__", "clone", "detach", "contiguous", "flatten", "reshape", "view",
+        "ravel", "squeeze", "unsqueeze", "t", "transpose", "permute",
+    }
+)  # fmt: skip
+# Ops that gather several tensors into one: the watched tensor's data is all in the output.
+_GATHERS = frozenset({"cat", "concat", "concatenate", "stack", "hstack", "vstack"})
+SHRINK = 8  # a reduction's output at most 1/SHRINK of its input: the move carried SHRINK times what it needed
+
+
+class Moved:
+    """One watched transfer: where it was made, how many live tensors carry its data, what was done with them."""
+
+    __slots__ = ("site", "module", "src", "dst", "nbytes", "live", "reduced_by", "reduced_at", "used")
+
+    def __init__(self, site: Site, module: str | None, src: str, dst: str, nbytes: int) -> None:
+        self.site, self.module, self.src, self.dst, self.nbytes = site, module, src, dst, nbytes
+        self.live = 0
+        self.reduced_by: str | None = None
+        self.reduced_at: Site | None = None
+        self.used = False
+
+
+class ReduceWatch:
+    """The watched tensors, by id (with a weak reference that tells a reused id apart), and the transfers
+    whose carriers are all gone, waiting to be judged."""
+
+    def __init__(self) -> None:
+        self.carriers: dict[int, tuple[weakref.ref[Any], tuple[Moved, ...]]] = {}
+        self.gone: list[Moved] = []
+
+    def carry(self, t: Any, moved: tuple[Moved, ...]) -> None:
+        key = id(t)
+        carriers, gone = self.carriers, self.gone
+
+        def freed(ref: weakref.ref[Any]) -> None:  # the garbage collector's callback: bookkeeping only
+            entry = carriers.get(key)
+            if entry is not None and entry[0] is ref:
+                del carriers[key]
+            for m in moved:
+                m.live -= 1
+                if m.live == 0:
+                    gone.append(m)
+
+        try:
+            ref = weakref.ref(t, freed)
+        except TypeError:  # not weakly referenceable: not followed
+            return
+        old = self.carriers.get(key)
+        if old is not None and old[0]() is t:  # already carried (`x.contiguous()` gives x back): one more owner set
+            moved = tuple(dict.fromkeys(old[1] + moved))
+        for m in moved:
+            m.live += 1
+        self.carriers[key] = (ref, moved)
+
+    def hits(self, args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> tuple[list[int], int]:
+        """The ids of the watched tensors among an op's arguments (a list's items too: `torch.cat`), and how
+        many tensor arguments there are in all."""
+        carriers = self.carriers
+        found: list[int] = []
+        tensors = 0
+        for a in (*args, *kwargs.values()) if kwargs else args:
+            items = a if type(a) in (list, tuple) else (a,)
+            for b in items:
+                if hasattr(b, "untyped_storage"):
+                    tensors += 1
+                    entry = carriers.get(id(b))
+                    if entry is not None and entry[0]() is b:
+                        found.append(id(b))
+        return found, tensors
+
+    def used(self, key: int) -> None:
+        """The tensor of id `key` had its data used: its transfers were needed, and it is watched no more
+        (the table stays as small as the tensors only reduced so far)."""
+        entry = self.carriers.pop(key, None)
+        if entry is not None:
+            for m in entry[1]:
+                m.used = True
+
+
+def watch_move(
+    self: Checker, src: Any, out: Any, src_dev: str, dst_dev: str, site: Site | None, module: str | None, nbytes: int
+) -> None:
+    """A transfer at the user's own line: its output is watched from here (see the module's text). Not one
+    that also converts (`.to(dev, torch.float64)`): reducing first would reduce at the old precision."""
+    if src_dev == dst_dev or site is None or site.context or out is None or not self.wants("MP016"):
+        return
+    if nbytes < max(self.repeat_min_bytes, WASTE_MIN_BYTES) or getattr(src, "dtype", None) != out.dtype:
+        return
+    self.reduce_watch.carry(out, (Moved(site, module, src_dev, dst_dev, nbytes),))
+
+
+def on_watched_read(self: Checker, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None, out: Any) -> None:
+    """An op read a watched tensor (the mode calls this after the op, only while something is watched)."""
+    watch = self.reduce_watch
+    found, tensors = watch.hits(args, kwargs)
+    if not found:
+        return
+    carriers = watch.carriers
+    moved = tuple(dict.fromkeys(m for key in found for m in carriers[key][1]))
+    name = getattr(func, "__name__", "")
+    if name in REDUCTIONS and tensors == 1:
+        out_bytes = _bytes_of(out)
+        in_bytes = _bytes_of(args[0]) if args else None
+        if out_bytes is not None and in_bytes and out_bytes * SHRINK <= in_bytes:
+            at = self.sites()
+            for m in moved:
+                if m.reduced_by is None:
+                    m.reduced_by, m.reduced_at = name, at
+            return
+    elif (name in _GATHERS or (name in _ELEMENTWISE and tensors == 1)) and hasattr(out, "untyped_storage"):
+        watch.carry(out, moved)
+        return
+    for key in found:  # its data used: the move was needed
+        watch.used(key)
+
+
+def on_watched_view(self: Checker, base: Any, view: Any) -> None:
+    """A view (or a copy on its own device) of a watched tensor carries the same data."""
+    entry = self.reduce_watch.carriers.get(id(base))
+    if entry is not None and entry[0]() is base and hasattr(view, "untyped_storage"):
+        self.reduce_watch.carry(view, entry[1])
+
+
+def on_watched_export(self: Checker, t: Any) -> None:
+    """Its elements read on the host (`.tolist()`, `.numpy()`), or moved again: the data was used."""
+    entry = self.reduce_watch.carriers.get(id(t))
+    if entry is not None and entry[0]() is t:
+        self.reduce_watch.used(id(t))
+
+
+def judge_reduced_moves(self: Checker) -> None:
+    """Report the watched transfers whose carriers are all gone, reduced and never used."""
+    gone = self.reduce_watch.gone
+    while gone:
+        m = gone.pop()
+        if m.used or m.reduced_by is None:
+            continue
+        at = m.reduced_at
+        where = f" at {at}" if at is not None and (at.path, at.line) != (m.site.path, m.site.line) else ""
+        self.emit(
+            "MP016",
+            m.site,
+            f"{size_words(m.nbytes)} moved {m.src} -> {m.dst} here is only reduced there (`{m.reduced_by}`{where}): "
+            f"every element crosses for a result at most 1/{SHRINK} of their size",
+            devices=(m.src, m.dst),
+            modules=(m.module,) if m.module else (),
+            suggestion=f"reduce on {m.src} first and move the result (`{m.reduced_by}` there, then "
+            f"`.to('{m.dst}')`); for tensors on several devices, reduce each device's share where it is and "
+            "move one result per device",
+            extra={"bytes_moved": m.nbytes, "reduced_by": m.reduced_by},
+        )
+
+
+def _bytes_of(x: Any) -> int | None:
+    """The bytes of a tensor, or of the tensors of a tuple (`topk`'s values and indices)."""
+    items = x if isinstance(x, (list, tuple)) else (x,)  # a tuple, or torch.return_types' structseq
+    total = 0
+    for t in items:
+        try:
+            total += int(t.numel() * t.element_size())
+        except Exception:  # not a tensor, or a size not known as a number
+            return None
+    return total
