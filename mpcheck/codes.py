@@ -197,8 +197,9 @@ CODES: tuple[Code, ...] = (
         "MP018",
         "lazy-move",
         "error",
-        "`.to()` / `.cuda()` written inside a `map(...)` or a generator expression whose result is dropped: "
-        "Python 3 never runs it, so nothing moves.",
+        "A move that never takes effect: `.to()` / `.cuda()` written inside a `map(...)` or a generator expression "
+        "whose result is dropped (Python 3 never runs it), or a tensor's own `.to()` dropped in a loop over a "
+        "module's parameters: nothing moves.",
         (LINT,),
     ),
     Code(

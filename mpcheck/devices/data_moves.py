@@ -82,6 +82,49 @@ def data_move_loop(stmt: cst.For) -> DataMoveLoop | None:
     return None
 
 
+def dropped_moves(stmt: cst.For) -> list[cst.Call]:
+    """The moves of a loop over a module's tensors that are statements of their own, their result dropped:
+    `for p in m.parameters(): p.data.to(device)` (or `p.to(d)`, `p.cuda()`). A tensor's `.to()` returns a
+    copy and leaves the tensor where it was (only a module's works in place): nothing moves."""
+    var = _loop_variable(stmt.target)
+    if var is None or _walked(stmt.iter) is None:
+        return []
+    found: list[cst.Call] = []
+    blocks: list[cst.BaseSuite] = [stmt.body]
+    while blocks:
+        block = blocks.pop()
+        for line in block.body if isinstance(block, cst.IndentedBlock) else ():
+            if isinstance(line, (cst.If, cst.With)):  # under a condition or a context: still each tensor's own
+                blocks.append(line.body)
+                if isinstance(line, cst.If) and isinstance(line.orelse, cst.Else):
+                    blocks.append(line.orelse.body)
+            if not isinstance(line, cst.SimpleStatementLine):
+                continue
+            for small in line.body:
+                if isinstance(small, cst.Assign) and any(_binds(t.target, var) for t in small.targets):
+                    return found  # `p = ...`: the name holds something else from here
+                call = small.value if isinstance(small, cst.Expr) else None
+                if (
+                    isinstance(call, cst.Call)
+                    and isinstance(call.func, cst.Attribute)
+                    and call.func.attr.value in _MOVES
+                    and _tensor_of(call.func.value, var)
+                ):
+                    found.append(call)
+    return found
+
+
+def _tensor_of(recv: cst.BaseExpression, var: str) -> bool:
+    """`p` or `p.data`: the loop's tensor."""
+    return _is_name(recv, var) or (
+        isinstance(recv, cst.Attribute) and recv.attr.value == "data" and _is_name(recv.value, var)
+    )
+
+
+def _binds(target: cst.BaseExpression, var: str) -> bool:
+    return any(isinstance(n, cst.Name) and n.value == var for n in walk(target))
+
+
 def _loop_variable(target: cst.BaseAssignTargetExpression) -> str | None:
     """`p` of `for p in ...` and of `for name, p in ...` (named_parameters)."""
     if isinstance(target, cst.Name):

@@ -349,6 +349,15 @@ class LazyMove(Fact):
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
+class DroppedTensorMove(Fact):
+    """A move of a module's tensor, in a loop over its parameters or buffers, made as a statement of its own
+    (`for p in m.parameters(): p.data.to(d)`): a tensor's `.to()` returns a copy, which is dropped, so the
+    tensor stays where it was (devices/data_moves.dropped_moves)."""
+
+    loop_var: str  # the loop's name for each tensor (`p`)
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
 class BuffersLeftBehind(Fact):
     """A loop (`node`, the `p.data = p.data.to(d)` move) that moved the parameters of `module`, which
     holds buffers (a BatchNorm's running statistics), to `devs`, and not its buffers, which stay on

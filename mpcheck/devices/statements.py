@@ -16,6 +16,7 @@ from mpcheck.devices import data_moves, device_loops, element_reads, torchapi
 from mpcheck.devices.events import (
     BuffersLeftBehind,
     DiscardedMove,
+    DroppedTensorMove,
     LazyMove,
     StatisticsReplaced,
     UnenteredDeviceContext,
@@ -336,6 +337,9 @@ class Statements(Part):
         loop = data_moves.data_move_loop(stmt)
         if loop is not None:
             self._moved_by_data(loop, end)
+        for call in data_moves.dropped_moves(stmt):  # MP018: `p.data.to(d)` alone moves nothing
+            var = dotted(call.func.value) or ""  # type: ignore[attr-defined]
+            self.interp.recorder.record(DroppedTensorMove(node=call, mode=st.mode, loop_var=var.split(".")[0]))
         device_loops.note_device_appends(self.interp, stmt)  # MP017's list of one device
         device_loops.note_late_bound_hooks(self.interp, stmt)  # MP017's hooks that all read the last device
         return end

@@ -482,7 +482,7 @@ for step in range(2):
         h_host = h.cpu()  # <- down
         {between}
         h = h_host.to("cuda:0")  # <- back
-        print(float(h.sum()))
+        print(float(b(h).sum()))  # used whole where it came back (only reduced there: MP016)
 """
 
 

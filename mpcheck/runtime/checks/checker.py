@@ -44,6 +44,7 @@ bounded by the number of distinct source lines or cleared at each step end.
 
 from __future__ import annotations
 
+import gc
 import threading
 import weakref
 from collections.abc import Callable, Iterable
@@ -229,6 +230,10 @@ class Checker:
         # Parameters made by copy.deepcopy (capture/copying.py), by id, held weakly: a copy of a split model
         # moved whole is no collapse (split_model.on_module_move).
         self.copied_params: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+        # Transfers the program's forward code made, in all and by (source, destination): was anything else moved
+        # between two copies (per_item_moves.py)?
+        self.transfers_made = 0
+        self._transfers_by_way: dict[tuple[str, str], int] = {}
         # MP016: transfers whose output is watched until it is freed, to tell data only reduced where it arrived.
         self.reduce_watch = reduced_after_move.ReduceWatch()
         # id(root module) -> ref: roots whose first call has been checked for a collapsed split (MP004).
@@ -318,6 +323,7 @@ class Checker:
     on_root_call = current_device.on_root_call
 
     on_transfer = transfer_events.on_transfer
+    count_transfer = transfer_events.count_transfer
 
     _check_round_trip = round_trip._check_round_trip
     _check_expanded = expanded._check_expanded
@@ -405,5 +411,10 @@ class Checker:
         with self._lock:
             for chain in self._pingpong.close():
                 self._report_ping_pong(chain)
+            if self.reduce_watch.carriers:
+                # What the program still held is freed now, some of it only by the cycle collector (a script's
+                # globals and the functions that point back at them): collected here, so that MP016's judgement
+                # does not depend on when the collector last ran.
+                gc.collect()
             self.judge_reduced_moves()
         self.ledger.finish()

@@ -5,7 +5,10 @@ own launch and wait; gathering on the source and moving the result once pays one
 
 The gather is seen as the first read of its items where they arrived (arrivals.py): every item must be a
 transfer's output (or a view of one) from the same source device, made at the same line of the user's
-code, and at most ITEM_MAX_BYTES; there must be MIN_ITEMS of them at least (both measured: below).
+code, and at most ITEM_MAX_BYTES; there must be MIN_ITEMS of them at least (both measured: below). And no
+transfer of another way may have been made between the first item's and the last's: a micro-batch pipeline
+sends each chunk back as the last stage finishes it, between the next chunks' hops, its copies overlapping
+the work (no one place to stack them before that work is done).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ def on_gather(self: Checker, func: Any, items: Any) -> None:
         return
     objects, arrivals = self.arrived_objects, self._arrivals
     first = None
+    stamps = []
     for t in items:
         hit = objects.get(id(t))
         if hit is None or type(hit[1]) is not int or hit[0]() is not t:
@@ -43,6 +47,7 @@ def on_gather(self: Checker, func: Any, items: Any) -> None:
         if site.context or (first is not None and (src, site) != first):
             return
         first = (src, site)
+        stamps.append(entry[0].moved_at)
         try:
             if _bytes(t) > ITEM_MAX_BYTES:
                 return
@@ -50,6 +55,9 @@ def on_gather(self: Checker, func: Any, items: Any) -> None:
             return
     if first is None:
         return
+    earliest, latest = min(stamps), max(stamps)
+    if latest[0] - earliest[0] != latest[1] - earliest[1]:
+        return  # other ways' transfers between them: interleaved with the work (see the module's text)
     src, site = first
     dst = self.devices.device_of(items[0])
     if dst == src:

@@ -11,8 +11,8 @@ never keeps a tensor alive). What an op does with a watched tensor decides:
 - anything else (a matmul, a comparison with another tensor, an export to NumPy, `.tolist()`, printing,
   pickling, another move) uses its data: the transfer was needed, and is not reported.
 A transfer is judged once every carrier of it has been freed by the program: reduced and never used, it is
-reported. Data the program keeps (predictions appended to a list) and uses later, however much later, is
-not. The judging happens at step ends and at the end of the run (`judge_reduced_moves`), never inside the
+reported, unless MP005 reported the move itself (a round trip: its fix drops the copy). Data the program
+keeps (predictions appended to a list) and uses later, however much later, is not. The judging happens at step ends and at the end of the run (`judge_reduced_moves`), never inside the
 garbage collector.
 """
 
@@ -176,7 +176,7 @@ def judge_reduced_moves(self: Checker) -> None:
     gone = self.reduce_watch.gone
     while gone:
         m = gone.pop()
-        if m.used or m.reduced_by is None:
+        if m.used or m.reduced_by is None or _round_trip_at(self, m.site):
             continue
         at = m.reduced_at
         where = f" at {at}" if at is not None and (at.path, at.line) != (m.site.path, m.site.line) else ""
@@ -192,6 +192,11 @@ def judge_reduced_moves(self: Checker) -> None:
             "move one result per device",
             extra={"bytes_moved": m.nbytes, "reduced_by": m.reduced_by},
         )
+
+
+def _round_trip_at(self: Checker, site: Site) -> bool:
+    """MP005 reported this very move (a round trip, a detour): its fix drops the copy, the reduction's too."""
+    return any(k[0] == "MP005" and k[1] == site.path and k[2] == site.line for k in self._by_key)
 
 
 def _bytes_of(x: Any) -> int | None:

@@ -25,9 +25,11 @@ class StorageRef:
     op read it (or a view of it) where it arrived since (Checker.note_reads)? `origin`, a weak reference
     to the storage it was copied from, and `made`, how many storages its source device had made by then
     (Devices.allocations; None where the face does not count them): was the original freed, and its
-    memory used, before the data went back (round_trip.py)?"""
+    memory used, before the data went back (round_trip.py)? `moved_at`, (how many transfers the run had made,
+    how many of them between the same two devices) with this one: were transfers of other ways made between
+    two arrivals (per_item_moves.py)?"""
 
-    __slots__ = ("ref", "offset", "shape", "stride", "version", "read", "origin", "made")
+    __slots__ = ("ref", "offset", "shape", "stride", "version", "read", "origin", "made", "moved_at")
 
     def __init__(self, t: Any) -> None:
         self.ref = weakref.ref(t.untyped_storage())
@@ -38,6 +40,7 @@ class StorageRef:
         self.read = False
         self.origin: weakref.ref[Any] | None = None
         self.made: int | None = None
+        self.moved_at: tuple[int, int] = (0, 0)
 
     def alive(self) -> bool:
         """Is the storage still in use (by this tensor, a view of it or the tensor it was viewed from)?"""

@@ -84,6 +84,7 @@ def on_transfer(
         if out_tensor is not None:
             try:
                 arrival = StorageRef(out_tensor)
+                arrival.moved_at = self.count_transfer(src_dev, dst_dev)
                 if self._allocations is not None:  # only a face that counts allocations tells an offload
                     arrival.origin = weakref.ref(src_tensor.untyped_storage())
                     arrival.made = self._allocations(src_dev)
@@ -133,6 +134,15 @@ def on_transfer(
                 held,
             ):
                 self._report_ping_pong(chain)
+
+
+def count_transfer(self: Checker, src_dev: str, dst_dev: str) -> tuple[int, int]:
+    """Count a transfer of the program's forward code: (transfers so far, those between these two devices)."""
+    self.transfers_made += 1
+    way = (src_dev, dst_dev)
+    n = self._transfers_by_way.get(way, 0) + 1
+    self._transfers_by_way[way] = n  # bounded by the pairs of devices
+    return self.transfers_made, n
 
 
 def payload_bytes(t: Any) -> int:
