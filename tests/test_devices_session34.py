@@ -66,3 +66,53 @@ def test_a_tensor_move_dropped_in_a_loop_over_a_modules_tensors_is_mp018(loop, b
 def test_a_kept_move_a_module_move_or_an_unknown_walk_is_not_mp018(loop, body):
     src = PLACE.replace("LOOP", "moved = []\n    " + loop).replace("BODY", body)
     assert findings(src, "MP018") == []
+
+
+CACHE = """
+import torch
+
+
+class PerDevice:
+    def __init__(self, table):
+        self.table = table
+        self.copies = {}
+
+    def on(self, device):
+        BODY
+"""
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "key = device.type\n        if key not in self.copies:\n            self.copies[key] = self.table.to(device)\n"
+        "        return self.copies[key]",
+        "if device.type not in self.copies:\n            self.copies[device.type] = self.table.to(device).coalesce()\n"
+        "        return self.copies[device.type]",
+        "return self.copies.setdefault(device.type, self.table.to(device=device))",
+        "k = device.type\n        self.copies[k] = self.table.cuda(device)\n        return self.copies[k]",
+    ],
+)
+def test_copies_moved_to_a_device_but_cached_under_its_type_are_mp017_at_the_key(body):
+    src = CACHE.replace("BODY", body)
+    (f,) = findings(src, "MP017")
+    lines = textwrap.dedent(src).splitlines()
+    line = next(i for i, t in enumerate(lines, 1) if "device.type" in t and not t.strip().startswith("if "))
+    assert f.line == line and "'cuda' for every GPU" in f.message and "str(device)" in f.suggestion
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "self.copies[str(device)] = self.table.to(device)\n        return self.copies[str(device)]",
+        "self.copies[device] = self.table.to(device)\n        return self.copies[device]",
+        "self.copies[device.type] = self.table.to(device.type)  # one per kind, on the current GPU\n"
+        "        return self.copies[device.type]",
+        "key = device.type\n        key = (key, device.index)\n        self.copies[key] = self.table.to(device)\n"
+        "        return self.copies[key]",
+        "self.copies[device.type] = self.table.to(other)\n        return self.copies[device.type]",
+    ],
+)
+def test_a_cache_keyed_by_the_device_or_holding_what_its_key_names_is_not_mp017(body):
+    src = CACHE.replace("BODY", body).replace("def on(self, device)", "def on(self, device, other=None)")
+    assert findings(src, "MP017") == []

@@ -1,7 +1,8 @@
 """MP017: a loop over several devices in an __init__ builds modules but never uses its device,
 so what it builds, meant one set per device, all ends on one device; or a list of devices is made by
 a loop that never uses its index, so every stage it places gets the same one; or hooks made in a loop
-read its device when they run, after the loop, so every one moves to the last pass's device."""
+read its device when they run, after the loop, so every one moves to the last pass's device; or copies moved
+to each device are cached under `device.type`, which every GPU shares, so all get the first one's copy."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ from mpcheck.devices.events import (
     LateBoundHookDevice,
     UnusedLoopDevice,
 )
+from mpcheck.devices.names import dotted
 from mpcheck.devices.values import show
+from mpcheck.devices.walk import walk
 from mpcheck.finding import Finding
 from mpcheck.rules.base import Rule, once_per_node
 from mpcheck.rules.context import FileContext
@@ -87,6 +90,16 @@ class LoopIgnoresDevice(Rule):
                 suggestion=f"add `{name}={name}` to the hook's parameters (`lambda mod, args, {name}={name}: ...`)",
             )
 
+        for key, holder, device in _copies_keyed_by_type(ctx.module):
+            yield self.finding(
+                ctx,
+                key,
+                f"`{holder}` holds copies moved to `{device}` but is keyed by `{device}.type`, which is 'cuda' for "
+                f"every GPU: the copy made for the first GPU asked is handed to all the others, whose ops then mix "
+                f"devices. Key it by the device itself (`{device}`, or `str({device})`).",
+                suggestion=f"use `{device}` (or `str({device})`) as the key",
+            )
+
 
 def _built(n: int, names: tuple[str, ...]) -> str:
     """'4 `RefineBlock` modules', '6 modules (`Linear`, `LayerNorm`)'."""
@@ -103,3 +116,66 @@ def _loop_head(ctx: FileContext, loop: cst.CSTNode) -> str:
     if isinstance(clause, cst.CompFor):
         return f"for {ctx.code(clause.target)} in {ctx.code(clause.iter)}"
     return "the loop"
+
+
+_MOVES = frozenset({"to", "cuda"})
+
+
+def _copies_keyed_by_type(module: cst.Module) -> Iterator[tuple[cst.CSTNode, str, str]]:
+    """(the `.type` key, the holder, the device) for `cache[d.type] = x.to(d)` (or a name bound to `d.type` in
+    the same function, or `cache.setdefault(d.type, x.to(d))`): a per-device cache whose key drops the index."""
+    for fn in walk(module):
+        if not isinstance(fn, cst.FunctionDef):
+            continue
+        nodes = list(walk(fn.body))
+        typed: dict[str, tuple[cst.CSTNode, str]] = {}  # a name bound once, to `d.type` -> (that expression, d)
+        bound: dict[str, int] = {}
+        for node in nodes:
+            if isinstance(node, cst.AssignTarget) and isinstance(node.target, cst.Name):
+                bound[node.target.value] = bound.get(node.target.value, 0) + 1
+            if isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
+                if (of := _type_of(node.value)) is not None:
+                    typed[node.targets[0].target.value] = (node.value, of)
+        typed = {k: v for k, v in typed.items() if bound.get(k) == 1}
+        for node in nodes:
+            if isinstance(node, cst.Assign) and len(node.targets) == 1:
+                target, value = node.targets[0].target, node.value
+                if isinstance(target, cst.Subscript) and len(target.slice) == 1:
+                    index = target.slice[0].slice
+                    if isinstance(index, cst.Index):
+                        hit = _key(index.value, typed)
+                        if hit is not None and _moved_to(value) == hit[1]:
+                            yield hit[0], dotted(target.value) or "the cache", hit[1]
+            elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and len(node.args) == 2:
+                if node.func.attr.value == "setdefault":
+                    hit = _key(node.args[0].value, typed)
+                    if hit is not None and _moved_to(node.args[1].value) == hit[1]:
+                        yield hit[0], dotted(node.func.value) or "the cache", hit[1]
+
+
+def _type_of(node: cst.BaseExpression) -> str | None:
+    """`d` for `d.type`."""
+    if isinstance(node, cst.Attribute) and node.attr.value == "type":
+        return dotted(node.value)
+    return None
+
+
+def _key(node: cst.BaseExpression, typed: dict[str, tuple[cst.CSTNode, str]]) -> tuple[cst.CSTNode, str] | None:
+    of = _type_of(node)
+    if of is not None:
+        return node, of
+    return typed.get(node.value) if isinstance(node, cst.Name) else None
+
+
+def _moved_to(value: cst.BaseExpression) -> str | None:
+    """`d` for `x.to(d)` / `x.cuda(d)` (through a chain after it: `x.to(d).coalesce()`)."""
+    node = value
+    while isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+        if node.func.attr.value in _MOVES and node.args and node.args[0].keyword in (None,):
+            return dotted(node.args[0].value)
+        if node.func.attr.value in _MOVES:
+            for a in node.args:
+                if a.keyword is not None and a.keyword.value == "device":
+                    return dotted(a.value)
+        node = node.func.value
+    return None

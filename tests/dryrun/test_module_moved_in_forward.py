@@ -49,3 +49,34 @@ def test_a_move_to_where_it_is_or_to_the_host_and_back_is_silent(script, dryrun_
     assert report["findings"] == []
     _, report = _run(script, dryrun_cli, 'self.shared.to("cpu").to("cuda:0")  # offloaded between uses')
     assert report["findings"] == []
+
+
+# An early-exit loop that calls each stage itself, outside any forward, and moves one shared exit head to
+# the GPU of the stage it follows: between module calls, once the model has run, the weights still cross.
+EARLY_EXIT = """
+import torch
+import torch.nn as nn
+
+stages = [nn.Linear(64, 64).to("cuda:0"), nn.Linear(64, 64).to("cuda:1")]
+head = nn.Linear(64, 1000).to("cuda:1")
+placed = nn.Linear(64, 64)
+placed.to("cuda:0")
+placed.to("cuda:1")  # placement changed before any forward pass: silent
+with torch.no_grad():
+    for _ in range(3):
+        h = torch.randn(4, 64)
+        for s in stages:
+            h = s(h.to(next(s.parameters()).device))
+            MOVE
+            head(h).softmax(-1)
+"""
+
+
+def test_a_head_moved_between_stage_calls_once_the_model_ran_is_mp011(script, dryrun_cli):
+    s = script(EARLY_EXIT.replace("MOVE", "head.to(h.device)  # <- move"))
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 0, err
+    assert [(f["code"], f["line"]) for f in report["findings"]] == [("MP011", s.line("move"))]
+    fixed = script(EARLY_EXIT.replace("MOVE", "h = h.to('cuda:1')"))
+    status, report, err = dryrun_cli(fixed, "--gpus", "2")
+    assert (status, report["findings"]) == (0, []), err

@@ -650,7 +650,8 @@ def _patch_load_state_dict(checker: Checker) -> Undo:
 
 
 def _patch_module_moves(checker: Checker) -> list[Undo]:
-    """nn.Module.to / .cuda: a split model collapsed onto one device (MP007), at the user's line."""
+    """nn.Module.to / .cuda: a split model collapsed onto one device (MP007), at the user's line; .cpu (and
+    .to("cpu")): a model's weights sent to the host, maybe to come back unused (MP005)."""
     tls = checker._tls
     orig_to = nn.Module.to
     orig_cuda = nn.Module.cuda
@@ -665,7 +666,7 @@ def _patch_module_moves(checker: Checker) -> list[Undo]:
                 checker.check_device(dev)
                 implicit = dev.type == "cuda" and dev.index is None
                 checker.on_module_move(module, checker.devices.normalize(dev), site=user_site(), implicit=implicit)
-        return orig_to(module, *args, **kwargs)
+        return _moved(orig_to, module, *args, **kwargs)
 
     def module_cuda(module, device=None):
         if not tls.suspended:
@@ -674,9 +675,28 @@ def _patch_module_moves(checker: Checker) -> list[Undo]:
             target = checker.devices.normalize("cuda" if device is None else device)
             implicit = device is None or device == "cuda"
             checker.on_module_move(module, target, site=user_site(), implicit=implicit)
-        return orig_cuda(module, device)
+        return _moved(orig_cuda, module, device)
 
-    return [patch(nn.Module, "to", module_to), patch(nn.Module, "cuda", module_cuda)]
+    orig_cpu = nn.Module.cpu
+
+    def _moved(move, module, *args, **kwargs):
+        """The move itself; while a model is off on the host, what it allocated is noted (model_round_trip.py)."""
+        before = checker.storages_made() if checker._offloads else None
+        out = move(module, *args, **kwargs)
+        if before is not None:
+            checker.after_module_move(before)
+        return out
+
+    def module_cpu(module):
+        if not tls.suspended:  # to the host and back later, unused there? (MP005, checks/model_round_trip.py)
+            checker.on_module_move(module, "cpu", site=user_site())
+        return _moved(orig_cpu, module)
+
+    return [
+        patch(nn.Module, "to", module_to),
+        patch(nn.Module, "cuda", module_cuda),
+        patch(nn.Module, "cpu", module_cpu),
+    ]
 
 
 def _patch_module_init(checker: Checker) -> Undo:

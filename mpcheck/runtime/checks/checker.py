@@ -34,6 +34,7 @@ the class body: no extra call or lookup on the hot path):
     passes.py           forward passes and where the run stands
     pingpong_report.py  MP006's findings (the chains: pingpong.py)
     reduced_after_move.py  MP016: data moved whole, then only reduced where it arrived
+    model_round_trip.py MP005: a model moved to the host and back to the same GPUs, unused there
     per_item_moves.py   MP021: small tensors moved one by one, then gathered where they arrived
     purge.py            tables keyed by storage id, dropped with their storage
 
@@ -62,6 +63,7 @@ from mpcheck.runtime.checks import (
     made_on_host,
     mismatch,
     missing_device,
+    model_round_trip,
     module_devices,
     module_entry,
     module_moves,
@@ -234,6 +236,8 @@ class Checker:
         # between two copies (per_item_moves.py)?
         self.transfers_made = 0
         self._transfers_by_way: dict[tuple[str, str], int] = {}
+        # MP005: models moved to the host, until they are back or have run (model_round_trip.py).
+        self._offloads: list[model_round_trip.Offload] = []
         # MP016: transfers whose output is watched until it is freed, to tell data only reduced where it arrived.
         self.reduce_watch = reduced_after_move.ReduceWatch()
         # id(root module) -> ref: roots whose first call has been checked for a collapsed split (MP004).
@@ -367,6 +371,11 @@ class Checker:
     on_module_move = split_model.on_module_move
     _check_moved_in_forward = module_moves._check_moved_in_forward
     on_model_loaded = split_model.on_model_loaded
+    on_model_to_host = model_round_trip.on_model_to_host
+    on_model_placed = model_round_trip.on_model_placed
+    judge_model_round_trips = model_round_trip.judge_model_round_trips
+    storages_made = model_round_trip.storages_made
+    after_module_move = model_round_trip.after_module_move
 
     # -- steps --------------------------------------------------------------------------
     def _forget_moves_of(self, optimizer: Any) -> None:
@@ -406,6 +415,7 @@ class Checker:
             self.unmoved.purge()
             self._refresh_provenance()
             self.judge_reduced_moves()
+            self.judge_model_round_trips()
 
     def finish(self) -> None:
         with self._lock:
@@ -417,4 +427,5 @@ class Checker:
                 # does not depend on when the collector last ran.
                 gc.collect()
             self.judge_reduced_moves()
+            self.judge_model_round_trips()
         self.ledger.finish()

@@ -1,6 +1,7 @@
 """MP011 at run time for a module moved inside a forward pass: `self.cond.to(device)` in a method that
 forward calls for each stage's device, so the module's weights cross to wherever it is asked for, again
-on every call. A move that changes nothing (the module is already there) costs nothing; the second move
+on every call. The same once the model has run, between module calls (an inference loop calling each
+stage, then a shared exit head moved to the stage's GPU). A move that changes nothing (the module is already there) costs nothing; the second move
 from one line that does change the module's device is reported, with the bytes each move copies.
 Moving the module's input to it, and its (usually far smaller) output back, does the same work."""
 
@@ -19,8 +20,10 @@ if TYPE_CHECKING:
 
 def _check_moved_in_forward(self: Checker, module: Any, target: str, site: Site | None) -> None:
     """Before `module.to(target)` / `.cuda(target)` inside a forward pass (a module call is running)."""
-    if site is None or site.context or not self._tls.stack or target in NOT_GPU or not self.wants("MP011"):
+    if site is None or site.context or target in NOT_GPU or not self.wants("MP011"):
         return
+    if not self._tls.stack and not self.model_runs:
+        return  # before any forward pass, outside one: placement (between two stages' calls, it is not)
     devs = [d for d in self.model_devices(module) if d not in NOT_GPU]
     if len(devs) != 1 or devs[0] == target:
         return  # already there (no copy), on the host, or split (MP007's)
@@ -38,7 +41,7 @@ def _check_moved_in_forward(self: Checker, module: Any, target: str, site: Site 
     self.emit(
         "MP011",
         site,
-        f"repeated transfer: `{name}` is moved {devs[0]} -> {target} inside a forward pass, and this line moves it "
+        f"repeated transfer: `{name}` is moved {devs[0]} -> {target} while the model runs, and this line moves it "
         f"from one device to another again and again: each move copies all its weights ({size_words(nbytes)}) "
         "over the link, on every call",
         devices=tuple(sorted({devs[0], target})),  # one finding for the line, whichever way it moves

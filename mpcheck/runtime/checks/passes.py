@@ -28,6 +28,8 @@ def on_top_call(self: Checker, module: Any) -> None:
     """An outermost module call. A module the current pass already called starts the next pass
     (a generation loop with no loss or step: the new token goes back to the first stage, a way
     back that is the loop's, not a layer's ping-pong)."""
+    if self._offloads:  # a model moved to the host and back, about to run again? (model_round_trip.py)
+        self.judge_model_round_trips(starting=1)  # (this call is counted in model_runs already: hooks.py)
     calls = self._tls.top_calls
     if id(module) in calls:
         self.end_top_pass()

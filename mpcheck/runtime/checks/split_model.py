@@ -130,6 +130,10 @@ def on_module_move(
     implicit: no index given (the current device). Every move is recorded (placement.py)."""
     if target is None:
         return None
+    if target == "cpu":
+        self.on_model_to_host(module, site)  # back unused later? (MP005, model_round_trip.py)
+    elif self._offloads:
+        self.on_model_placed(site)
     self._check_moved_in_forward(module, target, site)
     self.placements.moved(
         module,
