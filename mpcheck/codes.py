@@ -189,8 +189,9 @@ CODES: tuple[Code, ...] = (
         "warning",
         "A loop over several devices builds modules but never uses its device, a list of devices is made by a "
         "loop that never uses its index (or picks the same device for every index), or hooks made in a loop read "
-        "its device only after it, or copies made for each device are cached under `device.type`: the stages all end "
-        "on one device (or one copy) instead of one set on each.",
+        "its device only after it, or copies made for each device are cached under `device.type`, or a placing loop "
+        "zips more modules than devices: the stages all end on one device (or one copy, or unplaced) instead of one "
+        "set on each.",
         (LINT,),
     ),
     # Lint only: at run time nothing happens at that line, which is the bug.

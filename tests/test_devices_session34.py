@@ -116,3 +116,49 @@ def test_copies_moved_to_a_device_but_cached_under_its_type_are_mp017_at_the_key
 def test_a_cache_keyed_by_the_device_or_holding_what_its_key_names_is_not_mp017(body):
     src = CACHE.replace("BODY", body).replace("def on(self, device)", "def on(self, device, other=None)")
     assert findings(src, "MP017") == []
+
+
+ZIPPED = """
+import torch
+import torch.nn as nn
+
+
+class Deep(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList([nn.Linear(32, 32) for _ in range(6)])
+
+
+def place(model):
+    devices = ["cuda:0", "cuda:1"]
+    LOOP
+    AFTER
+    return model
+
+
+place(Deep())
+"""
+
+
+def test_a_placing_loop_over_a_zip_with_fewer_devices_than_modules_is_mp017_at_the_zip():
+    src = ZIPPED.replace("LOOP", "for blk, dev in zip(model.blocks, devices):\n        blk.to(dev)").replace(
+        "AFTER", "pass"
+    )
+    (f,) = findings(src, "MP017")
+    assert f.line == next(i for i, t in enumerate(textwrap.dedent(src).splitlines(), 1) if "zip(" in t)
+    assert "pairs 6 modules with 2 devices" in f.message and "other 4 stay" in f.message
+
+
+@pytest.mark.parametrize(
+    "loop,after",
+    [
+        ("for blk, dev in zip(model.blocks, devices * 3):\n        blk.to(dev)", "pass"),  # one each
+        (
+            "for blk, dev in zip(model.blocks, devices):\n        blk.to(dev)",
+            "for blk in model.blocks[2:]:\n        blk.to(devices[-1])",
+        ),  # the rest placed next
+        ("for blk, dev in zip(model.blocks, devices):\n        print(blk, dev)", "pass"),  # places nothing
+    ],
+)
+def test_a_zip_as_long_as_its_modules_the_rest_placed_after_or_a_loop_that_places_nothing_is_not_mp017(loop, after):
+    assert findings(ZIPPED.replace("LOOP", loop).replace("AFTER", after), "MP017") == []

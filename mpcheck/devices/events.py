@@ -349,6 +349,15 @@ class LazyMove(Fact):
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
+class ShortZip(Fact):
+    """`zip(modules, devices)` (`node`) whose modules outnumber its devices: zip stops at the shorter, so the
+    modules past the last device are never paired with one (MP017, where a loop places what it pairs)."""
+
+    modules: int  # how many modules the zip was given
+    devices: int  # how many devices: the pairs it makes
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
 class DroppedTensorMove(Fact):
     """A move of a module's tensor, in a loop over its parameters or buffers, made as a statement of its own
     (`for p in m.parameters(): p.data.to(d)`): a tensor's `.to()` returns a copy, which is dropped, so the

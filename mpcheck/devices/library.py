@@ -32,6 +32,7 @@ from mpcheck.devices.events import (
     Mismatch,
     ParallelPrimitive,
     PredictionsMovedToTargets,
+    ShortZip,
 )
 from mpcheck.devices.gpucount import COUNT_FUNCTIONS
 from mpcheck.devices.names import canonical, dotted
@@ -69,6 +70,7 @@ from mpcheck.devices.values import (
     distinct_devices,
     failed,
     holds_split,
+    is_module,
     is_moduleish,
     is_splitish,
     iter_elem,
@@ -1041,6 +1043,8 @@ def _builtin(lib: Library, c: LibCall) -> Val:
         lengths = [len(a.items) for a in args if isinstance(a, SeqV) and a.items is not None]
         if lengths:
             n = min(lengths)
+            if max(lengths) > n:
+                _note_short_zip(lib, c, args)
             cols = [
                 a.items[:n] if isinstance(a, SeqV) and a.items is not None else (iter_elem(a, None),) * n for a in args
             ]
@@ -1123,6 +1127,15 @@ def _reordered(q: str, a: Val, kwargs: dict[str, Val]) -> Val:
         items = tuple(Const(v) for v in sorted(values, reverse=flip))
     kind = "tuple" if q == "tuple" else "list"  # (a hook's `return tuple(a.to(dev) for a in args)`: its new args)
     return SeqV(items, elem=a.elem, kind=kind, module=a.module, spans=a.spans, spans_by=a.spans_by)
+
+
+def _note_short_zip(lib: Library, c: LibCall, args: list[Val]) -> None:
+    """`zip(self.blocks, devices)` with more modules than devices (both known): the rest get none (ShortZip)."""
+    modules = [a for a in args if isinstance(a, SeqV) and a.items and all(is_module(i) for i in a.items)]
+    devices = [a for a in args if isinstance(a, SeqV) and a.items and all(as_device(i) is not None for i in a.items)]
+    if len(modules) == 1 and len(devices) == 1 and len(modules[0].items or ()) > len(devices[0].items or ()):
+        n_mod, n_dev = len(modules[0].items or ()), len(devices[0].items or ())
+        lib.interp.recorder.record(ShortZip(node=c.node, mode=c.st.mode, modules=n_mod, devices=n_dev))
 
 
 def _map_call(lib: Library, c: LibCall) -> Val:

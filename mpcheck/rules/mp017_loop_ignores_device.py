@@ -6,7 +6,7 @@ to each device are cached under `device.type`, which every GPU shares, so all ge
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import libcst as cst
 
@@ -14,6 +14,7 @@ from mpcheck.devices.events import (
     DeviceListIgnoresIndex,
     DevicePickIgnoresIndex,
     LateBoundHookDevice,
+    ShortZip,
     UnusedLoopDevice,
 )
 from mpcheck.devices.names import dotted
@@ -89,7 +90,20 @@ class LoopIgnoresDevice(Rule):
                 f"their input on that device. Bind it when the hook is made: a parameter `{name}={name}`.",
                 suggestion=f"add `{name}={name}` to the hook's parameters (`lambda mod, args, {name}={name}: ...`)",
             )
-
+        placing = _placing_loops(ctx.module)
+        for short in once_per_node(ctx.model.facts(ShortZip)):
+            placed = placing.get(short.node)
+            if placed is None:
+                continue  # a zip that places nothing (pairs for a log, a check)
+            yield self.finding(
+                ctx,
+                short.node,
+                f"`{ctx.code(short.node)}` pairs {short.modules} modules with {short.devices} devices and stops at the "
+                f"shorter: `{_loop_head(ctx, placed)}` places the first {short.devices} only, and the other "
+                f"{short.modules - short.devices} stay where they were built. Give it one device per module (a list "
+                f"as long as the modules, e.g. `[devices[i * len(devices) // n] for i in range(n)]`).",
+                suggestion="zip the modules with a list of one device per module",
+            )
         for key, holder, device in _copies_keyed_by_type(ctx.module):
             yield self.finding(
                 ctx,
@@ -179,3 +193,36 @@ def _moved_to(value: cst.BaseExpression) -> str | None:
                     return dotted(a.value)
         node = node.func.value
     return None
+
+
+def _placing_loops(module: cst.Module) -> dict[cst.CSTNode, cst.For]:
+    """The `zip(...)` calls that placing loops iterate (`_places_pairs`), by call; not a loop after which the
+    same block names what it zipped (the rest placed next)."""
+    found: dict[cst.CSTNode, cst.For] = {}
+    for block in walk(module):
+        if isinstance(block, cst.IndentedBlock) or isinstance(block, cst.Module):
+            for i, loop in enumerate(block.body):
+                if isinstance(loop, cst.For) and _places_pairs(loop) and not _named_after(loop, block.body[i + 1 :]):
+                    found[loop.iter] = loop
+    return found
+
+
+def _named_after(loop: cst.For, rest: Sequence[cst.BaseStatement]) -> bool:
+    """Does a statement after the loop name what it zipped (`model.blocks[2:]` placed next)?"""
+    zipped = {dotted(a.value) for a in loop.iter.args} - {None}  # type: ignore[attr-defined]
+    return any(dotted(n) in zipped for stmt in rest for n in walk(stmt) if isinstance(n, (cst.Name, cst.Attribute)))
+
+
+def _places_pairs(loop: cst.For) -> bool:
+    """Is `loop` a `for a, b in zip(...)` whose body moves one of its names (`a.to(b)`, `a.cuda(b)`)?"""
+    if not (isinstance(loop.iter, cst.Call) and dotted(loop.iter.func) == "zip"):
+        return False
+    names = {n.value for n in walk(loop.target) if isinstance(n, cst.Name)}
+    return any(
+        isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Attribute)
+        and node.func.attr.value in _MOVES
+        and isinstance(node.func.value, cst.Name)
+        and node.func.value.value in names
+        for node in walk(loop.body)
+    )
