@@ -233,6 +233,15 @@ CODES: tuple[Code, ...] = (
         "where stacking first and moving once makes one.",
         (RUN, DRYRUN),
     ),
+    # Lint only: at run time the copy is an ordinary tensor; what is wrong with it shows later, far away.
+    Code(
+        "MP022",
+        "parameter-moved-after-wrapping",
+        "error",
+        "`nn.Parameter(t).to(dev)`: moving a parameter to another device returns a plain, non-leaf tensor, which "
+        "no module registers and no optimizer accepts; move the data, then wrap it.",
+        (LINT,),
+    ),
 )
 
 BY_CODE: dict[str, Code] = {c.code: c for c in CODES}

@@ -162,3 +162,79 @@ def test_a_placing_loop_over_a_zip_with_fewer_devices_than_modules_is_mp017_at_t
 )
 def test_a_zip_as_long_as_its_modules_the_rest_placed_after_or_a_loop_that_places_nothing_is_not_mp017(loop, after):
     assert findings(ZIPPED.replace("LOOP", loop).replace("AFTER", after), "MP017") == []
+
+
+BULK = """
+import torch
+import torch.nn as nn
+from torch.nn.utils.rnn import pack_padded_sequence
+
+
+def to_device(batch, device):
+    return {k: v.to(device) if torch.is_tensor(v) else v for k, v in batch.items()}
+
+
+class Enc(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rnn = nn.LSTM(8, 8, batch_first=True).to("cuda:0")
+
+    def forward(self, feats, lengths):
+        return self.rnn(pack_padded_sequence(feats, LENGTHS, batch_first=True, enforce_sorted=False))
+
+
+batch = to_device({"feats": torch.randn(4, 10, 8), "lengths": torch.tensor([10, 9, 8, 7])}, "cuda:0")
+Enc()(batch["feats"], batch["lengths"])
+"""
+
+
+def test_a_batch_moved_whole_whose_lengths_go_back_to_the_host_for_packing_is_no_round_trip():
+    assert findings(BULK.replace("LENGTHS", "lengths.cpu()"), "MP005") == []
+    (f,) = findings(BULK.replace("LENGTHS", "lengths"), "MP001")  # on the GPU, PyTorch refuses them
+    assert "pack_padded_sequence" in f.message
+
+
+WRAPPED = """
+import torch
+import torch.nn as nn
+
+
+class Head(nn.Module):
+    def __init__(self, device, other):
+        super().__init__()
+        self.w = EXPR
+
+    def forward(self, x):
+        return x @ self.w.to(x.device)
+
+
+Head("cuda:1", OTHER)
+"""
+
+
+@pytest.mark.parametrize(
+    "expr",
+    [
+        "nn.Parameter(torch.randn(4, 4)).to(device)",
+        "torch.nn.Parameter(torch.zeros(4)).cuda(0)",
+        "nn.Parameter(torch.randn(4, 4, device='cuda:0')).to('cuda:1')",
+    ],
+)
+def test_a_parameter_made_then_moved_to_another_known_device_is_mp022(expr):
+    (f,) = findings(WRAPPED.replace("EXPR", expr).replace("OTHER", "None"), "MP022")
+    assert f.severity == "error" and "can't optimize a non-leaf Tensor" in f.message
+    assert f.suggestion.startswith("`nn.Parameter(") and ".to(" in f.suggestion or ".cuda(" in f.suggestion
+
+
+@pytest.mark.parametrize(
+    "expr,other",
+    [
+        ("nn.Parameter(torch.randn(4, 4).to(device))", "None"),  # the data moved, then wrapped
+        ("nn.Parameter(torch.randn(4, 4)).to(other)", "get_device()"),  # where to: not known
+        ("nn.Parameter(torch.randn(4, 4)).to('cpu')", "None"),  # already there: the parameter itself
+        ("nn.Parameter(torch.randn(4, 4, device=device)).to(device)", "None"),
+    ],
+)
+def test_a_parameter_wrapped_after_its_move_unknown_or_unmoved_is_not_mp022(expr, other):
+    src = WRAPPED.replace("EXPR", expr).replace("OTHER", other)
+    assert findings(src, "MP022") == []

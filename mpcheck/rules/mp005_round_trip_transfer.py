@@ -62,6 +62,8 @@ class RoundTripTransfer(Rule):
                     suggestion=f"move it once, to the device that reads it; drop the copy at line {first}",
                 )
                 continue
+            if home == "cpu" and _in_bulk_move(ctx, v.moved_at):
+                continue  # a batch's every tensor moved at once; this one wanted back on the host (see below)
             yield self.finding(
                 ctx,
                 ev.node,
@@ -74,6 +76,17 @@ class RoundTripTransfer(Rule):
                 suggestion=f"use the tensor from before line {first} here; drop line {first}'s transfer if "
                 "nothing else needs its copy",
             )
+
+
+def _in_bulk_move(ctx: FileContext, moved_at: cst.CSTNode | None) -> bool:
+    """Was the first move one item of a comprehension that moves a whole batch (`{k: v.to(dev) for k, v in
+    batch.items()}`)? A tensor the code then needs on the host (`pack_padded_sequence`'s lengths, `.cpu()`)
+    made the trip because the batch mover moves everything: its fix is in the mover, and the copy is the
+    batch's metadata, a few bytes. Not reported."""
+    if moved_at is None:
+        return False
+    comps = (cst.DictComp, cst.ListComp, cst.SetComp, cst.GeneratorExp)
+    return any(isinstance(n, comps) and any(m is moved_at for m in walk(n)) for n in walk(ctx.module))
 
 
 def _round_trip(ev: Transfer) -> bool:
