@@ -238,3 +238,37 @@ def test_a_parameter_made_then_moved_to_another_known_device_is_mp022(expr):
 def test_a_parameter_wrapped_after_its_move_unknown_or_unmoved_is_not_mp022(expr, other):
     src = WRAPPED.replace("EXPR", expr).replace("OTHER", other)
     assert findings(src, "MP022") == []
+
+
+GLOBAL_HOOK = """
+import torch
+import torch.nn as nn
+from torch.nn.modules.module import register_module_forward_pre_hook
+
+
+def to_params(module, args):
+    p = next(module.parameters(recurse=False), None)
+    return args if p is None else tuple(a.to(p.device) for a in args)
+
+
+encoder = nn.Linear(8, 8).to("cuda:0")
+HOOK
+encoder(torch.randn(2, 8))
+"""
+
+
+def test_module_inputs_are_not_judged_where_a_global_forward_pre_hook_may_move_them():
+    assert findings(GLOBAL_HOOK.replace("HOOK", "handle = register_module_forward_pre_hook(to_params)"), "MP001") == []
+    assert len(findings(GLOBAL_HOOK.replace("HOOK", "pass"), "MP001")) == 1  # without the hook: the CPU input
+
+
+def test_a_deep_copy_of_a_split_model_moved_to_meta_is_no_collapse():
+    src = """
+    import copy
+    import torch.nn as nn
+
+    model = nn.Sequential(nn.Linear(8, 8).to("cuda:0"), nn.Linear(8, 8).to("cuda:1"))
+    skeleton = copy.deepcopy(model).to("meta")
+    whole = model.to("cuda:0")  # <- the collapse
+    """
+    assert [f.line for f in findings(src, "MP007")] == [7]

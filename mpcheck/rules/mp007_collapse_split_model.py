@@ -37,6 +37,8 @@ class CollapseSplitModel(Rule):
                 else "the model"
             )
             target = single(ev.devs)
+            if target == "meta":
+                continue  # a skeleton (`copy.deepcopy(model).to("meta")` for torch.func): no weights go anywhere
             onto = show(target) if target else "one device"
             meth = ev.meth
             if meth == "load_state_dict":

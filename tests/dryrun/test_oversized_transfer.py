@@ -127,3 +127,23 @@ def test_moved_data_used_whole_kept_exported_or_small_is_not_reported(script, dr
     )
     status, report, err = dryrun_cli(s, "--gpus", "2")
     assert (status, report["findings"]) == (0, []), err
+
+
+def test_an_order_statistic_of_weights_gathered_from_two_gpus_is_not_reported(script, dryrun_cli):
+    # A global pruning threshold: the k-th smallest magnitude over both GPUs' weights needs up to k elements of
+    # each part, not one result per device: moving the magnitudes is how it is computed.
+    s = script(
+        """
+        import torch
+
+        a = torch.randn(256, 256, device="cuda:0")
+        b = torch.randn(256, 256, device="cuda:1")
+        for _ in range(2):
+            mags = torch.cat([a.abs().flatten(), b.abs().flatten().to("cuda:0")])
+            threshold = mags.kthvalue(mags.numel() // 2).values
+            a.mul_(a.abs() > threshold)
+        print(float(threshold))
+        """
+    )
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert (status, report["findings"]) == (0, []), err

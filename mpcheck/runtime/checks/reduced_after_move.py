@@ -32,10 +32,12 @@ if TYPE_CHECKING:
 REDUCTIONS = frozenset(
     {
         "sum", "nansum", "mean", "nanmean", "prod", "norm", "vector_norm", "matrix_norm", "linalg_vector_norm",
-        "max", "min", "amax", "amin", "aminmax", "argmax", "argmin", "all", "any", "topk", "kthvalue",
-        "median", "nanmedian", "mode", "std", "var", "std_mean", "var_mean", "count_nonzero", "logsumexp",
+        "max", "min", "amax", "amin", "aminmax", "argmax", "argmin", "all", "any", "topk", "std", "var",
+        "std_mean", "var_mean", "count_nonzero", "logsumexp",
     }
 )  # fmt: skip
+# Not `kthvalue`, `median`, `mode`, `quantile`: an order statistic of data gathered from several devices
+# (a global pruning threshold) needs up to k elements of each part, not one result per device.
 # Ops that keep a watched tensor's data whole when it is their only tensor argument.
 _ELEMENTWISE = frozenset(
     {
