@@ -63,3 +63,21 @@ def test_an_offload_whose_memory_served_other_work_a_model_run_on_the_host_or_le
     ):
         s, report = _run(script, dryrun_cli, between=between, back=back)
         assert report["findings"] == [], between
+
+
+def test_a_few_bytes_back_to_the_host_are_no_round_trip_and_a_batch_is(script, dryrun_cli):
+    # A batch mover moves the lengths too; pack_padded_sequence wants them back on the host: 64 bytes, silent.
+    s = script(
+        """
+        import torch
+
+        for _ in range(2):
+            batch = {k: v.to("cuda:0") for k, v in {"x": torch.randn(256, 256), "n": torch.arange(8)}.items()}
+            lengths = batch["n"].cpu()
+            back = batch["x"].cpu()  # <- trip
+        print(lengths.sum(), back.shape)
+        """
+    )
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 0, err
+    assert [(f["code"], f["line"]) for f in report["findings"]] == [("MP005", s.line("trip"))]

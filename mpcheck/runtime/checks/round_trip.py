@@ -48,6 +48,10 @@ def _check_round_trip(
             if id(storage) not in self._read_arrivals:  # unused where it first landed (so far: arrivals.py)
                 _report_gpu_detour(self, t, came_from, src_dev, dst_dev, site, module, first_site, nbytes, id(storage))
         return
+    if dst_dev == "cpu" and nbytes < max(self.repeat_min_bytes, WASTE_MIN_BYTES):
+        # A few bytes back to the host (a batch's lengths, moved with the rest by a batch mover, wanted on the
+        # host by pack_padded_sequence): the copies cost their launch; the program's metadata, not its data.
+        return
     made = self._allocations(dst_dev) if self._allocations is not None and src_dev == "cpu" else None
     if made is not None and ref.made is not None and ref.origin is not None and ref.origin() is None:
         # Kept on the host while its original on dst_dev is gone: an offload, when dst_dev made new storages
