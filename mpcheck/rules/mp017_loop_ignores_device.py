@@ -90,8 +90,9 @@ class LoopIgnoresDevice(Rule):
                 f"their input on that device. Bind it when the hook is made: a parameter `{name}={name}`.",
                 suggestion=f"add `{name}={name}` to the hook's parameters (`lambda mod, args, {name}={name}: ...`)",
             )
-        placing = _placing_loops(ctx.module)
-        for short in once_per_node(ctx.model.facts(ShortZip)):
+        shorts = list(once_per_node(ctx.model.facts(ShortZip)))
+        placing = _placing_loops(ctx.module) if shorts else {}  # (a walk of the file: only where a zip is short)
+        for short in shorts:
             placed = placing.get(short.node)
             if placed is None:
                 continue  # a zip that places nothing (pairs for a log, a check)
@@ -104,7 +105,7 @@ class LoopIgnoresDevice(Rule):
                 f"as long as the modules, e.g. `[devices[i * len(devices) // n] for i in range(n)]`).",
                 suggestion="zip the modules with a list of one device per module",
             )
-        for key, holder, device in _copies_keyed_by_type(ctx.module):
+        for key, holder, device in _copies_keyed_by_type(ctx.module) if ".type" in ctx.source else ():
             yield self.finding(
                 ctx,
                 key,
