@@ -834,6 +834,24 @@ class Calls(Part):
             return recv
         return None
 
+    def _check_gradient(self, node: cst.Call, out: Obj, grad: Val | None, st: State) -> None:
+        """`out.backward(grad)`: the gradient must be on `out`'s device (autograd refuses it, "invalid gradient
+        at index 0 - expected device cuda:0 but got cuda:1"), a pipeline's boundary gradient read from the next
+        stage's input (`out.backward(inp.grad)`) must come back first. A 0-dim gradient is moved for you."""
+        if not isinstance(grad, Obj) or grad.may_be_0d:
+            return
+        exprs = self.interp.arg_nodes
+        self.interp.exprs.check_operand(
+            node,
+            grad,
+            out.devs,
+            st,
+            what=out.label or "the tensor",
+            op=".backward()",
+            expr=exprs[0] if exprs else None,
+            other=out,
+        )
+
     def _reduced_alone(self, move: cst.CSTNode, reduction: cst.Call) -> bool:
         """Is the moved tensor used for nothing but this reduction? So when the move is written inside the
         reduction's own expression (`(g.to(d) * 2).sum()`), or is the argument of the helper running now whose
@@ -1026,6 +1044,8 @@ class Calls(Part):
             if meth in T.SELF_RETURNING_TENSOR_METHODS and recv.kind in ("tensor", "param", "buffer"):
                 used(recv, *args)
                 return recv
+            if meth == "backward" and recv.kind in ("tensor", "param", "buffer"):
+                self._check_gradient(node, recv, args[0] if args else kwargs.get("gradient"), st)
             if meth in T.NON_TENSOR_METHODS:
                 return UNK
             if meth in T.DTYPE_METHODS:
@@ -1121,6 +1141,7 @@ class Calls(Part):
                 enlarged_at=enlarged,
                 index_like=ints,
                 reducible_move=reducible,
+                may_be_0d=recv.may_be_0d or T.may_give_0d(meth, len(args), kwargs),
             )
             if T.gives_values_and_indices(meth, bool(args) and _an_int(args[0]), kwargs):
                 # `gate, choice = probs.max(-1)`: the indices are ids where the values are, no activation

@@ -224,7 +224,12 @@ class Expressions(Part):
                 if _picks_positions(node):
                     self._note_indexed_after_move(node, base, st)  # `h.to(dev)[:, 0]`
                 used(base, *indices)  # an index tensor is read where the indexed tensor is (`hyps[src, :]`)
-                return base.with_(label="", kind=_element_kind(base, node, indices), worked=True)
+                return base.with_(
+                    label="",
+                    kind=_element_kind(base, node, indices),
+                    worked=True,
+                    may_be_0d=base.may_be_0d or all(isinstance(i, Const) for i in indices),
+                )
             return UNK
         idx = self.ev(node.slice[0].slice.value, st)
         if isinstance(base, ParamsOf) and isinstance(idx, Const) and idx.value == 0 and base.shape != "mapping":
@@ -275,7 +280,19 @@ class Expressions(Part):
                     op="index",
                     expr=node.slice[0].slice.value,
                 )
-            return base.with_(label="", kind=_element_kind(base, node, [idx]), invariant=base.invariant, worked=True)
+            elif isinstance(idx, Obj) and _gpu_index_of_host(idx, base):
+                # Nor may a GPU's index pick from host memory (`self.vocab[torch.multinomial(probs, 1)]`). Which
+                # side should move is the author's call: what is computed from the rows is this finding's.
+                what = base.label or "the tensor"
+                if self.check_operand(node, idx, base.devs, st, what=what, op="index", expr=node.slice[0].slice.value):
+                    return FAILED
+            return base.with_(
+                label="",
+                kind=_element_kind(base, node, [idx]),
+                invariant=base.invariant,
+                worked=True,
+                may_be_0d=base.may_be_0d or (isinstance(idx, Const) and type(idx.value) is int),
+            )
         return UNK
 
     def _note_indexed_after_move(self, node: cst.Subscript, base: Obj, st: State) -> None:
@@ -1025,6 +1042,15 @@ def _certainly_not_none(v: Val) -> bool:
     if isinstance(v, Const):
         return v.value is not None
     return isinstance(v, (SeqV, DictV, DeviceV)) and not getattr(v, "module", False)
+
+
+def _gpu_index_of_host(idx: Obj, base: Obj) -> bool:
+    """A tensor on a GPU used as the index of one in host memory: PyTorch refuses it ("indices should be
+    either on cpu or on the same device as the indexed tensor"). Both devices must be certain."""
+    if idx.kind in ("scalar", "module") or idx.may_be_0d or base.kind not in ("tensor", "param", "buffer"):
+        return False  # (a 0-dim integer index is read as a number: `table[logits.argmax()]` runs, with a sync)
+    i, b = single(idx.devs), single(base.devs)
+    return bool(i and i.startswith("cuda") and b == "cpu" and not base.opaque)
 
 
 def _picks_positions(node: cst.Subscript) -> bool:

@@ -180,7 +180,11 @@ class Library(Part):
         ints = last in T.INDEX_FACTORIES or (
             last == "arange" and bool(args) and all(isinstance(a, Const) and type(a.value) is int for a in args)
         )
-        return Obj(kind, devs, origin=origin, at=node, invariant=const, index_like=ints)
+        # `torch.tensor(2.0, device=d)`, `torch.zeros((), device=d)`: no dimensions, on any device
+        no_dims = (
+            last in ("tensor", "as_tensor", "scalar_tensor") and bool(args) and not isinstance(args[0], SeqV)
+        ) or (last in _SHAPED_FACTORIES and bool(args) and _empty_shape(args[0]))
+        return Obj(kind, devs, origin=origin, at=node, invariant=const, index_like=ints, may_be_0d=no_dims)
 
     def _check_generator(self, gen: Val | None, devs: Devs, node: cst.Call, st: State, q: str, at: int) -> None:
         """A `generator=` of the other device type than the tensor it draws for (torch checks the type only:
@@ -323,7 +327,17 @@ class Library(Part):
         lineage = OFF_CHAIN if off else f.lineage
         if loss:
             return Obj("tensor", f.devs, origin=LOSS_OF, at=node, lineage=lineage, hop=hop)
-        out = Obj("tensor", f.devs, origin=f.origin, at=f.at, invariant=inv, lineage=lineage, hop=hop)
+        out = Obj(
+            "tensor",
+            f.devs,
+            origin=f.origin,
+            at=f.at,
+            invariant=inv,
+            lineage=lineage,
+            hop=hop,
+            may_be_0d=T.may_give_0d(q, max(len(args) - 1, 0), kwargs)
+            or any(isinstance(a, Obj) and a.may_be_0d for a, _ in flat),
+        )
         second = args[1] if len(args) > 1 else None
         if q.count(".") == 1 and T.gives_values_and_indices(
             q, isinstance(second, Const) and type(second.value) is int, kwargs

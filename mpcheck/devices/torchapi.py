@@ -324,6 +324,16 @@ def leaves_chain(name: str, n_args: int, kwargs: Container[str]) -> bool:
     return last in FULL_REDUCTIONS and n_args == 0 and "dim" not in kwargs
 
 
+def may_give_0d(name: str, n_args: int, kwargs: Container[str]) -> bool:
+    """`x.sum()`, `logits.argmax()`, `torch.max(x)`, a loss: one value, a tensor of no dimensions (n_args
+    counts the arguments after the tensor itself)."""
+    last = name.rsplit(".", 1)[-1]
+    if is_loss(name):
+        return True
+    whole = last in FULL_REDUCTIONS or last in ("argmax", "argmin", "median", "nanmedian")
+    return whole and n_args == 0 and "dim" not in kwargs
+
+
 DTYPE_METHODS = frozenset({"half", "float", "double", "bfloat16", "long", "int", "bool", "short", "char", "byte"})
 # nn.Module methods that return the module itself, where it is (`model = Net().eval()`). Not `apply`:
 # its function may move the parts; not `to_empty`: it places them.

@@ -221,6 +221,9 @@ class Obj(Val):
     # before that move, and only the one value moved (MP016). Given explicitly where an op keeps it; any other
     # copy (`with_`) drops it.
     reducible_move: Any = field(default=None, repr=False)
+    # It may have no dimensions (a full reduction, an element, a row of a 1-D tensor): PyTorch reads a 0-dim
+    # integer index as a number, so one on a GPU may still index host memory (with a sync).
+    may_be_0d: bool = False
 
     def with_(self, **kw: Any) -> Obj:
         if "enlarged_at" not in kw and (kw.get("worked") is True or kw.get("label") == ""):
@@ -711,7 +714,7 @@ def iter_items(it: Val) -> list[Val] | None:
 def iter_elem(it: Val, target: str | None) -> Val:
     """What one item of `it` is, bound to the loop variable `target` (a plain name, else None)."""
     if isinstance(it, Obj) and it.kind in ("tensor", "any"):
-        return it.with_(label="")  # rows of a tensor, items of a module's list output: same device
+        return it.with_(label="", may_be_0d=True)  # rows of a tensor, items of a module's list output: same device
     if isinstance(it, SeqV):
         if it.kind == "dict":
             return UNK  # the keys of a dict whose values are alike (Expressions.ev_comp)

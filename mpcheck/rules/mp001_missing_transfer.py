@@ -383,6 +383,17 @@ def _special_case(ctx: FileContext, ev: Mismatch, name: str, meets: str) -> tupl
     here, there = single(v.devs), single(ev.target)
     to_there = f".to({device_literal(there)})" if there is not None else ".to(...)"
     made = ev.other
+    if ev.op == "index" and there == "cpu" and (here or "").startswith("cuda"):
+        # A GPU's indices into host memory (`self.abar[t]`, `vocab[torch.multinomial(p, 1)]`). Moving the index to
+        # the host would leave the rows there, away from everything else the line computes on: the table belongs
+        # where the index is (one move, once), which only the code's author can place; no automatic fix.
+        table = ev.what if ev.what.startswith("`") else f"`{ev.what}`"
+        return (
+            f"`{name}` is on {show(here)} ({origin_text(ctx, v)}), but it indexes {table}, which is in host memory "
+            f"(PyTorch refuses a GPU's index into a CPU tensor)",
+            f"keep {table} on {show(here)} (move it once, where it is made or with its owner's `.to()`), or index "
+            f"it with `{name}.cpu()` and move the rows to {show(here)}",
+        )
     if v.kind == "distribution" and there is not None:
         # `kl_divergence(q, p)` with p built from the outputs of a layer on another GPU
         return (

@@ -1231,3 +1231,31 @@ def test_a_scale_sent_to_each_gpu_is_no_ping_pong(script, dryrun_cli):
     status, report, err = dryrun_cli(script(SCALE_SENT_TO_EACH_GPU), "--gpus", "2")
     assert status == 0, err
     assert report["findings"] == []
+
+
+# `loss.backward(scale)` with a 0-dim gradient made on another device: autograd copies a 0-dim gradient to the
+# output's device (its engine's validate_outputs); a gradient with dimensions there is refused, and reported.
+GRADIENT_GIVEN = """
+import torch
+import torch.nn as nn
+
+s0 = nn.Linear(8, 8).to("cuda:0")
+s1 = nn.Linear(8, 1).to("cuda:1")
+a = s0(torch.randn(4, 8, device="cuda:0"))
+b = a.detach().to("cuda:1").requires_grad_()
+s1(b).sum().backward(torch.tensor(2.0))
+a.backward(GRAD)
+print("finished")
+"""
+
+
+@pytest.mark.parametrize("grad", ["b.grad.to(a.device)", "gradient=b.grad.to(a.device)"])
+def test_a_zero_dim_gradient_from_another_device_runs_clean(script, dryrun_cli, grad):
+    status, report, err = dryrun_cli(script(GRADIENT_GIVEN.replace("GRAD", grad)), "--gpus", "2")
+    assert status == 0, err
+    assert report["findings"] == []
+
+
+def test_a_boundary_gradient_left_on_the_next_stage_is_reported(script, dryrun_cli):
+    status, report, err = dryrun_cli(script(GRADIENT_GIVEN.replace("GRAD", "b.grad")), "--gpus", "2")
+    assert [(f["code"], f["line"]) for f in report["findings"]] == [("MP001", 9)]

@@ -275,6 +275,12 @@ def is_pinned(g, func, args, kwargs):
 
 def backward(g: VirtualGPUs, func, args, kwargs):
     g.before_backward()
+    grad = args[1] if len(args) > 1 else kwargs.get("gradient")
+    if isinstance(grad, torch.Tensor) and grad.dim() == 0 and g.device_of(grad) != g.device_of(args[0]):
+        # A 0-dim gradient on another device is copied to the output's by autograd (its engine's
+        # validate_outputs); any other is refused ("invalid gradient at index 0 - expected device ...").
+        grad = g.transfer(grad, g.device_of(args[0]))
+        args, kwargs = (args[0], grad, *args[2:]), {k: v for k, v in kwargs.items() if k != "gradient"}
     return generic(g, func, args, kwargs)
 
 
