@@ -191,7 +191,9 @@ CODES: tuple[Code, ...] = (
         "loop that never uses its index (or picks the same device for every index), or hooks made in a loop read "
         "its device only after it, or copies made for each device are cached under `device.type`, or a placing loop "
         "zips more modules than devices: the stages all end on one device (or one copy, or unplaced) instead of one "
-        "set on each.",
+        "set on each; or a cache that every caller shares (a mutable default argument, a class attribute, a "
+        "module-level dict) is filled for modules on two GPUs under a key that names no device, so one of them reads "
+        "the other's copy.",
         (LINT,),
     ),
     # Lint only: at run time nothing happens at that line, which is the bug.

@@ -176,3 +176,79 @@ def test_zero_dim_gradient_is_moved_by_autograd() -> None:
     loss.backward(torch.tensor(2.0, device="cuda:1"))
     """
     assert findings(src) == []
+
+
+# A cache every caller shares, written by layers on two GPUs under a key that names no device (held-out round 20's
+# t14 shape: a mutable default dict of masks). MP017 at the write.
+DEFAULT_CACHE = """
+import torch
+import torch.nn as nn
+
+_MASKS = {}
+
+
+class Attn(nn.Module):
+    _tables = {}
+
+    def __init__(self, d):
+        super().__init__()
+        self.qkv = nn.Linear(d, 3 * d)
+
+    def forward(self, x, cache={}):
+        T = x.shape[1]
+        if T not in HOLDER:
+            HOLDER[KEY] = torch.triu(torch.ones(T, T, device=x.device), 1).bool()
+        mask = HOLDER[KEY]
+        q, k, v = self.qkv(x).chunk(3, -1)
+        s = (q @ k.transpose(1, 2)).masked_fill(mask, float("-inf"))
+        return s.softmax(-1) @ v
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = Attn(16).to("cuda:0")
+        self.b = Attn(16).to(SECOND)
+
+    def forward(self, x):
+        return self.b(self.a(x.to("cuda:0")).to(SECOND))
+
+
+out = Net()(torch.randn(2, 8, 16))
+"""
+
+
+def cache_findings(holder: str = "cache", key: str = "T", second: str = '"cuda:1"', extra: str = "") -> list:
+    src = DEFAULT_CACHE.replace("HOLDER", holder).replace("KEY", key).replace("SECOND", second)
+    return [f for f in findings(src.replace("        mask = ", extra + "        mask = ")) if f.code == "MP017"]
+
+
+@pytest.mark.parametrize(
+    "holder,kind", [("cache", "a mutable default"), ("_MASKS", "a module-level dict"), ("self._tables", "a class attr")]
+)
+def test_a_cache_shared_by_layers_on_two_gpus_is_reported(holder: str, kind: str) -> None:
+    got = cache_findings(holder)
+    assert [(f.line, f.column) for f in got] == [(18, 13)]
+    assert kind in got[0].message and "cuda:0 and cuda:1" in got[0].message
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"key": "(T, x.device)"},  # one entry per device
+        {"key": "(T, str(x.device))"},
+        {"second": '"cuda:0"'},  # both layers on one GPU
+        {"extra": "        HOLDER[KEY] = HOLDER[KEY].to(x.device)\n"},  # each reader moves its copy
+    ],
+)
+def test_a_shared_cache_that_cannot_hand_over_another_gpus_tensor_is_not_reported(change: dict) -> None:
+    holder = "cache"
+    extra = change.get("extra", "").replace("HOLDER", holder).replace("KEY", change.get("key", "T"))
+    kw = {k: v for k, v in change.items() if k != "extra"}
+    assert cache_findings(holder, extra=extra, **kw) == []
+
+
+def test_a_cache_of_each_instance_is_not_shared() -> None:
+    src = DEFAULT_CACHE.replace("HOLDER", "self.masks").replace("KEY", "T").replace("SECOND", '"cuda:1"')
+    src = src.replace("        self.qkv = ", "        self.masks = {}\n        self.qkv = ")
+    assert [f for f in findings(src) if f.code == "MP017"] == []

@@ -358,6 +358,19 @@ class ShortZip(Fact):
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
+class SharedCacheWrite(Fact):
+    """`holder[key] = t` (`node`, the target) with `holder` shared by every caller (a mutable default, a class
+    attribute, a module-level dict), `t` on `device` and a key that names no device (devices/shared_caches.py):
+    one per device the line ran for; seen with two, a module on one GPU reads the copy made for another (MP017)."""
+
+    holder: str  # its text (`cache`, `self._masks`)
+    kind: str  # how it is shared, in words ("a mutable default argument")
+    device: str
+    key: str | None  # the key's value when it is a constant (two writes under different constants never meet)
+    device_text: str | None = None  # the code that gave the tensor its device (`x.device`), for the fix
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
 class DroppedTensorMove(Fact):
     """A move of a module's tensor, in a loop over its parameters or buffers, made as a statement of its own
     (`for p in m.parameters(): p.data.to(d)`): a tensor's `.to()` returns a copy, which is dropped, so the

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import libcst as cst
 
-from mpcheck.devices import data_moves, device_loops, element_reads, torchapi
+from mpcheck.devices import data_moves, device_loops, element_reads, shared_caches, torchapi
 from mpcheck.devices.events import (
     BuffersLeftBehind,
     DiscardedMove,
@@ -604,6 +604,7 @@ class Statements(Part):
         elif isinstance(target, cst.Subscript) and (key := _dunder_dict_key(target)) is not None:
             self.hold_reference(key, v, st)  # self.__dict__["base"] = base
         elif isinstance(target, cst.Subscript):
+            shared_caches.note_write(self.interp, target, v, st)
             base = self.interp.exprs.ev(target.value, st)
             if isinstance(base, DictV) and len(target.slice) == 1 and isinstance(target.slice[0].slice, cst.Index):
                 k = self.interp.exprs.ev(target.slice[0].slice.value, st)

@@ -2,7 +2,8 @@
 so what it builds, meant one set per device, all ends on one device; or a list of devices is made by
 a loop that never uses its index, so every stage it places gets the same one; or hooks made in a loop
 read its device when they run, after the loop, so every one moves to the last pass's device; or copies moved
-to each device are cached under `device.type`, which every GPU shares, so all get the first one's copy."""
+to each device are cached under `device.type`, which every GPU shares, so all get the first one's copy; or a cache
+that every caller shares (devices/shared_caches.py) is filled for modules on two GPUs under one key."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from mpcheck.devices.events import (
     DeviceListIgnoresIndex,
     DevicePickIgnoresIndex,
     LateBoundHookDevice,
+    SharedCacheWrite,
     ShortZip,
     UnusedLoopDevice,
 )
@@ -105,6 +107,7 @@ class LoopIgnoresDevice(Rule):
                 f"as long as the modules, e.g. `[devices[i * len(devices) // n] for i in range(n)]`).",
                 suggestion="zip the modules with a list of one device per module",
             )
+        yield from _shared_caches(self, ctx)
         for key, holder, device in _copies_keyed_by_type(ctx.module) if ".type" in ctx.source else ():
             yield self.finding(
                 ctx,
@@ -134,6 +137,37 @@ def _loop_head(ctx: FileContext, loop: cst.CSTNode) -> str:
 
 
 _MOVES = frozenset({"to", "cuda"})
+
+
+def _shared_caches(rule: Rule, ctx: FileContext) -> Iterator[Finding]:
+    """A write into a cache every caller shares, seen for modules on two GPUs under one key (or keys not known):
+    whichever runs first fills it, and the other reads a tensor on the wrong GPU."""
+    by_node: dict[int, list[SharedCacheWrite]] = {}
+    for w in ctx.model.facts(SharedCacheWrite):
+        by_node.setdefault(id(w.node), []).append(w)
+    for writes in by_node.values():
+        if any(w.key is None for w in writes):
+            devices = sorted({w.device for w in writes})
+        else:  # constant keys: only a key written for two GPUs is shared by them
+            per_key: dict[str | None, set[str]] = {}
+            for w in writes:
+                per_key.setdefault(w.key, set()).add(w.device)
+            devices = sorted({d for ds in per_key.values() if len(ds) > 1 for d in ds})
+        if len(devices) < 2:
+            continue
+        w = writes[0]
+        index = w.node.slice[0].slice if isinstance(w.node, cst.Subscript) else None
+        key = ctx.code(index.value) if isinstance(index, cst.Index) else "the key"
+        yield rule.finding(
+            ctx,
+            w.node,
+            f"`{w.holder}` is {w.kind}, one dict for every caller, and this line stores a tensor in it under "
+            f"`{key}` for modules on {' and '.join(map(show, devices))}: whichever runs first fills the entry, and "
+            f"the others read a tensor on the wrong GPU. Key it by the device too (`({key}, {w.device_text or 'its device'})`) "
+            f"or keep the cache per module (an attribute set in `__init__`).",
+            devices=devices,
+            suggestion=f"add the device to the key of `{w.holder}`, or make the cache per module",
+        )
 
 
 def _copies_keyed_by_type(module: cst.Module) -> Iterator[tuple[cst.CSTNode, str, str]]:
