@@ -10,6 +10,10 @@ cuda:0, and with two GPUs also cuda:0 -> cuda:1. Item sizes from 4 KiB to 4 MiB,
 where the ratio nears 1 is where the rule's size limit (ITEM_MAX_BYTES) and item count (MIN_ITEMS)
 come from. Each variant: the median of many repetitions after warm-up, synchronized around each,
 variants interleaved. Needs 1 CUDA device.
+
+Also the slices of one tensor moved one by one in a loop (`for t in range(T): cell(x[:, t].to(dst), h)`, a
+recurrent decoder fed per time step from a stage on another device), against the tensor moved once before the
+loop and sliced where it arrived: rows (`x[i]`, contiguous) and time steps (`x[:, t]`, strided).
 """
 
 from __future__ import annotations
@@ -39,6 +43,31 @@ def per_item(src: str, dst: str, count: int, item_bytes: int, reps: int) -> dict
     }
 
 
+def per_slice(src: str, dst: str, count: int, item_bytes: int, strided: bool, reps: int) -> dict:
+    batch = 8 if strided else 1
+    x = (
+        torch.randn(batch, count, item_bytes // 4 // batch, device=src)
+        if strided
+        else torch.randn(count, item_bytes // 4, device=src)
+    )
+
+    def one_by_one():
+        return [(x[:, i] if strided else x[i]).to(dst) for i in range(count)]
+
+    def moved_once():
+        whole = x.to(dst)
+        return [whole[:, i] if strided else whole[i] for i in range(count)]
+
+    t = _time({"fix": moved_once, "as_written": one_by_one}, reps)
+    return {
+        "case": f"{count} slices {'x[:, t]' if strided else 'x[i]'} of {item_bytes // 1024} KiB fp32, {src} -> {dst}",
+        "count": count,
+        "item_bytes": item_bytes,
+        **t,
+        "ratio": t["as_written"] / t["fix"],
+    }
+
+
 def rows(reps: int) -> list[dict]:
     ways = [("cpu", "cuda:0")]
     if torch.cuda.device_count() >= 2:
@@ -48,6 +77,12 @@ def rows(reps: int) -> list[dict]:
         for src, dst in ways
         for count in (8, 32)
         for kib in (4, 64, 256, 1024, 4096)
+    ] + [
+        per_slice(src, dst, count, kib * 1024, strided, reps)
+        for src, dst in ways
+        for strided in (False, True)
+        for count in (8, 64)
+        for kib in (4, 64, 256, 1024)
     ]
 
 

@@ -78,3 +78,50 @@ def test_few_large_mixed_or_worked_on_items_are_not_reported(script, dryrun_cli)
     )
     status, report, err = dryrun_cli(s, "--gpus", "2")
     assert (status, report["findings"]) == (0, []), err
+
+
+SLICES = """
+import torch
+import torch.nn as nn
+
+cell = nn.GRUCell(32, 64).to("cuda:1")
+enc = nn.Linear(16, 32).to("cuda:0")
+h = torch.zeros(8, 64, device="cuda:1")
+for step in range(2):
+    feats = enc(torch.randn(8, 50, 16, device="cuda:0"))
+    for t in range(feats.shape[1]):
+        h = cell(feats[:, t].to("cuda:1"), h)  # <- move
+    h = h.detach()
+print("done")
+"""
+
+
+def test_the_time_steps_of_one_tensor_moved_one_by_one_are_mp021_at_the_move(script, dryrun_cli):
+    s = script(SLICES)
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 0, err
+    assert _codes(report) == [("MP021", s.marks["move"])]
+    (f,) = report["findings"]
+    assert f["devices"] == ["cuda:0", "cuda:1"] and f["extra"]["slices"] is True
+    assert "slices of one tensor" in f["message"] and "once, before the loop" in f["suggestion"]
+
+
+def test_slices_moved_once_interleaved_with_a_pipeline_or_of_changing_data_are_not_reported(script, dryrun_cli):
+    s = script(
+        SLICES.replace('feats[:, t].to("cuda:1")', "moved[:, t]").replace(
+            "    for t in range", '    moved = feats.to("cuda:1")\n    for t in range'
+        )
+        + """
+s0 = nn.Linear(16, 16).to("cuda:0")
+s1 = nn.Linear(16, 4).to("cuda:1")
+batch = torch.randn(64, 16)
+outs = [s1(s0(mb.to("cuda:0")).to("cuda:1")) for mb in batch.chunk(16)]
+buf = torch.zeros(8, 20, 32, device="cuda:0")
+for t in range(1, 20):
+    buf[:, t] = buf[:, t - 1] + 1
+    h = cell(buf[:, t].to("cuda:1"), h)
+"""
+    )
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 0, err
+    assert report["findings"] == []

@@ -236,6 +236,8 @@ class Checker:
         # between two copies (per_item_moves.py)?
         self.transfers_made = 0
         self._transfers_by_way: dict[tuple[str, str], int] = {}
+        # MP021: the slices of one tensor moved one by one (per_item_moves.on_slice_move).
+        self.slice_moves = per_item_moves.SliceMoves()
         # MP005: models moved to the host, until they are back or have run (model_round_trip.py).
         self._offloads: list[model_round_trip.Offload] = []
         # MP016: transfers whose output is watched until it is freed, to tell data only reduced where it arrived.
@@ -352,6 +354,7 @@ class Checker:
     note_arrived = arrivals.note_arrived
     note_view = arrivals.note_view
     on_gather = per_item_moves.on_gather
+    on_slice_move = per_item_moves.on_slice_move
     _purge = purge._purge
 
     end_top_pass = passes.end_top_pass

@@ -9,12 +9,22 @@ code, and at most ITEM_MAX_BYTES; there must be MIN_ITEMS of them at least (both
 transfer of another way may have been made between the first item's and the last's: a micro-batch pipeline
 sends each chunk back as the last stage finishes it, between the next chunks' hops, its copies overlapping
 the work (no one place to stack them before that work is done).
+
+The same cost is paid by a loop that moves the slices of one tensor one by one (`on_slice_move`): a recurrent
+decoder fed per time step from a stage on another device (`for t in range(T): h = cell(x[:, t].to(dev), h)`),
+token ids sent one column at a time. MIN_ITEMS distinct slices of one unchanged storage, at most SLICE_MAX_BYTES
+each, each used where it arrived before the next is moved, moved at one line to one device within one step, with no transfer of another way between them: the
+tensor could have been moved once, before the loop, and sliced where it arrived (bench/per_item_transfer.py,
+its slice rows).
 """
 
 from __future__ import annotations
 
+import weakref
 from typing import TYPE_CHECKING, Any
 
+from mpcheck.runtime.checks.purge import PURGE_AT
+from mpcheck.runtime.checks.storage_ref import version_of
 from mpcheck.runtime.checks.wording import size_words
 
 if TYPE_CHECKING:
@@ -26,6 +36,10 @@ GATHERS = frozenset({"stack", "cat", "concat", "concatenate", "hstack", "vstack"
 # costs more than it saves (x0.4-x0.5).
 MIN_ITEMS = 8
 ITEM_MAX_BYTES = 128 << 10
+# Slices of one tensor moved one by one against the tensor moved once and sliced where it arrived (same bench,
+# its slice rows, host -> cuda:0): x3.7-x7.4 at 4 KiB, x2.7-x4.2 at 64 KiB, x1.4-x1.9 at 1 MiB (no stacking to pay
+# for: the one copy is of memory that is already together).
+SLICE_MAX_BYTES = 1 << 20
 
 
 def on_gather(self: Checker, func: Any, items: Any) -> None:
@@ -74,6 +88,65 @@ def on_gather(self: Checker, func: Any, items: Any) -> None:
         "from a Dataset, return host tensors from `__getitem__` and move the batch the DataLoader gives "
         "(`pin_memory=True` and `.to(dev, non_blocking=True)`)",
         extra={"items": len(items), "item_bytes": item_bytes},
+    )
+
+
+class SliceMoves:
+    """Per (storage, line, destination): the slices of that storage moved there one by one in this step."""
+
+    def __init__(self) -> None:
+        # key -> [weak ref to the storage, its version, the slices' offsets, the first move's stamp, step, the last
+        # copy's storage id]
+        self.open: dict[tuple[int, Any, str], list[Any]] = {}
+        self.reported: set[Any] = set()  # lines already reported: once each
+
+
+def on_slice_move(self: Checker, t: Any, out: Any, src_dev: str, dst_dev: str, site: Any, nbytes: int) -> None:
+    """A user's copy of `t` to `out` (forward code, under the lock): one more slice of a tensor moved one by one,
+    each used where it arrived before the next is moved? (Copies kept unread and gathered later are `on_gather`'s.)"""
+    moves = self.slice_moves
+    if nbytes > SLICE_MAX_BYTES or site is None or site.context or site in moves.reported or not self.wants("MP021"):
+        return
+    try:
+        storage = t.untyped_storage()
+        offset, whole = t.storage_offset(), storage.nbytes()
+        arrived = id(out.untyped_storage())
+    except Exception:  # no storage (a subclass, a sparse tensor)
+        return
+    if whole < 2 * nbytes:
+        return  # the whole of its storage: no slice
+    key = (id(storage), site, dst_dev)
+    version, step = version_of(t), self.ledger.step_index
+    stamp = (self.transfers_made, self._transfers_by_way.get((src_dev, dst_dev), 0))
+    entry = moves.open.get(key)
+    if entry is None or entry[0]() is not storage or entry[1] != version or entry[4] != step or version is None:
+        if len(moves.open) >= PURGE_AT:
+            moves.open.clear()
+        moves.open[key] = [weakref.ref(storage), version, {offset}, stamp, step, arrived]
+        return
+    first = entry[3]
+    if stamp[0] - first[0] != stamp[1] - first[1] or entry[5] not in self._read_arrivals:
+        # Copies of another way between them: interleaved with the work (a pipeline). Or the last copy is not
+        # used yet: the copies are being collected, for a gather (`on_gather`) or to be used together.
+        del moves.open[key]
+        return
+    entry[2].add(offset)
+    entry[5] = arrived
+    if len(entry[2]) < MIN_ITEMS:
+        return
+    moves.reported.add(site)
+    del moves.open[key]
+    count = len(entry[2])
+    self.emit(
+        "MP021",
+        site,
+        f"the slices of one tensor (about {size_words(nbytes)} each, {size_words(whole)} in all) are moved "
+        f"{src_dev} -> {dst_dev} one by one here: {count} copies in this step already, of data that did not change "
+        f"between them, where one copy of the whole would do",
+        devices=(src_dev, dst_dev),
+        suggestion=f"move the whole tensor to {dst_dev} once, before the loop, and slice the copy there "
+        f"(`x_dst = x.to('{dst_dev}')`, then `x_dst[:, t]`)",
+        extra={"items": count, "item_bytes": nbytes, "slices": True},
     )
 
 

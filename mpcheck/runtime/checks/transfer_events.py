@@ -91,6 +91,8 @@ def on_transfer(
                 sid = id(out_tensor.untyped_storage())
                 self._arrivals[sid] = (arrival, src_dev, site or UNKNOWN)
                 self.note_arrived(out_tensor, sid)
+                # (before the new copy's id leaves the read ones: a freed slice's id may come back for it)
+                self.on_slice_move(src_tensor, out_tensor, src_dev, dst_dev, site, nbytes)  # MP021, slice by slice
                 self._read_arrivals.discard(sid)
                 # Arrived tensors never read (and their views) stay in arrived_objects: bounded here too.
                 if len(self._arrivals) > self._purge_at or len(self.arrived_objects) > self._purge_at:
