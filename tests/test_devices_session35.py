@@ -252,3 +252,46 @@ def test_a_cache_of_each_instance_is_not_shared() -> None:
     src = DEFAULT_CACHE.replace("HOLDER", "self.masks").replace("KEY", "T").replace("SECOND", '"cuda:1"')
     src = src.replace("        self.qkv = ", "        self.masks = {}\n        self.qkv = ")
     assert [f for f in findings(src) if f.code == "MP017"] == []
+
+
+# MP016 for a weight (not only a gradient) moved whole to another GPU for one value: wanda's magnitude threshold
+# over a split LLaMA (real21's miss_01). A constant moved and reduced on every call stays MP011's; a tensor whose
+# size the code spells out small is no finding (one launch).
+REDUCED = """
+import torch
+
+model = torch.nn.Sequential(torch.nn.Linear(4096, 4096).to("cuda:0"), torch.nn.Linear(4096, 4096).to("cuda:1"))
+
+
+def stat(params, device="cuda:0"):
+    return [EXPR for p in params]
+
+
+print(stat(model.parameters()))
+"""
+
+
+@pytest.mark.parametrize(
+    "expr", ["p.data.to(device).max()", "p.to(device).abs().sum()", "p.detach().to(device).norm()"]
+)
+def test_a_weight_moved_whole_for_one_value_is_reported(expr: str) -> None:
+    got = [f for f in findings(REDUCED.replace("EXPR", expr)) if f.code == "MP016"]
+    assert [(f.line, "reduced to one value" in f.message) for f in got] == [(8, True)]
+
+
+@pytest.mark.parametrize("expr", ["p.data.max().to(device)", "p.data.to(device)", "p.to(device).sum(0)"])
+def test_a_weight_reduced_where_it_is_or_kept_whole_is_not(expr: str) -> None:
+    assert [f for f in findings(REDUCED.replace("EXPR", expr)) if f.code == "MP016"] == []
+
+
+def test_a_small_table_of_spelled_out_size_moved_for_its_sum_is_not_reported() -> None:
+    src = """
+    import torch
+
+    flags = torch.zeros(2, 2, dtype=torch.int8, device="cuda:0")
+    big = torch.randn(1024, 1024, device="cuda:0")
+    for _ in range(3):
+        a = flags.to("cuda:1").sum()
+        b = torch.randn(1024, 1024, device="cuda:0").to("cuda:1").sum()
+    """
+    assert [(f.code, f.line) for f in findings(src)] == [("MP016", 8)]

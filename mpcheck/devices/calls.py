@@ -1099,16 +1099,16 @@ class Calls(Part):
             if (
                 full_reduction
                 and recv.reducible_move is not None
-                and not recv.invariant
                 and recv.lineage != OFF_CHAIN
                 and self._reduced_alone(recv.reducible_move[0], node)
             ):
                 # A tensor moved and then only reduced to one value (`g.to(d).isfinite().all()`, or through a
-                # helper: `entropy(w.to(d))`). Not a constant (moved and reduced on every call: MP011's, which
-                # knows its size), nor a mask, a metric or a loss (`(pred == y).cpu().sum()`: a few bytes).
-                moved, src = recv.reducible_move
+                # helper: `entropy(w.to(d))`, a weight's `p.data.to(d).max()`). Not a mask, a metric or a loss
+                # (`(pred == y).cpu().sum()`: a few bytes); a constant moved and reduced on every call is MP011's
+                # (it knows its size), which MP016's rule leaves to it.
+                moved, src, made_at = recv.reducible_move
                 self.interp.recorder.record(
-                    OversizedMove(node=moved, mode=st.mode, src=src, dst=recv.devs, reduction=node),
+                    OversizedMove(node=moved, mode=st.mode, src=src, dst=recv.devs, reduction=node, made_at=made_at),
                     key=(src, recv.devs),
                 )
             # Computed from that move's data alone (constants beside it): a full reduction later could come first.

@@ -147,6 +147,7 @@ class OversizedMove(Fact):
     reduction: cst.Call | None = None
     indexed: cst.Subscript | None = None  # `bank.to(d)[idx]`: rows picked by an index tensor right after
     constant: bool = False  # the moved value never changes between calls (Obj.invariant)
+    made_at: Any = None  # where the moved value was made (a factory call), for its size when the code spells it out
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)

@@ -392,7 +392,7 @@ class Moves(Part):
                 extra=None if failed(recv) and devs is not None else recv.extra,
                 # `.to()` to where it already is gives the same tensor back, still enlarged
                 enlarged_at=recv.enlarged_at if devs is not None and devs == recv.devs else None,
-                reducible_move=(node, recv.devs) if plain_device_move(node) and devs != recv.devs else None,
+                reducible_move=(node, recv.devs, recv.at) if plain_device_move(node) and devs != recv.devs else None,
             )
         if devs is None:
             return UNK

@@ -216,7 +216,7 @@ class Obj(Val):
     # Token ids, labels, indices or a mask (randint, arange of ints, a comparison, `.argmax()`, `.long()`),
     # kept while it is moved, converted or laid out again: a batch-by-sequence tensor, no activation.
     index_like: bool = False
-    # (The node, the devices it left) of the move this tensor was computed from, alone, since it arrived (elementwise steps, reductions along a
+    # (The node, the devices it left, where the moved value was made) of the move this tensor was computed from, alone, since it arrived (elementwise steps, reductions along a
     # dim, constants: `-(w * w.log()).sum(-1)` of `w = a.to(d)`): a full reduction of it could have been made
     # before that move, and only the one value moved (MP016). Given explicitly where an op keeps it; any other
     # copy (`with_`) drops it.

@@ -177,25 +177,25 @@ def repeated(ev: Transfer) -> str:
     if not conflict(v.devs, ev.devs):
         return ""
     if ev.again_of is not None:
-        return "" if _certainly_small(v.at) else "again"  # below the run-time faces' threshold too
+        return "" if certainly_small(v.at) else "again"  # below the run-time faces' threshold too
     if ev.bound_outside_loop and ev.target_fixed_in_loop and not v.invariant:
         # Made once before the loop from anything (a filterbank computed by a helper, a random table),
         # not rebound in it, and moved to the same place every time: every iteration copies that same
         # tensor again. (Moved to the loop's own device, `memory.to(dev)` over stages, it is the hop.)
-        return "" if _certainly_small(v.at) else "loop"
+        return "" if certainly_small(v.at) else "loop"
     if not v.invariant:
         return ""
     if ev.reads_unchanging_attribute:
         # self.buffer.to(...) in forward; not a buffer whose size the code spells out, below the run-time
         # faces' threshold (`torch.ones(32)`). A size given by an argument stays reported: a class tried
         # out with tiny sizes (`Model(dim=32)` in a demo) is meant for larger ones.
-        return "" if _certainly_small(v.at) else "call"
+        return "" if certainly_small(v.at) else "call"
     if ev.reads_global_constant:
         # CLASS_WEIGHTS.to(logits.device) in a loss helper called every step: a module's constant copied again.
-        return "" if _certainly_small(v.at) else "global"
+        return "" if certainly_small(v.at) else "global"
     if ev.host_constant_bytes >= REPEAT_MIN_BYTES:
         return "call"  # torch.tril(torch.ones(S, S)).to(dev) in forward: the same data built and copied
-    if ev.bound_outside_loop and not _certainly_small(v.at):
+    if ev.bound_outside_loop and not certainly_small(v.at):
         return "loop"  # a tensor made before the loop, moved again in every iteration
     return ""
 
@@ -214,7 +214,7 @@ _WIDEST = 16
 _SIZELESS_KEYWORDS = frozenset({"requires_grad", "device", "pin_memory"})
 
 
-def _certainly_small(made_at: object) -> bool:
+def certainly_small(made_at: object) -> bool:
     """Was the tensor made with a size the code spells out, fewer than REPEAT_MIN_BYTES in all: a factory
     with a literal shape (float32: 4 bytes an element; randint: int64, 8; a `dtype=` by its width), or
     `torch.tensor(<one number>)` (a loss scale, a flag)? Then repeating its copy wastes about

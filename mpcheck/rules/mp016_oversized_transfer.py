@@ -14,7 +14,7 @@ from mpcheck.devices.values import distinct, show, single
 from mpcheck.finding import Finding
 from mpcheck.rules.base import Rule, once_per_node
 from mpcheck.rules.context import FileContext
-from mpcheck.rules.mp011_repeated_transfer import repeats
+from mpcheck.rules.mp011_repeated_transfer import certainly_small, repeats
 from mpcheck.rules.words import FLOW_WORDS
 
 
@@ -28,7 +28,9 @@ class OversizedTransfer(Rule):
         how_of = repeats(ctx)
         every_call = {id(t.node) for t in ctx.model.facts(Transfer) if how_of(t)}
         for ev in once_per_node(
-            ctx.model.facts(OversizedMove), lambda ev: bool(_crossed(ev)) and id(ev.node) not in every_call
+            ctx.model.facts(OversizedMove),
+            # (a reduced tensor whose size the code spells out small: its copy costs about one launch)
+            lambda ev: bool(_crossed(ev)) and id(ev.node) not in every_call and not certainly_small(ev.made_at),
         ):
             srcs, dst = _crossed(ev), single(ev.dst)
             assert dst is not None
