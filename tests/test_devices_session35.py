@@ -295,3 +295,40 @@ def test_a_small_table_of_spelled_out_size_moved_for_its_sum_is_not_reported() -
         b = torch.randn(1024, 1024, device="cuda:0").to("cuda:1").sum()
     """
     assert [(f.code, f.line) for f in findings(src)] == [("MP016", 8)]
+
+
+# Two slices of a list of blocks of unknown length, placed on two GPUs (precision round 21's c19, a ViT whose
+# drop-path rates come from `torch.linspace(...).tolist()`): which blocks each slice holds is not known, so they
+# are not known to share any. The whole list held by both stages still is.
+SLICED = """
+import torch
+import torch.nn as nn
+
+
+class Block(nn.Module):
+    def __init__(self, p):
+        super().__init__()
+        self.n = nn.LayerNorm(8)
+        self.p = p
+
+
+class M(nn.Module):
+    def __init__(self, rates):
+        super().__init__()
+        blocks = [Block(p) for p in rates]
+        self.s0 = nn.ModuleList(FIRST).to("cuda:0")
+        self.s1 = nn.ModuleList(SECOND).to("cuda:1")
+
+
+m = M(torch.linspace(0, 1, 4).tolist())
+"""
+
+
+def test_slices_of_a_list_of_unknown_length_are_not_known_to_share_blocks() -> None:
+    src = SLICED.replace("FIRST", "blocks[: len(blocks) // 2]").replace("SECOND", "blocks[len(blocks) // 2 :]")
+    assert findings(src) == []
+
+
+def test_one_list_of_blocks_held_by_two_stages_is_still_reported() -> None:
+    got = findings(SLICED.replace("FIRST", "blocks").replace("SECOND", "blocks"))
+    assert [(f.code, f.line) for f in got] == [("MP007", 18)]

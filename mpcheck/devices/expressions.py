@@ -342,6 +342,11 @@ class Expressions(Part):
             lo, hi, step = (cast(Const, b).value for b in bounds)
             return SeqV(base.items[lo:hi:step], kind=base.kind, module=base.module)
         elem = base.elem if base.items is None else join_all(base.items)
+        if base.items is None and isinstance(elem, Obj) and (elem.ident is not None or elem.attrs is not None):
+            # Items of a list of unknown length stand for many objects (`[Block() for p in rates]`): which of them
+            # this slice holds is not known, so it is not known to share any with another slice (`blocks[:k]`,
+            # `blocks[k:]`, placed on two GPUs).
+            elem = elem.with_(some_of_many=True)
         return SeqV(None, elem=elem, kind=base.kind, module=base.module)
 
     def ev_const(self, node: Any, st: State) -> Val:  # Integer, Float, Imaginary, SimpleString...

@@ -40,6 +40,8 @@ def _walk(
 ) -> None:
     if depth > _MAX_DEPTH:
         return
+    if isinstance(v, Obj) and v.some_of_many:
+        return  # which objects of the list: not known (`blocks[:k]` and `blocks[k:]` of a list of unknown length)
     if isinstance(v, Obj):
         key: Any
         if v.ident is not None:

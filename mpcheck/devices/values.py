@@ -224,6 +224,9 @@ class Obj(Val):
     # It may have no dimensions (a full reduction, an element, a row of a 1-D tensor): PyTorch reads a 0-dim
     # integer index as a number, so one on a GPU may still index host memory (with a sync).
     may_be_0d: bool = False
+    # It stands for some of the items of a list of unknown length (a slice of `[Block() for p in rates]`): which
+    # objects is not known, so they are not known to be shared with another slice (shared.py).
+    some_of_many: bool = False
 
     def with_(self, **kw: Any) -> Obj:
         if "enlarged_at" not in kw and (kw.get("worked") is True or kw.get("label") == ""):
