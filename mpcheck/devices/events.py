@@ -369,6 +369,7 @@ class SharedCacheWrite(Fact):
     device: str
     key: str | None  # the key's value when it is a constant (two writes under different constants never meet)
     device_text: str | None = None  # the code that gave the tensor its device (`x.device`), for the fix
+    key_at: cst.BaseExpression | None = None  # where the key is made (the finding's place: the fix goes there)
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)

@@ -289,7 +289,8 @@ class Expressions(Part):
             return base.with_(
                 label="",
                 kind=_element_kind(base, node, [idx]),
-                invariant=base.invariant,
+                # rows picked by an index made per call (`self.bank[idx]`) change with it
+                invariant=base.invariant and (not isinstance(idx, Obj) or idx.invariant),
                 worked=True,
                 may_be_0d=base.may_be_0d or (isinstance(idx, Const) and type(idx.value) is int),
             )
@@ -998,13 +999,13 @@ def _indexed(dev: str) -> bool:
 
 def _index_lives_there(idx: Val, table: Obj) -> bool:
     """An index tensor made on the GPU the table was moved to (not one moved there beside it from where the table
-    was, `x.to(dev)[idx.to(dev)]`): it cannot pick the rows where the table was, so moving the table whole is
-    no waste MP016 can fix."""
+    was, `x.to(dev)[idx.to(dev)]`, or from the host, whose indices pick rows on any device): it cannot pick the rows
+    where the table was, so moving the table whole is no waste MP016 can fix."""
     return (
         isinstance(idx, Obj)
         and idx.devs == table.devs
         and both_cuda(idx.devs, table.devs)
-        and not (idx.moved_from is not None and idx.moved_from == table.moved_from)
+        and not (idx.moved_from is not None and idx.moved_from in (table.moved_from, one("cpu")))
     )
 
 

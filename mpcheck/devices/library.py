@@ -161,7 +161,10 @@ class Library(Part):
         else:
             devs = one("cpu")
             origin = MADE_ON_CPU_BY_DEFAULT.format(last)
-        const = all(isinstance(a, (Const, SeqV)) for a in args) or (
+        # (a draw in a function is new data on each call; one made at module level or while a module is built is
+        # made once, a constant)
+        once = st.in_init or not self.interp.stack or last not in T.RANDOM_FACTORIES
+        const = (all(isinstance(a, (Const, SeqV)) for a in args) and once) or (
             # Host data turned into a tensor while a module is built (torch.from_numpy(table) in
             # __init__, or in a helper it calls): made once, the same on every call.
             st.in_init and last in T.HOST_DATA_FACTORIES and not any(isinstance(a, Obj) for a in args)

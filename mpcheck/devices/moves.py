@@ -775,13 +775,31 @@ def _swapped(v: Val, old: Val, new: Val, depth: int = 0) -> Val | None:
 
 
 def _self_targets(node: cst.CSTNode, out: set[str]) -> None:
-    """Names `x` of the `self.x` (or `self.x[...]`) that `node` assigns, anywhere inside it."""
+    """Names `x` of the `self.x` (or `self.x[...]`) that `node` assigns, anywhere inside it, or changes in place
+    (`self.bank.index_copy_(0, idx, keys)`, `self.x.data.mul_(m)`, `self.x[i].zero_()`: a queue refreshed by
+    another method is not the same data on every call)."""
     for n in walk(node):
-        for t in assigned(n):
+        targets = list(assigned(n))
+        if (
+            isinstance(n, cst.Call)
+            and isinstance(n.func, cst.Attribute)
+            and n.func.attr.value.endswith("_")
+            and not n.func.attr.value.startswith("_")
+            and n.func.attr.value not in _NOT_WRITES
+        ):
+            recv = n.func.value
+            if isinstance(recv, cst.Attribute) and recv.attr.value == "data":
+                recv = recv.value
+            targets.append(recv)
+        for t in targets:
             while isinstance(t, cst.Subscript):
                 t = t.value
             if isinstance(t, cst.Attribute) and isinstance(t.value, cst.Name) and t.value.value == "self":
                 out.add(t.attr.value)
+
+
+# In-place-named methods that change no data: what they flag or share stays the same values.
+_NOT_WRITES = frozenset({"requires_grad_", "share_memory_", "retain_grad_", "pin_memory_"})
 
 
 def _idle_back_to_gpu(v: Obj, devs: Devs) -> bool:

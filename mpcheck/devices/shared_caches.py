@@ -50,6 +50,7 @@ def note_write(interp: Interp, target: cst.Subscript, v: Val, st: State) -> None
             device=dev,
             key=repr(key.value) if isinstance(key, Const) else None,
             device_text=_device_text(v),
+            key_at=_key_binding(fn, index.value, target.value),
         ),
         key=(dev, repr(key.value) if isinstance(key, Const) else None),
     )
@@ -67,6 +68,29 @@ def _one_gpu(v: Val) -> str | None:
             return None
         devs.add(d)
     return devs.pop() if len(devs) == 1 else None
+
+
+def _key_binding(fn: cst.FunctionDef, key: cst.BaseExpression, holder: cst.BaseExpression) -> cst.BaseExpression:
+    """Where the key is made, where the fix goes: the value of the one assignment that binds a name used only as
+    this cache's key (`key = seq_len`, then `_CACHE[key]`, `key in _CACHE`); else the key itself (`T`, also a size)."""
+    if not isinstance(key, cst.Name):
+        return key
+    name, text = key.value, dotted(holder)
+    values = [
+        node.value
+        for node in walk(fn.body)
+        if isinstance(node, cst.Assign)
+        and any(isinstance(t.target, cst.Name) and t.target.value == name for t in node.targets)
+    ]
+    reads = sum(1 for n in walk(fn.body) if isinstance(n, cst.Name) and n.value == name) - len(values)
+    as_key = 0
+    for n in walk(fn.body):
+        if isinstance(n, cst.Subscript) and dotted(n.value) == text and len(n.slice) == 1:
+            index = n.slice[0].slice
+            as_key += isinstance(index, cst.Index) and isinstance(index.value, cst.Name) and index.value.value == name
+        elif isinstance(n, cst.Comparison) and isinstance(n.left, cst.Name) and n.left.value == name:
+            as_key += any(dotted(c.comparator) == text for c in n.comparisons)
+    return values[0] if len(values) == 1 and reads == as_key else key
 
 
 def _device_text(v: Val) -> str | None:

@@ -311,6 +311,8 @@ def gives_values_and_indices(name: str, first_is_int: bool, kwargs: Container[st
 
 # Factories of integer data (ids, labels, permutations); torch.arange too when every bound is an int.
 INDEX_FACTORIES = frozenset({"randint", "randint_like", "randperm"})
+# Factories that draw: their data is new on every call, whatever their arguments (not an unchanging constant).
+RANDOM_FACTORIES = frozenset({"rand", "randn", "randint", "randperm", "normal", "bernoulli", "multinomial", "poisson"})
 # Tensor methods whose result is integer or boolean data shaped like the input (or smaller).
 INDEX_METHODS = INDEX_RESULTS | frozenset({"long", "int", "bool", "short", "byte", "argsort", "lt", "le", "gt", "ge"})
 

@@ -177,7 +177,9 @@ def repeated(ev: Transfer) -> str:
     if not conflict(v.devs, ev.devs):
         return ""
     if ev.again_of is not None:
-        return "" if certainly_small(v.at) else "again"  # below the run-time faces' threshold too
+        # Below the run-time faces' threshold too: a tensor of spelled-out small size, or ids, labels or a mask
+        # (a batch-by-sequence tensor at most, whose second copy costs about one launch).
+        return "" if certainly_small(v.at) or v.index_like else "again"
     if ev.bound_outside_loop and ev.target_fixed_in_loop and not v.invariant:
         # Made once before the loop from anything (a filterbank computed by a helper, a random table),
         # not rebound in it, and moved to the same place every time: every iteration copies that same

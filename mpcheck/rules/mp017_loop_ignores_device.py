@@ -158,12 +158,15 @@ def _shared_caches(rule: Rule, ctx: FileContext) -> Iterator[Finding]:
         w = writes[0]
         index = w.node.slice[0].slice if isinstance(w.node, cst.Subscript) else None
         key = ctx.code(index.value) if isinstance(index, cst.Index) else "the key"
+        at = w.key_at if w.key_at is not None else w.node
+        made = ctx.code(at) if at is not w.node and not (isinstance(index, cst.Index) and at is index.value) else key
+        where = "this line" if ctx.line(at) == ctx.line(w.node) else f"line {ctx.line(w.node)}"
         yield rule.finding(
             ctx,
-            w.node,
-            f"`{w.holder}` is {w.kind}, one dict for every caller, and this line stores a tensor in it under "
-            f"`{key}` for modules on {' and '.join(map(show, devices))}: whichever runs first fills the entry, and "
-            f"the others read a tensor on the wrong GPU. Key it by the device too (`({key}, {w.device_text or 'its device'})`) "
+            at,
+            f"`{w.holder}` is {w.kind}, one dict for every caller, and {where} stores a tensor in it under `{key}` "
+            f"for modules on {' and '.join(map(show, devices))}: whichever runs first fills the entry, and the others "
+            f"read a tensor on the wrong GPU. Key it by the device too (`({made}, {w.device_text or 'its device'})`) "
             f"or keep the cache per module (an attribute set in `__init__`).",
             devices=devices,
             suggestion=f"add the device to the key of `{w.holder}`, or make the cache per module",
