@@ -408,3 +408,54 @@ def test_labels_copied_twice_to_one_gpu_cost_a_launch_and_are_not_reported() -> 
     step(16)
     """
     assert findings(src) == []
+
+
+# Held-out round 21's t07: `build()` calls set_device for each stage and returns; set_device is global, so the
+# caller's index-less `.cuda()` lands on the last one (MP004). The GPU indices come from two argparse flags.
+SET_IN_HELPER = """
+import argparse
+
+import torch
+import torch.nn as nn
+
+
+def build(args):
+    torch.cuda.set_device(args.encoder_gpu)
+    enc = nn.Linear(4, 4).cuda()
+    torch.cuda.set_device(args.decoder_gpu)
+    dec = nn.Linear(4, 4).cuda()
+    return enc, dec
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--encoder-gpu", type=int, default=0)
+    ap.add_argument(SECOND, type=int, default=1)
+    args = ap.parse_args()
+    enc, dec = build(args)
+    for step in range(2):
+        x = torch.randn(2, 4).cuda(non_blocking=True)
+        y = dec(enc(x).cuda(args.decoder_gpu))
+
+
+main()
+"""
+
+
+def test_set_device_in_a_helper_leaves_the_caller_on_that_device() -> None:
+    got = findings(SET_IN_HELPER.replace("SECOND", '"--decoder-gpu"'))
+    assert [(f.code, f.line) for f in got] == [("MP004", 23)]
+    assert "cuda:1" in got[0].message and "'cuda:0'" in got[0].message
+
+
+@pytest.mark.parametrize(
+    "second,default",
+    [
+        ('"--local-rank"', "1"),  # a rank: a launcher's, per process
+    ],
+)
+def test_gpu_flags_that_may_be_a_launchers_stay_unknown(second: str, default: str) -> None:
+    src = SET_IN_HELPER.replace("SECOND, type=int, default=1", f"{second}, type=int, default={default}")
+    if "rank" in second:
+        src = src.replace("args.decoder_gpu", "args.local_rank")
+    assert findings(src) == []

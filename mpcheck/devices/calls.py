@@ -170,6 +170,7 @@ class Calls(Part):
             used(*(a for i, a in enumerate(passed) if i not in idle))
             for i, changed in self.interp.memo_changed.get(key, ()):
                 _rebind_changed(args[i], changed, st)
+            _leave_current(st, self.interp.memo_current.get(key))
             return _relinked(self.interp.memo[key], self.interp.memo_lineages.get(key, ((), True)), args)
         # A run in an __init__ builds that module's own parts, which its __init__ goes on to place or split:
         # a later call elsewhere must not be handed them as its result, so that run is not remembered.
@@ -207,12 +208,15 @@ class Calls(Part):
         changes = _changed_instances(held, ends)
         for i, changed in changes:
             _rebind_changed(args[i], changed, st)
+        current = _current_after(cst_, st)
+        _leave_current(st, current)
         result = cst_.given_back()
         if result is None:
             result = Const(None)
         if not remember:
             return result
         self.interp.memo_changed[key] = changes
+        self.interp.memo_current[key] = current
         self.interp.memo[key] = result
         # The arguments the body certainly left idle: idle before and after it (one already worked on may
         # or may not have been used: counted as used when the result is reused).
@@ -1299,6 +1303,23 @@ def _changed_instances(held: dict[str, int], ends: list[dict[str, Val]]) -> tupl
         if isinstance(now, Obj) and now.cls is not None:
             out.append((i, now))
     return tuple(out)
+
+
+def _current_after(callee: State, caller: State) -> tuple[str | None, Any] | None:
+    """The current device a call leaves its caller on, when its body called set_device (or a helper that did) and
+    every path it took ended on the same one: `(cur, setdev)`; None when it left it as it found it, or when its
+    paths disagree (then not known: `(None, node)`)."""
+    ends = set(callee.exit_currents)
+    if not ends or ends == {(caller.cur, caller.setdev)}:
+        return None
+    if len(ends) == 1:
+        return next(iter(ends))
+    return (None, next(s for _, s in ends if s is not None))
+
+
+def _leave_current(st: State, current: tuple[str | None, Any] | None) -> None:
+    if current is not None:
+        st.cur, st.setdev = current
 
 
 def _rebind_changed(given: Val, now: Obj, st: State) -> None:

@@ -7,7 +7,9 @@ the script as run with its defaults; an attribute the file assigns (`args.device
 defaults at all (`_constant_attr`'s rule for namespaces).
 
 An index of a GPU or a rank (`--gpu 0`, `--local_rank -1`: a number, or None, under a name that says so)
-stays unknown: a launcher gives each process its own, and the default only stands in for it.
+stays unknown: a launcher gives each process its own, and the default only stands in for it. Two or more GPU
+indices of one parser with distinct defaults and no rank among them (`--encoder-gpu 0 --decoder-gpu 1`) are a
+placement, which no launcher sets: their defaults are read.
 
 What is known is kept only where argparse's own rules are plain: a default of a known value, `store_true`
 and `store_false`, a string default converted by `type=int` / `type=float` / `type=str`, or split by
@@ -32,6 +34,8 @@ class ParserV(Val):
     """An argparse.ArgumentParser (or an argument group of one, which adds to it): dest -> default."""
 
     defaults: dict[str, Val] = field(default_factory=dict)
+    # GPU indices held back as a launcher's (dest -> default), read after all when they form a placement
+    per_process: dict[str, Val] = field(default_factory=dict)
 
 
 def new_parser(args: list[Val], kwargs: dict[str, Val]) -> ParserV:
@@ -42,6 +46,7 @@ def new_parser(args: list[Val], kwargs: dict[str, Val]) -> ParserV:
         for p in parents.items:
             if isinstance(p, ParserV):
                 parser.defaults.update(p.defaults)
+                parser.per_process.update(p.per_process)
     return parser
 
 
@@ -52,6 +57,8 @@ def method(parser: ParserV, meth: str, args: list[Val], kwargs: dict[str, Val], 
         if dest is not None:
             default = _default(kwargs, _splitter(node))
             parser.defaults[dest] = UNK if _set_per_process(dest, default) else default
+            if _set_per_process(dest, default):
+                parser.per_process[dest] = default
         return UNK
     if meth in ("add_argument_group", "add_mutually_exclusive_group"):
         return parser  # a group's arguments are the parser's
@@ -63,7 +70,7 @@ def method(parser: ParserV, meth: str, args: list[Val], kwargs: dict[str, Val], 
         no_flags = (isinstance(given, Const) and given.value is None) or (
             isinstance(given, SeqV) and given.items is not None and not given.items
         )
-        ns: Val = DictV(dict(parser.defaults), namespace=True) if no_flags else UNK
+        ns: Val = DictV({**parser.defaults, **_placement(parser.per_process)}, namespace=True) if no_flags else UNK
         return SeqV((ns, SeqV(None)), kind="tuple") if meth == "parse_known_args" else ns
     return UNK
 
@@ -77,6 +84,21 @@ def _set_per_process(dest: str, default: Val) -> bool:
     """An index of a GPU or a rank whose default stands in for what each process is given."""
     number = isinstance(default, Const) and (default.value is None or type(default.value) is int)
     return number and any(w in dest.lower() for w in _PER_PROCESS_WORDS)
+
+
+def _placement(held: dict[str, Val]) -> dict[str, Val]:
+    """The GPU indices held back as per process that are a placement instead: two or more, none a rank, with
+    distinct non-negative defaults (`--encoder-gpu 0 --decoder-gpu 1`); else none."""
+    values = [v.value for v in held.values() if isinstance(v, Const)]
+    if (
+        len(held) >= 2
+        and len(values) == len(held)
+        and all(type(x) is int and x >= 0 for x in values)
+        and len(set(values)) == len(values)
+        and not any("rank" in d.lower() or "local" in d.lower() for d in held)
+    ):
+        return dict(held)
+    return {}
 
 
 def _dest(args: list[Val], kwargs: dict[str, Val]) -> str | None:

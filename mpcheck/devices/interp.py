@@ -106,6 +106,8 @@ class Interp:
         # The lineages of those arguments, and whether the body took steps of them (calls._relinked).
         self.memo_lineages: dict[Any, tuple[tuple[int | None, ...], bool]] = {}
         self.memo_changed: dict[Any, tuple[tuple[int, Obj], ...]] = {}  # instances a memoised call changed
+        # the current device a memoised call left behind (its set_device), or None (calls.py, _current_after)
+        self.memo_current: dict[Any, tuple[str | None, Any] | None] = {}
         self.memo_idle: dict[Any, frozenset[int]] = {}  # a memoised call's arguments its body left idle
         self.stack: list[FuncInfo] = []  # the functions being interpreted, innermost last
         # The memo keys of the calls being run, by function (Calls.call_function): a call that repeats one of them,

@@ -159,7 +159,19 @@ class Scope:
 
 
 class State:
-    __slots__ = ("cur", "env", "exits", "in_init", "mode", "returns", "scope", "self_obj", "setdev", "yields")
+    __slots__ = (
+        "cur",
+        "env",
+        "exit_currents",
+        "exits",
+        "in_init",
+        "mode",
+        "returns",
+        "scope",
+        "self_obj",
+        "setdev",
+        "yields",
+    )
 
     def __init__(
         self,
@@ -180,6 +192,9 @@ class State:
         self.scope = scope
         self.returns: list[Val] = []
         self.exits: list[dict[str, Val]] = []  # the environments of the paths that returned
+        # The current device (cur, setdev) each path ended with, returned or fallen off the end: set_device is
+        # global, so a helper that calls it leaves its caller on that device (Calls.call_function).
+        self.exit_currents: list[tuple[str | None, Any]] = []
         self.yields: SeqV | None = None  # in a generator's body: what it has yielded so far
 
     @classmethod
@@ -191,6 +206,7 @@ class State:
         s = State(dict(self.env), self.cur, self.setdev, self.mode, self.self_obj, self.in_init, self.scope)
         s.returns = self.returns
         s.exits = self.exits
+        s.exit_currents = self.exit_currents
         s.yields = self.yields
         return s
 

@@ -92,6 +92,7 @@ class Statements(Part):
             return []
         finally:
             self.interp.stack.pop()
+        st.exit_currents.extend((s.cur, s.setdev) for s in ends)
         return [*st.exits, *(s.env for s in ends)]
 
     def exec_block(self, stmts: Iterable[cst.CSTNode], states: list[State]) -> list[State]:
@@ -228,6 +229,7 @@ class Statements(Part):
         if isinstance(s, cst.Return):
             st.returns.append(self.interp.exprs.ev(s.value, st) if s.value is not None else Const(None))
             st.exits.append(st.env)
+            st.exit_currents.append((st.cur, st.setdev))
             return False
         if isinstance(s, cst.Raise):
             return False
