@@ -459,3 +459,42 @@ def test_gpu_flags_that_may_be_a_launchers_stay_unknown(second: str, default: st
     if "rank" in second:
         src = src.replace("args.decoder_gpu", "args.local_rank")
     assert findings(src) == []
+
+
+def test_an_argument_a_split_model_needs_elsewhere_names_the_part_not_the_first_parameter() -> None:
+    """Held-out round 21's t02: a seq2seq model (encoder on cuda:0, decoder on cuda:1) whose decoder makes its
+    positions on the device of the target tokens it was given; the fix was `next(model.parameters()).device`,
+    the encoder's GPU, which would not have mended it."""
+    src = """
+    import torch
+    import torch.nn as nn
+
+
+    class Decoder(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tok = nn.Embedding(50, 16)
+            self.pos = nn.Embedding(32, 16)
+
+        def forward(self, tgt):
+            positions = torch.arange(tgt.size(1), device=tgt.device)
+            return self.tok(tgt.to(self.pos.weight.device)) + self.pos(positions)
+
+
+    class Seq2Seq(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.encoder = nn.Linear(16, 16).to("cuda:0")
+            self.decoder = Decoder().to("cuda:1")
+
+        def forward(self, src, tgt):
+            return self.encoder(src.to("cuda:0")), self.decoder(tgt)
+
+
+    model = Seq2Seq()
+    out = model(torch.randn(4, 16), torch.randint(0, 50, (4, 8)).to("cuda:0"))
+    """
+    got = [f for f in findings(src) if f.code == "MP001"]
+    assert len(got) == 1
+    assert "(split over GPUs) needs this argument on cuda:1" in got[0].message
+    assert "parameters()" not in got[0].message

@@ -538,6 +538,8 @@ class Calls(Part):
                     target=need,
                     what=mod.label or mod.cls.name,
                     op="module",
+                    # (a split model, so that the finding says which part needs it: MP001's _meets)
+                    module=mod if mod.split else None,
                     arg_index=i,
                     expr=_nth(exprs, i),
                     site=i,

@@ -313,6 +313,9 @@ def _meets(ctx: FileContext, ev: Mismatch, there: str | None) -> str:
             what = ctx.code(callee(ev.node))
         target = what if what.startswith("the first stage") else f"`{what}`"
         tied = isinstance(ev.module, Obj) and ev.module.origin == TIED_WEIGHT
+        if _split(ev.module) and not what.startswith("the first stage"):
+            # A model split over GPUs is on none of them: this argument reaches a part of it on `there`.
+            return f"{target} (split over GPUs) needs this argument on {show(there)}, where the part it reaches is"
         return f"{target} is on {show(there)}" + (" (its weight is tied to a Parameter there)" if tied else "")
     other = value_text(ctx, _other_expr(ev), ev.other, ev.what or "the other operand")
     where = "" if ev.op == "op" else f" in `{ev.op}`"
@@ -546,11 +549,17 @@ def _device_of(ctx: FileContext, ev: Mismatch) -> str | None:
     """Code for the device of what the value meets: `next(block.parameters()).device` for a
     module called by name, `x.device` for the other operand of an op; None when not nameable."""
     if ev.op == "module" and isinstance(ev.node, cst.Call) and isinstance(ev.node.func, (cst.Name, cst.Attribute)):
-        return f"next({ctx.code(callee(ev.node))}.parameters()).device"
+        # (not a split model's: its first parameter is on its first GPU, not where this argument goes)
+        return None if _split(ev.module) else f"next({ctx.code(callee(ev.node))}.parameters()).device"
     other = _other_expr(ev)
     if ev.op != "module" and isinstance(other, (cst.Name, cst.Attribute)):
         return f"{ctx.code(other)}.device"
     return None
+
+
+def _split(module: Obj | None) -> bool:
+    """Is the module met split over devices (parts on two or more)?"""
+    return isinstance(module, Obj) and (module.split is not None or (module.devs is not None and len(module.devs) > 1))
 
 
 def _other_expr(ev: Mismatch) -> cst.BaseExpression | None:
