@@ -498,3 +498,45 @@ def test_an_argument_a_split_model_needs_elsewhere_names_the_part_not_the_first_
     assert len(got) == 1
     assert "(split over GPUs) needs this argument on cuda:1" in got[0].message
     assert "parameters()" not in got[0].message
+
+
+# Held-out round 21's t05: an EMA whose shadows go to `torch.device(device) if device else next(model.parameters())
+# .device`, with device=None: Python's truth of None, a number or a string decides a test, as a bool does.
+EMA_OF_SPLIT = """
+import torch
+import torch.nn as nn
+
+
+class EMA:
+    def __init__(self, model, decay=0.995, device=None):
+        self.decay = decay
+        DEVICE
+        self.shadow = {n: p.detach().to(self.device, copy=True) for n, p in model.named_parameters()}
+
+    @torch.no_grad()
+    def update(self, model):
+        for n, p in model.named_parameters():
+            self.shadow[n].mul_(self.decay).add_(p.detach(), alpha=1.0 - self.decay)
+
+
+model = nn.Sequential(nn.Linear(4, 4).to("cuda:0"), nn.Linear(4, 4).to("cuda:1"))
+ema = EMA(model)
+for step in range(2):
+    ema.update(model)
+"""
+
+
+@pytest.mark.parametrize(
+    "device",
+    [
+        "self.device = torch.device(device) if device else next(model.parameters()).device",
+        "if device:\n            self.device = torch.device(device)\n        else:\n"
+        "            self.device = next(model.parameters()).device",
+    ],
+)
+def test_a_test_of_a_none_default_takes_its_false_branch(device: str) -> None:
+    src = EMA_OF_SPLIT.replace("DEVICE", device)
+    got = [f for f in findings(src) if f.code == "MP001"]
+    update = next(i for i, line in enumerate(textwrap.dedent(src).splitlines(), 1) if ".add_(p.detach()" in line)
+    assert [f.line for f in got] == [update]
+    assert "split model span several devices" in got[0].message

@@ -43,6 +43,7 @@ from mpcheck.devices.values import (
     affine_name,
     both_cuda,
     conflict,
+    decided,
     device_from_str,
     failed,
     is_probe,
@@ -585,8 +586,9 @@ class Expressions(Part):
 
     def ev_ifexp(self, node: cst.IfExp, st: State) -> Val:
         t = self.ev(node.test, st)
-        if isinstance(t, Const) and isinstance(t.value, bool):
-            return self.ev(node.body if t.value else node.orelse, st)
+        if decided(t):
+            # `torch.device(device) if device else next(model.parameters()).device` with `device=None`: Python's truth
+            return self.ev(node.body if cast(Const, t).value else node.orelse, st)
         with self.interp.gpus.guarded():
             return join(self.ev(node.body, st), self.ev(node.orelse, st))
 

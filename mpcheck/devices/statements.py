@@ -8,7 +8,7 @@ others run twice, so that values that change per iteration settle.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import libcst as cst
 
@@ -51,6 +51,7 @@ from mpcheck.devices.values import (
     Val,
     as_device,
     both_cuda,
+    decided,
     is_module,
     is_probe,
     iter_elem,
@@ -285,10 +286,11 @@ class Statements(Part):
         mode = _mode_test(stmt.test)
         for st in states:
             t = self.interp.exprs.ev(stmt.test, st)
-            if isinstance(t, Const) and isinstance(t.value, bool) and not mode:
-                # A test the model can decide (i == 4 in an unrolled loop): one path only.
-                self.interp.gpus.on_decided_if(stmt, t.value)
-                if t.value:
+            if decided(t) and not mode:
+                # A test the model can decide (i == 4 in an unrolled loop, `if device:` with device=None): one path.
+                truth = bool(cast(Const, t).value)
+                self.interp.gpus.on_decided_if(stmt, truth)
+                if truth:
                     out.extend(self.exec_block(stmt.body.body, [st]))
                 elif stmt.orelse is None:
                     out.append(st)

@@ -36,6 +36,12 @@ def join_devs(a: Devs, b: Devs) -> Devs:
     return u if len(u) <= _MAX_SET else None
 
 
+def decided(test: Val) -> bool:
+    """Is a test's truth known: a constant of a type whose truth Python decides plainly (None, a bool, a number,
+    a string)?"""
+    return isinstance(test, Const) and (test.value is None or type(test.value) in (bool, int, float, str))
+
+
 def single(devs: Devs) -> str | None:
     """The device when it is known and unique."""
     if devs is not None and len(devs) == 1:
