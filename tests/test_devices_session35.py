@@ -540,3 +540,37 @@ def test_a_test_of_a_none_default_takes_its_false_branch(device: str) -> None:
     update = next(i for i, line in enumerate(textwrap.dedent(src).splitlines(), 1) if ".add_(p.detach()" in line)
     assert [f.line for f in got] == [update]
     assert "split model span several devices" in got[0].message
+
+
+# Held-out round 21's t10: statistics saved from the backbone's GPU and loaded without map_location come back on it.
+SAVED_STATS = """
+import os
+import tempfile
+
+import torch
+import torch.nn as nn
+
+
+def main():
+    backbone = nn.Linear(8, 8).to("cuda:0")
+    head = nn.Linear(8, 2).to("cuda:1")
+    path = os.path.join(tempfile.mkdtemp(), "stats.pt")
+    feats = backbone(torch.randn(16, 8, device="cuda:0"))
+    torch.save({"mean": feats.mean(0), "std": feats.std(0)}, path)
+    stats = LOAD
+    f = backbone(torch.randn(4, 8, device="cuda:0")).to("cuda:1")
+    return head((f - stats["mean"]) / stats["std"])
+
+
+main()
+"""
+
+
+def test_a_tensor_loaded_without_map_location_is_where_the_file_saved_it() -> None:
+    got = [(f.code, f.line) for f in findings(SAVED_STATS.replace("LOAD", "torch.load(path)"))]
+    assert got == [("MP001", 17)]
+
+
+@pytest.mark.parametrize("load", ['torch.load(path, map_location="cuda:1")', 'torch.load("other.pt")'])
+def test_a_load_mapped_or_of_another_file_is_not_the_saved_tensor(load: str) -> None:
+    assert findings(SAVED_STATS.replace("LOAD", load)) == []

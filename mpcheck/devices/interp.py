@@ -117,6 +117,9 @@ class Interp:
         self.second_pass = 0  # in a loop's second pass (values settle; no lineage recorded)
         # host tensors made from constants in a forward call (by id of the factory call): their bytes
         self.host_constants: dict[int, int] = {}
+        # what `torch.save(obj, path)` wrote, by the path (library._saved_at): `torch.load(path)` without
+        # map_location gives its tensors back on the devices they were saved from
+        self.saved: dict[Any, Val] = {}
         # instance (by id) -> the index-less placements of its __init__ after a set_device
         self.init_placements: dict[int, tuple[IndexlessPlacement, ...]] = {}
         # id(instance) -> its CPU parts that its class may yet move whole, as built (instances.py): a method

@@ -1251,13 +1251,51 @@ def _namespace(lib: Library, c: LibCall) -> Val:
 
 def _load(lib: Library, c: LibCall) -> Val:
     """torch.load(f, map_location="cpu"): what it gives (a state dict, a tensor) is where map_location
-    puts it, when that names one device; otherwise where it was saved, not known here."""
+    puts it, when that names one device; otherwise where it was saved: what this file saved to that same path
+    (`torch.save(stats, path)` ... `torch.load(path)`), its tensors on the devices they were saved from, else not
+    known here."""
     where = c.kwargs.get("map_location", c.args[1] if len(c.args) > 1 else None)
-    devs = as_device(where) if where is not None else None
+    if where is None:
+        key = _path_key(lib, c, 0)
+        saved = lib.interp.saved.get(key) if key is not None else None
+        return _loaded_back(saved, c.node) if saved is not None else UNK
+    devs = as_device(where)
     dev = single(devs)
     if dev is None or dev.startswith("sym:"):
         return UNK
     return Obj("any", one(dev), origin=f"{LOADED} map_location={show(dev)}", at=c.node)
+
+
+def _save(lib: Library, c: LibCall) -> Val:
+    """torch.save(obj, path): remembered by the path, for a `torch.load(path)` of this file (`_load`)."""
+    key = _path_key(lib, c, 1)
+    if key is not None and c.args:
+        lib.interp.saved[key] = c.args[0]
+    return Const(None)
+
+
+def _path_key(lib: Library, c: LibCall, at: int) -> Any:
+    """The file a save or load names, as a key: a constant string, or a name (or attribute) of the function that
+    runs the call; None for anything else (a buffer, an expression)."""
+    arg = c.args[at] if len(c.args) > at else c.kwargs.get("f")
+    if isinstance(arg, Const) and isinstance(arg.value, str):
+        return ("file", arg.value)
+    expr = c.exprs[at] if len(c.exprs) > at else None
+    if isinstance(expr, (cst.Name, cst.Attribute)) and dotted(expr):
+        fn = lib.interp.stack[-1].node if lib.interp.stack else None
+        return ("name", id(fn), dotted(expr))
+    return None
+
+
+def _loaded_back(v: Val, node: cst.Call) -> Val:
+    """A copy of what was saved, its tensors where they were (a new object each: loading twice gives two)."""
+    if isinstance(v, Obj) and v.kind in ("tensor", "param", "buffer"):
+        return Obj("tensor", v.devs, origin="loaded by torch.load without map_location, where it was saved", at=node)
+    if isinstance(v, DictV) and not v.module and not v.namespace:
+        return DictV({k: _loaded_back(x, node) for k, x in v.items.items()})
+    if isinstance(v, SeqV) and v.items is not None and not v.module:
+        return SeqV(tuple(_loaded_back(x, node) for x in v.items), kind=v.kind)
+    return UNK
 
 
 def _argument_parser(lib: Library, c: LibCall) -> Val:
@@ -1373,6 +1411,7 @@ EXACT: dict[str, Handler] = _exact(
     (("types.SimpleNamespace", "argparse.Namespace"), _namespace),
     ("argparse.ArgumentParser", _argument_parser),
     ("torch.load", _load),
+    ("torch.save", _save),
     ("collections.OrderedDict", _dict_call),
     ("copy.deepcopy", _deep_copy),
     ("torch.optim.swa_utils.AveragedModel", _averaged_model),
