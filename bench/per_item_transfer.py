@@ -33,14 +33,9 @@ def per_item(src: str, dst: str, count: int, item_bytes: int, reps: int) -> dict
     def stacked_first():
         return torch.stack(items).to(dst)
 
-    t = _time({"fix": stacked_first, "as_written": one_by_one}, reps)
-    return {
-        "case": f"{count} x {item_bytes // 1024} KiB fp32, {src} -> {dst}",
-        "count": count,
-        "item_bytes": item_bytes,
-        **t,
-        "ratio": t["as_written"] / t["fix"],
-    }
+    return _row(
+        f"{count} x {item_bytes // 1024} KiB fp32, {src} -> {dst}", count, item_bytes, stacked_first, one_by_one, reps
+    )
 
 
 def per_slice(src: str, dst: str, count: int, item_bytes: int, strided: bool, reps: int) -> dict:
@@ -58,14 +53,14 @@ def per_slice(src: str, dst: str, count: int, item_bytes: int, strided: bool, re
         whole = x.to(dst)
         return [whole[:, i] if strided else whole[i] for i in range(count)]
 
-    t = _time({"fix": moved_once, "as_written": one_by_one}, reps)
-    return {
-        "case": f"{count} slices {'x[:, t]' if strided else 'x[i]'} of {item_bytes // 1024} KiB fp32, {src} -> {dst}",
-        "count": count,
-        "item_bytes": item_bytes,
-        **t,
-        "ratio": t["as_written"] / t["fix"],
-    }
+    case = f"{count} slices {'x[:, t]' if strided else 'x[i]'} of {item_bytes // 1024} KiB fp32, {src} -> {dst}"
+    return _row(case, count, item_bytes, moved_once, one_by_one, reps)
+
+
+def _row(case: str, count: int, item_bytes: int, fix, as_written, reps: int) -> dict:
+    """One row: both variants timed, interleaved, and the ratio of the code as written to its fix."""
+    t = _time({"fix": fix, "as_written": as_written}, reps)
+    return {"case": case, "count": count, "item_bytes": item_bytes, **t, "ratio": t["as_written"] / t["fix"]}
 
 
 def rows(reps: int) -> list[dict]:
