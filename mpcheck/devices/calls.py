@@ -1308,15 +1308,15 @@ def _changed_instances(held: dict[str, int], ends: list[dict[str, Val]]) -> tupl
 
 
 def _current_after(callee: State, caller: State) -> tuple[str | None, Any] | None:
-    """The current device a call leaves its caller on, when its body called set_device (or a helper that did) and
-    every path it took ended on the same one: `(cur, setdev)`; None when it left it as it found it, or when its
-    paths disagree (then not known: `(None, node)`)."""
+    """The current device a call leaves its caller on, `(cur, setdev)`, when its body called set_device (or a
+    helper that did): the one every path ended on, or, where its paths disagree, not known (`(None, node)`); None
+    when it left the caller's as it found it."""
     ends = set(callee.exit_currents)
     if not ends or ends == {(caller.cur, caller.setdev)}:
         return None
     if len(ends) == 1:
         return next(iter(ends))
-    return (None, next(s for _, s in ends if s is not None))
+    return (None, next((s for _, s in ends if s is not None), caller.setdev))
 
 
 def _leave_current(st: State, current: tuple[str | None, Any] | None) -> None:

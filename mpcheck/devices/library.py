@@ -173,20 +173,17 @@ class Library(Part):
             size = _constant_bytes(last, args, kwargs)
             if size:
                 self.interp.host_constants[id(node)] = size
-        kind = "tensor"
-        if last in ("tensor", "as_tensor") and args and not isinstance(args[0], SeqV) and devs == one("cpu"):
-            kind = "scalar"  # maybe a 0-d CPU tensor, which mixes with CUDA tensors
-        if last in _SHAPED_FACTORIES and args and _empty_shape(args[0]) and devs == one("cpu"):
-            kind = "scalar"  # `torch.zeros(())`: a 0-d CPU tensor (a step counter), which mixes with CUDA tensors
+        # `torch.tensor(2.0)`, `torch.zeros(())` (a step counter): no dimensions, maybe (a value of unknown rank
+        # handed to torch.tensor), on any device; a 0-d CPU one ("scalar") mixes with CUDA tensors
+        no_dims = (
+            last in ("tensor", "as_tensor", "scalar_tensor") and bool(args) and not isinstance(args[0], SeqV)
+        ) or (last in _SHAPED_FACTORIES and bool(args) and _empty_shape(args[0]))
+        kind = "scalar" if no_dims and devs == one("cpu") else "tensor"
         # `torch.randn(shape, generator=g, device="cuda:1")` with `g` a CPU generator: torch raises
         self._check_generator(kwargs.get("generator"), devs, node, st, f"torch.{last}", len(args))
         ints = last in T.INDEX_FACTORIES or (
             last == "arange" and bool(args) and all(isinstance(a, Const) and type(a.value) is int for a in args)
         )
-        # `torch.tensor(2.0, device=d)`, `torch.zeros((), device=d)`: no dimensions, on any device
-        no_dims = (
-            last in ("tensor", "as_tensor", "scalar_tensor") and bool(args) and not isinstance(args[0], SeqV)
-        ) or (last in _SHAPED_FACTORIES and bool(args) and _empty_shape(args[0]))
         return Obj(kind, devs, origin=origin, at=node, invariant=const, index_like=ints, may_be_0d=no_dims)
 
     def _check_generator(self, gen: Val | None, devs: Devs, node: cst.Call, st: State, q: str, at: int) -> None:

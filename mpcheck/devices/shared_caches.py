@@ -38,9 +38,11 @@ def note_write(interp: Interp, target: cst.Subscript, v: Val, st: State) -> None
         return
     fn = interp.stack[-1].node
     holder = _shared_holder(interp, fn, target.value, st)
-    if holder is None or _keyed_per_device(interp, fn, index.value, st) or _moved_when_read(fn, target.value):
+    if holder is None or _moved_when_read(fn, target.value):
         return
     key = interp.exprs.ev(index.value, st)
+    if _keyed_per_device(fn, index.value, key):
+        return
     interp.recorder.record(
         SharedCacheWrite(
             node=target,
@@ -116,8 +118,8 @@ def _shared_holder(interp: Interp, fn: cst.FunctionDef, holder: cst.BaseExpressi
         for p, default in params_of(fn):
             if p == name:
                 return "a mutable default argument" if _empty_dict(default) else None
-        if name in _bound_in(fn):
-            return None
+        if interp.stmts.bindings_here(name):
+            return None  # (a local of the function, not the module's)
         top = _module_dicts(interp.module)
         return "a module-level dict" if name in top else None
     if isinstance(holder, cst.Attribute) and isinstance(holder.value, cst.Name):
@@ -155,19 +157,6 @@ def _empty_dict(expr: cst.BaseExpression | None) -> bool:
     )
 
 
-def _bound_in(fn: cst.FunctionDef) -> set[str]:
-    """Names a function binds itself (assignments, loops, `with ... as`), so not the module's."""
-    out: set[str] = set()
-    for node in walk(fn.body):
-        if isinstance(node, (cst.AssignTarget, cst.AnnAssign, cst.For, cst.WithItem)):
-            target = (
-                node.asname.name if isinstance(node, cst.WithItem) and node.asname else getattr(node, "target", None)
-            )
-            if isinstance(target, cst.Name):
-                out.add(target.value)
-    return out
-
-
 def _module_dicts(module: cst.Module) -> set[str]:
     """Names bound to an empty dict at the module's top level (`_CACHE = {}`, `_CACHE: dict = {}`)."""
     out: set[str] = set()
@@ -182,12 +171,11 @@ def _module_dicts(module: cst.Module) -> set[str]:
     return out
 
 
-def _keyed_per_device(interp: Interp, fn: cst.FunctionDef, key: cst.BaseExpression, st: State) -> bool:
-    """Does the key (or what a name in it was bound to in this function) name a device, or the caller?"""
+def _keyed_per_device(fn: cst.FunctionDef, key: cst.BaseExpression, v: Val) -> bool:
+    """Does the key (its text, what a name in it was bound to in this function, or its value `v`) name a device,
+    or the caller?"""
     texts = [_text(key)]
-    names = {n.value for n in walk(key) if isinstance(n, cst.Name)} | (
-        {key.value} if isinstance(key, cst.Name) else set()
-    )
+    names = {n.value for n in walk(key) if isinstance(n, cst.Name)}
     for node in walk(fn.body):
         if isinstance(node, cst.Assign) and any(
             isinstance(t.target, cst.Name) and t.target.value in names for t in node.targets
@@ -195,7 +183,6 @@ def _keyed_per_device(interp: Interp, fn: cst.FunctionDef, key: cst.BaseExpressi
             texts.append(_text(node.value))
     if any(w in t.lower() for t in texts for w in _PER_DEVICE_WORDS):
         return True
-    v = interp.exprs.ev(key, st)
     items = v.items if isinstance(v, SeqV) and v.items else (v,)
     return any(isinstance(i, DeviceV) for i in items)
 

@@ -159,7 +159,7 @@ def _shared_caches(rule: Rule, ctx: FileContext) -> Iterator[Finding]:
         index = w.node.slice[0].slice if isinstance(w.node, cst.Subscript) else None
         key = ctx.code(index.value) if isinstance(index, cst.Index) else "the key"
         at = w.key_at if w.key_at is not None else w.node
-        made = ctx.code(at) if at is not w.node and not (isinstance(index, cst.Index) and at is index.value) else key
+        made = ctx.code(at) if at is not w.node else key  # (the key as the code makes it: `seq_len` of `key = seq_len`)
         where = "this line" if ctx.line(at) == ctx.line(w.node) else f"line {ctx.line(w.node)}"
         yield rule.finding(
             ctx,
