@@ -156,9 +156,12 @@ class PickWatch:
     `[devices[i // n_layers] for i in range(n_layers)]` (meant `i * len(devices) // n_layers`) reads `i`, but the
     formula gives 0 for every `i`, so every stage lands on the list's first GPU. Only a list of two or more
     known, distinct devices indexed by an expression of names, numbers and arithmetic (read again per pass,
-    with no side effect) is watched; a finding needs two passes or more that all picked the same device."""
+    with no side effect) is watched; a finding needs two passes or more that all picked the same device.
+    A choice between two devices by a test of the loop's name is watched the same way:
+    `devices[0] if i < n else devices[1]` in `for i in range(n)` (meant `n // 2`) is true on every pass, as is
+    `if i < n: dev = devices[0]` / `else: dev = devices[1]`."""
 
-    def __init__(self, picks: tuple[cst.Subscript, ...], name: str) -> None:
+    def __init__(self, picks: tuple[cst.Subscript | cst.IfExp | cst.If, ...], name: str) -> None:
         self.name = name
         self.picks = picks
         self.seen: dict[int, list[str | None]] = {id(s): [] for s in self.picks}
@@ -169,6 +172,9 @@ class PickWatch:
         for sub in self.picks:
             if st is None:
                 self.seen[id(sub)].append(None)
+                continue
+            if not isinstance(sub, cst.Subscript):
+                self._after_choice(interp, sub, st)
                 continue
             listed = interp.exprs.ev(sub.value, st)
             formula = _index(sub)
@@ -182,6 +188,18 @@ class PickWatch:
             self.lists[id(sub)] = tuple(devs)
             i = index.value if isinstance(index, Const) and type(index.value) is int else None
             self.seen[id(sub)].append(devs[i] if i is not None and -len(devs) <= i < len(devs) else None)
+
+    def _after_choice(self, interp: Interp, choice: cst.IfExp | cst.If, st: State) -> None:
+        parts = choice_parts(choice)
+        assert parts is not None  # (_picks kept only choices with two sides)
+        test = interp.exprs.ev(parts[0], st)
+        sides = [single(as_device(interp.exprs.ev(e, st), ints_are_cuda=False)) for e in parts[1:]]
+        devs = [d for d in sides if d and not d.startswith("sym:")]
+        if not isinstance(test, Const) or type(test.value) is not bool or len(devs) != 2 or devs[0] == devs[1]:
+            self.seen[id(choice)].append(None)
+            return
+        self.lists[id(choice)] = tuple(devs)
+        self.seen[id(choice)].append(devs[0] if test.value else devs[1])
 
     def finish(self, interp: Interp, loop: cst.CSTNode) -> None:
         for sub in self.picks:
@@ -207,7 +225,7 @@ def pick_watch(
     index must not read: their value after the pass is not the one the pick saw), or None when it picks nothing."""
     if type(target) is not cst.Name or target.value.startswith("_"):
         return None
-    picks: tuple[cst.Subscript, ...] | None = memo.recall(_PICKS, item)
+    picks: tuple[cst.Subscript | cst.IfExp | cst.If, ...] | None = memo.recall(_PICKS, item)
     if picks is None:
         picks = memo.keep(_PICKS, item, tuple(_picks(item, target.value, bound)))
     return PickWatch(picks, target.value) if picks else None
@@ -220,15 +238,49 @@ _PURE = (cst.Name, cst.Attribute, cst.Integer, cst.BinaryOperation, cst.UnaryOpe
 _PURE_CALLS = frozenset({"len", "int", "round", "abs"})
 
 
-def _picks(item: cst.CSTNode, name: str, bound: frozenset[str]) -> list[cst.Subscript]:
-    """The subscripts `listed[formula of name]` in `item` (not in a function or lambda it defines)."""
-    out = []
+def choice_parts(n: cst.CSTNode) -> tuple[cst.BaseExpression, cst.BaseExpression, cst.BaseExpression] | None:
+    """(test, first, second) of a choice between two values read again per pass with no side effect:
+    `first if test else second`, or `if test: x = first` / `else: x = second` (one name, one line each)."""
+    if type(n) is cst.IfExp:
+        parts = (n.test, n.body, n.orelse)
+    elif type(n) is cst.If and type(n.orelse) is cst.Else:
+        sides = [_one_assignment(block) for block in (n.body, n.orelse.body)]
+        if sides[0] is None or sides[1] is None or sides[0][0] != sides[1][0]:
+            return None
+        parts = (n.test, sides[0][1], sides[1][1])
+    else:
+        return None
+    return parts if _pure_test(parts[0]) and _pure_side(parts[1]) and _pure_side(parts[2]) else None
+
+
+def _one_assignment(block: cst.BaseSuite) -> tuple[str, cst.BaseExpression] | None:
+    """(name, value) of a block that is one `name = value`."""
+    body = block.body if isinstance(block, cst.IndentedBlock) else (block,)
+    if len(body) != 1 or not isinstance(body[0], cst.SimpleStatementLine) or len(body[0].body) != 1:
+        return None
+    stmt = body[0].body[0]
+    if type(stmt) is not cst.Assign or len(stmt.targets) != 1 or type(stmt.targets[0].target) is not cst.Name:
+        return None
+    return stmt.targets[0].target.value, stmt.value
+
+
+def _picks(item: cst.CSTNode, name: str, bound: frozenset[str]) -> list[cst.Subscript | cst.IfExp | cst.If]:
+    """The subscripts `listed[formula of name]` and the choices `a if test of name else b` in `item` (not in a
+    function or lambda it defines)."""
+    out: list[cst.Subscript | cst.IfExp | cst.If] = []
     todo = [item]
     while todo:
         n = todo.pop()
         if isinstance(n, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
             continue  # runs later, or not at all: not on the loop's pass
         todo.extend(children(n))
+        parts = choice_parts(n) if isinstance(n, (cst.IfExp, cst.If)) else None
+        if parts is not None:
+            assert isinstance(n, (cst.IfExp, cst.If))
+            names = {x.value for p in parts for x in walk(p) if type(x) is cst.Name}
+            if name in {x.value for x in walk(parts[0]) if type(x) is cst.Name} and not names & (bound - {name}):
+                out.append(n)
+            continue
         if type(n) is not cst.Subscript or not isinstance(n.value, (cst.Name, cst.Attribute)):
             continue
         index = _index(n)
@@ -263,6 +315,27 @@ def _index(sub: cst.Subscript) -> cst.BaseExpression | None:
     if len(sub.slice) != 1 or not isinstance(sub.slice[0].slice, cst.Index):
         return None
     return sub.slice[0].slice.value
+
+
+def _pure_test(e: cst.CSTNode) -> bool:
+    """A test read again per pass with no side effect: comparisons of pure expressions, `and`/`or`/`not`."""
+    if isinstance(e, cst.Comparison):
+        return _pure(e.left) and all(_pure(c.comparator) for c in e.comparisons)
+    if isinstance(e, cst.BooleanOperation):
+        return _pure_test(e.left) and _pure_test(e.right)
+    if isinstance(e, cst.UnaryOperation) and isinstance(e.operator, cst.Not):
+        return _pure_test(e.expression)
+    return False
+
+
+def _pure_side(e: cst.CSTNode) -> bool:
+    """A side of a device choice read again per pass: a name, a string, `devices[0]`, `self.devs[k]`."""
+    if isinstance(e, cst.SimpleString):
+        return True
+    if isinstance(e, cst.Subscript):
+        index = _index(e)
+        return index is not None and _pure(index) and _pure(e.value)
+    return isinstance(e, (cst.Name, cst.Attribute)) and _pure(e)
 
 
 def _pure(e: cst.CSTNode) -> bool:

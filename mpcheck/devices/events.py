@@ -200,7 +200,10 @@ class Crossing(Fact):
     activation. `made_at`: the hop at which the moved value was made (its Obj.hop); one
     older than the lineage's last crossings leaves from data that stayed behind while
     they went out and back (tokens fanned out to experts one after the other), so those
-    crossings were a branch, not the activation's way."""
+    crossings were a branch, not the activation's way. `made_by`: where the value that moved (or, for a
+    merge, the older value) was made (the id of its Obj.at; 0 where not known): a branch whose output is
+    added back to the very value that left (`h = h + blk(h.to(d)).to(h.device)`) is a residual stream left
+    behind, not a branch off it."""
 
     lineage: int
     src: str
@@ -212,6 +215,7 @@ class Crossing(Fact):
     hop: int = 0
     merge: int | None = None
     made_at: int = 0
+    made_by: int = 0
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)

@@ -425,9 +425,11 @@ class Expressions(Part):
                     items[k.value] = v
                 else:
                     return UNK
-            else:
-                self.ev(e.value, st)
-                return UNK
+            else:  # `**other`: its items, in order, where they are known (a later key overrides an earlier one)
+                spread = self.ev(e.value, st)
+                if not isinstance(spread, DictV) or spread.module or spread.namespace:
+                    return UNK
+                items.update(spread.items)
         return DictV(items)
 
     def ev_comp(self, node: cst.ListComp | cst.SetComp | cst.GeneratorExp | cst.DictComp, st: State) -> Val:

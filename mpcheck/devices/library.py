@@ -1103,7 +1103,8 @@ def _builtin(lib: Library, c: LibCall) -> Val:
         return Const(len(args[0].items))
     if q == "setattr" and len(args) == 3 and isinstance(args[1], Const) and isinstance(args[1].value, str):
         # setattr(self, f"layer{i}", block) in a loop of known length: one attribute per name
-        lib.interp.stmts.assign_attr(args[0], args[1].value, args[2], c.st, None)
+        if not lib.interp.stmts.replace_part(c.node.args[0].value, args[0], args[1].value, args[2], c.st):
+            lib.interp.stmts.assign_attr(args[0], args[1].value, args[2], c.st, None)
         return Const(None)
     if q == "getattr" and len(args) >= 2 and isinstance(args[1], Const) and isinstance(args[1].value, str):
         base = args[0]

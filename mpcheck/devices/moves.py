@@ -426,6 +426,7 @@ class Moves(Part):
                 opens=opens,
                 reported=opens and recorder.live,
                 made_at=recv.hop if not opens else 0,
+                made_by=id(recv.at) if recv.at is not None else 0,
             )
         )
         return lineage, hop
@@ -439,7 +440,17 @@ class Moves(Part):
         if dev is None or dev != single(b.devs):
             return
         assert a.lineage is not None
-        self.interp.recorder.cross(Crossing(node=node, lineage=a.lineage, src=dev, dst=dev, merge=min(a.hop, b.hop)))
+        older = a if a.hop < b.hop else b
+        self.interp.recorder.cross(
+            Crossing(
+                node=node,
+                lineage=a.lineage,
+                src=dev,
+                dst=dev,
+                merge=older.hop,
+                made_by=id(older.at) if older.at is not None else 0,
+            )
+        )
 
     def stage_call(self, mod: Obj, lead: Val, node: cst.CSTNode) -> Val:
         """Records a call of module object `mod` on the activation `lead` (a Crossing with `stage`);
@@ -694,7 +705,8 @@ def plain_device_move(node: cst.CSTNode) -> bool:
 
 def _copied_before(recv: Obj, devs: Devs, node: cst.Call, st: State) -> cst.CSTNode | None:
     """The earlier move of `recv`, unchanged, to the same device on this path of this call (`h = x.to(d)`,
-    then `x.to(d)` again), else None. A loop's next pass over the same move is MP011's other case."""
+    then `x.to(d)` again), else None. The same move on a loop's earlier pass counts too (`mask.to(dev)` for
+    every layer on one GPU): MP011 tells the two apart."""
     dev = single(devs)
     if recv.kind not in _TENSOR_KINDS or dev is None or dev.startswith("sym:") or not conflict(recv.devs, devs):
         return None
@@ -708,7 +720,7 @@ def _copied_before(recv: Obj, devs: Devs, node: cst.Call, st: State) -> cst.CSTN
     key = (id(recv), named, dev)
     first = made.get(key)
     if first is not None and first[0] is recv:
-        return first[1] if first[1] is not node else None
+        return first[1]
     st.env[_COPIES] = _Copies(st.scope, {**made, key: (recv, node)})  # a new table: other paths keep theirs
     return None
 
@@ -771,6 +783,15 @@ def _swapped(v: Val, old: Val, new: Val, depth: int = 0) -> Val | None:
         held = {k: new if _one_object(i, old) else _swapped(i, old, new, depth + 1) or i for k, i in v.items.items()}
         changed = any(held[k] is not i for k, i in v.items.items())
         return DictV(held, module=True) if changed else None
+    if isinstance(v, Obj) and v.kind == "module" and v.cls is not None and v.attrs is not None:
+        # A part of the file's own class holding the one changed: `model.enc.blocks[0]`, reached by
+        # `model.modules()` or `model.get_submodule("enc.blocks.0")`.
+        whole: Val = v
+        for attr, part in list(v.attrs.items()):
+            swapped = new if _one_object(part, old) else _swapped(part, old, new, depth + 1)
+            if swapped is not None and (view := with_part_replaced(whole, attr, swapped)) is not None:
+                whole = view
+        return whole if whole is not v else None
     return None
 
 

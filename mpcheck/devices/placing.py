@@ -1,6 +1,6 @@
 """Methods that place an instance's parts after it was built: `model = Net(); model.place()` or
 `Net().place(placement)`, with a body like an __init__'s placements (`self.embed.to("cuda:0")`,
-`getattr(self, name).to(dev)` over a map, `for b in self.blocks: b.to(...)`).
+`getattr(self, name).to(dev)` or `self.get_submodule(name).to(dev)` over a map, `for b in self.blocks: b.to(...)`).
 
 Such a call gives a new view of the instance, its parts placed as the method placed them, as if
 its __init__ had ended with that body: the memoised instance itself (Instances.instantiate) is
@@ -73,6 +73,8 @@ def _of_a_part(recv: cst.BaseExpression, loop_vars: set[str]) -> bool:
     self.x."""
     if isinstance(recv, cst.Call) and isinstance(recv.func, cst.Name) and recv.func.value == "getattr":
         return bool(recv.args) and _is_self(recv.args[0].value)
+    if isinstance(recv, cst.Call) and isinstance(recv.func, cst.Attribute) and recv.func.attr.value == "get_submodule":
+        return _is_self(recv.func.value)  # `self.get_submodule("blocks.3").to(dev)` over a device map
     if isinstance(recv, cst.Name):
         return recv.value in loop_vars
     if not isinstance(recv, (cst.Attribute, cst.Subscript)):

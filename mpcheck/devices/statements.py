@@ -486,6 +486,14 @@ class Statements(Part):
                 inner.setdev = call
                 self.interp.with_devices.add(id(call))
                 v = dv
+            elif q in torchapi.DEVICE_OF_CONTEXT and isinstance(call, cst.Call) and call.args:
+                held = self.interp.exprs.ev(call.args[0].value, st)
+                dev = single(held.devs) if isinstance(held, Obj) and held.devs else None
+                if dev != "cpu":  # on the host it selects nothing
+                    inner.cur = dev if dev is not None and dev.startswith("cuda:") else None
+                    inner.setdev = call
+                    self.interp.with_devices.add(id(call))
+                v = held
             else:
                 v = self.interp.exprs.ev(call, inner)
                 if item.asname is not None:
@@ -513,6 +521,26 @@ class Statements(Part):
             # An instance of a class of another file changed after it was built: its methods' runs with
             # the arguments it was built with (callers.py) would not be its state; Calls.method_call asks.
             st.env[f"{id(base)}.{name}"] = v
+
+    def replace_part(self, holder: cst.BaseExpression, base: Val, name: str, v: Val, st: State) -> bool:
+        """`holder.name = v` (or `setattr(holder, "name", v)`) outside the class of `base`, the value `holder`
+        reads: the instance holds that part from now on, and its forward runs with it. `model.proj =
+        LoRALinear(model.proj)` (an adapter added by a helper) rebinds the name; `model.embed.pos = ...` rebinds
+        the holders up to the name (Moves.rebind); a part reached another way (`for m in model.modules():
+        setattr(m, name, LoRALinear(child))`) is replaced where the instances the function's names hold hold it
+        (Moves.rebind_holders). False where `base` is not an instance whose parts are known."""
+        if base is st.self_obj or (isinstance(holder, cst.Attribute) and _rooted_at(holder, st.self_obj or UNK, st)):
+            return False
+        replaced = with_part_replaced(base, name, self._swapped_in(base, name, v))
+        if replaced is None:
+            return False
+        if isinstance(holder, cst.Name):
+            st.env[holder.value] = replaced
+        elif isinstance(holder, cst.Attribute):
+            self.interp.moves.rebind(holder, replaced, st)
+        if not isinstance(holder, cst.Attribute):
+            self.interp.moves.rebind_holders(base, replaced, st)
+        return True
 
     def _swapped_in(self, base: Val, name: str, v: Val) -> Val:
         """`v`, set as part `name` of `base` after `base` was built. Into a model split by hand (a new
@@ -574,20 +602,8 @@ class Statements(Part):
                     base.devs, base.origin = v.devs, TIED_WEIGHT
                 self.interp.moves.rebind(target.value, base.with_(devs=v.devs, origin=TIED_WEIGHT), st)
                 return
-            if isinstance(target.value, cst.Name) and base is not st.self_obj:
-                # `model.proj = LoRALinear(model.proj).to("cuda:0")` outside the class (an adapter added by a
-                # helper): the instance holds that part from now on, and its forward runs with it.
-                replaced = with_part_replaced(base, target.attr.value, self._swapped_in(base, target.attr.value, v))
-                if replaced is not None:
-                    st.env[target.value.value] = replaced
-                    return
-            if isinstance(target.value, cst.Attribute) and not _rooted_at(target.value, st.self_obj or UNK, st):
-                # `model.embed.pos = nn.Parameter(new_pos)` outside the class: the part holds the new value, and
-                # its holders, up to the name, hold that part (Moves.rebind).
-                replaced = with_part_replaced(base, target.attr.value, self._swapped_in(base, target.attr.value, v))
-                if replaced is not None:
-                    self.interp.moves.rebind(target.value, replaced, st)
-                    return
+            if self.replace_part(target.value, base, target.attr.value, v, st):
+                return
             self.assign_attr(base, target.attr.value, v, st, dotted(target))
         elif isinstance(target, (cst.Tuple, cst.List)):
             elts = [e.value for e in target.elements]

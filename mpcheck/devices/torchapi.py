@@ -47,6 +47,8 @@ PARALLEL_PRIMITIVES = frozenset(
 
 SET_DEVICE = frozenset({"torch.cuda.set_device"})
 DEVICE_CONTEXT = frozenset({"torch.cuda.device"})
+# `with torch.cuda.device_of(t):` makes the GPU that holds `t` the current device (a CPU tensor changes nothing).
+DEVICE_OF_CONTEXT = frozenset({"torch.cuda.device_of"})
 NO_GRAD = frozenset(
     {"torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad", "torch.autograd.grad_mode.no_grad"}
 )

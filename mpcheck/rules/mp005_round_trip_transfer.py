@@ -25,7 +25,10 @@ class RoundTripTransfer(Rule):
         for ev in once_per_node(
             ctx.model.facts(Transfer),
             lambda ev: (
-                _host_detour(ev) or _gpu_detour(ev) or (_round_trip(ev) and not _starts_a_loop(ctx, ev.value.moved_at))
+                _host_detour(ev)
+                or _gpu_detour(ev)
+                or (_round_trip(ev) and not _starts_a_loop(ctx, ev.value.moved_at))
+                or _checked_on_host(ctx, ev) is not None
             ),
         ):
             v = ev.value
@@ -36,6 +39,21 @@ class RoundTripTransfer(Rule):
             root = root_name(recv, ctx.imported_names)
             name = f"`{root or value_text(ctx, recv, v)}`" if recv is not None or v.label else "A tensor"
             first = ctx.line(v.moved_at)
+            check = _checked_on_host(ctx, ev)
+            if check is not None:
+                dst = single(ev.devs)
+                onward = "back" if dst == home else "on"
+                yield self.finding(
+                    ctx,
+                    ev.node,
+                    f"{name} is moved from {show(home)} to the CPU (line {first}) and {onward} to {show(dst)} here, and on "
+                    f"the CPU it is only checked (`{ctx.code(check)}`, line {ctx.line(check)}): the whole tensor "
+                    f"crosses twice for a test that can run where it is. Run the check on {show(home)} (one "
+                    f"number comes back) and move {name} straight to {show(dst)}.",
+                    devices=[home, dst],
+                    suggestion=f"drop the copy to the CPU at line {first}; test the tensor on {home}",
+                )
+                continue
             if _host_detour(ev):
                 dst = single(ev.devs)
                 yield self.finding(
@@ -100,6 +118,82 @@ def _round_trip(ev: Transfer) -> bool:
         and back == before
         and there != back
     )
+
+
+def _checked_on_host(ctx: FileContext, ev: Transfer) -> cst.CSTNode | None:
+    """The first test of a value brought from a GPU to the host (`h = h.cpu()`) and sent back to a GPU from there
+    (`h = h.to(dev1)`) by a later statement of the same block, when the statements between read it only in
+    tests (`if not torch.isfinite(h).all(): raise ...`, `assert`, what a `raise` or `print` says): the host
+    did no work that the GPU could not do on the spot. None otherwise."""
+    v = ev.value
+    dst, there, before = single(ev.devs), single(v.devs), single(v.moved_from)
+    if not (v.worked and there == "cpu" and dst and before and _gpu(dst) and _gpu(before)):
+        return None
+    away = v.moved_at
+    if away is None or not ctx.owns(away) or not ctx.owns(ev.node):
+        return None
+    found = _statements_of_one_block(ctx, away, ev.node)
+    if found is None:
+        return None
+    name, between, last = found
+    checks: list[cst.CSTNode] = []
+    for stmt in between:
+        if any(isinstance(t, cst.Name) and t.value == name for n in walk(stmt) for t in assigned(n)):
+            return None  # rebound: what goes back may be something else
+        reads = {id(n) for n in walk(stmt) if isinstance(n, cst.Name) and n.value == name}
+        tests = [(t, {id(n) for n in walk(t)}) for t in _tests_in(stmt)]
+        if reads - {i for _, inside in tests for i in inside}:
+            return None  # read as data: work on the host
+        checks.extend(t for t, inside in tests if reads & inside)
+    if not checks:
+        return None
+    sent = {id(n) for n in walk(ev.node)}
+    targets = {id(n) for a in walk(last) for t in assigned(a) for n in walk(t)}
+    if any(isinstance(n, cst.Name) and n.value == name and id(n) not in sent | targets for n in walk(last)):
+        return None  # the host copy is read there too
+    return checks[0]
+
+
+def _statements_of_one_block(
+    ctx: FileContext, away: cst.CSTNode, back: cst.CSTNode
+) -> tuple[str, list[cst.BaseStatement], cst.BaseStatement] | None:
+    """(name, the statements between, the statement of `back`) where `name = <...away...>` and the statement
+    holding `back` are statements of one block, the first before the second."""
+    for block in walk(ctx.module):
+        if not isinstance(block, cst.IndentedBlock):
+            continue
+        body = list(block.body)
+        first = next((i for i, s in enumerate(body) if any(n is away for n in walk(s))), None)
+        if first is None:
+            continue
+        stmt = body[first]
+        if not isinstance(stmt, cst.SimpleStatementLine):
+            continue  # (a block around the one that holds it)
+        if not (
+            len(stmt.body) == 1
+            and isinstance(stmt.body[0], cst.Assign)
+            and len(stmt.body[0].targets) == 1
+            and isinstance(stmt.body[0].targets[0].target, cst.Name)
+        ):
+            return None
+        name = stmt.body[0].targets[0].target.value
+        last = next((i for i in range(first + 1, len(body)) if any(n is back for n in walk(body[i]))), None)
+        return None if last is None else (name, body[first + 1 : last], body[last])
+    return None
+
+
+def _tests_in(stmt: cst.CSTNode) -> list[cst.CSTNode]:
+    """The parts of `stmt` that only test or report a value: `if` and `assert` tests, `raise` statements,
+    `print(...)` calls."""
+    out: list[cst.CSTNode] = []
+    for n in walk(stmt):
+        if isinstance(n, (cst.If, cst.Assert)):
+            out.append(n.test)
+        elif isinstance(n, cst.Raise):
+            out.append(n)
+        elif isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value == "print":
+            out.append(n)
+    return out
 
 
 def _host_detour(ev: Transfer) -> bool:

@@ -37,9 +37,16 @@ class TransferPerLayer(Rule):
                 ctx,
                 node,
                 f"the activations cross devices {crossings} times ({path}), where {n} devices need "
-                f"{plural(n - 1, 'crossing')}: the layers alternate between {and_list([show(d) for d in distinct])}. "
-                f"Group consecutive layers per device ({_grouping(distinct)}) so that each stage boundary is "
-                "crossed once.",
+                f"{plural(n - 1, 'crossing')}: "
+                + (
+                    "each block's output comes back to be added to a residual stream that stays behind, and the "
+                    "sum goes out again to the next block. Move the stream with the blocks (`h = h.to(dev)`, "
+                    "then `h = h + blk(h)`)"
+                    if chain.residual
+                    else f"the layers alternate between {and_list([show(d) for d in distinct])}. Group consecutive "
+                    f"layers per device ({_grouping(distinct)})"
+                )
+                + " so that each stage boundary is crossed once.",
                 devices=distinct,
                 suggestion="place consecutive layers on the same device, one block per device",
             )
@@ -63,7 +70,9 @@ class _Chain:
     # Per crossing in `nodes`: its Crossing.hop, and the index in `devs` of its destination.
     hops: list[int] = field(default_factory=list)
     marks: list[int] = field(default_factory=list)
+    made: list[int] = field(default_factory=list)  # per crossing, its Crossing.made_by
     called: set[Any] = field(default_factory=set)  # the modules called in this pass (Crossing.stage)
+    residual: bool = False  # a branch's output was added back to the very value that left
 
 
 def _chains(steps: list[Crossing]) -> list[_Chain]:
@@ -115,6 +124,7 @@ def _chains(steps: list[Crossing]) -> list[_Chain]:
         chain.devs.append(c.dst)
         chain.nodes.append(c.node)
         chain.hops.append(c.hop)
+        chain.made.append(c.made_by)
     return [ch for ch in [*passes, *by_lineage.values()] if ch.reported]
 
 
@@ -129,8 +139,15 @@ def _back_to(chain: _Chain, dev: str) -> None:
 def _merge(chain: _Chain, c: Crossing) -> None:
     """A value made at hop `c.merge` meets, on its own device, one that crossed since: the
     crossings after that hop took a branch away and back (an expert on another GPU whose
-    output is added to the input's device), while the activation stayed. Drop them."""
-    _drop_branch(chain, c.merge or 0, c.src)
+    output is added to the input's device), while the activation stayed. Drop them, unless what is added
+    back is the very value that left (`h = h + blk(h.to(d)).to(h.device)`): then the activation went out and
+    back, leaving its residual stream behind, and the next block's input goes on from what came back."""
+    since = c.merge or 0
+    left = next((i for i, h in enumerate(chain.hops) if h > since), None)
+    if left is not None and c.made_by and chain.made[left] == c.made_by:
+        chain.residual = True
+        return
+    _drop_branch(chain, since, c.src)
 
 
 def _drop_branch(chain: _Chain, since: int, dev: str) -> None:
@@ -154,7 +171,7 @@ def _drop_last(chain: _Chain, n: int) -> None:
     if n <= 0:
         return
     dropped = chain.nodes[-n:]
-    del chain.nodes[-n:], chain.hops[-n:], chain.marks[-n:]
+    del chain.nodes[-n:], chain.hops[-n:], chain.marks[-n:], chain.made[-n:]
     if chain.first_revisit is not None and any(d is chain.first_revisit for d in dropped):
         chain.first_revisit = None
 

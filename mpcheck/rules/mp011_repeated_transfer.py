@@ -132,12 +132,22 @@ def _copied_again(rule: Rule, ctx: FileContext, ev: Transfer) -> Finding:
         if held
         else f"keep the copy line {ctx.line(first)} made and use it"
     )
-    fix = f"{reuse} instead of copying `{recv}` again"
+    if first is node:  # the same line, on a later pass of a loop
+        fix = f"copy `{recv}` once per device before the loop (`{{d: {recv}.to(d) for d in ...}}`) and use that copy"
+        said = (
+            f"`{recv}` is copied to {show(dst)} again on each pass of the loop, unchanged since the pass before "
+            f"copied it there: a copy on every pass that reaches {show(dst)}, where one would do."
+        )
+    else:
+        fix = f"{reuse} instead of copying `{recv}` again"
+        said = (
+            f"`{recv}` is copied to {show(dst)} a second time here, unchanged since line {ctx.line(first)} copied it "
+            f"there (`{ctx.code(first)}`): each copy moves the whole tensor over the link again."
+        )
     return rule.finding(
         ctx,
         node,
-        f"`{recv}` is copied to {show(dst)} a second time here, unchanged since line {ctx.line(first)} copied it "
-        f"there (`{ctx.code(first)}`): each copy moves the whole tensor over the link again. {fix[0].upper()}{fix[1:]}.",
+        f"{said} {fix[0].upper()}{fix[1:]}.",
         devices=[single(ev.value.devs), dst],
         suggestion=fix,
     )
@@ -163,12 +173,30 @@ def repeats(ctx: FileContext) -> Callable[[Transfer], str]:
     def how(ev: Transfer) -> str:
         if ev.reads_global_constant and len(targets[id(ev.node)]) > 1:
             return ""
-        return repeated(ev)
+        return repeated(ev, lambda: _in_loop_calling_its_item(ctx, ev.node))
 
     return how
 
 
-def repeated(ev: Transfer) -> str:
+def _in_loop_calling_its_item(ctx: FileContext, node: cst.CSTNode) -> bool:
+    """Is `node` in the body of a `for` loop that calls what it iterates over (`for blk in self.blocks:
+    h = blk(h, mask.to(dev))`, `for dev, layer in zip(devs, layers): x = layer(...)`, `self.layers[i](x)`)?"""
+    for loop in walk(ctx.module):
+        if not isinstance(loop, cst.For) or not any(n is node for n in walk(loop.body)):
+            continue
+        names = {n.value for n in walk(loop.target) if isinstance(n, cst.Name)}
+        for call in walk(loop.body):
+            if not isinstance(call, cst.Call):
+                continue
+            func = call.func
+            if isinstance(func, cst.Subscript):
+                func = func.slice[0].slice.value if isinstance(func.slice[0].slice, cst.Index) else func
+            if isinstance(func, cst.Name) and func.value in names:
+                return True
+    return False
+
+
+def repeated(ev: Transfer, in_layer_loop: Callable[[], bool] = lambda: False) -> str:
     """'call' / 'loop' for a move, on every forward call or loop iteration, of the same
     unchanging value (buffer, parameter, constant) certainly on another device; 'global' for such a
     move of a constant of the module by a function run on every step; 'again' for a value copied a
@@ -176,7 +204,15 @@ def repeated(ev: Transfer) -> str:
     v = ev.value
     if not conflict(v.devs, ev.devs):
         return ""
-    if ev.again_of is not None:
+    per_pass = ev.again_of is ev.node
+    if per_pass and not (ev.bound_outside_loop and ev.target_fixed_in_loop):
+        # The same line copying it again on a loop's next pass, to a device that changes with the pass (a mask
+        # moved to each layer's GPU, `mask.to(blk.device)`): one copy per layer on that GPU, where one would do.
+        # Ids and masks count here, the launches add up with the depth; but only in a loop that calls the layers
+        # (`for blk in self.blocks: h = blk(h, mask.to(dev))`): the index a beam search moves to each cached
+        # tensor's device (`t.index_select(0, beam_idx.to(t.device))`) is transformers' own idiom.
+        return "" if certainly_small(v.at) or not in_layer_loop() else "again"
+    if ev.again_of is not None and not per_pass:
         # Below the run-time faces' threshold too: a tensor of spelled-out small size, or ids, labels or a mask
         # (a batch-by-sequence tensor at most, whose second copy costs about one launch).
         return "" if certainly_small(v.at) or v.index_like else "again"

@@ -66,6 +66,9 @@ class LoopIgnoresDevice(Rule):
             )
         for pick in once_per_node(ctx.model.facts(DevicePickIgnoresIndex)):
             sub = pick.node
+            if isinstance(sub, (cst.IfExp, cst.If)):
+                yield _one_sided_choice(self, ctx, pick, sub)
+                continue
             assert isinstance(sub, cst.Subscript)
             holder, index = ctx.code(sub.value), ctx.code(sub.slice[0].slice)
             among = ", ".join(map(show, pick.among))
@@ -124,6 +127,26 @@ def _built(n: int, names: tuple[str, ...]) -> str:
     if len(names) == 1:
         return f"{n} `{names[0]}` module{'s' if n != 1 else ''}"
     return f"{n} modules ({', '.join(f'`{x}`' for x in names)})"
+
+
+def _one_sided_choice(
+    rule: Rule, ctx: FileContext, pick: DevicePickIgnoresIndex, choice: cst.IfExp | cst.If
+) -> Finding:
+    """`devices[0] if i < n else devices[1]` in `for i in range(n)` (or an `if` / `else` that sets one name): the
+    test holds on every pass."""
+    test = ctx.code(choice.test)
+    what = f"`{ctx.code(choice)}`" if isinstance(choice, cst.IfExp) else "the `if`"
+    never = next(d for d in pick.among if d != pick.picked)
+    verdict = "holds" if pick.picked == pick.among[0] else "fails"
+    return rule.finding(
+        ctx,
+        choice if isinstance(choice, cst.IfExp) else choice.test,
+        f"`{test}` {verdict} on every pass of `{_loop_head(ctx, pick.loop)}`, so {what} picks "
+        f"{show(pick.picked)} each time and never {show(never)}: everything placed from it lands on one device "
+        f"instead of being split. Compare `{pick.name}` with the split point (e.g. half the passes).",
+        devices=[pick.picked, never],
+        suggestion=f"change `{test}` so that some passes pick {show(never)}",
+    )
 
 
 def _loop_head(ctx: FileContext, loop: cst.CSTNode) -> str:

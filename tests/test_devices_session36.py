@@ -1,0 +1,272 @@
+"""Session 36: placement choices that a loop decides the same way on every pass (MP017)."""
+
+from __future__ import annotations
+
+import textwrap
+
+from mpcheck import codes
+from mpcheck.analysis import analyze
+
+ALL = frozenset(c.code for c in codes.on_face(codes.LINT))
+
+
+def findings(src: str, code: str) -> list:
+    return [f for f in analyze("t.py", textwrap.dedent(src), ALL, "m", {}, (2, 4, 8)).findings if f.code == code]
+
+
+# A split point compared with the loop's index; CHOICE is the line that sets `dev`.
+SPLIT = """
+import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self, n=6):
+        super().__init__()
+        devices = [torch.device("cuda", 0), torch.device("cuda", 1)]
+        self.stages = nn.ModuleList()
+        for i in range(n):
+            CHOICE
+            self.stages.append(nn.Linear(8, 8).to(dev))
+
+    def forward(self, x):
+        for s in self.stages:
+            x = s(x.to(s.weight.device))
+        return x
+"""
+
+
+def test_a_split_test_true_on_every_pass_is_reported_at_the_choice():
+    found = findings(SPLIT.replace("CHOICE", "dev = devices[0] if i < n else devices[1]"), "MP017")
+    assert [(f.line, f.column) for f in found] == [(12, 19)]
+    assert "`i < n` holds on every pass of `for i in range(n)`" in found[0].message
+    assert "picks cuda:0 each time and never cuda:1" in found[0].message
+
+
+def test_a_split_test_false_on_every_pass_names_the_other_side():
+    found = findings(SPLIT.replace("CHOICE", "dev = devices[1] if i >= n else devices[0]"), "MP017")
+    assert len(found) == 1
+    assert "`i >= n` fails on every pass" in found[0].message
+    assert "picks cuda:0 each time and never cuda:1" in found[0].message
+
+
+def test_the_same_test_in_an_if_statement_is_reported_at_its_test():
+    choice = "if i <= n - 1:\n                dev = 'cuda:0'\n            else:\n                dev = 'cuda:1'"
+    found = findings(SPLIT.replace("CHOICE", choice), "MP017")
+    assert [(f.line, f.column) for f in found] == [(12, 16)]
+    assert "so the `if` picks cuda:0" in found[0].message
+
+
+def test_a_split_in_a_comprehension():
+    src = SPLIT.replace("CHOICE", "dev = 'cuda:0'").replace(
+        "self.stages = nn.ModuleList()",
+        "self.stages = nn.ModuleList(nn.Linear(8, 8).to('cuda:1' if i > n else 'cuda:0') for i in range(n))",
+    )
+    found = findings(src, "MP017")
+    assert [f.line for f in found] == [10]
+
+
+def test_a_test_that_splits_the_passes_is_silent():
+    assert findings(SPLIT.replace("CHOICE", "dev = devices[0] if i < n // 2 else devices[1]"), "MP017") == []
+    choice = "if i < n // 2:\n                dev = 'cuda:0'\n            else:\n                dev = 'cuda:1'"
+    assert findings(SPLIT.replace("CHOICE", choice), "MP017") == []
+
+
+def test_a_choice_between_one_device_twice_is_silent():
+    assert findings(SPLIT.replace("CHOICE", "dev = devices[0] if i < n else devices[0]"), "MP017") == []
+
+
+def test_a_test_that_reads_a_name_the_body_sets_is_not_judged():
+    src = SPLIT.replace("CHOICE", "dev = devices[0] if i < n + used else devices[1]; used = 0").replace(
+        "self.stages = nn.ModuleList()", "self.stages = nn.ModuleList()\n        used = 0"
+    )
+    assert findings(src, "MP017") == []
+
+
+def test_a_test_that_calls_something_is_not_judged():
+    src = SPLIT.replace("CHOICE", "dev = devices[0] if fits(i) else devices[1]").replace(
+        "class Net", "def fits(i):\n    return True\n\n\nclass Net"
+    )
+    assert findings(src, "MP017") == []
+
+
+def test_one_pass_is_not_enough_to_judge():
+    assert (
+        findings(SPLIT.replace("CHOICE", "dev = devices[0] if i < n else devices[1]").replace("n=6", "n=1"), "MP017")
+        == []
+    )
+
+
+# A tensor brought to the host for a check and sent on to the next GPU (MP005); BETWEEN reads it on the host.
+CHECKED = """
+import torch
+import torch.nn as nn
+
+
+class Pipe(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.front = nn.Linear(8, 8).to("cuda:0")
+        self.back = nn.Linear(8, 8).to("cuda:1")
+
+    def forward(self, x):
+        h = self.front(x.to("cuda:0"))
+        h = h.cpu()
+        BETWEEN
+        h = h.to("cuda:1")
+        return self.back(h)
+"""
+
+
+def test_a_host_copy_only_tested_is_a_detour():
+    between = "if not torch.isfinite(h).all():\n            raise FloatingPointError(f'bad {h.abs().max()}')"
+    found = findings(CHECKED.replace("BETWEEN", between), "MP005")
+    assert [f.line for f in found] == [17]
+    assert "on the CPU it is only checked (`not torch.isfinite(h).all()`, line 15)" in found[0].message
+    assert "moved from cuda:0 to the CPU (line 14) and on to cuda:1" in found[0].message
+
+
+def test_an_assert_or_a_print_is_a_test_too():
+    assert len(findings(CHECKED.replace("BETWEEN", "assert h.isfinite().all(), 'nan'"), "MP005")) == 1
+    assert len(findings(CHECKED.replace("BETWEEN", "print(h.norm())"), "MP005")) == 1
+
+
+def test_a_host_copy_read_as_data_is_work():
+    body = "if h.isnan().any():\n            torch.save(h, 'bad.pt')"
+    assert findings(CHECKED.replace("BETWEEN", body), "MP005") == []
+    assert findings(CHECKED.replace("BETWEEN", "h = h.clamp(-1, 1)"), "MP005") == []
+
+
+def test_the_check_on_the_gpu_is_silent():
+    src = CHECKED.replace("h = h.cpu()", "ok = torch.isfinite(h).all()").replace(
+        "BETWEEN", "if not ok:\n            raise FloatingPointError('bad')"
+    )
+    assert findings(src, "MP005") == []
+
+
+# Blocks on cuda:1 whose outputs come back to a residual stream kept on cuda:0 (MP006); UPDATE is the loop's body.
+RESIDUAL = """
+import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self, depth=6):
+        super().__init__()
+        self.blocks = nn.ModuleList(nn.Linear(8, 8).to("cuda:0" if i < depth // 2 else "cuda:1") for i in range(depth))
+
+    def forward(self, x):
+        h = x.to("cuda:0")
+        for blk in self.blocks:
+            dev = blk.weight.device
+            UPDATE
+        return h
+"""
+
+
+def test_a_residual_stream_left_behind_is_ping_pong():
+    found = findings(RESIDUAL.replace("UPDATE", "h = h + blk(h.to(dev)).to(h.device)"), "MP006")
+    assert [f.line for f in found] == [15]
+    assert "added to a residual stream that stays behind" in found[0].message
+
+
+def test_a_residual_stream_that_moves_with_the_blocks_is_silent():
+    assert findings(RESIDUAL.replace("UPDATE", "h = h.to(dev)\n            h = h + blk(h)"), "MP006") == []
+
+
+def test_experts_summed_into_an_accumulator_stay_a_branch():
+    src = """
+    import torch
+    import torch.nn as nn
+
+
+    class MoE(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.experts = nn.ModuleList(nn.Linear(8, 8).to(f"cuda:{i % 2}") for i in range(4))
+
+        def forward(self, x):
+            out = torch.zeros_like(x)
+            for e in self.experts:
+                out = out + e(x.to(e.weight.device)).to(x.device)
+            return out
+
+
+    MoE()(torch.randn(2, 8, device="cuda:0"))
+    """
+    assert findings(src, "MP006") == []
+
+
+# A mask moved to each layer's device inside the loop over the layers (MP011).
+PER_LAYER = """
+import torch
+import torch.nn as nn
+
+
+class Enc(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(8, 8).to(f"cuda:{i // 2}") for i in range(4))
+
+    def forward(self, x):
+        mask = x.gt(0)
+        for layer in self.layers:
+            dev = layer.weight.device
+            x = layer(x.to(dev)) * MASK
+        return x
+
+
+def run(x):
+    return Enc()(x.to("cuda:0"))
+"""
+
+
+def test_a_mask_moved_for_every_layer_is_reported_once():
+    found = findings(PER_LAYER.replace("MASK", "mask.to(dev)"), "MP011")
+    assert [f.line for f in found] == [15]
+    assert "copied to cuda:1 again on each pass of the loop" in found[0].message
+
+
+def test_one_copy_per_device_is_silent():
+    src = PER_LAYER.replace("MASK", "masks[dev]").replace(
+        "for layer in self.layers:",
+        "masks = {d: mask.to(d) for d in ('cuda:0', 'cuda:1')}\n        for layer in self.layers:",
+    )
+    assert findings(src, "MP011") == []
+
+
+def test_an_index_moved_to_each_cached_tensor_is_silent():
+    src = """
+    import torch
+
+    def reorder(past, beam_idx):
+        return [tuple(t.index_select(0, beam_idx.to(t.device)) for t in kv) for kv in past]
+
+    def step(beam_idx):
+        past = [(torch.zeros(4, 8, device="cuda:0"),) * 2, (torch.zeros(4, 8, device="cuda:0"),) * 2]
+        return reorder(past, beam_idx.to("cuda:1"))
+    """
+    assert findings(src, "MP011") == []
+
+
+def test_device_of_makes_the_tensors_gpu_current():
+    src = """
+    import torch
+    import torch.nn as nn
+
+
+    class Noisy(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(8, 8).to("cuda:1")
+
+        def forward(self, h):
+            h = self.fc(h)
+            with torch.cuda.device_of(h):
+                return h + torch.randn(h.shape, device="cuda")
+
+
+    Noisy()(torch.randn(2, 8, device="cuda:1"))
+    """
+    assert findings(src, "MP004") == []
+    assert len(findings(src.replace("with torch.cuda.device_of(h):", "if True:"), "MP004")) == 1
