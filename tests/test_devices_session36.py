@@ -270,3 +270,138 @@ def test_device_of_makes_the_tensors_gpu_current():
     """
     assert findings(src, "MP004") == []
     assert len(findings(src.replace("with torch.cuda.device_of(h):", "if True:"), "MP004")) == 1
+
+
+def test_a_pickled_split_model_loaded_onto_one_gpu_collapses():
+    src = """
+    import torch
+    import torch.nn as nn
+
+
+    class Split(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(8, 8).to("cuda:0")
+            self.b = nn.Linear(8, 8).to("cuda:1")
+
+        def forward(self, x):
+            return self.b(self.a(x.to("cuda:0")).to("cuda:1"))
+
+
+    def resume(path):
+        torch.save(Split(), path)
+        return torch.load(path, MAP)
+    """
+    found = findings(src.replace("MAP", 'map_location="cuda:0", weights_only=False'), "MP007")
+    assert [f.line for f in found] == [18]
+    assert "with every tensor mapped to cuda:0" in found[0].message
+    assert findings(src.replace("MAP", "weights_only=False"), "MP007") == []
+
+
+CAPTIONER = """
+import torch
+import torch.nn as nn
+
+
+class Captioner(nn.Module):
+    def __init__(self, encoder_device, decoder_device):
+        super().__init__()
+        self.encoder = nn.Linear(8, 8).to(encoder_device)
+        self.decoder = nn.Linear(8, 8).to(decoder_device)
+
+    def forward(self, x):
+        return self.decoder(self.encoder(x.to(self.encoder.weight.device)).to(self.decoder.weight.device))
+
+
+model = Captioner(ENC, DEC)
+"""
+
+
+def test_an_indexless_setting_beside_cuda0_is_one_gpu():
+    found = findings(CAPTIONER.replace("ENC", '"cuda:0"').replace("DEC", '"cuda"'), "MP004")
+    assert [f.line for f in found] == [10]
+    assert "`decoder_device` is the index-less 'cuda'" in found[0].message
+
+
+def test_settings_for_two_gpus_or_literals_are_silent():
+    assert findings(CAPTIONER.replace("ENC", '"cuda:0"').replace("DEC", '"cuda:1"'), "MP004") == []
+    assert findings(CAPTIONER.replace("ENC", '"cuda"').replace("DEC", '"cuda"'), "MP004") == []
+    literal = CAPTIONER.replace("to(decoder_device)", "cuda()").replace("ENC", '"cuda:0"').replace("DEC", '"x"')
+    assert findings(literal, "MP004") == []
+
+
+def test_a_hop_inside_a_training_only_branch_fails_in_eval():
+    src = """
+    import torch
+    import torch.nn as nn
+
+
+    class Net(nn.Module):
+        def __init__(self, masked=8):
+            super().__init__()
+            self.masked = masked
+            self.front = nn.Linear(8, 8).to("cuda:0")
+            self.back = nn.Linear(8, 8).to("cuda:1")
+
+        def forward(self, x):
+            h = self.front(x.to("cuda:0"))
+            if self.training and self.masked > 0:
+                h = h * 0.5
+                HOP
+            return self.back(h)
+
+
+    Net()(torch.randn(2, 8))
+    """
+    found = findings(src.replace("HOP", 'h = h.to("cuda:1")'), "MP001")
+    assert [f.line for f in found] == [18]
+    assert "on the path taken in eval mode" in found[0].message
+    fixed = src.replace("HOP", "pass").replace("return self.back(h)", 'return self.back(h.to("cuda:1"))')
+    assert findings(fixed, "MP001") == []
+
+
+# A tensor made before a loop over a loader's batches, moved to the device of each batch's output (MP011).
+EVAL_LOOP = """
+import torch
+import torch.nn as nn
+
+
+def evaluate(model, loader, classes):
+    text = classes.to("cuda:1")
+    for images in loader:
+        img = model(images.to("cuda:0"))
+        MOVE
+    return img
+
+
+evaluate(nn.Linear(8, 8).to("cuda:0"), [torch.randn(2, 8)] * 100, torch.randn(10, 8))
+"""
+
+
+def test_a_constant_moved_to_each_batchs_device_is_moved_every_batch():
+    found = findings(EVAL_LOOP.replace("MOVE", "img @ text.to(img.device).t()"), "MP011")
+    assert [f.line for f in found] == [10]
+    assert "copied to cuda:0 on every iteration of the loop" in found[0].message
+
+
+def test_the_iterable_of_a_loop_is_moved_once():
+    src = EVAL_LOOP.replace("for images in loader:", "for images in torch.stack(loader).to('cuda:0'):").replace(
+        "MOVE", "pass"
+    )
+    assert findings(src, "MP011") == []
+
+
+def test_lengths_made_of_ints_copied_twice_are_a_launch_each():
+    src = """
+    import torch
+
+    def masked_mean(h, seqs):
+        lengths = torch.tensor([len(s) for s in seqs])
+        mask = torch.arange(h.shape[1], device=h.device)[None, :] < lengths.to(h.device)[:, None]
+        return (h * mask.unsqueeze(-1)).sum(1) / lengths.to(h.device).unsqueeze(-1)
+
+    masked_mean(torch.randn(2, 5, 8, device="cuda:1"), [[1, 2], [3]])
+    """
+    assert findings(src, "MP011") == []
+    floats = src.replace("torch.tensor([len(s) for s in seqs])", "torch.tensor([float(len(s)) for s in seqs])")
+    assert len(findings(floats, "MP011")) == 1

@@ -289,6 +289,19 @@ class StagesPlacedOnCurrent(Fact):
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
+class IndexlessBesideFirstGpu(Fact):
+    """An __init__ that places its parts from device settings of their own (`.to(encoder_device)`,
+    `.to(cfg.decoder_device)`), with no set_device in effect: one part (`attr`, placed at `node`) got the
+    index-less 'cuda', the current device, which is cuda:0, and a sibling (`sibling`) got cuda:0 by name. Two
+    settings written two ways for one GPU: the part meant for another GPU shares the first (MP004)."""
+
+    attr: str
+    sibling: str
+    setting: str  # the index-less part's setting, as the code reads it (`decoder_device`)
+    sibling_setting: str
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
 class UnenteredDeviceContext(Fact):
     """`torch.cuda.device(i)` as a statement of its own (`node`): a context manager built and never
     entered, so the current device stays what it was (MP004)."""

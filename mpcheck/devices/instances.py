@@ -10,7 +10,14 @@ from typing import Any
 import libcst as cst
 
 from mpcheck.devices import device_loops
-from mpcheck.devices.events import EntryPointRun, PlacedTwice, SplitBuiltAfterSetDevice, StagesPlacedOnCurrent
+from mpcheck.devices.events import (
+    EntryPointRun,
+    IndexlessBesideFirstGpu,
+    PlacedTwice,
+    SplitBuiltAfterSetDevice,
+    StagesPlacedOnCurrent,
+)
+from mpcheck.devices.names import dotted
 from mpcheck.devices.program import MAX_DEPTH, ClassInfo, Part, Scope, State
 from mpcheck.devices.unmoved import on_cpu, parts_moved_from_outside, reaches_parts_by_name
 from mpcheck.devices.values import (
@@ -89,12 +96,36 @@ class Instances(Part):
             assert obj.attrs is not None  # an instance
             obj.built_idents = (start, len(self.interp.ident_names) + 1)
         self._finish_instance(obj)
+        if init is not None and cur == CURRENT and not (st and st.setdev):
+            self._note_indexless_beside_first_gpu(obj)
         device_loops.check_instance(self.interp, obj, scope.device_loops)
         self.interp.init_placements[id(obj)] = tuple(scope.placements)
         if init is not None:
             self._record_own_setdev(init.node, obj, scope, st.setdev if st else None)
         self._check_built_after_setdev(cinfo, obj, args, kwargs, st, node)
         return self._one_object(cinfo, obj, st)
+
+    def _note_indexless_beside_first_gpu(self, obj: Obj) -> None:
+        """Parts placed from settings of their own, one on the index-less 'cuda' (cuda:0, with no set_device)
+        and a sibling on cuda:0 by name (events.IndexlessBesideFirstGpu)."""
+        assert obj.attrs is not None  # an instance
+        placed = [
+            (attr, v, setting)
+            for attr, v in obj.attrs.items()
+            if isinstance(v, Obj) and (setting := _placed_from_setting(v))
+        ]
+        for attr, v, setting in placed:
+            if v.devs != one(CURRENT):
+                continue
+            sibling = next(
+                ((a, s) for a, w, s in placed if w.devs == one("cuda:0") and s != setting and a != attr), None
+            )
+            if sibling is not None:
+                self.interp.recorder.record(
+                    IndexlessBesideFirstGpu(
+                        node=v.at, attr=attr, sibling=sibling[0], setting=setting, sibling_setting=sibling[1]
+                    )
+                )
 
     def _one_object(self, cinfo: ClassInfo, obj: Obj, st: State | None) -> Obj:
         """The instance one construction gives. Inside an __init__ (where stages are built and
@@ -238,3 +269,15 @@ def _on_first_gpu(split: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], 
     """`split` where the current device is cuda:0, as in a process that never changed it: a
     `set_device(0)` before the build lands the index-less stages where they would land anyway."""
     return tuple((attr, "cuda:0" if dev == CURRENT else dev) for attr, dev in split)
+
+
+def _placed_from_setting(v: Obj) -> str | None:
+    """`decoder_device` for a module placed by `.to(decoder_device)` (or `.to(cfg.decoder_device)`,
+    `.cuda(gpu)`): the setting, as the code reads it; None for a literal or anything else."""
+    if not (v.kind == "module" and isinstance(v.at, cst.Call)):
+        return None
+    call = v.at
+    if not (isinstance(call.func, cst.Attribute) and call.func.attr.value in ("to", "cuda") and len(call.args) == 1):
+        return None
+    arg = call.args[0].value
+    return dotted(arg) if isinstance(arg, (cst.Name, cst.Attribute)) else None

@@ -133,6 +133,8 @@ class Interp:
         # Per enclosing loop: ids of values alive before it, names it rebinds, and the depth of the
         # function running it (len(stack)): a loop repeats a move only in its own function's body.
         self.loop_outer: list[tuple[set[int], frozenset[str], int]] = []
+        # The loops of loop_outer (by their position in it) that run joined, not unrolled (a loader's batches).
+        self.joined_loops: set[int] = set()
         self.device_lists_seen: set[object] = set()  # loops and comprehensions device_loops.py checked
         # Modules dealt over several devices that a loop being unrolled walks (ids): a deliberate
         # split, so a mismatch at one of them is fixed by a hop to it (Calls.module_call).

@@ -24,6 +24,7 @@ from mpcheck.devices import command_line, element_reads, module_tree, not_a_devi
 from mpcheck.devices import torchapi as T
 from mpcheck.devices.callers import note_call
 from mpcheck.devices.events import (
+    Collapse,
     DataParallelOffFirstId,
     DataParallelWrap,
     DdpDeviceIds,
@@ -181,8 +182,10 @@ class Library(Part):
         kind = "scalar" if no_dims and devs == one("cpu") else "tensor"
         # `torch.randn(shape, generator=g, device="cuda:1")` with `g` a CPU generator: torch raises
         self._check_generator(kwargs.get("generator"), devs, node, st, f"torch.{last}", len(args))
-        ints = last in T.INDEX_FACTORIES or (
-            last == "arange" and bool(args) and all(isinstance(a, Const) and type(a.value) is int for a in args)
+        ints = (
+            last in T.INDEX_FACTORIES
+            or (last == "arange" and bool(args) and all(isinstance(a, Const) and type(a.value) is int for a in args))
+            or (last in ("tensor", "as_tensor") and _integer_data(node, args, kwargs))
         )
         return Obj(kind, devs, origin=origin, at=node, invariant=const, index_like=ints, may_be_0d=no_dims)
 
@@ -1030,6 +1033,27 @@ def _isinstance(lib: Library, c: LibCall) -> Val:
     return Const(False) if verdicts and all(v is False for v in verdicts) else UNK
 
 
+_INTEGER_DTYPES = frozenset({"long", "int64", "int", "int32", "int16", "short", "int8", "uint8", "bool"})
+
+
+def _integer_data(node: cst.Call, args: list[Val], kwargs: dict[str, Val]) -> bool:
+    """`torch.tensor(data)` of integers: lengths, labels or ids (`torch.tensor([len(s) for s in seqs])`,
+    `torch.tensor([3, 1, 2])`, `dtype=torch.long`), which no layer computes on."""
+    dtype = next((a.value for a in node.args if a.keyword is not None and a.keyword.value == "dtype"), None)
+    if dtype is not None:
+        return (dotted(dtype) or "").rsplit(".", 1)[-1] in _INTEGER_DTYPES
+    first = node.args[0].value if node.args else None
+    if isinstance(first, (cst.ListComp, cst.GeneratorExp)):
+        elt = first.elt
+        return isinstance(elt, cst.Call) and isinstance(elt.func, cst.Name) and elt.func.value in ("len", "int")
+    data = args[0] if args else None
+    return (
+        isinstance(data, SeqV)
+        and bool(data.items)
+        and all(isinstance(i, Const) and type(i.value) in (int, bool) for i in data.items or ())
+    )
+
+
 def _builtin(lib: Library, c: LibCall) -> Val:
     q, args = c.q, c.args
     element_reads.note_ordering(lib.interp, q, args, c.node, c.st)  # MP020: `max(t)` of a GPU tensor
@@ -1261,6 +1285,14 @@ def _load(lib: Library, c: LibCall) -> Val:
     dev = single(devs)
     if dev is None or dev.startswith("sym:"):
         return UNK
+    key = _path_key(lib, c, 0)
+    saved = lib.interp.saved.get(key) if key is not None else None
+    if isinstance(saved, Obj) and saved.kind == "module" and is_splitish(saved):
+        # `torch.save(model, path)` of a split model, then `torch.load(path, map_location="cuda:0")`: every
+        # tensor of the pickled model goes to that one device, the split with them (MP007 at the load).
+        lib.interp.recorder.record(Collapse(node=c.node, mode=c.st.mode, module=saved, devs=one(dev), meth="load"))
+        origin = f"{LOADED} map_location={show(dev)}"
+        return Obj("module", one(dev), origin=origin, at=c.node, opaque=True, extra={"collapsed": True})
     return Obj("any", one(dev), origin=f"{LOADED} map_location={show(dev)}", at=c.node)
 
 

@@ -342,7 +342,7 @@ class Moves(Part):
                     reads_unchanging_attribute=reads_attribute,
                     reads_global_constant=reads_global,
                     bound_outside_loop=self._bound_outside_loop(recv, node),
-                    target_fixed_in_loop=self._target_fixed_in_loop(node),
+                    target_fixed_in_loop=self._target_fixed_in_loop(node, devs),
                     host_constant_bytes=self.interp.host_constants.get(id(recv.at), 0)
                     if recv.invariant and recv.devs == one("cpu")
                     else 0,
@@ -622,15 +622,24 @@ class Moves(Part):
         expr = self._moved_expr(node)
         return isinstance(expr, cst.Name) and self.interp.bound_before_loop(recv, expr.value)
 
-    def _target_fixed_in_loop(self, node: cst.Call) -> bool:
+    def _target_fixed_in_loop(self, node: cst.Call, devs: Devs) -> bool:
         """The move's arguments (`"cuda:0"`, `device`) name nothing the enclosing loops of this function
-        assign: every iteration moves to the same place (not `x.to(dev)` over `for dev in devices`)."""
+        assign: every iteration moves to the same place (not `x.to(dev)` over `for dev in devices`). Or they
+        read a value the loop rebinds, but the loop runs joined (a loader's batches, not unrolled per stage)
+        and still gives one known device: `text_emb.to(img_emb.device)` with `img_emb` the model's output for
+        each batch goes to the same GPU every time."""
         depth = len(self.interp.stack)
-        assigned = [names for _, names, loop_depth in self.interp.loop_outer if loop_depth == depth]
-        return bool(assigned) and not any(
-            isinstance(n, cst.Name) and any(n.value in names for names in assigned)
-            for arg in node.args
-            for n in walk(arg.value)
+        loops = [(i, names) for i, (_, names, loop_depth) in enumerate(self.interp.loop_outer) if loop_depth == depth]
+        if not loops:
+            return False
+        read = {n.value for arg in node.args for n in walk(arg.value) if isinstance(n, cst.Name)}
+        if not any(read & names for _, names in loops):
+            return True
+        dev = single(devs)
+        return (
+            all(i in self.interp.joined_loops for i, names in loops if read & names)
+            and dev is not None
+            and not dev.startswith("sym:")
         )
 
     def rebind_holders(self, old: Val, new: Val, st: State) -> None:

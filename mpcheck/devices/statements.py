@@ -283,8 +283,9 @@ class Statements(Part):
 
     def exec_if(self, stmt: cst.If, states: list[State]) -> list[State]:
         out: list[State] = []
-        mode = _mode_test(stmt.test)
+        plain_mode = _mode_test(stmt.test)
         for st in states:
+            mode = plain_mode or self._mode_test_with_true(stmt.test, st)
             t = self.interp.exprs.ev(stmt.test, st)
             if decided(t) and not mode:
                 # A test the model can decide (i == 4 in an unrolled loop, `if device:` with device=None): one path.
@@ -323,6 +324,18 @@ class Statements(Part):
             out = [join_states(out)]
         return out
 
+    def _mode_test_with_true(self, test: cst.BaseExpression, st: State) -> tuple[str, str] | None:
+        """`self.training and self.time_mask > 0` where the other side is certainly true here (a setting of the
+        instance): the paths split as for `self.training` alone."""
+        if not (isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And)):
+            return None
+        for mode_side, other in ((test.left, test.right), (test.right, test.left)):
+            mode = _mode_test(mode_side)
+            if mode is not None:
+                t = self.interp.exprs.ev(other, st)
+                return mode if decided(t) and bool(cast(Const, t).value) else None
+        return None
+
     @staticmethod
     def _with_mode(st: State, mode: tuple[str, str] | None, taken: bool) -> State:
         if mode:
@@ -333,9 +346,11 @@ class Statements(Part):
         outer = {id(v) for v in st.env.values() if isinstance(v, Obj)}
         if isinstance(st.self_obj, Obj) and st.self_obj.attrs:
             outer |= {id(v) for v in st.self_obj.attrs.values()}
+        # The iterable is evaluated once, before the first pass (`for q in queries.to(dev):` copies once).
+        it = self.interp.exprs.ev(stmt.iter, st)
         self.interp.loop_outer.append((outer, loop_bound_names(stmt), len(self.interp.stack)))
         try:
-            end = self._exec_for(stmt, st)
+            end = self._exec_for(stmt, st, it)
         finally:
             self.interp.loop_outer.pop()
         loop = data_moves.data_move_loop(stmt)
@@ -387,8 +402,7 @@ class Statements(Part):
         assert isinstance(v, Obj)
         self.interp.recorder.record(StatisticsReplaced(node=target, mode=st.mode, module=base, value=v))
 
-    def _exec_for(self, stmt: cst.For, st: State) -> State:
-        it = self.interp.exprs.ev(stmt.iter, st)
+    def _exec_for(self, stmt: cst.For, st: State, it: Val) -> State:
         items = iter_items(it)
         spans = spans_of(it) if items is None else None
         if spans is not None:
@@ -414,6 +428,8 @@ class Statements(Part):
         body = st.copy()
         self.assign(stmt.target, elem, body, None)
         self.interp.in_unknown_loop += 1
+        joined = len(self.interp.loop_outer) - 1
+        self.interp.joined_loops.add(joined)
         try:
             first = self.exec_block(stmt.body.body, [body])
             if first:
@@ -429,6 +445,7 @@ class Statements(Part):
                 return join_states([before] + first + second)
         finally:
             self.interp.in_unknown_loop -= 1
+            self.interp.joined_loops.discard(joined)
         return before
 
     def _passing_filter(self, stmt: cst.For, items: Sequence[Val], st: State) -> Sequence[Val] | None:

@@ -9,6 +9,7 @@ import libcst as cst
 from mpcheck.devices.describe import split_desc, split_devices
 from mpcheck.devices.events import (
     EntryPointRun,
+    IndexlessBesideFirstGpu,
     IndexlessPlacement,
     Mismatch,
     SplitBuiltAfterSetDevice,
@@ -52,6 +53,18 @@ class SetDeviceConflict(Rule):
                 f"torch.device('cuda', i).",
                 devices=[dev] if dev else [],
                 suggestion="write the device index explicitly",
+            )
+        for beside in once_per_node(ctx.model.facts(IndexlessBesideFirstGpu)):
+            yield self.finding(
+                ctx,
+                beside.node,
+                f"`{beside.setting}` is the index-less 'cuda': the current device, which is cuda:0 here (nothing "
+                f"calls set_device), the GPU that `{beside.sibling_setting}` names for `self.{beside.sibling}`. "
+                f"`self.{beside.attr}`, placed from a setting of its own, lands beside it, and the other GPUs hold "
+                f"nothing. Name the GPU it is meant for (`'cuda:1'`).",
+                devices=["cuda:0"],
+                modules=[beside.attr, beside.sibling],
+                suggestion=f"give `{beside.setting}` a device index",
             )
         yield from _made_on_current_device(self, ctx, reported)
         yield from _stages_placed_on_current(self, ctx, reported)

@@ -41,17 +41,31 @@ class CollapseSplitModel(Rule):
                 continue  # a skeleton (`copy.deepcopy(model).to("meta")` for torch.func): no weights go anywhere
             onto = show(target) if target else "one device"
             meth = ev.meth
-            if meth == "load_state_dict":
+            if meth in ("load_state_dict", "load"):
+                message, suggestion = (
+                    (
+                        f"`{ctx.code(call)}` keeps the checkpoint's tensors where torch.load put them ({onto}): every "
+                        f"stage of `{recv}` ({split_desc(mod)}) ends up there, and the split is undone. Load without "
+                        f"`assign=True` (load_state_dict then copies into the placed parameters), or load before "
+                        f"placing the model.",
+                        "drop `assign=True`, or load the checkpoint before the model is split",
+                    )
+                    if meth == "load_state_dict"
+                    else (
+                        f"`{ctx.code(call)}` loads the whole model this file saved there ({split_desc(mod)}) with "
+                        f"every tensor mapped to {onto}: the split is undone. Load it without `map_location` (each "
+                        f"tensor goes back to the GPU it was saved from), or save the state dict and load it into a "
+                        f"newly split model.",
+                        "drop `map_location`, or load a state dict into the split model",
+                    )
+                )
                 yield self.finding(
                     ctx,
                     call,
-                    f"`{ctx.code(call)}` keeps the checkpoint's tensors where torch.load put them ({onto}): every "
-                    f"stage of `{recv}` ({split_desc(mod)}) ends up there, and the split is undone. Load without "
-                    f"`assign=True` (load_state_dict then copies into the placed parameters), or load before placing "
-                    f"the model.",
+                    message,
                     devices=split_devices(mod) + ([target] if target else []),
                     modules=split_modules(mod),
-                    suggestion="drop `assign=True`, or load the checkpoint before the model is split",
+                    suggestion=suggestion,
                 )
                 continue
             if isinstance(mod, Obj) and mod.dispatched.startswith("a device map"):  # its devices are not known

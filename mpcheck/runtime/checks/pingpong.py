@@ -164,9 +164,8 @@ class Chain:
         del self.sent[sent:]
         self.undo = None
 
-    def drop_branch(self, departure_node: Any, passed: bool = False) -> None:
-        """Before leaving `end` again: forget the last excursion out and back to it if it was a branch.
-        `passed`: what leaves comes from what came back by joins only (_path_kind), no layer's work here."""
+    def drop_branch(self, departure_node: Any) -> None:
+        """Before leaving `end` again: forget the last excursion out and back to it if it was a branch."""
         if len(self.steps) < 2 or len(self.devs) < 3 or self.devs[-3] != self.end or self.crossings < 2:
             return
         if len(self.devs) >= _MAX_DEVS:
@@ -181,12 +180,6 @@ class Chain:
             if not (indices_left and _meets_earlier_work(departure_node, self.last_node)):
                 return  # what left had no node to look for: the excursion counts
         elif not _reaches(departure_node, left, avoid=self.last_node):
-            return
-        elif passed:
-            # What came back was only added to the very data that left, and the sum leaves again with no layer's
-            # work here (`h = h + blk(h.to(d)).to(h.device)`, block after block): the residual stream stayed
-            # behind, and the blocks' way is the chain's. Experts' outputs summed where the tokens stay are
-            # followed by work here (the next layer's attention) or by the same tokens leaving again.
             return
         del self.devs[-2:]
         self.crossings -= 2
@@ -269,7 +262,7 @@ class PingPong:
                 if kind == "passed" and c.crossings >= 2:
                     undo = c.snapshot()  # a fan-out if a layer here turns out to need what arrived
                 chain = chains.pop(i)
-                chain.drop_branch(nodes[0], passed=kind == "passed")
+                chain.drop_branch(nodes[0])
                 break
         if chain is None:
             chain = Chain(src, site)
