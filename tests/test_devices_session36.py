@@ -134,6 +134,7 @@ def test_an_assert_or_a_print_is_a_test_too():
 def test_a_host_copy_read_as_data_is_work():
     body = "if h.isnan().any():\n            torch.save(h, 'bad.pt')"
     assert findings(CHECKED.replace("BETWEEN", body), "MP005") == []
+    # (the host copy has a name: what else reads it is not followed, as for MP016)
     assert findings(CHECKED.replace("BETWEEN", "h = h.clamp(-1, 1)"), "MP005") == []
 
 
@@ -405,3 +406,34 @@ def test_lengths_made_of_ints_copied_twice_are_a_launch_each():
     assert findings(src, "MP011") == []
     floats = src.replace("torch.tensor([len(s) for s in seqs])", "torch.tensor([float(len(s)) for s in seqs])")
     assert len(findings(floats, "MP011")) == 1
+
+
+# Scores brought to the host for an op the GPU runs too, whose result goes back (MP005).
+HOST_TOPK = """
+import torch
+
+
+def search(q, index):
+    scores = q.to("cuda:1") @ index.to("cuda:1").t()
+    top = scores.cpu().topk(4, dim=-1)
+    return index.to("cuda:1")[USE]
+"""
+
+
+def test_host_work_on_gpu_data_sent_back_is_a_detour():
+    found = findings(HOST_TOPK.replace("USE", 'top.indices.to("cuda:1")'), "MP005")
+    assert [f.line for f in found] == [8]
+    assert "what the host computed from `scores` alone, which line 7 copied from cuda:1" in found[0].message
+
+
+def test_host_work_kept_on_the_host_or_mixed_with_host_data_is_silent():
+    assert findings(HOST_TOPK.replace("USE", "top.indices"), "MP005") == []
+    mixed = HOST_TOPK.replace("scores.cpu().topk(4, dim=-1)", "(scores.cpu() + torch.randn(1, 1)).topk(4, dim=-1)")
+    assert findings(mixed.replace("USE", 'top.indices.to("cuda:1")'), "MP005") == []
+
+
+def test_a_draw_with_a_host_generator_is_silent():
+    draw = 'top.to("cuda:1")'.replace("top", "scores.softmax(-1).cpu().multinomial(1, generator=g)")
+    src = HOST_TOPK.replace("def search(q, index):", "def search(q, index, g=torch.Generator()):")
+    assert findings(src.replace("USE", draw), "MP005") == []
+    assert len(findings(src.replace("USE", draw.replace(", generator=g", "")), "MP005")) == 1

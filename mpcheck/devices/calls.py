@@ -1147,11 +1147,16 @@ class Calls(Part):
                 enlarged_at=enlarged,
                 index_like=ints,
                 reducible_move=reducible,
+                made_from_move=reducible is not None,
                 may_be_0d=recv.may_be_0d or T.may_give_0d(meth, len(args), kwargs),
             )
             if T.gives_values_and_indices(meth, bool(args) and _an_int(args[0]), kwargs):
                 # `gate, choice = probs.max(-1)`: the indices are ids where the values are, no activation
-                return SeqV((out, out.with_(index_like=True, lineage=OFF_CHAIN)), kind="tuple")
+                # (computed from what `out` was computed from: `reducible_move`)
+                ids = out.with_(
+                    index_like=True, lineage=OFF_CHAIN, reducible_move=reducible, made_from_move=reducible is not None
+                )
+                return SeqV((out, ids), kind="tuple")
             return out
         if isinstance(recv, SeqV):
             if meth == "append" and args:

@@ -181,6 +181,9 @@ class Transfer(Fact):
     # The move, earlier on this path of the same function call, that already copied this same value to the
     # same device (`h = x.to(d)` ... `x.to(d)` again): that copy could be used instead; None otherwise.
     again_of: cst.CSTNode | None = None
+    # A value computed on the host from a GPU tensor brought there alone (`scores.cpu().topk(k).indices`),
+    # now sent to a GPU: the move that brought it (`.cpu()`); None otherwise (MP005).
+    host_work_of: cst.CSTNode | None = None
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)

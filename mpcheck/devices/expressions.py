@@ -673,6 +673,7 @@ class Expressions(Part):
                 hop=max(a.hop, b.hop),
                 # `w * w.log()` of one moved `w`: still that move's data alone
                 reducible_move=a.reducible_move if a.reducible_move is b.reducible_move else None,
+                made_from_move=a.reducible_move is not None and a.reducible_move is b.reducible_move,
             )
         if _host_scalar(a) and not isinstance(b, Const) or _host_scalar(b) and not isinstance(a, Const):
             return UNK  # a 0-d CPU tensor with a value not known: the result is where that value is
@@ -682,6 +683,7 @@ class Expressions(Part):
                 kind="tensor" if a.kind != "scalar" else "scalar",
                 worked=True,
                 reducible_move=a.reducible_move if isinstance(b, Const) else None,
+                made_from_move=a.reducible_move is not None and isinstance(b, Const),
             )
         if isinstance(b, Obj) and b.kind != "module":
             return b.with_(
@@ -689,6 +691,7 @@ class Expressions(Part):
                 kind="tensor" if b.kind != "scalar" else "scalar",
                 worked=True,
                 reducible_move=b.reducible_move if isinstance(a, Const) else None,
+                made_from_move=b.reducible_move is not None and isinstance(a, Const),
             )
         if isinstance(a, SymV) or isinstance(b, SymV):
             return _affine_op(getattr(node, "operator", None), a, b)
@@ -707,7 +710,9 @@ class Expressions(Part):
         if isinstance(node.operator, cst.Not) and isinstance(v, Const) and isinstance(v.value, bool):
             return Const(not v.value)  # `if n_gpu > 1 and not self.model_parallel:` is decided
         if isinstance(v, Obj) and v.kind != "module":
-            return v.with_(label="", worked=True, reducible_move=v.reducible_move)
+            return v.with_(
+                label="", worked=True, reducible_move=v.reducible_move, made_from_move=v.reducible_move is not None
+            )
         if isinstance(node.operator, cst.Minus) and isinstance(v, Const) and type(v.value) in (int, float):
             return Const(-v.value)  # `devices[-1]`: the last stage's device
         if isinstance(node.operator, cst.Not) and isinstance(v, Const) and type(v.value) is bool:

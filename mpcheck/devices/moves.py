@@ -347,6 +347,7 @@ class Moves(Part):
                     if recv.invariant and recv.devs == one("cpu")
                     else 0,
                     again_of=again_of,
+                    host_work_of=_host_work_of(recv, devs),
                 ),
                 # A table of self moved to its input's device (`self.pe.to(x.device)`): the method's own
                 # run (x unknown) comes first and must not hide the run a caller makes with x on a known
@@ -710,6 +711,19 @@ def plain_device_move(node: cst.CSTNode) -> bool:
         return False
     plain = [a for a in node.args if not (a.keyword and a.keyword.value in ("non_blocking", "copy"))]
     return len(plain) <= 1 and all(a.keyword is None or a.keyword.value == "device" for a in plain)
+
+
+def _host_work_of(recv: Obj, devs: Devs) -> cst.CSTNode | None:
+    """The `.cpu()` that brought the GPU data `recv` was computed from, alone, on the host (`top =
+    scores.cpu().topk(k)`; `top.indices.to(dev)`), when `recv` now goes to a GPU; else None."""
+    dst = single(devs)
+    if recv.reducible_move is None or not recv.made_from_move or recv.devs != one("cpu") or dst is None:
+        return None
+    away, src, _ = recv.reducible_move
+    came = single(src)
+    if not (dst.startswith("cuda") and came is not None and came.startswith("cuda")):
+        return None
+    return away if isinstance(away, cst.CSTNode) else None
 
 
 def _copied_before(recv: Obj, devs: Devs, node: cst.Call, st: State) -> cst.CSTNode | None:

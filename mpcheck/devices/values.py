@@ -227,6 +227,9 @@ class Obj(Val):
     # before that move, and only the one value moved (MP016). Given explicitly where an op keeps it; any other
     # copy (`with_`) drops it.
     reducible_move: Any = field(default=None, repr=False)
+    # Computed by an op from that move's data (not that data itself): `scores.cpu().topk(k)` (MP005's host work).
+    # Dropped by any copy that does not give it, as `reducible_move` is.
+    made_from_move: bool = False
     # It may have no dimensions (a full reduction, an element, a row of a 1-D tensor): PyTorch reads a 0-dim
     # integer index as a number, so one on a GPU may still index host memory (with a sync).
     may_be_0d: bool = False
@@ -238,6 +241,7 @@ class Obj(Val):
         if "enlarged_at" not in kw and (kw.get("worked") is True or kw.get("label") == ""):
             kw["enlarged_at"] = None  # a value computed from this one (an op's result, an item): its own size
         kw.setdefault("reducible_move", None)
+        kw.setdefault("made_from_move", False)
         return replace(self, **kw)
 
 

@@ -29,6 +29,7 @@ class RoundTripTransfer(Rule):
                 or _gpu_detour(ev)
                 or (_round_trip(ev) and not _starts_a_loop(ctx, ev.value.moved_at))
                 or _checked_on_host(ctx, ev) is not None
+                or _host_work(ctx, ev) is not None
             ),
         ):
             v = ev.value
@@ -39,6 +40,10 @@ class RoundTripTransfer(Rule):
             root = root_name(recv, ctx.imported_names)
             name = f"`{root or value_text(ctx, recv, v)}`" if recv is not None or v.label else "A tensor"
             first = ctx.line(v.moved_at)
+            away = _host_work(ctx, ev)
+            if away is not None:
+                yield _host_work_sent_back(self, ctx, ev, away)
+                continue
             check = _checked_on_host(ctx, ev)
             if check is not None:
                 dst = single(ev.devs)
@@ -117,6 +122,30 @@ def _round_trip(ev: Transfer) -> bool:
         and None not in (back, there, before)
         and back == before
         and there != back
+    )
+
+
+def _host_work(ctx: FileContext, ev: Transfer) -> cst.CSTNode | None:
+    """The `.cpu()` of a GPU tensor computed on, on the host, before this move sends the result to a GPU
+    (Transfer.host_work_of), when that line is this file's."""
+    away = ev.host_work_of
+    return away if away is not None and ctx.owns(away) else None
+
+
+def _host_work_sent_back(rule: Rule, ctx: FileContext, ev: Transfer, away: cst.CSTNode) -> Finding:
+    """`top = scores.cpu().topk(k)`, then `top.indices.to(dev)`: work the GPU does as well, done on the host
+    between two copies."""
+    src = single(ev.value.reducible_move[1]) if ev.value.reducible_move is not None else None
+    dst = single(ev.devs)
+    moved = ctx.code(away.func.value) if isinstance(away, cst.Call) and isinstance(away.func, cst.Attribute) else "it"
+    return rule.finding(
+        ctx,
+        ev.node,
+        f"`{ctx.code(ev.node)}` sends to {show(dst)} what the host computed from `{moved}` alone, which line "
+        f"{ctx.line(away)} copied from {show(src)} to the CPU: the torch ops between run on the GPU as well. Run "
+        f"them on {show(src)} and drop both copies (or move only their small result).",
+        devices=[d for d in (src, "cpu", dst) if d],
+        suggestion=f"drop the copy to the CPU at line {ctx.line(away)}; compute on {src}",
     )
 
 
