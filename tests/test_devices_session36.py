@@ -437,3 +437,55 @@ def test_a_draw_with_a_host_generator_is_silent():
     src = HOST_TOPK.replace("def search(q, index):", "def search(q, index, g=torch.Generator()):")
     assert findings(src.replace("USE", draw), "MP005") == []
     assert len(findings(src.replace("USE", draw.replace(", generator=g", "")), "MP005")) == 1
+
+
+# A custom autograd Function whose backward meets what forward saved (MP001).
+REVERSE = """
+import torch
+import torch.nn as nn
+
+
+class GradReverse(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, lambd):
+        ctx.save_for_backward(lambd)
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        (lambd,) = ctx.saved_tensors
+        return grad_out.neg() * lambd, None
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(8, 8).to("cuda:0")
+        self.b = nn.Linear(8, 1).to("cuda:1")
+        self.register_buffer("lam", torch.zeros(1, device="cuda:0"))
+
+    def forward(self, x):
+        h = self.a(x.to("cuda:0"))
+        return self.b(APPLY)
+
+
+Net()(torch.randn(2, 8)).sum().backward()
+"""
+
+
+def test_a_backward_meeting_a_saved_tensor_on_another_gpu():
+    found = findings(REVERSE.replace("APPLY", 'GradReverse.apply(h.to("cuda:1"), self.lam)'), "MP001")
+    assert [f.line for f in found] == [15]
+    assert "`lambd` is on cuda:0" in found[0].message and "lambd = lambd.to('cuda:1')" in found[0].message
+
+
+def test_a_backward_where_its_output_is_is_silent():
+    assert findings(REVERSE.replace("APPLY", 'GradReverse.apply(h, self.lam).to("cuda:1")'), "MP001") == []
+
+
+def test_a_backward_under_no_grad_never_runs():
+    src = REVERSE.replace("return self.b(APPLY)", "return self.b(h.to('cuda:1'))")
+    src += "\n\ndef infer(h, lam):\n    with torch.no_grad():\n        return GradReverse.apply(h.to('cuda:1'), lam)\n"
+    src += "\n\ninfer(torch.randn(2, 8, device='cuda:0'), torch.zeros(1, device='cuda:0'))\n"
+    assert findings(src, "MP001") == []
+    assert len(findings(src.replace("with torch.no_grad():", "if True:"), "MP001")) == 1

@@ -29,6 +29,7 @@ from mpcheck.devices.values import (
     CURRENT,
     DATA_PARALLEL_OUTPUT,
     FAILED,
+    GRADIENT_OF_OUTPUT,
     HOOKS_KEY,
     LOADED,
     LOSS_OF,
@@ -36,6 +37,7 @@ from mpcheck.devices.values import (
     OWN_MOVE_KEY,
     PROBE,
     UNK,
+    AutogradCtx,
     ClassRef,
     Const,
     Devs,
@@ -902,7 +904,15 @@ class Calls(Part):
             fwd = recv.info.method("forward")
             if fwd is None:
                 return UNK
-            return self.call_function(fwd, None, [UNK, *args], kwargs, st, node, helper=True)
+            ctx = _autograd_ctx(fwd.node, args)
+            out = self.call_function(fwd, None, [ctx, *args], kwargs, st, node, helper=True)
+            bwd = recv.info.method("backward")
+            grads = _gradients_for(out)
+            if bwd is not None and grads and st.mode != "no_grad":
+                # Its backward runs when a loss computed from the output goes backward: each gradient arrives
+                # where its output is, beside what forward saved on ctx (a `lambd` buffer on another GPU).
+                self.call_function(bwd, None, [ctx, *grads], {}, st, node, helper=True)
+            return out
         if (
             meth == "type_as"
             and len(args) == 1
@@ -1556,3 +1566,39 @@ def _rnn_output(nn_class: str | None, out: Obj) -> Val:
     if nn_class == "LSTMCell":
         return SeqV((out, out), kind="tuple")
     return out
+
+
+def _autograd_ctx(fwd: cst.FunctionDef, args: list[Val]) -> Val:
+    """The `ctx` a custom Function's forward fills, as its backward reads it: `ctx.saved_tensors` from
+    `ctx.save_for_backward(a, b)` and `ctx.name` from `ctx.name = a`, where `a` and `b` are forward's own
+    parameters (given `args`); UNK where anything else is saved."""
+    params = [name for name, _ in params_of(fwd)]
+    if len(params) < 2:
+        return UNK
+    ctx_name, bound = params[0], dict(zip(params[1:], args))
+    items: dict[Any, Val] = {}
+    for n in walk(fwd):
+        if (
+            isinstance(n, cst.Call)
+            and isinstance(n.func, cst.Attribute)
+            and n.func.attr.value == "save_for_backward"
+            and dotted(n.func.value) == ctx_name
+        ):
+            saved = [bound.get(a.value.value, UNK) if isinstance(a.value, cst.Name) else UNK for a in n.args]
+            items["saved_tensors"] = SeqV(tuple(saved), kind="tuple")
+        for t in assigned(n):
+            if isinstance(t, cst.Attribute) and dotted(t.value) == ctx_name and isinstance(n, cst.Assign):
+                value = n.value
+                items[t.attr.value] = bound.get(value.value, UNK) if isinstance(value, cst.Name) else UNK
+    return AutogradCtx(items, namespace=True)
+
+
+def _gradients_for(out: Val) -> list[Val]:
+    """The gradients a custom Function's backward gets: one per output, where that output is (none known: [])."""
+    outs = out.items if isinstance(out, SeqV) and out.kind == "tuple" and out.items is not None else (out,)
+    grads: list[Val] = []
+    for o in outs:
+        dev = single(o.devs) if isinstance(o, Obj) and o.kind == "tensor" else None
+        at = o.at if isinstance(o, Obj) else None
+        grads.append(Obj("tensor", one(dev), origin=GRADIENT_OF_OUTPUT, at=at) if dev else UNK)
+    return grads if any(g is not UNK for g in grads) else []

@@ -23,9 +23,11 @@ from mpcheck.devices.summarized import constant_value, summarized_attr
 from mpcheck.devices.values import (
     CURRENT,
     FAILED,
+    GRADIENT_OF_OUTPUT,
     OFF_CHAIN,
     PROBE,
     UNK,
+    AutogradCtx,
     ClassRef,
     Const,
     DeviceV,
@@ -111,6 +113,8 @@ class Expressions(Part):
         if isinstance(base, SeqV) and base.kind == "tuple" and name in ("values", "indices") and base.items:
             if len(base.items) == 2:
                 return base.items[name == "indices"]  # `x.max(-1).indices`: a (values, indices) named tuple
+        if isinstance(base, AutogradCtx):
+            return base.items.get(name, UNK)  # `ctx.saved_tensors` in a custom Function's backward
         if isinstance(base, (ClassRef, Summarized, DictV)):
             got = self._constant_attr(base, name)
             if got is not None:
@@ -638,7 +642,12 @@ class Expressions(Part):
             c = conflict(a.devs, b.devs)
             if c:
                 left_expr = getattr(node, "left", None) or getattr(node, "target", None)
-                if (weight_on_gpu(b) and a.kind == "tensor") or (_one_number(a) and not _one_number(b)):
+                if b.origin == GRADIENT_OF_OUTPUT and a.origin != GRADIENT_OF_OUTPUT:
+                    # `lambd * grad_out` in a custom backward: the gradient stays, what it meets moves
+                    value, other, expr, other_expr = a, b, left_expr, _right_operand(node)
+                elif a.origin != GRADIENT_OF_OUTPUT and (
+                    (weight_on_gpu(b) and a.kind == "tensor") or (_one_number(a) and not _one_number(b))
+                ):
                     # `x > self.thresholds`: the activation is the one to move, where the weights are;
                     # `scale * img` with `scale` from a one-number tensor (a learned temperature): that number.
                     value, other, expr, other_expr = a, b, left_expr, _right_operand(node)

@@ -268,6 +268,17 @@ class DictV(Val):
     namespace: bool = False
 
 
+# The origin of a gradient a custom Function's backward gets (calls._gradients_for): it must stay where it is
+# (autograd refuses a gradient returned on another device than its input), so what it meets is what moves.
+GRADIENT_OF_OUTPUT = "the gradient of its output"
+
+
+@dataclass(eq=False)
+class AutogradCtx(DictV):
+    """The `ctx` of a custom torch.autograd.Function, as its backward reads it: what forward saved on it
+    (`saved_tensors`, `ctx.name = x`), by attribute (calls._autograd_ctx)."""
+
+
 @dataclass(eq=False)
 class QName(Val):
     """A reference to an imported (or builtin) name: 'torch.nn.DataParallel'."""

@@ -106,6 +106,30 @@ def test_the_time_steps_of_one_tensor_moved_one_by_one_are_mp021_at_the_move(scr
     assert "slices of one tensor" in f["message"] and "once, before the loop" in f["suggestion"]
 
 
+def test_a_corpus_encoded_chunk_by_chunk_is_not_reported(script, dryrun_cli):
+    # Ranges of rows (`x[i : i + batch]`) are in one piece: mini-batches, chunked on purpose; the same loop over
+    # columns (`x[:, i]`, strided) picks time steps.
+    chunks = """
+import torch
+import torch.nn as nn
+
+enc = nn.Linear(16, 8).to("cuda:0")
+passages = torch.randn(4096, 16)
+index = torch.cat([enc(passages[i : i + 256].to("cuda:0")) for i in range(0, len(passages), 256)])
+print("done")
+"""
+    status, report, err = dryrun_cli(script(chunks), "--gpus", "2")
+    assert (status, report["findings"]) == (0, []), err
+    rows = (
+        chunks.replace('passages[i : i + 256].to("cuda:0")', 'passages[:, i].to("cuda:0")[:, None]')
+        .replace("range(0, len(passages), 256)", "range(16)")
+        .replace("nn.Linear(16, 8)", "nn.Linear(1, 8)")
+    )
+    status, report, err = dryrun_cli(script(rows), "--gpus", "2")
+    assert status == 0, err
+    assert [f["code"] for f in report["findings"]] == ["MP021"]
+
+
 def test_slices_moved_once_interleaved_with_a_pipeline_or_of_changing_data_are_not_reported(script, dryrun_cli):
     s = script(
         SLICES.replace('feats[:, t].to("cuda:1")', "moved[:, t]").replace(
