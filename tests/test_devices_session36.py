@@ -489,3 +489,34 @@ def test_a_backward_under_no_grad_never_runs():
     src += "\n\ninfer(torch.randn(2, 8, device='cuda:0'), torch.zeros(1, device='cuda:0'))\n"
     assert findings(src, "MP001") == []
     assert len(findings(src.replace("with torch.no_grad():", "if True:"), "MP001")) == 1
+
+
+POOLED = """
+import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.trunk = nn.Conv2d(3, 8, 3, padding=1).to("cuda:0")
+        self.pool = nn.AdaptiveAvgPool2d(2)
+        self.head = nn.Linear(32, 10).to("cuda:1")
+
+    def forward(self, x):
+        feats = self.trunk(x.to("cuda:0"))
+        return self.head(POOL.flatten(1))
+
+
+Net()(torch.randn(2, 3, 16, 16))
+"""
+
+
+def test_a_feature_map_moved_then_pooled_is_oversized():
+    found = findings(POOLED.replace("POOL", 'self.pool(feats.to("cuda:1"))'), "MP016")
+    assert [f.line for f in found] == [15]
+    assert "only to be pooled there" in found[0].message and "`self.pool(feats)` first" in found[0].message
+
+
+def test_pooling_before_the_move_is_silent():
+    assert findings(POOLED.replace("POOL", 'self.pool(feats).to("cuda:1")'), "MP016") == []

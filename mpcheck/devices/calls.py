@@ -265,6 +265,20 @@ class Calls(Part):
             return after if after is not None else _somewhere(out)
         return out
 
+    def _note_pooled_after_move(self, first: Obj, node: cst.CSTNode, st: State) -> None:
+        """`self.pool(feats.to(d))`: a tensor moved between GPUs and pooled right where it arrived, when pooling
+        first would have sent fewer bytes (OversizedMove.pooled). Not ids or a mask."""
+        if first.reducible_move is None or first.made_from_move or first.index_like or not isinstance(node, cst.Call):
+            return
+        moved, src, made_at = first.reducible_move
+        there, came = single(first.devs), single(src)
+        if there is None or came is None or not there.startswith("cuda") or not came.startswith("cuda"):
+            return
+        self.interp.recorder.record(
+            OversizedMove(node=moved, mode=st.mode, src=src, dst=first.devs, pooled=node, made_at=made_at),
+            key=(src, first.devs),
+        )
+
     def _pre_hooks_known(self, mod: Obj, hooks: tuple[str, ...]) -> bool:
         return self._hooks_known(mod, hooks, pre_hooks.PRE_HOOKS_KEY, pre_hooks.PRE_HOOK)
 
@@ -358,6 +372,8 @@ class Calls(Part):
                 return Obj("tensor", mod.devs, origin="output of", at=node, opaque=True) if single(mod.devs) else UNK
         if mod.kind == "passthrough":
             first = args[0] if args else UNK
+            if mod.nn_class in T.POOLING and isinstance(first, Obj):
+                self._note_pooled_after_move(first, node, st)
             return first.with_(label="", worked=True) if isinstance(first, Obj) and first.kind != "module" else UNK
         if mod.kind == "loss":
             return self.loss_call(mod, args, kwargs, st, node, exprs)

@@ -146,6 +146,7 @@ class OversizedMove(Fact):
     enlarged: cst.Call | None = None
     reduction: cst.Call | None = None
     indexed: cst.Subscript | None = None  # `bank.to(d)[idx]`: rows picked by an index tensor right after
+    pooled: cst.Call | None = None  # `self.pool(feats.to(d))`: a pooling layer run on it right after
     constant: bool = False  # the moved value never changes between calls (Obj.invariant)
     made_at: Any = None  # where the moved value was made (a factory call), for its size when the code spells it out
 

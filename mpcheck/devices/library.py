@@ -907,7 +907,7 @@ def _module_class(lib: Library, c: LibCall) -> Val:
                 weights[T.HOST_TARGETS] = Const(last)  # its targets and lengths may stay on the CPU
             return Obj("loss", None, label="", extra=weights)
         if last in T.PARAMETERLESS:
-            return Obj("passthrough", None)
+            return Obj("passthrough", None, nn_class=last)
         if last in T.PARAMETERED:
             return Obj("module", None, origin=UNPLACED, at=c.node, ident=_ident(lib, c), nn_class=last)
         return Obj("module", None, ident=_ident(lib, c), nn_class=last)

@@ -588,6 +588,14 @@ PARAMETERLESS = frozenset(
         "ChannelShuffle",
     }
 )
+# torch.nn's pooling layers: what they give is smaller than what they get (MP016: pool, then move).
+POOLING = frozenset(
+    {
+        f"{kind}{n}d"
+        for kind in ("MaxPool", "AvgPool", "AdaptiveAvgPool", "AdaptiveMaxPool", "LPPool", "FractionalMaxPool")
+        for n in (1, 2, 3)
+    }
+)
 # torch.nn modules with parameters: unplaced, they are on the CPU.
 PARAMETERED = frozenset(
     {

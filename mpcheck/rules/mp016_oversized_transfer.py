@@ -39,6 +39,15 @@ class OversizedTransfer(Rule):
             ends = f"from {' and '.join(map(show, srcs))} to {show(dst)}"
             if ev.reduction is not None:
                 message, suggestion = _reduced(ctx, ev.node, moved, ev.reduction, f"{what} is moved whole {ends}")
+            elif ev.pooled is not None:
+                fix = f"`{ctx.code(ev.pooled.func)}({ctx.code(moved)})` first, then the move" if moved else "pool first"
+                message = (
+                    f"{what} is moved whole {ends} only to be pooled there (`{ctx.code(ev.pooled)}`, line "
+                    f"{ctx.line(ev.pooled)}): pooling gives fewer elements than it gets (a 2x2 output of a 16x16 map "
+                    f"is 64 times fewer), and a pooling layer has no weights to keep it on {show(dst)}. Pool where the "
+                    f"tensor is and move the result: {fix}."
+                )
+                suggestion = f"pool before the move: {fix}"
             elif ev.indexed is not None:
                 message, suggestion = _indexed(ctx, ev.node, moved, ev.indexed, f"{what} is moved whole {ends}")
             elif ev.enlarged is not None:

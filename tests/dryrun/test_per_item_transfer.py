@@ -108,7 +108,7 @@ def test_the_time_steps_of_one_tensor_moved_one_by_one_are_mp021_at_the_move(scr
 
 def test_a_corpus_encoded_chunk_by_chunk_is_not_reported(script, dryrun_cli):
     # Ranges of rows (`x[i : i + batch]`) are in one piece: mini-batches, chunked on purpose; the same loop over
-    # columns (`x[:, i]`, strided) picks time steps.
+    # columns (`x[:, i]`, strided) picks time steps, and one over rows (`x[i]`, a dimension less) picks items.
     chunks = """
 import torch
 import torch.nn as nn
@@ -126,6 +126,12 @@ print("done")
         .replace("nn.Linear(16, 8)", "nn.Linear(1, 8)")
     )
     status, report, err = dryrun_cli(script(rows), "--gpus", "2")
+    assert status == 0, err
+    assert [f["code"] for f in report["findings"]] == ["MP021"]
+    single = chunks.replace('passages[i : i + 256].to("cuda:0")', 'passages[i].to("cuda:0")[None]').replace(
+        "range(0, len(passages), 256)", "range(16)"
+    )
+    status, report, err = dryrun_cli(script(single), "--gpus", "2")
     assert status == 0, err
     assert [f["code"] for f in report["findings"]] == ["MP021"]
 

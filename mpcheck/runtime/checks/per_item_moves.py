@@ -115,9 +115,11 @@ def on_slice_move(self: Checker, t: Any, out: Any, src_dev: str, dst_dev: str, s
         return
     if whole < 2 * nbytes:
         return  # the whole of its storage: no slice
-    if t.is_contiguous():
-        # Rows in one piece (`x[i : i + batch]`, `x.split(b)`): a batch of a corpus encoded chunk by chunk, on
-        # purpose (what bounds its memory is the work on each chunk). A time step or a column is strided (`x[:, t]`).
+    base = getattr(t, "_base", None)
+    if t.is_contiguous() and base is not None and t.dim() == base.dim():
+        # Rows in one piece, as many dimensions as the tensor they are cut from (`x[i : i + batch]`, `x.split(b)`):
+        # a batch of a corpus encoded chunk by chunk, on purpose (what bounds its memory is the work on each
+        # chunk). A time step or a column is strided (`x[:, t]`), a row has a dimension less (`x[i]`).
         return
     key = (id(storage), site, dst_dev)
     version, step = version_of(t), self.ledger.step_index
