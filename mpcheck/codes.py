@@ -225,7 +225,8 @@ CODES: tuple[Code, ...] = (
         "`t.tolist()` or `torch.stack(losses)` waits once or not at all.",
         _EVERY_FACE,
     ),
-    # At run time only: which copies were gathered, from where, and how big they are is known then.
+    # Mostly at run time: which copies were gathered, from where, and how big they are is known then. The
+    # linter sees one form: a loop over a tensor's rows that moves each row to a GPU.
     Code(
         "MP021",
         "per-item-transfer",
@@ -233,7 +234,7 @@ CODES: tuple[Code, ...] = (
         "Many small tensors are moved one by one from one device to another and then stacked there "
         "(`torch.stack([x.to(dev) for x in xs])`, a Dataset moving each sample to the GPU): one copy per item, "
         "where stacking first and moving once makes one.",
-        (RUN, DRYRUN),
+        _EVERY_FACE,
     ),
     # Lint only: at run time the copy is an ordinary tensor; what is wrong with it shows later, far away.
     Code(

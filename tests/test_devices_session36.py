@@ -520,3 +520,35 @@ def test_a_feature_map_moved_then_pooled_is_oversized():
 
 def test_pooling_before_the_move_is_silent():
     assert findings(POOLED.replace("POOL", 'self.pool(feats).to("cuda:1")'), "MP016") == []
+
+
+ROWS = """
+import torch
+
+
+def score(x, bank):
+    queries = x.to("cuda:0") * 2
+    bank = bank.to("cuda:1")
+    LOOP
+"""
+
+
+def test_rows_of_a_tensor_moved_one_by_one():
+    found = findings(ROWS.replace("LOOP", 'return [bank @ q.to("cuda:1") for q in queries]'), "MP021")
+    assert [f.line for f in found] == [8]
+    assert "`q` is a row of `queries` (line 8), moved from cuda:0 to cuda:1" in found[0].message
+    loop = 'out = []\n    for q in queries:\n        out.append(bank @ q.to("cuda:1"))\n    return out'
+    assert [f.line for f in findings(ROWS.replace("LOOP", loop), "MP021")] == [10]
+
+
+def test_rows_moved_once_to_the_host_or_of_a_list_are_silent():
+    assert findings(ROWS.replace("LOOP", 'return [bank @ q for q in queries.to("cuda:1")]'), "MP021") == []
+    assert findings(ROWS.replace("LOOP", "return [q.cpu() for q in queries]"), "MP021") == []
+    listed = ROWS.replace("LOOP", 'return [bank @ q.to("cuda:1") for q in [queries, queries * 3]]')
+    assert findings(listed, "MP021") == []
+
+
+def test_chunks_cut_by_split_are_batches():
+    src = ROWS.replace("LOOP", 'return [bank @ q.to("cuda:1") for q in queries.split(64)]')
+    assert findings(src, "MP021") == []
+    assert findings(src.replace("queries.split(64)", "torch.chunk(queries, 4)"), "MP021") == []

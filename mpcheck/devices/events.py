@@ -185,6 +185,8 @@ class Transfer(Fact):
     # A value computed on the host from a GPU tensor brought there alone (`scores.cpu().topk(k).indices`),
     # now sent to a GPU: the move that brought it (`.cpu()`); None otherwise (MP005).
     host_work_of: cst.CSTNode | None = None
+    # The tensor whose rows a loop walks, when the moved value is its row as the loop gave it (Obj.row_of).
+    rows_of: cst.CSTNode | None = None
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)

@@ -503,7 +503,7 @@ class Expressions(Part):
         for f in fors:
             it = self.ev(f.iter, inner)
             self.interp.stmts.assign(
-                f.target, iter_elem(it, f.target.value if isinstance(f.target, cst.Name) else None), inner, None
+                f.target, iter_elem(it, f.target.value if isinstance(f.target, cst.Name) else None, f.iter), inner, None
             )
             if len(fors) == 1:  # MP020: `[v.item() for v in t]` of a GPU tensor
                 element_reads.note_loop(self.interp, f.target, it, f.iter, node, node, inner)

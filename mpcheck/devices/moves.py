@@ -348,6 +348,7 @@ class Moves(Part):
                     else 0,
                     again_of=again_of,
                     host_work_of=_host_work_of(recv, devs),
+                    rows_of=recv.row_of,
                 ),
                 # A table of self moved to its input's device (`self.pe.to(x.device)`): the method's own
                 # run (x unknown) comes first and must not hide the run a caller makes with x on a known

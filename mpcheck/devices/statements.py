@@ -422,7 +422,7 @@ class Statements(Part):
                 self.interp.spread_modules -= spread
                 if ignored is not None:
                     device_loops.note(self.interp, stmt, ignored, built_from, st)
-        elem = iter_elem(it, stmt.target.value if isinstance(stmt.target, cst.Name) else None)
+        elem = iter_elem(it, stmt.target.value if isinstance(stmt.target, cst.Name) else None, stmt.iter)
         element_reads.note_loop(self.interp, stmt.target, it, stmt.iter, stmt.body, stmt, st)  # MP020
         before = st.copy()
         body = st.copy()

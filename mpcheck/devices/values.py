@@ -230,6 +230,10 @@ class Obj(Val):
     # Computed by an op from that move's data (not that data itself): `scores.cpu().topk(k)` (MP005's host work).
     # Dropped by any copy that does not give it, as `reducible_move` is.
     made_from_move: bool = False
+    # A row of a tensor a loop walks (`for q in queries:`): the loop's iterable, as the code writes it. Moved on
+    # each pass, it is one copy per row where one of the whole would do (MP021). Dropped by any copy that does
+    # not give it.
+    row_of: Any = field(default=None, repr=False)
     # It may have no dimensions (a full reduction, an element, a row of a 1-D tensor): PyTorch reads a 0-dim
     # integer index as a number, so one on a GPU may still index host memory (with a sync).
     may_be_0d: bool = False
@@ -242,6 +246,7 @@ class Obj(Val):
             kw["enlarged_at"] = None  # a value computed from this one (an op's result, an item): its own size
         kw.setdefault("reducible_move", None)
         kw.setdefault("made_from_move", False)
+        kw.setdefault("row_of", None)
         return replace(self, **kw)
 
 
@@ -735,8 +740,18 @@ def iter_items(it: Val) -> list[Val] | None:
     return None
 
 
-def iter_elem(it: Val, target: str | None) -> Val:
-    """What one item of `it` is, bound to the loop variable `target` (a plain name, else None)."""
+def iter_elem(it: Val, target: str | None, walked: Any = None) -> Val:
+    """What one item of `it` is, bound to the loop variable `target` (a plain name, else None); `walked`: the
+    loop's iterable as the code writes it (Obj.row_of, for a tensor the model knows to be one)."""
+    if (
+        isinstance(it, Obj)
+        and it.kind == "tensor"
+        and not it.opaque
+        and target is not None
+        and walked is not None
+        and not _cut_in_chunks(walked)
+    ):
+        return it.with_(label=target, may_be_0d=True, row_of=walked)
     if isinstance(it, Obj) and it.kind in ("tensor", "any"):
         return it.with_(label="", may_be_0d=True)  # rows of a tensor, items of a module's list output: same device
     if isinstance(it, SeqV):
@@ -748,6 +763,17 @@ def iter_elem(it: Val, target: str | None) -> Val:
             return it.elem if it.elem is not UNK else _each(target)
         return join_all(it.items)
     return _each(target)
+
+
+# Calls that cut a tensor into chunks of rows (`x.split(64)`, `torch.chunk(x, 4)`): batches, cut on purpose.
+_CHUNKING = frozenset({"split", "chunk", "tensor_split", "hsplit", "vsplit", "dsplit", "array_split"})
+
+
+def _cut_in_chunks(walked: Any) -> bool:
+    """Is the loop's iterable (as the code writes it) a call that cuts a tensor into chunks?"""
+    func = getattr(walked, "func", None)
+    name = getattr(getattr(func, "attr", None), "value", None) or getattr(func, "value", None)
+    return isinstance(name, str) and name in _CHUNKING
 
 
 def _each(target: str | None) -> Val:

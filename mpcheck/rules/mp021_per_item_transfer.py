@@ -1,0 +1,45 @@
+"""MP021 (the linter's form): a loop over a tensor's rows that moves each row to a GPU, one copy per row."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import libcst as cst
+
+from mpcheck.devices.events import Transfer
+from mpcheck.devices.values import conflict, show, single
+from mpcheck.finding import Finding
+from mpcheck.rules.base import Rule, once_per_node
+from mpcheck.rules.context import FileContext
+from mpcheck.rules.words import FLOW_WORDS
+
+
+class PerItemTransfer(Rule):
+    code = "MP021"
+    needs = FLOW_WORDS
+
+    def check(self, ctx: FileContext) -> Iterator[Finding]:
+        for ev in once_per_node(ctx.model.facts(Transfer), lambda ev: ev.rows_of is not None):
+            walked = ev.rows_of
+            src, dst = single(ev.value.devs), single(ev.devs)
+            if walked is None or not ctx.owns(walked) or src is None or dst is None:
+                continue
+            if not dst.startswith("cuda") or src.startswith("sym:") or not conflict(ev.value.devs, ev.devs):
+                continue  # (to the host: one number or a row read there is MP020's; to where it is: no copy)
+            node = ev.node
+            row = (
+                ctx.code(node.func.value)
+                if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
+                else "it"
+            )
+            whole = ctx.code(walked)
+            yield self.finding(
+                ctx,
+                node,
+                f"`{row}` is a row of `{whole}` (line {ctx.line(walked)}), moved from {show(src)} to {show(dst)} on "
+                f"every pass of the loop over its rows: one copy per row, each paying a copy's fixed cost, where one "
+                f"copy of `{whole}` before the loop would do. Move it once and walk the copy: "
+                f"`for {row} in {whole}.to(...)`.",
+                devices=[src, dst],
+                suggestion=f"move `{whole}` to {dst} once, before the loop",
+            )
