@@ -546,8 +546,10 @@ class Statements(Part):
         the holders up to the name (Moves.rebind); a part reached another way (`for m in model.modules():
         setattr(m, name, LoRALinear(child))`) is replaced where the instances the function's names hold hold it
         (Moves.rebind_holders). False where `base` is not an instance whose parts are known."""
-        if base is st.self_obj or (isinstance(holder, cst.Attribute) and _rooted_at(holder, st.self_obj or UNK, st)):
-            return False
+        if base is st.self_obj or (
+            isinstance(holder, (cst.Attribute, cst.Subscript)) and _rooted_at(holder, st.self_obj or UNK, st)
+        ):
+            return False  # a part of self, set by one of its own methods: the overlay of assign_attr
         replaced = with_part_replaced(base, name, self._swapped_in(base, name, v))
         if replaced is None:
             return False
