@@ -552,3 +552,39 @@ def test_chunks_cut_by_split_are_batches():
     src = ROWS.replace("LOOP", 'return [bank @ q.to("cuda:1") for q in queries.split(64)]')
     assert findings(src, "MP021") == []
     assert findings(src.replace("queries.split(64)", "torch.chunk(queries, 4)"), "MP021") == []
+
+
+ENV_GPUS = """
+import os
+
+import torch
+import torch.nn as nn
+
+ENCODER_GPU = int(os.environ.get("OCR_ENCODER_GPU", FIRST))
+DECODER_GPU = int(os.environ.get("OCR_DECODER_GPU", 1))
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.enc = nn.Linear(8, 8).to(torch.device("cuda", ENCODER_GPU))
+        self.dec = nn.Linear(8, 8).to(torch.device("cuda", DECODER_GPU))
+
+    def forward(self, x):
+        return self.dec(self.enc(x.to(torch.device("cuda", ENCODER_GPU))))
+
+
+Net()(torch.randn(2, 8))
+"""
+
+
+def test_gpu_indices_from_the_environment_with_distinct_defaults_are_a_placement():
+    found = findings(ENV_GPUS.replace("FIRST", "0"), "MP001")
+    assert [f.line for f in found] == [18]
+    assert "cuda:0" in found[0].message and "cuda:1" in found[0].message
+
+
+def test_a_rank_or_equal_defaults_from_the_environment_stay_unknown():
+    assert findings(ENV_GPUS.replace("FIRST", "1"), "MP001") == []
+    ranked = ENV_GPUS.replace("FIRST", "0").replace("OCR_ENCODER_GPU", "LOCAL_RANK")
+    assert findings(ranked, "MP001") == []

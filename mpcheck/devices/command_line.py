@@ -9,7 +9,9 @@ defaults at all (`_constant_attr`'s rule for namespaces).
 An index of a GPU or a rank (`--gpu 0`, `--local_rank -1`: a number, or None, under a name that says so)
 stays unknown: a launcher gives each process its own, and the default only stands in for it. Two or more GPU
 indices of one parser with distinct defaults and no rank among them (`--encoder-gpu 0 --decoder-gpu 1`) are a
-placement, which no launcher sets: their defaults are read.
+placement, which no launcher sets: their defaults are read. The same holds for GPU indices the script reads from
+its environment at its top level (`DECODER_GPU = int(os.environ.get("OCR_DECODER_GPU", 1))`,
+`environment_placement`).
 
 What is known is kept only where argparse's own rules are plain: a default of a known value, `store_true`
 and `store_false`, a string default converted by `type=int` / `type=float` / `type=str`, or split by
@@ -99,6 +101,54 @@ def _placement(held: dict[str, Val]) -> dict[str, Val]:
     ):
         return dict(held)
     return {}
+
+
+def environment_placement(module: Any) -> dict[str, int]:
+    """The GPU indices a script reads from its environment at its top level with a default, as
+    `ENCODER_GPU = int(os.environ.get("OCR_ENCODER_GPU", 0))`, that form a placement by the rule of `_placement`
+    (two or more, distinct non-negative defaults, no rank among them): name -> default. No launcher sets such
+    variables, so the script runs with the defaults unless its user sets them; others stay unknown."""
+    import libcst as cst
+
+    held: dict[str, Val] = {}
+    for stmt in getattr(module, "body", ()):
+        if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1):
+            continue
+        line = stmt.body[0]
+        if not (
+            isinstance(line, cst.Assign) and len(line.targets) == 1 and isinstance(line.targets[0].target, cst.Name)
+        ):
+            continue
+        read = _env_int_read(line.value)
+        if read is not None:
+            var, default = read
+            name = line.targets[0].target.value
+            if any(w in (var + name).lower() for w in ("gpu", "device", "cuda", "rank", "local")):
+                held[f"{name} {var}"] = Const(default)
+    return {key.split(" ", 1)[0]: v.value for key, v in _placement(held).items() if isinstance(v, Const)}
+
+
+def _env_int_read(value: Any) -> tuple[str, int] | None:
+    """(variable, default) of `int(os.environ.get("VAR", 0))` or `int(os.getenv("VAR", "1"))`."""
+    import libcst as cst
+
+    if not (isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value == "int"):
+        return None
+    if len(value.args) != 1 or not isinstance(inner := value.args[0].value, cst.Call):
+        return None
+    func = inner.func
+    names = ("os.environ.get", "os.getenv", "environ.get", "getenv")
+    dotted_name = cst.Module([]).code_for_node(func) if isinstance(func, (cst.Attribute, cst.Name)) else ""
+    if dotted_name not in names or len(inner.args) != 2:
+        return None
+    var, default = inner.args[0].value, inner.args[1].value
+    if not isinstance(var, cst.SimpleString) or not isinstance(var.evaluated_value, str):
+        return None
+    if isinstance(default, cst.Integer):
+        return var.evaluated_value, int(default.value)
+    if isinstance(default, cst.SimpleString) and str(default.evaluated_value).isdigit():
+        return var.evaluated_value, int(str(default.evaluated_value))
+    return None
 
 
 def _dest(args: list[Val], kwargs: dict[str, Val]) -> str | None:
