@@ -588,3 +588,13 @@ def test_a_rank_or_equal_defaults_from_the_environment_stay_unknown():
     assert findings(ENV_GPUS.replace("FIRST", "1"), "MP001") == []
     ranked = ENV_GPUS.replace("FIRST", "0").replace("OCR_ENCODER_GPU", "LOCAL_RANK")
     assert findings(ranked, "MP001") == []
+
+
+def test_device_strings_from_the_environment_with_distinct_defaults_are_a_placement():
+    src = ENV_GPUS.replace('int(os.environ.get("OCR_ENCODER_GPU", FIRST))', 'os.getenv("Q_DEVICE", "cuda:0")')
+    src = src.replace('int(os.environ.get("OCR_DECODER_GPU", 1))', 'os.getenv("K_DEVICE", "cuda:1")')
+    src = src.replace('torch.device("cuda", ENCODER_GPU)', "torch.device(ENCODER_GPU)")
+    src = src.replace('torch.device("cuda", DECODER_GPU)', "torch.device(DECODER_GPU)")
+    assert [f.line for f in findings(src, "MP001")] == [18]
+    one_gpu = src.replace('"cuda:1")', '"cuda:0")')
+    assert findings(one_gpu, "MP001") == []

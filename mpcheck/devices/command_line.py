@@ -10,8 +10,9 @@ An index of a GPU or a rank (`--gpu 0`, `--local_rank -1`: a number, or None, un
 stays unknown: a launcher gives each process its own, and the default only stands in for it. Two or more GPU
 indices of one parser with distinct defaults and no rank among them (`--encoder-gpu 0 --decoder-gpu 1`) are a
 placement, which no launcher sets: their defaults are read. The same holds for GPU indices the script reads from
-its environment at its top level (`DECODER_GPU = int(os.environ.get("OCR_DECODER_GPU", 1))`,
-`environment_placement`).
+its environment at its top level (`DECODER_GPU = int(os.environ.get("OCR_DECODER_GPU", 1))`, or a device string:
+`os.getenv("K_DEVICE", "cuda:1")`), read as their defaults by `library._environment_get` when they form a placement
+(`environment_placement`).
 
 What is known is kept only where argparse's own rules are plain: a default of a known value, `store_true`
 and `store_false`, a string default converted by `type=int` / `type=float` / `type=str`, or split by
@@ -103,52 +104,63 @@ def _placement(held: dict[str, Val]) -> dict[str, Val]:
     return {}
 
 
-def environment_placement(module: Any) -> dict[str, int]:
-    """The GPU indices a script reads from its environment at its top level with a default, as
-    `ENCODER_GPU = int(os.environ.get("OCR_ENCODER_GPU", 0))`, that form a placement by the rule of `_placement`
-    (two or more, distinct non-negative defaults, no rank among them): name -> default. No launcher sets such
-    variables, so the script runs with the defaults unless its user sets them; others stay unknown."""
+def environment_placement(module: Any) -> dict[str, int | str]:
+    """The GPU settings a script reads from its environment with a default, in its top-level statements
+    (`ENCODER_GPU = int(os.environ.get("OCR_ENCODER_GPU", 0))`, `torch.device(os.getenv("K_DEVICE", "cuda:1"))`),
+    when they form a placement by the rule of `_placement`: two or more, distinct GPUs, no rank among them.
+    Variable -> default, as written (an index or a device string). No launcher sets such variables, so the script
+    runs with the defaults unless its user sets them; others stay unknown."""
     import libcst as cst
 
-    held: dict[str, Val] = {}
+    from mpcheck.devices.walk import walk
+
+    held: dict[str, int | str] = {}
     for stmt in getattr(module, "body", ()):
-        if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1):
+        if not isinstance(stmt, cst.SimpleStatementLine):
             continue
-        line = stmt.body[0]
-        if not (
-            isinstance(line, cst.Assign) and len(line.targets) == 1 and isinstance(line.targets[0].target, cst.Name)
-        ):
-            continue
-        read = _env_int_read(line.value)
-        if read is not None:
-            var, default = read
-            name = line.targets[0].target.value
-            if any(w in (var + name).lower() for w in ("gpu", "device", "cuda", "rank", "local")):
-                held[f"{name} {var}"] = Const(default)
-    return {key.split(" ", 1)[0]: v.value for key, v in _placement(held).items() if isinstance(v, Const)}
+        for node in walk(stmt):
+            read = environment_read(node)
+            if read is not None and read[1] is not None:
+                held[read[0]] = read[1]
+    gpus = {var: _gpu_of(default) for var, default in held.items()}
+    if (
+        len(held) >= 2
+        and all(g is not None for g in gpus.values())
+        and len(set(gpus.values())) == len(gpus)
+        and not any(w in var.lower() for var in held for w in ("rank", "local", "world"))
+    ):
+        return held
+    return {}
 
 
-def _env_int_read(value: Any) -> tuple[str, int] | None:
-    """(variable, default) of `int(os.environ.get("VAR", 0))` or `int(os.getenv("VAR", "1"))`."""
+def environment_read(node: Any) -> tuple[str, int | str | None] | None:
+    """(variable, default) of `os.environ.get("VAR", default)` or `os.getenv("VAR", default)`: the default when
+    it is a number or a string (None for another one, or none); None for any other node."""
     import libcst as cst
 
-    if not (isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value == "int"):
+    if not (isinstance(node, cst.Call) and isinstance(node.func, (cst.Attribute, cst.Name))):
         return None
-    if len(value.args) != 1 or not isinstance(inner := value.args[0].value, cst.Call):
+    if cst.Module([]).code_for_node(node.func) not in ("os.environ.get", "os.getenv", "environ.get", "getenv"):
         return None
-    func = inner.func
-    names = ("os.environ.get", "os.getenv", "environ.get", "getenv")
-    dotted_name = cst.Module([]).code_for_node(func) if isinstance(func, (cst.Attribute, cst.Name)) else ""
-    if dotted_name not in names or len(inner.args) != 2:
+    if not node.args or not isinstance(var := node.args[0].value, cst.SimpleString):
         return None
-    var, default = inner.args[0].value, inner.args[1].value
-    if not isinstance(var, cst.SimpleString) or not isinstance(var.evaluated_value, str):
+    if not isinstance(name := var.evaluated_value, str):
         return None
+    default = node.args[1].value if len(node.args) == 2 else None
     if isinstance(default, cst.Integer):
-        return var.evaluated_value, int(default.value)
-    if isinstance(default, cst.SimpleString) and str(default.evaluated_value).isdigit():
-        return var.evaluated_value, int(str(default.evaluated_value))
-    return None
+        return name, int(default.value)
+    if isinstance(default, cst.SimpleString) and isinstance(default.evaluated_value, str):
+        return name, default.evaluated_value
+    return name, None
+
+
+def _gpu_of(default: int | str) -> int | None:
+    """The GPU a default names: an index (`0`, `"1"`) or a CUDA device string with one (`"cuda:1"`)."""
+    text = str(default)
+    if text.isdigit():
+        return int(text)
+    kind, _, index = text.partition(":")
+    return int(index) if kind == "cuda" and index.isdigit() else None
 
 
 def _dest(args: list[Val], kwargs: dict[str, Val]) -> str | None:

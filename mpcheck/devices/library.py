@@ -1296,6 +1296,16 @@ def _load(lib: Library, c: LibCall) -> Val:
     return Obj("any", one(dev), origin=f"{LOADED} map_location={show(dev)}", at=c.node)
 
 
+def _environment_get(lib: Library, c: LibCall) -> Val:
+    """`os.environ.get("OCR_DECODER_GPU", 1)` at the top of a script: its default, where the file's environment
+    GPU settings form a placement (command_line.environment_placement); otherwise not known."""
+    read = command_line.environment_read(c.node)
+    if lib.interp.stack or read is None:
+        return UNK
+    default = lib.interp.stmts.environment_placement().get(read[0])
+    return Const(default) if default is not None else UNK
+
+
 def _save(lib: Library, c: LibCall) -> Val:
     """torch.save(obj, path): remembered by the path, for a `torch.load(path)` of this file (`_load`)."""
     key = _path_key(lib, c, 1)
@@ -1441,6 +1451,7 @@ EXACT: dict[str, Handler] = _exact(
     (("types.SimpleNamespace", "argparse.Namespace"), _namespace),
     ("argparse.ArgumentParser", _argument_parser),
     ("torch.load", _load),
+    (("os.environ.get", "os.getenv"), _environment_get),
     ("torch.save", _save),
     ("collections.OrderedDict", _dict_call),
     ("copy.deepcopy", _deep_copy),

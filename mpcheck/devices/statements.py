@@ -73,7 +73,7 @@ class Statements(Part):
     def __init__(self, interp: Interp) -> None:
         super().__init__(interp)
         self._bindings: dict[int, dict[str, int]] = {}  # scope node (by id) -> _binding_counts
-        self._env_placement: dict[str, int] | None = None  # command_line.environment_placement
+        self._env_placement: dict[str, int | str] | None = None  # command_line.environment_placement
         self.open_tests: list[cst.BaseExpression] = []  # the undecided `if` tests around the statement run now
 
     def under_split_test(self, st: State) -> bool:
@@ -570,7 +570,7 @@ class Statements(Part):
             return v
         return v if name in parts_moved_from_outside(self.interp) else on_cpu(v)
 
-    def _environment_placement(self) -> dict[str, int]:
+    def environment_placement(self) -> dict[str, int | str]:
         """command_line.environment_placement of the file, computed once."""
         if self._env_placement is None:
             self._env_placement = command_line.environment_placement(self.interp.module)
@@ -590,10 +590,6 @@ class Statements(Part):
 
     def assign(self, target: cst.BaseExpression, v: Val, st: State, value_node: cst.BaseExpression | None) -> None:
         if isinstance(target, cst.Name):
-            if v is UNK and _int_call(value_node) and not self.interp.stack:
-                placed = self._environment_placement().get(target.value)
-                if placed is not None:
-                    v = Const(placed)  # `DECODER_GPU = int(os.environ.get("OCR_DECODER_GPU", 1))`, beside another
             if v is UNK and _int_call(value_node) and self._bound_once(target.value):
                 # `local_rank = int(os.environ["LOCAL_RANK"])`: one fixed integer, by its name, so
                 # that `2 * local_rank` and `2 * local_rank + 1` are two GPUs (values.affine).
