@@ -598,3 +598,8 @@ def test_device_strings_from_the_environment_with_distinct_defaults_are_a_placem
     assert [f.line for f in findings(src, "MP001")] == [18]
     one_gpu = src.replace('"cuda:1")', '"cuda:0")')
     assert findings(one_gpu, "MP001") == []
+
+
+def test_other_settings_from_the_environment_stay_unknown():
+    src = ENV_GPUS.replace("OCR_ENCODER_GPU", "OCR_WORKERS").replace("OCR_DECODER_GPU", "OCR_BEAM")
+    assert findings(src.replace("FIRST", "0"), "MP001") == []

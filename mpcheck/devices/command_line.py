@@ -120,7 +120,7 @@ def environment_placement(module: Any) -> dict[str, int | str]:
             continue
         for node in walk(stmt):
             read = environment_read(node)
-            if read is not None and read[1] is not None:
+            if read is not None and read[1] is not None and _names_a_gpu(*read):
                 held[read[0]] = read[1]
     gpus = {var: _gpu_of(default) for var, default in held.items()}
     if (
@@ -152,6 +152,11 @@ def environment_read(node: Any) -> tuple[str, int | str | None] | None:
     if isinstance(default, cst.SimpleString) and isinstance(default.evaluated_value, str):
         return name, default.evaluated_value
     return name, None
+
+
+def _names_a_gpu(var: str, default: int | str | None) -> bool:
+    """Does the variable say it holds a GPU (`OCR_DECODER_GPU`, `K_DEVICE`), or its default name one (`"cuda:1"`)?"""
+    return any(w in var.lower() for w in ("gpu", "device", "cuda")) or str(default).startswith("cuda")
 
 
 def _gpu_of(default: int | str) -> int | None:
