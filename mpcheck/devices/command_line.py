@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mpcheck.devices.values import UNK, Const, DictV, QName, SeqV, Val
+from mpcheck.devices.walk import walk
 
 # `type=` callables whose effect on a string default is known.
 _CONVERSIONS: dict[str, Any] = {"int": int, "float": float, "str": str, "builtins.int": int, "builtins.float": float}
@@ -111,8 +112,6 @@ def environment_placement(module: Any) -> dict[str, int | str]:
     Variable -> default, as written (an index or a device string). No launcher sets such variables, so the script
     runs with the defaults unless its user sets them; others stay unknown."""
     import libcst as cst
-
-    from mpcheck.devices.walk import walk
 
     held: dict[str, int | str] = {}
     for stmt in getattr(module, "body", ()):
