@@ -25,7 +25,7 @@ class PerItemTransfer(Rule):
             if walked is None or not ctx.owns(walked) or src is None or dst is None:
                 continue
             if not dst.startswith("cuda") or src.startswith("sym:") or not conflict(ev.value.devs, ev.devs):
-                continue  # (to the host: one number or a row read there is MP020's; to where it is: no copy)
+                continue  # (to the host: not this rule's form, a value read there is MP020's; to where it is: no copy)
             node = ev.node
             row = (
                 ctx.code(node.func.value)
