@@ -22,13 +22,16 @@ class RoundTripTransfer(Rule):
     needs = FLOW_WORDS
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
+        transfers = ctx.model.facts(Transfer)
+        # (each a walk of the file, for the few moves to a GPU of a copy the host read: asked once per move)
+        tests = {id(ev): test for ev in transfers if (test := _checked_on_host(ctx, ev)) is not None}
         for ev in once_per_node(
-            ctx.model.facts(Transfer),
+            transfers,
             lambda ev: (
                 _host_detour(ev)
                 or _gpu_detour(ev)
                 or (_round_trip(ev) and not _starts_a_loop(ctx, ev.value.moved_at))
-                or _checked_on_host(ctx, ev) is not None
+                or id(ev) in tests
                 or _host_work(ctx, ev) is not None
             ),
         ):
@@ -44,7 +47,7 @@ class RoundTripTransfer(Rule):
             if away is not None:
                 yield _host_work_sent_back(self, ctx, ev, away)
                 continue
-            check = _checked_on_host(ctx, ev)
+            check = tests.get(id(ev))
             if check is not None:
                 dst = single(ev.devs)
                 onward = "back" if dst == home else "on"

@@ -196,7 +196,7 @@ def _in_loop_calling_its_item(ctx: FileContext, node: cst.CSTNode) -> bool:
     return False
 
 
-def repeated(ev: Transfer, in_layer_loop: Callable[[], bool] = lambda: False) -> str:
+def repeated(ev: Transfer, in_layer_loop: Callable[[], bool]) -> str:
     """'call' / 'loop' for a move, on every forward call or loop iteration, of the same
     unchanging value (buffer, parameter, constant) certainly on another device; 'global' for such a
     move of a constant of the module by a function run on every step; 'again' for a value copied a
