@@ -13,7 +13,8 @@ variants interleaved. Needs 1 CUDA device.
 
 Also the slices of one tensor moved one by one in a loop (`for t in range(T): cell(x[:, t].to(dst), h)`, a
 recurrent decoder fed per time step from a stage on another device), against the tensor moved once before the
-loop and sliced where it arrived: rows (`x[i]`, contiguous) and time steps (`x[:, t]`, strided).
+loop and sliced where it arrived: rows (`x[i]`, contiguous) and time steps (`x[:, t]`, strided); from the host
+to cuda:0, between GPUs, and from cuda:0 to the host (`for i in range(len(emb)): index.add(emb[i].cpu())`).
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ def rows(reps: int) -> list[dict]:
         for kib in (4, 64, 256, 1024, 4096)
     ] + [
         per_slice(src, dst, count, kib * 1024, strided, reps)
-        for src, dst in ways
+        for src, dst in [*ways, ("cuda:0", "cpu")]
         for strided in (False, True)
         for count in (8, 64)
         for kib in (4, 64, 256, 1024)

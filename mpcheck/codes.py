@@ -226,7 +226,7 @@ CODES: tuple[Code, ...] = (
         _EVERY_FACE,
     ),
     # Mostly at run time: which copies were gathered, from where, and how big they are is known then. The
-    # linter sees one form: a loop over a tensor's rows that moves each row to a GPU.
+    # linter sees one form: a loop over a tensor's rows that moves each row to another device.
     Code(
         "MP021",
         "per-item-transfer",
@@ -243,6 +243,15 @@ CODES: tuple[Code, ...] = (
         "error",
         "`nn.Parameter(t).to(dev)`: moving a parameter to another device returns a plain, non-leaf tensor, which "
         "no module registers and no optimizer accepts; move the data, then wrap it.",
+        (LINT,),
+    ),
+    # Lint only: at run time a dict lookup that misses is ordinary Python, and the module just lands elsewhere.
+    Code(
+        "MP023",
+        "device-map-key-matches-nothing",
+        "warning",
+        "A key of a hand-written device map names nothing the code looks up, while a name it does look up, much "
+        "like that key, is missing and falls back to the default device: that part lands on the wrong device.",
         (LINT,),
     ),
 )

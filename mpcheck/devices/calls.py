@@ -13,7 +13,7 @@ from typing import Any, cast
 
 import libcst as cst
 
-from mpcheck.devices import command_line, memo, module_tree, optimizers, pre_hooks
+from mpcheck.devices import command_line, map_lookups, memo, module_tree, optimizers, pre_hooks
 from mpcheck.devices import torchapi as T
 from mpcheck.devices.callers import note_call
 from mpcheck.devices.command_line import ParserV
@@ -1175,6 +1175,8 @@ class Calls(Part):
                 reducible_move=reducible,
                 made_from_move=reducible is not None,
                 may_be_0d=recv.may_be_0d or T.may_give_0d(meth, len(args), kwargs),
+                row_statistic=T.reduces_along_a_dim(meth, bool(args) and _an_int(args[0]), kwargs)
+                or (recv.row_statistic and not any(isinstance(a, Obj) and not a.row_statistic for a in args)),
             )
             if T.gives_values_and_indices(meth, bool(args) and _an_int(args[0]), kwargs):
                 # `gate, choice = probs.max(-1)`: the indices are ids where the values are, no activation
@@ -1199,14 +1201,19 @@ class Calls(Part):
         if isinstance(recv, DictV):
             if recv.module and meth in T.MODULE_SELF_METHODS:
                 return recv  # nn.ModuleDict(...).eval()
+            if meth in ("values", "items", "keys"):
+                map_lookups.note_read_whole(self.interp, recv, node, st)
             if meth == "values":
                 return SeqV(tuple(recv.items.values()))
             if meth == "items":
                 return SeqV(tuple(SeqV((Const(k), v), kind="tuple") for k, v in recv.items.items()))
             if meth == "keys":
                 return SeqV(tuple(Const(k) for k in recv.items))
-            if meth == "get" and args and isinstance(args[0], Const):
-                return recv.items.get(args[0].value, args[1] if len(args) > 1 else Const(None))
+            if meth == "get" and args:
+                default = args[1] if len(args) > 1 else Const(None)
+                map_lookups.note(self.interp, recv, args[0], node, st, default)
+                if isinstance(args[0], Const):
+                    return recv.items.get(args[0].value, default)
             return UNK
         if isinstance(recv, ParserV):
             return command_line.method(recv, meth, args, kwargs, node)

@@ -156,6 +156,18 @@ def _indexed_tensor(
     interp: Interp, target: cst.BaseAssignTargetExpression, iterated: cst.BaseExpression, st: State
 ) -> tuple[str, Devs, cst.BaseExpression] | None:
     """`for i in range(len(t))` (or `t.size(0)`, `t.shape[0]`) over a GPU tensor `t`: (i, its device, t)."""
+    rows = indexed_rows(target, iterated)
+    if rows is None:
+        return None
+    devs = gpu_devices(interp, interp.exprs.ev(rows[1], st))
+    return (rows[0], devs, rows[1]) if devs is not None else None
+
+
+def indexed_rows(
+    target: cst.BaseAssignTargetExpression, iterated: cst.BaseExpression
+) -> tuple[str, cst.BaseExpression] | None:
+    """`for i in range(len(t))` (or `t.size(0)`, `t.shape[0]`), `t` a name or an attribute: (i, t), the loop's
+    name and the expression of the tensor whose rows `t[i]` it walks."""
     call = _builtin_call(iterated, ("range",))
     if call is None or len(call.args) != 1 or not isinstance(target, cst.Name):
         return None
@@ -177,8 +189,7 @@ def _indexed_tensor(
         tensor = n.value.value
     if tensor is None or dotted(tensor) is None:
         return None
-    devs = gpu_devices(interp, interp.exprs.ev(tensor, st))
-    return (target.value, devs, tensor) if devs is not None else None
+    return target.value, tensor
 
 
 def _builtin_call(e: cst.BaseExpression, names: tuple[str, ...]) -> cst.Call | None:

@@ -480,6 +480,22 @@ class UnusedLoopDevice(Fact):
     built: tuple[str, ...]
 
 
+@dataclass(frozen=True, eq=False, kw_only=True)
+class MapLookup(Fact):
+    """A lookup (`node`: `device_map.get(name, default)`, `device_map[name]`, `name in device_map`) in a dict built
+    by the literal `literal`, with the constant key `key` (None: a key not known, or the dict read whole by
+    `.items()`, `.keys()` or `.values()`); `found` whether it is one of the dict's keys, and for a `.get()` that
+    missed, where it sent the part instead (`default`; None for a test `in`, whose fallback is the code's).
+    map_lookups.py."""
+
+    literal: cst.Dict
+    key: str | None
+    found: bool
+    default: str | None = None  # the device the `.get()` gave instead ("" for None; None where not known)
+    # The dict's string keys whose value is one known device, with that device.
+    devices: tuple[tuple[str, str], ...] = ()
+
+
 F = TypeVar("F", bound=Fact)
 
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import libcst as cst
 
-from mpcheck.devices import device_loops, element_reads, torchapi
+from mpcheck.devices import device_loops, element_reads, map_lookups, torchapi
 from mpcheck.devices.events import Mismatch, OversizedMove
 from mpcheck.devices.names import a_number, canonical, dotted
 from mpcheck.devices.program import MAX_UNROLL, ClassInfo, Part, State, params_of
@@ -161,8 +161,9 @@ class Expressions(Part):
             if name == "requires_grad" and base.kind == "param" and not turns_off_grad(self.interp.module):
                 return Const(True)  # (`[p for p in model.parameters() if p.requires_grad]` keeps every one)
             if name == "grad" and base.kind in ("param", "tensor"):
-                # A gradient lives where its tensor does (optimizers, clipping, loss scalers read it).
-                return base.with_(kind="tensor", label=dotted(node) or name, invariant=False)
+                # A gradient lives where its tensor does (optimizers, clipping, loss scalers read it); it is None
+                # before a backward, or for a frozen parameter.
+                return base.with_(kind="tensor", label=dotted(node) or name, invariant=False, maybe_none=True)
             if name == "module":
                 return base
             return UNK
@@ -254,6 +255,7 @@ class Expressions(Part):
                 return base.elem.with_(label=dotted(node) or "")  # `self.shadow[k]`, for messages
             return base.elem if base.items is None else join_all(base.items)
         if isinstance(base, DictV):
+            map_lookups.note(self.interp, base, idx, node, st, subscript=True)
             if isinstance(idx, Const) and idx.value in base.items:
                 return base.items[idx.value]
             vals = list(base.items.values())
@@ -298,8 +300,20 @@ class Expressions(Part):
                 invariant=base.invariant and (not isinstance(idx, Obj) or idx.invariant),
                 worked=True,
                 may_be_0d=base.may_be_0d or (isinstance(idx, Const) and type(idx.value) is int),
+                row_of=self._row_walked(node, base),
             )
         return UNK
+
+    def _row_walked(self, node: cst.Subscript, base: Obj) -> cst.BaseExpression | None:
+        """`t` of `t[i]` inside `for i in range(len(t))` (Interp.row_loops), `t` a tensor whose every row the
+        loop reads this way (Obj.row_of, MP021); else None."""
+        if base.kind != "tensor" or base.opaque or not self.interp.row_loops:
+            return None
+        name, walked = self.interp.row_loops[-1]
+        index = node.slice[0].slice
+        if isinstance(index, cst.Index) and isinstance(index.value, cst.Name) and index.value.value == name:
+            return walked if node.value.deep_equals(walked) else None
+        return None
 
     def _note_indexed_after_move(self, node: cst.Subscript, base: Obj, st: State) -> None:
         """MP016: `self.bank.to(dev)[idx]`, a whole tensor moved only for the rows an index tensor picks right
@@ -434,7 +448,7 @@ class Expressions(Part):
                 if not isinstance(spread, DictV) or spread.module or spread.namespace:
                     return UNK
                 items.update(spread.items)
-        return DictV(items)
+        return DictV(items, at=node)
 
     def ev_comp(self, node: cst.ListComp | cst.SetComp | cst.GeneratorExp | cst.DictComp, st: State) -> Val:
         # [elt for target in iter if ...]: unrolled for short known iterables.
@@ -447,10 +461,13 @@ class Expressions(Part):
         while f is not None:
             fors.append(f)
             f = f.inner_for_in
-        if len(fors) > 1 and not isinstance(node, cst.DictComp):
+        if len(fors) > 1:
             # [Block(d) for d in devices for _ in range(per)]: every combination, in order, when each
             # iterable is known for each item of the ones before it (and no `if` is left undecided).
             combos = self._nested_items(fors, inner)
+            if combos is not None and isinstance(node, cst.DictComp):
+                # {i: f"cuda:{g}" for g, ids in device_map.items() for i in ids}: a layer -> device map
+                return self._dict_of_bindings(node, fors, combos, inner)
             if combos is not None:
                 out = []
                 for binding in combos:
@@ -570,9 +587,17 @@ class Expressions(Part):
 
     def _dict_comp(self, node: cst.DictComp, comp: cst.CompFor, items: list[Val], st: State) -> Val:
         """{g: devices[g] for g in range(n)} over a few known items: a dict when every key is known."""
+        return self._dict_of_bindings(node, [comp], [(item,) for item in items], st)
+
+    def _dict_of_bindings(
+        self, node: cst.DictComp, fors: list[cst.CompFor], combos: list[tuple[Val, ...]], st: State
+    ) -> Val:
+        """A dict comprehension's dict, its `for` targets bound to each of `combos` in turn, when every key is
+        known; otherwise not known."""
         out: dict[Any, Val] = {}
-        for item in items:
-            self.interp.stmts.assign(comp.target, item, st, None)
+        for binding in combos:
+            for f, item in zip(fors, binding):
+                self.interp.stmts.assign(f.target, item, st, None)
             k = self.ev(node.key, st)
             v = self.ev(node.value, st)
             if not isinstance(k, Const) or not isinstance(k.value, (int, str)):
@@ -683,6 +708,7 @@ class Expressions(Part):
                 # `w * w.log()` of one moved `w`: still that move's data alone
                 reducible_move=a.reducible_move if a.reducible_move is b.reducible_move else None,
                 made_from_move=a.reducible_move is not None and a.reducible_move is b.reducible_move,
+                row_statistic=a.row_statistic and b.row_statistic,
             )
         if _host_scalar(a) and not isinstance(b, Const) or _host_scalar(b) and not isinstance(a, Const):
             return UNK  # a 0-d CPU tensor with a value not known: the result is where that value is
@@ -770,6 +796,8 @@ class Expressions(Part):
             ):
                 return Const(isinstance(c.operator, cst.Is))
             if isinstance(c.operator, (cst.In, cst.NotIn)) and type(left.value) in (int, str):
+                if isinstance(right, DictV):
+                    map_lookups.note(self.interp, right, left, node, st)
                 found = _contains(right, left.value)
                 if found is not None:
                     # `if name in device_map:` over a dict of known keys (a hand-written device map)
@@ -1061,10 +1089,13 @@ def _right_operand(node: cst.CSTNode) -> cst.BaseExpression | None:
 
 
 def _certainly_not_none(v: Val) -> bool:
-    """A value the program built as a container or a device, or a known constant other than None. (A
-    module's attribute, such as a layer's `bias`, may be None where the model says parameter: not here.)"""
+    """A value the program built as a container, a device or a tensor (on every path: not one joined with
+    None), or a known constant other than None. (A module's attribute, such as a layer's `bias`, may be None
+    where the model says parameter, and an element unpacked from an unknown value may be anything: not here.)"""
     if isinstance(v, Const):
         return v.value is not None
+    if isinstance(v, Obj):
+        return v.kind == "tensor" and not v.maybe_none and not v.opaque
     return isinstance(v, (SeqV, DictV, DeviceV)) and not getattr(v, "module", False)
 
 

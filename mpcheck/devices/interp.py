@@ -135,6 +135,9 @@ class Interp:
         self.loop_outer: list[tuple[set[int], frozenset[str], int]] = []
         # The loops of loop_outer (by their position in it) that run joined, not unrolled (a loader's batches).
         self.joined_loops: set[int] = set()
+        # The joined loops over a tensor's row indices being run (`for i in range(len(t))`): (i, the expression
+        # of t), for MP021's `t[i].to(dev)` (Expressions.ev_subscript gives that row Obj.row_of).
+        self.row_loops: list[tuple[str, cst.BaseExpression]] = []
         self.device_lists_seen: set[object] = set()  # loops and comprehensions device_loops.py checked
         # Modules dealt over several devices that a loop being unrolled walks (ids): a deliberate
         # split, so a mismatch at one of them is fixed by a hop to it (Calls.module_call).

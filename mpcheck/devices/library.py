@@ -330,6 +330,7 @@ class Library(Part):
         lineage = OFF_CHAIN if off else f.lineage
         if loss:
             return Obj("tensor", f.devs, origin=LOSS_OF, at=node, lineage=lineage, hop=hop)
+        host_work = _host_work_on_copies(flat)
         out = Obj(
             "tensor",
             f.devs,
@@ -340,6 +341,9 @@ class Library(Part):
             hop=hop,
             may_be_0d=T.may_give_0d(q, max(len(args) - 1, 0), kwargs)
             or any(isinstance(a, Obj) and a.may_be_0d for a, _ in flat),
+            reducible_move=host_work,
+            made_from_move=host_work is not None,
+            row_statistic=_of_row_statistics(q, args, kwargs, flat),
         )
         second = args[1] if len(args) > 1 else None
         if q.count(".") == 1 and T.gives_values_and_indices(
@@ -348,6 +352,28 @@ class Library(Part):
             # `values, idx = torch.topk(scores, k)`: the indices are ids where the values are
             return SeqV((out, out.with_(index_like=True, lineage=OFF_CHAIN)), kind="tuple")
         return out
+
+
+def _of_row_statistics(q: str, args: list[Val], kwargs: dict[str, Val], flat: list[Any]) -> bool:
+    """`torch.sum(e, 1)`, or `torch.maximum(m0, m1)` of statistics per row alone (Obj.row_statistic)."""
+    second = args[1] if len(args) > 1 else None
+    if T.reduces_along_a_dim(q, isinstance(second, Const) and type(second.value) is int, kwargs):
+        return True
+    tensors = [a for a, _ in flat if isinstance(a, Obj) and a.kind not in ("scalar", "module")]
+    return bool(tensors) and all(a.row_statistic for a in tensors)
+
+
+def _host_work_on_copies(flat: list[Any]) -> Any:
+    """The first move of the operands of a torch function run on the host when each of its tensors is a copy
+    that a move brought from a GPU, unchanged or computed from alone (`torch.cat([ids.cpu(), tok.cpu()])`): work
+    a GPU does as well (Obj.reducible_move; MP005's host work when the result goes back to a GPU). None
+    otherwise: one operand made on the host, or one of unknown origin, makes it the host's own work."""
+    tensors = [a for a, _ in flat if isinstance(a, Obj) and a.kind not in ("scalar", "module", "passthrough", "loss")]
+    if not tensors or any(a.devs != one("cpu") or a.reducible_move is None for a in tensors):
+        return None
+    if not all((came := single(a.reducible_move[1])) is not None and came.startswith("cuda") for a in tensors):
+        return None
+    return tensors[0].reducible_move
 
 
 # ---------------------------------------------------------------- handlers

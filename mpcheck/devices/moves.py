@@ -405,6 +405,8 @@ class Moves(Part):
         src, dst = single(recv.devs), single(devs)
         if recv.lineage == OFF_CHAIN:
             return OFF_CHAIN, 0  # a loss or a metric moved (to be summed, logged): no crossing of the activations
+        if recv.row_statistic:
+            return recv.lineage, recv.hop  # a statistic per row (Obj.row_statistic): no stage's crossing either
         if src is None or dst is None or src == dst or src.startswith("sym:__") or self.interp.second_pass:
             return recv.lineage, recv.hop
         lineage = recv.lineage

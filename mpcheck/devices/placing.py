@@ -42,15 +42,18 @@ def places_parts(info: FuncInfo) -> bool:
     if got is None:
         loop_vars = set(_loop_vars_over_self(info.node))
         moves = [n for n in walk(info.node) if _is_move(n)]
-        # `lin.weight = nn.Parameter(torch.empty(...))` for lin over self's layers (an init after the split):
-        # it places that layer's weight too, where the new Parameter is.
-        replaced = [t for n in walk(info.node) for t in _new_parameter_targets(n)]
+        # `lin.weight = nn.Parameter(torch.empty(...))` for lin over self's layers (an init after the split),
+        # `self.pos_embed = nn.Parameter(resized)` (a checkpoint's table resized after the split): it places
+        # that weight too, where the new Parameter is.
+        # `self.lm_head.weight = self.wte.weight` (weights tied after the split): the head computes with the
+        # embedding's Parameter, where that one is (Statements.assign).
+        replaced = [t for n in walk(info.node) for t in (*_new_parameter_targets(n), *_tied_targets(n))]
         got = memo.keep(
             _PLACES_PARTS,
             info.node,
             bool(moves or replaced)
             and all(_of_a_part(m.func.value, loop_vars) for m in moves)  # type: ignore[attr-defined]
-            and all(_of_a_part(t, loop_vars) for t in replaced),
+            and all(_is_self(t) or _of_a_part(t, loop_vars) for t in replaced),
         )
     return got
 
@@ -66,6 +69,17 @@ def _new_parameter_targets(n: cst.CSTNode) -> list[cst.BaseExpression]:
     if (dotted(n.value.func) or "").rsplit(".", 1)[-1] != "Parameter":
         return []
     return [t.target.value for t in n.targets if isinstance(t.target, cst.Attribute)]
+
+
+def _tied_targets(n: cst.CSTNode) -> list[cst.BaseExpression]:
+    """`self.lm_head` of `self.lm_head.weight = self.wte.weight`: a layer's weight set to another part's."""
+    if not (isinstance(n, cst.Assign) and isinstance(n.value, cst.Attribute) and n.value.attr.value == "weight"):
+        return []
+    if not _a_part_of_self(n.value.value):
+        return []
+    return [
+        t.target.value for t in n.targets if isinstance(t.target, cst.Attribute) and t.target.attr.value == "weight"
+    ]
 
 
 def _of_a_part(recv: cst.BaseExpression, loop_vars: set[str]) -> bool:

@@ -431,6 +431,9 @@ class Statements(Part):
         self.interp.in_unknown_loop += 1
         joined = len(self.interp.loop_outer) - 1
         self.interp.joined_loops.add(joined)
+        rows = element_reads.indexed_rows(stmt.target, stmt.iter)
+        if rows is not None:
+            self.interp.row_loops.append(rows)
         try:
             first = self.exec_block(stmt.body.body, [body])
             if first:
@@ -447,6 +450,8 @@ class Statements(Part):
         finally:
             self.interp.in_unknown_loop -= 1
             self.interp.joined_loops.discard(joined)
+            if rows is not None:
+                self.interp.row_loops.pop()
         return before
 
     def _passing_filter(self, stmt: cst.For, items: Sequence[Val], st: State) -> Sequence[Val] | None:

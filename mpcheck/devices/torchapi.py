@@ -328,6 +328,13 @@ def leaves_chain(name: str, n_args: int, kwargs: Container[str]) -> bool:
     return last in FULL_REDUCTIONS and n_args == 0 and "dim" not in kwargs
 
 
+def reduces_along_a_dim(name: str, first_is_int: bool, kwargs: Container[str]) -> bool:
+    """`logits.max(1)`, `e.sum(-1)`, `torch.logsumexp(x, dim=1)`: a reduction along a dim (`first_is_int`: the first
+    argument after the tensor is an int), one value per row: a statistic (Obj.row_statistic)."""
+    last = name.rsplit(".", 1)[-1]
+    return (last in FULL_REDUCTIONS or last == "logsumexp") and (first_is_int or "dim" in kwargs)
+
+
 def may_give_0d(name: str, n_args: int, kwargs: Container[str]) -> bool:
     """`x.sum()`, `logits.argmax()`, `torch.max(x)`, a loss: one value, a tensor of no dimensions (n_args
     counts the arguments after the tensor itself)."""

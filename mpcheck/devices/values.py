@@ -240,6 +240,13 @@ class Obj(Val):
     # It stands for some of the items of a list of unknown length (a slice of `[Block() for p in rates]`): which
     # objects is not known, so they are not known to be shared with another slice (shared.py).
     some_of_many: bool = False
+    # A tensor on one path and None on another (join): `mask is None` is not decided by it (expressions'
+    # _certainly_not_none), as it is for a tensor every path made.
+    maybe_none: bool = False
+    # A reduction along a dim (`logits.max(1).values`, `e.sum(1)`), or computed from such alone: a statistic per
+    # row, not the activation a chain of layers carries; its crossings are no stage's (MP006: a vocabulary-parallel
+    # loss exchanges its shards' maxima and sums). Kept by copies; an op with an activation gives an activation.
+    row_statistic: bool = False
 
     def with_(self, **kw: Any) -> Obj:
         if "enlarged_at" not in kw and (kw.get("worked") is True or kw.get("label") == ""):
@@ -271,6 +278,8 @@ class DictV(Val):
     module: bool = False
     # A namespace of attributes (`types.SimpleNamespace(device="cuda:1")`), read as `ns.device`.
     namespace: bool = False
+    # The dict literal that built it, when one did (its lookups are MapLookup facts: map_lookups.py).
+    at: Any = field(default=None, repr=False)
 
 
 # The origin of a gradient a custom Function's backward gets (calls._gradients_for): it must stay where it is
@@ -370,12 +379,14 @@ def join(a: Val, b: Val) -> Val:
             extra=a.extra if a.extra is b.extra else _joined_extra(a.extra, b.extra),
             opaque=a.opaque or b.opaque,
             ident=a.ident if a.ident == b.ident else None,
+            maybe_none=a.maybe_none or b.maybe_none,
+            row_statistic=a.row_statistic and b.row_statistic,
         )
     for x, y in ((a, b), (b, a)):
         if isinstance(x, Obj) and x.kind in ("tensor", "scalar", "param", "buffer") and _is_none(y):
             # A tensor on one path, None on the other (`aux = self.aux(h) if self.training else None`): where it
             # is used as a tensor it is that tensor, so its device is known there.
-            return x
+            return x.with_(maybe_none=True)
     if isinstance(a, DeviceV) and isinstance(b, DeviceV):
         return DeviceV(join_devs(a.devs, b.devs))
     if isinstance(a, Const) and isinstance(b, Const) and a.value == b.value and type(a.value) is type(b.value):

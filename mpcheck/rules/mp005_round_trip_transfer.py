@@ -144,9 +144,10 @@ def _host_work_sent_back(rule: Rule, ctx: FileContext, ev: Transfer, away: cst.C
     return rule.finding(
         ctx,
         ev.node,
-        f"`{ctx.code(ev.node)}` sends to {show(dst)} what the host computed from `{moved}` alone, which line "
-        f"{ctx.line(away)} copied from {show(src)} to the CPU: the torch ops between run on the GPU as well. Run "
-        f"them on {show(src)} and drop both copies (or move only their small result).",
+        f"`{ctx.code(ev.node)}` sends to {show(dst)} what the host computed only from data copied off a GPU "
+        f"(`{moved}`, which line {ctx.line(away)} copied from {show(src)} to the CPU): the torch ops between run on "
+        f"the GPU as well. Run them on {show(src)} and drop the copies through the host (or move only their "
+        f"small result).",
         devices=[d for d in (src, "cpu", dst) if d],
         suggestion=f"drop the copy to the CPU at line {ctx.line(away)}; compute on {src}",
     )

@@ -10,7 +10,7 @@ from mpcheck.codes import REPEAT_MIN_BYTES
 from mpcheck.devices.events import ModuleMovedInForward, Transfer
 from mpcheck.devices.names import a_number
 from mpcheck.devices.values import Devs, conflict, device_literal, show, single
-from mpcheck.devices.walk import walk
+from mpcheck.devices.walk import assigned, walk
 from mpcheck.finding import Finding
 from mpcheck.rules.base import Rule, once_per_node
 from mpcheck.rules.context import FileContext
@@ -173,9 +173,32 @@ def repeats(ctx: FileContext) -> Callable[[Transfer], str]:
     def how(ev: Transfer) -> str:
         if ev.reads_global_constant and len(targets[id(ev.node)]) > 1:
             return ""
-        return repeated(ev, lambda: _in_loop_calling_its_item(ctx, ev.node))
+        got = repeated(ev, lambda: _in_loop_calling_its_item(ctx, ev.node))
+        if got == "again" and ev.again_of is not ev.node and _repeats_on_entering_a_loop(ctx, ev):
+            return ""
+        return got
 
     return how
+
+
+def _repeats_on_entering_a_loop(ctx: FileContext, ev: Transfer) -> bool:
+    """Is the second copy in a loop that the first is not in, and that rebinds the name copied (`obs = env.obs()`,
+    a loop `for t in range(T): critic(obs.to(dev)); obs = env.step(a)`, after `critic(obs.to(dev))` ended the
+    previous rollout)? Then only the loop's first pass copies what was copied already: one copy per entry into
+    the loop, among the loop's own copies of new values, none that keeping the first would save per pass."""
+    node, first = ev.node, ev.again_of
+    recv = node.func.value if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) else None
+    if not isinstance(recv, cst.Name) or first is None:
+        return False
+    for loop in walk(ctx.module):
+        if not isinstance(loop, (cst.For, cst.While)) or not any(n is node for n in walk(loop.body)):
+            continue
+        if any(n is first for n in walk(loop)):
+            continue
+        bound = (x for n in walk(loop.body) for t in assigned(n) for x in walk(t))  # (`obs, r, d = env.step(a)`)
+        if any(isinstance(x, cst.Name) and x.value == recv.value for x in bound):
+            return True
+    return False
 
 
 def _in_loop_calling_its_item(ctx: FileContext, node: cst.CSTNode) -> bool:

@@ -1,4 +1,4 @@
-"""MP021 (the linter's form): a loop over a tensor's rows that moves each row to a GPU, one copy per row."""
+"""MP021 (the linter's form): a loop over a tensor's rows that moves each row to another device, one copy per row."""
 
 from __future__ import annotations
 
@@ -24,8 +24,10 @@ class PerItemTransfer(Rule):
             src, dst = single(ev.value.devs), single(ev.devs)
             if walked is None or not ctx.owns(walked) or src is None or dst is None:
                 continue
-            if not dst.startswith("cuda") or src.startswith("sym:") or not conflict(ev.value.devs, ev.devs):
-                continue  # (to the host: not this rule's form, a value read there is MP020's; to where it is: no copy)
+            if src.startswith("sym:") or dst.startswith("sym:") or not conflict(ev.value.devs, ev.devs):
+                continue  # to where it is: no copy
+            if not (dst.startswith("cuda") or src.startswith("cuda")):
+                continue
             node = ev.node
             row = (
                 ctx.code(node.func.value)
@@ -33,13 +35,14 @@ class PerItemTransfer(Rule):
                 else "it"
             )
             whole = ctx.code(walked)
+            # (from a GPU to the host each copy is also a wait: the host reads the row as soon as it lands)
+            cost = "each paying a copy's fixed cost" if dst.startswith("cuda") else "each a copy the host waits for"
             yield self.finding(
                 ctx,
                 node,
                 f"`{row}` is a row of `{whole}` (line {ctx.line(walked)}), moved from {show(src)} to {show(dst)} on "
-                f"every pass of the loop over its rows: one copy per row, each paying a copy's fixed cost, where one "
-                f"copy of `{whole}` before the loop would do. Move it once and walk the copy: "
-                f"`for {row} in {whole}.to(...)`.",
+                f"every pass of the loop over its rows: one copy per row, {cost}, where one copy of `{whole}` "
+                f"before the loop would do. Move it once and walk the copy (`{whole}.to(...)` before the loop).",
                 devices=[src, dst],
                 suggestion=f"move `{whole}` to {dst} once, before the loop",
             )

@@ -185,3 +185,35 @@ one(torch.randn(3, 8, device="cuda:0")).sum().backward()
 """,
     )
     assert report["findings"] == [] and report["stopped"] is None
+
+
+ASSIGN = """
+sd = torch.load(os.path.join(d, "pipe_sd.pt"), map_location=WHERE)
+model = Pipe()
+model.load_state_dict(sd, assign=ASSIGN)  # <- load
+print(model.a.weight.device, model.b.weight.device)
+out = model(torch.randn(2, 8).to(next(model.parameters()).device) if ASSIGN else torch.randn(2, 8))
+print("finished")
+"""
+
+
+def _assign(script, dryrun_cli, where, assign, status):
+    body = 'torch.save(Pipe().state_dict(), os.path.join(d, "pipe_sd.pt"))\n' + ASSIGN.replace("WHERE", where).replace(
+        "ASSIGN", assign
+    )
+    report, s = _devices(script, dryrun_cli, body, status)
+    return report, s.line("load")
+
+
+def test_a_state_dict_assigned_from_the_host_into_a_split_model_is_a_collapse_at_the_load(script, dryrun_cli):
+    report, load = _assign(script, dryrun_cli, '"cpu"', "True", 1)
+    assert codes_at(report) == [("MP007", load)]
+    found = report["findings"]
+    assert "assign=True" in found[0]["message"] and "all on cpu" in found[0]["message"]
+    assert "cuda:0, cuda:1" in found[0]["message"]
+
+
+def test_a_state_dict_copied_or_assigned_where_it_was_saved_is_silent(script, dryrun_cli):
+    for where, assign in (('"cpu"', "False"), ("None", "True")):
+        report, _ = _assign(script, dryrun_cli, where, assign, 0)
+        assert report["findings"] == [], (where, assign)

@@ -637,14 +637,22 @@ _MISSING = object()
 
 def _patch_load_state_dict(checker: Checker) -> Undo:
     """load_state_dict(..., assign=True) puts the state dict's own tensors in the module, maybe on
-    other devices: placements are read again after any load."""
+    other devices: placements are read again after any load, and a split model whose parameters the
+    load put on one device (or the host) is a collapse (MP007, split_model.on_state_assigned)."""
     orig_load = nn.Module.load_state_dict
+    tls = checker._tls
 
     def load_state_dict(module, *args, **kwargs):
+        assigned = kwargs.get("assign", args[2] if len(args) > 2 else False) is True and not tls.suspended
+        before = checker.model_devices(module) if assigned else None
+        site = user_site() if assigned else None
         try:
-            return orig_load(module, *args, **kwargs)
+            out = orig_load(module, *args, **kwargs)
         finally:
             checker.invalidate_placement()
+        if before is not None and site is not None:
+            checker.on_state_assigned(module, before, site)
+        return out
 
     return patch(nn.Module, "load_state_dict", load_state_dict)
 

@@ -374,6 +374,7 @@ class Checker:
     on_module_move = split_model.on_module_move
     _check_moved_in_forward = module_moves._check_moved_in_forward
     on_model_loaded = split_model.on_model_loaded
+    on_state_assigned = split_model.on_state_assigned
     on_model_to_host = model_round_trip.on_model_to_host
     on_model_placed = model_round_trip.on_model_placed
     judge_model_round_trips = model_round_trip.judge_model_round_trips

@@ -198,3 +198,26 @@ def on_model_loaded(self: Checker, loaded: Any, saved_on: dict[int, str], map_lo
             "map_location so each stage returns to the GPU it was saved from",
         )
         self._collapses.record(module, target, devs, finding)
+
+
+def on_state_assigned(self: Checker, module: Any, before: list[str], site: Site) -> None:
+    """After `module.load_state_dict(sd, assign=True)`: the module now holds the state dict's own tensors,
+    where they were loaded. A model split over several GPUs before whose parameters now sit on one device,
+    or on the host (`torch.load(path, map_location="cpu")` then assign), is collapsed as by `model.to(dev)`
+    (MP007 at the load; what follows from it is counted there, collapse.py)."""
+    devs = tuple(d for d in before if d != "cpu")
+    now = self.model_devices(module)
+    if len(devs) < 2 or len([d for d in now if d != "cpu"]) >= 2 or len(now) != 1:
+        return
+    target = now[0]
+    finding = self.emit(
+        "MP007",
+        site,
+        f"`load_state_dict(..., assign=True)` puts the state dict's own tensors, all on {target}, into a model "
+        f"split over {', '.join(devs)}: the split is undone and {target} must hold every parameter",
+        devices=devs,
+        modules=(self.module_name(module),),
+        suggestion="drop assign=True (load_state_dict then copies each tensor into the parameter where it is), "
+        "or place the model again after the load",
+    )
+    self._collapses.record(module, target, devs, finding)
