@@ -388,3 +388,243 @@ def test_a_rollout_that_copies_its_last_observation_again_on_entering_the_next_i
 def test_a_value_the_inner_loop_never_changes_is_still_copied_again():
     found = findings(ROLLOUT.replace("STEP", "pass"), "MP011")
     assert [f.line for f in found] == [12, 14]
+
+
+# ----------------------------------------------------------------- round probe24: misses read after scoring
+
+HEAD_HOP = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Head(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(10, 8))
+
+    def forward(self, emb, labels):
+        cos = F.linear(emb, self.weight)
+        return torch.zeros_like(cos).scatter_(1, labels.view(-1, 1), 1.0)
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.backbone = nn.Linear(4, 8).to("cuda:0")
+        self.head = Head().to("cuda:1")
+
+    def forward(self, x, labels):
+        emb = self.backbone(x)
+        return self.head(emb.to("cuda:1"), LABELS)
+
+
+model = Net()
+model(torch.randn(2, 4).to("cuda:0"), torch.randint(0, 10, (2,)).to("cuda:0"))
+"""
+
+
+def test_an_input_a_split_forward_passes_on_unmoved_beside_its_hop_is_reported_at_that_hop():
+    (f,) = findings(HEAD_HOP.replace("LABELS", "labels"), "MP001")
+    assert f.line == 25 and "`labels` is on cuda:0" in f.message and "`self.head` is on cuda:1" in f.message
+    assert findings(HEAD_HOP.replace("LABELS", 'labels.to("cuda:1")')) == []
+
+
+def test_comparison_methods_check_their_operands_device():
+    src = """
+    import torch
+
+    output = torch.randn(16, 100, device="cuda:1")
+    target = torch.randint(0, 100, (16,)).to(TARGET)
+    _, pred = output.topk(5, 1, True, True)
+    correct = pred.t().eq(target.view(1, -1).expand_as(pred.t()))
+    """
+    (f,) = findings(src.replace("TARGET", '"cuda:0"'))
+    assert f.line == 7 and f.code == "MP001"
+    assert findings(src.replace("TARGET", "output.device")) == []
+
+
+def test_gradients_of_the_parameters_of_two_parts_on_two_gpus_are_on_both():
+    src = """
+    import torch
+    import torch.nn as nn
+
+    a = nn.Linear(4, 4).to("cuda:0")
+    b = nn.Linear(4, 4).to("cuda:1")
+    shared = list(a.parameters()) + list(b.parameters())
+    loss = b(a(torch.randn(2, 4, device="cuda:0")).to("cuda:1")).sum()
+    grads = torch.autograd.grad(loss, shared)
+    flat = torch.cat([g.flatten()MOVE for g in grads])
+    """
+    (f,) = findings(src.replace("MOVE", ""), "MP001")
+    assert f.line == 10
+    assert findings(src.replace("MOVE", '.to("cuda:0")')) == []
+
+
+def test_gpu_settings_read_as_int_of_an_environment_default_are_known():
+    src = """
+    import os
+    import torch
+
+    ENC_GPU = int(os.environ.get("ENC_GPU", "0"))
+    DEC_GPU = int(os.environ.get("DEC_GPU", "1"))
+    a = torch.ones(2, device=torch.device("cuda", ENC_GPU))
+    b = torch.ones(2, device=torch.device("cuda", DEC_GPU))
+    a + b
+    """
+    (f,) = findings(src, "MP001")
+    assert f.line == 9 and "cuda:1" in f.message and "cuda:0" in f.message
+
+
+QUANT = """
+import torch
+import torch.nn as nn
+
+
+class FakeQuant(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, scale):
+        s = scale.to(x.device)
+        ctx.save_for_backward(x, SAVED)
+        return torch.round(x / s) * s
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        x, scale = ctx.saved_tensors
+        return grad_out * ((x / scale).abs() <= 127), None
+
+
+class Quant(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("scale", torch.ones(8))
+
+    def forward(self, x):
+        return FakeQuant.apply(x, self.scale)
+
+
+quant = Quant().to("cuda:0")
+out = quant(torch.randn(2, 8, device="cuda:1"))
+"""
+
+
+def test_what_a_custom_functions_backward_reads_on_another_gpu_is_reported_in_backward():
+    (f,) = findings(QUANT.replace("SAVED", "scale"), "MP001")
+    assert f.line == 16 and "`x` is on cuda:1" in f.message and "`scale`, which is on cuda:0" in f.message
+    assert findings(QUANT.replace("SAVED", "s")) == []
+
+
+# ----------------------------------------------------------------- MP018: a hook that returns nothing
+
+HOOK = """
+from functools import partial
+
+import torch
+import torch.nn as nn
+
+
+def _move_inputs(device, module, args):
+    BODY
+
+
+model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4))
+for i, layer in enumerate(model):
+    layer.to(f"cuda:{i}")
+    layer.register_forward_pre_hook(partial(_move_inputs, torch.device("cuda", i)))
+"""
+
+
+def test_a_pre_hook_that_moves_its_inputs_into_a_local_and_returns_nothing_is_reported():
+    (f,) = findings(HOOK.replace("BODY", "args = tuple(a.to(device) for a in args)"), "MP018")
+    assert f.line == 9 and "`_move_inputs` is registered with `register_forward_pre_hook` (line 15)" in f.message
+    assert "`return tuple(a.to(device) for a in args)`" in f.message
+
+
+def test_a_pre_hook_that_returns_what_it_moved_is_silent():
+    for body in (
+        "return tuple(a.to(device) for a in args)",
+        "args = tuple(a.to(device) for a in args)\n    return args",
+        "print(device)",
+    ):
+        assert findings(HOOK.replace("BODY", body), "MP018") == [], body
+
+
+# ----------------------------------------------------------------- MP004: modules built under torch.cuda.device
+
+CUDA_DEVICE = """
+import torch
+import torch.nn as nn
+
+
+class Stack(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Conv1d(8, 8, 3, padding=1) for _ in range(2))
+
+
+def build_stack(gpu):
+    with torch.cuda.device(gpu):
+        BODY
+
+
+stacks = nn.ModuleList(build_stack(g) for g in (0, 1))
+"""
+
+
+def test_a_module_built_under_torch_cuda_device_stays_on_the_cpu():
+    for body in ("return Stack()", "s = Stack()\n        return s", "return nn.Linear(4, 4)"):
+        (f,) = findings(CUDA_DEVICE.replace("BODY", body), "MP004")
+        assert f.line == 14 and "only sets the current CUDA device" in f.message, body
+
+
+def test_a_module_built_under_torch_cuda_device_and_moved_there_is_silent():
+    for body in (
+        "return Stack().cuda()",
+        "s = Stack()\n        s.cuda()\n        return s",
+        "return nn.Linear(4, 4, device='cuda')",
+    ):
+        assert findings(CUDA_DEVICE.replace("BODY", body), "MP004") == [], body
+    placed = CUDA_DEVICE.replace("BODY", "return Stack()").replace(
+        "super().__init__()", "super().__init__()\n        self.cuda()"
+    )
+    assert findings(placed.replace("self.layers = ", "self.layers = "), "MP004") == []
+
+
+# ----------------------------------------------------------------- MP001: optimizer steps loaded onto one GPU
+
+RESUME = """
+import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(4, 4).to("cuda:0")
+        self.b = nn.Linear(4, 4).to("cuda:1")
+
+    def forward(self, x):
+        return self.b(self.a(x.to("cuda:0")).to("cuda:1"))
+
+
+ckpt = torch.load("ckpt.pt", map_location=WHERE)
+model = Net()
+model.load_state_dict(ckpt["model"])
+opt = torch.optim.OPT(model.parameters(), lr=1e-3KW)
+opt.load_state_dict(ckpt["optimizer"])
+"""
+
+
+def _resume(where='"cuda:0"', opt="Adam", kw=""):
+    return RESUME.replace("WHERE", where).replace("OPT", opt).replace("KW", kw)
+
+
+def test_adam_state_loaded_onto_one_gpu_for_a_split_model_is_reported_at_the_load():
+    (f,) = findings(_resume(), "MP001")
+    assert f.line == 20 and "mapped to cuda:0 (line 16)" in f.message
+    assert "steps of the parameters on cuda:1 stay on cuda:0" in f.message and "map_location=" in f.message
+
+
+def test_optimizer_state_loaded_to_the_host_or_without_steps_is_silent():
+    for case in (_resume('"cpu"'), _resume(opt="SGD"), _resume(kw=", fused=True"), _resume(kw=", foreach=False")):
+        assert findings(case, "MP001") == [], case

@@ -18,7 +18,7 @@ from mpcheck.devices import torchapi as T
 from mpcheck.devices.callers import note_call
 from mpcheck.devices.command_line import ParserV
 from mpcheck.devices.events import Collapse, LossMismatch, Mismatch, OversizedMove
-from mpcheck.devices.moves import moved_instance
+from mpcheck.devices.moves import moved_instance, plain_device_move
 from mpcheck.devices.names import canonical, dotted
 from mpcheck.devices.placing import placed_view, places_parts
 from mpcheck.devices.program import MAX_DEPTH, MAX_RECURSION, ClassInfo, FuncInfo, Part, State, params_of
@@ -541,6 +541,11 @@ class Calls(Part):
         }
         if not tensors or not any(single(a.devs) for a in tensors.values()):
             return args
+        if mod.split and _moves_between_its_parts(fwd):
+            # A split model whose forward hops the activation between its own parts (`self.head(h.to(self.dev1),
+            # labels)`): an input it passes on unmoved belongs with that hop, where the forward calls the part
+            # that needs it; that call reports it (the devices are the instance's own, no other is broken).
+            return args
         needs = self.argument_needs(mod, fwd, args, kwargs, list(tensors))
         out = list(args)
         for i, a in tensors.items():
@@ -924,9 +929,11 @@ class Calls(Part):
             out = self.call_function(fwd, None, [ctx, *args], kwargs, st, node, helper=True)
             bwd = recv.info.method("backward")
             grads = _gradients_for(out)
-            if bwd is not None and grads and st.mode != "no_grad":
+            if bwd is not None and grads and st.mode != "no_grad" and self.interp.recorder.live:
                 # Its backward runs when a loss computed from the output goes backward: each gradient arrives
-                # where its output is, beside what forward saved on ctx (a `lambd` buffer on another GPU).
+                # where its output is, beside what forward saved on ctx (a `lambd` buffer on another GPU). Not in
+                # a probe of where a module's input must be (Calls.input_devs): what backward reads wrong is
+                # backward's to report, where it reads it, not the caller's input.
                 self.call_function(bwd, None, [ctx, *grads], {}, st, node, helper=True)
             return out
         if (
@@ -944,7 +951,7 @@ class Calls(Part):
                 return cast
         if optimizers.is_optimizer(recv):
             assert isinstance(recv, Obj)
-            return optimizers.method(self.interp, recv, meth, node, st)
+            return optimizers.method(self.interp, recv, meth, node, st, args)
         if meth == "load_state_dict" and _assigns(kwargs) and isinstance(recv, Obj) and recv.kind == "module":
             self._load_assigned(recv, args[0] if args else kwargs.get("state_dict"), node, st)
             return UNK
@@ -1241,6 +1248,15 @@ def _assigns(kwargs: dict[str, Val]) -> bool:
     """load_state_dict(..., assign=True)."""
     a = kwargs.get("assign")
     return isinstance(a, Const) and a.value is True
+
+
+def _moves_between_its_parts(fwd: FuncInfo) -> bool:
+    """Does the forward pass a value it moves straight to a call beside other arguments (`self.margin(emb.to(
+    self.dev1), labels)`, `length_regulate(h.to(dec_dev), durations)`)? Then it hops what that call needs."""
+    for n in walk(fwd.node):
+        if isinstance(n, cst.Call) and len(n.args) > 1 and any(plain_device_move(a.value) for a in n.args):
+            return True
+    return False
 
 
 def _drops_a_move_of_its_input(fwd: FuncInfo) -> bool:

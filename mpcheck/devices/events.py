@@ -77,6 +77,19 @@ class StaleOptimizerState(Fact):
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
+class StepsLoadedOnOneGpu(Fact):
+    """`opt.load_state_dict(sd)` (`node`) with `sd` loaded by torch.load mapped to one GPU (`mapped`, at
+    `loaded_at`), for an optimizer with a `step` tensor per parameter whose parameters are also on other GPUs
+    (`params`): load_state_dict leaves the steps where they were loaded (devices/optimizers.py)."""
+
+    optimizer: str
+    mapped: str
+    loaded_at: cst.CSTNode | None
+    params: tuple[str, ...]
+    modules: tuple[str, ...]
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
 class DiscardedMove(Fact):
     """`x.to(dev)` as a statement on a tensor (`node`, the call): Tensor.to() returns a moved copy and
     leaves `x` where it was, so the result is lost (nn.Module.to() works in place; a tensor's does not)."""

@@ -632,6 +632,8 @@ class Expressions(Part):
         if failed(a) or failed(b):
             return FAILED
         used(a, b)
+        if isinstance(a, ParamsOf) and isinstance(b, ParamsOf) and _is_add(node):
+            return _parameters_of_both(a, b)  # `list(m.enc_early.parameters()) + list(m.enc_late.parameters())`
         if isinstance(a, SeqV) or isinstance(b, SeqV):
             if isinstance(a, SeqV) and isinstance(b, SeqV) and _is_add(node):
                 # `blocks + [head]`: the items of both, in order
@@ -1086,6 +1088,25 @@ def _right_operand(node: cst.CSTNode) -> cst.BaseExpression | None:
     if isinstance(node, cst.Comparison):
         return node.comparisons[0].comparator if node.comparisons else None
     return getattr(node, "right", None) or getattr(node, "value", None)
+
+
+def _parameters_of_both(a: ParamsOf, b: ParamsOf) -> Val:
+    """The parameters of two modules in one list: one item for each device they certainly span (Obj.spans, as a
+    split model's own), when each module has parameters on known devices; else a list of items alike."""
+    reps: dict[str, Obj] = {}
+    for p in (a, b):
+        if p.shape != "params" or p.mod.kind != "module" or p.mod.nn_class in torchapi.PARAMETERLESS:
+            return SeqV(None, elem=UNK, kind="list")
+        per_device = p.per_device()
+        each: list[Val] = list(per_device) if per_device else [p.first()]
+        for r in each:
+            dev = single(r.devs) if isinstance(r, Obj) else None
+            if dev is None or dev.startswith("sym:") or not isinstance(r, Obj):
+                return SeqV(None, elem=UNK, kind="list")
+            reps.setdefault(dev, r)
+    if len(reps) < 2:
+        return SeqV(None, elem=join_all(list(reps.values())), kind="list")
+    return SeqV(None, elem=join_all(list(reps.values())), kind="list", spans=tuple(reps.values()), spans_by=tuple(reps))
 
 
 def _certainly_not_none(v: Val) -> bool:

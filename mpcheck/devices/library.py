@@ -645,6 +645,11 @@ def _autograd_grad(lib: Library, c: LibCall) -> Val:
     (autograd accumulates a gradient where its tensor lives), whatever device the outputs are on."""
     inputs = c.kwargs.get("inputs", c.args[1] if len(c.args) > 1 else None)
     used(*c.args, *c.kwargs.values())
+    spans = spans_of(inputs) if inputs is not None and not isinstance(inputs, Obj) else None
+    if spans is not None:
+        # The parameters of a split model (or of several parts on several GPUs): a gradient on each device.
+        grads = tuple(_gradient_of(i) for i in spans[0])
+        return SeqV(None, elem=join_all(grads), kind="tuple", spans=grads, spans_by=spans[1])
     items = inputs.items if isinstance(inputs, SeqV) else (inputs,) if isinstance(inputs, Obj) else None
     if items is None:
         return UNK
@@ -1134,6 +1139,8 @@ def _builtin(lib: Library, c: LibCall) -> Val:
         values = [a.value for a in nums or () if isinstance(a, Const)]
         if q in ("min", "max") and len(values) < 2 and nums is args:
             return UNK  # `max(size)` of a number: Python raises there, on a path the program does not take
+        if q == "int" and len(values) == 1 and isinstance(values[0], str) and values[0].strip().isdigit():
+            return Const(int(values[0]))  # `int(os.environ.get("ENC_GPU", "0"))` with its default
         if nums and len(values) == len(nums) and all(type(v) in (int, float) for v in values):
             if q not in ("min", "max"):
                 return Const(_NUMERIC[q](values[0]))

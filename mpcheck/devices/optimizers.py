@@ -24,9 +24,22 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from mpcheck.devices.events import StaleOptimizerState
+from mpcheck.devices.events import StaleOptimizerState, StepsLoadedOnOneGpu
 from mpcheck.devices.names import dotted
-from mpcheck.devices.values import UNK, UNPLACED, Const, Devs, DictV, Obj, ParamsOf, SeqV, Val, is_moduleish, single
+from mpcheck.devices.values import (
+    LOADED,
+    UNK,
+    UNPLACED,
+    Const,
+    Devs,
+    DictV,
+    Obj,
+    ParamsOf,
+    SeqV,
+    Val,
+    is_moduleish,
+    single,
+)
 
 if TYPE_CHECKING:
     from mpcheck.devices.interp import Interp
@@ -53,7 +66,10 @@ OPTIMIZERS = frozenset(
     )
 )
 OPTIMIZER_NAMES = tuple(f"torch.optim.{n}" for n in sorted(OPTIMIZERS))
+# Those whose state holds a `step` tensor per parameter (SGD's momentum buffer has none; LBFGS counts in ints).
+_STEP_TENSORS = OPTIMIZERS - {"SGD", "LBFGS", "SparseAdam"}
 _KEY = "optimizer"
+_FLAGS = "optimizer flags"  # its boolean keywords as built (`fused=True`, `foreach=False`)
 
 
 @dataclass(frozen=True)
@@ -74,19 +90,21 @@ def build(interp: Interp, name: str, args: list[Val], kwargs: dict[str, Val], no
         return UNK
     modules, labels = found
     info = _Optimizer(name, modules, labels, _stateful(name, args, kwargs))
-    opt = Obj(_KEY, None, origin=f"a torch.optim.{name}", at=node, extra={_KEY: info})
+    flags = {k: v.value for k, v in kwargs.items() if isinstance(v, Const) and isinstance(v.value, bool)}
+    opt = Obj(_KEY, None, origin=f"a torch.optim.{name}", at=node, extra={_KEY: info, _FLAGS: flags})
     if name == "Adagrad":  # its state (`sum`) is made in the constructor, where the parameters are
         _make_state(interp, opt, node, st)
     return opt
 
 
-def method(interp: Interp, opt: Obj, meth: str, node: cst.Call, st: State) -> Val:
+def method(interp: Interp, opt: Obj, meth: str, node: cst.Call, st: State, args: list[Val] | None = None) -> Val:
     """A method of an optimizer: `step()` checks and makes its state, `load_state_dict()` makes it anew."""
     info = _info(opt)
     if info is None:
         return UNK
     if meth == "load_state_dict":
         _make_state(interp, opt, node, st, again=True)
+        _note_steps_loaded(interp, opt, info, args[0] if args else None, node, st)
     elif meth == "step":
         if info.state is None:
             _make_state(interp, opt, node, st)
@@ -112,6 +130,44 @@ def _make_state(interp: Interp, opt: Obj, node: cst.Call, st: State, again: bool
     # Not known: the state's devices stay unknown (a frozenset() would compare); later steps say nothing.
     state = frozenset(devs) if devs is not None else frozenset({"?"})
     opt.extra = {**(opt.extra or {}), _KEY: replace(info, state=state, state_at=node)}
+
+
+def _note_steps_loaded(
+    interp: Interp, opt: Obj, info: _Optimizer, given: Val | None, node: cst.Call, st: State
+) -> None:
+    """`opt.load_state_dict(ckpt["opt"])` with `ckpt = torch.load(path, map_location="cuda:0")`: load_state_dict
+    casts each state tensor to its parameter's device, but not `step` (torch.optim.Optimizer's
+    `_process_value_according_to_param_policy`: it is moved only for fused or capturable optimizers), so the
+    steps of parameters on other GPUs stay on the mapped one, and the foreach step (the CUDA default) raises
+    "Tensors of the same index must be on the same device" (StepsLoadedOnOneGpu)."""
+    if info.name not in _STEP_TENSORS or not (isinstance(given, Obj) and given.origin.startswith(LOADED)):
+        return
+    mapped = single(given.devs)
+    if mapped is None or not mapped.startswith("cuda"):
+        return
+    if any(_flag(opt, k) for k in ("fused", "capturable")) or _flag(opt, "foreach") is False:
+        return
+    now = _devices_now(interp, info, st)
+    elsewhere = sorted(d for d in now or () if d != mapped and d.startswith("cuda"))
+    if not elsewhere:
+        return
+    interp.recorder.record(
+        StepsLoadedOnOneGpu(
+            node=node,
+            mode=st.mode,
+            optimizer=info.name,
+            mapped=mapped,
+            loaded_at=given.at,
+            params=tuple(sorted(now or ())),
+            modules=info.labels,
+        )
+    )
+
+
+def _flag(opt: Obj, name: str) -> bool | None:
+    """A keyword the optimizer was built with, when a known constant (`fused=True`)."""
+    v = ((opt.extra or {}).get(_FLAGS) or {}).get(name)
+    return v if isinstance(v, bool) else None
 
 
 def _check_step(interp: Interp, info: _Optimizer, node: cst.Call, st: State) -> None:

@@ -16,6 +16,7 @@ from mpcheck.devices.events import (
     SplitBuiltAfterSetDevice,
     StaleOptimizerState,
     StatisticsReplaced,
+    StepsLoadedOnOneGpu,
 )
 from mpcheck.devices.names import dotted
 from mpcheck.devices.torchapi import HOST_ARGUMENTS
@@ -211,6 +212,27 @@ class MissingTransfer(Rule):
                 yield _statistics_replaced_finding(self, ctx, replaced)
         for stale in once_per_node(ctx.model.facts(StaleOptimizerState)):
             yield _stale_state_finding(self, ctx, stale)
+        for loaded in once_per_node(ctx.model.facts(StepsLoadedOnOneGpu)):
+            yield _steps_loaded_finding(self, ctx, loaded)
+
+
+def _steps_loaded_finding(rule: Rule, ctx: FileContext, ev: StepsLoadedOnOneGpu) -> Finding:
+    """MP001 at `opt.load_state_dict(...)` of a state loaded onto one GPU, for parameters on several."""
+    others = [d for d in ev.params if d != ev.mapped]
+    at = f" (line {ctx.line(ev.loaded_at)})" if ev.loaded_at is not None and ctx.owns(ev.loaded_at) else ""
+    return rule.finding(
+        ctx,
+        ev.node,
+        f"`{ctx.code(ev.node)}` loads {ev.optimizer}'s state from a checkpoint mapped to {show(ev.mapped)}{at}. "
+        f"load_state_dict casts each state tensor to its parameter's device, but not the `step` counts (only a "
+        f"fused or capturable optimizer's), so the steps of the parameters on {', '.join(show(d) for d in others)} "
+        f'stay on {show(ev.mapped)}, and the next `step()` (foreach, the CUDA default) raises "Tensors of the same '
+        f'index must be on the same device". Load the checkpoint with `map_location="cpu"` (the state then follows '
+        f"each parameter).",
+        devices=[ev.mapped, *others],
+        modules=list(ev.modules),
+        suggestion='load the checkpoint with map_location="cpu"',
+    )
 
 
 def _buffers_left_finding(rule: Rule, ctx: FileContext, ev: BuffersLeftBehind) -> Finding:

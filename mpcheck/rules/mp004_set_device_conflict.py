@@ -18,6 +18,7 @@ from mpcheck.devices.events import (
 from mpcheck.devices.values import device_literal, show, single
 from mpcheck.finding import Finding
 from mpcheck.rules.base import Rule, once_per_node
+from mpcheck.rules.built_under_cuda_device import unplaced_in_cuda_device_blocks
 from mpcheck.rules.context import FileContext
 from mpcheck.rules.made_on_current import made_on_current, stage_placed_on_current
 
@@ -65,6 +66,18 @@ class SetDeviceConflict(Rule):
                 devices=["cuda:0"],
                 modules=[beside.attr, beside.sibling],
                 suggestion=f"give `{beside.setting}` a device index",
+            )
+        for made, context in unplaced_in_cuda_device_blocks(ctx.module):
+            yield self.finding(
+                ctx,
+                made,
+                f"`{ctx.code(made.func)}(...)` is built inside `with {ctx.code(context)}:` (line {ctx.line(context)}), "
+                f"which only sets the current CUDA device (where an index-less `.cuda()` goes): it is no default "
+                f"device for new tensors, so this module is made on the CPU and stays there. Build it under `with "
+                f"torch.device('cuda', i):`, or move it (`.cuda()` in the block, `.to(device)`).",
+                devices=["cpu"],
+                modules=[ctx.code(made.func)],
+                suggestion="use `with torch.device('cuda', i):`, or call `.cuda()` on the module in the block",
             )
         yield from _made_on_current_device(self, ctx, reported)
         yield from _stages_placed_on_current(self, ctx, reported)

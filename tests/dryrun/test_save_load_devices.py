@@ -217,3 +217,31 @@ def test_a_state_dict_copied_or_assigned_where_it_was_saved_is_silent(script, dr
     for where, assign in (('"cpu"', "False"), ("None", "True")):
         report, _ = _assign(script, dryrun_cli, where, assign, 0)
         assert report["findings"] == [], (where, assign)
+
+
+RESUME = """
+model = Pipe()
+opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+model(torch.randn(2, 8)).sum().backward()
+opt.step()
+torch.save({"model": model.state_dict(), "opt": opt.state_dict()}, os.path.join(d, "resume.pt"))
+ckpt = torch.load(os.path.join(d, "resume.pt"), map_location=WHERE)
+model = Pipe()
+model.load_state_dict(ckpt["model"])
+opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+opt.load_state_dict(ckpt["opt"])
+model(torch.randn(2, 8)).sum().backward()
+opt.step()  # <- step
+print("finished")
+"""
+
+
+def test_adam_steps_loaded_onto_one_gpu_stop_the_foreach_step_as_on_real_gpus(script, dryrun_cli):
+    report, s = _devices(script, dryrun_cli, RESUME.replace("WHERE", '"cuda:0"'), 1)
+    assert codes_at(report) == [("MP001", s.line("step"))]
+    assert "except the `step` counts" in report["findings"][0]["message"]
+
+
+def test_adam_state_loaded_on_the_host_follows_each_parameter(script, dryrun_cli):
+    report, _ = _devices(script, dryrun_cli, RESUME.replace("WHERE", '"cpu"'))
+    assert report["findings"] == []

@@ -80,6 +80,21 @@ def on_program_stopped(self: Checker, exc: BaseException) -> None:
             "place the model on its devices before `optimizer.load_state_dict(...)`, or build the optimizer "
             "and load its state after the model is placed"
         )
+    elif "same index" in str(exc) and any(
+        str(f.f_globals.get("__name__", "")).startswith("torch.optim") for f in inside
+    ):
+        # The foreach step's grouping: a state tensor on another GPU than its parameter. Optimizer.load_state_dict
+        # moves every state tensor to its parameter's device but `step` (unless fused or capturable).
+        what = (
+            f"the optimizer holds a state tensor on one of {between} beside its parameter on the other: "
+            "`load_state_dict` moves each state to its parameter's device except the `step` counts, so a "
+            "checkpoint loaded with map_location onto one GPU leaves them there (and a model moved after the "
+            "optimizer's first step leaves all its state behind)"
+        )
+        fix = (
+            "load the checkpoint with map_location='cpu' (the state then follows each parameter), or build and "
+            "load the optimizer after the model is placed"
+        )
     else:
         what = f"the tensors it was given are on {between}"
         fix = (
