@@ -574,7 +574,8 @@ stacks = nn.ModuleList(build_stack(g) for g in (0, 1))
 def test_a_module_built_under_torch_cuda_device_stays_on_the_cpu():
     for body in ("return Stack()", "s = Stack()\n        return s", "return nn.Linear(4, 4)"):
         (f,) = findings(CUDA_DEVICE.replace("BODY", body), "MP004")
-        assert f.line == 14 and "only sets the current CUDA device" in f.message, body
+        assert f.line == 13 and "only sets the current CUDA device" in f.message, body
+        assert "built inside it at line 14" in f.message
 
 
 def test_a_module_built_under_torch_cuda_device_and_moved_there_is_silent():
@@ -628,3 +629,91 @@ def test_adam_state_loaded_onto_one_gpu_for_a_split_model_is_reported_at_the_loa
 def test_optimizer_state_loaded_to_the_host_or_without_steps_is_silent():
     for case in (_resume('"cpu"'), _resume(opt="SGD"), _resume(kw=", fused=True"), _resume(kw=", foreach=False")):
         assert findings(case, "MP001") == [], case
+
+
+def test_one_environment_variable_listing_the_gpus_is_a_placement():
+    src = """
+    import os
+    import torch
+
+    GPUS = [torch.device(d) for d in os.environ.get("WRN_DEVICES", "cuda:0,cuda:1").split(",")]
+    for step in range(3):
+        pseudo = torch.randn(8, 10, device=GPUS[1]).argmax(-1)
+        hist = [label.item() for label in pseudo]
+    """
+    (f,) = findings(src, "MP020")
+    assert f.line == 8 and "(on cuda:1)" in f.message
+    assert findings(src.replace('"cuda:0,cuda:1"', '"cuda:0"')) == []
+
+
+CHUNKS = """
+import torch
+
+
+def bags(feats, sizes):
+    feats = feats.to("cuda:0") * 2
+    return ELEMENT
+"""
+
+
+def test_chunks_that_a_comprehension_only_moves_are_one_copy_per_chunk():
+    (f,) = findings(CHUNKS.replace("ELEMENT", '[f.to("cuda:1") for f in feats.split(sizes)]'), "MP021")
+    assert f.line == 7 and "`f` is a chunk of `feats`" in f.message and "one copy of `feats`" in f.message
+
+
+def test_chunks_worked_on_where_they_arrive_or_moved_once_are_silent():
+    for element in (
+        '[f.to("cuda:1") * 2 for f in feats.split(sizes)]',
+        'feats.to("cuda:1").split(sizes)',
+        '[torch.relu(f.to("cuda:1")) for f in feats.split(sizes)]',
+    ):
+        assert findings(CHUNKS.replace("ELEMENT", element), "MP021") == [], element
+
+
+BANK = """
+import torch
+
+
+def update(memory, idx, f):
+    f = f.to("cuda:0") * 2
+    memory = memory.to("cuda:1")
+    for j, i in enumerate(idx.tolist()):
+        memory[i] = 0.5 * memory[i] + 0.5 * ROW
+"""
+
+
+def test_rows_picked_by_an_enumerate_counter_and_moved_one_by_one_are_reported():
+    (f,) = findings(BANK.replace("ROW", 'f[j].to("cuda:1")'), "MP021")
+    assert f.line == 9 and "`f[j]` is a row of `f`" in f.message
+
+
+def test_rows_of_a_tensor_moved_once_before_the_enumerated_loop_are_silent():
+    src = BANK.replace("ROW", "f[j]").replace('f = f.to("cuda:0") * 2', 'f = f.to("cuda:1") * 2')
+    assert findings(src, "MP021") == []
+
+
+def test_parameters_placed_through_a_loop_over_them_by_data_are_where_they_were_moved():
+    src = """
+    import torch
+    import torch.nn as nn
+
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.randn(4, 8))
+            self.b = nn.Parameter(torch.zeros(4, 8))
+            for p in (self.w, self.b):
+                p.data = p.data.to("cuda:0")
+            self.head = nn.Linear(8, 2).to("cuda:1")
+
+        def forward(self, x):
+            h = x.to("cuda:0").unsqueeze(-1) * self.w + self.b
+            return self.head(h.to("cuda:1"))
+
+
+    Net()(torch.randn(3, 4))
+    """
+    assert findings(src) == []
+    (f,) = findings(src.replace('p.data = p.data.to("cuda:0")', 'p.data = p.data.to("cuda:1")'), "MP001")
+    assert f.line == 16

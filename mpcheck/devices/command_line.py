@@ -121,15 +121,21 @@ def environment_placement(module: Any) -> dict[str, int | str]:
             read = environment_read(node)
             if read is not None and read[1] is not None and _names_a_gpu(*read):
                 held[read[0]] = read[1]
+    if any(w in var.lower() for var in held for w in ("rank", "local", "world")):
+        return {}
     gpus = {var: _gpu_of(default) for var, default in held.items()}
-    if (
-        len(held) >= 2
-        and all(g is not None for g in gpus.values())
-        and len(set(gpus.values())) == len(gpus)
-        and not any(w in var.lower() for var in held for w in ("rank", "local", "world"))
-    ):
+    if len(held) >= 2 and all(g is not None for g in gpus.values()) and len(set(gpus.values())) == len(gpus):
         return held
-    return {}
+    # One variable holding the whole list (`os.environ.get("WRN_DEVICES", "cuda:0,cuda:1").split(",")`): two or
+    # more distinct GPUs in its default are a placement by themselves.
+    return {var: default for var, default in held.items() if _distinct_gpus(default)}
+
+
+def _distinct_gpus(default: int | str) -> bool:
+    """A default that lists two or more distinct GPUs, comma-separated (`"cuda:0,cuda:1"`, `"0,1"`)."""
+    parts = [p.strip() for p in str(default).split(",")]
+    gpus = [_gpu_of(p) for p in parts]
+    return len(parts) >= 2 and None not in gpus and len(set(gpus)) == len(gpus)
 
 
 def environment_read(node: Any) -> tuple[str, int | str | None] | None:

@@ -17,6 +17,7 @@ import libcst as cst
 
 from mpcheck.devices import device_loops, element_reads, map_lookups, torchapi
 from mpcheck.devices.events import Mismatch, OversizedMove
+from mpcheck.devices.moves import plain_device_move
 from mpcheck.devices.names import a_number, canonical, dotted
 from mpcheck.devices.program import MAX_UNROLL, ClassInfo, Part, State, params_of
 from mpcheck.devices.summarized import constant_value, summarized_attr
@@ -520,7 +521,15 @@ class Expressions(Part):
         for f in fors:
             it = self.ev(f.iter, inner)
             self.interp.stmts.assign(
-                f.target, iter_elem(it, f.target.value if isinstance(f.target, cst.Name) else None, f.iter), inner, None
+                f.target,
+                iter_elem(
+                    it,
+                    f.target.value if isinstance(f.target, cst.Name) else None,
+                    f.iter,
+                    only_moved=len(fors) == 1 and _moves_its_item_only(node, f.target),
+                ),
+                inner,
+                None,
             )
             if len(fors) == 1:  # MP020: `[v.item() for v in t]` of a GPU tensor
                 element_reads.note_loop(self.interp, f.target, it, f.iter, node, node, inner)
@@ -1088,6 +1097,20 @@ def _right_operand(node: cst.CSTNode) -> cst.BaseExpression | None:
     if isinstance(node, cst.Comparison):
         return node.comparisons[0].comparator if node.comparisons else None
     return getattr(node, "right", None) or getattr(node, "value", None)
+
+
+def _moves_its_item_only(node: cst.CSTNode, target: cst.BaseAssignTargetExpression) -> bool:
+    """`[f.to(dev) for f in ...]`: a list or tuple comprehension whose element only moves its item."""
+    elt = getattr(node, "elt", None)
+    return (
+        isinstance(node, cst.ListComp)
+        and isinstance(target, cst.Name)
+        and isinstance(elt, cst.Call)
+        and plain_device_move(elt)
+        and isinstance(elt.func, cst.Attribute)
+        and isinstance(elt.func.value, cst.Name)
+        and elt.func.value.value == target.value
+    )
 
 
 def _parameters_of_both(a: ParamsOf, b: ParamsOf) -> Val:

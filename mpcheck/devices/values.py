@@ -751,16 +751,18 @@ def iter_items(it: Val) -> list[Val] | None:
     return None
 
 
-def iter_elem(it: Val, target: str | None, walked: Any = None) -> Val:
+def iter_elem(it: Val, target: str | None, walked: Any = None, only_moved: bool = False) -> Val:
     """What one item of `it` is, bound to the loop variable `target` (a plain name, else None); `walked`: the
-    loop's iterable as the code writes it (Obj.row_of, for a tensor the model knows to be one)."""
+    loop's iterable as the code writes it (Obj.row_of, for a tensor the model knows to be one). Chunks
+    (`x.split(b)`) are batches cut on purpose, no rows, unless `only_moved`: a comprehension that does nothing
+    but move each (`[f.to(dev) for f in feats.split(sizes)]`) holds every copy at once, as one copy would."""
     if (
         isinstance(it, Obj)
         and it.kind == "tensor"
         and not it.opaque
         and target is not None
         and walked is not None
-        and not _cut_in_chunks(walked)
+        and (only_moved or not _cut_in_chunks(walked))
     ):
         return it.with_(label=target, may_be_0d=True, row_of=walked)
     if isinstance(it, Obj) and it.kind in ("tensor", "any"):

@@ -67,14 +67,19 @@ class SetDeviceConflict(Rule):
                 modules=[beside.attr, beside.sibling],
                 suggestion=f"give `{beside.setting}` a device index",
             )
+        contexts_reported: set[int] = set()
         for made, context in unplaced_in_cuda_device_blocks(ctx.module):
+            if id(context) in contexts_reported:
+                continue  # one finding per block: its fix is the block's
+            contexts_reported.add(id(context))
             yield self.finding(
                 ctx,
-                made,
-                f"`{ctx.code(made.func)}(...)` is built inside `with {ctx.code(context)}:` (line {ctx.line(context)}), "
-                f"which only sets the current CUDA device (where an index-less `.cuda()` goes): it is no default "
-                f"device for new tensors, so this module is made on the CPU and stays there. Build it under `with "
-                f"torch.device('cuda', i):`, or move it (`.cuda()` in the block, `.to(device)`).",
+                context,
+                f"`{ctx.code(context)}` only sets the current CUDA device (where an index-less `.cuda()` goes): it is "
+                f"no default device for new tensors, so `{ctx.code(made.func)}(...)`, built inside it at line "
+                f"{ctx.line(made)} with no device and never moved, is made on the CPU and stays there. Write `with "
+                f"torch.device('cuda', i):` (a default device for what is built inside), or move the module "
+                f"(`.cuda()` in the block).",
                 devices=["cpu"],
                 modules=[ctx.code(made.func)],
                 suggestion="use `with torch.device('cuda', i):`, or call `.cuda()` on the module in the block",

@@ -35,13 +35,18 @@ class PerItemTransfer(Rule):
                 else "it"
             )
             whole = ctx.code(walked)
+            piece = "row"
+            if isinstance(walked, cst.Call) and isinstance(walked.func, cst.Attribute):
+                # `feats.split(sizes)` walked by a comprehension that only moves each chunk: one copy of `feats`
+                if walked.func.attr.value in ("split", "chunk", "tensor_split", "unbind"):
+                    whole, piece = ctx.code(walked.func.value), "chunk"
             # (from a GPU to the host each copy is also a wait: the host reads the row as soon as it lands)
             cost = "each paying a copy's fixed cost" if dst.startswith("cuda") else "each a copy the host waits for"
             yield self.finding(
                 ctx,
                 node,
-                f"`{row}` is a row of `{whole}` (line {ctx.line(walked)}), moved from {show(src)} to {show(dst)} on "
-                f"every pass of the loop over its rows: one copy per row, {cost}, where one copy of `{whole}` "
+                f"`{row}` is a {piece} of `{whole}` (line {ctx.line(walked)}), moved from {show(src)} to {show(dst)} on "
+                f"every pass of the loop over its {piece}s: one copy per {piece}, {cost}, where one copy of `{whole}` "
                 f"before the loop would do. Move it once and walk the copy (`{whole}.to(...)` before the loop).",
                 devices=[src, dst],
                 suggestion=f"move `{whole}` to {dst} once, before the loop",
