@@ -272,13 +272,15 @@ def test_rule_names_match_the_linter_registry():
 
 
 def _hops(ck, labels, devs, sites, work=True):
-    """Move one activation along `devs` (a new result computed on each device in between unless
+    """Move one activation along `devs` (a new result computed on each device in between, by a layer, unless
     work=False); returns weak references to every tensor made."""
     x = labels.label(torch.randn(4), devs[0])
     refs = [weakref.ref(x)]
     for dst, site in zip(devs[1:], sites):
         y = labels.label(x.clone(), dst)
         ck.on_transfer(x, y, labels.device_of(x), dst, site=site, module_path="model")
+        if work:
+            ck._tls.module_calls += 1  # the layer on `dst` (what the module hooks count)
         x = labels.label(y * 2, dst) if work else y
         refs += [weakref.ref(y), weakref.ref(x)]
     return refs
@@ -336,11 +338,13 @@ def _expert_layers(ck, labels, residual):
         kept = x if residual else gone(x)
         del x
         ck.note_reads((y,), {})  # the expert reads what arrived (the capture mode tells the checker so)
+        ck._tls.module_calls += 1  # the expert, a layer on cuda:1
         r = labels.label(y * 2, "cuda:1")
         back = labels.label(r.clone(), "cuda:0")
         ck.on_transfer(r, back, "cuda:1", "cuda:0", site=S2, module_path="model")
         gone(r)
         ck.note_reads((back,), {})
+        ck._tls.module_calls += 1  # the next layer, on cuda:0
         tokens.append(labels.label(back + kept if kept is not None else back * 2, "cuda:0"))
         del kept, back, r, y
 

@@ -315,6 +315,7 @@ def _patch_module_call(
                 checker.note_reads(args, kwargs)
         if tls.suspended:
             return orig_call(module, *args, **kwargs)
+        tls.module_calls += 1  # (MP006: a layer ran between two crossings)
         stack = tls.stack
         if not stack:
             tls.forwards += 1  # a new forward pass begins (MP006 follows transfers within one)

@@ -79,6 +79,8 @@ class Chain:
         "stayed",
         "used",
         "undo",
+        "calls_at",
+        "layered",
     )
 
     def __init__(self, src: str, site: Any) -> None:
@@ -107,6 +109,12 @@ class Chain:
         # arrived and no layer had yet been seen to need it there (Chain.snapshot): a later departure
         # from that device computed from the same arrival shows it was needed there after all.
         self.undo: tuple[Any, ...] | None = None
+        # The module-call count when the data last arrived (ThreadState.module_calls), and how many of the
+        # chain's visits after a crossing ran a layer (a module) before the data left again: per-layer
+        # ping-pong crosses between layers. Per-row statistics or messages two shards exchange between torch
+        # ops on their own parameters (a vocabulary-parallel loss, a two-tower graph model) cross with no layer.
+        self.calls_at: int | None = None
+        self.layered = 0
 
     def add(
         self,
@@ -191,10 +199,22 @@ class Chain:
     def distinct(self) -> list[str]:
         return list(dict.fromkeys(self.devs))
 
+    def left_after(self, calls: int | None) -> None:
+        """The data leaves the chain's last device now, `calls` module calls into the run: did a layer run there?"""
+        if calls is not None and self.calls_at is not None and calls != self.calls_at:
+            self.layered += 1
+        self.calls_at = calls
+
     def is_ping_pong(self) -> bool:
         # A -> B -> A is two stages with a way back (e.g. to the labels); A -> B -> A -> B is
-        # ping-pong: more crossings than the devices visited need (the linter's MP006 rule too).
-        return self.back_site is not None and self.crossings >= 3 and self.crossings > len(self.distinct)
+        # ping-pong: more crossings than the devices visited need (the linter's MP006 rule too), with
+        # layers run on at least two of the visits in between.
+        return (
+            self.back_site is not None
+            and self.crossings >= 3
+            and self.crossings > len(self.distinct)
+            and self.layered >= 2
+        )
 
 
 class PingPong:
@@ -219,11 +239,13 @@ class PingPong:
         departure: Any = None,
         nodes: tuple[Any, Any] = (None, None),
         held: Callable[[str], bool] | None = None,
+        calls: int | None = None,
     ) -> list[Chain]:
         """Follow one forward transfer; returns the ping-pong chains of a pass that just ended.
         nodes: the autograd nodes (grad_fn) of the data sent and of its copy that arrived, or None.
         held: without a graph, does the code making this transfer still hold other data on a device
-        (asked only when the chain comes straight back to it: Chain.stayed)."""
+        (asked only when the chain comes straight back to it: Chain.stayed). calls: the module calls run so far
+        (Chain.left_after)."""
         if src in _NOT_GPU or dst in _NOT_GPU or _one_number(src_tensor):
             return []  # (a 0-dim tensor is no activation: a norm or a scale sent to each GPU by an optimizer)
         done: list[Chain] = []
@@ -272,6 +294,7 @@ class PingPong:
         arrival_key = _node_key(nodes[1])
         if arrival_key is not None and len(arrived) < _MAX_NODES:
             arrived.add(arrival_key)
+        chain.left_after(calls)
         chain.add(dst, site, module, arrival, departure, arrival_key, sent_keys(nodes[0]), held, _indices(src_tensor))
         chain.undo = undo
         chains.append(chain)  # most recently extended last

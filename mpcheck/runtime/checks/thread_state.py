@@ -28,6 +28,8 @@ class ThreadState(threading.local):
         # Module calls whose inputs were off the module's device, outermost first (enter_module).
         self.entries: list[Entry] = []
         self.forwards = 0  # outermost module calls so far: a forward pass's number, for MP006
+        # Module calls run checked so far (any depth): were there layers between two crossings? (MP006)
+        self.module_calls = 0
         # Transfers outside any module: forward passes ended by a backward (MP006 chains per pass).
         self.top_passes = 0
         self.top_pass_over = False

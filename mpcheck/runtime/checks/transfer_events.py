@@ -134,6 +134,7 @@ def on_transfer(
                 departure,
                 nodes,
                 held,
+                tls.module_calls,
             ):
                 self._report_ping_pong(chain)
 
