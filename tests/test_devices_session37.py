@@ -717,3 +717,41 @@ def test_parameters_placed_through_a_loop_over_them_by_data_are_where_they_were_
     assert findings(src) == []
     (f,) = findings(src.replace('p.data = p.data.to("cuda:0")', 'p.data = p.data.to("cuda:1")'), "MP001")
     assert f.line == 16
+
+
+# ----------------------------------------------------------------- precision round dr24
+
+def test_a_loss_module_moved_by_a_statement_of_its_own_takes_its_weights_along():
+    src = """
+    import torch
+    import torch.nn as nn
+
+    counts = torch.tensor([400, 200, 60, 20])
+    criterion = nn.CrossEntropyLoss(weight=counts.sum() / (4.0 * counts.float()))
+    criterion.to(WHERE)
+    logits = torch.randn(8, 4, device="cuda:1")
+    loss = criterion(logits, torch.randint(0, 4, (8,), device="cuda:1"))
+    """
+    assert findings(src.replace("WHERE", '"cuda:1"')) == []
+    (f,) = findings(src.replace("WHERE", '"cuda:0"'), "MP008")
+    assert f.line == 9 and "on cuda:0" in f.message
+
+
+def test_factories_inside_a_torch_device_block_use_its_device():
+    src = """
+    import torch
+
+
+    def mask(x, p):
+        with torch.device(x.device):
+            keep = torch.rand(x.shape) >= p
+        return x * keep
+
+
+    mask(torch.randn(4, 8, device="cuda:0"), 0.1)
+    with torch.device("cuda:1"):
+        z = torch.zeros(4)
+    y = torch.ones(4, device="cuda:0") + z
+    """
+    (f,) = findings(src)
+    assert f.line == 14 and "`z` is on cuda:1" in f.message

@@ -274,7 +274,10 @@ class Moves(Part):
                     k: w.with_(devs=devs, origin=origin, at=node) if isinstance(w, Obj) else w
                     for k, w in recv.extra.items()
                 }
-                return recv.with_(extra=moved_w)
+                moved_loss = recv.with_(extra=moved_w)
+                # Module.to() works in place: `criterion.to("cuda:1")` on a line of its own moves it too.
+                self.rebind(recv_expr, moved_loss, st)
+                return moved_loss
             if recv.kind in ("passthrough", "loss"):
                 return recv
             if st.in_init and recv.cls is None and recv.attrs is None:

@@ -497,11 +497,23 @@ class Statements(Part):
 
     def exec_with(self, stmt: cst.With, st: State) -> list[State]:
         inner = st.copy()
+        interp = self.interp
+        default = (interp.default_device, interp.default_device_changed)  # restored on leaving the block
         for item in stmt.items:
             call = item.item
             q = self.interp.exprs.qname(call.func) if isinstance(call, cst.Call) else None
             if q in torchapi.NO_GRAD:
                 inner.mode = "no_grad"
+            elif q == "torch.device" and isinstance(call, cst.Call):
+                # `with torch.device(x.device):` makes that device the default for factories without device=
+                # while the block runs (a mode: in what it calls too). Not known: factories there are unknown.
+                devs = as_device(self.interp.exprs.ev(call, st))
+                dev = single(devs) if devs else None
+                if dev is not None and not dev.startswith("sym:"):
+                    interp.default_device = dev
+                else:
+                    interp.default_device_changed = True
+                continue
             elif q in torchapi.DEVICE_CONTEXT and isinstance(call, cst.Call) and call.args:
                 dv = self.interp.exprs.ev(call.args[0].value, st)
                 devs = as_device(dv)
@@ -521,7 +533,10 @@ class Statements(Part):
                 v = self.interp.exprs.ev(call, inner)
                 if item.asname is not None:
                     self.assign(item.asname.name, UNK if not isinstance(v, Obj) else v, inner, None)
-        after = self.exec_block(stmt.body.body, [inner])
+        try:
+            after = self.exec_block(stmt.body.body, [inner])
+        finally:
+            interp.default_device, interp.default_device_changed = default
         out = []
         for a in after:
             # Leaving `with torch.cuda.device(...)` / `no_grad` restores the outer state.
