@@ -721,6 +721,7 @@ def test_parameters_placed_through_a_loop_over_them_by_data_are_where_they_were_
 
 # ----------------------------------------------------------------- precision round dr24
 
+
 def test_a_loss_module_moved_by_a_statement_of_its_own_takes_its_weights_along():
     src = """
     import torch
@@ -755,3 +756,56 @@ def test_factories_inside_a_torch_device_block_use_its_device():
     """
     (f,) = findings(src)
     assert f.line == 14 and "`z` is on cuda:1" in f.message
+
+
+def test_a_placing_method_that_moves_the_whole_model_first_then_its_towers():
+    src = """
+    import math
+
+    import torch
+    import torch.nn as nn
+
+
+    class Pair(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.image_tower, self.text_tower = nn.Linear(8, 4), nn.Linear(8, 4)
+            self.t_prime = nn.Parameter(torch.tensor(math.log(10.0)))
+
+        def parallelize(self, placement):
+            self.to(placement["default"])
+            self.image_tower.to(placement["image_tower"])
+            self.text_tower.to(placement["text_tower"])
+            self.img_dev, self.txt_dev = torch.device(placement["image_tower"]), torch.device(placement["text_tower"])
+            return self
+
+        def forward(self, images, ids):
+            zimg = self.image_tower(images.to(self.img_dev))
+            ztxt = self.text_tower(ids.to(self.txt_dev))
+            return zimg.to(self.txt_dev) @ ztxt.T * self.t_prime.exp()
+
+
+    model = Pair().parallelize({"default": DEFAULT, "image_tower": "cuda:0", "text_tower": "cuda:1"})
+    model(torch.randn(2, 8), torch.randn(2, 8))
+    """
+    (f,) = findings(src.replace("DEFAULT", '"cuda:0"'), "MP001")
+    assert f.line == 24 and "`self.t_prime.exp()` is on cuda:0" in f.message
+    assert findings(src.replace("DEFAULT", '"cuda:1"')) == []
+
+
+def test_sampled_token_ids_copied_twice_to_one_gpu_cost_a_launch():
+    src = """
+    import torch
+    import torch.nn.functional as F
+
+
+    def step(logits, scale, ids):
+        nxt = torch.multinomial(F.softmax(logits, dim=-1), 1)
+        a = nxt.to(scale.device)
+        return torch.cat([ids, nxt.to(ids.device)], dim=1), a
+
+
+    for _ in range(3):
+        step(torch.randn(4, 9, device="cuda:1"), torch.ones(4, device="cuda:0"), torch.zeros(4, 2, device="cuda:0"))
+    """
+    assert findings(src, "MP011") == []

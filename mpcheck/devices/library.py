@@ -344,6 +344,8 @@ class Library(Part):
             reducible_move=host_work,
             made_from_move=host_work is not None,
             row_statistic=_of_row_statistics(q, args, kwargs, flat),
+            # `torch.multinomial(probs, 1)`: sampled ids, as a comparison's mask or `argmax` are
+            index_like=q.rsplit(".", 1)[-1] in T.INDEX_FUNCTIONS,
         )
         second = args[1] if len(args) > 1 else None
         if q.count(".") == 1 and T.gives_values_and_indices(

@@ -52,7 +52,10 @@ def places_parts(info: FuncInfo) -> bool:
             _PLACES_PARTS,
             info.node,
             bool(moves or replaced)
-            and all(_of_a_part(m.func.value, loop_vars) for m in moves)  # type: ignore[attr-defined]
+            # (`self.to(placement["default"])` first, then the parts that go elsewhere: the whole is placed too)
+            and all(_is_self(m.func.value) or _of_a_part(m.func.value, loop_vars) for m in moves)  # type: ignore[attr-defined]
+            # (a method that only moves self whole is Module.to()'s business, as before)
+            and (bool(replaced) or not all(_is_self(m.func.value) for m in moves))  # type: ignore[attr-defined]
             and all(_is_self(t) or _of_a_part(t, loop_vars) for t in replaced),
         )
     return got

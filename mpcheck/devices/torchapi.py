@@ -353,7 +353,11 @@ INDEX_FACTORIES = frozenset({"randint", "randint_like", "randperm"})
 # Factories that draw: their data is new on every call, whatever their arguments (not an unchanging constant).
 RANDOM_FACTORIES = frozenset({"rand", "randn", "randint", "randperm", "normal", "bernoulli", "multinomial", "poisson"})
 # Tensor methods whose result is integer or boolean data shaped like the input (or smaller).
-INDEX_METHODS = INDEX_RESULTS | frozenset({"long", "int", "bool", "short", "byte", "argsort", "lt", "le", "gt", "ge"})
+INDEX_METHODS = INDEX_RESULTS | frozenset(
+    {"long", "int", "bool", "short", "byte", "argsort", "lt", "le", "gt", "ge", "multinomial"}
+)
+# torch functions whose result is indices into their input (sampled or sorted token ids, bucket numbers).
+INDEX_FUNCTIONS = INDEX_RESULTS | frozenset({"multinomial", "argsort", "searchsorted", "bucketize"})
 
 
 def leaves_chain(name: str, n_args: int, kwargs: Container[str]) -> bool:
