@@ -6,8 +6,10 @@ Such a call gives a new view of the instance, its parts placed as the method pla
 its __init__ had ended with that body: the memoised instance itself (Instances.instantiate) is
 shared with every other construction with those arguments, so it is left as it was.
 
-Only a method whose every move is of a part of `self` is one: a method that also moves a batch
-or its own result (`fit`, `train_step`) is work, not placement, and keeps running as before.
+Only a method whose every move is of a part of `self` (or of `self` whole, before its parts go elsewhere:
+`self.to(default)`) is one, or that sets a Parameter of self or of a part (`self.pos = nn.Parameter(resized)`,
+`self.head.weight = self.embed.weight`): a method that also moves a batch or its own result (`fit`, `train_step`)
+is work, not placement, and keeps running as before.
 """
 
 from __future__ import annotations
