@@ -23,6 +23,7 @@ import libcst as cst
 from mpcheck.devices.events import ElementSync
 from mpcheck.devices.names import dotted
 from mpcheck.devices.values import Devs, Obj, SeqV, Val, single
+from mpcheck.devices.walk import walk
 
 if TYPE_CHECKING:
     from mpcheck.devices.interp import Interp
@@ -190,6 +191,32 @@ def indexed_rows(
     if tensor is None or dotted(tensor) is None:
         return None
     return target.value, tensor
+
+
+def enumerated_rows(stmt: cst.For) -> tuple[str, cst.BaseExpression] | None:
+    """`for j, i in enumerate(idx.tolist()):` whose body reads `f[j]` for one tensor name `f`: (j, f), the rows of
+    `f` it walks one per pass, paired with the items it enumerates (a memory bank updated sample by sample)."""
+    it, target = stmt.iter, stmt.target
+    if not (isinstance(it, cst.Call) and isinstance(it.func, cst.Name) and it.func.value == "enumerate"):
+        return None
+    if not (isinstance(target, cst.Tuple) and len(target.elements) == 2):
+        return None
+    index = target.elements[0].value
+    if not isinstance(index, cst.Name):
+        return None
+    picked = [
+        n.value
+        for n in walk(stmt.body)
+        if isinstance(n, cst.Subscript)
+        and isinstance(n.value, cst.Name)
+        and len(n.slice) == 1
+        and isinstance(n.slice[0].slice, cst.Index)
+        and isinstance(n.slice[0].slice.value, cst.Name)
+        and n.slice[0].slice.value.value == index.value
+    ]
+    if len({p.value for p in picked if isinstance(p, cst.Name)}) != 1:
+        return None
+    return index.value, picked[0]  # (the tensor's name where the body first picks a row of it)
 
 
 def _builtin_call(e: cst.BaseExpression, names: tuple[str, ...]) -> cst.Call | None:

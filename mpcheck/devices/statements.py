@@ -431,7 +431,7 @@ class Statements(Part):
         self.interp.in_unknown_loop += 1
         joined = len(self.interp.loop_outer) - 1
         self.interp.joined_loops.add(joined)
-        rows = element_reads.indexed_rows(stmt.target, stmt.iter) or _enumerated_rows(stmt)
+        rows = element_reads.indexed_rows(stmt.target, stmt.iter) or element_reads.enumerated_rows(stmt)
         if rows is not None:
             self.interp.row_loops.append(rows)
         try:
@@ -761,32 +761,6 @@ def _set_item(seq: SeqV, v: Val, key: Val) -> None:
             return
     seq.elem = join_all([*(seq.items if seq.items is not None else (seq.elem,)), v])
     seq.items = None
-
-
-def _enumerated_rows(stmt: cst.For) -> tuple[str, cst.BaseExpression] | None:
-    """`for j, i in enumerate(idx.tolist()):` whose body reads `f[j]` for one tensor name `f`: (j, f), the rows of
-    `f` it walks one per pass, paired with the items it enumerates (a memory bank updated sample by sample)."""
-    it, target = stmt.iter, stmt.target
-    if not (isinstance(it, cst.Call) and isinstance(it.func, cst.Name) and it.func.value == "enumerate"):
-        return None
-    if not (isinstance(target, cst.Tuple) and len(target.elements) == 2):
-        return None
-    index = target.elements[0].value
-    if not isinstance(index, cst.Name):
-        return None
-    picked = [
-        n.value
-        for n in walk(stmt.body)
-        if isinstance(n, cst.Subscript)
-        and isinstance(n.value, cst.Name)
-        and len(n.slice) == 1
-        and isinstance(n.slice[0].slice, cst.Index)
-        and isinstance(n.slice[0].slice.value, cst.Name)
-        and n.slice[0].slice.value.value == index.value
-    ]
-    if len({p.value for p in picked if isinstance(p, cst.Name)}) != 1:
-        return None
-    return index.value, picked[0]  # (the tensor's name where the body first picks a row of it)
 
 
 def _ties_weight(attr: str, base: Val, v: Val) -> bool:

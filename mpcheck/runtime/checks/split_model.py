@@ -145,16 +145,31 @@ def on_module_move(
     devs = [d for d in self.model_devices(module) if d != "cpu"]
     if len(devs) < 2 or target == "cpu" or _a_deep_copy(self, module):
         return None
+    return _collapsed(
+        self,
+        module,
+        site or self.sites(),
+        target,
+        tuple(devs),
+        f"this moves a model split over {', '.join(devs)} entirely onto {target}",
+        "remove this call: a split model's stages are placed in its __init__; move only the inputs",
+    )
+
+
+def _collapsed(
+    self: Checker, module: Any, site: Any, target: str, devs: tuple[str, ...], what: str, suggestion: str
+) -> Finding | None:
+    """MP007 for `module`, split over `devs`, now whole on `target` (by `what`, at `site`): remembered so that the
+    mismatches it causes are counted on it (collapse.py)."""
     finding = self.emit(
         "MP007",
-        site or self.sites(),
-        f"this moves a model split over {', '.join(devs)} entirely onto {target}: the split is undone "
-        f"and {target} must hold every parameter",
-        devices=tuple(devs),
+        site,
+        f"{what}: the split is undone and {target} must hold every parameter",
+        devices=devs,
         modules=(self.module_name(module),),
-        suggestion="remove this call: a split model's stages are placed in its __init__; move only the inputs",
+        suggestion=suggestion,
     )
-    self._collapses.record(module, target, tuple(devs), finding)
+    self._collapses.record(module, target, devs, finding)
     return finding
 
 
@@ -186,18 +201,18 @@ def on_model_loaded(self: Checker, loaded: Any, saved_on: dict[int, str], map_lo
             continue
         target = now[0]
         devs = tuple(sorted(saved))
-        finding = self.emit(
-            "MP007",
+        _collapsed(
+            self,
+            module,
             site,
+            target,
+            devs,
             f"this load puts a model saved split over {', '.join(devs)} entirely onto {target} "
-            f"(map_location={map_location!r}): the split is undone and {target} must hold every parameter",
-            devices=devs,
-            modules=(self.module_name(module),),
-            suggestion="save and load the state_dict (`torch.save(model.state_dict(), path)`; build the split "
+            f"(map_location={map_location!r})",
+            "save and load the state_dict (`torch.save(model.state_dict(), path)`; build the split "
             "model, then `model.load_state_dict(torch.load(path, map_location='cpu'))`), or load without "
             "map_location so each stage returns to the GPU it was saved from",
         )
-        self._collapses.record(module, target, devs, finding)
 
 
 def on_state_assigned(self: Checker, module: Any, before: list[str], site: Site) -> None:
@@ -207,17 +222,16 @@ def on_state_assigned(self: Checker, module: Any, before: list[str], site: Site)
     (MP007 at the load; what follows from it is counted there, collapse.py)."""
     devs = tuple(d for d in before if d != "cpu")
     now = self.model_devices(module)
-    if len(devs) < 2 or len([d for d in now if d != "cpu"]) >= 2 or len(now) != 1:
+    if len(devs) < 2 or len(now) != 1:
         return
-    target = now[0]
-    finding = self.emit(
-        "MP007",
+    _collapsed(
+        self,
+        module,
         site,
-        f"`load_state_dict(..., assign=True)` puts the state dict's own tensors, all on {target}, into a model "
-        f"split over {', '.join(devs)}: the split is undone and {target} must hold every parameter",
-        devices=devs,
-        modules=(self.module_name(module),),
-        suggestion="drop assign=True (load_state_dict then copies each tensor into the parameter where it is), "
+        now[0],
+        devs,
+        f"`load_state_dict(..., assign=True)` puts the state dict's own tensors, all on {now[0]}, into a model "
+        f"split over {', '.join(devs)}",
+        "drop assign=True (load_state_dict then copies each tensor into the parameter where it is), "
         "or place the model again after the load",
     )
-    self._collapses.record(module, target, devs, finding)
