@@ -13,7 +13,7 @@ from typing import Any, cast
 
 import libcst as cst
 
-from mpcheck.devices import command_line, map_lookups, memo, module_tree, optimizers, pre_hooks
+from mpcheck.devices import backward_code, command_line, map_lookups, memo, module_tree, optimizers, pre_hooks
 from mpcheck.devices import torchapi as T
 from mpcheck.devices.callers import note_call
 from mpcheck.devices.command_line import ParserV
@@ -29,7 +29,6 @@ from mpcheck.devices.values import (
     CURRENT,
     DATA_PARALLEL_OUTPUT,
     FAILED,
-    GRADIENT_OF_OUTPUT,
     HOOKS_KEY,
     LOADED,
     LOSS_OF,
@@ -37,7 +36,6 @@ from mpcheck.devices.values import (
     OWN_MOVE_KEY,
     PROBE,
     UNK,
-    AutogradCtx,
     ClassRef,
     Const,
     Devs,
@@ -925,16 +923,17 @@ class Calls(Part):
             fwd = recv.info.method("forward")
             if fwd is None:
                 return UNK
-            ctx = _autograd_ctx(fwd.node, args)
+            ctx = backward_code.autograd_ctx(fwd.node, args)
             out = self.call_function(fwd, None, [ctx, *args], kwargs, st, node, helper=True)
             bwd = recv.info.method("backward")
-            grads = _gradients_for(out)
+            grads = backward_code.gradients_for(out)
             if bwd is not None and grads and st.mode != "no_grad" and self.interp.recorder.live:
                 # Its backward runs when a loss computed from the output goes backward: each gradient arrives
                 # where its output is, beside what forward saved on ctx (a `lambd` buffer on another GPU). Not in
                 # a probe of where a module's input must be (Calls.input_devs): what backward reads wrong is
                 # backward's to report, where it reads it, not the caller's input.
-                self.call_function(bwd, None, [ctx, *grads], {}, st, node, helper=True)
+                returned = self.call_function(bwd, None, [ctx, *grads], {}, st, node, helper=True)
+                backward_code.check_returned_gradients(self.interp, recv.info, node, args, returned, st)
             return out
         if (
             meth == "type_as"
@@ -972,6 +971,9 @@ class Calls(Part):
             before = extra.get(HOOKS_KEY, ())
             assert isinstance(before, tuple)
             recv.extra = {**extra, HOOKS_KEY: (*before, meth)}
+            return UNK
+        if meth == "register_hook" and isinstance(recv, Obj) and recv.kind in ("tensor", "param") and args:
+            backward_code.run_gradient_hook(self, recv, args[0], node, st)
             return UNK
         if "device_map" in kwargs:
             return self.interp.library.dispatched(meth, args, kwargs, node, st)
@@ -1605,39 +1607,3 @@ def _rnn_output(nn_class: str | None, out: Obj) -> Val:
     if nn_class == "LSTMCell":
         return SeqV((out, out), kind="tuple")
     return out
-
-
-def _autograd_ctx(fwd: cst.FunctionDef, args: list[Val]) -> Val:
-    """The `ctx` a custom Function's forward fills, as its backward reads it: `ctx.saved_tensors` from
-    `ctx.save_for_backward(a, b)` and `ctx.name` from `ctx.name = a`, where `a` and `b` are forward's own
-    parameters (given `args`); UNK where anything else is saved."""
-    params = [name for name, _ in params_of(fwd)]
-    if len(params) < 2:
-        return UNK
-    ctx_name, bound = params[0], dict(zip(params[1:], args))
-    items: dict[Any, Val] = {}
-    for n in walk(fwd):
-        if (
-            isinstance(n, cst.Call)
-            and isinstance(n.func, cst.Attribute)
-            and n.func.attr.value == "save_for_backward"
-            and dotted(n.func.value) == ctx_name
-        ):
-            saved = [bound.get(a.value.value, UNK) if isinstance(a.value, cst.Name) else UNK for a in n.args]
-            items["saved_tensors"] = SeqV(tuple(saved), kind="tuple")
-        for t in assigned(n):
-            if isinstance(t, cst.Attribute) and dotted(t.value) == ctx_name and isinstance(n, cst.Assign):
-                value = n.value
-                items[t.attr.value] = bound.get(value.value, UNK) if isinstance(value, cst.Name) else UNK
-    return AutogradCtx(items, namespace=True)
-
-
-def _gradients_for(out: Val) -> list[Val]:
-    """The gradients a custom Function's backward gets: one per output, where that output is (none known: [])."""
-    outs = out.items if isinstance(out, SeqV) and out.kind == "tuple" and out.items is not None else (out,)
-    grads: list[Val] = []
-    for o in outs:
-        dev = single(o.devs) if isinstance(o, Obj) and o.kind == "tensor" else None
-        at = o.at if isinstance(o, Obj) else None
-        grads.append(Obj("tensor", one(dev), origin=GRADIENT_OF_OUTPUT, at=at) if dev else UNK)
-    return grads if any(g is not UNK for g in grads) else []

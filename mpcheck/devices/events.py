@@ -64,6 +64,21 @@ class Mismatch(Fact):
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
+class GradientOffItsInput(Fact):
+    """A custom autograd Function's backward returns (`node`, an item of its `return`) the gradient of input
+    `index` on another GPU than `apply()` (`applied`) got that input on: autograd refuses it in backward
+    (devices/custom_functions.py)."""
+
+    function: str  # the Function's class ("CrossDevice")
+    index: int
+    param: str  # forward's name for that input ("x")
+    gradient: Obj
+    input: Obj
+    applied: cst.CSTNode
+    saved_device: str  # `ctx.src` where forward saved that input's device on ctx; "" if it did not
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
 class StaleOptimizerState(Fact):
     """`opt.step()` (`node`) of an optimizer whose state was made (`state_at`: its first step, or
     `load_state_dict`) while its parameters were on `state`, and which are on `params` now: the model

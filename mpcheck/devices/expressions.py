@@ -251,7 +251,7 @@ class Expressions(Part):
                 text = dotted(node.value)
                 if text and _deviceish(base.elem):
                     return DeviceV(one(f"sym:{text}[{idx.value}]"))
-                return base.elem
+                return base.head if idx.value == 0 and base.head is not None else base.elem
             if base.kind == "dict" and isinstance(base.elem, Obj) and not base.elem.label:
                 return base.elem.with_(label=dotted(node) or "")  # `self.shadow[k]`, for messages
             return base.elem if base.items is None else join_all(base.items)
@@ -1127,9 +1127,11 @@ def _parameters_of_both(a: ParamsOf, b: ParamsOf) -> Val:
             if dev is None or dev.startswith("sym:") or not isinstance(r, Obj):
                 return SeqV(None, elem=UNK, kind="list")
             reps.setdefault(dev, r)
+    head = a.first()
     if len(reps) < 2:
-        return SeqV(None, elem=join_all(list(reps.values())), kind="list")
-    return SeqV(None, elem=join_all(list(reps.values())), kind="list", spans=tuple(reps.values()), spans_by=tuple(reps))
+        return SeqV(None, elem=join_all(list(reps.values())), kind="list", head=head)
+    elem = join_all(list(reps.values()))
+    return SeqV(None, elem=elem, kind="list", spans=tuple(reps.values()), spans_by=tuple(reps), head=head)
 
 
 def _certainly_not_none(v: Val) -> bool:

@@ -352,7 +352,8 @@ def init_param_groups(me: Val, args: list[Val], kwargs: dict[str, Val]) -> None:
     defaults = args[1] if len(args) > 1 else kwargs.get("defaults", UNK)
     if isinstance(params, SeqV) and params.items and all(isinstance(g, DictV) for g in params.items):
         groups: SeqV = params
-    elif isinstance(params, ParamsOf):
+    elif isinstance(params, ParamsOf) or (isinstance(params, SeqV) and params.spans is not None):
+        # `model.parameters()`, or `list(a.parameters()) + list(b.parameters())`
         extra = dict(defaults.items) if isinstance(defaults, DictV) else {}
         groups = SeqV((DictV({**extra, "params": params}),), kind="list")
     else:

@@ -62,7 +62,7 @@ def lambda_hook(calls: Calls, lam: cst.Lambda, st: State) -> FuncRef:
     return FuncRef(FuncInfo(node=fn, name="<lambda>", qual="<lambda>", closure=st.env, defaults=defaults))
 
 
-def _call_hook(calls: Calls, hook: Val, given: list[Val], st: State, node: cst.CSTNode) -> Val | None:
+def call_hook(calls: Calls, hook: Val, given: list[Val], st: State, node: cst.CSTNode) -> Val | None:
     """Runs a hook of the file's (a function, a lambda, an object with `__call__`); None when it is not one."""
     if isinstance(hook, FuncRef) and hook.bound is None:
         return calls.call_function(hook.info, None, given, {}, st, node, helper=True)
@@ -94,7 +94,7 @@ def _handed_back(calls: Calls, hook: Val, given: list[Val], st: State, node: cst
     """Runs one hook: (whether what it hands back is known, that value, None when it returned None and so leaves
     what it was given as it was)."""
     fn = hook.info.node if isinstance(hook, FuncRef) else None
-    result = _call_hook(calls, hook, given, st, node)
+    result = call_hook(calls, hook, given, st, node)
     if result is None:
         return False, None
     if isinstance(result, Const) and result.value is None:

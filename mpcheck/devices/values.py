@@ -267,6 +267,9 @@ class SeqV(Val):
     # built from the parameters of a split model (ParamsOf.per_device), one value per device.
     spans: tuple[Val, ...] | None = None
     spans_by: tuple[str, ...] = ()  # the device of the parameter each of `spans` was made from
+    # The first item, where the length is not known but the first is: `list(a.parameters()) +
+    # list(b.parameters())` starts with a's first parameter (`params[0]`, an optimizer's `group["params"][0]`).
+    head: Val | None = None
     # The forward hooks registered on an nn.Sequential (`register_forward_pre_hook`, ...): what reaches its
     # first layer, or leaves its last, is then not known (Calls.sequential_call).
     hooks: tuple[str, ...] = ()

@@ -10,6 +10,7 @@ from mpcheck.devices.describe import MODE_WORDS, callee, move_fix, moved_tensor,
 from mpcheck.devices.events import (
     BuffersLeftBehind,
     DiscardedMove,
+    GradientOffItsInput,
     Mismatch,
     PlacedTwice,
     SharedModuleMoved,
@@ -214,6 +215,37 @@ class MissingTransfer(Rule):
             yield _stale_state_finding(self, ctx, stale)
         for loaded in once_per_node(ctx.model.facts(StepsLoadedOnOneGpu)):
             yield _steps_loaded_finding(self, ctx, loaded)
+        for grad in once_per_node(ctx.model.facts(GradientOffItsInput)):
+            yield _gradient_off_its_input_finding(self, ctx, grad)
+
+
+def _gradient_off_its_input_finding(rule: Rule, ctx: FileContext, ev: GradientOffItsInput) -> Finding:
+    """MP001 at the gradient a custom Function's backward returns on another GPU than its input."""
+    here, there = single(ev.gradient.devs), single(ev.input.devs)
+    returned = ctx.code(ev.node)
+    name = f"`{ev.param}`" if ev.param else f"input {ev.index}"
+    moved = f"{returned}.to({ev.saved_device})" if ev.saved_device else f"{returned}.to(ctx.device)"
+    how = (
+        f"return `{moved}`"
+        if ev.saved_device
+        else f"save the input's device in forward (`ctx.device = {ev.param or 'x'}.device`) and return `{moved}`"
+    )
+    fix = None
+    if ev.saved_device:
+        (line, col), (end_line, end_col) = ctx.span(ev.node)
+        fix = Fix(line, col, end_line, end_col, moved)
+    return rule.finding(
+        ctx,
+        ev.node,
+        f"`{ev.function}.backward` returns `{returned}` on {show(here)} ({origin_text(ctx, ev.gradient)}) as the "
+        f"gradient of its input {name}, which `{ctx.code(ev.applied)}` at line {ctx.line(ev.applied)} gets on "
+        f"{show(there)}{MODE_WORDS.get(ev.mode, '')}{via_text(ctx, ev.via)}: autograd refuses a gradient on another "
+        f'device than its input ("invalid gradient at index {ev.index}"), so `backward()` fails. Move it back: {how}.',
+        devices=[here, there],
+        modules=[ev.function],
+        suggestion=how,
+        fix=fix,
+    )
 
 
 def _steps_loaded_finding(rule: Rule, ctx: FileContext, ev: StepsLoadedOnOneGpu) -> Finding:

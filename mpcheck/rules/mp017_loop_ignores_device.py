@@ -111,6 +111,17 @@ class LoopIgnoresDevice(Rule):
                 suggestion="zip the modules with a list of one device per module",
             )
         yield from _shared_caches(self, ctx)
+        for query, loop, name in _queries_of_the_current_gpu(ctx.module) if "torch.cuda." in ctx.source else ():
+            call = ctx.code(query.func)
+            yield self.finding(
+                ctx,
+                query,
+                f"`{ctx.code(query)}` in `{_loop_head(ctx, loop)}` asks about the current GPU on every pass: `{name}` "
+                f"is never used, so each pass reads the same device (cuda:0 unless set_device moved it) and every "
+                f"GPU gets its answer; a pick made from them lands on one GPU. Pass the device: "
+                f"`{call}({name})`.",
+                suggestion=f"`{call}({name})`",
+            )
         for key, holder, device in _copies_keyed_by_type(ctx.module) if ".type" in ctx.source else ():
             yield self.finding(
                 ctx,
@@ -194,6 +205,61 @@ def _shared_caches(rule: Rule, ctx: FileContext) -> Iterator[Finding]:
             devices=devices,
             suggestion=f"add the device to the key of `{w.holder}`, or make the cache per module",
         )
+
+
+# torch.cuda's queries about one GPU, the current one when no device is given.
+_PER_GPU_QUERIES = frozenset(
+    f"torch.cuda.{name}"
+    for name in (
+        "mem_get_info",
+        "memory_allocated",
+        "memory_reserved",
+        "max_memory_allocated",
+        "max_memory_reserved",
+        "memory_stats",
+        "memory_summary",
+        "utilization",
+        "temperature",
+        "power_draw",
+        "clock_rate",
+        "get_device_properties",
+        "get_device_name",
+        "get_device_capability",
+    )
+)
+
+
+def _queries_of_the_current_gpu(module: cst.Module) -> Iterator[tuple[cst.Call, cst.CSTNode, str]]:
+    """(the query, its loop, the loop's name) for a torch.cuda query about one GPU called without a device in a
+    loop over the GPUs (`for`, or a comprehension) whose item never reads the loop's name: `[torch.cuda.mem_get_info()[0] for i
+    in range(torch.cuda.device_count())]`. A name that says it is unused (`_`) is taken at its word."""
+    for loop in walk(module):
+        body: cst.CSTNode
+        if isinstance(loop, cst.For):
+            target, over, body = loop.target, loop.iter, loop.body
+        elif isinstance(loop, (cst.ListComp, cst.GeneratorExp, cst.SetComp)) and loop.for_in.inner_for_in is None:
+            target, over, body = loop.for_in.target, loop.for_in.iter, loop.elt
+        elif isinstance(loop, cst.DictComp) and loop.for_in.inner_for_in is None:
+            target, over = loop.for_in.target, loop.for_in.iter
+            body = cst.Tuple([cst.Element(loop.key), cst.Element(loop.value)])
+        else:
+            continue
+        if not isinstance(target, cst.Name) or target.value.startswith("_") or not _over_gpus(over):
+            continue
+        name = target.value
+        if any(isinstance(n, cst.Name) and n.value == name for n in walk(body)):
+            continue
+        for n in walk(body):
+            if isinstance(n, cst.Call) and not n.args and dotted(n.func) in _PER_GPU_QUERIES:
+                yield n, loop, name
+
+
+def _over_gpus(iterable: cst.BaseExpression) -> bool:
+    """A loop over the GPUs, as its iterable's names say (`range(torch.cuda.device_count())`, `devices`,
+    `range(args.n_gpus)`): not an epoch or batch loop, whose passes may well ask the current GPU each time."""
+    return any(
+        isinstance(n, cst.Name) and ("gpu" in n.value.lower() or "device" in n.value.lower()) for n in walk(iterable)
+    )
 
 
 def _copies_keyed_by_type(module: cst.Module) -> Iterator[tuple[cst.CSTNode, str, str]]:

@@ -16,6 +16,7 @@ from mpcheck.runtime.checks.placement import (
     made_cause,
     module_cause,
 )
+from mpcheck.runtime.checks.plain_attributes import plain_attribute
 from mpcheck.runtime.checks.sites import Site
 from mpcheck.runtime.checks.tied import tied_partner
 from mpcheck.runtime.checks.wording import tensor_words
@@ -58,6 +59,16 @@ def _mismatch(
     # module, and every later use of it would be reported again, a consequence of the repair).
     repair_to = expected
     for loc, t, d in odd:
+        attribute = _plain_attribute_met(self, t, first)
+        if attribute is not None:
+            # The module's own tensor was left behind by its move, not the input let in unmoved: reported at the
+            # use, and the call goes on with the attribute where the input is (as the fix, a buffer, puts it).
+            held, on, meets = attribute
+            _report_plain_attribute(self, what, site, module, held, on, meets)
+            self.unmoved.note(held[0], on, meets, site)
+            if held[0] is first:
+                repair_to = d
+            continue
         # A tensor that reached this call unmoved from a module's input, off that module's device:
         # blame the module call. Either the odd tensor (`self.lin(h) + mask`) or the first one
         # (`mask + self.lin(h)`: the mask is the one off the module's device).
@@ -156,6 +167,42 @@ def _mismatch(
         if blamed is not None and blamed[1] is first:
             repair_to = blamed[3]
     return _repair(self, args, kwargs, odd, expected, repair_to)
+
+
+def _plain_attribute_met(self: Checker, t: Any, first: Any) -> tuple[tuple[Any, Any, str], str, str] | None:
+    """((tensor, its module, attribute), its device, the device it meets) when `t` or `first`, the two sides of
+    this mismatch, is a plain tensor attribute of a module the call is inside (plain_attributes.py)."""
+    if not self.wants("MP001"):
+        return None
+    modules = [e.module for e in self._tls.entries if e.module is not None]
+    modules += self.namer.roots() if self.namer else []
+    device_of = self.devices.device_of
+    for held in (t, first):
+        if held is None:
+            continue
+        found = plain_attribute(modules, held)
+        if found is not None:
+            other = first if held is t else t
+            return (held, found[0], found[1]), device_of(held), device_of(other)
+    return None
+
+
+def _report_plain_attribute(
+    self: Checker, what: str, site: Site, module: str | None, held: tuple[Any, Any, str], on: str, meets: str
+) -> None:
+    tensor, owner, attr = held
+    path, cls = self.module_name(owner), type(owner).__name__
+    self.emit(
+        "MP001",
+        site,
+        f"{what}: `{path}.{attr}` ({tensor_words(tensor)}) is on {on}, the tensors it meets are on {meets}: it is "
+        f"a plain tensor attribute of {cls} '{path}', not a parameter or a buffer, which a move of the "
+        "module (`.to()`, `.cuda()`) does not carry",
+        devices=(meets, on),
+        modules=tuple(dict.fromkeys(m for m in (path, module) if m)),
+        suggestion=f"register it as a buffer in {cls}.__init__ (`self.register_buffer('{attr}', tensor)`) so that "
+        "moving the module moves it",
+    )
 
 
 def _repair(

@@ -5,6 +5,8 @@ device_ids (MP002), handed to DataParallel's internals (MP003), or moved entirel
 
 from __future__ import annotations
 
+import weakref
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from mpcheck.finding import Finding
@@ -143,7 +145,10 @@ def on_module_move(
         current=self.devices.normalize("cuda") if implicit else None,
     )
     devs = [d for d in self.model_devices(module) if d != "cpu"]
-    if len(devs) < 2 or target == "cpu" or _a_deep_copy(self, module):
+    if target == "cpu" or _a_deep_copy(self, module):
+        return None
+    if len(devs) < 2:
+        _part_collapses_its_model(self, module, target, site)
         return None
     return _collapsed(
         self,
@@ -154,6 +159,65 @@ def on_module_move(
         f"this moves a model split over {', '.join(devs)} entirely onto {target}",
         "remove this call: a split model's stages are placed in its __init__; move only the inputs",
     )
+
+
+@dataclass(frozen=True)
+class PartMove:
+    """A part of a model that has run split, moved onto the GPU where the rest of that model is."""
+
+    model: weakref.ref[Any]
+    part: str
+    site: Site
+    target: str
+    split_over: tuple[str, ...]
+
+
+def _part_collapses_its_model(self: Checker, module: Any, target: str, site: Site | None) -> None:
+    """Notes a move of one part of a model that has run split over GPUs when it leaves that model whole on
+    `target` (a pre-hook that pulls each stage to its input's device, `module.to(args[0].device)`); MP007 once
+    the model runs so (judge_part_moves): a swap made in two moves passes through one GPU and is no collapse.
+    Only models already called (the namer's roots): a model being placed part by part is not split yet."""
+    if self.namer is None:
+        return
+    for root in self.namer.roots():
+        if root is module or not any(m is module for m in root.modules()):
+            continue
+        before = [d for d in self.model_devices(root) if d != "cpu"]
+        if len(before) < 2:
+            return
+        moved = {id(t) for t in (*module.parameters(), *module.buffers())}
+        device_of = self.devices.device_of
+        rest = {device_of(t) for t in (*root.parameters(), *root.buffers()) if id(t) not in moved}
+        if not {d for d in rest if d != "cpu"} - {target}:
+            part = PartMove(weakref.ref(root), self.module_name(module), site or self.sites(), target, tuple(before))
+            self._part_moves.append(part)
+        return
+
+
+def judge_part_moves(self: Checker, module: Any) -> None:
+    """An outermost call of `module`: MP007 for each part move noted for it (_part_collapses_its_model) after
+    which it still sits whole on that one GPU, as it runs now."""
+    waiting = []
+    for move in self._part_moves:
+        root = move.model()
+        if root is None:
+            continue
+        if root is not module:
+            waiting.append(move)
+            continue
+        if {d for d in self.model_devices(root) if d != "cpu"} == {move.target}:
+            _collapsed(
+                self,
+                root,
+                move.site,
+                move.target,
+                move.split_over,
+                f"this moves `{move.part}` onto {move.target}, where the rest of `{self.module_name(root)}`, a "
+                f"model split over {', '.join(move.split_over)}, already is",
+                "keep each part where the split placed it and move its inputs to it instead (a forward pre-hook "
+                "does that by returning the moved inputs)",
+            )
+    self._part_moves = waiting
 
 
 def _collapsed(

@@ -1,6 +1,7 @@
 """Autograd on virtual GPUs: backward samples the memory estimate; Python code autograd runs
-without the mode stack (a custom Function's backward, checkpoint's recompute) gets the dry
-run's modes back, and gradients arriving unlabelled get their forward output's device."""
+without the mode stack (a custom Function's backward, checkpoint's recompute, saved-tensor and
+gradient hooks) gets the dry run's modes back, and gradients arriving unlabelled get their forward
+output's device."""
 
 from __future__ import annotations
 
@@ -61,6 +62,14 @@ def install_python(g: VirtualGPUs, p: Patches) -> None:
 
     p.set(hooks_cls, "__init__", hooks_init)
 
+    # Gradient hooks (`w.register_hook(lambda g: g * mask)`, `register_post_accumulate_grad_hook`) run in
+    # backward, where the engine runs Python without the modes: with them, they see the gradient's virtual
+    # device and meet what they read as on a real GPU (a mask on another GPU fails there too).
+    for name in ("register_hook", "register_post_accumulate_grad_hook"):
+        orig = getattr(torch.Tensor, name, None)
+        if orig is not None:
+            p.set(torch.Tensor, name, _hook_registrar(g, orig))
+
     orig_apply = Function.__dict__["apply"].__func__
 
     def apply(cls: Any, *args: Any, **kwargs: Any) -> Any:
@@ -112,6 +121,16 @@ def _check_gradient_devices(g: VirtualGPUs, node: type, out: Any, inputs: list[s
             )
             error.function = getattr(node, "_forward_cls", None)  # type: ignore[attr-defined]  # (checks/op_error.py)
             raise error
+
+
+def _hook_registrar(g: VirtualGPUs, orig: Callable) -> Callable:
+    """`Tensor.register_hook` (or its like) that registers the hook wrapped to run under the dry run's modes."""
+
+    @functools.wraps(orig)
+    def register(self: Any, hook: Callable, *a: Any, **k: Any) -> Any:
+        return orig(self, _with_modes(g, hook), *a, **k)
+
+    return register
 
 
 def _saved_metadata(x: torch.Tensor) -> dict[str, Any]:

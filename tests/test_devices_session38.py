@@ -1,0 +1,205 @@
+"""Session 38: a hand-written optimizer given `list(a.parameters()) + list(b.parameters())`, the gradients a
+custom autograd Function's backward returns, gradient hooks (`w.register_hook`), and torch.cuda queries about
+the current GPU asked once per GPU (MP017)."""
+
+from __future__ import annotations
+
+import textwrap
+
+from mpcheck import codes
+from mpcheck.analysis import analyze
+
+ALL = frozenset(c.code for c in codes.on_face(codes.LINT))
+
+
+def findings(src: str, code: str | None = None) -> list:
+    got = analyze("t.py", textwrap.dedent(src), ALL, "m", {}, (2, 4, 8)).findings
+    return [f for f in got if code is None or f.code == code]
+
+
+def lines(src: str, code: str | None = None) -> list[int]:
+    return [f.line for f in findings(src, code)]
+
+
+# ----------------------------------------------------------------- an optimizer of the file over two lists
+
+LARS = """
+import torch
+import torch.nn as nn
+
+
+class LARS(torch.optim.Optimizer):
+    def __init__(self, params, lr):
+        super().__init__(params, dict(lr=lr))
+        first = self.param_groups[0]["params"][0]
+        self.one = torch.ones((), device=ONE)
+
+    @torch.no_grad()
+    def step(self):
+        for g in self.param_groups:
+            for p in g["params"]:
+                q = torch.where(p.norm() > 0, p.norm(), self.one)
+                p.mul_(q)
+
+
+def main():
+    a = nn.Linear(4, 4).to("cuda:0")
+    b = nn.Linear(4, 4).to("cuda:1")
+    opt = LARS(list(a.parameters()) + list(b.parameters()), lr=0.1)
+    opt.step()
+
+
+main()
+"""
+
+
+def test_a_constant_on_the_first_parameters_gpu_meets_every_parameter_of_a_two_list_optimizer():
+    got = findings(LARS.replace("ONE", "first.device"), "MP001")
+    assert [f.line for f in got] == [16]
+    assert "cuda:0" in got[0].message and "cuda:1" in got[0].message
+
+
+def test_a_constant_on_the_cpu_mixes_with_every_gpu():
+    # A 0-dim CPU tensor joins any device's op; so does one made per parameter.
+    assert lines(LARS.replace("ONE", "'cpu'"), "MP001") == []
+    per_param = LARS.replace("self.one)", "torch.ones((), device=p.device))").replace("ONE", "first.device")
+    assert lines(per_param, "MP001") == []
+
+
+def test_the_first_item_of_two_parameter_lists_is_the_first_lists_first():
+    src = """
+    import torch
+    import torch.nn as nn
+    a = nn.Linear(4, 4).to("cuda:0")
+    b = nn.Linear(4, 4).to("cuda:1")
+    params = list(a.parameters()) + list(b.parameters())
+    x = torch.ones(3, device="cuda:1") + torch.ones(3, device=params[0].device)
+    y = torch.ones(3, device="cuda:0") + torch.ones(3, device=params[0].device)
+    """
+    assert lines(src, "MP001") == [7]
+
+
+# ----------------------------------------------------------------- a custom Function's returned gradient
+
+HOP = """
+import torch
+import torch.nn as nn
+
+
+class Hop(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, device):
+        ctx.src = x.device
+        return x.to(device)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        return GRAD, None
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(4, 4).to("cuda:0")
+        self.b = nn.Linear(4, 4).to("cuda:1")
+
+    def forward(self, x):
+        return self.b(Hop.apply(self.a(x.to("cuda:0")), "cuda:1"))
+
+
+Net()(torch.randn(2, 4)).sum().backward()
+"""
+
+
+def test_a_hop_function_whose_backward_returns_the_gradient_unmoved_is_reported_with_its_fix():
+    got = findings(HOP.replace("GRAD", "grad_out"), "MP001")
+    assert [f.line for f in got] == [14]
+    f = got[0]
+    assert "`Hop.backward` returns `grad_out` on cuda:1" in f.message and "on cuda:0" in f.message
+    assert "invalid gradient at index 0" in f.message and "grad_out.to(ctx.src)" in f.message
+    assert f.fix is not None and f.fix.replacement == "grad_out.to(ctx.src)"
+
+
+def test_a_hop_function_that_sends_the_gradient_back_is_silent():
+    assert findings(HOP.replace("GRAD", "grad_out.to(ctx.src)"), "MP001") == []
+
+
+def test_without_the_saved_device_the_fix_is_only_said():
+    src = HOP.replace("GRAD", "grad_out").replace("        ctx.src = x.device\n", "")
+    got = findings(src, "MP001")
+    assert [f.line for f in got] == [13]
+    assert got[0].fix is None and "ctx.device = x.device" in got[0].message
+
+
+def test_a_function_applied_on_one_gpu_or_to_host_data_is_silent():
+    same = HOP.replace("GRAD", "grad_out").replace(', "cuda:1"))', ', "cuda:0"))')
+    assert (
+        findings(
+            same.replace('self.b = nn.Linear(4, 4).to("cuda:1")', 'self.b = nn.Linear(4, 4).to("cuda:0")'), "MP001"
+        )
+        == []
+    )
+    # Raw data from the host wants no gradient: autograd never checks one for it.
+    host = HOP.replace("GRAD", "grad_out").replace(
+        'Hop.apply(self.a(x.to("cuda:0")), "cuda:1")', 'self.a(Hop.apply(x, "cuda:0")).to("cuda:1")'
+    )
+    assert findings(host, "MP001") == []
+
+
+# ----------------------------------------------------------------- gradient hooks
+
+HOOKS = """
+import torch
+import torch.nn as nn
+
+a = nn.Linear(4, 4).to("cuda:0")
+b = nn.Linear(4, 4).to("cuda:1")
+keep = torch.zeros(4, 1, device="cuda:0")
+a.weight.register_hook(lambda g: g * keep)
+b.weight.register_hook(lambda g: g * MASK)
+"""
+
+
+def test_a_gradient_hook_meets_its_mask_on_another_gpu():
+    got = findings(HOOKS.replace("MASK", "keep"), "MP001")
+    assert [f.line for f in got] == [9]
+    assert "cuda:0" in got[0].message and "cuda:1" in got[0].message
+
+
+def test_gradient_hooks_with_the_mask_moved_to_the_gradient_are_silent():
+    assert findings(HOOKS.replace("MASK", "keep.to(g.device)"), "MP001") == []
+    named = HOOKS.replace(
+        "b.weight.register_hook(lambda g: g * MASK)",
+        "def mask(g):\n    return g * keep.to(g.device)\nb.weight.register_hook(mask)",
+    )
+    assert findings(named, "MP001") == []
+
+
+# ----------------------------------------------------------------- MP017: the current GPU asked once per GPU
+
+PICK = """
+import torch
+
+
+def pick_gpu():
+    free = [QUERY[0] for i in range(torch.cuda.device_count())]
+    return max(range(len(free)), key=free.__getitem__)
+"""
+
+
+def test_a_per_gpu_query_without_the_loops_device_is_reported():
+    got = findings(PICK.replace("QUERY", "torch.cuda.mem_get_info()"), "MP017")
+    assert [f.line for f in got] == [6]
+    assert "`torch.cuda.mem_get_info(i)`" in got[0].message
+    loop = "import torch\nfor d in range(n_gpus):\n    print(torch.cuda.memory_allocated())\n"
+    assert lines(loop, "MP017") == [3]
+
+
+def test_per_gpu_queries_given_the_device_or_outside_a_gpu_loop_are_silent():
+    assert findings(PICK.replace("QUERY", "torch.cuda.mem_get_info(i)"), "MP017") == []
+    in_context = "import torch\nfor i in range(torch.cuda.device_count()):\n    with torch.cuda.device(i):\n        print(torch.cuda.memory_allocated())\n"
+    assert findings(in_context, "MP017") == []
+    epochs = "import torch\nfor epoch in range(10):\n    print(torch.cuda.max_memory_allocated())\n"
+    assert findings(epochs, "MP017") == []
+    unused = "import torch\nfree = [torch.cuda.mem_get_info()[0] for _ in range(torch.cuda.device_count())]\n"
+    assert findings(unused, "MP017") == []
