@@ -203,3 +203,73 @@ def test_per_gpu_queries_given_the_device_or_outside_a_gpu_loop_are_silent():
     assert findings(epochs, "MP017") == []
     unused = "import torch\nfree = [torch.cuda.mem_get_info()[0] for _ in range(torch.cuda.device_count())]\n"
     assert findings(unused, "MP017") == []
+
+
+# ----------------------------------------------------------------- precision round 25
+
+ASPP = """
+import torch
+import torch.nn as nn
+
+
+class ASPP(nn.Module):
+    def __init__(self, cin, c):
+        super().__init__()
+        self.branches = nn.ModuleList(nn.Conv2d(cin, c, 3, padding=r, dilation=r) for r in (1, 2))
+        self.pool = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Conv2d(cin, c, 1))
+
+    def forward(self, x):
+        pooled = self.pool(x).expand(-1, -1, x.size(2), x.size(3))
+        return torch.cat([b(x) for b in self.branches] + [pooled], 1)
+
+
+class Seg(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.backbone = nn.Conv2d(3, 32, 3, 2, 1).to("cuda:0")
+        self.head = HEAD.to("cuda:1")
+
+    def forward(self, img):
+        return self.head(self.backbone(img.to("cuda:0")).to("cuda:1"))
+
+
+Seg()(torch.randn(2, 3, 16, 16))
+"""
+
+
+def test_a_tensor_the_head_pools_and_also_convolves_must_cross_whole():
+    assert findings(ASPP.replace("HEAD", "ASPP(32, 16)"), "MP016") == []
+    # Given straight to a pool, it still crosses at full size for the few elements the pool keeps.
+    assert lines(ASPP.replace("HEAD", "nn.AdaptiveAvgPool2d(2)"), "MP016") == [24]
+
+
+EPOCHS = """
+import torch
+import torch.nn as nn
+
+model = nn.Linear(8, 2).to("cuda:1")
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+
+def synth(n):
+    return torch.randn(n, 8), torch.randint(0, 2, (n,))
+
+
+x, y = synth(96)
+xv, yv = synth(48)
+for epoch in range(3):
+    for s in range(0, 96, 32):
+        loss = nn.functional.cross_entropy(model(x[s : s + 32].to("cuda:1")), y[s : s + 32].to("cuda:1"))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    with torch.no_grad():
+        acc = (model(xv.to("cuda:1")).argmax(1) == yv.to("cuda:1")).float().mean()
+"""
+
+
+def test_a_validation_set_moved_once_per_epoch_beside_the_steps_is_no_repeat():
+    assert findings(EPOCHS, "MP011") == []
+    # The same copy inside the steps' loop is one per step.
+    per_step = EPOCHS.replace("opt.step()\n", "opt.step()\n        model(xv.to('cuda:1'))\n")
+    assert lines(per_step, "MP011") == [21]

@@ -265,13 +265,16 @@ class Calls(Part):
 
     def _note_pooled_after_move(self, first: Obj, node: cst.CSTNode, st: State) -> None:
         """`self.pool(feats.to(d))`: a tensor moved between GPUs and pooled right where it arrived, when pooling
-        first would have sent fewer bytes (OversizedMove.pooled). Not ids or a mask."""
+        first would have sent fewer bytes (OversizedMove.pooled). Not ids or a mask, nor a tensor also used for
+        more than the pooling (_reduced_alone)."""
         if first.reducible_move is None or first.made_from_move or first.index_like or not isinstance(node, cst.Call):
             return
         moved, src, made_at = first.reducible_move
         there, came = single(first.devs), single(src)
         if there is None or came is None or not there.startswith("cuda") or not came.startswith("cuda"):
             return
+        if not self._reduced_alone(moved, node):
+            return  # also used whole there (an ASPP's convolutions beside its image pooling): it must cross
         self.interp.recorder.record(
             OversizedMove(node=moved, mode=st.mode, src=src, dst=first.devs, pooled=node, made_at=made_at),
             key=(src, first.devs),

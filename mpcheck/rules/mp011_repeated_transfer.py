@@ -176,9 +176,34 @@ def repeats(ctx: FileContext) -> Callable[[Transfer], str]:
         got = repeated(ev, lambda: _in_loop_calling_its_item(ctx, ev.node))
         if got == "again" and ev.again_of is not ev.node and _repeats_on_entering_a_loop(ctx, ev):
             return ""
+        if got in ("loop", "again") and _once_per_epoch(ctx, ev.node):
+            return ""
         return got
 
     return how
+
+
+def _once_per_epoch(ctx: FileContext, node: cst.CSTNode) -> bool:
+    """Is `node` in the body of a loop (its innermost) that runs a training loop of its own, beside it: a nested
+    `for`/`while` that calls `.backward()`? Then `node` runs once per epoch (a validation set moved for its
+    evaluation, `yv.to(dev)` after the steps), one copy among an epoch's many steps, not one per step."""
+    innermost = None
+    for loop in walk(ctx.module):
+        if isinstance(loop, (cst.For, cst.While)) and any(n is node for n in walk(loop.body)):
+            innermost = loop  # (walk is outermost first: the last one found is the innermost)
+    if innermost is None:
+        return False
+    for inner in walk(innermost.body):
+        if (
+            isinstance(inner, (cst.For, cst.While))
+            and not any(n is node for n in walk(inner))
+            and any(
+                isinstance(c, cst.Call) and isinstance(c.func, cst.Attribute) and c.func.attr.value == "backward"
+                for c in walk(inner.body)
+            )
+        ):
+            return True
+    return False
 
 
 def _repeats_on_entering_a_loop(ctx: FileContext, ev: Transfer) -> bool:

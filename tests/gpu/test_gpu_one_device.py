@@ -181,3 +181,37 @@ def test_elements_of_a_gpu_tensor_read_one_at_a_time_are_mp020_on_a_gpu():
     assert (f.code, f.line) == ("MP020", line_of(_labels, "# elements"))
     assert "on cuda:0 (32)" in f.message
     assert _labels(True).findings == []
+
+
+class _FocalLoss(nn.Module):
+    def __init__(self, alpha, as_buffer):
+        super().__init__()
+        if as_buffer:
+            self.register_buffer("alpha", alpha)
+        else:
+            self.alpha = alpha  # a plain attribute: `.to()` does not carry it
+
+    def forward(self, logits, target):
+        at = self.alpha[target]  # use
+        return (at * nn.functional.cross_entropy(logits, target, reduction="none")).mean()
+
+
+def test_a_loss_modules_plain_tensor_attribute_left_on_the_host_is_named_at_its_use():
+    head = nn.Linear(8, 4).to("cuda:0")
+    criterion = _FocalLoss(torch.tensor([1.0, 2.0, 3.0, 4.0]), as_buffer=False).to("cuda:0")
+    with mpcheck.debug(head, report=None, on_mismatch="move") as dbg:
+        logits = head(torch.randn(6, 8, device="cuda:0"))
+        criterion(logits, torch.randint(0, 4, (6,), device="cuda:0")).backward()
+    [f] = dbg.findings
+    assert (f.code, f.line) == ("MP001", line_of(_FocalLoss.forward, "# use"))
+    assert ".alpha`" in f.message and "plain tensor attribute" in f.message, f.message
+    assert "register_buffer('alpha'" in f.suggestion
+
+
+def test_the_same_weights_as_a_buffer_run_clean():
+    head = nn.Linear(8, 4).to("cuda:0")
+    criterion = _FocalLoss(torch.tensor([1.0, 2.0, 3.0, 4.0]), as_buffer=True).to("cuda:0")
+    with mpcheck.debug(head, report=None, on_mismatch="raise") as dbg:
+        logits = head(torch.randn(6, 8, device="cuda:0"))
+        criterion(logits, torch.randint(0, 4, (6,), device="cuda:0")).backward()
+    assert dbg.findings == []
