@@ -273,3 +273,98 @@ def test_a_validation_set_moved_once_per_epoch_beside_the_steps_is_no_repeat():
     # The same copy inside the steps' loop is one per step.
     per_step = EPOCHS.replace("opt.step()\n", "opt.step()\n        model(xv.to('cuda:1'))\n")
     assert lines(per_step, "MP011") == [21]
+
+
+# ----------------------------------------------------------------- foreach kernels pair lists by index
+
+FOREACH = """
+import torch
+import torch.nn as nn
+
+online = nn.Sequential(nn.Linear(4, 4).to("cuda:0"), nn.Linear(4, 4).to("cuda:1"))
+target = TARGET
+t_params = list(target.parameters())
+o_params = [p.detach() for p in online.parameters()]
+torch._foreach_lerp_(t_params, o_params, 0.1)
+torch._foreach_add_(o_params, o_params)
+"""
+
+
+def test_a_target_kept_on_one_gpu_lerped_toward_a_split_models_parameters_is_reported():
+    got = findings(FOREACH.replace("TARGET", 'nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4)).to("cuda:1")'), "MP001")
+    assert [f.line for f in got] == [9]
+    assert "torch._foreach_lerp_" in got[0].message and "cuda:0" in got[0].message and got[0].fix is None
+
+
+def test_lists_that_pair_each_parameter_with_its_own_gpu_are_silent():
+    assert (
+        findings(
+            FOREACH.replace("TARGET", "copy.deepcopy(online)").replace(
+                "import torch\n", "import copy\nimport torch\n", 1
+            ),
+            "MP001",
+        )
+        == []
+    )
+
+
+def test_one_found_inf_for_the_gradients_of_every_gpu_is_reported():
+    src = """
+    import torch
+    import torch.nn as nn
+
+    model = nn.Sequential(nn.Linear(4, 4).to("cuda:0"), nn.Linear(4, 4).to("cuda:1"))
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    found = torch.zeros(1, device="cuda:0")
+    torch._amp_foreach_non_finite_check_and_unscale_(grads, found, torch.ones(1, device="cuda:0"))
+    """
+    assert lines(src, "MP001") == [8]
+    one_gpu = src.replace('nn.Linear(4, 4).to("cuda:1")', 'nn.Linear(4, 4).to("cuda:0")')
+    assert findings(one_gpu, "MP001") == []
+
+
+# ----------------------------------------------------------------- placements in the environment
+
+
+def test_a_gpu_setting_beside_a_list_of_gpus_in_the_environment_is_read_with_it():
+    src = """
+    import os
+    import torch
+    import torch.nn as nn
+
+    ONLINE = [int(g) for g in os.environ.get("BYOL_ONLINE_GPUS", "0,1").split(",")]
+    TARGET_GPU = int(os.environ.get("BYOL_TARGET_GPU", "1"))
+    a = nn.Linear(4, 4).to(f"cuda:{ONLINE[0]}")
+    t = nn.Linear(4, 4).to(f"cuda:{TARGET_GPU}")
+    y = t(a(torch.randn(2, 4).to(f"cuda:{ONLINE[0]}")))
+    """
+    assert lines(src, "MP001") == [10]
+
+
+JSON_PLACEMENT = """
+import json
+import os
+
+import torch
+import torch.nn as nn
+
+PLACEMENT = json.loads(os.environ.get("FLOW_PLACEMENT", '{"encoder": "cuda:0", "decoder": "cuda:1"}'))
+enc = nn.Linear(4, 4).to(PLACEMENT["encoder"])
+dec = nn.Linear(4, 4).to(PLACEMENT["decoder"])
+y = dec(HOP)
+"""
+
+
+def test_a_placement_read_from_a_json_default_is_known():
+    assert lines(JSON_PLACEMENT.replace("HOP", 'enc(torch.randn(2, 4).to(PLACEMENT["encoder"]))'), "MP001") == [11]
+    moved = 'enc(torch.randn(2, 4).to(PLACEMENT["encoder"])).to(PLACEMENT["decoder"])'
+    assert findings(JSON_PLACEMENT.replace("HOP", moved), "MP001") == []
+
+
+def test_a_json_literal_counts_for_the_pre_filter_and_prose_does_not():
+    from mpcheck.lint.livetext import LiveText
+
+    assert LiveText("""P = json.loads('{"enc": "cuda:0", "dec": "cuda:1"}')\n""").has("cuda")
+    assert LiveText("""P = json.loads('["cuda:0", "cuda:1"]')\n""").has("cuda")
+    assert not LiveText("raise ValueError('no cuda device here')\n").has("cuda")
+    assert not LiveText("HELP = '{see the cuda docs}'\n").has("cuda")

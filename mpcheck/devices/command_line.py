@@ -127,15 +127,39 @@ def environment_placement(module: Any) -> dict[str, int | str]:
     if len(held) >= 2 and all(g is not None for g in gpus.values()) and len(set(gpus.values())) == len(gpus):
         return held
     # One variable holding the whole list (`os.environ.get("WRN_DEVICES", "cuda:0,cuda:1").split(",")`): two or
-    # more distinct GPUs in its default are a placement by themselves.
-    return {var: default for var, default in held.items() if _distinct_gpus(default)}
+    # more distinct GPUs in its default are a placement by themselves, and the script's other GPU settings
+    # (`BYOL_TARGET_GPU`, "1", beside `BYOL_ONLINE_GPUS`, "0,1") are read with it.
+    listed = {var: default for var, default in held.items() if _distinct_gpus(default)}
+    if listed:
+        return {var: default for var, default in held.items() if var in listed or _gpu_of(default) is not None}
+    return listed
 
 
 def _distinct_gpus(default: int | str) -> bool:
-    """A default that lists two or more distinct GPUs, comma-separated (`"cuda:0,cuda:1"`, `"0,1"`)."""
-    parts = [p.strip() for p in str(default).split(",")]
+    """A default that lists two or more distinct GPUs, comma-separated (`"cuda:0,cuda:1"`, `"0,1"`), or as the
+    values of a JSON object or list (`'{"encoder": "cuda:0", "decoder": "cuda:1"}'`, read with json.loads)."""
+    parts = json_devices(default)
+    if parts is None:
+        parts = [p.strip() for p in str(default).split(",")]
     gpus = [_gpu_of(p) for p in parts]
     return len(parts) >= 2 and None not in gpus and len(set(gpus)) == len(gpus)
+
+
+def json_devices(default: int | str) -> list[str] | None:
+    """The values of a JSON object or list, as text, where every one is a number or a string; else None."""
+    import json
+
+    text = str(default).strip()
+    if not text.startswith(("{", "[")):
+        return None
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    values = list(data.values()) if isinstance(data, dict) else data
+    if not values or not all(isinstance(v, (int, str)) and not isinstance(v, bool) for v in values):
+        return None
+    return [str(v) for v in values]
 
 
 def environment_read(node: Any) -> tuple[str, int | str | None] | None:
@@ -161,7 +185,11 @@ def environment_read(node: Any) -> tuple[str, int | str | None] | None:
 
 def _names_a_gpu(var: str, default: int | str | None) -> bool:
     """Does the variable say it holds a GPU (`OCR_DECODER_GPU`, `K_DEVICE`), or its default name one (`"cuda:1"`)?"""
-    return any(w in var.lower() for w in ("gpu", "device", "cuda")) or str(default).startswith("cuda")
+    return (
+        any(w in var.lower() for w in ("gpu", "device", "cuda", "placement"))
+        or str(default).startswith("cuda")
+        or any(v.startswith("cuda") for v in json_devices(default or "") or ())
+    )
 
 
 def _gpu_of(default: int | str) -> int | None:

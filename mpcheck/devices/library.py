@@ -20,7 +20,7 @@ from typing import Any, TypeGuard
 
 import libcst as cst
 
-from mpcheck.devices import command_line, element_reads, module_tree, not_a_device, optimizers
+from mpcheck.devices import command_line, element_reads, foreach, module_tree, not_a_device, optimizers
 from mpcheck.devices import torchapi as T
 from mpcheck.devices.callers import note_call
 from mpcheck.devices.events import (
@@ -1299,6 +1299,31 @@ def _dict_call(lib: Library, c: LibCall) -> Val:
     return DictV(items)
 
 
+def _json_loads(lib: Library, c: LibCall) -> Val:
+    """`json.loads('{"encoder": "cuda:0", "decoder": "cuda:1"}')` of a known string (an environment variable's
+    default): its object, list, string or number; anything else (a nested object) not known."""
+    import json
+
+    text = c.args[0] if c.args else None
+    if not (isinstance(text, Const) and isinstance(text.value, str)):
+        return UNK
+    try:
+        data = json.loads(text.value)
+    except ValueError:
+        return UNK
+    return _json_value(data)
+
+
+def _json_value(data: Any) -> Val:
+    if isinstance(data, dict):
+        return DictV({k: _json_value(v) for k, v in data.items()})
+    if isinstance(data, list):
+        return SeqV(tuple(_json_value(v) for v in data), kind="list")
+    if data is None or isinstance(data, (bool, int, float, str)):
+        return Const(data)
+    return UNK
+
+
 def _namespace(lib: Library, c: LibCall) -> Val:
     """types.SimpleNamespace(device="cuda:1", ...): its attributes, read as `ns.device` (Expressions._constant_attr)."""
     if c.args:
@@ -1487,6 +1512,7 @@ EXACT: dict[str, Handler] = _exact(
     ("argparse.ArgumentParser", _argument_parser),
     ("torch.load", _load),
     (("os.environ.get", "os.getenv"), _environment_get),
+    ("json.loads", _json_loads),
     ("torch.save", _save),
     ("collections.OrderedDict", _dict_call),
     ("copy.deepcopy", _deep_copy),
@@ -1565,6 +1591,7 @@ FAMILIES: tuple[Family, ...] = (
     Family("python builtin", _is_builtin, _builtin),
     Family("device hook of another library (cpu_offload, add_hook_to_module)", _is_device_hook, _device_hook),
     Family("torch op on tensors", _is_tensor_op, _tensor_op),
+    Family("torch foreach kernel (pairs lists by index)", foreach.is_foreach, foreach.foreach_op),
     Family("module class (torch.nn.X, or any class built with device=)", _is_module_class, _module_class),
 )
 

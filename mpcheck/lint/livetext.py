@@ -4,7 +4,8 @@ A rule's words (`cuda`, `devices`, ...) count only where the device model could 
 them: in code, or in a string that could be a device or a name (`"cuda:1"`, `"cuda"`,
 `f"cuda:{i}"`, `"CUDA_VISIBLE_DEVICES"`). They do not count in a comment, nor in a
 string with white space in it: prose (a docstring, an error message, `help=` text) is
-never a device, a module attribute or an environment variable's name. An f-string
+never a device, a module attribute or an environment variable's name. A JSON object or list
+(`'{"encoder": "cuda:0", "decoder": "cuda:1"}'`, a placement read with json.loads) is data, and counts. An f-string
 always counts (its fields are code). Of torch's 2,285 files, 598 hold a rule's word and
 494 hold one in code: the other 104 are no longer parsed.
 
@@ -33,6 +34,8 @@ _STRING_BODY = (
 # A comment, or a string literal with its prefix (not the tail of a name: `xf"..."` is no prefix).
 _LEXEME = re.compile(r"(#[^\r\n]*)|(?<!\w)([rRbBuUfF]{0,3})(?:" + _STRING_BODY + ")", re.S)
 _SPACE = re.compile(r"\s")
+# The opening of a JSON object or list literal in a string: `'{"`, `"[{`, `'["`.
+_JSON = re.compile(r"""(?:'|")\s*[\[{]\s*[\[{"]""")
 
 
 class LiveText:
@@ -74,6 +77,8 @@ class LiveText:
                 prefix = m.group(2)
                 if "f" in prefix or "F" in prefix or _SPACE.search(self.source, m.start(), m.end()) is None:
                     continue
+                if _JSON.match(self.source, m.start() + len(prefix)):
+                    continue  # a JSON object or list (`'{"encoder": "cuda:0", ...}'`, json.loads'): data
             self._inert.append((m.start(), m.end()))
         # The spans are ordered and disjoint: the last one starting at or before `start` is the candidate.
         k = bisect.bisect_right(self._inert, start, key=lambda span: span[0])
