@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from mpcheck.devices.events import Mismatch
 from mpcheck.devices.names import dotted
-from mpcheck.devices.values import UNK, Obj, ParamsOf, SeqV, Val, one, single, used
+from mpcheck.devices.values import UNK, Obj, ParamsOf, SeqV, Val, single, used
 
 if TYPE_CHECKING:
     from mpcheck.devices.library import LibCall, Library
@@ -45,22 +45,26 @@ def foreach_op(lib: Library, c: LibCall) -> Val:
     return UNK
 
 
-def _devices(v: Val) -> tuple[str | None, tuple[Obj, ...]]:
-    """(the one device every item is on, or None; items known to lie on distinct devices, for a span)."""
+def _devices(v: Val) -> tuple[Obj | None, tuple[Obj, ...]]:
+    """(an item of `v` on the one known device every item is on, or None; items known to lie on distinct
+    devices, for a span: a split model's parameters)."""
     if isinstance(v, ParamsOf):
-        mod = v.mod
-        if v.shape != "params" or mod.split or mod.kind != "module":
-            spans = v.per_device() if v.shape == "params" else None
-            return None, tuple(s for s in spans or () if isinstance(s, Obj))
-        first = v.first()
-        return (single(first.devs) if isinstance(first, Obj) else None), ()
+        if v.shape != "params":
+            return None, ()
+        if v.mod.split or v.mod.kind != "module":
+            return None, tuple(s for s in v.per_device() or () if isinstance(s, Obj))
+        return _on_one_device(v.first()), ()
     assert isinstance(v, SeqV)
     if v.spans is not None:
         return None, tuple(s for s in v.spans if isinstance(s, Obj))
     if v.items is not None:
         devs = {single(i.devs) if isinstance(i, Obj) else None for i in v.items}
-        return (devs.pop() if len(devs) == 1 else None), ()
-    return (single(v.elem.devs) if isinstance(v.elem, Obj) else None), ()
+        return (_on_one_device(v.items[0]) if len(devs) == 1 else None), ()
+    return _on_one_device(v.elem), ()
+
+
+def _on_one_device(v: Val) -> Obj | None:
+    return v if isinstance(v, Obj) and _known(single(v.devs)) else None
 
 
 def _check_lists(lib: Library, c: LibCall, odd: Val, odd_expr: Any, lead: Val, lead_expr: Any) -> None:
@@ -73,13 +77,13 @@ def _check_lists(lib: Library, c: LibCall, odd: Val, odd_expr: Any, lead: Val, l
                     _record(lib, c, a, odd_expr, b, lead_expr)
                     return
         return
-    one_dev, spans = _devices(lead)
-    if one_dev is not None and _known(one_dev):
-        _check_pair(lib, c, _sample(lead, one_dev), lead_expr, odd, odd_expr, 0, flip=True)
+    whole, spans = _devices(lead)
+    if whole is not None:
+        _check_pair(lib, c, whole, lead_expr, odd, odd_expr, 0, flip=True)
         return
-    one_dev, _ = _devices(odd)
-    if one_dev is not None and _known(one_dev) and spans:
-        _check_pair(lib, c, _sample(odd, one_dev), odd_expr, lead, lead_expr, 0)
+    whole, _ = _devices(odd)
+    if whole is not None and spans:
+        _check_pair(lib, c, whole, odd_expr, lead, lead_expr, 0)
 
 
 def _check_pair(
@@ -90,10 +94,10 @@ def _check_pair(
     here = single(t.devs)
     if not _known(here):
         return
-    one_dev, spans = _devices(items)
+    whole, spans = _devices(items)
     others = [s for s in spans if _known(single(s.devs)) and single(s.devs) != here]
-    if one_dev is not None and _known(one_dev) and one_dev != here:
-        others = [_sample(items, one_dev)]
+    if whole is not None and single(whole.devs) != here:
+        others = [whole]
     if not others:
         return
     if flip:
@@ -118,17 +122,6 @@ def _record(lib: Library, c: LibCall, value: Obj, expr: Any, other: Obj, other_e
         ),
         key="foreach",
     )
-
-
-def _sample(v: Val, dev: str) -> Obj:
-    """An item of `v`, on `dev`."""
-    if isinstance(v, SeqV) and isinstance(v.elem, Obj):
-        return v.elem
-    if isinstance(v, ParamsOf):
-        first = v.first()
-        if isinstance(first, Obj):
-            return first
-    return Obj("tensor", one(dev))
 
 
 def _known(dev: str | None) -> bool:
