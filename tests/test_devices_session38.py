@@ -368,3 +368,57 @@ def test_a_json_literal_counts_for_the_pre_filter_and_prose_does_not():
     assert LiveText("""P = json.loads('["cuda:0", "cuda:1"]')\n""").has("cuda")
     assert not LiveText("raise ValueError('no cuda device here')\n").has("cuda")
     assert not LiveText("HELP = '{see the cuda docs}'\n").has("cuda")
+
+
+# ----------------------------------------------------------------- a comprehension over every group's parameters
+
+SAM_NORM = """
+import torch
+import torch.nn as nn
+
+
+class SAM(torch.optim.Optimizer):
+    def __init__(self, params, rho=0.05):
+        super().__init__(params, dict(rho=rho))
+
+    def grad_norm(self):
+        norms = [NORM for group in self.param_groups for p in group["params"] if p.grad is not None]
+        return torch.norm(torch.stack(norms), p=2)
+
+
+model = nn.Sequential(nn.Linear(4, 4).to("cuda:0"), nn.Linear(4, 4).to("cuda:1"))
+SAM(model.parameters()).grad_norm()
+"""
+
+
+def test_the_grad_norms_of_every_groups_parameters_stacked_on_one_gpu_are_reported():
+    got = findings(SAM_NORM.replace("NORM", "p.grad.norm(p=2)"), "MP001")
+    assert [f.line for f in got] == [12]
+    assert "cuda:0" in got[0].message and "cuda:1" in got[0].message
+
+
+def test_grad_norms_moved_to_one_gpu_before_the_stack_are_silent():
+    assert findings(SAM_NORM.replace("NORM", 'p.grad.norm(p=2).to("cuda:0")'), "MP001") == []
+
+
+def test_a_named_gpu_list_in_the_environment_is_a_placement():
+    src = """
+    import os
+    import torch
+    import torch.nn as nn
+
+
+    def parse_devices(spec):
+        out = {}
+        for item in spec.split(","):
+            name, gpu = item.split("=")
+            out[name.strip()] = torch.device("cuda", int(gpu))
+        return out
+
+
+    DEV = parse_devices(os.environ.get("GAN_DEVICES", "G=1,D=0"))
+    G, D = nn.Linear(4, 4).to(DEV["G"]), nn.Linear(4, 4).to(DEV["D"])
+    y = D(G(torch.randn(2, 4, device=DEV["G"])) HOP)
+    """
+    assert lines(src.replace(" HOP", ""), "MP001") == [17]
+    assert findings(src.replace(" HOP", '.to(DEV["D"])'), "MP001") == []

@@ -136,11 +136,12 @@ def environment_placement(module: Any) -> dict[str, int | str]:
 
 
 def _distinct_gpus(default: int | str) -> bool:
-    """A default that lists two or more distinct GPUs, comma-separated (`"cuda:0,cuda:1"`, `"0,1"`), or as the
+    """A default that lists two or more distinct GPUs, comma-separated (`"cuda:0,cuda:1"`, `"0,1"`, `"G=1,D=0"`), or as the
     values of a JSON object or list (`'{"encoder": "cuda:0", "decoder": "cuda:1"}'`, read with json.loads)."""
     parts = json_devices(default)
     if parts is None:
-        parts = [p.strip() for p in str(default).split(",")]
+        # `"cuda:0,cuda:1"`, `"0,1"`, or named: `"G=1,D=0"` (each part's device after its `=`)
+        parts = [p.rpartition("=")[2].strip() for p in str(default).split(",")]
     gpus = [_gpu_of(p) for p in parts]
     return len(parts) >= 2 and None not in gpus and len(set(gpus)) == len(gpus)
 

@@ -476,6 +476,9 @@ class Expressions(Part):
                         self.interp.stmts.assign(f.target, item, inner, None)
                     out.append(self._comp_elt(node, inner))
                 return self._comp_result(node, tuple(out), None)
+            spanned = self._nested_spans(node, fors, inner)
+            if spanned is not None:
+                return spanned
         if len(fors) == 1:
             it = self.ev(fors[0].iter, inner)
             items = iter_items(it)
@@ -539,6 +542,33 @@ class Expressions(Part):
         finally:
             self.interp.in_unknown_loop -= 1
         return self._comp_result(node, None, elem)
+
+    def _nested_spans(
+        self, node: cst.ListComp | cst.SetComp | cst.GeneratorExp | cst.DictComp, fors: list[cst.CompFor], st: State
+    ) -> SeqV | None:
+        """`[p.grad.norm() for group in self.param_groups for p in group["params"]]`: outer clauses of known items,
+        the last one over the parameters of a split model for each of them (SeqV.spans, as one clause over them
+        gives): an element made from a parameter on each device; None otherwise."""
+        if isinstance(node, cst.DictComp):
+            return None
+        outer = self._nested_items(fors[:-1], st)
+        if outer is None:
+            return None
+        last, made, by = fors[-1], [], []
+        for binding in outer:
+            for f, item in zip(fors, binding):
+                self.interp.stmts.assign(f.target, item, st, None)
+            spans = spans_of(self.ev(last.iter, st))
+            if spans is None or (last.ifs and not self._keeps_all(last, spans[0], st)):
+                return None
+            for item, dev in zip(spans[0], spans[1]):
+                self.interp.stmts.assign(last.target, item, st, None)
+                made.append(self._comp_elt(node, st))
+                by.append(dev)
+        if not made:
+            return None
+        kind = "gen" if isinstance(node, cst.GeneratorExp) else "list"
+        return SeqV(None, elem=join_all(made), kind=kind, spans=tuple(made), spans_by=tuple(by))
 
     def _nested_items(self, fors: list[cst.CompFor], st: State) -> list[tuple[Val, ...]] | None:
         """The bindings of nested `for` clauses, outer first, when every iterable is known for each outer
