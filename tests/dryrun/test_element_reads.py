@@ -74,3 +74,29 @@ def test_whole_reads_few_reads_host_tensors_and_once_are_silent(script, dryrun_c
     ):
         _, report = _run(script, dryrun_cli, read, steps, batch)
         assert [f for f in report["findings"] if f["code"] == "MP020"] == [], read
+
+
+VALUES = """
+import torch
+import torch.nn as nn
+
+model = nn.Sequential(*[nn.Linear(4, 4) for _ in range(12)]).to("cuda:0")
+for step in range(2):
+    out = model(torch.randn(2, 4, device="cuda:0")).sum()
+    out.backward()
+    READ
+"""
+
+
+def test_one_line_reading_a_value_per_parameter_is_mp020(script, dryrun_cli):
+    s = script(
+        VALUES.replace("READ", "stats = {n: p.grad.norm().item() for n, p in model.named_parameters()}  # <- read")
+    )
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert [(f["code"], f["line"]) for f in report["findings"]] == [("MP020", s.line("read"))], err
+
+
+def test_one_copy_of_the_stacked_values_and_a_loss_read_each_step_are_clean(script, dryrun_cli):
+    read = "stats = torch.stack([p.grad.norm() for p in model.parameters()]).tolist(); print(out.item())"
+    status, report, err = dryrun_cli(script(VALUES.replace("READ", read)), "--gpus", "2")
+    assert (status, report["findings"]) == (0, []), err

@@ -38,3 +38,27 @@ def test_a_cpu_tensor_indexed_by_gpu_indices_is_mp001(script, dryrun_cli):
     s = script(PROGRAM.replace("READ", "a = table[t]"))
     status, report, err = dryrun_cli(s, "--gpus", "2")
     assert [(f["code"], f["line"]) for f in report["findings"]] == [("MP001", s.line("read"))], report["findings"]
+
+
+SCORES = """
+import torch
+
+scores = torch.randn(2, 50, device="cuda:1")
+eos = torch.tensor([3, 7], device=DEV)
+for step in range(2):
+    scores[:, eos] = -float("inf")  # <- write
+    top = scores[0, eos]  # <- read
+"""
+
+
+def test_an_index_tuple_with_another_gpus_tensor_after_a_slice_is_mp001(script, dryrun_cli):
+    s = script(SCORES.replace("DEV", '"cuda:0"'))
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert [(f["code"], f["line"]) for f in report["findings"]][:1] == [("MP001", s.line("write"))], err
+    assert "argument 1[1]" in report["findings"][0]["message"]
+
+
+@pytest.mark.parametrize("dev", ['"cuda:1"', '"cpu"'])
+def test_an_index_tuple_with_the_tensors_own_gpu_or_the_hosts_is_clean(script, dryrun_cli, dev):
+    status, report, err = dryrun_cli(script(SCORES.replace("DEV", dev)), "--gpus", "2")
+    assert (status, report["findings"]) == (0, []), err

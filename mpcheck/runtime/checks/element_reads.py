@@ -6,6 +6,9 @@ Two shapes, each seen where it costs (rules/MP020-host-sync-per-element.md has t
   they view, and `ELEMENTS` of them in one pass of the model (`passes.py`: a loss, a backward, or the
   model called again ends one) are a loop over its elements. A read of a tensor of its own (a loss's
   `.item()` each step) is no element of anything and is never counted.
+- Reads of one-value tensors of their own by `.item()` (or `.tolist()`) from one line, `ELEMENTS` of them in
+  one pass (a grad norm's `.item()` per parameter): counted by the line (a loss's `.item()` each step is one
+  read a pass).
 - `torch.tensor(items)` of two or more tensors on one GPU: it reads each one's value on the host. Reported
   the first time inside a module's forward (which runs every step), elsewhere the second time its line
   does it, as MP019 is: once is a summary at the end of a run, every step is the cost.
@@ -34,31 +37,37 @@ ELEMENTS = 16
 class ElementReads:
     """Per pass: how many single elements of each viewed GPU tensor were read on the host (by its id)."""
 
-    __slots__ = ("counts", "pass_id", "reported")
+    __slots__ = ("by_line", "counts", "pass_id", "reported")
 
     def __init__(self) -> None:
         self.counts: dict[int, int] = {}
+        self.by_line: dict[tuple[str, int], int] = {}  # reads of one-value tensors of their own, by line
         self.pass_id = -1
         self.reported: set[tuple[str, int]] = set()
 
 
 def on_host_read(self: Checker, t: Any, how: str) -> None:
     """`t`'s value is about to be read on the host by `how` ("item", "__bool__", ...)."""
+    if not self.wants("MP020"):
+        return
     base = getattr(t, "_base", None)
-    if base is None or not self.wants("MP020"):
-        return  # a tensor of its own, not an element of another
     try:
         if t.numel() != 1:
             return  # `.tolist()` of a whole row: the fix, not the bug
     except Exception:
         return
-    dev = self.devices.device_of(base)
+    dev = self.devices.device_of(base if base is not None else t)
     if not dev.startswith("cuda"):
         return
     reads = self.element_reads
     if reads.pass_id != self._tls.passes_ended:
         reads.pass_id = self._tls.passes_ended
         reads.counts.clear()
+        reads.by_line.clear()
+    if base is None:
+        if how in ("item", "tolist"):  # (a comparison's `bool()`, `max(t)`'s, are left to the linter)
+            _own_value_read(self, reads, dev, how)
+        return
     n = reads.counts.get(id(base), 0) + 1
     reads.counts[id(base)] = n
     if n != ELEMENTS:
@@ -77,6 +86,31 @@ def on_host_read(self: Checker, t: Any, how: str) -> None:
         f"element, {ELEMENTS} times in this pass and counting): each read waits for the GPU. Read them all with one "
         f"copy (`t.tolist()`, or `t.cpu()`) and loop over that, or keep the work on the GPU.",
         "read the whole tensor once with `.tolist()` and loop over the list",
+    )
+
+
+def _own_value_read(self: Checker, reads: ElementReads, dev: str, how: str) -> None:
+    """A one-value tensor of its own read on the host (a grad norm's `.item()`): one line reading `ELEMENTS` of
+    them in one pass is a loop over values that could be stacked and read with one copy (a loss's `.item()`
+    each step is one read a pass)."""
+    site = self.sites()
+    if site is None:
+        return
+    key = (site.path, site.line)
+    n = reads.by_line.get(key, 0) + 1
+    reads.by_line[key] = n
+    if n != ELEMENTS or key in reads.reported:
+        return
+    reads.reported.add(key)
+    read = _READ_WORDS.get(how, f"`{how}`")
+    _report(
+        self,
+        site,
+        dev,
+        f"this line reads one-value tensors on {dev} on the host one at a time ({read}, {ELEMENTS} times in this "
+        "pass and counting): each read waits for the GPU. Stack the values of each device and read them with one "
+        "copy (`torch.stack(values).tolist()`), or keep the work on the GPU.",
+        "stack the values (per device) and read them once with `.tolist()`",
     )
 
 

@@ -51,6 +51,12 @@ def check_op(
     return self._check_op_slow(func, args, kwargs, site=site, module=module, name=name, phase=phase)
 
 
+# What an index tuple may start with before its tensors (`scores[:, ids]`, `x[..., idx]`, `x[None, idx]`): such a
+# tuple is read item by item, as a list of tensors is. Not an int: shape tuples (`x.reshape((b, -1))`) start with
+# one, and every call with one would pay the scan (+0.2 us); `h[0, idx]` is left to PyTorch's own error.
+_INDEX_LEADS = frozenset({slice, type(Ellipsis), type(None)})
+
+
 def _mixed_plain(self: Checker, args: Args, kwargs: Kwargs) -> bool:
     """_mixed() for devices named after `t.device` alone: tensors whose torch.device objects
     are all equal have one device name; only when they differ are the names compared.
@@ -65,7 +71,7 @@ def _mixed_plain(self: Checker, args: Args, kwargs: Kwargs) -> bool:
                 seen = d
             elif d != seen:
                 return self._mixed(args, kwargs)
-        elif isinstance(a, (list, tuple)) and a and isinstance(a[0], tensor):
+        elif isinstance(a, (list, tuple)) and a and (isinstance(a[0], tensor) or type(a[0]) in _INDEX_LEADS):
             for b in a:
                 if isinstance(b, tensor):
                     d = b.device
@@ -94,7 +100,7 @@ def _mixed(self: Checker, args: Args, kwargs: Kwargs) -> bool:
     for a in args:
         if isinstance(a, tensor):
             d = device_of(a)
-        elif isinstance(a, (list, tuple)) and a and isinstance(a[0], tensor):
+        elif isinstance(a, (list, tuple)) and a and (isinstance(a[0], tensor) or type(a[0]) in _INDEX_LEADS):
             for b in a:
                 if isinstance(b, tensor):
                     d = device_of(b)
