@@ -2,6 +2,7 @@
 fails there as on real ones), a loss module's plain tensor attribute left on the CPU is named at its use (not
 the module's input), and a pre-hook that pulls a stage to its input's GPU undoes the split (MP007)."""
 
+import pytest
 from dryrun_helpers import codes_at
 
 HOOKED = """
@@ -107,4 +108,51 @@ def test_moving_one_stage_onto_another_gpu_that_keeps_the_model_split_is_silent(
     )
     src = PULLED.replace("BODY", body) + swap
     status, report, err = dryrun_cli(script(src), "--gpus", "2")
+    assert (status, report["findings"]) == (0, []), err
+
+
+HOSTED = """
+import torch
+import torch.nn as nn
+
+
+class Split(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(8, 8).to("cuda:0")
+        self.b = nn.Linear(8, 2).to("cuda:1")
+
+    def forward(self, x):
+        x = self.a(x.to(self.a.weight.device))
+        return self.b(x.to(self.b.weight.device))
+
+
+model = Split()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(2):
+    SAVE
+    opt.zero_grad()
+    model(torch.randn(4, 8)).sum().backward()
+    opt.step()
+AFTER
+"""
+
+
+def test_a_split_model_moved_to_the_host_and_trained_there_is_mp007(script, dryrun_cli):
+    s = script(HOSTED.replace("SAVE", "state = model.cpu().state_dict()  # <- host").replace("AFTER", ""))
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert codes_at(report) == [("MP007", s.line("host"))], err
+    assert "trains there next" in report["findings"][0]["message"]
+
+
+@pytest.mark.parametrize(
+    "save, after",
+    [
+        ("state = {k: v.cpu() for k, v in model.state_dict().items()}", ""),  # a copy of the weights
+        ("pass", "model.cpu().eval()\nwith torch.no_grad():\n    model(torch.randn(4, 8))"),  # inference on the host
+        ("pass", "torch.save(model.cpu().state_dict(), 'final.pt')"),  # freed at the end
+    ],
+)
+def test_a_split_model_copied_or_moved_to_the_host_for_inference_or_the_end_is_silent(script, dryrun_cli, save, after):
+    status, report, err = dryrun_cli(script(HOSTED.replace("SAVE", save).replace("AFTER", after)), "--gpus", "2")
     assert (status, report["findings"]) == (0, []), err

@@ -240,9 +240,9 @@ class Checker:
         self.slice_moves = per_item_moves.SliceMoves()
         # MP005: models moved to the host, until they are back or have run (model_round_trip.py).
         self._offloads: list[model_round_trip.Offload] = []
-        # MP007: parts of a model that has run split moved onto the rest's GPU, until the model runs again
-        # (split_model.judge_part_moves).
-        self._part_moves: list[split_model.PartMove] = []
+        # MP007: moves that left a model which ran split whole on one device (a part moved onto the rest's GPU,
+        # the model moved to the host), until the model runs again (split_model.judge_pending_collapses).
+        self._pending_collapses: list[split_model.PendingCollapse] = []
         # MP016: transfers whose output is watched until it is freed, to tell data only reduced where it arrived.
         self.reduce_watch = reduced_after_move.ReduceWatch()
         # id(root module) -> ref: roots whose first call has been checked for a collapsed split (MP004).
@@ -375,7 +375,7 @@ class Checker:
     on_parallel_primitive = split_model.on_parallel_primitive
     _holds_replicas = split_model._holds_replicas
     on_module_move = split_model.on_module_move
-    judge_part_moves = split_model.judge_part_moves
+    judge_pending_collapses = split_model.judge_pending_collapses
     _check_moved_in_forward = module_moves._check_moved_in_forward
     on_model_loaded = split_model.on_model_loaded
     on_state_assigned = split_model.on_state_assigned

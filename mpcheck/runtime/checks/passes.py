@@ -30,8 +30,8 @@ def on_top_call(self: Checker, module: Any) -> None:
     back that is the loop's, not a layer's ping-pong)."""
     if self._offloads:  # a model moved to the host and back, about to run again? (model_round_trip.py)
         self.judge_model_round_trips(starting=1)  # (this call is counted in model_runs already: hooks.py)
-    if self._part_moves:  # a part moved onto the rest's GPU: does the model run collapsed? (split_model.py)
-        self.judge_part_moves(module)
+    if self._pending_collapses:  # a move left a split model on one device: does it run so? (split_model.py)
+        self.judge_pending_collapses(module)
     calls = self._tls.top_calls
     if id(module) in calls:
         self.end_top_pass()

@@ -145,7 +145,12 @@ def on_module_move(
         current=self.devices.normalize("cuda") if implicit else None,
     )
     devs = [d for d in self.model_devices(module) if d != "cpu"]
-    if target == "cpu" or _a_deep_copy(self, module):
+    if _a_deep_copy(self, module):
+        return None
+    if target == "cpu":
+        # Freeing the GPUs (a checkpoint, the end of a run) is no bug; training on the host next is: judged then.
+        if len(devs) >= 2 and site is not None:
+            self._pending_collapses.append(PendingCollapse(weakref.ref(module), None, site, "cpu", tuple(devs)))
         return None
     if len(devs) < 2:
         _part_collapses_its_model(self, module, target, site)
@@ -162,11 +167,12 @@ def on_module_move(
 
 
 @dataclass(frozen=True)
-class PartMove:
-    """A part of a model that has run split, moved onto the GPU where the rest of that model is."""
+class PendingCollapse:
+    """A move that left a model which ran split whole on one device, judged when the model next runs: a part
+    moved onto the GPU where the rest of it is (`part`), or the whole model moved to the host (`part` None)."""
 
     model: weakref.ref[Any]
-    part: str
+    part: str | None
     site: Site
     target: str
     split_over: tuple[str, ...]
@@ -175,7 +181,7 @@ class PartMove:
 def _part_collapses_its_model(self: Checker, module: Any, target: str, site: Site | None) -> None:
     """Notes a move of one part of a model that has run split over GPUs when it leaves that model whole on
     `target` (a pre-hook that pulls each stage to its input's device, `module.to(args[0].device)`); MP007 once
-    the model runs so (judge_part_moves): a swap made in two moves passes through one GPU and is no collapse.
+    the model runs so (judge_pending_collapses): a swap made in two moves passes through one GPU and is no collapse.
     Only models already called (the namer's roots): a model being placed part by part is not split yet."""
     if self.namer is None:
         return
@@ -189,23 +195,40 @@ def _part_collapses_its_model(self: Checker, module: Any, target: str, site: Sit
         device_of = self.devices.device_of
         rest = {device_of(t) for t in (*root.parameters(), *root.buffers()) if id(t) not in moved}
         if not {d for d in rest if d != "cpu"} - {target}:
-            part = PartMove(weakref.ref(root), self.module_name(module), site or self.sites(), target, tuple(before))
-            self._part_moves.append(part)
+            part = self.module_name(module)
+            self._pending_collapses.append(
+                PendingCollapse(weakref.ref(root), part, site or self.sites(), target, tuple(before))
+            )
         return
 
 
-def judge_part_moves(self: Checker, module: Any) -> None:
-    """An outermost call of `module`: MP007 for each part move noted for it (_part_collapses_its_model) after
-    which it still sits whole on that one GPU, as it runs now."""
+def judge_pending_collapses(self: Checker, module: Any) -> None:
+    """An outermost call of `module`: MP007 for each move noted for it (PendingCollapse) after which it still sits
+    whole on that one device as it runs now; for the host, only when it trains there (grad on, training mode):
+    a model moved to the CPU for inference or export runs there on purpose."""
     waiting = []
-    for move in self._part_moves:
+    for move in self._pending_collapses:
         root = move.model()
         if root is None:
             continue
         if root is not module:
             waiting.append(move)
             continue
-        if {d for d in self.model_devices(root) if d != "cpu"} == {move.target}:
+        if move.part is None:
+            if set(self.model_devices(root)) == {"cpu"} and root.training and self._grad_enabled():
+                _collapsed(
+                    self,
+                    root,
+                    move.site,
+                    "cpu",
+                    move.split_over,
+                    f"this moves `{self.module_name(root)}`, a model split over {', '.join(move.split_over)}, to the "
+                    "host (`Module.cpu()` moves the model itself, not a copy), and it trains there next",
+                    "copy the weights to the host instead of moving the model: "
+                    "`{k: v.cpu() for k, v in model.state_dict().items()}` (or save the state dict as it is and load "
+                    "it with `map_location='cpu'`)",
+                )
+        elif {d for d in self.model_devices(root) if d != "cpu"} == {move.target}:
             _collapsed(
                 self,
                 root,
@@ -217,7 +240,7 @@ def judge_part_moves(self: Checker, module: Any) -> None:
                 "keep each part where the split placed it and move its inputs to it instead (a forward pre-hook "
                 "does that by returning the moved inputs)",
             )
-    self._part_moves = waiting
+    self._pending_collapses = waiting
 
 
 def _collapsed(
