@@ -67,7 +67,7 @@ class Mismatch(Fact):
 class GradientOffItsInput(Fact):
     """A custom autograd Function's backward returns (`node`, an item of its `return`) the gradient of input
     `index` on another GPU than `apply()` (`applied`) got that input on: autograd refuses it in backward
-    (devices/custom_functions.py)."""
+    (devices/backward_code.py)."""
 
     function: str  # the Function's class ("CrossDevice")
     index: int
