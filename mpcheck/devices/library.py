@@ -822,6 +822,7 @@ def _parameter(lib: Library, c: LibCall) -> Val:
         origin=a.origin if isinstance(a, Obj) else "",
         at=a.at if isinstance(a, Obj) else None,
         invariant=True,
+        made_by=a.made_by if isinstance(a, Obj) else None,
     )
 
 

@@ -53,6 +53,7 @@ from mpcheck.devices.values import (
     is_module,
     is_splitish,
     join,
+    made_by,
     one,
     show,
     single,
@@ -195,7 +196,12 @@ class Moves(Part):
                         self.move(v, meth, args, kwargs, node, st, part)
                         if isinstance(v, SeqV)
                         else (
-                            v.with_(devs=devs, origin=f"moved with the whole module by self.{meth}()", at=node)
+                            v.with_(
+                                devs=devs,
+                                origin=f"moved with the whole module by self.{meth}()",
+                                at=node,
+                                made_by=made_by(v),
+                            )
                             if v.kind != "passthrough"
                             else v
                         )
@@ -271,7 +277,7 @@ class Moves(Part):
                 # `nn.CrossEntropyLoss(weight=w).to(d)`: its weight is a buffer, moved with it.
                 origin = f"moved to {where} with its loss by .{meth}()"
                 moved_w = {
-                    k: w.with_(devs=devs, origin=origin, at=node) if isinstance(w, Obj) else w
+                    k: w.with_(devs=devs, origin=origin, at=node, made_by=made_by(w)) if isinstance(w, Obj) else w
                     for k, w in recv.extra.items()
                 }
                 moved_loss = recv.with_(extra=moved_w)
@@ -1011,7 +1017,7 @@ def _moved_part(v: Val, devs: Devs, origin: str, node: cst.CSTNode, depth: int, 
         if inner is not None:
             return inner
         if v.kind in ("module", "any", "param", "buffer"):
-            return v.with_(devs=devs, split=None, origin=origin, at=node)
+            return v.with_(devs=devs, split=None, origin=origin, at=node, made_by=made_by(v))
         if v.kind == "tensor":
             return v if stays and not v.opaque else v.with_(devs=None)
         return v

@@ -139,6 +139,8 @@ FACTORIES = frozenset(
         "triu_indices",
         "normal",
         "bernoulli",
+        # signal windows (`torch.hann_window(n_fft)`): a 1-D tensor made from a length, on the host by default
+        *("hann_window", "hamming_window", "blackman_window", "bartlett_window", "kaiser_window"),
     }
 )
 # Factories that draw from tensors when given them (`torch.normal(mean, std)`, `torch.bernoulli(p)`): then on
@@ -148,6 +150,7 @@ DRAWN_FROM_TENSORS = frozenset({"normal", "bernoulli"})
 # they cost neither the host's fill nor the copy (MP019).
 SHAPE_FACTORIES = frozenset(
     {"zeros", "ones", "empty", "full", "rand", "randn", "randint", "randperm", "arange", "linspace", "logspace", "eye"}
+    | {"hann_window", "hamming_window", "blackman_window", "bartlett_window", "kaiser_window"}
 )
 # Factories that make a tensor of host data (a NumPy array): a constant when made in __init__.
 # (torch.tensor(x) of an unknown x may be a 0-d scalar, too small to matter: not here.)

@@ -247,6 +247,9 @@ class Obj(Val):
     # row, not the activation a chain of layers carries; its crossings are no stage's (MP006: a vocabulary-parallel
     # loss exchanges its shards' maxima and sums). Kept by copies; an op with an activation gives an activation.
     row_statistic: bool = False
+    # A module's parameter or buffer moved with its module: the node that made it (`torch.full((3,), -0.5)`), where
+    # `at` moves on to the module move, for its size as the code spells it (MP011's certainly_small).
+    made_by: Any = field(default=None, repr=False)
 
     def with_(self, **kw: Any) -> Obj:
         if "enlarged_at" not in kw and (kw.get("worked") is True or kw.get("label") == ""):
@@ -255,6 +258,11 @@ class Obj(Val):
         kw.setdefault("made_from_move", False)
         kw.setdefault("row_of", None)
         return replace(self, **kw)
+
+
+def made_by(v: Obj) -> Any:
+    """The node that made `v` as the code spells it: where it was made before any module move placed it."""
+    return v.made_by if v.made_by is not None else v.at
 
 
 @dataclass(eq=False)
@@ -369,6 +377,7 @@ def join(a: Val, b: Val) -> Val:
             label=a.label or b.label,
             origin=a.origin if same else "",
             at=a.at if same else None,
+            made_by=a.made_by if a.made_by is b.made_by else None,
             cls=a.cls if a.cls is b.cls else None,
             attrs=a.attrs if a.attrs is b.attrs else None,
             split=a.split or b.split if (a.split and b.split) else None,

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 
 import libcst as cst
 
 from mpcheck.codes import REPEAT_MIN_BYTES
 from mpcheck.devices.events import ModuleMovedInForward, Transfer
 from mpcheck.devices.names import a_number
-from mpcheck.devices.values import Devs, conflict, device_literal, show, single
+from mpcheck.devices.values import Devs, conflict, device_literal, made_by, show, single
 from mpcheck.devices.walk import assigned, walk
 from mpcheck.finding import Finding
 from mpcheck.rules.base import Rule, once_per_node
@@ -166,6 +166,7 @@ def repeats(ctx: FileContext) -> Callable[[Transfer], str]:
     """`repeated`, for the transfers of one file: a module's constant that one line moves to several devices (a
     helper called for each device of a loop) is copied once per device, no repeat."""
     targets: dict[int, set[Devs]] = {}
+    ints = module_ints(ctx.module)
     for ev in ctx.model.facts(Transfer):
         if ev.reads_global_constant:
             targets.setdefault(id(ev.node), set()).add(ev.devs)
@@ -173,7 +174,7 @@ def repeats(ctx: FileContext) -> Callable[[Transfer], str]:
     def how(ev: Transfer) -> str:
         if ev.reads_global_constant and len(targets[id(ev.node)]) > 1:
             return ""
-        got = repeated(ev, lambda: _in_loop_calling_its_item(ctx, ev.node))
+        got = repeated(ev, lambda: _in_loop_calling_its_item(ctx, ev.node), ints)
         if got == "again" and ev.again_of is not ev.node and _repeats_on_entering_a_loop(ctx, ev):
             return ""
         if got in ("loop", "again") and _once_per_epoch(ctx, ev.node):
@@ -244,7 +245,7 @@ def _in_loop_calling_its_item(ctx: FileContext, node: cst.CSTNode) -> bool:
     return False
 
 
-def repeated(ev: Transfer, in_layer_loop: Callable[[], bool]) -> str:
+def repeated(ev: Transfer, in_layer_loop: Callable[[], bool], ints: Mapping[str, int] | None = None) -> str:
     """'call' / 'loop' for a move, on every forward call or loop iteration, of the same
     unchanging value (buffer, parameter, constant) certainly on another device; 'global' for such a
     move of a constant of the module by a function run on every step; 'again' for a value copied a
@@ -259,35 +260,35 @@ def repeated(ev: Transfer, in_layer_loop: Callable[[], bool]) -> str:
         # Ids and masks count here, the launches add up with the depth; but only in a loop that calls the layers
         # (`for blk in self.blocks: h = blk(h, mask.to(dev))`): the index a beam search moves to each cached
         # tensor's device (`t.index_select(0, beam_idx.to(t.device))`) is transformers' own idiom.
-        return "" if certainly_small(v.at) or not in_layer_loop() else "again"
+        return "" if certainly_small(made_by(v), ints) or not in_layer_loop() else "again"
     if ev.again_of is not None and not per_pass:
         # Below the run-time faces' threshold too: a tensor of spelled-out small size, or ids, labels or a mask
         # (a batch-by-sequence tensor at most, whose second copy costs about one launch).
-        return "" if certainly_small(v.at) or v.index_like else "again"
+        return "" if certainly_small(made_by(v), ints) or v.index_like else "again"
     if ev.bound_outside_loop and ev.target_fixed_in_loop and not v.invariant:
         # Made once before the loop from anything (a filterbank computed by a helper, a random table),
         # not rebound in it, and moved to the same place every time: every iteration copies that same
         # tensor again. (Moved to the loop's own device, `memory.to(dev)` over stages, it is the hop.)
-        return "" if certainly_small(v.at) else "loop"
+        return "" if certainly_small(made_by(v), ints) else "loop"
     if not v.invariant:
         return ""
     if ev.reads_unchanging_attribute:
         # self.buffer.to(...) in forward; not a buffer whose size the code spells out, below the run-time
         # faces' threshold (`torch.ones(32)`). A size given by an argument stays reported: a class tried
         # out with tiny sizes (`Model(dim=32)` in a demo) is meant for larger ones.
-        return "" if certainly_small(v.at) else "call"
+        return "" if certainly_small(made_by(v), ints) else "call"
     if ev.reads_global_constant:
         # CLASS_WEIGHTS.to(logits.device) in a loss helper called every step: a module's constant copied again.
-        return "" if certainly_small(v.at) else "global"
+        return "" if certainly_small(made_by(v), ints) else "global"
     if ev.host_constant_bytes >= REPEAT_MIN_BYTES:
         return "call"  # torch.tril(torch.ones(S, S)).to(dev) in forward: the same data built and copied
-    if ev.bound_outside_loop and not certainly_small(v.at):
+    if ev.bound_outside_loop and not certainly_small(made_by(v), ints):
         return "loop"  # a tensor made before the loop, moved again in every iteration
     return ""
 
 
 # Factories whose positional integer arguments are the shape (torch.randn(16, 10), torch.zeros((4, 8))).
-_SHAPED_FACTORIES = frozenset({"randn", "rand", "zeros", "ones", "empty", "randint"})
+_SHAPED_FACTORIES = frozenset({"randn", "rand", "zeros", "ones", "empty", "randint", "full"})
 # Bytes an element, by the dtype's name (torch.float16, torch.long, ...); a dtype not listed counts as
 # the widest, complex128, so that "certainly small" stays certain.
 _ITEMSIZE = {
@@ -300,12 +301,13 @@ _WIDEST = 16
 _SIZELESS_KEYWORDS = frozenset({"requires_grad", "device", "pin_memory"})
 
 
-def certainly_small(made_at: object) -> bool:
+def certainly_small(made_at: object, ints: Mapping[str, int] | None = None) -> bool:
     """Was the tensor made with a size the code spells out, fewer than REPEAT_MIN_BYTES in all: a factory
     with a literal shape (float32: 4 bytes an element; randint: int64, 8; a `dtype=` by its width), or
     `torch.tensor(<one number>)` (a loss scale, a flag)? Then repeating its copy wastes about
     one launch, which the run-time faces do not report either (a fixed toy batch moved in a loop).
-    Anything else (a size or dtype the code does not spell out) keeps the finding."""
+    A dimension may be a name of `ints`: the module's own constants (`ACT = 3`, module_ints), spelled out
+    as plainly as a literal. Anything else (a size or dtype the code does not spell out) keeps the finding."""
     if not isinstance(made_at, cst.Call) or not isinstance(made_at.func, (cst.Name, cst.Attribute)):
         return False
     name = made_at.func.value if isinstance(made_at.func, cst.Name) else made_at.func.attr.value
@@ -327,19 +329,103 @@ def certainly_small(made_at: object) -> bool:
             return False
         default = 8
         positional = positional[-1:]
+    elif name == "full":  # full(size, fill_value): the shape is first, and a tuple
+        if not positional or not isinstance(positional[0].value, (cst.Tuple, cst.List)):
+            return False
+        positional = positional[:1]
     dims: list[cst.BaseExpression] = []
     for arg in positional:
         if isinstance(arg.value, (cst.Tuple, cst.List)):
             dims.extend(el.value for el in arg.value.elements)
         else:
             dims.append(arg.value)
-    if not dims or not all(isinstance(d, cst.Integer) for d in dims):
-        return False
     elements = 1
     for d in dims:
-        assert isinstance(d, cst.Integer)
-        elements *= int(d.evaluated_value)
-    return elements * (itemsize or default) < REPEAT_MIN_BYTES
+        if isinstance(d, cst.Integer):
+            elements *= int(d.evaluated_value)
+        elif isinstance(d, cst.Name) and ints and d.value in ints:
+            elements *= ints[d.value]
+        else:
+            return False
+    return bool(dims) and elements * (itemsize or default) < REPEAT_MIN_BYTES
+
+
+def module_ints(module: cst.Module) -> dict[str, int]:
+    """The module's int constants: names its top level binds once, to an int literal (`ACT = 3`,
+    `OBS, ACT = 12, 3`), and nowhere else at the top level."""
+    bound: dict[str, int | None] = {}
+    for stmt in module.body:
+        if not isinstance(stmt, cst.SimpleStatementLine):
+            for name in _names_bound_in(stmt):
+                bound[name] = None
+            continue
+        for small in stmt.body:
+            pairs: list[tuple[cst.BaseExpression, cst.BaseExpression | None]] = []
+            if isinstance(small, cst.Assign):
+                for target in small.targets:
+                    t, v = target.target, small.value
+                    if isinstance(t, (cst.Tuple, cst.List)) and isinstance(v, (cst.Tuple, cst.List)):
+                        if len(t.elements) == len(v.elements):
+                            pairs.extend((te.value, ve.value) for te, ve in zip(t.elements, v.elements))
+                        else:
+                            pairs.extend((te.value, None) for te in t.elements)
+                    elif isinstance(t, (cst.Tuple, cst.List)):
+                        pairs.extend((te.value, None) for te in t.elements)
+                    else:
+                        pairs.append((t, v))
+            elif isinstance(small, (cst.AnnAssign, cst.AugAssign)):
+                pairs.append((small.target, small.value if isinstance(small, cst.AnnAssign) else None))
+            for bound_to, value in pairs:
+                if isinstance(bound_to, cst.Name):
+                    name = bound_to.value
+                    if name in bound or not isinstance(value, cst.Integer):
+                        bound[name] = None
+                    else:
+                        bound[name] = int(value.evaluated_value)
+    return {name: n for name, n in bound.items() if n is not None}
+
+
+def _names_bound_in(stmt: cst.CSTNode) -> list[str]:
+    """Names a compound statement of the top level binds there (a `for` target, a def, a class, an `if`'s
+    assignments): taken as rebound, whatever the value."""
+    if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
+        return [stmt.name.value]
+    names: list[str] = []
+
+    class _Names(cst.CSTVisitor):
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+            return False
+
+        def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+            return False
+
+        def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+            names.extend(_target_names(node.target))
+
+        def visit_AugAssign(self, node: cst.AugAssign) -> None:
+            names.extend(_target_names(node.target))
+
+        def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+            names.extend(_target_names(node.target))
+
+        def visit_For(self, node: cst.For) -> None:
+            names.extend(_target_names(node.target))
+
+        def visit_NamedExpr(self, node: cst.NamedExpr) -> None:
+            names.extend(_target_names(node.target))
+
+    stmt.visit(_Names())
+    return names
+
+
+def _target_names(target: cst.BaseExpression) -> list[str]:
+    if isinstance(target, cst.Name):
+        return [target.value]
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return [n for el in target.elements for n in _target_names(el.value)]
+    if isinstance(target, cst.StarredElement):
+        return _target_names(target.value)
+    return []
 
 
 def _dtype_size(call: cst.Call) -> int | None:

@@ -139,6 +139,9 @@ def test_repeated_transfer_within_a_step_and_in_later_steps_but_not_after_a_chan
     assert len(ck.findings) == 1
     ck.step_end()
     ck.on_transfer(mask, mask.clone(), "cuda:0", "cuda:1", site=S1, module_path="m")  # unchanged since last step
+    # Held until the next step shows it was made inside the training loop (repeats.judge_repeats_after_training).
+    assert len(ck.findings) == 1
+    ck.step_end()
     assert [(f.line, f.extra["scope"]) for f in ck.findings] == [(20, "step"), (10, "steps")]
 
 
@@ -156,7 +159,38 @@ def test_copies_with_no_model_work_between_them_are_setup_not_a_repeat(labels):
     assert [(f.code, f.line) for f in ck.findings] == [("MP011", 20)]
     ck.step_end()
     ck.on_transfer(shared, shared.clone(), "cpu", "cuda:0", site=S2, module_path=None)
+    ck.step_end()
     assert len(ck.findings) == 1 and ck.findings[0].extra["count"] == 2
+
+
+def test_a_repeat_made_once_after_training_is_no_per_step_waste(labels):
+    # The same inputs moved for two evaluations at the end of a run (the EMA weights and the live ones) cost
+    # once; the same line repeating in an evaluation loop, or a repeat followed by another step, is waste.
+    ck = Checker(labels, on_mismatch="raise", repeat_min_bytes=0)
+    x = labels.label(torch.ones(8), "cpu")
+    ck.step_end()  # training ran (its batches are other tensors)
+    ck.on_transfer(x, x.clone(), "cpu", "cuda:0", site=S1, module_path=None)  # evaluation one
+    ck.end_top_pass()
+    ck.on_transfer(x, x.clone(), "cpu", "cuda:0", site=S1, module_path=None)  # evaluation two
+    ck.finish()
+    assert ck.findings == []
+
+    ck = Checker(labels, on_mismatch="raise", repeat_min_bytes=0)
+    ck.step_end()
+    for _ in range(3):  # an evaluation loop moving the same data twice per batch
+        ck.on_transfer(x, x.clone(), "cpu", "cuda:0", site=S1, module_path=None)
+        ck.end_top_pass()
+        ck.on_transfer(x, x.clone(), "cpu", "cuda:0", site=S2, module_path=None)
+    ck.finish()
+    assert sorted((f.code, f.line) for f in ck.findings) == [("MP011", 10), ("MP011", 20)]
+
+    ck = Checker(labels, on_mismatch="raise", repeat_min_bytes=0)
+    ck.step_end()
+    ck.on_transfer(x, x.clone(), "cpu", "cuda:0", site=S1, module_path=None)
+    ck.end_top_pass()
+    ck.on_transfer(x, x.clone(), "cpu", "cuda:0", site=S2, module_path=None)
+    ck.step_end()  # inside the training loop after all
+    assert [(f.code, f.line) for f in ck.findings] == [("MP011", 20)]
 
 
 def test_freed_storage_whose_id_is_reused_is_not_a_repeat(labels):

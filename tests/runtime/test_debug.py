@@ -132,6 +132,7 @@ def test_repeated_and_round_trip_transfers_through_the_mode(monkeypatch):
         a = table.to("meta")
         dbg.step()  # a training step later (two copies with no model work between are setup)
         b = table.to("meta")  # again
+        dbg.step()  # and a step after it: inside the training loop, not a copy made once after training
         c = torch.randn(4)
         d = c.to("meta")
         e = d + 1  # work on meta: a new tensor, not a round trip

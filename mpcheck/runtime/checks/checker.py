@@ -243,6 +243,10 @@ class Checker:
         # MP007: moves that left a model which ran split whole on one device (a part moved onto the rest's GPU,
         # the model moved to the host), until the model runs again (split_model.judge_pending_collapses).
         self._pending_collapses: list[split_model.PendingCollapse] = []
+        # MP011's repeats made since the last optimizer step of a program that has trained, held until the next
+        # step or the end of the run tells per-step waste from a copy made once after training
+        # (repeats.judge_repeats_after_training).
+        self._repeats_since_step: list[tuple[Site, dict[str, Any]]] = []
         # MP016: transfers whose output is watched until it is freed, to tell data only reduced where it arrived.
         self.reduce_watch = reduced_after_move.ReduceWatch()
         # id(root module) -> ref: roots whose first call has been checked for a collapsed split (MP004).
@@ -347,6 +351,7 @@ class Checker:
     _check_recomputed_move = repeats._check_recomputed_move
     _check_host_parameter = repeats._check_host_parameter
     _check_const_copy = repeats._check_const_copy
+    judge_repeats_after_training = repeats.judge_repeats_after_training
     _refresh_provenance = repeats._refresh_provenance
 
     on_loss = loss_move.on_loss
@@ -424,6 +429,7 @@ class Checker:
             self._refresh_provenance()
             self.judge_reduced_moves()
             self.judge_model_round_trips()
+            self.judge_repeats_after_training(step_ended=True)
 
     def finish(self) -> None:
         with self._lock:
@@ -436,4 +442,5 @@ class Checker:
                 gc.collect()
             self.judge_reduced_moves()
             self.judge_model_round_trips()
+            self.judge_repeats_after_training(step_ended=False)
         self.ledger.finish()

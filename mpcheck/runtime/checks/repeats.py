@@ -47,21 +47,40 @@ def _check_repeat(self: Checker, t: Any, dst_dev: str, site: Site | None, module
         first_site, first_step = entry[1], entry[2]
         entry[2], entry[3], entry[4] = step, mark, rounds
         when = "in this step" if first_step == step else "in an earlier step, and it has not changed since"
-        self.emit(
-            "MP011",
-            site,
-            f"repeated transfer: the same unchanged data ({tensor_words(t)}) was already moved to {dst_dev} "
-            f"{when} (at {first_site})",
+        finding: dict[str, Any] = dict(
+            message=f"repeated transfer: the same unchanged data ({tensor_words(t)}) was already moved to "
+            f"{dst_dev} {when} (at {first_site})",
             devices=(self.devices.device_of(t), dst_dev),
             modules=(module,) if module else (),
             suggestion=f"move it to {dst_dev} once and reuse the copy (e.g. keep it as a buffer on {dst_dev})",
             extra={"first_site": str(first_site), "scope": "step" if first_step == step else "steps"},
         )
+        if step > 0:
+            # The program has trained: whether this repeat is per-step waste or a one-time copy after training
+            # (evaluating the model twice at the end of a run, the same inputs moved for each) is known only
+            # when another step comes, or the same line repeats again (`judge_repeats_after_training`).
+            self._repeats_since_step.append((site or UNKNOWN, finding))
+        else:
+            self.emit("MP011", site, **finding)
         return True
     self._moves[key] = [StorageRef(t), site or UNKNOWN, step, mark, rounds]
     if len(self._moves) > self._purge_at:
         self._purge()
     return False
+
+
+def judge_repeats_after_training(self: Checker, *, step_ended: bool) -> None:
+    """Report the repeats held since the last optimizer step (`_check_repeat`). At a step they were made inside
+    the training loop: every one is reported. At the end of the run no step followed them, so they were made
+    after training (a final evaluation): a repeat made once there costs once, and only a line that repeated
+    two times or more (an evaluation loop moving the same data twice per batch) is reported."""
+    held, self._repeats_since_step = self._repeats_since_step, []
+    times: dict[tuple[str, int], int] = {}
+    for site, _ in held:
+        times[(site.path, site.line)] = times.get((site.path, site.line), 0) + 1
+    for site, finding in held:
+        if step_ended or times[(site.path, site.line)] >= 2:
+            self.emit("MP011", site, **finding)
 
 
 def _check_recomputed_move(self: Checker, t: Any, dst_dev: str, site: Site | None, module: str | None) -> None:
