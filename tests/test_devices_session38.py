@@ -4,22 +4,7 @@ the current GPU asked once per GPU (MP017)."""
 
 from __future__ import annotations
 
-import textwrap
-
-from mpcheck import codes
-from mpcheck.analysis import analyze
-
-ALL = frozenset(c.code for c in codes.on_face(codes.LINT))
-
-
-def findings(src: str, code: str | None = None) -> list:
-    got = analyze("t.py", textwrap.dedent(src), ALL, "m", {}, (2, 4, 8)).findings
-    return [f for f in got if code is None or f.code == code]
-
-
-def lines(src: str, code: str | None = None) -> list[int]:
-    return [f.line for f in findings(src, code)]
-
+from lint_helpers import findings, lines
 
 # ----------------------------------------------------------------- an optimizer of the file over two lists
 
