@@ -150,7 +150,7 @@ def test_a_split_model_moved_to_the_host_and_trained_there_is_mp007(script, dryr
     [
         ("state = {k: v.cpu() for k, v in model.state_dict().items()}", ""),  # a copy of the weights
         ("pass", "model.cpu().eval()\nwith torch.no_grad():\n    model(torch.randn(4, 8))"),  # inference on the host
-        ("pass", "torch.save(model.cpu().state_dict(), 'final.pt')"),  # freed at the end
+        ("pass", "torch.save(model.cpu().state_dict(), __file__ + '.final.pt')"),  # freed at the end
     ],
 )
 def test_a_split_model_copied_or_moved_to_the_host_for_inference_or_the_end_is_silent(script, dryrun_cli, save, after):

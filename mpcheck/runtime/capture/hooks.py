@@ -248,6 +248,7 @@ def _patch_module_call(
     tracing = torch._C._get_tracing_state
     no_torch_function = torch._C.DisableTorchFunction
     device_of = checker.devices.device_of
+    watched = checker.reduce_watch.carriers  # MP016's watched moves: one dict for the run, empty most of the time
 
     def checked_call(module, *args, **kwargs):
         # A moved tensor given to a module that runs without the function mode (signature cache, a torch.nn
@@ -299,8 +300,8 @@ def _patch_module_call(
                 else:
                     hit = key_of(module, args, kwargs) in rec[1]
                 if hit:
-                    if checker.arrived_objects:
-                        checker.note_reads(args, kwargs)
+                    if checker.arrived_objects or watched:
+                        checker.note_unseen_reads(args, kwargs)
                     stack.append(rec[2])
                     try:
                         if plain:
@@ -311,8 +312,8 @@ def _patch_module_call(
                     finally:
                         stack.pop()
         if tls.suspended or module._compiled_call_impl is not None:
-            if checker.arrived_objects:
-                checker.note_reads(args, kwargs)
+            if checker.arrived_objects or watched:
+                checker.note_unseen_reads(args, kwargs)
         if tls.suspended:
             return orig_call(module, *args, **kwargs)
         tls.module_calls += 1  # (MP006: a layer ran between two crossings)
@@ -355,8 +356,8 @@ def _patch_module_call(
         else:
             key = key_of(module, args, kwargs)
         if cache.is_clean(module, key):
-            if checker.arrived_objects:
-                checker.note_reads(args, kwargs)
+            if checker.arrived_objects or watched:
+                checker.note_unseen_reads(args, kwargs)
             if tls.unchecked:  # inside a call already unchecked: the modes are aside
                 stack.append(path)
                 try:
@@ -484,8 +485,8 @@ def _patch_module_call(
                     # non-tensor argument (LSTM's (h, c) tuple): no.
                     n = tf_len()
                     if n and tf_top(n - 1) is leaf_mode:
-                        if checker.arrived_objects:
-                            checker.note_reads(args, kwargs)
+                        if checker.arrived_objects or watched:
+                            checker.note_unseen_reads(args, kwargs)
                         tls.leaf_bypass = id(module)  # the signature cache may skip this call's key (leaf_device)
                         popped = tf_pop()
                         stack.append(path)

@@ -43,10 +43,10 @@ from mpcheck.runtime.checks.torchapi import DATA_ALIAS as _DATA_ALIAS
 from mpcheck.runtime.checks.torchapi import EXPORT as _EXPORT
 from mpcheck.runtime.checks.torchapi import HOST_READ as _HOST_READ
 from mpcheck.runtime.checks.torchapi import LOSS as _LOSS
+from mpcheck.runtime.checks.torchapi import METADATA_READS, needs_full_name, python_call_kind
 from mpcheck.runtime.checks.torchapi import PASS as _PASS
 from mpcheck.runtime.checks.torchapi import SET_DATA as _SET
 from mpcheck.runtime.checks.torchapi import VIEW as _VIEW
-from mpcheck.runtime.checks.torchapi import needs_full_name, python_call_kind
 from mpcheck.runtime.checks.transfer_events import payload_bytes
 
 _graph_task_id = getattr(torch._C, "_current_graph_task_id", lambda: -1)
@@ -128,6 +128,8 @@ class CheckingMode(TorchFunctionMode):
         except (KeyError, TypeError):
             kind = self._classify(func)
         if kind == _PASS:
+            if self._watched and args and id(args[0]) in self._watched:
+                return self._pass_watched(func, args, kwargs or {})
             try:  # free until it raises (Python 3.11's exceptions cost nothing unraised)
                 return func(*args, **kwargs) if kwargs else func(*args)
             except RuntimeError as e:  # `.view()` refused for its strides: mpcheck may know why (MP012)
@@ -164,6 +166,8 @@ class CheckingMode(TorchFunctionMode):
                 checker.on_watched_view(args[0], out)
             return out
         if kind == _BACKWARD:
+            if self._watched and args:
+                checker.on_watched_export(args[0])  # `moved.backward()`: its data was needed
             if not self._tls.stack:
                 checker.end_top_pass()  # the forward pass of the code that calls it is over
             try:
@@ -244,8 +248,24 @@ class CheckingMode(TorchFunctionMode):
         if kind == _DATA_ALIAS:  # `buf.data.copy_(...)`: writes `buf` unseen by its version counter (provenance.py)
             if args:
                 self._provenance.changes_unseen(args[0])
+                if self._watched:
+                    checker.on_watched_export(args[0])  # an alias whose reads are not followed: taken as used
             return func(*args, **kwargs)
         return self._transfer(kind, func, args, kwargs)
+
+    def _pass_watched(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        """A passed-through call on a watched move's output (MP016, reduced_after_move.py): a tensor it gives
+        (`.mT`, `.real`, `.grad`) carries the data on; a metadata read (`.shape`, `.size()`) uses none of it;
+        anything else (pickling, `data_ptr()` handed to a kernel of its own) is taken as a use of the data."""
+        try:
+            out = func(*args, **kwargs)
+        except RuntimeError as e:
+            return self.checker.on_op_error(func, args, kwargs, e)
+        if isinstance(out, self._tensor):
+            self.checker.on_watched_view(args[0], out)
+        elif getattr(func, "__name__", "") not in METADATA_READS:
+            self.checker.on_watched_export(args[0])
+        return out
 
     def _stamp(self, out: Any) -> None:
         tensor = self._tensor

@@ -61,11 +61,13 @@ def _wrap(orig: Any, kind: int, mode: Any, tls: Any) -> Any:
         stack = tls.unchecked_stack
         tls.unchecked = 0  # the calls made inside are not the user's
         tls.unchecked_stack = None
+        tls.transfer_unseen = True
         try:
             return transfer(kind, orig, args, kwargs)
         finally:
             tls.unchecked = unchecked
             tls.unchecked_stack = stack
+            tls.transfer_unseen = False
 
     setattr(method, KIND_ATTR, kind)
     return method
@@ -85,6 +87,11 @@ class TransferMode(TorchFunctionMode):
             kind = self._kinds.get(func)
         except TypeError:  # an unhashable callable: no transfer
             kind = None
-        if kind is None or self._tls.suspended:
+        tls = self._tls
+        if kind is None or tls.suspended:
             return func(*args, **kwargs) if kwargs else func(*args)
-        return self._transfer(kind, func, args, kwargs or {})
+        tls.transfer_unseen = True
+        try:
+            return self._transfer(kind, func, args, kwargs or {})
+        finally:
+            tls.transfer_unseen = False

@@ -344,6 +344,7 @@ class Checker:
     on_watched_read = reduced_after_move.on_watched_read
     on_watched_view = reduced_after_move.on_watched_view
     on_watched_export = reduced_after_move.on_watched_export
+    on_unseen_reads = reduced_after_move.on_unseen_reads
     judge_reduced_moves = reduced_after_move.judge_reduced_moves
     _report_host_hop = round_trip._report_host_hop
 
@@ -358,6 +359,15 @@ class Checker:
 
     _arrival = arrivals._arrival
     note_reads = arrivals.note_reads
+
+    def note_unseen_reads(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """A call whose ops the function mode does not see took these arguments: what arrived (MP005) and what is
+        watched (MP016) among them counts as used."""
+        if self.arrived_objects:
+            self.note_reads(args, kwargs)
+        if self.reduce_watch.carriers:
+            self.on_unseen_reads(args, kwargs)
+
     _note_read = arrivals._note_read
     note_arrived = arrivals.note_arrived
     note_view = arrivals.note_view

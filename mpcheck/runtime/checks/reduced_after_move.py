@@ -55,14 +55,17 @@ SHRINK = 8  # a reduction's output at most 1/SHRINK of its input: the move carri
 class Moved:
     """One watched transfer: where it was made, how many live tensors carry its data, what was done with them."""
 
-    __slots__ = ("site", "module", "src", "dst", "nbytes", "live", "reduced_by", "reduced_at", "used")
+    __slots__ = ("site", "module", "src", "dst", "nbytes", "live", "reduced_by", "reduced_at", "used", "seen")
 
-    def __init__(self, site: Site, module: str | None, src: str, dst: str, nbytes: int) -> None:
+    def __init__(self, site: Site, module: str | None, src: str, dst: str, nbytes: int, seen: bool = False) -> None:
         self.site, self.module, self.src, self.dst, self.nbytes = site, module, src, dst, nbytes
         self.live = 0
         self.reduced_by: str | None = None
         self.reduced_at: Site | None = None
         self.used = False
+        # Made in a module's forward with the function mode watching (not by a call the signature cache let run
+        # unchecked) and onto a GPU: never read at all, it is reported as unread (judge_reduced_moves).
+        self.seen = seen
 
 
 class ReduceWatch:
@@ -131,7 +134,9 @@ def watch_move(
         return
     if nbytes < max(self.repeat_min_bytes, WASTE_MIN_BYTES) or getattr(src, "dtype", None) != out.dtype:
         return
-    self.reduce_watch.carry(out, (Moved(site, module, src_dev, dst_dev, nbytes),))
+    tls = self._tls
+    seen = bool(tls.stack) and not tls.transfer_unseen and dst_dev.startswith("cuda")
+    self.reduce_watch.carry(out, (Moved(site, module, src_dev, dst_dev, nbytes, seen),))
 
 
 def on_watched_read(self: Checker, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None, out: Any) -> None:
@@ -173,12 +178,38 @@ def on_watched_export(self: Checker, t: Any) -> None:
         self.reduce_watch.used(id(t))
 
 
+def on_unseen_reads(self: Checker, args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> None:
+    """A call whose ops the function mode does not see (a module running unchecked by the signature cache, a
+    compiled module, a suspended checker) was given these: each watched tensor among them (in lists, tuples and
+    dicts too, two levels deep) counts as used, whatever the call did with it."""
+    watch = self.reduce_watch
+    carriers = watch.carriers
+    pending = [*args, *kwargs.values()] if kwargs else list(args)
+    depth = {id(a): 0 for a in pending}
+    while pending:
+        a = pending.pop()
+        entry = carriers.get(id(a))
+        if entry is not None and entry[0]() is a:
+            watch.used(id(a))
+            continue
+        level = depth.get(id(a), 0)
+        if level < 2 and type(a) in (list, tuple, dict):
+            items = a.values() if type(a) is dict else a
+            for b in items:
+                depth[id(b)] = level + 1
+                pending.append(b)
+
+
 def judge_reduced_moves(self: Checker) -> None:
     """Report the watched transfers whose carriers are all gone, reduced and never used."""
     gone = self.reduce_watch.gone
     while gone:
         m = gone.pop()
-        if m.used or m.reduced_by is None or _round_trip_at(self, m.site):
+        if m.used or _round_trip_at(self, m.site):
+            continue
+        if m.reduced_by is None:
+            if m.seen:
+                _report_unread(self, m)
             continue
         at = m.reduced_at
         where = f" at {at}" if at is not None and (at.path, at.line) != (m.site.path, m.site.line) else ""
@@ -194,6 +225,23 @@ def judge_reduced_moves(self: Checker) -> None:
             "move one result per device",
             extra={"bytes_moved": m.nbytes, "reduced_by": m.reduced_by},
         )
+
+
+def _report_unread(self: Checker, m: Moved) -> None:
+    """A move in a forward pass whose output, and everything carrying its data on, was freed with no op having
+    read an element of it: the data crossed for nothing (a dict of inputs moved whole, a hidden state kept for
+    a pooling that takes only the last few)."""
+    self.emit(
+        "MP016",
+        m.site,
+        f"{size_words(m.nbytes)} moved {m.src} -> {m.dst} here is never read there: nothing uses an element of it "
+        "before it is freed, so the whole copy crossed the link for nothing",
+        devices=(m.src, m.dst),
+        modules=(m.module,) if m.module else (),
+        suggestion=f"move only what {m.dst} reads (leave the unused tensor, or the unused entries of a batch, "
+        f"on {m.src}), or drop the move",
+        extra={"bytes_moved": m.nbytes, "unread": True},
+    )
 
 
 def _round_trip_at(self: Checker, site: Site) -> bool:

@@ -41,6 +41,9 @@ class ThreadState(threading.local):
         # `stack` while `unchecked` is set, else None: what the module-call fast path reads first
         # (capture/hooks.py), one thread-local read where two would be (`unchecked`, then `stack`).
         self.unchecked_stack: list[str] | None = None
+        # True while capture/transfers.py records a transfer made with the modes aside: the ops that read its
+        # output are not seen either (MP016 does not take it for unread, reduced_after_move.py).
+        self.transfer_unseen = False
         # id() of the torch.nn leaf module that the last checked call ran without the mode (capture/hooks.py):
         # the signature cache's fast path then skips the key of its calls on the same device.
         self.leaf_bypass: int | None = None

@@ -41,6 +41,18 @@ EXPORT = (
 
 TRANSFERS = frozenset({TO, CUDA, CPU, COPY})
 
+# Passed-through calls that read a tensor's metadata only (its shape, layout, device): no element of it. A move
+# whose output only these read carried data nobody used (MP016, reduced_after_move.py). `__get__` is every
+# property: one that gives a tensor (`.mT`, `.grad`) carries the data on instead (mode.py's `_pass_watched`).
+METADATA_READS = frozenset(
+    {
+        "dim", "ndimension", "size", "numel", "nelement", "element_size", "is_contiguous", "stride",
+        "storage_offset", "get_device", "is_floating_point", "is_complex", "is_pinned", "is_shared", "_is_view",
+        "__get__", "__len__", "__hash__", "result_type", "is_same_size", "__dlpack_device__", "requires_grad_",
+        "retain_grad",
+    }
+)  # fmt: skip
+
 PYTHON_CALLS: dict[str, int] = {
     # metadata of one tensor
     "dim": PASS,
