@@ -192,11 +192,14 @@ class CheckingMode(TorchFunctionMode):
                     made_how = MADE_AS.get() or made_how
             elif _device_ctx.CURRENT_DEVICE is not None:
                 made_how = _default_device_words(func)
+            worked = None  # the arrived tensors it reads, and its arguments as called (worked_detour.py)
             if checker.arrived_objects:  # a moved tensor used where it arrived is no round trip (MP005)
                 if args and type(args[0]) in (list, tuple) and len(args[0]) >= _MIN_ITEMS:
                     if getattr(func, "__name__", "") in _GATHERS:  # moved one by one, then gathered? (MP021)
                         checker.on_gather(func, args[0])
-                checker.note_reads(args, kwargs)
+                hits = checker.note_reads(args, kwargs)
+                if hits:
+                    worked = (hits, args, kwargs)
             read = (args, kwargs) if self._watched else None  # as called (check_op may move them)
             # One argument mixes nothing, unless it is a sequence: torch.cat([a, b]); but torch.tensor([l_a, l_b])
             # of 0-dim tensors on two GPUs reads their values on the host (a CPU tensor, or device='s).
@@ -210,6 +213,8 @@ class CheckingMode(TorchFunctionMode):
                 out = checker.on_op_error(func, args, kwargs, e)
             if read is not None:
                 checker.on_watched_read(func, read[0], read[1], out)
+            if worked is not None:
+                checker.on_arrival_worked(func, worked[1], worked[2], out, worked[0])
             if loss:
                 checker.loss_values.note(out)
             if made_how is not None:

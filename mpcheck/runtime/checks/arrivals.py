@@ -38,21 +38,26 @@ def _arrival(self: Checker, t: Any) -> tuple[str, Site] | None:
     return entry[1], entry[2]
 
 
-def note_reads(self: Checker, args: Args, kwargs: Kwargs) -> None:
+def note_reads(self: Checker, args: Args, kwargs: Kwargs) -> list[tuple[Any, Any]]:
     """An op reads these arguments: an arrived tensor among them was used on the device it arrived on.
     An entry is the arrived tensor's only if its weak reference still gives that very object: a freed
-    tensor's id goes to the next object of its size, and reading that one reads nothing that arrived."""
+    tensor's id goes to the next object of its size, and reading that one reads nothing that arrived.
+    Gives (tensor, its arrival's storage id) for each arrived tensor read (worked_detour.py)."""
     objects = self.arrived_objects
+    hits: list[tuple[Any, Any]] = []
     for a in (*args, *kwargs.values()) if kwargs else args:
         hit = objects.pop(id(a), None)
         if hit is not None:
             if hit[0]() is a:
                 self._note_read(hit[1])
+                hits.append((a, hit[1]))
         elif type(a) in (list, tuple):  # torch.cat([a, b])
             for b in a:
                 hit = objects.pop(id(b), None)
                 if hit is not None and hit[0]() is b:
                     self._note_read(hit[1])
+                    hits.append((b, hit[1]))
+    return hits
 
 
 def _note_read(self: Checker, sid: int | HostMade) -> None:

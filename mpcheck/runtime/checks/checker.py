@@ -79,6 +79,7 @@ from mpcheck.runtime.checks import (
     split_model,
     stopped,
     transfer_events,
+    worked_detour,
 )
 from mpcheck.runtime.checks.collapse import Collapses
 from mpcheck.runtime.checks.findings import ON_MISMATCH
@@ -127,6 +128,10 @@ class Checker:
 
         self._tensor = torch.Tensor
         self._parameter = torch.nn.Parameter
+        self._tensor_type = torch.Tensor
+        # Results of one op on an arrived tensor, by storage: moved straight back, a detour (MP005,
+        # worked_detour.py).
+        self._worked: dict[int, worked_detour.Worked] = {}
         self._grad_enabled = torch.is_grad_enabled
         self._int64 = torch.int64
         self._module_type = torch.nn.Module
@@ -345,6 +350,8 @@ class Checker:
     on_watched_view = reduced_after_move.on_watched_view
     on_watched_export = reduced_after_move.on_watched_export
     on_unseen_reads = reduced_after_move.on_unseen_reads
+    on_arrival_worked = worked_detour.on_arrival_worked
+    check_worked_detour = worked_detour.check_worked_detour
     judge_reduced_moves = reduced_after_move.judge_reduced_moves
     _report_host_hop = round_trip._report_host_hop
 

@@ -63,6 +63,8 @@ def on_transfer(
         if self.arrived_objects:
             self.on_host_made_move(src_tensor, src_dev, dst_dev, site)  # MP019
         self._check_round_trip(src_tensor, src_dev, dst_dev, site, module_path, nbytes)
+        if self._worked:
+            self.check_worked_detour(src_tensor, src_dev, dst_dev, site, module_path, nbytes)  # MP005
         self._check_expanded(src_tensor, src_dev, dst_dev, site, module_path, nbytes)
         if self.reduce_watch.carriers:  # a watched tensor moved on: its data was needed whole (MP016)
             self.on_watched_export(src_tensor)
@@ -85,8 +87,9 @@ def on_transfer(
             try:
                 arrival = StorageRef(out_tensor)
                 arrival.moved_at = self.count_transfer(src_dev, dst_dev)
+                # The storage it was copied from: still there when the data goes back (worked_detour.py)?
+                arrival.origin = weakref.ref(src_tensor.untyped_storage())
                 if self._allocations is not None:  # only a face that counts allocations tells an offload
-                    arrival.origin = weakref.ref(src_tensor.untyped_storage())
                     arrival.made = self._allocations(src_dev)
                 sid = id(out_tensor.untyped_storage())
                 self._arrivals[sid] = (arrival, src_dev, site or UNKNOWN)

@@ -1,0 +1,111 @@
+"""MP005 at run time for a detour with work: a tensor moved from one GPU to another only for one op there, whose
+result goes straight back to the first GPU, where the tensor still is (`k.to(beam_idx.device).index_select(0,
+beam_idx).to(k.device)`, a KV cache reordered on the beam index's GPU). The op could have run where the data is:
+its other input, smaller than the data, moved there instead (`k.index_select(0, beam_idx.to(k.device))`) costs
+one copy of fewer bytes, where the detour costs two copies of the data.
+
+What counts (`on_arrival_worked`, called by the capture layer after an op that read an arrived tensor): the op
+read one arrived tensor, at most one other tensor and no parameter (a layer's weights are why a stage lives on
+its GPU), and that other tensor is smaller than the arrived one; both GPUs, not the host (a host op may be there
+for a reason of its own: an op CUDA lacks, a deterministic sort). The result is remembered weakly by its storage;
+its move back to the arrival's source (`check_worked_detour`, at the transfer), while the source's storage is
+still alive, is reported at the move back, any size: two copies where at most one of fewer bytes would do.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import TYPE_CHECKING, Any
+
+from mpcheck.runtime.checks.sites import UNKNOWN, Site
+from mpcheck.runtime.checks.thresholds import NOT_GPU
+from mpcheck.runtime.checks.wording import size_words
+
+if TYPE_CHECKING:
+    from mpcheck.runtime.checks.checker import Checker
+
+
+class Worked:
+    """An op's result computed from one arrived tensor: where the data came from, and what the op needed."""
+
+    __slots__ = ("ref", "src", "origin", "arrival_site", "op", "other_bytes", "data_bytes")
+
+    def __init__(
+        self, ref: Any, src: str, origin: Any, arrival_site: Site, op: str, other_bytes: int, data_bytes: int
+    ) -> None:
+        self.ref, self.src, self.origin, self.arrival_site = ref, src, origin, arrival_site
+        self.op, self.other_bytes, self.data_bytes = op, other_bytes, data_bytes
+
+
+def on_arrival_worked(
+    self: Checker, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, arrived: list[Any]
+) -> None:
+    """An op read the arrived tensors `arrived` (note_reads' hits) and gave `out`: remember it when it is the
+    one op of a detour (see the module's text)."""
+    if len(arrived) != 1 or not isinstance(out, self._tensor_type):
+        return
+    x, sid = arrived[0]
+    entry = self._arrivals.get(sid)
+    if entry is None or entry[0].origin is None:
+        return
+    ref, src, arrival_site = entry
+    here = self.devices.device_of(x)
+    if src in NOT_GPU or here in NOT_GPU or src == here or self.devices.device_of(out) != here:
+        return
+    others = [
+        a
+        for a in (*args, *kwargs.values())
+        for a in (a if type(a) in (list, tuple) else (a,))
+        if isinstance(a, self._tensor_type) and a is not x
+    ]
+    if len(others) > 1 or any(isinstance(a, self._parameter) or (a.requires_grad and a.is_leaf) for a in others):
+        return
+    data_bytes = _bytes(x)
+    other_bytes = sum(_bytes(a) for a in others)
+    if not data_bytes or other_bytes >= data_bytes:
+        return
+    try:
+        storage = out.untyped_storage()
+    except Exception:  # a tensor without storage: not followed
+        return
+    name = getattr(func, "__name__", "") or "the op"
+    self._worked[id(storage)] = Worked(
+        weakref.ref(storage), src, ref.origin, arrival_site, name, other_bytes, data_bytes
+    )
+    if len(self._worked) > self._purge_at:
+        for k in [k for k, w in self._worked.items() if w.ref() is None]:
+            del self._worked[k]
+
+
+def check_worked_detour(
+    self: Checker, t: Any, src_dev: str, dst_dev: str, site: Site | None, module: str | None, nbytes: int
+) -> None:
+    """A transfer of an op's result remembered by on_arrival_worked, back to where its data came from."""
+    try:
+        storage = t.untyped_storage()
+    except Exception:
+        return
+    w = self._worked.get(id(storage))
+    if w is None or w.ref() is not storage or w.src != dst_dev or w.origin() is None:
+        return
+    del self._worked[id(storage)]
+    other = f"its other input ({size_words(w.other_bytes)})" if w.other_bytes else "nothing"
+    self.emit(
+        "MP005",
+        site or UNKNOWN,
+        f"detour: {size_words(w.data_bytes)} moved {dst_dev} -> {src_dev} at {w.arrival_site} only for "
+        f"`{w.op}` there, and its result ({size_words(nbytes)}) moved straight back to {dst_dev}, where the data "
+        f"still is: two copies of the data where {other} would cross instead",
+        devices=(dst_dev, src_dev),
+        modules=(module,) if module else (),
+        suggestion=f"run `{w.op}` on {dst_dev}, where the data is, with {other} moved there "
+        f"(`x.{w.op}(..., idx.to(x.device))` for `x.to(d).{w.op}(..., idx).to(x.device)`)",
+        extra={"scope": "worked", "first_site": str(w.arrival_site), "op": w.op},
+    )
+
+
+def _bytes(t: Any) -> int:
+    try:
+        return int(t.numel() * t.element_size())
+    except Exception:  # a size not known as a number
+        return 0

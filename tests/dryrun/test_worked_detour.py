@@ -1,0 +1,52 @@
+"""MP005 at run time for a detour with work (checks/worked_detour.py): a KV cache moved to the beam index's GPU
+only to be reordered there, and moved straight back, is reported at the move back; reordering where the cache is,
+with the index moved to it, is clean, and so is an op that needs what lives on the other GPU (a layer's weight,
+a larger tensor)."""
+
+from dryrun_helpers import codes_at
+
+REORDER = """
+import torch
+
+cache = [torch.randn(4, 8, 32, 16, device=f"cuda:{i % 2}") for i in range(4)]
+beam_idx = torch.tensor([0, 0, 2, 3], device="cuda:1")
+for step in range(3):
+    cache = [k * 0.5 for k in cache]  # the layers' work on each cache, where it is
+    cache = [REORDER for k in cache]  # <- back
+print(len(cache))
+"""
+
+
+def test_a_cache_reordered_on_the_index_gpu_and_moved_back_is_a_detour(script, dryrun_cli):
+    s = script(REORDER.replace("REORDER", "k.to(beam_idx.device).index_select(0, beam_idx).to(k.device)"))
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 0, err
+    (f,) = report["findings"]
+    assert (f["code"], f["line"], f["extra"]["op"]) == ("MP005", s.line("back"), "index_select")
+    assert f["devices"] == ["cuda:0", "cuda:1"] and "32 bytes" in f["message"]
+
+
+def test_the_cache_reordered_where_it_is_with_the_index_moved_is_clean(script, dryrun_cli):
+    s = script(REORDER.replace("REORDER", "k.index_select(0, beam_idx.to(k.device))"))
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert (status, report["findings"]) == (0, []), err
+
+
+def test_a_stage_that_runs_its_own_layer_on_the_data_is_no_detour(script, dryrun_cli):
+    s = script(
+        """
+        import torch
+        import torch.nn as nn
+        import torch.nn.functional as F
+
+        layer = nn.Linear(256, 256).to("cuda:1")
+        big = torch.randn(512, 256, device="cuda:1")
+        x = torch.randn(512, 256, device="cuda:0")
+        for _ in range(3):
+            y = F.linear(x.to("cuda:1"), layer.weight).to("cuda:0")  # its weight lives there
+            z = (x.to("cuda:1") + big).to("cuda:0")  # as large as the data: moving it instead saves nothing
+        print(y.shape, z.shape)
+        """
+    )
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert ("MP005", 9) not in codes_at(report) and ("MP005", 10) not in codes_at(report), err
