@@ -4,7 +4,7 @@ copied next to its use on every forward (MP011 leaves it: one launch)."""
 
 from __future__ import annotations
 
-from lint_helpers import findings
+from lint_helpers import findings, lines
 
 # ----------------------------------------------------------------- windows registered as buffers
 
@@ -105,3 +105,95 @@ def test_a_large_parameter_copied_each_forward_stays_reported():
 def test_a_constant_bound_twice_at_the_top_level_is_no_spelled_out_size():
     src = POLICY.replace("SIZE", "3").replace("\n\nclass Policy", "\nif OBS > 8:\n    ACT = 65536\n\n\nclass Policy")
     assert [f.line for f in findings(src, "MP011")] == [28]
+
+
+# ----------------------------------------------------------------- a copy made twice once per run
+
+EVAL_TWICE = """
+import torch
+import torch.nn as nn
+
+
+def main():
+    model = nn.Linear(64, 64).to("cuda:1")
+    xq, yq = torch.randn(4096, 64), torch.randn(4096, 64)
+    before = ((model(xq.to("cuda:1")) - yq.to("cuda:1")) ** 2).mean()
+    after = ((model(xq.to("cuda:1") * 2) - yq.to("cuda:1")) ** 2).mean()
+    return before, after
+
+
+CALL
+"""
+
+
+def test_a_copy_made_twice_in_code_that_runs_once_is_no_repeat():
+    assert findings(EVAL_TWICE.replace("CALL", 'if __name__ == "__main__":\n    main()'), "MP011") == []
+
+
+def test_the_same_copies_in_a_function_called_in_a_loop_are_repeats():
+    src = EVAL_TWICE.replace("CALL", "for _ in range(10):\n    main()")
+    assert sorted(set(lines(src, "MP011"))) == [10]
+
+
+# ----------------------------------------------------------------- a submodule of a model loaded whole
+
+LOADED = """
+import torch
+import torch.nn as nn
+
+
+def place(model, plan):
+    for name, gpu in plan.items():
+        module = model.get_submodule(name)
+        module.to(torch.device("cuda", gpu))
+    return model
+
+
+model = place(torch.load("gpt.pt", map_location="cuda:0", weights_only=False), {"h.0": 0, "h.1": 1})
+"""
+
+
+def test_a_submodule_of_a_model_loaded_whole_is_a_module_moved_in_place():
+    assert findings(LOADED, "MP001") == []
+
+
+# ----------------------------------------------------------------- set_device, then a stage built on it
+
+STAGES = """
+import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self, gpus):
+        super().__init__()
+        self.stages = nn.ModuleList()
+        for i, gpu in enumerate(gpus):
+            BODY
+        self.head = nn.Linear(8, 2).to(f"cuda:{gpus[-1]}")
+
+    def forward(self, x):
+        for stage in self.stages:
+            x = stage(x.to(next(stage.parameters()).device))
+        return self.head(x)
+
+
+net = Net([0, 1])
+"""
+
+
+def test_a_stage_built_index_less_right_after_set_device_in_its_block_is_what_was_set():
+    body = "torch.cuda.set_device(gpu)\n            self.stages.append(nn.Linear(8, 8).cuda())"
+    assert findings(STAGES.replace("BODY", body), "MP004") == []
+
+
+def test_a_set_device_of_an_outer_block_leaves_the_stages_index_less_placement_reported():
+    src = (
+        STAGES.replace("BODY", "self.stages.append(nn.Linear(8, 8).cuda())")
+        .replace(
+            "        self.stages = nn.ModuleList()",
+            "        self.stages = nn.ModuleList()\n        torch.cuda.set_device(1)",
+        )
+        .replace('.to(f"cuda:{gpus[-1]}")', '.to("cuda:0")')
+    )
+    assert lines(src, "MP004") == [12]

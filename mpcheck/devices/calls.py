@@ -1003,6 +1003,10 @@ class Calls(Part):
             part = module_tree.submodule(recv, args[0].value, st.env)
             if part is not None:
                 return part
+        if meth == "get_submodule" and not (isinstance(recv, Obj) and recv.cls is not None and recv.cls.method(meth)):
+            # A part not known here (a name computed, a model loaded whole by torch.load): a module all the same,
+            # whose .to() works in place, on devices not known.
+            return Obj("module", None, origin="a submodule", at=node, opaque=True)
         if meth in _MODULE_WALKS and not (isinstance(recv, Obj) and recv.cls is not None and recv.cls.method(meth)):
             # model.modules() / children(): the submodules, where every one is known (module_tree.py)
             found = module_tree.named_modules(recv) if meth.endswith("modules") else module_tree.named_children(recv)

@@ -16,6 +16,7 @@ from mpcheck.devices.events import (
     UnenteredDeviceContext,
 )
 from mpcheck.devices.values import device_literal, show, single
+from mpcheck.devices.walk import walk
 from mpcheck.finding import Finding
 from mpcheck.rules.base import Rule, once_per_node
 from mpcheck.rules.built_under_cuda_device import unplaced_in_cuda_device_blocks
@@ -41,6 +42,8 @@ class SetDeviceConflict(Rule):
         reported: set[int] = set()
         followed = ctx.tensors_placed_after_set_device
         for ev in _indexless_in_split_code(ctx.model.facts(EntryPointRun), followed):
+            if _set_just_before(ctx, ev.setdev, ev.node):
+                continue
             reported.add(id(ev.node))
             setdev = ev.setdev
             dev = ev.dev
@@ -207,6 +210,27 @@ def _indexless_in_split_code(
                 seen.add(id(p.node))
                 out.append(p)
     return out
+
+
+def _set_just_before(ctx: FileContext, setdev: cst.CSTNode, node: cst.CSTNode) -> bool:
+    """Is `node` placed in a loop over the devices right after the loop's pass set its device, as a statement of
+    its own (`for i, gpu in enumerate(gpus):` `torch.cuda.set_device(gpu)` then `stages.append(make_stage(i).
+    cuda())`)? Then the index-less placement means the device just set, as plainly as under `with
+    torch.cuda.device(gpu):`. Not a set_device earlier in a block (the setting leaks into what follows, where
+    other placements name their devices), nor one of a loop before the placement (the device its last pass set)."""
+    for loop in walk(ctx.module):
+        if not isinstance(loop, cst.For) or not isinstance(loop.body, cst.IndentedBlock):
+            continue
+        body = loop.body.body
+        at = next((i for i, stmt in enumerate(body) if any(n is node for n in walk(stmt))), None)
+        if not at or any(isinstance(b, cst.IndentedBlock) and any(n is node for n in walk(b)) for b in walk(body[at])):
+            continue  # not in this loop's own statements (in a nested block: its innermost loop decides)
+        before = body[at - 1]
+        if not (isinstance(before, cst.SimpleStatementLine) and any(n is setdev for n in walk(before))):
+            return False
+        names = {n.value for n in walk(loop.target) if isinstance(n, cst.Name)}
+        return any(isinstance(n, cst.Name) and n.value in names for n in walk(setdev))
+    return False
 
 
 def _runs_at_import(ctx: FileContext, node: cst.CSTNode) -> bool:

@@ -179,6 +179,8 @@ def repeats(ctx: FileContext) -> Callable[[Transfer], str]:
             return ""
         if got in ("loop", "again") and _once_per_epoch(ctx, ev.node):
             return ""
+        if got == "again" and _runs_once(ctx, ev.node):
+            return ""
         return got
 
     return how
@@ -205,6 +207,50 @@ def _once_per_epoch(ctx: FileContext, node: cst.CSTNode) -> bool:
         ):
             return True
     return False
+
+
+_LOOPS = (cst.For, cst.While, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
+
+
+def _runs_once(ctx: FileContext, node: cst.CSTNode) -> bool:
+    """Does `node` run once per run of the program: in no loop of its function, and that function the script's
+    entry point, called once under `if __name__ == "__main__":` outside any loop and by nothing else in the file
+    (`main()`)? A copy made twice there (the targets moved once for each of two evaluations at the end of a
+    script) costs one copy in the whole run, not one per step. (A helper called at the top of a file is no
+    entry point: a snippet calls once what a training loop calls on every step.)"""
+    enclosing = None
+    for fn in walk(ctx.module):
+        if isinstance(fn, (cst.FunctionDef, cst.Lambda)) and any(n is node for n in walk(fn)):
+            enclosing = fn  # (walk is outermost first: the last one found is the innermost)
+    if not isinstance(enclosing, cst.FunctionDef):
+        return False
+    if any(isinstance(loop, _LOOPS) and any(n is node for n in walk(loop)) for loop in walk(enclosing.body)):
+        return False
+    name = enclosing.name.value
+    guarded = 0
+    for stmt in ctx.module.body:
+        calls = [c for c in walk(stmt) if _calls(c, name)]
+        if not calls:
+            continue
+        if not _is_main_guard(stmt):
+            return False  # called by another function, a class or the module's own code
+        if any(isinstance(loop, _LOOPS) and any(n is c for n in walk(loop)) for c in calls for loop in walk(stmt)):
+            return False
+        guarded += len(calls)
+    return guarded == 1
+
+
+def _is_main_guard(stmt: cst.CSTNode) -> bool:
+    """`if __name__ == "__main__":`"""
+    if not isinstance(stmt, cst.If) or not isinstance(stmt.test, cst.Comparison):
+        return False
+    names = [n.value for n in walk(stmt.test) if isinstance(n, cst.Name)]
+    strings = [n.evaluated_value for n in walk(stmt.test) if isinstance(n, cst.SimpleString)]
+    return names == ["__name__"] and strings == ["__main__"]
+
+
+def _calls(node: cst.CSTNode, name: str) -> bool:
+    return isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == name
 
 
 def _repeats_on_entering_a_loop(ctx: FileContext, ev: Transfer) -> bool:

@@ -44,7 +44,7 @@ def _check_repeat(self: Checker, t: Any, dst_dev: str, site: Site | None, module
         and rounds - entry[4] <= 1  # moved again in this iteration or the next: on every step (recurrence.py)
         and recurs(entry[3], mark, in_library=in_library, in_graph=t.requires_grad and self._grad_enabled())
     ):
-        first_site, first_step = entry[1], entry[2]
+        first_site, first_step, same_round = entry[1], entry[2], entry[4] == rounds
         entry[2], entry[3], entry[4] = step, mark, rounds
         when = "in this step" if first_step == step else "in an earlier step, and it has not changed since"
         finding: dict[str, Any] = dict(
@@ -59,7 +59,7 @@ def _check_repeat(self: Checker, t: Any, dst_dev: str, site: Site | None, module
             # The program has trained: whether this repeat is per-step waste or a one-time copy after training
             # (evaluating the model twice at the end of a run, the same inputs moved for each) is known only
             # when another step comes, or the same line repeats again (`judge_repeats_after_training`).
-            self._repeats_since_step.append((site or UNKNOWN, finding))
+            self._repeats_since_step.append((site or UNKNOWN, finding, same_round))
         else:
             self.emit("MP011", site, **finding)
         return True
@@ -71,16 +71,24 @@ def _check_repeat(self: Checker, t: Any, dst_dev: str, site: Site | None, module
 
 def judge_repeats_after_training(self: Checker, *, step_ended: bool) -> None:
     """Report the repeats held since the last optimizer step (`_check_repeat`). At a step they were made inside
-    the training loop: every one is reported. At the end of the run no step followed them, so they were made
-    after training (a final evaluation): a repeat made once there costs once, and only a line that repeated
-    two times or more (an evaluation loop moving the same data twice per batch) is reported."""
+    the training loop: a copy of data moved in the iteration before is reported (a constant moved every step);
+    two copies within this one iteration are reported once the same line has repeated so in an earlier
+    iteration too, as per-step waste does on every step (an evaluation made twice between two training phases,
+    the validation set moved for each, is a copy once, not per step). At the end of the run no step followed
+    them, so they were made after training (a final evaluation): a repeat made once there costs once, and only a
+    line that repeated two times or more (an evaluation loop moving the same data twice per batch) is
+    reported."""
     held, self._repeats_since_step = self._repeats_since_step, []
     times: dict[tuple[str, int], int] = {}
-    for site, _ in held:
+    for site, _, _ in held:
         times[(site.path, site.line)] = times.get((site.path, site.line), 0) + 1
-    for site, finding in held:
-        if step_ended or times[(site.path, site.line)] >= 2:
+    seen = self._repeated_lines
+    for site, finding, same_round in held:
+        line = (site.path, site.line)
+        if (step_ended and (not same_round or line in seen)) or times[line] >= 2:
             self.emit("MP011", site, **finding)
+    if step_ended and len(seen) < PURGE_AT:
+        seen.update(times)
 
 
 def _check_recomputed_move(self: Checker, t: Any, dst_dev: str, site: Site | None, module: str | None) -> None:
