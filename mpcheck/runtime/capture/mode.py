@@ -46,6 +46,7 @@ from mpcheck.runtime.checks.torchapi import LOSS as _LOSS
 from mpcheck.runtime.checks.torchapi import METADATA_READS, needs_full_name, python_call_kind
 from mpcheck.runtime.checks.torchapi import PASS as _PASS
 from mpcheck.runtime.checks.torchapi import SET_DATA as _SET
+from mpcheck.runtime.checks.torchapi import TO as _TO
 from mpcheck.runtime.checks.torchapi import VIEW as _VIEW
 from mpcheck.runtime.checks.transfer_events import payload_bytes
 
@@ -101,6 +102,9 @@ class CheckingMode(TorchFunctionMode):
         self.time_backward = time_backward
         self._kinds: dict[Any, int] = {}
         self._tensor = torch.Tensor
+        # Conversions to a wider dtype, by method (MP016's widened.py; `.to(dtype)` is seen as a transfer kind).
+        self._widening = frozenset({torch.Tensor.float, torch.Tensor.double})
+        self._widened = checker._widened  # one dict for the run, empty most of the time
         self._tls = checker._tls
         # MP011's provenance (checks/provenance.py): tensors computed only from constants.
         self._provenance = checker.provenance
@@ -213,6 +217,10 @@ class CheckingMode(TorchFunctionMode):
                 out = checker.on_op_error(func, args, kwargs, e)
             if read is not None:
                 checker.on_watched_read(func, read[0], read[1], out)
+            if func in self._widening and args:
+                checker.on_widened(args[0], out)  # `x.float()`: a move of it next crosses wide (widened.py)
+            elif self._widened and args and id(args[0]) in self._widened:
+                checker.carry_widened(func, args, out)
             if worked is not None:
                 checker.on_arrival_worked(func, worked[1], worked[2], out, worked[0])
             if loss:
@@ -317,6 +325,8 @@ class CheckingMode(TorchFunctionMode):
             dst = _target(kind, args, kwargs, devices, self._tensor, checker.check_device)
         if dst is None or dst == src:
             out = func(*args, **kwargs)
+            if kind == _TO and out is not src_t:  # a dtype conversion where it is: widened? (MP016, widened.py)
+                checker.on_widened(src_t, out)
             if id(src_t) in self._marks:  # a dtype cast, or a move to where it already is
                 self._provenance.derive((src_t,), {}, out)
             if self._placements._made:

@@ -79,6 +79,7 @@ from mpcheck.runtime.checks import (
     split_model,
     stopped,
     transfer_events,
+    widened,
     worked_detour,
 )
 from mpcheck.runtime.checks.collapse import Collapses
@@ -132,6 +133,10 @@ class Checker:
         # Results of one op on an arrived tensor, by storage: moved straight back, a detour (MP005,
         # worked_detour.py).
         self._worked: dict[int, worked_detour.Worked] = {}
+        # Tensors widened where they are (`x.float()` of bf16) at the user's line, by id: moved next, they
+        # cross at the wide size (MP016, widened.py).
+        self._widened: dict[int, tuple[Any, str, int, Site]] = {}
+        self._bool_dtype = torch.bool
         self._grad_enabled = torch.is_grad_enabled
         self._int64 = torch.int64
         self._module_type = torch.nn.Module
@@ -353,6 +358,9 @@ class Checker:
     on_unseen_reads = reduced_after_move.on_unseen_reads
     on_arrival_worked = worked_detour.on_arrival_worked
     check_worked_detour = worked_detour.check_worked_detour
+    on_widened = widened.on_widened
+    check_widened_move = widened.check_widened_move
+    carry_widened = widened.carry_widened
     judge_reduced_moves = reduced_after_move.judge_reduced_moves
     _report_host_hop = round_trip._report_host_hop
 

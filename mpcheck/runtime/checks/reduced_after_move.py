@@ -39,7 +39,7 @@ REDUCTIONS = frozenset(
 # Not `kthvalue`, `median`, `mode`, `quantile`: an order statistic of data gathered from several devices
 # (a global pruning threshold) needs up to k elements of each part, not one result per device.
 # Ops that keep a watched tensor's data whole when it is their only tensor argument.
-_ELEMENTWISE = frozenset(
+ELEMENTWISE = frozenset(
     {
         "abs", "square", "sqrt", "pow", "__pow__", "exp", "log", "neg", "__neg__", "isfinite", "isnan", "isinf",
         "float", "double", "half", "bfloat16", "mul", "__mul__", "__rmul__", "div", "__truediv__", "add",
@@ -157,7 +157,7 @@ def on_watched_read(self: Checker, func: Any, args: tuple[Any, ...], kwargs: dic
                 if m.reduced_by is None:
                     m.reduced_by, m.reduced_at = name, at
             return
-    elif (name in _GATHERS or (name in _ELEMENTWISE and tensors == 1)) and hasattr(out, "untyped_storage"):
+    elif (name in _GATHERS or (name in ELEMENTWISE and tensors == 1)) and hasattr(out, "untyped_storage"):
         watch.carry(out, moved)
         return
     for key in found:  # its data used: the move was needed

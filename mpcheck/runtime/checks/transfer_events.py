@@ -65,6 +65,8 @@ def on_transfer(
         self._check_round_trip(src_tensor, src_dev, dst_dev, site, module_path, nbytes)
         if self._worked:
             self.check_worked_detour(src_tensor, src_dev, dst_dev, site, module_path, nbytes)  # MP005
+        if self._widened and self.wants("MP016"):
+            self.check_widened_move(src_tensor, src_dev, dst_dev, site, module_path, nbytes)
         self._check_expanded(src_tensor, src_dev, dst_dev, site, module_path, nbytes)
         if self.reduce_watch.carriers:  # a watched tensor moved on: its data was needed whole (MP016)
             self.on_watched_export(src_tensor)

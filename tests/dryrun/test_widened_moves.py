@@ -1,0 +1,70 @@
+"""MP016 at run time for a tensor widened just before its move (checks/widened.py): bf16 activations upcast to fp32
+before a stage hop, a uint8 clip converted and scaled on the host before its upload; moving the narrow data and
+converting it on arrival is clean, and so is a move of a tensor that was made wide (not converted) or narrowed."""
+
+from dryrun_helpers import codes_at
+
+HOP = """
+import torch
+import torch.nn as nn
+
+stage0 = nn.Linear(256, 256).to("cuda:0").to(torch.bfloat16)
+stage1 = nn.Linear(256, 8).to("cuda:1")
+for _ in range(3):
+    x = stage0(torch.randn(512, 256, device="cuda:0", dtype=torch.bfloat16))
+    x = MOVE  # <- hop
+    stage1(x).sum().backward()
+"""
+
+
+def test_bf16_activations_upcast_before_the_hop_are_reported(script, dryrun_cli):
+    for move in ('x.float().to("cuda:1")', 'x.to(torch.float32).to("cuda:1")'):
+        s = script(HOP.replace("MOVE", move))
+        status, report, err = dryrun_cli(s, "--gpus", "2")
+        assert status == 0, err
+        (f,) = [f for f in report["findings"] if f["code"] == "MP016"]
+        assert f["line"] == s.line("hop") and f["extra"]["widened_from"] == "bfloat16", move
+        assert f["extra"]["bytes_needed"] * 2 == f["extra"]["bytes_moved"] == 512 * 256 * 4
+
+
+def test_activations_moved_then_upcast_are_clean(script, dryrun_cli):
+    s = script(HOP.replace("MOVE", 'x.to("cuda:1").float()'))
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert (status, report["findings"]) == (0, []), err
+
+
+def test_a_uint8_clip_converted_and_scaled_on_the_host_then_uploaded_is_reported(script, dryrun_cli):
+    s = script(
+        """
+        import torch
+
+        net = torch.nn.Conv3d(3, 8, 3).to("cuda:0")
+        for _ in range(2):
+            clip = torch.randint(0, 256, (4, 3, 8, 32, 32), dtype=torch.uint8)
+            clip = CLIP  # <- up
+            net(clip).mean().backward()
+        """.replace("CLIP", 'clip.float().div(255).to("cuda:0")')
+    )
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert ("MP016", s.line("up")) in codes_at(report), err
+    fixed = script(
+        s.path.read_text().replace('clip.float().div(255).to("cuda:0")', 'clip.to("cuda:0").float().div(255)')
+    )
+    status, report, err = dryrun_cli(fixed, "--gpus", "2")
+    assert (status, report["findings"]) == (0, []), err
+
+
+def test_a_tensor_narrowed_or_made_wide_then_moved_is_clean(script, dryrun_cli):
+    s = script(
+        """
+        import torch
+
+        w = torch.randn(512, 256, device="cuda:0")
+        for _ in range(2):
+            a = w.half().to("cuda:1")  # narrowed: fewer bytes cross
+            b = (w * 2).to("cuda:1")  # made as wide as it is
+        print(a.shape, b.shape)
+        """
+    )
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert "MP016" not in [f["code"] for f in report["findings"]], err
