@@ -416,3 +416,23 @@ def test_separate_forward_passes_do_not_chain(labels):
     _hops(ck, labels, ["cuda:0", "cuda:1", "cuda:0", "cuda:1"], [S1, S2, S1])  # ping-pong within one pass
     ck.finish()
     assert [(f.code, f.line) for f in ck.findings] == [("MP006", 20)]
+
+
+def test_a_round_trip_that_starts_a_loop_is_taken_back_even_when_a_stale_entry_has_the_new_datas_id(labels):
+    # The first pass sends a beam's sequences back to the first GPU unchanged (MP005, once); every later pass moves
+    # new data from that line, which takes the finding back. A freed storage's id reused by the new data must not
+    # hide that: its stale arrival entry counts as no entry.
+    from mpcheck.runtime.checks.storage_ref import StorageRef
+
+    ck = Checker(labels, on_mismatch="raise", repeat_min_bytes=0)
+    seqs = labels.label(torch.ones(64, 64), "cuda:0")
+    moved = labels.label(seqs.clone(), "cuda:1")
+    ck.on_transfer(seqs, moved, "cuda:0", "cuda:1", site=S1, module_path=None)
+    back = labels.label(moved.clone(), "cuda:0")
+    ck.on_transfer(moved, back, "cuda:1", "cuda:0", site=S2, module_path="m")
+    assert [f.code for f in ck.findings] == ["MP005"]
+    grown = labels.label(torch.ones(64, 65), "cuda:1")
+    other = torch.ones(3)
+    ck._arrivals[id(grown.untyped_storage())] = (StorageRef(other), "cuda:0", S1)  # a stale entry, reused id
+    ck.on_transfer(grown, labels.label(grown.clone(), "cuda:0"), "cuda:1", "cuda:0", site=S2, module_path="m")
+    assert ck.findings == []

@@ -30,7 +30,10 @@ def _check_round_trip(
         return
     ref, came_from, first_site = entry
     if ref.ref() is not storage:
-        del self._arrivals[id(storage)]  # the id was reused by another storage
+        # The id was reused by another storage: this data did not arrive by a transfer, as if no entry were
+        # there (which decides whether a round trip made once started a loop: `_needed_here`).
+        del self._arrivals[id(storage)]
+        _needed_here(self, site, src_dev, dst_dev)
         return
     # An inference tensor has no version counter (None both times): what changes it in place is an op on it,
     # which the checks below see as a read of it where it arrived, so unread is unchanged there too.
