@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from mpcheck.runtime.checks.sites import UNKNOWN, Site
 from mpcheck.runtime.checks.thresholds import NOT_GPU
+from mpcheck.runtime.checks.transfer_events import payload_bytes
 from mpcheck.runtime.checks.wording import size_words
 
 if TYPE_CHECKING:
@@ -105,7 +106,8 @@ def check_worked_detour(
 
 
 def _bytes(t: Any) -> int:
+    """What a copy of `t` moves (transfer_events.payload_bytes); 0 for a size not known as a number."""
     try:
-        return int(t.numel() * t.element_size())
-    except Exception:  # a size not known as a number
+        return payload_bytes(t)
+    except Exception:  # a symbolic size
         return 0
