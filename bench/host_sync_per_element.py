@@ -9,7 +9,9 @@ builtins and loops read it, against the one-wait form MP020 suggests:
 - `sorted(t)`, against `sorted(t.tolist())`;
 - `[v.item() for v in t]`, against `t.tolist()`;
 - `torch.tensor(losses)` of a list of 0-dim tensors on the GPU (per-task losses logged each step), against
-  `torch.stack(losses)`.
+  `torch.stack(losses)`;
+- `[row.tolist() for row in topk]` of an n x 5 tensor (a batch's top-5 labels read row by row), against
+  `topk.tolist()`.
 Three lengths (8, 64, 512). Each variant: the median of many repetitions after warm-up, synchronized around
 each, variants interleaved. Needs 1 CUDA device.
 """
@@ -33,6 +35,8 @@ def cases(n: int, dev: str, reps: int) -> list[dict]:
     }
     items = list(t.float().unbind(0))  # n 0-dim tensors on the GPU
     pairs["torch.tensor(items) vs torch.stack(items)"] = (lambda: torch.tensor(items), lambda: torch.stack(items))
+    topk = torch.randint(0, 50, (n, 5), device=dev)  # n rows of 5 labels
+    pairs["[row.tolist() for row in topk] vs topk.tolist()"] = (lambda: [r.tolist() for r in topk], topk.tolist)
     rows = []
     for name, (as_written, fix) in pairs.items():
         times = _time({"fix": fix, "as_written": as_written}, reps)

@@ -15,6 +15,7 @@ from mpcheck.devices.events import (
     SplitBuiltAfterSetDevice,
     UnenteredDeviceContext,
 )
+from mpcheck.devices.names import dotted
 from mpcheck.devices.values import device_literal, show, single
 from mpcheck.devices.walk import walk
 from mpcheck.finding import Finding
@@ -42,7 +43,7 @@ class SetDeviceConflict(Rule):
         reported: set[int] = set()
         followed = ctx.tensors_placed_after_set_device
         for ev in _indexless_in_split_code(ctx.model.facts(EntryPointRun), followed):
-            if _set_just_before(ctx, ev.setdev, ev.node):
+            if _set_just_before(ctx, ev.setdev, ev.node) or _after_stage_loop(ctx, ev.setdev, ev.node):
                 continue
             reported.add(id(ev.node))
             setdev = ev.setdev
@@ -86,6 +87,19 @@ class SetDeviceConflict(Rule):
                 devices=["cpu"],
                 modules=[ctx.code(made.func)],
                 suggestion="use `with torch.device('cuda', i):`, or call `.cuda()` on the module in the block",
+            )
+        for placed, setdev in _placed_before_the_pass_sets_it(ctx):
+            if id(placed) in reported:
+                continue
+            reported.add(id(placed))
+            yield self.finding(
+                ctx,
+                placed,
+                f"`{ctx.code(placed)}` names no device index and runs before this pass's `{ctx.code(setdev)}` (line "
+                f"{ctx.line(setdev)}): it lands on the device the previous pass made current (the first pass: "
+                "whatever was current before the loop), so each stage sits one GPU behind the one meant and the "
+                "last GPU gets none. Set the device first, or name it: `.cuda(gpu)` / `.to(gpu)`.",
+                suggestion="call set_device before the placement, or name the device",
             )
         yield from _made_on_current_device(self, ctx, reported)
         yield from _stages_placed_on_current(self, ctx, reported)
@@ -217,7 +231,7 @@ def _set_just_before(ctx: FileContext, setdev: cst.CSTNode, node: cst.CSTNode) -
     its own (`for i, gpu in enumerate(gpus):` `torch.cuda.set_device(gpu)` then `stages.append(make_stage(i).
     cuda())`)? Then the index-less placement means the device just set, as plainly as under `with
     torch.cuda.device(gpu):`. Not a set_device earlier in a block (the setting leaks into what follows, where
-    other placements name their devices), nor one of a loop before the placement (the device its last pass set)."""
+    other placements name their devices), nor one of a loop before the placement (`_after_stage_loop`)."""
     for loop in walk(ctx.module):
         if not isinstance(loop, cst.For) or not isinstance(loop.body, cst.IndentedBlock):
             continue
@@ -231,6 +245,74 @@ def _set_just_before(ctx: FileContext, setdev: cst.CSTNode, node: cst.CSTNode) -
         names = {n.value for n in walk(loop.target) if isinstance(n, cst.Name)}
         return any(isinstance(n, cst.Name) and n.value in names for n in walk(setdev))
     return False
+
+
+def _placed_before_the_pass_sets_it(ctx: FileContext) -> Iterator[tuple[cst.Call, cst.Call]]:
+    """Index-less `.cuda()` placements in a loop over devices made before the same pass's `set_device(<the loop's
+    variable>)` with no set_device before them in the pass (`for i, gpu in enumerate(gpus):` `stages.append(
+    make_stage(i).cuda())` then `torch.cuda.set_device(gpu)`): each lands on the previous pass's device."""
+    for loop in walk(ctx.module):
+        if not isinstance(loop, cst.For) or not isinstance(loop.body, cst.IndentedBlock):
+            continue
+        names = {n.value for n in walk(loop.target) if isinstance(n, cst.Name)}
+        stmts = loop.body.body
+        for k, stmt in enumerate(stmts):
+            if not isinstance(stmt, cst.SimpleStatementLine):
+                continue
+            sets = [n for n in walk(stmt) if _is_set_device(n)]
+            if not sets:
+                continue
+            setdev = sets[0]
+            if any(isinstance(n, cst.Name) and n.value in names for a in setdev.args for n in walk(a.value)):
+                for earlier in stmts[:k]:
+                    if isinstance(earlier, cst.SimpleStatementLine):
+                        yield from ((n, setdev) for n in walk(earlier) if _indexless_cuda(n))
+            break  # the pass's first set_device decides
+
+
+def _is_set_device(node: cst.CSTNode) -> bool:
+    """`torch.cuda.set_device(...)` (or `cuda.set_device(...)`) with one argument."""
+    return (
+        isinstance(node, cst.Call)
+        and len(node.args) == 1
+        and isinstance(node.func, cst.Attribute)
+        and node.func.attr.value == "set_device"
+        and (dotted(node.func.value) or "").endswith("cuda")
+    )
+
+
+def _after_stage_loop(ctx: FileContext, setdev: cst.CSTNode, node: cst.CSTNode) -> bool:
+    """Is `node` placed after a loop that built the stages the `_set_just_before` way, in a statement of the block
+    the loop is in (`for i, gpu in enumerate(gpus):` `set_device(gpu)`, `stages.append(make_stage(i).cuda())`,
+    then `self.head = nn.Linear(...).cuda()`)? The loop left its last pass's device current, and what is built next
+    joins the last stage, as the idiom means it to: where that device is known, a tensor that then meets another
+    GPU is MP001 at the meeting. A loop that sets the device without placing right after it is no such loop."""
+    for block in walk(ctx.module):
+        if not isinstance(block, cst.IndentedBlock | cst.Module):
+            continue
+        body = block.body
+        for i, loop in enumerate(body):
+            if not isinstance(loop, cst.For) or not isinstance(loop.body, cst.IndentedBlock):
+                continue
+            if not any(n is node for stmt in body[i + 1 :] for n in walk(stmt)):
+                continue
+            stmts = loop.body.body
+            at = next((k for k, stmt in enumerate(stmts) if any(n is setdev for n in walk(stmt))), None)
+            if at is None or at + 1 >= len(stmts):
+                return False
+            placed = [n for n in walk(stmts[at + 1]) if _indexless_cuda(n)]
+            return bool(placed) and _set_just_before(ctx, setdev, placed[0])
+    return False
+
+
+def _indexless_cuda(node: cst.CSTNode) -> bool:
+    """`x.cuda()` with no argument."""
+    return (
+        isinstance(node, cst.Call)
+        and not node.args
+        and isinstance(node.func, cst.Attribute)
+        and node.func.attr.value == "cuda"
+    )
 
 
 def _runs_at_import(ctx: FileContext, node: cst.CSTNode) -> bool:

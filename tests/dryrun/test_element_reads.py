@@ -100,3 +100,19 @@ def test_one_copy_of_the_stacked_values_and_a_loss_read_each_step_are_clean(scri
     read = "stats = torch.stack([p.grad.norm() for p in model.parameters()]).tolist(); print(out.item())"
     status, report, err = dryrun_cli(script(VALUES.replace("READ", read)), "--gpus", "2")
     assert (status, report["findings"]) == (0, []), err
+
+
+def test_small_rows_read_one_at_a_time_are_reported_and_a_whole_read_or_large_chunks_are_not(script, dryrun_cli):
+    # Round 27's t17: a batch's top-5 labels read row by row, one wait for the GPU per row.
+    s, report = _run(script, dryrun_cli, "labels = [r.tolist() for r in out.topk(5, dim=1).indices]  # <- here")
+    assert codes_at(report) == [("MP020", s.line("here"))]
+    assert (
+        "(32x5)" in report["findings"][0]["message"] and "`.tolist()` of 5 elements" in report["findings"][0]["message"]
+    )
+    for read in (
+        "labels = out.topk(5, dim=1).indices.tolist()",  # the fix: one copy
+        "labels = [r.tolist() for r in out.topk(5, dim=1).indices.cpu()]",  # rows of a host copy
+        "big = torch.zeros(16, 20000, device='cuda:1'); parts = [c.tolist() for c in big]",  # 80 KB rows
+    ):
+        _, report = _run(script, dryrun_cli, read)
+        assert [f for f in report["findings"] if f["code"] == "MP020"] == [], read

@@ -1,11 +1,13 @@
 """MP020 at run time: Python reading a GPU tensor's elements on the host one at a time.
 
 Two shapes, each seen where it costs (rules/MP020-host-sync-per-element.md has the measurements):
-- Reads of single elements of one GPU tensor (`[v.item() for v in t]`, `int(t[i])` in a loop over `i`):
-  each element Python iterates or indexes is a view of `t`, so the reads are counted by the tensor
-  they view, and `ELEMENTS` of them in one pass of the model (`passes.py`: a loss, a backward, or the
-  model called again ends one) are a loop over its elements. A read of a tensor of its own (a loss's
-  `.item()` each step) is no element of anything and is never counted.
+- Reads of single elements of one GPU tensor (`[v.item() for v in t]`, `int(t[i])` in a loop over `i`),
+  or of its small rows (`[row.tolist() for row in topk]`): each element or row Python iterates or
+  indexes is a view of `t`, so the reads are counted by the tensor they view, and `ELEMENTS` of them in
+  one pass of the model (`passes.py`: a loss, a backward, or the model called again ends one) are a loop
+  over its elements. A read of a tensor of its own (a loss's `.item()` each step) is no element of
+  anything and is never counted. A view of more than `ROW_BYTES` is a chunk whose copy costs more than
+  the wait: not counted.
 - Reads of one-value tensors of their own by `.item()` (or `.tolist()`) from one line, `ELEMENTS` of them in
   one pass (a grad norm's `.item()` per parameter): counted by the line (a loss's `.item()` each step is one
   read a pass).
@@ -33,6 +35,11 @@ if TYPE_CHECKING:
 # elements is already 4-15x one read, and fewer reads than this are rarely a loop over a whole tensor.
 ELEMENTS = 16
 
+# A view read whole by `.tolist()` counts as one of a loop's reads up to this size: below it one read costs
+# about one wait for the GPU whatever its size (rules/MP020-host-sync-per-element.md: a D2H copy's fixed
+# cost is some 10 us; 64 KiB more at ~20 GB/s is ~3 us), so a loop of such reads costs one wait each.
+ROW_BYTES = 64 * 1024
+
 
 class ElementReads:
     """Per pass: how many single elements of each viewed GPU tensor were read on the host (by its id)."""
@@ -52,8 +59,9 @@ def on_host_read(self: Checker, t: Any, how: str) -> None:
         return
     base = getattr(t, "_base", None)
     try:
-        if t.numel() != 1:
-            return  # `.tolist()` of a whole row: the fix, not the bug
+        numel = t.numel()
+        if numel != 1 and (base is None or how != "tolist" or numel * t.element_size() > ROW_BYTES):
+            return  # `.tolist()` of a whole tensor, or of a large chunk: the fix, not the bug
     except Exception:
         return
     dev = self.devices.device_of(base if base is not None else t)
@@ -78,12 +86,13 @@ def on_host_read(self: Checker, t: Any, how: str) -> None:
     reads.reported.add((site.path, site.line))
     shape = "x".join(str(d) for d in base.shape)
     read = _READ_WORDS.get(how, f"`{how}`")
+    unit, part = ("one", "a single element") if numel == 1 else ("one part", f"{numel} elements")
     _report(
         self,
         site,
         dev,
-        f"Python reads the elements of a tensor on {dev} ({shape}) on the host one at a time ({read} of a single "
-        f"element, {ELEMENTS} times in this pass and counting): each read waits for the GPU. Read them all with one "
+        f"Python reads the elements of a tensor on {dev} ({shape}) on the host {unit} at a time ({read} of {part}, "
+        f"{ELEMENTS} times in this pass and counting): each read waits for the GPU. Read them all with one "
         f"copy (`t.tolist()`, or `t.cpu()`) and loop over that, or keep the work on the GPU.",
         "read the whole tensor once with `.tolist()` and loop over the list",
     )
