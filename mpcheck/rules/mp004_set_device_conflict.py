@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TypeGuard
 
 import libcst as cst
 
@@ -270,7 +271,7 @@ def _placed_before_the_pass_sets_it(ctx: FileContext) -> Iterator[tuple[cst.Call
             break  # the pass's first set_device decides
 
 
-def _is_set_device(node: cst.CSTNode) -> bool:
+def _is_set_device(node: cst.CSTNode) -> TypeGuard[cst.Call]:
     """`torch.cuda.set_device(...)` (or `cuda.set_device(...)`) with one argument."""
     return (
         isinstance(node, cst.Call)
@@ -305,7 +306,7 @@ def _after_stage_loop(ctx: FileContext, setdev: cst.CSTNode, node: cst.CSTNode) 
     return False
 
 
-def _indexless_cuda(node: cst.CSTNode) -> bool:
+def _indexless_cuda(node: cst.CSTNode) -> TypeGuard[cst.Call]:
     """`x.cuda()` with no argument."""
     return (
         isinstance(node, cst.Call)
