@@ -71,3 +71,45 @@ def test_a_loop_that_sets_the_device_without_placing_after_it_still_leaves_the_l
         "PASS", "torch.cuda.set_device(gpu)\n            self.stages.append(nn.Linear(16, 16).to(f'cuda:{gpu}'))"
     )
     assert lines(src, "MP004") == [_line(src, "head")]
+
+
+def test_a_triple_quoted_json_literal_counts_for_the_pre_filter():
+    # Round 27's t09: a run configuration as a multi-line JSON string, read with json.loads.
+    from mpcheck.lint.livetext import LiveText
+
+    assert LiveText('RUN = json.loads("""{\n  "device": "cuda:0",\n  "lr": 0.5\n}""")\n').has("cuda")
+    assert LiveText("RUN = json.loads('''[\n  \"cuda:0\"\n]''')\n").has("cuda")
+    assert not LiveText('def f():\n    """Put the {cuda} stages first."""\n').has("cuda")
+
+
+UPDATE_BN = """
+import torch
+import torch.nn as nn
+from torch.optim.swa_utils import AveragedModel, update_bn
+from torch.utils.data import DataLoader, TensorDataset
+
+DEVICES = ["cuda:0", "cuda:1"]
+
+
+class Split(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.trunk = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8)).to(DEVICES[0])
+        self.head = nn.Sequential(nn.Flatten(), nn.LazyLinear(10)).to(DEVICES[1])
+
+    def forward(self, x):
+        return self.head(self.trunk(x).to(DEVICES[1]))
+
+
+loader = DataLoader(TensorDataset(torch.randn(16, 3, 8, 8), torch.randint(0, 10, (16,))), batch_size=4)
+swa = AveragedModel(Split())
+update_bn(loader, swa, device=WHERE)  # <- call
+"""
+
+
+def test_update_bn_moves_each_batch_to_its_device_argument():
+    # Round 27's t01: the output GPU given where the trunk's was meant.
+    bad = UPDATE_BN.replace("WHERE", "DEVICES[-1]")
+    assert lines(bad, "MP001") == [_line(bad, "call")]
+    assert lines(UPDATE_BN.replace("WHERE", "DEVICES[0]"), "MP001") == []
+    assert lines(UPDATE_BN.replace("WHERE", "torch.device('cuda', 0)"), "MP001") == []

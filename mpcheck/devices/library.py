@@ -798,11 +798,16 @@ def _update_bn(lib: Library, c: LibCall) -> Val:
     loader = c.args[0] if c.args else c.kwargs.get("loader", UNK)
     model = c.args[1] if len(c.args) > 1 else c.kwargs.get("model", UNK)
     device = c.args[2] if len(c.args) > 2 else c.kwargs.get("device")
-    if device is not None and not (isinstance(device, Const) and device.value is None):
-        return Const(None)  # each input is moved to where it is asked first
     batch = iter_elem(loader, None)
     if isinstance(batch, SeqV) and batch.items:
         batch = batch.items[0]
+    if device is not None and not (isinstance(device, Const) and device.value is None):
+        # Each input is moved to `device` first (`input.to(device)`): the model gets it there, and a split
+        # model whose first stage is elsewhere fails (the output GPU given for the input's).
+        dev = single(c.st.resolve_current(as_device(device)))
+        if dev is None or dev.startswith("sym:") or not isinstance(batch, Obj):
+            return Const(None)
+        batch = Obj("tensor", one(dev), origin=f"moved to {show(dev)} by update_bn(device=...)", at=c.node)
     if isinstance(batch, Obj) and isinstance(model, Obj) and model.kind == "module":
         lib.interp.calls.module_call(model, [batch], {}, c.st, c.node, [None])
     return Const(None)

@@ -34,8 +34,8 @@ _STRING_BODY = (
 # A comment, or a string literal with its prefix (not the tail of a name: `xf"..."` is no prefix).
 _LEXEME = re.compile(r"(#[^\r\n]*)|(?<!\w)([rRbBuUfF]{0,3})(?:" + _STRING_BODY + ")", re.S)
 _SPACE = re.compile(r"\s")
-# The opening of a JSON object or list literal in a string: `'{"`, `"[{`, `'["`.
-_JSON = re.compile(r"""(?:'|")\s*[\[{]\s*[\[{"]""")
+# The opening of a JSON object or list literal in a string: `'{"`, `"[{`, `'["`, a triple-quoted `"""{\n  "`.
+_JSON = re.compile("(?:'''|\"\"\"|'|\")" + r"""\s*[\[{]\s*[\[{"]""")
 
 
 class LiveText:
