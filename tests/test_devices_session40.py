@@ -4,6 +4,9 @@ right after a loop that set each device before placing its stage joins the last 
 
 from __future__ import annotations
 
+import sys
+
+import pytest
 from lint_helpers import lines
 
 STAGES = """
@@ -113,3 +116,143 @@ def test_update_bn_moves_each_batch_to_its_device_argument():
     assert lines(bad, "MP001") == [_line(bad, "call")]
     assert lines(UPDATE_BN.replace("WHERE", "DEVICES[0]"), "MP001") == []
     assert lines(UPDATE_BN.replace("WHERE", "torch.device('cuda', 0)"), "MP001") == []
+
+
+META_SGD = """
+import math
+import torch
+import torch.nn as nn
+
+
+class Regressor(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lower = nn.Linear(1, 8).to("cuda:0")
+        self.upper = nn.Linear(8, 1).to("cuda:1")
+
+    def forward(self, x):
+        return self.upper(self.lower(x.to("cuda:0")).to("cuda:1"))
+
+
+model = Regressor()
+log_lr = nn.ParameterDict({
+    name.replace(".", "_"): nn.Parameter(torch.full(p.shape, math.log(0.01), device=WHERE))
+    for name, p in model.named_parameters()})
+params = dict(model.named_parameters())
+fast = {n: p - log_lr[n.replace(".", "_")].exp() for n, p in params.items()}  # <- use
+"""
+
+
+def test_a_parameter_dict_of_per_weight_rates_on_one_gpu_meets_the_split_models_parameters():
+    # Round 27's t02: Meta-SGD's learning rates all made on cfg.device, the weights on two GPUs.
+    bad = META_SGD.replace("WHERE", '"cuda:0"')
+    assert lines(bad, "MP001") == [_line(bad, "use")]
+    assert lines(META_SGD.replace("WHERE", "p.device"), "MP001") == []
+
+
+def test_a_parameter_list_and_dict_keep_their_entries_devices():
+    src = """
+import torch
+import torch.nn as nn
+
+scales = nn.ParameterList([nn.Parameter(torch.ones(4, device="cuda:0")), nn.Parameter(torch.ones(4, device="cuda:1"))])
+gates = nn.ParameterDict({"a": nn.Parameter(torch.ones(4, device="cuda:0")), "b": nn.Parameter(torch.ones(4, device="cuda:1"))})
+x = torch.randn(4, device="cuda:1")
+ok = x * scales[1] + gates["b"]
+bad = x * scales[0]  # <- first
+worse = torch.randn(4, device="cuda:1") * gates["a"]  # <- second
+"""
+    assert lines(src, "MP001") == [_line(src, "first"), _line(src, "second")]
+
+
+FLAT = """
+import torch
+import torch.nn as nn
+from torch.nn.utils import parameters_to_vector
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.low = nn.Linear(4, 4).to("cuda:0")
+        self.fc = nn.Linear(4, 2).to("cuda:1")
+
+    def forward(self, x):
+        return self.fc(self.low(x.to("cuda:0")).to("cuda:1"))
+
+
+model = Net()
+v = FLATTEN  # <- flat
+"""
+
+
+def test_the_parameters_of_a_split_model_flattened_into_one_tensor_are_mp001():
+    # parameters_to_vector / torch.cat need every parameter on one device ("Found two parameters on different
+    # devices"); one stage's parameters are on one.
+    for bad in ("parameters_to_vector(model.parameters())", "torch.cat(list(model.parameters()))"):
+        src = FLAT.replace("FLATTEN", bad)
+        assert lines(src, "MP001") == [_line(src, "flat")], bad
+    for good in ("parameters_to_vector(model.low.parameters())", "parameters_to_vector(model.fc.parameters())"):
+        assert lines(FLAT.replace("FLATTEN", good), "MP001") == [], good
+
+
+def test_a_config_files_text_that_sets_a_device_counts_for_the_pre_filter():
+    from mpcheck.lint.livetext import LiveText
+
+    toml = 'S = tomllib.loads("""\n[placement]\nquery_device = "cuda:0"\nkey_device = "cuda:1"\n""")\n'
+    yaml = "CFG = yaml.safe_load('''\nmodel:\n  devices: [cuda:0, cuda:1]\n  head_device: cuda\n''')\n"
+    ini = 'P.read_string("""\n[run]\ndevice = cuda:1\nlr = 0.1\n""")\n'
+    for text in (toml, yaml, ini):
+        assert LiveText(text).has("cuda"), text
+    for prose in (
+        'def f(device):\n    """Run it.\n\n    device: the cuda device to run on\n    """\n',
+        "raise ValueError('expected a cuda device, got: cpu')\n",
+        'HELP = """Use --device cuda:1 to pick the second GPU."""\n',
+    ):
+        assert not LiveText(prose).has("cuda"), prose
+
+
+TOML_PLACEMENT = '''
+import tomllib
+import torch
+import torch.nn as nn
+
+SETTINGS = tomllib.loads("""
+[placement]
+query_device = "cuda:0"
+key_device = "cuda:1"
+""")
+
+q_dev = torch.device(SETTINGS["placement"]["query_device"])
+k_dev = torch.device(SETTINGS["placement"]["key_device"])
+query = nn.Linear(8, 8).to(q_dev)
+keys = torch.randn(16, 8, device=k_dev)
+scores = query(torch.randn(4, 8, device=q_dev)) @ KEYS.T  # <- meet
+'''
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="tomllib is Python 3.11's")
+def test_a_placement_read_from_a_toml_string_is_known():
+    # Round 27's t07: the settings are a TOML string read with tomllib.loads.
+    bad = TOML_PLACEMENT.replace("KEYS", "keys")
+    assert lines(bad, "MP001") == [_line(bad, "meet")]
+    assert lines(TOML_PLACEMENT.replace("KEYS", "keys.to(q_dev)"), "MP001") == []
+
+
+def test_a_distributions_log_prob_of_a_value_on_another_gpu_is_mp001():
+    # Round 27's t16: REINFORCE's actions moved with the rollout to the encoder's GPU, the policy's
+    # Categorical on the head's.
+    src = """
+import torch
+from torch.distributions import Categorical, Normal
+
+logits = torch.randn(4, 10, device="cuda:1")
+dist = Categorical(logits=logits)
+actions = torch.randint(0, 10, (4,), device="cuda:0")
+logp = dist.log_prob(actions)  # <- meet
+ok = dist.log_prob(actions.to(logits.device)) + dist.log_prob(dist.sample())
+mu = torch.randn(4, device="cuda:1")
+normal = Normal(mu, torch.ones(4, device="cuda:1"))
+fine = normal.log_prob(torch.tensor(0.5)) + normal.cdf(mu * 2)  # a 0-dim host value may meet a GPU's
+"""
+    assert lines(src, "MP001") == [_line(src, "meet")]

@@ -1106,7 +1106,7 @@ class Calls(Part):
                 return Obj(
                     "tensor", devs, origin=f"created by .{meth}() on {recv.label or 'a tensor'}'s device", at=node
                 )
-            if meth in T.SAME_DEVICE_METHODS:
+            if meth in T.SAME_DEVICE_METHODS or (recv.kind == "distribution" and meth in T.DISTRIBUTION_VALUE_METHODS):
                 exprs = self.interp.arg_nodes
                 reported = False
                 for i, a in enumerate(list(args) + list(kwargs.values())):
@@ -1115,7 +1115,7 @@ class Calls(Part):
                         a,
                         recv.devs,
                         st,
-                        what=recv.label or "the tensor",
+                        what=recv.label or ("the distribution" if recv.kind == "distribution" else "the tensor"),
                         arg_index=i,
                         op=f".{meth}()",
                         expr=exprs[i] if i < len(exprs) else None,

@@ -249,6 +249,8 @@ class Library(Part):
                 flat.extend((x, elts[j].value if elts else None) for j, x in enumerate(a.items))
             elif isinstance(a, SeqV) and a.spans is not None:
                 flat.extend((x, e) for x in a.spans)  # a tensor from a parameter on each device of a split model
+            elif isinstance(a, ParamsOf) and a.shape == "params" and (reps := a.per_device()):
+                flat.extend((x, e) for x in reps)  # `parameters_to_vector(model.parameters())` of a split model
             elif isinstance(a, SeqV) and isinstance(a.elem, Obj):
                 flat.append((a.elem, e))  # items of unknown number, all like this one (`torch.cat(outs)`)
             else:
@@ -839,7 +841,7 @@ def _sequential(lib: Library, c: LibCall) -> Val:
         for a in args:
             elem = join(elem, a.elem if isinstance(a, Starred) else a)
         return SeqV(None, elem=elem, module=True)
-    if c.q.endswith("ModuleList"):
+    if c.q.endswith(("ModuleList", "ParameterList")):
         src = args[0] if args else SeqV(())
         if isinstance(src, SeqV):
             return SeqV(src.items, elem=src.elem, kind="list", module=True)
@@ -850,7 +852,12 @@ def _sequential(lib: Library, c: LibCall) -> Val:
 
 
 def _module_dict(lib: Library, c: LibCall) -> Val:
+    """nn.ModuleDict / nn.ParameterDict of a dict: its entries by key; of a comprehension whose keys are not
+    known (`{name.replace(".", "_"): nn.Parameter(...) for name, p in model.named_parameters()}`), entries
+    all alike, any key giving one."""
     src = c.args[0] if c.args else DictV({})
+    if isinstance(src, SeqV) and src.kind == "dict" and src.items is None:
+        return SeqV(None, elem=src.elem, kind="dict", module=True)
     return DictV(dict(src.items), module=True) if isinstance(src, DictV) else DictV({}, module=True)
 
 
@@ -1289,6 +1296,8 @@ def _dict_call(lib: Library, c: LibCall) -> Val:
     items: dict[Any, Val] = {}
     if c.args:
         src = c.args[0]
+        if isinstance(src, ParamsOf) and src.shape == "named" and not c.kwargs:
+            return ParamsOf(src.mod, "mapping")  # dict(model.named_parameters()): names -> parameters, as state_dict()
         if isinstance(src, DictV):
             items.update(src.items)
         elif isinstance(src, SeqV) and src.items is not None:
@@ -1315,6 +1324,23 @@ def _json_loads(lib: Library, c: LibCall) -> Val:
         return UNK
     try:
         data = json.loads(text.value)
+    except ValueError:
+        return UNK
+    return _json_value(data)
+
+
+def _toml_loads(lib: Library, c: LibCall) -> Val:
+    """`tomllib.loads('[placement]\\nencoder = "cuda:0"')` of a known string: its tables as dicts, as json.loads's."""
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10: no TOML reader in the standard library
+        return UNK
+
+    text = c.args[0] if c.args else None
+    if not (isinstance(text, Const) and isinstance(text.value, str)):
+        return UNK
+    try:
+        data = tomllib.loads(text.value)
     except ValueError:
         return UNK
     return _json_value(data)
@@ -1519,6 +1545,7 @@ EXACT: dict[str, Handler] = _exact(
     ("torch.load", _load),
     (("os.environ.get", "os.getenv"), _environment_get),
     ("json.loads", _json_loads),
+    ("tomllib.loads", _toml_loads),
     ("torch.save", _save),
     ("collections.OrderedDict", _dict_call),
     ("copy.deepcopy", _deep_copy),
@@ -1530,8 +1557,8 @@ EXACT: dict[str, Handler] = _exact(
     ("torch.cuda.is_available", _cuda_available),
     ("torch.cuda.current_device", _current_device),
     (("torch.nn.Parameter", "torch.nn.parameter.Parameter"), _parameter),
-    (("torch.nn.Sequential", "torch.nn.ModuleList"), _sequential),
-    ("torch.nn.ModuleDict", _module_dict),
+    (("torch.nn.Sequential", "torch.nn.ModuleList", "torch.nn.ParameterList"), _sequential),
+    (("torch.nn.ModuleDict", "torch.nn.ParameterDict"), _module_dict),
     ([f"torch.{n}" for n in T.DEFAULT_DEVICE_CHANGERS], _default_device_changer),
     ([f"torch.cuda.{n}" for n in T.CUDA_TENSOR_TYPES], _cuda_tensor_type),
     ([f"torch.{n}" for n in T.FACTORIES - T.DRAWN_FROM_TENSORS], _factory),

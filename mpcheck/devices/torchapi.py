@@ -185,6 +185,9 @@ CUDA_TENSOR_TYPES = frozenset(
 )
 
 # Tensor methods whose tensor arguments must be on the receiver's device.
+# Methods of a torch.distributions object that compute with a value given (`dist.log_prob(actions)`): the value
+# must be where the distribution's parameters are (Categorical gathers the logits at it, Normal subtracts its mean).
+DISTRIBUTION_VALUE_METHODS = frozenset({"log_prob", "cdf", "icdf"})
 SAME_DEVICE_METHODS = frozenset(
     {
         "add",

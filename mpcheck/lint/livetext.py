@@ -5,7 +5,9 @@ them: in code, or in a string that could be a device or a name (`"cuda:1"`, `"cu
 `f"cuda:{i}"`, `"CUDA_VISIBLE_DEVICES"`). They do not count in a comment, nor in a
 string with white space in it: prose (a docstring, an error message, `help=` text) is
 never a device, a module attribute or an environment variable's name. A JSON object or list
-(`'{"encoder": "cuda:0", "decoder": "cuda:1"}'`, a placement read with json.loads) is data, and counts. An f-string
+(`'{"encoder": "cuda:0", "decoder": "cuda:1"}'`, a placement read with json.loads) is data, and counts, and so is
+a config file's text with a line that sets a key to a device (`key_device = "cuda:1"` in TOML, `device: cuda:1`
+in YAML or INI). An f-string
 always counts (its fields are code). Of torch's 2,285 files, 598 hold a rule's word and
 494 hold one in code: the other 104 are no longer parsed.
 
@@ -35,6 +37,11 @@ _STRING_BODY = (
 _LEXEME = re.compile(r"(#[^\r\n]*)|(?<!\w)([rRbBuUfF]{0,3})(?:" + _STRING_BODY + ")", re.S)
 _SPACE = re.compile(r"\s")
 # The opening of a JSON object or list literal in a string: `'{"`, `"[{`, `'["`, a triple-quoted `"""{\n  "`.
+# A line of a config file's text (TOML, YAML, INI: tomllib.loads, yaml.safe_load, configparser.read_string) that
+# sets a key to a device: `key_device = "cuda:1"`, `devices: [cuda:0, cuda:1]`, `device=cuda`.
+_CONFIG_DEVICE = re.compile(
+    r"""^[ \t]*[\w.\-]+[ \t]*[:=][ \t]*[\["']?[ \t]*["']?cuda(?::\d+)?(?:["',\]]|[ \t]*$)""", re.M
+)
 _JSON = re.compile("(?:'''|\"\"\"|'|\")" + r"""\s*[\[{]\s*[\[{"]""")
 
 
@@ -79,6 +86,8 @@ class LiveText:
                     continue
                 if _JSON.match(self.source, m.start() + len(prefix)):
                     continue  # a JSON object or list (`'{"encoder": "cuda:0", ...}'`, json.loads'): data
+                if _CONFIG_DEVICE.search(self.source, m.start(), m.end()):
+                    continue  # a config file's text (TOML, YAML, INI) that sets a device: data
             self._inert.append((m.start(), m.end()))
         # The spans are ordered and disjoint: the last one starting at or before `start` is the candidate.
         k = bisect.bisect_right(self._inert, start, key=lambda span: span[0])
