@@ -47,6 +47,13 @@ def _line(src: str, mark: str) -> int:
     return next(i for i, text in enumerate(src.splitlines(), 1) if f"# <- {mark}" in text)
 
 
+def _bad_at_mark_good_silent(template: str, hole: str, bad: str, good: str, mark: str) -> None:
+    """`template` with `hole` filled by `bad` gives MP001 at the line marked `mark` only; with `good`, none."""
+    src = template.replace(hole, bad)
+    assert lines(src, "MP001") == [_line(src, mark)]
+    assert lines(template.replace(hole, good), "MP001") == []
+
+
 def test_a_module_placed_bare_after_a_set_then_place_loop_joins_the_last_stage():
     src = STAGES.replace("PASS", SET_THEN_PLACE)
     assert lines(src, "MP004") == []
@@ -145,9 +152,7 @@ fast = {n: p - log_lr[n.replace(".", "_")].exp() for n, p in params.items()}  # 
 
 def test_a_parameter_dict_of_per_weight_rates_on_one_gpu_meets_the_split_models_parameters():
     # Round 27's t02: Meta-SGD's learning rates all made on cfg.device, the weights on two GPUs.
-    bad = META_SGD.replace("WHERE", '"cuda:0"')
-    assert lines(bad, "MP001") == [_line(bad, "use")]
-    assert lines(META_SGD.replace("WHERE", "p.device"), "MP001") == []
+    _bad_at_mark_good_silent(META_SGD, "WHERE", '"cuda:0"', "p.device", "use")
 
 
 def test_a_parameter_list_and_dict_keep_their_entries_devices():
@@ -234,9 +239,7 @@ scores = query(torch.randn(4, 8, device=q_dev)) @ KEYS.T  # <- meet
 @pytest.mark.skipif(sys.version_info < (3, 11), reason="tomllib is Python 3.11's")
 def test_a_placement_read_from_a_toml_string_is_known():
     # Round 27's t07: the settings are a TOML string read with tomllib.loads.
-    bad = TOML_PLACEMENT.replace("KEYS", "keys")
-    assert lines(bad, "MP001") == [_line(bad, "meet")]
-    assert lines(TOML_PLACEMENT.replace("KEYS", "keys.to(q_dev)"), "MP001") == []
+    _bad_at_mark_good_silent(TOML_PLACEMENT, "KEYS", "keys", "keys.to(q_dev)", "meet")
 
 
 def test_a_distributions_log_prob_of_a_value_on_another_gpu_is_mp001():
