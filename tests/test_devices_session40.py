@@ -259,3 +259,62 @@ normal = Normal(mu, torch.ones(4, device="cuda:1"))
 fine = normal.log_prob(torch.tensor(0.5)) + normal.cdf(mu * 2)  # a 0-dim host value may meet a GPU's
 """
     assert lines(src, "MP001") == [_line(src, "meet")]
+
+
+ONE_PART_FLAG = """
+import argparse
+import torch
+import torch.nn as nn
+
+
+class FastText(nn.Module):
+    def __init__(self, ngram_gpu):
+        super().__init__()
+        self.words = nn.EmbeddingBag(100, 8).to("cuda:0")
+        self.ngram_dev = torch.device("cuda", ngram_gpu)
+        self.ngrams = nn.EmbeddingBag(1000, 8).to(self.ngram_dev)
+
+    def forward(self, ids, offsets, ngram_ids, ngram_offsets):
+        hg = self.ngrams(ngram_ids.to(self.ngram_dev), ngram_offsets)  # <- bag
+        return torch.cat([self.words(ids, offsets).to(self.ngram_dev), hg], dim=1)
+
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--FLAG", type=int, default=1)
+args = ap.parse_args()
+model = FastText(args.FLAG)
+b = [torch.tensor([1, 2, 3]).to("cuda:0"), torch.tensor([0]).to("cuda:0")]
+out = model(b[0], b[1], b[0], b[1])
+"""
+
+
+def test_one_gpu_flag_named_for_a_part_of_the_model_is_read_as_its_default():
+    # Round 26's t10: `--ngram-gpu 1`, the bigram bag's GPU, while the word bag is on cuda:0.
+    for flag in ("ngram-gpu", "ngram_gpu", "teacher-device"):
+        src = ONE_PART_FLAG.replace("FLAG", flag)
+        src = src.replace(f"args.{flag}", f"args.{flag.replace('-', '_')}")
+        assert lines(src, "MP001") == [_line(src, "bag")], flag
+    # A launcher's index (`--gpu`, `--device-id`, `--local-rank`) and a count stay unknown: nothing is claimed.
+    for flag in ("gpu", "device-id", "local-rank", "gpu-index"):
+        src = ONE_PART_FLAG.replace("FLAG", flag).replace(f"args.{flag}", f"args.{flag.replace('-', '_')}")
+        assert lines(src, "MP001") == [], flag
+
+
+def test_an_index_tensor_on_another_gpu_in_any_position_or_assigned_through_is_mp001():
+    # Round 26's t05: a logits processor's EOS ids made on the input's GPU index the LM head's scores.
+    template = """
+import torch
+scores = torch.randn(4, 10, device="cuda:1")
+eos = torch.tensor([2, 3], device="cuda:0")
+USE  # <- use
+"""
+    for bad in ('scores[:, eos] = -float("inf")', "x = scores[:, eos]", "scores[eos] = 0.0", "x = scores[eos, :]"):
+        src = template.replace("USE", bad)
+        assert lines(src, "MP001") == [_line(src, "use")], bad
+    for good in (
+        'scores[:, eos.to(scores.device)] = -float("inf")',
+        "x = scores[:, eos.cpu()]",  # a host index may pick from a GPU tensor
+        "scores[eos.cpu()] = 0.0",
+        "x = scores[:, 1:3]",
+    ):
+        assert lines(template.replace("USE", good), "MP001") == [], good

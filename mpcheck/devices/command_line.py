@@ -9,7 +9,8 @@ defaults at all (`_constant_attr`'s rule for namespaces).
 An index of a GPU or a rank (`--gpu 0`, `--local_rank -1`: a number, or None, under a name that says so)
 stays unknown: a launcher gives each process its own, and the default only stands in for it. Two or more GPU
 indices of one parser with distinct defaults and no rank among them (`--encoder-gpu 0 --decoder-gpu 1`) are a
-placement, which no launcher sets: their defaults are read. The same holds for GPU indices the script reads from
+placement, which no launcher sets: their defaults are read; so is one GPU index named for a part of the model
+(`--ngram-gpu 1`, `--teacher-gpu 1`: a launcher gives a process its GPU, not one for a part). The same holds for GPU indices the script reads from
 its environment at its top level (`DECODER_GPU = int(os.environ.get("OCR_DECODER_GPU", 1))`, or a device string:
 `os.getenv("K_DEVICE", "cuda:1")`), read as their defaults by `library._environment_get` when they form a placement
 (`environment_placement`).
@@ -92,7 +93,8 @@ def _set_per_process(dest: str, default: Val) -> bool:
 
 def _placement(held: dict[str, Val]) -> dict[str, Val]:
     """The GPU indices held back as per process that are a placement instead: two or more, none a rank, with
-    distinct non-negative defaults (`--encoder-gpu 0 --decoder-gpu 1`); else none."""
+    distinct non-negative defaults (`--encoder-gpu 0 --decoder-gpu 1`); else those named for a part of the model
+    (`--ngram-gpu 1`: `_for_a_part`) with a non-negative default."""
     values = [v.value for v in held.values() if isinstance(v, Const)]
     if (
         len(held) >= 2
@@ -102,7 +104,25 @@ def _placement(held: dict[str, Val]) -> dict[str, Val]:
         and not any("rank" in d.lower() or "local" in d.lower() for d in held)
     ):
         return dict(held)
-    return {}
+    return {
+        dest: v
+        for dest, v in held.items()
+        if isinstance(v, Const) and type(v.value) is int and v.value >= 0 and _for_a_part(dest)
+    }
+
+
+# Words of a GPU flag's name that name no part of a model (`--gpu-id`, `--main-device`, `--use-cuda`).
+_NO_PART = frozenset({"id", "ids", "idx", "index", "num", "no", "number", "n", "use", "main", "default", "which", "my"})
+
+
+def _for_a_part(dest: str) -> bool:
+    """A GPU index named for a part of the model (`ngram_gpu`, `head_device`, `teacher_gpu`): a launcher gives
+    each process a GPU (`--gpu`, `--device-id`, `--local-rank`), never one for a part of the model, so its default
+    is the placement the script runs with."""
+    words = [w for w in dest.lower().replace("-", "_").split("_") if w]
+    if any(w in ("rank", "local") for w in words) or not any(w in ("gpu", "device", "cuda") for w in words):
+        return False  # a rank, or a count (`--num-gpus`)
+    return any(w not in _PER_PROCESS_WORDS and w not in _NO_PART and not w.isdigit() for w in words)
 
 
 def environment_placement(module: Any) -> dict[str, int | str]:

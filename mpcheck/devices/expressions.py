@@ -231,6 +231,7 @@ class Expressions(Part):
                 if _picks_positions(node):
                     self._note_indexed_after_move(node, base, st)  # `h.to(dev)[:, 0]`
                 used(base, *indices)  # an index tensor is read where the indexed tensor is (`hyps[src, :]`)
+                self.check_index_tensors(node, base, st)
                 return base.with_(
                     label="",
                     kind=_element_kind(base, node, indices),
@@ -928,6 +929,20 @@ class Expressions(Part):
         if val.devs == PROBE and probe["devs"] is None:
             probe["devs"] = devs
         probe.setdefault("by", {}).setdefault(val.devs, devs)
+
+    def check_index_tensors(self, node: cst.Subscript, base: Obj, st: State) -> bool:
+        """`t[:, idx]`, `t[rows, cols]`, `t[:, idx] = v`: each index tensor must be on the host or on `t`'s GPU
+        ("indices should be either on cpu or on the same device as the indexed tensor"); one on another GPU is
+        reported (once: True when it was)."""
+        for el in node.slice:
+            if not isinstance(el.slice, cst.Index):
+                continue
+            idx = self.ev(el.slice.value, st)
+            if isinstance(idx, Obj) and both_cuda(idx.devs, base.devs):
+                what = base.label or "the tensor"
+                if self.check_operand(node, idx, base.devs, st, what=what, op="index", expr=el.slice.value):
+                    return True
+        return False
 
     def check_operand(
         self,

@@ -685,8 +685,11 @@ class Statements(Part):
             elif isinstance(base, SeqV) and base.kind == "list" and not base.module:
                 index = target.slice[0].slice if len(target.slice) == 1 else None
                 _set_item(base, v, self.interp.exprs.ev(index.value, st) if isinstance(index, cst.Index) else UNK)
-            elif isinstance(base, Obj) and known_tensor(base) and isinstance(v, Obj) and both_cuda(v.devs, base.devs):
-                self._check_index_put(target, base, v, st, value_node)
+            elif isinstance(base, Obj) and known_tensor(base):
+                if self.interp.exprs.check_index_tensors(target, base, st):
+                    return  # `scores[:, eos_ids] = -inf` with the ids on another GPU
+                if isinstance(v, Obj) and both_cuda(v.devs, base.devs):
+                    self._check_index_put(target, base, v, st, value_node)
 
     def _check_index_put(
         self, target: cst.Subscript, base: Obj, v: Obj, st: State, value_node: cst.BaseExpression | None
