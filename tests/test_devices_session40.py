@@ -318,3 +318,20 @@ USE  # <- use
         "x = scores[:, 1:3]",
     ):
         assert lines(template.replace("USE", good), "MP001") == [], good
+
+
+def test_a_small_spelled_out_tensor_drawn_with_a_generator_or_a_linspace_is_no_repeat():
+    # Precision round 27's c34: a few query points and a handful of shots moved for each of two inits.
+    template = """
+import torch
+SHOTS = 10
+g = torch.Generator()
+x = MADE
+for k in range(2):
+    a = x.to("cuda:1")  # <- copy
+"""
+    for small in ("torch.rand(SHOTS, 1, generator=g) * 10 - 5", "torch.linspace(-5, 5, 100)[:, None]"):
+        assert lines(template.replace("MADE", small), "MP011") == [], small
+    for large in ("torch.linspace(-5, 5, 100000)", "torch.rand(SHOTS * 10000, 100, generator=g)"):
+        src = template.replace("MADE", large)
+        assert lines(src, "MP011") == [_line(src, "copy")], large

@@ -344,7 +344,7 @@ _ITEMSIZE = {
 }  # fmt: skip
 _WIDEST = 16
 # Keywords that do not change how many bytes the tensor has.
-_SIZELESS_KEYWORDS = frozenset({"requires_grad", "device", "pin_memory"})
+_SIZELESS_KEYWORDS = frozenset({"requires_grad", "device", "pin_memory", "generator", "layout", "memory_format"})
 
 
 def certainly_small(made_at: object, ints: Mapping[str, int] | None = None) -> bool:
@@ -366,9 +366,15 @@ def certainly_small(made_at: object, ints: Mapping[str, int] | None = None) -> b
         # code understates.
         data = [a.value for a in made_at.args if a.keyword is None]
         return len(data) == 1 and a_number(data[0])
+    positional = [a for a in made_at.args if a.keyword is None]
+    if name in ("linspace", "logspace") and len(positional) >= 3:
+        # linspace(start, end, steps): `steps` elements (a `steps=` keyword leaves the size unknown here)
+        steps = positional[2].value
+        n = ints.get(steps.value) if isinstance(steps, cst.Name) and ints else None
+        n = int(steps.evaluated_value) if isinstance(steps, cst.Integer) else n
+        return n is not None and n * (itemsize or 4) < REPEAT_MIN_BYTES
     if name not in _SHAPED_FACTORIES:
         return False
-    positional = [a for a in made_at.args if a.keyword is None]
     default = 4
     if name == "randint":  # randint(high, size) / randint(low, high, size): int64, the shape is last
         if not positional or not isinstance(positional[-1].value, (cst.Tuple, cst.List)):
