@@ -115,7 +115,7 @@ def test_an_index_past_the_last_gpu_is_reported_in_the_scripts_main_block():
 TABLE = """
 import torch
 
-alphas_bar = torch.cumprod(1.0 - torch.linspace(1e-4, 0.02, 1000), dim=0)
+alphas_bar = torch.cumprod(1.0 - torch.linspace(1e-4, 0.02, 100_000), dim=0)  # 400 KB: above MP011's size floor
 x0 = torch.randn(8, 16, device="cuda:0")
 MOVE
 for step in range(4):
