@@ -254,6 +254,15 @@ CODES: tuple[Code, ...] = (
         "like that key, is missing and falls back to the default device: that part lands on the wrong device.",
         (LINT,),
     ),
+    # Lint only: at run time the default is an ordinary value, and the part just lands on the old device.
+    Code(
+        "MP024",
+        "default-keeps-old-device",
+        "warning",
+        "A parameter's default reads a module's device setting that a function changes later (`global`): Python "
+        "evaluated the default once, at the `def`, so a call that leaves the argument out still gets the old device.",
+        (LINT,),
+    ),
 )
 
 BY_CODE: dict[str, Code] = {c.code: c for c in CODES}

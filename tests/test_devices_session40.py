@@ -335,3 +335,52 @@ for k in range(2):
     for large in ("torch.linspace(-5, 5, 100000)", "torch.rand(SHOTS * 10000, 100, generator=g)"):
         src = template.replace("MADE", large)
         assert lines(src, "MP011") == [_line(src, "copy")], large
+
+
+# ----------------------------------------------------------------- MP024: a default that keeps the old device
+
+STAGE_DEFAULT = """
+import torch
+import torch.nn as nn
+
+_STAGE_DEVICE = "cuda:0"
+
+
+def set_stage_device(device):
+    global _STAGE_DEVICE
+    _STAGE_DEVICE = device
+
+
+class Stage(nn.Module):
+    def __init__(self, width, device=_STAGE_DEVICE):
+        super().__init__()
+        self.net = nn.Linear(width, width).to(device)
+
+
+def make(width, device=_STAGE_DEVICE):
+    return nn.Linear(width, width).to(device)
+
+
+stages = []
+for dev in ("cuda:0", "cuda:1"):
+    set_stage_device(dev)
+    stages.append(BUILD)  # <- build
+"""
+
+
+def test_a_call_that_leaves_a_default_of_a_rebound_device_setting_is_mp024():
+    # Round 26's t27: DenseStage's device=_STAGE_DEVICE, bound when the class was defined.
+    for build in ("Stage(64)", "make(64)"):
+        src = STAGE_DEFAULT.replace("BUILD", build)
+        assert lines(src, "MP024") == [_line(src, "build")], build
+    for build in ("Stage(64, device=dev)", "Stage(64, dev)", "make(64, dev)", "Stage(*[64, dev])"):
+        assert lines(STAGE_DEFAULT.replace("BUILD", build), "MP024") == [], build
+
+
+def test_a_setting_no_function_rebinds_or_one_that_is_no_device_is_silent():
+    constant = STAGE_DEFAULT.replace("    global _STAGE_DEVICE\n    _STAGE_DEVICE = device\n", "    print(device)\n")
+    assert lines(constant.replace("BUILD", "Stage(64)"), "MP024") == []
+    index = STAGE_DEFAULT.replace('_STAGE_DEVICE = "cuda:0"', "_STAGE_DEVICE = 0")  # an index, by its name
+    assert lines(index.replace("BUILD", "Stage(64)"), "MP024") == [_line(index, "build")]
+    rate = STAGE_DEFAULT.replace("_STAGE_DEVICE", "_RATE").replace('_RATE = "cuda:0"', "_RATE = 0.1")
+    assert lines(rate.replace("BUILD", "Stage(64)"), "MP024") == []
