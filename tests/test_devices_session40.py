@@ -384,3 +384,68 @@ def test_a_setting_no_function_rebinds_or_one_that_is_no_device_is_silent():
     assert lines(index.replace("BUILD", "Stage(64)"), "MP024") == [_line(index, "build")]
     rate = STAGE_DEFAULT.replace("_STAGE_DEVICE", "_RATE").replace('_RATE = "cuda:0"', "_RATE = 0.1")
     assert lines(rate.replace("BUILD", "Stage(64)"), "MP024") == []
+
+
+def test_a_container_moved_whole_by_the_same_line_on_each_pass_is_no_collapse():
+    # Round 28's t27 good file: the head follows the pass's device, `self.head.to(dev)`, in the placement loop.
+    src = """
+import torch
+import torch.nn as nn
+
+
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList(nn.Linear(4, 4) for _ in range(4))
+        self.head = nn.Sequential(nn.LayerNorm(4), nn.Linear(4, 2))
+
+    def parallelize(self, devices):
+        for i, dev in enumerate(devices):
+            self.blocks[i].to(dev)
+            self.head.to(dev)
+        return self
+
+
+devices = [torch.device("cuda", i) for i in range(torch.cuda.device_count())]
+model = M().parallelize(devices)
+model.to(devices[0])  # <- collapse
+"""
+    assert lines(src, "MP007") == [_line(src, "collapse")]
+
+
+def test_an_optimizer_step_given_a_closure_runs_it():
+    # Round 28's t16: temperature scaling fitted with L-BFGS, `opt.step(closure)`, the scaler on the wrong GPU.
+    src = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Scaler(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.log_t = nn.Parameter(torch.zeros(1))
+
+    def forward(self, logits):
+        return logits / self.log_t.exp()
+
+    def fit(self, logits, labels):
+        opt = torch.optim.LBFGS([self.log_t], lr=0.1, max_iter=50)
+
+        def closure():
+            opt.zero_grad()
+            loss = F.cross_entropy(self(logits), labels)  # <- fit
+            loss.backward()
+            return loss
+
+        opt.step(closure)
+        return self
+
+
+logits = torch.randn(8, 4, device="cuda:1")
+labels = torch.randint(0, 4, (8,), device="cuda:1")
+scaler = Scaler().to(WHERE).fit(logits, labels)
+"""
+    bad = src.replace("WHERE", '"cuda:0"')
+    assert _line(bad, "fit") in lines(bad, "MP001")
+    assert lines(src.replace("WHERE", "logits.device"), "MP001") == []

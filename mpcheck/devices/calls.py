@@ -951,6 +951,10 @@ class Calls(Part):
             cast = self._legacy_type_cast(recv, node.args[0].value, node, st)
             if cast is not None:
                 return cast
+        if meth == "step" and args and isinstance(args[0], FuncRef) and (optimizers.is_optimizer(recv) or recv is UNK):
+            # `opt.step(closure)` (LBFGS, or any optimizer given one) calls the closure, which runs the forward
+            # and the loss: what they meet is checked there.
+            self.call_function(args[0].info, args[0].bound, [], {}, st, node, helper=True)
         if optimizers.is_optimizer(recv):
             assert isinstance(recv, Obj)
             return optimizers.method(self.interp, recv, meth, node, st, args)

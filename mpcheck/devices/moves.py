@@ -55,6 +55,7 @@ from mpcheck.devices.values import (
     join,
     made_by,
     one,
+    placements,
     show,
     single,
     with_part_replaced,
@@ -213,7 +214,11 @@ class Moves(Part):
             self.interp.recorder.record(
                 ModuleMovedInForward(node=node, mode=st.mode, devs=devs, owner=recv_expr), key=devs
             )
-        if is_splitish(recv) and not (isinstance(recv, Obj) and (recv.extra or {}).get("deep_copy")):
+        if (
+            is_splitish(recv)
+            and not (isinstance(recv, Obj) and (recv.extra or {}).get("deep_copy"))
+            and not _placed_whole_here(recv, node)
+        ):
             st.scope.split_seen = True
             # .cpu() frees the GPUs on purpose (saving, deparallelize); it crams nothing. Under a test of
             # whether the model is split (Statements.under_split_test) the move is what the test decided.
@@ -1031,6 +1036,16 @@ def _moved_part(v: Val, devs: Devs, origin: str, node: cst.CSTNode, depth: int, 
 
 # Methods through which Module.to() reaches an instance's own tensors: a class (or a base of the
 # file) that defines one may move its plain tensor attributes too.
+def _placed_whole_here(recv: Val, node: cst.CSTNode) -> bool:
+    """Is every weight of the container `recv` where this very move put it, on an earlier pass of its loop
+    (`for dev in devices: self.head.to(dev)`)? Then its parts are on one device (the pass's, `sym:each:`),
+    and moving it again is no collapse of a split."""
+    if not isinstance(recv, SeqV | DictV):
+        return False
+    where = placements(recv)
+    return bool(where) and all(at is node for _, at in where)
+
+
 _APPLY_HOOKS = frozenset({"_apply", "to", "cuda", "cpu", "__setattr__", "__getattr__"})
 
 
