@@ -449,3 +449,18 @@ scaler = Scaler().to(WHERE).fit(logits, labels)
     bad = src.replace("WHERE", '"cuda:0"')
     assert _line(bad, "fit") in lines(bad, "MP001")
     assert lines(src.replace("WHERE", "logits.device"), "MP001") == []
+
+
+def test_scatter_reduce_and_index_copy_with_an_index_on_another_gpu_are_mp001():
+    # Round 28's t10: subword states pooled into words with `scatter_reduce`, the word map on the input's GPU.
+    template = """
+import torch
+h = torch.randn(2, 5, 8, device="cuda:1")
+word_ids = torch.randint(0, 3, (2, 5), device=WHERE)
+slot = word_ids[..., None].expand_as(h)
+words = torch.zeros(2, 8, 8, device=h.device).scatter_reduce(1, slot, h, reduce="mean")  # <- pool
+cache = torch.zeros(16, 8, device="cuda:1").index_copy_(0, word_ids[0], h[0])  # <- cache
+"""
+    bad = template.replace("WHERE", '"cuda:0"')
+    assert lines(bad, "MP001") == [_line(bad, "pool"), _line(bad, "cache")]
+    assert lines(template.replace("WHERE", '"cuda:1"'), "MP001") == []

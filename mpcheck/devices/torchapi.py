@@ -267,6 +267,13 @@ SAME_DEVICE_METHODS = frozenset(
         "kron",
         "dist",
         "mv",
+        # index-driven writes and reductions (`words.scatter_reduce(1, slot, h)`, a static cache's `index_copy_`)
+        "scatter_reduce",
+        "scatter_reduce_",
+        "index_copy",
+        "index_copy_",
+        "index_reduce",
+        "index_reduce_",
     }
 )
 # (Not `expand_as`, `view_as`, `reshape_as`: they read only the other tensor's shape, on any device.)
