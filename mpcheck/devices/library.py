@@ -1319,14 +1319,7 @@ def _json_loads(lib: Library, c: LibCall) -> Val:
     default): its object, list, string or number; anything else (a nested object) not known."""
     import json
 
-    text = c.args[0] if c.args else None
-    if not (isinstance(text, Const) and isinstance(text.value, str)):
-        return UNK
-    try:
-        data = json.loads(text.value)
-    except ValueError:
-        return UNK
-    return _json_value(data)
+    return _parsed_text(c, json.loads)
 
 
 def _toml_loads(lib: Library, c: LibCall) -> Val:
@@ -1335,13 +1328,17 @@ def _toml_loads(lib: Library, c: LibCall) -> Val:
         import tomllib
     except ImportError:  # Python 3.10: no TOML reader in the standard library
         return UNK
+    return _parsed_text(c, tomllib.loads)
 
+
+def _parsed_text(c: LibCall, parse: Callable[[str], Any]) -> Val:
+    """What `parse` makes of the call's first argument, a string the file spells out; else not known."""
     text = c.args[0] if c.args else None
     if not (isinstance(text, Const) and isinstance(text.value, str)):
         return UNK
     try:
-        data = tomllib.loads(text.value)
-    except ValueError:
+        data = parse(text.value)
+    except ValueError:  # (tomllib's TOMLDecodeError is one too)
         return UNK
     return _json_value(data)
 
