@@ -231,7 +231,7 @@ class Expressions(Part):
                 if _picks_positions(node):
                     self._note_indexed_after_move(node, base, st)  # `h.to(dev)[:, 0]`
                 used(base, *indices)  # an index tensor is read where the indexed tensor is (`hyps[src, :]`)
-                self.check_index_tensors(node, base, st)
+                self.check_index_tensors(node, base, indices, st)
                 return base.with_(
                     label="",
                     kind=_element_kind(base, node, indices),
@@ -930,17 +930,16 @@ class Expressions(Part):
             probe["devs"] = devs
         probe.setdefault("by", {}).setdefault(val.devs, devs)
 
-    def check_index_tensors(self, node: cst.Subscript, base: Obj, st: State) -> bool:
-        """`t[:, idx]`, `t[rows, cols]`, `t[:, idx] = v`: each index tensor must be on the host or on `t`'s GPU
+    def check_index_tensors(self, node: cst.Subscript, base: Obj, indices: list[Val], st: State) -> bool:
+        """`t[:, idx]`, `t[rows, cols]`, `t[:, idx] = v`, with `indices` the values of the subscript's index
+        expressions (evaluated once, by the caller): each index tensor must be on the host or on `t`'s GPU
         ("indices should be either on cpu or on the same device as the indexed tensor"); one on another GPU is
         reported (once: True when it was)."""
-        for el in node.slice:
-            if not isinstance(el.slice, cst.Index):
-                continue
-            idx = self.ev(el.slice.value, st)
+        exprs = [el.slice.value for el in node.slice if isinstance(el.slice, cst.Index)]
+        for idx, expr in zip(indices, exprs):
             if isinstance(idx, Obj) and both_cuda(idx.devs, base.devs):
                 what = base.label or "the tensor"
-                if self.check_operand(node, idx, base.devs, st, what=what, op="index", expr=el.slice.value):
+                if self.check_operand(node, idx, base.devs, st, what=what, op="index", expr=expr):
                     return True
         return False
 

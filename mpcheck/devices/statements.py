@@ -686,13 +686,21 @@ class Statements(Part):
                 index = target.slice[0].slice if len(target.slice) == 1 else None
                 _set_item(base, v, self.interp.exprs.ev(index.value, st) if isinstance(index, cst.Index) else UNK)
             elif isinstance(base, Obj) and known_tensor(base):
-                if self.interp.exprs.check_index_tensors(target, base, st):
+                exprs = [e.slice.value for e in target.slice if isinstance(e.slice, cst.Index)]
+                indices = [self.interp.exprs.ev(e, st) for e in exprs]  # once: a move in an index is one move
+                if self.interp.exprs.check_index_tensors(target, base, indices, st):
                     return  # `scores[:, eos_ids] = -inf` with the ids on another GPU
                 if isinstance(v, Obj) and both_cuda(v.devs, base.devs):
-                    self._check_index_put(target, base, v, st, value_node)
+                    self._check_index_put(target, base, v, indices, st, value_node)
 
     def _check_index_put(
-        self, target: cst.Subscript, base: Obj, v: Obj, st: State, value_node: cst.BaseExpression | None
+        self,
+        target: cst.Subscript,
+        base: Obj,
+        v: Obj,
+        indices: list[Val],
+        st: State,
+        value_node: cst.BaseExpression | None,
     ) -> None:
         """`buf[idx] = v` with a tensor index (advanced indexing: index_put_, which wants the values on
         the buffer's device) and the values a tensor on another GPU. A slice or an int index copies
@@ -700,7 +708,6 @@ class Statements(Part):
         a loss or a metric (`prio[idx] = td.max()`: index_put_ moves a 0-dim value itself): not judged."""
         if v.lineage == OFF_CHAIN:
             return
-        indices = [self.interp.exprs.ev(e.slice.value, st) for e in target.slice if isinstance(e.slice, cst.Index)]
         if not any(isinstance(i, Obj) and i.kind == "tensor" for i in indices):
             return
         self.interp.exprs.check_operand(
