@@ -12,7 +12,10 @@ Two claims, each timed against its fix:
     gradients of 512x512 concatenated on the destination for one global norm (a hand-written
     clip), against one norm per gradient where it is, stacked, and one value moved; a score matrix
     of 64x20000 copied to the host for a `topk(10)`, against the top-k taken on the GPU and its
-    64x10 indices copied (run-time MP016, runtime/checks/reduced_after_move.py).
+    64x10 indices copied (run-time MP016, runtime/checks/reduced_after_move.py);
+  - encoded before the move: int64 ids one-hot encoded over C classes and cast to float32, then
+    moved (a protein or DNA batch encoded on the host), against the ids moved and encoded on the
+    destination; and a small encoding (per-sample labels) the same way, where both cost one launch.
 
 With two GPUs the moves go cuda:0 -> cuda:1 (peer to peer); with one, the expand case moves from
 the host to cuda:0 (pageable memory, as a CPU tensor of a training script is) and the reduction
@@ -118,6 +121,24 @@ def mean_after_move(src: str, dst: str, nbytes: int, reps: int) -> dict:
     }
 
 
+def one_hot_moved(src: str, dst: str, shape: tuple[int, ...], classes: int, reps: int) -> dict:
+    ids = torch.randint(0, classes, shape, device=src)
+
+    def encoded_then_moved():
+        return torch.nn.functional.one_hot(ids, classes).float().to(dst)
+
+    def moved_then_encoded():
+        return torch.nn.functional.one_hot(ids.to(dst), classes).float()
+
+    t = _time({"fix": moved_then_encoded, "as_written": encoded_then_moved}, reps)
+    kib = ids.numel() * classes * 4 / 1024
+    return {
+        "case": f"ids {tuple(shape)} one-hot over {classes} classes as fp32 ({kib:.0f} KiB), {src} -> {dst}",
+        **t,
+        "ratio": t["as_written"] / t["fix"],
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", help="also write the results here")
@@ -134,6 +155,9 @@ def main(argv: list[str] | None = None) -> int:
         reduced("cuda:0", "cuda:1" if two else "cpu", 16, 4096, reps),
         concat_norm("cuda:0", "cuda:1" if two else "cpu", 64, 512, reps),
         topk_on_host("cuda:0", 64, 20000, 10, reps),
+        # a batch of encoded sequences, and per-sample labels (a few KiB: one launch either way)
+        one_hot_moved("cuda:0" if two else "cpu", "cuda:1" if two else "cuda:0", (32, 256), 21, reps),
+        one_hot_moved("cuda:0" if two else "cpu", "cuda:1" if two else "cuda:0", (16,), 50, reps),
         # the run-time check's size limit (64 KiB, REPEAT_MIN_BYTES) and above, both ways over the host link
         *(
             mean_after_move(a, b, kib * 1024, reps)

@@ -1173,7 +1173,9 @@ class Calls(Part):
                 )
                 else None
             )
-            enlarged = node if meth in T.ENLARGING_METHODS else recv.enlarged_at if meth in T.LAYOUT_METHODS else None
+            # (kept through a cast: `F.one_hot(ids, n).float()` is no smaller than the one-hot rows it casts)
+            keeps_size = meth in T.LAYOUT_METHODS or meth in T.DTYPE_METHODS
+            enlarged = node if meth in T.ENLARGING_METHODS else recv.enlarged_at if keeps_size else None
             # ids or a mask laid out again or repeated are still ids or a mask; other results are data of their own
             ints = meth in T.INDEX_METHODS or (
                 recv.index_like and (meth in T.LAYOUT_METHODS or meth in T.ENLARGING_METHODS)

@@ -348,6 +348,7 @@ class Library(Part):
             row_statistic=_of_row_statistics(q, args, kwargs, flat),
             # `torch.multinomial(probs, 1)`: sampled ids, as a comparison's mask or `argmax` are
             index_like=q.rsplit(".", 1)[-1] in T.INDEX_FUNCTIONS,
+            enlarged_at=node if _one_hot_of_many_classes(q, args, kwargs) else None,
         )
         second = args[1] if len(args) > 1 else None
         if q.count(".") == 1 and T.gives_values_and_indices(
@@ -356,6 +357,19 @@ class Library(Part):
             # `values, idx = torch.topk(scores, k)`: the indices are ids where the values are
             return SeqV((out, out.with_(index_like=True, lineage=OFF_CHAIN)), kind="tuple")
         return out
+
+
+# A one-hot encoding of ids over at least this many classes: one float32 row per id is num_classes / 2 times the
+# id's int64 (num_classes / 4 in bfloat16), so from 8 classes on it is at least twice the data it encodes.
+ONE_HOT_MIN_CLASSES = 8
+
+
+def _one_hot_of_many_classes(q: str, args: list[Val], kwargs: dict[str, Val]) -> bool:
+    """`F.one_hot(ids, 20)`: ids enlarged to a row of num_classes each, num_classes known and not small."""
+    if q.rsplit(".", 1)[-1] != "one_hot":
+        return False
+    n = args[1] if len(args) > 1 else kwargs.get("num_classes")
+    return isinstance(n, Const) and type(n.value) is int and n.value >= ONE_HOT_MIN_CLASSES
 
 
 def _of_row_statistics(q: str, args: list[Val], kwargs: dict[str, Val], flat: list[Any]) -> bool:
@@ -1173,6 +1187,8 @@ def _builtin(lib: Library, c: LibCall) -> Val:
         return _python_sum(lib, c)
     if q == "len" and args and isinstance(args[0], SeqV) and args[0].items is not None:
         return Const(len(args[0].items))
+    if q == "len" and args and isinstance(args[0], Const) and isinstance(args[0].value, (str, bytes, tuple)):
+        return Const(len(args[0].value))  # `N_AA = len(ALPHABET)`: a size spelled out by its letters
     if q == "setattr" and len(args) == 3 and isinstance(args[1], Const) and isinstance(args[1].value, str):
         # setattr(self, f"layer{i}", block) in a loop of known length: one attribute per name
         if not lib.interp.stmts.replace_part(c.node.args[0].value, args[0], args[1].value, args[2], c.st):

@@ -752,17 +752,43 @@ def _copied_before(recv: Obj, devs: Devs, node: cst.Call, st: State) -> cst.CSTN
         return None
     # The same name both times (`h`, `self.mask`): two calls of one helper may give the same value
     # here (a memoised run), though they are two tensors.
-    named = dotted(node.func.value) if isinstance(node.func, cst.Attribute) else None
+    moved = node.func.value if isinstance(node.func, cst.Attribute) else None
+    named = dotted(moved) if moved is not None else None
+    held = recv
+    if named is None and moved is not None:
+        # `fake.detach().to(d)` after `fake.to(d)`: the same data (a detached view, a clone) crosses again.
+        base = _same_data_of(moved)
+        bound = st.env.get(base) if base is not None else None
+        if not isinstance(bound, Obj) or bound.kind not in _TENSOR_KINDS:
+            return None
+        held, named = bound, base
     if named is None:
         return None
     table = st.env.get(_COPIES)
     made = table.made if isinstance(table, _Copies) and table.scope is st.scope else {}
-    key = (id(recv), named, dev)
+    key = (id(held), named, dev)
     first = made.get(key)
-    if first is not None and first[0] is recv:
+    if first is not None and first[0] is held:
         return first[1]
-    st.env[_COPIES] = _Copies(st.scope, {**made, key: (recv, node)})  # a new table: other paths keep theirs
+    st.env[_COPIES] = _Copies(st.scope, {**made, key: (held, node)})  # a new table: other paths keep theirs
     return None
+
+
+# Tensor methods, called without arguments, whose result holds the receiver's data unchanged: moving it copies
+# the same bytes as moving the receiver.
+_SAME_DATA_METHODS = frozenset({"detach", "clone", "contiguous"})
+
+
+def _same_data_of(expr: cst.BaseExpression) -> str | None:
+    """The local name whose data `expr` holds unchanged (`fake.detach()`, `h.detach().clone()` -> the name)."""
+    while (
+        isinstance(expr, cst.Call)
+        and not expr.args
+        and isinstance(expr.func, cst.Attribute)
+        and expr.func.attr.value in _SAME_DATA_METHODS
+    ):
+        expr = expr.func.value
+    return expr.value if isinstance(expr, cst.Name) else None
 
 
 def _calls_self_attr(cls_node: cst.CSTNode, name: str) -> bool:

@@ -140,6 +140,16 @@ def _copied_again(rule: Rule, ctx: FileContext, ev: Transfer) -> Finding:
         )
     else:
         fix = f"{reuse} instead of copying `{recv}` again"
+        before = (
+            ctx.code(first.func.value)
+            if isinstance(first, cst.Call) and isinstance(first.func, cst.Attribute)
+            else recv
+        )
+        if before != recv:
+            # `fake.detach().to(d)` after `fake.to(d)` (or the other way round): one copy of the data serves both.
+            base, suffix = (before, recv[len(before) :]) if recv.startswith(before) else (recv, "")
+            held_here = f"`{held}{suffix}`" if held and suffix else "it"
+            fix = f"copy `{base}` to {show(dst)} once and take {held_here} from that copy"
         said = (
             f"`{recv}` is copied to {show(dst)} a second time here, unchanged since line {ctx.line(first)} copied it "
             f"there (`{ctx.code(first)}`): each copy moves the whole tensor over the link again."

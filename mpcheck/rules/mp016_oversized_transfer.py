@@ -118,12 +118,19 @@ def _index_at_source(ctx: FileContext, indexed: cst.Subscript, index: str) -> st
 def _enlarged(ctx: FileContext, enlarging: cst.Call, subject: str, dst: str) -> tuple[str, str]:
     """The message and fix of a move of an enlarged tensor: move first, enlarge on the destination."""
     name = enlarging.func.attr.value if isinstance(enlarging.func, cst.Attribute) else "expand"
+    line = ctx.line(enlarging)
+    if _one_hot(enlarging):
+        call = ctx.code(enlarging.func)
+        return (
+            f"{subject} after `{call}()` encoded it (line {line}): each id crosses as a row of one value per class, "
+            f"where the ids alone would do. Move the ids and call `{call}()` on {show(dst)}.",
+            f"move the ids before `{call}()` at line {line}, and encode them on {dst}",
+        )
     how = (
         "it crosses at its expanded size (a copy writes out every repeated element)"
         if name in ("expand", "expand_as", "broadcast_to")
         else "the repeated copies cross, where the data itself would do"
     )
-    line = ctx.line(enlarging)
     written = " (add `.contiguous()` after it where the result is written in place)" if name == "expand" else ""
     return (
         f"{subject} after `.{name}()` enlarged it (line {line}): {how}. Move it before `.{name}()` and enlarge it "
@@ -141,8 +148,19 @@ def _crossed(ev: OversizedMove) -> list[str]:
     dst = single(ev.dst)
     if dst is None or ev.src is None or (ev.reduction is not None and not _gpu(dst)):
         return []
-    from_host = ev.reduction is None and not ev.constant
+    # (a one-hot from the host: per-sample labels encoded are a few KiB, a copy's fixed cost whatever the encoding,
+    # and the linter cannot tell them from a batch of encoded sequences)
+    from_host = ev.reduction is None and not ev.constant and not _one_hot(ev.enlarged)
     return sorted(d for d in ev.src if (_gpu(d) or (from_host and d == "cpu")) and distinct(d, dst))
+
+
+def _one_hot(enlarging: object) -> bool:
+    """`F.one_hot(...)` / `one_hot(...)`: ids encoded, not a tensor expanded or repeated."""
+    if not isinstance(enlarging, cst.Call):
+        return False
+    func = enlarging.func
+    name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+    return name == "one_hot"
 
 
 def _gpu(dev: str) -> bool:

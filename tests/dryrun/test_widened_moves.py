@@ -68,3 +68,37 @@ def test_a_tensor_narrowed_or_made_wide_then_moved_is_clean(script, dryrun_cli):
     )
     status, report, err = dryrun_cli(s, "--gpus", "2")
     assert "MP016" not in [f["code"] for f in report["findings"]], err
+
+
+ENCODE = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+conv = nn.Conv1d(21, 8, 3).to("cuda:1")
+seqs = torch.randint(0, 21, (32, 256), device="cuda:0")
+for _ in range(2):
+    x = MOVE  # <- hop
+    conv(x.transpose(1, 2)).mean().backward()
+"""
+
+
+def test_a_one_hot_encoding_moved_is_reported_with_the_ids_bytes(script, dryrun_cli):
+    for move in ('F.one_hot(seqs, 21).float().to("cuda:1")', 'F.one_hot(seqs, 21).half().float().to("cuda:1")'):
+        s = script(ENCODE.replace("MOVE", move))
+        status, report, err = dryrun_cli(s, "--gpus", "2")
+        assert status == 0, err
+        (f,) = [f for f in report["findings"] if f["code"] == "MP016"]
+        assert f["line"] == s.line("hop") and f["extra"]["widened_from"] == "one-hot", move
+        assert f["extra"]["bytes_needed"] == 32 * 256 * 8 and f["extra"]["bytes_moved"] == 32 * 256 * 21 * 4
+
+
+def test_ids_moved_then_encoded_or_a_small_encoding_are_clean(script, dryrun_cli):
+    for move in (
+        'F.one_hot(seqs.to("cuda:1"), 21).float()',
+        # 32 x 2 ids one-hot: 5 KiB, a copy's fixed cost whatever the encoding
+        'F.one_hot(seqs[:, :2], 21).float().to("cuda:1").repeat(1, 128, 1)',
+    ):
+        s = script(ENCODE.replace("MOVE", move))
+        status, report, err = dryrun_cli(s, "--gpus", "2")
+        assert status == 0 and "MP016" not in [f["code"] for f in report["findings"]], (move, err)

@@ -103,7 +103,9 @@ class CheckingMode(TorchFunctionMode):
         self._kinds: dict[Any, int] = {}
         self._tensor = torch.Tensor
         # Conversions to a wider dtype, by method (MP016's widened.py; `.to(dtype)` is seen as a transfer kind).
-        self._widening = frozenset({torch.Tensor.float, torch.Tensor.double})
+        # (and `F.one_hot`, which widens each id to a row of one value per class)
+        self._one_hot = torch.nn.functional.one_hot
+        self._widening = frozenset({torch.Tensor.float, torch.Tensor.double, self._one_hot})
         self._widened = checker._widened  # one dict for the run, empty most of the time
         self._tls = checker._tls
         # MP011's provenance (checks/provenance.py): tensors computed only from constants.
@@ -218,7 +220,10 @@ class CheckingMode(TorchFunctionMode):
             if read is not None:
                 checker.on_watched_read(func, read[0], read[1], out)
             if func in self._widening and args:
-                checker.on_widened(args[0], out)  # `x.float()`: a move of it next crosses wide (widened.py)
+                if func is self._one_hot:
+                    checker.on_encoded(args[0], out)  # `F.one_hot(ids, C)`: a move of it next crosses C-fold
+                else:
+                    checker.on_widened(args[0], out)  # `x.float()`: a move of it next crosses wide (widened.py)
             elif self._widened and args and id(args[0]) in self._widened:
                 checker.carry_widened(func, args, out)
             if worked is not None:

@@ -133,7 +133,7 @@ class Checker:
         # Results of one op on an arrived tensor, by storage: moved straight back, a detour (MP005,
         # worked_detour.py).
         self._worked: dict[int, worked_detour.Worked] = {}
-        # Tensors widened where they are (`x.float()` of bf16) at the user's line, by id: moved next, they
+        # Tensors widened where they are (`x.float()` of bf16) or one-hot encoded, at the user's line, by id: moved next, they
         # cross at the wide size (MP016, widened.py).
         self._widened: dict[int, tuple[Any, str, int, Site]] = {}
         self._bool_dtype = torch.bool
@@ -359,6 +359,7 @@ class Checker:
     on_arrival_worked = worked_detour.on_arrival_worked
     check_worked_detour = worked_detour.check_worked_detour
     on_widened = widened.on_widened
+    on_encoded = widened.on_encoded
     check_widened_move = widened.check_widened_move
     carry_widened = widened.carry_widened
     judge_reduced_moves = reduced_after_move.judge_reduced_moves
