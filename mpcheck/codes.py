@@ -263,6 +263,22 @@ CODES: tuple[Code, ...] = (
         "evaluated the default once, at the `def`, so a call that leaves the argument out still gets the old device.",
         (LINT,),
     ),
+    Code(
+        "MP025",
+        "string-compared-with-number",
+        "warning",
+        "A test that decides devices compares a string read from the environment or the command line with a "
+        'number (`os.environ.get("MP") == 1`): a string never equals a number, so the same branch runs every time.',
+        (LINT,),
+    ),
+    Code(
+        "MP026",
+        "devices-generator-consumed",
+        "warning",
+        "A generator of devices is read to its end (a log line, a `list()`) before the placement reads it: the "
+        "placement gets nothing and places nothing.",
+        (LINT,),
+    ),
 )
 
 BY_CODE: dict[str, Code] = {c.code: c for c in CODES}

@@ -112,3 +112,108 @@ def test_a_one_hot_encoding_moved_between_gpus_is_oversized_but_not_from_the_hos
     got = findings(src, "MP016")
     assert [f.line for f in got] == [7]
     assert "F.one_hot" in got[0].message and "cuda:0" in got[0].message
+
+
+# ----------------------------------------------------------------- MP025: a string compared with a number
+ENV = """
+import os
+import sys
+import torch
+import torch.nn as nn
+
+READ
+enc_dev = torch.device("cuda:0")
+dec_dev = torch.device("cuda:1") if TEST else enc_dev  # <- test
+decoder = nn.Linear(64, 8).to(dec_dev)
+"""
+
+
+def _line(src: str, mark: str) -> int:
+    return next(i for i, text in enumerate(src.splitlines(), 1) if f"# <- {mark}" in text)
+
+
+def test_an_environment_string_compared_with_a_number_in_a_device_test_is_mp025():
+    for read, test in (
+        ('MP = os.environ.get("MODEL_PARALLEL", "1")', "MP == 1"),
+        ('MP = os.getenv("MODEL_PARALLEL")', "MP != 0"),
+        ('MP = os.environ["MODEL_PARALLEL"].strip()', "1 == MP"),
+        ("MP = sys.argv[1]", "MP == 2"),
+        ("MP = None", 'os.environ.get("MP", "0") == 1'),
+    ):
+        src = ENV.replace("READ", read).replace("TEST", test)
+        got = findings(src, "MP025")
+        assert [f.line for f in got] == [_line(src, "test")], (read, test)
+        assert ("always True" if "!=" in test else "always False") in got[0].message
+
+
+def test_a_converted_or_other_typed_value_and_tests_deciding_no_device_are_clean():
+    for read, test in (
+        ('MP = int(os.environ.get("MODEL_PARALLEL", "1"))', "MP == 1"),
+        ('MP = os.environ.get("MODEL_PARALLEL", "1")', 'MP == "1"'),
+        ('MP = os.environ.get("MODEL_PARALLEL", 1)', "MP == 1"),  # the default's type while unset
+        ('MP = os.environ.get("MODEL_PARALLEL", "1")\nMP = int(MP)', "MP == 1"),
+        ('MP = os.environ.get("MODEL_PARALLEL", "1")', "len(MP) == 1"),
+    ):
+        src = ENV.replace("READ", read).replace("TEST", test)
+        assert lines(src, "MP025") == [], (read, test)
+    no_device = """
+    import os
+    VERBOSE = os.environ.get("VERBOSE", "0")
+    if VERBOSE == 1:
+        print("verbose")
+    """
+    assert lines(no_device, "MP025") == []
+    parameter = """
+    import os
+    import torch
+
+    def pick(mp):
+        return torch.device("cuda:1") if mp == 1 else torch.device("cuda:0")
+
+    mp = os.environ.get("MP", "1")
+    """
+    assert lines(parameter, "MP025") == []
+
+
+# ----------------------------------------------------------------- MP026: a generator of devices read twice
+GEN = """
+import torch
+import torch.nn as nn
+
+stages = [nn.Linear(64, 64) for _ in range(4)]
+
+
+def place():
+    devices = MAKE
+    FIRST
+    for dev, stage in zip(devices, stages):  # <- second
+        stage.to(dev)
+"""
+
+
+def test_a_generator_of_devices_read_through_before_the_placement_is_mp026():
+    gen = '(torch.device("cuda", i) for i in range(torch.cuda.device_count()))'
+    for first in (
+        'print("over", ", ".join(str(d) for d in devices))',
+        "print(list(devices))",
+        "n = sum(1 for _ in devices)",
+        "for d in devices: print(d)",
+    ):
+        src = GEN.replace("MAKE", gen).replace("FIRST", first)
+        got = findings(src, "MP026")
+        assert [f.line for f in got] == [_line(src, "second")], first
+        assert "line 10" in got[0].message
+
+
+def test_a_list_a_single_read_a_rebinding_or_a_generator_of_no_devices_are_clean():
+    gen = '(torch.device("cuda", i) for i in range(2))'
+    cases = (
+        ('[torch.device("cuda", i) for i in range(2)]', 'print(", ".join(str(d) for d in devices))'),
+        (gen, "pass"),
+        (gen, f"print(list(devices)); devices = {gen}"),
+        (gen, "print(next(devices))"),  # one item read: the rest are still there (not followed)
+        ("(i * 2 for i in range(2))", "print(list(devices))"),
+    )
+    for make, first in cases:
+        src = GEN.replace("MAKE", make).replace("FIRST", first)
+        assert lines(src, "MP026") == [], (make, first)
