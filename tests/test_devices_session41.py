@@ -217,3 +217,80 @@ def test_a_list_a_single_read_a_rebinding_or_a_generator_of_no_devices_are_clean
     for make, first in cases:
         src = GEN.replace("MAKE", make).replace("FIRST", first)
         assert lines(src, "MP026") == [], (make, first)
+
+
+# ----------------------------------------------------------------- configuration texts: INI and YAML
+INI_SCRIPT = '''
+import configparser
+import torch
+import torch.nn as nn
+
+INI = """
+[DEFAULT]
+hidden = 64
+[placement]
+Encoder = cuda:0
+decoder = DECODER
+"""
+cp = configparser.ConfigParser()
+cp.read_string(INI)
+enc = nn.Linear(cp["placement"].getint("hidden"), 64).to(cp["placement"]["encoder"])
+dec = nn.Linear(64, 8).to(cp.get("placement", "decoder"))
+y = dec(enc(torch.randn(4, 64, device="cuda:0")))  # <- call
+'''
+
+
+def test_devices_read_from_an_ini_text_with_configparser_are_known():
+    src = INI_SCRIPT.replace("DECODER", "cuda:1")
+    assert lines(src, "MP001") == [_line(src, "call")]
+    assert lines(INI_SCRIPT.replace("DECODER", "cuda:0"), "MP001") == []
+    # a file read from disk: its values are not known, and nothing is said
+    unknown = INI_SCRIPT.replace("DECODER", "cuda:1").replace("cp.read_string(INI)", 'cp.read("train.ini")')
+    assert lines(unknown, "MP001") == []
+
+
+YAML_SCRIPT = '''
+import yaml
+import torch
+import torch.nn as nn
+
+CFG = yaml.safe_load("""
+# where each part goes
+placement:
+  encoder: cuda:0
+  decoder: "DECODER"
+stages: [64, 8]
+""")
+enc = nn.Linear(CFG["stages"][0], 64).to(CFG["placement"]["encoder"])
+dec = nn.Linear(64, CFG["stages"][1]).to(CFG["placement"]["decoder"])
+y = dec(enc(torch.randn(4, 64, device="cuda:0")))  # <- call
+'''
+
+
+def test_devices_read_from_a_yaml_text_are_known_without_pyyaml():
+    src = YAML_SCRIPT.replace("DECODER", "cuda:1")
+    assert lines(src, "MP001") == [_line(src, "call")]
+    assert lines(YAML_SCRIPT.replace("DECODER", "cuda:0"), "MP001") == []
+    # beyond the subset read (an anchor): not known, nothing said
+    anchored = src.replace('decoder: "cuda:1"', "decoder: &d cuda:1")
+    assert lines(anchored, "MP001") == []
+
+
+def test_the_yaml_subset_reads_what_pyyaml_reads_or_refuses():
+    import pytest
+
+    from mpcheck.devices import yaml_text
+
+    yaml = pytest.importorskip("yaml")
+    texts = [
+        "model:\n  width: 64   # a comment\n  devices: {encoder: 'cuda:0', decoder: cuda:1}\n",
+        "stages:\n  - device: cuda:0\n    layers: 4\n  - device: cuda:1\n    layers: [1, 2.5, x]\n",
+        "lr: 1.0e-3\nwarmup: 1e5\nflag: yes\noff_flag: Off\nnone: ~\ns: 'it''s'\nn: -3\n",
+        "- cuda:0\n- cuda:1\n",
+        "k:\n- a\n- b\nother: 1\n",
+        "gpus: 2\nname: run #1 of 2\n",
+    ]
+    for text in texts:
+        assert yaml_text.load(text) == yaml.safe_load(text), text
+    for beyond in ("a: &x 1\nb: *x\n", "a: 010\n", "t: 1:30\n", "s: |\n  two\n  lines\n", "---\na: 1\n"):
+        assert yaml_text.load(beyond) is None, beyond

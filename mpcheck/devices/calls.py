@@ -13,7 +13,7 @@ from typing import Any, cast
 
 import libcst as cst
 
-from mpcheck.devices import backward_code, command_line, map_lookups, memo, module_tree, optimizers, pre_hooks
+from mpcheck.devices import backward_code, command_line, ini_text, map_lookups, memo, module_tree, optimizers, pre_hooks
 from mpcheck.devices import torchapi as T
 from mpcheck.devices.callers import note_call
 from mpcheck.devices.command_line import ParserV
@@ -1223,6 +1223,8 @@ class Calls(Part):
         if isinstance(recv, DictV):
             if recv.module and meth in T.MODULE_SELF_METHODS:
                 return recv  # nn.ModuleDict(...).eval()
+            if recv.ini and (read := ini_text.method(recv, meth, args)) is not None:
+                return read  # `cp.read_string(INI)`, `cp.get("placement", "encoder")`, `section.getint("gpus")`
             if meth in ("values", "items", "keys"):
                 map_lookups.note_read_whole(self.interp, recv, node, st)
             if meth == "values":

@@ -20,7 +20,16 @@ from typing import Any, TypeGuard
 
 import libcst as cst
 
-from mpcheck.devices import command_line, element_reads, foreach, module_tree, not_a_device, optimizers
+from mpcheck.devices import (
+    command_line,
+    element_reads,
+    foreach,
+    ini_text,
+    module_tree,
+    not_a_device,
+    optimizers,
+    yaml_text,
+)
 from mpcheck.devices import torchapi as T
 from mpcheck.devices.callers import note_call
 from mpcheck.devices.events import (
@@ -1347,6 +1356,19 @@ def _toml_loads(lib: Library, c: LibCall) -> Val:
     return _parsed_text(c, tomllib.loads)
 
 
+def _yaml_load(lib: Library, c: LibCall) -> Val:
+    """`yaml.safe_load('devices: {encoder: "cuda:0"}')` of a known string, read by the linter's own YAML subset
+    (yaml_text.py: PyYAML is no dependency of the linter); a text beyond that subset is not known."""
+
+    def parse(text: str) -> Any:
+        data = yaml_text.load(text)
+        if data is None:
+            raise ValueError("beyond the YAML subset read here")
+        return data
+
+    return _parsed_text(c, parse)
+
+
 def _parsed_text(c: LibCall, parse: Callable[[str], Any]) -> Val:
     """What `parse` makes of the call's first argument, a string the file spells out; else not known."""
     text = c.args[0] if c.args else None
@@ -1558,6 +1580,8 @@ EXACT: dict[str, Handler] = _exact(
     ("torch.load", _load),
     (("os.environ.get", "os.getenv"), _environment_get),
     ("json.loads", _json_loads),
+    (("yaml.safe_load", "yaml.load", "yaml.full_load"), _yaml_load),
+    (("configparser.ConfigParser", "configparser.RawConfigParser"), lambda lib, c: ini_text.new_parser()),
     ("tomllib.loads", _toml_loads),
     ("torch.save", _save),
     ("collections.OrderedDict", _dict_call),

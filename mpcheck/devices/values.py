@@ -291,6 +291,8 @@ class DictV(Val):
     namespace: bool = False
     # The dict literal that built it, when one did (its lookups are MapLookup facts: map_lookups.py).
     at: Any = field(default=None, repr=False)
+    # A configparser.ConfigParser or one of its sections (ini_text.py): its get/getint/read_string are its own.
+    ini: bool = False
 
 
 # The origin of a gradient a custom Function's backward gets (calls._gradients_for): it must stay where it is
