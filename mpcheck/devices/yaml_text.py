@@ -148,7 +148,9 @@ def _split_flow(text: str) -> list[str]:
     """The items of a flow collection's inside, split at top-level commas (no nesting: that is refused)."""
     if any(ch in text for ch in "[]{}"):
         raise _Unsupported
-    parts, quote, cur = [], "", []
+    parts: list[str] = []
+    quote = ""
+    cur: list[str] = []
     for ch in text:
         if quote:
             quote = "" if ch == quote else quote
