@@ -294,3 +294,37 @@ def test_the_yaml_subset_reads_what_pyyaml_reads_or_refuses():
         assert yaml_text.load(text) == yaml.safe_load(text), text
     for beyond in ("a: &x 1\nb: *x\n", "a: 010\n", "t: 1:30\n", "s: |\n  two\n  lines\n", "---\na: 1\n"):
         assert yaml_text.load(beyond) is None, beyond
+
+
+# ----------------------------------------------------------------- parameters filtered by name
+NAMED = """
+import torch
+import torch.nn as nn
+from torch.nn.utils import parameters_to_vector
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.low = nn.Linear(8, 8).to("cuda:0")
+        self.high = nn.Linear(8, 8).to("cuda:1")
+        self.fc = nn.Linear(8, 2).to("cuda:1")
+
+    def picked(self):
+        return [p for n, p in self.named_parameters() if FILTER]
+
+
+model = Net()
+v = parameters_to_vector(model.picked())  # <- join
+"""
+
+
+def test_parameters_kept_by_a_name_filter_on_two_gpus_are_joined_on_two_gpus():
+    for test in ('not n.startswith("fc.")', '"low" in n or n.startswith(("high", "fc"))'):
+        src = NAMED.replace("FILTER", test)
+        assert lines(src, "MP001") == [_line(src, "join")], test
+
+
+def test_a_name_filter_that_keeps_one_gpu_or_is_not_decided_says_nothing():
+    for test in ('n.startswith("fc.")', 'n.startswith(("high.", "fc."))', '"low" in n', 'n.endswith("bias")'):
+        assert lines(NAMED.replace("FILTER", test), "MP001") == [], test

@@ -42,6 +42,7 @@ from mpcheck.devices.values import (
     DictV,
     DtypeV,
     FuncRef,
+    NamePrefix,
     Obj,
     ParamsOf,
     PartialV,
@@ -1254,6 +1255,8 @@ class Calls(Part):
             return Const(None) if meth == "__init__" else UNK
         if isinstance(recv, Const) and isinstance(recv.value, str):
             return _string_method(recv.value, meth, args, kwargs)
+        if isinstance(recv, NamePrefix) and meth == "startswith" and len(args) == 1 and not kwargs:
+            return recv.startswith(args[0])
         return UNK
 
 

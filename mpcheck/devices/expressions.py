@@ -35,6 +35,7 @@ from mpcheck.devices.values import (
     Devs,
     DictV,
     FuncRef,
+    NamePrefix,
     Obj,
     ParamsOf,
     QName,
@@ -504,7 +505,8 @@ class Expressions(Part):
                     return self._comp_result(node, tuple(out), None)
             spans = spans_of(it)
             if spans is not None and fors[0].ifs and not self._keeps_all(fors[0], spans[0], inner):
-                spans = None  # a filter that may drop a device's items: which devices remain is not known
+                # a filter that may drop a device's items: which devices remain is known only from names
+                spans = self._kept_by_name(fors[0], it, inner)
             if spans is not None and isinstance(node, cst.DictComp):
                 # {name: p.detach().clone().to(dev) for name, p in model.state_dict().items()}: a dict
                 # whose values, one made from a parameter on each device, are read by keys not known.
@@ -597,6 +599,27 @@ class Expressions(Part):
             return False
         base = self.ev(expr.value, st)
         return isinstance(base, Obj) and base.kind == "param" and not turns_off_grad(self.interp.module)
+
+    def _kept_by_name(self, comp: cst.CompFor, it: Val, st: State) -> tuple[list[Val], tuple[str, ...]] | None:
+        """The spans that survive a filter of `named_parameters()` by name (`if not n.startswith("fc.")`), one
+        attribute of the split model at a time: one item per device still kept when two or more are; else None."""
+        if not (isinstance(it, ParamsOf) and it.shape == "named"):
+            return None
+        attrs = it.per_attribute()
+        if attrs is None:
+            return None
+        items: list[Val] = [SeqV((NamePrefix(f"{attr}."), rep), kind="tuple") for attr, rep in attrs]
+        kept = self._filtered(comp, items, st.copy())
+        if kept is None:
+            return None
+        by_device: dict[str, Val] = {}
+        for item in kept:
+            rep = cast(SeqV, item).items[1]  # type: ignore[index]
+            dev = single(cast(Obj, rep).devs) or ""
+            by_device.setdefault(dev, item)
+        if len(by_device) < 2:
+            return None
+        return list(by_device.values()), tuple(by_device)
 
     def _keeps_all(self, comp: cst.CompFor, items: list[Val], st: State) -> bool:
         """Do a comprehension's `if` clauses certainly keep each of `items` (`if p.requires_grad` in a file
@@ -1115,6 +1138,8 @@ def _contains(container: Val, key: int | str) -> bool | None:
     where not certain."""
     if isinstance(container, DictV) and not container.namespace:
         return key in container.items
+    if isinstance(container, NamePrefix) and isinstance(key, str):
+        return container.contains(key)  # `"backbone" in n` for a parameter of `self.backbone`
     if isinstance(container, SeqV) and container.items is not None and not container.module:
         if all(isinstance(i, Const) and type(i.value) in (int, str) for i in container.items):
             return any(i.value == key and type(i.value) is type(key) for i in container.items)  # type: ignore[attr-defined]

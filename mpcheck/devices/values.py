@@ -542,6 +542,35 @@ def _first_leaf(seq: SeqV, depth: int = 0) -> Val:
     return item
 
 
+class NamePrefix(Val):
+    """A parameter's name known by its start only: one attribute's parameters of a split model, named by
+    `named_parameters()` ("fc." for `self.fc`'s). Enough to decide `n.startswith("fc.")` or `"fc" in n`, a filter
+    that keeps a backbone's parameters and drops a head's."""
+
+    __slots__ = ("prefix",)
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+
+    def startswith(self, start: Val) -> Val:
+        starts = start.items if isinstance(start, SeqV) and start.items is not None else (start,)
+        answers = []
+        for s in starts:
+            if not (isinstance(s, Const) and isinstance(s.value, str)):
+                return UNK
+            # decided when one is a start of the other's known part; "fc" may still start "fc2." (not decided)
+            answers.append(
+                True if self.prefix.startswith(s.value) else None if s.value.startswith(self.prefix) else False
+            )
+        if any(a is True for a in answers):
+            return Const(True)
+        return Const(False) if all(a is False for a in answers) else UNK
+
+    def contains(self, part: str) -> bool | None:
+        """`part in name`: certain only when the known start holds it."""
+        return True if part in self.prefix else None
+
+
 class ParamsOf(Val):
     """`module.parameters()`: next() of it is the first parameter, on the first placed submodule.
     `shape` says how the parameters come: 'params' (`parameters()`, `state_dict().values()`),
@@ -580,6 +609,20 @@ class ParamsOf(Val):
                     else UNK
                 )
         return UNK
+
+    def per_attribute(self) -> list[tuple[str, Obj]] | None:
+        """One parameter for each placed attribute of a split model (its name, and a parameter there), for
+        filters by name; None where per_device would say nothing."""
+        m = self.mod
+        if not m.split or m.attrs is None or self.per_device() is None:
+            return None
+        out: list[tuple[str, Obj]] = []
+        for attr, dev in m.split:
+            v = m.attrs.get(attr)
+            holds = (isinstance(v, Obj) and v.kind in ("module", "param")) or (isinstance(v, SeqV) and v.module)
+            if holds and all(a != attr for a, _ in out):
+                out.append((attr, Obj("param", one(dev), label="", origin=f"a parameter of `{attr}`", invariant=True)))
+        return out
 
     def per_device(self) -> list[Obj] | None:
         """One parameter for each device the module's parameters certainly span (a split model:
