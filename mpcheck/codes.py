@@ -279,6 +279,14 @@ CODES: tuple[Code, ...] = (
         "placement gets nothing and places nothing.",
         (LINT,),
     ),
+    Code(
+        "MP027",
+        "placement-closure-late-binding",
+        "warning",
+        "A function made in a loop and kept for later (a placement policy, a hook) places on the loop's device "
+        "variable: it reads the variable when it runs, after the loop, so every one places on the last device.",
+        (LINT,),
+    ),
 )
 
 BY_CODE: dict[str, Code] = {c.code: c for c in CODES}

@@ -328,3 +328,38 @@ def test_parameters_kept_by_a_name_filter_on_two_gpus_are_joined_on_two_gpus():
 def test_a_name_filter_that_keeps_one_gpu_or_is_not_decided_says_nothing():
     for test in ('n.startswith("fc.")', 'n.startswith(("high.", "fc."))', '"low" in n', 'n.endswith("bias")'):
         assert lines(NAMED.replace("FILTER", test), "MP001") == [], test
+
+
+# ----------------------------------------------------------------- MP027: a kept closure reads the last device
+LATE = """
+import torch.nn as nn
+
+PLAN = {"encoder": "cuda:0", "decoder": "cuda:1"}
+blocks = [nn.Linear(8, 8), nn.Linear(8, 8)]
+policy, hooks = {}, []
+for name, dev in PLAN.items():
+    MAKE  # <- make
+"""
+
+
+def test_a_kept_closure_that_places_on_the_loop_variable_is_mp027():
+    for make in (
+        "policy[name] = lambda module: module.to(dev)",
+        "hooks.append(lambda m, args: (args[0].to(dev),))",
+        "blocks[0].register_forward_pre_hook(lambda m, args: (args[0].to(dev),))",
+        "def place(module):\n        return module.to(dev)\n    policy[name] = place",
+    ):
+        src = LATE.replace("MAKE", make)
+        got = findings(src, "MP027")
+        assert [f.line for f in got] == [8], make  # the lambda, or the `def` line
+        assert "`dev=dev`" in got[0].message
+
+
+def test_a_bound_default_a_call_made_at_once_or_no_move_is_clean():
+    for make in (
+        "policy[name] = lambda module, dev=dev: module.to(dev)",
+        "blocks[0].apply(lambda m: m.to(dev))",
+        "policy[name] = lambda module: print(name, dev)",
+        "policy[name] = (lambda module: module.to(dev))(blocks[0])",
+    ):
+        assert lines(LATE.replace("MAKE", make), "MP027") == [], make
