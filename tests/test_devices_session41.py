@@ -363,3 +363,31 @@ def test_a_bound_default_a_call_made_at_once_or_no_move_is_clean():
         "policy[name] = (lambda module: module.to(dev))(blocks[0])",
     ):
         assert lines(LATE.replace("MAKE", make), "MP027") == [], make
+
+
+NAMEDTUPLE = """
+from collections import namedtuple
+import torch
+import torch.nn as nn
+
+Cfg = namedtuple("Cfg", FIELDS)
+cfg = MAKE
+a = nn.Linear(8, 8).to(cfg.device)
+b = nn.Linear(8, 8).to(cfg.step_device)
+y = b(a(torch.randn(2, 8, device="cuda:0")))  # <- call
+"""
+
+
+def test_devices_kept_in_a_namedtuple_config_are_known():
+    for fields, make in (
+        ('"device step_device"', 'Cfg(device="cuda:0", step_device="cuda:1")'),
+        ('["device", "step_device"]', 'Cfg("cuda:0", "cuda:1")'),
+        ('"device, step_device", defaults=["cuda:1"]', 'Cfg("cuda:0")'),
+    ):
+        src = NAMEDTUPLE.replace("FIELDS", fields).replace("MAKE", make)
+        assert lines(src, "MP001") == [_line(src, "call")], (fields, make)
+    same = NAMEDTUPLE.replace("FIELDS", '"device step_device"').replace("MAKE", 'Cfg("cuda:1", "cuda:1")')
+    assert lines(same, "MP001") == []
+    # a call Python refuses (an unknown field): nothing known, nothing said
+    bad = NAMEDTUPLE.replace("FIELDS", '"device step_device"').replace("MAKE", 'Cfg("cuda:0", gpu="cuda:1")')
+    assert lines(bad, "MP001") == []

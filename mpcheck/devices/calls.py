@@ -52,6 +52,7 @@ from mpcheck.devices.values import (
     Summarized,
     SuperV,
     SymV,
+    TupleType,
     Val,
     as_device,
     both_cuda,
@@ -680,6 +681,8 @@ class Calls(Part):
             extra = {k: v for k, v in callee.kwargs.items() if k not in kwargs}
             exprs = [None] * len(callee.args) + list(exprs) + [None] * len(extra)
             args, kwargs, callee = [*callee.args, *args], {**kwargs, **extra}, callee.func
+        if isinstance(callee, TupleType):
+            return callee.make(args, kwargs)  # `TabConfig(device="cuda:0", ...)` of a namedtuple
         if isinstance(callee, ClassRef):
             obj = self.interp.instances.instantiate(callee.info, args, kwargs, st, node)
             self._note_class_use(obj, st, node)

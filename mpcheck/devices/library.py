@@ -73,6 +73,7 @@ from mpcheck.devices.values import (
     Starred,
     SuperV,
     SymV,
+    TupleType,
     Val,
     as_device,
     conflict,
@@ -1356,6 +1357,29 @@ def _toml_loads(lib: Library, c: LibCall) -> Val:
     return _parsed_text(c, tomllib.loads)
 
 
+def _namedtuple(lib: Library, c: LibCall) -> Val:
+    """`namedtuple("Cfg", "device step_device")` (or a list of names, `defaults=`): a class whose calls give a
+    namespace of the fields (values.TupleType)."""
+    names = c.args[1] if len(c.args) > 1 else c.kwargs.get("field_names")
+    if isinstance(names, Const) and isinstance(names.value, str):
+        fields = tuple(names.value.replace(",", " ").split())
+    elif isinstance(names, SeqV) and names.items is not None:
+        fields = tuple(i.value for i in names.items if isinstance(i, Const) and isinstance(i.value, str))
+        if len(fields) != len(names.items):
+            return UNK
+    else:
+        return UNK
+    defaults = c.kwargs.get("defaults")
+    kept: tuple[Val, ...] = ()
+    if isinstance(defaults, SeqV) and defaults.items is not None:
+        kept = defaults.items
+    elif defaults is not None and not (isinstance(defaults, Const) and defaults.value is None):
+        return UNK
+    if not fields or len(kept) > len(fields) or not all(f.isidentifier() for f in fields):
+        return UNK
+    return TupleType(fields, kept)
+
+
 def _yaml_load(lib: Library, c: LibCall) -> Val:
     """`yaml.safe_load('devices: {encoder: "cuda:0"}')` of a known string, read by the linter's own YAML subset
     (yaml_text.py: PyYAML is no dependency of the linter); a text beyond that subset is not known."""
@@ -1581,6 +1605,7 @@ EXACT: dict[str, Handler] = _exact(
     (("os.environ.get", "os.getenv"), _environment_get),
     ("json.loads", _json_loads),
     (("yaml.safe_load", "yaml.load", "yaml.full_load"), _yaml_load),
+    ("collections.namedtuple", _namedtuple),
     (("configparser.ConfigParser", "configparser.RawConfigParser"), lambda lib, c: ini_text.new_parser()),
     ("tomllib.loads", _toml_loads),
     ("torch.save", _save),

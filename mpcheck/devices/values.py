@@ -542,6 +542,27 @@ def _first_leaf(seq: SeqV, depth: int = 0) -> Val:
     return item
 
 
+class TupleType(Val):
+    """A class made by `collections.namedtuple("Cfg", "device step_device")`: a call of it gives a namespace of its
+    fields (`cfg.step_device`), as `types.SimpleNamespace(...)` does."""
+
+    __slots__ = ("defaults", "fields")
+
+    def __init__(self, fields: tuple[str, ...], defaults: tuple[Val, ...] = ()) -> None:
+        self.fields = fields
+        self.defaults = defaults
+
+    def make(self, args: list[Val], kwargs: dict[str, Val]) -> Val:
+        if len(args) > len(self.fields) or any(k not in self.fields for k in kwargs):
+            return UNK  # Python raises there
+        given: dict[str, Val] = dict(zip(self.fields, args))
+        given.update(kwargs)
+        # defaults fill the rightmost fields
+        for name, default in zip(self.fields[len(self.fields) - len(self.defaults) :], self.defaults):
+            given.setdefault(name, default)
+        return DictV(given, namespace=True)
+
+
 class NamePrefix(Val):
     """A parameter's name known by its start only: one attribute's parameters of a split model, named by
     `named_parameters()` ("fc." for `self.fc`'s). Enough to decide `n.startswith("fc.")` or `"fc" in n`, a filter
