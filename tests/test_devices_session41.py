@@ -386,7 +386,7 @@ def test_devices_kept_in_a_namedtuple_config_are_known():
     ):
         src = NAMEDTUPLE.replace("FIELDS", fields).replace("MAKE", make)
         assert lines(src, "MP001") == [_line(src, "call")], (fields, make)
-    same = NAMEDTUPLE.replace("FIELDS", '"device step_device"').replace("MAKE", 'Cfg("cuda:1", "cuda:1")')
+    same = NAMEDTUPLE.replace("FIELDS", '"device step_device"').replace("MAKE", 'Cfg("cuda:0", "cuda:0")')
     assert lines(same, "MP001") == []
     # a call Python refuses (an unknown field): nothing known, nothing said
     bad = NAMEDTUPLE.replace("FIELDS", '"device step_device"').replace("MAKE", 'Cfg("cuda:0", gpu="cuda:1")')
