@@ -17,6 +17,7 @@ from mpcheck.devices.walk import walk
 from mpcheck.finding import Finding
 from mpcheck.rules.base import Rule
 from mpcheck.rules.context import FileContext
+from mpcheck.rules.words import FLOW_WORDS
 
 # Calls and subscripts whose value is a string whenever the program runs (with a string default or none).
 _STRING_READS = frozenset({"os.environ.get", "os.getenv", "environ.get", "getenv", "input"})
@@ -27,7 +28,7 @@ _DEVICE_WORDS = ("cuda", "device", "gpu", "dev")
 
 class StringComparedWithNumber(Rule):
     code = "MP025"
-    needs = ("environ", "getenv", "argv", "input(")
+    needs = FLOW_WORDS  # (a split names a second device: words.py)
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         strings = _names_always_strings(ctx.module)

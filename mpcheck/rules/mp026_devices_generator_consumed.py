@@ -18,6 +18,7 @@ from mpcheck.devices.walk import assigned, target_names, walk
 from mpcheck.finding import Finding
 from mpcheck.rules.base import Rule
 from mpcheck.rules.context import FileContext
+from mpcheck.rules.words import FLOW_WORDS
 
 _DEVICE_WORDS = ("cuda", "device", "gpu")
 # Calls that read an iterable through to its end.
@@ -26,7 +27,7 @@ _CONSUMERS = frozenset({"list", "tuple", "set", "sorted", "sum", "any", "all", "
 
 class DevicesGeneratorConsumed(Rule):
     code = "MP026"
-    needs = ("cuda", "device")
+    needs = FLOW_WORDS  # (a split names a second device: words.py)
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         for block in walk(ctx.module):

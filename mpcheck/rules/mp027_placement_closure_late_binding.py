@@ -19,6 +19,7 @@ from mpcheck.devices.walk import assigned, target_names, walk
 from mpcheck.finding import Finding
 from mpcheck.rules.base import Rule
 from mpcheck.rules.context import FileContext
+from mpcheck.rules.words import FLOW_WORDS
 
 # Calls that keep the function they are given, to call it later (not `map`, `apply`, `sorted`: they call it now).
 _KEEPING_CALLS = frozenset({"append", "extend", "insert", "setdefault", "add"})
@@ -27,7 +28,7 @@ _PLACING = frozenset({"to", "cuda"})
 
 class PlacementClosureLateBinding(Rule):
     code = "MP027"
-    needs = (".to(", ".cuda(")
+    needs = FLOW_WORDS  # (a split names a second device: words.py)
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         kept = _kept_functions(ctx.module)
