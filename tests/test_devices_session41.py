@@ -198,6 +198,7 @@ def test_a_generator_of_devices_read_through_before_the_placement_is_mp026():
         "print(list(devices))",
         "n = sum(1 for _ in devices)",
         "for d in devices: print(d)",
+        "for i, d in enumerate(devices): print(i, d)",
     ):
         src = GEN.replace("MAKE", gen).replace("FIRST", first)
         got = findings(src, "MP026")
@@ -212,6 +213,7 @@ def test_a_list_a_single_read_a_rebinding_or_a_generator_of_no_devices_are_clean
         (gen, "pass"),
         (gen, f"print(list(devices)); devices = {gen}"),
         (gen, "print(next(devices))"),  # one item read: the rest are still there (not followed)
+        (gen, "pairs = enumerate(devices)"),  # a lazy wrapper kept, not walked: nothing read yet
         ("(i * 2 for i in range(2))", "print(list(devices))"),
     )
     for make, first in cases:

@@ -22,7 +22,9 @@ from mpcheck.rules.words import FLOW_WORDS
 
 _DEVICE_WORDS = ("cuda", "device", "gpu")
 # Calls that read an iterable through to its end.
-_CONSUMERS = frozenset({"list", "tuple", "set", "sorted", "sum", "any", "all", "max", "min", "dict", "enumerate"})
+_CONSUMERS = frozenset({"list", "tuple", "set", "sorted", "sum", "any", "all", "max", "min", "dict"})
+# Lazy wrappers: they read the generator through only when a `for` walks them (`for i, d in enumerate(devices)`).
+_LAZY = frozenset({"enumerate", "zip"})
 
 
 class DevicesGeneratorConsumed(Rule):
@@ -97,6 +99,13 @@ def _consumer_of(stmt: cst.CSTNode, read: cst.Name) -> cst.CSTNode | None:
     `", ".join(...)`, or a generator over it that one of these reads; None when the name is read otherwise."""
     for n in walk(stmt):
         if isinstance(n, cst.For) and n.iter is read:
+            return n.iter
+        if (
+            isinstance(n, cst.For)
+            and isinstance(n.iter, cst.Call)
+            and dotted(n.iter.func) in _LAZY
+            and any(a.value is read for a in n.iter.args)
+        ):
             return n.iter
         if isinstance(n, (cst.ListComp, cst.SetComp, cst.DictComp)) and n.for_in.iter is read:
             return n
