@@ -202,8 +202,8 @@ CODES: tuple[Code, ...] = (
         "lazy-move",
         "error",
         "A move that never takes effect: `.to()` / `.cuda()` written inside a `map(...)` or a generator expression "
-        "whose result is dropped (Python 3 never runs it), or a tensor's own `.to()` dropped in a loop over a "
-        "module's parameters: nothing moves.",
+        "whose result is dropped (Python 3 never runs it), a tensor's own `.to()` dropped in a loop over a "
+        "module's parameters, or the placed copy a function returns dropped: nothing moves.",
         (LINT,),
     ),
     Code(
@@ -287,6 +287,22 @@ CODES: tuple[Code, ...] = (
         "variable: it reads the variable when it runs, after the loop, so every one places on the last device.",
         (LINT,),
     ),
+    Code(
+        "MP028",
+        "copied-every-pass-read-periodically",
+        "warning",
+        "A tensor is copied off its GPU on every pass of a loop, but only a branch taken every N-th pass "
+        "(`if step % 10 == 0:`) reads the copy: the other passes' copies cross the link for nothing.",
+        (LINT,),
+    ),
+    Code(
+        "MP029",
+        "repeated-list-in-device-plan",
+        "warning",
+        "`[[]] * n_gpus` repeats one list: what a plan adds to one device's entry (`plan[gpu].append(layer)`) is in "
+        "every entry, so every device gets every item.",
+        (LINT,),
+    ),
 )
 
 BY_CODE: dict[str, Code] = {c.code: c for c in CODES}
@@ -352,3 +368,11 @@ METRIC_NAME_PARTS = frozenset(
 def is_metric_function(name: str) -> bool:
     """Is a function of this name a metric's (`dice_score`, `accuracy`, `eval_top1`)?"""
     return any(part in METRIC_NAME_PARTS for part in name.lower().split("_"))
+
+# MP016's factor for a tensor resampled before its move (`F.interpolate(x, scale_factor=4)`, `F.unfold(h, 3)`),
+# shared by the linter and the run-time checks: the result must hold at least this many times its input's elements,
+# the mirror of a reduction's 1/8 (mpcheck/runtime/checks/reduced_after_move.py SHRINK). A resampling is compute
+# the destination would take over; a 2x upsampled image (4 times the data, a skip connection's base image) moved
+# between GPUs wastes a fraction of a copy's fixed cost at NVLink speed, below what a warning is for. The linter reads
+# a single scale factor as one per dimension of an image (two).
+RESAMPLE_MIN_FACTOR = 8

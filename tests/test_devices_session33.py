@@ -199,7 +199,9 @@ def test_a_helper_that_reduces_the_moved_tensor_alone():
         # steps written around the move count too
         ("return w", "(w.to(aux.device) * 2).sum()", [21]),
         # it meets another tensor of the destination before the reduction: it must cross
-        ("return (w * torch.ones(8, device='cuda:0')).sum()", "entropy(w.to(aux.device))", []),
+        ("return (w * torch.rand(8).to('cuda:0')).sum()", "entropy(w.to(aux.device))", []),
+        # but a constant made right there from sizes could be made on the source as well
+        ("return (w * torch.ones(8, device='cuda:0')).sum()", "entropy(w.to(aux.device))", [21]),
         # reduced along a dim in the helper, then fully after it: all of it from the moved tensor alone
         ("return w.sum(-1)", "entropy(w.to(aux.device)).mean(0).sum()", [21]),
         # reduced along dims only: no one value

@@ -74,6 +74,54 @@ from mpcheck.devices.walk import assigned, walk
 ArgExprs = Sequence[cst.BaseExpression | None] | None
 
 
+# What a tensor tells about itself without its data: reading it uses none of its elements.
+_METADATA = frozenset({"shape", "device", "dtype", "ndim", "size", "dim", "numel", "is_cuda", "requires_grad"})
+
+
+def _feeds_only(body: cst.CSTNode, name: str, inside: set[int], depth: int) -> bool:
+    """Does every mention of `name` in `body` go into the reduction (`inside`, its nodes' ids)? So when each one is
+    inside it, reads only metadata (`w.shape[0]`, `device=w.device`), or is in the value of a statement that binds a
+    local read only so in turn (`gram = w @ w.T`, `gram` then reduced), `depth` bindings deep at most."""
+    targets = {id(t) for m in walk(body) for t in assigned(m) if isinstance(t, cst.Name)}
+    for n in walk(body):
+        if not (isinstance(n, cst.Name) and n.value == name) or id(n) in inside or id(n) in targets:
+            continue
+        if id(n) in _metadata_reads(body, name):
+            continue
+        bound = _bound_by(body, n)
+        if bound is None or depth == 0 or bound == name or not _feeds_only(body, bound, inside, depth - 1):
+            return False
+    return True
+
+
+def _metadata_reads(body: cst.CSTNode, name: str) -> set[int]:
+    """The mentions of `name` that read only metadata: `name.shape`, `name.size(0)`, `name.device`."""
+    return {
+        id(n.value)
+        for n in walk(body)
+        if isinstance(n, cst.Attribute)
+        and isinstance(n.value, cst.Name)
+        and n.value.value == name
+        and n.attr.value in _METADATA
+    }
+
+
+def _bound_by(body: cst.CSTNode, mention: cst.Name) -> str | None:
+    """The local name whose one-target assignment's value holds `mention` (`gram` of `gram = w @ w.T`), if it is
+    the only binding of that name in `body`."""
+    for n in walk(body):
+        if (
+            isinstance(n, cst.Assign)
+            and len(n.targets) == 1
+            and isinstance(n.targets[0].target, cst.Name)
+            and any(m is mention for m in walk(n.value))
+        ):
+            target = n.targets[0].target.value
+            binds = sum(1 for m in walk(body) for t in assigned(m) if isinstance(t, cst.Name) and t.value == target)
+            return target if binds == 1 else None
+    return None
+
+
 class Calls(Part):
     def bind(
         self, info: FuncInfo, env: dict[str, Val], self_val: Val | None, args: list[Val], kwargs: dict[str, Val]
@@ -911,7 +959,7 @@ class Calls(Part):
         )
         if name is None:
             return False
-        return all(id(n) in inside for n in walk(fn.node.body) if isinstance(n, cst.Name) and n.value == name)
+        return _feeds_only(fn.node.body, name, inside, 3)
 
     def method_call(
         self, recv: Val, meth: str, args: list[Val], kwargs: dict[str, Val], node: cst.Call, st: State

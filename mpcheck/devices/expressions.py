@@ -156,7 +156,12 @@ class Expressions(Part):
                     "param", base.devs, label=dotted(node) or name, origin=base.origin, at=base.at, invariant=True
                 )
             if name in ("T", "mT", "data", "real", "imag"):
-                return base.with_(label=dotted(node) or base.label)
+                # (the same data: a reduction after it is one of the move's, MP016)
+                return base.with_(
+                    label=dotted(node) or base.label,
+                    reducible_move=base.reducible_move,
+                    made_from_move=base.made_from_move,
+                )
             if name in ("values", "indices") and base.kind == "tensor" and not base.opaque:
                 # torch's (values, indices) results (topk, sort, max(dim), kthvalue, ...): both where the input is.
                 return base.with_(label=dotted(node) or "", invariant=False)
@@ -229,8 +234,8 @@ class Expressions(Part):
         if len(node.slice) != 1 or not isinstance(node.slice[0].slice, cst.Index):
             indices = [self.ev(el.slice.value, st) for el in node.slice if isinstance(el.slice, cst.Index)]
             if isinstance(base, Obj) and base.kind in ("tensor", "param", "buffer", "any"):
-                if _picks_positions(node):
-                    self._note_indexed_after_move(node, base, st)  # `h.to(dev)[:, 0]`
+                if _picks_positions(node) or self._strided(node, st):
+                    self._note_indexed_after_move(node, base, st)  # `h.to(dev)[:, 0]`, `h.to(dev)[:, ::4]`
                 used(base, *indices)  # an index tensor is read where the indexed tensor is (`hyps[src, :]`)
                 self.check_index_tensors(node, base, indices, st)
                 return base.with_(
@@ -307,6 +312,45 @@ class Expressions(Part):
             )
         return UNK
 
+    def _one_move_of(self, node: cst.CSTNode, a: Obj, b: Obj) -> Any:
+        """The move both operands of a binary op are computed from alone (Obj.reducible_move), where one of them
+        may be a constant a factory makes right there from sizes (`gram - torch.eye(n, device=w.device)`: it could
+        be made where the data came from as well); None otherwise."""
+        if a.reducible_move is b.reducible_move:
+            return a.reducible_move
+        if self._made_from_sizes(getattr(node, "right", None)):
+            return a.reducible_move
+        if self._made_from_sizes(getattr(node, "left", None)):
+            return b.reducible_move
+        return None
+
+    def _made_from_sizes(self, expr: cst.BaseExpression | None) -> bool:
+        """`torch.eye(n, device=...)`, `torch.ones(8)` written as the operand itself. Not a buffer made to be filled
+        (`torch.zeros`, `torch.empty`), nor a draw (the host's and a GPU's generators give other numbers), nor a name
+        bound to a factory's tensor (what was done to it since is not read here)."""
+        if not isinstance(expr, cst.Call):
+            return False
+        q = self.qname(expr.func) or ""
+        last = q.rsplit(".", 1)[-1]
+        return q.startswith("torch.") and last in _CONSTANT_FACTORIES
+
+    def _strided(self, node: cst.Subscript, st: State) -> bool:
+        """`h[:, ::SKIP]`: whole dimensions kept and every k-th position of at least one other, k a known
+        number of 2 or more (a step the file does not spell out may be 1: nothing dropped)."""
+        strided = False
+        for el in node.slice:
+            sl = el.slice
+            if not isinstance(sl, cst.Slice) or sl.lower is not None or sl.upper is not None:
+                if isinstance(sl, cst.Index) and isinstance(sl.value, cst.Ellipsis):
+                    continue
+                return False
+            if sl.step is not None:
+                step = self.ev(sl.step, st)
+                if not (isinstance(step, Const) and type(step.value) is int and step.value >= 2):
+                    return False
+                strided = True
+        return strided
+
     def _row_walked(self, node: cst.Subscript, base: Obj) -> cst.BaseExpression | None:
         """`t` of `t[i]` inside `for i in range(len(t))` (Interp.row_loops), `t` a tensor whose every row the
         loop reads this way (Obj.row_of, MP021); else None."""
@@ -332,7 +376,7 @@ class Expressions(Part):
             and base.moved_from is not None
             and not base.worked
             and not base.index_like
-            and (node.value is move or self._read_only_here(node.value, move))
+            and (node.value is move or self.read_only_here(node.value, move))
             # moved once before a loop that indexes it on every pass (`ab = t.to(dev)`, then `ab[t]` per step)
             and not (isinstance(node.value, cst.Name) and self.interp.bound_before_loop(base, node.value.value))
         ):
@@ -342,7 +386,7 @@ class Expressions(Part):
             key=(base.moved_from, base.devs),
         )
 
-    def _read_only_here(self, name: cst.BaseExpression, move: cst.CSTNode) -> bool:
+    def read_only_here(self, name: cst.BaseExpression, move: cst.CSTNode) -> bool:
         """`name` is a local the current function binds once (the move's result: the value is still the
         moved one) and reads once, here; or a parameter it reads once, here, given the move itself as its
         argument (`cls_of(h.to(dev))`: a caller that named the copy may use it again)."""
@@ -770,9 +814,10 @@ class Expressions(Part):
                 invariant=a.invariant and b.invariant,
                 lineage=a.lineage or b.lineage,
                 hop=max(a.hop, b.hop),
-                # `w * w.log()` of one moved `w`: still that move's data alone
-                reducible_move=a.reducible_move if a.reducible_move is b.reducible_move else None,
-                made_from_move=a.reducible_move is not None and a.reducible_move is b.reducible_move,
+                # `w * w.log()` of one moved `w`, `gram - torch.eye(n, device=w.device)`: still that move's data
+                # alone (a tensor a factory makes from sizes could be made where the data came from as well)
+                reducible_move=(rm := self._one_move_of(node, a, b)),
+                made_from_move=rm is not None,
                 row_statistic=a.row_statistic and b.row_statistic,
             )
         if _host_scalar(a) and not isinstance(b, Const) or _host_scalar(b) and not isinstance(a, Const):
@@ -1221,6 +1266,10 @@ def _gpu_index_of_host(idx: Obj, base: Obj) -> bool:
         return False  # (a 0-dim integer index is read as a number: `table[logits.argmax()]` runs, with a sync)
     i, b = single(idx.devs), single(base.devs)
     return bool(i and i.startswith("cuda") and b == "cpu" and not base.opaque)
+
+
+# Factories of the same values wherever they run, from sizes alone (`torch.eye(n)`, `torch.arange(n)`).
+_CONSTANT_FACTORIES = torchapi.SHAPE_FACTORIES - torchapi.RANDOM_FACTORIES - {"zeros", "empty"}
 
 
 def _picks_positions(node: cst.Subscript) -> bool:

@@ -20,6 +20,7 @@ from typing import Any, TypeGuard
 
 import libcst as cst
 
+from mpcheck.codes import RESAMPLE_MIN_FACTOR
 from mpcheck.devices import (
     command_line,
     element_reads,
@@ -358,7 +359,7 @@ class Library(Part):
             row_statistic=_of_row_statistics(q, args, kwargs, flat),
             # `torch.multinomial(probs, 1)`: sampled ids, as a comparison's mask or `argmax` are
             index_like=q.rsplit(".", 1)[-1] in T.INDEX_FUNCTIONS,
-            enlarged_at=node if _one_hot_of_many_classes(q, args, kwargs) else None,
+            enlarged_at=node if _one_hot_of_many_classes(q, args, kwargs) or _upsampled(q, args, kwargs) else None,
         )
         second = args[1] if len(args) > 1 else None
         if q.count(".") == 1 and T.gives_values_and_indices(
@@ -380,6 +381,33 @@ def _one_hot_of_many_classes(q: str, args: list[Val], kwargs: dict[str, Val]) ->
         return False
     n = args[1] if len(args) > 1 else kwargs.get("num_classes")
     return isinstance(n, Const) and type(n.value) is int and n.value >= ONE_HOT_MIN_CLASSES
+
+
+def _upsampled(q: str, args: list[Val], kwargs: dict[str, Val]) -> bool:
+    """`F.interpolate(x, scale_factor=4)`, `F.unfold(h, 3)`: a tensor resampled to more elements, computed from
+    it alone. Every scale factor (a resampler's) or kernel size (an im2col's, at stride 1) a known number of at
+    least 1 and their product (over an image's two dimensions for one number) at least RESAMPLE_MIN_FACTOR (a
+    `size=` or a stride the file does not spell out may shrink it)."""
+    if not q.startswith("torch.nn.functional."):
+        return False
+    name = q.rsplit(".", 1)[-1]
+    if name in T.RESAMPLERS:
+        factor = args[2] if len(args) > 2 else kwargs.get("scale_factor")
+    elif name == "unfold":
+        stride = args[4] if len(args) > 4 else kwargs.get("stride", Const(1))
+        if not (isinstance(stride, Const) and stride.value == 1):
+            return False
+        factor = args[1] if len(args) > 1 else kwargs.get("kernel_size")
+    else:
+        return False
+    factors = list(factor.items) if isinstance(factor, SeqV) and factor.items else [factor]
+    numbers = [f.value for f in factors if isinstance(f, Const) and type(f.value) in (int, float)]
+    if len(numbers) != len(factors) or any(n < 1 for n in numbers):
+        return False
+    product = 1.0
+    for n in numbers:
+        product *= n if len(factors) > 1 else n * n  # (one number: a square, an image's two dimensions)
+    return product >= RESAMPLE_MIN_FACTOR
 
 
 def _of_row_statistics(q: str, args: list[Val], kwargs: dict[str, Val], flat: list[Any]) -> bool:

@@ -333,7 +333,13 @@ class Moves(Part):
             # agree (move its data once, enlarge it there). Not ids or a mask repeated per beam or per sample:
             # a batch-by-sequence tensor, whose copy costs the link's latency at any size; the measured cost
             # is an activation's or a bias'.
-            if recv.enlarged_at is not None and devs is not None and devs != recv.devs and not recv.index_like:
+            if (
+                recv.enlarged_at is not None
+                and devs is not None
+                and devs != recv.devs
+                and not recv.index_like
+                and self._enlarged_only_to_move(recv, recv_expr, node)
+            ):
                 self.interp.recorder.record(
                     OversizedMove(
                         node=node,
@@ -599,6 +605,20 @@ class Moves(Part):
                 if m.name != "__init__":
                     _self_targets(m.node, got.setdefault(m.node, set()))
         return got
+
+    def _enlarged_only_to_move(self, recv: Obj, recv_expr: cst.BaseExpression | None, node: cst.Call) -> bool:
+        """A resampled tensor (`F.interpolate(x, scale_factor=4)`, `F.unfold(h, 3)`) is moved for nothing but the move: the call
+        itself is moved, or a name read nowhere else. One also used where it was made (a super-resolution
+        model's upsampled input, kept for the residual on the last GPU) was computed for its own sake; moving
+        its input instead would resample it twice. Expansions and one-hot encodings cost nothing to redo."""
+        enlarging = recv.enlarged_at
+        func = enlarging.func if isinstance(enlarging, cst.Call) else None
+        name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+        if name not in T.ENLARGING_FUNCTIONS:
+            return True
+        if recv_expr is None:
+            return False
+        return recv_expr is enlarging or self.interp.exprs.read_only_here(recv_expr, node)
 
     def _note_host_made(self, recv: Obj, devs: Devs, node: cst.Call, st: State) -> None:
         """MP019: `torch.randn(x.shape).to(dev)`, the factory's call right under the move (a dtype cast between

@@ -615,7 +615,12 @@ class Statements(Part):
                 # that `2 * local_rank` and `2 * local_rank + 1` are two GPUs (values.affine).
                 v = SymV(target.value)
             if isinstance(v, Obj) and not v.label and v.kind not in ("module", "any", "loss", "passthrough"):
-                v = v.with_(label=target.value)  # a module keeps its identity (in-place .to())
+                # A module keeps its identity (in-place .to()). A value computed on a GPU from one move alone stays
+                # one (`gram = w @ w.T`, then `(gram - eye).pow(2).sum()`: MP016 asks what else reads the move);
+                # not on the host, where MP005 would take it for idle host work without following the name's reads.
+                on_gpu = v.devs is not None and v.devs != one("cpu")
+                rm = v.reducible_move if on_gpu else None
+                v = v.with_(label=target.value, reducible_move=rm, made_from_move=rm is not None and v.made_from_move)
             forget_copies(target.value, st)
             st.env[target.value] = v
         elif isinstance(target, cst.Attribute):

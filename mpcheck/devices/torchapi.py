@@ -430,6 +430,11 @@ LAYOUT_METHODS = frozenset(
 # Tensor methods whose result is larger than the data it holds (a broadcast view, or the data repeated):
 # moved on, it crosses at its larger size where moving first and enlarging after would not (MP016).
 ENLARGING_METHODS = frozenset({"expand", "expand_as", "broadcast_to", "repeat", "tile", "repeat_interleave"})
+# torch.nn.functional's resamplers: with a known scale factor of 2 or more (`F.interpolate(x, scale_factor=4)`) the
+# result holds that many times the elements of the tensor it was computed from alone (MP016); so does `F.unfold`
+# (im2col) at stride 1, once per kernel position.
+RESAMPLERS = frozenset({"interpolate", "upsample", "upsample_bilinear", "upsample_nearest"})
+ENLARGING_FUNCTIONS = RESAMPLERS | {"unfold"}
 ELEMENTWISE_STEPS = frozenset(
     {
         "abs",

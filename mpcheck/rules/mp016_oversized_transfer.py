@@ -10,6 +10,7 @@ import libcst as cst
 
 from mpcheck.devices.describe import moved_tensor
 from mpcheck.devices.events import OversizedMove, Transfer
+from mpcheck.devices.torchapi import ENLARGING_FUNCTIONS
 from mpcheck.devices.values import distinct, show, single
 from mpcheck.finding import Finding
 from mpcheck.rules.base import Rule, once_per_node
@@ -117,7 +118,8 @@ def _index_at_source(ctx: FileContext, indexed: cst.Subscript, index: str) -> st
 
 def _enlarged(ctx: FileContext, enlarging: cst.Call, subject: str, dst: str) -> tuple[str, str]:
     """The message and fix of a move of an enlarged tensor: move first, enlarge on the destination."""
-    name = enlarging.func.attr.value if isinstance(enlarging.func, cst.Attribute) else "expand"
+    func = enlarging.func
+    name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
     line = ctx.line(enlarging)
     if _one_hot(enlarging):
         call = ctx.code(enlarging.func)
@@ -125,6 +127,14 @@ def _enlarged(ctx: FileContext, enlarging: cst.Call, subject: str, dst: str) -> 
             f"{subject} after `{call}()` encoded it (line {line}): each id crosses as a row of one value per class, "
             f"where the ids alone would do. Move the ids and call `{call}()` on {show(dst)}.",
             f"move the ids before `{call}()` at line {line}, and encode them on {dst}",
+        )
+    if name in ENLARGING_FUNCTIONS:
+        call = ctx.code(enlarging.func)
+        did = "unfolded it into patches" if name == "unfold" else "upsampled it"
+        return (
+            f"{subject} after `{call}()` {did} (line {line}): it crosses at its enlarged size, where the "
+            f"tensor it was made from would do. Move that tensor and call `{call}()` on {show(dst)}.",
+            f"move the input of `{call}()` at line {line}, and call `{call}()` on {dst}",
         )
     how = (
         "it crosses at its expanded size (a copy writes out every repeated element)"

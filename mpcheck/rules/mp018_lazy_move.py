@@ -51,6 +51,28 @@ class LazyMoveRule(Rule):
                 suggestion=f"`{var}.data = {var}.data.{rest}`",
             )
         yield from self._hooks_that_return_nothing(ctx)
+        yield from self._placed_copies_dropped(ctx)
+
+    def _placed_copies_dropped(self, ctx: FileContext) -> Iterator[Finding]:
+        copiers = _functions_returning_a_placed_copy(ctx.module)
+        if not copiers:
+            return
+        for n in walk(ctx.module):
+            if not (isinstance(n, cst.Expr) and isinstance(n.value, cst.Call) and isinstance(n.value.func, cst.Name)):
+                continue
+            name = n.value.func.value
+            made = copiers.get(name)
+            if made is None or not n.value.args:
+                continue
+            arg = ctx.code(n.value.args[0].value)
+            yield self.finding(
+                ctx,
+                n.value,
+                f"`{name}()` places a copy (`{ctx.code(made)}`, line {ctx.line(made)}) and returns it, and this "
+                f"statement drops it: `{arg}` itself is never moved, so it runs where it was and the split never "
+                f"happens. Keep the result: `{arg} = {ctx.code(n.value)}`.",
+                suggestion=f"`{arg} = {ctx.code(n.value)}`",
+            )
 
     def _hooks_that_return_nothing(self, ctx: FileContext) -> Iterator[Finding]:
         registered = _registered_hooks(ctx.module)
@@ -114,3 +136,53 @@ def _moved_into_a_parameter_then_dropped(fn: cst.FunctionDef) -> cst.Assign | No
             continue
         return a
     return None
+
+
+# Functions that copy a module whole.
+_COPIERS = frozenset({"copy.deepcopy", "copy.copy", "deepcopy"})
+
+
+def _functions_returning_a_placed_copy(module: cst.Module) -> dict[str, cst.Call]:
+    """Function name -> the copy it makes, for the module-level functions that copy their first argument
+    (`placed = copy.deepcopy(model)`), move parts of the copy (`placed.head.to(dev)`) and return it alone."""
+    out: dict[str, cst.Call] = {}
+    for fn in module.body:
+        if not isinstance(fn, cst.FunctionDef) or not fn.params.params:
+            continue
+        first = fn.params.params[0].name.value
+        returns = [n for n in walk(fn.body) if isinstance(n, cst.Return)]
+        if len(returns) != 1 or not isinstance(returns[0].value, cst.Name):
+            continue
+        copy_name = returns[0].value.value
+        made = [
+            n.value
+            for n in walk(fn.body)
+            if isinstance(n, cst.Assign)
+            and len(n.targets) == 1
+            and isinstance(n.targets[0].target, cst.Name)
+            and n.targets[0].target.value == copy_name
+        ]
+        if len(made) != 1 or not _copy_of(made[0], first):
+            continue
+        if any(plain_device_move(n) and _rooted_at(n, copy_name) for n in walk(fn.body)):
+            out[fn.name.value] = made[0]  # type: ignore[assignment]
+    return out
+
+
+def _copy_of(value: cst.BaseExpression, name: str) -> bool:
+    return (
+        isinstance(value, cst.Call)
+        and (dotted(value.func) or "") in _COPIERS
+        and len(value.args) == 1
+        and isinstance(value.args[0].value, cst.Name)
+        and value.args[0].value.value == name
+    )
+
+
+def _rooted_at(call: cst.CSTNode, name: str) -> bool:
+    """`name.x.to(dev)`, `name.to(dev)`: a move of `name` or of one of its attributes. (A loop over the copy's
+    blocks moves them too, but the one direct move the functions make is enough to know it places.)"""
+    node = call.func.value if isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute) else None
+    while isinstance(node, (cst.Attribute, cst.Subscript)):
+        node = node.value
+    return isinstance(node, cst.Name) and node.value == name

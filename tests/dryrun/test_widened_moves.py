@@ -102,3 +102,57 @@ def test_ids_moved_then_encoded_or_a_small_encoding_are_clean(script, dryrun_cli
         s = script(ENCODE.replace("MOVE", move))
         status, report, err = dryrun_cli(s, "--gpus", "2")
         assert status == 0 and "MP016" not in [f["code"] for f in report["findings"]], (move, err)
+
+
+UPSAMPLE = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+first = nn.Conv2d(1, 16, 3, padding=1).to("cuda:0")
+last = nn.Conv2d(16, 1, 3, padding=1).to("cuda:1")
+low = torch.rand(16, 1, 32, 32)
+for _ in range(2):
+    x = MOVE  # <- hop
+    h = first(x)
+    y = last(h.to("cuda:1")) + USE
+    y.mean().backward()
+"""
+
+
+def test_a_tensor_upsampled_or_unfolded_then_moved_is_reported_with_its_input_bytes(script, dryrun_cli):
+    cases = {
+        'F.interpolate(low, scale_factor=4, mode="bicubic", align_corners=False).to("cuda:0")': (
+            "upsampled",
+            16 * 32 * 32 * 4,
+            16 * 128 * 128 * 4,
+        ),
+        'F.unfold(low.to("cuda:1"), 3, padding=1).to("cuda:0").view(16, 9, 32, 32)[:, :1]': (
+            "unfolded into patches",
+            16 * 32 * 32 * 4,
+            16 * 9 * 32 * 32 * 4,
+        ),
+    }
+    for move, (how, needed, moved) in cases.items():
+        s = script(UPSAMPLE.replace("MOVE", move).replace("USE", "0"))
+        status, report, err = dryrun_cli(s, "--gpus", "2")
+        assert status == 0, err
+        (f,) = [f for f in report["findings"] if f["code"] == "MP016"]
+        assert f["line"] == s.line("hop") and f["extra"]["widened_from"] == how, move
+        assert (f["extra"]["bytes_needed"], f["extra"]["bytes_moved"]) == (needed, moved), move
+
+
+def test_an_upsampled_tensor_used_where_it_was_made_or_resampled_on_arrival_is_clean(script, dryrun_cli):
+    for move, use in (
+        # resampled where it is used: the small image crosses
+        ('F.interpolate(low.to("cuda:0"), scale_factor=4, mode="bicubic", align_corners=False)', "0"),
+        # a super-resolution model's input: read by the first layer on cuda:0, and again by the residual on cuda:1
+        ('F.interpolate(low.to("cuda:0"), scale_factor=4, mode="bicubic", align_corners=False)', 'x.to("cuda:1")'),
+        # upsampled 2x: 4 times the data, below RESAMPLE_MIN_FACTOR
+        ('F.interpolate(low, scale_factor=2, mode="bilinear").to("cuda:0")', "0"),
+        # downsampled: smaller than its input
+        ('F.interpolate(torch.rand(16, 1, 64, 64), scale_factor=0.5).to("cuda:0")', "0"),
+    ):
+        s = script(UPSAMPLE.replace("MOVE", move).replace("USE", use))
+        status, report, err = dryrun_cli(s, "--gpus", "2")
+        assert status == 0 and "MP016" not in [f["code"] for f in report["findings"]], (move, use, err)

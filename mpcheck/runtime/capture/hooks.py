@@ -249,6 +249,7 @@ def _patch_module_call(
     no_torch_function = torch._C.DisableTorchFunction
     device_of = checker.devices.device_of
     watched = checker.reduce_watch.carriers  # MP016's watched moves: one dict for the run, empty most of the time
+    widened = checker._widened  # MP016's widened, encoded and upsampled tensors (widened.py): the same
 
     def checked_call(module, *args, **kwargs):
         # A moved tensor given to a module that runs without the function mode (signature cache, a torch.nn
@@ -300,7 +301,7 @@ def _patch_module_call(
                 else:
                     hit = key_of(module, args, kwargs) in rec[1]
                 if hit:
-                    if checker.arrived_objects or watched:
+                    if checker.arrived_objects or watched or widened:
                         checker.note_unseen_reads(args, kwargs)
                     stack.append(rec[2])
                     try:
@@ -312,7 +313,7 @@ def _patch_module_call(
                     finally:
                         stack.pop()
         if tls.suspended or module._compiled_call_impl is not None:
-            if checker.arrived_objects or watched:
+            if checker.arrived_objects or watched or widened:
                 checker.note_unseen_reads(args, kwargs)
         if tls.suspended:
             return orig_call(module, *args, **kwargs)
@@ -356,7 +357,7 @@ def _patch_module_call(
         else:
             key = key_of(module, args, kwargs)
         if cache.is_clean(module, key):
-            if checker.arrived_objects or watched:
+            if checker.arrived_objects or watched or widened:
                 checker.note_unseen_reads(args, kwargs)
             if tls.unchecked:  # inside a call already unchecked: the modes are aside
                 stack.append(path)
@@ -485,7 +486,7 @@ def _patch_module_call(
                     # non-tensor argument (LSTM's (h, c) tuple): no.
                     n = tf_len()
                     if n and tf_top(n - 1) is leaf_mode:
-                        if checker.arrived_objects or watched:
+                        if checker.arrived_objects or watched or widened:
                             checker.note_unseen_reads(args, kwargs)
                         tls.leaf_bypass = id(module)  # the signature cache may skip this call's key (leaf_device)
                         popped = tf_pop()

@@ -103,9 +103,12 @@ class CheckingMode(TorchFunctionMode):
         self._kinds: dict[Any, int] = {}
         self._tensor = torch.Tensor
         # Conversions to a wider dtype, by method (MP016's widened.py; `.to(dtype)` is seen as a transfer kind).
-        # (and `F.one_hot`, which widens each id to a row of one value per class)
+        # (and `F.one_hot`, which widens each id to a row of one value per class, and `F.interpolate`, which
+        # resamples a tensor to more elements: both enlarge what a move of the result carries)
         self._one_hot = torch.nn.functional.one_hot
-        self._widening = frozenset({torch.Tensor.float, torch.Tensor.double, self._one_hot})
+        self._resamplers = frozenset({torch.nn.functional.interpolate, torch.nn.functional.unfold})
+        self._widening = frozenset({torch.Tensor.float, torch.Tensor.double, self._one_hot, *self._resamplers})
+        self._resamplers_unfold = torch.nn.functional.unfold
         self._widened = checker._widened  # one dict for the run, empty most of the time
         self._tls = checker._tls
         # MP011's provenance (checks/provenance.py): tensors computed only from constants.
@@ -222,6 +225,8 @@ class CheckingMode(TorchFunctionMode):
             if func in self._widening and args:
                 if func is self._one_hot:
                     checker.on_encoded(args[0], out)  # `F.one_hot(ids, C)`: a move of it next crosses C-fold
+                elif func in self._resamplers:  # `F.interpolate(x, scale_factor=4)`: 16-fold for an image
+                    checker.on_upsampled(args[0], out, func is self._resamplers_unfold)
                 else:
                     checker.on_widened(args[0], out)  # `x.float()`: a move of it next crosses wide (widened.py)
             elif self._widened and args and id(args[0]) in self._widened:

@@ -360,6 +360,8 @@ class Checker:
     check_worked_detour = worked_detour.check_worked_detour
     on_widened = widened.on_widened
     on_encoded = widened.on_encoded
+    on_upsampled = widened.on_upsampled
+    forget_upsampled = widened.forget_upsampled
     check_widened_move = widened.check_widened_move
     carry_widened = widened.carry_widened
     judge_reduced_moves = reduced_after_move.judge_reduced_moves
@@ -379,11 +381,13 @@ class Checker:
 
     def note_unseen_reads(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """A call whose ops the function mode does not see took these arguments: what arrived (MP005) and what is
-        watched (MP016) among them counts as used."""
+        watched (MP016) among them counts as used, and an upsampled tensor among them was read where it is."""
         if self.arrived_objects:
             self.note_reads(args, kwargs)
         if self.reduce_watch.carriers:
             self.on_unseen_reads(args, kwargs)
+        if self._widened:
+            self.forget_upsampled(args, kwargs)
 
     _note_read = arrivals._note_read
     note_arrived = arrivals.note_arrived

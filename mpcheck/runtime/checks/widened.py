@@ -13,6 +13,13 @@ A one-hot encoding is the same waste, larger: `F.one_hot(ids, C)` turns each id 
 (`on_encoded`), so moving the encoding (often cast to float first) carries C / 2 times the int64 ids in float32.
 It is remembered the same way, kept through casts and elementwise steps, and its move reported with the ids'
 bytes as what would do; the fix moves the ids and encodes them on arrival.
+
+So is an upsampling (`on_upsampled`): `F.interpolate(lr, scale_factor=4).to(dev)` carries 16 times the
+low-resolution image, which would cross and be resampled on arrival as well. Unlike an encoding, an upsampled
+tensor is often computed for its own sake where it is (a super-resolution model's input, read by the first
+convolution and again by the residual on the last GPU): moving its input instead would resample it twice. So it is
+forgotten as soon as anything but a cast or an elementwise step reads it, and only a move that comes first is
+reported.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from __future__ import annotations
 import weakref
 from typing import TYPE_CHECKING, Any
 
+from mpcheck.codes import RESAMPLE_MIN_FACTOR
 from mpcheck.runtime.checks.purge import PURGE_AT
 from mpcheck.runtime.checks.reduced_after_move import ELEMENTWISE
 from mpcheck.runtime.checks.sites import Site
@@ -32,6 +40,13 @@ if TYPE_CHECKING:
 
 # The `narrow_name` of an entry made by on_encoded: a one-hot encoding, whose ids' bytes are `needed`.
 ENCODED = "one-hot"
+# ... and of those made by on_upsampled: a resampled tensor, or one unfolded into patches (im2col), whose input's
+# bytes are `needed`.
+UPSAMPLED = "upsampled"
+UNFOLDED = "unfolded into patches"
+# Entries that stand for the data an op enlarged, not a dtype.
+_ENLARGED = (ENCODED, UPSAMPLED, UNFOLDED)
+_RESAMPLED = (UPSAMPLED, UNFOLDED)
 
 
 def on_encoded(self: Checker, ids: Any, out: Any) -> None:
@@ -45,6 +60,30 @@ def on_encoded(self: Checker, ids: Any, out: Any) -> None:
     site = self.sites()
     if not site.context:  # (a library's own encoding is not the user's to move)
         _remember(self, out, (ENCODED, needed, site))
+
+
+def on_upsampled(self: Checker, src: Any, out: Any, unfolded: bool = False) -> None:
+    """`out` is `F.interpolate(src, ...)` (or `F.unfold(src, k)`, `unfolded`): remembered when it is at least
+    RESAMPLE_MIN_FACTOR times `src` and WASTE_MIN_BYTES more."""
+    try:
+        needed, nbytes = src.numel() * src.element_size(), out.numel() * out.element_size()
+    except Exception:  # not tensors, or sizes not known as numbers
+        return
+    if nbytes < RESAMPLE_MIN_FACTOR * needed or nbytes - needed < WASTE_MIN_BYTES:
+        return
+    site = self.sites()
+    if not site.context:  # (a library's own resampling)
+        _remember(self, out, (UNFOLDED if unfolded else UPSAMPLED, needed, site))
+
+
+def forget_upsampled(self: Checker, args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> None:
+    """A call whose ops the function mode does not see (a module the signature cache runs unchecked) was given
+    these: an upsampled tensor among them was read where it is, for its own sake."""
+    table = self._widened
+    for a in (*args, *kwargs.values()) if kwargs else args:
+        entry = table.get(id(a))
+        if entry is not None and entry[1] in _RESAMPLED and entry[0]() is a:
+            del table[id(a)]
 
 
 def _remember(self: Checker, out: Any, entry: tuple[str, int, Site]) -> None:
@@ -61,7 +100,7 @@ def _carry_encoded(self: Checker, src: Any, out: Any) -> bool:
     """A cast or an elementwise step of a remembered one-hot (`F.one_hot(ids, C).float()`): as many values, the
     same ids behind them. True when `src` was one."""
     entry = self._widened.get(id(src))
-    if entry is None or entry[1] != ENCODED or entry[0]() is not src:
+    if entry is None or entry[1] not in _ENLARGED or entry[0]() is not src:
         return False
     try:
         if out.numel() == src.numel():
@@ -97,8 +136,8 @@ def check_widened_move(
     if entry is None or entry[0]() is not t or site is None or site.context:
         return
     _, narrow_name, narrow_size, cast_site = entry
-    if narrow_name == ENCODED:
-        _report_encoded_move(self, t, src_dev, dst_dev, site, module, nbytes, narrow_size, cast_site)
+    if narrow_name in _ENLARGED:
+        _report_enlarged_move(self, t, narrow_name, src_dev, dst_dev, site, module, nbytes, narrow_size, cast_site)
         return
     wide_name = str(t.dtype).replace("torch.", "")
     needed = nbytes * narrow_size // max(t.element_size(), 1)
@@ -117,31 +156,59 @@ def check_widened_move(
     )
 
 
-def _report_encoded_move(
+# How each kind of enlargement is told: what the moved tensor is, what would do instead, why that is as good,
+# and the fix ({dst}: the destination).
+_ENLARGED_WORDS = {
+    ENCODED: (
+        "is a one-hot encoding made",
+        "the ids it encodes",
+        "encoding them is as exact on {dst}",
+        "move the ids to {dst} and call `F.one_hot` there (`F.one_hot(ids.to('{dst}'), C)`)",
+    ),
+    UPSAMPLED: (
+        "was upsampled",
+        "the tensor it was resampled from",
+        "`F.interpolate` runs as well on {dst}",
+        "move the input to {dst} and resample it there "
+        "(`F.interpolate(x.to('{dst}'), ...)` for `F.interpolate(x, ...).to('{dst}')`)",
+    ),
+    UNFOLDED: (
+        "was unfolded into patches",
+        "the tensor it was unfolded from",
+        "`F.unfold` runs as well on {dst}",
+        "move the input to {dst} and unfold it there (`F.unfold(x.to('{dst}'), k)` for `F.unfold(x, k).to('{dst}')`)",
+    ),
+}
+
+
+def _report_enlarged_move(
     self: Checker,
     t: Any,
+    how: str,
     src_dev: str,
     dst_dev: str,
     site: Site,
     module: str | None,
     nbytes: int,
     needed: int,
-    encode_site: Site,
+    made_site: Site,
 ) -> None:
-    """A one-hot encoding moved: the ids behind it would cross in `needed` bytes."""
-    if nbytes < 2 * needed or nbytes - needed < WASTE_MIN_BYTES:
-        return  # (cast down to bool or uint8 on the way: the ids would save too little)
-    where = "" if (encode_site.path, encode_site.line) == (site.path, site.line) else f" at {encode_site}"
+    """A tensor an op enlarged (`how`: one-hot encoded, upsampled, unfolded) moved: its input would cross in
+    `needed` bytes."""
+    least = 2 if how == ENCODED else RESAMPLE_MIN_FACTOR
+    if nbytes < least * needed or nbytes - needed < WASTE_MIN_BYTES:
+        return  # (cast down to bool or uint8 on the way: the input would save too little)
+    what, instead, why, fix = _ENLARGED_WORDS[how]
+    where = "" if (made_site.path, made_site.line) == (site.path, site.line) else f" at {made_site}"
     self.emit(
         "MP016",
         site,
-        f"{size_words(nbytes)} moved {src_dev} -> {dst_dev} here is a one-hot encoding made just before{where} "
-        f"({tensor_words(t)}): the ids it encodes would cross in {size_words(needed)}, and encoding them is as "
-        f"exact on {dst_dev}",
+        f"{size_words(nbytes)} moved {src_dev} -> {dst_dev} here {what} just before{where} ({tensor_words(t)}): "
+        f"{instead} would cross in {size_words(needed)}, and {why.format(dst=dst_dev)}",
         devices=(src_dev, dst_dev),
         modules=(module,) if module else (),
-        suggestion=f"move the ids to {dst_dev} and call `F.one_hot` there (`F.one_hot(ids.to('{dst_dev}'), C)`)",
-        extra={"bytes_moved": nbytes, "bytes_needed": needed, "widened_from": ENCODED},
+        suggestion=fix.format(dst=dst_dev),
+        extra={"bytes_moved": nbytes, "bytes_needed": needed, "widened_from": how},
     )
 
 
@@ -152,9 +219,12 @@ def _method(dtype: str) -> str:
 def carry_widened(self: Checker, func: Any, args: tuple[Any, ...], out: Any) -> None:
     """An elementwise op of a widened tensor and numbers, or small tensors broadcast over it (`clip.float().div(255)`,
     `(x.float() - mean) / std`): its result is as wide, and a move of it next crosses wide too."""
+    entry = self._widened.get(id(args[0]))
+    if entry is not None and entry[1] in _RESAMPLED and getattr(func, "__name__", "") not in ELEMENTWISE:
+        del self._widened[id(args[0])]  # read for its own sake where it is (a convolution): computed to be used there
+        return
     if _carry_encoded(self, args[0], out):
         return
-    entry = self._widened.get(id(args[0]))
     if entry is None or entry[0]() is not args[0] or getattr(func, "__name__", "") not in ELEMENTWISE:
         return
     try:
