@@ -369,6 +369,7 @@ def is_metric_function(name: str) -> bool:
     """Is a function of this name a metric's (`dice_score`, `accuracy`, `eval_top1`)?"""
     return any(part in METRIC_NAME_PARTS for part in name.lower().split("_"))
 
+
 # MP016's factor for a tensor resampled before its move (`F.interpolate(x, scale_factor=4)`, `F.unfold(h, 3)`),
 # shared by the linter and the run-time checks: the result must hold at least this many times its input's elements,
 # the mirror of a reduction's 1/8 (mpcheck/runtime/checks/reduced_after_move.py SHRINK). A resampling is compute
