@@ -303,6 +303,14 @@ CODES: tuple[Code, ...] = (
         "every entry, so every device gets every item.",
         (LINT,),
     ),
+    Code(
+        "MP030",
+        "replaced-part-left-on-host",
+        "warning",
+        "A part of a split model replaced after the split (a new classifier head) by a module built without a "
+        "device: the part it replaces was on a GPU, the new one trains on the CPU.",
+        (LINT,),
+    ),
 )
 
 BY_CODE: dict[str, Code] = {c.code: c for c in CODES}

@@ -648,7 +648,8 @@ class Net(nn.Module):
     [
         ("return self.rnn(x, h0)", [(14, "MP001")]),  # an RNN's hidden state must be where it is
         ("return self.rnn(x, hx=h0)", [(14, "MP001")]),
-        ("return self.rnn(x, h0.to('cuda:1'))", []),
+        # (moved where it is used: no MP001; made on the host and copied every forward, MP019's)
+        ("return self.rnn(x, h0.to('cuda:1'))", [(14, "MP019")]),
         ("return self.rnn(x, None)", []),
         ("return self.rnn(*xs, h0)", []),  # which position h0 takes is not known
         ("return self.lin(x, lengths.cpu())", []),  # any other module's extra argument may be on the CPU

@@ -246,3 +246,134 @@ def test_a_placed_copy_returned_and_dropped_is_mp018():
 )
 def test_a_kept_copy_or_a_placement_in_place_is_silent(copy, call):
     assert lines(PARALLELIZE.replace("COPY", copy).replace("CALL", call), "MP018") == []
+
+
+VITERBI = """
+import torch
+import torch.nn as nn
+
+
+class CRF(nn.Module):
+    def __init__(self, k):
+        super().__init__()
+        self.trans = nn.Parameter(torch.randn(k, k))
+
+    def decode(self, em):
+        best = (em.unsqueeze(2) + self.trans).argmax(1)
+        paths = []
+        for b in range(em.shape[0]):
+            paths.append(READ)
+        return paths
+
+
+crf = CRF(5).to("cuda:1")
+
+
+def evaluate(batches):
+    return [crf.decode(x.to("cuda:1")) for x in batches]
+"""
+
+
+def test_another_tensors_element_read_per_pass_of_a_data_sized_loop_is_mp020():
+    (f,) = findings(VITERBI.replace("READ", "best[b, 0].item()"), "MP020")
+    assert f.line == 15 and "`best`" in f.message and f.devices == ("cuda:1", "cpu")
+
+
+@pytest.mark.parametrize(
+    "read",
+    [
+        "best.tolist()[b][0]",  # one copy (per pass here, but of the whole: not an element read)
+        "b",  # nothing read
+        "em[b].shape[0]",  # a size: a host value
+    ],
+)
+def test_no_element_of_a_gpu_tensor_read_per_pass_is_silent(read):
+    assert lines(VITERBI.replace("READ", read), "MP020") == []
+
+
+def test_a_tensor_picked_per_pass_that_the_loop_rebinds_is_silent():
+    src = VITERBI.replace("paths.append(READ)", "best = best.flip(0)\n            paths.append(best[b, 0].item())")
+    assert lines(src, "MP020") == []
+
+
+HEAD = """
+import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Linear(64, 64).to("cuda:0")
+        self.head = nn.Linear(64, 10).to("cuda:1")
+
+    def reset_classifier(self, n):
+        NEW
+
+    def forward(self, x):
+        h = self.body(x.to("cuda:0"))
+        return self.head(h.to(self.head.weight.device))
+
+
+model = Net()
+model.reset_classifier(5)
+AFTER
+out = model(torch.randn(8, 64))
+"""
+
+
+def test_a_part_replaced_after_the_split_by_one_built_on_the_host_is_mp030():
+    (f,) = findings(HEAD.replace("NEW", "self.head = nn.Linear(64, n)").replace("AFTER", ""), "MP030")
+    assert f.line == 13 and f.devices == ("cuda:1", "cpu") and "`self.head`" in f.message
+    outside = HEAD.replace("NEW", "pass").replace("AFTER", "model.head = nn.Linear(64, 3)")
+    assert lines(outside, "MP030") == [22]
+
+
+@pytest.mark.parametrize(
+    ("new", "after"),
+    [
+        ("self.head = nn.Linear(64, n).to(self.head.weight.device)", ""),  # placed where the old one was
+        ('self.head = nn.Linear(64, n, device="cuda:1")', ""),
+        ('self.head = nn.Linear(64, n)\n        self.head.to("cuda:1")', ""),  # moved after, in the same method
+        ("self.head = nn.Linear(64, n)", 'model.head.to("cuda:1")'),  # moved from outside
+    ],
+)
+def test_a_replaced_part_that_is_placed_is_silent(new, after):
+    assert lines(HEAD.replace("NEW", new).replace("AFTER", after), "MP030") == []
+
+
+MASKING = """
+import torch
+import torch.nn as nn
+
+
+class MAE(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.enc = nn.Linear(16, 16).to("cuda:0")
+
+    def forward(self, x):
+        x = self.enc(x.to("cuda:0"))
+        N, L, D = x.shape
+        noise = NOISE
+        ids_shuffle = torch.argsort(noise, dim=1)
+        ids_keep = ids_shuffle[:, : L // 4].to(x.device)
+        return torch.gather(x, 1, ids_keep.unsqueeze(-1).expand(-1, -1, D))
+"""
+
+
+def test_a_value_computed_on_the_host_from_a_factory_then_moved_is_mp019():
+    (f,) = findings(MASKING.replace("NOISE", "torch.rand(N, L)"), "MP019")
+    assert f.line == 16 and "(line 14)" in f.message and "compute from it on cuda:0" in f.message
+
+
+@pytest.mark.parametrize(
+    "noise",
+    [
+        "torch.rand(N, L, device=x.device)",  # the fix
+        "torch.rand(N, L, generator=torch.Generator().manual_seed(0))",  # a seeded host generator: on purpose
+        "torch.rand(N, L) + x.detach().cpu().mean(-1)",  # mixed with data brought to the host
+    ],
+)
+def test_a_device_factory_or_host_data_mixed_in_is_silent(noise):
+    assert lines(MASKING.replace("NOISE", noise), "MP019") == []

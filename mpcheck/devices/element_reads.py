@@ -23,7 +23,7 @@ import libcst as cst
 from mpcheck.devices.events import ElementSync
 from mpcheck.devices.names import dotted
 from mpcheck.devices.values import Devs, Obj, SeqV, Val, single
-from mpcheck.devices.walk import walk
+from mpcheck.devices.walk import assigned, walk
 
 if TYPE_CHECKING:
     from mpcheck.devices.interp import Interp
@@ -47,7 +47,7 @@ def gpu_devices(interp: Interp, v: Val | None) -> Devs:
 
 
 def _every_step(interp: Interp, st: State) -> bool:
-    return not st.in_init and bool(interp.moves.in_forward() or interp.in_unknown_loop or interp.loop_outer)
+    return not st.in_init and bool(interp.moves.in_forward() or interp.in_unknown_loop or interp.in_loop())
 
 
 def note_ordering(interp: Interp, q: str, args: list[Val], node: cst.Call, st: State) -> None:
@@ -97,6 +97,7 @@ def note_loop(
         _, devs, tensor = indexed
         assumed = False
     else:
+        _note_picked_per_pass(interp, target, iterated, body, loop, st)
         return
 
     def is_element(e: cst.BaseExpression) -> bool:
@@ -119,6 +120,61 @@ def note_loop(
             ElementSync(node=read, mode=st.mode, how=how, devs=devs, iterated=tensor, loop=loop, derived=derived)
         )
         return
+    if not elements:  # over `range(len(t))` with no read of `t[i]`: another tensor's element at `i`, maybe
+        _note_picked_per_pass(interp, target, iterated, body, loop, st)
+
+
+def _note_picked_per_pass(
+    interp: Interp,
+    target: cst.BaseAssignTargetExpression,
+    iterated: cst.BaseExpression,
+    body: cst.CSTNode,
+    loop: cst.CSTNode,
+    st: State,
+) -> None:
+    """A loop over a data-sized range (`for b in range(x.shape[0])`, `range(len(t))`) whose body reads on the host
+    an element another GPU tensor gives at the loop's index (`last[b].item()`, `hist[b, t, k].item()` in a Viterbi
+    back-trace): one wait per pass, where one `.tolist()` (or `.cpu()`) of that tensor before the loop waits once.
+    Only a tensor the loop's own name picks from, bound before the loop, and known to be on a GPU."""
+    rows = indexed_rows(target, iterated)
+    if rows is None:
+        return
+    index = rows[0]
+    picked: dict[str, tuple[Devs, cst.BaseExpression]] = {}
+    for n in walk(body):
+        if not (isinstance(n, cst.Subscript) and _picks_with(n, index)):
+            continue
+        name = dotted(n.value)
+        if name is None or name in picked or name.split(".")[0] == index:
+            continue
+        devs = gpu_devices(interp, interp.exprs.ev(n.value, st))
+        if devs is not None and not _rebound_in(body, name):
+            picked[name] = (devs, n.value)
+    if not picked:
+        return
+
+    def is_element(e: cst.BaseExpression) -> bool:
+        return isinstance(e, cst.Subscript) and dotted(e.value) in picked and _picks_with(e, index)
+
+    for read, how, of in _host_reads(body, is_element):
+        if not is_element(of):
+            return  # (a value computed from the element: the loop's own work decides, not followed here)
+        devs, tensor = picked[dotted(of.value)]  # type: ignore[attr-defined,index]
+        interp.recorder.record(ElementSync(node=read, mode=st.mode, how=how, devs=devs, iterated=tensor, loop=loop))
+        return
+
+
+def _picks_with(sub: cst.Subscript, index: str) -> bool:
+    """`t[b]`, `t[b, t2, k]`: an index of the subscript is the name `index` itself."""
+    return any(
+        isinstance(el.slice, cst.Index) and isinstance(el.slice.value, cst.Name) and el.slice.value.value == index
+        for el in sub.slice
+    )
+
+
+def _rebound_in(body: cst.CSTNode, name: str) -> bool:
+    """Is `name` (a plain name) bound inside `body`? Then the value read there is not the one before the loop."""
+    return "." not in name and any(isinstance(t, cst.Name) and t.value == name for n in walk(body) for t in assigned(n))
 
 
 def _element_names(

@@ -374,6 +374,9 @@ class HostMadeMove(Fact):
     factory: cst.Call
     devs: Devs
     shaped_after: cst.BaseExpression | None = None
+    # The moved value was computed on the host from the factory's tensor (`torch.argsort(noise)[:, :n]`), not
+    # only named (`h0 = torch.zeros(...)`, then `h0.to(dev)`).
+    derived: bool = False
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -506,6 +509,16 @@ class UnusedLoopDevice(Fact):
     landed: str
     count: int
     built: tuple[str, ...]
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class PartReplacedOnHost(Fact):
+    """`owner.attr = <a new module built without a device>` (`node`, the target) after the split owner was placed,
+    where the part it replaces was on the GPU `old`: the new part stays on the CPU (statements.py)."""
+
+    attr: str
+    old: str
+    value: cst.BaseExpression | None = None  # the new module's expression
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)

@@ -64,7 +64,7 @@ from mpcheck.devices.values import (
     used,
     weight_on_gpu,
 )
-from mpcheck.devices.walk import attribute_assignments, turns_off_grad, walk
+from mpcheck.devices.walk import attribute_assignments, target_names, turns_off_grad, walk
 
 if TYPE_CHECKING:  # pragma: no cover
     from mpcheck.devices.interp import Interp
@@ -498,6 +498,25 @@ class Expressions(Part):
         return DictV(items, at=node)
 
     def ev_comp(self, node: cst.ListComp | cst.SetComp | cst.GeneratorExp | cst.DictComp, st: State) -> Val:
+        # A comprehension is a loop too: a value alive before it and moved in its element on every pass to the
+        # same place (`{g: head(feat.to(dev)) for g, head in heads.items()}`) is copied once per pass (MP011).
+        outer = {id(v) for v in st.env.values() if isinstance(v, Obj)}
+        if isinstance(st.self_obj, Obj) and st.self_obj.attrs:
+            outer |= {id(v) for v in st.self_obj.attrs.values()}
+        bound: set[str] = set()
+        f: cst.CompFor | None = node.for_in
+        while f is not None:
+            bound.update(target_names(f.target))
+            f = f.inner_for_in
+        self.interp.loop_outer.append((outer, frozenset(bound), len(self.interp.stack)))
+        self.interp.comprehension_loops += 1
+        try:
+            return self._ev_comp(node, st)
+        finally:
+            self.interp.comprehension_loops -= 1
+            self.interp.loop_outer.pop()
+
+    def _ev_comp(self, node: cst.ListComp | cst.SetComp | cst.GeneratorExp | cst.DictComp, st: State) -> Val:
         # [elt for target in iter if ...]: unrolled for short known iterables.
         if type(node) is cst.ListComp or type(node) is cst.GeneratorExp:
             device_loops.note_device_list(self.interp, node)  # MP017's list of one device

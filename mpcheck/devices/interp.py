@@ -133,6 +133,9 @@ class Interp:
         # Per enclosing loop: ids of values alive before it, names it rebinds, and the depth of the
         # function running it (len(stack)): a loop repeats a move only in its own function's body.
         self.loop_outer: list[tuple[set[int], frozenset[str], int]] = []
+        # How many of them are comprehensions: a loop for MP011's repeated moves, but no sign by itself that the
+        # code runs on every step (a script's one `[p.item() for p in preds]`), as a `for` statement is (in_loop).
+        self.comprehension_loops = 0
         # The loops of loop_outer (by their position in it) that run joined, not unrolled (a loader's batches).
         self.joined_loops: set[int] = set()
         # The joined loops over a tensor's row indices being run (`for i in range(len(t))`): (i, the expression
@@ -225,6 +228,10 @@ class Interp:
         ident = len(self.ident_names) + 1
         self.ident_names[ident] = name
         return ident
+
+    def in_loop(self) -> bool:
+        """Inside a `for` statement's body (a comprehension alone does not count)."""
+        return len(self.loop_outer) > self.comprehension_loops
 
     def bound_before_loop(self, value: Val, name: str) -> bool:
         """`name` holds `value`, alive before a loop of the current function that is running now and not

@@ -8,6 +8,7 @@ entry point's scope (`events.IndexlessPlacement`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import libcst as cst
@@ -571,7 +572,7 @@ class Moves(Part):
             return False
         if self.interp.globals.get(expr.value) is not recv or self.interp.stmts.bindings_here(expr.value):
             return False
-        return self.in_forward() or bool(self.interp.loop_outer) or bool(self.interp.in_unknown_loop)
+        return self.in_forward() or self.interp.in_loop() or bool(self.interp.in_unknown_loop)
 
     def rebound_attributes(self, so: Obj, besides: cst.FunctionDef | None = None) -> frozenset[str]:
         """The attributes of self that a method other than __init__ assigns (`self.proj = ...` in a
@@ -628,7 +629,11 @@ class Moves(Part):
         costs; `torch.ones(64, 64)` may be a few bytes, and `torch.randn(8, 128).to(dev)` a script's stand-in
         data)."""
         dst = single(devs)
+        fn = self.interp.stack[-1].node if self.interp.stack else None
         made = _factory_under_casts(node)
+        derived = False
+        if made is None:
+            made, derived = _factory_through_locals(node, fn)
         if (
             st.in_init
             or dst is None
@@ -637,7 +642,7 @@ class Moves(Part):
             or recv.devs != one("cpu")
             or not recv.origin.startswith(MADE_ON_CPU_BY_DEFAULT.split("{", 1)[0])
             or (dotted(made.func) or "").rsplit(".", 1)[-1] not in T.SHAPE_FACTORIES
-            or not (self.in_forward() or self.interp.in_unknown_loop or self.interp.loop_outer)
+            or not (self.in_forward() or self.interp.in_unknown_loop or self.interp.in_loop())
             or not _shaped_after_a_tensor(made, self.interp.stack[-1].node if self.interp.stack else None)
             # a seeded host generator is why it is made on the host: `device=` would refuse it
             or any(a.keyword is not None and a.keyword.value == "generator" for a in made.args)
@@ -645,7 +650,7 @@ class Moves(Part):
             return
         shaped_after = next((t for a in made.args for n in walk(a.value) if (t := _size_of(n)) is not None), None)
         self.interp.recorder.record(
-            HostMadeMove(node=node, mode=st.mode, factory=made, devs=devs, shaped_after=shaped_after)
+            HostMadeMove(node=node, mode=st.mode, factory=made, devs=devs, shaped_after=shaped_after, derived=derived)
         )
 
     def in_forward(self) -> bool:
@@ -947,6 +952,69 @@ def _idle_through_gpu(v: Obj, devs: Devs, node: cst.CSTNode) -> bool:
 
 def _placed_any(devs: Devs, where: str, node: cst.CSTNode) -> Val:
     return Obj("any", devs, origin=f"moved to {where}", at=node) if devs is not None else UNK
+
+
+def _factory_through_locals(move: cst.Call, fn: cst.FunctionDef | None) -> tuple[cst.Call | None, bool]:
+    """The torch factory call the moved value is computed from alone, through the function's locals bound once
+    and read once (on the way to the move), and steps that take nothing else but numbers: `ids_keep =
+    ids_shuffle[:, :n]` with `ids_shuffle = torch.argsort(noise, dim=1)` and `noise = torch.rand(N, L)` (MAE's
+    masking, drawn on the host every step); and whether a step computed something from it on the way."""
+    if fn is None or not isinstance(move.func, cst.Attribute):
+        return None, False
+    bound: dict[str, list[cst.BaseExpression]] = {}
+    targets: set[int] = set()
+    for n in walk(fn.body):
+        for t in assigned(n):
+            if isinstance(t, cst.Name):
+                targets.add(id(t))
+                value = n.value if isinstance(n, cst.Assign) and len(n.targets) == 1 else None
+                bound.setdefault(t.value, []).append(value)  # type: ignore[arg-type]
+    reads: dict[str, int] = {}
+    for n in walk(fn.body):
+        if isinstance(n, cst.Name) and id(n) not in targets:
+            reads[n.value] = reads.get(n.value, 0) + 1
+    expr: cst.BaseExpression = move.func.value
+    derived = False
+    for _ in range(6):
+        if isinstance(expr, cst.Name):
+            values = bound.get(expr.value, [])
+            if len(values) != 1 or values[0] is None or reads.get(expr.value, 0) != 1:
+                return None, False
+            expr = values[0]
+        elif isinstance(expr, cst.Subscript) and all(_numbers_only(el.slice) for el in expr.slice):
+            expr, derived = expr.value, True
+        elif isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute):
+            func, args = expr.func, expr.args
+            name = dotted(func) or ""
+            if name.startswith("torch.") and name.rsplit(".", 1)[-1] in T.SHAPE_FACTORIES:
+                return expr, derived
+            if name.startswith("torch.") and args and _literal_args(args[1:]):
+                expr, derived = args[0].value, True  # `torch.argsort(noise, dim=1)`
+            elif not name.startswith("torch.") and _literal_args(args):
+                expr = func.value  # `noise.argsort(1)`, `.long()`
+                derived = derived or func.attr.value not in T.DTYPE_METHODS
+            else:
+                return None, False
+        else:
+            return None, False
+    return None, False
+
+
+def _numbers_only(sl: cst.BaseSlice) -> bool:
+    """A subscript's element that picks no tensor: a slice (`:n`), an integer, `None`, `...`."""
+    if isinstance(sl, cst.Slice):
+        return True
+    value = sl.value if isinstance(sl, cst.Index) else None
+    return isinstance(value, (cst.Integer, cst.Ellipsis)) or (isinstance(value, cst.Name) and value.value == "None")
+
+
+def _literal_args(args: Sequence[cst.Arg]) -> bool:
+    """Arguments that are written-out numbers, strings or booleans (`dim=1`, `descending=True`)."""
+    return all(
+        isinstance(a.value, (cst.Integer, cst.Float, cst.SimpleString))
+        or (isinstance(a.value, cst.Name) and a.value.value in ("True", "False", "None"))
+        for a in args
+    )
 
 
 def _factory_under_casts(move: cst.Call) -> cst.Call | None:

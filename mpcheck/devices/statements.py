@@ -18,6 +18,7 @@ from mpcheck.devices.events import (
     DiscardedMove,
     DroppedTensorMove,
     LazyMove,
+    PartReplacedOnHost,
     StatisticsReplaced,
     UnenteredDeviceContext,
 )
@@ -582,6 +583,25 @@ class Statements(Part):
             self.interp.moves.rebind_holders(base, replaced, st)
         return True
 
+    def _note_part_replaced_on_host(
+        self, target: cst.Attribute, base: Val, v: Val, st: State, value_node: cst.BaseExpression | None
+    ) -> None:
+        """MP030: a part of a split model, on a GPU, replaced after the split by a module built without a device
+        (a new classifier head): _swapped_in leaves it on the CPU."""
+        if (st.in_init and base is st.self_obj) or not (isinstance(base, Obj) and base.split):
+            return
+        if not (isinstance(v, Obj) and v.kind == "module"):
+            return
+        new = self._swapped_in(base, target.attr.value, v)
+        if new is v or not (isinstance(new, Obj) and new.devs == one("cpu")):
+            return
+        old = self.interp.exprs.ev(target, st)
+        old_dev = single(old.devs) if isinstance(old, Obj) and old.kind == "module" else None
+        if old_dev is not None and old_dev.startswith("cuda:"):
+            self.interp.recorder.record(
+                PartReplacedOnHost(node=target, mode=st.mode, attr=target.attr.value, old=old_dev, value=value_node)
+            )
+
     def _swapped_in(self, base: Val, name: str, v: Val) -> Val:
         """`v`, set as part `name` of `base` after `base` was built. Into a model split by hand (a new
         classifier head set by a fine-tuning helper) a module left unplaced stays on the CPU, as one left
@@ -659,6 +679,7 @@ class Statements(Part):
                     base.devs, base.origin = v.devs, TIED_WEIGHT
                 self.interp.moves.rebind(target.value, base.with_(devs=v.devs, origin=TIED_WEIGHT), st)
                 return
+            self._note_part_replaced_on_host(target, base, v, st, value_node)
             if self.replace_part(target.value, base, target.attr.value, v, st):
                 return
             self.assign_attr(base, target.attr.value, v, st, dotted(target))

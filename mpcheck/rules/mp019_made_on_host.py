@@ -9,6 +9,7 @@ import libcst as cst
 
 from mpcheck.devices.events import HostMadeMove
 from mpcheck.devices.values import CURRENT, show, single
+from mpcheck.devices.walk import walk
 from mpcheck.finding import Finding
 from mpcheck.rules.base import Rule, once_per_node
 from mpcheck.rules.context import FileContext
@@ -31,12 +32,24 @@ class MadeOnHost(Rule):
                 # `.cuda()`: the current device, which is not where the tensor it is shaped after lives once the
                 # model is placed elsewhere (`-gpu 1`); made where that tensor is, it goes where it is used.
                 device = f"device={ctx.code(shaped)}.device"
+            if any(n is ev.factory for n in walk(ev.node)):
+                made = f"`{factory}(...)` makes the tensor on the host and this line copies it"
+                there = ""
+            elif not ev.derived:
+                made = f"`{factory}(...)` (line {ctx.line(ev.factory)}) makes the tensor on the host and this line copies it"
+                there = ""
+            else:
+                # computed from the factory's tensor on the host first (`torch.argsort(noise)`, a slice of it)
+                made = (
+                    f"`{factory}(...)` (line {ctx.line(ev.factory)}) makes a tensor on the host, what this line "
+                    f"moves is computed from it there, and this line copies that"
+                )
+                there = f", and compute from it on {show(dst)}"
             yield self.finding(
                 ctx,
                 ev.node,
-                f"`{factory}(...)` makes the tensor on the host and this line copies it to {show(dst)}, on every "
-                f"step: the host fills it and the copy from pageable memory waits for the host. Make it there: "
-                f"`{factory}(..., {device})`.",
+                f"{made} to {show(dst)}, on every step: the host fills it and the copy from pageable memory waits for "
+                f"the host. Make it there: `{factory}(..., {device})`{there}.",
                 devices=["cpu", dst],
                 suggestion=f"pass `{device}` to `{factory}(...)` and drop the move",
             )
