@@ -96,6 +96,28 @@ def test_scores_copied_to_the_host_for_a_topk_are_reported_and_the_topk_on_the_g
     ]
 
 
+def test_activations_copied_to_the_host_for_a_histogram_are_reported(script, dryrun_cli):
+    s = script(
+        """
+        import torch
+        import torch.nn as nn
+
+        net = nn.Sequential(nn.Linear(256, 1024), nn.ReLU()).to("cuda:1")
+        hists = []
+        for _ in range(2):
+            out = net(torch.randn(512, 256, device="cuda:1"))
+            hists.append(torch.histc(out.detach().float().cpu(), 64, 0, 4))  # <- bad
+            hists.append(torch.histc(out.detach(), 64, 0, 4).cpu())
+            out.mean().backward()
+        """
+    )
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 0, err
+    assert [(f["code"], f["line"], f["extra"]["reduced_by"]) for f in report["findings"]] == [
+        ("MP016", s.marks["bad"], "histc")
+    ]
+
+
 def test_moved_data_used_whole_kept_exported_or_small_is_not_reported(script, dryrun_cli):
     s = script(
         """

@@ -33,7 +33,7 @@ REDUCTIONS = frozenset(
     {
         "sum", "nansum", "mean", "nanmean", "prod", "norm", "vector_norm", "matrix_norm", "linalg_vector_norm",
         "max", "min", "amax", "amin", "aminmax", "argmax", "argmin", "all", "any", "topk", "std", "var",
-        "std_mean", "var_mean", "count_nonzero", "logsumexp",
+        "std_mean", "var_mean", "count_nonzero", "logsumexp", "histc", "histogram", "bincount",
     }
 )  # fmt: skip
 # Not `kthvalue`, `median`, `mode`, `quantile`: an order statistic of data gathered from several devices
