@@ -377,3 +377,68 @@ def test_a_value_computed_on_the_host_from_a_factory_then_moved_is_mp019():
 )
 def test_a_device_factory_or_host_data_mixed_in_is_silent(noise):
     assert lines(MASKING.replace("NOISE", noise), "MP019") == []
+
+
+HEADS = """
+import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.trunk = nn.Linear(8, 64).to("cuda:0")
+        self.heads = nn.ModuleDict({g: nn.Linear(64, 2) for g in ("a", "b", "c")}).to("cuda:1")
+
+    def forward(self, x):
+        feat = self.trunk(x.to("cuda:0"))
+        return BODY
+"""
+
+
+def test_a_value_moved_in_every_pass_of_a_comprehension_is_mp011():
+    body = '{g: head(feat.to("cuda:1")) for g, head in self.heads.items()}'
+    (f,) = findings(HEADS.replace("BODY", body), "MP011")
+    assert f.line == 14 and "`feat`" in f.message
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        '{g: head(f) for f in [feat.to("cuda:1")] for g, head in self.heads.items()}',  # moved once
+        "[h(row) for row in feat.to('cuda:1') for h in self.heads.values()]",  # the first iterable: once
+        '[feat.to(d) for d in ("cuda:0", "cuda:1")]',  # to another device on each pass
+    ],
+)
+def test_a_move_made_once_for_the_comprehension_or_to_each_device_is_silent(body):
+    assert lines(HEADS.replace("BODY", body), "MP011") == []
+
+
+ROLES = """
+import functools
+
+import torch
+import torch.nn as nn
+
+ROLES = ("trunk", "head")
+
+
+@functools.lru_cache(maxsize=None)
+def device_for(role):
+    return torch.device("cuda", ROLES.index(role))
+
+
+trunk = nn.Linear(4, 4).to(device_for("trunk"))
+head = nn.Linear(4, 4).to(device_for("head"))
+y = head(CALL)
+"""
+
+
+def test_a_device_by_the_position_of_its_role_in_a_tuple_is_known():
+    (f,) = findings(ROLES.replace("CALL", "trunk(torch.randn(2, 4).to(device_for('trunk')))"), "MP001")
+    assert f.line == 17 and f.devices == ("cuda:0", "cuda:1")
+    fixed = "trunk(torch.randn(2, 4).to(device_for('trunk'))).to(device_for('head'))"
+    assert lines(ROLES.replace("CALL", fixed)) == []
+    # a role the tuple does not hold raises there: nothing is guessed
+    unknown = "trunk(torch.randn(2, 4).to(device_for('trunk'))).to(device_for('tail'))"
+    assert lines(ROLES.replace("CALL", unknown), "MP001") == []

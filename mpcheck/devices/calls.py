@@ -122,6 +122,17 @@ def _bound_by(body: cst.CSTNode, mention: cst.Name) -> str | None:
     return None
 
 
+def _position_or_count(seq: SeqV, meth: str, x: Val) -> Val:
+    """`seq.index(x)` / `seq.count(x)` of a sequence of known constants and a known constant (UNK otherwise; a value
+    `index` does not find raises there, and is not guessed)."""
+    if seq.items is None or not isinstance(x, Const) or not all(isinstance(i, Const) for i in seq.items):
+        return UNK
+    values = [cast(Const, i).value for i in seq.items]
+    if meth == "count":
+        return Const(values.count(x.value))
+    return Const(values.index(x.value)) if x.value in values else UNK
+
+
 class Calls(Part):
     def bind(
         self, info: FuncInfo, env: dict[str, Val], self_val: Val | None, args: list[Val], kwargs: dict[str, Val]
@@ -1271,6 +1282,8 @@ class Calls(Part):
                 return self.interp.moves.move(recv, meth, args, kwargs, node, st)
             if recv.module and meth in T.MODULE_SELF_METHODS:
                 return recv  # nn.Sequential(...).eval()
+            if meth in ("index", "count") and len(args) == 1 and not kwargs:
+                return _position_or_count(recv, meth, args[0])  # `ROLES.index(role)`: a stage's GPU by its role
             return UNK
         if isinstance(recv, DictV):
             if recv.module and meth in T.MODULE_SELF_METHODS:

@@ -516,6 +516,17 @@ class Expressions(Part):
             self.interp.comprehension_loops -= 1
             self.interp.loop_outer.pop()
 
+    def _outside_the_comprehension(self, iterable: cst.BaseExpression, st: State) -> Val:
+        """The first clause's iterable, evaluated once before the first pass (`[... for row in out.cpu()]` copies
+        once): outside the loop ev_comp entered."""
+        entry = self.interp.loop_outer.pop()
+        self.interp.comprehension_loops -= 1
+        try:
+            return self.ev(iterable, st)
+        finally:
+            self.interp.comprehension_loops += 1
+            self.interp.loop_outer.append(entry)
+
     def _ev_comp(self, node: cst.ListComp | cst.SetComp | cst.GeneratorExp | cst.DictComp, st: State) -> Val:
         # [elt for target in iter if ...]: unrolled for short known iterables.
         if type(node) is cst.ListComp or type(node) is cst.GeneratorExp:
@@ -545,7 +556,7 @@ class Expressions(Part):
             if spanned is not None:
                 return spanned
         if len(fors) == 1:
-            it = self.ev(fors[0].iter, inner)
+            it = self._outside_the_comprehension(fors[0].iter, inner)
             items = iter_items(it)
             if items is not None and len(items) <= MAX_UNROLL:
                 kept = self._filtered(fors[0], items, inner)
@@ -588,7 +599,7 @@ class Expressions(Part):
                 kind = "gen" if isinstance(node, cst.GeneratorExp) else "list"
                 return SeqV(None, elem=join_all(made), kind=kind, spans=tuple(made), spans_by=spans[1])
         for f in fors:
-            it = self.ev(f.iter, inner)
+            it = self._outside_the_comprehension(f.iter, inner) if f is fors[0] else self.ev(f.iter, inner)
             self.interp.stmts.assign(
                 f.target,
                 iter_elem(
@@ -645,7 +656,7 @@ class Expressions(Part):
             for binding in combos:
                 for g, item in zip(fors[:depth], binding):
                     self.interp.stmts.assign(g.target, item, st, None)
-                items = iter_items(self.ev(f.iter, st))
+                items = iter_items(self._outside_the_comprehension(f.iter, st) if depth == 0 else self.ev(f.iter, st))
                 kept = self._filtered(f, items, st) if items is not None else None
                 if kept is None:
                     return None
