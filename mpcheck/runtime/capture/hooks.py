@@ -249,7 +249,7 @@ def _patch_module_call(
     no_torch_function = torch._C.DisableTorchFunction
     device_of = checker.devices.device_of
     watched = checker.reduce_watch.carriers  # MP016's watched moves: one dict for the run, empty most of the time
-    widened = checker._widened  # MP016's widened, encoded and upsampled tensors (widened.py): the same
+    widened = checker._resampled  # MP016's upsampled tensors not yet read (widened.py): empty most of the time
 
     def checked_call(module, *args, **kwargs):
         # A moved tensor given to a module that runs without the function mode (signature cache, a torch.nn

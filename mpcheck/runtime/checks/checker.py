@@ -136,6 +136,9 @@ class Checker:
         # Tensors widened where they are (`x.float()` of bf16) or one-hot encoded, at the user's line, by id: moved next, they
         # cross at the wide size (MP016, widened.py).
         self._widened: dict[int, tuple[Any, str, int, Site]] = {}
+        # The ids of its upsampled and unfolded entries (widened.py): a module call whose ops run unseen forgets
+        # those among its inputs, and the module hooks test this small set, not the whole table, on every call.
+        self._resampled: set[int] = set()
         self._bool_dtype = torch.bool
         self._grad_enabled = torch.is_grad_enabled
         self._int64 = torch.int64
@@ -386,7 +389,7 @@ class Checker:
             self.note_reads(args, kwargs)
         if self.reduce_watch.carriers:
             self.on_unseen_reads(args, kwargs)
-        if self._widened:
+        if self._resampled:
             self.forget_upsampled(args, kwargs)
 
     _note_read = arrivals._note_read

@@ -74,16 +74,20 @@ def on_upsampled(self: Checker, src: Any, out: Any, unfolded: bool = False) -> N
     site = self.sites()
     if not site.context:  # (a library's own resampling)
         _remember(self, out, (UNFOLDED if unfolded else UPSAMPLED, needed, site))
+        if id(out) in self._widened:
+            self._resampled.add(id(out))
 
 
 def forget_upsampled(self: Checker, args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> None:
     """A call whose ops the function mode does not see (a module the signature cache runs unchecked) was given
     these: an upsampled tensor among them was read where it is, for its own sake."""
-    table = self._widened
+    table, resampled = self._widened, self._resampled
     for a in (*args, *kwargs.values()) if kwargs else args:
-        entry = table.get(id(a))
-        if entry is not None and entry[1] in _RESAMPLED and entry[0]() is a:
+        if id(a) in resampled and (entry := table.get(id(a))) is not None and entry[0]() is a:
             del table[id(a)]
+            resampled.discard(id(a))
+    for key in [k for k in resampled if (e := table.get(k)) is None or e[0]() is None]:
+        resampled.discard(key)  # (freed unread, or its entry purged)
 
 
 def _remember(self: Checker, out: Any, entry: tuple[str, int, Site]) -> None:
@@ -105,6 +109,8 @@ def _carry_encoded(self: Checker, src: Any, out: Any) -> bool:
     try:
         if out.numel() == src.numel():
             self._widened[id(out)] = (weakref.ref(out), *entry[1:])
+            if entry[1] in _RESAMPLED:
+                self._resampled.add(id(out))
     except Exception:  # not a tensor
         pass
     return True
@@ -133,6 +139,7 @@ def check_widened_move(
 ) -> None:
     """A transfer of a tensor on_widened remembered: it crosses at its wide size."""
     entry = self._widened.pop(id(t), None)
+    self._resampled.discard(id(t))
     if entry is None or entry[0]() is not t or site is None or site.context:
         return
     _, narrow_name, narrow_size, cast_site = entry
@@ -222,6 +229,7 @@ def carry_widened(self: Checker, func: Any, args: tuple[Any, ...], out: Any) -> 
     entry = self._widened.get(id(args[0]))
     if entry is not None and entry[1] in _RESAMPLED and getattr(func, "__name__", "") not in ELEMENTWISE:
         del self._widened[id(args[0])]  # read for its own sake where it is (a convolution): computed to be used there
+        self._resampled.discard(id(args[0]))
         return
     if _carry_encoded(self, args[0], out):
         return
