@@ -88,6 +88,17 @@ def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
         todo.extend(children(n))
 
 
+def scope_nodes(scope: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """The nodes of a module's or a function's own scope, in source order: not those inside the functions, lambdas
+    and classes it defines (their own scopes, which read their own names), though those nodes themselves are."""
+    stack = list(reversed(children(scope)))
+    while stack:
+        n = stack.pop()
+        yield n
+        if not isinstance(n, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            stack.extend(reversed(children(n)))
+
+
 def assigned(node: cst.CSTNode) -> list[cst.BaseExpression]:
     """The targets `node` assigns when it is an assignment (`=`, `+=`, `x: T = ...`), else none."""
     kind = type(node)  # the parser's exact node types: no ABC instance check (see _IS_NODE)

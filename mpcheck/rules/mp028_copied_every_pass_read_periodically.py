@@ -17,7 +17,7 @@ import libcst as cst
 
 from mpcheck.devices.events import Transfer
 from mpcheck.devices.values import distinct, show, single
-from mpcheck.devices.walk import children, walk
+from mpcheck.devices.walk import scope_nodes, walk
 from mpcheck.finding import Finding
 from mpcheck.rules.base import Rule
 from mpcheck.rules.context import FileContext
@@ -75,19 +75,8 @@ def _scopes(module: cst.Module) -> Iterator[cst.CSTNode]:
             yield n
 
 
-def _own_nodes(scope: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    """The nodes of `scope`, not those of the functions and classes defined in it (their own scopes)."""
-    stack = list(reversed(scope.body.body if isinstance(scope, cst.FunctionDef) else scope.body))  # type: ignore[attr-defined]
-    while stack:
-        n = stack.pop()
-        yield n
-        if isinstance(n, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
-            continue
-        stack.extend(reversed(children(n)))
-
-
 def _loops(scope: cst.CSTNode) -> Iterator[cst.For | cst.While]:
-    for n in _own_nodes(scope):
+    for n in scope_nodes(scope):
         if isinstance(n, (cst.For, cst.While)):
             yield n
 
@@ -118,7 +107,7 @@ def _bound_move(
 def _only_reader(scope: cst.CSTNode, name: str, after: Sequence[cst.BaseStatement]) -> cst.If | None:
     """The one `if` among the statements `after` the move whose body holds every other mention of `name` in the
     scope, when its test is periodic and does not read `name`; else None."""
-    mentions = [n for n in _own_nodes(scope) if isinstance(n, cst.Name) and n.value == name]
+    mentions = [n for n in scope_nodes(scope) if isinstance(n, cst.Name) and n.value == name]
     for stmt in after:
         if not isinstance(stmt, cst.If) or not _periodic(stmt.test):
             continue

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from mpcheck.devices.walk import children, walk
+from mpcheck.devices.walk import scope_nodes, walk
 from mpcheck.finding import Finding
 from mpcheck.rules.base import Rule
 from mpcheck.rules.context import FileContext
@@ -29,7 +29,7 @@ class RepeatedListInDevicePlan(Rule):
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         for scope in (ctx.module, *(n for n in walk(ctx.module) if isinstance(n, cst.FunctionDef))):
-            own = list(_own_nodes(scope))
+            own = list(scope_nodes(scope))
             for n in own:
                 repeated = _repeated_mutable(n)
                 if repeated is None or not isinstance(n, cst.Assign):
@@ -49,17 +49,6 @@ class RepeatedListInDevicePlan(Rule):
                     f"`[{literal} for _ in range(...)]`.",
                     suggestion=f"build `{name}` with a comprehension, one new `{literal}` per entry",
                 )
-
-
-def _own_nodes(scope: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    """The nodes of `scope`, not those of the functions defined in it."""
-    stack = list(reversed(children(scope)))
-    while stack:
-        n = stack.pop()
-        yield n
-        if isinstance(n, (cst.FunctionDef, cst.Lambda)):
-            continue
-        stack.extend(reversed(children(n)))
 
 
 def _repeated_mutable(n: cst.CSTNode) -> tuple[cst.BaseExpression, cst.BaseExpression] | None:
