@@ -83,10 +83,11 @@ def _feeds_only(body: cst.CSTNode, name: str, inside: set[int], depth: int) -> b
     inside it, reads only metadata (`w.shape[0]`, `device=w.device`), or is in the value of a statement that binds a
     local read only so in turn (`gram = w @ w.T`, `gram` then reduced), `depth` bindings deep at most."""
     targets = {id(t) for m in walk(body) for t in assigned(m) if isinstance(t, cst.Name)}
+    metadata = _metadata_reads(body, name)
     for n in walk(body):
         if not (isinstance(n, cst.Name) and n.value == name) or id(n) in inside or id(n) in targets:
             continue
-        if id(n) in _metadata_reads(body, name):
+        if id(n) in metadata:
             continue
         bound = _bound_by(body, n)
         if bound is None or depth == 0 or bound == name or not _feeds_only(body, bound, inside, depth - 1):

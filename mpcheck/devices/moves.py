@@ -629,21 +629,24 @@ class Moves(Part):
         costs; `torch.ones(64, 64)` may be a few bytes, and `torch.randn(8, 128).to(dev)` a script's stand-in
         data)."""
         dst = single(devs)
+        if (
+            st.in_init
+            or dst is None
+            or not dst.startswith("cuda")
+            or recv.devs != one("cpu")
+            or not recv.origin.startswith(MADE_ON_CPU_BY_DEFAULT.split("{", 1)[0])
+        ):
+            return  # (the cheap tests first: every move of the file comes here)
         fn = self.interp.stack[-1].node if self.interp.stack else None
         made = _factory_under_casts(node)
         derived = False
         if made is None:
             made, derived = _factory_through_locals(node, fn)
         if (
-            st.in_init
-            or dst is None
-            or not dst.startswith("cuda")
-            or made is None
-            or recv.devs != one("cpu")
-            or not recv.origin.startswith(MADE_ON_CPU_BY_DEFAULT.split("{", 1)[0])
+            made is None
             or (dotted(made.func) or "").rsplit(".", 1)[-1] not in T.SHAPE_FACTORIES
             or not (self.in_forward() or self.interp.in_unknown_loop or self.interp.in_loop())
-            or not _shaped_after_a_tensor(made, self.interp.stack[-1].node if self.interp.stack else None)
+            or not _shaped_after_a_tensor(made, fn)
             # a seeded host generator is why it is made on the host: `device=` would refuse it
             or any(a.keyword is not None and a.keyword.value == "generator" for a in made.args)
         ):

@@ -162,17 +162,18 @@ def _functions_returning_a_placed_copy(module: cst.Module) -> dict[str, cst.Call
             and isinstance(n.targets[0].target, cst.Name)
             and n.targets[0].target.value == copy_name
         ]
-        if len(made) != 1 or not _copy_of(made[0], first):
+        copy = made[0] if len(made) == 1 else None
+        if not isinstance(copy, cst.Call) or not _copy_of(copy, first):
             continue
         if any(plain_device_move(n) and _rooted_at(n, copy_name) for n in walk(fn.body)):
-            out[fn.name.value] = made[0]  # type: ignore[assignment]
+            out[fn.name.value] = copy
     return out
 
 
-def _copy_of(value: cst.BaseExpression, name: str) -> bool:
+def _copy_of(value: cst.Call, name: str) -> bool:
+    """`copy.deepcopy(name)`."""
     return (
-        isinstance(value, cst.Call)
-        and (dotted(value.func) or "") in _COPIERS
+        (dotted(value.func) or "") in _COPIERS
         and len(value.args) == 1
         and isinstance(value.args[0].value, cst.Name)
         and value.args[0].value.value == name
