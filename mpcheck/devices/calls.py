@@ -1363,27 +1363,48 @@ def _drops_a_move_of_its_input(fwd: FuncInfo) -> bool:
 
 
 # str methods whose result is computed here when every argument is a known constant:
-# `args.devices.split(",")` (a command line's default), `name.strip()`, `dev.startswith("cuda")`.
+# `args.devices.split(",")` (a command line's default), `name.strip()`, `dev.startswith("cuda")`,
+# `os.environ.get("MP_SPLIT", "cuda:0>cuda:1").partition(">")`, `"cuda:{}".format(i)`.
 _STRING_METHODS = frozenset(
-    {"split", "rsplit", "strip", "lstrip", "rstrip", "lower", "upper", "replace", "startswith", "endswith", "join"}
+    {
+        "split",
+        "rsplit",
+        "partition",
+        "rpartition",
+        "strip",
+        "lstrip",
+        "rstrip",
+        "removeprefix",
+        "removesuffix",
+        "lower",
+        "upper",
+        "replace",
+        "startswith",
+        "endswith",
+        "join",
+        "format",
+    }
 )
 
 
 def _string_method(text: str, meth: str, args: list[Val], kwargs: dict[str, Val]) -> Val:
-    if meth not in _STRING_METHODS or kwargs:
+    if meth not in _STRING_METHODS or (kwargs and meth != "format"):
         return UNK
     if meth == "join":
         items = args[0].items if len(args) == 1 and isinstance(args[0], SeqV) else None
         if items is None or not all(isinstance(i, Const) and isinstance(i.value, str) for i in items):
             return UNK
         return Const(text.join(cast(Const, i).value for i in items))
-    if not all(isinstance(a, Const) and isinstance(a.value, (str, int, type(None))) for a in args):
+    given = [*args, *kwargs.values()]
+    if not all(isinstance(a, Const) and isinstance(a.value, (str, int, type(None))) for a in given):
         return UNK
     try:
-        out = getattr(text, meth)(*(cast(Const, a).value for a in args))
-    except (TypeError, ValueError):
+        out = getattr(text, meth)(
+            *(cast(Const, a).value for a in args), **{k: cast(Const, v).value for k, v in kwargs.items()}
+        )
+    except (TypeError, ValueError, IndexError, KeyError):
         return UNK
-    return SeqV(tuple(Const(x) for x in out)) if isinstance(out, list) else Const(out)
+    return SeqV(tuple(Const(x) for x in out)) if isinstance(out, (list, tuple)) else Const(out)
 
 
 _PROBE_SERIALS = itertools.count()  # a probe run's own memo key (ids of freed dicts come back)

@@ -24,6 +24,7 @@ and `store_false`, a string default converted by `type=int` / `type=float` / `ty
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -155,13 +156,18 @@ def environment_placement(module: Any) -> dict[str, int | str]:
     return listed
 
 
+# What separates the GPUs a default lists: `"cuda:0,cuda:1"`, `"cuda:0>cuda:1"` (first > second, read with
+# `.partition(">")`), `"0;1"`, `"cuda:0|cuda:1"`, `"0 1"`, `"cuda:0->cuda:1"` (never `:`, which is a device's own)
+_LIST_SEPARATOR = re.compile(r"\s*(?:->|=>|[,;>|/\s])\s*")
+
+
 def _distinct_gpus(default: int | str) -> bool:
-    """A default that lists two or more distinct GPUs, comma-separated (`"cuda:0,cuda:1"`, `"0,1"`, `"G=1,D=0"`), or as the
-    values of a JSON object or list (`'{"encoder": "cuda:0", "decoder": "cuda:1"}'`, read with json.loads)."""
+    """A default that lists two or more distinct GPUs (`"cuda:0,cuda:1"`, `"0,1"`, `"G=1,D=0"`, `"cuda:0>cuda:1"`), or as
+    the values of a JSON object or list (`'{"encoder": "cuda:0", "decoder": "cuda:1"}'`, read with json.loads)."""
     parts = json_devices(default)
     if parts is None:
-        # `"cuda:0,cuda:1"`, `"0,1"`, or named: `"G=1,D=0"` (each part's device after its `=`)
-        parts = [p.rpartition("=")[2].strip() for p in str(default).split(",")]
+        # each part's device after its `=` where it is named (`"G=1,D=0"`)
+        parts = [p.rpartition("=")[2].strip() for p in _LIST_SEPARATOR.split(str(default).strip())]
     gpus = [_gpu_of(p) for p in parts]
     return len(parts) >= 2 and None not in gpus and len(set(gpus)) == len(gpus)
 

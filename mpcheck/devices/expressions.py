@@ -70,6 +70,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from mpcheck.devices.interp import Interp
 
 
+# The bases that make a class an enumeration: its body's constants are members (Expressions._enum_member).
+_ENUM_BASES = frozenset({"Enum", "IntEnum", "StrEnum", "Flag", "IntFlag"})
+
+
 class Expressions(Part):
     def __init__(self, interp: Interp) -> None:
         super().__init__(interp)
@@ -117,6 +121,8 @@ class Expressions(Part):
                 return base.items[name == "indices"]  # `x.max(-1).indices`: a (values, indices) named tuple
         if isinstance(base, AutogradCtx):
             return base.items.get(name, UNK)  # `ctx.saved_tensors` in a custom Function's backward
+        if isinstance(base, ClassRef) and (member := self._enum_member(base.info, name)) is not None:
+            return member
         if isinstance(base, (ClassRef, Summarized, DictV)):
             got = self._constant_attr(base, name)
             if got is not None:
@@ -213,6 +219,24 @@ class Expressions(Part):
         v = self.ev(expr, State.fresh(dict(self.interp.globals), "<class>"))
         return v if isinstance(v, (Const, DeviceV)) else None
 
+    def _enum_member(self, cls: ClassInfo, name: str) -> Obj | None:
+        """`Stage.QUERY` of `class Stage(enum.Enum)` with `QUERY = "cuda:0"` in its body: the member, an instance
+        whose `.value` is that constant and whose methods and properties are the class's (`Stage.QUERY.device`
+        returning `torch.device(self.value)`); one object per member. None for any other class or name."""
+        if name.startswith("_") or not any(b.rsplit(".", 1)[-1] in _ENUM_BASES for c in cls.lineage() for b in c.bases):
+            return None
+        expr = cls.class_attr(name)
+        if expr is None:
+            return None
+        key = (id(cls), name)
+        member = self.interp.enum_members.get(key)
+        if member is None:
+            value = self.ev(expr, State.fresh(dict(self.interp.globals), "<class>"))
+            attrs: dict[str, Val] = {"value": value, "name": Const(name)}
+            member = Obj("module", None, label=f"{cls.name}.{name}", cls=cls, attrs=attrs)
+            self.interp.enum_members[key] = member
+        return member
+
     def _class_attr(self, obj: Obj, cls: ClassInfo, name: str) -> Val | None:
         """A class body's constant data (`placement = {"embed": "cuda:0"}`), read as `self.placement`;
         None for anything else (a module built in the class body is shared, not the instance's)."""
@@ -231,6 +255,8 @@ class Expressions(Part):
         base = self.ev(node.value, st)
         if isinstance(base, SeqV) and len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Slice):
             return self._sliced(base, node.slice[0].slice, st)
+        if isinstance(base, QName) and base.q == "sys.argv" and len(node.slice) == 1:
+            return self._arguments(node.slice[0].slice, st)
         if len(node.slice) != 1 or not isinstance(node.slice[0].slice, cst.Index):
             indices = [self.ev(el.slice.value, st) for el in node.slice if isinstance(el.slice, cst.Index)]
             if isinstance(base, Obj) and base.kind in ("tensor", "param", "buffer", "any"):
@@ -399,6 +425,18 @@ class Expressions(Part):
             return reads == 1 and isinstance(site, cst.Call) and any(a.value is move for a in site.args)
         # Its binding's target is a Name node too: two in all.
         return self.interp.stmts.bindings_here(name.value) == 1 and reads == 2
+
+    def _arguments(self, sl: cst.BaseSlice, st: State) -> Val:
+        """`sys.argv[1:]`: the script's arguments, none as it runs with its defaults (as argparse's are read:
+        command_line.py), so a loop over them (`getopt`, `key=value` pairs into a dict of settings) leaves the
+        settings the code wrote. Only that slice: `sys.argv[1]` and `len(sys.argv)` (a script that demands its
+        arguments, and exits without them) stay unknown, so no path is cut off for want of one."""
+        if not isinstance(sl, cst.Slice) or sl.upper is not None or sl.step is not None or sl.lower is None:
+            return UNK
+        lower = self.ev(sl.lower, st)
+        if isinstance(lower, Const) and type(lower.value) is int and lower.value >= 1:
+            return SeqV((), kind="list")
+        return UNK
 
     def _sliced(self, base: SeqV, sl: cst.Slice, st: State) -> Val:
         """`self.blocks[half:]`, `devices[1:]`: the same items (the same objects: a loop that moves them

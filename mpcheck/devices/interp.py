@@ -136,6 +136,8 @@ class Interp:
         # How many of them are comprehensions: a loop for MP011's repeated moves, but no sign by itself that the
         # code runs on every step (a script's one `[p.item() for p in preds]`), as a `for` statement is (in_loop).
         self.comprehension_loops = 0
+        # The members of the file's enumerations read so far (Expressions._enum_member), one object each.
+        self.enum_members: dict[tuple[int, str], Obj] = {}
         # The loops of loop_outer (by their position in it) that run joined, not unrolled (a loader's batches).
         self.joined_loops: set[int] = set()
         # The joined loops over a tensor's row indices being run (`for i in range(len(t))`): (i, the expression

@@ -1485,6 +1485,15 @@ def _environment_get(lib: Library, c: LibCall) -> Val:
     return Const(default) if default is not None else UNK
 
 
+def _getopt(lib: Library, c: LibCall) -> Val:
+    """`opts, rest = getopt.getopt(sys.argv[1:], "t:c:", [...])` of no arguments (the script run with its defaults,
+    Expressions._arguments): no options and nothing left, so the loop over `opts` changes no setting."""
+    given = c.args[0] if c.args else c.kwargs.get("args")
+    if isinstance(given, SeqV) and given.items == ():
+        return SeqV((SeqV((), kind="list"), SeqV((), kind="list")), kind="tuple")
+    return UNK
+
+
 def _save(lib: Library, c: LibCall) -> Val:
     """torch.save(obj, path): remembered by the path, for a `torch.load(path)` of this file (`_load`)."""
     key = _path_key(lib, c, 1)
@@ -1631,6 +1640,7 @@ EXACT: dict[str, Handler] = _exact(
     ("argparse.ArgumentParser", _argument_parser),
     ("torch.load", _load),
     (("os.environ.get", "os.getenv"), _environment_get),
+    (("getopt.getopt", "getopt.gnu_getopt"), _getopt),
     ("json.loads", _json_loads),
     (("yaml.safe_load", "yaml.load", "yaml.full_load"), _yaml_load),
     ("collections.namedtuple", _namedtuple),

@@ -338,8 +338,10 @@ def repeated(ev: Transfer, in_layer_loop: Callable[[], bool], ints: Mapping[str,
         return "" if certainly_small(made_by(v), ints) else "global"
     if ev.host_constant_bytes >= REPEAT_MIN_BYTES:
         return "call"  # torch.tril(torch.ones(S, S)).to(dev) in forward: the same data built and copied
-    if ev.bound_outside_loop and not certainly_small(made_by(v), ints):
-        return "loop"  # a tensor made before the loop, moved again in every iteration
+    if ev.bound_outside_loop and ev.target_fixed_in_loop and not certainly_small(made_by(v), ints):
+        # A tensor made before the loop, moved again in every iteration to the same place; to the loop's own
+        # device (`{d: meta.to(d) for d in GPUS}`) it is one copy for each GPU that reads it.
+        return "loop"
     return ""
 
 

@@ -169,3 +169,28 @@ def test_an_order_statistic_of_weights_gathered_from_two_gpus_is_not_reported(sc
     )
     status, report, err = dryrun_cli(s, "--gpus", "2")
     assert (status, report["findings"]) == (0, []), err
+
+
+def test_an_entropy_of_moved_attention_maps_is_reported_and_a_product_of_two_moves_is_not(script, dryrun_cli):
+    # `att * att.clamp_min(1e-9).log()` reads the one copy twice: still its data alone, reduced by the sum.
+    # `x.to(d) * y.to(d)` meets two copies: each is data the destination needs.
+    s = script(
+        """
+        import torch
+
+        def entropy(att):
+            return -(att * att.clamp_min(1e-9).log()).sum(-1).mean()
+
+        for _ in range(2):
+            maps = torch.softmax(torch.randn(8, 4, 64, 64, device="cuda:0"), -1)
+            ent = entropy(maps.to("cuda:1"))  # <- bad
+            x, y = torch.randn(256, 256, device="cuda:0"), torch.randn(256, 256, device="cuda:0")
+            dot = (x.to("cuda:1") * y.to("cuda:1")).sum()
+            print(float(ent), float(dot))
+        """
+    )
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 0, err
+    assert [(f["code"], f["line"], f["extra"]["reduced_by"]) for f in report["findings"]] == [
+        ("MP016", s.marks["bad"], "sum")
+    ]

@@ -162,3 +162,53 @@ def test_a_moved_tensor_the_program_keeps_or_returns_is_not_judged(script, dryru
     )
     status, report, err = dryrun_cli(s, "--gpus", "2")
     assert (status, report["findings"]) == (0, []), err
+
+
+RECURSIVE_MOVER = """
+import torch
+import torch.nn as nn
+
+
+def to_device(obj, dev):
+    if isinstance(obj, dict):
+        return {k: to_device(v, dev) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(to_device(v, dev) for v in obj)
+    return obj.to(dev)  # <- helper
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lower = nn.Linear(256, 256).to("cuda:0")
+        self.upper = nn.Linear(256, 8).to("cuda:1")
+
+    def forward(self, x):
+        h = self.lower(x.to("cuda:0"))
+        out = to_device({"hidden": h, "maps": [h.softmax(-1), h.sigmoid()]}, "cuda:1")  # <- hop
+        return self.upper(out["hidden"]).sum()
+
+
+model = Net()
+for _ in range(3):
+    model(torch.randn(128, 256)).backward()
+"""
+
+
+def test_a_recursive_helpers_unread_moves_are_reported_at_the_line_that_called_it(script, dryrun_cli):
+    # a user's to_device() is treated as a library's: the caller chose to move the logged maps along
+    s = script(RECURSIVE_MOVER)
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 0, err
+    assert {(f["code"], f["line"]) for f in report["findings"]} == {("MP016", s.line("hop"))}
+
+
+def test_a_helper_called_once_per_tensor_keeps_its_own_line(script, dryrun_cli):
+    src = RECURSIVE_MOVER.replace(
+        'to_device({"hidden": h, "maps": [h.softmax(-1), h.sigmoid()]}, "cuda:1")',
+        'dict(hidden=to_device(h, "cuda:1"), maps=to_device(h.softmax(-1), "cuda:1"))',
+    )
+    s = script(src)
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 0, err
+    assert {(f["code"], f["line"]) for f in report["findings"]} == {("MP016", s.line("helper"))}

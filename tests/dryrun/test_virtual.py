@@ -41,6 +41,16 @@ def test_torch_cuda_answers_as_n_gpus_and_is_restored():
     assert torch._C._len_torch_function_stack() == 0
 
 
+@pytest.mark.parametrize(("memory", "part"), [("80GiB", "H100"), ("141GB", "H200")])
+def test_the_virtual_gpu_answers_as_the_hopper_part_it_models(memory, part):
+    # a program that keeps only data-centre GPUs (`"H100" in get_device_name(i)`) finds them all
+    with quiet(gpus=2, device_memory=memory):
+        names = [torch.cuda.get_device_name(i) for i in range(2)]
+        assert all(part in n and "virtual" in n for n in names)
+        assert torch.cuda.get_device_properties(0).name == names[0]
+        assert torch.cuda.get_device_capability(1) == (9, 0)
+
+
 def test_tensor_device_queries_and_moves():
     with quiet(gpus=2):
         x = torch.randn(3, 4)

@@ -156,3 +156,45 @@ def test_an_upsampled_tensor_used_where_it_was_made_or_resampled_on_arrival_is_c
         s = script(UPSAMPLE.replace("MOVE", move).replace("USE", use))
         status, report, err = dryrun_cli(s, "--gpus", "2")
         assert status == 0 and "MP016" not in [f["code"] for f in report["findings"]], (move, use, err)
+
+
+RBF = """
+import torch
+import torch.nn as nn
+
+centers = torch.linspace(0, 5, 32)
+net = nn.Linear(32, 1).to("cuda:0")
+SETUP
+for _ in range(3):
+    pos = torch.rand(8, 24, 3) * 5
+    d = torch.cdist(pos, pos)
+    feats = MOVE  # <- hop
+    net(feats).mean().backward()
+"""
+
+
+def test_an_expansion_computed_on_the_host_by_broadcasting_then_uploaded_every_step_is_reported(script, dryrun_cli):
+    # a radial basis expansion of the distances on 32 centres: 32 times the distances cross
+    s = script(RBF.replace("MOVE", 'torch.exp(-4.0 * (d[..., None] - centers) ** 2).to("cuda:0")').replace("SETUP", ""))
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 0, err
+    (f,) = [f for f in report["findings"] if f["code"] == "MP016"]
+    assert f["line"] == s.line("hop") and f["extra"]["widened_from"] == "broadcast"
+    assert (f["extra"]["bytes_needed"], f["extra"]["bytes_moved"]) == (8 * 24 * 24 * 4 + 32 * 4, 8 * 24 * 24 * 32 * 4)
+
+
+def test_an_expansion_computed_on_the_gpu_or_a_table_moved_once_is_clean(script, dryrun_cli):
+    for move, setup in (
+        # the distances cross, the expansion is computed where it is used
+        ('torch.exp(-4.0 * (d.to("cuda:0")[..., None] - centers.to("cuda:0")) ** 2)', ""),
+        # a table made by broadcasting, moved once at setup (sinusoidal positions), then only read
+        (
+            'torch.exp(-4.0 * (d.to("cuda:0")[..., None] - centers.to("cuda:0")) ** 2) + table[:24, :32]',
+            'table = torch.sin(torch.arange(512.0)[:, None] * torch.rand(64)[None, :]).to("cuda:0")',
+        ),
+        # broadcast and then reduced where it is: the small result crosses
+        ('(d[..., None] - centers).abs().amin(-1, keepdim=True).to("cuda:0") * torch.ones(32, device="cuda:0")', ""),
+    ):
+        s = script(RBF.replace("MOVE", move).replace("SETUP", setup))
+        status, report, err = dryrun_cli(s, "--gpus", "2")
+        assert status == 0 and "MP016" not in [f["code"] for f in report["findings"]], (move, err)

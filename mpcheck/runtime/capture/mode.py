@@ -93,6 +93,17 @@ def _resolve_name(func: Any) -> str | None:
     return _names.get(func)
 
 
+def _broadcasting_ops() -> frozenset[Any]:
+    """torch's binary elementwise arithmetic, as the function mode sees it called (`a - b` is TensorBase.sub,
+    `1 - a` Tensor.__rsub__, `torch.sub(a, b)` the function)."""
+    names = ("add", "sub", "subtract", "mul", "multiply", "div", "divide", "true_divide", "pow", "maximum", "minimum")
+    dunders = ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__", "__rtruediv__")
+    found = {getattr(owner, n, None) for owner in (torch, torch.Tensor, torch._C.TensorBase) for n in names}
+    found |= {getattr(torch.Tensor, n, None) for n in (*dunders, "__pow__", "__rpow__")}
+    found.discard(None)
+    return frozenset(found)
+
+
 class CheckingMode(TorchFunctionMode):
     def __init__(self, checker: Checker, *, time_backward: bool = True, stamp_nodes: bool = False) -> None:
         super().__init__()
@@ -109,6 +120,8 @@ class CheckingMode(TorchFunctionMode):
         self._resamplers = frozenset({torch.nn.functional.interpolate, torch.nn.functional.unfold})
         self._widening = frozenset({torch.Tensor.float, torch.Tensor.double, self._one_hot, *self._resamplers})
         self._resamplers_unfold = torch.nn.functional.unfold
+        # Elementwise arithmetic of two tensors, which may broadcast them to a larger result (widened.on_broadcast).
+        self._broadcasting = _broadcasting_ops()
         self._widened = checker._widened  # one dict for the run, empty most of the time
         self._tls = checker._tls
         # MP011's provenance (checks/provenance.py): tensors computed only from constants.
@@ -231,6 +244,8 @@ class CheckingMode(TorchFunctionMode):
                     checker.on_widened(args[0], out)  # `x.float()`: a move of it next crosses wide (widened.py)
             elif self._widened and args and id(args[0]) in self._widened:
                 checker.carry_widened(func, args, out)
+            elif func in self._broadcasting and len(args) == 2:
+                checker.on_broadcast(args, out)  # `d[..., None] - centers`: a move of it next crosses enlarged
             if worked is not None:
                 checker.on_arrival_worked(func, worked[1], worked[2], out, worked[0])
             if loss:
@@ -345,7 +360,7 @@ class CheckingMode(TorchFunctionMode):
                 self._unmoved.derive((src_t,), out, devices.device_of)
             return out
         nbytes = payload_bytes(src_t)
-        site = checker.sites()
+        site = checker.transfer_sites()
         module = checker.current_module()
         timing = devices.start_transfer(src, dst, nbytes)
         out = func(*args, **kwargs)

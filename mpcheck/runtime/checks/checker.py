@@ -92,7 +92,7 @@ from mpcheck.runtime.checks.protocols import Devices, ModuleNames
 from mpcheck.runtime.checks.provenance import Provenance
 from mpcheck.runtime.checks.purge import PURGE_AT
 from mpcheck.runtime.checks.recurrence import Mark
-from mpcheck.runtime.checks.sites import Site, user_site
+from mpcheck.runtime.checks.sites import Site, transfer_site, user_site
 from mpcheck.runtime.checks.storage_ref import StorageRef
 from mpcheck.runtime.checks.thread_state import Suspend, ThreadState
 from mpcheck.runtime.checks.thresholds import repeat_min_bytes_from_env
@@ -139,6 +139,8 @@ class Checker:
         # The ids of its upsampled and unfolded entries (widened.py): a module call whose ops run unseen forgets
         # those among its inputs, and the module hooks test this small set, not the whole table, on every call.
         self._resampled: set[int] = set()
+        # The lines that moved a tensor made by broadcasting (widened.on_broadcast) once: a second move is reported.
+        self._broadcast_moves: set[Site] = set()
         self._bool_dtype = torch.bool
         self._grad_enabled = torch.is_grad_enabled
         self._int64 = torch.int64
@@ -152,6 +154,9 @@ class Checker:
         self.select = frozenset(c.upper() for c in select) if select else None
         self.ledger = ledger if ledger is not None else Ledger()
         self.sites = sites
+        # A transfer's line: out of the user's recursive moving helper (sites.transfer_site); sites given for a test
+        # stand for both.
+        self.transfer_sites = transfer_site if sites is user_site else sites
         self.namer = namer
         self.repeat_min_bytes = repeat_min_bytes_from_env() if repeat_min_bytes is None else repeat_min_bytes
         self.findings: list[Finding] = []
@@ -364,6 +369,7 @@ class Checker:
     on_widened = widened.on_widened
     on_encoded = widened.on_encoded
     on_upsampled = widened.on_upsampled
+    on_broadcast = widened.on_broadcast
     forget_upsampled = widened.forget_upsampled
     check_widened_move = widened.check_widened_move
     carry_widened = widened.carry_widened

@@ -38,13 +38,17 @@ REDUCTIONS = frozenset(
 )  # fmt: skip
 # Not `kthvalue`, `median`, `mode`, `quantile`: an order statistic of data gathered from several devices
 # (a global pruning threshold) needs up to k elements of each part, not one result per device.
-# Ops that keep a watched tensor's data whole when it is their only tensor argument.
+# Ops that keep a watched tensor's data whole when it is their only tensor argument, or when every tensor they get
+# carries that one transfer's data (`att * att.clamp_min(1e-9).log()`, an entropy of the moved attention maps).
 ELEMENTWISE = frozenset(
     {
         "abs", "square", "sqrt", "pow", "__pow__", "exp", "log", "neg", "__neg__", "isfinite", "isnan", "isinf",
         "float", "double", "half", "bfloat16", "mul", "__mul__", "__rmul__", "div", "__truediv__", "add",
         "__add__", "__radd__", "sub", "__sub__", "clone", "detach", "contiguous", "flatten", "reshape", "view",
-        "ravel", "squeeze", "unsqueeze", "t", "transpose", "permute",
+        "ravel", "squeeze", "unsqueeze", "t", "transpose", "permute", "clamp", "clamp_min", "clamp_max", "clip",
+        "log1p", "log2", "log10", "exp2", "expm1", "reciprocal", "rsqrt", "sigmoid", "tanh", "relu", "sign",
+        "softmax", "log_softmax", "logical_not", "__invert__", "eq", "__eq__", "ne", "__ne__", "gt", "__gt__",
+        "lt", "__lt__", "ge", "__ge__", "le", "__le__",
     }
 )  # fmt: skip
 # Ops that gather several tensors into one: the watched tensor's data is all in the output.
@@ -157,11 +161,19 @@ def on_watched_read(self: Checker, func: Any, args: tuple[Any, ...], kwargs: dic
                 if m.reduced_by is None:
                     m.reduced_by, m.reduced_at = name, at
             return
-    elif (name in _GATHERS or (name in ELEMENTWISE and tensors == 1)) and hasattr(out, "untyped_storage"):
+    elif (name in _GATHERS or (name in ELEMENTWISE and _of_one_transfer(carriers, found, tensors))) and hasattr(
+        out, "untyped_storage"
+    ):
         watch.carry(out, moved)
         return
     for key in found:  # its data used: the move was needed
         watch.used(key)
+
+
+def _of_one_transfer(carriers: dict[int, Any], found: list[int], tensors: int) -> bool:
+    """Every tensor argument of the op carries the same transfers' data: one tensor, or copies derived from one
+    move (`att * att.log()`). Two moves met (`x.to(d) * y.to(d)`) are data used together, each needed there."""
+    return len(found) == tensors and len({carriers[key][1] for key in found}) == 1
 
 
 def on_watched_view(self: Checker, base: Any, view: Any) -> None:

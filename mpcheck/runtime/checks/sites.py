@@ -241,6 +241,47 @@ def user_frames_from(frame: FrameType | None) -> tuple[FrameType | None, FrameTy
     return library, None
 
 
+_COMPREHENSIONS = frozenset({"<genexpr>", "<listcomp>", "<dictcomp>", "<setcomp>", "<lambda>"})
+
+
+def transfer_site(depth: int = 1) -> Site:
+    """user_site() of a transfer: a user's recursive helper that moves what it is given (`to_device(obj, dev)`
+    walking dicts, lists and tuples to move each tensor) is treated as a library's would be, its copies belonging
+    to the line that called it from outside, which chose what to move (`out = to_device(lower, dev)`), not to the
+    helper's `obj.to(dev)` that every call shares. Only transfers: a device mismatch inside a recursive function
+    (a tree encoder) is at its own line, where the ops meet."""
+    frame, library = _user_and_library_frames(depth + 1)
+    if frame is None or library is not None or _library_path(frame.f_code):
+        return user_site(depth + 1)
+    return site_of_frame(_outside_recursion(frame))
+
+
+def _outside_recursion(frame: FrameType) -> FrameType:
+    """The frame that called the outermost run of `frame`'s function where `frame` runs inside a recursion of it
+    (through its comprehensions), else `frame`. Cheap where there is none: the caller is one or two frames up."""
+    base = _out_of_comprehensions(frame)
+    code = base.f_code
+    outer, up = base, _out_of_comprehensions(base.f_back) if base.f_back is not None else None
+    while up is not None and up.f_code is code:
+        outer = up
+        up = _out_of_comprehensions(up.f_back) if up.f_back is not None else None
+    if outer is base or up is None or _is_internal(up.f_code) or _library_path(up.f_code):
+        return frame
+    return up
+
+
+def _out_of_comprehensions(frame: FrameType) -> FrameType:
+    """The function a comprehension's (or generator expression's, or lambda's) frame runs in: the frame that
+    called it, where its code is one of that frame's constants; `frame` itself for any other."""
+    while (
+        frame.f_code.co_name in _COMPREHENSIONS
+        and frame.f_back is not None
+        and frame.f_code in frame.f_back.f_code.co_consts
+    ):
+        frame = frame.f_back
+    return frame
+
+
 def user_frame(depth: int = 1) -> FrameType | None:
     """The innermost frame outside torch, mpcheck and installed libraries, starting `depth` frames up
     (the innermost library frame when every frame is a library's)."""

@@ -14,6 +14,12 @@ A one-hot encoding is the same waste, larger: `F.one_hot(ids, C)` turns each id 
 It is remembered the same way, kept through casts and elementwise steps, and its move reported with the ids'
 bytes as what would do; the fix moves the ids and encodes them on arrival.
 
+An elementwise op of tensors broadcast against each other can enlarge its inputs as much (`on_broadcast`):
+`torch.exp(-g * (d[..., None] - centers) ** 2)`, a radial basis expansion of an N x N distance matrix on 32
+centres, is 32 times the distances; built on the host and then copied to the GPU, it crosses at that size. It is
+remembered like an upsampling, and its move reported from the second time the same line moves one (a table built
+once at setup and moved once is not a waste worth a warning).
+
 So is an upsampling (`on_upsampled`): `F.interpolate(lr, scale_factor=4).to(dev)` carries 16 times the
 low-resolution image, which would cross and be resampled on arrival as well. Unlike an encoding, an upsampled
 tensor is often computed for its own sake where it is (a super-resolution model's input, read by the first
@@ -44,9 +50,12 @@ ENCODED = "one-hot"
 # bytes are `needed`.
 UPSAMPLED = "upsampled"
 UNFOLDED = "unfolded into patches"
+# ... and by on_broadcast: an elementwise op of tensors broadcast against each other, whose inputs' bytes are `needed`.
+BROADCAST = "broadcast"
 # Entries that stand for the data an op enlarged, not a dtype.
-_ENLARGED = (ENCODED, UPSAMPLED, UNFOLDED)
-_RESAMPLED = (UPSAMPLED, UNFOLDED)
+_ENLARGED = (ENCODED, UPSAMPLED, UNFOLDED, BROADCAST)
+# Those forgotten when anything but an elementwise step reads them (computed for their own sake where they are).
+_RESAMPLED = (UPSAMPLED, UNFOLDED, BROADCAST)
 
 
 def on_encoded(self: Checker, ids: Any, out: Any) -> None:
@@ -74,6 +83,32 @@ def on_upsampled(self: Checker, src: Any, out: Any, unfolded: bool = False) -> N
     site = self.sites()
     if not site.context:  # (a library's own resampling)
         _remember(self, out, (UNFOLDED if unfolded else UPSAMPLED, needed, site))
+        if id(out) in self._widened:
+            self._resampled.add(id(out))
+
+
+def on_broadcast(self: Checker, args: tuple[Any, ...], out: Any) -> None:
+    """`out` is an elementwise op of tensors broadcast against each other (`d[..., None] - centers`, a radial basis
+    expansion of distances): remembered when it is at least RESAMPLE_MIN_FACTOR times all its tensor inputs together
+    and WASTE_MIN_BYTES more. Its move next, on a later pass of the same line, is reported (`_report_enlarged_move`)."""
+    tensor = self._tensor_type
+    a, b = args
+    try:
+        # Elements first (one call each): nearly every op's result is as large as an input, and stops here.
+        n = out.numel()
+        if n < RESAMPLE_MIN_FACTOR * (
+            (a.numel() if isinstance(a, tensor) else 0) + (b.numel() if isinstance(b, tensor) else 0)
+        ):
+            return
+        needed = sum(t.numel() * t.element_size() for t in args if isinstance(t, tensor))
+        nbytes = n * out.element_size()
+    except Exception:  # not tensors, or sizes not known as numbers
+        return
+    if nbytes < RESAMPLE_MIN_FACTOR * max(needed, 1) or nbytes - needed < WASTE_MIN_BYTES:
+        return
+    site = self.sites()
+    if not site.context:  # (a library's own arithmetic)
+        _remember(self, out, (BROADCAST, needed, site))
         if id(out) in self._widened:
             self._resampled.add(id(out))
 
@@ -179,6 +214,13 @@ _ENLARGED_WORDS = {
         "move the input to {dst} and resample it there "
         "(`F.interpolate(x.to('{dst}'), ...)` for `F.interpolate(x, ...).to('{dst}')`)",
     ),
+    BROADCAST: (
+        "was computed by broadcasting smaller tensors",
+        "the tensors it was computed from",
+        "the same arithmetic runs as well on {dst}",
+        "move the inputs of that arithmetic to {dst} and compute it there (`f(d.to('{dst}'), c.to('{dst}'))` for "
+        "`f(d, c).to('{dst}')`)",
+    ),
     UNFOLDED: (
         "was unfolded into patches",
         "the tensor it was unfolded from",
@@ -205,6 +247,11 @@ def _report_enlarged_move(
     least = 2 if how == ENCODED else RESAMPLE_MIN_FACTOR
     if nbytes < least * needed or nbytes - needed < WASTE_MIN_BYTES:
         return  # (cast down to bool or uint8 on the way: the input would save too little)
+    if how == BROADCAST and site not in self._broadcast_moves:
+        # Only a move the program makes again (a step's features built on the host, on every batch): a table built
+        # once by broadcasting (positional encodings, `pos[:, None] * freqs`) and moved once at setup costs nothing.
+        self._broadcast_moves.add(site)
+        return
     what, instead, why, fix = _ENLARGED_WORDS[how]
     where = "" if (made_site.path, made_site.line) == (site.path, site.line) else f" at {made_site}"
     self.emit(

@@ -18,7 +18,16 @@ from mpcheck.runtime.virtual.streams import StreamContext, VirtualEvent, Virtual
 if TYPE_CHECKING:  # pragma: no cover
     from mpcheck.runtime.virtual.devices import VirtualGPUs
 
-VIRTUAL_GPU_NAME = "mpcheck virtual GPU"
+# The virtual GPU answers as the Hopper part it models (compute capability 9.0, 132 SMs, the link and copy
+# costs measured on H200s): a program that picks its GPUs by name (`"H100" in get_device_name(i)`, to use
+# only data-centre parts, or to turn on TF32 for Ampere and later) takes them as it would on such a machine.
+# The memory given decides which: 80 GiB is an H100 SXM, more an H200 (141 GB).
+_H100_MEMORY = 96 * 2**30
+
+
+def virtual_gpu_name(device_memory: int) -> str:
+    part = "H100 80GB HBM3" if device_memory <= _H100_MEMORY else "H200"
+    return f"NVIDIA {part} (mpcheck virtual GPU)"
 
 
 def install(g: VirtualGPUs, p: Patches) -> None:
@@ -240,7 +249,7 @@ class _Answers:
     def props(self, device: Any = None) -> SimpleNamespace:
         i = self.idx(device)
         return SimpleNamespace(
-            name=VIRTUAL_GPU_NAME,
+            name=virtual_gpu_name(self.g.device_memory),
             total_memory=self.g.device_memory,
             major=9,
             minor=0,
@@ -330,7 +339,7 @@ def _cuda_table(a: _Answers) -> dict[str, Any]:
         "is_initialized": lambda: True,
         "init": a.none,
         "_lazy_init": a.lazy_init,
-        "get_device_name": lambda device=None: VIRTUAL_GPU_NAME,
+        "get_device_name": lambda device=None: virtual_gpu_name(a.g.device_memory),
         "get_device_capability": lambda device=None: (9, 0),
         "get_device_properties": a.props,
         "get_arch_list": lambda: ["sm_90"],
@@ -342,7 +351,7 @@ def _cuda_table(a: _Answers) -> dict[str, Any]:
         "mem_get_info": lambda device=None: (a.g.device_memory - a.g.allocated[a.dev(device)], a.g.device_memory),
         "memory_stats": a.memory_stats,
         "memory_summary": lambda device=None, abbreviated=False: (
-            f"{VIRTUAL_GPU_NAME} {a.dev(device)}: allocated {a.g.allocated[a.dev(device)]} B, peak {a.g.peak[a.dev(device)]} B"
+            f"{virtual_gpu_name(a.g.device_memory)} {a.dev(device)}: allocated {a.g.allocated[a.dev(device)]} B, peak {a.g.peak[a.dev(device)]} B"
         ),
         "reset_peak_memory_stats": a.reset_peak,
         "reset_max_memory_allocated": a.reset_peak,
