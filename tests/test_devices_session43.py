@@ -155,3 +155,103 @@ def test_a_plain_class_with_the_same_body_is_no_enumeration():
     # `Stage.QUERY` is then the string itself, which has no `.device`: nothing known, nothing said
     src = ENUM.replace("BASE", "object").replace("FIRST", '"cuda:0"').replace("SECOND", '"cuda:1"')
     assert lines(src.replace("DEVICE_OF_VALUE", "self.value"), "MP001") == []
+
+
+SUBCOMMANDS = """
+import argparse
+import sys
+import torch
+import torch.nn as nn
+
+
+def build_parser():
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--lang-gpu", type=int, default=0)
+    common.add_argument("--vision-gpu", type=int, default=1)
+    ap = argparse.ArgumentParser()
+    sub = ap.add_subparsers(dest="command")
+    sub.add_parser("train", parents=[common])
+    sub.add_parser("eval")
+    return ap
+
+
+args = build_parser().parse_args(ARGS)
+enc = nn.Linear(4, 4).to(torch.device("cuda", args.lang_gpu))
+dec = nn.Linear(4, 4).to(torch.device("cuda", args.vision_gpu))
+y = dec(enc(torch.randn(2, 4, device=torch.device("cuda", args.lang_gpu))))
+"""
+
+
+@pytest.mark.parametrize("given", ['["train"]', 'sys.argv[1:] or ["train"]'])
+def test_a_sub_command_named_alone_runs_with_its_parsers_defaults(given):
+    assert lines(SUBCOMMANDS.replace("ARGS", given), "MP001") == [22]
+
+
+@pytest.mark.parametrize("given", ['["eval"]', "sys.argv[1:]", '["train", "--lang-gpu", "1"]', "sys.argv[1:] or []"])
+def test_another_command_no_command_or_flags_are_not_known(given):
+    assert lines(SUBCOMMANDS.replace("ARGS", given), "MP001") == []
+
+
+DATACLASS = """
+from dataclasses import dataclass, field
+import torch
+import torch.nn as nn
+
+
+@dataclass
+class Cfg:
+    gpus: list = FACTORY
+    lr: float = 1e-3
+    enc: torch.device = field(init=False)
+    dec: torch.device = field(init=False)
+
+    def __post_init__(self):
+        self.enc = torch.device("cuda", self.gpus[0])
+        self.dec = torch.device("cuda", self.gpus[-1])
+
+
+cfg = Cfg(ARGS)
+enc = nn.Linear(4, 4).to(cfg.enc)
+dec = nn.Linear(4, 4).to(cfg.dec)
+y = dec(enc(torch.randn(2, 4, device=cfg.enc)))
+"""
+
+
+@pytest.mark.parametrize(
+    ("factory", "args"),
+    [
+        ("field(default_factory=lambda: [0, 1])", ""),
+        ("field(default_factory=list)", "[0, 1]"),
+        ("field(default=(0, 1))", ""),
+    ],
+)
+def test_a_dataclass_runs_its_field_defaults_and_post_init(factory, args):
+    assert lines(DATACLASS.replace("FACTORY", factory).replace("ARGS", args), "MP001") == [22]
+
+
+def test_a_dataclass_given_one_gpu_has_no_split():
+    src = DATACLASS.replace("FACTORY", "field(default_factory=lambda: [0, 1])").replace("ARGS", "[1]")
+    assert lines(src, "MP001") == []
+
+
+CLAMP = """
+import torch
+
+boxes = torch.rand(8, 4, device="cuda:1") * 300
+limits = torch.full((8, 4), 256.0, device=LIMITS)
+clipped = boxes.clamp(min=torch.zeros_like(limits), max=limits)
+"""
+
+
+def test_tensor_bounds_of_clamp_must_be_on_the_tensors_device():
+    assert lines(CLAMP.replace("LIMITS", '"cuda:0"'), "MP001") == [6]
+    assert lines(CLAMP.replace("LIMITS", '"cuda:1"'), "MP001") == []
+    assert (
+        lines(
+            CLAMP.replace("limits = torch.full((8, 4), 256.0, device=LIMITS)", "limits = 256.0").replace(
+                "min=torch.zeros_like(limits)", "min=0.0"
+            ),
+            "MP001",
+        )
+        == []
+    )

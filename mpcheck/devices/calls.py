@@ -16,7 +16,7 @@ import libcst as cst
 from mpcheck.devices import backward_code, command_line, ini_text, map_lookups, memo, module_tree, optimizers, pre_hooks
 from mpcheck.devices import torchapi as T
 from mpcheck.devices.callers import note_call
-from mpcheck.devices.command_line import ParserV
+from mpcheck.devices.command_line import ParserV, SubparsersV, add_command
 from mpcheck.devices.events import Collapse, LossMismatch, Mismatch, OversizedMove
 from mpcheck.devices.moves import moved_instance, plain_device_move
 from mpcheck.devices.names import canonical, dotted
@@ -1307,6 +1307,8 @@ class Calls(Part):
             return UNK
         if isinstance(recv, ParserV):
             return command_line.method(recv, meth, args, kwargs, node)
+        if isinstance(recv, SubparsersV):
+            return add_command(recv, args, kwargs) if meth == "add_parser" else UNK
         if isinstance(recv, SuperV):
             # super().__init__(...) / super().forward(...) of a base class defined in this file.
             here = self.interp.stack[-1].cls if self.interp.stack else None

@@ -19,7 +19,10 @@ What is known is kept only where argparse's own rules are plain: a default of a 
 and `store_false`, a string default converted by `type=int` / `type=float` / `type=str`, or split by
 `type=lambda s: s.split(",")` (a list of devices given as `cuda:0,cuda:1`). A default given through another
 `type=` (another lambda, a function) is not known. `parse_args` with a list the code writes out
-(`parse_args([])`) reads the defaults only when that list is empty; `parse_args(argv)` with `argv` None does.
+(`parse_args([])`) reads the defaults only when that list is empty; `parse_args(argv)` with `argv` None does; a
+list naming a sub-command alone (`parse_args(sys.argv[1:] or ["train"])`, `sys.argv[1:]` being no arguments:
+Expressions._arguments) reads the parser's defaults, then that command's (`add_subparsers().add_parser("train",
+parents=[common])`).
 """
 
 from __future__ import annotations
@@ -42,6 +45,17 @@ class ParserV(Val):
     defaults: dict[str, Val] = field(default_factory=dict)
     # GPU indices held back as a launcher's (dest -> default), read after all when they form a placement
     per_process: dict[str, Val] = field(default_factory=dict)
+    # Its sub-commands (`p.add_subparsers(dest="cmd").add_parser("train")`): name -> that command's parser,
+    # and the dest that records which one was given (None: not recorded)
+    commands: dict[str, ParserV] = field(default_factory=dict)
+    command_dest: str | None = None
+
+
+@dataclass(eq=False)
+class SubparsersV(Val):
+    """What `add_subparsers()` returns: its `add_parser(name, ...)` adds a sub-command to `parser`."""
+
+    parser: ParserV
 
 
 def new_parser(args: list[Val], kwargs: dict[str, Val]) -> ParserV:
@@ -68,6 +82,10 @@ def method(parser: ParserV, meth: str, args: list[Val], kwargs: dict[str, Val], 
         return UNK
     if meth in ("add_argument_group", "add_mutually_exclusive_group"):
         return parser  # a group's arguments are the parser's
+    if meth == "add_subparsers":
+        given = kwargs.get("dest")
+        parser.command_dest = given.value if isinstance(given, Const) and isinstance(given.value, str) else None
+        return SubparsersV(parser)
     if meth == "set_defaults":
         parser.defaults.update(kwargs)
         return Const(None)
@@ -77,8 +95,35 @@ def method(parser: ParserV, meth: str, args: list[Val], kwargs: dict[str, Val], 
             isinstance(given, SeqV) and given.items is not None and not given.items
         )
         ns: Val = DictV({**parser.defaults, **_placement(parser.per_process)}, namespace=True) if no_flags else UNK
+        if not no_flags:
+            ns = _command_defaults(parser, given)
         return SeqV((ns, SeqV(None)), kind="tuple") if meth == "parse_known_args" else ns
     return UNK
+
+
+def add_command(subparsers: SubparsersV, args: list[Val], kwargs: dict[str, Val]) -> Val:
+    """`sub.add_parser("train", parents=[common])`: a parser of its own, run when the command line names it."""
+    if not args or not (isinstance(args[0], Const) and isinstance(args[0].value, str)):
+        return UNK
+    command = new_parser(args[1:], kwargs)
+    subparsers.parser.commands[args[0].value] = command
+    return command
+
+
+def _command_defaults(parser: ParserV, given: Val) -> Val:
+    """`parse_args(["train"])` (`sys.argv[1:] or ["train"]`): a sub-command named alone, with no flag: the
+    parser's defaults, then the command's, and the command's name under its dest. Anything else is not known."""
+    if not (isinstance(given, SeqV) and given.items is not None and len(given.items) == 1):
+        return UNK
+    (name,) = given.items
+    command = parser.commands.get(name.value) if isinstance(name, Const) and isinstance(name.value, str) else None
+    if command is None:
+        return UNK
+    held = {**parser.per_process, **command.per_process}
+    values = {**parser.defaults, **command.defaults, **_placement(held)}
+    if parser.command_dest is not None:
+        values[parser.command_dest] = name
+    return DictV(values, namespace=True)
 
 
 # Words of an argument a launcher sets for each process (`--local_rank`, `--gpu`, `--device_id`): its

@@ -74,6 +74,13 @@ if TYPE_CHECKING:  # pragma: no cover
 _ENUM_BASES = frozenset({"Enum", "IntEnum", "StrEnum", "Flag", "IntFlag"})
 
 
+def _known_length(v: SeqV | DictV) -> int | None:
+    """The number of items of a list, tuple or dict whose items are all known; None where it is not known."""
+    if isinstance(v, DictV):
+        return None if v.namespace or v.ini else len(v.items)
+    return None if v.items is None else len(v.items)
+
+
 class Expressions(Part):
     def __init__(self, interp: Interp) -> None:
         super().__init__(interp)
@@ -1024,6 +1031,9 @@ class Expressions(Part):
             # Python's value of `x or y` / `x and y` when x is a known constant: `device_map = device_map
             # or {"embed": 0, ...}` with device_map None gives the dict.
             return a if bool(a.value) == decides else b
+        if isinstance(a, (SeqV, DictV)) and not getattr(a, "module", False) and _known_length(a) is not None:
+            # `sys.argv[1:] or ["train"]` (no arguments: the default command), `overrides or DEFAULTS`
+            return a if bool(_known_length(a)) == decides else b
         if isinstance(a, Obj) or isinstance(b, Obj):
             return join(a, b) if isinstance(a, Obj) and isinstance(b, Obj) else UNK
         return UNK

@@ -78,10 +78,15 @@ class Instances(Part):
         init = cinfo.method("__init__")
         scope = Scope(f"{cinfo.name}.__init__")
         if init is None and cinfo.generated_init:
-            # `Cfg(head_device="cuda:1")` of a dataclass: its fields, in order, then by name.
+            # `Cfg(head_device="cuda:1")` of a dataclass: its fields, in order, then by name, then the defaults
+            # `field()` gives the others; then its `__post_init__` (devices derived from the fields).
             assert obj.attrs is not None  # an instance
             obj.attrs.update(zip(cinfo.fields, args))
             obj.attrs.update((k, v) for k, v in kwargs.items() if k in cinfo.fields)
+            self._field_defaults(cinfo, obj)
+            init = cinfo.method("__post_init__")
+            scope = Scope(f"{cinfo.name}.__post_init__")
+            args, kwargs = [], {}
         if init is not None and len(self.interp.stack) < MAX_DEPTH:
             env = dict(self.interp.globals)
             self.interp.calls.bind(init, env, obj, args, kwargs)
@@ -104,6 +109,26 @@ class Instances(Part):
             self._record_own_setdev(init.node, obj, scope, st.setdev if st else None)
         self._check_built_after_setdev(cinfo, obj, args, kwargs, st, node)
         return self._one_object(cinfo, obj, st)
+
+    def _field_defaults(self, cinfo: ClassInfo, obj: Obj) -> None:
+        """The defaults a dataclass's `field()` gives the fields not passed: `field(default=x)`, and
+        `field(default_factory=...)` of a lambda of no parameters (`lambda: [0, 1]`), `list` or `dict`. (A plain
+        default, `lr: float = 1e-3`, is read off the class body where it is used: Expressions._class_attr.)"""
+        assert obj.attrs is not None  # an instance
+        exprs = self.interp.exprs
+        for name in cinfo.fields:
+            expr = cinfo.class_attr(name)
+            if name in obj.attrs or not (isinstance(expr, cst.Call) and exprs.qname(expr.func) == "dataclasses.field"):
+                continue
+            given = {a.keyword.value: a.value for a in expr.args if a.keyword is not None}
+            st = State.fresh(dict(self.interp.globals), "<class>")
+            if "default" in given:
+                obj.attrs[name] = exprs.ev(given["default"], st)
+            factory = given.get("default_factory")
+            if isinstance(factory, cst.Lambda) and not factory.params.params:
+                obj.attrs[name] = exprs.ev(factory.body, st)
+            elif isinstance(factory, cst.Name) and factory.value in ("list", "dict"):
+                obj.attrs[name] = SeqV((), kind="list") if factory.value == "list" else DictV({})
 
     def _note_indexless_beside_first_gpu(self, obj: Obj) -> None:
         """Parts placed from settings of their own, one on the index-less 'cuda' (cuda:0, with no set_device)

@@ -139,8 +139,8 @@ class Checker:
         # The ids of its upsampled and unfolded entries (widened.py): a module call whose ops run unseen forgets
         # those among its inputs, and the module hooks test this small set, not the whole table, on every call.
         self._resampled: set[int] = set()
-        # The lines that moved a tensor made by broadcasting (widened.on_broadcast) once: a second move is reported.
-        self._broadcast_moves: set[Site] = set()
+        # The lines that moved an upsampled, unfolded or broadcast-made tensor once (widened.py): a second is reported.
+        self._enlarged_moves: set[Site] = set()
         self._bool_dtype = torch.bool
         self._grad_enabled = torch.is_grad_enabled
         self._int64 = torch.int64

@@ -17,15 +17,15 @@ bytes as what would do; the fix moves the ids and encodes them on arrival.
 An elementwise op of tensors broadcast against each other can enlarge its inputs as much (`on_broadcast`):
 `torch.exp(-g * (d[..., None] - centers) ** 2)`, a radial basis expansion of an N x N distance matrix on 32
 centres, is 32 times the distances; built on the host and then copied to the GPU, it crosses at that size. It is
-remembered like an upsampling, and its move reported from the second time the same line moves one (a table built
-once at setup and moved once is not a waste worth a warning).
+remembered like an upsampling.
 
 So is an upsampling (`on_upsampled`): `F.interpolate(lr, scale_factor=4).to(dev)` carries 16 times the
 low-resolution image, which would cross and be resampled on arrival as well. Unlike an encoding, an upsampled
 tensor is often computed for its own sake where it is (a super-resolution model's input, read by the first
 convolution and again by the residual on the last GPU): moving its input instead would resample it twice. So it is
 forgotten as soon as anything but a cast or an elementwise step reads it, and only a move that comes first is
-reported.
+reported. Both are reported from the second time the same line moves one: a table built once at setup, or test
+images made once for a final evaluation, and moved once cost one copy, not a waste worth a warning.
 """
 
 from __future__ import annotations
@@ -247,10 +247,11 @@ def _report_enlarged_move(
     least = 2 if how == ENCODED else RESAMPLE_MIN_FACTOR
     if nbytes < least * needed or nbytes - needed < WASTE_MIN_BYTES:
         return  # (cast down to bool or uint8 on the way: the input would save too little)
-    if how == BROADCAST and site not in self._broadcast_moves:
+    if how in _RESAMPLED and site not in self._enlarged_moves:
         # Only a move the program makes again (a step's features built on the host, on every batch): a table built
-        # once by broadcasting (positional encodings, `pos[:, None] * freqs`) and moved once at setup costs nothing.
-        self._broadcast_moves.add(site)
+        # once by broadcasting (positional encodings, `pos[:, None] * freqs`), or a batch of smooth test images
+        # upsampled from noise and moved once for a final evaluation, costs one copy, not a waste worth a warning.
+        self._enlarged_moves.add(site)
         return
     what, instead, why, fix = _ENLARGED_WORDS[how]
     where = "" if (made_site.path, made_site.line) == (site.path, site.line) else f" at {made_site}"
