@@ -311,6 +311,15 @@ CODES: tuple[Code, ...] = (
         "device: the part it replaces was on a GPU, the new one trains on the CPU.",
         (LINT,),
     ),
+    # Run time only: which layers run, and where their weights are as they run, is known only then.
+    Code(
+        "MP031",
+        "layer-left-on-host",
+        "warning",
+        "Layers of a model whose other parts are on GPUs compute on the CPU: the code that placed their siblings "
+        "never reached them.",
+        (RUN, DRYRUN),
+    ),
 )
 
 BY_CODE: dict[str, Code] = {c.code: c for c in CODES}

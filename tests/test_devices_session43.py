@@ -255,3 +255,70 @@ def test_tensor_bounds_of_clamp_must_be_on_the_tensors_device():
         )
         == []
     )
+
+
+HOST_STATISTICS = """
+import torch
+
+y = torch.randn(5000) * 3 + 1
+mu, sd = y[:4000].mean(), y[:4000].std()
+pred = torch.randn(1000, device="cuda:1")
+restored = pred * STAT + mu
+"""
+
+
+@pytest.mark.parametrize("stat", ["sd", "y.var()", "torch.mean(y)", "y.abs().max()"])
+def test_one_value_of_a_host_tensor_mixes_with_any_gpu(stat):
+    # a 0-dim CPU tensor: PyTorch lets it meet tensors on any GPU
+    assert lines(HOST_STATISTICS.replace("STAT", stat), "MP001") == []
+
+
+def test_a_host_tensor_reduced_along_a_dimension_is_still_a_tensor():
+    assert lines(HOST_STATISTICS.replace("STAT", "y[:1000, None].mean(1)"), "MP001") == [7]
+
+
+PER_EPOCH = """
+import torch
+
+G0, G1 = "cuda:0", "cuda:1"
+w = torch.randn(64, 10, device=G1)
+
+
+def train_step(x):
+    global w
+    w = w + 0.01 * (x.T @ (x @ w))
+
+
+x_train, x_test = torch.randn(4000, 64), torch.randn(1000, 64)
+for epoch in range(5):
+    for k in range(0, 4000, 100):
+        STEP
+    acc = (x_test.to(G1) @ w).argmax(1).float().mean()
+"""
+
+
+@pytest.mark.parametrize("step", ["train_step(x_train[k:k + 100].to(G1))", "net.train_batch(x_train[k:k + 100])"])
+def test_a_test_set_moved_once_per_epoch_beside_a_training_loop_of_the_programs_own_is_no_repeat(step):
+    assert lines(PER_EPOCH.replace("STEP", step), "MP011") == []
+
+
+def test_a_test_set_moved_in_a_loop_without_a_training_step_is_repeated():
+    assert lines(PER_EPOCH.replace("STEP", "print(k)"), "MP011") == [17]
+
+
+RELAXATION = """
+import torch
+
+G0, G1 = "cuda:0", "cuda:1"
+w1, w2 = torch.randn(32, 32, device=G0), torch.randn(32, 32, device=G1)
+x1, x2 = torch.randn(8, 32, device=G0), torch.randn(8, 32, device=G1)
+for LOOP in range(20):
+    back = (x2 @ w2.T).to(G0)
+    x1 = x1 + 0.1 * (back - x1 @ w1)
+    x2 = x2 + 0.1 * (x1.to(G1) @ w2 - x2)
+"""
+
+
+def test_an_exchange_repeated_by_a_loop_that_only_counts_is_not_per_layer():
+    # inference dynamics: each state with its weights, the two sides exchange every pass by design
+    assert lines(RELAXATION.replace("LOOP", "_"), "MP006") == []

@@ -1248,6 +1248,10 @@ class Calls(Part):
                 recv.kind == "scalar"
                 and meth in T.ZERO_DIM_KEEPING_METHODS
                 and not any(isinstance(a, Obj) for a in (*args, *kwargs.values()))
+            ) or (
+                # one value of a host tensor (`sd = e[:n].std()`, a target's statistics): a 0-dim CPU tensor, which
+                # mixes with tensors on any GPU (`pred * sd + mu`)
+                recv.devs == one("cpu") and full_reduction and recv.kind in ("tensor", "scalar")
             )
             out = recv.with_(
                 label="",

@@ -816,6 +816,14 @@ class Expressions(Part):
         used(a, b)
         if isinstance(a, ParamsOf) and isinstance(b, ParamsOf) and _is_add(node):
             return _parameters_of_both(a, b)  # `list(m.enc_early.parameters()) + list(m.enc_late.parameters())`
+        if isinstance(a, Const) and isinstance(a.value, str) and isinstance(b, SeqV) and b.items is not None:
+            if isinstance(getattr(node, "operator", None), cst.Modulo) and all(
+                isinstance(i, Const) and isinstance(i.value, (int, str)) for i in b.items
+            ):
+                try:  # `"cuda:%d" % (rank * 2 + 1,)`
+                    return Const(a.value % tuple(cast(Const, i).value for i in b.items))
+                except (TypeError, ValueError):
+                    return UNK
         if isinstance(a, SeqV) or isinstance(b, SeqV):
             if isinstance(a, SeqV) and isinstance(b, SeqV) and _is_add(node):
                 # `blocks + [head]`: the items of both, in order
@@ -1167,7 +1175,8 @@ _CONST_OPS: dict[type, Callable[[Any, Any], Any]] = {
     cst.Add: lambda a, b: a + b,
     cst.Subtract: lambda a, b: a - b,
     cst.Multiply: lambda a, b: a * b if not (isinstance(a, str) or isinstance(b, str)) else None,
-    cst.Modulo: lambda a, b: a % b if isinstance(a, int) and isinstance(b, int) and b else None,
+    # `"cuda:%d" % (i * 2 // n)`: a device named by printf-style formatting, as well as the numbers' remainder
+    cst.Modulo: lambda a, b: a % b if (isinstance(a, int) and isinstance(b, int) and b) or isinstance(a, str) else None,
     cst.FloorDivide: lambda a, b: a // b if isinstance(a, int) and isinstance(b, int) and b else None,
 }
 

@@ -344,8 +344,10 @@ class Library(Part):
         if loss:
             return Obj("tensor", f.devs, origin=LOSS_OF, at=node, lineage=lineage, hop=hop)
         host_work = _host_work_on_copies(flat)
+        # one value of one host tensor (`torch.mean(e)`): a 0-dim CPU tensor, which mixes with tensors on any GPU
+        whole = len(flat) == 1 and f.devs == one("cpu") and q.rsplit(".", 1)[-1] in T.FULL_REDUCTIONS
         out = Obj(
-            "tensor",
+            "scalar" if whole and T.may_give_0d(q, max(len(args) - 1, 0), kwargs) else "tensor",
             f.devs,
             origin=f.origin,
             at=f.at,

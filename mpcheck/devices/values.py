@@ -826,6 +826,8 @@ def iter_items(it: Val) -> list[Val] | None:
         return list(it.items)
     if isinstance(it, DictV):
         return [Const(k) for k in it.items]
+    if isinstance(it, Const) and isinstance(it.value, str) and len(it.value) <= 16:
+        return [Const(c) for c in it.value]  # `for c in "0011"`: a GPU per stage, one digit each
     return None
 
 

@@ -11,6 +11,7 @@ import libcst as cst
 from mpcheck.devices.describe import and_list, plural
 from mpcheck.devices.events import Crossing
 from mpcheck.devices.values import show
+from mpcheck.devices.walk import target_names, walk
 from mpcheck.finding import Finding
 from mpcheck.rules.base import Rule
 from mpcheck.rules.context import FileContext
@@ -29,6 +30,8 @@ class TransferPerLayer(Rule):
             distinct = list(dict.fromkeys(devs))
             # A -> B -> A is two stages with a way back (e.g. to the labels); A -> B -> A -> B is ping-pong.
             if node is None or crossings < 3 or crossings <= len(distinct) or id(node) in seen:
+                continue
+            if not chain.called and _repeated_by_a_counted_loop(ctx, chain.nodes):
                 continue
             seen.add(id(node))
             path = " -> ".join(show(d) for d in devs[:8]) + (" -> ..." if len(devs) > 8 else "")
@@ -50,6 +53,24 @@ class TransferPerLayer(Rule):
                 devices=distinct,
                 suggestion="place consecutive layers on the same device, one block per device",
             )
+
+
+def _repeated_by_a_counted_loop(ctx: FileContext, nodes: list[cst.CSTNode]) -> bool:
+    """Are all the crossings inside one `for` loop that only counts its passes (`for _ in range(iters)`: its name
+    read nowhere in its body), calling no layer? Then they are one exchange repeated, the same computation on the
+    same weights each pass (a relaxation, a message-passing round), not an activation walking a stack of layers
+    placed back and forth: which side each state lives on is the design, not a layer order to regroup."""
+    loops = [
+        n
+        for n in walk(ctx.module)
+        if isinstance(n, cst.For) and all(any(x is node for x in walk(n.body)) for node in nodes)
+    ]
+    if not loops or not nodes:
+        return False
+    loop = loops[-1]  # (walk is outermost first: the innermost holding them all)
+    names = set(target_names(loop.target))
+    read = {n.value for n in walk(loop.body) if isinstance(n, cst.Name)}
+    return not names & read
 
 
 def _grouping(distinct: list[str]) -> str:

@@ -198,8 +198,10 @@ def repeats(ctx: FileContext) -> Callable[[Transfer], str]:
 
 def _once_per_epoch(ctx: FileContext, node: cst.CSTNode) -> bool:
     """Is `node` in the body of a loop (its innermost) that runs a training loop of its own, beside it: a nested
-    `for`/`while` that calls `.backward()`? Then `node` runs once per epoch (a validation set moved for its
-    evaluation, `yv.to(dev)` after the steps), one copy among an epoch's many steps, not one per step."""
+    `for`/`while` that calls `.backward()`, an optimizer's `.step()`, or a training step of the program's own
+    (`net.train_step(x, y)`, a predictive-coding network updated without autograd)? Then `node` runs once per
+    epoch (a validation set moved for its evaluation, `yv.to(dev)` after the steps), one copy among an epoch's
+    many steps, not one per step."""
     innermost = None
     for loop in walk(ctx.module):
         if isinstance(loop, (cst.For, cst.While)) and any(n is node for n in walk(loop.body)):
@@ -210,13 +212,16 @@ def _once_per_epoch(ctx: FileContext, node: cst.CSTNode) -> bool:
         if (
             isinstance(inner, (cst.For, cst.While))
             and not any(n is node for n in walk(inner))
-            and any(
-                isinstance(c, cst.Call) and isinstance(c.func, cst.Attribute) and c.func.attr.value == "backward"
-                for c in walk(inner.body)
-            )
+            and any(isinstance(c, cst.Call) and _a_training_step(c.func) for c in walk(inner.body))
         ):
             return True
     return False
+
+
+def _a_training_step(func: cst.BaseExpression) -> bool:
+    """`loss.backward()`, `opt.step()`, `train_step(...)`, `model.train_batch(...)`: what a training loop calls."""
+    name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+    return name in ("backward", "step") or "train" in name.lower()
 
 
 _LOOPS = (cst.For, cst.While, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)

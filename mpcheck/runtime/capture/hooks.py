@@ -250,6 +250,7 @@ def _patch_module_call(
     device_of = checker.devices.device_of
     watched = checker.reduce_watch.carriers  # MP016's watched moves: one dict for the run, empty most of the time
     widened = checker._resampled  # MP016's upsampled tensors not yet read (widened.py): empty most of the time
+    host_layers = checker.host_layers  # MP031's layers left on the CPU (host_layers.py): empty most of the time
 
     def checked_call(module, *args, **kwargs):
         # A moved tensor given to a module that runs without the function mode (signature cache, a torch.nn
@@ -465,6 +466,9 @@ def _patch_module_call(
             # checker.module_device() and the common case of check_module_entry(), inlined.
             placed = placement.get(id(module))
             dev = placed[1] if placed is not None and placed[0]() is module else checker.module_device(module)
+            if dev == "cpu" and host_layers and (one == dev if one is not None else inputs_on(dev, args, kwargs)):
+                # (its inputs on the host too: it runs there as written; inputs from a GPU are MP001's)
+                checker.on_host_layer(module, path)
             if dev is not None:
                 if not (one == dev if one is not None else inputs_on(dev, args, kwargs)):
                     args, kwargs = checker.check_module_entry(module, path, args, kwargs)

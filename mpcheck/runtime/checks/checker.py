@@ -58,6 +58,7 @@ from mpcheck.runtime.checks import (
     element_reads,
     expanded,
     findings,
+    host_layers,
     host_made,
     loss_move,
     made_on_host,
@@ -141,6 +142,8 @@ class Checker:
         self._resampled: set[int] = set()
         # The lines that moved an upsampled, unfolded or broadcast-made tensor once (widened.py): a second is reported.
         self._enlarged_moves: set[Site] = set()
+        # Compute layers root models left on the CPU beside parts on GPUs (MP031, host_layers.py): empty most runs.
+        self.host_layers = host_layers.HostLayers()
         self._bool_dtype = torch.bool
         self._grad_enabled = torch.is_grad_enabled
         self._int64 = torch.int64
@@ -353,6 +356,8 @@ class Checker:
     _running_module = current_device._running_module
     on_module_built = current_device.on_module_built
     on_root_call = current_device.on_root_call
+    note_host_layers = host_layers.note_root
+    on_host_layer = host_layers.on_host_layer
 
     on_transfer = transfer_events.on_transfer
     count_transfer = transfer_events.count_transfer

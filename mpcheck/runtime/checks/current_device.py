@@ -93,18 +93,24 @@ def on_module_built(self: Checker, module: Any, site: Site) -> None:
 def on_root_call(self: Checker, root: Any) -> None:
     """A root model's first call: were its stages, meant for several GPUs, all put on one by set_device?
     An index-less `.cuda()` made while set_device pointed at cuda:k (k > 0), and another stage placed on
-    cuda:k by name: the split collapsed silently (MP004, a waste: it runs, on one GPU)."""
+    cuda:k by name: the split collapsed silently (MP004, a waste: it runs, on one GPU). And which of its layers it
+    left on the CPU beside parts on GPUs (MP031, host_layers.py)."""
     self.roots_checked[id(root)] = weakref.ref(root)
     if len(self.roots_checked) > PURGE_AT:
         for k in [k for k, r in self.roots_checked.items() if r() is None]:  # in place: the hooks hold it
             del self.roots_checked[k]
-    if not self.wants("MP004") or self._gpu_count() < 2:
+    mp004 = self.wants("MP004") and self._gpu_count() >= 2
+    if not mp004 and not self.wants("MP031"):
         return
     if self.plain_devices and self._tf_depth():
         with self._no_torch_function():
             below = self._devices_below(root)
+            self.note_host_layers(root, below)  # MP031: layers it left on the CPU beside its GPU parts
     else:
         below = self._devices_below(root)
+        self.note_host_layers(root, below)
+    if not mp004:
+        return
     devs = [d for d in below if d != "cpu"]
     if len(devs) != 1 or devs[0] == "cuda:0" or _distributed():
         return

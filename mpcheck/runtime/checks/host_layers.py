@@ -1,0 +1,139 @@
+"""MP031 at run time: layers of a model whose other parts are on GPUs compute on the CPU, because the code that
+placed their siblings never reached them (`for blk, dev in zip(model.blocks, devices)` with fewer devices than
+blocks, a placing loop that `break`s at a layer without parameters). Nothing fails: PyTorch runs the forgotten
+layers on the host, the forward moves the activations there and back, and a step takes many times longer.
+
+At a root model's first call (`on_root_call`), when its parameters are on a GPU and on the CPU, the compute layers
+left on the CPU (torch.nn layers with weights that do arithmetic: linear, convolution, recurrent, attention) are
+noted. The first such layer that then runs checked (a torch.nn leaf at its module-entry check, `on_host_layer`) is
+reported once for its model, at the line that placed the sibling nearest to it, where the loop stopped, or at the
+call when nothing inside the model was placed by a move of its own. Embedding tables are never counted: a table
+kept on the host on purpose (too large for the GPU, looked up there, its rows sent over) is a known design.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import TYPE_CHECKING, Any, cast
+
+from mpcheck.runtime.checks.purge import PURGE_AT
+from mpcheck.runtime.checks.sites import Site
+
+if TYPE_CHECKING:
+    from mpcheck.runtime.checks.checker import Checker
+
+_NAMES_SHOWN = 3  # host layers named in the message; the rest are counted
+
+
+def _compute_layer_types() -> tuple[type, ...]:
+    import torch.nn as nn
+
+    return (
+        nn.Linear,
+        nn.Bilinear,
+        nn.modules.conv._ConvNd,
+        nn.RNNBase,
+        nn.modules.rnn.RNNCellBase,
+        nn.MultiheadAttention,
+    )
+
+
+class HostLayers:
+    """Per root model (by id, with a weak reference): the compute layers it left on the CPU, by id -> (path,
+    parameter count), and whether the model was reported."""
+
+    def __init__(self) -> None:
+        self.roots: dict[int, tuple[weakref.ref[Any], dict[int, tuple[str, int]], list[bool]]] = {}
+        self.types: tuple[type, ...] | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self.roots)
+
+
+def note_root(self: Checker, root: Any, below: frozenset[str]) -> None:
+    """A root model's first call: its compute layers on the CPU, where the rest of it is on a GPU."""
+    if "cpu" not in below or not any(d.startswith("cuda") for d in below) or not self.wants("MP031"):
+        return
+    table = self.host_layers
+    if table.types is None:
+        table.types = _compute_layer_types()
+    layer_types = table.types
+    from torch.nn.parameter import is_lazy
+
+    left: dict[int, tuple[str, int]] = {}
+    device_of = self.devices.device_of
+    for name, m in root.named_modules():
+        if not isinstance(m, layer_types) or hasattr(m, "_hf_hook"):  # (accelerate's offload brings weights in)
+            continue
+        own = list(cast(Any, m).parameters(recurse=False))
+        if not own or any(is_lazy(p) for p in own):  # (a lazy layer is placed as it first runs)
+            continue
+        if all(device_of(p) == "cpu" for p in own):
+            left[id(m)] = (name, sum(p.numel() for p in own))
+    if not left:
+        return
+    if len(table.roots) >= PURGE_AT:
+        for k in [k for k, v in table.roots.items() if v[0]() is None]:
+            del table.roots[k]
+    table.roots[id(root)] = (weakref.ref(root), left, [False])
+
+
+def on_host_layer(self: Checker, module: Any, path: str) -> None:
+    """A torch.nn leaf on the CPU runs checked: one that its model left there is reported (once per model)."""
+    for key, (ref, left, reported) in list(self.host_layers.roots.items()):
+        root = ref()
+        if root is None:
+            del self.host_layers.roots[key]
+            continue
+        if id(module) not in left or reported[0]:
+            continue
+        reported[0] = True
+        _report(self, root, module, path, left)
+        return
+
+
+def _report(self: Checker, root: Any, module: Any, path: str, left: dict[int, tuple[str, int]]) -> None:
+    names = {id(m): name for name, m in root.named_modules()}
+    gpus = sorted(d for d in self._devices_below(root) if d.startswith("cuda"))
+    own_name = left[id(module)][0]
+    site, placed = _placing_site(self, root, own_name, names)
+    shown = [name for name, _ in left.values()][:_NAMES_SHOWN]
+    more = len(left) - len(shown)
+    listed = ", ".join(f"`{n}`" for n in shown) + (f" and {more} more" if more else "")
+    params = sum(n for _, n in left.values())
+    where = "; the move here placed the parts beside them and never reached these" if placed else ""
+    self.emit(
+        "MP031",
+        site or self.sites(),
+        f"`{path}` ({type(module).__name__}) computes on the CPU while the rest of the model is on "
+        f"{', '.join(gpus)}: {len(left)} layer(s) with {params:,} parameters were left where they were built "
+        f"({listed}){where}",
+        devices=("cpu", *gpus),
+        modules=(path,),
+        suggestion="place every part of the model on a GPU: check the loop that places them (a `zip` with fewer "
+        "devices than parts stops early, a `break` at a part without parameters skips the rest)",
+        extra={"host_layers": [n for n, _ in left.values()], "host_parameters": params},
+    )
+
+
+def _placing_site(self: Checker, root: Any, name: str, names: dict[int, str]) -> tuple[Site | None, bool]:
+    """The line that moved the module nearest to `name` in the model (the longest shared path, the latest move):
+    where the placing of its siblings ended; False when nothing inside the model was moved on its own."""
+    best: tuple[int, int, Site] | None = None
+    parts = name.split(".")
+    for mover, mv in self.placements.moves_inside(root):
+        if mover is root or mv.target == "cpu":
+            continue
+        other = names.get(id(mover))
+        if other is None:
+            continue
+        shared = 0
+        for a, b in zip(parts, other.split(".")):
+            if a != b:
+                break
+            shared += 1
+        if best is None or (shared, mv.seq) > best[:2]:
+            best = (shared, mv.seq, mv.site)
+    if best is None:
+        return None, False
+    return best[2], True
