@@ -322,3 +322,39 @@ for LOOP in range(20):
 def test_an_exchange_repeated_by_a_loop_that_only_counts_is_not_per_layer():
     # inference dynamics: each state with its weights, the two sides exchange every pass by design
     assert lines(RELAXATION.replace("LOOP", "_"), "MP006") == []
+
+
+LOSS_ON_HOST = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+model = nn.Linear(64, 3000).to("cuda:1")
+x, y = torch.randn(12000, 64), torch.randint(0, 3000, (12000,))
+for idx in torch.randperm(12000).split(200):
+    logits, labels = model(x[idx].to("cuda:1")), y[idx]
+    loss = F.cross_entropy(LOSS_ARGS)
+    loss.backward()
+"""
+
+
+def test_logits_moved_to_the_hosts_labels_in_training_are_mp014():
+    assert lines(LOSS_ON_HOST.replace("LOSS_ARGS", "logits.to(labels.device), labels"), "MP014") == [10]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        ("LOSS_ARGS", "logits, labels.to(logits.device)"),  # the fix
+        ("for idx in", "with torch.no_grad():\n  for idx in"),  # an evaluation's loss on the host: a choice
+    ],
+)
+def test_labels_moved_or_a_host_evaluation_are_silent(change):
+    src = LOSS_ON_HOST.replace(*change).replace("LOSS_ARGS", "logits.to(labels.device), labels")
+    if change[0] == "for idx in":
+        src = (
+            src.replace("\n    logits", "\n      logits")
+            .replace("\n    loss = ", "\n      loss = ")
+            .replace("\n    loss.backward()", "")
+        )
+    assert lines(src, "MP014") == []

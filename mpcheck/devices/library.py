@@ -226,7 +226,10 @@ class Library(Part):
         src, dst, there = single(pred.moved_from), single(pred.devs), single(target.devs)
         if pred.worked or pred.moved_at is None or src is None or dst is None or dst != there:
             return
-        if not (src.startswith("cuda") and dst.startswith("cuda") and conflict(one(src), one(dst))):
+        # (to the host too, in training: the labels of a host dataset, the loss and the start of backward on the CPU;
+        # an evaluation's loss on the host, without grad, is a choice)
+        to_host = dst == "cpu" and st.mode != "no_grad"
+        if not (src.startswith("cuda") and (dst.startswith("cuda") or to_host) and conflict(one(src), one(dst))):
             return
         self.interp.recorder.record(
             PredictionsMovedToTargets(

@@ -510,3 +510,17 @@ def test_a_round_trip_that_frees_nothing_useful_is_reported(script, dryrun_cli, 
     assert f"at {s.path}:{s.line('down')}" in f["message"]
     assert ("freed" in f["message"]) == freed, f["message"]
     assert ("still on cuda:0" in f["suggestion"]) == (not freed), f["suggestion"]
+
+
+def test_logits_moved_to_the_hosts_labels_in_training_are_reported_and_a_host_evaluation_is_not(script, dryrun_cli):
+    host = LOGITS.format(vocab=32000, loss="loss = F.cross_entropy(logits.to(y.device), y)  # <- move").replace(
+        '.to("cuda:0")\n    logits', "\n    logits"
+    )
+    s = script(host)
+    f = only_finding(dryrun_cli, s, "MP014", "move")
+    assert f["devices"] == ["cuda:1", "cpu"] and "moved cuda:1 -> cpu here only to meet the targets" in f["message"]
+    evaluation = host.replace("for step in range(2):", "with torch.no_grad():\n  for step in range(2):")
+    evaluation = evaluation.replace("    loss.backward()\n    opt.step()\n", "").replace("\n    ", "\n      ")
+    s = script(evaluation)
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 0 and "MP014" not in [f["code"] for f in report["findings"]], err

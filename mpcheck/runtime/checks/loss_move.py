@@ -45,8 +45,10 @@ def on_loss(self: Checker, args: Args, kwargs: Kwargs) -> None:
     here = self.devices.device_of(preds)
     if ref.ref() is not storage or ref.version is None or ref.version != version_of(preds):
         return
-    if came_from in NOT_GPU or here in NOT_GPU or came_from == here:
-        return
+    # From a GPU to another, or to the host in training (`F.cross_entropy(logits.to(labels.device), labels)` with the
+    # labels of a host dataset: the loss and the start of backward run on the CPU); not from the host.
+    if came_from in NOT_GPU or (here in NOT_GPU and not (here == "cpu" and preds.requires_grad)) or came_from == here:
+        return  # (an evaluation's loss on the host, without grad, is a choice)
     if id(storage) in self._read_arrivals:
         return  # read here before the loss (a refiner on this GPU takes them too): the move was needed
     if any(self.devices.device_of(t) != here for t in rest):
