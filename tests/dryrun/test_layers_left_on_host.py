@@ -14,8 +14,8 @@ class Net(nn.Module):
         super().__init__()
         self.embed = EMBED
         self.blocks = nn.ModuleList(nn.Sequential(nn.Linear(64, 64), nn.ReLU()) for _ in range(6))
-        for blk, dev in zip(self.blocks, devices):
-            blk.to(dev)  # <- placed
+        for blk, dev in zip(self.blocks, devices):  # <- loop
+            blk.to(dev)
         self.spare = nn.Linear(64, 64)  # built, never used
 
     def forward(self, ids):
@@ -33,11 +33,11 @@ for _ in range(2):
 """
 
 
-def test_blocks_a_zip_never_placed_are_reported_once_at_the_last_move(script, dryrun_cli):
+def test_blocks_a_zip_never_placed_are_reported_once_at_the_loop_that_stopped(script, dryrun_cli):
     s = script(ZIP.replace("EMBED", "nn.Embedding(100, 64)").replace("DEVICES", '["cuda:0", "cuda:1"]'))
     status, report, err = dryrun_cli(s, "--gpus", "2")
     assert status == 0, err
-    assert codes_at(report) == [("MP031", s.line("placed"))]
+    assert codes_at(report) == [("MP031", s.line("loop"))]
     (f,) = report["findings"]
     assert f["extra"]["host_layers"] == ["blocks.2.0", "blocks.3.0", "blocks.4.0", "blocks.5.0", "spare"]
     assert f["devices"] == ["cpu", "cuda:0", "cuda:1"] and "blocks.2.0" in f["modules"][0]
@@ -71,8 +71,8 @@ model = Follow(nn.Linear(32, 64), nn.Dropout(0.1), nn.Linear(64, 64), nn.ReLU(),
 layout = ["cuda:0", None, "cuda:0", None, "cuda:1"]
 for child, dev in zip(model, layout):
     if next(child.parameters(), None) is None:
-        STOP
-    child.to(dev)  # <- placed
+        STOP  # <- stop
+    child.to(dev)
 model(torch.randn(16, 32)).sum().backward()
 """
 
@@ -81,7 +81,7 @@ def test_a_placing_walk_that_breaks_at_a_layer_without_weights_is_reported(scrip
     s = script(WALK.replace("STOP", "break"))
     status, report, err = dryrun_cli(s, "--gpus", "2")
     assert status == 0, err
-    assert codes_at(report) == [("MP031", s.line("placed"))]
+    assert codes_at(report) == [("MP031", s.line("stop"))]  # the `break`, where the walk stopped
     assert report["findings"][0]["extra"]["host_layers"] == ["2", "4"]
     s = script(WALK.replace("STOP", "continue"))
     status, report, err = dryrun_cli(s, "--gpus", "2")

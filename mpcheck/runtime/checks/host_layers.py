@@ -96,12 +96,16 @@ def _report(self: Checker, root: Any, module: Any, path: str, left: dict[int, tu
     names = {id(m): name for name, m in root.named_modules()}
     gpus = sorted(d for d in self._devices_below(root) if d.startswith("cuda"))
     own_name = left[id(module)][0]
-    site, placed = _placing_site(self, root, own_name, names)
+    site, placed, move_line = _placing_site(self, root, own_name, names)
     shown = [name for name, _ in left.values()][:_NAMES_SHOWN]
     more = len(left) - len(shown)
     listed = ", ".join(f"`{n}`" for n in shown) + (f" and {more} more" if more else "")
     params = sum(n for _, n in left.values())
-    where = "; the move here placed the parts beside them and never reached these" if placed else ""
+    where = (
+        f"; the loop here stopped before them (its move at line {move_line} placed the parts beside them)"
+        if placed
+        else ""
+    )
     self.emit(
         "MP031",
         site or self.sites(),
@@ -116,9 +120,10 @@ def _report(self: Checker, root: Any, module: Any, path: str, left: dict[int, tu
     )
 
 
-def _placing_site(self: Checker, root: Any, name: str, names: dict[int, str]) -> tuple[Site | None, bool]:
+def _placing_site(self: Checker, root: Any, name: str, names: dict[int, str]) -> tuple[Site | None, bool, int]:
     """The line that moved the module nearest to `name` in the model (the longest shared path, the latest move):
-    where the placing of its siblings ended; False when nothing inside the model was moved on its own."""
+    where the placing of its siblings ended, and why it stopped (_why_the_loop_stopped); False when nothing inside the
+    model was moved on its own; the move's line."""
     best: tuple[int, int, Site] | None = None
     parts = name.split(".")
     for mover, mv in self.placements.moves_inside(root):
@@ -135,5 +140,42 @@ def _placing_site(self: Checker, root: Any, name: str, names: dict[int, str]) ->
         if best is None or (shared, mv.seq) > best[:2]:
             best = (shared, mv.seq, mv.site)
     if best is None:
-        return None, False
-    return best[2], True
+        return None, False, 0
+    return _why_the_loop_stopped(best[2]), True, best[2].line
+
+
+def _why_the_loop_stopped(move: Site) -> Site:
+    """Where the placing loop around the move at `move` stopped early: its `break` (`if no parameters: break`),
+    else its `for` line, whose iterable ran out (`zip(blocks, devices)` with fewer devices); the move itself when
+    it is in no loop of its file (or the file cannot be read). Read once per finding, from the source."""
+    import ast
+    import linecache
+
+    try:
+        tree = ast.parse("".join(linecache.getlines(move.path)))
+    except (SyntaxError, ValueError):
+        return move
+    loops = [
+        n
+        for n in ast.walk(tree)
+        if isinstance(n, ast.For) and n.body[0].lineno <= move.line <= (n.body[-1].end_lineno or n.body[-1].lineno)
+    ]
+    if not loops:
+        return move
+    loop = max(loops, key=lambda n: n.lineno)  # the innermost
+    breaks = [n for n in _own_nodes(loop.body) if isinstance(n, ast.Break)]
+    at = breaks[0] if breaks else loop
+    return Site(move.path, at.lineno, move.function, None, at.col_offset + 1)
+
+
+def _own_nodes(body: list[Any]) -> list[Any]:
+    """The nodes of a loop's body, not those of loops or functions inside it (their `break` is their own)."""
+    import ast
+
+    out, todo = [], list(body)
+    while todo:
+        n = todo.pop()
+        out.append(n)
+        if not isinstance(n, (ast.For, ast.While, ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            todo.extend(ast.iter_child_nodes(n))
+    return out
