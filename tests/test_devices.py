@@ -837,7 +837,8 @@ head(torch.randn(2, 4).to(args.dev))
         ('p.add_argument("--device", dest="dev", default="cuda:0")', "None", "", True),
         ('g = p.add_argument_group("devices"); g.add_argument("--dev", default="cuda:0")', "", "", True),
         ('p.add_argument("--dev", type=int, default="0")', "", "", True),  # argparse converts a string default
-        ('p.add_argument("--dev", type=lambda s: "cuda:" + s, default="0")', "", "", False),  # a type not known
+        ('p.add_argument("--dev", type=lambda s: "cuda:" + s, default="0")', "", "", True),  # the lambda run on it
+        ('p.add_argument("--dev", type=to_device, default="0")', "", "", False),  # a type not known
         ('p.add_argument("--dev", default="cuda:0")', '["--dev", "cuda:1"]', "", False),  # flags given
         ('p.add_argument("--dev", default="cuda:0")', "", 'args.dev = "cuda:1"', False),  # assigned by the file
         ('p.add_argument("--dev", default="cuda:0"); p.set_defaults(dev="cuda:1")', "", "", False),

@@ -345,7 +345,9 @@ def test_a_device_list_given_as_one_string_and_split_by_its_type_is_known():
     assert [(line, code) for line, code, _ in got] == [(11, "MP001")]
     assert "`b` is on cuda:1" in got[0][2]
     other = src.replace('lambda s: s.split(",")', "lambda s: [x.strip() for x in s.split(',')]")
-    assert findings(other) == []  # another conversion: the default is not known
+    assert [line for line, _, _ in findings(other)] == [11]  # another lambda: its body is run on the default too
+    function = src.replace('lambda s: s.split(",")', "parse_devices")
+    assert findings(function) == []  # a function's conversion is not known
 
 
 # ----------------------------------------------------------------- MP017: a list of one device, made by a for loop

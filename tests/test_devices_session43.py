@@ -358,3 +358,53 @@ def test_labels_moved_or_a_host_evaluation_are_silent(change):
             .replace("\n    loss.backward()", "")
         )
     assert lines(src, "MP014") == []
+
+
+@pytest.mark.parametrize(
+    "spelled", ['torch.device(type="cuda", index=I)', 'torch.device("cuda", index=I)', 'torch.device("cuda", I)']
+)
+def test_torch_device_by_keywords(spelled):
+    src = f"""
+import torch
+import torch.nn as nn
+
+A, B = {spelled.replace("I", "0")}, {spelled.replace("I", "1")}
+a = nn.Linear(4, 4).to(A)
+b = nn.Linear(4, 4).to(B)
+y = b(a(torch.randn(2, 4, device=A)))
+"""
+    assert lines(src, "MP001") == [8]
+
+
+TYPE_LAMBDA = """
+import argparse
+import torch
+import torch.nn as nn
+
+p = argparse.ArgumentParser()
+p.add_argument("--devices", type=TYPE, default="cuda:0,cuda:1")
+args = p.parse_args()
+a = nn.Linear(4, 4).to(args.devices[0])
+b = nn.Linear(4, 4).to(args.devices[1])
+y = b(a(torch.randn(2, 4, device=args.devices[0])))
+"""
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        'lambda s: [torch.device(d) for d in s.split(",")]',
+        'lambda s: s.split(",")',
+        'lambda text: tuple(d.strip() for d in text.split(","))',
+    ],
+)
+def test_a_type_lambda_converts_the_string_default(kind):
+    assert lines(TYPE_LAMBDA.replace("TYPE", kind), "MP001") == [11]
+
+
+def test_a_type_lambda_of_a_rank_keeps_it_unknown():
+    src = TYPE_LAMBDA.replace(
+        '"--devices", type=TYPE, default="cuda:0,cuda:1"', '"--local-rank", type=lambda s: int(s), default="0"'
+    )
+    src = src.replace("args.devices[0]", "f'cuda:{args.local_rank}'").replace("args.devices[1]", "'cuda:1'")
+    assert lines(src, "MP001") == []

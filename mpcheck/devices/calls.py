@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 import libcst as cst
@@ -973,6 +973,10 @@ class Calls(Part):
             return False
         return _feeds_only(fn.node.body, name, inside, 3)
 
+    def _lambda_of_one(self, st: State) -> Callable[[cst.Lambda, Val], Val]:
+        """`type=lambda s: ...` of an argparse argument, applied to its default (command_line.method)."""
+        return lambda lam, value: _lambda_value(self.interp, st, lam, value)
+
     def method_call(
         self, recv: Val, meth: str, args: list[Val], kwargs: dict[str, Val], node: cst.Call, st: State
     ) -> Val:
@@ -1310,7 +1314,7 @@ class Calls(Part):
                     return recv.items.get(args[0].value, default)
             return UNK
         if isinstance(recv, ParserV):
-            return command_line.method(recv, meth, args, kwargs, node)
+            return command_line.method(recv, meth, args, kwargs, node, self._lambda_of_one(st))
         if isinstance(recv, SubparsersV):
             return add_command(recv, args, kwargs) if meth == "add_parser" else UNK
         if isinstance(recv, SuperV):
@@ -1391,6 +1395,16 @@ _STRING_METHODS = frozenset(
         "format",
     }
 )
+
+
+def _lambda_value(interp: Any, st: State, lam: cst.Lambda, value: Val) -> Val:
+    """A lambda of one parameter applied to `value`: its body, evaluated with the parameter bound to it."""
+    env = dict(st.env)
+    env[lam.params.params[0].name.value] = value
+    inner = st.copy()
+    inner.env = env
+    got: Val = interp.exprs.ev(lam.body, inner)
+    return got
 
 
 def _string_method(text: str, meth: str, args: list[Val], kwargs: dict[str, Val]) -> Val:

@@ -16,9 +16,9 @@ its environment at its top level (`DECODER_GPU = int(os.environ.get("OCR_DECODER
 (`environment_placement`).
 
 What is known is kept only where argparse's own rules are plain: a default of a known value, `store_true`
-and `store_false`, a string default converted by `type=int` / `type=float` / `type=str`, or split by
-`type=lambda s: s.split(",")` (a list of devices given as `cuda:0,cuda:1`). A default given through another
-`type=` (another lambda, a function) is not known. `parse_args` with a list the code writes out
+and `store_false`, a string default converted by `type=int` / `type=float` / `type=str`, or by a `type=` lambda of
+one parameter, its body run on the default (`lambda s: [torch.device(d) for d in s.split(",")]`, a list of devices
+given as `cuda:0,cuda:1`). A default given through another `type=` (a function) is not known. `parse_args` with a list the code writes out
 (`parse_args([])`) reads the defaults only when that list is empty; `parse_args(argv)` with `argv` None does; a
 list naming a sub-command alone (`parse_args(sys.argv[1:] or ["train"])`, `sys.argv[1:]` being no arguments:
 Expressions._arguments) reads the parser's defaults, then that command's (`add_subparsers().add_parser("train",
@@ -28,6 +28,7 @@ parents=[common])`).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,12 +71,27 @@ def new_parser(args: list[Val], kwargs: dict[str, Val]) -> ParserV:
     return parser
 
 
-def method(parser: ParserV, meth: str, args: list[Val], kwargs: dict[str, Val], node: Any = None) -> Val:
-    """A call of a method of the parser (or of a group of it); `node`, the call as written."""
+def method(
+    parser: ParserV,
+    meth: str,
+    args: list[Val],
+    kwargs: dict[str, Val],
+    node: Any = None,
+    convert: Callable[[Any, Val], Val] | None = None,
+) -> Val:
+    """A call of a method of the parser (or of a group of it); `node`, the call as written; `convert`, what a
+    `type=lambda s: ...` of one parameter gives for a value (its body evaluated with the parameter bound)."""
     if meth == "add_argument":
         dest = _dest(args, kwargs)
         if dest is not None:
             default = _default(kwargs, _splitter(node))
+            lam = _type_lambda(node)
+            given = kwargs.get("default")
+            if lam is not None and convert is not None and isinstance(given, Const) and isinstance(given.value, str):
+                # `type=lambda s: [torch.device(d) for d in s.split(",")]` of a string default: argparse converts it
+                action = kwargs.get("action")
+                if action is None or (isinstance(action, Const) and action.value == "store"):
+                    default = convert(lam, given)
             parser.defaults[dest] = UNK if _set_per_process(dest, default) else default
             if _set_per_process(dest, default):
                 parser.per_process[dest] = default
@@ -286,6 +302,24 @@ def _dest(args: list[Val], kwargs: dict[str, Val]) -> str | None:
     short = [f for f in flags if f.startswith("-") and not f.startswith("--")]
     name = long[0][2:] if long else short[0][1:] if short else flags[0]
     return name.replace("-", "_") or None
+
+
+def _type_lambda(node: Any) -> Any:
+    """The `type=lambda s: ...` of one plain parameter in an add_argument call, else None."""
+    import libcst as cst
+
+    if not isinstance(node, cst.Call):
+        return None
+    kind = next((a.value for a in node.args if a.keyword is not None and a.keyword.value == "type"), None)
+    if (
+        isinstance(kind, cst.Lambda)
+        and len(kind.params.params) == 1
+        and kind.params.params[0].default is None
+        and not isinstance(kind.params.star_arg, cst.Param)
+        and not kind.params.kwonly_params
+    ):
+        return kind
+    return None
 
 
 def _splitter(node: Any) -> str | None:

@@ -655,6 +655,11 @@ def _current_device(lib: Library, c: LibCall) -> Val:
 
 
 def _torch_device_call(lib: Library, c: LibCall) -> Val:
+    if not c.args and "type" in c.kwargs:
+        # `torch.device(type="cuda", index=1)`, `torch.device("cuda", index=1)`: as `torch.device("cuda", 1)`
+        c.args = [c.kwargs["type"]]
+    if len(c.args) == 1 and "index" in c.kwargs:
+        c.args = [*c.args, c.kwargs["index"]]
     if c.args and not_a_device.record(lib.interp, c.args[0], not_a_device.written(c.node, 0), c.node, c.st.mode):
         return FAILED  # torch.device("gpu"): torch raises here
     v = _torch_device(c.args)

@@ -135,3 +135,32 @@ def test_inference_tensors_relayed_through_the_callers_gpu_are_a_detour(script, 
     used = RELAY_SERVICE.replace("h = s(h)", "h = s(h) + h").replace("WORK", "print(h.sum().item())")
     status, report, err = dryrun_cli(script(used), "--gpus", "3")
     assert (status, report["findings"]) == (0, []), err
+
+
+def test_a_copy_read_inside_a_call_the_signature_cache_runs_unchecked_is_no_detour(script, dryrun_cli):
+    # counts are moved to the encoder's GPU and read there, then sent on to the decoder's: after the first step
+    # the model runs unchecked, its reads unseen, and the second move must not look like a detour
+    s = script(
+        """
+        import torch
+        import torch.nn as nn
+
+        class VAE(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.enc = nn.Linear(512, 64).to("cuda:0")
+                self.dec = nn.Linear(32, 512).to("cuda:1")
+
+            def forward(self, counts):
+                counts = counts.to("cuda:0")
+                mu, logvar = self.enc(torch.log1p(counts)).chunk(2, -1)
+                rate = self.dec(mu.to("cuda:1")).softmax(-1) * counts.sum(1, keepdim=True).to("cuda:1")
+                return ((rate - counts.to("cuda:1")) ** 2).mean() + logvar.pow(2).mean().to("cuda:1")
+
+        model = VAE()
+        for _ in range(4):
+            model(torch.rand(64, 512)).backward()
+        """
+    )
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert (status, report["findings"]) == (0, []), err

@@ -198,3 +198,14 @@ def test_an_expansion_computed_on_the_gpu_or_a_table_moved_once_is_clean(script,
         s = script(RBF.replace("MOVE", move).replace("SETUP", setup))
         status, report, err = dryrun_cli(s, "--gpus", "2")
         assert status == 0 and "MP016" not in [f["code"] for f in report["findings"]], (move, err)
+
+
+def test_an_expansion_with_full_size_noise_added_is_data_of_its_own(script, dryrun_cli):
+    # synthetic batches: a broadcast product plus noise drawn at full size, moved every step: the noise must cross
+    s = script(
+        RBF.replace("MOVE", '(d[..., None] * (1 + centers) + 0.1 * torch.randn(8, 24, 24, 32)).to("cuda:0")').replace(
+            "SETUP", ""
+        )
+    )
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 0 and "MP016" not in [f["code"] for f in report["findings"]], err

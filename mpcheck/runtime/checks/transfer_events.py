@@ -85,7 +85,9 @@ def on_transfer(
             self._provenance_forward = self._tls.forwards
             self._refresh_provenance()
         arrival = None
-        if out_tensor is not None:
+        # A copy made inside a call the signature cache runs unchecked: what reads it there is not seen, so where it
+        # went next (MP005's detours and round trips) would be judged on reads missed. Its checked runs judged it.
+        if out_tensor is not None and not self._tls.transfer_unseen:
             try:
                 arrival = StorageRef(out_tensor)
                 arrival.moved_at = self.count_transfer(src_dev, dst_dev)

@@ -279,6 +279,11 @@ def carry_widened(self: Checker, func: Any, args: tuple[Any, ...], out: Any) -> 
         del self._widened[id(args[0])]  # read for its own sake where it is (a convolution): computed to be used there
         self._resampled.discard(id(args[0]))
         return
+    try:
+        if any(isinstance(a, self._tensor_type) and a.numel() >= out.numel() for a in args[1:]):
+            return  # another tensor as large (noise added at full size): its data would have to cross too
+    except Exception:  # not a tensor
+        return
     if _carry_encoded(self, args[0], out):
         return
     if entry is None or entry[0]() is not args[0] or getattr(func, "__name__", "") not in ELEMENTWISE:
@@ -286,8 +291,6 @@ def carry_widened(self: Checker, func: Any, args: tuple[Any, ...], out: Any) -> 
     try:
         if out.shape != args[0].shape or out.dtype != args[0].dtype:
             return
-        if any(isinstance(a, self._tensor_type) and a.numel() >= out.numel() for a in args[1:]):
-            return  # another tensor as large: it would have to cross too
     except Exception:  # not a tensor
         return
     self._widened[id(out)] = (weakref.ref(out), *entry[1:])
