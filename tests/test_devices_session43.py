@@ -408,3 +408,43 @@ def test_a_type_lambda_of_a_rank_keeps_it_unknown():
     )
     src = src.replace("args.devices[0]", "f'cuda:{args.local_rank}'").replace("args.devices[1]", "'cuda:1'")
     assert lines(src, "MP001") == []
+
+
+def test_optparse_options_are_read_as_their_defaults():
+    src = """
+from optparse import OptionParser
+import torch
+import torch.nn as nn
+
+parser = OptionParser()
+parser.add_option("--trunk-gpu", type="int", default=0)
+parser.add_option("--head-gpu", type="int", default=1)
+opts, rest = parser.parse_args(ARGS)
+a = nn.Linear(4, 4).to(f"cuda:{opts.trunk_gpu}")
+b = nn.Linear(4, 4).to(f"cuda:{opts.head_gpu}")
+y = b(a(torch.randn(2, 4, device=f"cuda:{opts.trunk_gpu}")))
+"""
+    assert lines(src.replace("ARGS", ""), "MP001") == [12]
+    assert lines(src.replace("ARGS", '["--head-gpu", "0"]'), "MP001") == []  # options given: not known
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        'GPUS = sys.argv[1:3] or ["0", "1"]\nFIRST, SECOND = (f"cuda:{g}" for g in GPUS)',
+        # read in a function: the same defaults, where they form a placement
+        'def devices():\n    return os.environ.get("DP_DEVICES", "cuda:0,cuda:1").split(",")\nFIRST, SECOND = devices()',
+    ],
+)
+def test_more_devices_from_defaults(settings):
+    expected = 16 + settings.count("\n")
+    assert lines(TWO_PARTS.replace("SETTINGS", settings), "MP001") == [expected]
+
+
+def test_an_environment_variable_read_with_two_defaults_is_not_known():
+    settings = (
+        'def first():\n    return os.environ.get("MP_DEVICES", "cuda:0,cuda:1").split(",")[0]\n'
+        'def second():\n    return os.environ.get("MP_DEVICES", "cuda:1,cuda:1").split(",")[1]\n'
+        "FIRST, SECOND = first(), second()"
+    )
+    assert lines(TWO_PARTS.replace("SETTINGS", settings), "MP001") == []

@@ -50,6 +50,9 @@ class ParserV(Val):
     # and the dest that records which one was given (None: not recorded)
     commands: dict[str, ParserV] = field(default_factory=dict)
     command_dest: str | None = None
+    # An optparse.OptionParser: `add_option`, defaults used as given (optparse converts only what the command line
+    # gives), and `parse_args()` gives (options, arguments)
+    optparse: bool = False
 
 
 @dataclass(eq=False)
@@ -81,6 +84,8 @@ def method(
 ) -> Val:
     """A call of a method of the parser (or of a group of it); `node`, the call as written; `convert`, what a
     `type=lambda s: ...` of one parameter gives for a value (its body evaluated with the parameter bound)."""
+    if meth == "add_option" and parser.optparse:
+        meth, kwargs = "add_argument", {k: v for k, v in kwargs.items() if k != "type"}
     if meth == "add_argument":
         dest = _dest(args, kwargs)
         if dest is not None:
@@ -113,8 +118,15 @@ def method(
         ns: Val = DictV({**parser.defaults, **_placement(parser.per_process)}, namespace=True) if no_flags else UNK
         if not no_flags:
             ns = _command_defaults(parser, given)
+        if parser.optparse and meth == "parse_args":
+            return SeqV((ns, SeqV((), kind="list") if no_flags else SeqV(None)), kind="tuple")
         return SeqV((ns, SeqV(None)), kind="tuple") if meth == "parse_known_args" else ns
     return UNK
+
+
+def new_option_parser(args: list[Val], kwargs: dict[str, Val]) -> ParserV:
+    """`optparse.OptionParser(...)`: read as argparse's parser is, with optparse's own rules (ParserV.optparse)."""
+    return ParserV(optparse=True)
 
 
 def add_command(subparsers: SubparsersV, args: list[Val], kwargs: dict[str, Val]) -> Val:
@@ -188,7 +200,7 @@ def _for_a_part(dest: str) -> bool:
 
 
 def environment_placement(module: Any) -> dict[str, int | str]:
-    """The GPU settings a script reads from its environment with a default, in its top-level statements
+    """The GPU settings a script reads from its environment with a default, at its top level or in its functions
     (`ENCODER_GPU = int(os.environ.get("OCR_ENCODER_GPU", 0))`, `torch.device(os.getenv("K_DEVICE", "cuda:1"))`),
     when they form a placement by the rule of `_placement`: two or more, distinct GPUs, no rank among them.
     Variable -> default, as written (an index or a device string). No launcher sets such variables, so the script
@@ -196,13 +208,17 @@ def environment_placement(module: Any) -> dict[str, int | str]:
     import libcst as cst
 
     held: dict[str, int | str] = {}
-    for stmt in getattr(module, "body", ()):
-        if not isinstance(stmt, cst.SimpleStatementLine):
+    twice: set[str] = set()
+    for node in walk(module):
+        if not isinstance(node, cst.Call):
             continue
-        for node in walk(stmt):
-            read = environment_read(node)
-            if read is not None and read[1] is not None and _names_a_gpu(*read):
-                held[read[0]] = read[1]
+        read = environment_read(node)
+        if read is not None and read[1] is not None and _names_a_gpu(*read):
+            if held.get(read[0], read[1]) != read[1]:
+                twice.add(read[0])  # read with two defaults: which one holds is not known
+            held[read[0]] = read[1]
+    for var in twice:
+        del held[var]
     if any(w in var.lower() for var in held for w in ("rank", "local", "world")):
         return {}
     gpus = {var: _gpu_of(default) for var, default in held.items()}

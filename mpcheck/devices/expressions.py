@@ -434,15 +434,15 @@ class Expressions(Part):
         return self.interp.stmts.bindings_here(name.value) == 1 and reads == 2
 
     def _arguments(self, sl: cst.BaseSlice, st: State) -> Val:
-        """`sys.argv[1:]`: the script's arguments, none as it runs with its defaults (as argparse's are read:
+        """`sys.argv[1:]`, `sys.argv[1:3]`: the script's arguments, none as it runs with its defaults (as argparse's are read:
         command_line.py), so a loop over them (`getopt`, `key=value` pairs into a dict of settings) leaves the
         settings the code wrote. Only that slice: `sys.argv[1]` and `len(sys.argv)` (a script that demands its
         arguments, and exits without them) stay unknown, so no path is cut off for want of one."""
-        if not isinstance(sl, cst.Slice) or sl.upper is not None or sl.step is not None or sl.lower is None:
+        if not isinstance(sl, cst.Slice) or sl.step is not None or sl.lower is None:
             return UNK
         lower = self.ev(sl.lower, st)
         if isinstance(lower, Const) and type(lower.value) is int and lower.value >= 1:
-            return SeqV((), kind="list")
+            return SeqV((), kind="list")  # (`sys.argv[1:3]` too: nothing there either)
         return UNK
 
     def _sliced(self, base: SeqV, sl: cst.Slice, st: State) -> Val:

@@ -1486,10 +1486,10 @@ def _load(lib: Library, c: LibCall) -> Val:
 
 
 def _environment_get(lib: Library, c: LibCall) -> Val:
-    """`os.environ.get("OCR_DECODER_GPU", 1)` at the top of a script: its default, where the file's environment
-    GPU settings form a placement (command_line.environment_placement); otherwise not known."""
+    """`os.environ.get("OCR_DECODER_GPU", 1)`, at the top of a script or in a function: its default, where the file's
+    environment GPU settings form a placement (command_line.environment_placement); otherwise not known."""
     read = command_line.environment_read(c.node)
-    if lib.interp.stack or read is None:
+    if read is None:
         return UNK
     default = lib.interp.stmts.environment_placement().get(read[0])
     return Const(default) if default is not None else UNK
@@ -1648,6 +1648,7 @@ EXACT: dict[str, Handler] = _exact(
     ("torch.optim.swa_utils.update_bn", _update_bn),
     (("types.SimpleNamespace", "argparse.Namespace"), _namespace),
     ("argparse.ArgumentParser", _argument_parser),
+    ("optparse.OptionParser", lambda lib, c: command_line.new_option_parser(c.args, c.kwargs)),
     ("torch.load", _load),
     (("os.environ.get", "os.getenv"), _environment_get),
     (("getopt.getopt", "getopt.gnu_getopt"), _getopt),
