@@ -20,7 +20,8 @@ the class body: no extra call or lookup on the hot path):
                         tied.py names a tied weight's partner placed elsewhere; unmoved.py, the
                         tensors it reported, whose later mismatches are the same bug
     missing_device.py   MP009
-    current_device.py   MP004
+    current_device.py   MP004; a root model's first call, where host_layers.py notes what it left on the CPU
+    host_layers.py      MP031: compute layers left on the CPU beside the model's GPU parts, as they run
     host_made.py        MP001 at a factory that made a module's tensor on the CPU (no device=)
     split_model.py      MP002, MP003, MP007
     op_error.py         MP012
