@@ -974,8 +974,15 @@ class Calls(Part):
         return _feeds_only(fn.node.body, name, inside, 3)
 
     def _lambda_of_one(self, st: State) -> Callable[[cst.Lambda, Val], Val]:
-        """`type=lambda s: ...` of an argparse argument, applied to its default (command_line.method)."""
-        return lambda lam, value: _lambda_value(self.interp, st, lam, value)
+        """`type=lambda s: ...` of an argparse argument, applied to its default (command_line.method): the lambda's
+        body, evaluated with its parameter bound to the value."""
+
+        def apply(lam: cst.Lambda, value: Val) -> Val:
+            inner = st.copy()
+            inner.env = {**st.env, lam.params.params[0].name.value: value}
+            return self.interp.exprs.ev(lam.body, inner)
+
+        return apply
 
     def method_call(
         self, recv: Val, meth: str, args: list[Val], kwargs: dict[str, Val], node: cst.Call, st: State
@@ -1395,16 +1402,6 @@ _STRING_METHODS = frozenset(
         "format",
     }
 )
-
-
-def _lambda_value(interp: Any, st: State, lam: cst.Lambda, value: Val) -> Val:
-    """A lambda of one parameter applied to `value`: its body, evaluated with the parameter bound to it."""
-    env = dict(st.env)
-    env[lam.params.params[0].name.value] = value
-    inner = st.copy()
-    inner.env = env
-    got: Val = interp.exprs.ev(lam.body, inner)
-    return got
 
 
 def _string_method(text: str, meth: str, args: list[Val], kwargs: dict[str, Val]) -> Val:

@@ -124,7 +124,7 @@ def method(
     return UNK
 
 
-def new_option_parser(args: list[Val], kwargs: dict[str, Val]) -> ParserV:
+def new_option_parser() -> ParserV:
     """`optparse.OptionParser(...)`: read as argparse's parser is, with optparse's own rules (ParserV.optparse)."""
     return ParserV(optparse=True)
 

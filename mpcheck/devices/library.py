@@ -1648,7 +1648,7 @@ EXACT: dict[str, Handler] = _exact(
     ("torch.optim.swa_utils.update_bn", _update_bn),
     (("types.SimpleNamespace", "argparse.Namespace"), _namespace),
     ("argparse.ArgumentParser", _argument_parser),
-    ("optparse.OptionParser", lambda lib, c: command_line.new_option_parser(c.args, c.kwargs)),
+    ("optparse.OptionParser", lambda lib, c: command_line.new_option_parser()),
     ("torch.load", _load),
     (("os.environ.get", "os.getenv"), _environment_get),
     (("getopt.getopt", "getopt.gnu_getopt"), _getopt),

@@ -6,8 +6,8 @@ layers on the host, the forward moves the activations there and back, and a step
 At a root model's first call (`on_root_call`), when its parameters are on a GPU and on the CPU, the compute layers
 left on the CPU (torch.nn layers with weights that do arithmetic: linear, convolution, recurrent, attention) are
 noted. The first such layer that then runs checked (a torch.nn leaf at its module-entry check, `on_host_layer`) is
-reported once for its model, at the line that placed the sibling nearest to it, where the loop stopped, or at the
-call when nothing inside the model was placed by a move of its own. Embedding tables are never counted: a table
+reported once for its model, where the loop that placed the sibling nearest to it stopped (its `break`, or its `for`
+line whose iterable ran out), or at the call when nothing inside the model was placed by a move of its own. Embedding tables are never counted: a table
 kept on the host on purpose (too large for the GPU, looked up there, its rows sent over) is a known design.
 """
 
@@ -96,14 +96,14 @@ def _report(self: Checker, root: Any, module: Any, path: str, left: dict[int, tu
     names = {id(m): name for name, m in root.named_modules()}
     gpus = sorted(d for d in self._devices_below(root) if d.startswith("cuda"))
     own_name = left[id(module)][0]
-    site, placed, move_line = _placing_site(self, root, own_name, names)
+    site, move_line = _placing_site(self, root, own_name, names)
     shown = [name for name, _ in left.values()][:_NAMES_SHOWN]
     more = len(left) - len(shown)
     listed = ", ".join(f"`{n}`" for n in shown) + (f" and {more} more" if more else "")
     params = sum(n for _, n in left.values())
     where = (
         f"; the loop here stopped before them (its move at line {move_line} placed the parts beside them)"
-        if placed
+        if site is not None
         else ""
     )
     self.emit(
@@ -120,10 +120,10 @@ def _report(self: Checker, root: Any, module: Any, path: str, left: dict[int, tu
     )
 
 
-def _placing_site(self: Checker, root: Any, name: str, names: dict[int, str]) -> tuple[Site | None, bool, int]:
-    """The line that moved the module nearest to `name` in the model (the longest shared path, the latest move):
-    where the placing of its siblings ended, and why it stopped (_why_the_loop_stopped); False when nothing inside the
-    model was moved on its own; the move's line."""
+def _placing_site(self: Checker, root: Any, name: str, names: dict[int, str]) -> tuple[Site | None, int]:
+    """Where the placing of `name`'s siblings stopped (_why_the_loop_stopped), around the move of the module nearest to
+    it in the model (the longest shared path, the latest move), and that move's line; (None, 0) when nothing inside
+    the model was moved on its own."""
     best: tuple[int, int, Site] | None = None
     parts = name.split(".")
     for mover, mv in self.placements.moves_inside(root):
@@ -140,8 +140,8 @@ def _placing_site(self: Checker, root: Any, name: str, names: dict[int, str]) ->
         if best is None or (shared, mv.seq) > best[:2]:
             best = (shared, mv.seq, mv.site)
     if best is None:
-        return None, False, 0
-    return _why_the_loop_stopped(best[2]), True, best[2].line
+        return None, 0
+    return _why_the_loop_stopped(best[2]), best[2].line
 
 
 def _why_the_loop_stopped(move: Site) -> Site:

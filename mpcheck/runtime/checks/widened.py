@@ -80,11 +80,7 @@ def on_upsampled(self: Checker, src: Any, out: Any, unfolded: bool = False) -> N
         return
     if nbytes < RESAMPLE_MIN_FACTOR * needed or nbytes - needed < WASTE_MIN_BYTES:
         return
-    site = self.sites()
-    if not site.context:  # (a library's own resampling)
-        _remember(self, out, (UNFOLDED if unfolded else UPSAMPLED, needed, site))
-        if id(out) in self._widened:
-            self._resampled.add(id(out))
+    _remember_resampled(self, out, UNFOLDED if unfolded else UPSAMPLED, needed)
 
 
 def on_broadcast(self: Checker, args: tuple[Any, ...], out: Any) -> None:
@@ -106,9 +102,15 @@ def on_broadcast(self: Checker, args: tuple[Any, ...], out: Any) -> None:
         return
     if nbytes < RESAMPLE_MIN_FACTOR * max(needed, 1) or nbytes - needed < WASTE_MIN_BYTES:
         return
+    _remember_resampled(self, out, BROADCAST, needed)
+
+
+def _remember_resampled(self: Checker, out: Any, how: str, needed: int) -> None:
+    """An enlarged tensor forgotten at its first other read (`_RESAMPLED`), made at the user's line (a library's own
+    resampling or arithmetic is not the user's to move)."""
     site = self.sites()
-    if not site.context:  # (a library's own arithmetic)
-        _remember(self, out, (BROADCAST, needed, site))
+    if not site.context:
+        _remember(self, out, (how, needed, site))
         if id(out) in self._widened:
             self._resampled.add(id(out))
 
