@@ -374,6 +374,9 @@ class HostMadeMove(Fact):
     factory: cst.Call
     devs: Devs
     shaped_after: cst.BaseExpression | None = None
+    # Where `shaped_after` is, when it is a name or an attribute the model knows (`mask`, made on the host
+    # from `torch.rand(n) < eps`, is no place to make the moved tensor: `device=mask.device` would say cpu).
+    shaped_devs: Devs | None = None
     # The moved value was computed on the host from the factory's tensor (`torch.argsort(noise)[:, :n]`), not
     # only named (`h0 = torch.zeros(...)`, then `h0.to(dev)`).
     derived: bool = False

@@ -652,8 +652,17 @@ class Moves(Part):
         ):
             return
         shaped_after = next((t for a in made.args for n in walk(a.value) if (t := _size_of(n)) is not None), None)
+        shaped = self.interp.exprs.ev(shaped_after, st) if isinstance(shaped_after, (cst.Name, cst.Attribute)) else None
         self.interp.recorder.record(
-            HostMadeMove(node=node, mode=st.mode, factory=made, devs=devs, shaped_after=shaped_after, derived=derived)
+            HostMadeMove(
+                node=node,
+                mode=st.mode,
+                factory=made,
+                devs=devs,
+                shaped_after=shaped_after,
+                shaped_devs=shaped.devs if isinstance(shaped, Obj) else None,
+                derived=derived,
+            )
         )
 
     def in_forward(self) -> bool:

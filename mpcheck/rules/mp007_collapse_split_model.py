@@ -73,6 +73,13 @@ class CollapseSplitModel(Rule):
                     "where the map splits it, the split is undone (accelerate refuses to move a model with "
                     "offloaded parts). Drop the call; to load it whole on one device, pass `device_map={'': device}`"
                 )
+            elif isinstance(mod, Obj) and mod.dispatched.startswith("device_map="):
+                # loaded split by a library: the script may have wanted it whole on one device all along
+                undone = (
+                    "the split is undone and the memory it saved is needed again. Remove the call and let each "
+                    "stage stay where it was placed; to have the model whole on one device, load it there "
+                    "(`device_map={'': device}`)"
+                )
             else:
                 undone = (
                     "the split is undone and the memory it saved is needed again. Remove the call and let each "

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import libcst as cst
 
 from mpcheck.devices.events import HostMadeMove
-from mpcheck.devices.values import CURRENT, show, single
+from mpcheck.devices.values import CURRENT, one, show, single
 from mpcheck.devices.walk import walk
 from mpcheck.finding import Finding
 from mpcheck.rules.base import Rule, once_per_node
@@ -28,9 +28,15 @@ class MadeOnHost(Rule):
             target = ctx.code(ev.node.args[0].value) if isinstance(ev.node, cst.Call) and ev.node.args else None
             device = f"device={target}" if target else f"device={dst!r}"
             shaped = ev.shaped_after
-            if not target and dst == CURRENT and isinstance(shaped, (cst.Name, cst.Attribute)):
+            if (
+                not target
+                and dst == CURRENT
+                and isinstance(shaped, (cst.Name, cst.Attribute))
+                and ev.shaped_devs != one("cpu")
+            ):
                 # `.cuda()`: the current device, which is not where the tensor it is shaped after lives once the
-                # model is placed elsewhere (`-gpu 1`); made where that tensor is, it goes where it is used.
+                # model is placed elsewhere (`-gpu 1`); made where that tensor is, it goes where it is used. Not a
+                # host tensor's device, though (a mask drawn on the host): that would make it on the host again.
                 device = f"device={ctx.code(shaped)}.device"
             if any(n is ev.factory for n in walk(ev.node)):
                 made = f"`{factory}(...)` makes the tensor on the host and this line copies it"
