@@ -47,3 +47,97 @@ def test_collapse_of_a_model_loaded_split_offers_loading_it_on_one_device():
     (got,) = findings(LOADED_AUTO, "MP007")
     assert got.line == 6
     assert "Remove the call" in got.message and "device_map={'': device}" in got.message
+
+
+# Blind round 32, t05: a dataclass of settings in the model's file, the split after block `split_at`, the model
+# built and run by another file's `main()`, which also hands the settings to a helper that only reads them.
+SETTINGS_MODEL = """
+from dataclasses import dataclass
+
+import torch.nn as nn
+
+
+@dataclass
+class Settings:
+    width: int = 8
+    n_layers: int = 4
+    split_at: int = 2
+    first: str = "cuda:0"
+    second: str = "cuda:1"
+
+
+class Net(nn.Module):
+    def __init__(self, cfg: Settings):
+        super().__init__()
+        self.cfg = cfg
+        self.blocks = nn.ModuleList()
+        for i in range(cfg.n_layers):
+            self.blocks.append(nn.Linear(cfg.width, cfg.width).to(cfg.first if i < cfg.split_at else cfg.second))
+
+    def forward(self, x):
+        x = x.to(self.cfg.first)
+        for i, block in enumerate(self.blocks):
+            if i == self.cfg.split_at:
+                x = x.to(HOP)
+            x = block(x)
+        return x
+"""
+
+SETTINGS_MAIN = """
+import torch
+from model import Settings, Net
+
+
+def get_batch(cfg, n=4):
+    return torch.randn(n, cfg.width)
+
+
+def main():
+    cfg = Settings()
+    model = Net(cfg)
+    for _ in range(2):
+        model(get_batch(cfg)).sum().backward()
+HELPER
+
+main()
+"""
+
+
+def _settings_project(tmp_path, monkeypatch, hop: str, helper: str = "") -> list[tuple[str, int, str]]:
+    import json
+
+    from mpcheck import cli
+
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
+    (tmp_path / "model.py").write_text(SETTINGS_MODEL.replace("HOP", hop))
+    (tmp_path / "main.py").write_text(SETTINGS_MAIN.replace("HELPER", helper))
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "out.json"
+    cli.main(["--jobs", "1", "--no-cache", "--isolated", "--output-format", "json", "--output-file", str(out), "."])
+    return [(d["path"], d["line"], d["code"]) for d in json.loads(out.read_text())]
+
+
+def test_settings_numbers_cross_files_with_their_devices(tmp_path, monkeypatch):
+    # `split_at` and `n_layers` cross with the devices: the hop back to the first GPU is seen to meet block 2
+    assert _settings_project(tmp_path, monkeypatch, "self.cfg.first") == [("model.py", 29, "MP001")]
+
+
+def test_settings_model_with_the_right_hop_is_clean(tmp_path, monkeypatch):
+    assert _settings_project(tmp_path, monkeypatch, "self.cfg.second") == []
+
+
+def test_settings_a_helper_reads_stay_followed_and_one_it_changes_are_not(tmp_path, monkeypatch):
+    # `get_batch(cfg)` only reads `cfg.width`: the settings are as built at `model(...)`
+    assert "get_batch(cfg)" in SETTINGS_MAIN
+    assert _settings_project(tmp_path, monkeypatch, "self.cfg.first") == [("model.py", 29, "MP001")]
+    # a helper that sets an attribute of what it is given, called before the model runs: not followed
+    changes = "\n\ndef tweak(cfg):\n    cfg.split_at = 3\n"
+    (tmp_path / "main.py").write_text(
+        SETTINGS_MAIN.replace("HELPER", changes).replace(
+            "    cfg = Settings()\n", "    cfg = Settings()\n    tweak(cfg)\n"
+        )
+    )
+    from mpcheck import cli
+
+    cli.main(["--jobs", "1", "--no-cache", "--isolated", "--output-format", "json", "--output-file", "o.json", "."])
+    assert (tmp_path / "o.json").read_text().strip() == "[]"

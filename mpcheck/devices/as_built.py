@@ -22,9 +22,16 @@ Anything else is "may have changed": the method is not followed (no context, no 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import libcst as cst
 
+from mpcheck.devices import memo
+from mpcheck.devices.program import params_of
 from mpcheck.devices.walk import children
+
+# Per function of a file: parameter name -> is it only read there (Uses._read_by_a_helper).
+_READ_ONLY = memo.node_table()
 
 # Methods whose call moves a module (or a tensor's storage) in place.
 _MOVERS = frozenset(("to", "cuda", "cpu", "xpu", "apply", "_apply", "to_empty", "load_state_dict", "share_memory"))
@@ -52,7 +59,10 @@ _READS = frozenset(
 class Uses:
     """The names of a scope and what holds each node, made once per scope and asked per name."""
 
-    def __init__(self, scope: cst.CSTNode) -> None:
+    def __init__(self, scope: cst.CSTNode, helpers: Mapping[str, cst.FunctionDef] | None = None) -> None:
+        # The file's own functions by name: an instance passed to one that only reads its parameter
+        # (`get_batch(cfg)` reading `cfg.vocab_size`) is left as built (`_read_by_a_helper`).
+        self.helpers = helpers or {}
         self.parent: dict[int, cst.CSTNode] = {}
         self.names: dict[str, list[cst.Name]] = {}
         todo = [scope.body if isinstance(scope, cst.FunctionDef) else scope]
@@ -85,6 +95,8 @@ class Uses:
             isinstance(parent, cst.Arg) and parent.keyword is node
         ):
             return True  # `x.name`, `f(name=...)`: another name
+        if isinstance(parent, cst.ImportFrom) and parent.module is node:
+            return True  # `from model import SplitGPT`: a module's name, not the variable `model`
         if isinstance(parent, cst.Param):
             return True  # a parameter of a nested function: another variable (its uses are judged as ours)
         if isinstance(parent, cst.Return) and parent.value is node:
@@ -112,7 +124,38 @@ class Uses:
         if isinstance(above, cst.Call) and above.func is top:
             # `model.parallelize()` may place its parts anew; the receiver's own methods are judged in its class
             return not (strict and top is not node and attrs[-1] not in _READS)
+        if top is node and isinstance(parent, cst.Arg) and self._read_by_a_helper(parent):
+            return True
         return top is not node  # an attribute read (`model.devices[0]`); a bare name passed, stored, returned
+
+    def _read_by_a_helper(self, arg: cst.Arg) -> bool:
+        """Is `arg` given to a function of this file (`get_batch(cfg)`) whose parameter for it is only
+        read there, neither passed on, stored, moved nor given an attribute?"""
+        call = self.parent.get(id(arg))
+        if arg.star or not isinstance(call, cst.Call) or not isinstance(call.func, cst.Name):
+            return False
+        fn = self.helpers.get(call.func.value)
+        if fn is None:
+            return False
+        names = [n for n, _ in params_of(fn)]
+        if arg.keyword is not None:
+            param = arg.keyword.value if arg.keyword.value in names else None
+        else:
+            i = call.args.index(arg)
+            param = names[i] if i < len(names) and not any(a.keyword or a.star for a in call.args[:i]) else None
+        if param is None:
+            return False
+        known: dict[str, bool] | None = memo.recall(_READ_ONLY, fn)
+        if known is None:
+            known = memo.keep(_READ_ONLY, fn, {})
+        if param not in known:
+            inside = Uses(fn)  # no helpers of its own: a parameter it passes on is not followed further
+            known[param] = all(
+                inside._judge(n, None, True) is not False
+                for n in inside.names.get(param, ())
+                if not isinstance(inside.parent.get(id(n)), cst.Param)
+            )
+        return known[param]
 
     def attribute_as_built(self, attr: str) -> bool:
         """Is the module held as `self.<attr>` (`self.pe = SinusoidalPE(d).to("cuda:0")`) assigned once in

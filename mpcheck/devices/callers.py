@@ -152,12 +152,18 @@ def _settings(m: Obj) -> dict[str, Any] | None:
     if fields:
         # A dataclass: its defaults, then what the construction gave (a value it gave that does not
         # cross, a computed device, leaves the field unknown: dropped).
-        ns.update({k: c for k, c in (extra.get("consts") or {}).items() if k in fields and _device_const(c)})
+        ns.update({k: c for k, c in (extra.get("consts") or {}).items() if k in fields and _plain_const(c)})
         for k, v in (extra.get("given") or {}).items():
             ns.pop(k, None)
-            if isinstance(v, Const) and isinstance(v.value, str) and _CONCRETE.match(v.value):
+            if isinstance(v, Const) and isinstance(v.value, (str, int)) and not isinstance(v.value, bool):
                 ns[k] = {"const": v.value}
-    return {"ns": ns} if ns and extra.get("summarized") else None
+    # Its numbers cross with its devices (`split_at`, `n_layers`: where the callee's split falls), never alone.
+    return {"ns": ns} if extra.get("summarized") and any(_device_const(c) for c in ns.values()) else None
+
+
+def _plain_const(c: Any) -> bool:
+    """A summary's constant that is a device, a string or an int (summary._constant)."""
+    return _device_const(c) or (isinstance(c, dict) and isinstance(c.get("const"), (str, int)))
 
 
 def _device_const(c: Any) -> bool:
@@ -364,7 +370,8 @@ def _left_as_built(
 def _uses(interp: Interp, scope: cst.CSTNode) -> Uses:
     uses = interp.uses.get(id(scope))
     if uses is None:
-        uses = interp.uses[id(scope)] = Uses(scope)
+        helpers = {name: f.node for name, f in interp.functions.items() if f.cls is None}
+        uses = interp.uses[id(scope)] = Uses(scope, helpers)
     return uses
 
 
@@ -380,6 +387,14 @@ def _site_dict(c: CallSite) -> dict[str, Any]:
 
 def _site(d: Mapping[str, Any], chain: tuple[CallSite, ...] = ()) -> CallSite:
     return CallSite(str(d.get("path", "")), int(d.get("line", 0)), str(d.get("code", "")), chain)
+
+
+def built_with_devices(interp: Interp, instance: Obj) -> bool:
+    """Was an instance of another file's class built with an argument that carries a device across
+    (`Net(cfg)`, `cfg` a settings object naming GPUs)? Its class then places it as that file's run of
+    its __init__ will see."""
+    bound = (instance.extra or {}).get("bound") or {}
+    return any(_may_know(v) and known(encode(interp, v)) for v in bound.values())
 
 
 def _may_know(v: Val) -> bool:

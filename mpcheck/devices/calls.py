@@ -15,7 +15,7 @@ import libcst as cst
 
 from mpcheck.devices import backward_code, command_line, ini_text, map_lookups, memo, module_tree, optimizers, pre_hooks
 from mpcheck.devices import torchapi as T
-from mpcheck.devices.callers import note_call
+from mpcheck.devices.callers import built_with_devices, note_call
 from mpcheck.devices.command_line import ParserV, SubparsersV, add_command
 from mpcheck.devices.events import Collapse, LossMismatch, Mismatch, OversizedMove
 from mpcheck.devices.moves import moved_instance, plain_device_move
@@ -673,15 +673,16 @@ class Calls(Part):
         (callers.py): its forward runs there with these arguments on an instance built as this file
         built it, and moved whole as this file moved it (`SinusoidalPE(d).to("cuda:0")`: a plain tensor
         attribute stays on the CPU). Only an instance whose devices this file knows: one its class
-        places (its summary's), or one moved whole to one device; an unplaced one may be placed in ways
-        the model does not follow."""
+        places (its summary's), one built with devices its class places it with in ways a summary does not
+        keep (`Net(cfg)` appending blocks in a loop, on `cfg.first` or `cfg.second`), or one moved whole to
+        one device; an unplaced one may be placed in ways the model does not follow."""
         extra = mod.extra or {}
         moved = single(mod.devs) if extra.get("moved") else None
         if not extra.get("module") or not isinstance(node, cst.Call):
             return
         if extra.get("moved") and moved is None:
             return  # moved to one of several devices (note_call keeps a named one only)
-        if not extra.get("moved") and mod.devs is None and not mod.split:
+        if not extra.get("moved") and mod.devs is None and not mod.split and not built_with_devices(self.interp, mod):
             return
         func = f"{extra['summarized']}.forward"
         note_call(self.interp, extra["module"], func, args, kwargs, node, mod, moved=moved, receiver=node.func)

@@ -320,7 +320,7 @@ def _device_properties(interp: Interp, cinfo: ClassInfo, inst: Obj, attrs: dict[
 
 def _class_constants(interp: Interp, cinfo: ClassInfo, inst: Obj) -> dict[str, Any]:
     """The class body's constants that name devices (`device = "cuda:1"`, a dataclass's
-    `device: str = "cuda:1"`): what `C.device`, or `cfg.device` of an instance, reads in an
+    `device: str = "cuda:1"`), and its plain numbers and strings beside them: what `C.device`, or `cfg.device` of an instance, reads in an
     importing file (Expressions._constant_attr, summarized._class_constant). Not one that a method
     assigns on the instance, or that this module assigns on the class (`C.device = ...`; what it
     assigns on an instance of its own, `cfg.device = ...`, is that object's, not the importer's)."""
@@ -337,11 +337,13 @@ def _class_constants(interp: Interp, cinfo: ClassInfo, inst: Obj) -> dict[str, A
                 out.pop(name, None)
                 continue
             v = _constant(interp.exprs.ev(expr, st))
-            if v is not None and _names_devices(v):
+            if v is not None and (_names_devices(v) or "const" in v):
                 out[name] = v
             else:
                 out.pop(name, None)
-    return out
+    # A class of settings that names a device keeps its numbers and strings too (`split_at: int = 2`,
+    # `n_layers = 4`): where a split falls, and how many blocks each side gets, are read beside the devices.
+    return out if any(_names_devices(v) for v in out.values()) else {}
 
 
 def _names_devices(c: dict[str, Any]) -> bool:
