@@ -47,6 +47,7 @@ from mpcheck.devices.values import (
     ParamsOf,
     PartialV,
     QName,
+    SequentialHook,
     SeqV,
     Starred,
     Summarized,
@@ -841,9 +842,20 @@ class Calls(Part):
         self, seq: SeqV, args: list[Val], kwargs: dict[str, Val], st: State, node: cst.CSTNode, exprs: ArgExprs = None
     ) -> Val:
         if seq.hooks:
-            # A hook may move what the container gets (a pre-hook) or gives (a forward hook): not known here.
-            h = self._sequential_layers(seq, [_somewhere(a) for a in args[:1]], st, node, [])
-            return _somewhere(h) if "register_forward_hook" in seq.hooks else h
+            # A hook may move what the container gets (a pre-hook) or gives (a forward hook): run where each is
+            # one of the file's (`feats[key] = output`, in a closure), not known where one is not.
+            holder = Obj("module", None, label="", extra=pre_hooks.as_extra(seq.hooks))
+            hooked = pre_hooks.run(self, holder, args, kwargs, st, node)
+            if hooked is None:
+                h = self._sequential_layers(seq, [_somewhere(a) for a in args[:1]], st, node, [])
+                after = None
+            else:
+                new_args, _ = hooked
+                h = self._sequential_layers(seq, new_args, st, node, exprs if new_args == args else [])
+                after = pre_hooks.run_after(self, holder, new_args, kwargs, h, st, node)
+            if after is not None:
+                return after
+            return _somewhere(h) if any(k.meth == pre_hooks.POST_HOOK for k in seq.hooks) else h
         return self._sequential_layers(seq, args, st, node, exprs)
 
     def _sequential_layers(
@@ -885,6 +897,20 @@ class Calls(Part):
         given = list(more) if more is not None else [more_elem]
         seq.elem = join_all(had + given)
         seq.items = None
+
+    def pop(self, seq: SeqV, index: Val) -> Val:
+        """`skips.pop()` (a U-Net's skip connections, last in first out): the item, taken out, while the items
+        are known and no loop of unknown length runs; else one like any of them (the join), the list as it
+        was (which item a pass of such a loop takes is not known)."""
+        at = index.value if isinstance(index, Const) and type(index.value) is int else None
+        if seq.items is not None and at is not None and not self.interp.in_unknown_loop:
+            items = list(seq.items)
+            if not -len(items) <= at < len(items):
+                return UNK  # an IndexError where it runs
+            got = items.pop(at)
+            seq.items = tuple(items)
+            return got
+        return join_all(list(seq.items)) if seq.items else seq.elem
 
     def _load_assigned(self, recv: Obj, sd: Val | None, node: cst.Call, st: State) -> None:
         """`recv.load_state_dict(sd, assign=True)` keeps the checkpoint's tensors, where torch.load put them
@@ -1038,10 +1064,15 @@ class Calls(Part):
             self._load_assigned(recv, args[0] if args else kwargs.get("state_dict"), node, st)
             return UNK
         if meth in _FORWARD_HOOKS and isinstance(recv, SeqV) and recv.module:
-            # An nn.Sequential's hook (an input mover on a stage): in place, on every later call, also on the
-            # copies of it that holders hold (a move of its layers rebuilt it there: the same layers).
+            # An nn.Sequential's hook (an input mover on a stage, a feature catcher): in place, on every later
+            # call, also on the copies of it that holders hold (a move of its layers rebuilt it there: the same
+            # layers).
+            given = node.args[0].value if node.args and node.args[0].keyword is None else None
+            if isinstance(given, cst.Lambda) and args and args[0] is UNK:
+                args = [pre_hooks.lambda_hook(self, given, st), *args[1:]]
+            fn, with_kwargs = pre_hooks.hook_of(args, kwargs)
             for seq in (recv, *_same_layers(recv, st)):
-                seq.hooks = (*seq.hooks, meth)
+                seq.hooks = (*seq.hooks, SequentialHook(meth, fn, with_kwargs))
             return UNK
         if meth in _FORWARD_HOOKS and isinstance(recv, Obj) and recv.kind in ("module", "any"):
             # Module.register_forward_(pre_)hook works in place, on every later call (module_call).
@@ -1295,6 +1326,8 @@ class Calls(Part):
             if meth == "extend" and args and isinstance(args[0], SeqV):
                 self.grow(recv, args[0].items, args[0].elem)
                 return Const(None)
+            if meth == "pop" and recv.kind == "list" and not kwargs:
+                return self.pop(recv, args[0] if args else Const(-1))
             if meth in ("to", "cuda"):
                 return self.interp.moves.move(recv, meth, args, kwargs, node, st)
             if recv.module and meth in T.MODULE_SELF_METHODS:
@@ -1401,12 +1434,18 @@ _STRING_METHODS = frozenset(
         "endswith",
         "join",
         "format",
+        "splitlines",
+        "casefold",
     }
 )
+# Keyword arguments these take as Python does (`line.split(":", maxsplit=1)`); `format` takes any.
+_STRING_KEYWORDS = frozenset({"sep", "maxsplit", "keepends", "count"})
+# A text cut into more pieces than this is data, not settings: not followed.
+_MAX_PIECES = 256
 
 
 def _string_method(text: str, meth: str, args: list[Val], kwargs: dict[str, Val]) -> Val:
-    if meth not in _STRING_METHODS or (kwargs and meth != "format"):
+    if meth not in _STRING_METHODS or (meth != "format" and not set(kwargs) <= _STRING_KEYWORDS):
         return UNK
     if meth == "join":
         items = args[0].items if len(args) == 1 and isinstance(args[0], SeqV) else None
@@ -1422,7 +1461,9 @@ def _string_method(text: str, meth: str, args: list[Val], kwargs: dict[str, Val]
         )
     except (TypeError, ValueError, IndexError, KeyError):
         return UNK
-    return SeqV(tuple(Const(x) for x in out)) if isinstance(out, (list, tuple)) else Const(out)
+    if isinstance(out, (list, tuple)):
+        return SeqV(tuple(Const(x) for x in out)) if len(out) <= _MAX_PIECES else UNK
+    return Const(out)
 
 
 _PROBE_SERIALS = itertools.count()  # a probe run's own memo key (ids of freed dicts come back)

@@ -207,13 +207,7 @@ class Expressions(Part):
         # Each candidate is found first: the file's walk (set_from_outside) only where there is one.
         if isinstance(base, DictV):
             got = base.items.get(name) if base.namespace else None
-            known = isinstance(got, (Const, DeviceV)) or (
-                # `nargs="+", default=["cuda:0", "cuda:1"]`: a list of known values
-                isinstance(got, SeqV)
-                and got.items is not None
-                and all(isinstance(i, (Const, DeviceV)) for i in got.items)
-            )
-            return got if known and name not in self.set_from_outside() else None
+            return got if _known_constant(got) and name not in self.set_from_outside() else None
         if isinstance(base, Summarized):
             c = (base.summary.get("consts") or {}).get(name) if base.kind == "class" else None
             if c is None or name in self.set_from_outside():
@@ -224,7 +218,7 @@ class Expressions(Part):
         if expr is None or name in self.set_from_outside():
             return None
         v = self.ev(expr, State.fresh(dict(self.interp.globals), "<class>"))
-        return v if isinstance(v, (Const, DeviceV)) else None
+        return v if _known_constant(v) else None
 
     def _enum_member(self, cls: ClassInfo, name: str) -> Obj | None:
         """`Stage.QUERY` of `class Stage(enum.Enum)` with `QUERY = "cuda:0"` in its body: the member, an instance
@@ -469,7 +463,10 @@ class Expressions(Part):
             except ValueError:
                 return UNK
         if t is cst.Float:
-            return Const(0.5)
+            try:
+                return Const(float(node.value.replace("_", "")))
+            except ValueError:
+                return UNK
         if t is cst.SimpleString:
             value = _string_value(node.value)
             return UNK if value is _NOT_A_VALUE else Const(value)
@@ -927,8 +924,9 @@ class Expressions(Part):
             op = getattr(node, "operator", None)
             try:
                 f = _CONST_OPS.get(type(op))
-                if f is not None and isinstance(a.value, (int, str)) and isinstance(b.value, (int, str)):
-                    return Const(f(a.value, b.value))
+                if f is not None and isinstance(a.value, (int, float, str)) and isinstance(b.value, (int, float, str)):
+                    got = f(a.value, b.value)
+                    return UNK if got is None else Const(got)
             except Exception:
                 return UNK
         return UNK
@@ -981,6 +979,8 @@ class Expressions(Part):
                 and type(right.value) is type(left.value)
             ):
                 return Const(bool(f(left.value, right.value)))
+            if f is not None and isinstance(right, Const) and _number(left.value) and _number(right.value):
+                return Const(bool(f(left.value, right.value)))  # `self.feat_noise > 0` with its default 0.2
             if (
                 isinstance(c.operator, (cst.Is, cst.IsNot))
                 and isinstance(right, Const)
@@ -1178,7 +1178,21 @@ _CONST_OPS: dict[type, Callable[[Any, Any], Any]] = {
     # `"cuda:%d" % (i * 2 // n)`: a device named by printf-style formatting, as well as the numbers' remainder
     cst.Modulo: lambda a, b: a % b if (isinstance(a, int) and isinstance(b, int) and b) or isinstance(a, str) else None,
     cst.FloorDivide: lambda a, b: a // b if isinstance(a, int) and isinstance(b, int) and b else None,
+    # `math.ceil(n_layers / n_gpus)`: a stage's share of the blocks
+    cst.Divide: lambda a, b: a / b if _number(a) and _number(b) and b else None,
 }
+
+
+def _known_constant(v: Val | None) -> bool:
+    """A constant, a device, or a list or tuple of those (`STAGE_DEVICES = ("cuda:0", "cuda:1")` in a settings
+    class; `nargs="+", default=["cuda:0", "cuda:1"]`)."""
+    return isinstance(v, (Const, DeviceV)) or (
+        isinstance(v, SeqV) and v.items is not None and all(isinstance(i, (Const, DeviceV)) for i in v.items)
+    )
+
+
+def _number(v: Any) -> bool:
+    return type(v) in (int, float)
 
 
 def _deviceish(v: Val) -> bool:

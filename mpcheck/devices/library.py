@@ -14,6 +14,7 @@ handler, and a test in tests/test_devices.py. The name sets the handlers read
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeGuard
@@ -1219,6 +1220,8 @@ def _builtin(lib: Library, c: LibCall) -> Val:
         if q == "int" and len(values) == 1 and isinstance(values[0], str) and values[0].strip().isdigit():
             return Const(int(values[0]))  # `int(os.environ.get("ENC_GPU", "0"))` with its default
         if nums and len(values) == len(nums) and all(type(v) in (int, float) for v in values):
+            if q not in ("min", "max") and len(values) != 1:
+                return UNK  # `round(x, 2)`: the others take one number
             if q not in ("min", "max"):
                 return Const(_NUMERIC[q](values[0]))
             # over the items of one sequence (`max(topk)` with topk=(1,)), or over the arguments
@@ -1351,7 +1354,16 @@ def _python_sum(lib: Library, c: LibCall) -> Val:
     return total
 
 
-_NUMERIC: dict[str, Callable[..., Any]] = {"min": min, "max": max, "abs": abs, "int": int}
+# `math.ceil(n_layers / n_gpus)`: blocks per stage, rounded up or down.
+_NUMERIC: dict[str, Callable[..., Any]] = {
+    "min": min,
+    "max": max,
+    "abs": abs,
+    "int": int,
+    "round": round,
+    "math.ceil": math.ceil,
+    "math.floor": math.floor,
+}
 
 
 def _dict_call(lib: Library, c: LibCall) -> Val:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from mpcheck.devices.program import FuncInfo, params_of
-from mpcheck.devices.values import Const, DictV, FuncRef, Obj, SeqV, Val
+from mpcheck.devices.values import Const, DictV, FuncRef, Obj, SequentialHook, SeqV, Val
 from mpcheck.devices.walk import walk
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -40,13 +40,27 @@ def registered(
     extra: dict[str, object], args: list[Val], kwargs: dict[str, Val], key: str = PRE_HOOKS_KEY
 ) -> dict[str, object]:
     """`extra` with the hook of `register_forward_(pre_)hook(*args, **kwargs)` added (under `key`)."""
+    before = extra.get(key, ())
+    assert isinstance(before, tuple)
+    return {**extra, key: (*before, hook_of(args, kwargs))}
+
+
+def hook_of(args: list[Val], kwargs: dict[str, Val]) -> tuple[Val | None, bool]:
+    """(the hook, with_kwargs) of `register_forward_(pre_)hook(*args, **kwargs)`; the hook None when the flag
+    is not known (what it is given and gives back is not either)."""
     hook = args[0] if args else kwargs.get("hook")
     flag = kwargs.get("with_kwargs")
     with_kwargs = isinstance(flag, Const) and flag.value is True
     known = isinstance(flag, Const) or flag is None
-    before = extra.get(key, ())
-    assert isinstance(before, tuple)
-    return {**extra, key: (*before, (hook if known else None, with_kwargs))}
+    return (hook if known else None, with_kwargs)
+
+
+def as_extra(hooks: tuple[SequentialHook, ...]) -> dict[str, object]:
+    """An nn.Sequential's hooks in the form a module's `extra` keeps them (for `run`, `run_after`)."""
+    return {
+        PRE_HOOKS_KEY: tuple((h.fn, h.with_kwargs) for h in hooks if h.meth == PRE_HOOK),
+        POST_HOOKS_KEY: tuple((h.fn, h.with_kwargs) for h in hooks if h.meth == POST_HOOK),
+    }
 
 
 def lambda_hook(calls: Calls, lam: cst.Lambda, st: State) -> FuncRef:

@@ -87,6 +87,8 @@ BUILTINS = frozenset(
         "type",
         "id",
         "round",
+        "math.ceil",
+        "math.floor",
     }
 )
 

@@ -278,9 +278,20 @@ class SeqV(Val):
     # The first item, where the length is not known but the first is: `list(a.parameters()) +
     # list(b.parameters())` starts with a's first parameter (`params[0]`, an optimizer's `group["params"][0]`).
     head: Val | None = None
-    # The forward hooks registered on an nn.Sequential (`register_forward_pre_hook`, ...): what reaches its
-    # first layer, or leaves its last, is then not known (Calls.sequential_call).
-    hooks: tuple[str, ...] = ()
+    # The forward hooks registered on an nn.Sequential, in order (`register_forward_pre_hook`, ...): a hook of
+    # the file's is run where the container is called; with one not known, what reaches its first layer, or
+    # leaves its last, is not known either (Calls.sequential_call).
+    hooks: tuple[SequentialHook, ...] = ()
+
+
+@dataclass(frozen=True, eq=False)
+class SequentialHook:
+    """One hook registered on an nn.Sequential: the method that registered it, the hook (None: not known)
+    and whether it takes and gives the keyword arguments (`with_kwargs=True`)."""
+
+    meth: str
+    fn: Val | None
+    with_kwargs: bool = False
 
 
 @dataclass(eq=False)

@@ -228,14 +228,15 @@ def _named_class(name: str) -> re.Pattern[str]:
 
 
 _INIT = re.compile(r"def[ \t]+__init__[ \t]*\(([^)]*)\)")
-_ACTS_ON = re.compile(r"\b([A-Za-z_]\w*)\.(?:to\(|cuda\(|parameters\(|device\b)")
+_ACTS_ON = re.compile(r"\b([A-Za-z_]\w*)\.(?:to\(|cuda\(|parameters\(|device\b)|\bdevice[ \t]*=[ \t]*([A-Za-z_]\w*)\b")
 # `self.model = model` on a line of its own: an argument kept as it was given.
 _KEPT = re.compile(r"^[ \t]+self\.([A-Za-z_]\w*)[ \t]*(?::[^=\n]*)?=[ \t]*([A-Za-z_]\w*)[ \t]*(?:#[^\n]*)?$", re.M)
 
 
 def _acts_on_argument(body: str) -> bool:
     """Does a class body move, or read the device or parameters of, one of its `__init__`'s parameters
-    (`model.cuda()`, `next(model.parameters())`, `model.device`), or keep one as an attribute that a
+    (`model.cuda()`, `next(model.parameters())`, `model.device`), make a tensor on one (`torch.zeros(n,
+    device=device)`: a metric's running counts on the device its builder names), or keep one as an attribute that a
     method then calls or moves to (`self.model = model` ... `self.model(x)`; `self.device = device` ...
     `y.to(self.device)`)? The second is an evaluator or a trainer class that never names a device: it
     works with the model and the devices its builder gives it (devices/callers.py runs its methods with
@@ -245,7 +246,7 @@ def _acts_on_argument(body: str) -> bool:
     if init is None:
         return False
     params = {p.split("=")[0].split(":")[0].strip().lstrip("*") for p in init.group(1).split(",")} - {"self", ""}
-    if any(m.group(1) in params for m in _ACTS_ON.finditer(body)):
+    if any((m.group(1) or m.group(2)) in params for m in _ACTS_ON.finditer(body)):
         return True
     kept = sorted({attr for attr, value in _KEPT.findall(body) if value in params})
     if not kept:

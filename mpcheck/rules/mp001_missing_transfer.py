@@ -9,6 +9,7 @@ import libcst as cst
 from mpcheck.devices.describe import MODE_WORDS, callee, move_fix, moved_tensor, origin_text, value_text, via_text
 from mpcheck.devices.events import (
     BuffersLeftBehind,
+    CallSite,
     DiscardedMove,
     GradientOffItsInput,
     Mismatch,
@@ -634,11 +635,14 @@ def _other_expr(ev: Mismatch) -> cst.BaseExpression | None:
 
 def _fixable(ctx: FileContext, ev: Mismatch, v: Obj, there: str) -> bool:
     """`.to(there)` is right only on a tensor (a list has no .to()) and only where
-    every visit of the site needs `there` (not a loop over blocks on two devices).
+    every visit of the site needs `there` (not a loop over blocks on two devices), and only for devices
+    this file gives (not those of another file's call: other callers may pass others).
     An operand of a torch function or tensor method is a tensor whatever the model
     inferred (they take nothing else); a module's forward or `+` may take anything."""
     if there.startswith("sym:") or ctx.model.one_target(ev) != there:
         return False
+    if isinstance(ev.via, CallSite):
+        return False  # devices another file's call gives: a literal here would bind the code to that caller
     return known_tensor(v) or ev.op not in ("module", "op")
 
 
