@@ -366,3 +366,37 @@ second = nn.Linear(4, 4).to(f"cuda:{int(3 / 2)}")
 second(first(torch.randn(2, 4, device="cuda:0")))
 """
     assert [f.line for f in findings(src, "MP001")] == [8]
+
+
+# Blind round 32, t02: a per-step helper standardises a GPU batch on the host and sends the results back.
+STANDARDIZE = """
+import torch
+
+
+def standardize(batch, eps=1e-5):
+    x = batch.cpu().float()
+    mean = x.mean(dim=-1, keepdim=True)
+    std = x.std(dim=-1, keepdim=True)
+    out = OUT
+    EXTRA
+    return out.to(batch.device), mean.to(batch.device), std.to(batch.device)
+
+
+for step in range(3):
+    standardize(torch.randn(4, 8, 48, device="cuda:0"))
+"""
+
+
+def _standardize(out: str = "(x - mean) / (std + eps)", extra: str = "pass") -> list:
+    return findings(STANDARDIZE.replace("OUT", out).replace("EXTRA", extra), "MP005")
+
+
+def test_host_work_on_a_named_copy_sent_back_to_its_gpu_is_reported_once():
+    (got,) = _standardize()
+    assert got.line == 11 and "line 6 copied from cuda:0 to the CPU" in got.message
+
+
+def test_host_work_with_host_data_numpy_or_a_copy_read_elsewhere_is_silent():
+    assert _standardize(out="(x - mean) / (std + torch.rand(1))") == []
+    assert _standardize(out="torch.from_numpy(x.numpy())", extra="mean = std = x") == []
+    assert _standardize(extra="print(x.sum())") == []

@@ -14,6 +14,7 @@ from mpcheck.devices.walk import assigned, walk
 from mpcheck.finding import Finding
 from mpcheck.rules.base import Rule, once_per_node
 from mpcheck.rules.context import FileContext
+from mpcheck.rules.host_work import copy_worked_on
 from mpcheck.rules.words import FLOW_WORDS
 
 
@@ -25,6 +26,11 @@ class RoundTripTransfer(Rule):
         transfers = ctx.model.facts(Transfer)
         # (each a walk of the file, for the few moves to a GPU of a copy the host read: asked once per move)
         tests = {id(ev): test for ev in transfers if (test := _checked_on_host(ctx, ev)) is not None}
+        worked_copies: set[int] = set()
+        # the copies of GPU data to the host, for what the host computes from one and sends back (host_work.py)
+        aways = [
+            ev for ev in transfers if single(ev.devs) == "cpu" and (single(ev.value.devs) or "").startswith("cuda:")
+        ]
         for ev in once_per_node(
             transfers,
             lambda ev: (
@@ -33,6 +39,7 @@ class RoundTripTransfer(Rule):
                 or (_round_trip(ev) and not _starts_a_loop(ctx, ev.value.moved_at))
                 or id(ev) in tests
                 or _host_work(ctx, ev) is not None
+                or copy_worked_on(ctx, ev, aways) is not None
             ),
         ):
             v = ev.value
@@ -43,9 +50,11 @@ class RoundTripTransfer(Rule):
             root = root_name(recv, ctx.imported_names)
             name = f"`{root or value_text(ctx, recv, v)}`" if recv is not None or v.label else "A tensor"
             first = ctx.line(v.moved_at)
-            away = _host_work(ctx, ev)
+            away = _host_work(ctx, ev) or copy_worked_on(ctx, ev, aways)
             if away is not None:
-                yield _host_work_sent_back(self, ctx, ev, away)
+                if id(away) not in worked_copies:  # (the mean and the std of one copy, sent back together)
+                    worked_copies.add(id(away))
+                    yield _host_work_sent_back(self, ctx, ev, away)
                 continue
             check = tests.get(id(ev))
             if check is not None:
@@ -138,7 +147,7 @@ def _host_work(ctx: FileContext, ev: Transfer) -> cst.CSTNode | None:
 def _host_work_sent_back(rule: Rule, ctx: FileContext, ev: Transfer, away: cst.CSTNode) -> Finding:
     """`top = scores.cpu().topk(k)`, then `top.indices.to(dev)`: work the GPU does as well, done on the host
     between two copies."""
-    src = single(ev.value.reducible_move[1]) if ev.value.reducible_move is not None else None
+    src = single(ev.devs) if ev.value.reducible_move is None else single(ev.value.reducible_move[1])
     dst = single(ev.devs)
     moved = ctx.code(away.func.value) if isinstance(away, cst.Call) and isinstance(away.func, cst.Attribute) else "it"
     return rule.finding(
