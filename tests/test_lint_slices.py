@@ -441,7 +441,7 @@ def test_a_short_helper_or_a_class_that_moves_what_it_is_given_is_worth_summaris
     assert not moves_by_argument(text, "missing")
 
 
-def test_a_class_that_only_names_a_device_is_not_summarised_for_its_arguments():
+def test_a_class_summarised_for_its_arguments_acts_on_them_or_makes_tensors_on_their_device():
     from mpcheck.lint.modules import moves_by_argument
 
     text = textwrap.dedent(
@@ -460,8 +460,11 @@ def test_a_class_that_only_names_a_device_is_not_summarised_for_its_arguments():
         """
     )
     assert moves_by_argument(text, "Trainer")
-    # A device passed on to a factory, or one of its own: nothing of a caller's model is acted on.
-    assert not moves_by_argument(text, "Buffer") and not moves_by_argument(text, "Cache")
+    # A device of its own: nothing its builder gives is acted on.
+    assert not moves_by_argument(text, "Cache")
+    # A device its builder names, given to a factory: its tensors are there, where a method meets its
+    # callers' (a metric's running counts, `torch.zeros(n, n, device=device)`; session 44's blind round, t08).
+    assert moves_by_argument(text, "Buffer")
 
 
 # ----------------------------------------------------------------- the split without a parse
