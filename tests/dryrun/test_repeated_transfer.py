@@ -175,3 +175,44 @@ def test_lists_written_in_place_bump_their_versions_under_a_dispatch_mode():
     torch._foreach_add([plain_a, plain_b], 1.0)
     assert (a._version, b._version) == (plain_a._version, plain_b._version)
     assert torch.equal(a, plain_a) and torch.equal(b, plain_b)
+
+
+# Session 44 (precision round 32, c08 and c02): a data set of two batches kept in a list and walked epoch after
+# epoch by one optimizer; each batch is moved once per pass, two steps apart (the first two steps counted as one
+# round, so it looked moved at every step). Then two models evaluated on the same validation batches, once each
+# at the end: a copy once per batch.
+TWO_BATCHES = """
+import torch
+import torch.nn as nn
+
+model = nn.Linear(128, 10).to("cuda:0")
+opt = torch.optim.SGD(model.parameters(), 0.1)
+other = nn.Linear(128, 10).to("cuda:0")
+train = [torch.randn(256, 128) for _ in range(2)]       # 128 KiB each
+table = torch.randn(256, 128)
+for epoch in range(3):
+    for xb in train:
+        loss = (model(xb.to("cuda:0")) + EXTRA).pow(2).mean()   # <- batch
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+val = [torch.randn(256, 128) for _ in range(2)]
+with torch.no_grad():
+    for m in (model, other):
+        for xb in val:
+            m(xb.to("cuda:0")).sum()                  # <- val
+"""
+
+
+def test_a_data_set_walked_epoch_after_epoch_and_evaluated_twice_is_not_a_repeat(script, dryrun_cli):
+    s = script(TWO_BATCHES.replace("EXTRA", "0"), name="two_batches.py")
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 0, err
+    assert report["findings"] == []
+
+
+def test_a_table_moved_at_every_step_of_one_optimizer_is_reported(script, dryrun_cli):
+    src = TWO_BATCHES.replace("EXTRA", 'table.to("cuda:0")[:1, :10]').replace("# <- batch", "# <- table")
+    s = script(src, name="table_every_step.py")
+    _, report, _ = dryrun_cli(s, "--gpus", "2")
+    assert set(codes_at(report)) == {("MP011", s.line("table"))}, codes_at(report)

@@ -209,11 +209,12 @@ class Checker:
         # (id(storage), offset, shape, stride, dst) -> [ref, first site, last step, Mark, round]: what was
         # moved where, to recognise the same unchanged data moved again (MP011; recurrence.py).
         self._moves: dict[tuple[int, int, tuple[int, ...], tuple[int, ...], str], list[Any]] = {}
-        # The training loop's iterations (MP011's "every step", recurrence.py): a round ends when an optimizer
-        # that already stepped in it steps again (two optimizers stepping once each per iteration, a GAN's,
-        # make one round), or at an explicit session step. `_round_stepped`: id() of the optimizers that
-        # stepped in this round.
+        # The training loop's iterations (MP011's "every step", recurrence.py): a round ends when the first
+        # optimizer that ever stepped steps, or one that already stepped in it steps again (two optimizers
+        # stepping once each per iteration, a GAN's, make one round), or at an explicit session step.
+        # `_round_stepped`: id() of the optimizers that stepped in this round.
         self.rounds = 0
+        self._lead_optimizer: int | None = None  # id() of the first optimizer that stepped
         self._round_stepped: set[int] = set()
         # id(module) -> the one device of its own params/buffers, or None (none / several).
         self._placement: dict[int, tuple[weakref.ref[Any], str | None]] = {}
@@ -268,7 +269,7 @@ class Checker:
         # MP011's repeats made since the last optimizer step of a program that has trained, held until the next
         # step or the end of the run tells per-step waste from a copy made once after training
         # (repeats.judge_repeats_after_training).
-        self._repeats_since_step: list[tuple[Site, dict[str, Any], bool]] = []
+        self._repeats_since_step: list[tuple[Site, dict[str, Any], bool, tuple[Any, ...]]] = []
         self._repeated_lines: set[tuple[str, int]] = set()  # lines whose repeat was held at an earlier step
         # MP016: transfers whose output is watched until it is freed, to tell data only reduced where it arrived.
         self.reduce_watch = reduced_after_move.ReduceWatch()
@@ -456,7 +457,12 @@ class Checker:
 
     def step_end(self, optimizer: Any = None) -> None:
         """A step ended: at `optimizer`'s step, or an explicit one (None)."""
-        if optimizer is None or id(optimizer) in self._round_stepped:
+        if optimizer is not None and self._lead_optimizer is None:
+            self._lead_optimizer = id(optimizer)
+        if optimizer is None or id(optimizer) == self._lead_optimizer or id(optimizer) in self._round_stepped:
+            # The first optimizer that ever stepped ends each iteration it steps in (where a round was ended only
+            # when an optimizer stepped again, the first two iterations counted as one, and a data set of two
+            # batches walked epoch after epoch looked moved at every step).
             self.rounds += 1
             self._round_stepped.clear()
         if optimizer is not None:
