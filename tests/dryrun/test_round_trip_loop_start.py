@@ -41,3 +41,33 @@ def test_a_round_trip_on_every_pass_or_on_one_pass_alone_is_reported(script, dry
         s = script(BEAMS.replace("STEPS", steps).replace("GROW", grow))
         status, report, err = dryrun_cli(s, "--gpus", "2")
         assert ("MP005", s.line("back")) in codes_at(report), (steps, grow)
+
+
+# Session 44 (precision round 32, c12): after training, a tied copy brought back once to check it against its
+# original costs once; the same trip inside the training loop is reported at the next step.
+TIED = """
+import torch
+import torch.nn as nn
+
+enc = nn.Embedding(1000, 64).to("cuda:0")
+mirror = torch.empty(1000, 64, device="cuda:1")
+opt = torch.optim.SGD(enc.parameters(), 0.1)
+for step in range(STEPS):
+    loss = enc(torch.randint(0, 1000, (32,), device="cuda:0")).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    mirror.copy_(enc.weight.detach())
+    INSIDE
+same = torch.equal(mirror.to("cuda:0"), enc.weight)  # <- check
+"""
+
+
+def test_a_round_trip_once_after_training_is_silent_and_one_per_step_is_reported(script, dryrun_cli):
+    s = script(TIED.replace("STEPS", "3").replace("INSIDE", "pass"), name="tied_end.py")
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert (status, report["findings"]) == (0, []), err
+    inside = 'assert torch.equal(mirror.to("cuda:0"), enc.weight.detach())  # <- inside'
+    s = script(TIED.replace("STEPS", "3").replace("INSIDE", inside), name="tied_steps.py")
+    _, report, _ = dryrun_cli(s, "--gpus", "2")
+    assert ("MP005", s.line("inside")) in codes_at(report), codes_at(report)

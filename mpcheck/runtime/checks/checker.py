@@ -269,7 +269,7 @@ class Checker:
         # MP011's repeats made since the last optimizer step of a program that has trained, held until the next
         # step or the end of the run tells per-step waste from a copy made once after training
         # (repeats.judge_repeats_after_training).
-        self._repeats_since_step: list[tuple[Site, dict[str, Any], bool, tuple[Any, ...]]] = []
+        self._repeats_since_step: list[tuple[Site, dict[str, Any], bool, tuple[Any, ...], str]] = []
         self._repeated_lines: set[tuple[str, int]] = set()  # lines whose repeat was held at an earlier step
         # MP016: transfers whose output is watched until it is freed, to tell data only reduced where it arrived.
         self.reduce_watch = reduced_after_move.ReduceWatch()

@@ -59,7 +59,7 @@ def _check_repeat(self: Checker, t: Any, dst_dev: str, site: Site | None, module
             # The program has trained: whether this repeat is per-step waste or a one-time copy after training
             # (evaluating the model twice at the end of a run, the same inputs moved for each) is known only
             # when another step comes, or the same line repeats again (`judge_repeats_after_training`).
-            self._repeats_since_step.append((site or UNKNOWN, finding, same_round, key))
+            self._repeats_since_step.append((site or UNKNOWN, finding, same_round, key, "MP011"))
         else:
             self.emit("MP011", site, **finding)
         return True
@@ -77,20 +77,22 @@ def judge_repeats_after_training(self: Checker, *, step_ended: bool) -> None:
     the validation set moved for each, is a copy once, not per step). At the end of the run no step followed
     them, so they were made after training (a final evaluation): a repeat made once there costs once, and only a
     line that repeated two times or more (an evaluation loop moving the same data twice per batch) is
-    reported. After training, the count is of one tensor's repeats: two models evaluated on the same batches
+    reported. MP005's round trips made after training are held the same way (round_trip.py): a round trip at the
+    end of a run (a copy brought back once to check it against its original) costs once. After training, the
+    count is of one tensor's repeats: two models evaluated on the same batches
     move each batch twice, once per model, a copy once per batch however many batches there are."""
     held, self._repeats_since_step = self._repeats_since_step, []
     times: dict[tuple[str, int], int] = {}
     per_data: dict[tuple[str, int, tuple[Any, ...]], int] = {}
-    for site, _, _, key in held:
+    for site, _, _, key, _ in held:
         times[(site.path, site.line)] = times.get((site.path, site.line), 0) + 1
         per_data[(site.path, site.line, key)] = per_data.get((site.path, site.line, key), 0) + 1
     seen = self._repeated_lines
-    for site, finding, same_round, key in held:
+    for site, finding, same_round, key, code in held:
         line = (site.path, site.line)
         again = times[line] if step_ended else per_data[(site.path, site.line, key)]
         if (step_ended and (not same_round or line in seen)) or again >= 2:
-            self.emit("MP011", site, **finding)
+            self.emit(code, site, **finding)
     if step_ended and len(seen) < PURGE_AT:
         seen.update(times)
 

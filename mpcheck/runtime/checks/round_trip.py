@@ -68,16 +68,22 @@ def _check_round_trip(
     else:
         why = f"no work was done on {src_dev}"
         fix = f"keep using the tensor that is still on {dst_dev}"
-    found = self.emit(
-        "MP005",
-        site,
-        f"round trip: this data was moved {dst_dev} -> {src_dev} at {first_site} and is moved back to "
+    finding: dict[str, Any] = dict(
+        message=f"round trip: this data was moved {dst_dev} -> {src_dev} at {first_site} and is moved back to "
         f"{dst_dev} here unchanged ({why})",
         devices=(dst_dev, src_dev),
         modules=(module,) if module else (),
         suggestion=f"{fix}; drop both transfers",
         extra={"first_site": str(first_site), "first_line": first_site.line, "first_path": first_site.path},
     )
+    if self.ledger.step_index > 0:
+        # The program has trained: a trip made once after training (a tied copy brought back to check it against
+        # its original at the end of a run) costs once; one inside the training loop shows again at the next step
+        # (repeats.judge_repeats_after_training, as for MP011's repeats).
+        key = (id(storage), t.storage_offset(), tuple(t.shape), t.stride(), dst_dev)
+        self._repeats_since_step.append((site or UNKNOWN, finding, False, key, "MP005"))
+        return
+    found = self.emit("MP005", site, **finding)
     if found is not None and found.extra.get("count") == 1 and site is not None:  # seen again, it stays
         self._round_trips_once[(site.path, site.line, src_dev, dst_dev)] = site
 
