@@ -22,9 +22,9 @@ device twice per generation step) is reported. The earlier copy is then forgotte
 a setup copy followed by the same copy in the loop is caught too.
 
 "Every step" is literal: a repeat counts only when the earlier copy of the same data was made in this
-iteration of the training loop or in the one before (`Checker.rounds`: an iteration ends when an optimizer
-that already stepped in it steps again, so a GAN's two optimizers make one iteration, or at an explicit
-session step). Data copied again only after two or more iterations is not copied on every step but once per
+iteration of the training loop or in the one before (`Checker.rounds`: an iteration ends when the first
+optimizer that ever stepped steps, or when one that already stepped in it steps again, so a GAN's two
+optimizers make one iteration, or at an explicit session step). Data copied again only after two or more iterations is not copied on every step but once per
 pass over a data set: each slice of a host tensor moved once per epoch (`X[s:s + B].to(dev)`,
 `X.split(B)`), a validation set moved once per epoch. A constant moved in every iteration, or several times
 in one, is still a repeat. Without optimizer steps (inference) the iterations do not advance, and the
