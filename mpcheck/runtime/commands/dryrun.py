@@ -100,6 +100,7 @@ def _run(parser: argparse.ArgumentParser, opts: argparse.Namespace, program: Pro
     rank = start_rank(opts)
     try:
         from mpcheck.runtime.checks.thresholds import repeat_min_bytes_from_env
+        from mpcheck.runtime.commands.stall import StallWatch
         from mpcheck.runtime.virtual.devices import DryRunLimitError
         from mpcheck.runtime.virtual.dryrun import dryrun
     except ImportError as e:
@@ -122,8 +123,10 @@ def _run(parser: argparse.ArgumentParser, opts: argparse.Namespace, program: Pro
         print(f"mpcheck dryrun: {e}", file=sys.stderr)
         return 2
     stopped: list[BaseException] = []
-    with dr:
-        status = run_program(program, brief=(DryRunLimitError,), on_stop=stopped.append)
+    with dr, StallWatch() as watch:
+        status = run_program(
+            program, brief=(DryRunLimitError,), on_stop=stopped.append, interrupted_by=lambda: watch.fired
+        )
         if stopped:  # said before leaving `dr`, so that the trace and the page written then say it too
             dr.stop_on(stopped[0])
     # The trace and the page were written on leaving `dr` (trace=, html=); the report follows here.

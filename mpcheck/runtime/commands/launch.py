@@ -73,13 +73,17 @@ def parse_program(argv: list[str]) -> Program:
     return Program("script", head, argv[1:])
 
 
-def run_program(program: Program, *, brief: tuple[type[BaseException], ...] = (), on_stop=None) -> int:
+def run_program(
+    program: Program, *, brief: tuple[type[BaseException], ...] = (), on_stop=None, interrupted_by=None
+) -> int:
     """Run it in this process; return the exit status python would give.
 
     `brief`: exception types that are a tool's own clear stop (the dry run's
     documented limits): their message is printed without a traceback, and the
     status is 1, as for any uncaught exception. `on_stop` is handed the exception
-    that stopped the program, if one did (SystemExit is an ordinary end)."""
+    that stopped the program, if one did (SystemExit is an ordinary end).
+    `interrupted_by`: called on a KeyboardInterrupt, it gives the tool's own stop that
+    interrupted the program (commands/stall.py), reported as a brief one; None for the user's."""
     saved_argv = sys.argv[:]
     saved_path = sys.path[:]
     saved_main = sys.modules.get("__main__")
@@ -105,6 +109,11 @@ def run_program(program: Program, *, brief: tuple[type[BaseException], ...] = ()
     except SystemExit as e:
         return _exit_code(e.code)
     except KeyboardInterrupt as e:
+        stop = interrupted_by() if interrupted_by is not None else None
+        if stop is not None:
+            print(f"mpcheck: {stop} (the program caught this, then waited without progress: ended)", file=sys.stderr)
+            _stopped(on_stop, stop)
+            return 1
         traceback.print_exc()
         _stopped(on_stop, e)
         return 130

@@ -11,7 +11,27 @@ from mpcheck.runtime.checks.sites import user_site
 
 
 class DryRunLimitError(RuntimeError):
-    """A documented limit of the dry run was reached; the message names the user's line."""
+    """A documented limit of the dry run was reached; the message names the user's line. The first one made is
+    kept (`first_limit`): a program that catches it (an asyncio task's exception, stored and never read) may
+    wait forever for what the stopped code would have given, and the dry run then ends it with this message
+    (commands/stall.py)."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        if not _FIRST:
+            _FIRST.append(self)
+
+
+_FIRST: list[DryRunLimitError] = []
+
+
+def first_limit() -> DryRunLimitError | None:
+    """The first dry-run limit reached since `forget_limits`, caught or not."""
+    return _FIRST[0] if _FIRST else None
+
+
+def forget_limits() -> None:
+    _FIRST.clear()
 
 
 class MetaValueError(DryRunLimitError):
