@@ -16,29 +16,24 @@ from __future__ import annotations
 
 import libcst as cst
 
+from mpcheck.devices import torchapi as T
 from mpcheck.devices.events import Transfer
 from mpcheck.devices.values import single
 from mpcheck.devices.walk import walk
 from mpcheck.rules.context import FileContext
 
-# Methods and torch functions that run on a GPU as they run on the host, with nothing to gain on either.
-_CHEAP = frozenset(
-    {
-        "float", "double", "half", "bfloat16", "to", "contiguous", "clone", "detach",
-        "view", "reshape", "flatten", "unsqueeze", "squeeze", "transpose", "permute", "t", "expand",
-        "mean", "std", "var", "sum", "prod", "amax", "amin", "norm", "logsumexp", "cumsum",
-        "add", "sub", "mul", "div", "pow", "neg", "abs", "sqrt", "rsqrt", "exp", "log", "log1p",
-        "clamp", "clamp_min", "clamp_max", "clip", "sigmoid", "tanh", "relu", "softmax", "log_softmax",
-        "round", "floor", "ceil", "sign", "reciprocal", "square", "where", "nan_to_num",
-    }
-)  # fmt: skip
-
-
-# Of those, the ones that compute nothing.
-_CASTS_AND_VIEWS = frozenset(
-    {"float", "double", "half", "bfloat16", "to", "contiguous", "clone", "detach", "view", "reshape", "flatten",
-     "unsqueeze", "squeeze", "transpose", "permute", "t", "expand"}
-)  # fmt: skip
+# Of the ops below, the ones that compute nothing: casts and layouts (`.float()`, `.to(torch.float64)`, `.view()`).
+# Not `.type()`, which may move (`x.type(torch.cuda.FloatTensor)`), nor `.repeat()`, which enlarges.
+_CASTS_AND_VIEWS = (T.DTYPE_METHODS | T.SHAPE_ONLY_METHODS | {"to", "clone", "expand"}) - {"type"}
+# Methods and torch functions that run on a GPU as they run on the host, with nothing to gain on either:
+# those casts and views, elementwise steps (torchapi's tables of them), full or per-dim reductions, arithmetic.
+_CHEAP = (
+    _CASTS_AND_VIEWS
+    | T.ZERO_DIM_KEEPING_METHODS
+    | (T.FULL_REDUCTIONS - {"count_nonzero", "all", "any"})
+    | {"add", "sub", "mul", "div", "logsumexp", "cumsum", "clamp_min", "clamp_max", "relu", "softmax", "log_softmax"}
+    | {"round", "floor", "ceil", "where", "nan_to_num"}
+)
 
 
 def copy_worked_on(ctx: FileContext, ev: Transfer, aways: list[Transfer]) -> cst.Call | None:
@@ -52,24 +47,24 @@ def copy_worked_on(ctx: FileContext, ev: Transfer, aways: list[Transfer]) -> cst
     if not isinstance(func, cst.Attribute) or not ctx.owns(ev.node):
         return None
     here = ctx.function_name(ev.node)
-    for away in aways:
-        call = away.node
-        if not (
-            isinstance(call, cst.Call)
-            and single(away.value.devs) == dst
-            and ctx.owns(call)
-            and ctx.function_name(call) == here
-            and ctx.line(call) <= ctx.line(ev.node)
-        ):
-            continue
-        fn = _function_holding(ctx.module, ev.node)
-        if fn is None:
-            return None
+    candidates = [
+        away.node
+        for away in aways
+        if isinstance(away.node, cst.Call)
+        and single(away.value.devs) == dst
+        and ctx.owns(away.node)
+        and ctx.function_name(away.node) == here
+        and ctx.line(away.node) <= ctx.line(ev.node)
+    ]
+    fn = _function_holding(ctx.module, ev.node) if candidates else None
+    if fn is None:
+        return None
+    bound, numbers = _single_bindings(fn), _number_params(fn)
+    for call in candidates:
         work: list[cst.CSTNode] = []
         seen: set[str] = set()
-        bound = _single_bindings(fn)
         if (
-            _from_copy_alone(func.value, call, bound, _number_params(fn), seen, work)
+            _from_copy_alone(func.value, call, bound, numbers, seen, work)
             and work  # (the copy itself sent back is MP005's plain round trip)
             and _read_only_on_the_way(fn, seen, bound)
         ):

@@ -21,6 +21,11 @@ if TYPE_CHECKING:
     from mpcheck.runtime.checks.checker import Checker
 
 
+def move_key(t: Any, storage: Any, dst_dev: str) -> tuple[Any, ...]:
+    """The same data moved to the same place: storage, view (offset, shape, strides) and destination."""
+    return (id(storage), t.storage_offset(), tuple(t.shape), t.stride(), dst_dev)
+
+
 def _check_repeat(self: Checker, t: Any, dst_dev: str, site: Site | None, module: str | None) -> bool:
     """MP011 on the same unchanged data moved again; True when reported."""
     try:
@@ -30,7 +35,7 @@ def _check_repeat(self: Checker, t: Any, dst_dev: str, site: Site | None, module
     sid = id(storage)
     if sid in self.provenance.running_stats or sid in self.provenance.unseen_writes:
         return False  # changed unseen by its version counter: BatchNorm's statistics, `.data` writes (provenance.py)
-    key = (id(storage), t.storage_offset(), tuple(t.shape), t.stride(), dst_dev)
+    key = move_key(t, storage, dst_dev)
     entry = self._moves.get(key)
     step = self.ledger.step_index
     mark = self._run_mark()
@@ -106,7 +111,7 @@ def _check_recomputed_move(self: Checker, t: Any, dst_dev: str, site: Site | Non
         storage = t.untyped_storage()
     except Exception:
         return
-    entry = self._moves.get((id(storage), t.storage_offset(), tuple(t.shape), t.stride(), dst_dev))
+    entry = self._moves.get(move_key(t, storage, dst_dev))
     if (
         entry is None
         or entry[0].ref() is not storage

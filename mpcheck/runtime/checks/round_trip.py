@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from mpcheck.runtime.checks.repeats import move_key
 from mpcheck.runtime.checks.sites import UNKNOWN, Site
 from mpcheck.runtime.checks.storage_ref import version_of
 from mpcheck.runtime.checks.thresholds import NOT_GPU, WASTE_MIN_BYTES
@@ -80,8 +81,7 @@ def _check_round_trip(
         # The program has trained: a trip made once after training (a tied copy brought back to check it against
         # its original at the end of a run) costs once; one inside the training loop shows again at the next step
         # (repeats.judge_repeats_after_training, as for MP011's repeats).
-        key = (id(storage), t.storage_offset(), tuple(t.shape), t.stride(), dst_dev)
-        self._repeats_since_step.append((site or UNKNOWN, finding, False, key, "MP005"))
+        self._repeats_since_step.append((site or UNKNOWN, finding, False, move_key(t, storage, dst_dev), "MP005"))
         return
     found = self.emit("MP005", site, **finding)
     if found is not None and found.extra.get("count") == 1 and site is not None:  # seen again, it stays
