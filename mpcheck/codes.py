@@ -311,14 +311,15 @@ CODES: tuple[Code, ...] = (
         "device: the part it replaces was on a GPU, the new one trains on the CPU.",
         (LINT,),
     ),
-    # Run time only: which layers run, and where their weights are as they run, is known only then.
+    # Mostly at run time: which layers run, and where their weights are as they run, is known then. The linter
+    # knows one way: layers a model holds in a plain list, which no `.to()` of it reaches.
     Code(
         "MP031",
         "layer-left-on-host",
         "warning",
         "Layers of a model whose other parts are on GPUs compute on the CPU: the code that placed their siblings "
         "never reached them.",
-        (RUN, DRYRUN),
+        (LINT, RUN, DRYRUN),
     ),
 )
 

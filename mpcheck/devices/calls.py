@@ -17,13 +17,13 @@ from mpcheck.devices import backward_code, command_line, ini_text, map_lookups, 
 from mpcheck.devices import torchapi as T
 from mpcheck.devices.callers import built_with_devices, note_call
 from mpcheck.devices.command_line import ParserV, SubparsersV, add_command
-from mpcheck.devices.events import Collapse, LossMismatch, Mismatch, OversizedMove
+from mpcheck.devices.events import Collapse, LayerInPlainListOnHost, LossMismatch, Mismatch, OversizedMove
 from mpcheck.devices.moves import moved_instance, plain_device_move
 from mpcheck.devices.names import canonical, dotted
 from mpcheck.devices.placing import placed_view, places_parts
 from mpcheck.devices.program import MAX_DEPTH, MAX_RECURSION, ClassInfo, FuncInfo, Part, State, params_of
 from mpcheck.devices.summarized import call_inlined, call_summarized, refused, summarized_output
-from mpcheck.devices.unmoved import built_here, never_placed_view
+from mpcheck.devices.unmoved import IN_A_PLAIN_LIST, built_here, never_placed_view
 from mpcheck.devices.values import (
     ANY_KEYWORD,
     CURRENT,
@@ -70,6 +70,7 @@ from mpcheck.devices.values import (
     value_key,
 )
 from mpcheck.devices.walk import assigned, walk
+from mpcheck.devices.ways import path_off
 
 # The argument expressions of a call, in the order of its values (None where one has none).
 ArgExprs = Sequence[cst.BaseExpression | None] | None
@@ -343,6 +344,29 @@ class Calls(Part):
             key=(src, first.devs),
         )
 
+    def _note_plain_list_layer(self, mod: Obj, node: cst.CSTNode, st: State) -> None:
+        """A layer of a plain list, never placed, run on the CPU by a method of a model whose other parts are on a
+        GPU (the forward sent it its input where it is: nothing fails): MP031's fact. (With its input on a GPU,
+        the call fails, and MP001 says so.)"""
+        owner = st.self_obj
+        if not isinstance(owner, Obj) or owner.attrs is None:
+            return
+        gpu = next(
+            (
+                d
+                for v in owner.attrs.values()
+                if isinstance(v, Obj) and v.kind == "module"
+                for d in [single(v.devs)]
+                if d is not None and d.startswith("cuda")
+            ),
+            None,
+        )
+        if gpu is not None:
+            holder = _plain_list_holder(owner, mod)
+            self.interp.recorder.record(
+                LayerInPlainListOnHost(node=node, mode=st.mode, module=mod, gpu=gpu, holder=holder)
+            )
+
     def _pre_hooks_known(self, mod: Obj, hooks: tuple[str, ...]) -> bool:
         return self._hooks_known(mod, hooks, pre_hooks.PRE_HOOKS_KEY, pre_hooks.PRE_HOOK)
 
@@ -359,6 +383,8 @@ class Calls(Part):
     ) -> Val:
         if (mod.extra or {}).get("collapsed"):
             return UNK  # a split model moved whole (MP007): its forward's devices are not known
+        if mod.origin == IN_A_PLAIN_LIST and args and isinstance(args[0], Obj) and single(args[0].devs) == "cpu":
+            self._note_plain_list_layer(mod, node, st)
         if args:
             args = [self._staged(self.interp.moves.stage_call(mod, args[0], node), args[0], exprs, st), *args[1:]]
         if mod.cls is not None and mod.attrs is not None and not self._runs_torch_forward(mod):
@@ -374,9 +400,11 @@ class Calls(Part):
             if args and isinstance(args[0], Obj) and args[0].kind != "scalar":
                 need = self.input_devs(mod, fwd)
                 self.interp.recorder.need(node, 0, need)
+                # (or on one way through an `if` before: the value that way)
+                way = None if conflict(args[0].devs, need) else path_off(args[0], need, self.interp.stmts.open_tests)
                 if (
                     need is not None
-                    and conflict(args[0].devs, need)
+                    and (conflict(args[0].devs, need) or way is not None)
                     and not _left_on_host(mod, need)
                     and not _drops_a_move_of_its_input(fwd)
                 ):
@@ -384,7 +412,8 @@ class Calls(Part):
                         Mismatch(
                             node=node,
                             mode=st.mode,
-                            value=args[0],
+                            value=args[0] if way is None else way.value,
+                            path=way,
                             target=need,
                             # A split class is entered through its first stage; a class on one device is
                             # named as the call writes it (MP001's _meets).
@@ -1770,3 +1799,37 @@ def _rnn_output(nn_class: str | None, out: Obj) -> Val:
     if nn_class == "LSTMCell":
         return SeqV((out, out), kind="tuple")
     return out
+
+
+def _plain_list_holder(owner: Obj, mod: Obj) -> cst.BaseExpression | None:
+    """The value its class assigns to the attribute of `owner` that holds `mod` in a plain list (`[Block(c) for _
+    in range(depth)]` of `self.blocks = ...`), else None."""
+    attr = (
+        next(
+            (
+                a
+                for a, v in owner.attrs.items()
+                if isinstance(v, SeqV)
+                and not v.module
+                and v.items
+                and any(
+                    i is mod or (isinstance(i, Obj) and i.ident is not None and i.ident == mod.ident) for i in v.items
+                )
+            ),
+            None,
+        )
+        if owner.attrs
+        else None
+    )
+    if attr is None or owner.cls is None:
+        return None
+    for n in walk(owner.cls.node):
+        if isinstance(n, cst.Assign) and any(
+            isinstance(t.target, cst.Attribute)
+            and isinstance(t.target.value, cst.Name)
+            and t.target.value.value == "self"
+            and t.target.attr.value == attr
+            for t in n.targets
+        ):
+            return n.value
+    return None

@@ -9,6 +9,7 @@ import libcst as cst
 
 from mpcheck.devices.events import CallSite
 from mpcheck.devices.values import LOSS_OF, Obj, SeqV, Val, distinct_devices, is_splitish, placements, show
+from mpcheck.devices.ways import Path
 from mpcheck.finding import Fix
 
 
@@ -111,6 +112,17 @@ def origin_text(ctx: Source, v: Val) -> str:
             return f"{v.origin}, line {ctx.line(v.at)}"
         return v.origin
     return "where it was computed"
+
+
+def path_text(ctx: Source, path: Path | None) -> str:
+    """' when `tf and random.random() < p` holds (line 39)': the way through an `if` on which a value is where a
+    finding says (values.Path); '' without one."""
+    if path is None:
+        return ""
+    test = ctx.code(path.test)
+    if len(test) > 60:
+        test = test[:57] + "..."
+    return f" when `{test}` {'holds' if path.taken else 'does not hold'} (line {ctx.line(path.test)})"
 
 
 def via_text(ctx: Source, via: cst.CSTNode | CallSite | None) -> str:

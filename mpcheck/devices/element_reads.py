@@ -23,7 +23,7 @@ import libcst as cst
 from mpcheck.devices.events import ElementSync
 from mpcheck.devices.names import dotted
 from mpcheck.devices.values import Devs, Obj, SeqV, Val, single
-from mpcheck.devices.walk import assigned, walk
+from mpcheck.devices.walk import assigned, is_periodic_test, walk
 
 if TYPE_CHECKING:
     from mpcheck.devices.interp import Interp
@@ -122,6 +122,81 @@ def note_loop(
         return
     if not elements:  # over `range(len(t))` with no read of `t[i]`: another tensor's element at `i`, maybe
         _note_picked_per_pass(interp, target, iterated, body, loop, st)
+
+
+def note_per_parameter(
+    interp: Interp,
+    target: cst.BaseAssignTargetExpression,
+    iterated: cst.BaseExpression,
+    body: cst.CSTNode,
+    loop: cst.CSTNode,
+    st: State,
+) -> bool:
+    """`for p in model.parameters():` (or `for name, p in model.named_parameters():`) over a model on GPUs, whose
+    body reads on the host a value computed from the parameter or its gradient (`if not
+    torch.isfinite(p.grad).all():`, `norms.append(p.grad.norm().item())`): one kernel and one wait for the GPU per
+    parameter, every step, where the values of all of them, computed on the GPU and stacked, are read with one wait.
+    A loop under a periodic test (`if step % 100 == 0:`) runs rarely and is left alone. Called before the loop is
+    unrolled over a split model's devices (a parameter on each); True when the loop walks a model's parameters
+    (then it walks no tensor's elements)."""
+    found = _parameter_loop(interp, target, iterated, st)
+    if found is None:
+        return False
+    if not _every_step(interp, st):
+        return True
+    name, model, devs = found
+    if any(is_periodic_test(test) for test in (*interp.stmts.open_tests, *interp.stmts.decided_tests)):
+        return True
+
+    def is_param(e: cst.BaseExpression) -> bool:
+        return isinstance(e, cst.Name) and e.value == name
+
+    for read, how, _of in _host_reads(body, is_param):
+        interp.recorder.record(
+            ElementSync(
+                node=read, mode=st.mode, how=how, devs=devs, iterated=model, loop=loop, derived=True, per_parameter=True
+            )
+        )
+        break
+    return True
+
+
+_PARAMETER_METHODS = frozenset({"parameters", "named_parameters"})
+
+
+def _parameter_loop(
+    interp: Interp, target: cst.BaseAssignTargetExpression, iterated: cst.BaseExpression, st: State
+) -> tuple[str, cst.BaseExpression, Devs] | None:
+    """(the parameter's name, the model's expression, its devices) for `for p in model.parameters()` or `for n, p
+    in model.named_parameters()` over a model the analysis knows to sit on GPUs only (one or several)."""
+    if not (
+        isinstance(iterated, cst.Call)
+        and isinstance(iterated.func, cst.Attribute)
+        and iterated.func.attr.value in _PARAMETER_METHODS
+    ):
+        return None
+    named = iterated.func.attr.value == "named_parameters"
+    if named and isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == 2:
+        target = target.elements[1].value  # type: ignore[assignment]
+    elif named:
+        return None
+    if not isinstance(target, cst.Name):
+        return None
+    model = iterated.func.value
+    if dotted(model) is None:
+        return None
+    devs = _gpu_model_devices(interp.exprs.ev(model, st))
+    return (target.value, model, devs) if devs is not None else None
+
+
+def _gpu_model_devices(v: Val) -> Devs:
+    """The devices of a module known to sit on GPUs only: its one device, or the stages of a split."""
+    if not (isinstance(v, Obj) and v.kind == "module"):
+        return None
+    devs = frozenset(d for _, d in v.split) if v.split else v.devs
+    if not devs or any(not d.startswith("cuda") for d in devs):
+        return None
+    return devs
 
 
 def _note_picked_per_pass(
@@ -351,7 +426,7 @@ def _tensor_of(e: cst.BaseExpression, is_element: Callable[[cst.BaseExpression],
     if isinstance(e, cst.Subscript):
         return _tensor_of(e.value, is_element)
     if isinstance(e, cst.Attribute):
-        return e.attr.value in ("T", "mT", "real", "imag", "data") and _tensor_of(e.value, is_element)
+        return e.attr.value in ("T", "mT", "real", "imag", "data", "grad") and _tensor_of(e.value, is_element)
     if isinstance(e, cst.Comparison):
         if any(isinstance(t.operator, (cst.Is, cst.IsNot, cst.In, cst.NotIn)) for t in e.comparisons):
             return False

@@ -61,6 +61,8 @@ class Mismatch(Fact):
     what_expr: cst.BaseExpression | None = None  # its expression
     site: Any = 0  # which operand site of `node` (an argument index, 'op', 'binop'): see Recorder.need
     item: int | None = None  # the value is this element of `expr`, a tuple (an LSTM's `state`, (h0, c0))
+    # The way through an `if` on which `value` is where it is (values.Path): elsewhere it may be where it must be.
+    path: Any = None
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -396,6 +398,9 @@ class ElementSync(Fact):
     loop: cst.CSTNode | None = None  # the `for` or the comprehension, for a read in a loop
     # In a loop: what is read is computed from the element (`if row.argmax() == y[i]:`), not the element itself.
     derived: bool = False
+    # The loop walks a model's parameters (`for p in model.parameters():`), not a tensor's elements: `iterated` is
+    # the model's expression, and each pass reads a value computed from one parameter (element_reads.py).
+    per_parameter: bool = False
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -512,6 +517,18 @@ class UnusedLoopDevice(Fact):
     landed: str
     count: int
     built: tuple[str, ...]
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class LayerInPlainListOnHost(Fact):
+    """A module held in a plain list (or tuple) by a model whose other parts are on a GPU (`gpu`), never placed,
+    called on the CPU (`node`, the call; `module`, its value: where it was built is `made_by`): no `.to()` of the
+    model reaches it (calls.py)."""
+
+    module: Obj
+    gpu: str
+    # where the model's class holds the list (`self.blocks = [...]`, the assigned value), when found
+    holder: cst.BaseExpression | None = None
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)

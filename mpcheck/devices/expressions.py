@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import libcst as cst
 
-from mpcheck.devices import device_loops, element_reads, map_lookups, torchapi
+from mpcheck.devices import device_loops, element_reads, map_lookups, torchapi, ways
 from mpcheck.devices.events import Mismatch, OversizedMove
 from mpcheck.devices.moves import plain_device_move
 from mpcheck.devices.names import a_number, canonical, dotted
@@ -65,6 +65,7 @@ from mpcheck.devices.values import (
     weight_on_gpu,
 )
 from mpcheck.devices.walk import attribute_assignments, target_names, turns_off_grad, walk
+from mpcheck.devices.ways import path_off
 
 if TYPE_CHECKING:  # pragma: no cover
     from mpcheck.devices.interp import Interp
@@ -597,7 +598,12 @@ class Expressions(Part):
             spanned = self._nested_spans(node, fors, inner)
             if spanned is not None:
                 return spanned
+        per_parameter = False
         if len(fors) == 1:
+            # MP020: `[p.grad.norm().item() for p in model.parameters()]` (before the unroll over a split's devices)
+            per_parameter = element_reads.note_per_parameter(
+                self.interp, fors[0].target, fors[0].iter, node, node, inner
+            )
             it = self._outside_the_comprehension(fors[0].iter, inner)
             items = iter_items(it)
             if items is not None and len(items) <= MAX_UNROLL:
@@ -613,7 +619,7 @@ class Expressions(Part):
                     )
                     for item in kept:
                         self.interp.stmts.assign(fors[0].target, item, inner, None)
-                        out.append(self._comp_elt(node, inner))
+                        out.append(self._one_per_pass(node, self._comp_elt(node, inner)))
                         if watch is not None:
                             watch.after_pass(self.interp, inner)
                     if watch is not None:
@@ -653,7 +659,7 @@ class Expressions(Part):
                 inner,
                 None,
             )
-            if len(fors) == 1:  # MP020: `[v.item() for v in t]` of a GPU tensor
+            if len(fors) == 1 and not per_parameter:  # MP020: `[v.item() for v in t]` of a GPU tensor
                 element_reads.note_loop(self.interp, f.target, it, f.iter, node, node, inner)
         self.interp.in_unknown_loop += 1
         try:
@@ -661,6 +667,22 @@ class Expressions(Part):
         finally:
             self.interp.in_unknown_loop -= 1
         return self._comp_result(node, None, elem)
+
+    def _one_per_pass(self, node: cst.CSTNode, made: Val) -> Val:
+        """`[Block() for _ in range(6)]`: each pass constructs an object of its own, though the interpretation of
+        the class is memoised (one value for every construction outside an __init__): each item gets an identity
+        (Obj.ident), so that moving one (`for i, b in enumerate(blocks): b.to(dev_of(i))`) moves that one only.
+        (`[blk for _ in range(6)]` holds one object six times, and keeps it.)"""
+        elt = getattr(node, "elt", None)
+        if (
+            isinstance(elt, cst.Call)
+            and isinstance(made, Obj)
+            and made.kind == "module"
+            and made.cls is not None
+            and made.ident is None
+        ):
+            return made.with_(ident=self.interp.new_ident(made.cls.name))
+        return made
 
     def _nested_spans(
         self, node: cst.ListComp | cst.SetComp | cst.GeneratorExp | cst.DictComp, fors: list[cst.CompFor], st: State
@@ -800,7 +822,9 @@ class Expressions(Part):
             # `torch.device(device) if device else next(model.parameters()).device` with `device=None`: Python's truth
             return self.ev(node.body if cast(Const, t).value else node.orelse, st)
         with self.interp.gpus.guarded():
-            return join(self.ev(node.body, st), self.ev(node.orelse, st))
+            body, orelse = self.ev(node.body, st), self.ev(node.orelse, st)
+        outer = frozenset(id(t) for t in self.interp.stmts.open_tests)
+        return ways.ways_of_choice(node, body, orelse, join(body, orelse), outer)
 
     def ev_binop(self, node: cst.BinaryOperation, st: State) -> Val:
         a = self.ev(node.left, st)
@@ -854,13 +878,34 @@ class Expressions(Part):
             self.probe_hit(b, a.devs, a)
             self.interp.recorder.need(node, "binop", a.devs)
             c = conflict(a.devs, b.devs)
-            if c:
+            way = None
+            if not c:
+                # One operand on another device on one way through an `if` before (`inp` teacher-forced or not)
+                way_a, way_b = (
+                    path_off(a, b.devs, self.interp.stmts.open_tests),
+                    path_off(b, a.devs, self.interp.stmts.open_tests),
+                )
+                if way_a is not None:
+                    way, a = way_a, way_a.value
+                elif way_b is not None:
+                    way, b = way_b, way_b.value
+            if c or way is not None:
                 left_expr = getattr(node, "left", None) or getattr(node, "target", None)
-                if b.origin == GRADIENT_OF_OUTPUT and a.origin != GRADIENT_OF_OUTPUT:
+                if way is not None:
+                    # the operand that is elsewhere on one way is the one to move
+                    value, other, expr, other_expr = (
+                        (a, b, left_expr, _right_operand(node))
+                        if way.value is a
+                        else (b, a, _right_operand(node), left_expr)
+                    )
+                elif b.origin == GRADIENT_OF_OUTPUT and a.origin != GRADIENT_OF_OUTPUT:
                     # `lambd * grad_out` in a custom backward: the gradient stays, what it meets moves
                     value, other, expr, other_expr = a, b, left_expr, _right_operand(node)
                 elif a.origin != GRADIENT_OF_OUTPUT and (
-                    (weight_on_gpu(b) and a.kind == "tensor") or (_one_number(a) and not _one_number(b))
+                    (weight_on_gpu(b) and a.kind == "tensor")
+                    or (_one_number(a) and not _one_number(b))
+                    # `self.slopes * rel`, a plain tensor attribute `.to()` left on the host: it goes to the GPU
+                    or (single(a.devs) == "cpu" and single(b.devs) != "cpu" and b.origin != GRADIENT_OF_OUTPUT)
                 ):
                     # `x > self.thresholds`: the activation is the one to move, where the weights are;
                     # `scale * img` with `scale` from a one-number tensor (a learned temperature): that number.
@@ -881,6 +926,7 @@ class Expressions(Part):
                         expr=expr,
                         what_expr=other_expr,
                         site="binop",
+                        path=way,
                     ),
                     key="binop",
                 )
@@ -1117,12 +1163,14 @@ class Expressions(Part):
             return False
         self.probe_hit(val, devs, other)
         c = conflict(val.devs, devs)
-        if c:
+        way = None if c else path_off(val, devs, self.interp.stmts.open_tests)
+        if c or way is not None:
             self.interp.recorder.record(
                 Mismatch(
                     node=node,
                     mode=st.mode,
-                    value=val,
+                    value=val if way is None else way.value,
+                    path=way,
                     target=devs,
                     what=what,
                     op=op,

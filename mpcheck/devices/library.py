@@ -98,6 +98,7 @@ from mpcheck.devices.values import (
     used,
     weight_on_gpu,
 )
+from mpcheck.devices.ways import path_off
 
 
 class LibCall:
@@ -244,6 +245,29 @@ class Library(Part):
             )
         )
 
+    def _off_one_way(
+        self, first: tuple[Obj, Any], other: tuple[Obj, Any], q: str, node: cst.Call, st: State
+    ) -> Mismatch | None:
+        """Two tensor arguments of a torch function, one of them on another device on one way through an `if`
+        before (`torch.cat([inp, h])` with `inp` teacher-forced: ways.py): the mismatch on that way, or None."""
+        for (v, e), (o, oe) in ((other, first), (first, other)):
+            way = path_off(v, o.devs, self.interp.stmts.open_tests)
+            if way is not None:
+                return Mismatch(
+                    node=node,
+                    mode=st.mode,
+                    value=way.value,
+                    target=o.devs,
+                    expr=e,
+                    what=o.label or (oe is not None and "") or "its other tensor argument",
+                    what_expr=oe,
+                    op=q,
+                    other=o,
+                    site="op",
+                    path=way,
+                )
+        return None
+
     def tensor_op(
         self, q: str, args: list[Val], kwargs: dict[str, Val], node: cst.Call, st: State, exprs: list[Any] | None = None
     ) -> Val:
@@ -296,6 +320,11 @@ class Library(Part):
                 continue
             if host_targets and a.devs == one("cpu"):
                 continue  # F.ctc_loss(log_probs_on_gpu, targets_on_cpu, ...): as PyTorch wants them
+            if not loss and not conflict(a.devs, first[0].devs):
+                way = self._off_one_way(first, (a, named[k][0] if k in named else e), q, node, st)
+                if way is not None:
+                    self.interp.recorder.record(way, key="op")
+                    return FAILED
             if conflict(a.devs, first[0].devs):
                 if loss:
                     fact: Fact = LossMismatch.against_first(first, a, e, node=node, mode=st.mode, op=q)

@@ -701,7 +701,8 @@ class Moves(Part):
         """Module.to() works in place: a part held by a ModuleList or ModuleDict and moved through a loop
         variable or a subscript (`for i, b in enumerate(self.blocks): b.to(...)`, `for b in model.h:
         b.to(dev)`) is moved where its holder holds it: self in an __init__, else the instances the
-        function's names hold (each a new view, as `rebind` makes). Each construction in an __init__ is
+        function's names hold (each a new view, as `rebind` makes), and the ModuleLists and ModuleDicts they hold
+        themselves (`blocks = nn.ModuleList(...)` in a script). Each construction in an __init__ is
         an object of its own (Instances._one_object), so the part moved is found by identity."""
         if st.in_init and isinstance(st.self_obj, Obj) and st.self_obj.attrs is not None:
             attrs = st.self_obj.attrs
@@ -710,11 +711,21 @@ class Moves(Part):
                     attrs[attr] = swapped
             return
         for name, holder in list(st.env.items()):
+            if isinstance(holder, SeqV) or (isinstance(holder, DictV) and holder.module):
+                # `blocks = nn.ModuleList(...)`, then `for i, b in enumerate(blocks): b.to(dev_of(i))`
+                if (swapped := _swapped(holder, old, new)) is not None:
+                    st.env[name] = swapped
+                continue
             if not isinstance(holder, Obj) or holder is st.self_obj or holder.cls is None or holder.attrs is None:
                 continue
             for attr, v in list(holder.attrs.items()):
                 swapped = _swapped(v, old, new)
-                if swapped is not None and (view := with_part_replaced(holder, attr, swapped)) is not None:
+                if swapped is None:
+                    continue
+                if isinstance(v, SeqV) and not v.module:
+                    # a plain list: no part of the instance's placement (Module.to() never sees it), only held
+                    st.env[name] = holder = holder.with_(attrs={**holder.attrs, attr: swapped})
+                elif (view := with_part_replaced(holder, attr, swapped)) is not None:
                     st.env[name] = holder = view
 
     def rebind(self, expr: cst.BaseExpression | None, val: Val, st: State) -> None:
@@ -873,7 +884,12 @@ def _swapped(v: Val, old: Val, new: Val, depth: int = 0) -> Val | None:
         return new
     if depth > 2:
         return None
-    if isinstance(v, SeqV) and v.module and v.items is not None:
+    if isinstance(v, SeqV) and v.items is None and v.elem is not None and _one_object(v.elem, old):
+        # A list of unknown length whose items the model knows as one value (`list(Block() for _ in range(n))`):
+        # moved through a loop over it, each is; through one index, which one is not known (then silent).
+        return SeqV(None, elem=new, kind=v.kind, module=v.module, hooks=v.hooks)
+    if isinstance(v, SeqV) and v.items is not None:
+        # (a plain list too: it holds the objects, so the one moved is moved where the list holds it)
         places = sum(1 for i in v.items if _one_object(i, old))
         if places > 1 and isinstance(old, Obj) and old.ident is None:
             # One value at several places but no object known to be one (instances of a class built alike outside
@@ -881,7 +897,7 @@ def _swapped(v: Val, old: Val, new: Val, depth: int = 0) -> Val | None:
             new = join(old, new)
         items = [new if _one_object(i, old) else _swapped(i, old, new, depth + 1) or i for i in v.items]
         changed = any(a is not b for a, b in zip(items, v.items))
-        return SeqV(tuple(items), elem=v.elem, kind=v.kind, module=True, hooks=v.hooks) if changed else None
+        return SeqV(tuple(items), elem=v.elem, kind=v.kind, module=v.module, hooks=v.hooks) if changed else None
     if isinstance(v, DictV) and v.module:
         held = {k: new if _one_object(i, old) else _swapped(i, old, new, depth + 1) or i for k, i in v.items.items()}
         changed = any(held[k] is not i for k, i in v.items.items())

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import libcst as cst
 
-from mpcheck.devices import command_line, data_moves, device_loops, element_reads, shared_caches, torchapi
+from mpcheck.devices import command_line, data_moves, device_loops, element_reads, shared_caches, torchapi, ways
 from mpcheck.devices.events import (
     BuffersLeftBehind,
     DiscardedMove,
@@ -76,6 +76,9 @@ class Statements(Part):
         self._bindings: dict[int, dict[str, int]] = {}  # scope node (by id) -> _binding_counts
         self._env_placement: dict[str, int | str] | None = None  # command_line.environment_placement
         self.open_tests: list[cst.BaseExpression] = []  # the undecided `if` tests around the statement run now
+        # The `if` tests around it that the model decided (`step % 10 == 0` in an unrolled loop): one path was taken,
+        # but in the program the test still picks some passes only (element_reads' periodic logs).
+        self.decided_tests: list[cst.BaseExpression] = []
 
     def under_split_test(self, st: State) -> bool:
         """Does the statement run now sit under an undecided `if` that asks whether the model is split
@@ -293,15 +296,20 @@ class Statements(Part):
                 # A test the model can decide (i == 4 in an unrolled loop, `if device:` with device=None): one path.
                 truth = bool(cast(Const, t).value)
                 self.interp.gpus.on_decided_if(stmt, truth)
-                if truth:
-                    out.extend(self.exec_block(stmt.body.body, [st]))
-                elif stmt.orelse is None:
-                    out.append(st)
-                elif isinstance(stmt.orelse, cst.If):
-                    out.extend(self.exec_if(stmt.orelse, [st]))
-                else:
-                    out.extend(self.exec_block(stmt.orelse.body.body, [st]))
+                self.decided_tests.append(stmt.test)
+                try:
+                    if truth:
+                        out.extend(self.exec_block(stmt.body.body, [st]))
+                    elif stmt.orelse is None:
+                        out.append(st)
+                    elif isinstance(stmt.orelse, cst.If):
+                        out.extend(self.exec_if(stmt.orelse, [st]))
+                    else:
+                        out.extend(self.exec_block(stmt.orelse.body.body, [st]))
+                finally:
+                    self.decided_tests.pop()
                 continue
+            outer = frozenset(id(t) for t in self.open_tests)
             self.open_tests.append(stmt.test)
             try:
                 # A test the model cannot decide may guard an index (not the script's `__name__` test).
@@ -321,7 +329,10 @@ class Statements(Part):
             if mode:
                 out.extend(branches)  # eval and training paths are kept apart
             else:
-                out.append(join_states(branches))
+                joined = join_states(branches)
+                if then and other:
+                    ways.note_ways(joined, then, other, stmt.test, outer, st.env)
+                out.append(joined)
         if len(out) > MAX_WORLDS:
             out = [join_states(out)]
         return out
@@ -405,6 +416,8 @@ class Statements(Part):
         self.interp.recorder.record(StatisticsReplaced(node=target, mode=st.mode, module=base, value=v))
 
     def _exec_for(self, stmt: cst.For, st: State, it: Val) -> State:
+        # MP020: `for p in model.parameters():` reading each on the host (before the unroll over a split's devices)
+        per_parameter = element_reads.note_per_parameter(self.interp, stmt.target, stmt.iter, stmt.body, stmt, st)
         items = iter_items(it)
         spans = spans_of(it) if items is None else None
         if spans is not None:
@@ -425,7 +438,8 @@ class Statements(Part):
                 if ignored is not None:
                     device_loops.note(self.interp, stmt, ignored, built_from, st)
         elem = iter_elem(it, stmt.target.value if isinstance(stmt.target, cst.Name) else None, stmt.iter)
-        element_reads.note_loop(self.interp, stmt.target, it, stmt.iter, stmt.body, stmt, st)  # MP020
+        if not per_parameter:
+            element_reads.note_loop(self.interp, stmt.target, it, stmt.iter, stmt.body, stmt, st)  # MP020
         before = st.copy()
         body = st.copy()
         self.assign(stmt.target, elem, body, None)
@@ -550,7 +564,7 @@ class Statements(Part):
     def assign_attr(self, base: Val, name: str, v: Val, st: State, label: str | None) -> None:
         """`base.name = v`, or `setattr(base, "name", v)` with a known name."""
         if isinstance(v, Obj) and not v.label and v.kind not in ("module", "any", "loss", "passthrough"):
-            v = v.with_(label=(label or name))
+            v = v.with_(label=(label or name), paths=v.paths)
         if isinstance(base, Obj) and base.attrs is not None:
             if st.in_init and base is st.self_obj:
                 base.attrs[name] = v
@@ -640,7 +654,12 @@ class Statements(Part):
                 # not on the host, where MP005 would take it for idle host work without following the name's reads.
                 on_gpu = v.devs is not None and v.devs != one("cpu")
                 rm = v.reducible_move if on_gpu else None
-                v = v.with_(label=target.value, reducible_move=rm, made_from_move=rm is not None and v.made_from_move)
+                v = v.with_(
+                    label=target.value,
+                    reducible_move=rm,
+                    made_from_move=rm is not None and v.made_from_move,
+                    paths=v.paths,  # (named, not changed: `inp = a if c else b` keeps its ways)
+                )
             forget_copies(target.value, st)
             st.env[target.value] = v
         elif isinstance(target, cst.Attribute):

@@ -13,7 +13,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mpcheck.devices.ways import Path
 
 Devs = frozenset[str] | None  # a set of device names; None: unknown
 
@@ -250,14 +253,30 @@ class Obj(Val):
     # A module's parameter or buffer moved with its module: the node that made it (`torch.full((3,), -0.5)`), where
     # `at` moves on to the module move, for its size as the code spells it (MP011's certainly_small).
     made_by: Any = field(default=None, repr=False)
+    # A tensor whose device depends on which way an `if` the analysis could not decide went (`inp = target[:, t]`
+    # under a teacher-forcing test, `inp = pred` otherwise): the value on each way (statements.exec_if). Kept by
+    # joins; any copy (`with_`) drops it, as an op's result is a value of its own.
+    paths: tuple[Path, ...] | None = field(default=None, repr=False)
 
     def with_(self, **kw: Any) -> Obj:
         if "enlarged_at" not in kw and (kw.get("worked") is True or kw.get("label") == ""):
             kw["enlarged_at"] = None  # a value computed from this one (an op's result, an item): its own size
+        kw.setdefault("paths", None)
         kw.setdefault("reducible_move", None)
         kw.setdefault("made_from_move", False)
         kw.setdefault("row_of", None)
         return replace(self, **kw)
+
+
+_MAX_PATHS = 4
+
+
+def _joined_paths(a: Obj, b: Obj) -> tuple[Path, ...] | None:
+    """The ways of two values meeting: each one's ways (a value made on no `if`'s way adds none: ways.py)."""
+    if not (a.paths or b.paths):
+        return None
+    joined = tuple(dict.fromkeys((*(a.paths or ()), *(b.paths or ()))))
+    return joined if len(joined) <= _MAX_PATHS else None
 
 
 def made_by(v: Obj) -> Any:
@@ -406,6 +425,7 @@ def join(a: Val, b: Val) -> Val:
             ident=a.ident if a.ident == b.ident else None,
             maybe_none=a.maybe_none or b.maybe_none,
             row_statistic=a.row_statistic and b.row_statistic,
+            paths=_joined_paths(a, b),
         )
     for x, y in ((a, b), (b, a)):
         if isinstance(x, Obj) and x.kind in ("tensor", "scalar", "param", "buffer") and _is_none(y):

@@ -271,3 +271,16 @@ def turns_off_grad(module: cst.CSTNode) -> bool:
         if found:
             break
     return memo.keep(_TURNS_OFF_GRAD, module, found)
+
+
+def is_periodic_test(test: cst.BaseExpression) -> bool:
+    """A test with a modulo of a number (`step % 10 == 0`, `not (i + 1) % every`), not a string's `%` format: what
+    it guards runs once every so many passes (MP028's reads, MP020's per-parameter logs)."""
+    for n in walk(test):
+        if (
+            isinstance(n, cst.BinaryOperation)
+            and isinstance(n.operator, cst.Modulo)
+            and not isinstance(n.left, (cst.SimpleString, cst.FormattedString, cst.ConcatenatedString))
+        ):
+            return True
+    return False

@@ -6,7 +6,16 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from mpcheck.devices.describe import MODE_WORDS, callee, move_fix, moved_tensor, origin_text, value_text, via_text
+from mpcheck.devices.describe import (
+    MODE_WORDS,
+    callee,
+    move_fix,
+    moved_tensor,
+    origin_text,
+    path_text,
+    value_text,
+    via_text,
+)
 from mpcheck.devices.events import (
     BuffersLeftBehind,
     CallSite,
@@ -194,12 +203,15 @@ class MissingTransfer(Rule):
             yield self.finding(
                 ctx,
                 ev.node,
-                f"{name if unnamed else f'`{name}`'} is on {show(here)} ({origin_text(ctx, v)}), but {meets}{also}"
-                f"{MODE_WORDS.get(ev.mode, '')}{via_text(ctx, ev.via)}: {advice}.",
+                f"{name if unnamed else f'`{name}`'} is on {show(here)} ({origin_text(ctx, v)}){path_text(ctx, ev.path)}, "
+                f"but {meets}{also}{MODE_WORDS.get(ev.mode, '')}{via_text(ctx, ev.via)}: {advice}.",
                 devices=[here, there],
                 modules=[ev.what] if ev.op == "module" else [],
                 suggestion=advice,
-                fix=move_fix(ctx, expr, repr(there)) if not also and _fixable(ctx, ev, v, there) else None,
+                # (not on one way through an `if` only: the move that took it there is the line to mend)
+                fix=move_fix(ctx, expr, repr(there))
+                if not also and ev.path is None and _fixable(ctx, ev, v, there)
+                else None,
             )
 
         for d in discarded.values():

@@ -31,7 +31,8 @@ class HostSyncPerElement(Rule):
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         for ev in once_per_node(ctx.model.facts(ElementSync)):
             message, suggestion = _words(ctx, ev)
-            yield self.finding(ctx, ev.node, message, devices=[single(ev.devs) or "", "cpu"], suggestion=suggestion)
+            devices = sorted(ev.devs) if ev.per_parameter and ev.devs else [single(ev.devs) or ""]
+            yield self.finding(ctx, ev.node, message, devices=[*devices, "cpu"], suggestion=suggestion)
 
 
 def _words(ctx: FileContext, ev: ElementSync) -> tuple[str, str]:
@@ -53,6 +54,17 @@ def _words(ctx: FileContext, ev: ElementSync) -> tuple[str, str]:
             f"comparison launches a kernel and waits for the GPU to read its answer on the host, once per element. "
             f"`{fix}` waits once{_AS_NUMBER.get(ev.how, '')}.",
             f"use `{fix}`",
+        )
+    if ev.per_parameter:
+        on = " and ".join(show(d) for d in sorted(ev.devs or ()))
+        return (
+            f"`{ctx.code(ev.node)}` is computed from one parameter of `{t}` (on {on}) and read on the host per pass "
+            f"of the loop over its parameters: a kernel and a wait for the GPU per parameter, every step. Compute it "
+            f"for all of them on the GPU and read the result once (`torch.stack([torch.isfinite(p.grad).all() for p "
+            f"in params]).all()`, `torch._foreach_norm(grads)`, per device where the model is split), or leave it to "
+            f"what already does it (`GradScaler.step` skips a step with inf/NaN gradients; `clip_grad_norm_` returns "
+            f"the total norm).",
+            "compute the values for all parameters on the GPU and read them once",
         )
     if ev.derived:
         # `if row.argmax() == y[i]:` reads a value computed from each element: the whole tensor's at once

@@ -17,7 +17,7 @@ import libcst as cst
 
 from mpcheck.devices.events import Transfer
 from mpcheck.devices.values import distinct, show, single
-from mpcheck.devices.walk import scope_nodes, walk
+from mpcheck.devices.walk import is_periodic_test, scope_nodes, walk
 from mpcheck.finding import Finding
 from mpcheck.rules.base import Rule
 from mpcheck.rules.context import FileContext
@@ -109,7 +109,7 @@ def _only_reader(scope: cst.CSTNode, name: str, after: Sequence[cst.BaseStatemen
     scope, when its test is periodic and does not read `name`; else None."""
     mentions = [n for n in scope_nodes(scope) if isinstance(n, cst.Name) and n.value == name]
     for stmt in after:
-        if not isinstance(stmt, cst.If) or not _periodic(stmt.test):
+        if not isinstance(stmt, cst.If) or not is_periodic_test(stmt.test):
             continue
         inside = {id(n) for n in walk(stmt.body) if isinstance(n, cst.Name) and n.value == name}
         if not inside:
@@ -118,15 +118,3 @@ def _only_reader(scope: cst.CSTNode, name: str, after: Sequence[cst.BaseStatemen
         # earlier pass's value read before the move, a second binding) means the copy is needed elsewhere too.
         return stmt if len(mentions) == len(inside) + 1 else None
     return None
-
-
-def _periodic(test: cst.BaseExpression) -> bool:
-    """A test with a modulo of a number (`step % 10 == 0`, `not (i + 1) % every`), not a string's `%` format."""
-    for n in walk(test):
-        if (
-            isinstance(n, cst.BinaryOperation)
-            and isinstance(n.operator, cst.Modulo)
-            and not isinstance(n.left, (cst.SimpleString, cst.FormattedString, cst.ConcatenatedString))
-        ):
-            return True
-    return False

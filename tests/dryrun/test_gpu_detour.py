@@ -164,3 +164,44 @@ def test_a_copy_read_inside_a_call_the_signature_cache_runs_unchecked_is_no_deto
     )
     status, report, err = dryrun_cli(s, "--gpus", "2")
     assert (status, report["findings"]) == (0, []), err
+
+
+RESIDENT = """
+import torch
+import torch.nn as nn
+
+inputs = torch.randn(512, 64, 64)
+stored = inputs.to(STORE)  # <- stored
+first = nn.Linear(64, 64).to("cuda:0")
+last = nn.Linear(64, 8).to("cuda:1")
+for step in range(4):
+    idx = torch.randperm(512)[:64]
+    x = stored[idx].to("cuda:0")  # <- batch
+    out = last(first(x).to("cuda:1")).sum()
+    out.backward()
+"""
+
+
+def test_a_dataset_kept_on_the_gpu_that_only_hands_its_rows_on_is_a_detour(script, dryrun_cli):
+    # Round 33's t23: a GPU-resident dataset cached on the output stage's GPU, each batch gathered there and
+    # copied to the input stage's
+    s = script(RESIDENT.replace("STORE", '"cuda:1"'))
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 0, err
+    (f,) = [f for f in report["findings"] if f["code"] == "MP005"]
+    assert f["line"] == s.line("batch") and f["devices"] == ["cpu", "cuda:1", "cuda:0"]
+    assert "rows" in f["message"] and f"train.py:{s.line('stored')}" in f["message"]
+
+
+def test_a_dataset_kept_where_its_rows_are_used_is_clean(script, dryrun_cli):
+    s = script(RESIDENT.replace("STORE", '"cuda:0"'))
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert (status, [f["code"] for f in report["findings"]]) == (0, []), err
+
+
+def test_a_dataset_that_is_worked_on_where_it_is_kept_was_needed_there(script, dryrun_cli):
+    # normalised where it is stored: that GPU did work on it (the batches still cross, but the data was read)
+    s = script(RESIDENT.replace("STORE", '"cuda:1"').replace("for step", "stored = stored - stored.mean(0)\nfor step"))
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 0, err
+    assert [f for f in report["findings"] if f["code"] == "MP005"] == []

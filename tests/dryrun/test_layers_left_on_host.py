@@ -86,3 +86,47 @@ def test_a_placing_walk_that_breaks_at_a_layer_without_weights_is_reported(scrip
     s = script(WALK.replace("STOP", "continue"))
     status, report, err = dryrun_cli(s, "--gpus", "2")
     assert (status, report["findings"]) == (0, []), err
+
+
+PLAIN_LIST = """
+import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Linear(64, 64)
+        self.blocks = HOLD(nn.Sequential(nn.Linear(64, 64), nn.ReLU()) for _ in range(3))
+        self.head = nn.Linear(64, 8)
+
+    def forward(self, x):
+        h = self.stem(x)
+        for blk in self.blocks:
+            h = blk(h.to(blk[0].weight.device))  # <- runs
+        return self.head(h.to(self.head.weight.device))
+
+
+model = Net().to("cuda:0")
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range(2):
+    model(torch.randn(16, 64).to("cuda:0")).sum().backward()
+    opt.step()
+"""
+
+
+def test_layers_held_in_a_plain_list_stay_on_the_host_when_the_model_moves(script, dryrun_cli):
+    # Round 34's t12: `model.to(gpu)` moves registered submodules only
+    s = script(PLAIN_LIST.replace("HOLD", "list"))
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 0, err
+    (f,) = [f for f in report["findings"] if f["code"] == "MP031"]
+    assert f["line"] == s.line("runs") and f["devices"] == ["cpu", "cuda:0"]
+    assert f["extra"]["plain_container"] == "blocks" and len(f["extra"]["host_layers"]) == 3
+    assert "nn.ModuleList" in f["suggestion"]
+
+
+def test_layers_held_in_a_module_list_move_with_the_model(script, dryrun_cli):
+    s = script(PLAIN_LIST.replace("HOLD", "nn.ModuleList"))
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert (status, report["findings"]) == (0, []), err

@@ -50,3 +50,28 @@ def test_a_stage_that_runs_its_own_layer_on_the_data_is_no_detour(script, dryrun
     )
     status, report, err = dryrun_cli(s, "--gpus", "2")
     assert ("MP005", 9) not in codes_at(report) and ("MP005", 10) not in codes_at(report), err
+
+
+def test_a_helper_pinned_to_one_gpu_makes_a_detour_even_when_its_argument_is_gone(script, dryrun_cli):
+    # The helper's argument (the text tower's output on cuda:1) is freed when it returns: the result still goes
+    # straight back to where that data was made, for one op that needed nothing from cuda:0.
+    s = script(
+        """
+        import torch
+        import torch.nn as nn
+        import torch.nn.functional as F
+
+        def l2norm(x):
+            return F.normalize(x.to("cuda:0"), dim=-1)
+
+        text = nn.Linear(256, 512).to("cuda:1")
+        for _ in range(2):
+            txt = l2norm(text(torch.randn(256, 256, device="cuda:1"))).to("cuda:1")  # <- back
+            print(float(txt.sum()))
+        """
+    )
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 0, err
+    (f,) = [f for f in report["findings"] if f["code"] == "MP005"]
+    assert (f["line"], f["extra"]["op"]) == (s.line("back"), "normalize")
+    assert "where the data was made" in f["message"]

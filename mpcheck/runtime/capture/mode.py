@@ -215,11 +215,16 @@ class CheckingMode(TorchFunctionMode):
             elif _device_ctx.CURRENT_DEVICE is not None:
                 made_how = _default_device_words(func)
             worked = None  # the arrived tensors it reads, and its arguments as called (worked_detour.py)
+            selected = None  # the arrival whose rows it picks, unread (arrivals.selected_arrival)
             if checker.arrived_objects:  # a moved tensor used where it arrived is no round trip (MP005)
                 if args and type(args[0]) in (list, tuple) and len(args[0]) >= _MIN_ITEMS:
                     if getattr(func, "__name__", "") in _GATHERS:  # moved one by one, then gathered? (MP021)
                         checker.on_gather(func, args[0])
-                hits = checker.note_reads(args, kwargs)
+                selected = checker.selected_arrival(func, args)
+                if selected is None:
+                    hits = checker.note_reads(args, kwargs)
+                else:  # rows picked from arrived data that nothing read there: the rows go on as that data
+                    hits = [(args[0], selected), *checker.note_reads(args[1:], kwargs)]
                 if hits:
                     worked = (hits, args, kwargs)
             read = (args, kwargs) if self._watched else None  # as called (check_op may move them)
@@ -248,6 +253,8 @@ class CheckingMode(TorchFunctionMode):
                 checker.on_broadcast(args, out)  # `d[..., None] - centers`: a move of it next crosses enlarged
             if worked is not None:
                 checker.on_arrival_worked(func, worked[1], worked[2], out, worked[0])
+            if selected is not None:
+                checker.on_selected(out, selected)
             if loss:
                 checker.loss_values.note(out)
             if made_how is not None:

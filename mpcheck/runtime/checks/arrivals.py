@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from mpcheck.runtime.checks.arguments import Args, Kwargs
 from mpcheck.runtime.checks.made_on_host import HostMade
 from mpcheck.runtime.checks.sites import Site
+from mpcheck.runtime.checks.storage_ref import StorageRef
 
 if TYPE_CHECKING:
     from mpcheck.runtime.checks.checker import Checker
@@ -85,3 +86,43 @@ def note_view(self: Checker, base: Any, view: Any) -> None:
     hit = self.arrived_objects.get(id(base))
     if hit is not None and hit[0]() is base:
         self.note_arrived(view, hit[1])
+
+
+# Ops that pick rows of their first argument (a batch gathered from a GPU-resident dataset, `data[idx]`,
+# `data.index_select(0, idx)`): a new tensor holding some of its data, and no work on it.
+SELECTIONS = frozenset({"__getitem__", "index_select"})
+
+
+def selected_arrival(self: Checker, func: Any, args: Args) -> int | None:
+    """The arrival storage whose rows `func(*args)` picks, when it is a selection (SELECTIONS) of an arrived
+    tensor no op has read where it arrived; else None. The rows go on as that data (`on_selected`), and the
+    arrived tensor is not read by picking them: a dataset kept on one GPU whose batches all leave for another
+    is data that went to the wrong GPU (round_trip.py's GPU detour), as a tensor moved on whole is."""
+    if not args or getattr(func, "__name__", "") not in SELECTIONS:
+        return None
+    t = args[0]
+    hit = self.arrived_objects.get(id(t))
+    if hit is None or hit[0]() is not t or isinstance(hit[1], HostMade):
+        return None
+    sid = hit[1]
+    return sid if sid in self._arrivals and sid not in self._read_arrivals else None
+
+
+def on_selected(self: Checker, out: Any, sid: int) -> None:
+    """`out` holds rows picked from the arrival `sid` (selected_arrival): recorded as arrived with it (from
+    where, at which line), so that moving it on unread is judged as moving that data on."""
+    entry = self._arrivals.get(sid)
+    if entry is None or not isinstance(out, self._tensor_type):
+        return
+    try:
+        ref = StorageRef(out)
+        out_sid = id(out.untyped_storage())
+    except Exception:  # a tensor without storage
+        return
+    if out_sid == sid:
+        return  # a view of the same storage (a basic slice): already the arrived data (note_view)
+    ref.moved_at = entry[0].moved_at
+    self._arrivals[out_sid] = (ref, entry[1], entry[2])
+    self._selected_arrivals.add(out_sid)
+    self.note_arrived(out, out_sid)
+    self._read_arrivals.discard(out_sid)

@@ -191,6 +191,9 @@ class Checker:
         # trip (MP005: work was done there).
         self.arrived_objects: dict[int, tuple[weakref.ref[Any], Any]] = {}  # an int, or made_on_host.HostMade
         self._read_arrivals: set[int] = set()
+        # Arrivals that are rows picked from an arrival never read where it landed (arrivals.on_selected): a batch
+        # gathered from a dataset kept on a GPU that only hands its rows on
+        self._selected_arrivals: set[int] = set()
         # Findings that say a copy was not needed where it arrived (MP005's GPU detour), by the storage of
         # that arrival: a later read of it there takes the finding back (arrivals._note_read)
         self._unless_read: dict[int, tuple[str, Any, tuple[str, ...]]] = {}
@@ -408,6 +411,8 @@ class Checker:
     _note_read = arrivals._note_read
     note_arrived = arrivals.note_arrived
     note_view = arrivals.note_view
+    selected_arrival = arrivals.selected_arrival
+    on_selected = arrivals.on_selected
     on_gather = per_item_moves.on_gather
     on_slice_move = per_item_moves.on_slice_move
     _purge = purge._purge

@@ -45,37 +45,70 @@ class HostLayers:
     def __init__(self) -> None:
         self.roots: dict[int, tuple[weakref.ref[Any], dict[int, tuple[str, int]], list[bool]]] = {}
         self.types: tuple[type, ...] | None = None
+        self.plain: set[int] = set()  # ids of those layers held in a plain list, tuple or dict (no submodules)
 
     def __bool__(self) -> bool:
         return bool(self.roots)
 
 
 def note_root(self: Checker, root: Any, below: frozenset[str]) -> None:
-    """A root model's first call: its compute layers on the CPU, where the rest of it is on a GPU."""
-    if "cpu" not in below or not any(d.startswith("cuda") for d in below) or not self.wants("MP031"):
+    """A root model's first call: its compute layers on the CPU, where the rest of it is on a GPU; and the layers
+    on the CPU that its modules hold in plain lists, tuples or dicts (`self.blocks = [Block() ...]`: no
+    submodules, so no `.to()` of the model reached them, and `below`, its parameters' devices, leaves them out)."""
+    if not any(d.startswith("cuda") for d in below) or not self.wants("MP031"):
         return
     table = self.host_layers
     if table.types is None:
         table.types = _compute_layer_types()
-    layer_types = table.types
-    from torch.nn.parameter import is_lazy
-
     left: dict[int, tuple[str, int]] = {}
-    device_of = self.devices.device_of
+    if "cpu" in below:
+        for name, m in root.named_modules():
+            _note_if_left(self, m, name, left)
     for name, m in root.named_modules():
-        if not isinstance(m, layer_types) or hasattr(m, "_hf_hook"):  # (accelerate's offload brings weights in)
-            continue
-        own = list(cast(Any, m).parameters(recurse=False))
-        if not own or any(is_lazy(p) for p in own):  # (a lazy layer is placed as it first runs)
-            continue
-        if all(device_of(p) == "cpu" for p in own):
-            left[id(m)] = (name, sum(p.numel() for p in own))
+        for attr, held in vars(m).items():
+            if attr.startswith("_") or type(held) not in (list, tuple, dict):
+                continue
+            items = held.items() if type(held) is dict else enumerate(held)
+            for key, item in list(items)[:_MAX_HELD]:
+                if isinstance(item, _module_type()):
+                    where = f"{name}.{attr}" if name else attr
+                    for sub, part in cast(Any, item).named_modules():
+                        _note_if_left(self, part, f"{where}[{key!r}]" + (f".{sub}" if sub else ""), left, plain=True)
     if not left:
         return
     if len(table.roots) >= PURGE_AT:
         for k in [k for k, v in table.roots.items() if v[0]() is None]:
             del table.roots[k]
     table.roots[id(root)] = (weakref.ref(root), left, [False])
+
+
+_MAX_HELD = 64  # items of one plain container looked at (a list of layers, not a dataset)
+# Layers held in a plain container rather than registered: noted by id, for the message (_report)
+_PLAIN = "plain"
+
+
+def _module_type() -> type:
+    import torch.nn as nn
+
+    return nn.Module
+
+
+def _note_if_left(self: Checker, m: Any, name: str, left: dict[int, tuple[str, int]], plain: bool = False) -> None:
+    """`m`, a compute layer whose own weights are all on the CPU, into `left` (its name, its parameter count)."""
+    from torch.nn.parameter import is_lazy
+
+    layer_types = self.host_layers.types
+    assert layer_types is not None
+    if not isinstance(m, layer_types) or hasattr(m, "_hf_hook"):  # (accelerate's offload brings weights in)
+        return
+    own = list(cast(Any, m).parameters(recurse=False))
+    if not own or any(is_lazy(p) for p in own):  # (a lazy layer is placed as it first runs)
+        return
+    device_of = self.devices.device_of
+    if all(device_of(p) == "cpu" for p in own):
+        left[id(m)] = (name, sum(p.numel() for p in own))
+        if plain:
+            self.host_layers.plain.add(id(m))
 
 
 def on_host_layer(self: Checker, module: Any, path: str) -> None:
@@ -96,6 +129,9 @@ def _report(self: Checker, root: Any, module: Any, path: str, left: dict[int, tu
     names = {id(m): name for name, m in root.named_modules()}
     gpus = sorted(d for d in self._devices_below(root) if d.startswith("cuda"))
     own_name = left[id(module)][0]
+    if id(module) in self.host_layers.plain:
+        _report_plain(self, module, own_name, gpus, left)
+        return
     site, move_line = _placing_site(self, root, own_name, names)
     shown = [name for name, _ in left.values()][:_NAMES_SHOWN]
     more = len(left) - len(shown)
@@ -117,6 +153,25 @@ def _report(self: Checker, root: Any, module: Any, path: str, left: dict[int, tu
         suggestion="place every part of the model on a GPU: check the loop that places them (a `zip` with fewer "
         "devices than parts stops early, a `break` at a part without parameters skips the rest)",
         extra={"host_layers": [n for n, _ in left.values()], "host_parameters": params},
+    )
+
+
+def _report_plain(self: Checker, module: Any, name: str, gpus: list[str], left: dict[int, tuple[str, int]]) -> None:
+    """A layer held in a plain list (`blocks[0].conv`) runs on the CPU: no `.to()` of the model reaches it."""
+    held = name.split("[", 1)[0]
+    plain = [n for k, (n, _) in left.items() if k in self.host_layers.plain]
+    params = sum(c for k, (_, c) in left.items() if k in self.host_layers.plain)
+    self.emit(
+        "MP031",
+        self.sites(),
+        f"`{name}` ({type(module).__name__}) computes on the CPU while the rest of the model is on {', '.join(gpus)}: "
+        f"`{held}` holds it in a plain Python container, which is no submodule, so no `.to()` of the model reached "
+        f"it ({len(plain)} layer(s), {params:,} parameters), and `model.parameters()` leaves it out of the optimizer "
+        f"too",
+        devices=("cpu", *gpus),
+        modules=(name,),
+        suggestion=f"hold `{held}`'s layers in `nn.ModuleList(...)` (or `nn.ModuleDict`)",
+        extra={"host_layers": plain, "host_parameters": params, "plain_container": held},
     )
 
 

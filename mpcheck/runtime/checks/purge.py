@@ -30,4 +30,5 @@ def _purge(self: Checker) -> None:
         if e[0]() is not None and (e[1] in live or type(e[1]) is HostMade)  # (made_on_host.py)
     }
     self._read_arrivals &= live.keys()
+    self._selected_arrivals &= live.keys()
     self._purge_at = max(PURGE_AT, 2 * max(len(self._moves), len(live), len(self.arrived_objects)))

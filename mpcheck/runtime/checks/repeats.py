@@ -15,6 +15,7 @@ from mpcheck.runtime.checks.purge import PURGE_AT
 from mpcheck.runtime.checks.recurrence import recurs
 from mpcheck.runtime.checks.sites import UNKNOWN, Site
 from mpcheck.runtime.checks.storage_ref import StorageRef, version_of
+from mpcheck.runtime.checks.thresholds import GPU_CONST_COPY_MIN_BYTES, NOT_GPU
 from mpcheck.runtime.checks.wording import tensor_words
 
 if TYPE_CHECKING:
@@ -179,14 +180,20 @@ def _parameter_name(self: Checker, p: Any) -> str:
     return ""
 
 
-def _check_const_copy(self: Checker, t: Any, src_dev: str, dst_dev: str, site: Site | None, module: str | None) -> None:
+def _check_const_copy(
+    self: Checker, t: Any, src_dev: str, dst_dev: str, site: Site | None, module: str | None, nbytes: int
+) -> None:
     """MP011 on a fresh tensor computed only from buffers and constants (provenance.py), moved at
     the same line a second time. Its sources never change, so it can be made on the destination
     from sources kept there (or is the same bytes each time, when the Python numbers that shaped it
     are the same); the copy is the waste, whatever the bytes. Only at the user's own line
-    (a library's code, which the user cannot change, is left alone)."""
+    (a library's code, which the user cannot change, is left alone). A peer copy from another GPU counts from
+    GPU_CONST_COPY_MIN_BYTES (a relative-position bucket table computed on the first stage and sent to the
+    second each forward: the copy costs what computing it again there would)."""
     if site is None or site.context or not self.provenance.is_const(t):
         return
+    if src_dev not in NOT_GPU and nbytes < GPU_CONST_COPY_MIN_BYTES:
+        return  # a small peer copy costs about what making it again there would (thresholds.py)
     key = (site, dst_dev)
     mark = self._run_mark()
     seen, last = self._const_copies.get(key, (0, mark))

@@ -43,6 +43,8 @@ def _check_round_trip(
         return
     if id(storage) in self._read_arrivals and came_from == dst_dev:
         return  # read where it arrived (a mask the layers there used): the first move was needed
+    if came_from == dst_dev and id(storage) in self._selected_arrivals:
+        return  # rows picked where it arrived, sent back (a cache reordered there): work, worked_detour.py's
     if came_from != dst_dev:
         if src_dev == "cpu" and came_from not in NOT_GPU and dst_dev not in NOT_GPU:
             self._report_host_hop(t, came_from, dst_dev, site, module, first_site, nbytes)
@@ -137,16 +139,27 @@ def _report_gpu_detour(
     launch. Taken back if the copy on a is read there later (features both stages need: arrivals._note_read)."""
     if nbytes < max(self.repeat_min_bytes, WASTE_MIN_BYTES):
         return
+    if sid in self._selected_arrivals:
+        # rows picked from data that nothing reads where it was put (a dataset kept on the wrong GPU)
+        what = (
+            f"rows ({tensor_words(t)}, {size_words(nbytes)}) picked on {first} from data copied {origin} -> {first} "
+            f"at {first_site} and not used there otherwise"
+        )
+        fix = f"keep that data on {dst_dev} (copy it there at {first_site}), where its rows are used"
+    else:
+        what = f"this data ({tensor_words(t)}, {size_words(nbytes)}) was copied {origin} -> {first} at {first_site}, not used there,"
+        fix = (
+            f"copy it from {'the host' if origin == 'cpu' else origin} straight to {dst_dev} at {first_site} "
+            f"(`.to('{dst_dev}')`); drop this copy"
+        )
     found = self.emit(
         "MP005",
         site,
-        f"GPU detour: this data ({tensor_words(t)}, {size_words(nbytes)}) was copied {origin} -> {first} at "
-        f"{first_site}, not used there, and goes on to {dst_dev} here unchanged: two copies where one {origin} -> "
+        f"GPU detour: {what} and goes on to {dst_dev} here unchanged: two copies where one {origin} -> "
         f"{dst_dev} copy would do",
         devices=(origin, first, dst_dev),
         modules=(module,) if module else (),
-        suggestion=f"copy it from {'the host' if origin == 'cpu' else origin} straight to {dst_dev} at {first_site} "
-        f"(`.to('{dst_dev}')`); drop this copy",
+        suggestion=fix,
         extra={"first_site": str(first_site), "first_line": first_site.line, "first_path": first_site.path},
     )
     if found is not None and found.extra.get("count") == 1:  # (once seen again, it stays: withdraw's rule)

@@ -41,5 +41,10 @@ def repeat_min_bytes_from_env() -> int:
 # targets, MP014) stay silent below this size: both ways then cost about one copy's launch (~21 us on
 # NVLink up to ~0.5 MB, notes in rules/MP005-round-trip-transfer.md), so the difference is noise.
 WASTE_MIN_BYTES = codes.REPEAT_MIN_BYTES
+# A fresh copy of unchanging data made every call (MP011 by provenance) from one GPU to another is reported from
+# this size: a peer copy below it costs about its launch (~21 us up to ~0.5 MB on 2x H200 NVLink, above), about
+# what making the data again where it is needed costs (a kernel or a few), so the copy is no clear waste. From the
+# host (pageable, 7-13 GB/s, and the host fills it first) REPEAT_MIN_BYTES holds.
+GPU_CONST_COPY_MIN_BYTES = 1024 * 1024
 # Devices a copy to or from is no GPU-to-GPU waste (MP005's detour, MP014 compare GPUs).
 NOT_GPU = frozenset({"cpu", "meta"})

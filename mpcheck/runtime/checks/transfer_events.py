@@ -63,8 +63,7 @@ def on_transfer(
         if self.arrived_objects:
             self.on_host_made_move(src_tensor, src_dev, dst_dev, site)  # MP019
         self._check_round_trip(src_tensor, src_dev, dst_dev, site, module_path, nbytes)
-        if self._worked:
-            self.check_worked_detour(src_tensor, src_dev, dst_dev, site, module_path, nbytes)  # MP005
+        home = bool(self._worked) and self.check_worked_detour(src_tensor, src_dev, dst_dev, site, module_path, nbytes)
         if self._widened and self.wants("MP016"):
             self.check_widened_move(src_tensor, src_dev, dst_dev, site, module_path, nbytes)
         self._check_expanded(src_tensor, src_dev, dst_dev, site, module_path, nbytes)
@@ -80,7 +79,7 @@ def on_transfer(
             self._check_host_parameter(src_tensor, dst_dev, site, module_path)  # MP011, any size
         if nbytes >= self.repeat_min_bytes:  # a smaller copy costs about its launch: see REPEAT_MIN_BYTES
             if not self._check_repeat(src_tensor, dst_dev, site, module_path):
-                self._check_const_copy(src_tensor, src_dev, dst_dev, site, module_path)
+                self._check_const_copy(src_tensor, src_dev, dst_dev, site, module_path, nbytes)
         if self._tls.forwards != self._provenance_forward:  # once per forward pass at most
             self._provenance_forward = self._tls.forwards
             self._refresh_provenance()
@@ -92,7 +91,8 @@ def on_transfer(
                 arrival = StorageRef(out_tensor)
                 arrival.moved_at = self.count_transfer(src_dev, dst_dev)
                 # The storage it was copied from: still there when the data goes back (worked_detour.py)?
-                arrival.origin = weakref.ref(src_tensor.untyped_storage())
+                # (None for a worked detour's way back: the data come home, no first leg of another: worked_detour.py)
+                arrival.origin = None if home else weakref.ref(src_tensor.untyped_storage())
                 if self._allocations is not None:  # only a face that counts allocations tells an offload
                     arrival.made = self._allocations(src_dev)
                 sid = id(out_tensor.untyped_storage())

@@ -1,5 +1,5 @@
 """MP005 at run time for a detour with work: a tensor moved from one GPU to another only for one op there, whose
-result goes straight back to the first GPU, where the tensor still is (`k.to(beam_idx.device).index_select(0,
+result goes straight back to the first GPU, where the tensor was made (`k.to(beam_idx.device).index_select(0,
 beam_idx).to(k.device)`, a KV cache reordered on the beam index's GPU). The op could have run where the data is:
 its other input, smaller than the data, moved there instead (`k.index_select(0, beam_idx.to(k.device))`) costs
 one copy of fewer bytes, where the detour costs two copies of the data.
@@ -8,8 +8,10 @@ What counts (`on_arrival_worked`, called by the capture layer after an op that r
 read one arrived tensor, at most one other tensor and no parameter (a layer's weights are why a stage lives on
 its GPU), and that other tensor is smaller than the arrived one; both GPUs, not the host (a host op may be there
 for a reason of its own: an op CUDA lacks, a deterministic sort). The result is remembered weakly by its storage;
-its move back to the arrival's source (`check_worked_detour`, at the transfer), while the source's storage is
-still alive, is reported at the move back, any size: two copies where at most one of fewer bytes would do.
+its move back to the arrival's source (`check_worked_detour`, at the transfer) is reported at the move back, any
+size: two copies where at most one of fewer bytes would do. The source's storage may be gone by then (a helper
+`F.normalize(x.to(d))` whose argument died when it returned) when the result is as large as the data: the data was
+made there all the same, and the trip was for this op.
 """
 
 from __future__ import annotations
@@ -80,29 +82,42 @@ def on_arrival_worked(
 
 def check_worked_detour(
     self: Checker, t: Any, src_dev: str, dst_dev: str, site: Site | None, module: str | None, nbytes: int
-) -> None:
-    """A transfer of an op's result remembered by on_arrival_worked, back to where its data came from."""
+) -> bool:
+    """A transfer of an op's result remembered by on_arrival_worked, back to where its data came from. True
+    when it is one: the copy it makes is the data come home, no arrival of a detour of its own (transfer_events
+    gives it no origin, so that the next op on it there is not taken for the first leg of one going the other
+    way: a cache reordered on the index's GPU each step and worked on at home between)."""
     try:
         storage = t.untyped_storage()
     except Exception:
-        return
+        return False
     w = self._worked.get(id(storage))
-    if w is None or w.ref() is not storage or w.src != dst_dev or w.origin() is None:
-        return
+    if w is None or w.ref() is not storage or w.src != dst_dev:
+        return False
+    if w.origin() is None and nbytes < w.data_bytes:
+        # The data is gone from dst_dev and what comes back is smaller (a sum): the copy over may have been made
+        # for other work there that this pass had no more of (a loop's last exchange of two towers' states);
+        # only a result as large as the data (`F.normalize(x.to(d))` in a helper pinned to one GPU) says the trip
+        # was made for this op alone.
+        return False
     del self._worked[id(storage)]
     other = f"its other input ({size_words(w.other_bytes)})" if w.other_bytes else "nothing"
+    # The data may be freed on dst_dev by now (a helper's argument, gone when it returned): it was made there all
+    # the same, and the op could have run there before it was dropped.
+    where = "where the data still is" if w.origin() is not None else "where the data was made"
     self.emit(
         "MP005",
         site or UNKNOWN,
         f"detour: {size_words(w.data_bytes)} moved {dst_dev} -> {src_dev} at {w.arrival_site} only for "
-        f"`{w.op}` there, and its result ({size_words(nbytes)}) moved straight back to {dst_dev}, where the data "
-        f"still is: two copies of the data where {other} would cross instead",
+        f"`{w.op}` there, and its result ({size_words(nbytes)}) moved straight back to {dst_dev}, {where}: "
+        f"two copies of the data where {other} would cross instead",
         devices=(dst_dev, src_dev),
         modules=(module,) if module else (),
         suggestion=f"run `{w.op}` on {dst_dev}, where the data is, with {other} moved there "
         f"(`x.{w.op}(..., idx.to(x.device))` for `x.to(d).{w.op}(..., idx).to(x.device)`)",
         extra={"scope": "worked", "first_site": str(w.arrival_site), "op": w.op},
     )
+    return True
 
 
 def _bytes(t: Any) -> int:
