@@ -98,7 +98,7 @@ def selected_arrival(self: Checker, func: Any, args: Args) -> int | None:
     tensor no op has read where it arrived; else None. The rows go on as that data (`on_selected`), and the
     arrived tensor is not read by picking them: a dataset kept on one GPU whose batches all leave for another
     is data that went to the wrong GPU (round_trip.py's GPU detour), as a tensor moved on whole is."""
-    if not args or getattr(func, "__name__", "") not in SELECTIONS:
+    if len(args) < 2 or getattr(func, "__name__", "") not in SELECTIONS or not _picks_rows(self, args[-1]):
         return None
     t = args[0]
     hit = self.arrived_objects.get(id(t))
@@ -106,6 +106,14 @@ def selected_arrival(self: Checker, func: Any, args: Args) -> int | None:
         return None
     sid = hit[1]
     return sid if sid in self._arrivals and sid not in self._read_arrivals else None
+
+
+def _picks_rows(self: Checker, index: Any) -> bool:
+    """An index that gathers rows into a new tensor (a tensor or a list of them, as `data[idx]` and
+    `index_select(0, idx)` take), not a slice or `None` (a view of the same data, which is read where it is)."""
+    if isinstance(index, self._tensor_type) or type(index) is list:
+        return True
+    return type(index) is tuple and any(isinstance(i, self._tensor_type) or type(i) is list for i in index)
 
 
 def on_selected(self: Checker, out: Any, sid: int) -> None:

@@ -247,7 +247,7 @@ class Checker:
         # and per (site, destination) how many such copies were made there.
         self.provenance = Provenance(torch.Tensor)
         self._provenance_forward = -1  # the forward pass (per thread count) of the last refresh
-        self._const_copies: dict[tuple[Site, str], tuple[int, Mark]] = {}
+        self._const_copies: dict[tuple[Site, str], tuple[int, Mark, int]] = {}  # (copies, last mark, storage id)
         # Host parameters copied to a GPU in a forward: (id, device, site) -> the first step, -1 once reported.
         self._host_params: dict[tuple[int, str, Site], int] = {}
         # (id(module), site) -> how often that line moved the module to another device in a forward pass

@@ -188,19 +188,27 @@ def _check_const_copy(
     from sources kept there (or is the same bytes each time, when the Python numbers that shaped it
     are the same); the copy is the waste, whatever the bytes. Only at the user's own line
     (a library's code, which the user cannot change, is left alone). A peer copy from another GPU counts from
-    GPU_CONST_COPY_MIN_BYTES (a relative-position bucket table computed on the first stage and sent to the
-    second each forward: the copy costs what computing it again there would)."""
+    GPU_CONST_COPY_MIN_BYTES when it is made fresh each call, another storage each time (a relative-position bucket
+    table computed on the first stage and sent to the second each forward: the copy costs what computing it again
+    there would); a tensor kept (a buffer), from REPEAT_MIN_BYTES (one copy kept there would do)."""
     if site is None or site.context or not self.provenance.is_const(t):
         return
-    if src_dev not in NOT_GPU and nbytes < GPU_CONST_COPY_MIN_BYTES:
-        return  # a small peer copy costs about what making it again there would (thresholds.py)
     key = (site, dst_dev)
     mark = self._run_mark()
-    seen, last = self._const_copies.get(key, (0, mark))
+    try:
+        sid = id(t.untyped_storage())
+    except Exception:  # no storage: not followed
+        return
+    seen, last, last_sid = self._const_copies.get(key, (0, mark, sid))
     seen += 1
     if len(self._const_copies) < PURGE_AT or key in self._const_copies:
-        self._const_copies[key] = (seen, mark)
+        self._const_copies[key] = (seen, mark, sid)
     if seen < 2 or not recurs(last, mark, in_library=False):  # setup, not the model's work (recurrence.py)
+        return
+    if src_dev not in NOT_GPU and nbytes < GPU_CONST_COPY_MIN_BYTES and sid != last_sid:
+        # Made fresh on each call (another storage each time) and copied from a GPU: a small peer copy costs about
+        # what making it again there would (thresholds.py). A tensor kept (a buffer, the same storage each time):
+        # one copy kept on the other GPU would do.
         return
     if last[:3] == mark[:3]:
         # Two copies in one forward pass (`torch.zeros(s).cuda(), torch.zeros(s).cuda()`): reported from the

@@ -10,7 +10,7 @@ its GPU), and that other tensor is smaller than the arrived one; both GPUs, not 
 for a reason of its own: an op CUDA lacks, a deterministic sort). The result is remembered weakly by its storage;
 its move back to the arrival's source (`check_worked_detour`, at the transfer) is reported at the move back, any
 size: two copies where at most one of fewer bytes would do. The source's storage may be gone by then (a helper
-`F.normalize(x.to(d))` whose argument died when it returned) when the result is as large as the data: the data was
+`F.normalize(x.to(d))` whose argument died when it returned) when the result has the data's own size: the data was
 made there all the same, and the trip was for this op.
 """
 
@@ -94,11 +94,11 @@ def check_worked_detour(
     w = self._worked.get(id(storage))
     if w is None or w.ref() is not storage or w.src != dst_dev:
         return False
-    if w.origin() is None and nbytes < w.data_bytes:
-        # The data is gone from dst_dev and what comes back is smaller (a sum): the copy over may have been made
-        # for other work there that this pass had no more of (a loop's last exchange of two towers' states);
-        # only a result as large as the data (`F.normalize(x.to(d))` in a helper pinned to one GPU) says the trip
-        # was made for this op alone.
+    if w.origin() is None and nbytes != w.data_bytes:
+        # The data is gone from dst_dev and what comes back is another size (a sum, a sequence grown there): the
+        # copy over may have been made for other work there that this pass had no more of (a loop's last exchange
+        # of two towers' states, a beam's sequences that live on the last stage); only a result of the data's own
+        # size (`F.normalize(x.to(d))` in a helper pinned to one GPU) says the trip was made for this op alone.
         return False
     del self._worked[id(storage)]
     other = f"its other input ({size_words(w.other_bytes)})" if w.other_bytes else "nothing"
