@@ -255,3 +255,31 @@ for step in range(2):
 """
     (f,) = findings(src, "MP001")
     assert f.line == 19 and "`blocks[4]` is on cuda:1" in f.message
+
+
+def test_a_device_named_by_a_lambda_is_known_where_it_is_called():
+    # Round 34's t24: `dev = lambda i: f"cuda:{i}"`, a plain tensor attribute copied in every forward
+    src = """
+import torch
+import torch.nn as nn
+
+dev = lambda i, prefix="cuda": f"{prefix}:{i}"
+
+
+class VQ(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.codebook = torch.randn(2048, 64)
+
+    def forward(self, z):
+        return torch.cdist(z, self.codebook.to(z.device))
+
+
+vq = VQ().to(dev(1))
+for step in range(2):
+    vq(torch.randn(16, 64).to(dev(1)))
+"""
+    (f,) = findings(src, "MP011")
+    assert f.line == 14 and "copied to cuda:1 on every forward call" in f.message
+    # a lambda that takes what a plain call cannot bind gives an unknown device: silent
+    assert findings(src.replace('lambda i, prefix="cuda"', "lambda *i, prefix='cuda'"), "MP011") == []

@@ -24,6 +24,7 @@ from mpcheck.devices.values import (
     GRADIENT_OF_OUTPUT,
     UNK,
     AutogradCtx,
+    LambdaV,
     Obj,
     SeqV,
     Val,
@@ -133,9 +134,8 @@ def run_gradient_hook(calls: Calls, tensor: Obj, hook: Val, node: cst.Call, st: 
     dev = single(tensor.devs)
     if dev is None or dev.startswith("sym:") or not calls.interp.recorder.live:
         return
-    given = node.args[0].value if node.args and node.args[0].keyword is None else None
-    if isinstance(given, cst.Lambda) and hook is UNK:
-        hook = pre_hooks.lambda_hook(calls, given, st)
+    if isinstance(hook, LambdaV):  # `lambda g: g * mask`, given here or by a name
+        hook = pre_hooks.lambda_hook(calls, hook.node, st)
     label = dotted(node.func.value) if isinstance(node.func, cst.Attribute) else None
     grad = Obj("tensor", tensor.devs, origin=f"the gradient of `{label}`" if label else "a gradient", at=node)
     pre_hooks.call_hook(calls, hook, [grad], st, node)

@@ -42,6 +42,7 @@ from mpcheck.devices.values import (
     DictV,
     DtypeV,
     FuncRef,
+    LambdaV,
     NamePrefix,
     Obj,
     ParamsOf,
@@ -780,6 +781,8 @@ class Calls(Part):
             return obj
         if isinstance(callee, FuncRef):
             return self.call_function(callee.info, callee.bound, args, kwargs, st, node, helper=True)
+        if isinstance(callee, LambdaV):
+            return self.call_lambda(callee, args, kwargs, st)
         if isinstance(callee, Summarized):
             if refused(callee):  # its code refuses the assumed GPU count: the program stops here
                 self.interp.gpus.refute(node)
@@ -1029,6 +1032,28 @@ class Calls(Part):
             return False
         return _feeds_only(fn.node.body, name, inside, 3)
 
+    def call_lambda(self, fn: LambdaV, args: list[Val], kwargs: dict[str, Val], st: State) -> Val:
+        """`dev(1)` of `dev = lambda i: f"cuda:{i}"`: the body, evaluated with the names the lambda saw where it was
+        made and its parameters bound (plain ones; a `*args` or `**kwargs` lambda gives an unknown value)."""
+        lam = fn.node
+        params = lam.params
+        if params.star_arg not in (None, cst.MaybeSentinel.DEFAULT) or params.star_kwarg is not None:
+            return UNK
+        names = [p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params)]
+        if len(args) > len(names) or any(k not in names for k in kwargs):
+            return UNK
+        bound: dict[str, Val] = dict(zip(names, args))
+        bound.update(kwargs)
+        inner = st.copy()
+        inner.env = {**fn.env}
+        for p in (*params.posonly_params, *params.params, *params.kwonly_params):
+            if p.name.value not in bound:
+                if p.default is None:
+                    return UNK
+                bound[p.name.value] = self.interp.exprs.ev(p.default, inner)
+        inner.env.update(bound)
+        return self.interp.exprs.ev(lam.body, inner)
+
     def _lambda_of_one(self, st: State) -> Callable[[cst.Lambda, Val], Val]:
         """`type=lambda s: ...` of an argparse argument, applied to its default (command_line.method): the lambda's
         body, evaluated with its parameter bound to the value."""
@@ -1096,9 +1121,8 @@ class Calls(Part):
             # An nn.Sequential's hook (an input mover on a stage, a feature catcher): in place, on every later
             # call, also on the copies of it that holders hold (a move of its layers rebuilt it there: the same
             # layers).
-            given = node.args[0].value if node.args and node.args[0].keyword is None else None
-            if isinstance(given, cst.Lambda) and args and args[0] is UNK:
-                args = [pre_hooks.lambda_hook(self, given, st), *args[1:]]
+            if args and isinstance(args[0], LambdaV):  # `lambda m, i, o: ...`, given here or by a name
+                args = [pre_hooks.lambda_hook(self, args[0].node, st), *args[1:]]
             fn, with_kwargs = pre_hooks.hook_of(args, kwargs)
             for seq in (recv, *_same_layers(recv, st)):
                 seq.hooks = (*seq.hooks, SequentialHook(meth, fn, with_kwargs))
@@ -1106,9 +1130,8 @@ class Calls(Part):
         if meth in _FORWARD_HOOKS and isinstance(recv, Obj) and recv.kind in ("module", "any"):
             # Module.register_forward_(pre_)hook works in place, on every later call (module_call).
             extra = recv.extra or {}
-            given = node.args[0].value if node.args and node.args[0].keyword is None else None
-            if isinstance(given, cst.Lambda) and args and args[0] is UNK:
-                args = [pre_hooks.lambda_hook(self, given, st), *args[1:]]
+            if args and isinstance(args[0], LambdaV):  # `lambda m, i, o: ...`, given here or by a name
+                args = [pre_hooks.lambda_hook(self, args[0].node, st), *args[1:]]
             key = pre_hooks.PRE_HOOKS_KEY if meth == pre_hooks.PRE_HOOK else pre_hooks.POST_HOOKS_KEY
             extra = pre_hooks.registered(extra, args, kwargs, key)
             before = extra.get(HOOKS_KEY, ())

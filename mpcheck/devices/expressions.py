@@ -35,6 +35,7 @@ from mpcheck.devices.values import (
     Devs,
     DictV,
     FuncRef,
+    LambdaV,
     NamePrefix,
     Obj,
     ParamsOf,
@@ -1093,7 +1094,7 @@ class Expressions(Part):
         return UNK
 
     def ev_lambda(self, node: cst.Lambda, st: State) -> Val:
-        return UNK
+        return LambdaV(node, st.env)
 
     def ev_await(self, node: cst.Await, st: State) -> Val:
         return self.ev(node.expression, st)

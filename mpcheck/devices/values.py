@@ -355,6 +355,15 @@ class FuncRef(Val):
 
 
 @dataclass(eq=False)
+class LambdaV(Val):
+    """`lambda i: f"cuda:{i}"`: the expression and the names it saw where it was made (a closure, as Python's).
+    A call evaluates the body with its parameters bound (Calls.call_lambda)."""
+
+    node: Any  # cst.Lambda
+    env: dict[str, Any]
+
+
+@dataclass(eq=False)
 class PartialV(Val):
     """`functools.partial(func, *args, **kwargs)`: calling it calls `func` with these first."""
 
@@ -765,7 +774,7 @@ def value_key(v: Val) -> tuple[Any, ...]:
     if isinstance(v, SeqV):
         items = tuple(value_key(i) for i in v.items) if v.items is not None and len(v.items) < 8 else None
         return ("l", v.kind, items)  # (a tuple and a list of the same items answer isinstance apart)
-    return (type(v).__name__, id(v) if isinstance(v, (ClassRef, FuncRef, Summarized, PartialV)) else None)
+    return (type(v).__name__, id(v) if isinstance(v, (ClassRef, FuncRef, Summarized, PartialV, LambdaV)) else None)
 
 
 def is_module(v: Val) -> bool:
