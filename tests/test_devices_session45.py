@@ -283,3 +283,35 @@ for step in range(2):
     assert f.line == 14 and "copied to cuda:1 on every forward call" in f.message
     # a lambda that takes what a plain call cannot bind gives an unknown device: silent
     assert findings(src.replace('lambda i, prefix="cuda"', "lambda *i, prefix='cuda'"), "MP011") == []
+
+
+# Round 34's t26: a meta model materialised stage by stage, then the root for its own tensors
+TO_EMPTY = """
+import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.wte = nn.Parameter(torch.empty(100, 16))
+        self.stages = nn.ModuleList(nn.Linear(16, 16) for _ in range(2))
+
+    def forward(self, x):
+        for i, stage in enumerate(self.stages):
+            x = stage(x.to(f"cuda:{i}"))
+        return x
+
+
+with torch.device("meta"):
+    model = Net()
+for stage, dev in zip(model.stages, ["cuda:0", "cuda:1"]):
+    stage.to_empty(device=dev)
+model.to_empty(device="cuda:0"ROOT)
+"""
+
+
+def test_to_empty_of_the_root_after_its_stages_collapses_the_split():
+    (f,) = findings(TO_EMPTY.replace("ROOT", ""), "MP007")
+    assert f.line == 22 and "recurse=False" in f.message and "recurse=False" in f.suggestion
+    assert findings(TO_EMPTY.replace("ROOT", ", recurse=False"), "MP007") == []

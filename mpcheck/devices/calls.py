@@ -60,6 +60,7 @@ from mpcheck.devices.values import (
     both_cuda,
     conflict,
     failed,
+    is_module,
     is_splitish,
     join,
     join_all,
@@ -1077,6 +1078,14 @@ class Calls(Part):
                 recv.extra = {**(recv.extra or {}), OWN_MOVE_KEY: own.node}  # (in place, as Module.to works)
                 return recv
             return self.interp.moves.move(recv, meth, args, kwargs, node, st)
+        if meth == "to_empty" and is_module(recv):
+            # Module.to_empty(device=d): every parameter and buffer, of every submodule, made anew on d, as
+            # `.to(d)` moves them (a split collapses: MP007); `recurse=False` places the module's own tensors only.
+            recurse = kwargs.get("recurse")
+            if isinstance(recurse, Const) and recurse.value is False:
+                return recv
+            rest = {k: v for k, v in kwargs.items() if k != "recurse"}
+            return self.interp.moves.move(recv, "to_empty", args, rest, node, st)
         if meth == "apply" and isinstance(recv, ClassRef) and self._autograd_function(recv.info):
             # A custom torch.autograd.Function of the file: `apply(*args)` runs its static `forward(ctx, *args)`.
             fwd = recv.info.method("forward")

@@ -85,14 +85,23 @@ class CollapseSplitModel(Rule):
                     "the split is undone and the memory it saved is needed again. Remove the call and let each "
                     "stage stay where it was placed"
                 )
+            if meth == "to_empty":
+                # Materialising a meta model stage by stage, then the root for its own tensors: recurse=False.
+                undone = (
+                    "the stages placed before are made anew there, and the split is undone. Pass `recurse=False` to "
+                    "materialise only the model's own parameters and buffers"
+                )
+                tail, suggestion = ".", "pass `recurse=False`; the stages are already placed"
+            else:
+                tail = "; to change only the dtype, use `.to(dtype=...)`."
+                suggestion = f"remove `.{meth}(...)`; the stages are already placed"
             yield self.finding(
                 ctx,
                 call,
-                f"`{ctx.code(call)}` moves every stage of `{recv}` ({split_desc(mod)}) onto {onto}: {undone}; "
-                f"to change only the dtype, use `.to(dtype=...)`.",
+                f"`{ctx.code(call)}` moves every stage of `{recv}` ({split_desc(mod)}) onto {onto}: {undone}{tail}",
                 devices=split_devices(mod) + ([target] if target else []),
                 modules=split_modules(mod),
-                suggestion=f"remove `.{meth}(...)`; the stages are already placed",
+                suggestion=suggestion,
             )
         for shared in ctx.model.facts(SharedModuleMoved):
             yield self._shared(ctx, shared)
