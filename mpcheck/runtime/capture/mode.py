@@ -136,6 +136,8 @@ class CheckingMode(TorchFunctionMode):
         self._watched = checker.reduce_watch.carriers
         # Factories that take a tensor as their data and move it when given device= (`_as_moved`).
         self._as_tensor = frozenset(f for f in (torch.as_tensor, getattr(torch, "asarray", None)) if f is not None)
+        # Ops that pick rows into a new tensor (arrivals.selected_arrival): `data[idx]`, `index_select`
+        self._selections = frozenset({torch.Tensor.__getitem__, torch.Tensor.index_select, torch.index_select})
         self._factories = frozenset(f for f in (getattr(torch, n, None) for n in CONST_FACTORIES) if f is not None)
         # MP019's (checks/made_on_host.py): the factories that make a tensor from a shape alone, random ones too.
         self._shape_factories = frozenset(f for f in (getattr(torch, n, None) for n in SHAPE_FACTORIES) if f)
@@ -220,7 +222,7 @@ class CheckingMode(TorchFunctionMode):
                 if args and type(args[0]) in (list, tuple) and len(args[0]) >= _MIN_ITEMS:
                     if getattr(func, "__name__", "") in _GATHERS:  # moved one by one, then gathered? (MP021)
                         checker.on_gather(func, args[0])
-                selected = checker.selected_arrival(func, args)
+                selected = checker.selected_arrival(func, args) if func in self._selections else None
                 if selected is None:
                     hits = checker.note_reads(args, kwargs)
                 else:  # rows picked from arrived data that nothing read there: the rows go on as that data

@@ -99,6 +99,7 @@ def selected_arrival(self: Checker, func: Any, args: Args) -> int | None:
     arrived tensor is not read by picking them: a dataset kept on one GPU whose batches all leave for another
     is data that went to the wrong GPU (round_trip.py's GPU detour), as a tensor moved on whole is."""
     if len(args) < 2 or getattr(func, "__name__", "") not in SELECTIONS or not _picks_rows(self, args[-1]):
+        # (the capture layer asks only for those functions: the name is a check of the face's own)
         return None
     t = args[0]
     hit = self.arrived_objects.get(id(t))
