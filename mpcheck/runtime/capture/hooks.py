@@ -692,6 +692,16 @@ def _patch_module_moves(checker: Checker) -> list[Undo]:
             checker.on_module_move(module, target, site=user_site(), implicit=implicit)
         return _moved(orig_cuda, module, device)
 
+    orig_to_empty = nn.Module.to_empty
+
+    def module_to_empty(module, *, device, recurse=True):
+        # Every tensor made anew on `device`, as `.to(device)` moves them; `recurse=False`: its own tensors only.
+        if not tls.suspended and recurse and device is not None:
+            checker.check_device(device)
+            target = checker.devices.normalize(device)
+            checker.on_module_move(module, target, site=user_site(), implicit=target == "cuda")
+        return _moved(orig_to_empty, module, device=device, recurse=recurse)
+
     orig_cpu = nn.Module.cpu
 
     def _moved(move, module, *args, **kwargs):
@@ -711,6 +721,7 @@ def _patch_module_moves(checker: Checker) -> list[Undo]:
         patch(nn.Module, "to", module_to),
         patch(nn.Module, "cuda", module_cuda),
         patch(nn.Module, "cpu", module_cpu),
+        patch(nn.Module, "to_empty", module_to_empty),
     ]
 
 

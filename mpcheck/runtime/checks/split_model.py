@@ -21,7 +21,7 @@ def on_wrap(
 ) -> Finding | None:
     """Before DataParallel(...) / DistributedDataParallel(...) wraps `module`. Returns the
     finding when the wrap would fail (or, with move, the caller skips the wrap)."""
-    devs = [d for d in self.model_devices(module) if d != "cpu"]
+    devs = [d for d in self.model_devices(module) if d not in ("cpu", "meta")]  # (meta: not made yet)
     if len(devs) == 1 and kind == "DataParallel":
         return self._stage_off_first_device_id(module, devs[0], device_ids, site)
     if len(devs) < 2:
@@ -88,7 +88,7 @@ def on_parallel_primitive(self: Checker, name: str, module: Any, *, inside: bool
     or scatter / gather called inside the forward of `module`, inside=True) run on a model split
     over several devices: MP003. A single-device module, or a call outside any split module's
     method (a hand-written data-parallel loop), is what these functions are for: silent."""
-    devs = [d for d in self.model_devices(module) if d != "cpu"]
+    devs = [d for d in self.model_devices(module) if d not in ("cpu", "meta")]  # (meta: not made yet)
     if len(devs) < 2 or (inside and self._holds_replicas(module)):
         return None
     split = f"a model split over {', '.join(devs)}"
@@ -144,7 +144,7 @@ def on_module_move(
         implicit=implicit,
         current=self.devices.normalize("cuda") if implicit else None,
     )
-    devs = [d for d in self.model_devices(module) if d != "cpu"]
+    devs = [d for d in self.model_devices(module) if d not in ("cpu", "meta")]  # (meta: not made yet)
     if _a_deep_copy(self, module):
         return None
     if target == "cpu":
@@ -153,6 +153,8 @@ def on_module_move(
             self._pending_collapses.append(PendingCollapse(weakref.ref(module), None, site, "cpu", tuple(devs)))
         return None
     if len(devs) < 2:
+        if devs and _placed_part_pulled(self, module, devs[0], target, site):
+            return None
         _part_collapses_its_model(self, module, target, site)
         return None
     return _collapsed(
@@ -164,6 +166,37 @@ def on_module_move(
         f"this moves a model split over {', '.join(devs)} entirely onto {target}",
         "remove this call: a split model's stages are placed in its __init__; move only the inputs",
     )
+
+
+def _placed_part_pulled(self: Checker, module: Any, placed: str, target: str, site: Site | None) -> bool:
+    """`model.to(target)` while the model is being placed part by part: some of it still on the host (or meta),
+    some on the GPU `placed`, where a move of a part inside it put them (a device map applied with its root entry
+    last, `{"": "cuda:0", "layers.3": "cuda:1"}`). The move takes those parts to `target` too: the split in the
+    making is undone before the model ever ran (MP007). True when reported."""
+    if placed == target or not placed.startswith("cuda") or not target.startswith("cuda"):
+        return False
+    if not set(self.model_devices(module)) & {"cpu", "meta"}:
+        return False  # a model all on one GPU moved to another: a move, not a split undone
+    parts = [
+        (mover, mv) for mover, mv in self.placements.moves_inside(module) if mover is not module and mv.target == placed
+    ]
+    if not parts:
+        return False
+    mover, first = parts[-1]
+    # (named by its path in the model: the model has not run, so no root names it yet)
+    part = next((name for name, m in module.named_modules() if m is mover), "") or self.module_name(mover)
+    _collapsed(
+        self,
+        module,
+        site or self.sites(),
+        target,
+        (placed, target),
+        f"this moves `{self.module_name(module)}` whole onto {target}, with `{part}`, which {first.site} placed on "
+        f"{placed}: the model was being split",
+        f"place the rest of the model part by part, or move the whole first and then the parts meant for {placed} "
+        "(a device map's root entry goes first)",
+    )
+    return True
 
 
 @dataclass(frozen=True)
