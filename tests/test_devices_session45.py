@@ -315,3 +315,73 @@ def test_to_empty_of_the_root_after_its_stages_collapses_the_split():
     (f,) = findings(TO_EMPTY.replace("ROOT", ""), "MP007")
     assert f.line == 22 and "recurse=False" in f.message and "recurse=False" in f.suggestion
     assert findings(TO_EMPTY.replace("ROOT", ", recurse=False"), "MP007") == []
+
+
+# Round 33's t24: an EMA whose load_state_dict moves every shadow to the first parameter's device
+EMA = """
+import torch
+import torch.nn as nn
+
+
+class EMA:
+    def __init__(self, model, decay=0.999):
+        self.decay = decay
+        self.device = next(model.parameters()).device
+        self.shadow = {n: p.detach().clone() for n, p in model.named_parameters()}
+
+    @torch.no_grad()
+    def update(self, model):
+        for n, p in model.named_parameters():
+            self.shadow[n].lerp_(p.detach(), 1.0 - self.decay)
+
+    def load_state_dict(self, state):
+        self.decay = state["decay"]
+        self.shadow = {n: t.to(PLACE) for n, t in state["shadow"].items()}
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(8, 8).to("cuda:0")
+        self.b = nn.Linear(8, 8).to("cuda:1")
+
+    def forward(self, x):
+        return self.b(self.a(x.to("cuda:0")).to("cuda:1"))
+
+
+def main():
+    model = Net()
+    ema = EMA(model)
+    ckpt = torch.load("ckpt.pt", map_location="cpu")
+    ema.load_state_dict(ckpt["ema"])
+    for step in range(2):
+        model(torch.randn(4, 8)).sum().backward()
+        ema.update(model)
+"""
+
+
+def test_what_a_method_of_a_plain_class_assigns_to_self_is_what_its_later_calls_see():
+    (f,) = findings(EMA.replace("PLACE", "self.device"), "MP001")
+    assert f.line == 15 and "`p.detach()` is on cuda:1" in f.message  # not the decay, a number
+    assert findings(EMA.replace("PLACE", "self.shadow[n].device"), "MP001") == []
+
+
+def test_a_number_read_from_a_checkpoint_meets_tensors_on_any_device():
+    src = """
+import torch
+import torch.nn as nn
+
+lin = nn.Linear(8, 8).to("cuda:0")
+
+
+def main():
+    ckpt = torch.load("x.pt", map_location="cpu")
+    decay = ckpt["decay"]
+    for step in range(2):
+        w = torch.zeros(8, 8, device="cuda:0")
+        w.lerp_(lin.weight.detach(), 1.0 - decay)
+        y = lin(torch.randn(2, 8).to("cuda:0")) * decay
+        z = y + ckpt["bias"].to("cuda:1")  # moved: a tensor, on another GPU
+"""
+    (f,) = findings(src, "MP001")
+    assert f.line == 15 and "`ckpt[\"bias\"].to(\"cuda:1\")`" in f.message

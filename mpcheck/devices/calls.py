@@ -235,7 +235,7 @@ class Calls(Part):
             idle = self.interp.memo_idle.get(key, ())
             used(*(a for i, a in enumerate(passed) if i not in idle))
             for i, changed in self.interp.memo_changed.get(key, ()):
-                _rebind_changed(args[i], changed, st)
+                _rebind_changed(self_val if i == _SELF else args[i], changed, st)
             _leave_current(st, self.interp.memo_current.get(key))
             return _relinked(self.interp.memo[key], self.interp.memo_lineages.get(key, ((), True)), args)
         # A run in an __init__ builds that module's own parts, which its __init__ goes on to place or split:
@@ -272,8 +272,12 @@ class Calls(Part):
             sites.pop()
             running.pop()
         changes = _changed_instances(held, ends)
+        if _keeps_what_it_sets(info, self_val, st):
+            now = _self_after(self_val, ends)  # `self.shadow = {...}` in `ema.load_state_dict(state)`
+            if now is not None:
+                changes = (*changes, (_SELF, now))
         for i, changed in changes:
-            _rebind_changed(args[i], changed, st)
+            _rebind_changed(self_val if i == _SELF else args[i], changed, st)
         current = _current_after(cst_, st)
         _leave_current(st, current)
         result = cst_.given_back()
@@ -1585,6 +1589,39 @@ def _changed_instances(held: dict[str, int], ends: list[dict[str, Val]]) -> tupl
         if isinstance(now, Obj) and now.cls is not None:
             out.append((i, now))
     return tuple(out)
+
+
+_SELF = -1  # the receiver, in a call's changed instances (memo_changed): `ema.load_state_dict(...)` set its attributes
+
+
+def _keeps_what_it_sets(info: FuncInfo, self_val: Val | None, st: State) -> bool:
+    """A method of a plain class of the file (no module: an EMA, an accumulator, a cache) called outside an
+    __init__: what it assigns to `self` stays on the object for the caller's later calls."""
+    return (
+        isinstance(self_val, Obj)
+        and self_val.cls is not None
+        and self_val.attrs is not None
+        and all(b in ("object", "builtins.object") for c in self_val.cls.lineage() for b in c.bases)
+        and not st.in_init
+        and info.name != "__init__"
+    )
+
+
+def _self_after(self_val: Val | None, ends: list[dict[str, Val]]) -> Obj | None:
+    """The receiver as a method's every path left it: the attributes it assigned (`self.shadow = ...`, kept by
+    the body as `<id>.shadow`), where all paths agree; None when it assigned none."""
+    if not isinstance(self_val, Obj) or self_val.attrs is None or not ends:
+        return None
+    prefix = f"{id(self_val)}."
+    names = {k for e in ends for k in e if k.startswith(prefix)}
+    set_now: dict[str, Val] = {}
+    for k in names:
+        finals = {id(e.get(k)): e.get(k) for e in ends}
+        (v, *rest) = finals.values()
+        if rest or v is None:
+            continue  # set on some paths only, or differently: left as it was
+        set_now[k[len(prefix) :]] = v
+    return self_val.with_(attrs={**self_val.attrs, **set_now}) if set_now else None
 
 
 def _current_after(callee: State, caller: State) -> tuple[str | None, Any] | None:

@@ -22,9 +22,11 @@ from mpcheck.devices.names import a_number, canonical, dotted
 from mpcheck.devices.program import MAX_UNROLL, ClassInfo, Part, State, params_of
 from mpcheck.devices.summarized import constant_value, summarized_attr
 from mpcheck.devices.values import (
+    BY_KEY,
     CURRENT,
     FAILED,
     GRADIENT_OF_OUTPUT,
+    LOADED,
     OFF_CHAIN,
     PROBE,
     UNK,
@@ -59,6 +61,7 @@ from mpcheck.devices.values import (
     join_devs,
     known_tensor,
     made_on_cpu_by_default,
+    maybe_a_number,
     one,
     single,
     spans_of,
@@ -330,6 +333,10 @@ class Expressions(Part):
                 what = base.label or "the tensor"
                 if self.check_operand(node, idx, base.devs, st, what=what, op="index", expr=node.slice[0].slice.value):
                     return FAILED
+            if base.kind == "any" and base.origin.startswith(LOADED) and isinstance(idx, Const):
+                # An entry of a loaded checkpoint, by its key: maybe a number (values.maybe_a_number)
+                origin = base.origin if base.origin.endswith(BY_KEY) else base.origin + BY_KEY
+                return base.with_(label="", kind="any", origin=origin, worked=True)
             return base.with_(
                 label="",
                 kind=_element_kind(base, node, [idx]),
@@ -871,6 +878,11 @@ class Expressions(Part):
                 return SeqV(seq.items * times.value, kind=seq.kind)
             return SeqV(None, elem=seq.elem if seq.items is None else join_all(seq.items), kind=seq.kind)
         if isinstance(a, Obj) and isinstance(b, Obj) and a.kind != "module" and b.kind != "module":
+            if maybe_a_number(a) or maybe_a_number(b):
+                # `1.0 - ckpt["decay"]`, `x * state["scale"]`: a number, maybe, read from a checkpoint: what it
+                # meets decides where the result is, as with a number
+                other = b if maybe_a_number(a) else a
+                return other.with_(label="", invariant=False, worked=True) if not maybe_a_number(other) else other
             if a.kind == "scalar":
                 return b.with_(label="", invariant=False, worked=True) if b.kind != "scalar" else a
             if b.kind == "scalar":
@@ -949,6 +961,8 @@ class Expressions(Part):
             )
         if _host_scalar(a) and not isinstance(b, Const) or _host_scalar(b) and not isinstance(a, Const):
             return UNK  # a 0-d CPU tensor with a value not known: the result is where that value is
+        if maybe_a_number(a) or maybe_a_number(b):
+            return a if maybe_a_number(a) else b  # `1.0 - ckpt["decay"]`: still maybe a number
         if isinstance(a, Obj) and a.kind != "module":
             return a.with_(
                 label="",
@@ -1160,7 +1174,7 @@ class Expressions(Part):
         """Reports `val` when it is certainly not on `devs` (where `module`, or the tensor `other`,
         is); True when it did."""
         self.interp.recorder.need(node, arg_index, devs)
-        if not isinstance(val, Obj) or val.kind in ("scalar", "module"):
+        if not isinstance(val, Obj) or val.kind in ("scalar", "module") or maybe_a_number(val):
             return False
         self.probe_hit(val, devs, other)
         c = conflict(val.devs, devs)

@@ -90,6 +90,7 @@ from mpcheck.devices.values import (
     join,
     join_all,
     known_tensor,
+    maybe_a_number,
     one,
     placements,
     show,
@@ -310,7 +311,7 @@ class Library(Part):
                 self.interp.exprs.probe_hit(a, b.devs, b)
         first_at = -1  # the place of `first` in `flat`
         for k, (a, e) in enumerate(flat):
-            if not isinstance(a, Obj) or a.kind in ("scalar", "module", "passthrough", "loss"):
+            if not isinstance(a, Obj) or a.kind in ("scalar", "module", "passthrough", "loss") or maybe_a_number(a):
                 continue
             if first is not None:
                 self.interp.recorder.need(node, "op", first[0].devs)  # an unknown device too: then no fix

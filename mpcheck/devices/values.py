@@ -512,6 +512,19 @@ OFF_CHAIN = -1
 # The origin of what torch.load(..., map_location=<one device>) gives (library._load): a state dict whose
 # tensors are all there, which load_state_dict(..., assign=True) puts into a module as they are.
 LOADED = "loaded by torch.load with"
+
+
+def maybe_a_number(v: Val) -> bool:
+    """An entry of what torch.load gave, read by its key and not yet used as a tensor (`ckpt["decay"]`): a
+    checkpoint holds numbers beside tensors (a step count, an EMA's decay), and `map_location` moves only the
+    tensors. Such a value is compared with no device; once moved (`.to(dev)`: a number has no `.to`), it is a
+    tensor."""
+    return isinstance(v, Obj) and v.kind == "any" and v.origin.startswith(LOADED) and v.origin.endswith(BY_KEY)
+
+
+BY_KEY = ", an entry read by its key"  # the end of such an entry's origin (expressions.ev_subscript)
+
+
 MOVED_SOMEWHERE = "moved by .{meth}() to a device not known here"  # the origin of a module moved so (moves.py)
 HOOKS_KEY = "forward hooks"  # the key, in a module's `extra`, of the forward hooks registered on it (calls.py)
 # The key, in a module's `extra`, of its class's own `to()` that moved only its plain tensors (the FunctionDef), when
