@@ -4,13 +4,8 @@ from __future__ import annotations
 
 from lint_helpers import findings
 
-# Round 33's t11: fp16 overflow checked by hand, one host read per parameter per step
-PER_PARAMETER = """
-import torch
-import torch.nn as nn
-
-
-class Net(nn.Module):
+# A model split over two GPUs, for the cases below
+SPLIT_NET = """class Net(nn.Module):
     def __init__(self):
         super().__init__()
         self.a = nn.Linear(8, 8).to("cuda:0")
@@ -18,7 +13,18 @@ class Net(nn.Module):
 
     def forward(self, x):
         return self.b(self.a(x.to("cuda:0")).to("cuda:1"))
+"""
 
+# Round 33's t11: fp16 overflow checked by hand, one host read per parameter per step
+PER_PARAMETER = (
+    """
+import torch
+import torch.nn as nn
+
+
+"""
+    + SPLIT_NET
+    + """
 
 def main():
     model = Net()
@@ -29,6 +35,7 @@ def main():
         LOOP
         opt.step()
 """
+)
 
 
 def _per_parameter(loop: str) -> list:
@@ -318,7 +325,8 @@ def test_to_empty_of_the_root_after_its_stages_collapses_the_split():
 
 
 # Round 33's t24: an EMA whose load_state_dict moves every shadow to the first parameter's device
-EMA = """
+EMA = (
+    """
 import torch
 import torch.nn as nn
 
@@ -338,16 +346,9 @@ class EMA:
         self.decay = state["decay"]
         self.shadow = {n: t.to(PLACE) for n, t in state["shadow"].items()}
 
-
-class Net(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.a = nn.Linear(8, 8).to("cuda:0")
-        self.b = nn.Linear(8, 8).to("cuda:1")
-
-    def forward(self, x):
-        return self.b(self.a(x.to("cuda:0")).to("cuda:1"))
-
+"""
+    + SPLIT_NET
+    + """
 
 def main():
     model = Net()
@@ -358,6 +359,7 @@ def main():
         model(torch.randn(4, 8)).sum().backward()
         ema.update(model)
 """
+)
 
 
 def test_what_a_method_of_a_plain_class_assigns_to_self_is_what_its_later_calls_see():
@@ -384,4 +386,4 @@ def main():
         z = y + ckpt["bias"].to("cuda:1")  # moved: a tensor, on another GPU
 """
     (f,) = findings(src, "MP001")
-    assert f.line == 15 and "`ckpt[\"bias\"].to(\"cuda:1\")`" in f.message
+    assert f.line == 15 and '`ckpt["bias"].to("cuda:1")`' in f.message
