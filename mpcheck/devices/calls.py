@@ -1641,7 +1641,7 @@ def _leave_current(st: State, current: tuple[str | None, Any] | None) -> None:
         st.cur, st.setdev = current
 
 
-def _rebind_changed(given: Val, now: Obj, st: State) -> None:
+def _rebind_changed(given: Val | None, now: Obj, st: State) -> None:
     """The caller's names for an instance its callee changed in place (Python passes the object, not a
     copy) hold it as it is now (its parameter was not bound anew there: _rebound_names)."""
     if now is given or not isinstance(given, Obj) or given.cls is not now.cls:
