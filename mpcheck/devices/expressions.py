@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import libcst as cst
 
-from mpcheck.devices import device_loops, element_reads, map_lookups, torchapi, ways
+from mpcheck.devices import device_loops, element_reads, library, map_lookups, torchapi, ways
 from mpcheck.devices.events import Mismatch, OversizedMove
 from mpcheck.devices.moves import plain_device_move
 from mpcheck.devices.names import a_number, canonical, dotted
@@ -689,7 +689,10 @@ class Expressions(Part):
             and made.cls is not None
             and made.ident is None
         ):
-            return made.with_(ident=self.interp.new_ident(made.cls.name))
+            # (a copy of its parts too, each an object of its own: a move of one item changes no other)
+            fresh = library.copied(self.interp.library, made)
+            assert isinstance(fresh, Obj)
+            return fresh.with_(ident=self.interp.new_ident(made.cls.name))
         return made
 
     def _nested_spans(

@@ -1084,10 +1084,10 @@ def _deep_copy(lib: Library, c: LibCall) -> Val:
     v = c.args[0] if c.args else UNK
     if isinstance(v, Obj) and v.kind == "module" and is_splitish(v):
         # A copy of a split model moved whole (an EMA, a teacher kept on one GPU) undoes no split: Moves.move.
-        copied = _copied(lib, v)
-        assert isinstance(copied, Obj)
-        return copied.with_(extra={**(copied.extra or {}), "deep_copy": True})
-    return _copied(lib, v) if isinstance(v, (Obj, SeqV, DictV)) else UNK
+        made = copied(lib, v)
+        assert isinstance(made, Obj)
+        return made.with_(extra={**(made.extra or {}), "deep_copy": True})
+    return copied(lib, v) if isinstance(v, (Obj, SeqV, DictV)) else UNK
 
 
 def _averaged_model(lib: Library, c: LibCall) -> Val:
@@ -1100,24 +1100,22 @@ def _averaged_model(lib: Library, c: LibCall) -> Val:
     return lib.interp.moves.move(copied, "to", [device], {}, c.node, c.st)
 
 
-def _copied(lib: Library, v: Val, depth: int = 0) -> Val:
+def copied(lib: Library, v: Val, depth: int = 0) -> Val:
     """A deep copy of `v`: every module object inside it a new one (Obj.ident), so that moving the copy
     moves none of the original's parts (an `nn.Sequential`'s layers, an instance's submodules)."""
     if depth > 6:
         return v
     if isinstance(v, Obj):
         return v.with_(
-            attrs={k: _copied(lib, a, depth + 1) for k, a in v.attrs.items()} if v.attrs is not None else None,
+            attrs={k: copied(lib, a, depth + 1) for k, a in v.attrs.items()} if v.attrs is not None else None,
             ident=lib.interp.new_ident(lib.interp.ident_names.get(v.ident, "copy")) if v.ident is not None else None,
             extra=dict(v.extra) if v.extra else v.extra,
         )
     if isinstance(v, SeqV):
-        items = tuple(_copied(lib, i, depth + 1) for i in v.items) if v.items is not None else None
+        items = tuple(copied(lib, i, depth + 1) for i in v.items) if v.items is not None else None
         return SeqV(items, elem=v.elem, kind=v.kind, module=v.module, spans=v.spans, spans_by=v.spans_by)
     if isinstance(v, DictV):
-        return DictV(
-            {k: _copied(lib, a, depth + 1) for k, a in v.items.items()}, module=v.module, namespace=v.namespace
-        )
+        return DictV({k: copied(lib, a, depth + 1) for k, a in v.items.items()}, module=v.module, namespace=v.namespace)
     return v
 
 

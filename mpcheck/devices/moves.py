@@ -886,8 +886,9 @@ def _swapped(v: Val, old: Val, new: Val, depth: int = 0) -> Val | None:
         return None
     if isinstance(v, SeqV) and v.items is None and v.elem is not None and _one_object(v.elem, old):
         # A list of unknown length whose items the model knows as one value (`list(Block() for _ in range(n))`):
-        # moved through a loop over it, each is; through one index, which one is not known (then silent).
-        return SeqV(None, elem=new, kind=v.kind, module=v.module, hooks=v.hooks)
+        # some of them moved (a loop over it, an index, a slice held elsewhere too: `ModuleList(layers[:half])`),
+        # which ones is not known. Where they are is then not known either: silent.
+        return SeqV(None, elem=join(old, new), kind=v.kind, module=v.module, hooks=v.hooks)
     if isinstance(v, SeqV) and v.items is not None:
         # (a plain list too: it holds the objects, so the one moved is moved where the list holds it)
         places = sum(1 for i in v.items if _one_object(i, old))
