@@ -18,7 +18,7 @@ from mpcheck.devices import torchapi as T
 from mpcheck.devices.callers import built_with_devices, note_call
 from mpcheck.devices.command_line import ParserV, SubparsersV, add_command
 from mpcheck.devices.events import Collapse, LayerInPlainListOnHost, LossMismatch, Mismatch, OversizedMove
-from mpcheck.devices.moves import moved_instance, plain_device_move
+from mpcheck.devices.moves import moved_instance, one_object, plain_device_move
 from mpcheck.devices.names import canonical, dotted
 from mpcheck.devices.placing import placed_view, places_parts
 from mpcheck.devices.program import MAX_DEPTH, MAX_RECURSION, ClassInfo, FuncInfo, Part, State, params_of
@@ -1064,9 +1064,7 @@ class Calls(Part):
         body, evaluated with its parameter bound to the value."""
 
         def apply(lam: cst.Lambda, value: Val) -> Val:
-            inner = st.copy()
-            inner.env = {**st.env, lam.params.params[0].name.value: value}
-            return self.interp.exprs.ev(lam.body, inner)
+            return self.call_lambda(LambdaV(lam, st.env), [value], {}, st)
 
         return apply
 
@@ -1873,22 +1871,13 @@ def _rnn_output(nn_class: str | None, out: Obj) -> Val:
 def _plain_list_holder(owner: Obj, mod: Obj) -> cst.BaseExpression | None:
     """The value its class assigns to the attribute of `owner` that holds `mod` in a plain list (`[Block(c) for _
     in range(depth)]` of `self.blocks = ...`), else None."""
-    attr = (
-        next(
-            (
-                a
-                for a, v in owner.attrs.items()
-                if isinstance(v, SeqV)
-                and not v.module
-                and v.items
-                and any(
-                    i is mod or (isinstance(i, Obj) and i.ident is not None and i.ident == mod.ident) for i in v.items
-                )
-            ),
-            None,
-        )
-        if owner.attrs
-        else None
+    attr = next(
+        (
+            a
+            for a, v in (owner.attrs or {}).items()
+            if isinstance(v, SeqV) and not v.module and v.items and any(one_object(i, mod) for i in v.items)
+        ),
+        None,
     )
     if attr is None or owner.cls is None:
         return None

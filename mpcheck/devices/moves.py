@@ -870,7 +870,7 @@ def _item_of(container: cst.BaseExpression | None, key: object) -> cst.BaseExpre
     return cst.Subscript(container, [cst.SubscriptElement(cst.Index(index))])
 
 
-def _one_object(v: Val, old: Val) -> bool:
+def one_object(v: Val, old: Val) -> bool:
     """Is `v` the module `old`, or another view of the same object (Obj.ident: `nn.ModuleList([Block()] * n)` holds
     one block n times; moved through one item, every item is the moved block)?"""
     return v is old or (isinstance(v, Obj) and isinstance(old, Obj) and old.ident is not None and v.ident == old.ident)
@@ -880,27 +880,27 @@ def _swapped(v: Val, old: Val, new: Val, depth: int = 0) -> Val | None:
     """`v` itself when it is `old` (a part moved through another name: `model.get_submodule("head").to(d)`),
     or a ModuleList or ModuleDict (nested at most thrice) holding `new` where it held `old`; None where it does
     not hold `old`."""
-    if _one_object(v, old) and depth == 0 and isinstance(v, Obj) and v.kind == "module":
+    if one_object(v, old) and depth == 0 and isinstance(v, Obj) and v.kind == "module":
         return new
     if depth > 2:
         return None
-    if isinstance(v, SeqV) and v.items is None and v.elem is not None and _one_object(v.elem, old):
+    if isinstance(v, SeqV) and v.items is None and v.elem is not None and one_object(v.elem, old):
         # A list of unknown length whose items the model knows as one value (`list(Block() for _ in range(n))`):
         # some of them moved (a loop over it, an index, a slice held elsewhere too: `ModuleList(layers[:half])`),
         # which ones is not known. Where they are is then not known either: silent.
         return SeqV(None, elem=join(old, new), kind=v.kind, module=v.module, hooks=v.hooks)
     if isinstance(v, SeqV) and v.items is not None:
         # (a plain list too: it holds the objects, so the one moved is moved where the list holds it)
-        places = sum(1 for i in v.items if _one_object(i, old))
+        places = sum(1 for i in v.items if one_object(i, old))
         if places > 1 and isinstance(old, Obj) and old.ident is None:
             # One value at several places but no object known to be one (instances of a class built alike outside
             # an __init__ share one memoised value): which of them moved is not known.
             new = join(old, new)
-        items = [new if _one_object(i, old) else _swapped(i, old, new, depth + 1) or i for i in v.items]
+        items = [new if one_object(i, old) else _swapped(i, old, new, depth + 1) or i for i in v.items]
         changed = any(a is not b for a, b in zip(items, v.items))
         return SeqV(tuple(items), elem=v.elem, kind=v.kind, module=v.module, hooks=v.hooks) if changed else None
     if isinstance(v, DictV) and v.module:
-        held = {k: new if _one_object(i, old) else _swapped(i, old, new, depth + 1) or i for k, i in v.items.items()}
+        held = {k: new if one_object(i, old) else _swapped(i, old, new, depth + 1) or i for k, i in v.items.items()}
         changed = any(held[k] is not i for k, i in v.items.items())
         return DictV(held, module=True) if changed else None
     if isinstance(v, Obj) and v.kind == "module" and v.cls is not None and v.attrs is not None:
@@ -908,7 +908,7 @@ def _swapped(v: Val, old: Val, new: Val, depth: int = 0) -> Val | None:
         # `model.modules()` or `model.get_submodule("enc.blocks.0")`.
         whole: Val = v
         for attr, part in list(v.attrs.items()):
-            swapped = new if _one_object(part, old) else _swapped(part, old, new, depth + 1)
+            swapped = new if one_object(part, old) else _swapped(part, old, new, depth + 1)
             if swapped is not None and (view := with_part_replaced(whole, attr, swapped)) is not None:
                 whole = view
         return whole if whole is not v else None

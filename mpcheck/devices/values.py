@@ -268,7 +268,7 @@ class Obj(Val):
         return replace(self, **kw)
 
 
-_MAX_PATHS = 4
+MAX_PATHS = 4  # the ways a value whose device depends on an `if` keeps (ways.py); more: not followed
 
 
 def _joined_paths(a: Obj, b: Obj) -> tuple[Path, ...] | None:
@@ -276,7 +276,7 @@ def _joined_paths(a: Obj, b: Obj) -> tuple[Path, ...] | None:
     if not (a.paths or b.paths):
         return None
     joined = tuple(dict.fromkeys((*(a.paths or ()), *(b.paths or ()))))
-    return joined if len(joined) <= _MAX_PATHS else None
+    return joined if len(joined) <= MAX_PATHS else None
 
 
 def made_by(v: Obj) -> Any:

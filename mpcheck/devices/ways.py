@@ -25,17 +25,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import libcst as cst
 
-from mpcheck.devices.values import Devs, Obj, Val, conflict, single
+from mpcheck.devices.values import MAX_PATHS, Devs, Obj, Val, conflict, single
 from mpcheck.devices.walk import walk
 
 if TYPE_CHECKING:
     from mpcheck.devices.program import State
 
-_MAX_WAYS = 4  # (values._MAX_PATHS: the ways a joined value keeps)
 
 # Names in a test about devices or the split (`self.last_dev != self.first_dev`, `torch.cuda.device_count() > 1`,
 # `self.model_parallel`): what it guards is placed together with what follows it.
@@ -82,7 +81,7 @@ def note_ways(
     if asks_about_devices(test):
         return
     for name, j in joined.env.items():
-        if not (isinstance(j, Obj) and j.kind == "tensor" and j.devs is not None and len(j.devs) > 1):
+        if not _on_several(j):
             continue
         found = _ways_of(name, then, other, test, outer, before.get(name))
         if found is not None:
@@ -92,22 +91,15 @@ def note_ways(
 def ways_of_choice(choice: cst.IfExp, body: Val, orelse: Val, joined: Val, outer: frozenset[int]) -> Val:
     """`a if c else b`: the joined value, with the value on each way when they are tensors on different known
     devices, each computed there (not a name as it was)."""
-    test, exprs = choice.test, (choice.body, choice.orelse)
-    if not (isinstance(joined, Obj) and joined.kind == "tensor" and joined.devs is not None and len(joined.devs) > 1):
-        return joined
-    if asks_about_devices(test):
+    test = choice.test
+    if not _on_several(joined) or asks_about_devices(test):
         return joined
     ways: list[Path] = []
-    for v, e, taken in ((body, exprs[0], True), (orelse, exprs[1], False)):
-        if not (isinstance(v, Obj) and v.kind == "tensor") or isinstance(e, (cst.Name, cst.Attribute)):
-            return joined  # (`x.to(d) if c else x`: the value as it was on one way, as for an `if`)
-        if v.paths:
-            ways.extend(v.paths)
-        elif single(v.devs) is not None:
-            ways.append(Path(v, test, taken, outer))
-        else:
+    for v, e, taken in ((body, choice.body, True), (orelse, choice.orelse, False)):
+        # (`x.to(d) if c else x`: the value as it was on one way, as for an `if`)
+        if isinstance(e, (cst.Name, cst.Attribute)) or not _add_way(ways, v, test, taken, outer):
             return joined
-    return replace(joined, paths=tuple(ways)) if len(ways) <= _MAX_WAYS else joined
+    return replace(joined, paths=tuple(ways)) if len(ways) <= MAX_PATHS else joined
 
 
 def _ways_of(
@@ -119,15 +111,28 @@ def _ways_of(
     for states, taken in ((then, True), (other, False)):
         for s in states:
             v = s.env.get(name)
-            if not (isinstance(v, Obj) and v.kind == "tensor") or v is before:
+            if v is before or not _add_way(ways, v, test, taken, outer):
                 return None
-            if v.paths:
-                ways.extend(v.paths)  # an `if` inside this one: its own ways, with its own test
-            elif single(v.devs) is not None:
-                ways.append(Path(v, test, taken, outer))
-            else:
-                return None
-    return tuple(ways) if 2 <= len(ways) <= _MAX_WAYS else None
+    return tuple(ways) if 2 <= len(ways) <= MAX_PATHS else None
+
+
+def _on_several(v: Val) -> TypeGuard[Obj]:
+    """A tensor the join left on several known devices."""
+    return isinstance(v, Obj) and v.kind == "tensor" and v.devs is not None and len(v.devs) > 1
+
+
+def _add_way(ways: list[Path], v: Val | None, test: cst.BaseExpression, taken: bool, outer: frozenset[int]) -> bool:
+    """Add the way(s) `v` came by: its own ways (an `if` inside this one, with its own test), or this way when
+    it is a tensor of one known device; False when it is neither."""
+    if not (isinstance(v, Obj) and v.kind == "tensor"):
+        return False
+    if v.paths:
+        ways.extend(v.paths)
+        return True
+    if single(v.devs) is None:
+        return False
+    ways.append(Path(v, test, taken, outer))
+    return True
 
 
 def asks_about_devices(test: cst.BaseExpression) -> bool:

@@ -222,7 +222,7 @@ class CheckingMode(TorchFunctionMode):
                 if args and type(args[0]) in (list, tuple) and len(args[0]) >= _MIN_ITEMS:
                     if getattr(func, "__name__", "") in _GATHERS:  # moved one by one, then gathered? (MP021)
                         checker.on_gather(func, args[0])
-                selected = checker.selected_arrival(func, args) if func in self._selections else None
+                selected = checker.selected_arrival(args) if func in self._selections else None
                 if selected is None:
                     hits = checker.note_reads(args, kwargs)
                 else:  # rows picked from arrived data that nothing read there: the rows go on as that data

@@ -88,18 +88,13 @@ def note_view(self: Checker, base: Any, view: Any) -> None:
         self.note_arrived(view, hit[1])
 
 
-# Ops that pick rows of their first argument (a batch gathered from a GPU-resident dataset, `data[idx]`,
-# `data.index_select(0, idx)`): a new tensor holding some of its data, and no work on it.
-SELECTIONS = frozenset({"__getitem__", "index_select"})
-
-
-def selected_arrival(self: Checker, func: Any, args: Args) -> int | None:
-    """The arrival storage whose rows `func(*args)` picks, when it is a selection (SELECTIONS) of an arrived
+def selected_arrival(self: Checker, args: Args) -> int | None:
+    """The arrival storage whose rows an op called with `args` picks, the op being one that picks rows into a new tensor
+    (`data[idx]`, `data.index_select(0, idx)`: the capture layer asks for those only), of an arrived
     tensor no op has read where it arrived; else None. The rows go on as that data (`on_selected`), and the
     arrived tensor is not read by picking them: a dataset kept on one GPU whose batches all leave for another
     is data that went to the wrong GPU (round_trip.py's GPU detour), as a tensor moved on whole is."""
-    if len(args) < 2 or getattr(func, "__name__", "") not in SELECTIONS or not _picks_rows(self, args[-1]):
-        # (the capture layer asks only for those functions: the name is a check of the face's own)
+    if len(args) < 2 or not _picks_rows(self, args[-1]):
         return None
     t = args[0]
     hit = self.arrived_objects.get(id(t))

@@ -64,13 +64,14 @@ def note_root(self: Checker, root: Any, below: frozenset[str]) -> None:
     if "cpu" in below:
         for name, m in root.named_modules():
             _note_if_left(self, m, name, left)
+    module_type = _module_type()
     for name, m in root.named_modules():
         for attr, held in vars(m).items():
             if attr.startswith("_") or type(held) not in (list, tuple, dict):
                 continue
             items = held.items() if type(held) is dict else enumerate(held)
             for key, item in list(items)[:_MAX_HELD]:
-                if isinstance(item, _module_type()):
+                if isinstance(item, module_type):
                     where = f"{name}.{attr}" if name else attr
                     for sub, part in cast(Any, item).named_modules():
                         _note_if_left(self, part, f"{where}[{key!r}]" + (f".{sub}" if sub else ""), left, plain=True)
@@ -83,8 +84,6 @@ def note_root(self: Checker, root: Any, below: frozenset[str]) -> None:
 
 
 _MAX_HELD = 64  # items of one plain container looked at (a list of layers, not a dataset)
-# Layers held in a plain container rather than registered: noted by id, for the message (_report)
-_PLAIN = "plain"
 
 
 def _module_type() -> type:
