@@ -275,13 +275,16 @@ def _analyze_tree(
     ctx = FileContext(path, source, module, modname, project, callers=for_count(callers, None))
     findings = _run_rules(ctx, rules)
     counted = [c for c in callers if "gpus" in c]  # contexts of a caller's runs under a count
-    by_count = bool(gpus and ctx.model_built and (ctx.model.asks_gpu_count or counted))
+    # (A rule that only compares counts, MP032, reads no model in the base run: the base model is built for it.)
+    compares_counts = any(hasattr(r, "check_counts") for r in rules)
+    by_count = bool(gpus and (ctx.model_built or compares_counts) and (ctx.model.asks_gpu_count or counted))
     # Under counts, every call takes part in deciding which runs are worth going on (counted_calls): all kept.
     calls = _outgoing_calls(ctx, None if by_count else keeps_call)
     if by_count:
         from mpcheck.rules.gpucounts import CountRun, merge, refused_by_callers, worth_going_on
 
         runs = []
+        allowed: list[tuple[int, Any]] = []  # (count, its FileContext) for the rules that compare counts
         calls_by_count: dict[int, list[dict[str, Any]]] = {}
         for count in gpus:
             ctx_k = FileContext(
@@ -291,14 +294,42 @@ def _analyze_tree(
             if not ctx.model.asks_gpu_count and refused_by_callers(counted, count):
                 refuted = True  # every caller that passes count-dependent devices refuses this count
             runs.append(CountRun(count, _run_rules(ctx_k, rules), refuted))
+            if not refuted:
+                allowed.append((count, ctx_k))
             calls_by_count[count] = _outgoing_calls(ctx_k)
-            if not worth_going_on(findings, runs) and not counted_calls(calls, calls_by_count, runs):
+            if (
+                not worth_going_on(findings, runs)
+                and not counted_calls(calls, calls_by_count, runs)
+                and not _fewer_gpus_than_count(allowed)
+            ):
                 break  # the fewest allowed count gives nothing new: no finding can be kept
         else:
             findings = merge(findings, runs)
             calls += counted_calls(calls, calls_by_count, runs)
+        findings += _across_counts(allowed, rules)
     findings.sort(key=Finding.sort_key)
     return FileResult(findings, ctx.used_modules, calls)
+
+
+def _fewer_gpus_than_count(allowed: Sequence[tuple[int, Any]]) -> bool:
+    """Whether the fewest allowed count, run alone so far, moved modules to GPUs, but to fewer than it has: a
+    split the next count makes may have waited for more GPUs than it uses (MP032 compares the runs)."""
+    if len(allowed) != 1:
+        return False
+    count, ctx = allowed[0]
+    return 0 < len(ctx.model.placed_gpus) < count
+
+
+def _across_counts(allowed: Sequence[tuple[int, Any]], rules: list[Any]) -> list[Finding]:
+    """The findings of rules that compare the runs under assumed counts (a `check_counts` method)."""
+    out: list[Finding] = []
+    for rule_cls in rules:
+        if hasattr(rule_cls, "check_counts"):
+            try:
+                out.extend(rule_cls().check_counts(allowed))
+            except Exception as exc:  # as _run_rules: the file is reported as not checked
+                raise RuleCrash(allowed[0][1].path, rule_cls.code, exc) from exc
+    return out
 
 
 def _outgoing_calls(ctx: Any, keeps_call: Callable[[str], bool] | None = None) -> list[dict[str, Any]]:

@@ -321,6 +321,15 @@ CODES: tuple[Code, ...] = (
         "never reached them.",
         (LINT, RUN, DRYRUN),
     ),
+    # Only the linter interprets a file under several GPU counts (devices/gpucount.py); a run has one.
+    Code(
+        "MP032",
+        "split-waits-for-one-gpu-more",
+        "warning",
+        "A test on the GPU count splits the model only with more GPUs than the split uses: with exactly as many "
+        "(the usual 2 for 2 stages) every part lands on one GPU and the others idle.",
+        (LINT,),
+    ),
 )
 
 BY_CODE: dict[str, Code] = {c.code: c for c in CODES}

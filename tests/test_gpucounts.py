@@ -292,3 +292,79 @@ def test_a_finding_some_allowed_counts_lack_gets_no_fix():
     runs = [CountRun(2, [replace(f(), fix=edit)], False), CountRun(4, [], False)]
     (out,) = merge([], runs)
     assert out.message == "With 2 GPUs: m" and out.fix is None  # with 4 GPUs the edit would fix nothing
+
+
+# ----------------------------------------------------------------- MP032: a split that waits for one GPU more
+
+
+def lint32(source: str, gpus=(2, 4, 8)) -> list[Finding]:
+    return analysis.analyze("x.py", textwrap.dedent(source), frozenset({"MP032"}), "x", {}, gpus).findings
+
+
+_PICK = """
+import torch
+import torch.nn as nn
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        n = torch.cuda.device_count()
+        self.devs = {devs}
+        self.enc = nn.Linear(64, 64).to(self.devs[0])
+        self.dec = nn.Linear(64, 8).to(self.devs[1])
+
+    def forward(self, x):
+        return self.dec(self.enc(x.to(self.devs[0])).to(self.devs[1]))
+
+model = Net()
+out = model(torch.randn(4, 64))
+"""
+
+
+def test_mp032_a_conditional_expression_that_splits_only_with_one_gpu_more_is_the_threshold():
+    (found,) = lint32(_PICK.format(devs='["cuda:0", "cuda:1"] if n > 2 else ["cuda:0", "cuda:0"]'))
+    assert (found.code, found.line) == ("MP032", 9)
+    assert "`n > 2` is false" in found.message and "with 2 GPUs cuda:1 idles" in found.message
+    assert found.devices == ("cuda:0", "cuda:1")
+
+
+@pytest.mark.parametrize(
+    "devs",
+    [
+        '["cuda:0", "cuda:1"] if n >= 2 else ["cuda:0", "cuda:0"]',  # the split runs with 2 GPUs
+        '["cuda:0", "cuda:1"]',  # no test: the same every count
+        '[f"cuda:{i + 1}" for i in range(2)] if n > 2 else ["cuda:0", "cuda:0"]',  # cuda:2 is not there with 2
+        '["cuda:0", "cuda:0"]',  # never split
+    ],
+)
+def test_mp032_silent_where_the_fewest_count_cannot_run_the_split_or_runs_it(devs):
+    assert lint32(_PICK.format(devs=devs)) == []
+
+
+def test_mp032_silent_where_a_larger_count_also_uses_a_gpu_the_fewest_lacks():
+    source = _PICK.format(devs='["cuda:0", "cuda:1"] if n > 2 else ["cuda:0", "cuda:0"]') + textwrap.dedent(
+        """
+        if torch.cuda.device_count() > 2:
+            teacher = nn.Linear(64, 8).to("cuda:2")
+        """
+    )
+    assert lint32(source) == []
+
+
+def test_mp032_silent_where_the_code_refuses_the_fewest_count():
+    source = _PICK.format(devs='["cuda:0", "cuda:1"] if n > 2 else ["cuda:0", "cuda:0"]').replace(
+        "n = torch.cuda.device_count()", "n = torch.cuda.device_count()\n        assert n >= 4"
+    )
+    assert lint32(source) == []  # 4 is the fewest allowed, and it splits there
+
+
+def test_mp032_counts_compared_are_the_allowed_ones():
+    source = _PICK.format(devs='["cuda:0", "cuda:1"] if n > 4 else ["cuda:0", "cuda:0"]').replace(
+        "n = torch.cuda.device_count()", "n = torch.cuda.device_count()\n        assert n >= 4"
+    )
+    # With 2 GPUs the code stops; 4 is the fewest it allows, and with 4 it still falls back to one GPU although
+    # the split over cuda:0 and cuda:1 would run there: reported, with 4 and 8 as the counts compared.
+    found = analysis.analyze("x.py", textwrap.dedent(source), frozenset({"MP032"}), "x", {}, (2, 4, 8)).findings
+    assert [(x.line, "with 4 GPUs `n > 4` is false" in x.message, "with 8 it splits" in x.message) for x in found] == [
+        (10, True, True)
+    ]

@@ -831,6 +831,7 @@ class Expressions(Part):
         t = self.ev(node.test, st)
         if decided(t):
             # `torch.device(device) if device else next(model.parameters()).device` with `device=None`: Python's truth
+            self.interp.gpus.on_decided(node.test, bool(cast(Const, t).value))
             return self.ev(node.body if cast(Const, t).value else node.orelse, st)
         with self.interp.gpus.guarded():
             body, orelse = self.ev(node.body, st), self.ev(node.orelse, st)

@@ -99,6 +99,11 @@ class GpuCount:
         self.asked = False  # the file called torch.cuda.device_count()
         self.refuted_at: cst.CSTNode | None = None  # an assert or a raise that this count reaches
         self._guards = 0  # inside branches of a test the model could not decide
+        # What this count made the program do, compared across counts by MP032 (a split that waits for
+        # one GPU more than it uses): each test decided in a live run, with its truth (None: both ways
+        # in one run, a loop's), in the order first met, and the GPUs modules were moved to.
+        self.decided: dict[cst.CSTNode, bool | None] = {}
+        self.placed_gpus: set[str] = set()
 
     @contextmanager
     def guarded(self, really: bool = True) -> Iterator[None]:
@@ -148,6 +153,20 @@ class GpuCount:
             small = [x for s in block.body if isinstance(s, cst.SimpleStatementLine) for x in s.body]
         if any(isinstance(x, cst.Raise) for x in small):
             self.refute(stmt)
+
+    def on_decided(self, test: cst.CSTNode, truth: bool) -> None:
+        """A test (an `if`'s, or a conditional expression's) the model decided, in a run under a count."""
+        if self.count is None or not self.recorder.live or self._guards:
+            return
+        before = self.decided.setdefault(test, truth)
+        if before is not None and before != truth:
+            self.decided[test] = None
+
+    def on_module_placed(self, devs: Devs) -> None:
+        """A module moved to `devs` (`.to(d)`, `.cuda(i)`) in a live run under a count."""
+        d = single(devs)
+        if self.count is not None and self.recorder.live and d is not None and d.startswith("cuda:"):
+            self.placed_gpus.add(d)
 
     def refute(self, node: cst.CSTNode) -> None:
         if self.count is not None and self.refuted_at is None and self.recorder.live:

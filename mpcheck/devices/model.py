@@ -58,6 +58,9 @@ class DeviceModel:
             self.asks_gpu_count = interp.gpus.asked
             self.gpu_count = gpu_count
             self.count_refuted_at: cst.CSTNode | None = interp.gpus.refuted_at
+            # Under an assumed count: the tests it decided and the GPUs modules went to (MP032).
+            self.count_decided: dict[cst.CSTNode, bool | None] = interp.gpus.decided
+            self.placed_gpus: frozenset[str] = frozenset(interp.gpus.placed_gpus)
 
     def facts(self, kind: type[F]) -> list[F]:
         """The facts of one type, in the order the interpreter saw them."""

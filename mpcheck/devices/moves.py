@@ -209,6 +209,8 @@ class Moves(Part):
                         )
                     )
             return recv
+        if isinstance(recv, Obj) and recv.kind == "module":
+            self.interp.gpus.on_module_placed(devs)
         if st.in_init:
             note_move(self.interp, recv, devs, node, st)
         elif recv_expr is not None and _self_part(recv_expr) and is_module(recv) and self.in_forward():

@@ -296,6 +296,7 @@ class Statements(Part):
                 # A test the model can decide (i == 4 in an unrolled loop, `if device:` with device=None): one path.
                 truth = bool(cast(Const, t).value)
                 self.interp.gpus.on_decided_if(stmt, truth)
+                self.interp.gpus.on_decided(stmt.test, truth)
                 self.decided_tests.append(stmt.test)
                 try:
                     if truth:
