@@ -27,6 +27,8 @@ COUNTS = [
     'x = "a \\" b" ; y = "cuda"\n',  # an escaped quote does not end the string
     "print('a b', end='') or x.cuda()\n",
     "x = b'raw bytes' ; devices = [0, 1]\n",
+    "P = ast.literal_eval(\"{'embed': 'cuda:0', 'head': 'cuda:1'}\")\n",  # a Python literal's text: data
+    "P = ast.literal_eval(\"('cuda:0', 'cuda:1')\")\n",
 ]
 
 INERT = [

@@ -1426,6 +1426,24 @@ def _json_loads(lib: Library, c: LibCall) -> Val:
     return _parsed_text(c, json.loads)
 
 
+def _literal_eval(lib: Library, c: LibCall) -> Val:
+    """`ast.literal_eval("{'embed': 'cuda:0', 'blocks': ['cuda:0', 'cuda:1']}")` of a known string (a placement
+    spelled as a Python literal, as a YAML file or a flag would give it): its dicts, lists, tuples, strings and
+    numbers. literal_eval evaluates no code, so running it here is safe; a text too long to be a config is not
+    read."""
+    import ast
+
+    def parse(text: str) -> Any:
+        if len(text) > 100_000:
+            raise ValueError("too long")
+        try:
+            return ast.literal_eval(text)
+        except (SyntaxError, TypeError, MemoryError, RecursionError) as e:
+            raise ValueError(str(e)) from None
+
+    return _parsed_text(c, parse)
+
+
 def _toml_loads(lib: Library, c: LibCall) -> Val:
     """`tomllib.loads('[placement]\\nencoder = "cuda:0"')` of a known string: its tables as dicts, as json.loads's."""
     try:
@@ -1486,8 +1504,8 @@ def _parsed_text(c: LibCall, parse: Callable[[str], Any]) -> Val:
 def _json_value(data: Any) -> Val:
     if isinstance(data, dict):
         return DictV({k: _json_value(v) for k, v in data.items()})
-    if isinstance(data, list):
-        return SeqV(tuple(_json_value(v) for v in data), kind="list")
+    if isinstance(data, (list, tuple)):
+        return SeqV(tuple(_json_value(v) for v in data), kind="list" if isinstance(data, list) else "tuple")
     if data is None or isinstance(data, (bool, int, float, str)):
         return Const(data)
     return UNK
@@ -1693,6 +1711,7 @@ EXACT: dict[str, Handler] = _exact(
     (("os.environ.get", "os.getenv"), _environment_get),
     (("getopt.getopt", "getopt.gnu_getopt"), _getopt),
     ("json.loads", _json_loads),
+    ("ast.literal_eval", _literal_eval),
     (("yaml.safe_load", "yaml.load", "yaml.full_load"), _yaml_load),
     ("collections.namedtuple", _namedtuple),
     (("configparser.ConfigParser", "configparser.RawConfigParser"), lambda lib, c: ini_text.new_parser()),

@@ -642,13 +642,13 @@ class Moves(Part):
         fn = self.interp.stack[-1].node if self.interp.stack else None
         made = _factory_under_casts(node)
         derived = False
-        if made is None:
+        if made is None or not _is_shape_factory(made):  # `torch.triu(torch.full((t, t), -inf), 1).to(dev)`
             made, derived = _factory_through_locals(node, fn)
         if (
             made is None
-            or (dotted(made.func) or "").rsplit(".", 1)[-1] not in T.SHAPE_FACTORIES
+            or not _is_shape_factory(made)
             or not (self.in_forward() or self.interp.in_unknown_loop or self.interp.in_loop())
-            or not _shaped_after_a_tensor(made, fn)
+            or not _shaped_after_a_tensor(made, fn, sized_by_caller=self.in_forward())
             # a seeded host generator is why it is made on the host: `device=` would refuse it
             or any(a.keyword is not None and a.keyword.value == "generator" for a in made.args)
         ):
@@ -1048,6 +1048,11 @@ def _literal_args(args: Sequence[cst.Arg]) -> bool:
     )
 
 
+def _is_shape_factory(call: cst.Call) -> bool:
+    """`torch.zeros(...)`, `torch.randn(...)`: a factory that makes a tensor from a shape alone."""
+    return (dotted(call.func) or "").rsplit(".", 1)[-1] in T.SHAPE_FACTORIES
+
+
 def _factory_under_casts(move: cst.Call) -> cst.Call | None:
     """The call the move `move` is made on, under dtype casts (`.long()`, `.float()`): `torch.zeros(n)` in
     `torch.zeros(n).byte().cuda()`."""
@@ -1064,9 +1069,12 @@ def _factory_under_casts(move: cst.Call) -> cst.Call | None:
     return made if isinstance(made, cst.Call) else None
 
 
-def _shaped_after_a_tensor(call: cst.Call, fn: cst.FunctionDef | None) -> bool:
+def _shaped_after_a_tensor(call: cst.Call, fn: cst.FunctionDef | None, *, sized_by_caller: bool = False) -> bool:
     """A factory call whose size names a tensor's: `x.shape`, `x.size(0)` among its arguments (`size=` too),
-    or a name that the function `fn` sets from one (`n = x.size(0)`, `b, t = x.shape[:2]`)."""
+    or a name that the function `fn` sets from one (`n = x.size(0)`, `b, t = x.shape[:2]`). With
+    `sized_by_caller` (a helper a forward calls, `causal_mask(t, x.device)`), a parameter of `fn` too: the
+    forward passes it an activation's size, and the helper builds its tensor on every call (not one that
+    caches what it returns, `@lru_cache`)."""
     sized: frozenset[str] | None = None
     for a in call.args:
         if a.keyword is not None and a.keyword.value != "size":
@@ -1077,9 +1085,19 @@ def _shaped_after_a_tensor(call: cst.Call, fn: cst.FunctionDef | None) -> bool:
             if isinstance(n, cst.Name) and fn is not None:
                 if sized is None:
                     sized = _names_set_from_sizes(fn)
+                    if sized_by_caller and fn.name.value != "forward" and not _caches_its_result(fn):
+                        sized |= {p.name.value for p in fn.params.params if p.name.value != "self"}
                 if n.value in sized:
                     return True
     return False
+
+
+def _caches_its_result(fn: cst.FunctionDef) -> bool:
+    """`@functools.lru_cache`, `@cache`, `@cached_property`: one call per set of arguments builds anything."""
+    return any(
+        "cache" in (dotted(d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator) or "")
+        for d in fn.decorators
+    )
 
 
 def _size_of(n: cst.CSTNode) -> cst.BaseExpression | None:

@@ -5,7 +5,8 @@ them: in code, or in a string that could be a device or a name (`"cuda:1"`, `"cu
 `f"cuda:{i}"`, `"CUDA_VISIBLE_DEVICES"`). They do not count in a comment, nor in a
 string with white space in it: prose (a docstring, an error message, `help=` text) is
 never a device, a module attribute or an environment variable's name. A JSON object or list
-(`'{"encoder": "cuda:0", "decoder": "cuda:1"}'`, a placement read with json.loads) is data, and counts, and so is
+(`'{"encoder": "cuda:0", "decoder": "cuda:1"}'`, a placement read with json.loads, or a Python literal's text read
+with ast.literal_eval) is data, and counts, and so is
 a config file's text with a line that sets a key to a device (`key_device = "cuda:1"` in TOML, `device: cuda:1`
 in YAML or INI). An f-string
 always counts (its fields are code). Of torch's 2,285 files, 598 hold a rule's word and
@@ -36,13 +37,14 @@ _STRING_BODY = (
 # A comment, or a string literal with its prefix (not the tail of a name: `xf"..."` is no prefix).
 _LEXEME = re.compile(r"(#[^\r\n]*)|(?<!\w)([rRbBuUfF]{0,3})(?:" + _STRING_BODY + ")", re.S)
 _SPACE = re.compile(r"\s")
-# The opening of a JSON object or list literal in a string: `'{"`, `"[{`, `'["`, a triple-quoted `"""{\n  "`.
+# The opening of a JSON object or list literal in a string: `'{"`, `"[{`, `'["`, a triple-quoted `"""{\n  "`; or of
+# a Python literal's (`"{'embed': 'cuda:0'}"`, `"('cuda:0', 'cuda:1')"`, read with ast.literal_eval).
 # A line of a config file's text (TOML, YAML, INI: tomllib.loads, yaml.safe_load, configparser.read_string) that
 # sets a key to a device: `key_device = "cuda:1"`, `devices: [cuda:0, cuda:1]`, `device=cuda`.
 _CONFIG_DEVICE = re.compile(
     r"""^[ \t]*[\w.\-]+[ \t]*[:=][ \t]*[\["']?[ \t]*["']?cuda(?::\d+)?(?:["',\]]|[ \t]*$)""", re.M
 )
-_JSON = re.compile("(?:'''|\"\"\"|'|\")" + r"""\s*[\[{]\s*[\[{"]""")
+_JSON = re.compile("(?:'''|\"\"\"|'|\")" + r"""\s*[\[{(]\s*[\[{("']""")
 
 
 class LiveText:
