@@ -80,3 +80,113 @@ def test_a_helper_sized_by_a_parameter_outside_a_forward_is_a_stand_in_batch():
         x = batch(64, "cuda:0")
     """
     assert findings(source, "MP019") == []
+
+
+# Round 35's t28: stages pinned by a decorator whose wrapper moves the input to the stage's device first.
+STAGE_DECORATOR = """
+import functools
+import torch
+import torch.nn as nn
+
+
+def stage(device):
+    def deco(fn):
+        @functools.wraps(fn)
+        def wrapper(self, x):
+            x = x.to(device)
+            return fn(self, x)
+        return wrapper
+    return deco
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(8, 8).to("cuda:0")
+        self.b = nn.Linear(8, 8).to("cuda:1")
+
+    @stage("cuda:0")
+    def first(self, x):
+        return self.a(x)
+
+    @stage("{second}")
+    def second(self, x):
+        return self.b(x)
+
+    def forward(self, x):
+        return self.second(self.first(x))
+
+
+model = Net()
+out = model(torch.randn(4, 8))
+"""
+
+
+def test_a_decorator_of_the_file_runs_its_wrapper_which_moves_the_input():
+    assert findings(STAGE_DECORATOR.replace("{second}", "cuda:1"), "MP001") == []
+
+
+def test_a_wrapper_that_moves_to_the_wrong_stage_is_followed_into_the_method():
+    (f,) = findings(STAGE_DECORATOR.replace("{second}", "cuda:0"), "MP001")
+    assert f.line == 29 and set(f.devices) == {"cuda:0", "cuda:1"}
+
+
+def test_a_plain_pass_through_decorator_keeps_the_checks_of_the_body():
+    source = """
+    import functools
+    import torch
+    import torch.nn as nn
+
+    def timed(fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            return fn(*args, **kwargs)
+        return wrapper
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(8, 8).to("cuda:0")
+            self.b = nn.Linear(8, 8).to("cuda:1")
+
+        @timed
+        def forward(self, x):
+            return self.b(self.a(x.to("cuda:0")))
+
+    y = Net()(torch.randn(4, 8))
+    """
+    (f,) = findings(source, "MP001")
+    assert f.line == 20
+
+
+# Round 35's t06: an output layer tied to the embedding before either is placed: it goes wherever the embedding goes
+TIED_BEFORE_PLACING = """
+import torch
+import torch.nn as nn
+
+
+class LM(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.tok = nn.Embedding(100, 32)
+        self.mid = nn.Linear(32, 32)
+        self.lm_head = nn.Linear(32, 100, bias=False)
+        self.lm_head.weight = self.tok.weight
+
+    def place(self):
+        self.tok.to("cuda:0")
+        self.mid.to("cuda:1")
+        return self
+
+    def forward(self, idx):
+        h = self.mid(self.tok(idx.to("cuda:0")).to("cuda:1"))
+        return self.lm_head(h.to(self.tok.weight.device))
+
+
+model = LM().place()
+logits = model(torch.randint(0, 100, (4, 16)))
+"""
+
+
+def test_a_layer_tied_to_an_unplaced_weight_is_not_taken_for_never_placed():
+    assert findings(TIED_BEFORE_PLACING, "MP001") == []

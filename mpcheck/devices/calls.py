@@ -21,7 +21,7 @@ from mpcheck.devices.events import Collapse, LayerInPlainListOnHost, LossMismatc
 from mpcheck.devices.moves import moved_instance, one_object, plain_device_move
 from mpcheck.devices.names import canonical, dotted
 from mpcheck.devices.placing import placed_view, places_parts
-from mpcheck.devices.program import MAX_DEPTH, MAX_RECURSION, ClassInfo, FuncInfo, Part, State, params_of
+from mpcheck.devices.program import MAX_DEPTH, MAX_RECURSION, ClassInfo, FuncInfo, Part, State, body_of, params_of
 from mpcheck.devices.summarized import call_inlined, call_summarized, refused, summarized_output
 from mpcheck.devices.unmoved import IN_A_PLAIN_LIST, built_here, never_placed_view
 from mpcheck.devices.values import (
@@ -139,6 +139,10 @@ def _position_or_count(seq: SeqV, meth: str, x: Val) -> Val:
 
 
 class Calls(Part):
+    def __init__(self, interp: Any) -> None:
+        super().__init__(interp)
+        self._unwrapped: set[int] = set()  # functions whose decorators' wrapper is running: called as written
+
     def bind(
         self, info: FuncInfo, env: dict[str, Val], self_val: Val | None, args: list[Val], kwargs: dict[str, Val]
     ) -> None:
@@ -196,6 +200,26 @@ class Calls(Part):
             return SymV(name)
         return v
 
+    def _decorated(self, info: FuncInfo, st: State) -> FuncInfo | None:
+        """The function a call of `info` runs when decorators of the file wrap it: each decorator that is a
+        function of the file (`@timed`), or a call of one that returns one (`@stage("cuda:0", "head")`), is
+        called with what the ones below it gave, and must give back a function of the file (its inner
+        `wrapper`, which sees the decorator's names). None when no decorator is such a function (torch.no_grad,
+        functools.lru_cache, property: their meaning is kept as before) or one gives back something else."""
+        current: Val = FuncRef(info)
+        changed = False
+        for d in reversed(info.node.decorators):
+            deco = self.interp.exprs.ev(d.decorator, _at_top(st, self.interp.globals))
+            if not (isinstance(deco, FuncRef) and deco.bound is None and isinstance(deco.info, FuncInfo)):
+                continue
+            if deco.info.is_generator or not body_of(deco.info.node):
+                return None
+            got = self.call_function(deco.info, None, [current], {}, st, d.decorator)
+            if not (isinstance(got, FuncRef) and isinstance(got.info, FuncInfo)):
+                return None  # a decorator that gives back what is not followed here: as before, run the body
+            current, changed = got, True
+        return cast(FuncRef, current).info if changed and cast(FuncRef, current).info is not info else None
+
     def call_function(
         self,
         info: FuncInfo,
@@ -208,6 +232,18 @@ class Calls(Part):
     ) -> Val:
         """Runs `info` with these arguments (memoised by their values). `helper`: a call of a
         function or a method by name, whose facts then name the call `node` (Fact.via)."""
+        if info.node.decorators and id(info) not in self._unwrapped:
+            wrapper = self._decorated(info, st)
+            if wrapper is not None:
+                # `@stage("cuda:0")` over a method: the call runs the wrapper its decorator returned (which may
+                # move the input first, `x = x.to(device)`), with self as its first argument; the wrapper's call
+                # of the function it wraps runs the function itself.
+                self._unwrapped.add(id(info))
+                try:
+                    head = [self_val] if self_val is not None else []
+                    return self.call_function(wrapper, None, [*head, *args], kwargs, st, node, helper)
+                finally:
+                    self._unwrapped.discard(id(info))
         on_stack = self.interp.stack.count(info)
         if on_stack >= MAX_RECURSION or len(self.interp.stack) >= MAX_DEPTH:
             return UNK  # (a recursive helper, `move_to(batch)` into nested containers, runs a few levels deep)
@@ -1647,6 +1683,12 @@ def _rebind_changed(given: Val | None, now: Obj, st: State) -> None:
     for name, v in st.env.items():
         if v is given:
             st.env[name] = now
+
+
+def _at_top(st: State, globals_: dict[str, Val]) -> State:
+    """A state that reads the module's names, as a decorator's expression does (it runs where the function is
+    defined, at the top level or in a class body)."""
+    return State(dict(globals_), st.cur, st.setdev, st.mode, None, False, st.scope)
 
 
 def _is_static(fn: cst.FunctionDef) -> bool:

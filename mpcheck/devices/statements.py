@@ -693,11 +693,15 @@ class Statements(Part):
                 # `self.lm_head.weight = self.embed.weight`: the layer computes with that Parameter, where it
                 # is (tied weights: one tensor, on one device), whatever `.to()` placed the layer on before.
                 assert isinstance(base, Obj) and isinstance(v, Obj)
+                # A weight not placed yet (both layers built on the CPU, the model placed after) goes wherever
+                # its owner goes: the tied layer follows a later `.to()` of the other one, which is not
+                # followed here, so its device is not known from this point.
+                devs = v.devs if not _unplaced_weight(v) else None
                 if st.in_init and base.attrs is None:
                     # In place, as Module.to() works there: the layer held by a container of self (`for lin in
                     # self.layers: lin.weight = nn.Parameter(...)`) is the one changed.
-                    base.devs, base.origin = v.devs, TIED_WEIGHT
-                self.interp.moves.rebind(target.value, base.with_(devs=v.devs, origin=TIED_WEIGHT), st)
+                    base.devs, base.origin = devs, TIED_WEIGHT
+                self.interp.moves.rebind(target.value, base.with_(devs=devs, origin=TIED_WEIGHT), st)
                 return
             self._note_part_replaced_on_host(target, base, v, st, value_node)
             if self.replace_part(target.value, base, target.attr.value, v, st):
@@ -821,15 +825,21 @@ def _set_item(seq: SeqV, v: Val, key: Val) -> None:
 
 def _ties_weight(attr: str, base: Val, v: Val) -> bool:
     """`layer.weight = other.weight` on a torch.nn layer of one known device, with a parameter of one
-    other known device: the layer's weight is now there."""
-    return (
+    other known device (the layer's weight is now there), or on a layer not placed yet with a parameter not
+    placed yet either."""
+    if not (
         attr == "weight"
         and isinstance(base, Obj)
         and base.kind == "module"
         and base.cls is None
-        and single(base.devs) is not None
         and isinstance(v, Obj)
         and v.kind == "param"
+    ):
+        return False
+    if _unplaced_weight(v) and (base.origin == UNPLACED or _unplaced_weight(base)):
+        return True  # both built on the CPU, the model placed later: the layer goes where the weight's owner goes
+    return (
+        single(base.devs) is not None
         and single(v.devs) is not None
         and not single(v.devs).startswith("sym:")  # type: ignore[union-attr]
         and v.devs != base.devs
@@ -907,6 +917,13 @@ def asks_if_split(test: cst.BaseExpression, bound_to: dict[str, cst.BaseExpressi
         if isinstance(word, str) and any(w in word.lower() for w in _SPLIT_TEST_WORDS):
             return True
     return False
+
+
+def _unplaced_weight(v: Obj) -> bool:
+    """A parameter (or a layer) still where it was built without a device: on the CPU, never moved."""
+    return v.origin == UNPLACED or (
+        v.devs == one("cpu") and not v.origin.startswith(("moved to", "built with", "created by"))
+    )
 
 
 def _dunder_dict_key(target: cst.Subscript) -> str | None:
