@@ -190,3 +190,57 @@ logits = model(torch.randint(0, 100, (4, 16)))
 
 def test_a_layer_tied_to_an_unplaced_weight_is_not_taken_for_never_placed():
     assert findings(TIED_BEFORE_PLACING, "MP001") == []
+
+
+# Round 35's t26: per-stage placers made by a list comprehension of lambdas all read its last device.
+def test_lambdas_made_by_a_list_comprehension_read_its_last_device():
+    source = """
+    import torch.nn as nn
+
+    devices = ["cuda:0", "cuda:1"]
+    stages = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 8))
+    placers = [lambda m: m.to(dev) for dev in devices]
+    for place, stage in zip(placers, stages):
+        place(stage)
+    """
+    (f,) = findings(source, "MP027")
+    assert f.line == 6 and "comprehension" in f.message
+    assert findings(source.replace("lambda m: m.to(dev)", "lambda m, dev=dev: m.to(dev)"), "MP027") == []
+    lazy = source.replace("[lambda m: m.to(dev) for dev in devices]", "(lambda m: m.to(dev) for dev in devices)")
+    assert findings(lazy, "MP027") == []  # a generator: each placer runs before the next pass
+
+
+# Round 35's t05: the first device taken from a generator of devices before the placement reads it through.
+def test_a_device_taken_from_a_generator_shifts_the_placement_after_it():
+    source = """
+    import torch
+    import torch.nn as nn
+
+    stages = nn.ModuleList([nn.Linear(8, 8), nn.Linear(8, 8)])
+    devices = (torch.device(f"cuda:{i}") for i in range(2))
+    first = next(iter(devices))
+    for stage, dev in zip(stages, devices):
+        stage.to(dev)
+    """
+    (f,) = findings(source, "MP026")
+    assert f.line == 8 and "took its first device" in f.message
+    as_list = source.replace("devices = (", "devices = [").replace("range(2))", "range(2)]")
+    assert findings(as_list, "MP026") == []
+
+
+# Round 35's t29: GPU indices in a list named for them, picked by a formula that gives the same index every pass.
+def test_a_formula_that_picks_the_same_gpu_index_every_pass():
+    source = """
+    import torch
+    import torch.nn as nn
+
+    gpus = list(range(torch.cuda.device_count()))
+    blocks = nn.ModuleList()
+    for i in range(8):
+        blocks.append(nn.Linear(8, 8).cuda(gpus[i // 8 * len(gpus)]))
+    """
+    (f,) = findings(source, "MP017")
+    assert f.line == 8 and "cuda:0" in f.message
+    assert findings(source.replace("i // 8 * len(gpus)", "i * len(gpus) // 8"), "MP017") == []
+    sizes = source.replace("gpus", "sizes")  # numbers whose name says nothing of GPUs: not taken for devices
+    assert findings(sizes, "MP017") == []

@@ -181,7 +181,9 @@ class PickWatch:
             assert formula is not None  # (_picks kept only subscripts with one)
             index = interp.exprs.ev(formula, st)
             items = listed.items if isinstance(listed, SeqV) and listed.items is not None else ()
-            devs = [d for v in items if (d := single(as_device(v, ints_are_cuda=False))) and not d.startswith("sym:")]
+            # GPU indices (`gpus = list(range(torch.cuda.device_count()))`) where the list's name says so
+            ints = _names_gpus(sub.value)
+            devs = [d for v in items if (d := single(as_device(v, ints_are_cuda=ints))) and not d.startswith("sym:")]
             if not devs or len(devs) != len(items):
                 self.seen[id(sub)].append(None)
                 continue
@@ -236,6 +238,14 @@ _PICKS = memo.node_table()
 _PURE = (cst.Name, cst.Attribute, cst.Integer, cst.BinaryOperation, cst.UnaryOperation)
 # Not min() / max(): a clamp (`devices[min(k + 1, n - 1)]`) saturates on purpose, with few GPUs on the last one.
 _PURE_CALLS = frozenset({"len", "int", "round", "abs"})
+
+
+def _names_gpus(listed: cst.BaseExpression) -> bool:
+    """`gpus`, `self.device_ids`, `gpu_ids`: a list whose name says its numbers are GPU indices."""
+    last = (
+        listed.attr.value if isinstance(listed, cst.Attribute) else listed.value if isinstance(listed, cst.Name) else ""
+    )
+    return any(w in last.lower() for w in ("gpu", "device"))
 
 
 def choice_parts(n: cst.CSTNode) -> tuple[cst.BaseExpression, cst.BaseExpression, cst.BaseExpression] | None:

@@ -42,12 +42,32 @@ class DevicesGeneratorConsumed(Rule):
             if name is None or gen is None:
                 continue
             consumed: cst.CSTNode | None = None  # the read that emptied it
+            taken: list[cst.Call] = []  # `next(devices)` before: the devices it took
             for later in stmts[i + 1 :]:
-                if name in _bound_by(later):
+                if name in _bound_by(later) and not _takes_one(later, name):
                     break  # bound anew: a fresh generator (or another value) from here on
                 reads = [n for n in walk(later) if isinstance(n, cst.Name) and n.value == name]
                 if not reads:
                     continue
+                if consumed is None and (took := _takes_one(later, name)) is not None:
+                    taken.append(took)  # `input_device = next(iter(devices))`: the first device is gone
+                    continue
+                if taken and consumed is None:
+                    through = next((c for r in reads if (c := _consumer_of(later, r)) is not None), None)
+                    if through is not None:
+                        n = len(taken)
+                        yield self.finding(
+                            ctx,
+                            reads[0],
+                            f"`{name}` is a generator (line {ctx.line(gen)}), and line {ctx.line(taken[0])} already "
+                            f"took {'its first device' if n == 1 else f'its first {n} devices'} "
+                            f"(`{_short(ctx.code(taken[0]))}`): what this line places over it starts at the "
+                            f"{_ORDINALS.get(n + 1, f'{n + 1}th')} device, so each part lands one GPU later than "
+                            "meant and the last finds none when there are as many GPUs as parts (it stays where it "
+                            f"was built), with no error. Make it a list: `{name} = [{_short(ctx.code(gen)[1:-1])}]`.",
+                            suggestion=f"bind `{name}` to a list comprehension and index it (`{name}[0]`)",
+                        )
+                    break
                 if consumed is not None:
                     yield self.finding(
                         ctx,
@@ -82,6 +102,21 @@ def _generator_of_devices(stmt: cst.CSTNode) -> tuple[str | None, cst.GeneratorE
         for n in walk(made)
     )
     return (target.value, value) if says_device else (None, None)
+
+
+_ORDINALS = {2: "second", 3: "third", 4: "fourth"}
+
+
+def _takes_one(stmt: cst.CSTNode, name: str) -> cst.Call | None:
+    """`next(devices)` or `next(iter(devices))` in `stmt` (without a default: the generator's next device)."""
+    for n in walk(stmt):
+        if isinstance(n, cst.Call) and dotted(n.func) == "next" and len(n.args) == 1:
+            arg = n.args[0].value
+            if isinstance(arg, cst.Call) and dotted(arg.func) == "iter" and len(arg.args) == 1:
+                arg = arg.args[0].value
+            if isinstance(arg, cst.Name) and arg.value == name:
+                return n
+    return None
 
 
 def _bound_by(stmt: cst.CSTNode) -> set[str]:

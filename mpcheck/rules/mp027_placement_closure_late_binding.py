@@ -33,14 +33,13 @@ class PlacementClosureLateBinding(Rule):
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         kept = _kept_functions(ctx.module)
         for loop in walk(ctx.module):
-            if not isinstance(loop, cst.For):
+            made = _made_per_pass(loop, kept)
+            if made is None:
                 continue
-            loop_vars = set(target_names(loop.target))
+            loop_vars, functions, what = made
             if not loop_vars:
                 continue
-            for fn in walk(loop.body):
-                if not isinstance(fn, (cst.Lambda, cst.FunctionDef)) or id(fn) not in kept:
-                    continue
+            for fn in functions:
                 late = _places_with(fn, loop_vars)
                 if late is None:
                     continue
@@ -48,12 +47,36 @@ class PlacementClosureLateBinding(Rule):
                 yield self.finding(
                     ctx,
                     fn,
-                    f"This function is made on each pass of the loop at line {ctx.line(loop)} and kept to run later, "
+                    f"This function is made on each pass of the {what} at line {ctx.line(loop)} and kept to run later, "
                     f"and it places on the loop's `{name}` (`{ctx.code(place)}`): a closure reads `{name}` when it "
                     f"runs, after the loop has ended, so every one of them places on the last `{name}`. Bind the "
                     f"pass's value when the function is made: a default argument `{name}={name}`.",
                     suggestion=f"add `{name}={name}` to the function's parameters",
                 )
+
+
+def _made_per_pass(
+    loop: cst.CSTNode, kept: set[int]
+) -> tuple[set[str], list[cst.Lambda | cst.FunctionDef], str] | None:
+    """(the loop's names, the functions each pass makes and keeps, "loop" or "comprehension"): a `for` loop's
+    kept lambdas and defs; a comprehension's item that is a lambda (`[lambda m: m.to(dev) for dev in devices]`,
+    each one kept in the list it builds, and each reads the comprehension's `dev` when it runs)."""
+    if isinstance(loop, cst.For):
+        fns = [fn for fn in walk(loop.body) if isinstance(fn, (cst.Lambda, cst.FunctionDef)) and id(fn) in kept]
+        return set(target_names(loop.target)), fns, "loop"
+    # (Not a generator expression: read in step with its use, `zip((lambda m: m.to(d) for d in devs), parts)`,
+    # each function runs before the next pass rebinds `d`.)
+    if isinstance(loop, (cst.ListComp, cst.SetComp, cst.DictComp)):
+        item = loop.value if isinstance(loop, cst.DictComp) else loop.elt
+        if not isinstance(item, cst.Lambda):
+            return None
+        names: set[str] = set()
+        clause: cst.CompFor | None = loop.for_in
+        while clause is not None:
+            names.update(target_names(clause.target))
+            clause = clause.inner_for_in
+        return names, [item], "comprehension"
+    return None
 
 
 def _kept_functions(module: cst.Module) -> set[int]:
