@@ -478,7 +478,7 @@ a = nn.Linear(256, 256).to("cuda:0")
 b = nn.Linear(256, 256).to("cuda:0")
 for step in range(2):
     with torch.no_grad():
-        h = a(torch.randn(128, 256, device="cuda:0"))
+        h = a(torch.randn(16384, 256, device="cuda:0"))  # 16 MiB: a share of the GPU's memory worth offloading
         h_host = h.cpu()  # <- down
         {between}
         h = h_host.to("cuda:0")  # <- back
@@ -512,6 +512,17 @@ def test_a_round_trip_that_frees_nothing_useful_is_reported(script, dryrun_cli, 
     assert ("still on cuda:0" in f["suggestion"]) == (not freed), f["suggestion"]
 
 
+def test_a_small_copy_kept_on_the_host_frees_too_little_to_be_an_offload(script, dryrun_cli):
+    # A recurrent state sent to the host between two chunks (`h.detach().cpu()` where `.detach()` was meant): its
+    # GPU copy is freed and the GPU goes on working, but 128 KiB is no share of its memory worth two copies.
+    small = OFFLOAD.replace("16384, 256", "128, 256").format(
+        between="del h; z = b(torch.randn(512, 256, device='cuda:0'))"
+    )
+    s = script(small)
+    f = only_finding(dryrun_cli, s, "MP005", "back")
+    assert "too little freed for two copies" in f["message"], f["message"]
+
+
 def test_logits_moved_to_the_hosts_labels_in_training_are_reported_and_a_host_evaluation_is_not(script, dryrun_cli):
     host = LOGITS.format(vocab=32000, loss="loss = F.cross_entropy(logits.to(y.device), y)  # <- move").replace(
         '.to("cuda:0")\n    logits', "\n    logits"
@@ -524,3 +535,75 @@ def test_logits_moved_to_the_hosts_labels_in_training_are_reported_and_a_host_ev
     s = script(evaluation)
     status, report, err = dryrun_cli(s, "--gpus", "2")
     assert status == 0 and "MP014" not in [f["code"] for f in report["findings"]], err
+
+
+ANCHORS = """
+import torch
+import torch.nn as nn
+
+
+def make_anchors(h, w, stride{device_param}):
+    ys = (torch.arange(h, dtype=torch.float32{device_arg}) + 0.5) * stride
+    xs = (torch.arange(w, dtype=torch.float32{device_arg}) + 0.5) * stride
+    cy, cx = torch.meshgrid(ys, xs, indexing="ij")
+    ctr = torch.stack([cx, cy], dim=-1).reshape(-1, 2)
+    return torch.cat([ctr - 16, ctr + 16], dim=-1)
+
+
+class Head(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.box = nn.Linear(4, 4).to("cuda:1")
+
+    def forward(self, f):
+        anchors = make_anchors(128, 128, 8{call_arg}).to(f.device)  # <- move
+        return self.box(anchors[: f.shape[0]]) + f
+
+
+head = Head()
+for step in range(3):
+    head(torch.randn(16, 4, device="cuda:1"))
+"""
+
+
+def test_a_constant_built_through_stack_and_cat_on_the_host_every_forward_is_a_repeat(script, dryrun_cli):
+    s = script(ANCHORS.format(device_param="", device_arg="", call_arg=""))
+    f = only_finding(dryrun_cli, s, "MP011", "move")
+    assert "computed only from buffers and constants" in f["message"], f["message"]
+    made_there = ANCHORS.format(
+        device_param=", device=None", device_arg=", device=device", call_arg=", device=f.device"
+    )
+    assert_silent(dryrun_cli, script(made_there))
+
+
+METRICS = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+net = nn.Linear(16, 8).to("cuda:1")
+opt = torch.optim.SGD(net.parameters(), lr=0.1)
+for step in range(2):
+    loss = F.cross_entropy(net(torch.randn(256, 16).to("cuda:1")), torch.randint(0, 8, (256,)).to("cuda:1"))
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+with torch.no_grad():
+    for b in range(2):
+        t = torch.randint(0, 8, (65536,))
+        logits = net(torch.randn(65536, 16).to("cuda:1"))
+        acc = (logits.argmax(1) == t.to(logits.device)).float().mean()
+        err = (logits.argmax(1) != t.to(logits.device)).float().mean()
+        {third}
+        print(float(acc), float(err))
+"""
+
+
+def test_after_training_one_tensor_moved_three_times_per_batch_is_reported_and_twice_is_not(script, dryrun_cli):
+    three = "top = (logits.argmax(1) == t.to(logits.device)).sum()  # <- third"
+    s = script(METRICS.format(third=three))
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 0, err
+    found = [f for f in report["findings"] if f["code"] == "MP011"]
+    assert s.line("third") in {f["line"] for f in found}, found
+    assert_silent(dryrun_cli, script(METRICS.format(third="pass")))  # two evaluations of one batch: a copy once

@@ -178,7 +178,7 @@ class CheckingMode(TorchFunctionMode):
                 out = func(*args, **kwargs)
             except RuntimeError as e:  # `.view()` refused for its strides (MP012), as for a passed-through call
                 return checker.on_op_error(func, args, kwargs, e)
-            if args and id(args[0]) in self._marks:
+            if args and _first_tensor_id(args[0]) in self._marks:
                 self._provenance.derive(args, kwargs, out, getattr(func, "__name__", ""))
             if self._placements._made:
                 self._placements.derive(args, out, checker.devices.device_of)
@@ -268,7 +268,7 @@ class CheckingMode(TorchFunctionMode):
             if self.stamp_nodes:
                 self._stamp(out)
             if args:
-                if id(args[0]) in self._marks:
+                if _first_tensor_id(args[0]) in self._marks:
                     self._provenance.derive(args, kwargs, out, getattr(func, "__name__", ""))
                 else:
                     try:
@@ -506,3 +506,11 @@ def _time_backward(checker: Checker, node, src: str, dst: str, nbytes: int, site
         node.register_hook(post)
     except Exception:  # a node type without hooks: the backward copy goes untimed
         pass
+
+
+def _first_tensor_id(first: Any) -> int:
+    """The id of a call's first tensor argument: the argument, or the first item of a list or tuple of them
+    (`torch.stack([a, b])`, `torch.cat(parts)`: provenance.py follows constants through those too)."""
+    if type(first) in (list, tuple) and first:
+        return id(first[0])
+    return id(first)

@@ -209,6 +209,11 @@ class Checker:
         # How many storages a device has made so far (Devices.allocations, where the face counts them: the
         # virtual GPUs), for MP005's offloads (round_trip.py).
         self._allocations: Callable[[str], int | None] | None = getattr(devices, "allocations", None)
+        # The bytes each device holds now, where the face knows them (the virtual GPUs): an offload is one only
+        # when it frees a share of its GPU's memory worth the two copies (round_trip.py).
+        self._held_bytes: Callable[[], dict[str, int]] | None = (
+            (lambda: getattr(devices, "allocated")) if hasattr(type(devices), "allocated") else None  # noqa: B009
+        )
         # (id(storage), offset, shape, stride, dst) -> [ref, first site, last step, Mark, round]: what was
         # moved where, to recognise the same unchanged data moved again (MP011; recurrence.py).
         self._moves: dict[tuple[int, int, tuple[int, ...], tuple[int, ...], str], list[Any]] = {}

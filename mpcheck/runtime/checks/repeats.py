@@ -77,26 +77,29 @@ def _check_repeat(self: Checker, t: Any, dst_dev: str, site: Site | None, module
 
 def judge_repeats_after_training(self: Checker, *, step_ended: bool) -> None:
     """Report the repeats held since the last optimizer step (`_check_repeat`). At a step they were made inside
-    the training loop: a copy of data moved in the iteration before is reported (a constant moved every step);
-    two copies within this one iteration are reported once the same line has repeated so in an earlier
-    iteration too, as per-step waste does on every step (an evaluation made twice between two training phases,
-    the validation set moved for each, is a copy once, not per step). At the end of the run no step followed
-    them, so they were made after training (a final evaluation): a repeat made once there costs once, and only a
-    line that repeated two times or more (an evaluation loop moving the same data twice per batch) is
-    reported. MP005's round trips made after training are held the same way (round_trip.py): a round trip at the
-    end of a run (a copy brought back once to check it against its original) costs once. After training, the
-    count is of one tensor's repeats: two models evaluated on the same batches
-    move each batch twice, once per model, a copy once per batch however many batches there are."""
+        the training loop: a copy of data moved in the iteration before is reported (a constant moved every step);
+        two copies within this one iteration are reported once the same line has repeated so in an earlier
+        iteration too, as per-step waste does on every step (an evaluation made twice between two training phases,
+        the validation set moved for each, is a copy once, not per step). At the end of the run no step followed
+        them, so they were made after training (a final evaluation): a repeat made once there costs once, and only a
+        line that repeated two times or more (an evaluation loop moving the same data twice per batch) is
+        reported, and so is one tensor moved to one device three times or more (three metrics of an evaluation, each
+    moving the same targets). MP005's round trips made after training are held the same way (round_trip.py): a round trip at the
+        end of a run (a copy brought back once to check it against its original) costs once. After training, the
+        count is of one tensor's repeats: two models evaluated on the same batches
+        move each batch twice, once per model, a copy once per batch however many batches there are."""
     held, self._repeats_since_step = self._repeats_since_step, []
     times: dict[tuple[str, int], int] = {}
     per_data: dict[tuple[str, int, tuple[Any, ...]], int] = {}
+    per_tensor: dict[tuple[Any, ...], int] = {}  # one tensor's repeats at any line: three metrics each moving it
     for site, _, _, key, _ in held:
         times[(site.path, site.line)] = times.get((site.path, site.line), 0) + 1
         per_data[(site.path, site.line, key)] = per_data.get((site.path, site.line, key), 0) + 1
+        per_tensor[key] = per_tensor.get(key, 0) + 1
     seen = self._repeated_lines
     for site, finding, same_round, key, code in held:
         line = (site.path, site.line)
-        again = times[line] if step_ended else per_data[(site.path, site.line, key)]
+        again = times[line] if step_ended else max(per_data[(site.path, site.line, key)], per_tensor[key])
         if (step_ended and (not same_round or line in seen)) or again >= 2:
             self.emit(code, site, **finding)
     if step_ended and len(seen) < PURGE_AT:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from mpcheck.runtime.checks.repeats import move_key
 from mpcheck.runtime.checks.sites import UNKNOWN, Site
 from mpcheck.runtime.checks.storage_ref import version_of
-from mpcheck.runtime.checks.thresholds import NOT_GPU, WASTE_MIN_BYTES
+from mpcheck.runtime.checks.thresholds import NOT_GPU, OFFLOAD_MIN_SHARE, WASTE_MIN_BYTES
 from mpcheck.runtime.checks.wording import size_words, tensor_words
 
 if TYPE_CHECKING:
@@ -65,9 +65,19 @@ def _check_round_trip(
         # original would have cost nothing. A face that does not count allocations (real GPUs) reports as for
         # an original still there; so does a trip through another GPU (a stage's input sent back unused).
         if made > ref.made + 1:
-            return
-        why = f"its copy on {dst_dev} was freed meanwhile, but nothing was allocated on {dst_dev} before it came back"
-        fix = f"keep the tensor on {dst_dev} until it is used again (the offload frees memory nothing uses)"
+            held = _held_on(self, dst_dev)
+            if held is None or nbytes >= OFFLOAD_MIN_SHARE * held:
+                return
+            why = (
+                f"its copy on {dst_dev} was freed meanwhile, but {size_words(nbytes)} is "
+                f"{100 * nbytes / held:.1f}% of the {size_words(held)} {dst_dev} holds: too little freed for two copies"
+            )
+            fix = f"keep the tensor on {dst_dev} until it is used again"
+        else:
+            why = (
+                f"its copy on {dst_dev} was freed meanwhile, but nothing was allocated on {dst_dev} before it came back"
+            )
+            fix = f"keep the tensor on {dst_dev} until it is used again (the offload frees memory nothing uses)"
     else:
         why = f"no work was done on {src_dev}"
         fix = f"keep using the tensor that is still on {dst_dev}"
@@ -88,6 +98,16 @@ def _check_round_trip(
     found = self.emit("MP005", site, **finding)
     if found is not None and found.extra.get("count") == 1 and site is not None:  # seen again, it stays
         self._round_trips_once[(site.path, site.line, src_dev, dst_dev)] = site
+
+
+def _held_on(self: Checker, dev: str) -> int | None:
+    """The bytes `dev` holds now, where the face knows them (the virtual GPUs), else None. A copy kept off `dev`
+    is an offload only from OFFLOAD_MIN_SHARE of that: a recurrent state sent to the host between two chunks
+    (`h.detach().cpu()` where `h.detach()` was meant) frees a few hundred KiB of a GPU that holds the model.
+    Unknown: taken for an offload, as before."""
+    held = self._held_bytes() if self._held_bytes is not None else None
+    total = held.get(dev) if held else None
+    return total if total else None
 
 
 def _needed_here(self: Checker, site: Site | None, src_dev: str, dst_dev: str) -> None:

@@ -41,6 +41,10 @@ def repeat_min_bytes_from_env() -> int:
 # targets, MP014) stay silent below this size: both ways then cost about one copy's launch (~21 us on
 # NVLink up to ~0.5 MB, notes in rules/MP005-round-trip-transfer.md), so the difference is noise.
 WASTE_MIN_BYTES = codes.REPEAT_MIN_BYTES
+# A tensor kept on the host while its GPU copy is freed is an offload (MP005 silent) only when it frees at least
+# this share of what its GPU holds: below it, the memory saved is noise beside the model's, and the two copies
+# per use are the cost (a recurrent state sent to the host between two chunks of truncated BPTT).
+OFFLOAD_MIN_SHARE = 0.05
 # A fresh copy of unchanging data made every call (MP011 by provenance) from one GPU to another is reported from
 # this size: a peer copy below it costs about its launch (~21 us up to ~0.5 MB on 2x H200 NVLink, above), about
 # what making the data again where it is needed costs (a kernel or a few), so the copy is no clear waste. From the
