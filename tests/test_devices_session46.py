@@ -244,3 +244,26 @@ def test_a_formula_that_picks_the_same_gpu_index_every_pass():
     assert findings(source.replace("i // 8 * len(gpus)", "i * len(gpus) // 8"), "MP017") == []
     sizes = source.replace("gpus", "sizes")  # numbers whose name says nothing of GPUs: not taken for devices
     assert findings(sizes, "MP017") == []
+
+
+def test_a_mask_sized_by_the_input_made_on_the_host_is_mp019_not_a_repeated_constant():
+    source = """
+    import torch
+    import torch.nn as nn
+
+    class Causal(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.qk = nn.Linear(64, 64).to("cuda:1")
+
+        def forward(self, x):
+            q = self.qk(x.to("cuda:1"))
+            n = q.shape[1]
+            mask = torch.tril(torch.ones(n, n)).to("cuda:1")
+            return q * mask.sum()
+
+    m = Causal()
+    for _ in range(3):
+        m(torch.randn(2, 16, 64))
+    """
+    assert [(f.code, f.line) for f in findings(source) if f.code in ("MP011", "MP019")] == [("MP019", 13)]
