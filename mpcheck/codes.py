@@ -268,7 +268,8 @@ CODES: tuple[Code, ...] = (
         "string-compared-with-number",
         "warning",
         "A test that decides devices compares a string read from the environment or the command line with a "
-        'number (`os.environ.get("MP") == 1`): a string never equals a number, so the same branch runs every time.',
+        'number (`os.environ.get("MP") == 1`), or reads one as a flag (`if os.environ.get("PROFILE", "0"):`): a '
+        'string never equals a number, and "0" is true, so the same branch runs every time.',
         (LINT,),
     ),
     Code(

@@ -267,3 +267,26 @@ def test_a_mask_sized_by_the_input_made_on_the_host_is_mp019_not_a_repeated_cons
         m(torch.randn(2, 16, 64))
     """
     assert [(f.code, f.line) for f in findings(source) if f.code in ("MP011", "MP019")] == [("MP019", 13)]
+
+
+# Round 35's t28: an environment flag whose default "0" is a non-empty string, so true, guards a sync per stage.
+ENV_FLAG = """
+import os
+import torch
+import torch.nn as nn
+
+FLAG = os.environ.get("PROFILE_STAGES", DEFAULT)
+stage = nn.Linear(64, 64).to("cuda:1")
+for step in range(3):
+    y = stage(torch.randn(8, 64, device="cuda:1"))
+    if TEST:
+        torch.cuda.synchronize("cuda:1")
+"""
+
+
+def test_an_environment_flag_with_a_false_looking_default_is_always_true():
+    for default, test in (('"0"', "FLAG"), ('"false"', "not FLAG"), ('"off"', "FLAG and step > 0")):
+        (f,) = findings(ENV_FLAG.replace("DEFAULT", default).replace("TEST", test), "MP025")
+        assert f.line == 10 and "read here as a flag" in f.message, (default, test)
+    for default, test in (('"0"', 'FLAG == "1"'), ("None", "FLAG"), ('""', "FLAG")):
+        assert findings(ENV_FLAG.replace("DEFAULT", default).replace("TEST", test), "MP025") == [], (default, test)

@@ -33,6 +33,22 @@ class StringComparedWithNumber(Rule):
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         strings = _names_always_strings(ctx.module)
         for test, decided in _device_tests(ctx.module):
+            flag = _falsy_looking_flag(test, strings)
+            if flag is not None:
+                text, default = flag
+                where = _origin(text, strings, ctx)
+                yield self.finding(
+                    ctx,
+                    text,
+                    f"`{ctx.code(text)}`{where.replace(', bound', ' (bound', 1) + ')' if where else ''} is a string, read "
+                    f"here as a flag: its default "
+                    f"{ctx.code(default)} is a non-empty string, which is true, so the test is true whenever the "
+                    f"variable is unset (or set to {ctx.code(default)}), and the branch it guards (line "
+                    f"{ctx.line(decided)}) runs on every run. Compare it with what switches it on: "
+                    f'`{ctx.code(text)} == "1"`.',
+                    suggestion=f'test `{ctx.code(text)} == "1"` (or `.lower() in ("1", "true")`)',
+                )
+                continue
             for cmp in walk(test):
                 if not isinstance(cmp, cst.Comparison) or len(cmp.comparisons) != 1:
                     continue
@@ -56,6 +72,40 @@ class StringComparedWithNumber(Rule):
                     f'"{ctx.code(number)}".',
                     suggestion=f"compare `int({ctx.code(text)})` with {ctx.code(number)}",
                 )
+
+
+# Defaults that read as "off" but are non-empty strings, so true (`os.environ.get("PROFILE", "0")`).
+_FALSY_LOOKING = frozenset({"0", "false", "no", "off", "n", "f", "none", "disable", "disabled"})
+
+
+def _falsy_looking_flag(
+    test: cst.BaseExpression, strings: dict[str, cst.CSTNode]
+) -> tuple[cst.BaseExpression, cst.BaseExpression] | None:
+    """(the string, its default) where `test` reads for its truth a string from the environment whose default
+    looks false but is a non-empty string: `if PROFILE:`, `if not os.getenv("FAST", "0"):`, `A and B`."""
+    todo = [test]
+    while todo:
+        e = todo.pop()
+        if isinstance(e, cst.UnaryOperation) and isinstance(e.operator, cst.Not):
+            todo.append(e.expression)
+        elif isinstance(e, cst.BooleanOperation):
+            todo += [e.left, e.right]
+        else:
+            read = strings.get(e.value) if isinstance(e, cst.Name) else e
+            default = _string_default(read) if read is not None else None
+            if default is not None:
+                return e, default
+    return None
+
+
+def _string_default(read: cst.CSTNode) -> cst.BaseExpression | None:
+    """The default of `os.environ.get(key, "0")` / `os.getenv(key, "false")` when it looks false, else None."""
+    if not (isinstance(read, cst.Call) and dotted(read.func) in _STRING_READS and len(read.args) == 2):
+        return None
+    default = read.args[1].value
+    if isinstance(default, cst.SimpleString) and str(default.evaluated_value).strip().lower() in _FALSY_LOOKING:
+        return default
+    return None
 
 
 def _number(e: cst.BaseExpression) -> int | float | None:
