@@ -75,3 +75,28 @@ def test_a_helper_pinned_to_one_gpu_makes_a_detour_even_when_its_argument_is_gon
     (f,) = [f for f in report["findings"] if f["code"] == "MP005"]
     assert (f["line"], f["extra"]["op"]) == (s.line("back"), "normalize")
     assert "where the data was made" in f["message"]
+
+
+PARTIAL_SUMS = """
+import torch
+import torch.nn as nn
+
+experts = [nn.Linear(128, 128).to("cuda:1") for _ in range(2)]
+x = torch.randn(2048, 128, device="cuda:0")
+idx = torch.randint(0, 2048, (2, 256), device="cuda:0")
+for step in range(3):
+    x_d, idx_d = x.to("cuda:1"), idx.to("cuda:1")
+    partial = torch.zeros_like(x_d)
+    for j, e in enumerate(experts):
+        partial.index_add_(0, idx_d[j], e(x_d.index_select(0, idx_d[j])))
+    out = x + partial.to("cuda:0")
+print(out.shape)
+"""
+
+
+def test_a_buffer_made_like_the_arrival_and_filled_there_is_no_detour(script, dryrun_cli):
+    # (probe_dr34 c16: experts' partial sums gathered in `zeros_like(x_d)` on their GPU and sent home once)
+    s = script(PARTIAL_SUMS)
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 0, err
+    assert [f for f in report["findings"] if f["code"] == "MP005"] == []

@@ -20,6 +20,7 @@ import weakref
 from typing import TYPE_CHECKING, Any
 
 from mpcheck.runtime.checks.sites import UNKNOWN, Site
+from mpcheck.runtime.checks.storage_ref import version_of
 from mpcheck.runtime.checks.thresholds import NOT_GPU
 from mpcheck.runtime.checks.transfer_events import payload_bytes
 from mpcheck.runtime.checks.wording import size_words
@@ -31,13 +32,22 @@ if TYPE_CHECKING:
 class Worked:
     """An op's result computed from one arrived tensor: where the data came from, and what the op needed."""
 
-    __slots__ = ("ref", "src", "origin", "arrival_site", "op", "other_bytes", "data_bytes")
+    __slots__ = ("ref", "src", "origin", "arrival_site", "op", "other_bytes", "data_bytes", "version")
 
     def __init__(
-        self, ref: Any, src: str, origin: Any, arrival_site: Site, op: str, other_bytes: int, data_bytes: int
+        self,
+        ref: Any,
+        src: str,
+        origin: Any,
+        arrival_site: Site,
+        op: str,
+        other_bytes: int,
+        data_bytes: int,
+        version: int | None = None,
     ) -> None:
         self.ref, self.src, self.origin, self.arrival_site = ref, src, origin, arrival_site
         self.op, self.other_bytes, self.data_bytes = op, other_bytes, data_bytes
+        self.version = version  # the result's version counter when it was made: changed in place since, more work
 
 
 def on_arrival_worked(
@@ -48,6 +58,9 @@ def on_arrival_worked(
     if len(arrived) != 1 or not isinstance(out, self._tensor_type):
         return
     x, sid = arrived[0]
+    name = getattr(func, "__name__", "") or "the op"
+    if name.endswith("_like"):
+        return  # `torch.zeros_like(x_d)` reads x_d's shape, not its data: no work the data crossed for
     entry = self._arrivals.get(sid)
     if entry is None or entry[0].origin is None:
         return
@@ -71,9 +84,8 @@ def on_arrival_worked(
         storage = out.untyped_storage()
     except Exception:  # a tensor without storage: not followed
         return
-    name = getattr(func, "__name__", "") or "the op"
     self._worked[id(storage)] = Worked(
-        weakref.ref(storage), src, ref.origin, arrival_site, name, other_bytes, data_bytes
+        weakref.ref(storage), src, ref.origin, arrival_site, name, other_bytes, data_bytes, version_of(out)
     )
     if len(self._worked) > self._purge_at:
         for k in [k for k, w in self._worked.items() if w.ref() is None]:
@@ -93,6 +105,11 @@ def check_worked_detour(
         return False
     w = self._worked.get(id(storage))
     if w is None or w.ref() is not storage or w.src != dst_dev:
+        return False
+    if w.version is not None and version_of(t) != w.version:
+        # Changed in place after the op (`partial.index_add_(...)` of experts' outputs computed there): the trip
+        # carried more work than the one op, which could not have run at home alone.
+        del self._worked[id(storage)]
         return False
     if w.origin() is None and nbytes != w.data_bytes:
         # The data is gone from dst_dev and what comes back is another size (a sum, a sequence grown there): the
