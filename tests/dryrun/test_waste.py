@@ -607,3 +607,34 @@ def test_after_training_one_tensor_moved_three_times_per_batch_is_reported_and_t
     found = [f for f in report["findings"] if f["code"] == "MP011"]
     assert s.line("third") in {f["line"] for f in found}, found
     assert_silent(dryrun_cli, script(METRICS.format(third="pass")))  # two evaluations of one batch: a copy once
+
+
+TWO_PASSES = """
+import torch
+import torch.nn as nn
+
+net = nn.Linear(784, 32).to("cuda:0")
+data = torch.randn(384, 784)
+with torch.no_grad():
+    centre = torch.zeros(32, device="cuda:0")
+    for chunk in data.split(128):
+        centre += net(chunk.to("cuda:0")).sum(0)  # <- first
+opt = torch.optim.SGD(net.parameters(), lr=0.1)
+for chunk in data.split(128):
+    loss = (net(chunk.to("cuda:0")) - centre).pow(2).mean()  # <- again
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+
+def test_a_second_pass_over_the_same_batches_is_no_repeat_and_a_batch_moved_twice_in_it_is(script, dryrun_cli):
+    # (probe_dr34 c35: Deep SVDD's centre computed in a no-grad pass over the batches, then the training pass)
+    assert_silent(dryrun_cli, script(TWO_PASSES))
+    twice = TWO_PASSES.replace(
+        '(net(chunk.to("cuda:0")) - centre).pow(2).mean()  # <- again',
+        '(net(chunk.to("cuda:0")) - centre).pow(2).mean() + net(chunk.to("cuda:0")).mean()  # <- again',
+    )
+    status, report, err = dryrun_cli(script(twice), "--gpus", "2")
+    assert status == 0, err
+    assert {f["code"] for f in report["findings"]} == {"MP011"}

@@ -217,6 +217,9 @@ class Checker:
         # (id(storage), offset, shape, stride, dst) -> [ref, first site, last step, Mark, round]: what was
         # moved where, to recognise the same unchanged data moved again (MP011; recurrence.py).
         self._moves: dict[tuple[int, int, tuple[int, ...], tuple[int, ...], str], list[Any]] = {}
+        # (path, line) -> the key of the last data that line moved (MP011: a line that moved other data since is
+        # walking a data set, repeats.py)
+        self._last_moved_at: dict[tuple[str, int], tuple[Any, ...]] = {}
         # The training loop's iterations (MP011's "every step", recurrence.py): a round ends when the first
         # optimizer that ever stepped steps, or one that already stepped in it steps again (two optimizers
         # stepping once each per iteration, a GAN's, make one round), or at an explicit session step.

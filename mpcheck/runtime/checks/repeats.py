@@ -42,8 +42,16 @@ def _check_repeat(self: Checker, t: Any, dst_dev: str, site: Site | None, module
     mark = self._run_mark()
     in_library = site is not None and site.context is not None
     rounds = self.rounds
+    here = (site.path, site.line) if site is not None else None
+    last_at = self._last_moved_at
+    if here is not None and (here in last_at or len(last_at) < PURGE_AT):
+        last_at[here] = key
     if (
         entry is not None
+        # The line of the first copy went on to move other data before this one came again: a pass over a data
+        # set (a no-grad pass over the batches to compute a centre, then the training pass over the same
+        # batches), each batch copied once per pass, not data copied again on every step.
+        and last_at.get((entry[1].path, entry[1].line), key) == key
         and entry[0].ref() is storage
         and entry[0].version is not None
         and entry[0].version == version_of(t)
