@@ -638,3 +638,31 @@ def test_a_second_pass_over_the_same_batches_is_no_repeat_and_a_batch_moved_twic
     status, report, err = dryrun_cli(script(twice), "--gpus", "2")
     assert status == 0, err
     assert {f["code"] for f in report["findings"]} == {"MP011"}
+
+
+SIDE_BY_SIDE = """
+import torch
+import torch.nn as nn
+
+g_ab = nn.Linear(256, 256).to("cuda:0")
+g_ba = nn.Linear(256, 256).to("cuda:1")
+opt = torch.optim.SGD([*g_ab.parameters(), *g_ba.parameters()], lr=0.1)
+for step in range(2):
+    real_a = torch.randn(512, 256, device="cuda:0")
+    real_b = torch.randn(512, 256, device="cuda:1")
+    real_a_on_b, real_b_on_a = real_a.to("cuda:1"), real_b.to("cuda:0")  # for the identity losses, later
+    fake_b = g_ab(real_a)
+    rec_a = g_ba(fake_b.to("cuda:1")).to("cuda:0")
+    loss = (rec_a - real_a).abs().mean() + g_ab(real_b_on_a).mean() + g_ba(real_a_on_b).mean().to("cuda:0")
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+
+def test_a_batch_copied_across_for_later_is_not_the_chain_of_the_next_departure(script, dryrun_cli):
+    # (probe_dr34 c18, a CycleGAN: real_B copied to cuda:0 for the identity loss, unread when G_AB's output of
+    # real_A leaves cuda:0 for G_BA: two flows, not one activation crossing back and forth)
+    status, report, err = dryrun_cli(script(SIDE_BY_SIDE), "--gpus", "2")
+    assert status == 0, err
+    assert [f for f in report["findings"] if f["code"] == "MP006"] == []

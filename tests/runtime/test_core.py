@@ -319,6 +319,7 @@ def _hops(ck, labels, devs, sites, work=True):
         ck.on_transfer(x, y, labels.device_of(x), dst, site=site, module_path="model")
         if work:
             ck._tls.module_calls += 1  # the layer on `dst` (what the module hooks count)
+            ck.note_unseen_reads((y,), {})  # ...which read what arrived (what the capture layer marks)
         x = labels.label(y * 2, dst) if work else y
         refs += [weakref.ref(y), weakref.ref(x)]
     return refs

@@ -13,7 +13,8 @@ A departure continues a chain only if its data may have been computed from the c
 Where autograd recorded both (grad enabled), that is asked of the graph: the nodes made since the
 arrival, walked back from the departure (`_may_depend`). A MoE layer that sends each expert its rows
 of one input and gathers the results back, or any fan-out/fan-in, sends data that no result that came
-back went into: a star, not a ping-pong. Without a graph (no_grad, inference), a departure may continue
+back went into: a star, not a ping-pong. Without a graph (no_grad, inference, or an arrival that needs no gradient,
+which no graph holds), a departure may continue
 a chain only if an op read the chain's last arrival where it arrived (the checker marks the arrival's
 _StorageRef `read`): data nothing has read cannot have gone into what leaves. A pipeline that splits
 a batch into micro-batches sends chunk 2 from cuda:0 while chunk 1, back on cuda:0 from cuda:1, waits
@@ -274,8 +275,13 @@ class PingPong:
                     break  # no work on `src` since it arrived: a round trip, not a layer
                 if not _may_depend(nodes[0], c.last_node):
                     continue  # computed without what this chain brought: another branch of a fan-out
-                if nodes[0] is None and not (c.last is not None and c.last.read):
-                    continue  # no graph, and nothing read what arrived: not computed from it (a micro-batch)
+                no_graph = nodes[0] is None or c.last_node is None
+                if no_graph and not (c.last is not None and c.last.read):
+                    # No graph to ask (none kept, or what arrived needs no gradient, so no graph holds it), and
+                    # nothing read what arrived: not computed from it (a micro-batch; a batch copied to the other
+                    # GPU beside another for later use, `a.to(d1), b.to(d0)`, while the next departure comes
+                    # from other work).
+                    continue
                 kind = _path_kind(nodes[0], c.last_node, arrived)
                 if kind == "born":
                     break  # another activation, born here, that read what arrived (a decoder's cross-attention)
