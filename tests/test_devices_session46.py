@@ -290,3 +290,44 @@ def test_an_environment_flag_with_a_false_looking_default_is_always_true():
         assert f.line == 10 and "read here as a flag" in f.message, (default, test)
     for default, test in (('"0"', 'FLAG == "1"'), ("None", "FLAG"), ('""', "FLAG")):
         assert findings(ENV_FLAG.replace("DEFAULT", default).replace("TEST", test), "MP025") == [], (default, test)
+
+
+# Round 35's t07: an anchor grid built by a helper that takes a device but is not given one, moved every forward.
+ANCHOR_HELPER = """
+import torch
+import torch.nn as nn
+
+
+def make_anchors(h, w, stride, device=None):
+    ys = (torch.arange(h, device=device, dtype=torch.float32) + 0.5) * stride
+    xs = (torch.arange(w, device=device, dtype=torch.float32) + 0.5) * stride
+    cy, cx = torch.meshgrid(ys, xs, indexing="ij")
+    return torch.stack([cx, cy], dim=-1).reshape(-1, 2)
+
+
+class Head(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.box = nn.Conv2d(16, 4, 1).to("cuda:1")
+
+    def forward(self, f):
+        b, _, h, w = f.shape
+        anchors = CALL
+        return self.box(f), anchors
+
+
+head = Head()
+for _ in range(3):
+    head(torch.randn(2, 16, 32, 32, device="cuda:1"))
+"""
+
+
+def test_a_helper_left_without_its_device_builds_on_the_host_what_the_forward_moves():
+    (f,) = findings(ANCHOR_HELPER.replace("CALL", "make_anchors(h, w, 8).to(f.device)"), "MP019")
+    assert f.line == 20 and "make_anchors(..., device=f.device)" in f.message
+    for fixed in (
+        "make_anchors(h, w, 8, device=f.device)",
+        "make_anchors(h, w, 8, f.device).to(f.device)",
+        "make_anchors(32, 32, 8).to(f.device)",
+    ):  # given the device, or sized by numbers alone
+        assert findings(ANCHOR_HELPER.replace("CALL", fixed), "MP019") == [], fixed

@@ -382,6 +382,9 @@ class HostMadeMove(Fact):
     # The moved value was computed on the host from the factory's tensor (`torch.argsort(noise)[:, :n]`), not
     # only named (`h0 = torch.zeros(...)`, then `h0.to(dev)`).
     derived: bool = False
+    # `factory` is a call of a helper of the file (`make_anchors(h, w)`) that takes this device parameter,
+    # left at None: its factories made the value on the host.
+    helper_device: str | None = None
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)

@@ -26,7 +26,7 @@ from mpcheck.devices.events import (
 )
 from mpcheck.devices.names import dotted
 from mpcheck.devices.pre_hooks import POST_HOOKS_KEY, PRE_HOOKS_KEY
-from mpcheck.devices.program import ClassInfo, Part, State
+from mpcheck.devices.program import ClassInfo, FuncInfo, Part, State
 from mpcheck.devices.shared import note_move
 from mpcheck.devices.unmoved import MODULE_BASES
 from mpcheck.devices.values import (
@@ -43,6 +43,7 @@ from mpcheck.devices.values import (
     Devs,
     DictV,
     DtypeV,
+    FuncRef,
     Obj,
     QName,
     SeqV,
@@ -644,9 +645,15 @@ class Moves(Part):
         derived = False
         if made is None or not _is_shape_factory(made):  # `torch.triu(torch.full((t, t), -inf), 1).to(dev)`
             made, derived = _factory_through_locals(node, fn)
-        if (
-            made is None
-            or not _is_shape_factory(made)
+        helper_param: str | None = None
+        if made is None:
+            # `make_anchors(h, w, stride).to(f.device)` in a forward: a helper of the file built it on the host from
+            # factories given no device (its `device=None` left out), sized after the activation
+            made, helper_param = self._built_by_helper(node, st)
+            if made is None or not self.in_forward() or not _shaped_after_a_tensor(made, fn):
+                return
+        elif (
+            not _is_shape_factory(made)
             or not (self.in_forward() or self.interp.in_unknown_loop or self.interp.in_loop())
             or not _shaped_after_a_tensor(made, fn, sized_by_caller=self.in_forward())
             # a seeded host generator is why it is made on the host: `device=` would refuse it
@@ -664,8 +671,31 @@ class Moves(Part):
                 shaped_after=shaped_after,
                 shaped_devs=shaped.devs if isinstance(shaped, Obj) else None,
                 derived=derived,
+                helper_device=helper_param,
             )
         )
+
+    def _built_by_helper(self, node: cst.Call, st: State) -> tuple[cst.Call | None, str | None]:
+        """(the call, its device parameter) when the moved value is what a function of the file returned, called
+        right under the move, that takes a device parameter defaulting to None and was not given one: its
+        factories then made the tensor on the host (the value's origin says so: Moves._note_host_made)."""
+        if not isinstance(node.func, cst.Attribute) or not isinstance(node.func.value, cst.Call):
+            return None, None
+        call = node.func.value
+        callee = self.interp.exprs.ev(call.func, st)
+        info = callee.info if isinstance(callee, FuncRef) and isinstance(callee.info, FuncInfo) else None
+        if info is None or info.node.decorators:
+            return None, None
+        params = [p for p in info.node.params.params if p.name.value != "self"]
+        for i, p in enumerate(params):
+            name = p.name.value
+            if name not in ("device", "dev") or not (isinstance(p.default, cst.Name) and p.default.value == "None"):
+                continue
+            given = any(a.keyword is not None and a.keyword.value == name for a in call.args) or (
+                sum(1 for a in call.args if a.keyword is None and a.star == "") > i
+            )
+            return (call, name) if not given else (None, None)
+        return None, None
 
     def in_forward(self) -> bool:
         """Inside a module's forward, or a method it calls: the code that runs on every call

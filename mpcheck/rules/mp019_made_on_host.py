@@ -38,7 +38,14 @@ class MadeOnHost(Rule):
                 # model is placed elsewhere (`-gpu 1`); made where that tensor is, it goes where it is used. Not a
                 # host tensor's device, though (a mask drawn on the host): that would make it on the host again.
                 device = f"device={ctx.code(shaped)}.device"
-            if any(n is ev.factory for n in walk(ev.node)):
+            if ev.helper_device is not None:
+                device = f"{ev.helper_device}={target}" if target else f"{ev.helper_device}={dst!r}"
+                made = (
+                    f"`{factory}(...)` builds the tensor on the host (its `{ev.helper_device}` left at None, so its "
+                    "factories make it there) and this line copies it"
+                )
+                there = ""
+            elif any(n is ev.factory for n in walk(ev.node)):
                 made = f"`{factory}(...)` makes the tensor on the host and this line copies it"
                 there = ""
             elif not ev.derived:
