@@ -29,6 +29,8 @@ COUNTS = [
     "x = b'raw bytes' ; devices = [0, 1]\n",
     "P = ast.literal_eval(\"{'embed': 'cuda:0', 'head': 'cuda:1'}\")\n",  # a Python literal's text: data
     "P = ast.literal_eval(\"('cuda:0', 'cuda:1')\")\n",
+    'PLACEMENT = "encoder=cuda:0 crf=cuda:1"\n',  # settings on one line, split by the file: data
+    "PLACEMENT = 'enc=cuda:0, dec=cuda:1'\n",
 ]
 
 INERT = [
@@ -40,6 +42,7 @@ INERT = [
     "s = 'a \\' cuda'\n",
     "# cuda\n# devices\n",
     "x = \"it's on cuda\"  # and 'cuda' here\n",
+    'msg = "run with device=cuda when you can"\n',  # prose around a setting: not one line of settings
 ]
 
 

@@ -6,7 +6,8 @@ them: in code, or in a string that could be a device or a name (`"cuda:1"`, `"cu
 string with white space in it: prose (a docstring, an error message, `help=` text) is
 never a device, a module attribute or an environment variable's name. A JSON object or list
 (`'{"encoder": "cuda:0", "decoder": "cuda:1"}'`, a placement read with json.loads, or a Python literal's text read
-with ast.literal_eval) is data, and counts, and so is
+with ast.literal_eval) is data, and counts, as is a one-line list of settings that names a device (`"encoder=cuda:0
+crf=cuda:1"`, which the file splits), and so is
 a config file's text with a line that sets a key to a device (`key_device = "cuda:1"` in TOML, `device: cuda:1`
 in YAML or INI). An f-string
 always counts (its fields are code). Of torch's 2,285 files, 598 hold a rule's word and
@@ -44,6 +45,9 @@ _SPACE = re.compile(r"\s")
 _CONFIG_DEVICE = re.compile(
     r"""^[ \t]*[\w.\-]+[ \t]*[:=][ \t]*[\["']?[ \t]*["']?cuda(?::\d+)?(?:["',\]]|[ \t]*$)""", re.M
 )
+# A one-line list of settings (`"encoder=cuda:0 crf=cuda:1"`, `"enc=cuda:0,dec=cuda:1"`), parsed by the file with
+# `split`: data when one of them names a CUDA device.
+_KEY_VALUES = re.compile(r"""["'][\w.\-]+=[^\s"'=,;]+(?:[ \t]*[ \t,;][ \t]*[\w.\-]+=[^\s"'=,;]+)*["']""")
 _JSON = re.compile("(?:'''|\"\"\"|'|\")" + r"""\s*[\[{(]\s*[\[{("']""")
 
 
@@ -90,6 +94,9 @@ class LiveText:
                     continue  # a JSON object or list (`'{"encoder": "cuda:0", ...}'`, json.loads'): data
                 if _CONFIG_DEVICE.search(self.source, m.start(), m.end()):
                     continue  # a config file's text (TOML, YAML, INI) that sets a device: data
+                body = m.start() + len(prefix)
+                if _KEY_VALUES.fullmatch(self.source, body, m.end()) and "cuda" in self.source[body : m.end()]:
+                    continue  # `"encoder=cuda:0 crf=cuda:1"`: settings the file splits, data
             self._inert.append((m.start(), m.end()))
         # The spans are ordered and disjoint: the last one starting at or before `start` is the candidate.
         k = bisect.bisect_right(self._inert, start, key=lambda span: span[0])
