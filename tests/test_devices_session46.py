@@ -331,3 +331,33 @@ def test_a_helper_left_without_its_device_builds_on_the_host_what_the_forward_mo
         "make_anchors(32, 32, 8).to(f.device)",
     ):  # given the device, or sized by numbers alone
         assert findings(ANCHOR_HELPER.replace("CALL", fixed), "MP019") == [], fixed
+
+
+# Round 36's good files (5 of 24): a script's fixed random batch, moved again in every training step, stands for
+# the new batch a loader gives each step; the same data moved in a loop that trains nothing is still a repeat.
+STAND_IN = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+net = nn.Linear(256, 1).to("cuda:1")
+opt = torch.optim.SGD(net.parameters(), lr=0.1)
+X = MAKE
+y = (X[:, :4].sum(1, keepdim=True) > 0).float()
+for step in range(3):
+    loss = F.binary_cross_entropy_with_logits(net(X.to("cuda:1")), y.to("cuda:1"))
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+with torch.no_grad():
+    draws = [net(X.to("cuda:1")) for _ in range(8)]
+"""
+
+
+def test_a_stand_in_batch_moved_in_each_training_step_is_no_repeat_but_one_moved_per_draw_is():
+    got = [(f.code, f.line) for f in findings(STAND_IN.replace("MAKE", "torch.randn(512, 256)"), "MP011")]
+    assert got == [("MP011", 16)], got  # only the draws' loop, which trains nothing
+    # a table drawn on a device, or data that is not random, keeps its finding in the training loop
+    for made in ('torch.randn(512, 256, device="cuda:0")', "torch.ones(512, 256)"):
+        lines = {f.line for f in findings(STAND_IN.replace("MAKE", made), "MP011")}
+        assert 11 in lines, (made, lines)

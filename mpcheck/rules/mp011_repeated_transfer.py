@@ -8,7 +8,7 @@ import libcst as cst
 
 from mpcheck.codes import REPEAT_MIN_BYTES
 from mpcheck.devices.events import ModuleMovedInForward, Transfer
-from mpcheck.devices.names import a_number
+from mpcheck.devices.names import a_number, dotted
 from mpcheck.devices.values import Devs, conflict, device_literal, made_by, show, single
 from mpcheck.devices.walk import assigned, walk
 from mpcheck.finding import Finding
@@ -177,6 +177,14 @@ def repeats(ctx: FileContext) -> Callable[[Transfer], str]:
     helper called for each device of a loop) is copied once per device, no repeat."""
     targets: dict[int, set[Devs]] = {}
     ints = module_ints(ctx.module)
+    found: list[frozenset[str]] = []
+
+    def stand_ins() -> frozenset[str]:
+        """The names the file binds once, to a stand-in batch (`X = torch.randn(BATCH, 64)`)."""
+        if not found:
+            found.append(_names_of_stand_ins(ctx.module, ints))
+        return found[0]
+
     for ev in ctx.model.facts(Transfer):
         if ev.reads_global_constant:
             targets.setdefault(id(ev.node), set()).add(ev.devs)
@@ -189,6 +197,10 @@ def repeats(ctx: FileContext) -> Callable[[Transfer], str]:
             return ""
         if got in ("loop", "again") and _once_per_epoch(ctx, ev.node):
             return ""
+        if got == "loop" and _in_a_training_loop(ctx, ev.node):
+            made = made_by(ev.value)
+            if stand_in_batch(made, ints) or _computed_from_stand_in(made, stand_ins()):
+                return ""
         if got == "again" and _runs_once(ctx, ev.node):
             return ""
         return got
@@ -216,6 +228,81 @@ def _once_per_epoch(ctx: FileContext, node: cst.CSTNode) -> bool:
         ):
             return True
     return False
+
+
+def _in_a_training_loop(ctx: FileContext, node: cst.CSTNode) -> bool:
+    """Is `node` in a loop that counts steps (`for step in range(n)`, a `while`), not one that brings data (`for x
+    in loader`: there the batches come from the loop, and a random tensor moved in it is a constant), whose body
+    runs a training step (`.backward()`, an optimizer's `.step()`)?"""
+    innermost = None
+    for loop in walk(ctx.module):
+        if isinstance(loop, (cst.For, cst.While)) and any(n is node for n in walk(loop.body)):
+            innermost = loop
+    if innermost is None:
+        return False
+    if isinstance(innermost, cst.For) and not (
+        isinstance(innermost.iter, cst.Call) and dotted(innermost.iter.func) == "range"
+    ):
+        return False
+    return any(isinstance(c, cst.Call) and _a_training_step(c.func) for c in walk(innermost.body))
+
+
+# Factories that draw random data: with a literal shape, a stand-in for what a loader would give.
+_RANDOM_FACTORIES = frozenset({"randn", "rand", "randint", "normal"})
+
+
+def stand_in_batch(made_at: object, ints: Mapping[str, int] | None = None) -> bool:
+    """A tensor of random data drawn with a shape the code spells out (`images = torch.rand(16, 3, 32, 32)`):
+    a script's stand-in for the batches a loader would give, each step a new one. Moved again in every step of
+    a training loop, it stands for the copy each new batch needs in the real program, not for a copy the
+    program could drop (the same data moved in a loop that trains nothing, `for _ in range(8): predict(
+    X.to(dev))`, still is one)."""
+    if not isinstance(made_at, cst.Call) or not isinstance(made_at.func, (cst.Name, cst.Attribute)):
+        return False
+    name = made_at.func.value if isinstance(made_at.func, cst.Name) else made_at.func.attr.value
+    if name not in _RANDOM_FACTORIES or any(
+        a.keyword is not None and a.keyword.value == "device" for a in made_at.args
+    ):
+        return False  # (drawn on a device: a table or a bank kept there, not a host batch a loader would give)
+    dims = [a.value for a in made_at.args if a.keyword is None]
+    if name == "randint":
+        dims = [el.value for el in dims[-1].elements] if dims and isinstance(dims[-1], (cst.Tuple, cst.List)) else []
+    elif len(dims) == 1 and isinstance(dims[0], (cst.Tuple, cst.List)):
+        dims = [el.value for el in dims[0].elements]
+    return bool(dims) and all(
+        isinstance(d, cst.Integer) or (isinstance(d, cst.Name) and ints is not None and d.value in ints) for d in dims
+    )
+
+
+def _names_of_stand_ins(module: cst.Module, ints: Mapping[str, int]) -> frozenset[str]:
+    """Names bound once in the file, to a stand-in batch (stand_in_batch)."""
+    values: dict[str, list[cst.BaseExpression | None]] = {}
+    for n in walk(module):
+        if isinstance(n, cst.Assign):
+            for t in n.targets:
+                if isinstance(t.target, cst.Name):
+                    values.setdefault(t.target.value, []).append(n.value)
+                else:
+                    for x in walk(t.target):
+                        if isinstance(x, cst.Name):
+                            values.setdefault(x.value, []).append(None)
+    return frozenset(k for k, vs in values.items() if len(vs) == 1 and stand_in_batch(vs[0], ints))
+
+
+def _computed_from_stand_in(made_at: object, names: frozenset[str]) -> bool:
+    """Targets computed on the host from a stand-in batch alone (`y = (X[:, :4].sum(1) > 0).float()`): new
+    data with every new batch too."""
+    if not isinstance(made_at, cst.BaseExpression) or not names:
+        return False
+    read = {n.value for n in walk(made_at) if isinstance(n, cst.Name)}
+    return bool(read & names) and not any(isinstance(n, cst.Call) and _a_module_call(n) for n in walk(made_at))
+
+
+def _a_module_call(call: cst.Call) -> bool:
+    """A call of something other than a torch function or a tensor method: a module or a helper, whose output
+    is not the batch's own data."""
+    func = call.func
+    return isinstance(func, cst.Name) and func.value not in ("float", "int", "len", "abs")
 
 
 def _a_training_step(func: cst.BaseExpression) -> bool:
