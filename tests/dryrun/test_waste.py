@@ -666,3 +666,55 @@ def test_a_batch_copied_across_for_later_is_not_the_chain_of_the_next_departure(
     status, report, err = dryrun_cli(script(SIDE_BY_SIDE), "--gpus", "2")
     assert status == 0, err
     assert [f for f in report["findings"] if f["code"] == "MP006"] == []
+
+
+STAND_IN = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(256, 256).to("cuda:0")
+        self.b = nn.Linear(256, 1).to("cuda:1")
+        self.proj = torch.randn(256, 256)  # a random table the model keeps on the host
+
+    def forward(self, x):
+        h = self.a(x.to("cuda:0"))  # <- input
+        PROJECT
+        return self.b(h.to("cuda:1"))
+
+
+net = Net()
+opt = torch.optim.SGD(net.parameters(), lr=0.1)
+X = torch.randn(512, 256)
+y = (X[:, :4].sum(1, keepdim=True) > 0).float()
+for step in range(3):
+    BATCH
+    loss = F.binary_cross_entropy_with_logits(net(x), y.to("cuda:1"))  # <- targets
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+
+def test_a_fixed_stand_in_batch_copied_in_each_training_step_is_no_repeat(script, dryrun_cli):
+    # (round 36: 9 of 24 good files) a script's random batch stands for a loader's new batch each step
+    s = script(STAND_IN.replace("PROJECT", "").replace("BATCH", "x = X"))
+    assert_silent(dryrun_cli, s)
+
+
+def test_a_random_table_copied_beside_new_batches_or_by_the_model_itself_is_a_repeat(script, dryrun_cli):
+    # beside a loader's new batch each step, the same random data copied again is a constant copied every step
+    fresh = "x = X; noise = torch.randn(512, 256).to('cuda:0')  # new data each step"
+    s = script(STAND_IN.replace("PROJECT", "h = h + noise").replace("BATCH", fresh))
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 0, err
+    assert [(f["code"], f["line"]) for f in report["findings"]] == [("MP011", s.line("input"))]
+    # a random table the model holds, copied by its forward on every call: not what it was given
+    s = script(STAND_IN.replace("PROJECT", "h = h @ self.proj.to('cuda:0')  # <- table").replace("BATCH", "x = X"))
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 0, err
+    assert ("MP011", s.line("table")) in [(f["code"], f["line"]) for f in report["findings"]]

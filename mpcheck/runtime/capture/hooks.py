@@ -323,6 +323,8 @@ def _patch_module_call(
         if not stack:
             tls.forwards += 1  # a new forward pass begins (MP006 follows transfers within one)
             checker.model_runs += 1  # in any thread (recurrence.py compares two threads' copies by it)
+            # the tensors the model was given (MP011: a stand-in batch moved by the model's own forward, repeats.py)
+            tls.top_inputs = {_storage_key(a) for a in args if isinstance(a, tensor)}
         entry = namer._names.get(id(module))  # namer.known(), inlined: every module call pays it
         path = entry[1] if entry is not None and entry[0]() is module else None
         if path is None:
@@ -935,3 +937,11 @@ def disable_compile() -> Undo:
         config.disable = old
 
     return undo
+
+
+def _storage_key(t: Any) -> int:
+    """id() of a tensor's storage (its views share it), or of the tensor where it has none."""
+    try:
+        return id(t.untyped_storage())
+    except Exception:  # a tensor without storage (a subclass)
+        return id(t)

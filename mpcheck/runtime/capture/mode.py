@@ -30,7 +30,7 @@ from mpcheck.runtime.checks.checker import Checker
 from mpcheck.runtime.checks.hook_moves import made_by_module_hook
 from mpcheck.runtime.checks.per_item_moves import GATHERS as _GATHERS
 from mpcheck.runtime.checks.per_item_moves import MIN_ITEMS as _MIN_ITEMS
-from mpcheck.runtime.checks.provenance import CONST_FACTORIES
+from mpcheck.runtime.checks.provenance import CONST_FACTORIES, DRAWN_FACTORIES
 from mpcheck.runtime.checks.sites import called_by_torch
 
 # The kinds of call (module-level names: the mode compares one per call).
@@ -139,6 +139,7 @@ class CheckingMode(TorchFunctionMode):
         # Ops that pick rows into a new tensor (arrivals.selected_arrival): `data[idx]`, `index_select`
         self._selections = frozenset({torch.Tensor.__getitem__, torch.Tensor.index_select, torch.index_select})
         self._factories = frozenset(f for f in (getattr(torch, n, None) for n in CONST_FACTORIES) if f is not None)
+        self._drawn_factories = frozenset(f for f in (getattr(torch, n, None) for n in DRAWN_FACTORIES) if f)
         # MP019's (checks/made_on_host.py): the factories that make a tensor from a shape alone, random ones too.
         self._shape_factories = frozenset(f for f in (getattr(torch, n, None) for n in SHAPE_FACTORIES) if f)
         if stamp_nodes:
@@ -279,6 +280,8 @@ class CheckingMode(TorchFunctionMode):
                     except TypeError:  # an unhashable callable
                         factory = shaped = False
                     on_host = None
+                    if not factory and dev is None and func in self._drawn_factories:
+                        self._provenance.made_drawn(out)  # a stand-in batch drawn on the host (repeats.py)
                     if factory and not kwargs.get("requires_grad"):
                         self._provenance.made_by_factory(out)
                         on_host = dev is None and made_how is None and checker.devices.device_of(out) == "cpu"

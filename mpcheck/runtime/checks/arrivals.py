@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from mpcheck.runtime.checks.arguments import Args, Kwargs
 from mpcheck.runtime.checks.made_on_host import HostMade
+from mpcheck.runtime.checks.purge import PURGE_AT
 from mpcheck.runtime.checks.sites import Site
 from mpcheck.runtime.checks.storage_ref import StorageRef
 
@@ -128,5 +129,7 @@ def on_selected(self: Checker, out: Any, sid: int) -> None:
     ref.moved_at = entry[0].moved_at
     self._arrivals[out_sid] = (ref, entry[1], entry[2])
     self._selected_arrivals.add(out_sid)
+    if len(self._row_picked) < PURGE_AT:
+        self._row_picked.add(sid)  # (MP011: a data set copied whole to index a batch from it, repeats.py)
     self.note_arrived(out, out_sid)
     self._read_arrivals.discard(out_sid)

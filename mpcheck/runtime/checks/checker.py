@@ -280,7 +280,14 @@ class Checker:
         # MP011's repeats made since the last optimizer step of a program that has trained, held until the next
         # step or the end of the run tells per-step waste from a copy made once after training
         # (repeats.judge_repeats_after_training).
-        self._repeats_since_step: list[tuple[Site, dict[str, Any], bool, tuple[Any, ...], str]] = []
+        self._repeats_since_step: list[
+            tuple[Site, dict[str, Any], bool, tuple[Any, ...], str, int | None, int | None]
+        ] = []
+        # MP011 in a training loop (repeats.py): the last iteration that copied data from the host it had not
+        # copied before (a loader's new batch), and the arrivals whose rows were picked by an index (a whole
+        # data set copied to index a batch from it), cleared at each step's judgement.
+        self._fresh_host_round = -1
+        self._row_picked: set[int] = set()
         self._repeated_lines: set[tuple[str, int]] = set()  # lines whose repeat was held at an earlier step
         # MP016: transfers whose output is watched until it is freed, to tell data only reduced where it arrived.
         self.reduce_watch = reduced_after_move.ReduceWatch()

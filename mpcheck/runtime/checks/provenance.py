@@ -68,6 +68,11 @@ RANDOM_CALLS = frozenset(
 CONST_FACTORIES = frozenset(
     {"zeros", "ones", "full", "arange", "range", "linspace", "logspace", "eye", "tril_indices", "triu_indices"}
 )
+# torch functions (by __name__) that draw random data from a shape alone: a script's stand-in batch
+# (`X = torch.randn(512, 256)`), marked `drawn` (repeats.py: copied in every step of a training loop that brings
+# no new data, it stands for a loader's new batch).
+DRAWN_FACTORIES = frozenset({"randn", "rand", "randint", "normal", "randperm"})
+_DRAWN = "drawn"
 _PURGE_AT = 4096
 
 
@@ -88,7 +93,8 @@ class Provenance:
     def __init__(self, tensor_type: type) -> None:
         self._tensor = tensor_type
         # id(tensor) -> (weak ref, version when marked); the capture layer tests `id(t) in marks`.
-        self.marks: dict[int, tuple[weakref.ref[Any], int | None]] = {}
+        # A third item `_DRAWN` marks random data drawn from a shape, or computed from such data and constants only.
+        self.marks: dict[int, tuple[Any, ...]] = {}
         self._sources_key: tuple[Any, ...] | None = None
         self._purge_at = _PURGE_AT
         self._tracks: dict[type, bool] = {}  # a module class -> its track_running_stats (_class_tracks)
@@ -146,17 +152,30 @@ class Provenance:
     # -- marks -------------------------------------------------------------------------------
     def is_const(self, t: Any) -> bool:
         """Was `t` computed only from constants, and has it not changed since?"""
+        return self._kind(t) == "const"
+
+    def is_drawn(self, t: Any) -> bool:
+        """Is `t` random data drawn from a shape (or computed from such data and constants), unchanged since?"""
+        return self._kind(t) == _DRAWN
+
+    def _kind(self, t: Any) -> str | None:
         entry = self.marks.get(id(t))
         if entry is None:
-            return False
-        ref, version = entry
+            return None
+        ref, version = entry[0], entry[1]
         if ref() is not t:
             del self.marks[id(t)]  # the id was reused by another tensor
-            return False
-        return version is not None and version == _version(t)
+            return None
+        if version is None or version != _version(t):
+            return None
+        return _DRAWN if len(entry) > 2 else "const"
 
     def made_by_factory(self, out: Any) -> None:
         self._mark(out)
+
+    def made_drawn(self, out: Any) -> None:
+        """`out` was drawn by a random factory from a shape alone."""
+        self._mark(out, drawn=True)
 
     def derive(self, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, name: str = "") -> None:
         """A call (`name`) whose first tensor argument is marked returned `out`: mark `out` when every
@@ -164,16 +183,15 @@ class Provenance:
         that mixed in other data; `torch.bernoulli(torch.full(shape, 0.9))`, new data every call)."""
         tensor = self._tensor
         const = True
+        drawn = False  # (what is computed from drawn data and constants alone is drawn data too)
         seen = name in RANDOM_CALLS  # (then unmarked below, whatever the arguments)
         for a in () if seen else (*args, *kwargs.values()):
-            if isinstance(a, tensor):
-                seen = True
-                const = self.is_const(a)
-            elif isinstance(a, (list, tuple)):
-                for b in a:
-                    if isinstance(b, tensor):
-                        seen = True
-                        const = const and self.is_const(b)
+            for b in a if isinstance(a, (list, tuple)) else (a,):
+                if isinstance(b, tensor):
+                    seen = True
+                    kind = self._kind(b)
+                    drawn = drawn or kind == _DRAWN
+                    const = const and kind is not None
             if not const:
                 break
         const = const and seen and name not in RANDOM_CALLS
@@ -182,15 +200,15 @@ class Provenance:
             if not isinstance(o, tensor):
                 continue
             if const:
-                self._mark(o)
+                self._mark(o, drawn=drawn)
             else:
                 self.marks.pop(id(o), None)
 
-    def _mark(self, t: Any) -> None:
+    def _mark(self, t: Any, *, drawn: bool = False) -> None:
         if not isinstance(t, self._tensor):
             return
         try:
-            self.marks[id(t)] = (weakref.ref(t), _version(t))
+            self.marks[id(t)] = (weakref.ref(t), _version(t), _DRAWN) if drawn else (weakref.ref(t), _version(t))
         except TypeError:  # a tensor type without weak references: left unmarked
             return
         if len(self.marks) > self._purge_at:
@@ -199,8 +217,8 @@ class Provenance:
     def purge(self) -> None:
         """Drop the marks of freed tensors (at each step end, and when the table grows)."""
         # list() copies the items in one C call: another thread's forward may mark a tensor meanwhile.
-        for k, (ref, _) in list(self.marks.items()):
-            if ref() is None:
+        for k, entry in list(self.marks.items()):
+            if entry[0]() is None:
                 self.marks.pop(k, None)  # in place: the capture layer holds this dict
         self._purge_at = max(_PURGE_AT, 2 * len(self.marks))
 

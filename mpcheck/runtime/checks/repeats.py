@@ -27,8 +27,11 @@ def move_key(t: Any, storage: Any, dst_dev: str) -> tuple[Any, ...]:
     return (id(storage), t.storage_offset(), tuple(t.shape), t.stride(), dst_dev)
 
 
-def _check_repeat(self: Checker, t: Any, dst_dev: str, site: Site | None, module: str | None) -> bool:
-    """MP011 on the same unchanged data moved again; True when reported."""
+def _check_repeat(
+    self: Checker, t: Any, dst_dev: str, site: Site | None, module: str | None, arrival_sid: int | None = None
+) -> bool:
+    """MP011 on the same unchanged data moved again; True when reported (or held: judge_repeats_after_training).
+    `arrival_sid`: the storage of the copy, whose rows an index may pick later."""
     try:
         storage = t.untyped_storage()
     except Exception:
@@ -73,10 +76,17 @@ def _check_repeat(self: Checker, t: Any, dst_dev: str, site: Site | None, module
             # The program has trained: whether this repeat is per-step waste or a one-time copy after training
             # (evaluating the model twice at the end of a run, the same inputs moved for each) is known only
             # when another step comes, or the same line repeats again (`judge_repeats_after_training`).
-            self._repeats_since_step.append((site or UNKNOWN, finding, same_round, key, "MP011"))
+            # A script's stand-in batch (random data drawn on the host, copied outside the model or by the model's
+            # forward it was given to) is judged with the
+            # iteration it was copied in (judge_repeats_after_training); anything else: None.
+            stand_in = self.provenance.is_drawn(t) and (not self._tls.stack or sid in self._tls.top_inputs)
+            held = (site or UNKNOWN, finding, same_round, key, "MP011", arrival_sid, rounds if stand_in else None)
+            self._repeats_since_step.append(held)
         else:
             self.emit("MP011", site, **finding)
         return True
+    if entry is None and self.devices.device_of(t) == "cpu":
+        self._fresh_host_round = rounds  # new data from the host in this iteration (a loader's batch)
     self._moves[key] = [StorageRef(t), site or UNKNOWN, step, mark, rounds]
     if len(self._moves) > self._purge_at:
         self._purge()
@@ -100,12 +110,27 @@ def judge_repeats_after_training(self: Checker, *, step_ended: bool) -> None:
     times: dict[tuple[str, int], int] = {}
     per_data: dict[tuple[str, int, tuple[Any, ...]], int] = {}
     per_tensor: dict[tuple[Any, ...], int] = {}  # one tensor's repeats at any line: three metrics each moving it
-    for site, _, _, key, _ in held:
+    for site, _, _, key, *_ in held:
         times[(site.path, site.line)] = times.get((site.path, site.line), 0) + 1
         per_data[(site.path, site.line, key)] = per_data.get((site.path, site.line, key), 0) + 1
         per_tensor[key] = per_tensor.get(key, 0) + 1
     seen = self._repeated_lines
-    for site, finding, same_round, key, code in held:
+    picked, self._row_picked = self._row_picked, set()
+    for site, finding, same_round, key, code, arrival_sid, round_at in held:
+        if (
+            code == "MP011"
+            and step_ended
+            and not same_round
+            and round_at is not None
+            and round_at != self._fresh_host_round
+            and arrival_sid not in picked
+        ):
+            # In a training loop whose iteration brought no new data from the host, random data drawn on the host
+            # and copied again in every step, outside the model, and used whole: a script's fixed stand-in batch,
+            # which stands for the loader's new batch of a real run (its copy is needed there). Beside new data (a
+            # loader's batches) it is a constant copied every step; indexed after the copy (a whole data set
+            # copied to take a batch from it) it is waste in any run: both reported, as is any constant.
+            continue
         line = (site.path, site.line)
         again = times[line] if step_ended else max(per_data[(site.path, site.line, key)], per_tensor[key])
         if (step_ended and (not same_round or line in seen)) or again >= 2:

@@ -93,7 +93,9 @@ def _check_round_trip(
         # The program has trained: a trip made once after training (a tied copy brought back to check it against
         # its original at the end of a run) costs once; one inside the training loop shows again at the next step
         # (repeats.judge_repeats_after_training, as for MP011's repeats).
-        self._repeats_since_step.append((site or UNKNOWN, finding, False, move_key(t, storage, dst_dev), "MP005"))
+        self._repeats_since_step.append(
+            (site or UNKNOWN, finding, False, move_key(t, storage, dst_dev), "MP005", None, None)
+        )
         return
     found = self.emit("MP005", site, **finding)
     if found is not None and found.extra.get("count") == 1 and site is not None:  # seen again, it stays

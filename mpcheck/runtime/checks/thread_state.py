@@ -35,6 +35,7 @@ class ThreadState(threading.local):
         self.top_pass_over = False
         self.passes_ended = 0  # losses and backward passes seen: the model ran (MP011, recurrence.py)
         self.top_calls: set[int] = set()  # id() of the modules the current pass called outermost
+        self.top_inputs: set[int] = set()  # id() of the storages of the tensors the outermost module call was given
         # > 0 while a module call of a signature checked clean runs with the modes stepped aside
         # (capture/signatures.py): transfers are then recorded by capture/transfers.py instead.
         self.unchecked = 0

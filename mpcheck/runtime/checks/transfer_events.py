@@ -78,7 +78,11 @@ def on_transfer(
         ):
             self._check_host_parameter(src_tensor, dst_dev, site, module_path)  # MP011, any size
         if nbytes >= self.repeat_min_bytes:  # a smaller copy costs about its launch: see REPEAT_MIN_BYTES
-            if not self._check_repeat(src_tensor, dst_dev, site, module_path):
+            try:
+                arrival_sid = id(out_tensor.untyped_storage()) if out_tensor is not None else None
+            except Exception:  # a tensor without storage
+                arrival_sid = None
+            if not self._check_repeat(src_tensor, dst_dev, site, module_path, arrival_sid):
                 self._check_const_copy(src_tensor, src_dev, dst_dev, site, module_path, nbytes)
         if self._tls.forwards != self._provenance_forward:  # once per forward pass at most
             self._provenance_forward = self._tls.forwards
