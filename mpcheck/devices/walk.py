@@ -284,3 +284,36 @@ def is_periodic_test(test: cst.BaseExpression) -> bool:
         ):
             return True
     return False
+
+
+def name_bindings(module: cst.CSTNode) -> dict[str, list[cst.BaseExpression | None]]:
+    """Every binding of each name anywhere in `module`: the value of a plain `name = value` (or `name: T = value`),
+    None for any other way (a tuple target, `+=`, `:=`, a loop target, a parameter, an import, `global`). A name
+    bound once to a value the caller recognises is that value everywhere (MP011's stand-in batches, MP025's
+    strings read from the environment)."""
+    bindings: dict[str, list[cst.BaseExpression | None]] = {}
+    for n in walk(module):
+        if isinstance(n, cst.Assign):
+            for t in n.targets:
+                if isinstance(t.target, cst.Name):
+                    bindings.setdefault(t.target.value, []).append(n.value)
+                else:
+                    for x in walk(t.target):
+                        if isinstance(x, cst.Name):
+                            bindings.setdefault(x.value, []).append(None)
+        elif isinstance(n, cst.AnnAssign) and isinstance(n.target, cst.Name):
+            bindings.setdefault(n.target.value, []).append(n.value)
+        elif isinstance(n, (cst.AugAssign, cst.NamedExpr)) and isinstance(n.target, cst.Name):
+            bindings.setdefault(n.target.value, []).append(None)
+        elif isinstance(n, (cst.For, cst.CompFor)):
+            for x in walk(n.target):
+                if isinstance(x, cst.Name):
+                    bindings.setdefault(x.value, []).append(None)
+        elif isinstance(n, cst.Param):
+            bindings.setdefault(n.name.value, []).append(None)
+        elif isinstance(n, cst.AsName) and isinstance(n.name, cst.Name):
+            bindings.setdefault(n.name.value, []).append(None)
+        elif isinstance(n, cst.Global):
+            for g in n.names:
+                bindings.setdefault(g.name.value, []).append(None)
+    return bindings

@@ -10,7 +10,7 @@ from mpcheck.codes import REPEAT_MIN_BYTES
 from mpcheck.devices.events import ModuleMovedInForward, Transfer
 from mpcheck.devices.names import a_number, dotted
 from mpcheck.devices.values import Devs, conflict, device_literal, made_by, show, single
-from mpcheck.devices.walk import assigned, walk
+from mpcheck.devices.walk import assigned, name_bindings, walk
 from mpcheck.finding import Finding
 from mpcheck.rules.base import Rule, once_per_node
 from mpcheck.rules.context import FileContext
@@ -276,16 +276,7 @@ def stand_in_batch(made_at: object, ints: Mapping[str, int] | None = None) -> bo
 
 def _names_of_stand_ins(module: cst.Module, ints: Mapping[str, int]) -> frozenset[str]:
     """Names bound once in the file, to a stand-in batch (stand_in_batch)."""
-    values: dict[str, list[cst.BaseExpression | None]] = {}
-    for n in walk(module):
-        if isinstance(n, cst.Assign):
-            for t in n.targets:
-                if isinstance(t.target, cst.Name):
-                    values.setdefault(t.target.value, []).append(n.value)
-                else:
-                    for x in walk(t.target):
-                        if isinstance(x, cst.Name):
-                            values.setdefault(x.value, []).append(None)
+    values = name_bindings(module)
     return frozenset(k for k, vs in values.items() if len(vs) == 1 and stand_in_batch(vs[0], ints))
 
 

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import libcst as cst
 
 from mpcheck.devices.names import dotted
-from mpcheck.devices.walk import walk
+from mpcheck.devices.walk import name_bindings, walk
 from mpcheck.finding import Finding
 from mpcheck.rules.base import Rule
 from mpcheck.rules.context import FileContext
@@ -136,31 +136,7 @@ def _names_always_strings(module: cst.Module) -> dict[str, cst.CSTNode]:
     """Names every binding of which in the file is a read of the environment or the command line (or a string
     literal, one of them being such a read): name -> that read. A name bound any other way anywhere (a parameter,
     a loop target, an import, another value) is left out."""
-    bindings: dict[str, list[cst.BaseExpression | None]] = {}
-    for n in walk(module):
-        if isinstance(n, cst.Assign):
-            for t in n.targets:
-                if isinstance(t.target, cst.Name):
-                    bindings.setdefault(t.target.value, []).append(n.value)
-                else:
-                    for x in walk(t.target):
-                        if isinstance(x, cst.Name):
-                            bindings.setdefault(x.value, []).append(None)
-        elif isinstance(n, cst.AnnAssign) and isinstance(n.target, cst.Name):
-            bindings.setdefault(n.target.value, []).append(n.value)
-        elif isinstance(n, (cst.AugAssign, cst.NamedExpr)) and isinstance(n.target, cst.Name):
-            bindings.setdefault(n.target.value, []).append(None)
-        elif isinstance(n, (cst.For, cst.CompFor)):
-            for x in walk(n.target):
-                if isinstance(x, cst.Name):
-                    bindings.setdefault(x.value, []).append(None)
-        elif isinstance(n, cst.Param):
-            bindings.setdefault(n.name.value, []).append(None)
-        elif isinstance(n, cst.AsName) and isinstance(n.name, cst.Name):
-            bindings.setdefault(n.name.value, []).append(None)
-        elif isinstance(n, cst.Global):
-            for g in n.names:
-                bindings.setdefault(g.name.value, []).append(None)
+    bindings = name_bindings(module)
     out: dict[str, cst.CSTNode] = {}
     for name, values in bindings.items():
         reads = [v for v in values if v is not None and _read_as_string(v)]
