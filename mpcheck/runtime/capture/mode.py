@@ -280,7 +280,8 @@ class CheckingMode(TorchFunctionMode):
                     except TypeError:  # an unhashable callable
                         factory = shaped = False
                     on_host = None
-                    if not factory and dev is None and func in self._drawn_factories:
+                    if shaped and not factory and dev is None and func in self._drawn_factories:
+                        # (tested only for a shape factory: no cost on the other calls)
                         self._provenance.made_drawn(out)  # a stand-in batch drawn on the host (repeats.py)
                     if factory and not kwargs.get("requires_grad"):
                         self._provenance.made_by_factory(out)

@@ -71,7 +71,7 @@ CONST_FACTORIES = frozenset(
 # torch functions (by __name__) that draw random data from a shape alone: a script's stand-in batch
 # (`X = torch.randn(512, 256)`), marked `drawn` (repeats.py: copied in every step of a training loop that brings
 # no new data, it stands for a loader's new batch).
-DRAWN_FACTORIES = frozenset({"randn", "rand", "randint", "normal", "randperm"})
+DRAWN_FACTORIES = frozenset({"randn", "rand", "randint", "randperm"})  # (shape factories: SHAPE_FACTORIES)
 _DRAWN = "drawn"
 _PURGE_AT = 4096
 
