@@ -35,7 +35,7 @@ class SplitWaitsForOneGpuMore(Rule):
         for count, ctx in runs[1:]:
             placed = ctx.model.placed_gpus
             if len(placed) < 2 or len(placed_low) >= len(placed) or not all(_index(d) < fewest for d in placed):
-                continue
+                continue  # (an index that is no number sorts past every count: never "exists with the fewest")
             test = next(
                 (
                     t
@@ -63,5 +63,8 @@ class SplitWaitsForOneGpuMore(Rule):
 
 
 def _index(device: str) -> int:
-    """cuda:3 -> 3."""
-    return int(device.split(":", 1)[1])
+    """cuda:3 -> 3; a device whose index is no number (not known here) sorts last."""
+    try:
+        return int(device.split(":", 1)[1])
+    except ValueError:
+        return 1 << 30
