@@ -718,3 +718,61 @@ def test_a_random_table_copied_beside_new_batches_or_by_the_model_itself_is_a_re
     status, report, err = dryrun_cli(s, "--gpus", "2")
     assert status == 0, err
     assert ("MP011", s.line("table")) in [(f["code"], f["line"]) for f in report["findings"]]
+
+
+DENOISER = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+net = nn.Sequential(nn.Linear(256, 256).to("cuda:0"), nn.ReLU(), nn.Linear(256, 256).to("cuda:1"))
+opt = torch.optim.SGD(net.parameters(), lr=0.1)
+clean = torch.rand(512, 256)
+for step in range(3):
+    noisy = NOISY
+    out = net[2](net[1](net[0](noisy.to("cuda:0"))).to("cuda:1"))
+    loss = F.mse_loss(out, clean.to("cuda:1"))  # <- target
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+
+def test_noise_drawn_for_a_stand_in_batch_is_no_new_batch(script, dryrun_cli):
+    # (probe36 t20) a denoiser's noisy input made from the fixed stand-in each step: what a loader's batch gets
+    # each step, not another batch beside which the stand-in would be a constant
+    assert_silent(dryrun_cli, script(DENOISER.replace("NOISY", "clean + 0.2 * torch.randn_like(clean)")))
+    # beside new data of its own (a batch drawn afresh each step), the same target copied again is a constant
+    s = script(DENOISER.replace("NOISY", "torch.rand(512, 256)"))
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 0, err
+    assert [(f["code"], f["line"]) for f in report["findings"]] == [("MP011", s.line("target"))]
+
+
+RESUMED = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+X = torch.randn(512, 256)
+y = torch.randn(512, 1)
+state = None
+for job in range(2):  # a run, then the same run resumed: the model and its optimizer built again
+    net = nn.Sequential(nn.Linear(256, 256).to("cuda:0"), nn.Linear(256, 1).to("cuda:1"))
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    if state is not None:
+        net.load_state_dict(state)
+    for step in range(2):
+        h = net[0](X.to("cuda:0"))
+        loss = F.mse_loss(net[1](h.to("cuda:1")), y.to("cuda:1"))  # <- targets
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    state = net.state_dict()
+"""
+
+
+def test_steps_of_an_optimizer_built_again_each_end_an_iteration(script, dryrun_cli):
+    # (probe36 t20) once the first optimizer is dropped, the next one's steps count the iterations: else two of
+    # them looked like one, and the stand-in batch copied in each looked copied twice in one iteration
+    assert_silent(dryrun_cli, script(RESUMED))

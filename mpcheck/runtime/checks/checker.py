@@ -103,6 +103,10 @@ from mpcheck.runtime.checks.unmoved import Unmoved
 __all__ = ["Checker"]
 
 
+def _never_dropped() -> bool:
+    return True
+
+
 class Checker:
     """One definition of each check, for both faces.
 
@@ -225,7 +229,9 @@ class Checker:
         # stepping once each per iteration, a GAN's, make one round), or at an explicit session step.
         # `_round_stepped`: id() of the optimizers that stepped in this round.
         self.rounds = 0
-        self._lead_optimizer: int | None = None  # id() of the first optimizer that stepped
+        # id() and a weak reference of the first optimizer that stepped and is still alive (a resumed job builds
+        # another); a weak reference only, so that no optimizer, and none of its tensors, is kept alive here.
+        self._lead_optimizer: tuple[int, Callable[[], Any]] | None = None
         self._round_stepped: set[int] = set()
         # id(module) -> the one device of its own params/buffers, or None (none / several).
         self._placement: dict[int, tuple[weakref.ref[Any], str | None]] = {}
@@ -281,12 +287,14 @@ class Checker:
         # step or the end of the run tells per-step waste from a copy made once after training
         # (repeats.judge_repeats_after_training).
         self._repeats_since_step: list[
-            tuple[Site, dict[str, Any], bool, tuple[Any, ...], str, int | None, int | None]
+            tuple[Site, dict[str, Any], bool, tuple[Any, ...], str, int | None, tuple[int, int] | None]
         ] = []
         # MP011 in a training loop (repeats.py): the last iteration that copied data from the host it had not
         # copied before (a loader's new batch), and the arrivals whose rows were picked by an index (a whole
         # data set copied to index a batch from it), cleared at each step's judgement.
         self._fresh_host_round = -1
+        # (round, origins) of the drawn data first copied from the host in that round (repeats.py)
+        self._fresh_drawn: tuple[int, set[int]] = (-1, set())
         self._row_picked: set[int] = set()
         self._repeated_lines: set[tuple[str, int]] = set()  # lines whose repeat was held at an earlier step
         # MP016: transfers whose output is watched until it is freed, to tell data only reduced where it arrived.
@@ -477,9 +485,16 @@ class Checker:
 
     def step_end(self, optimizer: Any = None) -> None:
         """A step ended: at `optimizer`'s step, or an explicit one (None)."""
-        if optimizer is not None and self._lead_optimizer is None:
-            self._lead_optimizer = id(optimizer)
-        if optimizer is None or id(optimizer) == self._lead_optimizer or id(optimizer) in self._round_stepped:
+        lead = self._lead_optimizer
+        if optimizer is not None and (lead is None or lead[1]() is None):
+            # The first optimizer to step leads; when it was dropped (the model and its optimizer built again for a
+            # resumed run), the next one to step leads: else rounds would lag a step behind the new one's steps.
+            try:
+                alive: Callable[[], Any] = weakref.ref(optimizer)
+            except TypeError:  # an optimizer-like object without weak references: taken as never dropped
+                alive = _never_dropped
+            self._lead_optimizer = lead = (id(optimizer), alive)
+        if optimizer is None or (lead is not None and id(optimizer) == lead[0]) or id(optimizer) in self._round_stepped:
             # The first optimizer that ever stepped ends each iteration it steps in (where a round was ended only
             # when an optimizer stepped again, the first two iterations counted as one, and a data set of two
             # batches walked epoch after epoch looked moved at every step).

@@ -72,6 +72,9 @@ CONST_FACTORIES = frozenset(
 # (`X = torch.randn(512, 256)`), marked `drawn` (repeats.py: copied in every step of a training loop that brings
 # no new data, it stands for a loader's new batch).
 DRAWN_FACTORIES = frozenset({"randn", "rand", "randint", "randperm"})  # (shape factories: SHAPE_FACTORIES)
+# The same drawn from another tensor's shape: noise for a marked stand-in (`clean + torch.randn_like(clean)`) is
+# drawn data too, no loader's new batch.
+_DRAWN_LIKE = frozenset({"rand_like", "randn_like", "randint_like"})
 _DRAWN = "drawn"
 _PURGE_AT = 4096
 
@@ -93,7 +96,8 @@ class Provenance:
     def __init__(self, tensor_type: type) -> None:
         self._tensor = tensor_type
         # id(tensor) -> (weak ref, version when marked); the capture layer tests `id(t) in marks`.
-        # A third item `_DRAWN` marks random data drawn from a shape, or computed from such data and constants only.
+        # A third item `_DRAWN` marks random data drawn from a shape, or computed from such data and constants only;
+        # the fourth is its origin, the storage id of the drawn tensor it was computed from (`drawn_from`).
         self.marks: dict[int, tuple[Any, ...]] = {}
         self._sources_key: tuple[Any, ...] | None = None
         self._purge_at = _PURGE_AT
@@ -158,6 +162,11 @@ class Provenance:
         """Is `t` random data drawn from a shape (or computed from such data and constants), unchanged since?"""
         return self._kind(t) == _DRAWN
 
+    def drawn_from(self, t: Any) -> int | None:
+        """The storage id of the drawn tensor that `t` (drawn data) was computed from: a slice of a drawn data set
+        comes from the data set, a stand-in's noise (`torch.randn_like(clean)`) from the stand-in."""
+        return self.marks[id(t)][3] if self._kind(t) == _DRAWN else None
+
     def _kind(self, t: Any) -> str | None:
         entry = self.marks.get(id(t))
         if entry is None:
@@ -175,7 +184,7 @@ class Provenance:
 
     def made_drawn(self, out: Any) -> None:
         """`out` was drawn by a random factory from a shape alone."""
-        self._mark(out, drawn=True)
+        self._mark(out, drawn=_origin(out))
 
     def derive(self, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, name: str = "") -> None:
         """A call (`name`) whose first tensor argument is marked returned `out`: mark `out` when every
@@ -183,18 +192,22 @@ class Provenance:
         that mixed in other data; `torch.bernoulli(torch.full(shape, 0.9))`, new data every call)."""
         tensor = self._tensor
         const = True
-        drawn = False  # (what is computed from drawn data and constants alone is drawn data too)
-        seen = name in RANDOM_CALLS  # (then unmarked below, whatever the arguments)
+        # What is computed from drawn data and constants alone is drawn data too, from the first drawn argument's
+        # origin; a `*_like` draw from a marked tensor is drawn from that tensor's.
+        drawn: int | None = None
+        like = name in _DRAWN_LIKE  # (called only when its first tensor is marked: capture/mode.py)
+        seen = name in RANDOM_CALLS and not like  # (then unmarked below, whatever the arguments)
         for a in () if seen else (*args, *kwargs.values()):
             for b in a if isinstance(a, (list, tuple)) else (a,):
                 if isinstance(b, tensor):
                     seen = True
                     kind = self._kind(b)
-                    drawn = drawn or kind == _DRAWN
+                    if drawn is None:
+                        drawn = self.marks[id(b)][3] if kind == _DRAWN else (_origin(b) if like else None)
                     const = const and kind is not None
             if not const:
                 break
-        const = const and seen and name not in RANDOM_CALLS
+        const = const and seen and (like or name not in RANDOM_CALLS)
         outs = out if isinstance(out, (list, tuple)) else (out,)
         for o in outs:
             if not isinstance(o, tensor):
@@ -204,11 +217,13 @@ class Provenance:
             else:
                 self.marks.pop(id(o), None)
 
-    def _mark(self, t: Any, *, drawn: bool = False) -> None:
+    def _mark(self, t: Any, *, drawn: int | None = None) -> None:
+        """Mark `t` constant, or drawn data (`drawn`: its origin, see `drawn_from`)."""
         if not isinstance(t, self._tensor):
             return
         try:
-            self.marks[id(t)] = (weakref.ref(t), _version(t), _DRAWN) if drawn else (weakref.ref(t), _version(t))
+            ref = weakref.ref(t)
+            self.marks[id(t)] = (ref, _version(t)) if drawn is None else (ref, _version(t), _DRAWN, drawn)
         except TypeError:  # a tensor type without weak references: left unmarked
             return
         if len(self.marks) > self._purge_at:
@@ -221,6 +236,12 @@ class Provenance:
             if entry[0]() is None:
                 self.marks.pop(k, None)  # in place: the capture layer holds this dict
         self._purge_at = max(_PURGE_AT, 2 * len(self.marks))
+
+
+def _origin(t: Any) -> int:
+    """The origin that drawn data computed from `t` is marked with: its storage's id (its own id without one)."""
+    sid = _storage_id(t)
+    return id(t) if sid is None else sid
 
 
 def _storage_id(buf: Any) -> int | None:

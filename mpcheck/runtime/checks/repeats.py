@@ -79,14 +79,33 @@ def _check_repeat(
             # A script's stand-in batch (random data drawn on the host, copied outside the model or by the model's
             # forward it was given to) is judged with the
             # iteration it was copied in (judge_repeats_after_training); anything else: None.
-            stand_in = self.provenance.is_drawn(t) and (not self._tls.stack or sid in self._tls.top_inputs)
-            held = (site or UNKNOWN, finding, same_round, key, "MP011", arrival_sid, rounds if stand_in else None)
+            origin = self.provenance.drawn_from(t)
+            if self._tls.stack and sid not in self._tls.top_inputs:
+                origin = None  # (drawn data the model's forward made and copied: no input it was given)
+            held = (
+                site or UNKNOWN,
+                finding,
+                same_round,
+                key,
+                "MP011",
+                arrival_sid,
+                None if origin is None else (rounds, origin),
+            )
             self._repeats_since_step.append(held)
         else:
             self.emit("MP011", site, **finding)
         return True
     if entry is None and self.devices.device_of(t) == "cpu":
-        self._fresh_host_round = rounds  # new data from the host in this iteration (a loader's batch)
+        # New data from the host in this iteration (a loader's batch). Random data drawn in the script is new
+        # data for all but the stand-in it was computed from: noise drawn for a stand-in (`clean +
+        # torch.randn_like(clean)`) is what a loader's batch gets each step, no other batch.
+        origin = self.provenance.drawn_from(t)
+        if origin is None:
+            self._fresh_host_round = rounds
+        elif self._fresh_drawn[0] == rounds:
+            self._fresh_drawn[1].add(origin)
+        else:
+            self._fresh_drawn = (rounds, {origin})
     self._moves[key] = [StorageRef(t), site or UNKNOWN, step, mark, rounds]
     if len(self._moves) > self._purge_at:
         self._purge()
@@ -116,13 +135,15 @@ def judge_repeats_after_training(self: Checker, *, step_ended: bool) -> None:
         per_tensor[key] = per_tensor.get(key, 0) + 1
     seen = self._repeated_lines
     picked, self._row_picked = self._row_picked, set()
-    for site, finding, same_round, key, code, arrival_sid, round_at in held:
+    fresh_drawn_round, fresh_drawn = self._fresh_drawn
+    for site, finding, same_round, key, code, arrival_sid, stand_in in held:
         if (
             code == "MP011"
             and step_ended
             and not same_round
-            and round_at is not None
-            and round_at != self._fresh_host_round
+            and stand_in is not None
+            and stand_in[0] != self._fresh_host_round
+            and not (stand_in[0] == fresh_drawn_round and fresh_drawn - {stand_in[1]})
             and arrival_sid not in picked
         ):
             # In a training loop whose iteration brought no new data from the host, random data drawn on the host
