@@ -116,3 +116,74 @@ def test_small_rows_read_one_at_a_time_are_reported_and_a_whole_read_or_large_ch
     ):
         _, report = _run(script, dryrun_cli, read)
         assert [f for f in report["findings"] if f["code"] == "MP020"] == [], read
+
+
+def test_a_value_computed_from_each_indexed_element_and_read_is_a_read_of_the_elements(script, dryrun_cli):
+    # (probe36 t07: `if usage[k] == 0:` for each code of a VQ codebook) a comparison per element, each read
+    s, report = _run(script, dryrun_cli, "hits = sum(1 for i in range(len(preds)) if preds[i] == 3)  # <- here")
+    assert codes_at(report) == [("MP020", s.line("here"))]
+    assert "on cuda:1 (32)" in report["findings"][0]["message"]
+    assert "`bool()` of a value computed from a single element" in report["findings"][0]["message"]
+    for read in (
+        "hits = sum(1 for i in range(15) if preds[i] == 3)",  # fewer than 16 in a pass
+        "hits = sum(1 for i, p in enumerate(preds.tolist()) if p == 3)",  # the fix: one copy
+        "k = 0\n    while k < 20 and out.sum() > k:\n        k += 1",  # a loop's own test, no element of anything
+    ):
+        _, report = _run(script, dryrun_cli, read)
+        assert [f for f in report["findings"] if f["code"] == "MP020"] == [], read
+
+
+MONITORED = """
+import torch
+import torch.nn as nn
+
+model = nn.Sequential(
+    nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(),
+    nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(),
+)
+model[:4].to("cuda:0")
+model[4:].to("cuda:1")
+model[4].register_forward_pre_hook(lambda m, args: (args[0].to("cuda:1"),))
+history = []
+state = {"step": 0}
+
+
+def hook(module, inputs, output):
+    READ
+
+
+for m in model:
+    if isinstance(m, nn.ReLU):
+        m.register_forward_hook(hook)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(STEPS):
+    state["step"] = step
+    loss = model(torch.randn(32, 64, device="cuda:0")).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+
+def _monitored(script, dryrun_cli, read, steps=3):
+    s = script(MONITORED.replace("READ", read).replace("STEPS", str(steps)))
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 0, err
+    return s, [(f["code"], f["line"]) for f in report["findings"]], report
+
+
+def test_a_module_hook_reading_a_value_at_every_layer_is_mp020(script, dryrun_cli):
+    # (probe36 t23) a dead-unit monitor: `.item()` in a forward hook on each ReLU waits for the GPU 4 times a pass
+    s, found, report = _monitored(script, dryrun_cli, "history.append((output == 0).float().mean().item())  # <- read")
+    assert found == [("MP020", s.line("read"))]
+    assert "a module hook reads a value on cuda:" in report["findings"][0]["message"]
+
+
+def test_a_hook_keeping_its_values_on_the_gpu_or_reading_them_every_n_steps_is_clean(script, dryrun_cli):
+    for read, steps in (
+        ("history.append((output == 0).float().mean().detach())", 3),  # the fix: read once after the run
+        ("if state['step'] % 10 == 0:\n        history.append((output == 0).float().mean().item())", 12),
+        ("history.append((output == 0).float().mean().item())", 1),  # one pass: no per-step cost known yet
+    ):
+        _, found, _ = _monitored(script, dryrun_cli, read, steps)
+        assert found == [], read

@@ -30,7 +30,7 @@ from mpcheck.runtime.checks.checker import Checker
 from mpcheck.runtime.checks.hook_moves import made_by_module_hook
 from mpcheck.runtime.checks.per_item_moves import GATHERS as _GATHERS
 from mpcheck.runtime.checks.per_item_moves import MIN_ITEMS as _MIN_ITEMS
-from mpcheck.runtime.checks.provenance import CONST_FACTORIES, DRAWN_FACTORIES
+from mpcheck.runtime.checks.provenance import CONST_FACTORIES, DRAWN_FACTORIES, first_tensor_id
 from mpcheck.runtime.checks.sites import called_by_torch
 
 # The kinds of call (module-level names: the mode compares one per call).
@@ -138,6 +138,7 @@ class CheckingMode(TorchFunctionMode):
         self._as_tensor = frozenset(f for f in (torch.as_tensor, getattr(torch, "asarray", None)) if f is not None)
         # Ops that pick rows into a new tensor (arrivals.selected_arrival): `data[idx]`, `index_select`
         self._selections = frozenset({torch.Tensor.__getitem__, torch.Tensor.index_select, torch.index_select})
+        self._getitem = torch.Tensor.__getitem__
         self._factories = frozenset(f for f in (getattr(torch, n, None) for n in CONST_FACTORIES) if f is not None)
         self._drawn_factories = frozenset(f for f in (getattr(torch, n, None) for n in DRAWN_FACTORIES) if f)
         # MP019's (checks/made_on_host.py): the factories that make a tensor from a shape alone, random ones too.
@@ -179,7 +180,7 @@ class CheckingMode(TorchFunctionMode):
                 out = func(*args, **kwargs)
             except RuntimeError as e:  # `.view()` refused for its strides (MP012), as for a passed-through call
                 return checker.on_op_error(func, args, kwargs, e)
-            if args and _first_tensor_id(args[0]) in self._marks:
+            if args and first_tensor_id(args[0]) in self._marks:
                 self._provenance.derive(args, kwargs, out, getattr(func, "__name__", ""))
             if self._placements._made:
                 self._placements.derive(args, out, checker.devices.device_of)
@@ -269,10 +270,12 @@ class CheckingMode(TorchFunctionMode):
             if self.stamp_nodes:
                 self._stamp(out)
             if args:
-                a0 = args[0]  # (inlined _first_tensor_id: every checked call pays this test)
+                a0 = args[0]  # (inlined first_tensor_id: every checked call pays this test)
                 t0 = type(a0)
                 if (id(a0[0]) if (t0 is list or t0 is tuple) and a0 else id(a0)) in self._marks:
                     self._provenance.derive(args, kwargs, out, getattr(func, "__name__", ""))
+                elif func is self._getitem:
+                    self._on_picked(a0, out)
                 else:
                     try:
                         factory = func in self._factories
@@ -305,6 +308,21 @@ class CheckingMode(TorchFunctionMode):
                     checker.on_watched_export(args[0])  # an alias whose reads are not followed: taken as used
             return func(*args, **kwargs)
         return self._transfer(kind, func, args, kwargs)
+
+    def _on_picked(self, source: Any, out: Any) -> None:
+        """`out = source[index]`: one element of a GPU tensor, followed so that the host reads of values computed
+        from each element in turn (`if usage[k] == 0:` in a loop over `k`) count as reads of `source`'s elements
+        (MP020, checks/element_reads.py)."""
+        tensor = self._tensor
+        if (
+            isinstance(out, tensor)
+            and isinstance(source, tensor)
+            and out.numel() == 1
+            and source.numel() > 1
+            and self.checker.devices.device_of(source).startswith("cuda")
+            and self.checker.wants("MP020")
+        ):
+            self._provenance.picked_element(source, out)
 
     def _pass_watched(self, func: Any, args: tuple, kwargs: dict) -> Any:
         """A passed-through call on a watched move's output (MP016, reduced_after_move.py): a tensor it gives
@@ -512,11 +530,3 @@ def _time_backward(checker: Checker, node, src: str, dst: str, nbytes: int, site
         node.register_hook(post)
     except Exception:  # a node type without hooks: the backward copy goes untimed
         pass
-
-
-def _first_tensor_id(first: Any) -> int:
-    """The id of a call's first tensor argument: the argument, or the first item of a list or tuple of them
-    (`torch.stack([a, b])`, `torch.cat(parts)`: provenance.py follows constants through those too)."""
-    if type(first) in (list, tuple) and first:
-        return id(first[0])
-    return id(first)

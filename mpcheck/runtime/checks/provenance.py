@@ -76,6 +76,7 @@ DRAWN_FACTORIES = frozenset({"randn", "rand", "randint", "randperm"})  # (shape 
 # drawn data too, no loader's new batch.
 _DRAWN_LIKE = frozenset({"rand_like", "randn_like", "randint_like"})
 _DRAWN = "drawn"
+_ELEMENT = "element"
 _PURGE_AT = 4096
 
 
@@ -98,6 +99,8 @@ class Provenance:
         # id(tensor) -> (weak ref, version when marked); the capture layer tests `id(t) in marks`.
         # A third item `_DRAWN` marks random data drawn from a shape, or computed from such data and constants only;
         # the fourth is its origin, the storage id of the drawn tensor it was computed from (`drawn_from`).
+        # A third item `_ELEMENT` marks one element of a GPU tensor picked by an index (`usage[k]`), or a value
+        # computed from it (`usage[k] == 0`); the fourth is that tensor's id() and shape (`element_of`, MP020).
         self.marks: dict[int, tuple[Any, ...]] = {}
         self._sources_key: tuple[Any, ...] | None = None
         self._purge_at = _PURGE_AT
@@ -167,6 +170,14 @@ class Provenance:
         comes from the data set, a stand-in's noise (`torch.randn_like(clean)`) from the stand-in."""
         return self.marks[id(t)][3] if self._kind(t) == _DRAWN else None
 
+    def element_of(self, t: Any) -> tuple[int, tuple[int, ...]] | None:
+        """id() and shape of the GPU tensor whose indexed element `t` is, or was computed from (element_reads.py)."""
+        return self.marks[id(t)][3] if self._kind(t) == _ELEMENT else None
+
+    def picked_element(self, source: Any, out: Any) -> None:
+        """`out` is one element that an index picked from `source`, a GPU tensor (capture/mode.py)."""
+        self._mark(out, kind=_ELEMENT, of=(id(source), tuple(source.shape)))
+
     def _kind(self, t: Any) -> str | None:
         entry = self.marks.get(id(t))
         if entry is None:
@@ -177,20 +188,29 @@ class Provenance:
             return None
         if version is None or version != _version(t):
             return None
-        return _DRAWN if len(entry) > 2 else "const"
+        return entry[2] if len(entry) > 2 else "const"
 
     def made_by_factory(self, out: Any) -> None:
         self._mark(out)
 
     def made_drawn(self, out: Any) -> None:
         """`out` was drawn by a random factory from a shape alone."""
-        self._mark(out, drawn=_origin(out))
+        self._mark(out, kind=_DRAWN, of=_origin(out))
 
     def derive(self, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, name: str = "") -> None:
         """A call (`name`) whose first tensor argument is marked returned `out`: mark `out` when every
         tensor argument is constant and the call draws no random numbers, else unmark it (an in-place call
         that mixed in other data; `torch.bernoulli(torch.full(shape, 0.9))`, new data every call)."""
-        tensor = self._tensor
+        tensor: Any = self._tensor
+        first = self.marks.get(first_tensor_id(args[0])) if args else None
+        if first is not None and len(first) > 2 and first[2] == _ELEMENT:
+            # A value computed from an element (`usage[k] == 0`, `preds[i] == labels[i]`): of the same element,
+            # whatever else it read, as long as it is one value too.
+            picked: list[Any] = list(out) if isinstance(out, (list, tuple)) else [out]
+            for value in picked:
+                if isinstance(value, tensor) and value.numel() == 1:
+                    self._mark(value, kind=_ELEMENT, of=first[3])
+            return
         const = True
         # What is computed from drawn data and constants alone is drawn data too, from the first drawn argument's
         # origin; a `*_like` draw from a marked tensor is drawn from that tensor's.
@@ -213,17 +233,18 @@ class Provenance:
             if not isinstance(o, tensor):
                 continue
             if const:
-                self._mark(o, drawn=drawn)
+                self._mark(o, kind=_DRAWN if drawn is not None else None, of=drawn)
             else:
                 self.marks.pop(id(o), None)
 
-    def _mark(self, t: Any, *, drawn: int | None = None) -> None:
-        """Mark `t` constant, or drawn data (`drawn`: its origin, see `drawn_from`)."""
+    def _mark(self, t: Any, *, kind: str | None = None, of: Any = None) -> None:
+        """Mark `t` constant, or of `kind` (_DRAWN: `of` is its origin, see `drawn_from`; _ELEMENT: see
+        `element_of`)."""
         if not isinstance(t, self._tensor):
             return
         try:
             ref = weakref.ref(t)
-            self.marks[id(t)] = (ref, _version(t)) if drawn is None else (ref, _version(t), _DRAWN, drawn)
+            self.marks[id(t)] = (ref, _version(t)) if kind is None else (ref, _version(t), kind, of)
         except TypeError:  # a tensor type without weak references: left unmarked
             return
         if len(self.marks) > self._purge_at:
@@ -236,6 +257,14 @@ class Provenance:
             if entry[0]() is None:
                 self.marks.pop(k, None)  # in place: the capture layer holds this dict
         self._purge_at = max(_PURGE_AT, 2 * len(self.marks))
+
+
+def first_tensor_id(first: Any) -> int:
+    """The id of a call's first tensor argument: the argument, or the first item of a list or tuple of them
+    (`torch.stack([a, b])`, `torch.cat(parts)`: provenance follows constants through those too)."""
+    if type(first) in (list, tuple) and first:
+        return id(first[0])
+    return id(first)
 
 
 def _origin(t: Any) -> int:
