@@ -149,28 +149,22 @@ def _own_value_read(self: Checker, reads: ElementReads, dev: str, how: str) -> N
         reads.hook_lines[key] = forwards
         if last is None or forwards - last > HOOK_PASSES_APART:
             return
-        reads.reported.add(key)
-        _report(
-            self,
-            site,
-            dev,
+        message = (
             f"a module hook reads a value on {dev} on the host at each call of the modules it hooks ({read}, "
             f"{HOOK_READS} times in this pass and counting): each read stops the forward pass between two layers "
             "until the GPU has run all it was given. Keep the values on the GPU (detached) and read them all at once "
-            "after the step (`torch.stack(values).tolist()`).",
-            "keep the hook's values on the GPU and read them once after the step",
+            "after the step (`torch.stack(values).tolist()`)."
         )
-        return
+        fix = "keep the hook's values on the GPU and read them once after the step"
+    else:
+        message = (
+            f"this line reads one-value tensors on {dev} on the host one at a time ({read}, {ELEMENTS} times in "
+            "this pass and counting): each read waits for the GPU. Stack the values of each device and read them "
+            "with one copy (`torch.stack(values).tolist()`), or keep the work on the GPU."
+        )
+        fix = "stack the values (per device) and read them once with `.tolist()`"
     reads.reported.add(key)
-    _report(
-        self,
-        site,
-        dev,
-        f"this line reads one-value tensors on {dev} on the host one at a time ({read}, {ELEMENTS} times in this "
-        "pass and counting): each read waits for the GPU. Stack the values of each device and read them with one "
-        "copy (`torch.stack(values).tolist()`), or keep the work on the GPU.",
-        "stack the values (per device) and read them once with `.tolist()`",
-    )
+    _report(self, site, dev, message, fix)
 
 
 def _in_module_hook(frame: FrameType | None) -> bool:
@@ -202,8 +196,8 @@ def _code_of(hook: Any) -> CodeType | None:
         hook = hook.func
     hook = getattr(hook, "__func__", hook)
     code = getattr(hook, "__code__", None)
-    if code is None:
-        code = getattr(getattr(type(hook), "__call__", None), "__code__", None)
+    if code is None and callable(hook):
+        code = getattr(type(hook).__call__, "__code__", None)
     return code if isinstance(code, CodeType) else None
 
 
