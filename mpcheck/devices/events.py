@@ -417,10 +417,13 @@ class LazyMove(Fact):
 @dataclass(frozen=True, eq=False, kw_only=True)
 class ShortZip(Fact):
     """`zip(modules, devices)` (`node`) whose modules outnumber its devices: zip stops at the shorter, so the
-    modules past the last device are never paired with one (MP017, where a loop places what it pairs)."""
+    modules past the last device are never paired with one (MP017, where a loop places what it pairs). Or one
+    module, a container of `parts` modules, zipped with two devices or more: all of it goes to the first one."""
 
     modules: int  # how many modules the zip was given
     devices: int  # how many devices: the pairs it makes
+    modules_at: int = 0  # the position of the modules among zip's arguments
+    parts: int = 0  # for one module zipped with several devices: how many parts it holds
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)

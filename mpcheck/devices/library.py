@@ -1312,12 +1312,30 @@ def _reordered(q: str, a: Val, kwargs: dict[str, Val]) -> Val:
 
 
 def _note_short_zip(lib: Library, c: LibCall, args: list[Val]) -> None:
-    """`zip(self.blocks, devices)` with more modules than devices (both known): the rest get none (ShortZip)."""
-    modules = [a for a in args if isinstance(a, SeqV) and a.items and all(is_module(i) for i in a.items)]
-    devices = [a for a in args if isinstance(a, SeqV) and a.items and all(as_device(i) is not None for i in a.items)]
-    if len(modules) == 1 and len(devices) == 1 and len(modules[0].items or ()) > len(devices[0].items or ()):
-        n_mod, n_dev = len(modules[0].items or ()), len(devices[0].items or ())
-        lib.interp.recorder.record(ShortZip(node=c.node, mode=c.st.mode, modules=n_mod, devices=n_dev))
+    """`zip(self.blocks, devices)` with more modules than devices (both known): the rest get none; or one module,
+    a container of parts, with several devices (`zip(model.children(), devices)` of a model whose only child
+    holds the stages): the first device gets all of it (ShortZip)."""
+    seqs = [(i, a.items) for i, a in enumerate(args) if isinstance(a, SeqV) and a.items]
+    modules = [(i, items) for i, items in seqs if all(map(is_module, items))]
+    devices = [items for _, items in seqs if all(as_device(i) is not None for i in items)]
+    if len(modules) != 1 or len(devices) != 1:
+        return
+    (at, items), n_dev = modules[0], len(devices[0])
+    parts = 0
+    if len(items) == 1 and n_dev >= 2 and len({as_device(d) for d in devices[0]}) >= 2:
+        # One module for several devices: where it is a container of parts (an nn.Sequential, ModuleList or
+        # ModuleDict: the model's only child, given by `model.children()`), the parts were meant, and the whole of
+        # it goes to the first device. (One model of its own zipped with the devices may be a list of models.)
+        lone = items[0]
+        container = isinstance(lone, (SeqV, DictV)) and bool(lone.module)
+        parts = len(module_tree.children(lone) or ()) if container else 0
+        if parts < 2:
+            return
+    elif len(items) <= n_dev:
+        return
+    lib.interp.recorder.record(
+        ShortZip(node=c.node, mode=c.st.mode, modules=len(items), devices=n_dev, modules_at=at, parts=parts)
+    )
 
 
 def _map_call(lib: Library, c: LibCall) -> Val:

@@ -98,9 +98,19 @@ class LoopIgnoresDevice(Rule):
         shorts = list(once_per_node(ctx.model.facts(ShortZip)))
         placing = _placing_loops(ctx.module) if shorts else {}  # (a walk of the file: only where a zip is short)
         for short in shorts:
-            placed = placing.get(short.node)
-            if placed is None:
-                continue  # a zip that places nothing (pairs for a log, a check)
+            placed, rest = placing.get(short.node, (None, ()))
+            if placed is None or _named_after(placed, short.modules_at, rest):
+                continue  # a zip that places nothing (pairs for a log, a check), or places the rest next
+            if short.parts:
+                yield self.finding(
+                    ctx,
+                    short.node,
+                    f"`{ctx.code(short.node)}` pairs 1 module with {short.devices} devices: `{_loop_head(ctx, placed)}` "
+                    f"moves all of it, a container of {short.parts} parts, to the first device, and the other devices "
+                    "get nothing. Zip the parts themselves with the devices (the container, not what holds it).",
+                    suggestion="zip the container's parts with the devices",
+                )
+                continue
             yield self.finding(
                 ctx,
                 short.node,
@@ -322,22 +332,26 @@ def _moved_to(value: cst.BaseExpression) -> str | None:
     return None
 
 
-def _placing_loops(module: cst.Module) -> dict[cst.CSTNode, cst.For]:
-    """The `zip(...)` calls that placing loops iterate (`_places_pairs`), by call; not a loop after which the
-    same block names what it zipped (the rest placed next)."""
-    found: dict[cst.CSTNode, cst.For] = {}
+def _placing_loops(module: cst.Module) -> dict[cst.CSTNode, tuple[cst.For, Sequence[cst.BaseStatement]]]:
+    """The `zip(...)` calls that placing loops iterate (`_places_pairs`), by call, with the statements after the
+    loop in its block."""
+    found: dict[cst.CSTNode, tuple[cst.For, Sequence[cst.BaseStatement]]] = {}
     for block in walk(module):
         if isinstance(block, cst.IndentedBlock) or isinstance(block, cst.Module):
             for i, loop in enumerate(block.body):
-                if isinstance(loop, cst.For) and _places_pairs(loop) and not _named_after(loop, block.body[i + 1 :]):
-                    found[loop.iter] = loop
+                if isinstance(loop, cst.For) and _places_pairs(loop):
+                    found[loop.iter] = (loop, block.body[i + 1 :])
     return found
 
 
-def _named_after(loop: cst.For, rest: Sequence[cst.BaseStatement]) -> bool:
-    """Does a statement after the loop name what it zipped (`model.blocks[2:]` placed next)?"""
-    zipped = {dotted(a.value) for a in loop.iter.args} - {None}  # type: ignore[attr-defined]
-    return any(dotted(n) in zipped for stmt in rest for n in walk(stmt) if isinstance(n, (cst.Name, cst.Attribute)))
+def _named_after(loop: cst.For, modules_at: int, rest: Sequence[cst.BaseStatement]) -> bool:
+    """Does a statement after the loop name the modules it zipped (`model.blocks[2:]` placed next)? (Not the
+    devices: `self.head.to(devices[-1])` after it places another module.)"""
+    args = loop.iter.args  # type: ignore[attr-defined]
+    zipped = dotted(args[modules_at].value) if modules_at < len(args) else None
+    return zipped is not None and any(
+        dotted(n) == zipped for stmt in rest for n in walk(stmt) if isinstance(n, (cst.Name, cst.Attribute))
+    )
 
 
 def _places_pairs(loop: cst.For) -> bool:

@@ -1,0 +1,51 @@
+"""Session 47: findings of blind round 36 (each test names the general rule behind its case)."""
+
+from __future__ import annotations
+
+from lint_helpers import findings
+from test_devices_session34 import ZIPPED
+
+
+def test_a_short_placing_zip_is_mp017_though_its_devices_are_named_after_the_loop():
+    # Round 36's t16: `for layer, dev in zip(self.layers, devices): layer.to(dev)`, then `self.head.to(devices[-1])`
+    # places another module on the last device; it places none of the layers the zip left out.
+    src = ZIPPED.replace("LOOP", "for blk, dev in zip(model.blocks, devices):\n        blk.to(dev)").replace(
+        "AFTER", "model.head = nn.Linear(32, 2).to(devices[-1])"
+    )
+    (f,) = findings(src, "MP017")
+    assert "pairs 6 modules with 2 devices" in f.message
+
+
+CHILDREN = """
+import torch.nn as nn
+
+
+class TCN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stages = nn.Sequential(nn.Sequential(nn.Linear(8, 8), nn.ReLU()), nn.Sequential(nn.Linear(8, 8)))
+
+    def forward(self, x):
+        for stage in self.stages:
+            x = stage(x.to(next(stage.parameters()).device))
+        return x
+
+
+model = TCN()
+devices = [f"cuda:{i}" for i in range(2)]
+for stage, dev in zip(ZIPPED, devices):
+    stage.to(dev)
+"""
+
+
+def test_one_container_zipped_with_several_devices_is_mp017():
+    # Round 36's t24: `zip(model.children(), devices)` of a model whose only child holds the stages pairs that
+    # child with the first device: the whole model lands there and the second GPU gets nothing.
+    (f,) = findings(CHILDREN.replace("ZIPPED", "model.children()"), "MP017")
+    assert "pairs 1 module with 2 devices" in f.message and "a container of 2 parts" in f.message
+
+
+def test_the_container_s_parts_zipped_or_one_model_of_a_list_zipped_is_not_mp017():
+    assert findings(CHILDREN.replace("ZIPPED", "model.stages"), "MP017") == []
+    # one model of its own (no container) in a list of models zipped with the devices: a list of one, maybe more
+    assert findings(CHILDREN.replace("ZIPPED", "[model]"), "MP017") == []
