@@ -49,3 +49,45 @@ def test_the_container_s_parts_zipped_or_one_model_of_a_list_zipped_is_not_mp017
     assert findings(CHILDREN.replace("ZIPPED", "model.stages"), "MP017") == []
     # one model of its own (no container) in a list of models zipped with the devices: a list of one, maybe more
     assert findings(CHILDREN.replace("ZIPPED", "[model]"), "MP017") == []
+
+
+BUILT_IN_BLOCK = """
+import torch
+import torch.nn as nn
+
+
+def build(enc_gpu, dec_gpu):
+    with torch.cuda.device(enc_gpu):
+        encoder = nn.Linear(8, 8).cuda()
+    with torch.cuda.device(dec_gpu):
+        decoder = nn.Linear(8, 8)
+    AFTER
+    return encoder, decoder
+
+
+encoder, decoder = build(0, 1)
+"""
+
+
+def test_a_module_made_in_a_cuda_device_block_and_moved_to_the_current_device_after_it_is_mp004():
+    # Round 35's t19: `decoder.cuda()` after the block runs where cuda:0 is current again: the split is lost.
+    for after in ("decoder = decoder.cuda()", 'decoder.to("cuda")'):
+        src = BUILT_IN_BLOCK.replace("AFTER", after)
+        (f,) = findings(src, "MP004")
+        assert f.line == 11 and "runs after that block" in f.message and "`decoder`" in f.message, after
+
+
+def test_a_move_inside_the_block_with_an_index_or_after_set_device_is_not_this_mp004():
+    for after in ("decoder = decoder.cuda(dec_gpu)", "decoder = decoder.to(f'cuda:{dec_gpu}')", "pass"):
+        got = [f for f in findings(BUILT_IN_BLOCK.replace("AFTER", after), "MP004") if "after that block" in f.message]
+        assert got == [], after
+    inside = BUILT_IN_BLOCK.replace("        decoder = nn.Linear(8, 8)\n", "        decoder = nn.Linear(8, 8).cuda()\n")
+    assert findings(inside.replace("AFTER", "pass"), "MP004") == []
+    # a file that makes another device current: where `.cuda()` goes after the block is not this check's to say
+    set_dev = BUILT_IN_BLOCK.replace("AFTER", "torch.cuda.set_device(dec_gpu)\n    decoder = decoder.cuda()")
+    assert [f for f in findings(set_dev, "MP004") if "after that block" in f.message] == []
+    # GPU 0 entered by a literal: the current device after the block is that one too
+    zero = BUILT_IN_BLOCK.replace("torch.cuda.device(dec_gpu)", "torch.cuda.device(0)").replace(
+        "AFTER", "decoder.cuda()"
+    )
+    assert findings(zero, "MP004") == []

@@ -1,4 +1,5 @@
-"""Modules built inside `with torch.cuda.device(i):` and never moved there (MP004's form for module construction).
+"""Modules built inside `with torch.cuda.device(i):` and never moved there (MP004's form for module construction),
+or moved after the block to the current device, which is no longer GPU i there.
 
 `torch.cuda.device(i)` sets the current CUDA device: where CUDA work without an index goes (`.cuda()`,
 `device="cuda"`). It is not a default device for new tensors (that is `with torch.device("cuda", i):`), so a
@@ -8,7 +9,7 @@ the host. Syntax only: the `with` block, the constructions in it, and the moves 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import libcst as cst
 
@@ -96,4 +97,87 @@ def _moved_where_built(body: cst.CSTNode, call: cst.Call, moved: set[str]) -> bo
             names = {t.target.value for t in n.targets if isinstance(t.target, cst.Name)}
             if names & moved or not names:
                 return True  # (bound to an attribute or an item: followed elsewhere, not here)
+    return False
+
+
+def moved_to_current_after_block(module: cst.Module) -> Iterator[tuple[str, cst.Call, cst.Call]]:
+    """(a name, the `torch.cuda.device(...)` call, a move) for each name bound inside such a block (`decoder =
+    Decoder(...)`) that a later statement of the same block of code moves to the current CUDA device (`decoder =
+    decoder.cuda()`, `.to("cuda")`) outside any such block: the block's GPU is no longer current there. Not in a
+    file that calls `set_device` (another device made current), nor for a block that enters GPU 0 by a literal."""
+    if any(isinstance(n, cst.Call) and (dotted(n.func) or "").endswith("set_device") for n in walk(module)):
+        return
+    for block in walk(module):
+        if not isinstance(block, (cst.IndentedBlock, cst.Module)):
+            continue
+        for i, stmt in enumerate(block.body):
+            if not isinstance(stmt, cst.With):
+                continue
+            contexts = [c for c in _contexts(stmt) if not _literal_gpu_zero(c)]
+            if not contexts:
+                continue
+            bound = _names_bound(stmt.body)
+            for name in bound:
+                move = _first_move_after(block.body[i + 1 :], name)
+                if move is not None:
+                    yield name, contexts[0], move
+
+
+def _contexts(node: cst.With) -> list[cst.Call]:
+    """The `torch.cuda.device(...)` calls a `with` enters."""
+    return [item.item for item in node.items if isinstance(item.item, cst.Call) and dotted(item.item.func) in _CONTEXT]
+
+
+def _literal_gpu_zero(context: cst.Call) -> bool:
+    """`torch.cuda.device(0)` / `("cuda:0")`: the GPU that is current anyway where nothing sets another."""
+    if len(context.args) != 1:
+        return False
+    value = context.args[0].value
+    if isinstance(value, cst.Integer):
+        return value.evaluated_value == 0
+    return isinstance(value, cst.SimpleString) and value.evaluated_value == "cuda:0"
+
+
+def _names_bound(body: cst.BaseSuite) -> list[str]:
+    """Names a block binds by plain assignment (`decoder = Decoder(...)`), in order."""
+    found: list[str] = []
+    for n in walk(body):
+        if isinstance(n, cst.Assign) and len(n.targets) == 1 and isinstance(n.targets[0].target, cst.Name):
+            name = n.targets[0].target.value
+            if name not in found:
+                found.append(name)
+    return found
+
+
+def _first_move_after(rest: Sequence[cst.BaseStatement], name: str) -> cst.Call | None:
+    """The first statement after the block that uses `name`: its move to the current device (`name.cuda()`,
+    `name.to("cuda")`), or None where that statement does anything else with it first (or enters another
+    `torch.cuda.device`)."""
+    for stmt in rest:
+        uses = [n for n in walk(stmt) if isinstance(n, cst.Name) and n.value == name]
+        if isinstance(stmt, cst.With) and _contexts(stmt):
+            return None
+        if not uses:
+            continue
+        for n in walk(stmt):
+            if (
+                isinstance(n, cst.Call)
+                and isinstance(n.func, cst.Attribute)
+                and isinstance(n.func.value, cst.Name)
+                and n.func.value.value == name
+                and _to_current_device(n)
+            ):
+                return n
+        return None
+    return None
+
+
+def _to_current_device(move: cst.Call) -> bool:
+    """`m.cuda()` or `m.to("cuda")`: a move to whatever CUDA device is current where it runs."""
+    attr = move.func.attr.value  # type: ignore[attr-defined]
+    if attr == "cuda":
+        return not move.args
+    if attr == "to" and len(move.args) == 1 and move.args[0].keyword is None:
+        value = move.args[0].value
+        return isinstance(value, cst.SimpleString) and value.evaluated_value == "cuda"
     return False

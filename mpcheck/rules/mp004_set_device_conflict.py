@@ -21,7 +21,7 @@ from mpcheck.devices.values import device_literal, show, single
 from mpcheck.devices.walk import walk
 from mpcheck.finding import Finding
 from mpcheck.rules.base import Rule, once_per_node
-from mpcheck.rules.built_under_cuda_device import unplaced_in_cuda_device_blocks
+from mpcheck.rules.built_under_cuda_device import moved_to_current_after_block, unplaced_in_cuda_device_blocks
 from mpcheck.rules.context import FileContext
 from mpcheck.rules.made_on_current import made_on_current, stage_placed_on_current
 
@@ -88,6 +88,17 @@ class SetDeviceConflict(Rule):
                 devices=["cpu"],
                 modules=[ctx.code(made.func)],
                 suggestion="use `with torch.device('cuda', i):`, or call `.cuda()` on the module in the block",
+            )
+        for name, context, move in moved_to_current_after_block(ctx.module):
+            yield self.finding(
+                ctx,
+                move,
+                f"`{ctx.code(move)}` moves `{name}`, made inside `{ctx.code(context)}` (line {ctx.line(context)}), to "
+                "the current CUDA device, but runs after that block: the current device is back to what it was "
+                "(cuda:0, as nothing here calls set_device), not the block's GPU, so it lands beside what the other "
+                "GPUs were meant to hold. Move it inside the block, or name the GPU (`.cuda(i)`, `.to(f'cuda:{i}')`).",
+                devices=["cuda:0"],
+                suggestion="move it inside the `with` block, or name the GPU",
             )
         for placed, setdev in _placed_before_the_pass_sets_it(ctx):
             if id(placed) in reported:
