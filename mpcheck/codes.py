@@ -405,3 +405,8 @@ def is_metric_function(name: str) -> bool:
 # between GPUs wastes a fraction of a copy's fixed cost at NVLink speed, below what a warning is for. The linter reads
 # a single scale factor as one per dimension of an image (two).
 RESAMPLE_MIN_FACTOR = 8
+
+# MP021: the fewest items moved one by one that make a per-item transfer (bench/per_item_transfer.py, one H200,
+# host -> GPU: one by one costs x4.0 at 8 x 4 KiB, x1.0 at 256 KiB). Fewer pieces are a pipeline's micro-batches,
+# each large, whose copies cost about what one copy of the whole would. Both faces read it.
+PER_ITEM_MIN_ITEMS = 8

@@ -91,3 +91,75 @@ def test_a_move_inside_the_block_with_an_index_or_after_set_device_is_not_this_m
         "AFTER", "decoder.cuda()"
     )
     assert findings(zero, "MP004") == []
+
+
+REPLACED_WEIGHT = """
+import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(8, 8).to("cuda:0")
+        self.b = nn.Linear(8, 8).to("cuda:1")
+
+    def forward(self, x):
+        return self.b(self.a(x.to("cuda:0")).to("cuda:1"))
+
+
+def init_weights(module):
+    if isinstance(module, nn.Linear):
+        module.weight = INIT
+
+
+model = Net()
+AFTER
+y = model(torch.randn(4, 8))
+"""
+
+
+def test_a_placed_layer_given_a_new_parameter_made_on_the_host_computes_there():
+    # Round 34's t13: init_weights(), applied after the model is placed, gives every Linear a new nn.Parameter
+    # built on the CPU: the cuda:0 activations meet a CPU weight.
+    fresh = "nn.Parameter(torch.empty(module.out_features, module.in_features).normal_(0.0, 0.02))"
+    got = findings(REPLACED_WEIGHT.replace("INIT", fresh).replace("AFTER", "model.apply(init_weights)"), "MP001")
+    assert len(got) == 2 and all("its weight was replaced by a new Parameter made there" in f.message for f in got)
+    # the same on one layer by hand
+    by_hand = REPLACED_WEIGHT.replace("INIT", fresh).replace(
+        "AFTER", "model.a.weight = nn.Parameter(torch.empty(8, 8))"
+    )
+    (f,) = findings(by_hand, "MP001")
+    assert "`self.a` is on cpu (its weight was replaced by a new Parameter made there)" in f.message
+
+
+def test_an_init_in_place_or_before_the_placement_keeps_the_layers_where_they_are():
+    in_place = REPLACED_WEIGHT.replace("module.weight = INIT", "nn.init.normal_(module.weight, 0.0, 0.02)")
+    assert findings(in_place.replace("AFTER", "model.apply(init_weights)"), "MP001") == []
+    # applied before the layers are placed: the new weights move with them
+    before = REPLACED_WEIGHT.replace("INIT", "nn.Parameter(torch.empty(8, 8))").replace(
+        '        self.a = nn.Linear(8, 8).to("cuda:0")\n        self.b = nn.Linear(8, 8).to("cuda:1")\n',
+        "        self.a = nn.Linear(8, 8)\n        self.b = nn.Linear(8, 8)\n        self.apply(init_weights)\n"
+        '        self.a.to("cuda:0")\n        self.b.to("cuda:1")\n',
+    )
+    assert findings(before.replace("AFTER", "pass"), "MP001") == []
+
+
+CHUNKS = """
+import torch
+import torch.nn as nn
+
+N_MICRO = COUNT
+stage = nn.Linear(128, 128).to("cuda:0")
+for step in range(2):
+    ids = torch.randn(64, 128)
+    micro = [c.to("cuda:0", non_blocking=True) for c in ids.chunk(N_MICRO)]  # <- chunks
+    out = [stage(m) for m in micro]
+"""
+
+
+def test_a_few_micro_batches_moved_one_by_one_are_not_mp021_and_many_chunks_are():
+    # dr35 c40: a pipeline's 4 micro-batches, each large, copied one by one cost about one copy of the whole
+    assert findings(CHUNKS.replace("COUNT", "4"), "MP021") == []
+    (f,) = findings(CHUNKS.replace("COUNT", "16"), "MP021")
+    assert "is a chunk of `ids`" in f.message

@@ -333,6 +333,34 @@ class Calls(Part):
         self.interp.memo_lineages[key] = (lineages, stepped)
         return result
 
+    def _apply_to_parts(self, model: Val, fn: FuncRef, node: cst.CSTNode, st: State) -> None:
+        """`model.apply(init_weights)`: the file's function run on every submodule, as Module.apply does (each
+        part's children first, then the part), where every submodule is known. A part the function changed in
+        place (`module.weight = nn.Parameter(...)`: its parameter bound anew to the part as changed, on every
+        path) is changed where the caller's names hold it."""
+        found = module_tree.named_modules(model)
+        params = [name for name, _ in params_of(fn.info.node)]
+        if found is None or not params or fn.bound is not None:
+            return
+        for _, part in reversed(found):
+            env = dict(self.interp.globals)
+            if fn.info.closure is not None:
+                env.update(fn.info.closure)
+            self.bind(fn.info, env, None, [part], {})
+            inner = State(env, st.cur, st.setdev, st.mode, None, False, st.scope)
+            inner.returns = []
+            sites = self.interp.recorder.sites
+            sites.append(node)
+            try:
+                ends = self.interp.stmts.run_body(fn.info, inner)
+            finally:
+                sites.pop()
+            finals = {id(e.get(params[0])): e.get(params[0]) for e in ends}
+            if len(finals) == 1:
+                (now,) = finals.values()
+                if isinstance(now, Obj) and now is not part and now.kind == "module":
+                    self.interp.moves.rebind_holders(part, now, st)
+
     def _replays(self, key: Any, args: list[Val]) -> bool:
         """Run the body again, memoised or not: its first run took steps of its arguments' lineages
         (crossings, a merge: MP006's evidence) and an argument now carries another activation's."""
@@ -1124,6 +1152,10 @@ class Calls(Part):
                 return recv
             rest = {k: v for k, v in kwargs.items() if k != "recurse"}
             return self.interp.moves.move(recv, "to_empty", args, rest, node, st)
+        if meth == "apply" and len(args) == 1 and not kwargs and isinstance(args[0], FuncRef) and is_module(recv):
+            if not (isinstance(recv, Obj) and recv.cls is not None and recv.cls.method(meth)):
+                self._apply_to_parts(recv, args[0], node, st)
+            return recv
         if meth == "apply" and isinstance(recv, ClassRef) and self._autograd_function(recv.info):
             # A custom torch.autograd.Function of the file: `apply(*args)` runs its static `forward(ctx, *args)`.
             fwd = recv.info.method("forward")

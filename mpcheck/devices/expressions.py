@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import libcst as cst
 
+from mpcheck.codes import PER_ITEM_MIN_ITEMS
 from mpcheck.devices import device_loops, element_reads, library, map_lookups, torchapi, ways
 from mpcheck.devices.events import Mismatch, OversizedMove
 from mpcheck.devices.moves import plain_device_move
@@ -567,6 +568,21 @@ class Expressions(Part):
             self.interp.comprehension_loops -= 1
             self.interp.loop_outer.pop()
 
+    def _few_chunks(self, walked: cst.BaseExpression, st: State) -> bool:
+        """`x.chunk(4)` / `torch.chunk(x, 4)` / `x.tensor_split(4)` cut into fewer than MP021's 8 pieces (a count
+        the code spells, or a name bound to one): a pipeline's micro-batches, each large, whose copies cost about
+        what one copy of the whole would (rules/MP021-per-item-transfer.md)."""
+        if not isinstance(walked, cst.Call) or not isinstance(walked.func, cst.Attribute):
+            return False
+        name = walked.func.attr.value
+        if name not in ("chunk", "tensor_split"):
+            return False
+        of_torch = dotted(walked.func.value) == "torch"
+        args = [a for a in walked.args if a.keyword is None]
+        count = args[1] if of_torch and len(args) > 1 else args[0] if not of_torch and args else None
+        n = self.ev(count.value, st) if count is not None else None
+        return isinstance(n, Const) and isinstance(n.value, int) and 0 < n.value < PER_ITEM_MIN_ITEMS
+
     def _outside_the_comprehension(self, iterable: cst.BaseExpression, st: State) -> Val:
         """The first clause's iterable, evaluated once before the first pass (`[... for row in out.cpu()]` copies
         once): outside the loop ev_comp entered."""
@@ -662,7 +678,9 @@ class Expressions(Part):
                     it,
                     f.target.value if isinstance(f.target, cst.Name) else None,
                     f.iter,
-                    only_moved=len(fors) == 1 and _moves_its_item_only(node, f.target),
+                    only_moved=len(fors) == 1
+                    and _moves_its_item_only(node, f.target)
+                    and not self._few_chunks(f.iter, inner),
                 ),
                 inner,
                 None,

@@ -42,6 +42,7 @@ from mpcheck.devices.values import (
     TIED_WEIGHT,
     UNK,
     UNPLACED,
+    WEIGHT_REPLACED,
     Const,
     Devs,
     DictV,
@@ -696,12 +697,14 @@ class Statements(Part):
                 # A weight not placed yet (both layers built on the CPU, the model placed after) goes wherever
                 # its owner goes: the tied layer follows a later `.to()` of the other one, which is not
                 # followed here, so its device is not known from this point.
-                devs = v.devs if not _unplaced_weight(v) else None
+                fresh = _fresh_parameter(value_node, base)
+                devs = v.devs if not _unplaced_weight(v) or fresh else None
+                origin = WEIGHT_REPLACED if fresh else TIED_WEIGHT
                 if st.in_init and base.attrs is None:
                     # In place, as Module.to() works there: the layer held by a container of self (`for lin in
                     # self.layers: lin.weight = nn.Parameter(...)`) is the one changed.
-                    base.devs, base.origin = devs, TIED_WEIGHT
-                self.interp.moves.rebind(target.value, base.with_(devs=devs, origin=TIED_WEIGHT), st)
+                    base.devs, base.origin = devs, origin
+                self.interp.moves.rebind(target.value, base.with_(devs=devs, origin=origin), st)
                 return
             self._note_part_replaced_on_host(target, base, v, st, value_node)
             if self.replace_part(target.value, base, target.attr.value, v, st):
@@ -917,6 +920,18 @@ def asks_if_split(test: cst.BaseExpression, bound_to: dict[str, cst.BaseExpressi
         if isinstance(word, str) and any(w in word.lower() for w in _SPLIT_TEST_WORDS):
             return True
     return False
+
+
+def _fresh_parameter(value: cst.BaseExpression | None, layer: Obj) -> bool:
+    """`layer.weight = nn.Parameter(torch.empty(...))` on a layer placed already: a new Parameter that no other
+    layer owns, made on the CPU, so the layer computes with a CPU weight until something moves the layer again
+    (which is followed, as any move of it)."""
+    return (
+        isinstance(value, cst.Call)
+        and (dotted(value.func) or "").rsplit(".", 1)[-1] == "Parameter"
+        and layer.origin != UNPLACED
+        and not _unplaced_weight(layer)
+    )
 
 
 def _unplaced_weight(v: Obj) -> bool:

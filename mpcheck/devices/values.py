@@ -533,6 +533,8 @@ OWN_MOVE_KEY = "own move"
 UNPLACED = "built without a device"  # the origin of a parametered torch.nn module not yet placed
 # The origin of a torch.nn layer given another's weight (`head.weight = embed.weight`): it computes there.
 TIED_WEIGHT = "its weight tied to another's"
+# The origin of a placed torch.nn layer given a new Parameter made on the CPU (`lin.weight = nn.Parameter(...)`).
+WEIGHT_REPLACED = "its weight replaced by a new Parameter"
 # The origin of a tensor a factory made on the CPU because no device= was given (`torch.zeros(n, d)`):
 # beside a GPU tensor, it is the one off its device (created where the code forgot to say).
 # Obj.extra's key of a module wrapped in nn.DataParallel: where a call of it gives its output (None: not known).

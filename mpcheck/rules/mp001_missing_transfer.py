@@ -34,6 +34,7 @@ from mpcheck.devices.torchapi import HOST_ARGUMENTS
 from mpcheck.devices.values import (
     OWN_MOVE_KEY,
     TIED_WEIGHT,
+    WEIGHT_REPLACED,
     Obj,
     device_literal,
     known_tensor,
@@ -379,11 +380,15 @@ def _meets(ctx: FileContext, ev: Mismatch, there: str | None) -> str:
         if not what.startswith("the first stage") and isinstance(ev.node, cst.Call):
             what = ctx.code(callee(ev.node))
         target = what if what.startswith("the first stage") else f"`{what}`"
-        tied = isinstance(ev.module, Obj) and ev.module.origin == TIED_WEIGHT
+        origin = ev.module.origin if isinstance(ev.module, Obj) else ""
         if _split(ev.module) and not what.startswith("the first stage"):
             # A model split over GPUs is on none of them: this argument reaches a part of it on `there`.
             return f"{target} (split over GPUs) needs this argument on {show(there)}, where the part it reaches is"
-        return f"{target} is on {show(there)}" + (" (its weight is tied to a Parameter there)" if tied else "")
+        why = {
+            TIED_WEIGHT: " (its weight is tied to a Parameter there)",
+            WEIGHT_REPLACED: " (its weight was replaced by a new Parameter made there)",
+        }.get(origin, "")
+        return f"{target} is on {show(there)}{why}"
     other = value_text(ctx, _other_expr(ev), ev.other, ev.what or "the other operand")
     where = "" if ev.op == "op" else f" in `{ev.op}`"
     return f"it meets `{other}`{where}, which is on {show(there)}"

@@ -23,6 +23,7 @@ from __future__ import annotations
 import weakref
 from typing import TYPE_CHECKING, Any
 
+from mpcheck.codes import PER_ITEM_MIN_ITEMS
 from mpcheck.runtime.checks.purge import PURGE_AT
 from mpcheck.runtime.checks.storage_ref import version_of
 from mpcheck.runtime.checks.wording import size_words
@@ -34,7 +35,7 @@ GATHERS = frozenset({"stack", "cat", "concat", "concatenate", "hstack", "vstack"
 # Measured (bench/per_item_transfer.py, one H200, host -> GPU): one by one costs x4.0 (8 x 4 KiB) to x9.9
 # (32 x 4 KiB), x2.1-x2.3 at 64 KiB, x1.0-x1.1 at 256 KiB; from 1 MiB stacking pageable host memory first
 # costs more than it saves (x0.4-x0.5).
-MIN_ITEMS = 8
+MIN_ITEMS = PER_ITEM_MIN_ITEMS
 ITEM_MAX_BYTES = 128 << 10
 # Slices of one tensor moved one by one against the tensor moved once and sliced where it arrived (same bench,
 # its slice rows, host -> cuda:0): x3.7-x7.4 at 4 KiB, x2.7-x4.2 at 64 KiB, x1.4-x1.9 at 1 MiB (no stacking to pay
