@@ -163,3 +163,37 @@ def test_a_few_micro_batches_moved_one_by_one_are_not_mp021_and_many_chunks_are(
     assert findings(CHUNKS.replace("COUNT", "4"), "MP021") == []
     (f,) = findings(CHUNKS.replace("COUNT", "16"), "MP021")
     assert "is a chunk of `ids`" in f.message
+
+
+TWO_BUILDS = """
+import torch
+import torch.nn as nn
+
+
+class ResBlock(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.body = nn.Conv2d(c, c, 3, 1, 1)
+
+    def forward(self, x):
+        return x + self.body(x)
+
+
+def generator(c=8):
+    return nn.Sequential(nn.Conv2d(3, c, 3, 1, 1), *[ResBlock(c) for _ in range(2)], nn.Conv2d(c, 3, 3, 1, 1))
+
+
+G_AB = generator().to("cuda:0")
+G_BA = generator().to("cuda:1")
+real_A = torch.randn(2, 3, 16, 16, device="cuda:0")
+fake_B = G_AB(real_A)
+rec_A = G_BA(FAKE)
+"""
+
+
+def test_each_call_of_a_function_that_builds_modules_builds_its_own():
+    # Round 37's t21 (good): two CycleGAN generators from one helper, each moved to its GPU. The helper's
+    # memoised result held the same block objects twice, so moving the second moved the first's blocks too.
+    assert findings(TWO_BUILDS.replace("FAKE", 'fake_B.to("cuda:1")'), "MP001") == []
+    (f,) = findings(TWO_BUILDS.replace("FAKE", "fake_B"), "MP001")
+    assert "`G_BA` is on cuda:1" in f.message

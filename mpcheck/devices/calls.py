@@ -273,7 +273,11 @@ class Calls(Part):
             for i, changed in self.interp.memo_changed.get(key, ()):
                 _rebind_changed(self_val if i == _SELF else args[i], changed, st)
             _leave_current(st, self.interp.memo_current.get(key))
-            return _relinked(self.interp.memo[key], self.interp.memo_lineages.get(key, ((), True)), args)
+            memoised = _relinked(self.interp.memo[key], self.interp.memo_lineages.get(key, ((), True)), args)
+            built = self.interp.memo_built.get(key)
+            # Each call of a function that builds modules (`G_AB = generator().to(d0)`, `G_BA = generator().to(d1)`)
+            # builds objects of its own: moving one call's result leaves the other's where it is.
+            return _built_anew(self.interp, memoised, built, {}) if built is not None else memoised
         # A run in an __init__ builds that module's own parts, which its __init__ goes on to place or split:
         # a later call elsewhere must not be handed them as its result, so that run is not remembered.
         remember = not st.in_init
@@ -282,6 +286,7 @@ class Calls(Part):
         fresh = [not a.worked for a in passed]
         lineages = tuple(a.lineage if isinstance(a, Obj) else None for a in args)
         steps_before = len(self.interp.recorder.crossings)
+        idents_before = len(self.interp.ident_names)
         env = dict(self.interp.globals)
         if info.closure is not None:
             env.update(info.closure)
@@ -323,6 +328,8 @@ class Calls(Part):
             return result
         self.interp.memo_changed[key] = changes
         self.interp.memo_current[key] = current
+        if len(self.interp.ident_names) > idents_before:
+            self.interp.memo_built[key] = (idents_before + 1, len(self.interp.ident_names) + 1)
         self.interp.memo[key] = result
         # The arguments the body certainly left idle: idle before and after it (one already worked on may
         # or may not have been used: counted as used when the result is reused).
@@ -1863,6 +1870,34 @@ def _unlinked(v: Val) -> Val:
     """`v` without its lineage (Obj.lineage), for a probe run: its crossings there open lineages that are not reported."""
     if isinstance(v, Obj) and v.lineage not in (None, OFF_CHAIN):
         return v.with_(lineage=None, hop=0)
+    return v
+
+
+def _built_anew(interp: Any, v: Val, built: tuple[int, int], fresh: dict[int, int], depth: int = 0) -> Val:
+    """`v` with every module object the memoised call built (an ident in `built`) made a new one, the same new
+    one wherever the old one was held (`fresh`: old ident -> new). Objects it was given or found are kept."""
+    if depth > 6:
+        return v
+    if isinstance(v, Obj):
+        ident = v.ident
+        if ident is not None and built[0] <= ident < built[1]:
+            if ident not in fresh:
+                fresh[ident] = interp.new_ident(interp.ident_names.get(ident, "module"))
+            ident = fresh[ident]
+        attrs = {k: _built_anew(interp, a, built, fresh, depth + 1) for k, a in v.attrs.items()} if v.attrs else None
+        if ident == v.ident and (attrs is None or all(attrs[k] is a for k, a in v.attrs.items())):  # type: ignore[union-attr]
+            return v
+        return v.with_(ident=ident, attrs=attrs if attrs is not None else v.attrs)
+    if isinstance(v, SeqV) and v.items is not None:
+        items = tuple(_built_anew(interp, i, built, fresh, depth + 1) for i in v.items)
+        if all(a is b for a, b in zip(items, v.items)):
+            return v
+        return SeqV(items, elem=v.elem, kind=v.kind, module=v.module, spans=v.spans, spans_by=v.spans_by, hooks=v.hooks)
+    if isinstance(v, DictV):
+        held = {k: _built_anew(interp, a, built, fresh, depth + 1) for k, a in v.items.items()}
+        if all(held[k] is a for k, a in v.items.items()):
+            return v
+        return DictV(held, module=v.module, namespace=v.namespace)
     return v
 
 

@@ -109,6 +109,8 @@ class Interp:
         # the current device a memoised call left behind (its set_device), or None (calls.py, _current_after)
         self.memo_current: dict[Any, tuple[str | None, Any] | None] = {}
         self.memo_idle: dict[Any, frozenset[int]] = {}  # a memoised call's arguments its body left idle
+        # The module objects (Obj.ident, from .. to) a memoised call's body built: each later call builds its own.
+        self.memo_built: dict[Any, tuple[int, int]] = {}
         self.stack: list[FuncInfo] = []  # the functions being interpreted, innermost last
         # The memo keys of the calls being run, by function (Calls.call_function): a call that repeats one of them,
         # the same function with the same argument values, would only run the same body again, deeper.
