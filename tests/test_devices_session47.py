@@ -197,3 +197,37 @@ def test_each_call_of_a_function_that_builds_modules_builds_its_own():
     assert findings(TWO_BUILDS.replace("FAKE", 'fake_B.to("cuda:1")'), "MP001") == []
     (f,) = findings(TWO_BUILDS.replace("FAKE", "fake_B"), "MP001")
     assert "`G_BA` is on cuda:1" in f.message
+
+
+APPLIED_PLACE = """
+import torch
+import torch.nn as nn
+
+
+class Split(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(8, 8).to("cuda:0")
+        self.b = nn.Linear(8, 8).to("cuda:1")
+
+    def forward(self, x):
+        return self.b(self.a(x.to("cuda:0")).to("cuda:1"))
+
+
+def place(module):
+    if isinstance(module, PLACED):
+        module.to("cuda:0")
+
+
+model = Split()
+model.apply(place)
+y = model(torch.randn(4, 8))
+"""
+
+
+def test_model_apply_ends_with_the_model_itself():
+    # Round 37's t03: Module.apply visits the root last, so a placing function that moves the root moves all of
+    # it there, undoing the split its parts were given.
+    (f,) = findings(APPLIED_PLACE.replace("PLACED", "Split"), "MP007")
+    assert "onto cuda:0" in f.message
+    assert findings(APPLIED_PLACE.replace("PLACED", "nn.Linear"), "MP007") == []

@@ -366,6 +366,9 @@ class Calls(Part):
             if len(finals) == 1:
                 (now,) = finals.values()
                 if isinstance(now, Obj) and now is not part and now.kind == "module":
+                    for name, held in list(st.env.items()):
+                        if held is part:  # the model itself (`model.apply(place)` ends with the root)
+                            st.env[name] = now
                     self.interp.moves.rebind_holders(part, now, st)
 
     def _replays(self, key: Any, args: list[Val]) -> bool:
