@@ -199,35 +199,17 @@ def test_each_call_of_a_function_that_builds_modules_builds_its_own():
     assert "`G_BA` is on cuda:1" in f.message
 
 
-APPLIED_PLACE = """
-import torch
-import torch.nn as nn
-
-
-class Split(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.a = nn.Linear(8, 8).to("cuda:0")
-        self.b = nn.Linear(8, 8).to("cuda:1")
-
-    def forward(self, x):
-        return self.b(self.a(x.to("cuda:0")).to("cuda:1"))
-
-
-def place(module):
-    if isinstance(module, PLACED):
-        module.to("cuda:0")
-
-
-model = Split()
-model.apply(place)
-y = model(torch.randn(4, 8))
-"""
+# A placing function given to model.apply: REPLACED_WEIGHT's, moving each module of the class PLACED.
+APPLIED_PLACE = (
+    REPLACED_WEIGHT.replace("isinstance(module, nn.Linear)", "isinstance(module, PLACED)")
+    .replace("module.weight = INIT", 'module.to("cuda:0")')
+    .replace("AFTER", "model.apply(init_weights)")
+)
 
 
 def test_model_apply_ends_with_the_model_itself():
     # Round 37's t03: Module.apply visits the root last, so a placing function that moves the root moves all of
     # it there, undoing the split its parts were given.
-    (f,) = findings(APPLIED_PLACE.replace("PLACED", "Split"), "MP007")
+    (f,) = findings(APPLIED_PLACE.replace("PLACED", "Net"), "MP007")
     assert "onto cuda:0" in f.message
     assert findings(APPLIED_PLACE.replace("PLACED", "nn.Linear"), "MP007") == []
