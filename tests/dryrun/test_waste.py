@@ -776,3 +776,101 @@ def test_steps_of_an_optimizer_built_again_each_end_an_iteration(script, dryrun_
     # (probe36 t20) once the first optimizer is dropped, the next one's steps count the iterations: else two of
     # them looked like one, and the stand-in batch copied in each looked copied twice in one iteration
     assert_silent(dryrun_cli, script(RESUMED))
+
+
+TWIN_CRITICS = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+devices = ("cuda:0", "cuda:1")
+actor = nn.Linear(64, 8).to("cuda:0")
+critics = [nn.Sequential(nn.Linear(72, 256), nn.ReLU(), nn.Linear(256, 1)).to(d) for d in devices]
+targets = [nn.Sequential(nn.Linear(72, 256), nn.ReLU(), nn.Linear(256, 1)).to(d) for d in devices]
+opt = torch.optim.Adam([p for c in critics for p in c.parameters()], lr=1e-3)
+buffer = torch.randn(4096, 64)
+
+
+def twin_q(nets, obs, act):
+    return [q(torch.cat([obs.to(d), act.to(d)], -1)).squeeze(-1).to(obs.device) for q, d in zip(nets, devices)]
+
+
+for step in range(3):
+    obs = buffer[torch.randint(0, 4096, (256,))].to("cuda:0")
+    next_obs = buffer[torch.randint(0, 4096, (256,))].to("cuda:0")
+    act = torch.rand(256, 8).to("cuda:0")  # the actions the buffer holds
+    with torch.no_grad():
+        q_next = torch.min(*twin_q(targets, next_obs, actor(next_obs)))
+    q1, q2 = twin_q(critics, obs, act)
+    loss = F.mse_loss(q1, q_next) + F.mse_loss(q2, q_next)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+
+def test_a_batch_sent_to_each_critic_after_another_evaluation_came_back_is_no_ping_pong(script, dryrun_cli):
+    # (probe37 t01, SAC) the batch was on cuda:0 before the target critics' values came back: it is not
+    # computed from them, so sending it to the critic on cuda:1 does not continue their chain
+    assert_silent(dryrun_cli, script(TWIN_CRITICS))
+
+
+GRAPH = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Layer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(64, 64)
+
+    def forward(self, x, edge_index):
+        src, dst = edge_index
+        return torch.zeros_like(x).index_add(0, dst, self.lin(x)[src])
+
+
+class SplitGNN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList(Layer() for _ in range(4))
+        self.devs = ["cuda:0", "cuda:0", "cuda:1", "cuda:1"]
+        for layer, dev in zip(self.layers, self.devs):
+            layer.to(dev)
+
+    def forward(self, x, edge_index):
+        for layer, dev in zip(self.layers, self.devs):
+            MOVE
+            x = F.relu(layer(x, edge_index))
+        return x
+
+
+gen = torch.Generator().manual_seed(0)
+src = torch.randint(0, 2048, (32768,), generator=gen)
+dst = torch.randint(0, 2048, (32768,), generator=gen)
+dst[src % 5 == 0] = src[src % 5 == 0]  # a graph made in place
+x, ei = torch.randn(2048, 64, generator=gen).to("cuda:0"), torch.stack([src, dst]).to("cuda:0")
+model = SplitGNN()
+opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+for step in range(3):
+    loss = model(x, ei).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    with torch.no_grad():
+        val = model(x, ei).mean()
+"""
+
+
+def test_a_stand_in_graph_moved_by_each_forward_is_no_repeat_but_moved_by_each_layer_is(script, dryrun_cli):
+    # (probe37 t02) a drawn graph, made in place, copied to the first stage and handed to the model: its copy to
+    # the second stage in each forward (training, then evaluation) is what a loader's graph would need
+    once = "if x.device != torch.device(dev):\n                x, edge_index = x.to(dev), edge_index.to(dev)"
+    assert_silent(dryrun_cli, script(GRAPH.replace("MOVE", once)))
+    # ...but copied again by every layer on the second stage, it is moved twice in one forward
+    per_layer = "x = x.to(dev)\n            edge_index_here = edge_index.to(dev)  # <- edges"
+    s = script(GRAPH.replace("MOVE", per_layer).replace("layer(x, edge_index)", "layer(x, edge_index_here)"))
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 0, err
+    assert ("MP011", s.line("edges")) in [(f["code"], f["line"]) for f in report["findings"]]

@@ -399,6 +399,8 @@ class CheckingMode(TorchFunctionMode):
         out = func(*args, **kwargs)
         if timing is not None:
             timing.stop()
+        if id(src_t) in self._marks and kind != _COPY:
+            self._provenance.arrived(src_t, out)  # a stand-in batch's copy is the stand-in there (repeats.py)
         if kind != _COPY and dst.startswith("cuda"):
             made_how = _current_device_transfer_words(kind, args, kwargs)
             if made_how is not None:

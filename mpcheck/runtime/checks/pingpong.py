@@ -241,12 +241,14 @@ class PingPong:
         nodes: tuple[Any, Any] = (None, None),
         held: Callable[[str], bool] | None = None,
         calls: int | None = None,
+        born: int | None = None,
     ) -> list[Chain]:
         """Follow one forward transfer; returns the ping-pong chains of a pass that just ended.
         nodes: the autograd nodes (grad_fn) of the data sent and of its copy that arrived, or None.
         held: without a graph, does the code making this transfer still hold other data on a device
         (asked only when the chain comes straight back to it: Chain.stayed). calls: the module calls run so far
-        (Chain.left_after)."""
+        (Chain.left_after). born: the transfer count at which the data sent arrived where it is, unchanged since
+        (StorageRef.moved_at), or None."""
         if src in _NOT_GPU or dst in _NOT_GPU or _one_number(src_tensor):
             return []  # (a 0-dim tensor is no activation: a norm or a scale sent to each GPU by an optimizer)
         done: list[Chain] = []
@@ -273,6 +275,10 @@ class PingPong:
             if c.end == src:
                 if c.last is not None and c.last.same_data(src_tensor):
                     break  # no work on `src` since it arrived: a round trip, not a layer
+                if born is not None and c.last is not None and born < c.last.moved_at[0]:
+                    # Sent as it arrived, before this chain's last arrival (a batch copied in at the step's start,
+                    # sent to a critic on each GPU after another evaluation came back): not computed from it.
+                    continue
                 if not _may_depend(nodes[0], c.last_node):
                     continue  # computed without what this chain brought: another branch of a fan-out
                 no_graph = nodes[0] is None or c.last_node is None

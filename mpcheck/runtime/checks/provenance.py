@@ -174,6 +174,13 @@ class Provenance:
         """id() and shape of the GPU tensor whose indexed element `t` is, or was computed from (element_reads.py)."""
         return self.marks[id(t)][3] if self._kind(t) == _ELEMENT else None
 
+    def arrived(self, source: Any, copy: Any) -> None:
+        """`copy` is `source` moved to another device: the copy of drawn data is drawn data of the same origin
+        (a stand-in batch, copied to the first stage, then on to the next); a constant's copy is left unmarked
+        (its copy moved again each step is the repeat MP011 is about)."""
+        if self._kind(source) == _DRAWN:
+            self._mark(copy, kind=_DRAWN, of=self.marks[id(source)][3])
+
     def picked_element(self, source: Any, out: Any) -> None:
         """`out` is one element that an index picked from `source`, a GPU tensor (capture/mode.py)."""
         self._mark(out, kind=_ELEMENT, of=(id(source), tuple(source.shape)))
@@ -187,6 +194,13 @@ class Provenance:
             del self.marks[id(t)]  # the id was reused by another tensor
             return None
         if version is None or version != _version(t):
+            return None
+        return entry[2] if len(entry) > 2 else "const"
+
+    def _kind_before(self, t: Any) -> str | None:
+        """`_kind` of a tensor an in-place call has just changed: its mark, whatever its version now."""
+        entry = self.marks.get(id(t))
+        if entry is None or entry[0]() is not t:
             return None
         return entry[2] if len(entry) > 2 else "const"
 
@@ -217,17 +231,22 @@ class Provenance:
         drawn: int | None = None
         like = name in _DRAWN_LIKE  # (called only when its first tensor is marked: capture/mode.py)
         seen = name in RANDOM_CALLS and not like  # (then unmarked below, whatever the arguments)
+        # An in-place call (`dst[sel] = members[pick]`, `x.add_(y)`) has changed its target's version already:
+        # its mark as it was before is what the call read.
+        target = args[0] if args and _in_place(name) and isinstance(args[0], tensor) else None
         for a in () if seen else (*args, *kwargs.values()):
             for b in a if isinstance(a, (list, tuple)) else (a,):
                 if isinstance(b, tensor):
                     seen = True
-                    kind = self._kind(b)
+                    kind = self._kind(b) if b is not target else self._kind_before(b)
                     if drawn is None:
                         drawn = self.marks[id(b)][3] if kind == _DRAWN else (_origin(b) if like else None)
                     const = const and kind is not None
             if not const:
                 break
         const = const and seen and (like or name not in RANDOM_CALLS)
+        if target is not None:
+            out = (target,)  # (what an in-place call returns is its target, or None for `__setitem__`)
         outs = out if isinstance(out, (list, tuple)) else (out,)
         for o in outs:
             if not isinstance(o, tensor):
@@ -257,6 +276,13 @@ class Provenance:
             if entry[0]() is None:
                 self.marks.pop(k, None)  # in place: the capture layer holds this dict
         self._purge_at = max(_PURGE_AT, 2 * len(self.marks))
+
+
+def _in_place(name: str) -> bool:
+    """Does a call of this `__name__` change its first argument in place (`add_`, `__setitem__`, `__iadd__`)?"""
+    if name.startswith("__"):
+        return name == "__setitem__" or (name.startswith("__i") and name not in ("__index__", "__int__", "__invert__"))
+    return name.endswith("_")
 
 
 def first_tensor_id(first: Any) -> int:

@@ -62,6 +62,7 @@ def _check_repeat(
         and recurs(entry[3], mark, in_library=in_library, in_graph=t.requires_grad and self._grad_enabled())
     ):
         first_site, first_step, same_round = entry[1], entry[2], entry[4] == rounds
+        other_forward = bool(self._tls.stack) and entry[3][1] != mark[1]  # (Mark: tls.forwards second)
         entry[2], entry[3], entry[4] = step, mark, rounds
         when = "in this step" if first_step == step else "in an earlier step, and it has not changed since"
         finding: dict[str, Any] = dict(
@@ -82,6 +83,11 @@ def _check_repeat(
             origin = self.provenance.drawn_from(t)
             if self._tls.stack and sid not in self._tls.top_inputs:
                 origin = None  # (drawn data the model's forward made and copied: no input it was given)
+            if origin is not None and other_forward:
+                # A stand-in batch the model was given again and copied again by its forward (a training pass,
+                # then an evaluation pass over the same batch): each forward moves what it is given, as it would
+                # a loader's batch; copies within one forward (per layer) are still repeats.
+                same_round = False
             held = (
                 site or UNKNOWN,
                 finding,

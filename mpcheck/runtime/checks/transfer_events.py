@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from mpcheck.runtime.checks.ledger import TransferTiming
 from mpcheck.runtime.checks.pingpong import LEAF
 from mpcheck.runtime.checks.sites import UNKNOWN, Site
-from mpcheck.runtime.checks.storage_ref import StorageRef
+from mpcheck.runtime.checks.storage_ref import StorageRef, version_of
 from mpcheck.runtime.checks.torchapi import sparse_parts
 
 if TYPE_CHECKING:
@@ -146,8 +146,23 @@ def on_transfer(
                 nodes,
                 held,
                 tls.module_calls,
+                _arrived_unchanged_at(self, src_tensor),
             ):
                 self._report_ping_pong(chain)
+
+
+def _arrived_unchanged_at(self: Checker, t: Any) -> int | None:
+    """The transfer count (StorageRef.moved_at) at which `t`'s data arrived where it is, when it is that copy's
+    storage, unchanged since; else None. Data that was there before a chain's last arrival is not computed from
+    it (pingpong.py)."""
+    try:
+        storage = t.untyped_storage()
+    except Exception:  # a tensor without storage
+        return None
+    record = self._arrivals.get(id(storage))
+    if record is None or record[0].ref() is not storage or record[0].version != version_of(t):
+        return None
+    return record[0].moved_at[0]
 
 
 def count_transfer(self: Checker, src_dev: str, dst_dev: str) -> tuple[int, int]:
