@@ -124,8 +124,13 @@ def test_a_value_computed_from_each_indexed_element_and_read_is_a_read_of_the_el
     assert codes_at(report) == [("MP020", s.line("here"))]
     assert "on cuda:1 (32)" in report["findings"][0]["message"]
     assert "`bool()` of a value computed from a single element" in report["findings"][0]["message"]
+    # (probe37 t18: `if dones[t].any():` for each time step) a value computed from each row picked by a number
+    s, report = _run(script, dryrun_cli, "hits = sum(1 for i in range(len(out)) if out[i].max() > 0)  # <- here")
+    assert codes_at(report) == [("MP020", s.line("here"))]
+    assert "`bool()` of a value computed from one row" in report["findings"][0]["message"]
     for read in (
         "hits = sum(1 for i in range(15) if preds[i] == 3)",  # fewer than 16 in a pass
+        "hits = sum(1 for m in out.max(1).values.tolist() if m > 0)",  # the fix of the rows' reads
         "hits = sum(1 for i, p in enumerate(preds.tolist()) if p == 3)",  # the fix: one copy
         "k = 0\n    while k < 20 and out.sum() > k:\n        k += 1",  # a loop's own test, no element of anything
     ):

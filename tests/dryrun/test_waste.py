@@ -874,3 +874,28 @@ def test_a_stand_in_graph_moved_by_each_forward_is_no_repeat_but_moved_by_each_l
     status, report, err = dryrun_cli(s, "--gpus", "2")
     assert status == 0, err
     assert ("MP011", s.line("edges")) in [(f["code"], f["line"]) for f in report["findings"]]
+
+
+COVARIATES = """
+import torch
+import torch.nn as nn
+
+rnn = nn.Linear(4, 64).to("cuda:0")
+opt = torch.optim.SGD(rnn.parameters(), lr=0.1)
+for step in range(3):
+    t0 = int(torch.randint(0, 1000, (1,)).item())
+    t = torch.arange(t0, t0 + 8192, dtype=torch.float32)
+    cov = torch.stack([torch.sin(t / 24), torch.cos(t / 24), torch.sin(t / 168), t / 1000], -1).pin_memory()
+    loss = rnn(cov.to("cuda:0"NB)).pow(2).mean()  # <- copy
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+
+def test_a_host_constant_streamed_with_non_blocking_is_no_repeated_transfer(script, dryrun_cli):
+    # (dr35 c17) covariates made and pinned with each batch, copied with non_blocking=True: the data pipeline's
+    # design (their numbers change with a random start), not a constant made on the wrong device
+    assert_silent(dryrun_cli, script(COVARIATES.replace("NB", ", non_blocking=True")))
+    s = script(COVARIATES.replace("NB", ""))
+    assert "computed only from buffers and constants" in only_finding(dryrun_cli, s, "MP011", "copy")["message"]

@@ -275,7 +275,7 @@ class CheckingMode(TorchFunctionMode):
                 if (id(a0[0]) if (t0 is list or t0 is tuple) and a0 else id(a0)) in self._marks:
                     self._provenance.derive(args, kwargs, out, getattr(func, "__name__", ""))
                 elif func is self._getitem:
-                    self._on_picked(a0, out)
+                    self._on_picked(a0, args[1] if len(args) > 1 else None, out)
                 else:
                     try:
                         factory = func in self._factories
@@ -309,15 +309,15 @@ class CheckingMode(TorchFunctionMode):
             return func(*args, **kwargs)
         return self._transfer(kind, func, args, kwargs)
 
-    def _on_picked(self, source: Any, out: Any) -> None:
-        """`out = source[index]`: one element of a GPU tensor, followed so that the host reads of values computed
-        from each element in turn (`if usage[k] == 0:` in a loop over `k`) count as reads of `source`'s elements
-        (MP020, checks/element_reads.py)."""
+    def _on_picked(self, source: Any, index: Any, out: Any) -> None:
+        """`out = source[index]`: one element of a GPU tensor, or one row picked by a number, followed so that the
+        host reads of values computed from each in turn (`if usage[k] == 0:` in a loop over `k`, `if dones[t].any():`
+        over the time steps) count as reads of `source`'s elements (MP020, checks/element_reads.py)."""
         tensor = self._tensor
         if (
             isinstance(out, tensor)
             and isinstance(source, tensor)
-            and out.numel() == 1
+            and (type(index) is int or out.numel() == 1)
             and source.numel() > 1
             and self.checker.devices.device_of(source).startswith("cuda")
             and self.checker.wants("MP020")
@@ -423,6 +423,7 @@ class CheckingMode(TorchFunctionMode):
             timing=timing,
             nbytes=nbytes,
             by_library=phase == "forward" and (called_by_torch() or made_by_module_hook()),
+            non_blocking=bool(kwargs.get("non_blocking")),
         )
         if self.time_backward and isinstance(out, self._tensor) and out.grad_fn is not None:
             _time_backward(checker, out.grad_fn, dst, src, nbytes, site, module)

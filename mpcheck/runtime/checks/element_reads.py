@@ -100,7 +100,7 @@ def on_host_read(self: Checker, t: Any, how: str) -> None:
             if how in ("item", "tolist"):  # (any other comparison's `bool()` is a loop's test: left alone)
                 _own_value_read(self, reads, dev, how)
             return
-    source, shape = of if of is not None else (id(base), tuple(getattr(base, "shape", ())))
+    source, shape, picked = of if of is not None else (id(base), tuple(getattr(base, "shape", ())), "")
     n = reads.counts.get(source, 0) + 1
     reads.counts[source] = n
     if n != ELEMENTS:
@@ -111,7 +111,7 @@ def on_host_read(self: Checker, t: Any, how: str) -> None:
     reads.reported.add((site.path, site.line))
     read = _READ_WORDS.get(how, f"`{how}`")
     if of is not None:
-        unit, part = "one", "a value computed from a single element"
+        unit, part = "one", f"a value computed from {picked}"
     else:
         unit, part = ("one", "a single element") if numel == 1 else ("one part", f"{numel} elements")
     _report(

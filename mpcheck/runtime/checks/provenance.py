@@ -170,8 +170,9 @@ class Provenance:
         comes from the data set, a stand-in's noise (`torch.randn_like(clean)`) from the stand-in."""
         return self.marks[id(t)][3] if self._kind(t) == _DRAWN else None
 
-    def element_of(self, t: Any) -> tuple[int, tuple[int, ...]] | None:
-        """id() and shape of the GPU tensor whose indexed element `t` is, or was computed from (element_reads.py)."""
+    def element_of(self, t: Any) -> tuple[int, tuple[int, ...], str] | None:
+        """id() and shape of the GPU tensor whose indexed element (or row) `t` is, or was computed from, and which
+        of the two, in words (element_reads.py)."""
         return self.marks[id(t)][3] if self._kind(t) == _ELEMENT else None
 
     def arrived(self, source: Any, copy: Any) -> None:
@@ -182,8 +183,9 @@ class Provenance:
             self._mark(copy, kind=_DRAWN, of=self.marks[id(source)][3])
 
     def picked_element(self, source: Any, out: Any) -> None:
-        """`out` is one element that an index picked from `source`, a GPU tensor (capture/mode.py)."""
-        self._mark(out, kind=_ELEMENT, of=(id(source), tuple(source.shape)))
+        """`out` is one element (or row) that an index picked from `source`, a GPU tensor (capture/mode.py)."""
+        part = "a single element" if out.numel() == 1 else "one row"
+        self._mark(out, kind=_ELEMENT, of=(id(source), tuple(source.shape), part))
 
     def _kind(self, t: Any) -> str | None:
         entry = self.marks.get(id(t))

@@ -32,11 +32,12 @@ def on_transfer(
     nbytes: int | None = None,
     contiguous: bool | None = None,
     by_library: bool = False,
+    non_blocking: bool = False,
 ) -> None:
     """Record a transfer; check it for a round trip (MP005), a repeat (MP011) and follow its
     chain (MP006) unless
     `by_library`: a copy made by PyTorch's own code, which the user cannot change (it
-    is neither checked nor remembered, so no later user copy is blamed on it)."""
+    is neither checked nor remembered, so no later user copy is blamed on it). `non_blocking`: asked for so."""
     if nbytes is None:
         nbytes = payload_bytes(src_tensor)
     if contiguous is None:
@@ -82,7 +83,10 @@ def on_transfer(
                 arrival_sid = id(out_tensor.untyped_storage()) if out_tensor is not None else None
             except Exception:  # a tensor without storage
                 arrival_sid = None
-            if not self._check_repeat(src_tensor, dst_dev, site, module_path, arrival_sid):
+            # A copy from the host asked to be non-blocking streams data staged there on purpose (a batch built and
+            # pinned by the data pipeline, covariates made with it): no constant made on the wrong device.
+            streamed = non_blocking and src_dev == "cpu"
+            if not self._check_repeat(src_tensor, dst_dev, site, module_path, arrival_sid) and not streamed:
                 self._check_const_copy(src_tensor, src_dev, dst_dev, site, module_path, nbytes)
         if self._tls.forwards != self._provenance_forward:  # once per forward pass at most
             self._provenance_forward = self._tls.forwards
