@@ -899,3 +899,28 @@ def test_a_host_constant_streamed_with_non_blocking_is_no_repeated_transfer(scri
     assert_silent(dryrun_cli, script(COVARIATES.replace("NB", ", non_blocking=True")))
     s = script(COVARIATES.replace("NB", ""))
     assert "computed only from buffers and constants" in only_finding(dryrun_cli, s, "MP011", "copy")["message"]
+
+
+SAMPLES_SUMMARY = """
+import torch
+import torch.nn as nn
+
+gen = nn.Sequential(nn.Linear(64, 512), nn.Tanh()).to("cuda:0")
+opt = torch.optim.SGD(gen.parameters(), lr=0.1)
+for step in range(3):
+    loss = gen(torch.randn(256, 64, device="cuda:0")).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+for k in range(ROUNDS):
+    samples = gen(torch.randn(256, 64, device="cuda:0")).detach().cpu()  # <- copy
+    print(f"{samples.min():.2f} {samples.max():.2f}")
+"""
+
+
+def test_a_copy_reduced_on_the_host_once_after_training_is_no_oversized_transfer(script, dryrun_cli):
+    # (dr35 c03, c15) samples copied to the host once at the end of a run, only for their range: it costs once
+    assert_silent(dryrun_cli, script(SAMPLES_SUMMARY.replace("ROUNDS", "1")))
+    # the same copy made for each of several evaluation batches after training costs each time
+    s = script(SAMPLES_SUMMARY.replace("ROUNDS", "3"))
+    assert only_finding(dryrun_cli, s, "MP016", "copy")["message"].startswith("512 KiB moved cuda:0 -> cpu")

@@ -527,7 +527,7 @@ class Checker:
                 # globals and the functions that point back at them): collected here, so that MP016's judgement
                 # does not depend on when the collector last ran.
                 gc.collect()
-            self.judge_reduced_moves()
+            self.judge_reduced_moves(at_end=True)
             self.judge_model_round_trips()
             self.judge_repeats_after_training(step_ended=False)
         self.ledger.finish()

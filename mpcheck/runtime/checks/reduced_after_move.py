@@ -59,9 +59,11 @@ SHRINK = 8  # a reduction's output at most 1/SHRINK of its input: the move carri
 class Moved:
     """One watched transfer: where it was made, how many live tensors carry its data, what was done with them."""
 
-    __slots__ = ("site", "module", "src", "dst", "nbytes", "live", "reduced_by", "reduced_at", "used", "seen")
+    __slots__ = ("site", "module", "src", "dst", "nbytes", "live", "reduced_by", "reduced_at", "used", "seen", "step")
 
-    def __init__(self, site: Site, module: str | None, src: str, dst: str, nbytes: int, seen: bool = False) -> None:
+    def __init__(
+        self, site: Site, module: str | None, src: str, dst: str, nbytes: int, seen: bool = False, step: int = 0
+    ) -> None:
         self.site, self.module, self.src, self.dst, self.nbytes = site, module, src, dst, nbytes
         self.live = 0
         self.reduced_by: str | None = None
@@ -70,6 +72,7 @@ class Moved:
         # Made in a module's forward with the function mode watching (not by a call the signature cache let run
         # unchecked) and onto a GPU: never read at all, it is reported as unread (judge_reduced_moves).
         self.seen = seen
+        self.step = step  # the optimizer steps made before it (Ledger.step_index)
 
 
 class ReduceWatch:
@@ -140,7 +143,7 @@ def watch_move(
         return
     tls = self._tls
     seen = bool(tls.stack) and not tls.transfer_unseen and dst_dev.startswith("cuda")
-    self.reduce_watch.carry(out, (Moved(site, module, src_dev, dst_dev, nbytes, seen),))
+    self.reduce_watch.carry(out, (Moved(site, module, src_dev, dst_dev, nbytes, seen, self.ledger.step_index),))
 
 
 def on_watched_read(self: Checker, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None, out: Any) -> None:
@@ -212,12 +215,21 @@ def on_unseen_reads(self: Checker, args: tuple[Any, ...], kwargs: dict[str, Any]
                 pending.append(b)
 
 
-def judge_reduced_moves(self: Checker) -> None:
-    """Report the watched transfers whose carriers are all gone, reduced and never used."""
+def judge_reduced_moves(self: Checker, at_end: bool = False) -> None:
+    """Report the watched transfers whose carriers are all gone, reduced and never used. At the end of a run that
+    trained, a move made after its last step (a summary of samples taken once, `samples.cpu()` then `.min()`)
+    costs once: reported only where its line made two or more such moves."""
     gone = self.reduce_watch.gone
+    once: dict[tuple[str, int], int] = {}
+    if at_end:
+        for m in gone:
+            if 0 < m.step == self.ledger.step_index:
+                once[(m.site.path, m.site.line)] = once.get((m.site.path, m.site.line), 0) + 1
     while gone:
         m = gone.pop()
         if m.used or _round_trip_at(self, m.site):
+            continue
+        if once.get((m.site.path, m.site.line)) == 1:
             continue
         if m.reduced_by is None:
             if m.seen:
