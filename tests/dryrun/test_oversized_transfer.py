@@ -194,3 +194,23 @@ def test_an_entropy_of_moved_attention_maps_is_reported_and_a_product_of_two_mov
     assert [(f["code"], f["line"], f["extra"]["reduced_by"]) for f in report["findings"]] == [
         ("MP016", s.marks["bad"], "sum")
     ]
+
+
+def test_an_order_statistic_of_one_move_alone_is_reported(script, dryrun_cli):
+    # (probe37 t05) DDIM's dynamic thresholding: each image's quantile of |x0| computed on a host copy of all of it
+    s = script(
+        """
+        import torch
+
+        for _ in range(2):
+            x0 = torch.randn(32, 3072, device="cuda:1")
+            s = torch.quantile(x0.abs().cpu(), 0.995, dim=1)  # <- bad
+            x0 = x0.clamp(-1, 1) / s.clamp(min=1.0).to(x0.device)[:, None]
+        print(float(x0.sum()))
+        """
+    )
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 0, err
+    assert [(f["code"], f["line"], f["extra"]["reduced_by"]) for f in report["findings"]] == [
+        ("MP016", s.marks["bad"], "quantile")
+    ]

@@ -36,8 +36,10 @@ REDUCTIONS = frozenset(
         "std_mean", "var_mean", "count_nonzero", "logsumexp", "histc", "histogram", "bincount",
     }
 )  # fmt: skip
-# Not `kthvalue`, `median`, `mode`, `quantile`: an order statistic of data gathered from several devices
-# (a global pruning threshold) needs up to k elements of each part, not one result per device.
+# Order statistics count only for the data of one move (`torch.quantile(x0.abs().cpu(), p, dim=1)`, a per-image
+# clipping threshold computed on the host): one of data gathered from several devices (a global pruning threshold)
+# needs up to k elements of each part, not one result per device.
+ORDER_STATISTICS = frozenset({"kthvalue", "median", "nanmedian", "mode", "quantile", "nanquantile"})
 # Ops that keep a watched tensor's data whole when it is their only tensor argument, or when every tensor they get
 # carries that one transfer's data (`att * att.clamp_min(1e-9).log()`, an entropy of the moved attention maps).
 ELEMENTWISE = frozenset(
@@ -59,7 +61,9 @@ SHRINK = 8  # a reduction's output at most 1/SHRINK of its input: the move carri
 class Moved:
     """One watched transfer: where it was made, how many live tensors carry its data, what was done with them."""
 
-    __slots__ = ("site", "module", "src", "dst", "nbytes", "live", "reduced_by", "reduced_at", "used", "seen", "step")
+    __slots__ = (
+        "site", "module", "src", "dst", "nbytes", "live", "reduced_by", "reduced_at", "used", "seen", "step", "mixed"
+    )  # fmt: skip
 
     def __init__(
         self, site: Site, module: str | None, src: str, dst: str, nbytes: int, seen: bool = False, step: int = 0
@@ -73,6 +77,7 @@ class Moved:
         # unchecked) and onto a GPU: never read at all, it is reported as unread (judge_reduced_moves).
         self.seen = seen
         self.step = step  # the optimizer steps made before it (Ledger.step_index)
+        self.mixed = False  # gathered with data that came by no watched move (`torch.cat([a, b.to(d)])`)
 
 
 class ReduceWatch:
@@ -155,7 +160,8 @@ def on_watched_read(self: Checker, func: Any, args: tuple[Any, ...], kwargs: dic
     carriers = watch.carriers
     moved = tuple(dict.fromkeys(m for key in found for m in carriers[key][1]))
     name = getattr(func, "__name__", "")
-    if name in REDUCTIONS and tensors == 1:
+    order_statistic = name in ORDER_STATISTICS and len(moved) == 1 and not moved[0].mixed
+    if (name in REDUCTIONS or order_statistic) and tensors == 1:
         out_bytes = _bytes_of(out)
         in_bytes = _bytes_of(args[0]) if args else None
         if out_bytes is not None and in_bytes and out_bytes * SHRINK <= in_bytes:
@@ -167,6 +173,9 @@ def on_watched_read(self: Checker, func: Any, args: tuple[Any, ...], kwargs: dic
     elif (name in _GATHERS or (name in ELEMENTWISE and _of_one_transfer(carriers, found, tensors))) and hasattr(
         out, "untyped_storage"
     ):
+        if name in _GATHERS and len(found) < tensors:
+            for m in moved:
+                m.mixed = True
         watch.carry(out, moved)
         return
     for key in found:  # its data used: the move was needed
