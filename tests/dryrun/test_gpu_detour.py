@@ -205,3 +205,30 @@ def test_a_dataset_that_is_worked_on_where_it_is_kept_was_needed_there(script, d
     status, report, err = dryrun_cli(s, "--gpus", "2")
     assert status == 0, err
     assert [f for f in report["findings"] if f["code"] == "MP005"] == []
+
+
+HOST_STACK = """
+import torch
+
+for step in range(3):
+    hidden = [torch.randn(64, 1024, device=f"cuda:{i // 5}") for i in range(9)]
+    STATES
+    print(float(states.sum()))
+"""
+
+
+def test_copies_stacked_on_the_host_and_moved_to_a_gpu_are_a_host_detour(script, dryrun_cli):
+    # (probe37 t22) hidden states of two GPUs gathered through the host for a probe on cuda:1
+    s = script(HOST_STACK.replace("STATES", "states = torch.stack([h.cpu() for h in hidden]).to('cuda:1')  # <- hop"))
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 0, err
+    (f,) = [f for f in report["findings"] if f["code"] == "MP005"]
+    assert f["line"] == s.line("hop") and "only stacked there" in f["message"]
+    for states in (
+        "states = torch.stack([h.to('cuda:1') for h in hidden])",  # the fix
+        "states = torch.stack([h.cpu() for h in hidden])",  # gathered on the host, and kept there
+        "states = torch.stack([h.cpu().clamp(-1, 1) for h in hidden]).to('cuda:1')",  # work on the host first
+    ):
+        status, report, err = dryrun_cli(script(HOST_STACK.replace("STATES", states)), "--gpus", "2")
+        assert status == 0, err
+        assert [f for f in report["findings"] if f["code"] == "MP005"] == [], states

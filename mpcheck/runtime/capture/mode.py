@@ -220,10 +220,12 @@ class CheckingMode(TorchFunctionMode):
                 made_how = _default_device_words(func)
             worked = None  # the arrived tensors it reads, and its arguments as called (worked_detour.py)
             selected = None  # the arrival whose rows it picks, unread (arrivals.selected_arrival)
+            gathered = None  # the first of the unread copies from GPUs it stacks on the host (arrivals.py)
             if checker.arrived_objects:  # a moved tensor used where it arrived is no round trip (MP005)
-                if args and type(args[0]) in (list, tuple) and len(args[0]) >= _MIN_ITEMS:
-                    if getattr(func, "__name__", "") in _GATHERS:  # moved one by one, then gathered? (MP021)
+                if args and type(args[0]) in (list, tuple) and getattr(func, "__name__", "") in _GATHERS:
+                    if len(args[0]) >= _MIN_ITEMS:  # moved one by one, then gathered? (MP021)
                         checker.on_gather(func, args[0])
+                    gathered = checker.gathered_on_host(args[0])  # copies from GPUs stacked on the host?
                 selected = checker.selected_arrival(args) if func in self._selections else None
                 if selected is None:
                     hits = checker.note_reads(args, kwargs)
@@ -259,6 +261,8 @@ class CheckingMode(TorchFunctionMode):
                 checker.on_arrival_worked(func, worked[1], worked[2], out, worked[0])
             if selected is not None:
                 checker.on_selected(out, selected)
+            elif gathered is not None:
+                checker.on_selected(out, gathered, gathered=True)
             if loss:
                 checker.loss_values.note(out)
             if made_how is not None:

@@ -13,7 +13,8 @@ from mpcheck.runtime.checks.arguments import Args, Kwargs
 from mpcheck.runtime.checks.made_on_host import HostMade
 from mpcheck.runtime.checks.purge import PURGE_AT
 from mpcheck.runtime.checks.sites import Site
-from mpcheck.runtime.checks.storage_ref import StorageRef
+from mpcheck.runtime.checks.storage_ref import StorageRef, version_of
+from mpcheck.runtime.checks.thresholds import NOT_GPU
 
 if TYPE_CHECKING:
     from mpcheck.runtime.checks.checker import Checker
@@ -113,9 +114,30 @@ def _picks_rows(self: Checker, index: Any) -> bool:
     return type(index) is tuple and any(isinstance(i, self._tensor_type) or type(i) is list for i in index)
 
 
-def on_selected(self: Checker, out: Any, sid: int) -> None:
-    """`out` holds rows picked from the arrival `sid` (selected_arrival): recorded as arrived with it (from
-    where, at which line), so that moving it on unread is judged as moving that data on."""
+def gathered_on_host(self: Checker, items: Any) -> int | None:
+    """`torch.stack(items)` / `cat` of copies from GPUs to the host, each unread and unchanged there (`[h.cpu()
+    for h in hidden]`): the first one's arrival (its storage id), else None. The gathered data goes on as theirs
+    (on_selected): moved on to a GPU unread, it made a detour through the host (round_trip.py)."""
+    if len(items) < 2:
+        return None
+    first = None
+    for t in items:
+        hit = self.arrived_objects.get(id(t))
+        if hit is None or type(hit[1]) is not int or hit[0]() is not t:
+            return None
+        entry = self._arrivals.get(hit[1])
+        if entry is None or hit[1] in self._read_arrivals or entry[1] in NOT_GPU or entry[0].version != version_of(t):
+            return None
+        if self.devices.device_of(t) != "cpu":
+            return None
+        first = hit[1] if first is None else first
+    return first
+
+
+def on_selected(self: Checker, out: Any, sid: int, gathered: bool = False) -> None:
+    """`out` holds rows picked from the arrival `sid` (selected_arrival), or the copies gathered on the host
+    with it (`gathered`, gathered_on_host): recorded as arrived with it (from where, at which line), so that
+    moving it on unread is judged as moving that data on."""
     entry = self._arrivals.get(sid)
     if entry is None or not isinstance(out, self._tensor_type):
         return
@@ -128,8 +150,11 @@ def on_selected(self: Checker, out: Any, sid: int) -> None:
         return  # a view of the same storage (a basic slice): already the arrived data (note_view)
     ref.moved_at = entry[0].moved_at
     self._arrivals[out_sid] = (ref, entry[1], entry[2])
-    self._selected_arrivals.add(out_sid)
-    if len(self._row_picked) < PURGE_AT:
-        self._row_picked.add(sid)  # (MP011: a data set copied whole to index a batch from it, repeats.py)
+    if gathered:
+        self._gathered_arrivals.add(out_sid)
+    else:
+        self._selected_arrivals.add(out_sid)
+        if len(self._row_picked) < PURGE_AT:
+            self._row_picked.add(sid)  # (MP011: a data set copied whole to index a batch from it, repeats.py)
     self.note_arrived(out, out_sid)
     self._read_arrivals.discard(out_sid)

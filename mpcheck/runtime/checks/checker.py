@@ -198,6 +198,9 @@ class Checker:
         # Arrivals that are rows picked from an arrival never read where it landed (arrivals.on_selected): a batch
         # gathered from a dataset kept on a GPU that only hands its rows on
         self._selected_arrivals: set[int] = set()
+        # Arrivals that are copies from GPUs gathered on the host unread (arrivals.gathered_on_host): the host
+        # detour they go on to another GPU by is a gather's (round_trip.py's words)
+        self._gathered_arrivals: set[int] = set()
         # Findings that say a copy was not needed where it arrived (MP005's GPU detour), by the storage of
         # that arrival: a later read of it there takes the finding back (arrivals._note_read)
         self._unless_read: dict[int, tuple[str, Any, tuple[str, ...]]] = {}
@@ -436,6 +439,7 @@ class Checker:
     note_view = arrivals.note_view
     selected_arrival = arrivals.selected_arrival
     on_selected = arrivals.on_selected
+    gathered_on_host = arrivals.gathered_on_host
     on_gather = per_item_moves.on_gather
     on_slice_move = per_item_moves.on_slice_move
     _purge = purge._purge

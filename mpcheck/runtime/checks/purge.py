@@ -31,4 +31,5 @@ def _purge(self: Checker) -> None:
     }
     self._read_arrivals &= live.keys()
     self._selected_arrivals &= live.keys()
+    self._gathered_arrivals &= live.keys()
     self._purge_at = max(PURGE_AT, 2 * max(len(self._moves), len(live), len(self.arrived_objects)))

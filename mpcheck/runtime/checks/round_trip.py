@@ -47,7 +47,9 @@ def _check_round_trip(
         return  # rows picked where it arrived, sent back (a cache reordered there): work, worked_detour.py's
     if came_from != dst_dev:
         if src_dev == "cpu" and came_from not in NOT_GPU and dst_dev not in NOT_GPU:
-            self._report_host_hop(t, came_from, dst_dev, site, module, first_site, nbytes)
+            self._report_host_hop(
+                t, came_from, dst_dev, site, module, first_site, nbytes, id(storage) in self._gathered_arrivals
+            )
         elif src_dev not in NOT_GPU and (
             (came_from == "cpu" and dst_dev not in NOT_GPU) or (came_from not in NOT_GPU and came_from != "cpu")
         ):
@@ -123,22 +125,41 @@ def _needed_here(self: Checker, site: Site | None, src_dev: str, dst_dev: str) -
 
 
 def _report_host_hop(
-    self: Checker, t: Any, gpu: str, dst_dev: str, site: Site | None, module: str | None, first_site: Site, nbytes: int
+    self: Checker,
+    t: Any,
+    gpu: str,
+    dst_dev: str,
+    site: Site | None,
+    module: str | None,
+    first_site: Site,
+    nbytes: int,
+    gathered: bool = False,
 ) -> None:
-    """GPU -> host -> GPU with no work on the host: one direct device-to-device copy does the same.
-    Below WASTE_MIN_BYTES both copies cost about their launch: silent."""
+    """GPU -> host -> GPU with no work on the host (`gathered`: none but stacking the copies there): one direct
+    device-to-device copy does the same. Below WASTE_MIN_BYTES both copies cost about their launch: silent."""
     if nbytes < max(self.repeat_min_bytes, WASTE_MIN_BYTES):
         return
+    if gathered:
+        message = (
+            f"host detour: this data ({tensor_words(t)}, {size_words(nbytes)}) was copied piece by piece from the GPUs "
+            f"to the host (from {gpu} first, at {first_site}), only stacked there, and goes on to {dst_dev} here: "
+            f"every piece crosses the host link twice where one copy of each to {dst_dev} would do"
+        )
+        fix = f"move each piece straight to {dst_dev} and stack them there; drop the copies to the host"
+    else:
+        message = (
+            f"host detour: this data ({tensor_words(t)}, {size_words(nbytes)}) was copied {gpu} -> cpu at "
+            f"{first_site} and goes on to {dst_dev} here unchanged: two copies over the host link where one "
+            f"{gpu} -> {dst_dev} copy would do"
+        )
+        fix = f"move the tensor that is still on {gpu} straight to {dst_dev} with `.to('{dst_dev}')`; drop the copy to the host"
     self.emit(
         "MP005",
         site,
-        f"host detour: this data ({tensor_words(t)}, {size_words(nbytes)}) was copied {gpu} -> cpu at "
-        f"{first_site} and goes on to {dst_dev} here unchanged: two copies over the host link where one "
-        f"{gpu} -> {dst_dev} copy would do",
+        message,
         devices=(gpu, "cpu", dst_dev),
         modules=(module,) if module else (),
-        suggestion=f"move the tensor that is still on {gpu} straight to {dst_dev} with `.to('{dst_dev}')`; "
-        "drop the copy to the host",
+        suggestion=fix,
         extra={"first_site": str(first_site), "first_line": first_site.line, "first_path": first_site.path},
     )
 
