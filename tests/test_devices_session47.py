@@ -213,3 +213,29 @@ def test_model_apply_ends_with_the_model_itself():
     (f,) = findings(APPLIED_PLACE.replace("PLACED", "Net"), "MP007")
     assert "onto cuda:0" in f.message
     assert findings(APPLIED_PLACE.replace("PLACED", "nn.Linear"), "MP007") == []
+
+
+TYPE_GUARD = """
+import torch
+import torch.nn as nn
+
+
+def ensure_on(module, device):
+    device = torch.device(device)
+    if TEST:
+        module.to(device)
+    return module
+
+
+enc = ensure_on(nn.Linear(8, 8).cuda(), "cuda:0")
+dec = ensure_on(nn.Linear(8, 8).cuda(), "cuda:1")
+"""
+
+
+def test_a_move_guarded_by_a_comparison_of_device_types_is_mp017():
+    # Round 37's t26: `if module_device(module).type != device.type: module.to(device)` never moves a module from
+    # cuda:0 to cuda:1: both are 'cuda'.
+    (f,) = findings(TYPE_GUARD.replace("TEST", "next(module.parameters()).device.type != device.type"), "MP017")
+    assert "compares device types only" in f.message and f.line == 8
+    for test in ("next(module.parameters()).device != device", 'next(module.parameters()).device.type != "cuda"'):
+        assert findings(TYPE_GUARD.replace("TEST", test), "MP017") == [], test

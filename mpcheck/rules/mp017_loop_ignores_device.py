@@ -141,6 +141,15 @@ class LoopIgnoresDevice(Rule):
                 f"devices. Key it by the device itself (`{device}`, or `str({device})`).",
                 suggestion=f"use `{device}` (or `str({device})`) as the key",
             )
+        for test, move, device in _moves_guarded_by_type(ctx.module) if ".type" in ctx.source else ():
+            yield self.finding(
+                ctx,
+                test,
+                f"`{ctx.code(test)}` compares device types only: cuda:0 and cuda:1 are both 'cuda', so "
+                f"`{ctx.code(move)}` is skipped for a module or tensor already on another GPU, and it stays there. "
+                f"Compare the devices themselves (`!=` of the two devices, not of their `.type`).",
+                suggestion=f"compare the devices, not their types, before moving to `{device}`",
+            )
 
 
 def _built(n: int, names: tuple[str, ...]) -> str:
@@ -270,6 +279,32 @@ def _over_gpus(iterable: cst.BaseExpression) -> bool:
     return any(
         isinstance(n, cst.Name) and ("gpu" in n.value.lower() or "device" in n.value.lower()) for n in walk(iterable)
     )
+
+
+def _moves_guarded_by_type(module: cst.Module) -> Iterator[tuple[cst.CSTNode, cst.Call, str]]:
+    """(the test, the move, the device) for `if a.type != device.type: m.to(device)` (or `.cuda(device)`): a
+    guard that asks the kind of device only, before a move to a device that may carry an index."""
+    for node in walk(module):
+        if not isinstance(node, cst.If) or not isinstance(node.test, cst.Comparison):
+            continue
+        test = node.test
+        if len(test.comparisons) != 1 or not isinstance(test.comparisons[0].operator, cst.NotEqual):
+            continue
+        sides = (test.left, test.comparisons[0].comparator)
+        if not all(isinstance(x, cst.Attribute) and x.attr.value == "type" for x in sides):
+            continue
+        devices = {dotted(x.value) for x in sides} - {None}  # type: ignore[attr-defined]
+        for n in walk(node.body):
+            if (
+                isinstance(n, cst.Call)
+                and isinstance(n.func, cst.Attribute)
+                and n.func.attr.value in ("to", "cuda")
+                and n.args
+                and n.args[0].keyword is None
+                and dotted(n.args[0].value) in devices
+            ):
+                yield test, n, dotted(n.args[0].value) or ""
+                break
 
 
 def _copies_keyed_by_type(module: cst.Module) -> Iterator[tuple[cst.CSTNode, str, str]]:
