@@ -287,10 +287,7 @@ class Calls(Part):
         lineages = tuple(a.lineage if isinstance(a, Obj) else None for a in args)
         steps_before = len(self.interp.recorder.crossings)
         idents_before = len(self.interp.ident_names)
-        env = dict(self.interp.globals)
-        if info.closure is not None:
-            env.update(info.closure)
-        self.bind(info, env, self_val, args, kwargs)
+        env = self._callee_env(info, self_val, args, kwargs)
         held = _instances_given(info, env, args)
         cst_ = State(
             env,
@@ -340,6 +337,16 @@ class Calls(Part):
         self.interp.memo_lineages[key] = (lineages, stepped)
         return result
 
+    def _callee_env(
+        self, info: FuncInfo, self_val: Val | None, args: list[Val], kwargs: dict[str, Val]
+    ) -> dict[str, Val]:
+        """The names a call of `info` starts with: the file's, its closure's, its parameters bound to these."""
+        env = dict(self.interp.globals)
+        if info.closure is not None:
+            env.update(info.closure)
+        self.bind(info, env, self_val, args, kwargs)
+        return env
+
     def _apply_to_parts(self, model: Val, fn: FuncRef, node: cst.CSTNode, st: State) -> None:
         """`model.apply(init_weights)`: the file's function run on every submodule, as Module.apply does (each
         part's children first, then the part), where every submodule is known. A part the function changed in
@@ -350,11 +357,9 @@ class Calls(Part):
         if found is None or not params or fn.bound is not None:
             return
         for _, part in reversed(found):
-            env = dict(self.interp.globals)
-            if fn.info.closure is not None:
-                env.update(fn.info.closure)
-            self.bind(fn.info, env, None, [part], {})
-            inner = State(env, st.cur, st.setdev, st.mode, None, False, st.scope)
+            inner = State(
+                self._callee_env(fn.info, None, [part], {}), st.cur, st.setdev, st.mode, None, False, st.scope
+            )
             inner.returns = []
             sites = self.interp.recorder.sites
             sites.append(node)
@@ -366,9 +371,7 @@ class Calls(Part):
             if len(finals) == 1:
                 (now,) = finals.values()
                 if isinstance(now, Obj) and now is not part and now.kind == "module":
-                    for name, held in list(st.env.items()):
-                        if held is part:  # the model itself (`model.apply(place)` ends with the root)
-                            st.env[name] = now
+                    _rebind_changed(part, now, st)  # the model itself (`model.apply(place)` ends with the root)
                     self.interp.moves.rebind_holders(part, now, st)
 
     def _replays(self, key: Any, args: list[Val]) -> bool:

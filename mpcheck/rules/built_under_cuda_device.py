@@ -15,6 +15,7 @@ import libcst as cst
 
 from mpcheck.devices.names import dotted
 from mpcheck.devices.walk import walk
+from mpcheck.rules.made_on_current import indexless
 
 _CONTEXT = frozenset({"torch.cuda.device", "cuda.device"})
 _MOVES = frozenset({"to", "cuda", "to_empty"})
@@ -32,9 +33,7 @@ def unplaced_in_cuda_device_blocks(module: cst.Module) -> Iterator[tuple[cst.Cal
     for node in walk(module):
         if not isinstance(node, cst.With):
             continue
-        contexts = [
-            item.item for item in node.items if isinstance(item.item, cst.Call) and dotted(item.item.func) in _CONTEXT
-        ]
+        contexts = _contexts(node)
         if not contexts:
             continue
         for call in _outermost_constructions(node.body, classes):
@@ -165,19 +164,8 @@ def _first_move_after(rest: Sequence[cst.BaseStatement], name: str) -> cst.Call 
                 and isinstance(n.func, cst.Attribute)
                 and isinstance(n.func.value, cst.Name)
                 and n.func.value.value == name
-                and _to_current_device(n)
+                and indexless(n)  # `.cuda()`, `.to("cuda")`: whatever CUDA device is current there
             ):
                 return n
         return None
     return None
-
-
-def _to_current_device(move: cst.Call) -> bool:
-    """`m.cuda()` or `m.to("cuda")`: a move to whatever CUDA device is current where it runs."""
-    attr = move.func.attr.value  # type: ignore[attr-defined]
-    if attr == "cuda":
-        return not move.args
-    if attr == "to" and len(move.args) == 1 and move.args[0].keyword is None:
-        value = move.args[0].value
-        return isinstance(value, cst.SimpleString) and value.evaluated_value == "cuda"
-    return False

@@ -42,12 +42,12 @@ def made_on_current(ctx: FileContext, ev: Mismatch) -> MadeOnCurrent | None:
         after = ctx.tensors_placed_after_set_device.get(made.at)
         if after is not None and ctx.owns(made.at):
             return MadeOnCurrent(made.at, made, stage, after)
-        if (single(made.devs) == CURRENT or _indexless(made.at)) and _in_a_class(ctx, made.at):
+        if (single(made.devs) == CURRENT or indexless(made.at)) and _in_a_class(ctx, made.at):
             return MadeOnCurrent(made.at, made, stage)
     return None
 
 
-def _indexless(node: cst.CSTNode) -> bool:
+def indexless(node: cst.CSTNode) -> bool:
     """`x.cuda()`, `x.to("cuda")`, `torch.zeros(n, device="cuda")`: a placement that names no index (the
     device model may know the current device from a set_device, and call it cuda:k)."""
     if not isinstance(node, cst.Call):

@@ -218,14 +218,16 @@ class Provenance:
         tensor argument is constant and the call draws no random numbers, else unmark it (an in-place call
         that mixed in other data; `torch.bernoulli(torch.full(shape, 0.9))`, new data every call)."""
         tensor: Any = self._tensor
-        first = self.marks.get(first_tensor_id(args[0])) if args else None
-        if first is not None and len(first) > 2 and first[2] == _ELEMENT:
+        a0 = args[0] if args else None
+        first = (a0[0] if a0 else None) if isinstance(a0, (list, tuple)) else a0
+        if first is not None and self._kind(first) == _ELEMENT:  # (the mark of this very tensor, unchanged)
             # A value computed from an element (`usage[k] == 0`, `preds[i] == labels[i]`): of the same element,
             # whatever else it read, as long as it is one value too.
+            of = self.marks[id(first)][3]
             picked: list[Any] = list(out) if isinstance(out, (list, tuple)) else [out]
             for value in picked:
                 if isinstance(value, tensor) and value.numel() == 1:
-                    self._mark(value, kind=_ELEMENT, of=first[3])
+                    self._mark(value, kind=_ELEMENT, of=of)
             return
         const = True
         # What is computed from drawn data and constants alone is drawn data too, from the first drawn argument's
