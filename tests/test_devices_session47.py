@@ -239,3 +239,28 @@ def test_a_move_guarded_by_a_comparison_of_device_types_is_mp017():
     assert "compares device types only" in f.message and f.line == 8
     for test in ("next(module.parameters()).device != device", 'next(module.parameters()).device.type != "cuda"'):
         assert findings(TYPE_GUARD.replace("TEST", test), "MP017") == [], test
+
+
+def test_a_type_guarded_move_in_a_helper_file_that_names_no_gpu_is_mp017(tmp_path, capsys):
+    # Round 37's t26 as it was: the guard sits in placement.py, which never says `cuda` (its callers pass the
+    # devices), so the text pre-filter let no rule of MP017's words see it.
+    from mpcheck import cli
+
+    (tmp_path / "placement.py").write_text(
+        '"""Spread a model over the given places."""\n'
+        "import torch\n\n\n"
+        "def ensure_on(module, device):\n"
+        "    device = torch.device(device)\n"
+        "    if next(module.parameters()).device.type != device.type:\n"
+        "        module.to(device)\n"
+        "    return module\n"
+    )
+    (tmp_path / "main.py").write_text(
+        'import torch.nn as nn\nfrom placement import ensure_on\n\nensure_on(nn.Linear(8, 8).cuda(), "cuda:1")\n'
+    )
+    code = cli.main(["--no-cache", "--isolated", "--output-format", "json", str(tmp_path)])
+    out = capsys.readouterr().out
+    import json
+
+    found = [(f["path"].rsplit("/", 1)[-1], f["line"], f["code"]) for f in json.loads(out)]
+    assert code == 1 and found == [("placement.py", 7, "MP017")]

@@ -404,6 +404,17 @@ def _joined_extra(a: dict[str, Any] | None, b: dict[str, Any] | None) -> dict[st
 _NONE_SEEN = object()
 
 
+def _joined_attrs(a: Obj, b: Obj) -> dict[str, Val] | None:
+    """One instance (same class, same object) moved on one path and not, or elsewhere, on another (`blocks[i].to(d)`
+    in a loop over unknown indices): its parts joined one by one, so that calling it still runs its class's forward.
+    Other pairs keep no attributes: two objects, or two classes, have no one set of parts."""
+    if a.cls is None or a.cls is not b.cls or a.ident is None or a.ident != b.ident:
+        return None
+    if a.attrs is None or b.attrs is None or a.attrs.keys() != b.attrs.keys():
+        return None
+    return {k: v if v is b.attrs[k] else join(v, b.attrs[k]) for k, v in a.attrs.items()}
+
+
 def join(a: Val, b: Val) -> Val:
     """The value after two paths meet."""
     if a is b:
@@ -420,7 +431,7 @@ def join(a: Val, b: Val) -> Val:
             at=a.at if same else None,
             made_by=a.made_by if a.made_by is b.made_by else None,
             cls=a.cls if a.cls is b.cls else None,
-            attrs=a.attrs if a.attrs is b.attrs else None,
+            attrs=a.attrs if a.attrs is b.attrs else _joined_attrs(a, b),
             split=a.split or b.split if (a.split and b.split) else None,
             invariant=a.invariant and b.invariant,
             worked=a.worked or b.worked,

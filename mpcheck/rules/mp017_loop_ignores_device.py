@@ -30,7 +30,8 @@ from mpcheck.rules.words import FLOW_WORDS
 
 class LoopIgnoresDevice(Rule):
     code = "MP017"
-    needs = FLOW_WORDS
+    # (`if a.type != device.type: m.to(device)` in a helper that names no GPU: its callers pass the devices)
+    needs = (*FLOW_WORDS, ".type != ")
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         for ev in ctx.model.facts(UnusedLoopDevice):

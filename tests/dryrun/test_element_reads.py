@@ -192,3 +192,120 @@ def test_a_hook_keeping_its_values_on_the_gpu_or_reading_them_every_n_steps_is_c
     ):
         _, found, _ = _monitored(script, dryrun_cli, read, steps)
         assert found == [], read
+
+
+SCALED = """
+import torch
+import torch.nn as nn
+
+
+class Scaled(nn.Linear):
+    def forward(self, x):
+        READ
+        return USE
+
+
+layers = [Scaled(64, 64) for _ in range(8)]
+for i, layer in enumerate(layers):
+    layer.to(f"cuda:{i // 4}")
+model = nn.Sequential(*layers)
+model[4].register_forward_pre_hook(lambda m, args: (args[0].to("cuda:1"),))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for step in range(STEPS):
+    loss = model(torch.randn(32, 64, device="cuda:0")).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+
+def _scaled(script, dryrun_cli, read, use, steps=3):
+    s = script(SCALED.replace("READ", read).replace("USE", use).replace("STEPS", str(steps)))
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 0, err
+    return s, [(f["code"], f["line"]) for f in report["findings"]], report
+
+
+def test_a_number_read_in_every_layer_and_handed_back_to_gpu_arithmetic_is_mp020(script, dryrun_cli):
+    # (probe37 t29) an XNOR-Net scale: `.item()` in each layer's forward, then `out * alpha` on the same GPU
+    for read, use in (
+        ("alpha = self.weight.abs().mean().item()  # <- read", "super().forward(x) * alpha"),
+        ("alpha = float(self.weight.abs().mean())  # <- read", "torch.clamp(super().forward(x), max=alpha)"),
+        ("pass  # <- read", "super().forward(x).mul(self.weight.abs().mean().item())"),
+    ):
+        s, found, report = _scaled(script, dryrun_cli, read, use)
+        line = s.line("read") + (1 if read.startswith("pass") else 0)
+        assert found == [("MP020", line)], (read, use)
+        assert "goes straight back to arithmetic on cuda:" in report["findings"][0]["message"]
+        assert report["findings"][0]["modules"][0].startswith("model.")
+
+
+def test_a_number_read_for_the_host_kept_as_a_tensor_or_read_in_one_pass_is_clean(script, dryrun_cli):
+    for read, use, steps in (
+        ("alpha = self.weight.abs().mean().detach()", "super().forward(x) * alpha", 3),  # the fix
+        ("alpha = self.weight.abs().mean().item()", "super().forward(x) * alpha", 1),  # one pass: cost not known
+        # the host needs the number too: a branch, a formatted log
+        ("alpha = self.weight.abs().mean().item()", "super().forward(x) * alpha if alpha > 0 else x", 3),
+        ("alpha = self.weight.abs().mean().item()\n        print(f'{alpha:.3f}')", "super().forward(x) * alpha", 3),
+        ("alpha = self.weight.abs().mean().item()", "super().forward(x) * alpha / max(alpha, 1.0)", 3),  # host use
+        ("n = self.weight.shape[0]", "super().forward(x) * n", 3),  # a number that never was on a GPU
+    ):
+        _, found, _ = _scaled(script, dryrun_cli, read, use, steps)
+        assert found == [], (read, use)
+
+
+CLIPPED = """
+import torch
+import torch.nn as nn
+
+
+class Clipped(nn.Linear):
+    def forward(self, x):
+        h = super().forward(x)
+        TEST
+        return h
+
+
+model = nn.Sequential(*[Clipped(64, 64) for _ in range(8)])
+model[:4].to("cuda:0")
+model[4:].to("cuda:1")
+model[4].register_forward_pre_hook(lambda m, args: (args[0].to("cuda:1"),))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for step in range(3):
+    loss = model(torch.randn(32, 64, device="cuda:0")).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+
+def _clipped(script, dryrun_cli, test):
+    s = script(CLIPPED.replace("TEST", test))
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 0, err
+    return s, [(f["code"], f["line"]) for f in report["findings"]], report
+
+
+def test_a_test_in_every_layer_that_only_guards_a_clamp_is_mp020(script, dryrun_cli):
+    # (probe34 t28) `h.clamp(-c, c) if bool(h.abs().amax() > c) else h` in every block: a wait per block for a clamp
+    # that changes nothing where the test is false (HF's T5 once did the same with `isinf(h).any()`)
+    for test in (
+        "h = h.clamp(-3.0, 3.0) if bool(h.abs().amax() > 3.0) else h  # <- test",
+        "if torch.isnan(h).any():  # <- test\n            h = torch.nan_to_num(h)",
+        "if (h < 0.5).any():  # <- test\n            h = torch.clamp(h, min=0.5)",
+    ):
+        s, found, report = _clipped(script, dryrun_cli, test)
+        assert found == [("MP020", s.line("test"))], test
+        assert "only to decide whether to run `" in report["findings"][0]["message"]
+
+
+def test_a_test_whose_branch_does_more_than_a_clamp_or_tests_something_else_is_clean(script, dryrun_cli):
+    for test in (
+        "h = h.clamp(-3.0, 3.0)",  # the fix
+        "h = h.clamp(min=0.0) if bool(h.mean() > 0.0) else h",  # false test, values below 0 kept: not the same
+        "h = h.clamp(-3.0, 3.0) if bool(h.abs().amax() > 5.0) else h",  # a test of another bound
+        "if bool(h.abs().amax() > 3.0):\n            h = h.clamp(-3.0, 3.0) * 0.5",  # work of its own
+        "if bool(h.abs().amax() > 3.0):\n            return h.clamp(-3.0, 3.0)",  # an early exit
+    ):
+        _, found, _ = _clipped(script, dryrun_cli, test)
+        assert found == [], test

@@ -5,6 +5,7 @@ by every layer (MP011), a module shared by all stages left on the first GPU and 
 (MP006, with the advice that fits each)."""
 
 import pytest
+import torch
 from dryrun_helpers import codes_at
 
 
@@ -99,6 +100,44 @@ def test_logits_moved_on_one_line_and_used_by_the_loss_on_another(script, dryrun
     s = script(LOGITS.format(vocab=32000, loss=loss))
     _, report, _ = dryrun_cli(s, "--gpus", "2")
     assert codes_at(report) == [("MP014", s.line("move"))]
+
+
+CTC = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+DETERMINISTIC
+front, head = nn.Linear(40, 64).to("cuda:0"), nn.Linear(64, 32).to("cuda:1")
+opt = torch.optim.SGD([*front.parameters(), *head.parameters()], lr=0.1)
+for step in range(3):
+    targets = torch.randint(1, 32, (16, 20)).to("cuda:1")
+    h = front(torch.randn(100, 16, 40, device="cuda:0"))
+    log_probs = head(h.to("cuda:1")).log_softmax(-1)
+    lengths = [100] * 16
+    LOSS  # <- loss
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+
+def test_a_ctc_loss_computed_on_host_copies_in_training_is_mp014(script, dryrun_cli):
+    # (probe37 t10) `F.ctc_loss(log_probs.cpu(), targets.cpu(), ...)`: 200 KiB of log-probabilities cross to the
+    # host every step and their gradient comes back; CTC runs on the GPU (its lengths may stay on the host).
+    host = "loss = F.ctc_loss(log_probs.cpu(), targets.cpu(), lengths, [20] * 16)"
+    s = script(CTC.replace("DETERMINISTIC", "").replace("LOSS", host))
+    f = only_finding(dryrun_cli, s, "MP014", "loss")
+    assert f["devices"] == ["cuda:1", "cpu"] and "compute the loss on cuda:1" in f["suggestion"]
+    for deterministic, loss in (
+        ("", "loss = F.ctc_loss(log_probs, targets, lengths, [20] * 16)"),  # the fix
+        # CTC's CUDA backward is not deterministic: a run that asks for determinism computes it on the host
+        ("torch.use_deterministic_algorithms(True)", host),
+    ):
+        try:
+            assert_silent(dryrun_cli, script(CTC.replace("DETERMINISTIC", deterministic).replace("LOSS", loss)))
+        finally:
+            torch.use_deterministic_algorithms(False)  # (the dry run runs in this process)
 
 
 LOOP_WITHOUT_OPTIMIZER = """

@@ -104,6 +104,15 @@ def _broadcasting_ops() -> frozenset[Any]:
     return frozenset(found)
 
 
+def _scalar_arithmetic(broadcasting: frozenset[Any]) -> frozenset[Any]:
+    """The elementwise ops whose number argument can be a 0-dim tensor with the same result: the binary arithmetic,
+    its in-place forms, clamping and filling."""
+    names = ("add_", "sub_", "mul_", "div_", "clamp", "clamp_", "clip", "masked_fill", "masked_fill_", "lerp", "fill_")
+    found = {getattr(owner, n, None) for owner in (torch, torch.Tensor, torch._C.TensorBase) for n in names}
+    found.discard(None)
+    return frozenset(found) | broadcasting
+
+
 class CheckingMode(TorchFunctionMode):
     def __init__(self, checker: Checker, *, time_backward: bool = True, stamp_nodes: bool = False) -> None:
         super().__init__()
@@ -122,6 +131,9 @@ class CheckingMode(TorchFunctionMode):
         self._resamplers_unfold = torch.nn.functional.unfold
         # Elementwise arithmetic of two tensors, which may broadcast them to a larger result (widened.on_broadcast).
         self._broadcasting = _broadcasting_ops()
+        # ...and the arithmetic that takes a 0-dim tensor where it takes a number (element_reads.on_scalar_fed).
+        self._scalar_arithmetic = _scalar_arithmetic(self._broadcasting)
+        self._read_scalars = checker.element_reads.scalars  # one dict for the run, empty most of the time
         self._widened = checker._widened  # one dict for the run, empty most of the time
         self._tls = checker._tls
         # MP011's provenance (checks/provenance.py): tensors computed only from constants.
@@ -170,6 +182,11 @@ class CheckingMode(TorchFunctionMode):
                 checker.on_host_read(args[0], getattr(func, "__name__", ""))
                 if self._watched:
                     checker.on_watched_export(args[0])
+                if self._tls.stack:  # inside a module's call: does the number go straight back to the GPU?
+                    out = func(*args, **kwargs)
+                    if type(out) is float:
+                        checker.on_scalar_read(args[0], out)
+                    return out
             return func(*args, **kwargs)
         if kind == _EXPORT:
             if self._watched and args:
@@ -233,6 +250,8 @@ class CheckingMode(TorchFunctionMode):
                     hits = [(args[0], selected), *checker.note_reads(args[1:], kwargs)]
                 if hits:
                     worked = (hits, args, kwargs)
+            if self._read_scalars and func in self._scalar_arithmetic:
+                checker.on_scalar_fed(func, args, kwargs)  # a number read from a GPU, handed back (MP020)
             read = (args, kwargs) if self._watched else None  # as called (check_op may move them)
             # One argument mixes nothing, unless it is a sequence: torch.cat([a, b]); but torch.tensor([l_a, l_b])
             # of 0-dim tensors on two GPUs reads their values on the host (a CPU tensor, or device='s).

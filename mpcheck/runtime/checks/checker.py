@@ -383,6 +383,8 @@ class Checker:
     note_host_made = made_on_host.note_host_made
     on_host_made_move = made_on_host.on_host_made_move
     on_host_read = element_reads.on_host_read
+    on_scalar_read = element_reads.on_scalar_read
+    on_scalar_fed = element_reads.on_scalar_fed
     on_tensor_of_tensors = element_reads.on_tensor_of_tensors
     _running_module = current_device._running_module
     on_module_built = current_device.on_module_built

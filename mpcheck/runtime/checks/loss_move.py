@@ -49,6 +49,8 @@ def on_loss(self: Checker, args: Args, kwargs: Kwargs) -> None:
     # labels of a host dataset: the loss and the start of backward run on the CPU); not from the host.
     if came_from in NOT_GPU or (here in NOT_GPU and not (here == "cpu" and preds.requires_grad)) or came_from == here:
         return  # (an evaluation's loss on the host, without grad, is a choice)
+    if here in NOT_GPU and _deterministic():
+        return  # a loss whose CUDA backward is not deterministic (`F.ctc_loss`) may be run on the host for that
     if id(storage) in self._read_arrivals:
         return  # read here before the loss (a refiner on this GPU takes them too): the move was needed
     if any(self.devices.device_of(t) != here for t in rest):
@@ -70,3 +72,9 @@ def on_loss(self: Checker, args: Args, kwargs: Kwargs) -> None:
         fatal=False,
         extra={"loss_site": str(loss_site), "bytes_saved": nbytes - small},
     )
+
+
+def _deterministic() -> bool:
+    import torch
+
+    return bool(torch.are_deterministic_algorithms_enabled())

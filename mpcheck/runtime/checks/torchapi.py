@@ -248,8 +248,8 @@ def python_call_kind(name: str, full: str | None, qualified: str | None = None) 
         return kind if full == f"torch.Tensor.{name}" else CHECK
     if kind in (PASS, VIEW, BACKWARD, HOST_READ):
         return kind if full is None or full.startswith("torch.Tensor.") or full in PASS_FUNCTIONS else CHECK
-    if kind == CHECK and is_loss(name) and (full or "").startswith("torch.nn.functional."):
-        return LOSS
+    if kind in (CHECK, CPU_INDEX) and is_loss(name) and (full or "").startswith("torch.nn.functional."):
+        return LOSS  # (`F.ctc_loss` too, whose lengths may stay on the host: the checker allows them by name)
     return CHECK  # CPU_INDEX included: checked, the checker allows the CPU indices
 
 
@@ -258,9 +258,9 @@ def needs_full_name(name: str) -> bool:
     a name outside the table (nor a CPU_INDEX one) that is no loss's: those are CHECK whatever `full` is,
     so the capture layer need not resolve it (torch.overrides' table costs ~7 ms to build)."""
     kind = PYTHON_CALLS.get(name, CHECK)
-    if kind == CHECK:
+    if kind in (CHECK, CPU_INDEX):
         return is_loss(name)
-    return kind != CPU_INDEX
+    return True
 
 
 def aten_op_kind(packet_name: str) -> int:
