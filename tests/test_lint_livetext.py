@@ -31,6 +31,8 @@ COUNTS = [
     "P = ast.literal_eval(\"('cuda:0', 'cuda:1')\")\n",
     'PLACEMENT = "encoder=cuda:0 crf=cuda:1"\n',  # settings on one line, split by the file: data
     "PLACEMENT = 'enc=cuda:0, dec=cuda:1'\n",
+    'A, B = map(torch.device, "cuda:0 cuda:1".split())\n',  # a list of devices, split by the file: data
+    "STAGES = 'cpu cuda:1'\n",
 ]
 
 INERT = [
@@ -43,6 +45,7 @@ INERT = [
     "# cuda\n# devices\n",
     "x = \"it's on cuda\"  # and 'cuda' here\n",
     'msg = "run with device=cuda when you can"\n',  # prose around a setting: not one line of settings
+    'msg = "cuda or cpu"\n',  # words between the devices: prose
 ]
 
 

@@ -1247,6 +1247,8 @@ def _builtin(lib: Library, c: LibCall) -> Val:
             return UNK  # `max(size)` of a number: Python raises there, on a path the program does not take
         if q == "int" and len(values) == 1 and isinstance(values[0], str) and values[0].strip().isdigit():
             return Const(int(values[0]))  # `int(os.environ.get("ENC_GPU", "0"))` with its default
+        if q == "int" and len(values) == 1 and nums is not None and len(nums) == 1 and type(values[0]) is bool:
+            return Const(int(values[0]))  # `int(name in ("actor", "value"))`: a GPU index from a test
         if nums and len(values) == len(nums) and all(type(v) in (int, float) for v in values):
             if q not in ("min", "max") and len(values) != 1:
                 return UNK  # `round(x, 2)`: the others take one number

@@ -5,11 +5,12 @@ CPU when `forward` runs, not somewhere unknown; a forward that moves its input t
 before calling one of them is a mismatch (MP001, "never placed").
 
 Anything that might move the model keeps the modules unknown: the name passed to a call,
-returned, stored, rebound, used in a nested function or as a global elsewhere, `device=` at
+stored, rebound, used in a nested function or as a global elsewhere, `device=` at
 construction, a default device (`with torch.device(...)`, `set_default_device`), a class
 that moves itself (`self.to(`, `self.cuda(`, `self.apply(`) or reaches its parts by a computed
 name or a walk (`getattr(self, name).to(dev)` over a map read from a file, `self.children()`), or has a base other than
-`nn.Module` (a library base may place itself).
+`nn.Module` (a library base may place itself). Returning it (`return scaler, nll`) is no move: the function's own
+calls ran before, and a caller that moves it calls it in its own scope.
 """
 
 from __future__ import annotations
@@ -55,6 +56,14 @@ def never_placed_view(interp: Interp, mod: Obj, name: str | None) -> Obj | None:
     ):
         return None
     scope: cst.CSTNode = interp.stack[-1].node if interp.stack else interp.module
+    built: cst.BaseExpression | None = None
+    if name is not None:
+        # Called in a closure (`def closure(): ... scaler(logits)` handed to `opt.step`): judged where it is built.
+        for s in (*(frame.node for frame in reversed(interp.stack)), interp.module):
+            built = _built_in(s, name, cinfo.name)
+            if built is not None:
+                scope = s
+                break
     key = (id(scope), name or "", id(cinfo))
     if key not in interp.unmoved:
         only_called = name is None or _only_called(scope, name, cinfo.name)
@@ -62,8 +71,19 @@ def never_placed_view(interp: Interp, mod: Obj, name: str | None) -> Obj | None:
     if not interp.unmoved[key]:
         return None
     attrs = {a: on_cpu(v, 0) for a, v in mod.attrs.items()}
+    own = False
+    for a, v in interp.cpu_as_built.get(id(mod), {}).items():
+        # Its own Parameters and buffers made on the CPU (`self.log_t = nn.Parameter(torch.zeros(1))`), kept of
+        # unknown device while a move of the whole model could come: none comes.
+        held = attrs.get(a)
+        if isinstance(held, Obj) and held.devs is None and isinstance(v, Obj) and v.kind in ("param", "buffer"):
+            attrs[a] = v.with_(origin=NEVER_PLACED)
+            own = True
     if all(attrs[a] is v for a, v in mod.attrs.items()):
         return None
+    # (holding weights of its own on the CPU, it is itself never placed: the finding says to place it)
+    if own:
+        return mod.with_(attrs=attrs, origin=NEVER_PLACED, at=built if built is not None else mod.at)
     return mod.with_(attrs=attrs)
 
 
@@ -178,6 +198,13 @@ def _by_computed_name(node: cst.CSTNode) -> bool:
     )
 
 
+def _built_in(scope: cst.CSTNode, name: str, cls_name: str) -> cst.BaseExpression | None:
+    """The call `cls_name(...)` by which `scope` binds `name` (in a function nested in it too), if it does."""
+    uses = _Uses(name, cls_name)
+    uses.walk(scope)
+    return uses.call if uses.built > 0 else None
+
+
 def _only_called(scope: cst.CSTNode, name: str, cls_name: str) -> bool:
     """In `scope` (a function, or the whole file for a script's global), `name` is bound once, by
     `name = cls_name(...)` without device=, and otherwise only called or asked a harmless method."""
@@ -194,12 +221,14 @@ class _Uses:
         self.cls_name = cls_name
         self.built = 0
         self.other = False
+        self.call: cst.BaseExpression | None = None  # the (first) construction: `Net()` of `name = Net()`
 
     def walk(self, node: cst.CSTNode) -> None:
         if self.other:
             return
         if isinstance(node, cst.Assign) and self._construction(node):
             self.built += 1
+            self.call = self.call or node.value
             self.walk(node.value)
             return
         if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == self.name:
@@ -216,6 +245,15 @@ class _Uses:
         ):
             for a in node.args:
                 self.walk(a)
+            return
+        if isinstance(node, cst.Return) and node.value is not None:
+            # `return scaler, nll` after its use: the function's own calls ran before it could be moved (a caller
+            # that moves it and calls it again does so in its own scope, judged there)
+            parts = node.value.elements if isinstance(node.value, cst.Tuple) else (node.value,)
+            for part in parts:
+                value = part.value if isinstance(part, cst.BaseElement) else part
+                if not (isinstance(value, cst.Name) and value.value == self.name):
+                    self.walk(value)
             return
         if isinstance(node, cst.Name) and node.value == self.name:
             self.other = True

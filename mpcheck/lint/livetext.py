@@ -7,7 +7,8 @@ string with white space in it: prose (a docstring, an error message, `help=` tex
 never a device, a module attribute or an environment variable's name. A JSON object or list
 (`'{"encoder": "cuda:0", "decoder": "cuda:1"}'`, a placement read with json.loads, or a Python literal's text read
 with ast.literal_eval) is data, and counts, as is a one-line list of settings that names a device
-(`"encoder=cuda:0 crf=cuda:1"`, which the file splits), and so is a config file's text with a line that sets a key to a device (`key_device = "cuda:1"` in TOML, `device: cuda:1`
+(`"encoder=cuda:0 crf=cuda:1"`, which the file splits), and so is a one-line list of devices (`"cuda:0 cuda:1"`, split by the file), and a config file's text with a line
+that sets a key to a device (`key_device = "cuda:1"` in TOML, `device: cuda:1`
 in YAML or INI). An f-string
 always counts (its fields are code). Of torch's 2,285 files, 598 hold a rule's word and
 494 hold one in code: the other 104 are no longer parsed.
@@ -47,6 +48,8 @@ _CONFIG_DEVICE = re.compile(
 # A one-line list of settings (`"encoder=cuda:0 crf=cuda:1"`, `"enc=cuda:0,dec=cuda:1"`), parsed by the file with
 # `split`: data when one of them names a CUDA device.
 _KEY_VALUES = re.compile(r"""["'][\w.\-]+=[^\s"'=,;]+(?:[ \t]*[ \t,;][ \t]*[\w.\-]+=[^\s"'=,;]+)*["']""")
+# A one-line list of devices (`"cuda:0 cuda:1"`, `"cpu cuda:1"`), which the file splits: data.
+_DEVICE_LIST = re.compile(r"""["'][ \t]*(?:cuda(?::\d+)?|cpu)(?:[ \t,;]+(?:cuda(?::\d+)?|cpu))+[ \t]*["']""")
 _JSON = re.compile("(?:'''|\"\"\"|'|\")" + r"""\s*[\[{(]\s*[\[{("']""")
 
 
@@ -96,6 +99,8 @@ class LiveText:
                 body = m.start() + len(prefix)
                 if _KEY_VALUES.fullmatch(self.source, body, m.end()) and "cuda" in self.source[body : m.end()]:
                     continue  # `"encoder=cuda:0 crf=cuda:1"`: settings the file splits, data
+                if _DEVICE_LIST.fullmatch(self.source, body, m.end()):
+                    continue  # `"cuda:0 cuda:1".split()`: devices the file splits, data
             self._inert.append((m.start(), m.end()))
         # The spans are ordered and disjoint: the last one starting at or before `start` is the candidate.
         k = bisect.bisect_right(self._inert, start, key=lambda span: span[0])

@@ -216,3 +216,45 @@ def test_a_table_moved_at_every_step_of_one_optimizer_is_reported(script, dryrun
     s = script(src, name="table_every_step.py")
     _, report, _ = dryrun_cli(s, "--gpus", "2")
     assert set(codes_at(report)) == {("MP011", s.line("table"))}, codes_at(report)
+
+
+SCENES = """
+import torch
+import torch.nn as nn
+
+
+def scene(gen, size=64):
+    masks = torch.zeros(4, size, size, dtype=torch.long)
+    ys, xs = torch.meshgrid(torch.arange(size), torch.arange(size), indexing="ij")
+    for i in range(4):
+        cy, cx = torch.randint(8, size - 8, (2,), generator=gen).tolist()  # drawn data, read as numbers
+        masks[i][(ys - cy) ** 2 + (xs - cx) ** 2 < 64] = 1 + i
+    WHOLE
+    return masks
+
+
+head = nn.Conv2d(1, 2, 1).to("cuda:1")
+gen = torch.Generator().manual_seed(0)
+for step in range(3):
+    masks = scene(gen).to("cuda:1")  # <- move
+    head(masks[:, None].float()).sum().backward()
+"""
+
+
+def test_masks_drawn_through_numbers_read_off_random_data_are_new_data_each_step(script, dryrun_cli):
+    # (probe38 t16's good program) each row of the mask is written through a view (`masks[i][hit] = c`) at places
+    # drawn at random and read as Python numbers; the last write to the whole tensor must not take it for a constant
+    for whole in ("masks[:, :2] = 255", "pass"):
+        s = script(SCENES.replace("WHOLE", whole))
+        status, report, err = dryrun_cli(s, "--gpus", "2")
+        assert (status, report["findings"]) == (0, []), (whole, err)
+
+
+def test_a_mask_built_from_constants_in_place_and_moved_every_step_is_still_reported(script, dryrun_cli):
+    built = SCENES.replace(
+        "        cy, cx = torch.randint(8, size - 8, (2,), generator=gen).tolist()  # drawn data, read as numbers\n", ""
+    ).replace("(ys - cy) ** 2 + (xs - cx) ** 2 < 64", "(ys - 32) ** 2 + (xs - 32) ** 2 < 64 * (i + 1)")
+    s = script(built.replace("WHOLE", "masks[:, :2] = 255").replace("masks[i][", "masks[i, "))
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 0, err
+    assert [(f["code"], f["line"]) for f in report["findings"]] == [("MP011", s.line("move"))]

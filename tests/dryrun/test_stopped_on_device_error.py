@@ -131,13 +131,13 @@ opt.step(closure)  # <- stops
 """
 
 
-def test_a_library_step_that_mixes_devices_outside_the_checks_is_mp001_at_the_call(script, dryrun_cli):
-    # LBFGS concatenates every gradient in its step, which runs outside the checking mode: the virtual op's own
-    # refusal stops the program, and is MP001 at the user's line
+def test_a_library_step_that_mixes_devices_is_mp001_at_the_call(script, dryrun_cli):
+    # LBFGS concatenates every gradient in its step. A step given a closure runs inside the checking mode (the
+    # closure is the user's forward), so the mode reports the concatenation, at the user's line
     s = script(LBFGS_OVER_TWO_GPUS)
     status, report, err = dryrun_cli(s, "--gpus", "2")
-    assert status == 1 and "same device" in report["stopped"]
-    assert codes_at(report) == [("MP001", s.line("stops"))]
+    assert codes_at(report) == [("MP001", s.line("stops"))], err
+    assert report["findings"][0]["message"].startswith("torch.cat:")
 
 
 CPU_SCALARS = """

@@ -100,3 +100,48 @@ def test_a_buffer_made_like_the_arrival_and_filled_there_is_no_detour(script, dr
     status, report, err = dryrun_cli(s, "--gpus", "2")
     assert status == 0, err
     assert [f for f in report["findings"] if f["code"] == "MP005"] == []
+
+
+SAMPLED_SOFTMAX = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+users = nn.Linear(64, 128).to("cuda:0")
+items = nn.Embedding(4096, 128).to("cuda:1")
+log_q = torch.zeros(4096, device="cuda:1")
+opt = torch.optim.SGD([*users.parameters(), *items.parameters()], lr=0.1)
+for step in range(3):
+    u = users(torch.randn(256, 64, device="cuda:0"))
+    v = items(torch.arange(4096, device="cuda:1"))
+    LOGITS
+    logits = logits.to(log_q.device) - log_q  # <- back
+    loss = F.cross_entropy(logits, torch.arange(256, device="cuda:1"))
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+
+def test_a_large_matrix_moved_through_a_view_for_a_matmul_whose_scaled_result_comes_back_is_a_detour(
+    script, dryrun_cli
+):
+    # (probe37 t07) a sampled softmax: the 4096x128 item matrix (2 MiB) crosses to the user GPU, `u @ v.t()` runs
+    # there, and the logits (4 MiB), divided by a temperature, cross back: the 128 KiB user matrix could cross instead
+    s = script(SAMPLED_SOFTMAX.replace("LOGITS", "logits = u @ v.to(u.device).t() / 0.05"))
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 0, err
+    (f,) = report["findings"]
+    assert (f["code"], f["line"], f["extra"]["op"]) == ("MP005", s.line("back"), "matmul")
+    assert "2 MiB moved cuda:1 -> cuda:0" in f["message"] and "its other input (128 KiB)" in f["message"]
+
+
+def test_the_small_matrix_moved_or_the_result_worked_on_with_another_tensor_is_clean(script, dryrun_cli):
+    for logits in (
+        "logits = u.to(v.device) @ v.t() / 0.05",  # the fix
+        # work of its own on the user GPU with another tensor there, before the move back
+        "logits = (u @ v.to(u.device).t()) * u.norm(dim=-1, keepdim=True)",
+    ):
+        s = script(SAMPLED_SOFTMAX.replace("LOGITS", logits))
+        status, report, err = dryrun_cli(s, "--gpus", "2")
+        assert (status, report["findings"]) == (0, []), (logits, err)

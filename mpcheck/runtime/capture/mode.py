@@ -134,6 +134,7 @@ class CheckingMode(TorchFunctionMode):
         # ...and the arithmetic that takes a 0-dim tensor where it takes a number (element_reads.on_scalar_fed).
         self._scalar_arithmetic = _scalar_arithmetic(self._broadcasting)
         self._read_scalars = checker.element_reads.scalars  # one dict for the run, empty most of the time
+        self._worked_results = checker._worked  # detours' results (worked_detour.py): empty most of the time
         self._widened = checker._widened  # one dict for the run, empty most of the time
         self._tls = checker._tls
         # MP011's provenance (checks/provenance.py): tensors computed only from constants.
@@ -278,6 +279,8 @@ class CheckingMode(TorchFunctionMode):
                 checker.on_broadcast(args, out)  # `d[..., None] - centers`: a move of it next crosses enlarged
             if worked is not None:
                 checker.on_arrival_worked(func, worked[1], worked[2], out, worked[0])
+            elif self._worked_results and args:
+                checker.carry_worked(args, kwargs, out)  # `(a @ x_d.t()) / temperature`: the same result, scaled
             if selected is not None:
                 checker.on_selected(out, selected)
             elif gathered is not None:

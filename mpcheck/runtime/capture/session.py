@@ -240,7 +240,8 @@ class Session:
     def _step_outside_mode(self, mode: CheckingMode):
         """optimizer.step() runs outside the function mode: its per-parameter bookkeeping
         (hundreds of `.grad` / state reads) would cost more than the whole forward's checks,
-        and it is library code. Strict mode still checks its aten ops. An optimizer whose step the
+        and it is library code (a step given a closure runs the user's forward inside it: checked). Strict mode
+        still checks its aten ops. An optimizer whose step the
         user wrote (a Lion or a Sophia of their own) is the user's code, checked like the rest:
         a state it makes on the CPU for want of `device=` meets each parameter's gradient there."""
         from torch.optim.optimizer import register_optimizer_step_pre_hook
@@ -261,6 +262,10 @@ class Session:
                     step = inspect.unwrap(cls.step)
                     self.checker.user_steps[step.__code__] = f"{cls.__name__}.{step.__name__}"
             if users:
+                return
+            if callable(kwargs.get("closure", args[1] if len(args) > 1 else None)):  # (args[0]: the optimizer)
+                # `opt.step(closure)` (L-BFGS) runs the user's forward and loss inside the step: checked as the
+                # user's code is, or a host tensor there (a temperature never placed) would pass unseen
                 return
             n = stack_len()
             if n and torch._C._get_function_stack_at(n - 1) is mode:

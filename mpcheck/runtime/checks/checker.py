@@ -403,6 +403,7 @@ class Checker:
     on_watched_export = reduced_after_move.on_watched_export
     on_unseen_reads = reduced_after_move.on_unseen_reads
     on_arrival_worked = worked_detour.on_arrival_worked
+    carry_worked = worked_detour.carry_worked
     check_worked_detour = worked_detour.check_worked_detour
     on_widened = widened.on_widened
     on_encoded = widened.on_encoded

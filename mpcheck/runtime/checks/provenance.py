@@ -200,9 +200,14 @@ class Provenance:
         return entry[2] if len(entry) > 2 else "const"
 
     def _kind_before(self, t: Any) -> str | None:
-        """`_kind` of a tensor an in-place call has just changed: its mark, whatever its version now."""
+        """`_kind` of a tensor an in-place call has just changed: its mark, when that call is the one change since
+        (its version one more, or the same). A mark older than that missed a change: a write through a view of it
+        (`masks[i][hit] = c`, with `c` read off drawn data), whose base's counter counts too."""
         entry = self.marks.get(id(t))
         if entry is None or entry[0]() is not t:
+            return None
+        version, now = entry[1], _version(t)
+        if version is not None and now is not None and now - version > 1:
             return None
         return entry[2] if len(entry) > 2 else "const"
 

@@ -4,12 +4,14 @@ beam_idx).to(k.device)`, a KV cache reordered on the beam index's GPU). The op c
 its other input, smaller than the data, moved there instead (`k.index_select(0, beam_idx.to(k.device))`) costs
 one copy of fewer bytes, where the detour costs two copies of the data.
 
-What counts (`on_arrival_worked`, called by the capture layer after an op that read an arrived tensor): the op
+What counts (`on_arrival_worked`, called by the capture layer after an op that read an arrived tensor; a view of it,
+`x_d.t()`, is the arrived data still, for the op that reads it): the op
 read one arrived tensor, at most one other tensor and no parameter (a layer's weights are why a stage lives on
 its GPU), and that other tensor is smaller than the arrived one; both GPUs, not the host (a host op may be there
 for a reason of its own: an op CUDA lacks, a deterministic sort). The result is remembered weakly by its storage;
 its move back to the arrival's source (`check_worked_detour`, at the transfer) is reported at the move back, any
-size: two copies where at most one of fewer bytes would do. The source's storage may be gone by then (a helper
+size: two copies where at most one of fewer bytes would do. Ops of the result alone with numbers (`/ temperature`, a
+cast) give the same result, scaled: `carry_worked` follows it to theirs (`u @ items_d.t() / T`, then moved back). The source's storage may be gone by then (a helper
 `F.normalize(x.to(d))` whose argument died when it returned) when the result has the data's own size: the data was
 made there all the same, and the trip was for this op.
 """
@@ -58,6 +60,10 @@ def on_arrival_worked(
     if len(arrived) != 1 or not isinstance(out, self._tensor_type):
         return
     x, sid = arrived[0]
+    base = getattr(out, "_base", None)
+    if base is not None and (base is x or base is getattr(x, "_base", None)):
+        self.note_arrived(out, sid)  # `x_d.t()`, `x_d.unsqueeze(0)`: the arrived data itself, for the op that reads it
+        return
     name = getattr(func, "__name__", "") or "the op"
     if name.endswith("_like"):
         return  # `torch.zeros_like(x_d)` reads x_d's shape, not its data: no work the data crossed for
@@ -90,6 +96,41 @@ def on_arrival_worked(
     if len(self._worked) > self._purge_at:
         for k in [k for k, w in self._worked.items() if w.ref() is None]:
             del self._worked[k]
+
+
+def carry_worked(self: Checker, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
+    """An op of a detour's result alone, with numbers but no other tensor, of the same shape on the same device
+    (`logits = a @ x_d.t() / temperature`, `.float()`, `F.normalize`): its output is the same result, scaled, and
+    its move back is the detour's. (An op with another tensor does work of its own there: not carried.)"""
+    a0 = args[0]
+    if not isinstance(a0, self._tensor_type) or not isinstance(out, self._tensor_type):
+        return
+    try:
+        storage = a0.untyped_storage()
+    except Exception:
+        return
+    w = self._worked.get(id(storage))
+    if w is None or w.ref() is not storage or out.shape != a0.shape:
+        return
+    if any(isinstance(a, self._tensor_type) for a in (*args[1:], *kwargs.values())):
+        return
+    if self.devices.device_of(out) != self.devices.device_of(a0):
+        return
+    try:
+        out_storage = out.untyped_storage()
+    except Exception:
+        return
+    if id(out_storage) != id(storage):
+        self._worked[id(out_storage)] = Worked(
+            weakref.ref(out_storage),
+            w.src,
+            w.origin,
+            w.arrival_site,
+            w.op,
+            w.other_bytes,
+            w.data_bytes,
+            version_of(out),
+        )
 
 
 def check_worked_detour(
@@ -131,7 +172,7 @@ def check_worked_detour(
         devices=(dst_dev, src_dev),
         modules=(module,) if module else (),
         suggestion=f"run `{w.op}` on {dst_dev}, where the data is, with {other} moved there "
-        f"(`x.{w.op}(..., idx.to(x.device))` for `x.to(d).{w.op}(..., idx).to(x.device)`)",
+        f"(`x.{w.op}(..., other.to(x.device))` for `x.to(d).{w.op}(..., other).to(x.device)`)",
         extra={"scope": "worked", "first_site": str(w.arrival_site), "op": w.op},
     )
     return True
