@@ -245,16 +245,25 @@ def _module_test(self: Checker, reads: ElementReads, dev: str) -> None:
     )
 
 
+def _source_tree(site: Site) -> Any:
+    """The `ast` tree of the file at `site`, read once per finding (None where it cannot be read or parsed)."""
+    import ast
+    import linecache
+
+    linecache.checkcache(site.path)  # (a file rewritten since it was cached, as in one process running scripts)
+    try:
+        return ast.parse("".join(linecache.getlines(site.path)))
+    except (SyntaxError, ValueError):
+        return None
+
+
 def _guards_only_a_clamp(site: Site) -> str | None:
     """The clamp (`h.clamp(-c, c)`, `torch.nan_to_num(x)`) that the test at `site` alone guards: an `if` whose body
     only assigns or runs clamps, with no `else`, or `x.clamp(...) if test else x`. None otherwise."""
     import ast
-    import linecache
 
-    linecache.checkcache(site.path)
-    try:
-        tree = ast.parse("".join(linecache.getlines(site.path)))
-    except (SyntaxError, ValueError):
+    tree = _source_tree(site)
+    if tree is None:
         return None
     for n in ast.walk(tree):
         if isinstance(n, (ast.If, ast.IfExp)) and n.test.lineno <= site.line <= (n.test.end_lineno or n.test.lineno):
@@ -402,12 +411,9 @@ def _read_only_for_arithmetic(site: Site) -> bool:
     `x.mul_(alpha)`, `torch.clamp(x, max=m)`), never compared, branched on, formatted, kept or returned? Then no
     host code needs it. Read once per finding, from the source (False where it cannot be read)."""
     import ast
-    import linecache
 
-    linecache.checkcache(site.path)  # (a file rewritten since it was cached, as in one process running scripts)
-    try:
-        tree = ast.parse("".join(linecache.getlines(site.path)))
-    except (SyntaxError, ValueError):
+    tree = _source_tree(site)
+    if tree is None:
         return False
     functions = [
         n
