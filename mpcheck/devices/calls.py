@@ -26,7 +26,6 @@ from mpcheck.devices.summarized import call_inlined, call_summarized, refused, s
 from mpcheck.devices.unmoved import IN_A_PLAIN_LIST, built_here, never_placed_view
 from mpcheck.devices.values import (
     ANY_KEYWORD,
-    CURRENT,
     DATA_PARALLEL_OUTPUT,
     FAILED,
     HOOKS_KEY,
@@ -179,7 +178,8 @@ class Calls(Part):
         self, name: str, default: cst.BaseExpression | None, closure: dict[str, Val] | None = None
     ) -> Val:
         """A parameter's default, evaluated where the `def` is: the globals, and the enclosing function's
-        names for a nested `def` (`def run(x, blk=blk)` in a loop)."""
+        names for a nested `def` (`def run(x, blk=blk)` in a loop). `device="cuda"` stays the current device,
+        resolved where the tensor is made: a call that gives no device gets cuda:0, or the GPU set_device chose."""
         if default is None:
             return SymV(name)
         shared = self.interp.defaults.get(id(default))
@@ -194,10 +194,6 @@ class Calls(Part):
             name = v.cls.name if v.cls is not None else (dotted(default.func) or "module").rsplit(".", 1)[-1]
             v = v.with_(ident=self.interp.new_ident(name))
             self.interp.defaults[id(default)] = v
-        if as_device(v, ints_are_cuda=False) == one(CURRENT):
-            # `device="cuda"`: "some GPU", a placeholder for whatever the caller passes, not a
-            # placement; where it ends is not known (a default naming one index is a choice).
-            return SymV(name)
         return v
 
     def _decorated(self, info: FuncInfo, st: State) -> FuncInfo | None:
@@ -1132,7 +1128,8 @@ class Calls(Part):
             if p.name.value not in bound:
                 if p.default is None:
                     return UNK
-                bound[p.name.value] = self.interp.exprs.ev(p.default, inner)
+                made = fn.defaults.get(p.name.value) if fn.defaults is not None else None
+                bound[p.name.value] = made if made is not None else self.interp.exprs.ev(p.default, inner)
         inner.env.update(bound)
         return self.interp.exprs.ev(lam.body, inner)
 

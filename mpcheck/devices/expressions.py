@@ -1130,7 +1130,13 @@ class Expressions(Part):
         return UNK
 
     def ev_lambda(self, node: cst.Lambda, st: State) -> Val:
-        return LambdaV(node, st.env)
+        params = node.params
+        defaults = {
+            p.name.value: self.ev(p.default, st)
+            for p in (*params.posonly_params, *params.params, *params.kwonly_params)
+            if p.default is not None
+        }
+        return LambdaV(node, st.env, defaults)
 
     def ev_await(self, node: cst.Await, st: State) -> Val:
         return self.ev(node.expression, st)

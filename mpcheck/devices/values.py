@@ -361,6 +361,9 @@ class LambdaV(Val):
 
     node: Any  # cst.Lambda
     env: dict[str, Any]
+    # Its parameters' defaults, evaluated where it was made, as Python does (`lambda m, d=d: m.to(d)` in a loop or
+    # a comprehension keeps each pass's `d`); None for a lambda made before this was known (evaluated at the call).
+    defaults: dict[str, Any] | None = None
 
 
 @dataclass(eq=False)

@@ -155,3 +155,60 @@ for t in range(1, 20):
     status, report, err = dryrun_cli(s, "--gpus", "2")
     assert status == 0, err
     assert report["findings"] == []
+
+
+SAMPLER = """
+import torch
+import torch.nn as nn
+
+rnn = nn.GRUCell(8, 64).to("cuda:0")
+head = nn.Linear(64, 8).to("cuda:1")
+with torch.no_grad():
+    h = torch.zeros(16, 64, device="cuda:0")
+    y = torch.zeros(16, 8, device="cuda:0")
+    paths = []
+    for t in range(12):
+        h = rnn(y, h)
+        y = torch.normal(head(h.to("cuda:1")), 1.0)
+        paths.append(y.cpu())  # <- copy
+        y = y.to("cuda:0")
+    print(torch.stack(paths, dim=1).shape)
+"""
+
+
+def test_a_sampling_loop_copying_each_step_to_the_host_is_mp021_though_other_hops_come_between(script, dryrun_cli):
+    # Each `.cpu()` makes the host wait for the GPU: the hops between them overlap nothing, and the loop brings
+    # no new data from the host, so keeping the samples on the GPU and copying the stack once does the same.
+    s = script(SAMPLER)
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 0, err
+    assert _codes(report) == [("MP021", s.marks["copy"])]
+    (f,) = report["findings"]
+    assert f["devices"] == ["cuda:1", "cpu"] and f["extra"]["items"] == 12
+    assert "a wait of the host" in f["message"] and "torch.stack(items).cpu()" in f["suggestion"]
+    # Asked not to block, the copies may overlap the next steps' work: as for a pipeline's hops, not reported.
+    status, report, err = dryrun_cli(
+        script(SAMPLER.replace("y.cpu()", "y.to('cpu', non_blocking=True)")), "--gpus", "2"
+    )
+    assert (status, report["findings"]) == (0, []), err
+
+
+def test_an_evaluation_loop_copying_each_batchs_predictions_to_the_host_is_not_reported(script, dryrun_cli):
+    # New data comes from the host between the copies: the per-batch copy bounds what the GPU holds (a common
+    # and fair choice), no sampler's steps on data already there.
+    s = script(
+        """
+        import torch
+        import torch.nn as nn
+
+        net = nn.Linear(32, 4).to("cuda:1")
+        data = torch.randn(12, 16, 32)
+        preds = []
+        with torch.no_grad():
+            for x in data:
+                preds.append(net(x.to("cuda:1")).argmax(-1).cpu())
+        print(torch.cat(preds).shape)
+        """
+    )
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert (status, report["findings"]) == (0, []), err

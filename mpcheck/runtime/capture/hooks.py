@@ -523,11 +523,13 @@ def _patch_module_call(
                 and checker.enter_module(module, path, dev, args, kwargs)
             ) or (dev is None and not stack and checker.enter_root(module, path, args, kwargs)):
                 stack.append(path)
+                out = None
                 try:
-                    return orig_call(module, *args, **kwargs)
+                    out = orig_call(module, *args, **kwargs)
+                    return out
                 finally:
                     stack.pop()
-                    checker.leave_module()
+                    checker.leave_module(out)
         stack.append(path)
         try:
             return orig_call(module, *args, **kwargs)

@@ -135,6 +135,12 @@ class CheckingMode(TorchFunctionMode):
         self._scalar_arithmetic = _scalar_arithmetic(self._broadcasting)
         self._read_scalars = checker.element_reads.scalars  # one dict for the run, empty most of the time
         self._worked_results = checker._worked  # detours' results (worked_detour.py): empty most of the time
+        self._upload_marks = checker.uploads.marks  # host copies on GPUs, and values of them alone (host_known.py)
+        self._sums = checker._sums  # running sums of arrived addends (accumulated.py): empty most of the time
+        self._adds = frozenset(
+            {torch.add, torch.Tensor.add, torch.Tensor.add_, torch.Tensor.__add__, torch.Tensor.__radd__}
+            | {torch.Tensor.__iadd__}
+        )
         self._widened = checker._widened  # one dict for the run, empty most of the time
         self._tls = checker._tls
         # MP011's provenance (checks/provenance.py): tensors computed only from constants.
@@ -152,6 +158,7 @@ class CheckingMode(TorchFunctionMode):
         # Ops that pick rows into a new tensor (arrivals.selected_arrival): `data[idx]`, `index_select`
         self._selections = frozenset({torch.Tensor.__getitem__, torch.Tensor.index_select, torch.index_select})
         self._getitem = torch.Tensor.__getitem__
+        self._tolist = torch.Tensor.tolist
         self._factories = frozenset(f for f in (getattr(torch, n, None) for n in CONST_FACTORIES) if f is not None)
         self._drawn_factories = frozenset(f for f in (getattr(torch, n, None) for n in DRAWN_FACTORIES) if f)
         # MP019's (checks/made_on_host.py): the factories that make a tensor from a shape alone, random ones too.
@@ -180,6 +187,8 @@ class CheckingMode(TorchFunctionMode):
         checker = self.checker
         if kind == _HOST_READ:  # a wait for the GPU anyway: counted for MP020 (checks/element_reads.py)
             if args and isinstance(args[0], self._tensor):
+                if id(args[0]) in self._upload_marks:  # a value the host has the data for (host_known.py)?
+                    checker.on_known_read(args[0], getattr(func, "__name__", ""))
                 checker.on_host_read(args[0], getattr(func, "__name__", ""))
                 if self._watched:
                     checker.on_watched_export(args[0])
@@ -187,6 +196,12 @@ class CheckingMode(TorchFunctionMode):
                     out = func(*args, **kwargs)
                     if type(out) is float:
                         checker.on_scalar_read(args[0], out)
+                    elif type(out) is list:
+                        checker.on_listed(args[0], out)
+                    return out
+                if func is self._tolist:  # made into a tensor again next (checks/host_list.py)?
+                    out = func(*args, **kwargs)
+                    checker.on_listed(args[0], out)
                     return out
             return func(*args, **kwargs)
         if kind == _EXPORT:
@@ -208,6 +223,8 @@ class CheckingMode(TorchFunctionMode):
                 checker.note_view(args[0], out)
             if self._watched and args:
                 checker.on_watched_view(args[0], out)
+            if self._upload_marks and args and id(args[0]) in self._upload_marks:
+                checker.derive_upload(func, args, kwargs, out)
             return out
         if kind == _BACKWARD:
             if self._watched and args:
@@ -266,6 +283,8 @@ class CheckingMode(TorchFunctionMode):
                 out = checker.on_op_error(func, args, kwargs, e)
             if read is not None:
                 checker.on_watched_read(func, read[0], read[1], out)
+            if args and checker.listed_reads.recent and (func is _TENSOR or func in self._as_tensor):
+                checker.on_tensor_from_list(args[0], out)  # a `.tolist()` made into a tensor again (MP005)
             if func in self._widening and args:
                 if func is self._one_hot:
                     checker.on_encoded(args[0], out)  # `F.one_hot(ids, C)`: a move of it next crosses C-fold
@@ -279,8 +298,14 @@ class CheckingMode(TorchFunctionMode):
                 checker.on_broadcast(args, out)  # `d[..., None] - centers`: a move of it next crosses enlarged
             if worked is not None:
                 checker.on_arrival_worked(func, worked[1], worked[2], out, worked[0])
+                if func in self._adds:
+                    checker.on_accumulated(worked[1], out, worked[0])  # `total + s.to(d)`: a running sum there?
             elif self._worked_results and args:
                 checker.carry_worked(args, kwargs, out)  # `(a @ x_d.t()) / temperature`: the same result, scaled
+            if self._upload_marks and args and first_tensor_id(args[0]) in self._upload_marks:
+                checker.derive_upload(func, args, kwargs, out)  # `(labels_dev != IGNORE).sum()` (host_known.py)
+            if worked is None and self._sums and func in self._adds:
+                checker.carry_accumulated(args, out)  # a running sum plus a tensor of its own GPU
             if selected is not None:
                 checker.on_selected(out, selected)
             elif gathered is not None:
@@ -413,6 +438,8 @@ class CheckingMode(TorchFunctionMode):
                 checker.on_widened(src_t, out)
             if id(src_t) in self._marks:  # a dtype cast, or a move to where it already is
                 self._provenance.derive((src_t,), {}, out)
+            if self._upload_marks and id(src_t) in self._upload_marks:
+                checker.derive_upload(func, (src_t,), {}, out)
             if self._placements._made:
                 self._placements.derive((src_t,), out, devices.device_of)
             if self._unmoved_records:
@@ -427,6 +454,8 @@ class CheckingMode(TorchFunctionMode):
             timing.stop()
         if id(src_t) in self._marks and kind != _COPY:
             self._provenance.arrived(src_t, out)  # a stand-in batch's copy is the stand-in there (repeats.py)
+        if src == "cpu" and kind != _COPY and dst.startswith("cuda"):
+            checker.on_upload(src_t, out, site)  # its values are known on the host (MP020: host_known.py)
         if kind != _COPY and dst.startswith("cuda"):
             made_how = _current_device_transfer_words(kind, args, kwargs)
             if made_how is not None:

@@ -148,7 +148,7 @@ def on_selected(self: Checker, out: Any, sid: int, gathered: bool = False) -> No
         return
     if out_sid == sid:
         return  # a view of the same storage (a basic slice): already the arrived data (note_view)
-    ref.moved_at = entry[0].moved_at
+    ref.moved_at, ref.waited = entry[0].moved_at, entry[0].waited
     self._arrivals[out_sid] = (ref, entry[1], entry[2])
     if gathered:
         self._gathered_arrivals.add(out_sid)

@@ -54,12 +54,15 @@ from typing import Any
 
 from mpcheck.finding import Finding
 from mpcheck.runtime.checks import (
+    accumulated,
     arrivals,
     current_device,
     element_reads,
     expanded,
     findings,
+    host_known,
     host_layers,
+    host_list,
     host_made,
     loss_move,
     made_on_host,
@@ -81,6 +84,7 @@ from mpcheck.runtime.checks import (
     split_model,
     stopped,
     transfer_events,
+    weights_to_input,
     widened,
     worked_detour,
 )
@@ -139,6 +143,7 @@ class Checker:
         # Results of one op on an arrived tensor, by storage: moved straight back, a detour (MP005,
         # worked_detour.py).
         self._worked: dict[int, worked_detour.Worked] = {}
+        self._sums: dict[int, accumulated.Sum] = {}  # running sums of arrived addends (accumulated.py)
         # Tensors widened where they are (`x.float()` of bf16) or one-hot encoded, at the user's line, by id: moved next, they
         # cross at the wide size (MP016, widened.py).
         self._widened: dict[int, tuple[Any, str, int, Site]] = {}
@@ -278,9 +283,14 @@ class Checker:
         # Transfers the program's forward code made, in all and by (source, destination): was anything else moved
         # between two copies (per_item_moves.py)?
         self.transfers_made = 0
+        self.uploads_made = 0  # of them, copies from the host to a device (new data: per_item_moves.py)
         self._transfers_by_way: dict[tuple[str, str], int] = {}
         # MP021: the slices of one tensor moved one by one (per_item_moves.on_slice_move).
         self.slice_moves = per_item_moves.SliceMoves()
+        # MP005: the last `.tolist()` reads of GPU tensors, for a tensor made again from one (host_list.py).
+        self.listed_reads = host_list.ListedReads()
+        # MP020: copies from the host, and values computed from them alone, read back on the host (host_known.py).
+        self.uploads = host_known.Uploads()
         # MP005: models moved to the host, until they are back or have run (model_round_trip.py).
         self._offloads: list[model_round_trip.Offload] = []
         # MP007: moves that left a model which ran split whole on one device (a part moved onto the rest's GPU,
@@ -357,6 +367,8 @@ class Checker:
     enter_module = module_entry.enter_module
     enter_root = module_entry.enter_root
     leave_module = module_entry.leave_module
+    on_weight_move = weights_to_input.on_weight_move
+    judge_weight_moves = weights_to_input.judge_weight_moves
     _entry_of = module_entry._entry_of
     _off_device = module_entry._off_device
     inputs_on = module_entry.inputs_on
@@ -404,6 +416,9 @@ class Checker:
     on_unseen_reads = reduced_after_move.on_unseen_reads
     on_arrival_worked = worked_detour.on_arrival_worked
     carry_worked = worked_detour.carry_worked
+    on_accumulated = accumulated.on_accumulated
+    carry_accumulated = accumulated.carry_accumulated
+    check_accumulated_move = accumulated.check_accumulated_move
     check_worked_detour = worked_detour.check_worked_detour
     on_widened = widened.on_widened
     on_encoded = widened.on_encoded
@@ -445,6 +460,11 @@ class Checker:
     gathered_on_host = arrivals.gathered_on_host
     on_gather = per_item_moves.on_gather
     on_slice_move = per_item_moves.on_slice_move
+    on_listed = host_list.on_listed
+    on_upload = host_known.on_upload
+    derive_upload = host_known.derive_upload
+    on_known_read = host_known.on_known_read
+    on_tensor_from_list = host_list.on_tensor_from_list
     _purge = purge._purge
 
     end_top_pass = passes.end_top_pass

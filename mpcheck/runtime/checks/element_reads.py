@@ -44,6 +44,8 @@ import sys
 from types import CodeType, FrameType
 from typing import TYPE_CHECKING, Any
 
+from mpcheck.runtime.checks.sites import count_at_line
+
 if TYPE_CHECKING:
     from mpcheck.runtime.checks.checker import Checker
     from mpcheck.runtime.checks.sites import Site
@@ -168,8 +170,7 @@ def _own_value_read(self: Checker, reads: ElementReads, dev: str, how: str) -> N
     if site is None:
         return
     key = (site.path, site.line)
-    n = reads.by_line.get(key, 0) + 1
-    reads.by_line[key] = n
+    n = count_at_line(reads.by_line, site)
     if key in reads.reported or n not in (HOOK_READS, ELEMENTS):
         return
     read = _READ_WORDS.get(how, f"`{how}`")
@@ -532,10 +533,7 @@ def on_tensor_of_tensors(self: Checker, items: Any) -> None:
     site = self.sites()
     if site is None:
         return
-    key = (site.path, site.line)
-    seen = self._tensor_of_tensors.get(key, 0) + 1
-    self._tensor_of_tensors[key] = seen
-    if seen != (1 if self._tls.stack else 2):
+    if count_at_line(self._tensor_of_tensors, site) != (1 if self._tls.stack else 2):
         return
     _report(
         self,

@@ -133,8 +133,11 @@ def enter_root(self: Checker, module: Any, path: str, args: Args, kwargs: Kwargs
     return True
 
 
-def leave_module(self: Checker) -> None:
-    self._tls.entries.pop()
+def leave_module(self: Checker, out: Any = None) -> None:
+    """The call of the last entry returned `out` (None when it raised)."""
+    entry = self._tls.entries.pop()
+    if entry.moved_weights is not None:
+        self.judge_weight_moves(entry, out)  # its own weights brought to its input (weights_to_input.py)
 
 
 def _entry_of(self: Checker, t: Any, expected: str) -> tuple[Entry, Where, Any] | None:

@@ -8,7 +8,10 @@ transfer's output (or a view of one) from the same source device, made at the sa
 code, and at most ITEM_MAX_BYTES; there must be MIN_ITEMS of them at least (both measured: below). And no
 transfer of another way may have been made between the first item's and the last's: a micro-batch pipeline
 sends each chunk back as the last stage finishes it, between the next chunks' hops, its copies overlapping
-the work (no one place to stack them before that work is done).
+the work (no one place to stack them before that work is done). Blocking copies to the host overlap nothing: those
+are judged the same with other ways' transfers between them, as long as no upload from the host came between (a
+sampling loop's per-step `paths.append(y.cpu())`, against an evaluation loop's `preds.append(p.cpu())` between
+new batches, whose per-batch copy is the common way to bound GPU memory).
 
 The same cost is paid by a loop that moves the slices of one tensor one by one (`on_slice_move`): a recurrent
 decoder fed per time step from a stage on another device (`for t in range(T): h = cell(x[:, t].to(dev), h)`),
@@ -51,6 +54,7 @@ def on_gather(self: Checker, func: Any, items: Any) -> None:
     objects, arrivals = self.arrived_objects, self._arrivals
     first = None
     stamps = []
+    waited = True  # every copy a blocking one from a GPU to the host?
     for t in items:
         hit = objects.get(id(t))
         if hit is None or type(hit[1]) is not int or hit[0]() is not t:
@@ -63,6 +67,7 @@ def on_gather(self: Checker, func: Any, items: Any) -> None:
             return
         first = (src, site)
         stamps.append(entry[0].moved_at)
+        waited = waited and entry[0].waited
         try:
             if _bytes(t) > ITEM_MAX_BYTES:
                 return
@@ -71,23 +76,34 @@ def on_gather(self: Checker, func: Any, items: Any) -> None:
     if first is None:
         return
     earliest, latest = min(stamps), max(stamps)
-    if latest[0] - earliest[0] != latest[1] - earliest[1]:
-        return  # other ways' transfers between them: interleaved with the work (see the module's text)
+    if latest[0] - earliest[0] != latest[1] - earliest[1] and not (waited and latest[2] == earliest[2]):
+        # Other ways' transfers between them: interleaved with the work (see the module's text). Not so for copies
+        # to the host that each made it wait for the GPU, in a loop that brought no new data from the host (a
+        # sampler's per-step `.cpu()`): no work overlaps a blocking copy, and all of it ran on what was there.
+        return
     src, site = first
     dst = self.devices.device_of(items[0])
     if dst == src:
         return
     item_bytes = _bytes(items[0])
     name = getattr(func, "__name__", "stack")
+    if waited:
+        each = ", each a wait of the host for the GPU,"
+        how = f"keep them on {src} and move the gathered result once (`torch.{name}(items).cpu()`)"
+    else:
+        each = ""
+        how = (
+            f"gather them on {src} first and move the result once (`torch.{name}(items).to('{dst}')`); "
+            "from a Dataset, return host tensors from `__getitem__` and move the batch the DataLoader gives "
+            "(`pin_memory=True` and `.to(dev, non_blocking=True)`)"
+        )
     self.emit(
         "MP021",
         site,
-        f"{len(items)} tensors (about {size_words(item_bytes)} each) are moved {src} -> {dst} one by one here, "
+        f"{len(items)} tensors (about {size_words(item_bytes)} each) are moved {src} -> {dst} one by one here{each} "
         f"then gathered on {dst} by `torch.{name}` at {self.sites()}: {len(items)} copies where one would do",
         devices=(src, dst),
-        suggestion=f"gather them on {src} first and move the result once (`torch.{name}(items).to('{dst}')`); "
-        "from a Dataset, return host tensors from `__getitem__` and move the batch the DataLoader gives "
-        "(`pin_memory=True` and `.to(dev, non_blocking=True)`)",
+        suggestion=how,
         extra={"items": len(items), "item_bytes": item_bytes},
     )
 

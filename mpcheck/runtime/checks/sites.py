@@ -42,6 +42,16 @@ class Site:
 
 UNKNOWN = Site("<unknown>", 0, "")
 
+
+def count_at_line(counts: dict[tuple[str, int], int], site: Site) -> int:
+    """One more at `site`'s line in `counts` (a check's per-line tally: reported at its second pass, say): the
+    count there now."""
+    key = (site.path, site.line)
+    n = counts.get(key, 0) + 1
+    counts[key] = n
+    return n
+
+
 # (code, line) of the frame, plus (code, line) of the library frame it called into when named
 _cache: dict[tuple[CodeType | int, ...], Site] = {}
 # Decided once per code object: which package's code is it? (see _owner)

@@ -26,10 +26,11 @@ class StorageRef:
     to the storage it was copied from, and `made`, how many storages its source device had made by then
     (Devices.allocations; None where the face does not count them): was the original freed, and its
     memory used, before the data went back (round_trip.py)? `moved_at`, (how many transfers the run had made,
-    how many of them between the same two devices) with this one: were transfers of other ways made between
-    two arrivals (per_item_moves.py)?"""
+    how many of them between the same two devices, how many uploads from the host) with this one: were transfers
+    of other ways, or new data from the host, made between two arrivals (per_item_moves.py)? `waited`, was it a
+    blocking copy from a GPU to the host (the host waited for the GPU to reach it)?"""
 
-    __slots__ = ("ref", "offset", "shape", "stride", "version", "read", "origin", "made", "moved_at")
+    __slots__ = ("ref", "offset", "shape", "stride", "version", "read", "origin", "made", "moved_at", "waited")
 
     def __init__(self, t: Any) -> None:
         self.ref = weakref.ref(t.untyped_storage())
@@ -40,7 +41,8 @@ class StorageRef:
         self.read = False
         self.origin: weakref.ref[Any] | None = None
         self.made: int | None = None
-        self.moved_at: tuple[int, int] = (0, 0)
+        self.moved_at: tuple[int, int, int] = (0, 0, 0)
+        self.waited = False
 
     def alive(self) -> bool:
         """Is the storage still in use (by this tensor, a view of it or the tensor it was viewed from)?"""

@@ -54,7 +54,7 @@ class Entry:
     """A module call that received tensors off its device: where, and which tensors (by id;
     the call's own frame keeps them alive until leave_module() drops the entry)."""
 
-    __slots__ = ("what", "path", "device", "site", "tensors", "module")
+    __slots__ = ("what", "path", "device", "site", "tensors", "module", "moved_weights")
 
     def __init__(
         self, what: str, path: str, device: str | None, site: Site, tensors: dict[int, tuple[Any, Where]], module: Any
@@ -65,6 +65,8 @@ class Entry:
         self.device = device
         self.site = site
         self.tensors = tensors
+        # Its own parameters its forward copied to its inputs' GPU: (site, bytes) each (weights_to_input.py).
+        self.moved_weights: list[tuple[Site, int]] | None = None
 
 
 class Suspend:

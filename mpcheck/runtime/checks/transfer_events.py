@@ -12,6 +12,7 @@ from mpcheck.runtime.checks.ledger import TransferTiming
 from mpcheck.runtime.checks.pingpong import LEAF
 from mpcheck.runtime.checks.sites import UNKNOWN, Site
 from mpcheck.runtime.checks.storage_ref import StorageRef, version_of
+from mpcheck.runtime.checks.thresholds import NOT_GPU
 from mpcheck.runtime.checks.torchapi import sparse_parts
 
 if TYPE_CHECKING:
@@ -64,6 +65,8 @@ def on_transfer(
         if self.arrived_objects:
             self.on_host_made_move(src_tensor, src_dev, dst_dev, site)  # MP019
         self._check_round_trip(src_tensor, src_dev, dst_dev, site, module_path, nbytes)
+        if self._sums:
+            self.check_accumulated_move(src_tensor, src_dev, dst_dev, site, module_path, nbytes)  # MP005
         home = bool(self._worked) and self.check_worked_detour(src_tensor, src_dev, dst_dev, site, module_path, nbytes)
         if self._widened and self.wants("MP016"):
             self.check_widened_move(src_tensor, src_dev, dst_dev, site, module_path, nbytes)
@@ -71,6 +74,8 @@ def on_transfer(
         if self.reduce_watch.carriers:  # a watched tensor moved on: its data was needed whole (MP016)
             self.on_watched_export(src_tensor)
         self.watch_move(src_tensor, out_tensor, src_dev, dst_dev, site, module_path, nbytes)
+        if self._tls.entries and src_dev not in NOT_GPU and isinstance(src_tensor, self._parameter):
+            self.on_weight_move(src_tensor, src_dev, dst_dev, site, nbytes)  # MP014: weights_to_input.py
         if (
             src_dev == "cpu"
             and self._tls.stack
@@ -98,6 +103,7 @@ def on_transfer(
             try:
                 arrival = StorageRef(out_tensor)
                 arrival.moved_at = self.count_transfer(src_dev, dst_dev)
+                arrival.waited = dst_dev == "cpu" and src_dev not in NOT_GPU and not non_blocking
                 # The storage it was copied from: still there when the data goes back (worked_detour.py)?
                 # (None for a worked detour's way back: the data come home, no first leg of another: worked_detour.py)
                 arrival.origin = None if home else weakref.ref(src_tensor.untyped_storage())
@@ -169,13 +175,16 @@ def _arrived_unchanged_at(self: Checker, t: Any) -> int | None:
     return record[0].moved_at[0]
 
 
-def count_transfer(self: Checker, src_dev: str, dst_dev: str) -> tuple[int, int]:
-    """Count a transfer of the program's forward code: (transfers so far, those between these two devices)."""
+def count_transfer(self: Checker, src_dev: str, dst_dev: str) -> tuple[int, int, int]:
+    """Count a transfer of the program's forward code: (transfers so far, those between these two devices, those
+    from the host to a device)."""
     self.transfers_made += 1
     way = (src_dev, dst_dev)
     n = self._transfers_by_way.get(way, 0) + 1
     self._transfers_by_way[way] = n  # bounded by the pairs of devices
-    return self.transfers_made, n
+    if src_dev == "cpu" and dst_dev != "cpu":
+        self.uploads_made += 1
+    return self.transfers_made, n, self.uploads_made
 
 
 def payload_bytes(t: Any) -> int:

@@ -1,0 +1,123 @@
+"""MP020 at run time for a number the host already has: a value read on the host (`int()`, `.item()`, `float()`,
+`bool()`) that was computed on a GPU only from data uploaded from the host, whose host copy is still there and
+unchanged (`n_valid = int((labels_dev != IGNORE).sum())` next to `labels`, a count that sizes a top-k). The read
+makes the host wait for everything queued on the GPU before it, at every step; the same count from the host copy
+(`int((labels != IGNORE).sum())`) costs the host a few microseconds and no wait.
+
+What counts: a copy from the host to a GPU of at most HOST_KNOWN_MAX_BYTES, at the user's line, is marked with its
+source (weakly: nothing here keeps a tensor alive); an op whose tensor arguments are all marked, and which only
+compares, combines element by element, reshapes, picks or reduces (`CHEAP`), marks its output with the first
+one's source. A host read of a marked value is reported from its line's second read on (once per line), when the
+source is alive and unchanged since the copy (its version counter): a batch whose host copy was dropped
+(`y = y.to(dev)`) leaves nothing to compute from, and is not reported.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import TYPE_CHECKING, Any
+
+from mpcheck.runtime.checks.purge import PURGE_AT
+from mpcheck.runtime.checks.reduced_after_move import ELEMENTWISE, REDUCTIONS
+from mpcheck.runtime.checks.sites import Site, count_at_line
+from mpcheck.runtime.checks.storage_ref import version_of
+
+if TYPE_CHECKING:
+    from mpcheck.runtime.checks.checker import Checker
+
+HOST_KNOWN_MAX_BYTES = 16 << 20  # a batch's labels, masks, lengths: cheap to recount on the host
+# Ops whose output holds no more than their inputs' values, compared, combined, reshaped, picked or reduced.
+CHEAP = (ELEMENTWISE | REDUCTIONS) - {"softmax"} | {
+    "__getitem__", "long", "int", "bool", "to", "__and__", "__or__", "logical_and", "logical_or", "bitwise_and",
+    "bitwise_or", "masked_select", "nonzero", "unique", "numel", "max", "min", "where",
+}  # fmt: skip
+
+
+class Uploads:
+    """id(tensor) -> (weak ref to it, its version, (weak ref to the host source, the source's version, the
+    copy's line)); and the lines whose reads were counted or reported."""
+
+    def __init__(self) -> None:
+        self.marks: dict[int, tuple[Any, Any, tuple[Any, Any, Site]]] = {}
+        self.reads: dict[tuple[str, int], int] = {}
+
+
+def on_upload(self: Checker, src: Any, out: Any, site: Site | None) -> None:
+    """`out` is a copy of host tensor `src` on a GPU, made at `site`."""
+    if site is None or site.context or not self.wants("MP020"):
+        return
+    try:
+        if src.numel() * src.element_size() > HOST_KNOWN_MAX_BYTES:
+            return
+        origin = (weakref.ref(src), version_of(src), site)
+    except Exception:  # noqa: BLE001  (a tensor without weak references or sizes: not followed)
+        return
+    _mark(self.uploads, out, origin)
+
+
+def derive_upload(self: Checker, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
+    """A call whose first tensor argument is marked returned `out`: marked too when the call is `CHEAP` and every
+    tensor it read is marked (a comparison with a number, a sum, `a & b` of two uploaded masks)."""
+    if getattr(func, "__name__", "") not in CHEAP:
+        return
+    marks = self.uploads.marks
+    origin = None
+    for a in (*args, *kwargs.values()):
+        for b in a if type(a) in (list, tuple) else (a,):
+            if isinstance(b, self._tensor_type):
+                entry = marks.get(id(b))
+                if entry is None or entry[0]() is not b or entry[1] != version_of(b):
+                    return
+                origin = origin or entry[2]
+    if origin is None:
+        return
+    for o in out if type(out) in (list, tuple) else (out,):
+        if isinstance(o, self._tensor_type) and o is not args[0]:  # (not an in-place call's target)
+            _mark(self.uploads, o, origin)
+
+
+def on_known_read(self: Checker, t: Any, how: str) -> bool:
+    """`t`'s value is about to be read on the host: MP020 when it is a marked value whose source is still on the
+    host, unchanged. True when `t` was such a value (reported now or counted)."""
+    uploads = self.uploads
+    entry = uploads.marks.get(id(t))
+    if entry is None or entry[0]() is not t or entry[1] != version_of(t):
+        return False
+    ref, version, copied_at = entry[2]
+    src = ref()
+    if src is None or version_of(src) != version:
+        return False
+    site = self.sites()
+    if site is None:
+        return False
+    if count_at_line(uploads.reads, site) != 2:
+        return True
+    dev = self.devices.device_of(t)
+    read = {"item": "`.item()`", "__int__": "`int()`", "__float__": "`float()`", "__bool__": "`bool()`"}.get(
+        how, f"`{how}`"
+    )
+    module = self.current_module()
+    self.emit(
+        "MP020",
+        site,
+        f"{read} waits for {dev} for a value computed there only from data copied from the host at {copied_at}, "
+        f"whose host copy is still there, unchanged: the host stalls until the GPU has done everything queued "
+        f"before it, on every pass, for a number it can compute itself",
+        devices=(dev, "cpu"),
+        modules=(module,) if module else (),
+        suggestion="compute it from the host copy (`int((labels != ignore).sum())` for "
+        "`int((labels.to(dev) != ignore).sum())`)",
+        extra={"scope": "host_known", "copied_at": str(copied_at)},
+    )
+    return True
+
+
+def _mark(uploads: Uploads, t: Any, origin: tuple[Any, Any, Site]) -> None:
+    try:
+        uploads.marks[id(t)] = (weakref.ref(t), version_of(t), origin)
+    except TypeError:  # a tensor type without weak references
+        return
+    if len(uploads.marks) > PURGE_AT:
+        for k, v in list(uploads.marks.items()):
+            if v[0]() is None:
+                del uploads.marks[k]
