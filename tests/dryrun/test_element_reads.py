@@ -309,3 +309,29 @@ def test_a_test_whose_branch_does_more_than_a_clamp_or_tests_something_else_is_c
     ):
         _, found, _ = _clipped(script, dryrun_cli, test)
         assert found == [], test
+
+
+def test_spans_drawn_on_the_gpu_and_read_with_int_one_at_a_time_are_mp020(script, dryrun_cli):
+    # SpecAugment drawing each mask's width on the GPU: `int()` of one-value tensors of their own, 32 a pass from one
+    # line; drawn on the host (`device="cpu"`) no read waits.
+    program = """
+import torch
+import torch.nn as nn
+
+net = nn.Linear(40, 8).to("cuda:1")
+for step in range(2):
+    feats = torch.randn(16, 160, 40).to("cuda:0")
+    for i in range(feats.shape[0]):
+        for _ in range(2):
+            width = int(torch.randint(0, 9, (), device=RNG))  # <- read
+            feats[i, :, :width].zero_()
+    net(feats.to("cuda:1")).sum().backward()
+print("done")
+"""
+    s = script(program.replace("RNG", '"cuda:0"'))
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 0, err
+    assert [(f["code"], f["line"]) for f in report["findings"]] == [("MP020", s.line("read"))]
+    assert "`int()`" in report["findings"][0]["message"]
+    status, report, err = dryrun_cli(script(program.replace("RNG", '"cpu"')), "--gpus", "2")
+    assert (status, report["findings"]) == (0, []), err

@@ -212,3 +212,69 @@ def test_an_evaluation_loop_copying_each_batchs_predictions_to_the_host_is_not_r
     )
     status, report, err = dryrun_cli(s, "--gpus", "2")
     assert (status, report["findings"]) == (0, []), err
+
+
+def test_graphs_moved_one_by_one_and_padded_together_are_mp021(script, dryrun_cli):
+    # `pad_sequence` gathers like `torch.stack`: each graph's node states crossed on their own.
+    s = script(
+        """
+        import torch
+        import torch.nn as nn
+
+        mp = nn.Linear(16, 16).to("cuda:0")
+        readout = nn.GRU(16, 16, batch_first=True).to("cuda:1")
+        sizes = [12, 20, 16, 24, 14, 18, 22, 13, 17, 15]
+        for step in range(2):
+            h = mp(torch.randn(sum(sizes), 16, device="cuda:0"))
+            parts = [part.to("cuda:1") for part in h.split(sizes)]  # <- move
+            readout(nn.utils.rnn.pad_sequence(parts, batch_first=True))[0].sum().backward()
+        print("done")
+        """
+    )
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 0, err
+    assert _codes(report) == [("MP021", s.marks["move"])]
+    (f,) = report["findings"]
+    assert "nn.utils.rnn.pad_sequence" in f["message"] and f["extra"]["items"] == len([12] * 10)
+
+
+PREFILL = """
+import torch
+import torch.nn as nn
+
+
+class Stages(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(50, 16).to("cuda:0")
+        self.cell = nn.GRUCell(16, 16).to("cuda:1")
+
+    def forward(self, tokens, h):
+        return self.cell(self.embed(tokens.to("cuda:0")).to("cuda:1"), h)  # <- move
+
+
+model = Stages()
+prompt = torch.randint(0, 50, (4, 24))
+with torch.no_grad():
+    h = torch.zeros(4, 16, device="cuda:1")
+    for t in range(prompt.shape[1]):
+        h = model(PROMPT[:, t], h)
+print(h.shape)
+"""
+
+
+def test_a_host_prompt_fed_one_position_per_call_is_mp021_though_each_call_crosses_the_stages(script, dryrun_cli):
+    # Time steps of a tensor on the host: the whole could be uploaded once, whatever the stages do between; the
+    # model's calls after its first run unchecked (the signature cache), and each copy is still seen.
+    s = script(PREFILL.replace("PROMPT", "prompt"))
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert status == 0, err
+    assert _codes(report) == [("MP021", s.marks["move"])]
+    assert report["findings"][0]["devices"] == ["cpu", "cuda:0"] and report["findings"][0]["extra"]["slices"]
+    s = script(
+        PREFILL.replace("PROMPT", "prompt_d").replace(
+            "with torch.no_grad():", 'prompt_d = prompt.to("cuda:0")\nwith torch.no_grad():'
+        )
+    )
+    status, report, err = dryrun_cli(s, "--gpus", "2")
+    assert (status, report["findings"]) == (0, []), err

@@ -131,7 +131,7 @@ def on_host_read(self: Checker, t: Any, how: str) -> None:
     if base is None:
         of = self.provenance.element_of(t)  # a value computed from an indexed element: `usage[k] == 0`
         if of is None:
-            if how in ("item", "tolist"):  # (any other comparison's `bool()` is a loop's test: left alone)
+            if how in _VALUE_READS:  # (any other comparison's `bool()` is a loop's test: left alone)
                 _own_value_read(self, reads, dev, how)
             elif how == "__bool__" and self._tls.stack:
                 _module_test(self, reads, dev)
@@ -551,6 +551,10 @@ def _report(self: Checker, site: Site, dev: str, message: str, suggestion: str) 
     module = self.current_module()
     self.emit("MP020", site, message, devices=(dev, "cpu"), modules=(module,) if module else (), suggestion=suggestion)
 
+
+# Reads that take a one-value tensor's number (`int(torch.randint(0, w, (), device=gpu))`, a span drawn on the GPU
+# for each utterance): counted per line for MP020's own-value reads.
+_VALUE_READS = frozenset({"item", "tolist", "__int__", "__float__", "__index__"})
 
 _READ_WORDS = {
     "item": "`.item()`",

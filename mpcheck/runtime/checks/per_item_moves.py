@@ -34,7 +34,9 @@ from mpcheck.runtime.checks.wording import size_words
 if TYPE_CHECKING:
     from mpcheck.runtime.checks.checker import Checker
 
-GATHERS = frozenset({"stack", "cat", "concat", "concatenate", "hstack", "vstack"})
+GATHERS = frozenset({"stack", "cat", "concat", "concatenate", "hstack", "vstack", "pad_sequence"})
+# How a gather is spelt in advice (the others are `torch.<name>`).
+_SPELT = {"pad_sequence": "nn.utils.rnn.pad_sequence"}
 # Measured (bench/per_item_transfer.py, one H200, host -> GPU): one by one costs x4.0 (8 x 4 KiB) to x9.9
 # (32 x 4 KiB), x2.1-x2.3 at 64 KiB, x1.0-x1.1 at 256 KiB; from 1 MiB stacking pageable host memory first
 # costs more than it saves (x0.4-x0.5).
@@ -87,13 +89,14 @@ def on_gather(self: Checker, func: Any, items: Any) -> None:
         return
     item_bytes = _bytes(items[0])
     name = getattr(func, "__name__", "stack")
+    name = _SPELT.get(name, f"torch.{name}")
     if waited:
         each = ", each a wait of the host for the GPU,"
-        how = f"keep them on {src} and move the gathered result once (`torch.{name}(items).cpu()`)"
+        how = f"keep them on {src} and move the gathered result once (`{name}(items).cpu()`)"
     else:
-        each = ""
+        each = ","
         how = (
-            f"gather them on {src} first and move the result once (`torch.{name}(items).to('{dst}')`); "
+            f"gather them on {src} first and move the result once (`{name}(items).to('{dst}')`); "
             "from a Dataset, return host tensors from `__getitem__` and move the batch the DataLoader gives "
             "(`pin_memory=True` and `.to(dev, non_blocking=True)`)"
         )
@@ -101,7 +104,7 @@ def on_gather(self: Checker, func: Any, items: Any) -> None:
         "MP021",
         site,
         f"{len(items)} tensors (about {size_words(item_bytes)} each) are moved {src} -> {dst} one by one here{each} "
-        f"then gathered on {dst} by `torch.{name}` at {self.sites()}: {len(items)} copies where one would do",
+        f"then gathered on {dst} by `{name}` at {self.sites()}: {len(items)} copies where one would do",
         devices=(src, dst),
         suggestion=how,
         extra={"items": len(items), "item_bytes": item_bytes},
@@ -118,16 +121,29 @@ class SliceMoves:
         self.reported: set[Any] = set()  # lines already reported: once each
 
 
-def on_slice_move(self: Checker, t: Any, out: Any, src_dev: str, dst_dev: str, site: Any, nbytes: int) -> None:
+_UNSEEN = -1  # the copy a module call made while the signature cache ran it unchecked: read there, as when checked
+
+
+def on_slice_move(
+    self: Checker, t: Any, out: Any, src_dev: str, dst_dev: str, site: Any, nbytes: int, read_unseen: bool = False
+) -> None:
     """A user's copy of `t` to `out` (forward code, under the lock): one more slice of a tensor moved one by one,
-    each used where it arrived before the next is moved? (Copies kept unread and gathered later are `on_gather`'s.)"""
+    each used where it arrived before the next is moved? (Copies kept unread and gathered later are `on_gather`'s.)
+    `read_unseen`: made in a module call run unchecked (capture/signatures.py), whose checked runs read it."""
     moves = self.slice_moves
+    # A time step of a tensor on the host (`prompt[:, t]`, strided): the whole could have been uploaded once, before
+    # the loop, whatever copies of other ways come between (a recurrent prefill whose every step crosses the stages).
+    # Rows (`x[i]`, in one piece) may be a pre-batched data set's batches, uploaded one by one to bound GPU memory
+    # alongside the other work: judged as before.
+    time_step = src_dev == "cpu" and _strided(t)
+    if read_unseen and not time_step:
+        return  # other ways' copies made unchecked are not counted: a pipeline's interleaving could not be told
     if nbytes > SLICE_MAX_BYTES or site is None or site.context or site in moves.reported or not self.wants("MP021"):
         return
     try:
         storage = t.untyped_storage()
         offset, whole = t.storage_offset(), storage.nbytes()
-        arrived = id(out.untyped_storage())
+        arrived = _UNSEEN if read_unseen else id(out.untyped_storage())
     except Exception:  # no storage (a subclass, a sparse tensor)
         return
     if whole < 2 * nbytes:
@@ -148,7 +164,9 @@ def on_slice_move(self: Checker, t: Any, out: Any, src_dev: str, dst_dev: str, s
         moves.open[key] = [weakref.ref(storage), version, {offset}, stamp, step, arrived]
         return
     first = entry[3]
-    if stamp[0] - first[0] != stamp[1] - first[1] or entry[5] not in self._read_arrivals:
+    # Copies of other ways between them are a pipeline's, interleaved with the work; not so for a host time step.
+    interleaved = stamp[0] - first[0] != stamp[1] - first[1] and not time_step
+    if interleaved or (entry[5] != _UNSEEN and entry[5] not in self._read_arrivals):
         # Copies of another way between them: interleaved with the work (a pipeline). Or the last copy is not
         # used yet: the copies are being collected, for a gather (`on_gather`) or to be used together.
         del moves.open[key]
@@ -175,3 +193,10 @@ def on_slice_move(self: Checker, t: Any, out: Any, src_dev: str, dst_dev: str, s
 
 def _bytes(t: Any) -> int:
     return int(t.numel() * t.element_size())
+
+
+def _strided(t: Any) -> bool:
+    try:
+        return not t.is_contiguous()
+    except Exception:  # a sparse tensor has no strides
+        return False

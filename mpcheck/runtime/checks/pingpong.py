@@ -34,7 +34,7 @@ chain (each expert fed the previous expert's gathered result).
 An excursion out and straight back (D -> E -> D) is dropped from its chain when it was a branch: the
 data that left D stayed there and meets what came back (experts on another GPU whose outputs are
 summed where the tokens are; the next layer's input mixes both). Asked of the graph at the next
-departure from D: does that data depend on what left (or on what it was taken from: x for x[rows]),
+departure from D: does that data depend on what left (or on what it was computed from there, a few nodes back: x for x[rows], hi for HRNet's `bn(conv(hi))` sent to the other branch while hi goes on),
 by a path that does not go through what came back? When what left has no autograd node (an input that needs
 no gradient), the excursion counts, unless what left was indices (integer or bool data, which no layer's
 activation is: the ids of a row-sharded embedding sent to the shard that holds their rows) and the data
@@ -373,20 +373,32 @@ def _reaches(start: Any, targets: frozenset[tuple[int, str]], avoid: tuple[int, 
     return _search(start, lambda node, key: key in targets, avoid, unknown=False, since=min(t[0] for t in targets))
 
 
+# How far back from the data sent its own computation is followed (Chain.drop_branch): HRNet sends `bn(conv(hi))`
+# across and keeps `hi` going where it is, three nodes back.
+SENT_DEPTH = 3
+
+
 def sent_keys(node: Any) -> frozenset[tuple[int, str]]:
-    """The keys of the autograd node of data sent and of the nodes it was directly computed from
-    (`x[rows]` is taken from x), leaving out parameters (AccumulateGrad: a weight every call shares)."""
+    """The keys of the autograd node of data sent and of the nodes it was computed from, up to SENT_DEPTH steps
+    back (`x[rows]` is taken from x; `relu(conv(hi))` from hi), leaving out parameters (AccumulateGrad: a weight
+    every call shares)."""
     key = _node_key(node) if node is not None and node is not LEAF else None
     if key is None:
         return frozenset()
     keys = {key}
-    try:
-        for fn, _ in node.next_functions:
-            k = _node_key(fn) if fn is not None and type(fn).__name__ != "AccumulateGrad" else None
-            if k is not None:
-                keys.add(k)
-    except (AttributeError, RuntimeError):
-        pass
+    level = [node]
+    for _ in range(SENT_DEPTH):
+        below = []
+        for n in level:
+            try:
+                for fn, _ in n.next_functions:
+                    k = _node_key(fn) if fn is not None and type(fn).__name__ != "AccumulateGrad" else None
+                    if k is not None and k not in keys:
+                        keys.add(k)
+                        below.append(fn)
+            except (AttributeError, RuntimeError):
+                pass
+        level = below
     return frozenset(keys)
 
 

@@ -120,6 +120,13 @@ def on_transfer(
                     self._purge()
             except Exception:  # a tensor without storage (a subclass): nothing to follow
                 pass
+        elif out_tensor is not None:
+            # The call's checked runs saw its copies read where they arrived; one slice moved at a time is still
+            # seen slice by slice (a recurrent model fed one time step per call: MP021).
+            try:
+                self.on_slice_move(src_tensor, out_tensor, src_dev, dst_dev, site, nbytes, read_unseen=True)
+            except Exception:  # a tensor without storage (a subclass): nothing to follow
+                pass
         if self.wants("MP006"):
             # A forward pass: the outermost module call running now (counted per thread by the
             # hooks), or the step for transfers made outside any module.
