@@ -187,9 +187,12 @@ class CheckingMode(TorchFunctionMode):
         checker = self.checker
         if kind == _HOST_READ:  # a wait for the GPU anyway: counted for MP020 (checks/element_reads.py)
             if args and isinstance(args[0], self._tensor):
+                name = getattr(func, "__name__", "")
                 if id(args[0]) in self._upload_marks:  # a value the host has the data for (host_known.py)?
-                    checker.on_known_read(args[0], getattr(func, "__name__", ""))
-                checker.on_host_read(args[0], getattr(func, "__name__", ""))
+                    checker.on_known_read(args[0], name)
+                # Made on a GPU only to be read here (made_on_gpu.py)? Else counted for MP020's reads.
+                if not (id(args[0]) in checker.arrived_objects and checker.on_gpu_made_to_host(args[0], name)):
+                    checker.on_host_read(args[0], name)
                 if self._watched:
                     checker.on_watched_export(args[0])
                 if self._tls.stack:  # inside a module's call: does the number go straight back to the GPU?
@@ -347,6 +350,8 @@ class CheckingMode(TorchFunctionMode):
                     if shaped and dev is None and made_how is None and kwargs.get("generator") is None:
                         if on_host or (on_host is None and checker.devices.device_of(out) == "cpu"):
                             checker.note_host_made(out, func.__name__, args)  # MP019: made_on_host.py
+                    elif shaped and dev is not None and checker.devices.device_of(out).startswith("cuda"):
+                        checker.note_gpu_made(out, func.__name__, args)  # read on the host first? (made_on_gpu.py)
             return out
         if kind == _SET:
             out = func(*args, **kwargs)

@@ -65,6 +65,7 @@ from mpcheck.runtime.checks import (
     host_list,
     host_made,
     loss_move,
+    made_on_gpu,
     made_on_host,
     mismatch,
     missing_device,
@@ -214,6 +215,7 @@ class Checker:
         self._round_trips_once: dict[tuple[str, int, str, str], Any] = {}
         # MP019: how often each line moved a tensor made there on the host, by (path, line, device) (made_on_host.py)
         self._host_made_moves: dict[tuple[str, int, str], int] = {}
+        self._gpu_made_reads: dict[tuple[str, int], int] = {}  # per line, MP020's made_on_gpu.py
         # MP020: single elements of GPU tensors read on the host this pass, and `torch.tensor(items)` of GPU
         # tensors by line (element_reads.py)
         self.element_reads = element_reads.ElementReads()
@@ -394,6 +396,8 @@ class Checker:
     on_host_made_tensor = host_made.on_host_made_tensor
     note_host_made = made_on_host.note_host_made
     on_host_made_move = made_on_host.on_host_made_move
+    note_gpu_made = made_on_gpu.note_gpu_made
+    on_gpu_made_to_host = made_on_gpu.on_gpu_made_to_host
     on_host_read = element_reads.on_host_read
     on_scalar_read = element_reads.on_scalar_read
     on_scalar_fed = element_reads.on_scalar_fed

@@ -57,6 +57,12 @@ def on_host_made_move(self: Checker, t: Any, src_dev: str, dst_dev: str, site: S
     hit = self.arrived_objects.get(id(t))
     if hit is None or not isinstance(hit[1], HostMade) or t is None or hit[0]() is not t:
         return
+    if type(hit[1]) is not HostMade:  # made on a GPU (made_on_gpu.py): copied to the host first?
+        if dst_dev == "cpu":
+            self.on_gpu_made_to_host(t, "cpu")
+        else:
+            del self.arrived_objects[id(t)]
+        return
     made = hit[1]
     del self.arrived_objects[id(t)]  # its first use is this copy: decided here, once
     if made.read or src_dev != "cpu" or not dst_dev.startswith("cuda") or site is None:

@@ -27,7 +27,7 @@ def _purge(self: Checker) -> None:
     self.arrived_objects = {
         k: e
         for k, e in self.arrived_objects.items()
-        if e[0]() is not None and (e[1] in live or type(e[1]) is HostMade)  # (made_on_host.py)
+        if e[0]() is not None and (e[1] in live or isinstance(e[1], HostMade))  # (made_on_host.py, made_on_gpu.py)
     }
     self._read_arrivals &= live.keys()
     self._selected_arrivals &= live.keys()
