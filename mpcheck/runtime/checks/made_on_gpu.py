@@ -12,11 +12,9 @@ set-up, every step is the cost).
 
 from __future__ import annotations
 
-import weakref
 from typing import TYPE_CHECKING, Any
 
-from mpcheck.devices.torchapi import SHAPE_FACTORIES  # the linter's list, by torch's function name
-from mpcheck.runtime.checks.made_on_host import HostMade
+from mpcheck.runtime.checks.made_on_host import HostMade, remember_made
 from mpcheck.runtime.checks.sites import count_at_line
 
 if TYPE_CHECKING:
@@ -40,15 +38,8 @@ class GpuMade(HostMade):
 
 def note_gpu_made(self: Checker, t: Any, factory: str, args: tuple[Any, ...]) -> None:
     """`t` was just made on a GPU by `torch.<factory>(*args, device=...)`."""
-    if factory not in SHAPE_FACTORIES or not self.wants("MP020"):
-        return
-    if any(isinstance(a, self._tensor) for a in args):
-        return  # made from a tensor's values, not from a shape alone
-    try:
-        version = t._version
-    except Exception:  # an inference tensor: no version counter
-        return
-    self.arrived_objects[id(t)] = (weakref.ref(t), GpuMade(factory, version))
+    if self.wants("MP020"):
+        remember_made(self, t, factory, args, GpuMade)
 
 
 def on_gpu_made_to_host(self: Checker, t: Any, how: str) -> bool:

@@ -41,15 +41,20 @@ class HostMade:
 
 def note_host_made(self: Checker, t: Any, factory: str, args: tuple[Any, ...]) -> None:
     """`t` was just made on the CPU by `torch.<factory>(*args)` without device=."""
-    if factory not in SHAPE_FACTORIES or not self.wants("MP019"):
+    if self.wants("MP019"):
+        remember_made(self, t, factory, args, HostMade)
+
+
+def remember_made(self: Checker, t: Any, factory: str, args: tuple[Any, ...], record: type[HostMade]) -> None:
+    """Remember `t`, made by `torch.<factory>(*args)`, as a `record` until an op reads it: when it was made from
+    a shape alone (no tensor's values), by a factory of SHAPE_FACTORIES."""
+    if factory not in SHAPE_FACTORIES or any(isinstance(a, self._tensor) for a in args):
         return
-    if any(isinstance(a, self._tensor) for a in args):
-        return  # made from a tensor's values, not from a shape alone
     try:
         version = t._version
-    except Exception:
+    except Exception:  # an inference tensor: no version counter
         return
-    self.arrived_objects[id(t)] = (weakref.ref(t), HostMade(factory, version))
+    self.arrived_objects[id(t)] = (weakref.ref(t), record(factory, version))
 
 
 def on_host_made_move(self: Checker, t: Any, src_dev: str, dst_dev: str, site: Site | None) -> None:
