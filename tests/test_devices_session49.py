@@ -74,3 +74,64 @@ def test_a_lambdas_default_is_the_value_where_it_was_made():
     assert findings(PLACERS.replace("DEVICE", '"cuda:0"'), "MP001") == []
     (f,) = findings(PLACERS.replace("DEVICE", '"cuda:1"'), "MP001")
     assert f.line == 9 and set(f.devices) == {"cuda:0", "cuda:1"}
+
+
+MATCH = """
+import torch
+import torch.nn as nn
+
+
+def device_for(role):
+    match role:
+        case "embedding" | "encoder":
+            return torch.device("cuda:0")
+        case "decoder":
+            return torch.device("cuda:1")
+        case other:
+            raise KeyError(other)
+
+
+enc = nn.Linear(8, 8).to(device_for("encoder"))
+dec = nn.Linear(8, 8).to(device_for("decoder"))
+x = torch.randn(2, 8).to(device_for("encoder"))
+print(dec(HOP))  # <- use
+"""
+
+
+def test_a_match_statement_on_a_known_subject_runs_the_arm_it_matches():
+    # Round 39's t15: `device_for()` maps roles to GPUs with `match`; each call's role is known.
+    (f,) = findings(MATCH.replace("HOP", "enc(x)"), "MP001")
+    assert f.line == 19 and set(f.devices) == {"cuda:0", "cuda:1"}
+    assert findings(MATCH.replace("HOP", 'enc(x).to(device_for("decoder"))'), "MP001") == []
+
+
+def test_a_match_on_an_unknown_subject_knows_no_device():
+    src = MATCH.replace('device_for("decoder")', "device_for(input())", 1).replace("HOP", "enc(x)")
+    assert findings(src, "MP001") == []
+
+
+DIVMOD = """
+import torch
+import torch.nn as nn
+
+LAYERS_PER_GPU = 2
+
+
+def layer_device(i):
+    gpu, _ = divmod(i, LAYERS_PER_GPU)
+    return torch.device("cuda", gpu)
+
+
+layers = [nn.Linear(8, 8).to(layer_device(i)) for i in range(4)]
+x = torch.randn(2, 8).to(layer_device(0))
+for i, layer in enumerate(layers):
+    x = layer(MOVE)  # <- use
+print(x)
+"""
+
+
+def test_divmod_of_known_numbers_gives_each_layers_gpu():
+    # Round 39's t09: `gpu, _ = divmod(i, LAYERS_PER_GPU)` spreads 4 layers over 2 GPUs.
+    (f,) = findings(DIVMOD.replace("MOVE", "x"), "MP001")
+    assert f.line == 16 and set(f.devices) == {"cuda:0", "cuda:1"}
+    assert findings(DIVMOD.replace("MOVE", "x.to(layer_device(i))"), "MP001") == []

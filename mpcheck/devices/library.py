@@ -1257,6 +1257,12 @@ def _builtin(lib: Library, c: LibCall) -> Val:
             # over the items of one sequence (`max(topk)` with topk=(1,)), or over the arguments
             return Const(_NUMERIC[q](values) if nums is not args else _NUMERIC[q](*values))
         return UNK
+    if q == "divmod" and len(args) == 2 and not c.kwargs:
+        # `gpu, _ = divmod(i, LAYERS_PER_GPU)`: a stage index and the layer's place in it
+        a, b = args
+        if isinstance(a, Const) and isinstance(b, Const) and type(a.value) is int and type(b.value) is int and b.value:
+            return SeqV(tuple(Const(v) for v in divmod(a.value, b.value)), kind="tuple")
+        return UNK
     if q == "next" and args:
         a = args[0]
         if isinstance(a, SeqV):

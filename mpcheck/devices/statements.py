@@ -142,6 +142,8 @@ class Statements(Part):
             return out
         if isinstance(stmt, cst.With):
             return [s for st in states for s in self.exec_with(stmt, st)]
+        if isinstance(stmt, cst.Match):
+            return [s for st in states for s in self.exec_match(stmt, st)]
         if isinstance(stmt, cst.Try):
             out = []
             for st in states:
@@ -286,6 +288,27 @@ class Statements(Part):
         if isinstance(v, Obj) and not v.opaque and v.kind in ("tensor", "param", "buffer") and not is_probe(v.devs):
             return v
         return None
+
+    def exec_match(self, stmt: cst.Match, st: State) -> list[State]:
+        """`match role:` with `case "encoder" | "embedding":` arms: a subject the model knows, against literal
+        patterns, runs the one arm it matches; otherwise every arm may run (joined, with the way past them all
+        when no arm is a catch-all)."""
+        subject = self.interp.exprs.ev(stmt.subject, st)
+        arms: list[State] = []
+        for case in stmt.cases:
+            hit = _matches(case.pattern, subject, lambda e: self.interp.exprs.ev(e, st))
+            if hit is False:
+                continue
+            arm = st.copy() if hit is None or case.guard is not None else st
+            name = _captured(case.pattern)
+            if name is not None:
+                arm.env[name] = subject
+            arms.extend(self.exec_block(case.body.body, [arm]))
+            if hit is True and case.guard is None:
+                return [join_states(arms)] if len(arms) > 1 else arms
+        if not any(_matches(c.pattern, subject, lambda e: self.interp.exprs.ev(e, st)) is True for c in stmt.cases):
+            arms.append(st)  # no arm may match: the statement does nothing
+        return [join_states(arms)] if len(arms) > 1 else arms
 
     def exec_if(self, stmt: cst.If, states: list[State]) -> list[State]:
         out: list[State] = []
@@ -1018,3 +1041,26 @@ def _script_test(test: cst.BaseExpression) -> bool:
         and len(test.comparisons) == 1
         and isinstance(test.comparisons[0].comparator, cst.SimpleString)
     )
+
+
+def _matches(pattern: cst.MatchPattern, subject: Val, ev: Any) -> bool | None:
+    """Does `subject` match `pattern`: True, False, or None when the model cannot tell (an unknown subject, a
+    class or sequence pattern)."""
+    if isinstance(pattern, cst.MatchAs):
+        return True if pattern.pattern is None else _matches(pattern.pattern, subject, ev)
+    if isinstance(pattern, cst.MatchOr):
+        hits = [_matches(p.pattern, subject, ev) for p in pattern.patterns]
+        return True if True in hits else (None if None in hits else False)
+    if isinstance(pattern, (cst.MatchValue, cst.MatchSingleton)):
+        value = ev(pattern.value)
+        if not (decided(subject) and decided(value)):
+            return None
+        return bool(cast(Const, subject).value == cast(Const, value).value)
+    return None
+
+
+def _captured(pattern: cst.MatchPattern) -> str | None:
+    """The name a `case x:` (or `case ... as x:`) binds to the subject."""
+    if isinstance(pattern, cst.MatchAs) and pattern.name is not None:
+        return pattern.name.value
+    return None

@@ -84,6 +84,7 @@ BUILTINS = frozenset(
         "any",
         "all",
         "abs",
+        "divmod",
         "type",
         "id",
         "round",

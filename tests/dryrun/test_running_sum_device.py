@@ -75,3 +75,28 @@ def test_a_residual_stream_handed_to_blocks_on_the_other_gpu_is_not_a_kept_sum(s
         """,
     )
     assert all(f["extra"].get("scope") != "accumulated" for f in findings), findings
+
+
+def test_a_branch_stream_that_takes_in_the_other_branch_and_is_read_is_no_kept_sum(script, dryrun_cli):
+    # Round 38's t23 good program (HRNet): `h = h + up(l).to(h.device)` takes in the low branch at every unit, but
+    # `h` is the high branch's activation, read by its next block (`h + body(h)`) and sent down: no accumulator.
+    s, findings = _run(
+        script,
+        dryrun_cli,
+        """
+        import torch
+        import torch.nn as nn
+
+        high = [nn.Conv2d(8, 8, 3, padding=1).to("cuda:0") for _ in range(3)]
+        low = [nn.Conv2d(8, 8, 3, padding=1).to("cuda:1") for _ in range(3)]
+        up = [nn.Conv2d(8, 8, 1).to("cuda:1") for _ in range(3)]
+        down = [nn.Conv2d(8, 8, 1).to("cuda:1") for _ in range(3)]
+        h = torch.randn(2, 8, 16, 16, device="cuda:0")
+        l = torch.randn(2, 8, 16, 16, device="cuda:1")
+        for hb, lb, u, d in zip(high, low, up, down):
+            h, l = h + hb(h), l + lb(l)
+            h, l = h + u(l).to(h.device), l + d(h.to(l.device))
+        print(h.sum().item(), l.sum().item())
+        """,
+    )
+    assert all(f["extra"].get("scope") != "accumulated" for f in findings), findings

@@ -136,7 +136,6 @@ class CheckingMode(TorchFunctionMode):
         self._read_scalars = checker.element_reads.scalars  # one dict for the run, empty most of the time
         self._worked_results = checker._worked  # detours' results (worked_detour.py): empty most of the time
         self._upload_marks = checker.uploads.marks  # host copies on GPUs, and values of them alone (host_known.py)
-        self._sums = checker._sums  # running sums of arrived addends (accumulated.py): empty most of the time
         self._adds = frozenset(
             {torch.add, torch.Tensor.add, torch.Tensor.add_, torch.Tensor.__add__, torch.Tensor.__radd__}
             | {torch.Tensor.__iadd__}
@@ -190,6 +189,8 @@ class CheckingMode(TorchFunctionMode):
                 name = getattr(func, "__name__", "")
                 if id(args[0]) in self._upload_marks:  # a value the host has the data for (host_known.py)?
                     checker.on_known_read(args[0], name)
+                elif id(args[0]) in self._marks:  # one made of constants alone, kept on a GPU (host_known.py)?
+                    checker.on_const_read(args[0], name)
                 # Made on a GPU only to be read here (made_on_gpu.py)? Else counted for MP020's reads.
                 if not (id(args[0]) in checker.arrived_objects and checker.on_gpu_made_to_host(args[0], name)):
                     checker.on_host_read(args[0], name)
@@ -301,14 +302,12 @@ class CheckingMode(TorchFunctionMode):
                 checker.on_broadcast(args, out)  # `d[..., None] - centers`: a move of it next crosses enlarged
             if worked is not None:
                 checker.on_arrival_worked(func, worked[1], worked[2], out, worked[0])
-                if func in self._adds:
-                    checker.on_accumulated(worked[1], out, worked[0])  # `total + s.to(d)`: a running sum there?
+                if func in self._adds:  # `total + s.to(d)`, `total + s`: a running sum there (accumulated.py)?
+                    checker.on_accumulated(worked[1], out, worked[0])
             elif self._worked_results and args:
                 checker.carry_worked(args, kwargs, out)  # `(a @ x_d.t()) / temperature`: the same result, scaled
             if self._upload_marks and args and first_tensor_id(args[0]) in self._upload_marks:
                 checker.derive_upload(func, args, kwargs, out)  # `(labels_dev != IGNORE).sum()` (host_known.py)
-            if worked is None and self._sums and func in self._adds:
-                checker.carry_accumulated(args, out)  # a running sum plus a tensor of its own GPU
             if selected is not None:
                 checker.on_selected(out, selected)
             elif gathered is not None:

@@ -10,7 +10,6 @@ import weakref
 from typing import TYPE_CHECKING, Any
 
 from mpcheck.runtime.checks.arguments import Args, Kwargs
-from mpcheck.runtime.checks.made_on_host import HostMade
 from mpcheck.runtime.checks.purge import PURGE_AT
 from mpcheck.runtime.checks.sites import Site
 from mpcheck.runtime.checks.storage_ref import StorageRef, version_of
@@ -63,8 +62,10 @@ def note_reads(self: Checker, args: Args, kwargs: Kwargs) -> list[tuple[Any, Any
     return hits
 
 
-def _note_read(self: Checker, sid: int | HostMade) -> None:
-    if isinstance(sid, HostMade):  # a factory's output on the host, read before any move (made_on_host.py)
+def _note_read(self: Checker, sid: Any) -> None:
+    if (
+        type(sid) is not int
+    ):  # a factory's output not read yet (made_on_host.py, made_on_gpu.py), a sum (accumulated.py)
         sid.read = True
         return
     self._read_arrivals.add(sid)
@@ -100,7 +101,7 @@ def selected_arrival(self: Checker, args: Args) -> int | None:
         return None
     t = args[0]
     hit = self.arrived_objects.get(id(t))
-    if hit is None or hit[0]() is not t or isinstance(hit[1], HostMade):
+    if hit is None or hit[0]() is not t or type(hit[1]) is not int:
         return None
     sid = hit[1]
     return sid if sid in self._arrivals and sid not in self._read_arrivals else None

@@ -421,7 +421,6 @@ class Checker:
     on_arrival_worked = worked_detour.on_arrival_worked
     carry_worked = worked_detour.carry_worked
     on_accumulated = accumulated.on_accumulated
-    carry_accumulated = accumulated.carry_accumulated
     check_accumulated_move = accumulated.check_accumulated_move
     check_worked_detour = worked_detour.check_worked_detour
     on_widened = widened.on_widened
@@ -468,6 +467,7 @@ class Checker:
     on_upload = host_known.on_upload
     derive_upload = host_known.derive_upload
     on_known_read = host_known.on_known_read
+    on_const_read = host_known.on_const_read
     on_tensor_from_list = host_list.on_tensor_from_list
     _purge = purge._purge
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from mpcheck.runtime.checks.purge import PURGE_AT
 from mpcheck.runtime.checks.reduced_after_move import ELEMENTWISE, REDUCTIONS
-from mpcheck.runtime.checks.sites import Site, count_at_line
+from mpcheck.runtime.checks.sites import Site, called_by_torch, count_at_line
 from mpcheck.runtime.checks.storage_ref import version_of
 
 if TYPE_CHECKING:
@@ -33,6 +33,9 @@ CHEAP = (ELEMENTWISE | REDUCTIONS) - {"softmax"} | {
 }  # fmt: skip
 
 
+_READS = {"item": "`.item()`", "__int__": "`int()`", "__float__": "`float()`", "__bool__": "`bool()`"}
+
+
 class Uploads:
     """id(tensor) -> (weak ref to it, its version, (weak ref to the host source, the source's version, the
     copy's line)); and the lines whose reads were counted or reported."""
@@ -40,6 +43,7 @@ class Uploads:
     def __init__(self) -> None:
         self.marks: dict[int, tuple[Any, Any, tuple[Any, Any, Site]]] = {}
         self.reads: dict[tuple[str, int], int] = {}
+        self.const_reads: dict[tuple[str, int], int] = {}  # reads of values made of constants (on_const_read)
 
 
 def on_upload(self: Checker, src: Any, out: Any, site: Site | None) -> None:
@@ -88,14 +92,12 @@ def on_known_read(self: Checker, t: Any, how: str) -> bool:
     if src is None or version_of(src) != version:
         return False
     site = self.sites()
-    if site is None:
-        return False
+    if site is None or site.context or called_by_torch():
+        return False  # (read by a library's code, which the user does not write)
     if count_at_line(uploads.reads, site) != 2:
         return True
     dev = self.devices.device_of(t)
-    read = {"item": "`.item()`", "__int__": "`int()`", "__float__": "`float()`", "__bool__": "`bool()`"}.get(
-        how, f"`{how}`"
-    )
+    read = _READS.get(how, f"`{how}`")
     module = self.current_module()
     self.emit(
         "MP020",
@@ -110,6 +112,32 @@ def on_known_read(self: Checker, t: Any, how: str) -> bool:
         extra={"scope": "host_known", "copied_at": str(copied_at)},
     )
     return True
+
+
+def on_const_read(self: Checker, t: Any, how: str) -> None:
+    """`t`'s value is about to be read on the host: MP020 when it lives on a GPU and was computed there only from
+    constants and numbers (provenance.py: a counter made by `torch.zeros((), device=...)` and stepped with `+= 1`, a
+    schedule's scale computed from it), read from one line twice: the host keeps such a number itself, with no wait."""
+    if how not in _READS or t.numel() != 1 or not self.provenance.is_const(t) or not self.wants("MP020"):
+        return  # (one number: a counter, a scale; the rows of a table of constants are element_reads.py's)
+    dev = self.devices.device_of(t)
+    if not dev.startswith("cuda"):
+        return
+    site = self.sites()
+    if site is None or site.context or called_by_torch() or count_at_line(self.uploads.const_reads, site) != 2:
+        return  # (a library's read: nn.TransformerDecoder testing whether its mask is the causal one)
+    module = self.current_module()
+    self.emit(
+        "MP020",
+        site,
+        f"{_READS.get(how, f'`{how}`')} waits for {dev} for a value computed there only from constants and numbers "
+        f"(a counter or a schedule kept on the GPU, stepped in place): the host stalls until the GPU has done "
+        f"everything queued before it, on every step, for a number it could keep itself",
+        devices=(dev, "cpu"),
+        modules=(module,) if module else (),
+        suggestion="keep the value on the host: a Python number (or a CPU tensor) stepped there",
+        extra={"scope": "const"},
+    )
 
 
 def _mark(uploads: Uploads, t: Any, origin: tuple[Any, Any, Site]) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from mpcheck.runtime.checks.sites import count_at_line
+from mpcheck.runtime.checks.sites import called_by_torch, count_at_line
 from mpcheck.runtime.checks.thresholds import NOT_GPU
 from mpcheck.runtime.checks.wording import size_words
 
@@ -58,8 +58,8 @@ def on_tensor_from_list(self: Checker, data: Any, out: Any) -> None:
     if dst in NOT_GPU:
         return  # `torch.tensor(t.tolist())`: a copy to the host, made one way
     site = self.sites()
-    if site is None:
-        return
+    if site is None or site.context or called_by_torch():
+        return  # (a library's code: not the user's to change)
     if count_at_line(listed.trips, site) != 2:
         return
     _, _, src, nbytes = hit

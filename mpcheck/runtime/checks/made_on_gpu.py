@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from mpcheck.runtime.checks.made_on_host import HostMade, remember_made
-from mpcheck.runtime.checks.sites import count_at_line
+from mpcheck.runtime.checks.sites import called_by_torch, count_at_line
 
 if TYPE_CHECKING:
     from mpcheck.runtime.checks.checker import Checker
@@ -46,8 +46,8 @@ def on_gpu_made_to_host(self: Checker, t: Any, how: str) -> bool:
     """`t` is read on the host (`how`: a read's name, or "cpu" for a copy there): MP020 when it is a GPU factory's
     output that nothing read on the GPU. True when it was (reported or counted): no other MP020 count for it."""
     hit = self.arrived_objects.get(id(t))
-    if hit is None or type(hit[1]) is not GpuMade or hit[0]() is not t:
-        return False
+    if hit is None or type(hit[1]) is not GpuMade or hit[0]() is not t or getattr(t, "_base", None) is not None:
+        return False  # (a row of it, read on its own: element_reads.py's)
     made = hit[1]
     del self.arrived_objects[id(t)]  # its first use is this read: decided here, once
     try:
@@ -56,8 +56,8 @@ def on_gpu_made_to_host(self: Checker, t: Any, how: str) -> bool:
     except Exception:  # an inference tensor: no version counter
         return False
     site = self.sites()
-    if site is None or count_at_line(self._gpu_made_reads, site) != 2:
-        return True
+    if site is None or site.context or called_by_torch() or count_at_line(self._gpu_made_reads, site) != 2:
+        return True  # (a library's read: not the user's to move)
     dev = self.devices.device_of(t)
     read = "its copy to the host" if how == "cpu" else f"its read on the host ({_READS.get(how, f'`{how}`')})"
     module = self.current_module()
