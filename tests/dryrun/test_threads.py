@@ -71,7 +71,11 @@ def test_the_same_bug_in_a_thread_or_a_thread_pool_is_reported_as_in_the_main_th
         assert status == 1, err  # an error-level finding
         assert codes_at(report) == [("MP001", s.line("entry"))], name
         seen[name] = _seen(report, s)
-    assert seen["thread"] == seen["main"] and seen["pool"] == seen["main"]
+    assert seen["thread"] == seen["main"]
+    # The pool's two workers may run their steps at once: the same findings and moves, and gradients at their peak
+    # at least those of one step at a time (two steps' at most), as the threads happened to interleave.
+    assert seen["pool"][:2] == seen["main"][:2]
+    assert all(seen["main"][2][d] <= seen["pool"][2][d] <= 2 * seen["main"][2][d] for d in seen["main"][2])
     codes, moves, grads = seen["main"]
     assert moves and moves[0][:2] == ("cpu", "cuda:0")
     assert grads["cuda:0"] > 0 and grads["cuda:1"] > 0  # backward ran in the thread, on the virtual GPUs
