@@ -136,10 +136,10 @@ class CheckingMode(TorchFunctionMode):
         self._read_scalars = checker.element_reads.scalars  # one dict for the run, empty most of the time
         self._worked_results = checker._worked  # detours' results (worked_detour.py): empty most of the time
         self._upload_marks = checker.uploads.marks  # host copies on GPUs, and values of them alone (host_known.py)
-        self._adds = frozenset(
-            {torch.add, torch.Tensor.add, torch.Tensor.add_, torch.Tensor.__add__, torch.Tensor.__radd__}
-            | {torch.Tensor.__iadd__}
-        )
+        # The adds of a running sum (checks/accumulated.py).
+        T = torch.Tensor
+        self._adds = frozenset({torch.add, T.add, T.add_, T.__add__, T.__radd__, T.__iadd__})
+        self._listed = checker.listed_reads.recent  # `.tolist()` reads kept a while (host_list.py): mostly empty
         self._widened = checker._widened  # one dict for the run, empty most of the time
         self._tls = checker._tls
         # MP011's provenance (checks/provenance.py): tensors computed only from constants.
@@ -196,16 +196,12 @@ class CheckingMode(TorchFunctionMode):
                     checker.on_host_read(args[0], name)
                 if self._watched:
                     checker.on_watched_export(args[0])
-                if self._tls.stack:  # inside a module's call: does the number go straight back to the GPU?
+                if self._tls.stack or func is self._tolist:
                     out = func(*args, **kwargs)
-                    if type(out) is float:
+                    if type(out) is float:  # inside a module's call: does it go straight back to the GPU?
                         checker.on_scalar_read(args[0], out)
-                    elif type(out) is list:
+                    elif type(out) is list:  # made into a tensor again next (checks/host_list.py)?
                         checker.on_listed(args[0], out)
-                    return out
-                if func is self._tolist:  # made into a tensor again next (checks/host_list.py)?
-                    out = func(*args, **kwargs)
-                    checker.on_listed(args[0], out)
                     return out
             return func(*args, **kwargs)
         if kind == _EXPORT:
@@ -287,7 +283,7 @@ class CheckingMode(TorchFunctionMode):
                 out = checker.on_op_error(func, args, kwargs, e)
             if read is not None:
                 checker.on_watched_read(func, read[0], read[1], out)
-            if args and checker.listed_reads.recent and (func is _TENSOR or func in self._as_tensor):
+            if self._listed and args and (func is _TENSOR or func in self._as_tensor):
                 checker.on_tensor_from_list(args[0], out)  # a `.tolist()` made into a tensor again (MP005)
             if func in self._widening and args:
                 if func is self._one_hot:

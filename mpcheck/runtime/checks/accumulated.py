@@ -24,6 +24,7 @@ from mpcheck.runtime.checks.purge import PURGE_AT
 from mpcheck.runtime.checks.sites import UNKNOWN, Site
 from mpcheck.runtime.checks.storage_ref import version_of
 from mpcheck.runtime.checks.thresholds import NOT_GPU
+from mpcheck.runtime.checks.transfer_events import known_bytes
 from mpcheck.runtime.checks.wording import size_words
 
 if TYPE_CHECKING:
@@ -90,7 +91,7 @@ def on_accumulated(self: Checker, args: tuple[Any, ...], out: Any, hits: list[An
         out,
         src,
         (prev.count if prev is not None else 0) + 1,
-        _bytes(x),
+        known_bytes(x),
         prev.first_site if prev is not None else arrival_site,
         bool(x.requires_grad) or (prev is not None and prev.grad),
     )
@@ -154,10 +155,3 @@ def _remember(self: Checker, out: Any, src: str, count: int, addend_bytes: int, 
     if len(sums) > PURGE_AT:
         for k in [k for k, v in sums.items() if v.ref() is None]:
             del sums[k]
-
-
-def _bytes(t: Any) -> int:
-    try:
-        return int(t.numel() * t.element_size())
-    except Exception:  # a symbolic size
-        return 0

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from mpcheck.runtime.checks.purge import PURGE_AT
 from mpcheck.runtime.checks.reduced_after_move import ELEMENTWISE, REDUCTIONS
-from mpcheck.runtime.checks.sites import Site, called_by_torch, count_at_line
+from mpcheck.runtime.checks.sites import Site, repeated_user_read
 from mpcheck.runtime.checks.storage_ref import version_of
 
 if TYPE_CHECKING:
@@ -80,38 +80,28 @@ def derive_upload(self: Checker, func: Any, args: tuple[Any, ...], kwargs: dict[
             _mark(self.uploads, o, origin)
 
 
-def on_known_read(self: Checker, t: Any, how: str) -> bool:
+def on_known_read(self: Checker, t: Any, how: str) -> None:
     """`t`'s value is about to be read on the host: MP020 when it is a marked value whose source is still on the
-    host, unchanged. True when `t` was such a value (reported now or counted)."""
-    uploads = self.uploads
-    entry = uploads.marks.get(id(t))
+    host, unchanged."""
+    entry = self.uploads.marks.get(id(t))
     if entry is None or entry[0]() is not t or entry[1] != version_of(t):
-        return False
+        return
     ref, version, copied_at = entry[2]
     src = ref()
     if src is None or version_of(src) != version:
-        return False
-    site = self.sites()
-    if site is None or site.context or called_by_torch():
-        return False  # (read by a library's code, which the user does not write)
-    if count_at_line(uploads.reads, site) != 2:
-        return True
-    dev = self.devices.device_of(t)
-    read = _READS.get(how, f"`{how}`")
-    module = self.current_module()
-    self.emit(
-        "MP020",
-        site,
-        f"{read} waits for {dev} for a value computed there only from data copied from the host at {copied_at}, "
-        f"whose host copy is still there, unchanged: the host stalls until the GPU has done everything queued "
-        f"before it, on every pass, for a number it can compute itself",
-        devices=(dev, "cpu"),
-        modules=(module,) if module else (),
-        suggestion="compute it from the host copy (`int((labels != ignore).sum())` for "
-        "`int((labels.to(dev) != ignore).sum())`)",
-        extra={"scope": "host_known", "copied_at": str(copied_at)},
-    )
-    return True
+        return
+    site = repeated_user_read(self, self.uploads.reads)
+    if site is not None:
+        _report_wait(
+            self,
+            t,
+            site,
+            how,
+            f"a value computed there only from data copied from the host at {copied_at}, whose host copy is still "
+            "there, unchanged",
+            "compute it from the host copy (`int((labels != ignore).sum())` for `int((labels.to(dev) != ignore).sum())`)",
+            {"scope": "host_known", "copied_at": str(copied_at)},
+        )
 
 
 def on_const_read(self: Checker, t: Any, how: str) -> None:
@@ -120,23 +110,36 @@ def on_const_read(self: Checker, t: Any, how: str) -> None:
     schedule's scale computed from it), read from one line twice: the host keeps such a number itself, with no wait."""
     if how not in _READS or t.numel() != 1 or not self.provenance.is_const(t) or not self.wants("MP020"):
         return  # (one number: a counter, a scale; the rows of a table of constants are element_reads.py's)
-    dev = self.devices.device_of(t)
-    if not dev.startswith("cuda"):
+    if not self.devices.device_of(t).startswith("cuda"):
         return
-    site = self.sites()
-    if site is None or site.context or called_by_torch() or count_at_line(self.uploads.const_reads, site) != 2:
-        return  # (a library's read: nn.TransformerDecoder testing whether its mask is the causal one)
+    site = repeated_user_read(self, self.uploads.const_reads)
+    if site is not None:
+        _report_wait(
+            self,
+            t,
+            site,
+            how,
+            "a value computed there only from constants and numbers (a counter or a schedule kept on the GPU, stepped "
+            "in place)",
+            "keep the value on the host: a Python number (or a CPU tensor) stepped there",
+            {"scope": "const"},
+        )
+
+
+def _report_wait(
+    self: Checker, t: Any, site: Site, how: str, value: str, suggestion: str, extra: dict[str, Any]
+) -> None:
+    dev = self.devices.device_of(t)
     module = self.current_module()
     self.emit(
         "MP020",
         site,
-        f"{_READS.get(how, f'`{how}`')} waits for {dev} for a value computed there only from constants and numbers "
-        f"(a counter or a schedule kept on the GPU, stepped in place): the host stalls until the GPU has done "
-        f"everything queued before it, on every step, for a number it could keep itself",
+        f"{_READS.get(how, f'`{how}`')} waits for {dev} for {value}: the host stalls until the GPU has done "
+        "everything queued before it, on every step, for a number it could have itself",
         devices=(dev, "cpu"),
         modules=(module,) if module else (),
-        suggestion="keep the value on the host: a Python number (or a CPU tensor) stepped there",
-        extra={"scope": "const"},
+        suggestion=suggestion,
+        extra=extra,
     )
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from mpcheck.runtime.checks.sites import called_by_torch, count_at_line
+from mpcheck.runtime.checks.sites import repeated_user_read
 from mpcheck.runtime.checks.thresholds import NOT_GPU
 from mpcheck.runtime.checks.wording import size_words
 
@@ -57,10 +57,8 @@ def on_tensor_from_list(self: Checker, data: Any, out: Any) -> None:
     dst = self.devices.device_of(out)
     if dst in NOT_GPU:
         return  # `torch.tensor(t.tolist())`: a copy to the host, made one way
-    site = self.sites()
-    if site is None or site.context or called_by_torch():
-        return  # (a library's code: not the user's to change)
-    if count_at_line(listed.trips, site) != 2:
+    site = repeated_user_read(self, listed.trips)
+    if site is None:
         return
     _, _, src, nbytes = hit
     module = self.current_module()

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from mpcheck.runtime.checks.made_on_host import HostMade, remember_made
-from mpcheck.runtime.checks.sites import called_by_torch, count_at_line
+from mpcheck.runtime.checks.sites import repeated_user_read
 
 if TYPE_CHECKING:
     from mpcheck.runtime.checks.checker import Checker
@@ -55,9 +55,9 @@ def on_gpu_made_to_host(self: Checker, t: Any, how: str) -> bool:
             return False  # worked on where it was made (or filled in place: made from more than a shape)
     except Exception:  # an inference tensor: no version counter
         return False
-    site = self.sites()
-    if site is None or site.context or called_by_torch() or count_at_line(self._gpu_made_reads, site) != 2:
-        return True  # (a library's read: not the user's to move)
+    site = repeated_user_read(self, self._gpu_made_reads)
+    if site is None:
+        return True
     dev = self.devices.device_of(t)
     read = "its copy to the host" if how == "cpu" else f"its read on the host ({_READS.get(how, f'`{how}`')})"
     module = self.current_module()

@@ -43,6 +43,16 @@ class Site:
 UNKNOWN = Site("<unknown>", 0, "")
 
 
+def repeated_user_read(checker: Any, counts: dict[tuple[str, int], int]) -> Site | None:
+    """The user's line making a check's call now (`checker.sites()`), when this is its second such call in `counts`
+    (once is set-up, twice is a loop's); None otherwise, and for a call made by torch's or a library's own code,
+    which the user does not write (nn.TransformerDecoder testing whether its mask is the causal one)."""
+    site: Site | None = checker.sites()
+    if site is None or site.context or called_by_torch() or count_at_line(counts, site) != 2:
+        return None
+    return site
+
+
 def count_at_line(counts: dict[tuple[str, int], int], site: Site) -> int:
     """One more at `site`'s line in `counts` (a check's per-line tally: reported at its second pass, say): the
     count there now."""

@@ -201,3 +201,11 @@ def payload_bytes(t: Any) -> int:
     if parts is None:
         return int(t.numel() * t.element_size())
     return int(sum(p.numel() * p.element_size() for p in parts))
+
+
+def known_bytes(t: Any) -> int:
+    """What a copy of `t` moves (payload_bytes); 0 for a size not known as a number (a symbolic one)."""
+    try:
+        return payload_bytes(t)
+    except Exception:  # a symbolic size
+        return 0

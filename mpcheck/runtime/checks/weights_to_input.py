@@ -20,6 +20,7 @@ from mpcheck.runtime.checks.arguments import iter_tensors
 from mpcheck.runtime.checks.sites import Site
 from mpcheck.runtime.checks.thread_state import Entry
 from mpcheck.runtime.checks.thresholds import NOT_GPU
+from mpcheck.runtime.checks.transfer_events import known_bytes
 from mpcheck.runtime.checks.wording import size_words
 
 if TYPE_CHECKING:
@@ -53,8 +54,8 @@ def judge_weight_moves(self: Checker, entry: Entry, out: Any) -> None:
     if not moved or entry.device is None or not self.wants("MP014"):
         return
     weights = sum(n for _, n in moved)
-    inputs = sum(_bytes(t) for t, _ in entry.tensors.values())
-    outputs = sum(_bytes(t) for _, t in iter_tensors((out,), {}, self._tensor_type))
+    inputs = sum(known_bytes(t) for t, _ in entry.tensors.values())
+    outputs = sum(known_bytes(t) for _, t in iter_tensors((out,), {}, self._tensor_type))
     if weights <= inputs + outputs:
         return
     (dst,) = {self.devices.device_of(t) for t, _ in entry.tensors.values()} or {"?"}
@@ -72,10 +73,3 @@ def judge_weight_moves(self: Checker, entry: Entry, out: Any) -> None:
         "the weights' move",
         extra={"scope": "weights", "weight_bytes": weights, "input_bytes": inputs, "output_bytes": outputs},
     )
-
-
-def _bytes(t: Any) -> int:
-    try:
-        return int(t.numel() * t.element_size())
-    except Exception:  # a symbolic size
-        return 0

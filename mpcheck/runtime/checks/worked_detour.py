@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from mpcheck.runtime.checks.sites import UNKNOWN, Site
 from mpcheck.runtime.checks.storage_ref import version_of
 from mpcheck.runtime.checks.thresholds import NOT_GPU
-from mpcheck.runtime.checks.transfer_events import payload_bytes
+from mpcheck.runtime.checks.transfer_events import known_bytes
 from mpcheck.runtime.checks.wording import size_words
 
 if TYPE_CHECKING:
@@ -82,8 +82,8 @@ def on_arrival_worked(
     ]
     if len(others) > 1 or any(isinstance(a, self._parameter) or (a.requires_grad and a.is_leaf) for a in others):
         return
-    data_bytes = _bytes(x)
-    other_bytes = sum(_bytes(a) for a in others)
+    data_bytes = known_bytes(x)
+    other_bytes = sum(known_bytes(a) for a in others)
     if not data_bytes or other_bytes >= data_bytes:
         return
     try:
@@ -176,11 +176,3 @@ def check_worked_detour(
         extra={"scope": "worked", "first_site": str(w.arrival_site), "op": w.op},
     )
     return True
-
-
-def _bytes(t: Any) -> int:
-    """What a copy of `t` moves (transfer_events.payload_bytes); 0 for a size not known as a number."""
-    try:
-        return payload_bytes(t)
-    except Exception:  # a symbolic size
-        return 0
